@@ -1,0 +1,55 @@
+"""Finding the llama.cpp binaries the user has (or the ones the tests built)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from llamarig.errors import ServerError
+
+#: environment variable naming the llama-server binary
+ENV_SERVER_BIN = "LLAMARIG_SERVER_BIN"
+#: cache root of scripts/get-llama-server
+CACHE_ROOT = Path(os.environ.get("LLAMARIG_CACHE", Path.home() / ".cache" / "llamarig"))
+
+
+def cached_bin_dirs() -> list[Path]:
+    """bin/ directories built by scripts/get-llama-server, newest build number first."""
+    dirs = []
+    for d in CACHE_ROOT.glob("llama.cpp-*/bin"):
+        try:
+            build = int(d.parent.name.split("-", 1)[1])
+        except ValueError:
+            build = -1
+        dirs.append((build, d))
+    return [d for _, d in sorted(dirs, reverse=True)]
+
+
+def find_binary(name: str = "llama-server", explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Locate a llama.cpp tool: explicit path, then $LLAMARIG_SERVER_BIN's directory, then PATH,
+    then the llamarig build cache. Raises ServerError when none is found."""
+    if explicit:
+        p = Path(explicit)
+        if p.is_dir():
+            p = p / name
+        if not (p.is_file() and os.access(p, os.X_OK)):
+            raise ServerError(f"{p}: not an executable file")
+        return p
+    env = os.environ.get(ENV_SERVER_BIN)
+    if env:
+        p = Path(env)
+        cand = p if name == "llama-server" else p.with_name(name)
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    for d in cached_bin_dirs():
+        cand = d / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    raise ServerError(
+        f"{name} not found: pass --server-bin, set ${ENV_SERVER_BIN}, put it on PATH, "
+        "or build one with scripts/get-llama-server"
+    )

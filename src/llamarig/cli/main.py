@@ -1,0 +1,89 @@
+"""``llamarig`` entry point: a lazy click group (subcommands import only when used) and the
+one place that turns LlamarigError into a one-line message and its exit code."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from llamarig import __version__
+from llamarig.errors import LlamarigError
+
+#: command name -> ("module:attribute", short help). Modules are imported on first use.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("llamarig.cli.inspect_cmd:inspect_cmd", "Read a GGUF header: architecture, layers, KV shape, tensors."),
+    "plan": ("llamarig.cli.plan_cmd:plan_cmd", "Predict memory per device (and speed) for a llama-server launch."),
+    "models": ("llamarig.cli.plan_cmd:models_cmd", "List the built-in model catalogue."),
+    "gpus": ("llamarig.cli.plan_cmd:gpus_cmd", "List the built-in GPU catalogue."),
+    "check": ("llamarig.cli.check_cmd:check_cmd", "Lint a llama-server command or script against the real flag schema."),
+    "explain": ("llamarig.cli.check_cmd:explain_cmd", "Explain every flag of a llama-server command."),
+    "bench": ("llamarig.cli.bench_cmd:bench_cmd", "Measure a running llama-server, with the method on every number."),
+    "logs": ("llamarig.cli.bench_cmd:logs_cmd", "Parse llama-server logs into timelines and findings."),
+    "gateway": ("llamarig.cli.gateway_cmd:gateway_cmd", "Run the tiered, KV-pool-aware OpenAI-compatible gateway."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.commands:
+            return self.commands[name]
+        spec = COMMANDS.get(name)
+        if spec is None:
+            return None
+        mod_name, attr = spec[0].split(":")
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name == mod_name:
+                return None
+            raise
+        cmd: click.Command = getattr(mod, attr)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, COMMANDS[n][1]) for n in sorted(COMMANDS) if self.get_command(ctx, n)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="llamarig")
+def cli() -> None:
+    """llamarig: plan, check, launch, measure and guard llama.cpp llama-server deployments.
+
+    Every number carries its method; every flag rule is grounded in llama.cpp's source or the
+    installed binary. Exit codes: 0 ok, 1 problems found, 2 bad input, 3 environment
+    (binary/server), 130 interrupted.
+    """
+
+
+def main(argv: list[str] | None = None) -> Any:
+    try:
+        return cli.main(args=argv, prog_name="llamarig", standalone_mode=False)
+    except LlamarigError as e:
+        click.echo(f"llamarig: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("llamarig: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("llamarig: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The error tree. Every error llamarig raises on purpose is a LlamarigError.
+
+Exit codes (documented in docs/exit-codes.md):
+  0  success
+  1  the command ran and found problems (check: error findings; plan: does not fit)
+  2  bad input: a missing/unreadable/malformed file, an unknown name, a bad option value
+  3  environment: llama-server binary missing, server unreachable or failed to start
+"""
+
+from __future__ import annotations
+
+
+class LlamarigError(Exception):
+    """Base of every deliberate llamarig error. ``str(err)`` is a one-line message."""
+
+    exit_code: int = 1
+
+
+class InputError(LlamarigError):
+    """Bad input from the user: a file, a name, a value."""
+
+    exit_code = 2
+
+
+class GGUFError(InputError):
+    """A GGUF file that cannot be read: missing, not GGUF, truncated, absurd or unsupported."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class UnknownNameError(InputError):
+    """An unknown catalogue id, GPU name, scenario… with the closest known names."""
+
+    def __init__(self, kind: str, name: str, suggestions: list[str] | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.suggestions = list(suggestions or [])
+        hint = f" (did you mean: {', '.join(self.suggestions)}?)" if self.suggestions else ""
+        super().__init__(f"unknown {kind} '{name}'{hint}")
+
+
+class ServerError(LlamarigError):
+    """llama-server missing, failing to start, or unreachable."""
+
+    exit_code = 3
