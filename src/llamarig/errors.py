@@ -10,6 +10,12 @@ Exit codes (documented in docs/exit-codes.md):
 from __future__ import annotations
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """Make untrusted text (names read from a file) safe for a one-line message."""
+    out = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else "?" for c in text)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
 class LlamarigError(Exception):
     """Base of every deliberate llamarig error. ``str(err)`` is a one-line message."""
 
@@ -27,8 +33,8 @@ class GGUFError(InputError):
 
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        self.problem = one_line(problem)
+        super().__init__(f"{self.path}: {self.problem}")
 
 
 class UnknownNameError(InputError):

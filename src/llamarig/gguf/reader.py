@@ -134,6 +134,18 @@ class _Cursor:
         """Skip ``count`` length-prefixed strings without decoding them."""
         buf, off, end = self.buf, self.off, self.end
         unpack = _U64.unpack_from
+        # Fast path: no per-item checks (about 0.1 µs per string). A length that runs past the
+        # end makes the next unpack raise, or leaves off > end; then the checked walk below
+        # finds the exact item for the error message.
+        try:
+            for _ in range(count):
+                off += 8 + unpack(buf, off)[0]
+            if off <= end:
+                self.off = off
+                return
+        except struct.error:
+            pass
+        off = self.off
         for i in range(count):
             if off + 8 > end:
                 self.off = off

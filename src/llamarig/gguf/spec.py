@@ -266,8 +266,11 @@ def _swa_layers(arch: str, md: dict[str, Any], n_main: int, window: int | None, 
             "treating every layer as full attention"
         )
         return [False] * n_main
-    if period <= 0:
+    if period < 0:
         return [False] * n_main
+    if period == 0:
+        # set_swa_pattern: n_pattern == 0 makes every layer SWA
+        return [True] * n_main
     dense_first = bool(_get(md, f"{arch}.attention.sliding_window_dense_first", False))
     if dense_first:
         return [il % period != 0 for il in range(n_main)]

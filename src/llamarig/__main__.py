@@ -1,0 +1,5 @@
+"""``python -m llamarig`` = the ``llamarig`` command."""
+
+from llamarig.cli.main import main
+
+main()
