@@ -27,7 +27,7 @@ def test_header_matches_gguf_package(llama_file: Path) -> None:
     ours = read_header(llama_file)
     theirs = GGUFReader(str(llama_file))
     assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
-    for a, b in zip(ours.tensors, theirs.tensors):
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
         assert a.n_bytes == int(b.n_bytes)
         assert a.shape == tuple(int(x) for x in b.shape)
         assert a.offset == int(b.data_offset)

@@ -377,7 +377,7 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
     n_embd = _int(md, f"{a}.embedding_length")
     heads = _per_layer(md, f"{a}.attention.head_count", n_layer, None, warns)
     heads_kv = _per_layer(md, f"{a}.attention.head_count_kv", n_layer, None, warns)
-    heads_kv = [kv if kv is not None else h for kv, h in zip(heads_kv, heads)]
+    heads_kv = [kv if kv is not None else h for kv, h in zip(heads_kv, heads, strict=True)]
     if a not in RECURRENT_ARCHS and all(h is None for h in heads):
         warns.append(f"{a}: no {a}.attention.head_count in the header")
 

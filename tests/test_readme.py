@@ -1,0 +1,41 @@
+"""The README's promises: the same two commands in both languages, CI runs the test command,
+and the main command works as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commands(readme: str) -> list[str]:
+    text = (ROOT / readme).read_text()
+    return [b.strip() for b in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)][:2]
+
+
+def test_two_commands_same_in_both_languages() -> None:
+    en = commands("README.md")
+    zh = commands("README.zh-CN.md")
+    assert len(en) == 2 and en == zh
+    assert en[1] == "./scripts/test"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert commands("README.md")[1] in ci.splitlines()
+
+
+def test_main_command_runs() -> None:
+    main = commands("README.md")[0]
+    # the part after the install: run it with this interpreter (the package is installed)
+    _, run = main.split("&&", 1)
+    argv = run.split()
+    assert argv[:3] == ["python3", "-m", "llamarig"]
+    r = subprocess.run([sys.executable, "-m", "llamarig", *argv[3:]], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode in (0, 1), r.stderr  # 1 = honest "does not fit"
+    assert "Traceback" not in r.stderr
+    assert r.stdout.strip()
