@@ -168,3 +168,16 @@ def test_split_files(tmp_path: Path) -> None:
     p2.unlink()
     with pytest.raises(GGUFError, match="split part missing"):
         load_spec(p1)
+
+
+def test_mtp_sidecar_flag(tmp_path: Path) -> None:
+    side = load_spec(write_model(tmp_path / "mtp.gguf", "qwen35", nextn_layers=1, mtp_only=True))
+    full = load_spec(write_model(tmp_path / "full.gguf", "qwen35", nextn_layers=1))
+    assert side.mtp_sidecar and not full.mtp_sidecar
+    assert side.to_json()["mtp_sidecar"] is True
+
+
+def test_swa_default_periods_follow_llama_cpp(tmp_path: Path) -> None:
+    # gemma3: period 6 -> layers 0-4 SWA, 5 full (src/models/gemma3.cpp load_swa_pattern(ml, 6))
+    spec = load_spec(write_model(tmp_path / "g.gguf", "gemma3", n_layer=7, swa_window=64))
+    assert [ly.kind for ly in spec.layers] == ["swa"] * 5 + ["attention"] + ["swa"]

@@ -29,9 +29,17 @@ HYBRID_ARCHS = frozenset({
 })
 #: archs whose recurrent layers follow full_attention_interval (src/models/qwen35.cpp etc.)
 INTERVAL_HYBRIDS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
-#: default SWA period when the file gives only attention.sliding_window
-#: (src/models/gemma3.cpp: 6; gemma2.cpp: 2; openai-moe.cpp (gpt-oss): 2)
-SWA_DEFAULT_PERIOD = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
+#: default SWA period (n_pattern) and dense_first per arch, from each src/models/<arch>.cpp
+#: ``load_swa_pattern(ml, n_pattern, dense_first)`` call (llama-model.cpp load_swa_pattern);
+#: a sliding_window_pattern key in the file overrides the period.
+SWA_DEFAULT_PERIOD: dict[str, tuple[int, bool]] = {
+    "afmoe": (4, False), "cohere2": (4, False), "cohere2moe": (4, True), "exaone-moe": (4, False),
+    "exaone4": (4, False), "gemma-embedding": (6, False), "gemma2": (2, False),
+    "gemma3": (6, False), "gemma3n": (5, False), "laguna": (4, True), "llama4": (4, False),
+    "mellum": (4, False), "modern-bert": (3, True), "muse-glimmer": (4, False),
+    "olmo2": (4, False), "gpt-oss": (2, False), "plamo3": (8, False),
+    "smallthinker": (4, True),
+}
 #: gemma2 defaults n_swa to 4096 when the key is missing (src/models/gemma2.cpp)
 SWA_DEFAULT_WINDOW = {"gemma2": 4096}
 
@@ -120,6 +128,9 @@ class ModelSpec:
     weights_bytes: int
     file_bytes: int
     projector: ProjectorSpec | None = None
+    #: an MTP-only "sidecar" file (seed 004's --model-draft mtp-*.gguf): nextn blocks without the
+    #: trunk; llama.cpp recognises it by the missing blk.0.attn_norm.weight (src/llama-model.cpp)
+    mtp_sidecar: bool = False
     warnings: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -176,6 +187,7 @@ class ModelSpec:
             "file_bytes": self.file_bytes,
             "tensor_count": self.tensor_count,
             "projector": None if self.projector is None else vars(self.projector).copy(),
+            "mtp_sidecar": self.mtp_sidecar,
             "warnings": list(self.warnings),
         }
         if with_tensors:
@@ -257,9 +269,10 @@ def _swa_layers(arch: str, md: dict[str, Any], n_main: int, window: int | None, 
     if isinstance(pat, list):
         flags = [bool(x) for x in pat][:n_main]
         return flags + [False] * (n_main - len(flags))
+    default = SWA_DEFAULT_PERIOD.get(arch)
     period: int | None = pat if isinstance(pat, int) and not isinstance(pat, bool) else None
-    if period is None:
-        period = SWA_DEFAULT_PERIOD.get(arch)
+    if period is None and default is not None:
+        period = default[0]
     if period is None:
         warns.append(
             f"{arch}: sliding_window={window} but no sliding_window_pattern and no known default; "
@@ -271,7 +284,7 @@ def _swa_layers(arch: str, md: dict[str, Any], n_main: int, window: int | None, 
     if period == 0:
         # set_swa_pattern: n_pattern == 0 makes every layer SWA
         return [True] * n_main
-    dense_first = bool(_get(md, f"{arch}.attention.sliding_window_dense_first", False))
+    dense_first = default[1] if default is not None else False
     if dense_first:
         return [il % period != 0 for il in range(n_main)]
     # set_swa_pattern: layer il is SWA iff il % period < period - 1 (period 1 = all SWA... llama
@@ -452,6 +465,7 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
         weights_bytes=weights,
         file_bytes=file_bytes,
         projector=None,
+        mtp_sidecar=nextn > 0 and not any(t.name == "blk.0.attn_norm.weight" for t in tensors),
         warnings=tuple(warns),
         metadata=md,
     )
