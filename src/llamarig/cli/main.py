@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("llamarig.cli.bench_cmd:bench_cmd", "Measure a running llama-server, with the method on every number."),
     "logs": ("llamarig.cli.bench_cmd:logs_cmd", "Parse llama-server logs into timelines and findings."),
     "gateway": ("llamarig.cli.gateway_cmd:gateway_cmd", "Run the tiered, KV-pool-aware OpenAI-compatible gateway."),
+    "render": ("llamarig.cli.render_cmd:render_cmd", "Render a plan or command as bash, systemd, compose or llama-swap."),
+    "launch": ("llamarig.cli.render_cmd:launch_cmd", "Start llama-server, wait healthy, verify allocations against the plan."),
+    "stop": ("llamarig.cli.render_cmd:stop_cmd", "Stop the llama-server that `llamarig launch` started."),
+    "tune": ("llamarig.cli.tune_cmd:tune_cmd", "Find the best config by measurement under constraints."),
+    "quality": ("llamarig.cli.tune_cmd:quality_cmd", "Measure KV-cache quantization quality against f16 KV."),
 }
 
 
