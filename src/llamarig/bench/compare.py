@@ -1,0 +1,94 @@
+"""``llamarig bench compare A.json B.json``: per-figure differences with a noise band.
+
+Noise band of one run's figure = half its p10..p90 spread relative to its value,
+(p90 − p10) ÷ 2 ÷ |value|; the comparison's band is the larger of A's and B's. A difference
+counts only outside that band; with fewer than 2 samples on either side the noise is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from llamarig.bench.report import fmt_value
+
+HIGHER_IS_BETTER_UNITS = ("tok/s", "tok/J", "ratio", "×", "tokens/step")
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    unit: str
+    a: float | None
+    b: float | None
+    delta_pct: float | None
+    band_pct: float | None
+    verdict: str
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def _band(f: dict[str, Any]) -> float | None:
+    sp = f.get("spread") or {}
+    v = f.get("value")
+    if f.get("n", 0) < 2 or not sp or not v or sp.get("p10") is None or sp.get("p90") is None:
+        return None
+    return 100.0 * (sp["p90"] - sp["p10"]) / 2.0 / abs(v)
+
+
+def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
+    fa = {f["name"]: f for f in a.get("figures", [])}
+    fb = {f["name"]: f for f in b.get("figures", [])}
+    rows = []
+    for name in [n for n in fa if n in fb] + [n for n in fb if n not in fa]:
+        x, y = fa.get(name), fb.get(name)
+        if x is None or y is None:
+            rows.append(Row(name, (x or y or {}).get("unit", ""), (x or {}).get("value"), (y or {}).get("value"), None, None,
+                            "only in A" if y is None else "only in B"))
+            continue
+        va, vb, unit = x.get("value"), y.get("value"), x.get("unit", "")
+        if va is None or vb is None or va == 0:
+            rows.append(Row(name, unit, va, vb, None, None, "no value"))
+            continue
+        delta = 100.0 * (vb - va) / abs(va)
+        ba, bb = _band(x), _band(y)
+        band = None if ba is None or bb is None else max(ba, bb)
+        if band is None:
+            verdict = "noise unknown (N<2)"
+        elif abs(delta) <= band:
+            verdict = "within noise"
+        else:
+            better = (delta > 0) == (unit in HIGHER_IS_BETTER_UNITS)
+            verdict = "B better" if better else "B worse"
+            if unit not in HIGHER_IS_BETTER_UNITS and unit not in ("ms", "s"):
+                verdict = "B higher" if delta > 0 else "B lower"
+        rows.append(Row(name, unit, va, vb, delta, band, verdict))
+    return rows
+
+
+def compare_json(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "compare",
+        "a": {"run_id": a.get("run_id"), "target": (a.get("target") or {}).get("url"), "build": (a.get("target") or {}).get("build_info")},
+        "b": {"run_id": b.get("run_id"), "target": (b.get("target") or {}).get("url"), "build": (b.get("target") or {}).get("build_info")},
+        "method": "delta = (B − A) ÷ |A|; noise band = max over A, B of (p90 − p10) ÷ 2 ÷ |value|; verdict only outside the band",
+        "rows": [r.to_json() for r in compare_docs(a, b)],
+    }
+
+
+def print_compare(rows: list[Row], console: Console, label_a: str, label_b: str) -> None:
+    t = Table(header_style="bold", title=escape(f"A = {label_a}   B = {label_b}"))
+    for col in ("figure", "A", "B", "Δ %", "noise ±%", "verdict"):
+        t.add_column(col, justify="right" if col not in ("figure", "verdict") else "left")
+    for r in rows:
+        color = {"B better": "green", "B worse": "red"}.get(r.verdict, "")
+        t.add_row(r.name, f"{fmt_value(r.a, r.unit)} {r.unit}", f"{fmt_value(r.b, r.unit)} {r.unit}",
+                  "—" if r.delta_pct is None else f"{r.delta_pct:+.1f}", "—" if r.band_pct is None else f"{r.band_pct:.1f}",
+                  f"[{color}]{r.verdict}[/]" if color else r.verdict)
+    console.print(t)
+    console.print("Δ = (B − A) ÷ |A|; noise band = larger of A's and B's (p90 − p10) ÷ 2 ÷ value; a verdict only outside it.")

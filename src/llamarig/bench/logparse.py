@@ -1,0 +1,457 @@
+"""``llamarig logs``: parse llama-server logs into per-request records, figures and findings.
+
+Line formats (vendored llama.cpp build 11434, tools/server/server-context.cpp and
+server-common.h): slot lines are ``slot <func>: id <slot> | task <task> | <message>``
+(``SLT_INF``), server lines ``srv  <func>: <message>``; ``print_timings`` writes
+``prompt eval time = … ms / N tokens (… ms per token, … tokens per second)``, ``eval time = …``
+and ``total time = …``. Older builds prefix them with ``print_timings:`` / ``llama_print_timings:``
+or log JSON objects with a ``msg`` field; pasted logs often break the slot prefix and the
+timing onto separate lines. All are accepted. Unknown lines are counted as skipped, never fatal.
+
+Context checkpoints (``created context checkpoint K of N (… size = S MiB)``) are copies of the
+recurrent/SWA state kept in host memory (``server_prompt_checkpoint::data`` is a
+``std::vector<uint8_t>``, tools/server/server-common.h), so K × S is host RAM in use per slot.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamarig.bench.records import Figure, single_figure, stat_figures
+from llamarig.errors import InputError
+
+MAX_BYTES = 512 * 1024 * 1024
+
+NUM = r"([0-9]+(?:\.[0-9]+)?)"
+RE_SLOT = re.compile(r"slot\s+([A-Za-z_]+(?:\(\))?):\s+id\s+(\d+)\s*\|\s*task\s+(-?\d+)\s*\|?\s*(.*)$")
+RE_PROMPT_EVAL = re.compile(
+    rf"prompt eval time\s*=\s*{NUM}\s*ms\s*/\s*(\d+)\s*(?:tokens|runs)\s*\(\s*{NUM}\s*ms per token,\s*{NUM}\s*tokens per second\)"
+)
+RE_EVAL = re.compile(
+    rf"(?<!prompt )\beval time\s*=\s*{NUM}\s*ms\s*/\s*(\d+)\s*(?:tokens|runs)\s*\(\s*{NUM}\s*ms per token,\s*{NUM}\s*tokens per second\)"
+)
+RE_TOTAL = re.compile(rf"total time\s*=\s*{NUM}\s*ms(?:\s*/\s*(\d+)\s*tokens)?")
+RE_NEW_PROMPT = re.compile(r"new prompt, n_ctx_slot = (\d+), n_keep = (\d+), (?:task\.)?n_(?:prompt_)?tokens = (\d+)")
+RE_N_PAST = re.compile(r"\bn_past = (\d+)")
+RE_SEQ_RM = re.compile(r"(?:memory_seq_rm|kv cache rm) \[(\d+), end\)")
+RE_RESTORED = re.compile(
+    rf"restored context checkpoint \(pos_min = (-?\d+), pos_max = (-?\d+)(?:, n_tokens = (\d+))?(?:, n_past = (\d+))?, size = {NUM} MiB\)"
+)
+RE_CREATED = re.compile(
+    rf"created context checkpoint (\d+) of (\d+) \(pos_min = (-?\d+), pos_max = (-?\d+)(?:, n_tokens = (\d+))?, size = {NUM} MiB\)"
+)
+RE_ERASED = re.compile(rf"(erasing old|erased invalidated) context checkpoint .*size = {NUM} MiB")
+RE_LCP = re.compile(rf"selected slot by LCP similarity, (?:f_)?sim_best = {NUM} \(> {NUM} thold\)(?:, f_keep = {NUM})?")
+RE_SELECT = re.compile(r"selected slot by (LRU|id)")
+RE_FORCE = re.compile(r"forcing full prompt re-processing")
+RE_REUSE = re.compile(r"reusing chunk with size (\d+)")
+RE_RELEASE = re.compile(r"stop processing:?\s+n_(?:tokens|past) = (\d+), truncated = (\d+)")
+RE_DRAFT = re.compile(rf"draft acceptance(?: rate)? = {NUM} \(\s*(\d+) accepted /\s*(\d+) generated\)(?:, mean len =\s*{NUM})?")
+RE_BUILD = re.compile(r"\bbuild(?:_info)?\s*[:=]\s*b?(\d+)\s*(?:\(([0-9a-f]+)\)|-([0-9a-f]+))?")
+RE_PROGRESS = re.compile(rf"prompt processing progress, n_(?:tokens|past) = (\d+), batch\.n_tokens = (\d+), progress = {NUM}")
+#: lines we recognise as llama-server/llama.cpp output without extracting data from them
+RE_KNOWN = re.compile(
+    r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] |\t[a-z_]+ = |\s*(?:[0-9.]+\s+[IWEDT]\s+)?(?:srv\s|slot\s|cmn\s|main:|llama_|llm_load|load|print_info|common_|ggml_|gguf|system_info|"
+    r"build:|system info|model|init|clip_|mtmd|que\s|request:|reasoning-budget|sampler|generate|update_slots|"
+    r"warming up|server is listening|all slots|HTTP server|srv|done request|prompt processing|\s*graphs reused|"
+    r"\s*(?:prompt )?eval time|\s*total time|\s*load time|\s*sample time|\s*acc per pos|\s*- ))",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class LogRequest:
+    slot: int
+    task: int
+    line: int
+    n_ctx_slot: int | None = None
+    prompt_tokens: int | None = None  # task.n_tokens: the whole prompt
+    n_past: int | None = None  # tokens reused (after restores/reuse)
+    restored_n_past: int | None = None
+    restored_size_mib: float | None = None
+    selection: str = ""
+    lcp_similarity: float | None = None
+    forced_full: bool = False
+    reused_chunks: int = 0
+    prompt_eval_ms: float | None = None
+    prompt_eval_n: int | None = None
+    prompt_tok_s: float | None = None
+    eval_ms: float | None = None
+    eval_n: int | None = None
+    eval_tok_s: float | None = None
+    total_ms: float | None = None
+    n_tokens_end: int | None = None
+    draft_acceptance: float | None = None
+    draft_accepted: int | None = None
+    draft_generated: int | None = None
+    checkpoints_created: int = 0
+
+    @property
+    def cached(self) -> int | None:
+        if self.prompt_tokens is not None and self.prompt_eval_n is not None:
+            return max(0, self.prompt_tokens - self.prompt_eval_n)
+        if self.n_past is not None:
+            return self.n_past
+        d = self.depth
+        if d is not None and self.prompt_eval_n is not None:
+            return max(0, d - self.prompt_eval_n)
+        return None
+
+    @property
+    def depth(self) -> int | None:
+        """Context depth when decoding starts = whole prompt (task.n_tokens), else cached + evaluated."""
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        if self.n_past is not None and self.prompt_eval_n is not None:
+            return self.n_past + self.prompt_eval_n
+        if self.n_tokens_end is not None and self.eval_n:
+            # 'stop processing: n_tokens = T' counts prompt + generated − 1 (the last sampled
+            # token is never decoded); build 11434 logs 'new prompt' only at trace verbosity
+            return max(0, self.n_tokens_end - self.eval_n + 1)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items()}
+        d["cached"] = self.cached
+        d["depth"] = self.depth
+        d["prefill_tok_s"] = self.prompt_tok_s
+        d["decode_tok_s"] = self.eval_tok_s
+        return d
+
+
+@dataclass
+class Checkpoints:
+    created: int = 0
+    erased: int = 0
+    sizes_mib: list[float] = field(default_factory=list)
+    kept_by_slot: dict[int, int] = field(default_factory=dict)
+    limit: int | None = None
+    restores: int = 0
+
+
+@dataclass
+class LogParse:
+    path: str
+    lines: int = 0
+    recognised: int = 0
+    skipped: int = 0
+    empty: int = 0
+    requests: list[LogRequest] = field(default_factory=list)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    build: str | None = None
+    forced_full: int = 0
+    truncated_tail: bool = False
+    orphan_timings: int = 0
+
+
+def _json_msg(line: str) -> tuple[str, dict[str, Any]] | None:
+    """Old builds (2024) could log JSON objects: {"msg": "...", "id_slot": 0, "id_task": 5}."""
+    s = line.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        return None
+    try:
+        obj = json.loads(s)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "msg" not in obj:
+        return None
+    return str(obj["msg"]), obj
+
+
+def parse_log_text(text: str, path: str = "<text>") -> LogParse:
+    res = LogParse(path)
+    by_key: dict[tuple[int, int], LogRequest] = {}
+    last_timing_ctx: tuple[int, int] | None = None  # slot/task of a 'print_timing' line without payload
+    current_by_slot: dict[int, LogRequest] = {}
+    pending: dict[int, tuple[str, float | None]] = {}  # slot selection seen on a 'task -1' line
+    raw_lines = text.splitlines()
+    res.lines = len(raw_lines)
+    if text and not text.endswith("\n") and raw_lines and (RE_KNOWN.search(raw_lines[-1]) or RE_SLOT.search(raw_lines[-1])):
+        res.truncated_tail = True
+
+    def get(slot: int, task: int, no: int) -> LogRequest:
+        key = (slot, task)
+        if key not in by_key:
+            by_key[key] = LogRequest(slot, task, no)
+            res.requests.append(by_key[key])
+        current_by_slot[slot] = by_key[key]
+        return by_key[key]
+
+    for no, raw in enumerate(raw_lines, 1):
+        line = raw.strip()
+        if not line:
+            res.empty += 1
+            continue
+        slot = task = None
+        msg = line
+        jm = _json_msg(line)
+        if jm is not None:
+            msg, obj = jm
+            if isinstance(obj.get("id_slot"), int):
+                slot = obj["id_slot"]
+                task = obj.get("id_task", -1) if isinstance(obj.get("id_task"), int) else -1
+        m = RE_SLOT.search(line)
+        if m:
+            slot, task, msg = int(m.group(2)), int(m.group(3)), m.group(4)
+            func = m.group(1)
+            if func.startswith("print_timing") and not msg.strip():
+                last_timing_ctx = (slot, task)
+                res.recognised += 1
+                continue
+        known = bool(m) or jm is not None or bool(RE_KNOWN.search(raw))
+        hit = False
+        req: LogRequest | None = None
+        if slot is not None and task is not None and task >= 0:
+            req = get(slot, task, no)
+        # ---- timings (possibly on a line of their own after 'print_timing: id … |')
+        pe, ev, tt = RE_PROMPT_EVAL.search(msg), RE_EVAL.search(msg), RE_TOTAL.search(msg)
+        if pe or ev or tt:
+            hit = True
+            tgt = req
+            if tgt is None and last_timing_ctx is not None:
+                tgt = get(*last_timing_ctx, no)
+            if tgt is None:
+                tgt = _orphan(res, current_by_slot, no)
+            if pe:
+                tgt.prompt_eval_ms, tgt.prompt_eval_n = float(pe.group(1)), int(pe.group(2))
+                tgt.prompt_tok_s = float(pe.group(4))
+            if ev:
+                tgt.eval_ms, tgt.eval_n, tgt.eval_tok_s = float(ev.group(1)), int(ev.group(2)), float(ev.group(4))
+            if tt:
+                tgt.total_ms = float(tt.group(1))
+                last_timing_ctx = None
+        if req is not None:
+            if mm := RE_NEW_PROMPT.search(msg):
+                req.n_ctx_slot, req.prompt_tokens = int(mm.group(1)), int(mm.group(3))
+                hit = True
+            if (mm := RE_RESTORED.search(msg)) is not None:
+                req.restored_n_past = int(mm.group(4)) if mm.group(4) else None
+                req.restored_size_mib = float(mm.group(5))
+                res.checkpoints.restores += 1
+                hit = True
+            elif (mm := RE_N_PAST.search(msg)) is not None and req.n_past is None:
+                req.n_past = int(mm.group(1))
+                hit = True
+            if (mm := RE_SEQ_RM.search(msg)) is not None and req.prompt_eval_n is None and req.n_past is None:
+                req.n_past = int(mm.group(1))
+                hit = True
+            if (mm := RE_CREATED.search(msg)) is not None:
+                ck = res.checkpoints
+                ck.created += 1
+                ck.sizes_mib.append(float(mm.group(6)))
+                ck.kept_by_slot[req.slot] = int(mm.group(1))
+                ck.limit = int(mm.group(2))
+                req.checkpoints_created += 1
+                hit = True
+            if (mm := RE_ERASED.search(msg)) is not None:
+                res.checkpoints.erased += 1
+                if mm.group(1) == "erased invalidated" and res.checkpoints.kept_by_slot.get(req.slot):
+                    res.checkpoints.kept_by_slot[req.slot] -= 1
+                hit = True
+            if (mm := RE_LCP.search(msg)) is not None:
+                req.selection, req.lcp_similarity = "LCP similarity", float(mm.group(1))
+                hit = True
+            elif (mm := RE_SELECT.search(msg)) is not None:
+                req.selection = mm.group(1)
+                hit = True
+            if RE_FORCE.search(msg):
+                req.forced_full = True
+                res.forced_full += 1
+                hit = True
+            if RE_REUSE.search(msg):
+                req.reused_chunks += 1
+                hit = True
+            if (mm := RE_RELEASE.search(msg)) is not None:
+                req.n_tokens_end = int(mm.group(1))
+                hit = True
+            if (mm := RE_DRAFT.search(msg)) is not None:
+                req.draft_acceptance = float(mm.group(1))
+                req.draft_accepted, req.draft_generated = int(mm.group(2)), int(mm.group(3))
+                hit = True
+        elif slot is not None:
+            # task -1 lines (slot selection before the task id is known): remember for the next task
+            if (mm := RE_LCP.search(msg)) is not None:
+                current_by_slot.pop(slot, None)
+                pending[slot] = ("LCP similarity", float(mm.group(1)))
+                hit = True
+            elif (mm := RE_SELECT.search(msg)) is not None:
+                pending[slot] = (mm.group(1), None)
+                hit = True
+        if req is not None and slot in pending and not req.selection:
+            req.selection, req.lcp_similarity = pending.pop(slot)
+        if res.build is None and (mm := RE_BUILD.search(msg)) is not None:
+            res.build = f"b{mm.group(1)}" + (f"-{mm.group(2) or mm.group(3)}" if (mm.group(2) or mm.group(3)) else "")
+            hit = True
+        if hit or known:
+            res.recognised += 1
+        else:
+            res.skipped += 1
+    return res
+
+
+def _orphan(res: LogParse, current: dict[int, LogRequest], no: int) -> LogRequest:
+    """Timings with no slot/task context (very old builds): attach to the only active slot or
+    create an anonymous request."""
+    if len(current) == 1:
+        return next(iter(current.values()))
+    res.orphan_timings += 1
+    r = LogRequest(-1, -no, no)
+    res.requests.append(r)
+    current[-1] = r
+    return r
+
+
+def read_log(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read log: {e.strerror or e}") from e
+    if size > MAX_BYTES:
+        data = data[: data.rfind(b"\n") + 1]
+    if b"\x00" in data[:4096]:
+        raise InputError(f"{path}: binary file, not a llama-server log")
+    return data.decode("utf-8", errors="replace")
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
+
+
+def analyse(p: LogParse) -> dict[str, Any]:
+    """Figures, series and plain-language findings from a parse."""
+    reqs = [r for r in p.requests if r.eval_tok_s is not None or r.prompt_tok_s is not None]
+    figs: list[Figure] = []
+    findings: list[str] = []
+    dec = [r for r in reqs if r.eval_tok_s is not None and (r.eval_n or 0) > 1]
+    src = f"{Path(p.path).name}"
+    m_dec = (f"'eval time = … tokens per second' lines of {src} (the server's own figure; build 11434 computes "
+             "(n_gen − 1) ÷ t, older builds n ÷ t)")
+    if dec:
+        figs += stat_figures("log_decode_tok_s", [r.eval_tok_s for r in dec], "tok/s", m_dec, stats=("median", "p10", "max"),
+                             scenario="logs", method_zh="日志 eval time 行的 tokens per second")
+    pre = [r for r in reqs if r.prompt_tok_s is not None]
+    figs += [] if not pre else stat_figures("log_prefill_tok_s", [r.prompt_tok_s for r in pre], "tok/s",
+                         f"'prompt eval time = … tokens per second' lines of {src}; only tokens actually processed (cached tokens excluded)",
+                         stats=("median", "max"), scenario="logs", method_zh="日志 prompt eval time 行（不含缓存命中的 token）")
+    depth_pts = sorted(((r.depth, r.eval_tok_s) for r in dec if r.depth is not None), key=lambda x: x[0])
+    for r in dec:
+        if r.depth is not None:
+            figs.append(single_figure(
+                f"log_decode_tok_s_task{r.task}", r.eval_tok_s, "tok/s",
+                f"{src} line {r.line}: slot {r.slot} task {r.task}, eval {r.eval_n} tokens in {r.eval_ms} ms at depth {r.depth} "
+                "(depth = task.n_tokens from the 'new prompt' line, else 'stop processing' n_tokens − generated + 1)",
+                samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
+                params={"depth": r.depth, "slot": r.slot, "task": r.task, "prompt_eval_n": r.prompt_eval_n, "cached": r.cached},
+            ))
+    if len(depth_pts) >= 2:
+        (d0, v0), (d1, v1) = depth_pts[0], depth_pts[-1]
+        if d1 > d0 and v0:
+            pct = 100.0 * (v0 - v1) / v0
+            if pct > 2:
+                findings.append(
+                    f"decode fell from {v0:.2f} to {v1:.2f} tok/s ({pct:.1f} %) as depth grew from {d0:,} to {d1:,} tokens: "
+                    "expected, every generated token reads the whole KV cache, so decode slows as the context fills")
+            elif pct < -2:
+                findings.append(f"decode rose from {v0:.2f} to {v1:.2f} tok/s as depth grew from {d0:,} to {d1:,} tokens: "
+                                "something else changed between these requests (load, clocks, other slots)")
+            else:
+                findings.append(
+                    f"decode {v0:.2f} tok/s at depth {d0:,} vs {v1:.2f} tok/s at depth {d1:,} ({-pct:+.1f} %): essentially flat "
+                    "over this range; KV reads grow with depth, but here weight reads dominate")
+    ck = p.checkpoints
+    if ck.sizes_mib:
+        size = statistics.median(ck.sizes_mib)
+        kept = sum(ck.kept_by_slot.values())
+        ram = kept * size
+        figs.append(single_figure("checkpoint_size_mib", size, "MiB",
+                                  f"'created context checkpoint K of N (… size = S MiB)' lines of {src}: median S",
+                                  samples=ck.sizes_mib, scenario="logs", method_zh="日志 created context checkpoint 行的 size"))
+        figs.append(single_figure("checkpoints_kept", float(kept), "checkpoints",
+                                  f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
+                                  n=ck.created, scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit}))
+        figs.append(single_figure("checkpoint_host_ram_mib", ram, "MiB",
+                                  "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint data, tools/server/server-common.h)",
+                                  n=ck.created, scenario="logs", method_zh="保留的 checkpoint 数 × 每个大小（主机内存）"))
+        line = f"each context checkpoint is {size:.1f} MiB; {kept} kept → {_gib(ram)} of host RAM" if size >= 1 else \
+            f"each context checkpoint is {size:.3f} MiB; {kept} kept → {ram:.3f} MiB of host RAM"
+        if ck.limit:
+            line += f" (the limit of {ck.limit} per slot, --ctx-checkpoints, would take {_gib(ck.limit * size) if size >= 1 else f'{ck.limit * size:.3f} MiB'})"
+        findings.append(line)
+    restored = [r for r in p.requests if r.restored_n_past is not None and (r.prompt_tokens or r.depth)]
+    for r in restored[:3]:
+        total = r.prompt_tokens or r.depth or 0
+        done = r.prompt_eval_n if r.prompt_eval_n is not None else total - r.restored_n_past
+        findings.append(f"task {r.task} restored a context checkpoint at {r.restored_n_past:,} tokens: only "
+                        f"{done:,} of {total:,} prompt tokens were processed")
+    if len(restored) > 3:
+        findings.append(f"… {len(restored)} requests in all restored a context checkpoint instead of re-processing their prompt")
+    if p.forced_full:
+        findings.append(f"{p.forced_full} request(s) re-processed the whole prompt ('forcing full prompt re-processing'): "
+                        "no usable checkpoint (SWA/hybrid/recurrent memory)")
+    sized = [r for r in pre if (r.prompt_eval_n or 0) >= 16]
+    if len(sized) >= 2:
+        small = min(sized, key=lambda r: r.prompt_eval_n or 0)
+        big = max(sized, key=lambda r: r.prompt_eval_n or 0)
+        if (big.prompt_eval_n or 0) >= 4 * max(1, small.prompt_eval_n or 0) and small.prompt_tok_s and big.prompt_tok_s:
+            findings.append(
+                f"prefill {small.prompt_tok_s:.1f} tok/s for {small.prompt_eval_n} new tokens vs {big.prompt_tok_s:.1f} tok/s "
+                f"for {big.prompt_eval_n}: short prompts do not fill a ubatch, so their rate is not the GPU's prefill speed")
+    drafts = [r for r in p.requests if r.draft_generated]
+    if drafts:
+        acc = sum(r.draft_accepted or 0 for r in drafts) / sum(r.draft_generated or 0 for r in drafts)
+        figs.append(single_figure("log_spec_acceptance", acc, "ratio",
+                                  f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
+                                  samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs"))
+    if p.skipped:
+        findings.append(f"{p.skipped} of {p.lines} lines were not llama-server output and were skipped")
+    if p.truncated_tail:
+        findings.append("the file ends mid-line (truncated log): the last line was not parsed")
+    incomplete = [r for r in p.requests if r.prompt_tokens is not None and r.eval_tok_s is None]
+    if incomplete:
+        findings.append(f"{len(incomplete)} request(s) have no timing lines (still running or cut off)")
+    timeline = [
+        {"slot": r.slot, "task": r.task, "line": r.line, "depth": r.depth, "prompt_tokens": r.prompt_tokens,
+         "cached": r.cached, "prompt_eval_n": r.prompt_eval_n, "prefill_tok_s": r.prompt_tok_s, "eval_n": r.eval_n,
+         "decode_tok_s": r.eval_tok_s, "restored_checkpoint": r.restored_n_past, "selection": r.selection,
+         "lcp_similarity": r.lcp_similarity, "checkpoints_created": r.checkpoints_created, "n_tokens_end": r.n_tokens_end}
+        for r in p.requests
+    ]
+    return {
+        "figures": figs,
+        "findings": findings,
+        "timeline": timeline,
+        "series": {
+            "timeline": timeline,
+            "decode_vs_depth": [{"depth": d, "tok_s": v} for d, v in depth_pts],
+            "prefill_vs_length": sorted(({"length": r.prompt_eval_n, "tok_s": r.prompt_tok_s} for r in pre if r.prompt_eval_n),
+                                        key=lambda x: x["length"]),
+        },
+    }
+
+
+def logs_document(path: Path) -> dict[str, Any]:
+    from llamarig import __version__
+    from llamarig.bench.runner import SCHEMA_VERSION
+
+    p = parse_log_text(read_log(path), str(path))
+    a = analyse(p)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "logs",
+        "tool": f"llamarig {__version__}",
+        "source": {"path": str(path), "lines": p.lines, "recognised": p.recognised, "skipped": p.skipped,
+                   "empty": p.empty, "build": p.build, "truncated_tail": p.truncated_tail, "requests": len(p.requests),
+                   "orphan_timings": p.orphan_timings},
+        "figures": [f.to_json() for f in a["figures"]],
+        "findings": a["findings"],
+        "timeline": a["timeline"],
+        "series": a["series"],
+        "errors": [],
+    }

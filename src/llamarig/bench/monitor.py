@@ -1,0 +1,280 @@
+"""Interference and context: poll ``/slots`` during a run, scrape ``/metrics`` before and
+after, detect foreign work and restarts.
+
+Server facts (vendored llama.cpp build 11434):
+- ``/slots`` is on by default (``--no-slots`` disables it, 501); each slot has ``id``,
+  ``is_processing``, ``id_task`` (tools/server/server-context.cpp ``server_slot::to_json``).
+- ``/metrics`` needs ``--metrics`` (501 otherwise); names carry the ``llamacpp:`` prefix; the
+  response header ``Process-Start-Time-Unix`` is the server's start time
+  (server-context.cpp, ``handle_metrics``). Counters grow when a request *finishes*.
+- Every ``/metrics`` scrape resets the two rate gauges, so we only use counter deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamarig.bench.client import BenchClient
+
+_METRIC_RE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {name (with labels, 'llamacpp:' prefix removed): value}. Tolerant:
+    unknown lines are skipped (metric formatting has changed between builds, llama.cpp#17384)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _METRIC_RE.match(line)
+        if not m:
+            continue
+        name = m.group(1).removeprefix("llamacpp:") + (m.group(2) or "")
+        try:
+            out[name] = float(m.group(3))
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass
+class Scrape:
+    t: float
+    values: dict[str, float]
+    start_time: str | None
+
+
+@dataclass
+class InterferenceEvent:
+    t: float
+    kind: str  # foreign_slot | excess_processing | deferred | restart | endpoint_error
+    detail: str
+    slot: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_s": round(self.t, 3), "kind": self.kind, "detail": self.detail, "slot": self.slot}
+
+
+@dataclass
+class Tracker:
+    """What *we* have in flight: the monitor compares it with what ``/slots`` shows."""
+
+    in_flight: int = 0
+    pinned: dict[int, int] = field(default_factory=dict)  # slot id -> our requests on it
+    unpinned: int = 0
+
+    def start(self, slot: int | None) -> None:
+        self.in_flight += 1
+        if slot is None:
+            self.unpinned += 1
+        else:
+            self.pinned[slot] = self.pinned.get(slot, 0) + 1
+
+    def end(self, slot: int | None) -> None:
+        self.in_flight -= 1
+        if slot is None:
+            self.unpinned -= 1
+        else:
+            self.pinned[slot] -= 1
+            if self.pinned[slot] <= 0:
+                del self.pinned[slot]
+
+
+class Monitor:
+    """Background poller of ``/slots`` (and ``/health`` for restarts)."""
+
+    def __init__(self, client: BenchClient, tracker: Tracker, *, interval_s: float = 0.2) -> None:
+        self.client = client
+        self.tracker = tracker
+        self.interval_s = interval_s
+        self.events: list[InterferenceEvent] = []
+        self.slots_available: bool | None = None
+        self.slots_reason = ""
+        self.metrics_available: bool | None = None
+        self.metrics_reason = ""
+        self.n_polls = 0
+        self.poll_failures = 0
+        self.last_poll_error = ""
+        self.max_busy = 0
+        self.max_deferred = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._suspect: dict[int, int] = {}  # slot -> consecutive suspicious polls
+        self._excess_streak = 0
+        self._last_task: dict[int, int] = {}
+        self.scrapes: list[Scrape] = []
+        self.busy_series: list[tuple[float, int, int]] = []  # t, busy slots, ours in flight
+        self.foreign_times: list[float] = []  # every poll that saw confirmed foreign work
+        self._prev_t = 0.0
+
+    # ------------------------------------------------------------------ /metrics
+    async def scrape(self) -> Scrape | None:
+        try:
+            res = await self.client.get("/metrics", timeout=10)
+        except Exception as e:  # noqa: BLE001 - any failure means "not available"
+            self.metrics_available = False
+            self.metrics_reason = f"GET /metrics failed: {type(e).__name__}"
+            return None
+        if res.status != 200 or not isinstance(res.body, str):
+            self.metrics_available = False
+            self.metrics_reason = (
+                f"GET /metrics answered HTTP {res.status} (llama-server needs --metrics)"
+                if res.status in (404, 501)
+                else f"GET /metrics answered HTTP {res.status}"
+            )
+            return None
+        self.metrics_available = True
+        s = Scrape(self.client_time(), parse_metrics(res.body), res.headers.get("Process-Start-Time-Unix"))
+        if self.scrapes and s.start_time and self.scrapes[-1].start_time and s.start_time != self.scrapes[-1].start_time:
+            self.events.append(
+                InterferenceEvent(s.t, "restart", f"Process-Start-Time-Unix changed {self.scrapes[-1].start_time} -> {s.start_time}")
+            )
+        self.max_deferred = max(self.max_deferred, s.values.get("requests_deferred", 0.0))
+        self.scrapes.append(s)
+        return s
+
+    def client_time(self) -> float:
+        return time.perf_counter() - self.client.t0
+
+    # ------------------------------------------------------------------ /slots
+    async def probe_slots(self) -> list[dict[str, Any]] | None:
+        """One GET /slots. A missing endpoint (404/501, --no-slots) disables polling; a
+        transient failure (server busy, dropped connection) is counted and polling goes on."""
+        try:
+            res = await self.client.get("/slots", timeout=5)
+        except Exception as e:  # noqa: BLE001
+            self.poll_failures += 1
+            self.last_poll_error = f"GET /slots failed: {type(e).__name__}: {e}"
+            if self.slots_available is None:
+                self.slots_available = False
+                self.slots_reason = self.last_poll_error
+            return None
+        if res.status == 503 and self.slots_available:
+            self.poll_failures += 1  # e.g. ?fail_on_no_slot or loading: transient
+            return None
+        if res.status != 200 or not isinstance(res.body, list):
+            self.slots_available = False
+            self.slots_reason = (
+                f"GET /slots answered HTTP {res.status} (llama-server started with --no-slots, or not a llama-server)"
+            )
+            return None
+        self.slots_available = True
+        return res.body
+
+    def check(self, slots: list[dict[str, Any]], t: float) -> None:
+        """Compare one ``/slots`` answer with what we have in flight."""
+        tr = self.tracker
+        busy = [s for s in slots if s.get("is_processing")]
+        self.max_busy = max(self.max_busy, len(busy))
+        self.busy_series.append((round(t, 3), len(busy), tr.in_flight))
+        for s in slots:
+            tid, sid = s.get("id_task"), s.get("id")
+            if isinstance(tid, int) and tid >= 0 and isinstance(sid, int):
+                # task ids only grow (server_queue ids); an idle slot keeps its last id, so the
+                # comparison is per slot. A big drop on the same slot means a new process.
+                prev = self._last_task.get(sid, -1)
+                if prev > 100 and tid < prev // 2:
+                    self.events.append(InterferenceEvent(t, "restart", f"slot {sid}: task ids went back from {prev} to {tid}", sid))
+                self._last_task[sid] = tid
+        # 1) a slot that is busy although none of our requests is pinned to it, while all our
+        #    in-flight requests are pinned: unambiguous. Two consecutive polls (slot release
+        #    after the final chunk is not instantaneous).
+        seen: set[int] = set()
+        if tr.unpinned == 0:
+            for s in busy:
+                sid = s.get("id")
+                if not isinstance(sid, int) or sid in tr.pinned:
+                    continue
+                seen.add(sid)
+                self._suspect[sid] = self._suspect.get(sid, 0) + 1
+                if self._suspect[sid] >= 2:
+                    if self._suspect[sid] == 2:
+                        self.foreign_times.append(self._prev_t)
+                    self.foreign_times.append(t)
+                if self._suspect[sid] == 2:
+                    self.events.append(
+                        InterferenceEvent(t, "foreign_slot", f"slot {sid} busy with task {s.get('id_task')} that llamarig did not start", sid)
+                    )
+        for sid in list(self._suspect):
+            if sid not in seen:
+                del self._suspect[sid]
+        # 2) more busy slots than requests in flight (unpinned requests): count rule
+        if tr.unpinned > 0 and len(busy) > tr.in_flight:
+            self._excess_streak += 1
+            if self._excess_streak >= 3:
+                self.foreign_times.append(t)
+            if self._excess_streak == 3:
+                self.events.append(
+                    InterferenceEvent(t, "excess_processing", f"{len(busy)} slots busy but only {tr.in_flight} llamarig requests in flight")
+                )
+        else:
+            self._excess_streak = 0
+        self._prev_t = t
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            slots = await self.probe_slots()
+            if slots is None:
+                if not self.slots_available:
+                    return  # degrade: no /slots (404/501), nothing to poll
+            else:
+                self.n_polls += 1
+                self.check(slots, self.client_time())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+
+    def foreign_between(self, t0: float, t1: float) -> bool:
+        """Was confirmed foreign work seen by a poll overlapping [t0, t1] (± one interval)?"""
+        return any(t0 - self.interval_s <= t <= t1 + self.interval_s for t in self.foreign_times)
+
+
+def reconcile(first: Scrape | None, last: Scrape | None, ours: dict[str, float]) -> dict[str, Any]:
+    """Counter deltas between the first and last scrape vs. the sum of our own requests.
+    Excess predicted/prompt tokens mean work we did not send finished during the run."""
+    if first is None or last is None:
+        return {"available": False}
+    pairs = {
+        "tokens_predicted_total": "predicted_n",
+        "prompt_tokens_total": "prompt_n",
+        "prompt_tokens_cached_total": "cache_n",
+        "spec_decode_num_draft_tokens_total": "draft_n",
+        "spec_decode_num_accepted_tokens_total": "draft_n_accepted",
+    }
+    rows = {}
+    foreign = False
+    for metric, field_ in pairs.items():
+        if metric not in last.values:
+            continue
+        delta = last.values[metric] - first.values.get(metric, 0.0)
+        mine = ours.get(field_, 0.0)
+        excess = delta - mine
+        rows[metric] = {"server_delta": delta, "ours": mine, "excess": excess}
+        if metric in ("tokens_predicted_total", "prompt_tokens_total") and excess > 0.5:
+            foreign = True
+    spec = None
+    d_acc = last.values.get("spec_decode_num_accepted_tokens_total", 0) - first.values.get("spec_decode_num_accepted_tokens_total", 0)
+    d_drafts = last.values.get("spec_decode_num_drafts_total", 0) - first.values.get("spec_decode_num_drafts_total", 0)
+    if d_drafts > 0:
+        spec = {"accepted": d_acc, "drafts": d_drafts, "mean_acceptance_length": 1 + d_acc / d_drafts}
+    return {
+        "available": True,
+        "counters": rows,
+        "foreign_work_completed": foreign,
+        "restart": bool(first.start_time and last.start_time and first.start_time != last.start_time),
+        "requests_processing_at_end": last.values.get("requests_processing"),
+        "spec": spec,
+    }

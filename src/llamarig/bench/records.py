@@ -1,0 +1,179 @@
+"""Figures: every number llamarig bench/logs prints is a :class:`Figure` record.
+
+A figure carries its value *and* how it was obtained: ``method`` is a sentence (what was sent,
+how it was timed, which field), ``n`` the number of samples behind it, ``samples`` the raw
+values, ``spread`` their distribution. Percentiles use linear interpolation between closest
+ranks (NumPy's default, Hyndman & Fan type 7), stated in every spread as ``percentile_method``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PERCENTILE_METHOD = "linear interpolation between closest ranks (NumPy default, type 7)"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of ``values``, type 7 (NumPy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    xs = sorted(values)
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def spread_of(values: Sequence[float]) -> dict[str, Any]:
+    """min, p10, median, p90, max, mean, stdev (sample) of ``values``; empty dict for none."""
+    if not values:
+        return {}
+    out: dict[str, Any] = {
+        "min": float(min(values)),
+        "p10": percentile(values, 10),
+        "median": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "max": float(max(values)),
+        "mean": float(statistics.fmean(values)),
+        "stdev": float(statistics.stdev(values)) if len(values) > 1 else 0.0,
+        "percentile_method": PERCENTILE_METHOD,
+    }
+    return out
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One reported number with its method. ``value`` is None when no valid sample exists
+    (then ``note`` says why)."""
+
+    name: str
+    value: float | None
+    unit: str
+    method: str
+    n: int
+    samples: tuple[float, ...] = ()
+    spread: dict[str, Any] = field(default_factory=dict)
+    scenario: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    method_zh: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "value": _clean(self.value),
+            "unit": self.unit,
+            "method": self.method,
+            "n": self.n,
+            "samples": [_clean(s) for s in self.samples],
+            "spread": {k: _clean(v) if isinstance(v, float) else v for k, v in self.spread.items()},
+        }
+        if self.scenario:
+            d["scenario"] = self.scenario
+        if self.params:
+            d["params"] = self.params
+        if self.note:
+            d["note"] = self.note
+        if self.method_zh:
+            d["method_zh"] = self.method_zh
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Figure:
+        return Figure(
+            name=str(d["name"]),
+            value=d.get("value"),
+            unit=str(d.get("unit", "")),
+            method=str(d.get("method", "")),
+            n=int(d.get("n", 0)),
+            samples=tuple(x for x in d.get("samples", []) if x is not None),
+            spread=dict(d.get("spread", {})),
+            scenario=str(d.get("scenario", "")),
+            params=dict(d.get("params", {})),
+            note=str(d.get("note", "")),
+            method_zh=str(d.get("method_zh", "")),
+        )
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, float):
+        return round(x, 6)
+    return x
+
+
+STATS = ("median", "p10", "p90", "max")
+
+
+def stat_figures(
+    base: str,
+    values: Iterable[float],
+    unit: str,
+    method: str,
+    *,
+    stats: Sequence[str] = STATS,
+    scenario: str = "",
+    params: dict[str, Any] | None = None,
+    note: str = "",
+    method_zh: str = "",
+) -> list[Figure]:
+    """``base_median``, ``base_p10``… figures sharing the same samples and method."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
+    spread = spread_of(vals)
+    out = []
+    for st in stats:
+        value = spread.get(st) if vals else None
+        what = {"median": "median", "p10": "10th percentile", "p90": "90th percentile",
+                "max": "maximum (best request)", "min": "minimum", "mean": "mean"}[st]
+        out.append(
+            Figure(
+                name=f"{base}_{st}",
+                value=value,
+                unit=unit,
+                method=f"{what} over N={len(vals)} requests; {method}",
+                n=len(vals),
+                samples=tuple(vals),
+                spread=spread,
+                scenario=scenario,
+                params=dict(params or {}),
+                note=note if vals else (note or "no valid sample"),
+                method_zh=method_zh,
+            )
+        )
+    return out
+
+
+def single_figure(
+    name: str,
+    value: float | None,
+    unit: str,
+    method: str,
+    *,
+    samples: Sequence[float] = (),
+    n: int | None = None,
+    scenario: str = "",
+    params: dict[str, Any] | None = None,
+    note: str = "",
+    method_zh: str = "",
+) -> Figure:
+    vals = [float(v) for v in samples]
+    return Figure(
+        name=name,
+        value=value,
+        unit=unit,
+        method=method,
+        n=len(vals) if n is None else n,
+        samples=tuple(vals),
+        spread=spread_of(vals),
+        scenario=scenario,
+        params=dict(params or {}),
+        note=note,
+        method_zh=method_zh,
+    )

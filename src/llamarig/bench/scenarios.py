@@ -1,0 +1,442 @@
+"""The bench scenarios: what each sends, which samples count, and the figures (with method).
+
+Server fields used (vendored llama.cpp build 11434, tools/server/server-common.cpp
+``server_slot_stats::to_json``): ``timings.{cache_n, prompt_n, prompt_ms, predicted_n,
+predicted_ms, draft_n, draft_n_accepted}``; ``draft_*`` are present only when > 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+from typing import Any
+
+from llamarig.bench.client import BenchClient, RequestSample
+from llamarig.bench.prompts import ChatPrompt, filler_text, load_workload, prompt_set, salt
+from llamarig.bench.records import Figure, single_figure, stat_figures
+from llamarig.bench.runner import BenchConfig, Runner, ScenarioResult
+
+CHAT = "/v1/chat/completions"
+COMPLETION = "/completion"
+DECODE_FORMULA = "rate = (timings.predicted_n − 1) ÷ timings.predicted_ms (server clock, recomputed from raw fields)"
+CLIENT_FORMULA = "client rate = (predicted_n − 1) ÷ (last − first token-bearing SSE chunk, perf_counter)"
+
+
+def planned_requests(cfg: BenchConfig, r: Runner) -> int:
+    n = 0
+    for s in cfg.scenarios:
+        if s == "decode":
+            n += cfg.k + cfg.warmup
+        elif s == "prefill":
+            n += len(cfg.prefill_lengths) * cfg.repeats + min(cfg.warmup, 1)
+        elif s == "ttft":
+            n += cfg.repeats + 1
+        elif s == "depth":
+            n += len(cfg.depths) * cfg.repeats
+        elif s == "concurrency":
+            n += sum(c * _rounds(cfg) for c in cfg.concurrency) + min(cfg.warmup, 1)
+        elif s == "spec":
+            n += (cfg.k + cfg.warmup) * (2 if cfg.baseline_url else 1)
+        elif s == "workload":
+            n += 10
+    return n
+
+
+def _rounds(cfg: BenchConfig) -> int:
+    return max(1, min(cfg.repeats, 2))
+
+
+def _prompts(cfg: BenchConfig, k: int, seed: int) -> list[ChatPrompt]:
+    """K prompts from a built-in set, or from a JSONL file given as --prompts FILE.jsonl
+    (cycled when shorter than K)."""
+    if cfg.prompt_set.endswith(".jsonl") or "/" in cfg.prompt_set:
+        base = load_workload(Path(cfg.prompt_set))
+        return [base[i % len(base)] for i in range(k)]
+    return prompt_set(cfg.prompt_set, k, seed)
+
+
+def _req(p: ChatPrompt, cfg: BenchConfig, n_predict: int | None = None) -> tuple[str, dict[str, Any]]:
+    """(path, body) for a prompt: chat completions, or raw /completion (message contents joined
+    by newlines, no chat template) with --endpoint completion."""
+    b = _chat_body(p, cfg, n_predict)
+    if cfg.endpoint == "completion":
+        msgs = b.pop("messages")
+        b["prompt"] = "\n".join(str(m.get("content", "")) for m in msgs)
+        b["n_predict"] = b.pop("max_tokens")
+        b.pop("stream_options", None)
+        return COMPLETION, b
+    return CHAT, b
+
+
+def _chat_body(p: ChatPrompt, cfg: BenchConfig, n_predict: int | None = None) -> dict[str, Any]:
+    b = p.body()
+    b.setdefault("max_tokens", n_predict or cfg.n_predict)
+    b.setdefault("seed", cfg.seed)
+    if cfg.temperature is not None:
+        b.setdefault("temperature", cfg.temperature)
+    b["ignore_eos"] = True
+    b["stream_options"] = {"include_usage": True}
+    return b
+
+
+def _ok(samples: list[RequestSample]) -> list[RequestSample]:
+    return [s for s in samples if s.ok and s.valid and not s.warmup]
+
+
+def _slot_text(cfg: BenchConfig) -> str:
+    return f"pinned to slot {cfg.slot} (id_slot)" if cfg.slot is not None else "not pinned to a slot"
+
+
+def annotate_contamination(r: Runner, res: ScenarioResult) -> None:
+    """Say, on every figure of the scenario, how many of its samples overlapped foreign work."""
+    mine = [s for s in r.samples if s.scenario == res.name and not s.warmup and s.ok]
+    if not mine:
+        return
+    if not r.monitor.slots_available:
+        tag = "interference unknown: /slots not available"
+    else:
+        bad = sum(1 for s in mine if s.contaminated)
+        if not bad:
+            return
+        tag = f"{bad} of {len(mine)} samples ran while foreign work was on the server (see interference)"
+    for i, f in enumerate(res.figures):
+        note = f"{f.note}; {tag}" if f.note else tag
+        res.figures[i] = Figure(**{**f.__dict__, "note": note})
+
+
+# ------------------------------------------------------------------------- decode
+async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
+    cfg = r.cfg
+    prompts = _prompts(cfg, cfg.k + cfg.warmup, cfg.seed)
+    samples = []
+    for i, p in enumerate(prompts):
+        s = await r.request("decode", p.name, *_req(p, cfg), slot=cfg.slot, warmup=i < cfg.warmup)
+        samples.append(s)
+    ok = _ok(samples)
+    what = (
+        f"{cfg.k} {cfg.endpoint} requests ('{cfg.prompt_set}' prompts, seed {cfg.seed}) × max_tokens={cfg.n_predict} with "
+        f"ignore_eos, streamed serially to {CHAT if cfg.endpoint == 'chat' else COMPLETION} {_slot_text(cfg)}; {cfg.warmup} warm-up request(s) excluded"
+    )
+    zh = f"{cfg.k} 个请求 × {cfg.n_predict} token，串行流式，timings 的 (predicted_n−1)/predicted_ms"
+    params = {"k": cfg.k, "n_predict": cfg.n_predict, "prompt_set": cfg.prompt_set}
+    no_timings = "" if any(s.timings for s in ok) or not ok else "the server sent no timings (not llama-server?): see decode_client_tok_s"
+    res.figures += stat_figures("decode_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
+                                "tok/s", f"{what}; {DECODE_FORMULA}", scenario="decode", params=params, method_zh=zh,
+                                note=no_timings)
+    res.figures += stat_figures("decode_client_tok_s", [s.client_decode_tok_s for s in ok if s.client_decode_tok_s],
+                                "tok/s", f"{what}; {CLIENT_FORMULA}", stats=("median", "p10", "max"),
+                                scenario="decode", params=params, method_zh="客户端时钟：首个到最后一个含 token 的 SSE 块")
+    res.figures += stat_figures("decode_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
+                                f"{what}; time from sending the request to the first SSE chunk with non-empty content or reasoning_content",
+                                stats=("median",), scenario="decode", params=params)
+    res.series["decode"] = [{"seq": s.seq, "server": s.server_decode_tok_s, "client": s.client_decode_tok_s} for s in ok]
+    _errors(res, samples)
+
+
+def _errors(res: ScenarioResult, samples: list[RequestSample]) -> None:
+    for s in samples:
+        if s.error.startswith("not sent: "):
+            continue  # summarised once by the runner ("scenario cut short")
+        if s.error:
+            res.errors.append(f"request {s.seq} ({s.label}): {s.error}")
+        elif not s.valid:
+            res.notes.append(f"request {s.seq} ({s.label}) rejected: {s.reject_reason}")
+
+
+# ------------------------------------------------------------------------- prompt building
+async def sized_text(client: BenchClient, n_tokens: int, seed: int, prefix: str = "") -> tuple[str, int]:
+    """Seeded filler text of about ``n_tokens`` tokens (with ``prefix``), measured with
+    /tokenize (add_special like /completion). Returns (text, exact token count)."""
+    if n_tokens <= 8:
+        text = prefix + "Hello."
+        return text, len(await client.tokenize(text))
+    words = max(1, n_tokens // 2)
+    best = ("", 0)
+    for _ in range(5):
+        text = prefix + filler_text(words, seed)
+        n = len(await client.tokenize(text))
+        best = (text, n)
+        if abs(n - n_tokens) <= max(2, n_tokens // 200):
+            break
+        words = max(1, int(words * n_tokens / max(n, 1)))
+    return best
+
+
+def _fit(r: Runner, length: int, n_predict: int, res: ScenarioResult) -> bool:
+    if r.n_ctx_slot and length + n_predict + 16 > r.n_ctx_slot:
+        res.notes.append(f"length {length} skipped: {length} + {n_predict} generated exceeds the slot context {r.n_ctx_slot} (/props default_generation_settings.n_ctx)")
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------- prefill
+async def scenario_prefill(r: Runner, res: ScenarioResult) -> None:
+    """Cold prefill: cache_prompt false + unique leading salt; a sample counts only if
+    timings.cache_n == 0 and timings.prompt_n == /tokenize length of the prompt."""
+    cfg = r.cfg
+    series = []
+    idx = 0
+    warmed = cfg.warmup == 0
+    for length in cfg.prefill_lengths:
+        if not _fit(r, length, 1, res):
+            continue
+        pfx = salt(r.run_id, 0) if cfg.prefill_salt else ""
+        sized, _ = await sized_text(r.client, length, cfg.seed + length, prefix=pfx)
+        base = sized[len(pfx):]  # the salt counts towards the length
+        samples = []
+        for rep in range(cfg.repeats + (0 if warmed else 1)):
+            warm = not warmed
+            warmed = True
+            text = (salt(r.run_id, idx) if cfg.prefill_salt else "") + base
+            idx += 1
+            n_tok = len(await r.client.tokenize(text))
+            body = {"prompt": text, "n_predict": 1, "cache_prompt": cfg.prefill_cache_prompt, "seed": cfg.seed}
+            s = await r.request("prefill", f"{length}#{rep}", COMPLETION, body, slot=cfg.slot, warmup=warm)
+            s.expected_prompt_tokens = n_tok
+            if s.ok:
+                c, p = s.timings.get("cache_n"), s.timings.get("prompt_n")
+                if c != 0:
+                    s.valid, s.reject_reason = False, f"not cold: timings.cache_n = {c} (expected 0)"
+                elif p != n_tok:
+                    s.valid, s.reject_reason = False, f"timings.prompt_n = {p} ≠ /tokenize length {n_tok}"
+            samples.append(s)
+        ok = _ok(samples)
+        toks = [s.timings["prompt_n"] for s in ok]
+        params = {"target_tokens": length, "prompt_tokens": int(statistics.median(toks)) if toks else None,
+                  "repeats": cfg.repeats, "rejected": sum(1 for s in samples if not s.valid)}
+        what = (
+            f"{cfg.repeats} /completion requests of ~{length} prompt tokens (seeded filler after a unique salt), "
+            f"cache_prompt=false, n_predict=1, {_slot_text(cfg)}; a sample counts only if timings.cache_n == 0 and "
+            f"timings.prompt_n equals the /tokenize length; rate = timings.prompt_n ÷ timings.prompt_ms"
+        )
+        zh = "cache_prompt=false + 唯一前缀盐，仅计 cache_n==0 且 prompt_n 等于 /tokenize 长度的样本；prompt_n/prompt_ms"
+        res.figures += stat_figures(f"prefill_tok_s_{_k(length)}", [s.prefill_tok_s for s in ok if s.prefill_tok_s],
+                                    "tok/s", what, stats=("median", "p10", "max"), scenario="prefill", params=params, method_zh=zh)
+        res.figures += stat_figures(f"prefill_ttft_ms_{_k(length)}", [s.t_first_chunk_s * 1000 for s in ok if s.t_first_chunk_s is not None],
+                                    "ms", what.replace("rate = timings.prompt_n ÷ timings.prompt_ms",
+                                                       "client time from send to the first SSE data chunk (n_predict=1: the only token)"),
+                                    stats=("median",), scenario="prefill", params=params)
+        if ok:
+            series.append({"length": params["prompt_tokens"], "tok_s": statistics.median(s.prefill_tok_s for s in ok if s.prefill_tok_s)})
+        _errors(res, samples)
+    res.series["prefill_vs_length"] = series
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+# ------------------------------------------------------------------------- ttft
+async def scenario_ttft(r: Runner, res: ScenarioResult) -> None:
+    """Warm TTFT the way chats and agents hit the cache: the slot is primed with a prefix, then
+    every request is the previous prompt plus a new question (append-only), on the same slot.
+    Hybrid/SWA models (Qwen3.6) can only restore a context checkpoint, which llama.cpp places a
+    few tokens before the end of the previous prompt (tools/server/server-context.cpp
+    ``create_check``), so a sample counts as warm if cache_n >= previous prompt − 8."""
+    cfg = r.cfg
+    if not _fit(r, cfg.ttft_prefix + 16 * (cfg.repeats + 1), 8, res):
+        return
+    prefix, _ = await sized_text(r.client, cfg.ttft_prefix, cfg.seed + 7)
+    prompt = prefix + "\nQ0: why?"
+    body0 = {"prompt": prompt, "n_predict": 1, "cache_prompt": True, "seed": cfg.seed}
+    samples = [await r.request("ttft", "prime", COMPLETION, body0, slot=cfg.slot, warmup=True)]
+    for rep in range(cfg.repeats):
+        n_prev = len(await r.client.tokenize(prompt))
+        prompt = prompt + f"\nQ{rep + 1}: what next, number {rep + 1}?"
+        body = {"prompt": prompt, "n_predict": 8, "cache_prompt": True, "seed": cfg.seed}
+        s = await r.request("ttft", f"warm#{rep}", COMPLETION, body, slot=cfg.slot)
+        s.expected_prompt_tokens = n_prev
+        if s.ok:
+            c = s.timings.get("cache_n") or 0
+            if c < n_prev - 8:
+                s.valid = False
+                s.reject_reason = (
+                    f"cache miss: timings.cache_n = {c} < previous prompt {n_prev} − 8 tokens "
+                    "(slot evicted, SWA/hybrid model without a usable checkpoint, or mmproj)"
+                )
+        samples.append(s)
+    ok = _ok(samples)
+    params = {
+        "prefix_tokens": statistics.median([s.expected_prompt_tokens or 0 for s in samples[1:]]) if samples[1:] else None,
+        "cache_n_median": statistics.median([s.timings.get("cache_n", 0) for s in ok]) if ok else None,
+        "prompt_n_median": statistics.median([s.timings.get("prompt_n", 0) for s in ok]) if ok else None,
+        "rejected": sum(1 for s in samples if not s.valid),
+    }
+    what = (
+        f"slot primed with a ~{cfg.ttft_prefix}-token prompt, then {cfg.repeats} /completion requests each = the previous "
+        f"prompt + a new question (append-only, like a chat), cache_prompt=true, {_slot_text(cfg)}; "
+        "samples with timings.cache_n < previous prompt − 8 rejected"
+    )
+    res.figures += stat_figures("ttft_warm_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
+                                f"{what}; client time from send to the first token-bearing SSE chunk",
+                                stats=("median", "p90", "max"), scenario="ttft", params=params,
+                                method_zh="同槽位 id_slot，每次在上一个 prompt 后追加新问题；客户端首 token 时间")
+    res.figures += stat_figures("ttft_warm_prompt_ms", [s.timings.get("prompt_ms") for s in ok if s.timings.get("prompt_ms") is not None],
+                                "ms", f"{what}; server timings.prompt_ms", stats=("median",), scenario="ttft", params=params)
+    _errors(res, samples)
+
+
+# ------------------------------------------------------------------------- depth
+async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
+    cfg = r.cfg
+    series = []
+    for d in cfg.depths:
+        if not _fit(r, d, cfg.n_predict, res):
+            continue
+        text, _ = await sized_text(r.client, d, cfg.seed + 31 + d, prefix=salt(r.run_id, 9000 + d))
+        samples = []
+        for rep in range(cfg.repeats):
+            body = {"prompt": text, "n_predict": cfg.n_predict, "cache_prompt": True, "ignore_eos": True, "seed": cfg.seed}
+            samples.append(await r.request("depth", f"d{d}#{rep}", COMPLETION, body, slot=cfg.slot))
+        ok = _ok(samples)
+        depths = [s.depth for s in ok if s.depth is not None]
+        params = {"target_depth": d, "depth_median": statistics.median(depths) if depths else None, "n_predict": cfg.n_predict}
+        what = (
+            f"{cfg.repeats} /completion requests with a ~{d}-token prompt (the first fills the slot, the rest hit the cache), "
+            f"n_predict={cfg.n_predict}, ignore_eos, {_slot_text(cfg)}; depth = timings.cache_n + timings.prompt_n; {DECODE_FORMULA}"
+        )
+        res.figures += stat_figures(f"decode_tok_s_at_depth_{_k(d)}", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
+                                    "tok/s", what, stats=("median", "p10"), scenario="depth", params=params,
+                                    method_zh="不同上下文深度下的解码速度，深度 = cache_n + prompt_n")
+        vals = [s.server_decode_tok_s for s in ok if s.server_decode_tok_s]
+        if vals:
+            series.append({"depth": params["depth_median"], "tok_s": statistics.median(vals)})
+        _errors(res, samples)
+    res.series["decode_vs_depth"] = series
+    if len(series) >= 2 and series[0]["tok_s"]:
+        a, b = series[0], series[-1]
+        res.figures.append(single_figure(
+            "decode_depth_drop_pct", 100.0 * (a["tok_s"] - b["tok_s"]) / a["tok_s"], "%",
+            f"(median decode at depth {a['depth']} − median at depth {b['depth']}) ÷ median at depth {a['depth']}; medians from decode_tok_s_at_depth_*",
+            samples=[a["tok_s"], b["tok_s"]], scenario="depth",
+        ))
+
+
+# ------------------------------------------------------------------------- concurrency
+async def scenario_concurrency(r: Runner, res: ScenarioResult) -> None:
+    cfg = r.cfg
+    rounds = _rounds(cfg)
+    if cfg.warmup:
+        p = prompt_set("synthetic", 1, cfg.seed + 99)[0]
+        await r.request("concurrency", "warmup", *_req(p, cfg, 8), warmup=True)
+    series = []
+    for n in cfg.concurrency:
+        prompts = _prompts(cfg, n * rounds, cfg.seed + 100 * n)
+        t0 = r.monitor.client_time()
+
+        async def worker(w: int, prompts: list[ChatPrompt] = prompts, n: int = n) -> list[RequestSample]:
+            out = []
+            for j in range(rounds):
+                p = prompts[w * rounds + j]
+                out.append(await r.request("concurrency", f"c{n}w{w}r{j}", *_req(p, cfg)))
+            return out
+
+        groups = await asyncio.gather(*(worker(w) for w in range(n)))
+        samples = [s for g in groups for s in g]
+        ok = _ok(samples)
+        t_end = max((s.t_start + (s.t_last_s or 0)) for s in ok) if ok else t0
+        total_tokens = sum(s.predicted_n or 0 for s in ok)
+        agg = total_tokens / (t_end - t0) if ok and t_end > t0 else None
+        params = {"streams": n, "requests_per_stream": rounds, "n_predict": cfg.n_predict}
+        what = f"{n} closed-loop streams × {rounds} chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned"
+        res.figures.append(single_figure(
+            f"concurrency_{n}_aggregate_tok_s", agg, "tok/s",
+            f"{what}; Σ timings.predicted_n ({total_tokens}) ÷ (last token chunk of any stream − first request sent)",
+            n=len(ok), scenario="concurrency", params=params, method_zh="并发总吞吐：Σpredicted_n ÷ 墙钟时间"))
+        res.figures += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
+                                    "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency", params=params)
+        res.figures += stat_figures(f"concurrency_{n}_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
+                                    f"{what}; client time to first token-bearing chunk", stats=("median", "p90"), scenario="concurrency", params=params)
+        queue = [max(0.0, s.ttft_s * 1000 - float(s.timings["prompt_ms"])) for s in ok if s.ttft_s is not None and "prompt_ms" in s.timings]
+        res.figures += stat_figures(f"concurrency_{n}_queue_ms", queue, "ms",
+                                    f"{what}; client TTFT − timings.prompt_ms (waiting for a slot + HTTP + template)",
+                                    stats=("median",), scenario="concurrency", params=params)
+        if agg:
+            series.append({"streams": n, "aggregate_tok_s": agg,
+                           "per_stream_tok_s": statistics.median([s.server_decode_tok_s for s in ok if s.server_decode_tok_s] or [0])})
+        _errors(res, samples)
+    res.series["concurrency"] = series
+
+
+# ------------------------------------------------------------------------- spec
+async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
+    """Acceptance = Σ timings.draft_n_accepted ÷ Σ timings.draft_n (llama.cpp: accepted /
+    tested drafts, llama.cpp#14104); mean acceptance length from /metrics counter deltas."""
+    cfg = r.cfg
+    prompts = _prompts(cfg, cfg.k + cfg.warmup, cfg.seed)
+    before = await r.monitor.scrape() if r.monitor.metrics_available else None
+    samples = []
+    for i, p in enumerate(prompts):
+        samples.append(await r.request("spec", p.name, *_req(p, cfg), slot=cfg.slot, warmup=i < cfg.warmup))
+    after = await r.monitor.scrape() if r.monitor.metrics_available else None
+    ok = _ok(samples)
+    with_draft = [s for s in ok if s.timings.get("draft_n")]
+    dn = sum(int(s.timings["draft_n"]) for s in with_draft)
+    da = sum(int(s.timings.get("draft_n_accepted", 0)) for s in with_draft)
+    what = f"{cfg.k} {cfg.endpoint} requests ('{cfg.prompt_set}') × max_tokens={cfg.n_predict}, serial, {_slot_text(cfg)}"
+    note = "" if with_draft else (
+        "no response carried timings.draft_n: speculative decoding is off on this server "
+        "(no --spec-type / --model-draft) or it drafted nothing"
+    )
+    res.figures.append(single_figure(
+        "spec_acceptance", da / dn if dn else None, "ratio",
+        f"{what}; Σ timings.draft_n_accepted ({da}) ÷ Σ timings.draft_n ({dn}) over requests that drafted",
+        samples=[s.timings["draft_n_accepted"] / s.timings["draft_n"] for s in with_draft if s.timings.get("draft_n")],
+        n=len(with_draft), scenario="spec", note=note, method_zh="Σdraft_n_accepted ÷ Σdraft_n（timings）",
+    ))
+    if before and after:
+        d_acc = after.values.get("spec_decode_num_accepted_tokens_total", 0) - before.values.get("spec_decode_num_accepted_tokens_total", 0)
+        d_st = after.values.get("spec_decode_num_drafts_total", 0) - before.values.get("spec_decode_num_drafts_total", 0)
+        res.figures.append(single_figure(
+            "spec_mean_acceptance_length", 1 + d_acc / d_st if d_st else None, "tokens/step",
+            "1 + Δllamacpp:spec_decode_num_accepted_tokens_total ÷ Δllamacpp:spec_decode_num_drafts_total between "
+            "/metrics scrapes before and after the spec requests (server-wide: valid only without interference)",
+            n=int(d_st), scenario="spec", note="" if d_st else "no drafts counted in /metrics",
+        ))
+    res.figures += stat_figures("spec_decode_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s], "tok/s",
+                                f"{what}; {DECODE_FORMULA}", stats=("median", "p10", "max"), scenario="spec")
+    if cfg.baseline_url:
+        async with BenchClient(cfg.baseline_url, timeout_s=cfg.request_timeout_s, api_key=cfg.api_key) as base:
+            bs = []
+            for i, p in enumerate(prompts):
+                bs.append(await r.request("spec", f"baseline-{p.name}", *_req(p, cfg), slot=cfg.slot,
+                                          warmup=i < cfg.warmup, client=base))
+        bok = _ok(bs)
+        bvals = [s.server_decode_tok_s or s.client_decode_tok_s for s in bok]
+        bvals = [v for v in bvals if v]
+        res.figures += stat_figures("spec_baseline_decode_tok_s", bvals, "tok/s",
+                                    f"same prompts sent to the baseline {cfg.baseline_url} (no speculation); {DECODE_FORMULA}",
+                                    stats=("median",), scenario="spec", params={"baseline_url": cfg.baseline_url})
+        svals = [s.server_decode_tok_s for s in ok if s.server_decode_tok_s]
+        if bvals and svals:
+            res.figures.append(single_figure(
+                "spec_speedup", statistics.median(svals) / statistics.median(bvals), "×",
+                "median spec_decode_tok_s ÷ median spec_baseline_decode_tok_s (same prompts, same max_tokens)",
+                samples=[statistics.median(svals), statistics.median(bvals)], scenario="spec"))
+        _errors(res, bs)
+    _errors(res, samples)
+
+
+# ------------------------------------------------------------------------- workload
+async def scenario_workload(r: Runner, res: ScenarioResult) -> None:
+    cfg = r.cfg
+    assert cfg.workload is not None
+    reqs = load_workload(cfg.workload)
+    r.planned += len(reqs) - 10
+    samples = []
+    for p in reqs:
+        path, body = _req(p, cfg)
+        body.pop("ignore_eos", None)  # replay: let requests stop naturally
+        samples.append(await r.request("workload", p.name, path, body, slot=cfg.slot))
+    ok = _ok(samples)
+    what = f"{len(reqs)} chat requests replayed serially from {cfg.workload.name} (max_tokens from the file, else {cfg.n_predict})"
+    res.figures += stat_figures("workload_decode_tok_s", [s.server_decode_tok_s or s.client_decode_tok_s for s in ok
+                                                           if (s.server_decode_tok_s or s.client_decode_tok_s)],
+                                "tok/s", f"{what}; {DECODE_FORMULA} (client rate when the server sends no timings)", scenario="workload")
+    res.figures += stat_figures("workload_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
+                                f"{what}; client time to first token-bearing chunk", stats=("median", "p90"), scenario="workload")
+    res.figures += stat_figures("workload_prefill_tok_s", [s.prefill_tok_s for s in ok if s.prefill_tok_s and (s.timings.get("prompt_n") or 0) > 16],
+                                "tok/s", f"{what}; timings.prompt_n ÷ timings.prompt_ms (requests with > 16 new prompt tokens; cache hits are not cold)",
+                                stats=("median",), scenario="workload")
+    _errors(res, samples)

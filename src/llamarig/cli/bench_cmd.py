@@ -1,0 +1,201 @@
+"""``llamarig bench`` (measure a running llama-server), ``llamarig bench compare`` and
+``llamarig logs`` (parse llama-server logs). Every figure carries its method."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from llamarig.errors import InputError
+
+EXIT_DOC = "Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable."
+
+
+def _int_list(value: str, what: str) -> tuple[int, ...]:
+    out = []
+    for part in value.split(","):
+        p = part.strip().lower()
+        if not p:
+            continue
+        mult = 1
+        if p.endswith("k"):
+            mult, p = 1024, p[:-1]
+        try:
+            out.append(int(float(p) * mult))
+        except ValueError:
+            raise InputError(f"{what} {value!r}: expected comma-separated integers (1k = 1024)") from None
+    if not out or any(x < 0 for x in out):
+        raise InputError(f"{what} {value!r}: expected comma-separated non-negative integers")
+    return tuple(out)
+
+
+def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | None, html_path: Path | None) -> None:
+    from llamarig.bench.html import render_html
+    from llamarig.bench.report import markdown, write_json
+
+    if json_path:
+        write_json(doc, json_path)
+    for path, text in ((md_path, markdown(doc) if md_path else ""), (html_path, render_html(doc) if html_path else "")):
+        if path:
+            try:
+                path.write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise InputError(f"{path}: cannot write: {e.strerror or e}") from e
+
+
+@click.group("bench", invoke_without_command=True, epilog=EXIT_DOC)
+@click.option("--url", help="Base URL of the llama-server (or OpenAI-compatible server), e.g. http://127.0.0.1:8080.")
+@click.option("--scenario", "-s", "scenarios", multiple=True,
+              help="decode, prefill, ttft, depth, concurrency, spec, workload (comma-separated or repeated). Default: decode.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the full report (figures, requests, interference) as JSON.")
+@click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown table: 指标 | 数值 | 测法.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report with plots.")
+@click.option("--k", type=int, default=5, show_default=True, help="Measured requests per decode/spec run.")
+@click.option("--n-predict", "-n", type=int, default=128, show_default=True, help="Tokens generated per request (ignore_eos).")
+@click.option("--prompts", "prompt_set", default="synthetic", show_default=True,
+              help="Prompt set: synthetic, tetris (seed 000's), notes (summarisation), mixed, or a FILE.jsonl of chat requests.")
+@click.option("--endpoint", type=click.Choice(["chat", "completion"]), default="chat", show_default=True,
+              help="chat: /v1/chat/completions (template applied); completion: raw /completion (contents joined).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature sent with chat requests (default: the server's).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests run first and excluded.")
+@click.option("--lengths", default="1k,8k,32k", show_default=True, help="Cold prefill prompt lengths (clipped to the slot context).")
+@click.option("--repeats", "-r", type=int, default=3, show_default=True, help="Repeats per prefill length / depth / warm TTFT.")
+@click.option("--depths", default="0,8k,32k", show_default=True, help="Context depths for the depth scenario.")
+@click.option("--concurrency", "conc", default="1,2,4", show_default=True, help="Parallel stream counts.")
+@click.option("--ttft-prefix", type=int, default=2048, show_default=True, help="Shared prefix length (tokens) for warm TTFT.")
+@click.option("--slot", default="0", show_default=True, help="Pin serial scenarios to this slot (id_slot), or 'none'.")
+@click.option("--baseline-url", help="spec: the same model without speculation, for the speed-up.")
+@click.option("--workload", type=click.Path(dir_okay=False, path_type=Path), help="JSONL of chat requests to replay (scenario workload).")
+@click.option("--strict", is_flag=True, help="Abort (exit 1) as soon as a slot is busy with work llamarig did not start.")
+@click.option("--wait-ready", type=float, default=60.0, show_default=True, help="Seconds to wait while the server answers 503 (loading).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Per-request timeout in seconds.")
+@click.option("--poll-interval", type=float, default=0.2, show_default=True, help="Seconds between /slots polls.")
+@click.option("--api-key", envvar="LLAMARIG_API_KEY", help="Bearer token (or $LLAMARIG_API_KEY).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table (files only).")
+@click.pass_context
+def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], json_path: Path | None, md_path: Path | None,
+              html_path: Path | None, k: int, n_predict: int, prompt_set: str, endpoint: str, seed: int, temperature: float | None, warmup: int, lengths: str,
+              repeats: int, depths: str, conc: str, ttft_prefix: int, slot: str, baseline_url: str | None,
+              workload: Path | None, strict: bool, wait_ready: float, timeout_s: float, poll_interval: float,
+              api_key: str | None, quiet: bool) -> None:
+    """Measure a running llama-server: decode, cold prefill, warm TTFT, depth, concurrency,
+    speculative acceptance, workload replay; with interference detection and the method on
+    every number.
+
+    \b
+    Examples:
+      llamarig bench --url http://127.0.0.1:8080 --json run.json
+      llamarig bench --url http://127.0.0.1:8080 -s decode,prefill,depth --lengths 1k,8k --html run.html
+      llamarig bench compare ub2048.json ub4096.json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from llamarig.bench.prompts import PROMPT_SETS
+    from llamarig.bench.report import terminal
+    from llamarig.bench.runner import BenchConfig, run_bench
+    from llamarig.errors import UnknownNameError
+
+    if not url:
+        raise InputError("--url is required (e.g. --url http://127.0.0.1:8080)")
+    if prompt_set not in PROMPT_SETS and not (prompt_set.endswith(".jsonl") or "/" in prompt_set):
+        raise UnknownNameError("prompt set", prompt_set, list(PROMPT_SETS))
+    names = tuple(s.strip() for part in (scenarios or ("decode",)) for s in part.split(",") if s.strip())
+    if slot.lower() in ("none", "-1", ""):
+        slot_v: int | None = None
+    else:
+        try:
+            slot_v = int(slot)
+        except ValueError:
+            raise InputError(f"--slot {slot!r}: expected a slot number or 'none'") from None
+    cfg = BenchConfig(
+        url=url, scenarios=names, seed=seed, temperature=temperature, warmup=warmup, k=k, n_predict=n_predict, prompt_set=prompt_set, endpoint=endpoint,
+        prefill_lengths=_int_list(lengths, "--lengths"), repeats=repeats, depths=_int_list(depths, "--depths"),
+        concurrency=tuple(c for c in _int_list(conc, "--concurrency") if c > 0), ttft_prefix=ttft_prefix, slot=slot_v,
+        baseline_url=baseline_url, workload=workload, strict=strict, wait_ready_s=wait_ready, request_timeout_s=timeout_s,
+        poll_interval_s=poll_interval, api_key=api_key,
+    )
+    out = Console()
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        doc = run_bench(cfg)
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True) as prog:
+            task = prog.add_task("starting", total=None)
+
+            def progress(label: str, done: int, total: int) -> None:
+                prog.update(task, description=label[:40], completed=done, total=total)
+
+            doc = run_bench(cfg, progress)
+    _write_outputs(doc, json_path, md_path, html_path)
+    if not quiet:
+        terminal(doc, out)
+    if doc.get("errors") or doc.get("aborted"):
+        sys.exit(1)
+
+
+@bench_cmd.command("compare", epilog="Exit codes: 0 ok; 2 unreadable or non-llamarig JSON.")
+@click.argument("a", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("b", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the comparison as JSON.")
+def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
+    """Compare two bench (or logs) JSON files figure by figure, with a noise band from each
+    figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
+    import json
+
+    from llamarig.bench.compare import compare_docs, compare_json, print_compare
+    from llamarig.bench.report import read_json
+
+    da, db = read_json(a), read_json(b)
+    rows = compare_docs(da, db)
+    print_compare(rows, Console(), str(a), str(b))
+    if json_path:
+        try:
+            json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"{json_path}: cannot write: {e.strerror or e}") from e
+
+
+@click.command("logs", epilog="Exit codes: 0 ok; 2 unreadable file.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write figures, timeline and findings as JSON.")
+@click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown table: 指标 | 数值 | 测法.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report.")
+@click.option("--quiet", "-q", is_flag=True, help="Files only.")
+def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool) -> None:
+    """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
+    per-request timeline, decode vs depth, checkpoint RAM and plain-language findings.
+
+    \b
+    Example:
+      llamarig logs /tmp/llama-server.log --html log.html
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    from llamarig.bench.logparse import logs_document
+    from llamarig.bench.report import fmt_value, terminal
+
+    doc = logs_document(file)
+    _write_outputs(doc, json_path, md_path, html_path)
+    if quiet:
+        return
+    con = Console()
+    src = doc["source"]
+    con.print(escape(f"{src['path']}: {src['lines']} lines, {src['recognised']} recognised, {src['skipped']} skipped, "
+              f"{src['requests']} requests" + (f", build {src['build']}" if src.get("build") else "")), highlight=False)
+    if doc["timeline"]:
+        t = Table(header_style="bold", title="requests (timeline)")
+        for col in ("slot", "task", "depth", "prompt", "cached", "processed", "prefill tok/s", "generated", "decode tok/s"):
+            t.add_column(col, justify="right")
+        for r in doc["timeline"]:
+            t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
+                        ("slot", "task", "depth", "prompt_tokens", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")))
+        con.print(t)
+    terminal(doc, con)

@@ -1,0 +1,113 @@
+"""``llamarig logs``: seed 000's pasted log, older formats, foreign/truncated/binary files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llamarig.bench.logparse import logs_document, parse_log_text
+from llamarig.cli.main import main
+
+
+@pytest.fixture
+def seed000(seeds_dir: Path) -> Path:
+    return next(seeds_dir.glob("000_*.txt"))
+
+
+def test_seed000_pasted_log(seed000: Path, validate_doc) -> None:
+    doc = logs_document(seed000)
+    validate_doc(doc)
+    tl = {t["task"]: t for t in doc["timeline"]}
+    assert tl[6822]["decode_tok_s"] == 37.17 and tl[6822]["depth"] == 30511
+    assert tl[6890]["decode_tok_s"] == 37.05 and tl[6890]["depth"] == 45168
+    assert tl[6822]["cached"] == 30271 and tl[6822]["prompt_eval_n"] == 240
+    assert tl[6890]["cached"] == 30576 and tl[6890]["prompt_eval_n"] == 14592
+    assert tl[6890]["prefill_tok_s"] == 874.93 and tl[6890]["lcp_similarity"] == 0.677
+    assert tl[6822]["restored_checkpoint"] == 30271
+    f = {x["name"]: x for x in doc["figures"]}
+    assert f["checkpoint_size_mib"]["value"] == pytest.approx(149.626)
+    assert f["checkpoints_kept"]["value"] == 14
+    assert f["checkpoint_host_ram_mib"]["value"] == pytest.approx(14 * 149.626)
+    text = "\n".join(doc["findings"])
+    assert "37.17 tok/s at depth 30,511 vs 37.05 tok/s at depth 45,168" in text
+    assert "each context checkpoint is 149.6 MiB; 14 kept → 2.0 GiB of host RAM" in text
+    assert "only 240 of 30,511 prompt tokens were processed" in text
+    # the Chinese text around the log is counted, not fatal
+    assert doc["source"]["skipped"] > 100 and doc["source"]["requests"] == 2
+
+
+def test_logs_cli_outputs(seed000: Path, tmp_path: Path, capsys, validate_doc) -> None:
+    j, m, h = tmp_path / "l.json", tmp_path / "l.md", tmp_path / "l.html"
+    assert main(["logs", str(seed000), "--json", str(j), "--md", str(m), "--html", str(h)]) in (None, 0)
+    out = capsys.readouterr().out
+    assert "6890" in out and "149.6 MiB" in out
+    validate_doc(json.loads(j.read_text()))
+    assert "| 指标 metric | 数值 value | N | 测法 method |" in m.read_text()
+    assert "<svg" in h.read_text()
+
+
+def test_older_formats() -> None:
+    text = "\n".join([
+        "llama_print_timings:        load time =    1234.56 ms",
+        "llama_print_timings: prompt eval time =     512.00 ms /   128 tokens (    4.00 ms per token,   250.00 tokens per second)",
+        "llama_print_timings:        eval time =    2000.00 ms /   100 runs   (   20.00 ms per token,    50.00 tokens per second)",
+        "llama_print_timings:       total time =    2600.00 ms /   228 tokens",
+        '{"tid":"1","timestamp":1,"level":"INFO","function":"print_timings","line":1,"msg":"prompt eval time     =     100.00 ms /    50 tokens (    2.00 ms per token,   500.00 tokens per second)","id_slot":0,"id_task":7}',
+        '{"tid":"1","timestamp":1,"level":"INFO","function":"print_timings","line":1,"msg":"generation eval time =    1000.00 ms /    41 runs   (   24.39 ms per token,    41.00 tokens per second)","id_slot":0,"id_task":7}',
+        "slot print_timing: id  0 | task 9 | prompt eval time =      10.00 ms /    20 tokens (    0.50 ms per token,  2000.00 tokens per second)",
+        "slot print_timing: id  0 | task 9 |        eval time =     100.00 ms /    11 tokens (   10.00 ms per token,   100.00 tokens per second)",
+        "slot print_timing: id  0 | task 9 | draft acceptance = 0.50000 (    5 accepted /    10 generated), mean len =  2.00",
+        "slot      release: id  0 | task 9 | stop processing: n_tokens = 30, truncated = 0",
+    ])
+    p = parse_log_text(text)
+    by = {r.task: r for r in p.requests}
+    anon = [r for r in p.requests if r.slot == -1]
+    assert anon and anon[0].eval_tok_s == 50.0 and anon[0].prompt_tok_s == 250.0
+    assert by[7].prompt_tok_s == 500.0 and by[7].eval_tok_s == 41.0
+    assert by[9].eval_tok_s == 100.0 and by[9].draft_accepted == 5 and by[9].depth == 20
+    assert p.skipped == 0
+
+
+def test_foreign_truncated_and_binary_files(tmp_path: Path, capsys) -> None:
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("这不是日志\nnothing to see here\n" * 50)
+    doc = logs_document(foreign)
+    assert doc["source"]["skipped"] == 100 and doc["timeline"] == [] and doc["figures"] == []
+    truncated = tmp_path / "cut.log"
+    truncated.write_text(
+        "slot print_timing: id  0 | task 1 | prompt eval time =      10.00 ms /    20 tokens (    0.50 ms per token,  2000.00 tokens per second)\n"
+        "slot print_timing: id  0 | task 1 |        eval time =     100.0"
+    )
+    doc = logs_document(truncated)
+    assert doc["source"]["truncated_tail"] is True
+    assert doc["timeline"][0]["prefill_tok_s"] == 2000.0 and doc["timeline"][0]["decode_tok_s"] is None
+    assert any("truncated" in f for f in doc["findings"])
+    binary = tmp_path / "model.gguf"
+    binary.write_bytes(b"GGUF\x00\x00\x00\x03" + bytes(100))
+    with pytest.raises(SystemExit) as e:
+        main(["logs", str(binary)])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["logs", str(tmp_path / "missing.log")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "binary file" in err and "missing.log" in err and "Traceback" not in err
+
+
+def test_docs_example_matches_output(capsys, tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "logs.md").read_text()
+    cmd = next(ln[2:] for ln in doc.splitlines() if ln.startswith("$ llamarig logs "))
+    argv = cmd.split()[1:]
+    argv[1] = str(root / argv[1])
+    argv[argv.index("--html") + 1] = str(tmp_path / "log.html")
+    assert main(argv) in (None, 0)
+    assert "<svg" in (tmp_path / "log.html").read_text()
+    out = " ".join(capsys.readouterr().out.split())
+    for finding in ("37.17 tok/s at depth 30,511 vs 37.05 tok/s at depth 45,168 (-0.3 %)",
+                    "each context checkpoint is 149.6 MiB; 14 kept → 2.0 GiB of host RAM",
+                    "only 240 of 30,511 prompt tokens were processed"):
+        assert finding in out
+        assert " ".join(finding.split()) in " ".join(doc.split())

@@ -1,0 +1,234 @@
+"""``llamarig bench`` against the real llama-server (build 11434) with a tiny synthetic model."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llamarig.bench.html import render_html
+from llamarig.bench.logparse import logs_document, parse_log_text
+from llamarig.bench.runner import BenchConfig, InterferenceError, run_bench
+from llamarig.cli.main import main
+
+pytestmark = pytest.mark.server
+
+
+def figs(doc: dict) -> dict[str, dict]:
+    return {f["name"]: f for f in doc["figures"]}
+
+
+def test_decode_agrees_with_server_timings_and_log(np2_server, validate_doc) -> None:
+    doc = run_bench(BenchConfig(url=np2_server.url, scenarios=("decode",), k=4, n_predict=48, warmup=1))
+    validate_doc(doc)
+    f = figs(doc)
+    med = f["decode_tok_s_median"]
+    assert med["n"] == 4 and len(med["samples"]) == 4 and med["unit"] == "tok/s"
+    assert "predicted_n − 1" in med["method"] and "warm-up" in med["method"]
+    measured = [r for r in doc["requests"] if r["scenario"] == "decode" and not r["warmup"]]
+    assert len(measured) == 4 and all(r["status"] == 200 for r in measured)
+    # the server's own figure (timings.predicted_per_second) agrees within 2 %
+    server_own = statistics.median(r["timings"]["predicted_per_second"] for r in measured)
+    assert med["value"] == pytest.approx(server_own, rel=0.02)
+    # ... and so do the server's log lines for the same requests (the last 5 print_timing blocks)
+    parsed = parse_log_text(np2_server.log, "server.log")
+    logged = [r.eval_tok_s for r in parsed.requests if r.eval_tok_s is not None][-4:]
+    assert statistics.median(logged) == pytest.approx(med["value"], rel=0.02)
+    # every request produced exactly max_tokens (ignore_eos) and a client-clock rate too
+    assert all(r["timings"]["predicted_n"] == 48 for r in measured)
+    assert f["decode_client_tok_s_median"]["value"] > 0
+    assert doc["interference"]["reconciliation"]["counters"]["tokens_predicted_total"]["excess"] == 0
+    assert doc["gpu"]["available"] is False and "nvidia-smi" in doc["gpu"]["reason"]
+
+
+def test_cold_prefill_is_cold_and_validation_catches_cache(np2_server) -> None:
+    cfg = BenchConfig(url=np2_server.url, scenarios=("prefill",), prefill_lengths=(64, 256), repeats=2, warmup=1)
+    doc = run_bench(cfg)
+    pre = [r for r in doc["requests"] if r["scenario"] == "prefill"]
+    assert len(pre) == 5
+    for r in pre:
+        assert r["timings"]["cache_n"] == 0
+        assert r["timings"]["prompt_n"] == r["expected_prompt_tokens"]
+        assert r["valid"]
+    f = figs(doc)
+    assert f["prefill_tok_s_256_median"]["n"] == 2
+    assert f["prefill_tok_s_256_median"]["params"]["prompt_tokens"] == pytest.approx(256, abs=4)
+    assert "cache_prompt=false" in f["prefill_tok_s_256_median"]["method"]
+    # the same scenario with the prompt cache left on (and no salt): the validation rejects hits
+    warm = run_bench(BenchConfig(url=np2_server.url, scenarios=("prefill",), prefill_lengths=(256,), repeats=2,
+                                 warmup=0, prefill_cache_prompt=True, prefill_salt=False))
+    wr = [r for r in warm["requests"] if r["scenario"] == "prefill"]
+    assert any(r["timings"]["cache_n"] > 0 for r in wr)
+    rejected = [r for r in wr if not r["valid"]]
+    assert rejected and all("cache_n" in r["reject_reason"] for r in rejected)
+    assert figs(warm)["prefill_tok_s_256_median"]["n"] < 2
+
+
+def test_warm_ttft_depth_concurrency(np2_server, validate_doc, tmp_path: Path, open_in_chromium) -> None:
+    cfg = BenchConfig(url=np2_server.url, scenarios=("ttft", "depth", "concurrency"), ttft_prefix=256, repeats=2,
+                      depths=(0, 600), concurrency=(1, 2), n_predict=24)
+    doc = run_bench(cfg)
+    validate_doc(doc)
+    f = figs(doc)
+    warm = [r for r in doc["requests"] if r["scenario"] == "ttft" and not r["warmup"]]
+    assert warm and all(r["valid"] for r in warm)
+    assert all(r["timings"]["cache_n"] >= r["expected_prompt_tokens"] - 4 for r in warm)
+    assert f["ttft_warm_ms_median"]["n"] == 2 and f["ttft_warm_ms_median"]["params"]["cache_n_median"] >= 250
+    deep = f["decode_tok_s_at_depth_600_median"]
+    assert deep["params"]["depth_median"] == pytest.approx(600, abs=8)
+    assert f["decode_tok_s_at_depth_0_median"]["value"] > 0 and deep["value"] > 0
+    assert f["concurrency_2_aggregate_tok_s"]["value"] > 0 and f["concurrency_2_aggregate_tok_s"]["n"] == 4
+    assert doc["interference"]["events"] == []  # our own parallel streams are not interference
+    # Markdown and a self-contained HTML report that Chromium opens without console errors
+    html = tmp_path / "report.html"
+    html.write_text(render_html(doc), encoding="utf-8")
+    text = html.read_text()
+    assert "<svg" in text and "http://" not in text.replace(np2_server.url, "").replace("http://www.w3.org", "")
+    lines, rc = open_in_chromium(html, tmp_path / "report.png")
+    assert rc == 0 and lines == []
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    # positive control: the same check sees a console error
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>console.error('boom')</script></body></html>")
+    assert open_in_chromium(bad, tmp_path / "bad.png")[0]
+
+
+def _foreign_client(url: str, stop: threading.Event, done: list[int]) -> None:
+    body = json.dumps({"prompt": "foreign agent cron job", "n_predict": 400, "ignore_eos": True, "id_slot": 1}).encode()
+    while not stop.is_set():
+        req = urllib.request.Request(url + "/completion", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+        done.append(1)
+
+
+def test_interference_detected_and_strict(np2_server, validate_doc) -> None:
+    stop = threading.Event()
+    done: list[int] = []
+    t = threading.Thread(target=_foreign_client, args=(np2_server.url, stop, done), daemon=True)
+    t.start()
+    try:
+        cfg = BenchConfig(url=np2_server.url, scenarios=("decode",), k=6, n_predict=64, slot=0, poll_interval_s=0.05)
+        doc = run_bench(cfg)
+        with pytest.raises(InterferenceError, match="slot 1"):
+            run_bench(BenchConfig(url=np2_server.url, scenarios=("decode",), k=3, n_predict=32, slot=0,
+                                  poll_interval_s=0.05, strict=True))
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    validate_doc(doc)
+    ev = doc["interference"]["events"]
+    assert any(e["kind"] == "foreign_slot" and e["slot"] == 1 for e in ev)
+    assert figs(doc)["interference_events"]["value"] >= 1
+    measured = [r for r in doc["requests"] if not r["warmup"]]
+    assert any(r["contaminated"] for r in measured)
+    assert "foreign work" in figs(doc)["decode_tok_s_median"]["note"]
+    # foreign requests that finished between the /metrics scrapes show up as excess tokens
+    rec = doc["interference"]["reconciliation"]["counters"]["tokens_predicted_total"]
+    assert rec["excess"] >= 0 and rec["server_delta"] >= rec["ours"]
+    assert done  # the foreign client really ran
+
+
+def test_cli_outputs_and_real_log(np2_server, tmp_path: Path, validate_doc, capsys) -> None:
+    j, h, m = tmp_path / "run.json", tmp_path / "run.html", tmp_path / "run.md"
+    rc = main(["bench", "--url", np2_server.url, "-s", "decode,prefill", "--lengths", "64", "--repeats", "2",
+               "--k", "2", "-n", "16", "--json", str(j), "--html", str(h), "--md", str(m)])
+    assert rc in (None, 0)
+    out = capsys.readouterr().out
+    assert "decode_tok_s_median" in out and "methods" in out
+    doc = json.loads(j.read_text())
+    validate_doc(doc)
+    assert doc["target"]["total_slots"] == 2 and doc["target"]["build_info"]
+    md = m.read_text()
+    assert "| 指标 metric | 数值 value | N | 测法 method |" in md and "decode_tok_s_median" in md
+    assert "<svg" in h.read_text()
+    # `llamarig logs` on this real server's log (build 11434 format)
+    log = tmp_path / "server.log"
+    log.write_text(np2_server.log)
+    ldoc = logs_document(log)
+    validate_doc(ldoc)
+    assert ldoc["source"]["requests"] >= 3
+    assert ldoc["source"]["skipped"] <= 5
+    tl = [t for t in ldoc["timeline"] if t["decode_tok_s"] is not None]
+    assert tl and all(t["depth"] and t["depth"] > 0 for t in tl)
+    assert any(f["name"] == "log_decode_tok_s_median" for f in ldoc["figures"])
+
+
+def test_spec_acceptance_and_missing_endpoints(llama_server, synth_model, tmp_path: Path, validate_doc) -> None:
+    srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "1", "--spec-type", "ngram-simple", "--no-slots")
+    base = llama_server(synth_model("llama"), "-c", "1024", "-np", "1")
+    prompts = tmp_path / "abc.jsonl"
+    prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "a b c a b c a b c a b c a b c"}]}) + "\n")
+    doc = run_bench(BenchConfig(url=srv.url, scenarios=("spec", "workload"), k=2, n_predict=64, temperature=0.0,
+                                endpoint="completion", prompt_set=str(prompts), baseline_url=base.url, workload=prompts))
+    validate_doc(doc)
+    f = figs(doc)["spec_acceptance"]
+    measured = [r for r in doc["requests"] if not r["warmup"] and r["scenario"] == "spec" and "target" not in r["extra"]]
+    assert len(measured) == 2
+    dn = sum(r["timings"]["draft_n"] for r in measured)
+    da = sum(r["timings"]["draft_n_accepted"] for r in measured)
+    assert dn > 0 and f["value"] == pytest.approx(da / dn)
+    assert "draft_n_accepted" in f["method"]
+    names = figs(doc)
+    assert names["spec_baseline_decode_tok_s_median"]["n"] == 2 and names["spec_speedup"]["value"] > 0
+    baseline = [r for r in doc["requests"] if r["extra"].get("target") == base.url]
+    assert len(baseline) == 3 and all("draft_n" not in r["timings"] for r in baseline)
+    assert names["workload_decode_tok_s_median"]["n"] == 1 and "replayed" in names["workload_decode_tok_s_median"]["method"]
+    inter = doc["interference"]
+    assert not inter["slots_endpoint"] and not inter["metrics_endpoint"]
+    assert any("/slots" in m and "501" in m for m in inter["missing"])
+    assert any("--metrics" in m for m in inter["missing"])
+    assert all(r["contaminated"] is None for r in doc["requests"])
+    assert figs(doc)["interference_events"]["value"] is None
+
+
+def test_docs_examples_run(np2_server, tmp_path: Path, monkeypatch) -> None:
+    """Every `$ llamarig bench --url http://127.0.0.1:8080 …` example of docs/bench.md runs."""
+    import shlex
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "bench.md"
+    cmds = [ln[2:] for ln in docs.read_text().splitlines() if ln.startswith("$ llamarig bench --url http://127.0.0.1:8080")]
+    assert len(cmds) >= 4
+    monkeypatch.chdir(tmp_path)
+    for cmd in cmds:
+        argv = shlex.split(cmd.replace("http://127.0.0.1:8080", np2_server.url))[1:] + ["-q"]
+        assert main(argv) in (None, 0), cmd
+    assert (tmp_path / "decode.json").exists() and (tmp_path / "run.html").exists()
+
+
+def test_hybrid_model_warm_ttft_and_checkpoint_log(llama_server, synth_model, tmp_path: Path, validate_doc) -> None:
+    """Qwen3.6-like hybrid (gated delta net): the cache is reused only via context checkpoints;
+    warm TTFT still works append-only, and the server's trace log yields checkpoint records."""
+    srv = llama_server(synth_model("qwen35"), "-c", "2048", "-np", "1", "-lv", "4", "--checkpoint-min-step", "64")
+    doc = run_bench(BenchConfig(url=srv.url, scenarios=("ttft",), ttft_prefix=300, repeats=2))
+    warm = [r for r in doc["requests"] if not r["warmup"]]
+    assert all(r["valid"] for r in warm), [r["reject_reason"] for r in warm]
+    assert all(r["expected_prompt_tokens"] - 8 <= r["timings"]["cache_n"] < r["expected_prompt_tokens"] + 1 for r in warm)
+    log = tmp_path / "hybrid.log"
+    log.write_text(srv.log)
+    ldoc = logs_document(log)
+    validate_doc(ldoc)
+    f = figs(ldoc)
+    assert f["checkpoints_kept"]["value"] >= 1 and f["checkpoint_size_mib"]["value"] > 0
+    assert any(t["restored_checkpoint"] for t in ldoc["timeline"])
+    assert any("context checkpoint is" in x for x in ldoc["findings"])
+
+
+def test_server_stopping_mid_run_keeps_what_was_measured(llama_server, synth_model) -> None:
+    srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "1", "--metrics")
+
+    def progress(label: str, done: int, total: int) -> None:
+        if done == 4:  # warm-up + 3 measured requests, then the server goes away
+            srv.stop()
+
+    doc = run_bench(BenchConfig(url=srv.url, scenarios=("decode", "prefill"), k=20, n_predict=16,
+                                prefill_lengths=(64,), wait_ready_s=2), progress)
+    dec = figs(doc)["decode_tok_s_median"]
+    assert dec["n"] == 3 and dec["value"] > 0
+    assert any("cut short: 3 consecutive failed requests" in e for e in doc["errors"])
+    assert doc["aborted"].startswith("server unreachable after scenario 'decode'")
+    assert [s["name"] for s in doc["scenarios"]] == ["decode"]
