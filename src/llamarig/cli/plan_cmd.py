@@ -1,0 +1,362 @@
+"""``llamarig plan``, ``llamarig models``, ``llamarig gpus``: memory per device before launch.
+
+plan takes llama-server's own flag spellings, so its arguments are parsed here (not by click):
+``llamarig plan MODEL [plan options] [llama-server flags] [-- whole llama-server command]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import click
+
+from llamarig.errors import GGUFError, InputError, UnknownNameError
+from llamarig.units import GiB, fmt_bytes, parse_size
+
+PLAN_HELP = """\
+Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]
+
+  Predict memory per device (weights, KV, recurrent state, compute, mmproj, draft, other)
+  and host RAM for a llama-server launch, from the GGUF header (or a catalogue entry) alone.
+  Every figure carries its formula. Exit 0 if it fits, 1 if it does not (the plan says by how
+  much), 2 on bad input.
+
+  MODEL is a GGUF path or a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl.
+
+Plan options:
+  --mmproj FILE|catalogue|f16|bf16|none   multimodal projector to plan for
+  --draft FILE|ID                         a separate draft model (-md)
+  --gpu NAME[:VRAM_GB]                    a GPU, repeatable, in device order (`llamarig gpus`)
+  --detect                                read GPUs (nvidia-smi), CPU cores and RAM here
+  --ram SIZE                              host RAM, e.g. 64G
+  --overhead SIZE                         per-GPU driver/context overhead (default: catalogue)
+  --json                                  machine-readable output (docs/plan.md)
+  -h, --help                              this text
+
+llama-server flags understood (same spellings and defaults as llama-server):
+  -c/--ctx-size, -np/--parallel, -kvu/--kv-unified, -no-kvu/--no-kv-unified,
+  --kv-unified-per-slot, -ctk/-ctv, -ctkd/-ctvd, -fa, -b/-ub, -ngl, -sm, -ts, -mg,
+  --n-cpu-moe, -cmoe, -ot, -nkvo, --swa-full, --cache-ram, --ctx-checkpoints,
+  --checkpoint-min-step, --spec-type, --spec-draft-n-max, --load-mode, --fit,
+  --no-mmproj-offload, -dev, --rpc
+
+Examples:
+  llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0
+  llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
+  llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
+"""
+
+
+@dataclass
+class PlanArgs:
+    model: str | None = None
+    mmproj: str | None = None
+    draft: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    detect: bool = False
+    ram: int | None = None
+    overhead: int | None = None
+    as_json: bool = False
+    server_args: list[str] = field(default_factory=list)
+    command: list[str] | None = None
+    help: bool = False
+
+
+def _server_flag_takes_value(tok: str) -> bool:
+    from llamarig.plan.config import flag_takes_value
+
+    return flag_takes_value(tok)
+
+
+_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id"}
+
+
+def split_args(args: list[str]) -> PlanArgs:
+    out = PlanArgs()
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            out.command = args[i + 1:]
+            break
+        key, eq, val = a.partition("=") if a.startswith("--") else (a, "", "")
+        if key in _OWN_VALUE:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise InputError(f"{a}: missing value")
+                val = args[i + 1]
+                i += 1
+            if key == "--gpu":
+                out.gpus.append(val)
+            elif key == "--mmproj":
+                out.mmproj = val
+            elif key == "--draft":
+                out.draft = val
+            elif key == "--ram":
+                out.ram = parse_size(val, "g")
+            elif key == "--overhead":
+                out.overhead = parse_size(val, "mib")
+        elif a == "--detect":
+            out.detect = True
+        elif a == "--json":
+            out.as_json = True
+        elif a in ("-h", "--help"):
+            out.help = True
+        elif not a.startswith("-") and out.model is None:
+            out.model = a
+        else:
+            out.server_args.append(a)
+            if _server_flag_takes_value(a) and i + 1 < len(args):
+                out.server_args.append(args[i + 1])
+                i += 1
+        i += 1
+    return out
+
+
+# ------------------------------------------------------------------------------- resolution
+
+
+def _load_model(text: str):  # -> ModelSpec
+    from llamarig.gguf import load_spec
+    from llamarig.plan.catalogue import build_spec, find_model, is_catalogue_id
+
+    p = Path(text)
+    if p.exists() or (text.endswith(".gguf") and not is_catalogue_id(text)):
+        spec = load_spec(p)
+        if spec.is_mmproj:
+            raise GGUFError(text, "is an mmproj (projector) file, not a language model; pass it with --mmproj")
+        return spec, None
+    if "/" in text or "\\" in text:
+        raise GGUFError(text, "no such file")
+    m, q = find_model(text)  # UnknownNameError with suggestions
+    return build_spec(m, q), m
+
+
+def _mmproj_from_file(path: str):
+    from llamarig.gguf import load_spec
+    from llamarig.plan.catalogue import MMProjInfo
+
+    spec = load_spec(path)
+    pj = spec.projector
+    if pj is None:
+        raise GGUFError(path, "is not an mmproj file (general.architecture is not 'clip')")
+    n_pos = ((pj.image_size or 448) // (pj.patch_size or 14)) ** 2
+    e = pj.n_embd or 1024
+    heads = pj.n_head or 16
+    ff = pj.n_ff or 4 * e
+    act = n_pos * (3 * ff + 4 * e) * 4
+    fa_off = heads * n_pos * n_pos * 4 + act
+    return MMProjInfo(
+        label=Path(path).name, weights_bytes=spec.weights_bytes, compute_fa_on=act,
+        compute_fa_off=fa_off,
+        source=f"modelled from the projector header: {n_pos} patches, {heads} heads, n_ff {ff}",
+    )
+
+
+def resolve_mmproj(arg: str | None, catalogue_model) -> object | None:
+    from llamarig.plan.catalogue import catalogue_mmproj
+
+    if arg is None or arg.lower() == "none":
+        return None
+    if Path(arg).exists() or arg.endswith(".gguf"):
+        return _mmproj_from_file(arg)
+    kind = arg.lower()
+    if kind not in ("catalogue", "auto", "default", "f16", "bf16"):
+        raise InputError(f"--mmproj {arg}: expected a file, catalogue, f16, bf16 or none")
+    if catalogue_model is None:
+        raise InputError(f"--mmproj {arg}: only catalogue models know their mmproj; give the mmproj file instead")
+    mm = catalogue_mmproj(catalogue_model, kind)
+    if mm is None:
+        raise InputError(f"--mmproj {arg}: catalogue model {catalogue_model.id} has no {kind} mmproj entry")
+    return mm
+
+
+def build_hardware(pa: PlanArgs):
+    from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
+
+    hw = Hardware()
+    if pa.detect:
+        from llamarig.hardware.detect import detect
+
+        hw = detect()
+    if pa.gpus:
+        hw = replace(hw, gpus=tuple(parse_gpu_arg(g) for g in pa.gpus))
+    if pa.ram is not None:
+        hw = replace(hw, ram_bytes=pa.ram)
+    return hw
+
+
+def build_plan(pa: PlanArgs):
+    from llamarig.plan.config import parse_server_args
+    from llamarig.plan.planner import PlanInputs, make_plan
+
+    cfg = None
+    if pa.command is not None:
+        cfg = parse_server_args(pa.command, strict=False)
+    cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
+    model = pa.model or cfg.model
+    if not model:
+        raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
+    spec, cat = _load_model(model)
+    mm_arg = pa.mmproj or cfg.mmproj
+    mmproj = resolve_mmproj(mm_arg, cat)
+    draft = None
+    d_arg = pa.draft or cfg.draft_model
+    if d_arg:
+        draft, _ = _load_model(d_arg)
+    shown_model = model
+    if cat is not None and not Path(model).exists():
+        shown_model = f"<{spec.name or cat.id}-{spec.path.split(':')[-1].upper()}.gguf>"
+    shown_mm = None if mm_arg in (None, "none") else mm_arg
+    if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
+        shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
+    cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg)
+    hw = build_hardware(pa)
+    return make_plan(PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead))
+
+
+# ------------------------------------------------------------------------------- rendering
+
+_LABELS = {
+    "weights": "weights", "kv": "KV cache", "recurrent": "recurrent state", "compute": "compute",
+    "mmproj": "mmproj", "draft": "draft / MTP", "other": "other", "output": "output buffer",
+    "checkpoints": "ctx checkpoints", "cache_ram": "prompt cache",
+}
+
+
+def render(plan, console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(f"[bold]{plan.model}[/] ({plan.architecture}): n_ctx {plan.n_ctx} "
+                  f"({plan.extra.get('n_ctx_source', '')}), {plan.n_parallel} slot(s), "
+                  f"{'unified KV' if plan.kv_unified else 'KV split per slot'} "
+                  f"({plan.n_ctx_slot} tokens per slot), K {plan.cache_type_k} / V {plan.cache_type_v}, "
+                  f"flash attention {'on' if plan.flash_attn else 'off'}, n_ubatch {plan.n_ubatch}")
+    console.print(f"KV per token (full-attention layers): {plan.kv_bytes_per_token} B"
+                  + (f"; recurrent state per sequence: {fmt_bytes(plan.recurrent_bytes_per_seq)}"
+                     f" (checkpoint {plan.checkpoint_bytes / 2**20:.3f} MiB)" if plan.recurrent_bytes_per_seq else ""))
+    order = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
+    for d in plan.devices:
+        t = Table(title=f"{d.name}: {d.label}", title_justify="left", show_edge=False)
+        t.add_column("component")
+        t.add_column("size", justify="right")
+        t.add_column("method")
+        t.add_column("formula", overflow="fold")
+        for c in order:
+            ln = d.lines.get(c)
+            if ln:
+                t.add_row(_LABELS[c], fmt_bytes(ln.bytes), ln.method, escape(ln.formula))
+        t.add_row("[bold]total[/]", f"[bold]{fmt_bytes(d.total)}[/]", "", "")
+        if d.capacity:
+            t.add_row("capacity", fmt_bytes(d.capacity), "given", "catalogue / --gpu NAME:VRAM_GB / --detect")
+            free = d.free or 0
+            color = "red" if free < 0 else ("yellow" if free < GiB else "green")
+            t.add_row("free", f"[{color}]{fmt_bytes(free)}[/]", "", "capacity - total")
+        console.print(t)
+    h = plan.host
+    t = Table(title="host RAM", title_justify="left", show_edge=False)
+    t.add_column("component")
+    t.add_column("size", justify="right")
+    t.add_column("method")
+    t.add_column("formula", overflow="fold")
+    for c in ("weights", "kv", "recurrent", "compute", "output", "mmproj", "draft", "checkpoints", "cache_ram"):
+        ln = h.lines.get(c)
+        if ln:
+            formula = ln.formula + (" (mmap: page cache, evictable)" if c == "weights" and h.mmap else "")
+            t.add_row(_LABELS[c], fmt_bytes(ln.bytes), ln.method, escape(formula))
+    t.add_row("[bold]total (worst case)[/]", f"[bold]{fmt_bytes(h.total)}[/]", "", "")
+    if h.capacity:
+        t.add_row("capacity", fmt_bytes(h.capacity), "given", "--ram / --detect")
+        t.add_row("free", fmt_bytes(h.free or 0), "", "capacity - total")
+    console.print(t)
+    for n in plan.notes:
+        console.print(f"[cyan]note:[/] {escape(n)}")
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}")
+    if not plan.fits:
+        console.print("[red bold]does not fit:[/] " + escape("; ".join(plan.shortfalls())))
+    console.print("command: " + escape(" ".join(plan.command)), soft_wrap=True)
+
+
+@click.command("plan", context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                          "help_option_names": [], "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def plan_cmd(args: tuple[str, ...]) -> None:
+    """Predict memory per device for a llama-server launch (llamarig plan --help)."""
+    pa = split_args(list(args))
+    if pa.help or (not args):
+        click.echo(PLAN_HELP)
+        return
+    plan = build_plan(pa)
+    if pa.as_json:
+        click.echo(json.dumps(plan.to_json(), indent=2))
+    else:
+        from rich.console import Console
+
+        render(plan, Console())
+    if not plan.fits:
+        raise click.exceptions.Exit(1)
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
+def models_cmd(as_json: bool) -> None:
+    """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT)."""
+    from llamarig.plan.catalogue import bpw_table, load_models
+
+    models = load_models()
+    bpw = bpw_table()
+    if as_json:
+        out = []
+        for m in models.values():
+            out.append({"id": m.id, "name": m.name, "architecture": m.arch,
+                        "quants": {q: {"bytes": m.file_bytes(q, bpw)[0], "source": m.file_bytes(q, bpw)[1]}
+                                   for q in m.quants},
+                        "mmproj": sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute")),
+                        "source": m.source})
+        click.echo(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="built-in models (llamarig plan ID:QUANT; ~ = estimated from bits per weight)",
+              title_justify="left")
+    for c in ("id", "architecture", "quants (file size)", "mmproj", "source"):
+        t.add_column(c, overflow="fold")
+    for m in models.values():
+        qs = ", ".join(
+            f"{q.lower()} {'~' if m.file_bytes(q, bpw)[1].startswith('estimated') else ''}"
+            f"{m.file_bytes(q, bpw)[0] / 1e9:.1f} GB" for q in m.quants
+        )
+        mm = ", ".join(sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute")))
+        t.add_row(m.id, m.arch, qs, mm or "-", m.source[:120])
+    Console().print(t)
+
+
+@click.command("gpus")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
+def gpus_cmd(as_json: bool) -> None:
+    """List the built-in GPU catalogue (for --gpu NAME[:VRAM_GB])."""
+    from llamarig.hardware.catalogue import load_gpus
+
+    gpus = load_gpus()
+    if as_json:
+        click.echo(json.dumps([g.to_json() for g in gpus], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="built-in GPUs (llamarig plan --gpu ID[:VRAM_GB])", title_justify="left")
+    for c in ("id", "name", "memory", "bandwidth", "FP16 dense", "source"):
+        t.add_column(c, overflow="fold")
+    for g in gpus:
+        t.add_row(g.id, g.name, fmt_bytes(g.memory_bytes) + (" (unified)" if g.unified_memory else ""),
+                  f"{g.bandwidth_gbs:g} GB/s" if g.bandwidth_gbs else "-",
+                  f"{g.fp16_tflops:g} TFLOPS" if g.fp16_tflops else "-", g.source[:90])
+    Console().print(t)
+
+
+__all__ = ["plan_cmd", "models_cmd", "gpus_cmd", "build_plan", "split_args", "UnknownNameError"]

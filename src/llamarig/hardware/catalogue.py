@@ -1,0 +1,140 @@
+"""GPU catalogue (one data file with sources: llamarig/data/gpus.json) and name matching."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+
+from llamarig.errors import InputError, UnknownNameError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GPU:
+    id: str
+    name: str
+    backend: str  # CUDA | ROCm | Metal | Vulkan
+    memory_bytes: int  # capacity llama.cpp can use
+    bandwidth_gbs: float | None
+    fp16_tflops: float | None
+    overhead_bytes: int  # driver / context overhead outside llama.cpp's buffers
+    unified_memory: bool = False
+    system_memory_bytes: int | None = None
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+    detected: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id, "name": self.name, "backend": self.backend,
+            "memory": self.memory_bytes, "bandwidth_gbs": self.bandwidth_gbs,
+            "fp16_tflops": self.fp16_tflops, "overhead": self.overhead_bytes,
+            "unified_memory": self.unified_memory, "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Devices in llama.cpp order plus the host."""
+
+    gpus: tuple[GPU, ...] = ()
+    ram_bytes: int | None = None  # host RAM (None = unknown)
+    ram_free_bytes: int | None = None
+    cpu_cores: int | None = None
+    source: str = "given"
+
+    def backend_names(self) -> list[str]:
+        """ggml device names in order: CUDA0, CUDA1, ... (ROCm0, MTL0, Vulkan0)."""
+        counters: dict[str, int] = {}
+        out = []
+        prefix = {"CUDA": "CUDA", "ROCm": "ROCm", "Metal": "MTL", "Vulkan": "Vulkan"}
+        for g in self.gpus:
+            p = prefix.get(g.backend, g.backend)
+            i = counters.get(p, 0)
+            counters[p] = i + 1
+            out.append(f"{p}{i}")
+        return out
+
+
+def _norm(s: str) -> str:
+    s = s.lower()
+    s = re.sub(r"\b(nvidia|geforce|amd|radeon|apple|tesla)\b", "", s)
+    s = s.replace("rtx", "").replace("gb", "g")
+    return re.sub(r"[^a-z0-9]", "", s)
+
+
+@lru_cache(maxsize=1)
+def load_gpus() -> tuple[GPU, ...]:
+    data = json.loads(resources.files("llamarig.data").joinpath("gpus.json").read_text())
+    out = []
+    for e in data["gpus"]:
+        out.append(GPU(
+            id=e["id"], name=e["name"], backend=e["backend"],
+            memory_bytes=int(e["memory_mib"]) * MiB, bandwidth_gbs=e.get("bandwidth_gbs"),
+            fp16_tflops=e.get("fp16_tflops"), overhead_bytes=int(e.get("overhead_mib", 0)) * MiB,
+            unified_memory=bool(e.get("unified_memory", False)),
+            system_memory_bytes=int(e["system_memory_mib"]) * MiB if e.get("system_memory_mib") else None,
+            source=e.get("source", ""), aliases=tuple(e.get("aliases", ())),
+        ))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, GPU]:
+    idx: dict[str, GPU] = {}
+    for g in load_gpus():
+        for key in (g.id, g.name, *g.aliases):
+            idx.setdefault(_norm(key), g)
+    return idx
+
+
+def find_gpu(name: str) -> GPU:
+    """Exact id/alias/name match after normalisation ('RTX 3090', 'rtx3090', '3090')."""
+    key = _norm(name)
+    idx = _index()
+    if key in idx:
+        return idx[key]
+    # unique prefix / containment match ("a100" already aliased; "4060" -> 4060 ti)
+    cands = {g.id: g for k, g in idx.items() if key and (k.startswith(key) or key in k)}
+    if len(cands) == 1:
+        return next(iter(cands.values()))
+    close = difflib.get_close_matches(key, list(idx), n=8, cutoff=0.5)
+    sugg: list[str] = []
+    for c in close:
+        if idx[c].id not in sugg:
+            sugg.append(idx[c].id)
+    for gid in cands:
+        if gid not in sugg:
+            sugg.append(gid)
+    raise UnknownNameError("GPU", name, sugg[:4])
+
+
+def parse_gpu_arg(text: str) -> GPU:
+    """``NAME`` or ``NAME:VRAM_GB`` (VRAM in GiB as the card is marketed, e.g. 3090:24)."""
+    name, _, vram = text.partition(":")
+    if not name.strip():
+        raise InputError(f"--gpu '{text}': expected NAME or NAME:VRAM_GB (see `llamarig gpus`)")
+    try:
+        g = find_gpu(name.strip())
+    except UnknownNameError:
+        if not vram:
+            raise
+        # an unknown card with an explicit size: plan memory anyway, no speed data
+        g = GPU(id=_norm(name) or "gpu", name=name.strip(), backend="CUDA", memory_bytes=0,
+                bandwidth_gbs=None, fp16_tflops=None, overhead_bytes=300 * MiB,
+                source="user-given size (not in the catalogue)")
+    if vram:
+        try:
+            gb = float(vram)
+        except ValueError:
+            raise InputError(f"--gpu '{text}': VRAM '{vram}' is not a number of GB") from None
+        if gb <= 0 or gb > 4096:
+            raise InputError(f"--gpu '{text}': VRAM {vram} GB is not plausible")
+        g = replace(g, memory_bytes=int(gb * GiB))
+    return g

@@ -1,0 +1,195 @@
+"""The built-in model catalogue (llamarig/data/models.json) as ModelSpecs.
+
+A catalogue id is ``model[:quant]`` (e.g. ``qwen3.6-27b:iq4_nl``). The spec has the real layer
+layout; its tensors are per-layer aggregates (attention, recurrent, FFN or experts, embeddings,
+output) whose byte counts are parameter counts scaled so that they add up to the file size.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from llamarig.errors import UnknownNameError
+from llamarig.gguf.reader import TensorInfo
+from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
+
+DEFAULT_QUANT = "Q4_K_M"
+
+
+@dataclass(frozen=True)
+class CatalogueModel:
+    id: str
+    name: str
+    arch: str
+    entry: dict[str, Any]
+    quants: dict[str, dict[str, Any]]
+    source: str
+
+    def file_bytes(self, quant: str, bpw: dict[str, float]) -> tuple[int, str]:
+        q = self.quants.get(quant, {})
+        if q.get("bytes"):
+            return int(q["bytes"]), str(q.get("source", "catalogue"))
+        bits = bpw.get(quant, 4.85)
+        params = float(self.entry.get("params_b", 0)) * 1e9
+        return int(params * bits / 8), f"estimated: {self.entry.get('params_b')}B params x {bits} bits/weight ({quant})"
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict[str, Any]:
+    return json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())
+
+
+@lru_cache(maxsize=1)
+def load_models() -> dict[str, CatalogueModel]:
+    data = _data()
+    raw = {e["id"]: e for e in data["models"]}
+    out = {}
+    for mid, e in raw.items():
+        base = raw[e["alias_of"]] if "alias_of" in e else e
+        out[mid] = CatalogueModel(mid, e.get("name", mid), base["arch"], base,
+                                  base.get("quants", {}), e.get("source", base.get("source", "")))
+    return out
+
+
+def bpw_table() -> dict[str, float]:
+    return {k: float(v) for k, v in _data()["bpw"].items() if not k.startswith("_")}
+
+
+def split_id(text: str) -> tuple[str, str | None]:
+    name, _, quant = text.partition(":")
+    return name.strip().lower(), (quant.strip() or None)
+
+
+def find_model(text: str) -> tuple[CatalogueModel, str]:
+    """Resolve ``model[:quant]``; raises UnknownNameError with the closest ids."""
+    models = load_models()
+    name, quant = split_id(text)
+    m = models.get(name)
+    if m is None:
+        close = difflib.get_close_matches(name, list(models), n=4, cutoff=0.4)
+        if not close:
+            close = [k for k in models if name and (name in k or k.startswith(name[:5]))][:4]
+        raise UnknownNameError("model", text, close)
+    if quant is None:
+        quant = DEFAULT_QUANT if DEFAULT_QUANT in m.quants else next(iter(m.quants))
+    qmap = {q.lower(): q for q in m.quants}
+    if quant.lower() not in qmap:
+        if quant.upper() in bpw_table():
+            return m, quant.upper()  # a quant we know the size of, estimated
+        raise UnknownNameError(f"quant of {m.id}", quant,
+                               [f"{m.id}:{q.lower()}" for q in m.quants])
+    return m, qmap[quant.lower()]
+
+
+def is_catalogue_id(text: str) -> bool:
+    name, _ = split_id(text)
+    return name in load_models()
+
+
+def _tensor(name: str, n_bytes: int) -> TensorInfo:
+    return TensorInfo(name=name, ggml_type="catalogue", shape=(), n_bytes=n_bytes, offset=-1)
+
+
+def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
+    e = m.entry
+    bpw = bpw_table()
+    n_main = int(e["n_layer"])
+    nextn = int(e.get("nextn_layers", 0))
+    n_all = n_main + nextn
+    embd = int(e["n_embd"])
+    nh, nkv, hd = int(e["n_head"]), int(e["n_head_kv"]), int(e["head_dim"])
+    n_ff = int(e.get("n_ff", 0))
+    vocab = int(e["n_vocab"])
+    interval = e.get("full_attention_interval")
+    ssm = e.get("ssm")
+    swa_window = e.get("swa_window")
+    period = e.get("swa_period")
+    n_exp = int(e.get("n_expert", 0))
+    ff_exp = int(e.get("n_ff_expert", 0) or 0)
+
+    layers = []
+    params: list[tuple[str, float]] = []
+    for il in range(n_all):
+        is_nextn = il >= n_main
+        kind = "attention"
+        if not is_nextn and interval and (il + 1) % int(interval) != 0:
+            kind = "recurrent"
+        elif not is_nextn and swa_window and period and il % int(period) < int(period) - 1:
+            kind = "swa"
+        layers.append(LayerSpec(il, kind, nh, nkv, hd, hd, is_nextn))  # type: ignore[arg-type]
+        p = f"blk.{il}"
+        if kind == "recurrent" and ssm:
+            inner = int(ssm["inner_size"])
+            conv = inner + 2 * int(ssm["group_count"]) * int(ssm["state_size"])
+            params.append((f"{p}.ssm", embd * (conv + inner) + inner * embd))
+        else:
+            gate = 2 if e["arch"] in ("qwen35", "qwen35moe") else 1
+            params.append((f"{p}.attn", embd * nh * hd * gate + 2 * embd * nkv * hd + nh * hd * embd))
+        if n_exp:
+            params.append((f"{p}.ffn_up_exps", n_exp * embd * ff_exp))
+            params.append((f"{p}.ffn_gate_exps", n_exp * embd * ff_exp))
+            params.append((f"{p}.ffn_down_exps", n_exp * embd * ff_exp))
+            params.append((f"{p}.ffn_router", embd * n_exp))
+        else:
+            params.append((f"{p}.ffn", 3 * embd * n_ff))
+        if is_nextn:
+            params.append((f"{p}.nextn.eh_proj", 2 * embd * embd))
+    params.append(("token_embd.weight", vocab * embd))
+    if not e.get("tied_embeddings"):
+        params.append(("output.weight", vocab * embd))
+    total_params = sum(v for _, v in params)
+    file_bytes, size_source = m.file_bytes(quant, bpw)
+    scale = file_bytes / total_params if total_params else 0
+    tensors = tuple(_tensor(n, int(v * scale)) for n, v in params)
+    rec = None
+    if ssm:
+        d_conv, inner = int(ssm["conv_kernel"]), int(ssm["inner_size"])
+        st, g = int(ssm["state_size"]), int(ssm["group_count"])
+        rec = RecurrentSpec(d_conv, inner, st, g, int(ssm["time_step_rank"]),
+                            (d_conv - 1) * (inner + 2 * g * st), st * inner)
+    return ModelSpec(
+        path=f"{m.id}:{quant.lower()}", files=(), architecture=e["arch"], name=m.name,
+        file_type=None, n_layer=n_all, nextn_layers=nextn, n_ctx_train=int(e["n_ctx_train"]),
+        n_embd=embd, n_vocab=vocab, n_ff=n_ff, layers=tuple(layers),
+        swa_window=int(swa_window) if swa_window else None, recurrent=rec,
+        rope=RopeSpec(None, None, None, None, None), n_expert=n_exp,
+        n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=ff_exp or None,
+        tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors), file_bytes=file_bytes,
+        warnings=(f"catalogue entry: weights {size_source}; shapes: {m.source}",),
+        metadata={"catalogue": True, "size_source": size_source},
+    )
+
+
+@dataclass(frozen=True)
+class MMProjInfo:
+    """An mmproj to plan for: weights and worst-case compute (FA on/off)."""
+
+    label: str
+    weights_bytes: int
+    compute_fa_on: int
+    compute_fa_off: int
+    source: str
+
+
+def catalogue_mmproj(m: CatalogueModel, kind: str) -> MMProjInfo | None:
+    mm = m.entry.get("mmproj")
+    if not mm:
+        return None
+    k = kind.lower()
+    if k in ("catalogue", "auto", "default"):
+        k = "f16" if "f16" in mm else next(iter(x for x in mm if not x.startswith("compute")))
+    item = mm.get(k)
+    if not isinstance(item, dict):
+        return None
+    MiB = 1 << 20
+    return MMProjInfo(
+        label=f"{m.id} mmproj {k}", weights_bytes=int(item["bytes"]),
+        compute_fa_on=int(mm.get("compute_fa_on_mib", 0)) * MiB,
+        compute_fa_off=int(mm.get("compute_fa_off_mib", 0)) * MiB,
+        source=f"weights: {item.get('source', '')}; compute: {mm.get('compute_source', '')}",
+    )

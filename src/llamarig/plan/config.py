@@ -1,0 +1,453 @@
+"""The llama-server settings that decide memory, as a frozen dataclass, and a parser for them.
+
+Spellings, defaults and value rules follow common/arg.cpp and common/common.h of llama.cpp
+build 11434 (see /work/shared/reference/llama-server-truth.md sections 1-2). Only the flags that
+change memory are modelled; every other llama-server flag is accepted and ignored (listed in
+``ServerConfig.ignored``) so that a whole command line can be pasted after ``--``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from llamarig.errors import InputError
+from llamarig.gguf.ggml_types import KV_CACHE_TYPES
+
+#: --spec-type values (common/speculative.cpp:72-84)
+SPEC_TYPES = (
+    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+)
+#: spec types that keep recurrent rollback snapshots (common.h:399-405, common.cpp:1693)
+ROLLBACK_SPEC_TYPES = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+_TRUTHY = ("on", "enabled", "true", "1")
+_FALSEY = ("off", "disabled", "false", "0")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """llama-server settings (llama-server's own defaults, common.h / server.cpp)."""
+
+    n_ctx: int = 0  # -c; 0 = n_ctx_train (and --fit may lower it)
+    n_parallel: int = -1  # -np; -1 = auto: 4 slots, unified KV (tools/server/server.cpp:168-173)
+    kv_unified: bool | None = None  # -kvu / -no-kvu; None = not given
+    kv_unified_per_slot: int = 0
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    cache_type_k_draft: str = "f16"  # -ctkd: NOT inherited from -ctk (speculative.cpp:2559)
+    cache_type_v_draft: str = "f16"
+    flash_attn: str = "auto"  # on | off | auto
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_gpu_layers: int = -1  # -1 auto, -2 all, N
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()
+    main_gpu: int = 0
+    n_cpu_moe: int = 0
+    cpu_moe: bool = False
+    override_tensor: tuple[tuple[str, str], ...] = ()
+    no_kv_offload: bool = False
+    swa_full: bool = False
+    cache_ram_mib: int = 8192
+    ctx_checkpoints: int = 32
+    checkpoint_min_step: int = 8192
+    spec_types: tuple[str, ...] = ()
+    spec_draft_n_max: int = 3
+    load_mode: str = "auto"
+    fit: bool = True
+    fit_target_mib: tuple[int, ...] = (1024,)  # -fitt: free memory to leave per device
+    fit_ctx: int = 4096  # -fitc: smallest context --fit may choose
+    mmproj_offload: bool = True
+    repack: bool = True  # -nr/--no-repack turns off CPU weight repacking
+    model: str | None = None  # -m
+    mmproj: str | None = None  # --mmproj
+    draft_model: str | None = None  # -md
+    devices: tuple[str, ...] = ()  # -dev
+    rpc: tuple[str, ...] = ()
+    embeddings: bool = False
+    set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
+    ignored: tuple[str, ...] = ()  # flags seen but irrelevant to memory
+    problems: tuple[str, ...] = ()  # what llama-server itself would reject in a pasted command
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def flash_attn_enabled(self) -> bool:
+        """auto resolves to enabled on CPU/CUDA/Metal unless the K/V types force the non-FA path
+        (llama-context.cpp:509-560; truth.md 2.2). iq4_nl K with f16 V under CUDA disables it."""
+        return self.flash_attn != "off"
+
+    @property
+    def mtp(self) -> bool:
+        return "draft-mtp" in self.spec_types
+
+    @property
+    def rollback_spec(self) -> bool:
+        return any(t in ROLLBACK_SPEC_TYPES for t in self.spec_types)
+
+    def with_(self, **kw: object) -> ServerConfig:
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+    def argv(self, model: str | None = None) -> list[str]:
+        """The llama-server arguments that reproduce this config (explicit settings only)."""
+        out: list[str] = []
+        m = model or self.model
+        if m:
+            out += ["-m", m]
+        if self.mmproj:
+            out += ["--mmproj", self.mmproj]
+        if self.draft_model:
+            out += ["-md", self.draft_model]
+        s = self.set_flags
+        if "n_ctx" in s:
+            out += ["-c", str(self.n_ctx)]
+        if "n_parallel" in s:
+            out += ["-np", str(self.n_parallel)]
+        if self.kv_unified is not None:
+            out += ["-kvu"] if self.kv_unified else ["-no-kvu"]
+        if "kv_unified_per_slot" in s:
+            out += ["--kv-unified-per-slot", str(self.kv_unified_per_slot)]
+        if "flash_attn" in s:
+            out += ["-fa", self.flash_attn]
+        for f, flag in (("cache_type_k", "-ctk"), ("cache_type_v", "-ctv"),
+                        ("cache_type_k_draft", "-ctkd"), ("cache_type_v_draft", "-ctvd")):
+            if f in s:
+                out += [flag, getattr(self, f)]
+        if "n_batch" in s:
+            out += ["-b", str(self.n_batch)]
+        if "n_ubatch" in s:
+            out += ["-ub", str(self.n_ubatch)]
+        if "n_gpu_layers" in s:
+            ngl = {-1: "auto", -2: "all"}.get(self.n_gpu_layers, str(self.n_gpu_layers))
+            out += ["-ngl", ngl]
+        if "split_mode" in s:
+            out += ["-sm", self.split_mode]
+        if self.tensor_split:
+            out += ["-ts", ",".join(f"{x:g}" for x in self.tensor_split)]
+        if "main_gpu" in s:
+            out += ["-mg", str(self.main_gpu)]
+        if self.cpu_moe:
+            out += ["-cmoe"]
+        if self.n_cpu_moe:
+            out += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        for pat, buft in self.override_tensor:
+            out += ["-ot", f"{pat}={buft}"]
+        if self.no_kv_offload:
+            out += ["-nkvo"]
+        if self.swa_full:
+            out += ["--swa-full"]
+        if "cache_ram_mib" in s:
+            out += ["--cache-ram", str(self.cache_ram_mib)]
+        if "ctx_checkpoints" in s:
+            out += ["--ctx-checkpoints", str(self.ctx_checkpoints)]
+        if "checkpoint_min_step" in s:
+            out += ["--checkpoint-min-step", str(self.checkpoint_min_step)]
+        if self.spec_types:
+            out += ["--spec-type", ",".join(self.spec_types)]
+        if "spec_draft_n_max" in s:
+            out += ["--spec-draft-n-max", str(self.spec_draft_n_max)]
+        if "load_mode" in s:
+            out += ["--load-mode", self.load_mode]
+        if "fit" in s:
+            out += ["--fit", "on" if self.fit else "off"]
+        if "fit_target_mib" in s:
+            out += ["-fitt", ",".join(str(x) for x in self.fit_target_mib)]
+        if "fit_ctx" in s:
+            out += ["-fitc", str(self.fit_ctx)]
+        if not self.mmproj_offload:
+            out += ["--no-mmproj-offload"]
+        if not self.repack:
+            out += ["--no-repack"]
+        if self.devices:
+            out += ["-dev", ",".join(self.devices)]
+        if self.rpc:
+            out += ["--rpc", ",".join(self.rpc)]
+        return out
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def _int(flag: str, v: str, minimum: int | None = None) -> int:
+    m = re.match(r"\s*[-+]?\d+", v)  # std::stoi: leading integer, rest ignored (arg.cpp)
+    if not m:
+        raise InputError(f"{flag} {v}: not an integer")
+    n = int(m.group(0))
+    if minimum is not None and n < minimum:
+        raise InputError(f"{flag} {v}: must be >= {minimum}")
+    return n
+
+
+def _kv_type(flag: str, v: str) -> str:
+    # matching is exact and case-sensitive (common/arg.cpp kv_cache_type_from_str)
+    if v not in KV_CACHE_TYPES:
+        raise InputError(
+            f"{flag} {v}: llama-server rejects this KV cache type ('Unsupported cache type'); "
+            f"accepted: {', '.join(KV_CACHE_TYPES)}"
+        )
+    return v
+
+
+def _bool_value(flag: str, v: str) -> bool:
+    if v in _TRUTHY:
+        return True
+    if v in _FALSEY:
+        return False
+    raise InputError(f"{flag} {v}: expected on|off")
+
+
+def _ngl(flag: str, v: str) -> int:
+    if v == "auto":
+        return -1
+    if v == "all":
+        return -2
+    return _int(flag, v)
+
+
+def _ot(flag: str, v: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for part in v.split(","):
+        if "=" not in part:
+            raise InputError(f"{flag} {part}: expected <tensor name pattern>=<buffer type>")
+        pat, buft = part.rsplit("=", 1)
+        try:
+            re.compile(pat)
+        except re.error as e:
+            raise InputError(f"{flag} {part}: bad regular expression ({e})") from None
+        out.append((pat, buft))
+    return tuple(out)
+
+
+#: flag spelling -> (field, kind). kind: int, int0 (>=0), int1 (>=1), kv, str, true, false,
+#: fa, ngl, ts, ot, spec, sm, lm, onoff, list, path
+_FLAGS: dict[str, tuple[str, str]] = {}
+
+
+def _reg(names: str, fld: str, kind: str) -> None:
+    for n in names.split():
+        _FLAGS[n] = (fld, kind)
+
+
+_reg("-c --ctx-size", "n_ctx", "int0")
+_reg("-np --parallel", "n_parallel", "int1")
+_reg("-kvu --kv-unified", "kv_unified", "true")
+_reg("-no-kvu --no-kv-unified", "kv_unified", "false")
+_reg("--kv-unified-per-slot", "kv_unified_per_slot", "int0")
+_reg("-ctk --cache-type-k", "cache_type_k", "kv")
+_reg("-ctv --cache-type-v", "cache_type_v", "kv")
+_reg("-ctkd --spec-draft-type-k --cache-type-k-draft", "cache_type_k_draft", "kv")
+_reg("-ctvd --spec-draft-type-v --cache-type-v-draft", "cache_type_v_draft", "kv")
+_reg("-fa --flash-attn", "flash_attn", "fa")
+_reg("-b --batch-size", "n_batch", "int0")
+_reg("-ub --ubatch-size", "n_ubatch", "int0")
+_reg("-ngl --gpu-layers --n-gpu-layers", "n_gpu_layers", "ngl")
+_reg("-sm --split-mode", "split_mode", "sm")
+_reg("-ts --tensor-split", "tensor_split", "ts")
+_reg("-mg --main-gpu", "main_gpu", "int0")
+_reg("-ncmoe --n-cpu-moe", "n_cpu_moe", "int0")
+_reg("-cmoe --cpu-moe", "cpu_moe", "true")
+_reg("-ot --override-tensor", "override_tensor", "ot")
+_reg("-nkvo --no-kv-offload", "no_kv_offload", "true")
+_reg("-kvo --kv-offload", "no_kv_offload", "false")
+_reg("--swa-full", "swa_full", "true")
+_reg("-cram --cache-ram", "cache_ram_mib", "int")
+_reg("-ctxcp --ctx-checkpoints --swa-checkpoints", "ctx_checkpoints", "int0")
+_reg("-cms --checkpoint-min-step", "checkpoint_min_step", "int0")
+_reg("--spec-type", "spec_types", "spec")
+_reg("--spec-draft-n-max", "spec_draft_n_max", "int0")
+_reg("-lm --load-mode", "load_mode", "lm")
+_reg("-fit --fit", "fit", "onoff")
+_reg("-fitt --fit-target", "fit_target_mib", "mibs")
+_reg("-fitc --fit-ctx", "fit_ctx", "int0")
+_reg("--no-mmproj-offload", "mmproj_offload", "false")
+_reg("-nr --no-repack", "repack", "false")
+_reg("--mmproj-offload", "mmproj_offload", "true")
+_reg("-m --model", "model", "path")
+_reg("-mm --mmproj", "mmproj", "path")
+_reg("-md --model-draft --spec-draft-model", "draft_model", "path")
+_reg("-dev --device", "devices", "list")
+_reg("--rpc", "rpc", "list")
+_reg("--embedding --embeddings", "embeddings", "true")
+_reg("--spec-default", "spec_types", "specdefault")
+
+#: removed flags that llama-server rejects with a hint (truth.md 2.11, 2.8)
+_REMOVED = {
+    "--mlock": "--load-mode mlock", "--no-mmap": "--load-mode none",
+    "--draft": "--spec-draft-n-max", "--draft-max": "--spec-draft-n-max",
+    "--draft-n": "--spec-draft-n-max", "--draft-min": "--spec-draft-n-min",
+    "--low-vram": "-ngl / -nkvo / --n-cpu-moe", "-cd": "(none: the draft context uses the target's n_ctx)",
+    "--ctx-size-draft": "(none: the draft context uses the target's n_ctx)",
+}
+
+
+def is_server_flag(tok: str) -> bool:
+    return _norm(tok) in _FLAGS
+
+
+def _norm(tok: str) -> str:
+    # '--' spellings have '_' replaced by '-' (common/arg.cpp:826-828)
+    return tok.replace("_", "-") if tok.startswith("--") else tok
+
+
+def flag_takes_value(tok: str) -> bool:
+    """A known llama-server flag that consumes the next argument."""
+    entry = _FLAGS.get(_norm(tok))
+    return entry is not None and _takes_value(entry[1])
+
+
+def _takes_value(kind: str) -> bool:
+    return kind not in ("true", "false", "specdefault")
+
+
+def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
+                      strict: bool = False) -> ServerConfig:
+    """Parse llama-server arguments into a ServerConfig (later flags override earlier ones).
+
+    ``strict``: unknown flags are errors (the direct ``llamarig plan ... -c N`` form);
+    otherwise they are skipped and listed in ``ignored`` (a pasted llama-server command).
+    """
+    cfg = base or ServerConfig()
+    vals: dict[str, object] = {}
+    set_flags = set(cfg.set_flags)
+    ignored: list[str] = list(cfg.ignored)
+    problems: list[str] = list(cfg.problems)
+    spec_types = list(cfg.spec_types)
+    ots = list(cfg.override_tensor)
+    i = 0
+    args = list(argv)
+    while i < len(args):
+        tok = args[i]
+        name = _norm(tok)
+        if name in _REMOVED:
+            msg = f"{tok}: removed from llama-server (use {_REMOVED[name]})"
+            if strict:
+                raise InputError(msg)
+            problems.append(msg + "; llama-server would exit with 'invalid argument'")
+            if name in ("--no-mmap", "--mlock"):
+                vals["load_mode"] = "none" if name == "--no-mmap" else "mlock"
+                set_flags.add("load_mode")
+            i += 1
+            continue
+        if name not in _FLAGS:
+            if name.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", name):
+                if strict:
+                    raise InputError(
+                        f"{tok}: not a llama-server flag that plan understands "
+                        "(paste a whole command after '--' to have unrelated flags ignored)"
+                    )
+                ignored.append(tok)
+                # skip its value, if the next token is not a flag
+                if i + 1 < len(args) and (not args[i + 1].startswith("-")
+                                          or re.fullmatch(r"-\d+(\.\d+)?", args[i + 1])):
+                    i += 1
+            elif strict:
+                # a stray word (in a pasted command the first token is the binary itself)
+                raise InputError(f"'{tok}': unexpected argument (llama-server takes no positional arguments)")
+            i += 1
+            continue
+        fld, kind = _FLAGS[name]
+        value = ""
+        if _takes_value(kind):
+            if i + 1 >= len(args):
+                raise InputError(f"{tok}: missing value")
+            value = args[i + 1]
+            i += 2
+        else:
+            i += 1
+        set_flags.add(fld)
+        if kind == "int":
+            vals[fld] = _int(tok, value)
+        elif kind == "int0":
+            vals[fld] = _int(tok, value, 0)
+        elif kind == "int1":
+            n = _int(tok, value)
+            if n == 0 or n < -1:
+                raise InputError(f"{tok} {value}: must be a positive number of slots (or -1 for auto)")
+            vals[fld] = n
+        elif kind == "kv":
+            vals[fld] = _kv_type(tok, value)
+        elif kind == "true":
+            vals[fld] = True
+        elif kind == "false":
+            vals[fld] = False
+        elif kind == "fa":
+            if value in _TRUTHY:
+                vals[fld] = "on"
+            elif value in _FALSEY:
+                vals[fld] = "off"
+            elif value in ("auto", "-1"):
+                vals[fld] = "auto"
+            else:
+                raise InputError(f"{tok} {value}: expected on|off|auto")
+        elif kind == "ngl":
+            vals[fld] = _ngl(tok, value)
+        elif kind == "ts":
+            try:
+                ts = tuple(float(x) for x in re.split(r"[,/]", value) if x != "")
+            except ValueError:
+                raise InputError(f"{tok} {value}: expected numbers like 3,1") from None
+            if any(x < 0 for x in ts):
+                raise InputError(f"{tok} {value}: split ratios must be >= 0")
+            vals[fld] = ts
+        elif kind == "ot":
+            ots.extend(_ot(tok, value))
+        elif kind == "spec":
+            names = [x.strip() for x in value.split(",") if x.strip()]
+            for n in names:
+                if n not in SPEC_TYPES:
+                    raise InputError(f"{tok} {n}: unknown speculative type (accepted: {', '.join(SPEC_TYPES)})")
+            # 'none' in a flag's list adds only 'none' (arg.cpp:4277-4281)
+            spec_types.extend(["none"] if "none" in names else names)
+        elif kind == "specdefault":
+            spec_types.append("ngram-mod")  # --spec-default (arg.cpp:4747-4762)
+        elif kind == "sm":
+            if value not in SPLIT_MODES:
+                raise InputError(f"{tok} {value}: expected one of {', '.join(SPLIT_MODES)}")
+            vals[fld] = value
+        elif kind == "lm":
+            if value not in LOAD_MODES:
+                raise InputError(f"{tok} {value}: expected one of {', '.join(LOAD_MODES)}")
+            vals[fld] = value
+        elif kind == "onoff":
+            vals[fld] = _bool_value(tok, value)
+        elif kind == "mibs":
+            try:
+                vals[fld] = tuple(int(x) for x in re.split(r"[,/]", value) if x != "")
+            except ValueError:
+                raise InputError(f"{tok} {value}: expected MiB values like 1024 or 512,1024") from None
+        elif kind == "list":
+            vals[fld] = tuple(x for x in value.split(",") if x)
+        elif kind == "path":
+            vals[fld] = value
+    effective_spec = tuple(t for t in spec_types if t != "none")
+    vals["spec_types"] = effective_spec
+    vals["override_tensor"] = tuple(ots)
+    vals["set_flags"] = frozenset(set_flags)
+    vals["ignored"] = tuple(ignored)
+    vals["problems"] = tuple(problems)
+    out = replace(cfg, **vals)  # type: ignore[arg-type]
+    validate(out)
+    return out
+
+
+def validate(cfg: ServerConfig) -> None:
+    """Contradictions llama-server itself rejects (cited)."""
+    from llamarig.gguf.ggml_types import TYPE_SIZES
+
+    quant_v = TYPE_SIZES[cfg.cache_type_v][0] > 1
+    if quant_v and cfg.flash_attn == "off":
+        # llama-context.cpp:3843-3852: quantized V needs flash attention
+        raise InputError(
+            f"-ctv {cfg.cache_type_v} with -fa off: llama-server refuses a quantized V cache without "
+            "flash attention (use -fa on/auto or an f16/bf16/f32 V cache)"
+        )
+    if cfg.split_mode == "tensor" and cfg.flash_attn == "off":
+        raise InputError("-sm tensor with -fa off: SPLIT_MODE_TENSOR requires flash attention (llama-context.cpp:3824-3836)")
+    if cfg.n_parallel > 256:
+        # LLAMA_MAX_SEQ (src/llama-cparams.h:8), checked in llama-context.cpp:102-105
+        raise InputError(f"-np {cfg.n_parallel}: llama.cpp allows at most 256 sequences (n_seq_max must be <= 256)")
+    if cfg.n_batch == 0 and cfg.n_ubatch == 0:
+        raise InputError("-b 0 -ub 0: n_batch and n_ubatch cannot both be 0 (llama-context.cpp:3809)")

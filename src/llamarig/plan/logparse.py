@@ -1,0 +1,196 @@
+"""Parse llama-server's memory lines (printed at ``-lv 4``) into numbers.
+
+Formats from llama.cpp build 11434 (see /work/shared/reference/llama-server-truth.md 4.7):
+- ``load_tensors: %12s model buffer size = %8.2f MiB`` (src/llama-model.cpp)
+- ``llama_kv_cache: %10s KV buffer size = %8.2f MiB`` and the ``llama_kv_cache: size = ...``
+  summary (src/llama-kv-cache.cpp:291-303)
+- ``llama_kv_cache_iswa: creating non-SWA|SWA KV cache, size = %u cells``
+- ``llama_memory_recurrent: %10s RS buffer size = %8.2f MiB`` and its ``size = ...`` summary
+- ``sched_reserve: %10s compute buffer size = %8.2f MiB`` (src/llama-context.cpp)
+- ``llama_context: %10s  output buffer size = %8.2f MiB``
+- ``llama_context: n_ctx = %u`` etc.
+- ``created context checkpoint %d of %d (... size = %.3f MiB)``
+
+Lines carry a timestamp prefix; every regex uses ``search``. A server with an MTP/draft context
+prints a second ``llama_context: constructing`` block: lines after it go to ``contexts[1]``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MiB = 1 << 20
+
+_WEIGHTS = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
+_KV_SIZE = re.compile(
+    r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/\s*(\d+) seqs\), "
+    r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
+)
+_ISWA = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
+_RS_BUF = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
+_RS_SIZE = re.compile(
+    r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+) seqs\s+(\d+) rs_seq\)"
+)
+_COMPUTE = re.compile(r"(\S+) compute buffer size =\s+([\d.]+) MiB")
+_OUTPUT = re.compile(r"(\S+)\s+output buffer size =\s+([\d.]+) MiB")
+_CTX_PARAM = re.compile(r"llama_context: (\w+)\s+= (\S+)")
+_CONSTRUCT = re.compile(r"llama_context: constructing llama_context")
+_RESERVE = re.compile(r"sched_reserve: reserving \.\.\.")
+_CHECKPOINT = re.compile(r"created context checkpoint (\d+) of (\d+) .*size = ([\d.]+) MiB")
+_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
+
+
+@dataclass
+class KVCacheLog:
+    size_mib: float
+    cells: int
+    layers: int
+    seqs: int
+    type_k: str
+    k_mib: float
+    type_v: str
+    v_mib: float
+    kind: str = "kv"  # kv | non-SWA | SWA
+
+
+@dataclass
+class ContextLog:
+    """One llama_context (the target, or the MTP/draft context)."""
+
+    params: dict[str, str] = field(default_factory=dict)
+    kv_buffers: list[tuple[str, float]] = field(default_factory=list)
+    kv_caches: list[KVCacheLog] = field(default_factory=list)
+    rs_buffers: list[tuple[str, float]] = field(default_factory=list)
+    rs_size: tuple[float, int, int, int, int] | None = None  # MiB, cells, layers, seqs, rs_seq
+    compute: list[tuple[str, float]] = field(default_factory=list)
+    output: list[tuple[str, float]] = field(default_factory=list)
+
+    def kv_mib(self) -> float:
+        return sum(v for _, v in self.kv_buffers)
+
+    def rs_mib(self) -> float:
+        return sum(v for _, v in self.rs_buffers)
+
+    def compute_mib(self, device: str | None = None) -> float:
+        return sum(v for d, v in self.compute if device is None or d == device)
+
+
+@dataclass
+class ServerMemoryLog:
+    weights: list[tuple[str, float]] = field(default_factory=list)
+    contexts: list[ContextLog] = field(default_factory=list)
+    checkpoints: list[float] = field(default_factory=list)
+    slots: tuple[int, int, bool] | None = None
+
+    @property
+    def target(self) -> ContextLog:
+        return self.contexts[0] if self.contexts else ContextLog()
+
+    @property
+    def draft(self) -> ContextLog | None:
+        return self.contexts[1] if len(self.contexts) > 1 else None
+
+    def weights_mib(self) -> float:
+        return sum(v for _, v in self.weights)
+
+
+def parse_memory_log(text: str) -> ServerMemoryLog:
+    out = ServerMemoryLog()
+    cur: ContextLog | None = None
+    pending_kind = "kv"
+    for line in text.splitlines():
+        if _CONSTRUCT.search(line):
+            cur = ContextLog()
+            out.contexts.append(cur)
+            pending_kind = "kv"
+            continue
+        if m := _WEIGHTS.search(line):
+            out.weights.append((m.group(1), float(m.group(2))))
+            continue
+        if m := _CHECKPOINT.search(line):
+            out.checkpoints.append(float(m.group(3)))
+            continue
+        if m := _SLOTS.search(line):
+            out.slots = (int(m.group(1)), int(m.group(2)), m.group(3) == "true")
+            continue
+        if cur is None:
+            continue
+        if _RESERVE.search(line):
+            cur.compute = []  # a re-reserve replaces the previous compute buffers
+            continue
+        if m := _ISWA.search(line):
+            pending_kind = m.group(1)
+        elif m := _KV_BUF.search(line):
+            cur.kv_buffers.append((m.group(1), float(m.group(2))))
+        elif m := _KV_SIZE.search(line):
+            g = m.groups()
+            cur.kv_caches.append(KVCacheLog(float(g[0]), int(g[1]), int(g[2]), int(g[4]), g[5],
+                                            float(g[6]), g[7], float(g[8]), pending_kind))
+        elif m := _RS_BUF.search(line):
+            cur.rs_buffers.append((m.group(1), float(m.group(2))))
+        elif m := _RS_SIZE.search(line):
+            g = m.groups()
+            cur.rs_size = (float(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]))
+        elif m := _COMPUTE.search(line):
+            cur.compute.append((m.group(1), float(m.group(2))))
+        elif m := _OUTPUT.search(line):
+            cur.output.append((m.group(1), float(m.group(2))))
+        elif m := _CTX_PARAM.search(line):
+            cur.params.setdefault(m.group(1), m.group(2))
+    return out
+
+
+# ----------------------------------------------------------------------------- plan vs log
+
+#: buffer names that live in host memory (CPU_Mapped: mmap'd weights; CUDA_Host: pinned)
+HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "ROCm_Host", "Metal_Mapped")
+
+
+def _device_of(buffer: str) -> str:
+    if buffer in HOST_BUFFERS or buffer.startswith("CPU") or buffer.endswith("_Host"):
+        return "host"
+    return buffer.removesuffix("_Split").removesuffix("_Mapped")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    device: str  # CUDA0 ... or "host"
+    component: str  # weights | kv | recurrent | compute | draft_kv
+    planned_mib: float
+    logged_mib: float
+    tolerance_mib: float
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.planned_mib - self.logged_mib) <= self.tolerance_mib
+
+
+def compare(plan: object, log: ServerMemoryLog, compute_rel: float = 0.05) -> list[Comparison]:
+    """Planned vs logged MiB per device and component. Exact components get the log's rounding
+    (0.005 MiB per printed line) as tolerance, compute ``compute_rel`` of the logged value."""
+    devices = {d.name: d for d in plan.devices}  # type: ignore[attr-defined]
+    host = plan.host  # type: ignore[attr-defined]
+
+    def planned(dev: str, comp: str) -> float:
+        src = host if dev == "host" else devices.get(dev)
+        return (src.get(comp) if src is not None else 0) / MiB
+
+    out: list[Comparison] = []
+
+    def group(pairs: list[tuple[str, float]]) -> dict[str, tuple[float, int]]:
+        g: dict[str, tuple[float, int]] = {}
+        for name, v in pairs:
+            d = _device_of(name)
+            tot, n = g.get(d, (0.0, 0))
+            g[d] = (tot + v, n + 1)
+        return g
+
+    tgt = log.target
+    for comp, pairs in (("weights", log.weights), ("kv", tgt.kv_buffers), ("recurrent", tgt.rs_buffers)):
+        for dev, (mib, n) in group(pairs).items():
+            out.append(Comparison(dev, comp, planned(dev, comp), mib, 0.0051 * n))
+    for dev, (mib, _) in group(tgt.compute).items():
+        out.append(Comparison(dev, "compute", planned(dev, "compute"), mib, compute_rel * mib + 0.02))
+    return out

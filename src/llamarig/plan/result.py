@@ -1,0 +1,158 @@
+"""Plan results: frozen dataclasses with the formula behind every figure.
+
+``Plan.speed`` is a slot for the speed model (issue 4); the memory model leaves it None.
+The JSON form is documented in docs/plan.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamarig.units import fmt_bytes
+
+#: the per-device memory components, in table order
+COMPONENTS = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One figure and how it was obtained. ``method``: exact (llama.cpp's own arithmetic),
+    modelled (a fitted approximation), given (user/catalogue input)."""
+
+    bytes: int
+    formula: str
+    method: str = "exact"
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    name: str  # CUDA0 / ROCm0 / MTL0 / CPU
+    label: str  # "NVIDIA GeForce RTX 3090" / "host"
+    capacity: int | None
+    lines: dict[str, Line]
+
+    def get(self, comp: str) -> int:
+        ln = self.lines.get(comp)
+        return ln.bytes if ln else 0
+
+    @property
+    def total(self) -> int:
+        return sum(ln.bytes for ln in self.lines.values())
+
+    @property
+    def free(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.total
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "label": self.label}
+        for c in COMPONENTS:
+            d[c] = self.get(c)
+        d["total"] = self.total
+        d["capacity"] = self.capacity
+        d["free"] = self.free
+        d["formulas"] = {k: {"formula": v.formula, "method": v.method} for k, v in self.lines.items()}
+        return d
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    capacity: int | None
+    lines: dict[str, Line]  # weights, kv, recurrent, compute, output, mmproj, checkpoints, cache_ram
+    mmap: bool  # weights are mmap'd (page cache: counted, but evictable)
+
+    def get(self, comp: str) -> int:
+        ln = self.lines.get(comp)
+        return ln.bytes if ln else 0
+
+    @property
+    def total(self) -> int:
+        return sum(ln.bytes for ln in self.lines.values())
+
+    @property
+    def free(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.total
+
+    def to_json(self) -> dict[str, Any]:
+        keys = ("weights", "kv", "recurrent", "compute", "output", "mmproj", "draft",
+                "checkpoints", "cache_ram")
+        d: dict[str, Any] = {k: self.get(k) for k in keys}
+        d["total"] = self.total
+        d["capacity"] = self.capacity
+        d["free"] = self.free
+        d["weights_mmap"] = self.mmap
+        d["formulas"] = {k: {"formula": v.formula, "method": v.method} for k, v in self.lines.items()}
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    architecture: str
+    n_ctx: int
+    n_ctx_seq: int
+    n_ctx_slot: int
+    n_parallel: int
+    kv_unified: bool
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool
+    cache_type_k: str
+    cache_type_v: str
+    kv_bytes_per_token: int
+    recurrent_bytes_per_seq: int
+    checkpoint_bytes: int
+    n_rs_seq: int
+    devices: tuple[DevicePlan, ...]
+    host: HostPlan
+    command: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    speed: Any = None  # filled by the speed model (issue 4)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def fits(self) -> bool:
+        return all(d.free is None or d.free >= 0 for d in self.devices) and (
+            self.host.free is None or self.host.free >= 0
+        )
+
+    def shortfalls(self) -> list[str]:
+        out = []
+        for d in self.devices:
+            if d.free is not None and d.free < 0:
+                out.append(f"{d.name} ({d.label}) is short by {fmt_bytes(-d.free)}")
+        if self.host.free is not None and self.host.free < 0:
+            out.append(f"host RAM is short by {fmt_bytes(-self.host.free)}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "model": self.model,
+            "architecture": self.architecture,
+            "n_ctx": self.n_ctx,
+            "n_ctx_seq": self.n_ctx_seq,
+            "n_ctx_slot": self.n_ctx_slot,
+            "n_parallel": self.n_parallel,
+            "kv_unified": self.kv_unified,
+            "n_batch": self.n_batch,
+            "n_ubatch": self.n_ubatch,
+            "flash_attn": self.flash_attn,
+            "cache_type_k": self.cache_type_k,
+            "cache_type_v": self.cache_type_v,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "recurrent_bytes_per_seq": self.recurrent_bytes_per_seq,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "n_rs_seq": self.n_rs_seq,
+            "devices": [x.to_json() for x in self.devices],
+            "host": self.host.to_json(),
+            "fits": self.fits,
+            "shortfalls": self.shortfalls(),
+            "command": list(self.command),
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+        }
+        if self.speed is not None:
+            to_json = getattr(self.speed, "to_json", None)
+            d["speed"] = to_json() if callable(to_json) else self.speed
+        return d

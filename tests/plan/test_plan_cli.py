@@ -1,0 +1,136 @@
+"""`llamarig plan / models / gpus` end to end (in-process), including bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llamarig.cli.main import main
+
+README_CMD = ["plan", "qwen3.6-27b:iq4_nl", "--mmproj", "f16", "--gpu", "rtx3090", "-c", "105000"]
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        rc = main(list(args))  # standalone_mode=False: click returns Exit codes
+        code = rc if isinstance(rc, int) else 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_readme_command(capsys) -> None:
+    code, out, _ = run(capsys, *README_CMD)
+    assert code == 0
+    assert "CUDA0" in out and "KV cache" in out and "recurrent state" in out and "149.626 MiB" in out
+
+
+def test_json_schema(capsys) -> None:
+    code, out, _ = run(capsys, *README_CMD, "-np", "1", "-ctk", "q4_0", "-ctv", "q4_0", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["kv_bytes_per_token"] == 18432
+    assert d["n_ctx"] == 105216 and d["n_parallel"] == 1 and d["kv_unified"] is False
+    dev = d["devices"][0]
+    assert dev["total"] == sum(dev[k] for k in ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other"))
+    assert d["command"][:1] == ["llama-server"] and "-ctk" in d["command"]
+
+
+def test_does_not_fit_exits_1(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:q8_0", "--gpu", "4060ti", "-c", "262144", "-np", "1")
+    assert code == 1
+    assert "does not fit" in out and "short by" in out
+
+
+def test_pasted_command(capsys, tmp_path) -> None:
+    code, out, _ = run(capsys, "plan", "--gpu", "rtx3090", "--json", "--", "./llama-server", "-m",
+                       "qwen3.6-27b:iq4_nl", "--host", "0.0.0.0", "-c", "65000", "--parallel", "1",
+                       "--cache-type-k", "q4_0", "--cache-type-v", "q4_0", "-ngl", "99", "-fa", "on",
+                       "--metrics", "--temp", "0.95")
+    assert code == 0
+    d = json.loads(out)
+    assert d["n_ctx"] == 65024 and d["cache_type_k"] == "q4_0"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["plan", "qwen3.6-28b"], "unknown model"),
+    (["plan", "qwen3.6-27b", "--gpu", "rtx3080"], "unknown GPU"),
+    (["plan", "qwen3.6-27b", "-ctk", "q2_K"], "accepted: f32"),
+    (["plan", "qwen3.6-27b", "-ctv", "q4_0", "-fa", "off"], "flash attention"),
+    (["plan", "qwen3.6-27b", "--frobnicate"], "not a llama-server flag"),
+    (["plan", "/nonexistent/model.gguf"], "model.gguf"),
+    (["plan", "qwen3.6-27b", "-np", "0"], "-np"),
+    (["plan", "qwen3.6-27b", "--ram", "lots"], "not a size"),
+    (["plan", "llama3.1-8b", "--mmproj", "f16"], "mmproj"),
+])
+def test_bad_input_exit_2(capsys, args: list[str], needle: str) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_synthetic_gguf(capsys, synth_model) -> None:
+    path = synth_model("llama")
+    code, out, _ = run(capsys, "plan", str(path), "-c", "2048", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["devices"] == [] and d["host"]["kv"] == 2 * 2048 * 2 * 32 * 2
+
+
+def test_models_and_gpus(capsys) -> None:
+    code, out, _ = run(capsys, "models", "--json")
+    models = json.loads(out)
+    assert code == 0 and len(models) >= 17
+    assert all(m["source"] for m in models)
+    code, out, _ = run(capsys, "gpus", "--json")
+    assert code == 0 and any(g["id"] == "rtx3090" for g in json.loads(out))
+    code, out, _ = run(capsys, "models")
+    assert "qwen3.6-27b" in out
+
+
+def test_help(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "--help")
+    assert code == 0 and "--gpu NAME[:VRAM_GB]" in out
+
+
+SEED_000 = ("LLAMA_SET_ROWS=0 ./llama3-server -m qwen3.6-27b:iq4_nl --mmproj f16 --host 0.0.0.0 "
+            "--port 12026 --fit on --ctx-size 65000 -n -1 --batch-size 4096 --ubatch-size 2048 "
+            "--cache-type-k q4_0 --cache-type-v q4_0 --cache-reuse 1024 --parallel 1 --threads 4 "
+            "--temp 0.95 --top_p 0.95 --top_k 20 --repeat_penalty 1.02 --metrics --jinja --seed 42 "
+            "--cont-batching --threads-batch 4 --reasoning-budget 512 -ngl 99 --reasoning on -fa on "
+            "--reasoning-format deepseek --no-mmap --log-file /tmp/llama-p100.log")
+SEED_002 = ("llama-server --device CUDA1,CUDA0 --model qwen3.8-27b:q4_k_m --mmproj bf16 "
+            "--cache-type-k q8_0 --cache-type-v q8_0 --fit off --flash-attn on --jinja "
+            "--spec-default --spec-type draft-mtp --spec-draft-n-max 2 --batch-size 2048 "
+            "--ubatch-size 1024 -ngl 99 --split-mode tensor --ctx-checkpoints 32 --cache-ram 24576 "
+            "--cache-idle-slots --parallel 2 --kv-unified --cache-prompt --cache-reuse 256 --metrics "
+            "--ctx-size 163840 --host 0.0.0.0 --port 11707")
+
+
+def test_seed_000_command(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "--gpu", "rtx3090", "--ram", "64G", "--json", "--", *SEED_000.split())
+    assert code == 0
+    d = json.loads(out)
+    assert d["kv_bytes_per_token"] == 18432 and d["n_ubatch"] == 2048
+    assert any("--no-mmap" in w for w in d["warnings"])
+    assert "--load-mode" in d["command"]
+    assert d["host"]["weights_mmap"] is False
+
+
+def test_seed_002_command(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "--gpu", "5090", "--gpu", "5090", "--json", "--", *SEED_002.split())
+    assert code == 0
+    d = json.loads(out)
+    assert [x["name"] for x in d["devices"]] == ["CUDA1", "CUDA0"]  # -dev order
+    assert d["n_rs_seq"] == 2 and d["n_parallel"] == 2 and d["kv_unified"] is True
+    # MTP: every checkpoint carries the draft context's whole KV of the slot
+    assert d["checkpoint_bytes"] > d["recurrent_bytes_per_seq"] + 163840 * 4096
+    assert sum(x["draft"] for x in d["devices"]) > 0
+
+
+def test_model_after_flags(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "-c", "4096", "-np", "1", "llama3.1-8b", "--gpu", "3090", "--json")
+    assert code == 0 and json.loads(out)["n_ctx"] == 4096
