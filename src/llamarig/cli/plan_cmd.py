@@ -188,9 +188,9 @@ def build_hardware(pa: PlanArgs):
     return hw
 
 
-def build_plan(pa: PlanArgs):
+def build_inputs(pa: PlanArgs):
     from llamarig.plan.config import parse_server_args
-    from llamarig.plan.planner import PlanInputs, make_plan
+    from llamarig.plan.planner import PlanInputs
 
     cfg = None
     if pa.command is not None:
@@ -214,7 +214,13 @@ def build_plan(pa: PlanArgs):
         shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
     cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg)
     hw = build_hardware(pa)
-    return make_plan(PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead))
+    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead)
+
+
+def build_plan(pa: PlanArgs):
+    from llamarig.plan.planner import make_plan
+
+    return make_plan(build_inputs(pa))
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -286,17 +292,44 @@ def render(plan, console) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def plan_cmd(args: tuple[str, ...]) -> None:
     """Predict memory per device for a llama-server launch (llamarig plan --help)."""
-    pa = split_args(list(args))
+    from llamarig.plan.optimise import SPEED_HELP, extract_speed_args
+
+    sa, rest = extract_speed_args(list(args))
+    pa = split_args(rest)
     if pa.help or (not args):
-        click.echo(PLAN_HELP)
+        click.echo(PLAN_HELP + "\n" + SPEED_HELP)
         return
-    plan = build_plan(pa)
+    inp = build_inputs(pa)
+    cal = sa.calibration_obj()
+    host_bw = sa.host_bandwidth_gbs
+    if host_bw is None and pa.detect:
+        from llamarig.plan.calibration import measure_host_bandwidth
+
+        host_bw = measure_host_bandwidth()
+    from rich.console import Console
+
+    if sa.wants_optimiser:
+        from llamarig.plan.optimise import optimise_report
+
+        renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
+        if pa.as_json:
+            click.echo(json.dumps(js, indent=2))
+        else:
+            Console().print(renderable)
+        if code:
+            raise click.exceptions.Exit(code)
+        return
+    from llamarig.plan.planner import make_plan
+    from llamarig.plan.speed import attach_speed, speed_table
+
+    plan = attach_speed(make_plan(inp), inp, cal=cal, host_bandwidth_gbs=host_bw, acceptance=sa.acceptance)
     if pa.as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:
-        from rich.console import Console
-
-        render(plan, Console())
+        console = Console()
+        render(plan, console)
+        if plan.speed is not None:
+            console.print(speed_table(plan.speed))
     if not plan.fits:
         raise click.exceptions.Exit(1)
 
@@ -359,4 +392,4 @@ def gpus_cmd(as_json: bool) -> None:
     Console().print(t)
 
 
-__all__ = ["plan_cmd", "models_cmd", "gpus_cmd", "build_plan", "split_args", "UnknownNameError"]
+__all__ = ["plan_cmd", "models_cmd", "gpus_cmd", "build_inputs", "build_plan", "split_args", "UnknownNameError"]

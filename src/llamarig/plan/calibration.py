@@ -1,0 +1,323 @@
+"""Speed-model efficiency constants: built-in (data/speed_calibration.json, fitted to published
+measurements listed there with their sources) and a user calibration file that ``bench`` can write.
+
+An efficiency is the fraction of a device's peak figure that llama.cpp reaches:
+
+- ``weights``: of peak memory bandwidth while streaming weights (decode matrix-vector products)
+- ``kv``: of peak memory bandwidth while reading the KV cache in attention (flash-attention decode
+  kernels reach much less than weight streaming; fitted to seed 000's 43 -> 37 tok/s slowdown)
+- ``overhead_ms``: fixed time per decoded token (kernel launches, sampling, synchronisation)
+- ``prefill``: of peak dense FP16 throughput at a saturated micro-batch
+- ``ubatch_half``: micro-batch size at which prefill reaches half its saturated throughput
+- ``attn_prefill``: attention FLOPs efficiency relative to ``prefill`` (long-prompt slowdown)
+- ``verify_per_token``: extra cost of verifying one more drafted token, relative to one decode step
+
+User file format (JSON, see docs/speed.md)::
+
+    {"version": 1,
+     "efficiency": [{"backend": "CUDA", "gpu": "rtx3090", "weights": 0.7, "overhead_ms": 0.5}],
+     "host_bandwidth_gbs": 38.5}
+
+Entries override the built-in values field by field; ``gpu`` is optional (a backend-wide entry).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import InputError
+
+_FIELDS = ("weights", "kv", "overhead_ms", "prefill", "ubatch_half", "attn_prefill",
+           "verify_per_token")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    backend: str
+    weights: float
+    kv: float
+    overhead_ms: float
+    prefill: float
+    ubatch_half: float
+    attn_prefill: float
+    verify_per_token: float
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    backends: dict[str, Efficiency]
+    gpus: dict[str, Efficiency] = field(default_factory=dict)
+    host_bandwidth_gbs: float = 40.0
+    host_gflops: float = 200.0
+    pcie_gbs: float = 25.0
+    hop_ms: float = 0.05
+    acceptance: dict[str, float] = field(default_factory=dict)
+    source: str = "built-in"
+
+    def for_device(self, backend: str, gpu_id: str | None = None) -> Efficiency:
+        if gpu_id and gpu_id in self.gpus:
+            return self.gpus[gpu_id]
+        if backend in self.backends:
+            return self.backends[backend]
+        return self.backends["CUDA"]  # an unknown GPU backend: assume CUDA-like kernels
+
+
+def _eff(backend: str, d: dict[str, Any], base: Efficiency | None, source: str) -> Efficiency:
+    vals: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in _FIELDS}
+    for k in _FIELDS:
+        if k in d:
+            v = d[k]
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (k != "overhead_ms" and k != "ubatch_half" and k != "verify_per_token" and v > 1.5):
+                raise InputError(f"{source}: efficiency '{k}' = {v!r} is not a plausible number")
+            vals[k] = float(v)
+    missing = [k for k in _FIELDS if k not in vals]
+    if missing:
+        raise InputError(f"{source}: efficiency for {backend} lacks {', '.join(missing)}")
+    return Efficiency(backend=backend, source=d.get("source", source), **vals)
+
+
+def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calibration:
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a JSON object")
+    backends = dict(base.backends) if base else {}
+    gpus = dict(base.gpus) if base else {}
+    effs = data.get("efficiency", [])
+    if not isinstance(effs, list):
+        raise InputError(f"{source}: 'efficiency' must be a list")
+    for e in effs:
+        if not isinstance(e, dict) or not isinstance(e.get("backend"), str):
+            raise InputError(f"{source}: each efficiency entry needs a 'backend' (CUDA, ROCm, Metal, Vulkan, CPU)")
+        be = e["backend"]
+        gid = e.get("gpu")
+        if gid:
+            gpus[gid] = _eff(be, e, gpus.get(gid) or backends.get(be), source)
+        else:
+            backends[be] = _eff(be, e, backends.get(be), source)
+    kw: dict[str, Any] = {}
+    for k in ("host_bandwidth_gbs", "host_gflops", "pcie_gbs", "hop_ms"):
+        if k in data:
+            v = data[k]
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise InputError(f"{source}: '{k}' must be a positive number")
+            kw[k] = float(v)
+    acc = dict(base.acceptance) if base else {}
+    for k, v in (data.get("acceptance") or {}).items():
+        if k.startswith("_"):
+            continue
+        if not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise InputError(f"{source}: acceptance '{k}' must be in [0, 1)")
+        acc[k] = float(v)
+    if base is not None:
+        out = replace(base, backends=backends, gpus=gpus, acceptance=acc, source=source, **kw)
+    else:
+        out = Calibration(backends=backends, gpus=gpus, acceptance=acc, source=source, **kw)
+    if "CUDA" not in out.backends or "CPU" not in out.backends:
+        raise InputError(f"{source}: calibration needs CUDA and CPU entries")
+    return out
+
+
+@lru_cache(maxsize=1)
+def builtin_data() -> dict[str, Any]:
+    return json.loads(resources.files("llamarig.data").joinpath("speed_calibration.json").read_text())
+
+
+@lru_cache(maxsize=1)
+def builtin() -> Calibration:
+    return _parse(builtin_data(), None, "built-in (llamarig/data/speed_calibration.json)")
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """The built-in calibration, overridden by a user file when given."""
+    base = builtin()
+    if path is None:
+        return base
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(f"calibration file {p}: not found") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"calibration file {p}: not readable JSON ({e})") from None
+    if isinstance(data, dict) and data.get("version", 1) != 1:
+        raise InputError(f"calibration file {p}: version {data.get('version')} is not supported (1)")
+    return _parse(data, base, f"calibration file {p}")
+
+
+def user_calibration_json(backend: str, gpu: str | None, **values: float) -> dict[str, Any]:
+    """The JSON a measurement tool (``bench``) writes for one device."""
+    entry: dict[str, Any] = {"backend": backend}
+    if gpu:
+        entry["gpu"] = gpu
+    for k, v in values.items():
+        if k not in _FIELDS:
+            raise ValueError(f"unknown efficiency field {k}")
+        entry[k] = v
+    return {"version": 1, "efficiency": [entry]}
+
+
+def fit_weights_efficiency(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Least-squares fit of ``t = bytes / (bw x e) + t0`` to (bytes, bandwidth B/s, measured s)
+    points: returns (e, t0 seconds). Linear in (1/e, t0)."""
+    if len(points) < 2:
+        raise ValueError("need at least two points")
+    xs = [b / bw for b, bw, _ in points]
+    ys = [t for _, _, t in points]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False))
+    slope = sxy / sxx if sxx else my / mx
+    t0 = max(0.0, my - slope * mx)
+    return 1.0 / slope, t0
+
+
+def measure_host_bandwidth(size_mib: int = 256, repeats: int = 3) -> float:
+    """Host memory bandwidth in GB/s from a numpy copy (read + write), best of ``repeats``.
+    Single-threaded: a lower bound of what llama.cpp's threads reach on a big machine, close to
+    it on a small one."""
+    import numpy as np
+
+    n = size_mib * (1 << 20) // 8
+    a = np.ones(n, dtype=np.float64)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best / 1e9
+
+
+def measure_host_gflops(n: int = 512, repeats: int = 5, threads: int = 1) -> float:
+    """Host float32 matrix-multiply throughput in GFLOPS (numpy BLAS, best of ``repeats``), in a
+    subprocess limited to ``threads`` BLAS threads (a multi-threaded BLAS on a busy machine
+    measures contention, not the core)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import time, numpy as np\n"
+            f"a = np.random.default_rng(0).standard_normal(({n}, {n})).astype(np.float32)\n"
+            "best = 1e9\n"
+            f"for _ in range({repeats}):\n"
+            "    t = time.perf_counter(); a @ a; best = min(best, time.perf_counter() - t)\n"
+            f"print(2 * {n}**3 / best / 1e9)\n")
+    env = dict(os.environ)
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[k] = str(threads)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60, check=True)
+    return float(r.stdout.strip())
+
+
+# ============================================================================ published points
+
+
+@dataclass(frozen=True)
+class PointResult:
+    id: str
+    kind: str  # decode | prefill
+    gpu: str
+    model: str
+    setting: str
+    measured: float
+    predicted: float
+    limit: float | None
+    source: str
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured if self.measured else 0.0
+
+
+def points() -> list[dict[str, Any]]:
+    return list(builtin_data().get("points", []))
+
+
+def _point_gpu(g: Any):  # -> GPU
+    from llamarig.hardware.catalogue import GPU as _GPU
+    from llamarig.hardware.catalogue import GiB, find_gpu
+
+    if isinstance(g, str):
+        return find_gpu(g)
+    return _GPU(id=g["name"].lower().replace(" ", "-"), name=g["name"], backend=g.get("backend", "CUDA"),
+                memory_bytes=int(float(g.get("memory_gb", 24)) * GiB), bandwidth_gbs=float(g["bandwidth_gbs"]),
+                fp16_tflops=float(g.get("fp16_tflops", 0)), overhead_bytes=300 << 20, source="data point")
+
+
+def _point_spec(p: dict[str, Any]):  # -> ModelSpec
+    from dataclasses import replace as _replace
+
+    from llamarig.plan.catalogue import CatalogueModel, build_spec, find_model
+
+    mdl = p["model"]
+    if isinstance(mdl, dict):
+        entry = dict(mdl)
+        size = int(float(entry.pop("file_gb")) * 1e9)
+        m = CatalogueModel(entry["id"], entry["id"], entry["arch"], entry, {"Q4_0": {"bytes": size, "source": "point"}}, "point")
+        spec = build_spec(m, "Q4_0")
+    else:
+        m, q = find_model(mdl)
+        spec = build_spec(m, q)
+    if "file_gb" in p:
+        scale = float(p["file_gb"]) * 1e9 / max(1, spec.weights_bytes)
+        spec = _replace(spec, tensors=tuple(_replace(t, n_bytes=int(t.n_bytes * scale)) for t in spec.tensors))
+        spec = _replace(spec, weights_bytes=sum(t.n_bytes for t in spec.tensors))
+    return spec
+
+
+def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointResult:
+    """Predict one published measurement with the speed model."""
+    from llamarig.hardware.catalogue import Hardware
+    from llamarig.plan.config import parse_server_args
+    from llamarig.plan.speed import acceptance_from_ratio, speed_report
+
+    cal = cal or builtin()
+    spec = _point_spec(p)
+    gpu = _point_gpu(p["gpu"])
+    hw = Hardware((gpu,))
+    args = ["-c", str(max(4096, int(p.get("depth", 0)) + 1024, int(p.get("prompt", 0)) + 1024)), "-np", "1",
+            "-ctk", p.get("ctk", "f16"), "-ctv", p.get("ctv", "f16"), "-fa", "on", "-ngl", "99"]
+    if "ubatch" in p:
+        args += ["-ub", str(p["ubatch"]), "-b", str(max(2048, int(p["ubatch"])))]
+    sp = p.get("spec")
+    acc = None
+    if sp:
+        args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(sp["n"])]
+        acc = acceptance_from_ratio(float(sp["ratio"]), int(sp["n"]))
+        if not spec.nextn_layers:
+            raise ValueError(f"point {p['id']}: speculative point on a model without MTP layers")
+    cfg = parse_server_args(args)
+    depth = int(p.get("depth", 0))
+    rep = speed_report(spec, cfg, hw, cal=cal, acceptance=acc, prompt_tokens=int(p.get("prompt", 8192)),
+                       depths=[depth])
+    setting = f"KV {p.get('ctk', 'f16')}/{p.get('ctv', 'f16')}"
+    if p["kind"] == "prefill":
+        pred, lim = rep.prefill.tok_s, None
+        setting += f", prompt {p['prompt']}, -ub {rep.prefill.n_ubatch}"
+    elif sp:
+        assert rep.speculative is not None
+        pred, lim = rep.speculative.decode_tok_s, None
+        setting += f", depth {depth}, MTP n={sp['n']} ratio {sp['ratio']} (a={acc:.2f})"
+    else:
+        pred, lim = rep.by_depth[0].decode_tok_s, rep.by_depth[0].limit_tok_s
+        setting += f", depth {depth}"
+    model = p["model"] if isinstance(p["model"], str) else p["model"]["id"]
+    if "file_gb" in p or isinstance(p["model"], dict):
+        model += f" ({spec.weights_bytes / 1e9:.2f} GB)"
+    return PointResult(p["id"], p["kind"], gpu.name, model, setting, float(p["measured"]), pred, lim,
+                       p.get("source", ""))
+
+
+def evaluate_points(cal: Calibration | None = None) -> list[PointResult]:
+    return [predict_point(p, cal) for p in points()]

@@ -1,0 +1,637 @@
+"""Optimiser: targets in (context, decode speed, headroom, slots), ranked llama-server configs out,
+or an honest "impossible" with the numbers.
+
+Search space (each candidate is planned by the memory model, planner.make_plan, and timed by the
+speed model, speed.speed_report):
+
+- KV cache types the backend runs well: on CUDA only the default-compiled flash-attention vector
+  pairs q4_0/q4_0, q8_0/q8_0, f16/f16 (ggml/CMakeLists.txt:208, fattn.cu:496-538) plus K q8_0 /
+  V q4_0 (runs, converting to f16: slower); iq4_nl is never proposed on CUDA (no FA kernel:
+  attention would run on the CPU, llama-server-truth.md 2.2)
+- ``-c`` = target context x slots, ``-np`` slots, ``-kvu`` when slots > 1
+- ``-ub`` 512/1024/2048 (``-b`` >= ``-ub``)
+- GPU layout: all layers on the GPUs; several GPUs: ``-ts`` filling the fastest GPU first (layer
+  split runs devices one after another, so the fastest is to put as many layers as fit on the
+  highest-bandwidth card), ``-ts`` proportional to bandwidth (equal time per device, best for
+  pipelined prefill) and llama.cpp's default (proportional to free memory); when nothing fits:
+  ``--n-cpu-moe`` (MoE) or a lower ``-ngl`` (dense)
+- speculative decoding (``--spec-type draft-mtp``) when the model has nextn layers or a draft is
+  given, with the draft length that the speed model prefers
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llamarig.errors import InputError
+from llamarig.gguf.spec import ModelSpec
+from llamarig.plan import memory as M
+from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.config import ServerConfig
+from llamarig.plan.planner import PlanInputs, make_plan
+from llamarig.plan.result import Plan
+from llamarig.plan.speed import (
+    KV_QUALITY,
+    SpeedReport,
+    _token_embd_bytes,
+    kv_path,
+    kv_quality_note,
+    mtp_draft_bytes,
+    speed_report,
+    tokens_per_step,
+)
+from llamarig.units import GiB, fmt_bytes
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Targets:
+    ctx: int  # tokens each slot must hold
+    decode_tok_s: float | None = None
+    decode_depth: int | None = None  # depth at which the decode target is judged (default 4096)
+    headroom: int = GiB  # free memory to keep on every GPU
+    slots: int = 1
+    vision: bool = False
+    agent: bool = False
+    acceptance: float | None = None  # speculative acceptance a (None = family default)
+
+    def check(self) -> None:
+        if self.ctx <= 0:
+            raise InputError(f"--target-ctx {self.ctx}: must be a positive number of tokens")
+        if self.ctx > 16 * 1024 * 1024:
+            raise InputError(f"--target-ctx {self.ctx}: not plausible (more than 16M tokens)")
+        if self.decode_tok_s is not None and not 0 < self.decode_tok_s <= 100_000:
+            raise InputError(f"--target-decode {self.decode_tok_s}: must be between 0 and 100000 tok/s")
+        if self.headroom < 0:
+            raise InputError("--headroom must be >= 0")
+        if self.slots < 1 or self.slots > 256:
+            raise InputError(f"--slots {self.slots}: must be between 1 and 256")
+        if self.decode_depth is not None and not 0 <= self.decode_depth <= self.ctx:
+            raise InputError(f"--target-depth {self.decode_depth}: must be between 0 and --target-ctx {self.ctx}")
+        if self.acceptance is not None and not 0 <= self.acceptance < 1:
+            raise InputError(f"--acceptance {self.acceptance}: must be in [0, 1)")
+
+    @property
+    def depth(self) -> int:
+        return self.decode_depth if self.decode_depth is not None else min(4096, self.ctx)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    cfg: ServerConfig
+    plan: Plan
+    speed: SpeedReport
+    layout: str  # how the layers are placed (method)
+    fits: bool  # every GPU keeps the headroom, host RAM fits
+    min_free: int | None
+    decode_at_target: float  # effective (speculative when used) at the target depth
+    meets_decode: bool
+    notes: tuple[str, ...]
+
+    @property
+    def meets_all(self) -> bool:
+        return self.fits and self.meets_decode
+
+    def to_json(self) -> dict[str, Any]:
+        sp = self.speed
+        return {
+            "command": list(self.plan.command),
+            "layout": self.layout,
+            "cache_type_k": self.cfg.cache_type_k,
+            "cache_type_v": self.cfg.cache_type_v,
+            "n_ctx": self.plan.n_ctx,
+            "n_parallel": self.plan.n_parallel,
+            "n_ubatch": self.plan.n_ubatch,
+            "fits": self.fits,
+            "meets_targets": self.meets_all,
+            "min_free": self.min_free,
+            "devices": [{"name": d.name, "label": d.label, "total": d.total, "capacity": d.capacity,
+                         "free": d.free} for d in self.plan.devices],
+            "host_total": self.plan.host.total,
+            "decode_at_target_depth_tok_s": round(self.decode_at_target, 2),
+            "speed": sp.to_json(),
+            "kv_note": sp.kv_note,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class OptimiseResult:
+    targets: Targets
+    candidates: tuple[Candidate, ...]  # ranked, best first
+    verdict: str  # ok | impossible
+    reasons: tuple[str, ...]
+    elapsed_s: float
+    evaluated: int
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.targets
+        return {
+            "targets": {"ctx": t.ctx, "decode_tok_s": t.decode_tok_s, "decode_depth": t.depth,
+                        "headroom": t.headroom, "slots": t.slots, "vision": t.vision, "agent": t.agent},
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "best": self.best.to_json() if self.best else None,
+            "candidates": [c.to_json() for c in self.candidates],
+            "evaluated": self.evaluated,
+            "elapsed_s": round(self.elapsed_s, 4),
+        }
+
+
+# ============================================================================ search helpers
+
+
+def kv_pairs(backends: Sequence[str]) -> list[tuple[str, str]]:
+    if any(b in ("CUDA", "ROCm") for b in backends):
+        return [("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0")]
+    return [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")]
+
+
+def _set(cfg: ServerConfig, **kw: Any) -> ServerConfig:
+    return replace(cfg, set_flags=frozenset(cfg.set_flags | set(kw)), **kw)
+
+
+def _fits(plan: Plan, headroom: int) -> tuple[bool, int | None]:
+    frees = [d.free for d in plan.devices if d.free is not None and d.capacity]
+    min_free = min(frees) if frees else None
+    ok = all(f >= headroom for f in frees) and (plan.host.free is None or plan.host.free >= 0)
+    return ok, min_free
+
+
+def _plan(inp: PlanInputs, cfg: ServerConfig) -> Plan:
+    return make_plan(replace(inp, cfg=cfg))
+
+
+def fastest_first_split(inp: PlanInputs, cfg: ServerConfig, headroom: int) -> tuple[tuple[float, ...], int]:
+    """-ts layer counts that fill the highest-bandwidth GPU first, each up to its capacity minus
+    headroom (layer split decodes device after device, so time = sum of bytes_i / bandwidth_i is
+    least when the fast cards hold the most). Returns (counts in device order, layers left over)."""
+    gpus = inp.hardware.gpus
+    n = len(gpus)
+    n_all = inp.spec.n_layer + 1  # + output layer
+    trial = _plan(inp, _set(cfg, tensor_split=tuple([1.0] * n), n_gpu_layers=-1))
+    per_layer_total = 0
+    fixed = []
+    for d in trial.devices:
+        var = d.get("weights") + d.get("kv") + d.get("recurrent") + d.get("draft")
+        per_layer_total += var
+        fixed.append(d.total - var)
+    layer_cost = per_layer_total / max(1, n_all)
+    caps = []
+    for i, g in enumerate(gpus):
+        room = g.memory_bytes - headroom - fixed[i]
+        caps.append(max(0, int(room // layer_cost)) if layer_cost > 0 else n_all)
+    order = sorted(range(n), key=lambda i: -(gpus[i].bandwidth_gbs or 0))
+    counts = [0] * n
+    left = n_all
+    for i in order:
+        take = min(caps[i], left)
+        counts[i] = take
+        left -= take
+    return tuple(float(c) for c in counts), left
+
+
+def balanced_split(inp: PlanInputs) -> tuple[float, ...]:
+    """-ts proportional to bandwidth: every GPU spends the same time per token on its layers."""
+    return tuple(float(g.bandwidth_gbs or 1.0) for g in inp.hardware.gpus)
+
+
+def _repair_split(inp: PlanInputs, cfg: ServerConfig, counts: list[float], headroom: int,
+                  tries: int = 8) -> tuple[ServerConfig, Plan]:
+    """Move layers off devices that miss the headroom onto the one with the most free memory."""
+    c = list(counts)
+    cur = _set(cfg, tensor_split=tuple(c))
+    plan = _plan(inp, cur)
+    for _ in range(tries):
+        frees = [(d.free if d.free is not None else 0) - headroom for d in plan.devices]
+        worst = min(range(len(frees)), key=lambda i: frees[i])
+        best = max(range(len(frees)), key=lambda i: frees[i])
+        if frees[worst] >= 0 or worst == best or c[worst] <= 0:
+            break
+        per = max(1, plan.devices[worst].get("weights") // max(1.0, c[worst]))
+        move = max(1, int(-frees[worst] // per) + 1)
+        move = int(min(move, c[worst]))
+        c[worst] -= move
+        c[best] += move
+        cur = _set(cfg, tensor_split=tuple(c))
+        plan = _plan(inp, cur)
+    return cur, plan
+
+
+def _offload_search(inp: PlanInputs, cfg: ServerConfig, headroom: int) -> tuple[ServerConfig, Plan, str] | None:
+    """Smallest CPU share that fits: --n-cpu-moe for MoE models, else the largest -ngl."""
+    spec = inp.spec
+    n_all = spec.n_layer_main
+    if spec.n_expert:
+        lo, hi = 1, n_all
+        best = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            c = _set(cfg, n_cpu_moe=mid)
+            p = _plan(inp, c)
+            if _fits(p, headroom)[0]:
+                best = (c, p, f"--n-cpu-moe {mid}: experts of the first {mid} layers in host RAM")
+                hi = mid - 1
+            else:
+                lo = mid + 1
+        return best
+    lo, hi = 0, spec.n_layer
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        c = _set(cfg, n_gpu_layers=mid)
+        p = _plan(inp, c)
+        if _fits(p, headroom)[0]:
+            best = (c, p, f"-ngl {mid}: {spec.n_layer + 1 - mid} layer(s) on the CPU")
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _best_draft_n(spec: ModelSpec, inp: PlanInputs, cfg: ServerConfig, cal: Calibration,
+                  acceptance: float | None, host_bw: float | None, spec_type: str = "draft-mtp") -> int:
+    best_n, best_v = 3, -1.0
+    for n in (1, 2, 3, 4, 5, 6):
+        c = _set(cfg, spec_types=(spec_type,), spec_draft_n_max=n)
+        rep = speed_report(spec, c, inp.hardware, cal=cal, acceptance=acceptance, draft=inp.draft,
+                           host_bandwidth_gbs=host_bw, depths=[0])
+        v = rep.speculative.decode_tok_s if rep.speculative else 0.0
+        if v > best_v + 1e-9:
+            best_n, best_v = n, v
+    return best_n
+
+
+# ============================================================================ optimise
+
+
+def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
+             host_bandwidth_gbs: float | None = None, max_candidates: int = 12) -> OptimiseResult:
+    t_start = time.perf_counter()
+    targets.check()
+    if targets.vision and inp.mmproj is None:
+        raise InputError("--vision: no mmproj to plan for (give --mmproj FILE|f16|bf16, or a catalogue model that has one)")
+    cal = cal or load_calibration()
+    spec = inp.spec
+    hw = inp.hardware
+    base = inp.cfg
+    slots = targets.slots
+    n_ctx = targets.ctx * slots
+    if spec.n_ctx_train and targets.ctx > spec.n_ctx_train:
+        raise InputError(f"--target-ctx {targets.ctx} is larger than the model's n_ctx_train {spec.n_ctx_train}: "
+                         "llama-server caps each slot there (server-context.cpp:1365-1368)")
+    cfg0 = _set(base, n_ctx=n_ctx, n_parallel=slots, flash_attn="on")
+    cfg0 = replace(cfg0, kv_unified=True if slots > 1 else None, fit=False,
+                   set_flags=frozenset(cfg0.set_flags | {"fit"}))
+    use_spec = bool(spec.nextn_layers or inp.draft is not None)
+    # MTP heads (in the model or as a separate -md file, seed 004) use draft-mtp; any other draft
+    # model draft-simple (common/speculative.cpp:72-84)
+    spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
+    backends = [g.backend for g in hw.gpus] or ["CPU"]
+    evaluated = 0
+    cands: list[Candidate] = []
+    depth = targets.depth
+    spec_n = _best_draft_n(spec, inp, cfg0, cal, targets.acceptance, host_bandwidth_gbs, spec_type) if use_spec else 0
+    ubs = (512, 1024, 2048)
+    for tk, tv in kv_pairs(backends):
+        try:
+            M.check_kv_types(spec, _set(cfg0, cache_type_k=tk, cache_type_v=tv))
+        except InputError:
+            continue
+        for ub in ubs:
+            for spec_on in ((True, False) if use_spec else (False,)):
+                cfg = _set(cfg0, cache_type_k=tk, cache_type_v=tv, n_ubatch=ub, n_batch=max(2048, ub))
+                if spec_on:
+                    cfg = _set(cfg, spec_types=(spec_type,), spec_draft_n_max=spec_n)
+                layouts: list[tuple[ServerConfig, Plan, str]] = []
+                if len(hw.gpus) > 1:
+                    counts, left = fastest_first_split(inp, _set(cfg, split_mode="layer"), targets.headroom)
+                    evaluated += 1
+                    if left == 0:
+                        c, p = _repair_split(inp, _set(cfg, split_mode="layer"), list(counts), targets.headroom)
+                        layouts.append((c, p, "-ts fills the fastest GPU first (least time per token with -sm layer)"))
+                    bal = balanced_split(inp)
+                    c = _set(cfg, split_mode="layer", tensor_split=bal)
+                    layouts.append((c, _plan(inp, c), "-ts proportional to bandwidth (equal time per GPU)"))
+                    layouts.append((cfg, _plan(inp, cfg), "llama.cpp default split (proportional to free memory)"))
+                else:
+                    layouts.append((cfg, _plan(inp, cfg), "all layers on the GPU" if hw.gpus else "CPU only"))
+                evaluated += len(layouts)
+                if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
+                    start = layouts[0][0]
+                    off = _offload_search(inp, start, targets.headroom)
+                    evaluated += 6
+                    if off is not None:
+                        layouts.append(off)
+                for c, p, how in layouts:
+                    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=targets.acceptance,
+                                       draft=inp.draft, host_bandwidth_gbs=host_bandwidth_gbs,
+                                       depths=sorted({0, 8192 if targets.ctx > 8192 else 0, depth, targets.ctx}))
+                    fits, min_free = _fits(p, targets.headroom)
+                    d = rep.at_depth(depth).decode_tok_s
+                    if rep.speculative is not None:
+                        d *= rep.speculative.speedup
+                    meets = targets.decode_tok_s is None or d >= targets.decode_tok_s
+                    notes = [kv_quality_note(tk, tv)]
+                    path = kv_path(backends[0], tk, tv, "on")
+                    if path.kind != "fast":
+                        notes.append(path.note)
+                    if rep.speculative is not None:
+                        notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
+                                     f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
+                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes)))
+    ranked = sorted(cands, key=lambda x: _rank_key(x, targets))
+    # drop duplicates (same command)
+    seen: set[tuple[str, ...]] = set()
+    uniq = []
+    for c in ranked:
+        if c.plan.command in seen:
+            continue
+        seen.add(c.plan.command)
+        uniq.append(c)
+    best = uniq[0] if uniq else None
+    reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
+    verdict = "ok" if best is not None and best.meets_all else "impossible"
+    return OptimiseResult(targets, tuple(uniq[:max_candidates]), verdict, tuple(reasons),
+                          time.perf_counter() - t_start, evaluated)
+
+
+def _rank_key(c: Candidate, t: Targets) -> tuple:
+    """Fitting first, then meeting the decode target, then KV quality (when the target is met),
+    then speed; --agent weights prefill (long prompts) before KV quality."""
+    q = -(KV_QUALITY.get(c.cfg.cache_type_k, 3) + KV_QUALITY.get(c.cfg.cache_type_v, 3))
+    pf = c.speed.prefill.tok_s
+    if not c.fits:
+        return (2, -(c.min_free or 0), -c.decode_at_target)
+    if not c.meets_decode:
+        return (1, -c.decode_at_target, -q, -pf)
+    if t.agent:
+        return (0, -round(pf, -2), -q, -c.decode_at_target)
+    return (0, -q, -round(c.decode_at_target, 0), -pf)
+
+
+def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calibration,
+             host_bw: float | None) -> list[str]:
+    out: list[str] = []
+    spec = inp.spec
+    best = cands[0] if cands else None
+    if best is not None and best.meets_all:
+        return out
+    fitting = [c for c in cands if c.fits]
+    if not fitting:
+        smallest = min(cands, key=lambda c: sum(d.total for d in c.plan.devices), default=None)
+        if smallest is not None:
+            short = [f"{d.name} ({d.label}) needs {fmt_bytes(d.total)} of {fmt_bytes(d.capacity or 0)}"
+                     for d in smallest.plan.devices if d.free is not None and d.free < t.headroom]
+            kv = smallest.plan.kv_bytes_per_token
+            out.append(
+                f"context {t.ctx} x {t.slots} slot(s) does not fit with {fmt_bytes(t.headroom)} headroom even with "
+                f"K {smallest.cfg.cache_type_k}/V {smallest.cfg.cache_type_v} ({kv} B per token = "
+                f"{fmt_bytes(kv * t.ctx * t.slots)} of KV): " + "; ".join(short or smallest.plan.shortfalls()))
+            if inp.hardware.ram_bytes is not None:
+                out.append(f"keeping layers or experts in host RAM (-ngl / --n-cpu-moe) does not fit either: "
+                           f"host RAM is {fmt_bytes(inp.hardware.ram_bytes)} (--ram)")
+        return out
+    if t.decode_tok_s is None:
+        return out
+    top = max(fitting, key=lambda c: c.decode_at_target)
+    rep = top.speed
+    wbytes = sum(x.weights_read for x in rep.devices)
+    bytes_tok = rep.at_depth(t.depth).bytes_per_token
+    need_tbs = bytes_tok * t.decode_tok_s / 1e12
+    gpus = [x for x in rep.devices if x.backend != "CPU"]
+    dev_desc = ", ".join(f"{x.label} {x.bandwidth_gbs:g} GB/s" for x in gpus)
+    host = [x for x in rep.devices if x.backend == "CPU" and x.weights_read]
+    if host:
+        dev_desc = (dev_desc + ", " if dev_desc else "") + (
+            f"host RAM {host[0].bandwidth_gbs:g} GB/s for the {host[0].weights_read / GB:.2f} GB kept there")
+    out.append(
+        f"decode {t.decode_tok_s:g} tok/s at depth {t.depth} needs >= {need_tbs:.2f} TB/s for "
+        f"{bytes_tok / GB:.2f} GB read per token ({wbytes / GB:.2f} GB of active weights); {dev_desc}: "
+        f"the limit is {rep.at_depth(t.depth).limit_tok_s:.0f} tok/s, predicted {rep.at_depth(t.depth).decode_tok_s:.0f} tok/s "
+        f"(calibrated efficiency)")
+    if rep.speculative is not None:
+        s = rep.speculative
+        out.append(f"with MTP (a={s.acceptance:.2f}, n={s.n_max}) the best candidate reaches about "
+                   f"{top.decode_at_target:.0f} tok/s ({s.tokens_per_step:.2f} tokens per step)")
+    else:
+        # what an MTP head or a draft model could do: a = 0.6, n = 3, a draft pass reading the
+        # output head and one layer
+        a, n = 0.6, 3
+        base_t = 1 / rep.at_depth(t.depth).decode_tok_s
+        gpu = gpus[0] if gpus else rep.devices[0]
+        bw = gpu.bandwidth_gbs * GB * gpu.eff.weights
+        n_main = max(1, spec.n_layer_main)
+        head = mtp_draft_bytes(spec) if spec.nextn_layers else (
+            sum(x.n_bytes for x in spec.tensors if x.name == "output.weight") or _token_embd_bytes(spec))
+        draft_s = (head + wbytes / n_main) / bw + 0.5 * gpu.eff.overhead_ms / 1000
+        step = base_t * (1 + gpu.eff.verify_per_token * n) + n * draft_s
+        est = tokens_per_step(a, n) / step
+        out.append(f"this model has no MTP layers and no draft was given; an MTP release or draft model with "
+                   f"acceptance a={a} and n={n} could reach about {est:.0f} tok/s "
+                   f"((1 - a^(n+1))/(1 - a) = {tokens_per_step(a, n):.2f} tokens per step)")
+    return out
+
+
+# ============================================================================ report
+
+
+def _fmt_tok(v: float) -> str:
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
+                    host_bandwidth_gbs: float | None = None, show: int = 8) -> tuple[Any, dict[str, Any], int]:
+    """(rich renderable, JSON dict, exit code) for ``llamarig plan --target-*``. Exit 0 when the
+    winner meets every target, 1 when the targets are impossible (an answer, not an error)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    res = optimise(inp, targets, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs)
+    t = targets
+    title = (f"llamarig plan: targets ctx {t.ctx} x {t.slots} slot(s)"
+             + (f", decode >= {t.decode_tok_s:g} tok/s at depth {t.depth}" if t.decode_tok_s else "")
+             + f", headroom {fmt_bytes(t.headroom)}")
+    tab = Table(title=title, show_lines=False, pad_edge=False)
+    cols = (("#", "right"), ("KV", "left"), ("-ub", "right"), ("layout", "left"), ("free", "right"), ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"),
+            ("prefill", "right"), ("ok", "left"))
+    for col, just in cols:
+        tab.add_column(col, justify=just, no_wrap=col != "layout", overflow="fold",  # type: ignore[arg-type]
+                       min_width=9 if col == "layout" else None)
+    for i, c in enumerate(res.candidates[:show], 1):
+        s = c.speed
+        sp = s.speculative
+        eff = sp.speedup if sp else 1.0
+        ts = ("-ts " + ",".join(f"{x:g}" for x in c.cfg.tensor_split)) if c.cfg.tensor_split else ""
+        extra = f" --n-cpu-moe {c.cfg.n_cpu_moe}" if c.cfg.n_cpu_moe else ""
+        if c.cfg.n_gpu_layers >= 0 and "n_gpu_layers" in c.cfg.set_flags:
+            extra += f" -ngl {c.cfg.n_gpu_layers}"
+        tab.add_row(
+            str(i), f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}", str(c.plan.n_ubatch),
+            ((ts + extra).strip() or "default") + (f" MTP n={sp.n_max}" if sp else ""),
+            f"{c.min_free / GiB:.1f}G" if c.min_free is not None else "-",
+            _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
+            _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
+            "yes" if c.meets_all else ("no fit" if not c.fits else "slow"),
+        )
+    parts: list[Any] = [tab, Text("decode tok/s at depth 0 / target depth / target context (with speculative "
+                                  "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt; "
+                                  "free = least free memory on a GPU", style="dim")]
+    best = res.best
+    if best is not None:
+        parts.append(Text(f"\n{'Winning' if res.verdict == 'ok' else 'Closest'} command ({best.layout}):", style="bold"))
+        parts.append(Text(" ".join(best.plan.command)))
+        parts.append(Text(f"physical limit at depth 0: {best.speed.decode_limit_tok_s:.0f} tok/s "
+                          f"(bandwidth / bytes per token); predicted {best.speed.decode_tok_s:.0f} tok/s"))
+        parts.append(Text("KV: " + best.speed.kv_note))
+        if t.decode_tok_s:
+            sp = best.speed.speculative
+            deep = best.speed.at_depth(t.ctx).decode_tok_s * (sp.speedup if sp else 1.0)
+            if deep < t.decode_tok_s:
+                parts.append(Text(f"note: with the context full ({t.ctx} tokens) decode falls to about {deep:.0f} tok/s, "
+                                  f"below the target; --target-depth N judges the target at depth N "
+                                  f"(now {t.depth})", style="yellow"))
+        parts.append(Text("decode formula: " + best.speed.formula, style="dim"))
+        if best.speed.speculative:
+            parts.append(Text("speculative: " + best.speed.speculative.formula, style="dim"))
+        parts.append(Text("prefill formula: " + best.speed.prefill.formula, style="dim"))
+    if res.verdict != "ok":
+        parts.append(Text("\nImpossible as asked:", style="bold red"))
+        for r in res.reasons:
+            parts.append(Text("  - " + r))
+    parts.append(Text(f"\n{res.evaluated} configurations evaluated in {res.elapsed_s * 1000:.0f} ms; "
+                      f"calibration: {best.speed.calibration if best else ''}", style="dim"))
+    return Group(*parts), res.to_json(), 0 if res.verdict == "ok" else 1
+
+
+# ============================================================================ CLI glue
+
+
+@dataclass(frozen=True)
+class SpeedArgs:
+    """The speed/optimiser options of ``llamarig plan`` (extracted before llama-server flags)."""
+
+    target_ctx: int | None = None
+    target_decode: float | None = None
+    target_depth: int | None = None
+    headroom: int | None = None
+    slots: int | None = None
+    vision: bool = False
+    agent: bool = False
+    acceptance: float | None = None
+    calibration: str | None = None
+    host_bandwidth_gbs: float | None = None
+
+    @property
+    def wants_optimiser(self) -> bool:
+        return self.target_ctx is not None or self.target_decode is not None
+
+    def calibration_obj(self) -> Calibration:
+        return load_calibration(self.calibration)
+
+    def targets(self, inp: PlanInputs) -> Targets:
+        """Targets for these inputs; contradictions with the given llama-server flags are errors."""
+        cfg = inp.cfg
+        if self.slots is not None and "n_parallel" in cfg.set_flags and cfg.n_parallel != self.slots:
+            raise InputError(f"--slots {self.slots} contradicts -np {cfg.n_parallel}: give one of them")
+        slots = self.slots or (cfg.n_parallel if "n_parallel" in cfg.set_flags and cfg.n_parallel > 0 else 1)
+        ctx = self.target_ctx
+        if ctx is None:
+            ctx = (cfg.n_ctx // max(1, slots)) if "n_ctx" in cfg.set_flags and cfg.n_ctx else 8192
+        elif "n_ctx" in cfg.set_flags and cfg.n_ctx and cfg.n_ctx < ctx * slots:
+            raise InputError(f"--target-ctx {ctx} x {slots} slot(s) contradicts -c {cfg.n_ctx}: give one of them")
+        return Targets(ctx=ctx, decode_tok_s=self.target_decode, decode_depth=self.target_depth,
+                       headroom=GiB if self.headroom is None else self.headroom, slots=slots,
+                       vision=self.vision, agent=self.agent, acceptance=self.acceptance)
+
+
+SPEED_HELP = """\
+Speed and optimiser options (docs/speed.md):
+  --target-ctx N            tokens every slot must hold; searches KV types, -ub, -ts, -ngl, MTP
+  --target-decode T         decode tok/s wanted (at --target-depth, default 4096)
+  --target-depth N          context depth at which --target-decode is judged
+  --headroom SIZE           free memory to keep on every GPU (default 1GiB)
+  --slots N                 parallel slots (-np N -kvu)
+  --vision                  the mmproj must be loaded
+  --agent                   rank by prefill speed (long prompts) before KV quality
+  --acceptance A            speculative acceptance per drafted position (default per family)
+  --calibration FILE        speed calibration file (what `bench` writes)
+  --host-bandwidth GBS      host memory bandwidth for layers in RAM / CPU-only plans
+"""
+
+_SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom", "--slots",
+                "--acceptance", "--calibration", "--host-bandwidth"}
+
+
+def _num(flag: str, v: str, kind: type) -> float:
+    try:
+        x = kind(v)
+    except ValueError:
+        raise InputError(f"{flag} {v}: not a {'whole ' if kind is int else ''}number") from None
+    return x
+
+
+def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
+    """Take the speed options out of ``plan``'s arguments (up to ``--``); the rest is returned in
+    order for the memory plan's parser."""
+    from llamarig.units import parse_size
+
+    vals: dict[str, Any] = {}
+    rest: list[str] = []
+    i = 0
+    a = list(args)
+    while i < len(a):
+        tok = a[i]
+        if tok == "--":
+            rest.extend(a[i:])
+            break
+        key, eq, val = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        if key in _SPEED_VALUE:
+            if not eq:
+                if i + 1 >= len(a):
+                    raise InputError(f"{tok}: missing value")
+                val = a[i + 1]
+                i += 1
+            if key == "--target-ctx":
+                vals["target_ctx"] = int(_num(key, val.replace("_", ""), int))
+            elif key == "--target-decode":
+                vals["target_decode"] = float(_num(key, val, float))
+            elif key == "--target-depth":
+                vals["target_depth"] = int(_num(key, val, int))
+            elif key == "--headroom":
+                vals["headroom"] = parse_size(val, "gib")
+            elif key == "--slots":
+                vals["slots"] = int(_num(key, val, int))
+            elif key == "--acceptance":
+                vals["acceptance"] = float(_num(key, val, float))
+            elif key == "--calibration":
+                vals["calibration"] = val
+            elif key == "--host-bandwidth":
+                bw = float(_num(key, val, float))
+                if not 0 < bw < 100_000:
+                    raise InputError(f"--host-bandwidth {val}: expected GB/s, e.g. 40")
+                vals["host_bandwidth_gbs"] = bw
+        elif tok == "--vision":
+            vals["vision"] = True
+        elif tok == "--agent":
+            vals["agent"] = True
+        else:
+            rest.append(tok)
+        i += 1
+    sa = SpeedArgs(**vals)
+    if sa.target_decode is not None and sa.target_decode <= 0:
+        raise InputError(f"--target-decode {sa.target_decode:g}: must be > 0 tok/s")
+    if sa.target_ctx is not None and sa.target_ctx <= 0:
+        raise InputError(f"--target-ctx {sa.target_ctx}: must be a positive number of tokens")
+    if sa.slots is not None and sa.slots <= 0:
+        raise InputError(f"--slots {sa.slots}: must be >= 1")
+    return sa, rest

@@ -1,0 +1,631 @@
+"""Speed model: decode and prefill tokens per second from bytes moved and FLOPs, per device.
+
+Decode is memory-bound: producing one token reads every *active* weight once (MoE: only the
+experts used), the KV cache of the full-attention layers up to the current depth (SWA layers at
+most their window) and reads + writes the recurrent state. With ``-sm layer`` the devices run one
+after the other, so the time is the sum over devices of bytes / (bandwidth x efficiency), plus a
+fixed per-token overhead and a hop per device boundary; ``-sm row|tensor`` divides each layer's
+work between the GPUs, so the slowest GPU sets the time. Layers kept in host RAM are computed by
+the CPU at host bandwidth. The *limit* is the same sum at efficiency 1 without overheads.
+
+Prefill is compute-bound: 2 FLOPs per active weight per token plus attention (4 x heads x head dim
+x depth per attention layer), at the device's dense FP16 rate times an efficiency that grows with
+the micro-batch (``ub / (ub + ub_half)``); weights are still read once per micro-batch, and weights
+in host RAM cross PCIe once per micro-batch (ggml-backend offloads big batches to the GPU).
+
+Speculative decoding: with per-position acceptance probability ``a`` and ``n`` drafted tokens the
+expected tokens per step are ``(1 - a^(n+1)) / (1 - a)``; a step costs one target verification of
+``n + 1`` tokens (``1 + verify_per_token x n`` decode steps) plus ``n`` draft passes (MTP: the
+nextn layer and the output head; a draft model: its weights).
+
+Every figure is a frozen dataclass carrying the formula it came from (docs/speed.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llamarig.errors import InputError
+from llamarig.gguf.ggml_types import TYPE_SIZES
+from llamarig.gguf.spec import ModelSpec
+from llamarig.hardware.catalogue import GPU, Hardware
+from llamarig.plan import memory as M
+from llamarig.plan.calibration import Calibration, Efficiency, load_calibration
+from llamarig.plan.config import ServerConfig
+
+GB = 1e9
+_EXPS_RE = re.compile(r"_(ch)?exps\b|_exps$|\.ffn_(up|down|gate|gate_up)_exps")
+_BLK_RE = re.compile(r"^blk\.(\d+)\.")
+
+#: CUDA flash-attention decode kernels compiled by default (ggml/CMakeLists.txt:208
+#: GGML_CUDA_FA_QUANTS "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16")
+CUDA_FA_FAST_PAIRS = frozenset({("q4_0", "q4_0"), ("q8_0", "q8_0"), ("f16", "f16"), ("bf16", "bf16")})
+#: types with a CUDA FA kernel at all (ggml/src/ggml-cuda/fattn.cu ggml_cuda_fattn_kv_type_supported)
+CUDA_FA_TYPES = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+
+
+# ============================================================================ KV path rules
+
+
+@dataclass(frozen=True)
+class KVPath:
+    """How attention runs for a K/V type pair on a backend."""
+
+    kind: str  # fast | convert | cpu | nofa
+    factor: float  # multiplier on KV read time
+    note: str
+
+
+def kv_path(backend: str, type_k: str, type_v: str, flash_attn: str = "auto") -> KVPath:
+    """The flash-attention path llama.cpp takes (llama-server-truth.md 2.2; fattn.cu:496-538,
+    llama-context.cpp:509-560). Only CUDA/ROCm (ggml-cuda) have these restrictions modelled."""
+    if backend not in ("CUDA", "ROCm"):
+        return KVPath("fast", 1.0, f"{backend}: flash attention handles K {type_k} / V {type_v}")
+    quant_v = TYPE_SIZES[type_v][0] > 1
+    if type_k not in CUDA_FA_TYPES or type_v not in CUDA_FA_TYPES:
+        if flash_attn == "off" or (flash_attn == "auto" and not quant_v):
+            return KVPath("nofa", 2.0, f"K {type_k}: no CUDA flash-attention kernel; FA auto turns itself "
+                          "off and the non-FA path reads K/V twice (KQ and KQV) - slower at depth")
+        return KVPath("cpu", 0.0, f"{type_k}/{type_v} has no CUDA flash-attention kernel: attention runs "
+                      "on the CPU and K/V cross PCIe every token (fattn.cu:525-538) - very slow")
+    if (type_k, type_v) in CUDA_FA_FAST_PAIRS:
+        return KVPath("fast", 1.0, f"K {type_k} / V {type_v}: compiled CUDA FA vector kernel")
+    fk = TYPE_SIZES["f16"][1] / TYPE_SIZES["f16"][0]
+    q = (TYPE_SIZES[type_k][1] / TYPE_SIZES[type_k][0] + TYPE_SIZES[type_v][1] / TYPE_SIZES[type_v][0]) / 2
+    factor = (q + 4 * fk) / q  # read quantized, write f16, read f16 again (per element, K and V)
+    return KVPath("convert", factor, f"K {type_k} / V {type_v}: no compiled FA vector kernel in default "
+                  "builds (GGML_CUDA_FA_QUANTS); K/V are converted to f16 every token (fattn.cu:496-512)")
+
+
+#: relative quality cost of a KV type (lower = closer to f16); notes shown in the optimiser table
+KV_QUALITY = {"f32": 0, "f16": 0, "bf16": 0, "q8_0": 1, "q5_1": 2, "q5_0": 2, "q4_1": 3,
+              "iq4_nl": 3, "q4_0": 3}
+
+
+def kv_quality_note(type_k: str, type_v: str) -> str:
+    if type_k in ("f16", "bf16", "f32") and type_v in ("f16", "bf16", "f32"):
+        return "f16 KV: reference quality"
+    if type_k == "q8_0" and type_v == "q8_0":
+        return "q8_0 KV: near-lossless (about +0.01-0.02 perplexity)"
+    if type_k == "q8_0":
+        return f"K q8_0 / V {type_v}: V quantization costs little; K kept at 8 bit"
+    return f"K {type_k} / V {type_v}: 4-5 bit KV, measurable quality loss on long-context recall"
+
+
+# ============================================================================ devices
+
+
+@dataclass(frozen=True)
+class DeviceLoad:
+    """Bytes one device moves per decoded token, and its speed figures."""
+
+    name: str  # CUDA0 / CPU
+    label: str
+    backend: str
+    bandwidth_gbs: float
+    tflops: float  # dense fp16 (GPU) or host GFLOPS / 1000 (CPU)
+    eff: Efficiency
+    n_layers: int
+    weights_read: int  # active weight bytes per token
+    weights_held: int  # all weight bytes (prefill reads these per micro-batch)
+    kv_per_depth: int  # KV bytes read per token of depth (full-attention layers here)
+    swa_per_cell: int  # KV bytes per cell of the SWA layers here
+    recurrent_rw: int  # recurrent state bytes read + written per token
+    flops_share: float  # fraction of the model's matmul FLOPs on this device
+    kv_factor: float = 1.0  # KVPath factor
+    kv_on_cpu: bool = False  # attention falls back to the CPU (K/V over PCIe)
+
+    def bytes_at(self, depth: int, swa_window: int | None) -> int:
+        swa_cells = min(depth, swa_window) if swa_window else 0
+        return self.weights_read + self.kv_per_depth * depth + self.swa_per_cell * swa_cells + self.recurrent_rw
+
+    def seconds_at(self, depth: int, swa_window: int | None, limit: bool, cal: Calibration) -> float:
+        bw = self.bandwidth_gbs * GB
+        swa_cells = min(depth, swa_window) if swa_window else 0
+        kv = self.kv_per_depth * depth + self.swa_per_cell * swa_cells
+        if limit:
+            return (self.weights_read + kv + self.recurrent_rw) / bw
+        t = (self.weights_read + self.recurrent_rw) / (bw * self.eff.weights)
+        if self.kv_on_cpu:
+            t += kv / (cal.pcie_gbs * GB) + kv / (cal.host_bandwidth_gbs * GB * 0.5)
+        else:
+            t += kv * self.kv_factor / (bw * max(self.eff.kv, 1e-6))
+        return t
+
+
+def _read_weighted(spec: ModelSpec) -> ModelSpec:
+    """A copy of the spec whose tensors count the bytes one decode pass reads: expert tensors
+    only the experts used; MTP (nextn) layers nothing (the draft pass reads them, see
+    speculative())."""
+    frac = spec.n_expert_used / spec.n_expert if spec.n_expert and spec.n_expert_used else 1.0
+    n_main = spec.n_layer_main
+
+    def read(t: Any) -> Any:
+        m = _BLK_RE.match(t.name)
+        if spec.nextn_layers and m and int(m.group(1)) >= n_main:
+            return replace(t, n_bytes=0)
+        if frac < 1.0 and _EXPS_RE.search(t.name):
+            return replace(t, n_bytes=int(t.n_bytes * frac))
+        return t
+
+    if frac == 1.0 and not spec.nextn_layers:
+        return spec
+    return replace(spec, tensors=tuple(read(t) for t in spec.tensors))
+
+
+def _token_embd_bytes(spec: ModelSpec) -> int:
+    return sum(t.n_bytes for t in spec.tensors if t.name == "token_embd.weight")
+
+
+def matmul_params(spec: ModelSpec, mtp_layers: bool = False) -> float:
+    """Active parameters per token in matrix products (architecture formula; the output head
+    included, token embeddings excluded): attention q/k/v/o, recurrent projections, FFN or the
+    used experts."""
+    e = spec.n_embd or 0
+    total = 0.0
+    for ly in spec.layers:
+        if ly.nextn and not mtp_layers:
+            continue
+        if ly.kind == "recurrent" and spec.recurrent is not None:
+            r = spec.recurrent
+            conv = r.inner_size + 2 * r.group_count * r.state_size
+            total += e * (conv + r.inner_size) + r.inner_size * e
+        else:
+            q = ly.n_head * ly.head_dim_k
+            total += e * (q + ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v)) + ly.n_head * ly.head_dim_v * e
+            if spec.architecture in ("qwen35", "qwen35moe"):
+                total += e * q  # gated attention output
+        if spec.n_expert and spec.n_ff_expert:
+            total += 3 * e * spec.n_ff_expert * max(1, spec.n_expert_used)
+        else:
+            total += 3 * e * (spec.n_ff or 0)
+    total += e * (spec.n_vocab or 0)
+    return total
+
+
+def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration | None = None,
+                 host_bandwidth_gbs: float | None = None) -> list[DeviceLoad]:
+    """Per-device bytes per token for this config (placement from memory.place_layers, the same
+    rule the memory plan uses: llama-model.cpp:1558-1610)."""
+    cal = cal or load_calibration()
+    gpus = hw.gpus
+    names = hw.backend_names()
+    placement = M.place_layers(spec, cfg, names, [g.memory_bytes for g in gpus])
+    ws_read = M.split_weights(_read_weighted(spec), cfg, placement)
+    ws_all = M.split_weights(spec, cfg, placement)
+    n_dev = len(gpus)
+    embd = _token_embd_bytes(spec)
+    flash = cfg.flash_attn_enabled
+    kv_on_gpu = not cfg.no_kv_offload
+
+    def layer_dev(il: int) -> int:
+        return placement.layer_dev[il] if il < len(placement.layer_dev) else -1
+
+    kv_per = [0] * (n_dev + 1)  # index -1 -> last slot (CPU)
+    swa_per = [0] * (n_dev + 1)
+    rec = [0] * (n_dev + 1)
+    nl = [0] * (n_dev + 1)
+    rps = M.recurrent_bytes_per_seq(spec)
+    n_rec = max(1, M.recurrent_layer_count(spec))
+    for ly in spec.layers:
+        if ly.nextn:
+            continue
+        d = layer_dev(ly.index)
+        nl[d] += 1
+        kd = d if kv_on_gpu else -1
+        if ly.kind == "recurrent":
+            rec[kd] += 2 * rps // n_rec
+        elif ly.n_head_kv:
+            cell = M.kv_bytes_per_cell(ly, cfg.cache_type_k, cfg.cache_type_v, M.v_row_width(spec, ly, flash))
+            if ly.kind == "swa":
+                swa_per[kd] += cell
+            else:
+                kv_per[kd] += cell
+    params_total = sum(t.n_bytes for t in _read_weighted(spec).tensors if t.name != "token_embd.weight") or 1
+    host_bw = host_bandwidth_gbs or cal.host_bandwidth_gbs
+    out: list[DeviceLoad] = []
+    for i, g in enumerate(gpus):
+        eff = cal.for_device(g.backend, g.id)
+        path = kv_path(g.backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
+        out.append(DeviceLoad(
+            name=names[i], label=g.name, backend=g.backend, bandwidth_gbs=float(g.bandwidth_gbs or 0.0),
+            tflops=float(g.fp16_tflops or 0.0), eff=eff, n_layers=nl[i], weights_read=ws_read.per_device[i],
+            weights_held=ws_all.per_device[i], kv_per_depth=kv_per[i], swa_per_cell=swa_per[i],
+            recurrent_rw=rec[i], flops_share=ws_read.per_device[i] / params_total,
+            kv_factor=path.factor if path.kind != "cpu" else 1.0, kv_on_cpu=path.kind == "cpu",
+        ))
+    host_read = max(0, ws_read.host - embd)
+    if host_read or nl[-1] or kv_per[-1] or swa_per[-1] or rec[-1] or not gpus:
+        eff = cal.for_device("CPU")
+        out.append(DeviceLoad(
+            name="CPU", label="host", backend="CPU", bandwidth_gbs=host_bw, tflops=cal.host_gflops / 1000,
+            eff=eff, n_layers=nl[-1], weights_read=host_read, weights_held=max(0, ws_all.host - embd),
+            kv_per_depth=kv_per[-1], swa_per_cell=swa_per[-1], recurrent_rw=rec[-1],
+            flops_share=host_read / params_total,
+        ))
+    return out
+
+
+# ============================================================================ results
+
+
+@dataclass(frozen=True)
+class DepthSpeed:
+    depth: int
+    decode_tok_s: float
+    limit_tok_s: float
+    bytes_per_token: int
+    formula: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"depth": self.depth, "decode_tok_s": round(self.decode_tok_s, 2),
+                "decode_limit_tok_s": round(self.limit_tok_s, 2), "bytes_per_token": self.bytes_per_token}
+
+
+@dataclass(frozen=True)
+class Speculative:
+    kind: str  # mtp | draft
+    n_max: int
+    acceptance: float  # per-position probability a
+    acceptance_source: str
+    tokens_per_step: float
+    draft_ms: float  # per drafted token
+    verify_ms: float  # one verification step of n + 1 tokens
+    decode_tok_s: float
+    speedup: float
+    formula: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "n_max": self.n_max, "acceptance": self.acceptance,
+                "acceptance_source": self.acceptance_source,
+                "tokens_per_step": round(self.tokens_per_step, 3), "draft_ms": round(self.draft_ms, 3),
+                "verify_ms": round(self.verify_ms, 3), "decode_tok_s": round(self.decode_tok_s, 2),
+                "speedup": round(self.speedup, 3), "formula": self.formula}
+
+
+@dataclass(frozen=True)
+class Prefill:
+    prompt_tokens: int
+    n_ubatch: int
+    tok_s: float
+    formula: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "n_ubatch": self.n_ubatch,
+                "tok_s": round(self.tok_s, 1), "formula": self.formula}
+
+
+@dataclass(frozen=True)
+class SpeedReport:
+    decode_tok_s: float  # at depth 0, without speculative decoding
+    decode_limit_tok_s: float
+    by_depth: tuple[DepthSpeed, ...]
+    prefill: Prefill
+    speculative: Speculative | None
+    devices: tuple[DeviceLoad, ...]
+    kv_note: str
+    formula: str
+    calibration: str
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def effective_decode_tok_s(self) -> float:
+        return self.speculative.decode_tok_s if self.speculative else self.decode_tok_s
+
+    def at_depth(self, depth: int) -> DepthSpeed:
+        best = min(self.by_depth, key=lambda d: abs(d.depth - depth))
+        return best
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "decode_tok_s": round(self.decode_tok_s, 2),
+            "decode_limit_tok_s": round(self.decode_limit_tok_s, 2),
+            "by_depth": [x.to_json() for x in self.by_depth],
+            "prefill_tok_s": round(self.prefill.tok_s, 1),
+            "prefill": self.prefill.to_json(),
+            "speculative": self.speculative.to_json() if self.speculative else None,
+            "devices": [{"name": x.name, "label": x.label, "bandwidth_gbs": x.bandwidth_gbs,
+                         "layers": x.n_layers, "weights_read_per_token": x.weights_read,
+                         "kv_bytes_per_depth_token": x.kv_per_depth, "recurrent_rw_per_token": x.recurrent_rw,
+                         "efficiency": {"weights": x.eff.weights, "kv": x.eff.kv, "overhead_ms": x.eff.overhead_ms}}
+                        for x in self.devices],
+            "kv_note": self.kv_note,
+            "formula": self.formula,
+            "calibration": self.calibration,
+            "warnings": list(self.warnings),
+        }
+        return d
+
+
+# ============================================================================ decode
+
+
+def depth_points(n_ctx: int) -> list[int]:
+    """0, 8K, 32K, 64K, 128K, 256K ... up to the context (and the context itself)."""
+    pts = [0, 8192, 32768, 65536, 131072, 262144, 524288, 1048576]
+    out = [p for p in pts if p < n_ctx]
+    if n_ctx > 0:
+        out.append(n_ctx)
+    return out or [0]
+
+
+def _split_mode(cfg: ServerConfig, loads: Sequence[DeviceLoad]) -> str:
+    gpus = [x for x in loads if x.backend != "CPU"]
+    return cfg.split_mode if len(gpus) > 1 else "layer"
+
+
+def decode_seconds(loads: Sequence[DeviceLoad], depth: int, swa_window: int | None, cal: Calibration,
+                   split_mode: str = "layer", limit: bool = False) -> float:
+    """Seconds per decoded token at ``depth``."""
+    active = [x for x in loads if x.bytes_at(depth, swa_window) > 0 or x.n_layers]
+    if not active:
+        return 0.0
+    per = [x.seconds_at(depth, swa_window, limit, cal) for x in active]
+    gpu_idx = [i for i, x in enumerate(active) if x.backend != "CPU"]
+    if split_mode in ("row", "tensor") and len(gpu_idx) > 1:
+        t = max(per[i] for i in gpu_idx) + sum(p for i, p in enumerate(per) if i not in gpu_idx)
+        if not limit:
+            n_layers = sum(active[i].n_layers for i in gpu_idx) or 1
+            t += n_layers * 2 * cal.hop_ms / 1000  # one all-reduce per attention and FFN block
+    else:
+        t = sum(per)
+        if not limit:
+            t += (len(active) - 1) * cal.hop_ms / 1000
+    if not limit:
+        t += max(x.eff.overhead_ms for x in active) / 1000
+    return t
+
+
+def decode_formula(loads: Sequence[DeviceLoad], split_mode: str) -> str:
+    parts = []
+    for x in loads:
+        kv = f" + KV {x.kv_per_depth} B x depth" if x.kv_per_depth else ""
+        swa = f" + SWA {x.swa_per_cell} B x min(depth, window)" if x.swa_per_cell else ""
+        rec = f" + recurrent r/w {x.recurrent_rw / 2**20:.1f} MiB" if x.recurrent_rw else ""
+        parts.append(f"{x.name}: (weights {x.weights_read / GB:.2f} GB{rec}) / ({x.bandwidth_gbs:g} GB/s x "
+                     f"{x.eff.weights:g}){kv}{swa} / ({x.bandwidth_gbs:g} GB/s x {x.eff.kv:g})")
+    op = " max " if split_mode in ("row", "tensor") else " + "
+    return ("t(depth) = " + op.join(f"[{p}]" for p in parts) +
+            " + per-token overhead; tok/s = 1 / t; limit: same bytes at efficiency 1, no overhead")
+
+
+# ============================================================================ prefill
+
+
+def prefill(spec: ModelSpec, loads: Sequence[DeviceLoad], prompt: int, n_ubatch: int,
+            cal: Calibration) -> Prefill:
+    """Prompt tokens per second for a prompt of ``prompt`` tokens processed in micro-batches."""
+    prompt = max(1, prompt)
+    ub = max(1, min(n_ubatch, prompt))
+    params = matmul_params(spec)
+    attn_layers = [ly for ly in spec.layers if not ly.nextn and ly.kind in ("attention", "swa") and ly.n_head_kv]
+    avg_depth = prompt / 2
+    attn_flops = 0.0
+    for ly in attn_layers:
+        d = min(avg_depth, spec.swa_window or avg_depth) if ly.kind == "swa" else avg_depth
+        attn_flops += 4 * ly.n_head * (ly.head_dim_k + ly.head_dim_v) / 2 * d
+    t_tok = 0.0
+    gpu_present = any(x.backend != "CPU" for x in loads)
+    for x in loads:
+        rate = x.tflops * 1e12 * x.eff.prefill * ub / (ub + x.eff.ubatch_half)
+        if rate <= 0:
+            continue
+        share = x.flops_share
+        if x.backend == "CPU" and gpu_present and ub >= 32:
+            # op offload: batches of >= 32 tokens on host-held weights are computed by the GPU,
+            # copying the weights over PCIe once per micro-batch (ggml/src/ggml-backend.cpp:1110,
+            # ggml/src/ggml-cuda/ggml-cuda.cu:5754-5757, GGML_OP_OFFLOAD_MIN_BATCH default 32 at :5928)
+            t_tok += x.weights_held / (cal.pcie_gbs * GB) / ub
+            gpu = next(y for y in loads if y.backend != "CPU")
+            rate = gpu.tflops * 1e12 * gpu.eff.prefill * ub / (ub + gpu.eff.ubatch_half)
+        n_attn = x.kv_per_depth or x.swa_per_cell
+        a_share = (x.n_layers / max(1, sum(y.n_layers for y in loads))) if n_attn else 0.0
+        t_tok += 2 * params * share / rate
+        t_tok += attn_flops * a_share / (rate * x.eff.attn_prefill)
+        t_tok += x.weights_read / (x.bandwidth_gbs * GB * x.eff.weights) / ub if x.bandwidth_gbs else 0.0
+    tok_s = 1 / t_tok if t_tok > 0 else 0.0
+    formula = (f"t/token = 2 x {params / 1e9:.2f} G active params / (TFLOPS x eff x ub/(ub + ub_half)) + "
+               f"attention 4 x heads x head_dim x avg depth {avg_depth:.0f} / (rate x attn eff) + "
+               f"weights / bandwidth / ub (ub {ub})")
+    return Prefill(prompt, ub, tok_s, formula)
+
+
+# ============================================================================ speculative
+
+
+def tokens_per_step(a: float, n: int) -> float:
+    """Expected tokens per target step: (1 - a^(n+1)) / (1 - a) (geometric acceptance)."""
+    if n <= 0:
+        return 1.0
+    if a >= 1:
+        return float(n + 1)
+    return (1 - a ** (n + 1)) / (1 - a)
+
+
+def acceptance_from_ratio(ratio: float, n: int) -> float:
+    """Per-position acceptance a from llama.cpp's draft_n_accepted / draft_n (``ratio``) at draft
+    length n: solves ratio x n = a (1 - a^n) / (1 - a) by bisection."""
+    if n <= 0:
+        return 0.0
+    target = max(0.0, min(ratio, 0.999)) * n
+    lo, hi = 0.0, 0.99999
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if tokens_per_step(mid, n) - 1 < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def default_acceptance(spec: ModelSpec, kind: str, cal: Calibration) -> tuple[float, str]:
+    key = f"{kind}:{spec.architecture}"
+    if key in cal.acceptance:
+        return cal.acceptance[key], f"default for {key} ({cal.source})"
+    if kind in cal.acceptance:
+        return cal.acceptance[kind], f"default for {kind} ({cal.source})"
+    return 0.6, "generic default 0.6"
+
+
+def mtp_draft_bytes(spec: ModelSpec) -> int:
+    """Bytes one MTP draft token reads: the nextn layer(s) and the output head (shared)."""
+    n_main = spec.n_layer_main
+    b = 0
+    for t in spec.tensors:
+        m = _BLK_RE.match(t.name)
+        if m and int(m.group(1)) >= n_main or t.name == "output.weight":
+            b += t.n_bytes
+    if not any(t.name == "output.weight" for t in spec.tensors):
+        b += _token_embd_bytes(spec)  # tied head
+    return b
+
+
+def speculative(spec: ModelSpec, loads: Sequence[DeviceLoad], base_seconds: float, n: int,
+                acceptance: float | None, cal: Calibration, draft: ModelSpec | None = None,
+                acceptance_source: str | None = None) -> Speculative:
+    kind = "draft" if draft is not None else "mtp"
+    if acceptance is None:
+        a, src = default_acceptance(spec, kind, cal)
+    else:
+        a, src = acceptance, acceptance_source or "given"
+    gpu = next((x for x in loads if x.backend != "CPU"), loads[0])
+    bw = gpu.bandwidth_gbs * GB * gpu.eff.weights
+    if draft is not None:
+        dbytes = draft.weights_bytes - _token_embd_bytes(draft)
+    else:
+        dbytes = mtp_draft_bytes(spec)
+    draft_s = dbytes / bw + 0.5 * gpu.eff.overhead_ms / 1000 if bw > 0 else 0.0
+    # rollback snapshots of the recurrent state: n more state writes per step
+    rec = sum(x.recurrent_rw for x in loads) / 2 * n
+    verify_s = base_seconds * (1 + gpu.eff.verify_per_token * n) + (rec / bw if bw > 0 else 0.0)
+    e = tokens_per_step(a, n)
+    step = verify_s + n * draft_s
+    tok_s = e / step if step > 0 else 0.0
+    base = 1 / base_seconds if base_seconds > 0 else 0.0
+    what = "draft model" if draft is not None else "MTP head (nextn layer + output head)"
+    formula = (f"tokens/step = (1 - a^(n+1)) / (1 - a) = (1 - {a:.2f}^{n + 1}) / (1 - {a:.2f}) = {e:.2f}; "
+               f"step = verify {verify_s * 1000:.1f} ms (decode x (1 + {gpu.eff.verify_per_token:g} x n)) + "
+               f"n x draft {draft_s * 1000:.2f} ms ({what} {dbytes / GB:.2f} GB); tok/s = tokens/step / step")
+    return Speculative(kind, n, a, src, e, draft_s * 1000, verify_s * 1000, tok_s,
+                       tok_s / base if base else 0.0, formula)
+
+
+# ============================================================================ entry points
+
+
+def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calibration | None = None,
+                 n_ctx: int | None = None, host_bandwidth_gbs: float | None = None,
+                 acceptance: float | None = None, draft: ModelSpec | None = None,
+                 prompt_tokens: int = 8192, depths: Sequence[int] | None = None) -> SpeedReport:
+    """Decode at several depths, prefill, speculative decoding (when configured)."""
+    cal = cal or load_calibration()
+    warnings: list[str] = []
+    ctx = M.resolve_context(spec, cfg)
+    n_ctx_eff = n_ctx or ctx.n_ctx_slot
+    unknown = [g.name for g in hw.gpus if not g.bandwidth_gbs]
+    if unknown:
+        raise InputError(f"speed: no memory bandwidth known for {', '.join(unknown)} (not in the GPU "
+                         "catalogue); use a catalogue name (`llamarig gpus`) to get speed figures")
+    loads = device_loads(spec, cfg, hw, cal, host_bandwidth_gbs)
+    sm = _split_mode(cfg, loads)
+    window = spec.swa_window
+    dps = list(depths) if depths is not None else depth_points(n_ctx_eff)
+    rows = []
+    for d in dps:
+        t = decode_seconds(loads, d, window, cal, sm)
+        tl = decode_seconds(loads, d, window, cal, sm, limit=True)
+        b = sum(x.bytes_at(d, window) for x in loads)
+        rows.append(DepthSpeed(d, 1 / t if t else 0.0, 1 / tl if tl else 0.0, b,
+                               f"{b / GB:.2f} GB per token at depth {d}"))
+    t0 = decode_seconds(loads, 0, window, cal, sm)
+    tl0 = decode_seconds(loads, 0, window, cal, sm, limit=True)
+    pf = prefill(spec, loads, prompt_tokens, ctx.n_ubatch, cal)
+    spec_res = None
+    if any(t.startswith("draft-") for t in cfg.spec_types) and (spec.nextn_layers or draft is not None):
+        spec_res = speculative(spec, loads, t0, max(1, cfg.spec_draft_n_max), acceptance, cal, draft)
+    backend = loads[0].backend if loads else "CPU"
+    path = kv_path(backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
+    if path.kind in ("cpu", "convert"):
+        warnings.append(path.note)
+    note = kv_quality_note(cfg.cache_type_k, cfg.cache_type_v) + "; " + path.note
+    return SpeedReport(
+        decode_tok_s=1 / t0 if t0 else 0.0, decode_limit_tok_s=1 / tl0 if tl0 else 0.0,
+        by_depth=tuple(rows), prefill=pf, speculative=spec_res, devices=tuple(loads), kv_note=note,
+        formula=decode_formula(loads, sm), calibration=cal.source, warnings=tuple(warnings),
+    )
+
+
+def speed_for(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
+              host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> SpeedReport:
+    """The speed report of a plain plan. ``inputs`` is the planner's PlanInputs (spec, cfg,
+    hardware, draft); ``plan`` (optional) supplies n_ctx_slot for the depth table.
+    ``dataclasses.replace(plan, speed=speed_for(inputs, plan))`` makes ``plan.to_json()`` carry it."""
+    n_ctx = getattr(plan, "n_ctx_slot", None) if plan is not None else None
+    return speed_report(inputs.spec, inputs.cfg, inputs.hardware, cal=cal, n_ctx=n_ctx,
+                        host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
+                        draft=getattr(inputs, "draft", None))
+
+
+def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
+                 host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> Any:
+    """``plan`` with its ``speed`` slot filled; when speed cannot be predicted (a GPU without a
+    known bandwidth) the memory plan is kept and the reason joins its warnings."""
+    from dataclasses import replace as _replace
+
+    try:
+        rep = speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance)
+    except InputError as e:
+        return _replace(plan, warnings=tuple(plan.warnings) + (str(e),))
+    except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan
+        return _replace(plan, warnings=tuple(plan.warnings) + (f"speed model failed ({type(e).__name__}: {e}); "
+                                                               "memory figures are unaffected",))
+    return _replace(plan, speed=rep)
+
+
+def speed_json(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
+               host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> dict[str, Any]:
+    """The ``speed`` object of ``plan --json`` for a plain plan (docs/speed.md)."""
+    return speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs,
+                     acceptance=acceptance).to_json()
+
+
+def speed_table(rep: SpeedReport) -> Any:
+    """A rich renderable for the human ``plan`` output: decode by depth, limit, prefill,
+    speculative decoding, and the formulas."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="speed (predicted; limit = bandwidth / bytes at efficiency 1)", title_justify="left",
+              show_edge=False)
+    for c in ("depth", "decode tok/s", "limit tok/s", "bytes per token"):
+        t.add_column(c, justify="right")
+    if rep.speculative:
+        t.add_column(f"with {rep.speculative.kind.upper()} n={rep.speculative.n_max}", justify="right")
+    for d in rep.by_depth:
+        row = [str(d.depth), f"{d.decode_tok_s:.1f}", f"{d.limit_tok_s:.1f}", f"{d.bytes_per_token / GB:.2f} GB"]
+        if rep.speculative:
+            row.append(f"{d.decode_tok_s * rep.speculative.speedup:.1f}")
+        t.add_row(*row)
+    parts: list[Any] = [t, Text(f"prefill: {rep.prefill.tok_s:.0f} tok/s for a {rep.prefill.prompt_tokens}-token "
+                                f"prompt (-ub {rep.prefill.n_ubatch})")]
+    if rep.speculative:
+        parts.append(Text("speculative: " + rep.speculative.formula, style="dim"))
+    parts.append(Text("decode: " + rep.formula, style="dim"))
+    parts.append(Text("prefill: " + rep.prefill.formula, style="dim"))
+    parts.append(Text("KV: " + rep.kv_note, style="dim"))
+    for w in rep.warnings:
+        parts.append(Text.from_markup(f"[yellow]warning:[/] {escape(w)}"))
+    parts.append(Text(f"calibration: {rep.calibration}", style="dim"))
+    return Group(*parts)
+
+
+def gpu_time_per_layer(g: GPU, bytes_per_layer: float, cal: Calibration) -> float:
+    """Seconds one layer's bytes take on a GPU (used to balance -ts)."""
+    eff = cal.for_device(g.backend, g.id)
+    bw = (g.bandwidth_gbs or 0) * GB * eff.weights
+    return bytes_per_layer / bw if bw else float("inf")

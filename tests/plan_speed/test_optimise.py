@@ -1,0 +1,217 @@
+"""Optimiser cases: the seed user's RTX 3090, three heterogeneous 16 GB cards, impossible targets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from speed_helpers import inputs
+
+from llamarig.errors import InputError
+from llamarig.plan.optimise import Targets, optimise, optimise_report
+from llamarig.plan.speed import speed_report
+from llamarig.units import GiB
+
+
+def test_seed_105k_on_3090(seed_inputs):
+    res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=40, headroom=GiB // 2, vision=True))
+    assert res.verdict == "ok"
+    best = res.best
+    assert best is not None and best.fits and best.meets_decode
+    cmd = " ".join(best.plan.command)
+    assert "-c 105000" in cmd and "-np 1" in cmd
+    assert best.cfg.cache_type_k != "iq4_nl" and best.cfg.cache_type_v != "iq4_nl"
+    assert all(d.free is not None and d.free >= GiB // 2 for d in best.plan.devices)
+    # decode at the full context is reported and slower than at depth 0
+    assert best.speed.at_depth(105000).decode_tok_s < best.speed.by_depth[0].decode_tok_s
+    # every candidate carries its command and memory per device in JSON
+    j = res.to_json()
+    assert j["best"]["command"][0] == "llama-server"
+    assert j["candidates"] and all("devices" in c and "speed" in c for c in j["candidates"])
+
+
+def test_seed_105k_depth_target_picks_small_kv(seed_inputs):
+    """Judged at 52K depth, q4_0 KV (least bytes) is the fastest; f16 would be far slower."""
+    res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=30, decode_depth=52000, vision=True))
+    best = res.best
+    assert best is not None
+    assert best.cfg.cache_type_v in ("q4_0", "q8_0")
+    f16 = [c for c in res.candidates if c.cfg.cache_type_k == "f16"]
+    assert not f16 or all(c.decode_at_target < best.decode_at_target for c in f16)
+
+
+def test_impossible_200_tok_s_is_an_answer(seed_inputs):
+    renderable, j, code = optimise_report(seed_inputs, Targets(ctx=65000, decode_tok_s=200))
+    assert code == 1
+    assert j["verdict"] == "impossible"
+    reasons = " ".join(j["reasons"])
+    assert "TB/s" in reasons and "936 GB/s" in reasons and "limit is" in reasons
+    assert "a=0.6" in reasons and "n=3" in reasons
+    assert j["best"] is not None  # the closest configuration is still given
+
+
+def test_three_gpus_get_a_time_optimal_split_not_an_even_one():
+    """Seed 000's 5070 Ti + 5060 Ti + 4060 Ti with Qwen3.6-27B Q8_0 (28.6 GB)."""
+    inp = inputs("qwen3.6-27b:q8_0", "rtx5070ti", "rtx5060ti16", "rtx4060ti16")
+    res = optimise(inp, Targets(ctx=65536, headroom=GiB))
+    best = res.best
+    assert best is not None and best.fits
+    ts = best.cfg.tensor_split
+    assert len(ts) == 3 and ts != (1.0, 1.0, 1.0)
+    assert ts[0] > ts[2] and ts[1] > ts[2]  # the slow 288 GB/s card gets the fewest layers
+    even = replace(best.cfg, tensor_split=(1.0, 1.0, 1.0))
+    t_even = speed_report(inp.spec, even, inp.hardware).decode_tok_s
+    assert best.speed.decode_tok_s > t_even * 1.1
+    assert " -ts " in " ".join(best.plan.command)
+
+
+def test_moe_that_does_not_fit_uses_n_cpu_moe():
+    inp = inputs("qwen3.6-35b-a3b:q4_k_m", "rtx4060ti16")
+    res = optimise(inp, Targets(ctx=32768))
+    best = res.best
+    assert best is not None and best.fits
+    assert best.cfg.n_cpu_moe > 0
+    assert any(d.name == "CPU" for d in best.speed.devices)
+
+
+def test_mtp_model_gets_speculative_decoding():
+    inp = inputs("qwen3.8-27b:ud-q4_k_xl", "rtx3090")
+    res = optimise(inp, Targets(ctx=65536, decode_tok_s=45))
+    best = res.best
+    assert best is not None
+    assert "draft-mtp" in best.cfg.spec_types and best.speed.speculative is not None
+    assert "--spec-type draft-mtp" in " ".join(best.plan.command)
+    assert best.decode_at_target > best.speed.at_depth(4096).decode_tok_s
+
+
+@pytest.mark.parametrize("targets, msg", [
+    (Targets(ctx=0), "--target-ctx"),
+    (Targets(ctx=65536, decode_tok_s=-5), "--target-decode"),
+    (Targets(ctx=65536, slots=0), "--slots"),
+    (Targets(ctx=65536, headroom=-1), "--headroom"),
+    (Targets(ctx=65536, decode_depth=70000), "--target-depth"),
+    (Targets(ctx=10_000_000), "n_ctx_train"),
+])
+def test_bad_targets(seed_inputs, targets, msg):
+    with pytest.raises(InputError, match=msg):
+        optimise(seed_inputs, targets)
+
+
+def test_vision_without_mmproj():
+    with pytest.raises(InputError, match="--vision"):
+        optimise(inputs("qwen3-8b:q4_k_m", "rtx3090"), Targets(ctx=8192, vision=True))
+
+
+def test_agent_slots_use_unified_kv():
+    inp = inputs("qwen3.6-27b:iq4_nl", "rtx3090")
+    res = optimise(inp, Targets(ctx=32768, slots=2, agent=True))
+    best = res.best
+    assert best is not None
+    cmd = " ".join(best.plan.command)
+    assert "-np 2" in cmd and "-kvu" in cmd and "-c 65536" in cmd
+
+
+def test_extract_speed_args_leaves_the_rest():
+    from llamarig.plan.optimise import extract_speed_args
+
+    sa, rest = extract_speed_args(["qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--target-ctx", "105000",
+                                   "--target-decode=40", "--headroom", "512MiB", "--vision", "-ctk", "q4_0",
+                                   "--", "llama-server", "--slots", "2"])
+    assert sa.target_ctx == 105000 and sa.target_decode == 40 and sa.headroom == 512 << 20 and sa.vision
+    assert sa.wants_optimiser
+    assert rest == ["qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "-ctk", "q4_0", "--", "llama-server", "--slots", "2"]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--target-ctx", "abc"], "not a whole number"),
+    (["--target-decode", "0"], "must be > 0"),
+    (["--target-ctx", "-5"], "positive"),
+    (["--slots", "0"], ">= 1"),
+    (["--target-ctx"], "missing value"),
+    (["--headroom", "lots"], "not a size"),
+])
+def test_bad_speed_args(argv, msg):
+    from llamarig.plan.optimise import extract_speed_args
+
+    with pytest.raises(InputError, match=msg):
+        extract_speed_args(argv)
+
+
+def test_contradicting_flags():
+    from llamarig.plan.optimise import SpeedArgs
+
+    inp = inputs("qwen3.6-27b:iq4_nl", "rtx3090", args=("-np", "4", "-c", "65536"))
+    with pytest.raises(InputError, match="--slots 2 contradicts -np 4"):
+        SpeedArgs(target_ctx=8192, slots=2).targets(inp)
+    with pytest.raises(InputError, match="contradicts -c 65536"):
+        SpeedArgs(target_ctx=65536).targets(inp)
+    t = SpeedArgs(target_decode=30).targets(inp)
+    assert t.ctx == 16384 and t.slots == 4
+
+
+def test_plan_json_speed_slot(seed_inputs):
+    """What plan --json does for a plain plan: Plan.speed carries the SpeedReport."""
+    from llamarig.plan.planner import make_plan
+    from llamarig.plan.speed import speed_for, speed_table
+
+    plan = make_plan(seed_inputs)
+    rep = speed_for(seed_inputs, plan)
+    d = replace(plan, speed=rep).to_json()
+    assert d["speed"]["decode_tok_s"] == round(rep.decode_tok_s, 2)
+    assert speed_table(rep) is not None
+
+
+def test_unknown_gpu_bandwidth_is_a_clear_message():
+    from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
+    from llamarig.plan.planner import PlanInputs, make_plan
+    from llamarig.plan.speed import attach_speed
+
+    base = inputs("qwen3.6-27b:iq4_nl", "rtx3090")
+    inp = PlanInputs(base.spec, base.cfg, Hardware((parse_gpu_arg("mycard:24"),)))
+    plan = attach_speed(make_plan(inp), inp)
+    assert plan.speed is None and any("no memory bandwidth known for mycard" in w for w in plan.warnings)
+    with pytest.raises(InputError, match="no memory bandwidth known"):
+        optimise(inp, Targets(ctx=8192, decode_tok_s=30))
+    ok = attach_speed(make_plan(base), base)
+    assert ok.speed is not None and "speed" in ok.to_json()
+
+
+def test_context_that_never_fits_says_how_much():
+    inp = inputs("qwen3.6-27b:q8_0", "rtx4060ti16")
+    inp = replace(inp, hardware=replace(inp.hardware, ram_bytes=8 * GiB))
+    res = optimise(inp, Targets(ctx=262144, decode_tok_s=20))
+    assert res.verdict == "impossible"
+    text = " ".join(res.reasons)
+    assert "does not fit" in text and "needs" in text and "16.00 GiB" in text and "host RAM" in text
+
+
+def test_partial_offload_counts_host_bandwidth():
+    res = optimise(inputs("qwen3.6-27b:q8_0", "rtx4060ti16"), Targets(ctx=65536, decode_tok_s=20))
+    assert res.verdict == "impossible"
+    best = res.best
+    assert best is not None and best.fits and "-ngl" in best.layout
+    assert "host RAM" in res.reasons[0] and "288 GB/s" in res.reasons[0]
+
+
+def test_draft_model_uses_draft_simple():
+    from speed_helpers import spec_of
+
+    inp = inputs("llama3.1-70b:q4_k_m", "rtx3090", "rtx3090")
+    inp = replace(inp, draft=spec_of("llama3.1-8b:q4_k_m"))
+    res = optimise(inp, Targets(ctx=16384, decode_tok_s=25))
+    best = res.best
+    assert best is not None and best.fits
+    assert best.cfg.spec_types == ("draft-simple",) and best.speed.speculative is not None
+    assert best.speed.speculative.kind == "draft"
+    cmd = " ".join(best.plan.command)
+    assert "--spec-type draft-simple" in cmd and "-ts" in cmd
+
+
+def test_cpu_only_machine():
+    inp = inputs("llama3.1-8b:q4_k_m")
+    res = optimise(inp, Targets(ctx=8192, decode_tok_s=5), host_bandwidth_gbs=50)
+    best = res.best
+    assert best is not None and best.fits and res.verdict == "ok"
+    assert [d.name for d in best.speed.devices] == ["CPU"]
+    res = optimise(inp, Targets(ctx=8192, decode_tok_s=100), host_bandwidth_gbs=50)
+    assert res.verdict == "impossible" and "host RAM 50 GB/s" in res.reasons[0]
