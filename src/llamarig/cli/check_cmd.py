@@ -1,0 +1,300 @@
+"""``llamarig check`` and ``llamarig explain``: lint / explain llama-server launches against the
+flag schema of the installed build (see docs/check.md, docs/explain.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamarig.errors import InputError, LlamarigError
+from llamarig.flags.rules import Context, Finding, lint, physical_cores
+from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.flags.shell import Invocation, Parsed, parse_argv, parse_text
+
+MAX_INPUT_BYTES = 4 * 1024 * 1024
+
+
+def read_input(path: str) -> tuple[str, str]:
+    """(text, display name). Unreadable input is an InputError (exit 2)."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+            name = "<stdin>"
+        else:
+            p = Path(path)
+            if p.is_dir():
+                raise InputError(f"{path}: is a directory")
+            with open(p, "rb") as f:
+                data = f.read(MAX_INPUT_BYTES + 1)
+            name = path
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{name}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB, not a launch script")
+    if b"\x00" in data[:8192]:
+        raise InputError(f"{name}: binary data, not a command or script")
+    return data.decode("utf-8", errors="replace"), name
+
+
+def get_schema(server_bin: str | None, bundled: bool, no_cache: bool = False) -> Schema:
+    if bundled:
+        return load_bundled()
+    return load_schema(server_bin, cache=not no_cache)
+
+
+def model_loader(explicit_model: str | None, base_dir: Path | None):
+    """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
+    cache: dict[str, Any] = {}
+
+    def load(inv: Invocation, ctx: Context) -> Context:
+        path = explicit_model
+        if path is None:
+            args = inv.intended_args
+            for i, w in enumerate(args[:-1]):
+                if w.text in ("-m", "--model"):
+                    path = args[i + 1].text
+        if not path:
+            return ctx
+        cands = [Path(os.path.expanduser(path))]
+        if base_dir is not None and not Path(path).is_absolute():
+            cands.append(base_dir / path)
+        for c in cands:
+            if c.is_file():
+                key = str(c)
+                if key not in cache:
+                    try:
+                        from llamarig.gguf.spec import load_spec
+
+                        cache[key] = (load_spec(c), None)
+                    except LlamarigError as e:
+                        cache[key] = (None, str(e))
+                    except Exception as e:  # a broken file must not crash the linter
+                        cache[key] = (None, f"{c}: {e}")
+                spec, err = cache[key]
+                return replace(ctx, model_spec=spec, model_error=err)
+        if explicit_model:
+            raise InputError(f"{explicit_model}: model file not found")
+        return ctx
+
+    return load
+
+
+def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int | None = None,
+              model: str | None = None, base_dir: Path | None = None, gpus: tuple[str, ...] = (),
+              ram: str | None = None, need_ctx: int | None = None) -> tuple[Parsed, list, list[Finding]]:
+    parsed = parse_text(text, kind)
+    ram_bytes = None
+    if ram:
+        from llamarig.units import parse_size
+
+        ram_bytes = parse_size(ram, "g")
+    ctx = Context(physical_cores=cores or physical_cores(),
+                  cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
+                  ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx)
+    gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
+    readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
+    if not parsed.invocations:
+        findings.append(Finding("no-invocation", "info", 1, None,
+                                "no llama-server command found (a program named llama-server, "
+                                "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
+                                "compose command: or llama-swap cmd:)", None, None))
+    return parsed, readings, findings
+
+
+def to_json(parsed: Parsed, findings: list[Finding], schema: Schema) -> dict[str, Any]:
+    return {
+        "invocations": [
+            {"argv": inv.argv, "line": inv.line, "end_line": inv.end_line, "source": inv.source,
+             "label": inv.label or None, "background": inv.background,
+             "env": [{"name": n, "value": v, "line": ln} for n, v, ln in inv.env],
+             "cut_off": [{"word": w.text, "line": w.line} for w in inv.orphans],
+             "cut_line": inv.cut_line}
+            for inv in parsed.invocations
+        ],
+        "findings": [f.to_json() for f in findings],
+        "schema": {"source": schema.source, "build": schema.build, "origin": schema.origin},
+    }
+
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _q(word: str) -> str:
+    import shlex
+
+    return word if word and all(c.isalnum() or c in "-_./:=,+@%~${}" for c in word) else shlex.quote(word)
+
+
+def _clip(text: str, n: int = 600) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False, soft_wrap=False)
+    con.print(f"[bold]{escape(name)}[/bold]: {parsed.kind}, {len(parsed.invocations)} llama-server "
+              f"invocation(s); flags checked against {escape(schema.label())}")
+    groups: list[tuple[str, list[Finding]]] = []
+    general = [f for f in findings if f.invocation is None]
+    if general:
+        groups.append(("script", general))
+    for k, inv in enumerate(parsed.invocations):
+        head = (f"invocation {k + 1}: line {inv.line}" + (f"-{inv.end_line}" if inv.end_line != inv.line else "")
+                + f" {inv.program}" + (f" [{inv.label}]" if inv.label else "")
+                + f" receives {len(inv.args)} argument(s)")
+        if inv.orphans:
+            head += f", {len(inv.orphans)} cut off at line {inv.cut_line}"
+        groups.append((head, [f for f in findings if f.invocation == k]))
+    argv_of = {}
+    for k, inv in enumerate(parsed.invocations):
+        shown = " ".join(_q(a) for a in inv.argv)
+        lines = [f"[dim]receives:[/dim] {escape(_clip(shown))}"]
+        if inv.orphans:
+            cut = " ".join(_q(w.text) for w in inv.orphans)
+            lines.append(f"[dim]cut off (lines {inv.orphans[0].line}-{inv.orphans[-1].line}):[/dim] "
+                         f"[red]{escape(_clip(cut))}[/red]")
+        if inv.env:
+            lines.append("[dim]environment:[/dim] " + escape(" ".join(f"{n}={v}" for n, v, _ in inv.env)))
+        argv_of[k] = lines
+    for gi, (head, fs) in enumerate(groups):
+        con.print()
+        con.rule(f"[bold]{escape(head)}[/bold]", align="left")
+        k = gi - (1 if general else 0)
+        for ln in argv_of.get(k, []) if head != "script" else []:
+            con.print("  " + ln)
+        if not fs:
+            con.print("  [green]no findings[/green]")
+            continue
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
+        t.add_column("line", justify="right", no_wrap=True)
+        t.add_column("severity", no_wrap=True)
+        t.add_column("rule", no_wrap=True)
+        t.add_column("finding")
+        for f in fs:
+            msg = escape(f.message)
+            if f.fix:
+                msg += f"\n[green]fix:[/green] {escape(f.fix)}"
+            t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{f.severity}[/]", escape(f.rule), msg)
+        con.print(t)
+    n = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+    con.print()
+    con.print(f"[bold red]{n['error']} error(s)[/], [yellow]{n['warning']} warning(s)[/], "
+              f"[cyan]{n['info']} info[/]")
+
+
+@click.command("check")
+@click.argument("file", type=str)
+@click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
+@click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build, not a binary.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--fix", is_flag=True, help="Print the corrected script instead of findings.")
+@click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml"]), default="auto",
+              show_default=True, help="Input format.")
+@click.option("--cores", type=int, default=None, help="Physical cores of the target machine (default: this one).")
+@click.option("--model", type=str, default=None,
+              help="GGUF (or, for the memory plan, a catalogue id) to use instead of -m.")
+@click.option("--no-cache", is_flag=True, help="Re-read the binary's --help instead of the cached schema.")
+@click.option("--gpu", "gpus", multiple=True, help="GPU of the target machine (repeatable, `llamarig gpus`): "
+              "adds the memory verdict of `llamarig plan`.")
+@click.option("--ram", type=str, default=None, help="Host RAM of the target machine for the memory plan, e.g. 64G.")
+@click.option("--need-ctx", type=click.IntRange(min=1), default=None,
+              help="Tokens one request needs (prompt + output): checked against the per-slot context.")
+def check_cmd(file: str, server_bin: str | None, bundled: bool, as_json: bool, fix: bool, kind: str,
+              cores: int | None, model: str | None, no_cache: bool, gpus: tuple[str, ...], ram: str | None,
+              need_ctx: int | None) -> None:
+    """Lint a llama-server command, bash script, systemd unit, docker-compose or llama-swap file
+    (FILE, or - for stdin). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
+    text, name = read_input(file)
+    schema = get_schema(server_bin, bundled, no_cache)
+    base = Path(file).parent if file != "-" else None
+    parsed, readings, findings = run_check(text, schema, kind=None if kind == "auto" else kind,
+                                           cores=cores, model=model, base_dir=base, gpus=gpus, ram=ram,
+                                           need_ctx=need_ctx)
+    if fix:
+        from llamarig.flags.fix import fix_text
+
+        click.echo(fix_text(parsed, readings, findings, schema), nl=False)
+    elif as_json:
+        click.echo(json.dumps(to_json(parsed, findings, schema), ensure_ascii=False, indent=1))
+    else:
+        render_human(parsed, findings, schema, name)
+    if any(f.severity == "error" for f in findings):
+        sys.exit(1)
+
+
+@click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
+@click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
+@click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--model", type=str, default=None, help="GGUF for memory effects instead of -m.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def explain_cmd(server_bin: str | None, bundled: bool, lang: str, as_json: bool, model: str | None,
+                command: tuple[str, ...]) -> None:
+    """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
+    after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
+    from llamarig.flags.explain import TEXT, explain_rows
+
+    if not command:
+        raise InputError("give a file, - for stdin, or a llama-server command")
+    base = None
+    if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
+        text, _ = read_input(command[0])
+        parsed = parse_text(text)
+        base = Path(command[0]).parent if command[0] != "-" else None
+    elif len(command) == 1 and " " in command[0]:
+        parsed = parse_text(command[0])
+    else:
+        argv = list(command)
+        if argv and argv[0].startswith("-"):
+            argv = ["llama-server"] + argv
+        parsed = parse_argv(argv)
+    if not parsed.invocations:
+        raise InputError("no llama-server command found in the input")
+    schema = get_schema(server_bin, bundled)
+    loader = model_loader(model, base)
+    from llamarig.flags.rules import lint_invocation, read_invocation
+
+    out: list[dict[str, Any]] = []
+    t = TEXT[lang]
+    for k, inv in enumerate(parsed.invocations):
+        ctx = loader(inv, Context(physical_cores=physical_cores()))
+        r = read_invocation(inv, schema, k)
+        rows = explain_rows(r, schema, ctx.model_spec, lang)
+        _, fs = lint_invocation(inv, schema, k, ctx)
+        notes: dict[int, list[str]] = {}
+        for f in fs:
+            if f.use is not None and f.severity in ("error", "warning"):
+                notes.setdefault(f.use, []).append(f"{f.severity}: {f.rule}")
+        rows = [replace(row, effect="; ".join([x for x in [row.effect] if x] + notes.get(i, [])))
+                for i, row in enumerate(rows)]
+        out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
+                    "rows": [row.__dict__ for row in rows]})
+    if as_json:
+        click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
+                               "lang": lang}, ensure_ascii=False, indent=1))
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    for inv_out in out:
+        title = f"line {inv_out['line']}: {inv_out['argv'][0]} ({escape(schema.label())})"
+        tab = Table(title=title, show_lines=False, header_style="bold")
+        for col in ("flag", "value", "what", "default", "effect"):
+            tab.add_column(t[col], overflow="fold")
+        for row in inv_out["rows"]:
+            style = "" if row["known"] else "bold red"
+            tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
+                        escape(row["default"]), escape(row["effect"]), style=style)
+        con.print(tab)

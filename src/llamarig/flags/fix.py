@@ -1,0 +1,246 @@
+"""``llamarig check --fix``: print the input with every llama-server command rewritten so that it
+parses: one option per line, every line but the last ending in `` \\``, comments moved above
+the command, folklore replaced by the real flag (or removed with a comment), bad values
+replaced, dead environment variables dropped. Other lines of the script are kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from llamarig.flags.rules import _FALSY, Finding, Reading, Use
+from llamarig.flags.schema import Schema
+from llamarig.flags.shell import Invocation, Parsed
+
+_SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
+
+#: warning/info rules whose repair --fix applies (errors are always repaired)
+_APPLY_WARNINGS = frozenset({
+    "duplicate-flag", "cache-reuse-mmproj", "cache-reuse-ge-ctx", "ubatch-gt-batch",
+    "underscore-spelling", "dead-env-var", "value-truncated", "deprecated-flag", "cache-reuse-no-shift",
+})
+
+
+def quote(word: str) -> str:
+    if word and _SAFE_RE.match(word) and not word.startswith("$("):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+@dataclass
+class FixedInvocation:
+    args: list[str]
+    comments: list[str]
+    dropped_env: set[str]
+
+
+def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], schema: Schema) -> FixedInvocation:
+    """The corrected argument list of one invocation and the comments explaining the changes."""
+    actions: dict[int, list[Finding]] = {}
+    dropped_env: set[str] = set()
+    comments: list[str] = []
+    for f in findings:
+        if f.action is None:
+            continue
+        if f.severity != "error" and f.rule not in _APPLY_WARNINGS:
+            continue
+        if f.action.action == "drop-env":
+            dropped_env.update(f.action.args)
+            comments.append(f"# llamarig: removed {f.action.args[0]}: {_short(f.message)}")
+            continue
+        if f.use is not None:
+            actions.setdefault(f.use, []).append(f)
+    present = {u.opt.name for u in reading.uses if u.opt is not None}
+    out: list[list[str]] = []  # one group per option
+    for u in reading.uses:
+        acts = actions.get(u.index, [])
+        kinds = {a.action.action: a for a in acts if a.action}
+        if u.opt is None and not u.spelling.startswith("-"):
+            continue  # a stray word (`on` after --metrics): dropped
+        if "drop" in kinds and "replace" not in kinds and "rename" not in kinds and "split-equals" not in kinds:
+            f = kinds["drop"]
+            if f.rule != "duplicate-flag":
+                comments.append(f"# llamarig: removed `{_show(u)}`: {_short(f.message)}")
+            continue
+        if "replace" in kinds:
+            f = kinds["replace"]
+            new = list(f.action.args)  # type: ignore[union-attr]
+            target = schema.lookup(new[0])
+            if target is not None and target[0].name in present:
+                comments.append(f"# llamarig: removed `{_show(u)}` (`{target[0].name}` is already set): "
+                                f"{_short(f.message)}")
+                continue
+            if target is not None:
+                present.add(target[0].name)
+            comments.append(f"# llamarig: `{_show(u)}` -> `{' '.join(new)}`")
+            out.append(new)
+            continue
+        if "split-equals" in kinds:
+            out.append(list(kinds["split-equals"].action.args))  # type: ignore[union-attr]
+            continue
+        spelling = u.spelling
+        values = [v.text for v in u.values]
+        if "rename" in kinds:
+            new_sp = kinds["rename"].action.args[0]  # type: ignore[union-attr]
+            if u.opt is None:
+                comments.append(f"# llamarig: `{u.spelling}` -> `{new_sp}` (closest real spelling)")
+            spelling = new_sp
+        if "set-value" in kinds:
+            f = kinds["set-value"]
+            new_v = f.action.args[0]  # type: ignore[union-attr]
+            if values and values[0] != new_v:
+                comments.append(f"# llamarig: `{spelling} {values[0]}` -> `{spelling} {new_v}`: {_short(f.message)}")
+                values = [new_v] + values[1:]
+        if "add-value" in kinds:
+            new_v = kinds["add-value"].action.args[0]  # type: ignore[union-attr]
+            comments.append(f"# llamarig: `{spelling}` -> `{spelling} {new_v}` (it takes a value)")
+            values = [new_v]
+        if "drop-value" in kinds:
+            f = kinds["drop-value"]
+            stray = f.action.args[0]  # type: ignore[union-attr]
+            if stray.lower() in _FALSY:
+                if u.opt is not None and u.opt.negations:
+                    comments.append(f"# llamarig: `{spelling} {stray}` -> `{u.opt.negations[-1]}`")
+                    spelling = u.opt.negations[-1]
+                else:
+                    comments.append(f"# llamarig: removed `{spelling} {stray}` (off is the default)")
+                    continue
+            else:
+                comments.append(f"# llamarig: `{spelling} {stray}` -> `{spelling}` (it takes no value)")
+        if u.opt is None and "rename" not in kinds:
+            comments.append(f"# llamarig: removed unknown `{_show(u)}`")
+            continue
+        out.append([spelling] + values)
+    # the last occurrence of a non-appending option wins: keep only that one
+    seen: set[str] = set()
+    final: list[list[str]] = []
+    for group in reversed(out):
+        look = schema.lookup(group[0])
+        name = look[0].name if look else group[0]
+        if look and not look[0].appending and name in seen:
+            continue
+        seen.add(name)
+        final.append(group)
+    final.reverse()
+    return FixedInvocation([" ".join(quote(x) for x in g) for g in final], _dedupe(comments), dropped_env)
+
+
+def _show(u: Use) -> str:
+    return " ".join([u.spelling] + [v.text for v in u.values])
+
+
+def _short(msg: str) -> str:
+    msg = re.sub(r"\s*\[on a cut-off line.*\]$", "", msg)
+    return msg if len(msg) <= 160 else msg[:157] + "..."
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return [x for x in items if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
+
+
+def _prefix(inv: Invocation, lines: list[str], dropped_env: set[str]) -> str:
+    """The text of the command's first line up to the program, without dropped assignments."""
+    idx = inv.line - 1
+    line = lines[idx] if 0 <= idx < len(lines) else inv.program
+    pos = line.find(inv.program)
+    head = line[: pos + len(inv.program)] if pos >= 0 else inv.program
+    for name in dropped_env:
+        head = re.sub(rf"(^|\s){re.escape(name)}=\S*\s*", r"\1", head)
+    return head.rstrip()
+
+
+def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], schema: Schema) -> str:
+    """The whole input, corrected."""
+    by_inv: dict[int, list[Finding]] = {}
+    for f in findings:
+        if f.invocation is not None:
+            by_inv.setdefault(f.invocation, []).append(f)
+    if parsed.kind in ("shell", "systemd"):
+        return _fix_lines(parsed, readings, by_inv, schema)
+    blocks = []
+    for k, inv in enumerate(parsed.invocations):
+        fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+        head = f"# {parsed.kind} {inv.label}: corrected command" if inv.label else "# corrected command"
+        blocks.append("\n".join([head, *fx.comments, _join(inv.program, fx.args, False)]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _join(head: str, args: list[str], background: bool, indent: str = "  ",
+          redirects: list[str] | None = None) -> str:
+    tail = "".join(" " + r for r in redirects or []) + (" &" if background else "")
+    if not args:
+        return head + tail
+    parts = [head + " \\"]
+    for i, a in enumerate(args):
+        last = i == len(args) - 1
+        parts.append(indent + a + ("" if last else " \\"))
+    parts[-1] += tail
+    return "\n".join(parts)
+
+
+def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[Finding]], schema: Schema) -> str:
+    lines = parsed.lines
+    replace: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
+    notes_at: dict[int, list[str]] = {}
+    for k, inv in enumerate(parsed.invocations):
+        fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+        start = inv.line - 1
+        words = inv.intended_args
+        end = max([inv.end_line] + [w.line for w in words]) - 1
+        if inv.orphans:
+            end = max(end, _orphan_end(parsed, inv) - 1)
+        kept_comments = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
+        warn = [f"# llamarig: {f.message}" for f in by_inv.get(k, []) if f.rule == "public-no-api-key"]
+        if parsed.kind == "systemd":
+            head = lines[start][: lines[start].find(inv.program) + len(inv.program)] if inv.program in lines[start] else f"ExecStart={inv.program}"
+            body = _join(head.rstrip(), fx.args, False)
+        else:
+            body = _join(_prefix(inv, lines, fx.dropped_env), fx.args, inv.background,
+                         redirects=inv.redirects)
+        above: set[str] = set()
+        j = start - 1
+        while j >= 0 and lines[j].strip().startswith("#"):
+            above.add(lines[j].strip())
+            j -= 1
+        header = [c for c in _dedupe([*kept_comments, *fx.comments, *warn]) if c not in above]
+        text = "\n".join([*header, body])
+        replace[start] = (end, text)
+    for n in parsed.notes:
+        if n.kind == "kill-by-name":
+            notes_at.setdefault(n.line - 1, []).append(
+                "# llamarig: killall matches every process with this name; prefer `kill \"$(cat server.pid)\"` "
+                "or `pkill -x NAME -u \"$USER\"` and wait for the exit")
+    if parsed.kind == "systemd":
+        dropped = {n for k, inv in enumerate(parsed.invocations)
+                   for n in fix_invocation(inv, readings[k], by_inv.get(k, []), schema).dropped_env}
+        for i, ln in enumerate(lines):
+            if ln.strip().startswith("Environment=") and i not in replace:
+                new = ln
+                for name in dropped:
+                    new = re.sub(rf"(\s|=)\"?{re.escape(name)}=[^\s\"]*\"?", r"\1", new)
+                if new != ln:
+                    replace[i] = (i, f"# llamarig: was `{ln.strip()}`" + (f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if i in notes_at:
+            out.extend(n for n in notes_at[i] if not (out and out[-1] == n) and lines[i - 1:i] != [n])
+        if i in replace:
+            end, text = replace[i]
+            out.append(text)
+            i = end + 1
+            continue
+        out.append(lines[i])
+        i += 1
+    text = "\n".join(out)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _orphan_end(parsed: Parsed, inv: Invocation) -> int:
+    last = inv.orphans[-1].line if inv.orphans else inv.end_line
+    for cmd in parsed.commands:
+        if cmd.words and cmd.words[-1].line == last:
+            return cmd.end_line if cmd.comment_break is None else cmd.end_line - 1
+    return last

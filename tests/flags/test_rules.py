@@ -1,0 +1,206 @@
+"""Each rule on a minimal command; model-aware rules with synthetic GGUFs; load-time rules
+checked against what the real llama-server does."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llamarig.flags.rules import Context, lint
+from llamarig.flags.schema import load_bundled
+from llamarig.flags.shell import parse_text
+
+SCHEMA = load_bundled()
+
+
+def rules_of(cmd: str, ctx: Context | None = None, loader=None) -> dict[str, list]:
+    _, fs = lint(parse_text(cmd), SCHEMA, ctx or Context(physical_cores=8), loader)
+    out: dict[str, list] = {}
+    for f in fs:
+        out.setdefault(f.rule, []).append(f)
+    return out
+
+
+def test_unknown_flag_closest_and_folklore() -> None:
+    r = rules_of("llama-server -m m.gguf --ctx-sise 4096 --max-slots 4 --frobnicate")
+    u = {f.flag: f for f in r["unknown-flag"]}
+    assert "--ctx-size" in u["--ctx-sise"].message and u["--ctx-sise"].fix == "did you mean `--ctx-size`?"
+    assert "--parallel" in u["--max-slots"].message and u["--max-slots"].fix == "replace with `--parallel 4`"
+    assert u["--frobnicate"].fix == "remove it"
+    assert "stray-argument" not in r  # the folklore value 4 is its value, not a stray word
+
+
+def test_values() -> None:
+    r = rules_of("llama-server -ctk q2_K -ctv Q8_0 -fit auto -sm rows -np 0 --reasoning-budget -2 -c 32k --temp hot")
+    bad = {f.flag: f for f in r["invalid-value"]}
+    assert bad["-ctk"].fix == "use `-ctk q4_0`" and bad["-ctv"].fix == "use `-ctv q8_0`"
+    assert {"-fit", "-sm", "-np", "--reasoning-budget", "--temp"} <= set(bad)
+    assert bad["-sm"].fix == "use `-sm row`"
+    t = r["value-truncated"][0]
+    assert t.flag == "-c" and "32768" in t.fix
+
+
+def test_flag_value_and_missing_value() -> None:
+    r = rules_of("llama-server --metrics on --jinja -fa -ngl 99 --port")
+    assert r["flag-takes-no-value"][0].flag == "--metrics"
+    mv = {f.flag for f in r["missing-value"]}
+    assert mv == {"-fa", "--port"}
+    assert "stray-argument" not in r  # -ngl 99 is read normally after -fa
+
+
+def test_equals_removed_deprecated_duplicates() -> None:
+    r = rules_of("llama-server --ctx-size=8192 --draft-max 8 -dt 0.1 -c 1024 -c 2048 --lora a --lora b "
+                 "--log_file x.log")
+    assert r["equals-syntax"][0].fix == "write `--ctx-size 8192`"
+    assert "--spec-draft-n-max" in r["removed-flag"][0].fix
+    assert r["deprecated-flag"][0].flag == "-dt"
+    dup = r["duplicate-flag"]
+    assert any(f.severity == "warning" and "`-c 2048`" in f.message for f in dup)
+    assert any(f.severity == "info" and "appends" in f.message for f in dup)
+    assert r["underscore-spelling"][0].fix == "write `--log-file`"
+
+
+def test_combinations() -> None:
+    r = rules_of("llama-server -m m.gguf --mmproj p.gguf --cache-reuse 256 -ctv q8_0 -fa off -b 512 -ub 1024 "
+                 "-c 40000 -np 4 --cache-ram 0 --cache-idle-slots -sm tensor -ngl 99 -t 16 -ctk iq4_nl")
+    assert "cache-reuse-mmproj" in r and "quantized-v-fa-off" in r and "ubatch-gt-batch" in r
+    assert "cache-idle-slots-no-ram" in r and "split-tensor-fa-off" in r and "threads-above-cores" in r
+    per = r["per-slot-ctx"][0]
+    assert per.severity == "warning" and "10240 tokens" in per.message
+    assert "ctx-padded" in r
+    r = rules_of("llama-server -m m.gguf -c 8192 --cache-reuse 8192 -ctk iq4_nl -ctv iq4_nl -fa on")
+    assert "cache-reuse-ge-ctx" in r and "kv-type-no-cuda-fa" in r
+    r = rules_of("llama-server -m m.gguf -ctk q8_0 -ctv q4_0 -fa on --spec-type draft-mtp")
+    assert "kv-pair-no-vec-kernel" in r and "mtp-draft-kv-f16" in r
+    r = rules_of("llama-server -m m.gguf -c 65536 -np 4 --kv-unified")
+    assert "per-slot-ctx" not in r
+
+
+def test_env_and_safety() -> None:
+    r = rules_of("LLAMA_SET_ROWS=0 LLAMA_ARG_CTX_SIZ=1 LLAMA_ARG_CTX_SIZE=2 GGML_CUDA_FORCE_MMQ=1 "
+                 "LLAMA_FOO=1 GGML_CUDA_NO_PINNED=1 llama-server -c 4096 --host 0.0.0.0\n"
+                 "pkill -f llama-server\n")
+    assert {f.flag for f in r["dead-env-var"]} == {"LLAMA_SET_ROWS", "GGML_CUDA_FORCE_MMQ", "LLAMA_FOO"}
+    assert "LLAMA_ARG_CTX_SIZE" in r["unknown-env-var"][0].message
+    assert r["env-overridden"][0].flag == "LLAMA_ARG_CTX_SIZE"
+    assert r["public-no-api-key"][0].flag == "--host"
+    assert r["kill-by-name"][0].line == 2
+    r = rules_of("llama-server --host 0.0.0.0 --api-key-file keys.txt")
+    assert "public-no-api-key" not in r
+    r = rules_of("llama-server --host 192.168.1.5 --tools all")
+    assert r["public-tools"][0].severity == "error"
+
+
+def _loader(path: Path):
+    from llamarig.gguf.spec import load_spec
+
+    spec = load_spec(path)
+
+    def load(inv, ctx):
+        from dataclasses import replace
+
+        return replace(ctx, model_spec=spec)
+
+    return load
+
+
+def test_model_rules(synth_model) -> None:
+    model = synth_model("llama", n_embd=128, n_head=4, n_head_kv=2, head_dim=32)  # n_ctx_train 4096
+    r = rules_of(f"llama-server -m {model} --spec-type draft-mtp -c 16384 -np 1", loader=_loader(model))
+    assert r["mtp-without-nextn"][0].severity == "error"
+    above = r["slot-ctx-above-train"][0]
+    assert "16384 > the model's training context 4096" in above.message
+    r = rules_of(f"llama-server -m {model} -c 8192 -np 2", loader=_loader(model))
+    assert "slot-ctx-above-train" not in r
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("args", "log"), [
+    (["--spec-type", "draft-mtp"], "context type MTP requested but model doesn't contain MTP layers"),
+    (["-ctv", "q4_0", "-fa", "off"], "quantized V cache requires flash_attn to be enabled"),
+])
+def test_load_time_rules_match_real_server(server_bin: Path, synth_model, args, log) -> None:
+    """The load-time errors llamarig predicts are what the real server prints (and it exits)."""
+    model = synth_model("llama", n_embd=128, n_head=4, n_head_kv=2, head_dim=32)
+    p = subprocess.run([str(server_bin), "-m", str(model), "-t", "1", "--port", "0", "--fit", "off", *args],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and log in p.stdout + p.stderr
+    r = rules_of(f"llama-server -m {model} " + " ".join(args), loader=_loader(model))
+    assert any(f.severity == "error" for fs in r.values() for f in fs)
+
+
+@pytest.mark.server
+def test_per_slot_context_matches_server_log(server_bin: Path, synth_model) -> None:
+    model = synth_model("llama", n_embd=128, n_head=4, n_head_kv=2, head_dim=32)
+    p = subprocess.Popen([str(server_bin), "-m", str(model), "-t", "1", "--port", "0", "-c", "3000", "-np", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = ""
+        assert p.stdout is not None
+        for line in p.stdout:
+            out += line
+            if "n_ctx_slot" in line or "error" in line.lower():
+                break
+    finally:
+        p.kill()
+        p.wait()
+    # GGML_PAD(3000/3, 256) = 1024 per slot (src/llama-context.cpp)
+    assert "n_slots = 3, n_ctx_slot = 1024" in out
+    r = rules_of(f"llama-server -m {model} -c 3000 -np 3")
+    assert "1024 tokens each" in r["per-slot-ctx"][0].message
+
+
+def test_memory_plan_hook() -> None:
+    pytest.importorskip("llamarig.cli.plan_cmd")
+    ctx = Context(physical_cores=8, gpus=("rtx3090",), model_ref="qwen3.6-27b:iq4_nl")
+    r = rules_of("llama-server -c 65536 -np 1 -ctk q4_0 -ctv q4_0 -fa on -ngl 99", ctx)
+    mem = r["memory"][0]
+    assert "memory plan" in mem.message or "no memory plan" in mem.message
+    r = rules_of("llama-server -c 65536", Context(physical_cores=8))
+    assert "memory" not in r
+
+
+def test_runtime_values_are_not_judged() -> None:
+    r = rules_of('llama-server --port ${PORT} -c "$CTX" -t $(nproc) -ctk "$KV"')
+    assert "invalid-value" not in r
+
+
+def test_fix_systemd_environment_and_llama_swap() -> None:
+    from llamarig.flags.fix import fix_text
+
+    unit = "[Service]\nEnvironment=A=1 LLAMA_SET_ROWS=0\nExecStart=/opt/llama-server -m a.gguf --metrics on\n"
+    p = parse_text(unit)
+    readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
+    fixed = fix_text(p, readings, fs, SCHEMA)
+    assert "Environment=A=1" in fixed and "LLAMA_SET_ROWS=0\n" not in fixed.split("# llamarig: was")[0]
+    p2 = parse_text(fixed)
+    assert p2.kind == "systemd" and p2.invocations[0].argv == ["/opt/llama-server", "-m", "a.gguf", "--metrics"]
+    assert all(name != "LLAMA_SET_ROWS" for name, _, _ in p2.invocations[0].env)
+    swap = "models:\n  m:\n    cmd: |\n      llama-server --port ${PORT}\n      -m q.gguf --max-slots 2\n"
+    p = parse_text(swap)
+    readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
+    fixed = fix_text(p, readings, fs, SCHEMA)
+    assert "--port ${PORT}" in fixed and "--parallel 2" in fixed
+
+
+def test_fix_keeps_redirections_and_background() -> None:
+    from llamarig.flags.fix import fix_text
+
+    text = "llama-server -m a.gguf \\\n# note\n  --metrics on > /tmp/s.log 2>&1 &\necho started\n"
+    p = parse_text(text)
+    readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
+    fixed = fix_text(p, readings, fs, SCHEMA)
+    assert "  --metrics > /tmp/s.log 2>&1 &\necho started\n" in fixed
+    p2 = parse_text(fixed)
+    assert p2.invocations[0].argv == ["llama-server", "-m", "a.gguf", "--metrics"] and p2.invocations[0].background
+
+
+def test_need_ctx() -> None:
+    r = rules_of("llama-server -c 65536 -np 2", Context(physical_cores=8, need_ctx=40000))
+    assert r["per-slot-ctx"][0].severity == "warning" and "40000" in r["per-slot-ctx"][0].message
+    r = rules_of("llama-server -c 65536 -np 2", Context(physical_cores=8, need_ctx=30000))
+    assert r["per-slot-ctx"][0].severity == "info"
+    r = rules_of("llama-server -c 8192 -np 4 --kv-unified", Context(physical_cores=8, need_ctx=30000))
+    assert r["per-slot-ctx"][0].severity == "warning" and "-c 8192" in r["per-slot-ctx"][0].message
