@@ -78,8 +78,17 @@ def model_loader(explicit_model: str | None, base_dir: Path | None):
                         cache[key] = (None, f"{c}: {e}")
                 spec, err = cache[key]
                 return replace(ctx, model_spec=spec, model_error=err)
+        # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
+        from llamarig.plan.catalogue import build_spec, find_model, is_catalogue_id
+
+        if is_catalogue_id(path):
+            if path not in cache:
+                m, quant = find_model(path)
+                cache[path] = (build_spec(m, quant), None)
+            spec, err = cache[path]
+            return replace(ctx, model_spec=spec, model_error=err)
         if explicit_model:
-            raise InputError(f"{explicit_model}: model file not found")
+            raise InputError(f"{explicit_model}: model file not found (nor a catalogue id: see `llamarig models`)")
         return ctx
 
     return load
