@@ -1,0 +1,391 @@
+"""What ``llamarig gateway`` adds, measured against a fast local fake llama-server.
+
+Method (all processes on this machine, loopback only):
+- backend: ``python -m llamarig.gateway.fakebackend`` (aiohttp), one process, answers 64 "tok"
+  chunks per request, SSE or JSON, with a fixed delay between tokens (``--interval-ms``);
+- targets: the backend directly, ``llamarig gateway`` (one process, prompt tokens by local
+  estimate, and a second run counting them with the backend's tokenizer endpoint), and, when
+  available, LiteLLM's proxy (``--litellm BIN``: one worker, same backend as an openai/ model);
+- non-streamed: ``--seq`` sequential requests, alternating one direct and one through the target
+  (so load drift on a shared machine hits both); latency = request sent -> body read; added =
+  p50/p99(target) - p50/p99(direct, same interleaved run);
+- streamed: at each concurrency level, ``max(3 * level, 16)`` streams of ``--tokens`` tokens at
+  ``--interval-ms``; TTFT = request sent -> first data chunk; added TTFT = p50/p99(target) -
+  p50/p99(direct); throughput = tokens received / wall time of the level;
+- CPU per 1000 streamed tokens = (utime + stime of the proxy process and its children, from
+  /proc/PID/stat, over the level) / tokens * 1000. Also a full-rate run (interval 0).
+The client runs in this process with aiohttp. On a 2-core machine the client, backend and proxy
+share the cores, so absolute numbers are pessimistic; compare the rows.
+
+    .venv/bin/python benchmarks/bench_gateway.py [--litellm /tmp/litellm-venv/bin/litellm] [--out results.json]
+    .venv/bin/python benchmarks/bench_gateway.py --floor   # vs a bare aiohttp proxy
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+CLK = os.sysconf("SC_CLK_TCK")
+#: sent to every target (LiteLLM refuses to start without a master key; the others ignore it)
+KEY = "sk-bench-0123456789abcdef0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_s(pid: int | None) -> float:
+    """utime + stime of pid and its descendants, seconds (0 for None)."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int | None) -> tuple[float, float]:
+    """(utime, stime) of pid and its descendants, seconds."""
+    if pid is None:
+        return 0.0, 0.0
+    user = system = 0.0
+    kids: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        f = raw[raw.rindex(")") + 2:].split()
+        stats[int(d)] = f
+        kids.setdefault(int(f[1]), []).append(int(d))
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        if p in stats:
+            user += int(stats[p][11]) / CLK
+            system += int(stats[p][12]) / CLK
+        todo.extend(kids.get(p, []))
+    return user, system
+
+
+def wait_http(url: str, timeout: float = 120) -> None:
+    import urllib.request
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:  # noqa: BLE001 - polling until up
+            time.sleep(0.2)
+    raise SystemExit(f"{url} did not come up")
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+async def nonstream(url: str, n: int, model: str) -> list[float]:
+    out: list[float] = []
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        for i in range(n + 20):
+            t0 = time.perf_counter()
+            async with s.post(url + "/v1/chat/completions", json=body) as r:
+                await r.read()
+                assert r.status == 200, r.status
+            if i >= 20:  # warm-up
+                out.append(time.perf_counter() - t0)
+    return out
+
+
+async def nonstream_paired(direct: str, target: str, n: int, model: str) -> tuple[list[float], list[float]]:
+    """Alternate one request direct, one through the target: machine-load drift hits both."""
+    d: list[float] = []
+    t: list[float] = []
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        for i in range(n + 20):
+            for url, out in ((direct, d), (target, t)):
+                t0 = time.perf_counter()
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                if i >= 20:
+                    out.append(time.perf_counter() - t0)
+    return d, t
+
+
+async def streams(url: str, level: int, total: int, model: str) -> dict[str, Any]:
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64, "stream": True}
+    ttfts: list[float] = []
+    durs: list[float] = []
+    tokens = 0
+    errors = 0
+    sem = asyncio.Semaphore(level)
+
+    async def one(s: aiohttp.ClientSession) -> None:
+        nonlocal tokens, errors
+        async with sem:
+            t0 = time.perf_counter()
+            first = None
+            n = 0
+            try:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    if r.status != 200:
+                        errors += 1
+                        await r.read()
+                        return
+                    async for chunk in r.content.iter_any():
+                        if first is None and b"data: {" in chunk:
+                            first = time.perf_counter()
+                        n += chunk.count(b'"content":"')
+            except aiohttp.ClientError:
+                errors += 1
+                return
+            ttfts.append((first or time.perf_counter()) - t0)
+            durs.append(time.perf_counter() - t0)
+            tokens += n
+
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, headers=AUTH, timeout=aiohttp.ClientTimeout(total=600)) as s:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(s) for _ in range(total)))
+        wall = time.perf_counter() - t0
+    return {"ttft": ttfts, "dur": durs, "tokens": tokens, "wall": wall, "errors": errors}
+
+
+class Proc:
+    def __init__(self, argv: list[str], health: str, env: dict[str, str] | None = None) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-gw-", suffix=".log", delete=False)  # noqa: SIM115
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+        try:
+            wait_http(health)
+        except SystemExit:
+            self.stop()
+            print(Path(self.log.name).read_text()[-2000:], file=sys.stderr)
+            raise
+
+    def stop(self) -> None:
+        self.p.terminate()
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def start_backend(port: int, interval_ms: float, tokens: int) -> Proc:
+    return Proc([PY, "-m", "llamarig.gateway.fakebackend", "--port", str(port), "--tokens", str(tokens),
+                 "--interval-ms", str(interval_ms), "--slots", "4096", "--n-ctx", "100000000"],
+                f"http://127.0.0.1:{port}/health")
+
+
+def start_gateway(port: int, backend: str, prompt_tokens: str, tmp: Path) -> Proc:
+    cfg = tmp / f"gw-{prompt_tokens}-{port}.toml"
+    cfg.write_text(f'[server]\nport = {port}\n[admission]\nprompt_tokens = "{prompt_tokens}"\nqueue_size = 4096\n'
+                   f'[[backends]]\nurl = "{backend}"\n[tiers.B]\nmax_tokens = 64\n')
+    return Proc([PY, "-m", "llamarig.cli.main", "gateway", "--config", str(cfg), "--log-level", "warning"],
+                f"http://127.0.0.1:{port}/health")
+
+
+def start_litellm(binary: str, port: int, backend: str, tmp: Path) -> Proc:
+    cfg = tmp / "litellm.yaml"
+    cfg.write_text("model_list:\n  - model_name: fake\n    litellm_params:\n      model: openai/fake\n"
+                   f"      api_base: {backend}/v1\n      api_key: none\n"
+                   "litellm_settings:\n  drop_params: true\n  turn_off_message_logging: true\n")
+    env = dict(os.environ, LITELLM_LOG="ERROR", LITELLM_MASTER_KEY=KEY)
+    return Proc([binary, "--config", str(cfg), "--port", str(port), "--num_workers", "1"],
+                f"http://127.0.0.1:{port}/health/liveliness", env=env)
+
+
+#: the floor: a bare aiohttp proxy (no parsing, no admission) for non-streamed requests
+MIN_PROXY = """
+import sys, aiohttp
+from aiohttp import web
+UP = sys.argv[2]
+async def on_start(app):
+    app["s"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+async def h(req):
+    body = await req.read()
+    async with req.app["s"].post(UP + req.path, data=body, headers={"Content-Type": "application/json"}) as r:
+        return web.Response(status=r.status, body=await r.read(), headers={"Content-Type": r.headers["Content-Type"]})
+async def health(req):
+    return web.Response(text="ok")
+app = web.Application()
+app.on_startup.append(on_start)
+app.router.add_post("/v1/chat/completions", h)
+app.router.add_get("/health", health)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+def floor_run(n: int, reps: int = 3) -> list[str]:
+    """Interleaved non-streamed added p50: bare aiohttp proxy vs the gateway, ``reps`` rounds."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    bp, pm, pg = free_port(), free_port(), free_port()
+    be = start_backend(bp, 0, 64)
+    burl = f"http://127.0.0.1:{bp}"
+    (tmp / "minproxy.py").write_text(MIN_PROXY)
+    procs = [be, Proc([PY, str(tmp / "minproxy.py"), str(pm), burl], f"http://127.0.0.1:{pm}/health"),
+             start_gateway(pg, burl, "estimate", tmp)]
+    out: list[str] = []
+    try:
+        time.sleep(2)
+        for _ in range(reps):
+            for name, port in (("bare aiohttp proxy", pm), ("llamarig gateway", pg)):
+                d, t = asyncio.run(nonstream_paired(burl, f"http://127.0.0.1:{port}", n, "fake"))
+                out.append(f"{name}: direct p50 {fmt_ms(pct(d, 50))} ms, through it {fmt_ms(pct(t, 50))} ms, "
+                           f"added {fmt_ms(pct(t, 50) - pct(d, 50))} ms")
+                print(out[-1], flush=True)
+    finally:
+        for p in procs:
+            p.stop()
+    return out
+
+
+def fmt_ms(x: float) -> str:
+    return f"{x * 1000:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--interval-ms", type=float, default=20.0)
+    ap.add_argument("--levels", default="1,16,64")
+    ap.add_argument("--seq", type=int, default=300)
+    ap.add_argument("--litellm", default=None, help="path of the litellm CLI (separate venv)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--floor", action="store_true",
+                    help="only compare the gateway with a bare aiohttp proxy (non-streamed, interleaved)")
+    a = ap.parse_args()
+    if a.floor:
+        floor_run(a.seq)
+        return
+    levels = [int(x) for x in a.levels.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    try:
+        import uvloop  # noqa: F401
+        loop = os.environ.get("LLAMARIG_GATEWAY_LOOP", "auto").replace("auto", "uvloop")
+    except ImportError:
+        loop = "asyncio"
+    results: dict[str, Any] = {"method": __doc__, "args": vars(a), "gateway_loop": loop,
+                               "nonstream": {}, "stream": {}, "fullrate": {}}
+    print(f"gateway event loop: {loop}; load average {os.getloadavg()}", flush=True)
+    procs: list[Proc] = []
+    try:
+        # fast backend (no token delay) for non-streamed latency and full-rate CPU
+        bfast_port, bslow_port = free_port(), free_port()
+        procs.append(start_backend(bfast_port, 0, a.tokens))
+        procs.append(start_backend(bslow_port, a.interval_ms, a.tokens))
+        bfast, bslow = f"http://127.0.0.1:{bfast_port}", f"http://127.0.0.1:{bslow_port}"
+        starters: dict[str, Any] = {"direct": None}
+        for mode in ("estimate", "backend"):
+            starters[f"llamarig-{mode}"] = (lambda m: lambda pf, ps: (
+                start_gateway(pf, bfast, m, tmp), start_gateway(ps, bslow, m, tmp)))(mode)
+        if a.litellm:
+            starters["litellm"] = lambda pf, ps: (start_litellm(a.litellm, pf, bfast, tmp),
+                                                 start_litellm(a.litellm, ps, bslow, tmp))
+        for name, starter in starters.items():
+            # only this target's proxy processes run during its measurements
+            model = "fake"
+            if starter is None:
+                fast, slow, pid_fast, pid_slow = bfast, bslow, None, None
+                here: tuple[Proc, ...] = ()
+            else:
+                pf, ps = free_port(), free_port()
+                t0 = time.monotonic()
+                here = starter(pf, ps)
+                procs.extend(here)
+                results.setdefault("start_s", {})[name] = round(time.monotonic() - t0, 1)
+                fast, slow = f"http://127.0.0.1:{pf}", f"http://127.0.0.1:{ps}"
+                pid_fast, pid_slow = here[0].p.pid, here[1].p.pid
+                time.sleep(2)  # let start-up work settle before measuring CPU
+            c0 = cpu_s(pid_fast) if pid_fast else 0.0
+            if starter is None:
+                lat = asyncio.run(nonstream(fast, a.seq, model))
+                dlat = lat
+            else:
+                dlat, lat = asyncio.run(nonstream_paired(bfast, fast, a.seq, model))
+            c1 = cpu_s(pid_fast) if pid_fast else 0.0
+            results["nonstream"][name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "n": len(lat),
+                                          "paired_direct_p50": pct(dlat, 50), "paired_direct_p99": pct(dlat, 99),
+                                          "cpu_per_req_ms": (c1 - c0) / len(lat) * 1000 if pid_fast else None}
+            print(f"[nonstream] {name}: p50 {fmt_ms(pct(lat, 50))} ms p99 {fmt_ms(pct(lat, 99))} ms", flush=True)
+            # full-rate streaming CPU (no token delay), 16 streams
+            r = asyncio.run(streams(fast, 16, 64, model))
+            c2 = cpu_s(pid_fast) if pid_fast else 0.0
+            results["fullrate"][name] = {"tokens": r["tokens"], "wall": r["wall"], "errors": r["errors"],
+                                         "tok_per_s": r["tokens"] / r["wall"],
+                                         "cpu_per_1k_tokens_ms": (c2 - c1) / max(r["tokens"], 1) * 1e6 if pid_fast else None}
+            print(f"[fullrate] {name}: {r['tokens'] / r['wall']:.0f} tok/s", flush=True)
+            for lv in levels:
+                u0, s0 = cpu_split(pid_slow)
+                r = asyncio.run(streams(slow, lv, max(3 * lv, 16), model))
+                u1, s1 = cpu_split(pid_slow)
+                c0, c1 = u0 + s0, u1 + s1
+                results["stream"].setdefault(name, {})[str(lv)] = {
+                    "ttft_p50": pct(r["ttft"], 50), "ttft_p99": pct(r["ttft"], 99), "dur_p50": pct(r["dur"], 50),
+                    "tokens": r["tokens"], "wall": r["wall"], "errors": r["errors"],
+                    "tok_per_s": r["tokens"] / r["wall"],
+                    "cpu_per_1k_tokens_ms": (c1 - c0) / max(r["tokens"], 1) * 1e6 if pid_slow else None,
+                    "user_cpu_per_1k_tokens_ms": (u1 - u0) / max(r["tokens"], 1) * 1e6 if pid_slow else None,
+                }
+                print(f"[stream {lv}] {name}: ttft p50 {fmt_ms(pct(r['ttft'], 50))} ms, "
+                      f"{r['tokens'] / r['wall']:.0f} tok/s, errors {r['errors']}", flush=True)
+            for p in here:
+                p.stop()
+    finally:
+        for p in procs:
+            p.stop()
+
+    # report
+    lines = ["| target | non-stream p50 ms | p99 ms | direct p50 / p99 ms (interleaved) | added p50 ms | added p99 ms | CPU ms/request |",
+             "|---|---|---|---|---|---|---|"]
+    for name, v in results["nonstream"].items():
+        cpu = f"{v['cpu_per_req_ms']:.2f}" if v["cpu_per_req_ms"] is not None else "-"
+        lines.append(f"| {name} | {fmt_ms(v['p50'])} | {fmt_ms(v['p99'])} | {fmt_ms(v['paired_direct_p50'])} / "
+                     f"{fmt_ms(v['paired_direct_p99'])} | {fmt_ms(v['p50'] - v['paired_direct_p50'])} | "
+                     f"{fmt_ms(v['p99'] - v['paired_direct_p99'])} | {cpu} |")
+    lines += ["", "| target | streams | TTFT p50 ms | TTFT p99 ms | added TTFT p50 ms | added p99 ms | stream p50 s | tok/s | errors | CPU ms / 1000 tok (user part) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, per in results["stream"].items():
+        for lv, v in per.items():
+            dd = results["stream"]["direct"][lv]
+            cpu = (f"{v['cpu_per_1k_tokens_ms']:.1f} ({v['user_cpu_per_1k_tokens_ms']:.1f})"
+                   if v["cpu_per_1k_tokens_ms"] is not None else "-")
+            lines.append(f"| {name} | {lv} | {fmt_ms(v['ttft_p50'])} | {fmt_ms(v['ttft_p99'])} | "
+                         f"{fmt_ms(v['ttft_p50'] - dd['ttft_p50'])} | {fmt_ms(v['ttft_p99'] - dd['ttft_p99'])} | "
+                         f"{v['dur_p50']:.3f} | {v['tok_per_s']:.0f} | {v['errors']} | {cpu} |")
+    lines += ["", "| target | full-rate tok/s (16 streams, no token delay) | CPU ms / 1000 tok |", "|---|---|---|"]
+    for name, v in results["fullrate"].items():
+        cpu = f"{v['cpu_per_1k_tokens_ms']:.1f}" if v["cpu_per_1k_tokens_ms"] is not None else "-"
+        lines.append(f"| {name} | {v['tok_per_s']:.0f} | {cpu} |")
+    lines += ["", f"gateway event loop: {loop}; load average at the end {os.getloadavg()}"]
+    table = "\n".join(lines)
+    print(table)
+    results["table"] = table
+    if a.out:
+        Path(a.out).write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""``llamarig render``, ``llamarig launch``, ``llamarig stop`` (docs/render.md, docs/launch.md).
+
+Input, for render and launch alike (options of llamarig first, then the server's flags):
+  llamarig render [OPTIONS] MODEL.gguf [LLAMA-SERVER FLAGS]
+  llamarig render [OPTIONS] -- [/path/to/llama-server] -m MODEL.gguf [LLAMA-SERVER FLAGS]
+  llamarig render [OPTIONS] --from-script FILE     (a script/unit/compose/llama-swap file)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamarig.errors import InputError, LlamarigError, one_line
+
+FORMATS = ("bash", "systemd", "compose", "llama-swap")
+
+
+@dataclass
+class Resolved:
+    binary: str
+    args: list[str]
+    env: list[tuple[str, str]] = field(default_factory=list)
+    plan: Any = None
+    speed: Any = None
+    plan_note: str = ""
+    findings: list[Any] = field(default_factory=list)  # check findings of a --from-script input
+    notes: list[str] = field(default_factory=list)  # comment lines about the input
+
+
+def _binary(explicit: str | None, program: str | None) -> str:
+    from llamarig.binary import find_binary
+
+    if explicit:
+        return str(find_binary("llama-server", explicit))
+    if program and ("/" in program) and Path(program).is_file():
+        return str(Path(program).resolve())
+    return str(find_binary("llama-server")).strip()
+
+
+def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
+    """(program or None, llama-server args) from ``MODEL flags``, ``llama-server flags`` or ``flags``."""
+    from llamarig.flags.shell import is_server_program
+
+    if not tokens:
+        return None, []
+    first = tokens[0]
+    if is_server_program(first):
+        return first, tokens[1:]
+    if not first.startswith("-"):
+        return None, ["-m", first] + tokens[1:]
+    return None, tokens
+
+
+def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> tuple[Any, Any, str]:
+    """(plan, speed report, note) through the planner's library (llamarig.cli.plan_cmd)."""
+    from llamarig.cli.plan_cmd import PlanArgs, build_hardware, build_plan
+    from llamarig.units import parse_size
+
+    pa = PlanArgs(gpus=list(gpus), detect=detect, ram=parse_size(ram, "g") if ram else None,
+                  command=["llama-server", *args])
+    try:
+        plan = build_plan(pa)
+    except LlamarigError as e:
+        return None, None, f"plan: not computed ({e})"
+    speed = None
+    note = ""
+    try:
+        from llamarig.gguf import load_spec
+        from llamarig.plan.config import parse_server_args
+        from llamarig.plan.speed import speed_report
+
+        cfg = parse_server_args(["llama-server", *args], strict=False)
+        model = cfg.model or plan.model
+        if Path(model).is_file():
+            spec = load_spec(model)
+        else:
+            from llamarig.plan.catalogue import build_spec, find_model
+
+            m, q = find_model(model)
+            spec = build_spec(m, q)
+            note = (f"model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path "
+                    "(the figures are for the catalogue's header)")
+        speed = speed_report(spec, cfg, build_hardware(pa), n_ctx=plan.n_ctx_slot)
+    except LlamarigError:
+        speed = None
+    return plan, speed, note
+
+
+def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, server_bin: str | None,
+            gpus: tuple[str, ...], ram: str | None, detect: bool, want_plan: bool = True,
+            fix: bool = False) -> Resolved:
+    env: list[tuple[str, str]] = []
+    findings: list[Any] = []
+    notes: list[str] = []
+    if from_script:
+        from llamarig.cli.check_cmd import get_schema, read_input, run_check
+
+        if tokens:
+            raise InputError("give either --from-script FILE or a command, not both")
+        text, name = read_input(from_script)
+        schema = get_schema(server_bin, False)
+        parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent)
+        if fix and any(f.severity == "error" for f in findings):
+            from llamarig.flags.fix import fix_text
+
+            n_before = sum(1 for f in findings if f.severity == "error")
+            text = fix_text(parsed, readings, findings, schema)
+            parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent)
+            notes.append(f"input: {name}, repaired with `llamarig check --fix` ({n_before} error(s) before)")
+        else:
+            notes.append(f"input: {name}")
+        if not parsed.invocations:
+            raise InputError(f"{name}: no llama-server command found")
+        if not 1 <= invocation <= len(parsed.invocations):
+            raise InputError(f"--invocation {invocation}: {name} has {len(parsed.invocations)} llama-server command(s)")
+        inv = parsed.invocations[invocation - 1]
+        findings = [f for f in findings if f.invocation in (None, invocation - 1)]
+        program, args = inv.program, [w.text for w in inv.args]
+        env = [(n, v) for n, v, _ in inv.env]
+    else:
+        program, args = _split(list(tokens))
+        if not args:
+            raise InputError("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` "
+                             "or --from-script FILE")
+    binary = _binary(server_bin, program)
+    if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
+        notes.append(f"binary: {binary} (the input's {program} is not here)")
+    res = Resolved(binary, args, env, findings=findings, notes=notes)
+    if want_plan:
+        res.plan, res.speed, res.plan_note = _plan(args, gpus, ram, detect)
+    return res
+
+
+def _schema(binary: str) -> Any:
+    from llamarig.flags.schema import load_bundled, load_schema
+
+    try:
+        return load_schema(binary)
+    except LlamarigError:
+        return load_bundled()
+
+
+def _default_name(args: list[str]) -> str:
+    from llamarig.render.common import get_value
+
+    port = get_value(args, "--port") or "8080"
+    return f"llama-server-{port}"
+
+
+def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str | None = None,
+                user: str | None = None) -> str:
+    from llamarig.render.common import RenderSpec, plan_figures
+
+    figures = plan_figures(res.plan, res.speed) if res.plan is not None else []
+    if res.plan_note:
+        figures = [res.plan_note] + figures
+    figures = list(res.notes) + figures
+    nm = name or _default_name(res.args)
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", nm):
+        raise InputError(f"--name {nm}: use letters, digits, '-', '_', '.', '@' only")
+    for word in [res.binary, *res.args, *(f"{k}={v}" for k, v in res.env)]:
+        if any(ord(c) < 32 or ord(c) == 127 for c in word):
+            raise InputError(f"argument {one_line(word)}: contains a control character (newline, tab...): "
+                             "it cannot be rendered safely into a script, unit or YAML file")
+    figures = [one_line(f, 1000) for f in figures]
+    spec = RenderSpec(res.binary, tuple(res.args), nm, tuple(figures), tuple(res.env), _schema(res.binary))
+    if fmt == "bash":
+        from llamarig.render.bash import render_bash
+
+        return render_bash(spec)
+    if fmt == "systemd":
+        from llamarig.render.systemd import render_systemd
+
+        return render_systemd(spec, user=user)
+    if fmt == "compose":
+        from llamarig.render.compose import render_compose
+
+        backend = compose_backend
+        if backend is None:
+            backend = "cuda" if res.plan is not None and any(d.name.startswith("CUDA") for d in res.plan.devices) else "cpu"
+        return render_compose(spec, backend)
+    from llamarig.render.llamaswap import render_llamaswap
+
+    return render_llamaswap(spec)
+
+
+_CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _input_options(f: Any) -> Any:
+    for opt in reversed([
+        click.option("--from-script", type=str, default=None, metavar="FILE",
+                     help="Take the command from a script, systemd unit, compose or llama-swap file (checked first)."),
+        click.option("--invocation", type=int, default=1, show_default=True,
+                     help="Which llama-server command of --from-script."),
+        click.option("--server-bin", type=str, default=None, help="llama-server binary (default: the command's, PATH, build cache)."),
+        click.option("--gpu", "gpus", multiple=True, help="GPU for the plan (repeatable, `llamarig gpus`)."),
+        click.option("--ram", type=str, default=None, help="Host RAM for the plan, e.g. 64G."),
+        click.option("--detect", is_flag=True, help="Read GPUs/RAM of this machine for the plan."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@click.command("render", context_settings=_CTX)
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="bash", show_default=True)
+@click.option("--out", "-o", type=str, default=None, help="Write to FILE (bash: made executable) instead of stdout.")
+@click.option("--name", type=str, default=None, help="Service/script name (default llama-server-PORT).")
+@click.option("--compose-backend", type=click.Choice(["cpu", "cuda", "vulkan", "rocm"]), default=None,
+              help="Image for --format compose (default: cuda when the plan has CUDA GPUs, else cpu).")
+@click.option("--user", type=str, default=None, help="systemd User= of the service.")
+@click.option("--force", is_flag=True, help="Render even when the input has check errors or the plan does not fit.")
+@click.option("--fix", is_flag=True, help="With --from-script: apply `llamarig check --fix` repairs first.")
+@_input_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str | None, user: str | None,
+               force: bool, fix: bool, from_script: str | None, invocation: int, server_bin: str | None,
+               gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
+    """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
+    docker compose service or a llama-swap entry, with the plan's figures as comments.
+    Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
+    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, fix=fix)
+    errors = [f for f in res.findings if f.severity == "error"]
+    if errors and not force:
+        for f in errors:
+            click.echo(f"llamarig: line {f.line}: [{f.rule}] {f.message}", err=True)
+        raise LlamarigError(f"{len(errors)} check error(s) in {from_script}: pass --fix to apply "
+                            "`llamarig check --fix` repairs, or --force to render as is")
+    if res.plan is not None and not res.plan.fits and not force:
+        raise LlamarigError("the plan does not fit (" + "; ".join(res.plan.shortfalls()) + "): pass --force to render anyway")
+    text = render_text(res, fmt, name, compose_backend, user)
+    if out:
+        p = Path(out)
+        try:
+            p.write_text(text)
+            if fmt == "bash":
+                p.chmod(p.stat().st_mode | 0o111)
+        except OSError as e:
+            raise InputError(f"{out}: cannot write: {e.strerror or e}") from None
+        click.echo(f"wrote {out} ({fmt})", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _verify_table(rows: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="planned vs actual (llama-server -lv 4 buffer lines)", title_justify="left")
+    for c in ("device", "component", "planned MiB", "actual MiB", "diff MiB", "tolerance", "method", ""):
+        t.add_column(c, justify="right" if "MiB" in c or c == "tolerance" else "left")
+    for r in rows:
+        t.add_row(r.device, r.component, f"{r.planned / 2**20:.2f}",
+                  "-" if r.actual_mib is None else f"{r.actual_mib:.2f}",
+                  "-" if r.diff_mib is None else f"{r.diff_mib:+.2f}", f"±{r.tolerance_mib:.3f}", r.method,
+                  "[green]ok[/]" if r.ok else "[yellow]DIFFERS[/]")
+    con = Console(stderr=False, highlight=False)
+    con.print(t)
+    con.print("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f MiB "
+              "rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB")
+
+
+@click.command("launch", context_settings=_CTX)
+@click.option("--detach", "-d", is_flag=True, help="Return once healthy and verified; stop it with `llamarig stop`.")
+@click.option("--host", type=str, default=None, help="--host for llama-server (default: the command's, else 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="--port for llama-server (default: the command's, else 8080).")
+@click.option("--force", is_flag=True, help="Launch even when the plan does not fit.")
+@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True, help="Seconds to wait for /health.")
+@click.option("--log", "log_path", type=str, default=None, help="Log file (default: the state directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
+@_input_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, timeout_s: float,
+               log_path: str | None, as_json: bool, from_script: str | None, invocation: int,
+               server_bin: str | None, gpus: tuple[str, ...], ram: str | None, detect: bool,
+               command: tuple[str, ...]) -> None:
+    """Start llama-server, wait for /health, and compare the buffers it allocated with the plan.
+    Exit 0 running (1 with --detach when verification differs is NOT used: differences are
+    warnings), 1 plan does not fit, 2 bad input, 3 binary missing / port in use / start failed."""
+    from llamarig.render import launch as L
+
+    if not detach:
+        # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start
+        import signal
+
+        def _interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _interrupt)
+    # the server runs here: plan for this machine's GPUs and RAM unless told otherwise
+    detect = detect or not gpus
+    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect)
+    if res.plan is None and res.plan_note:
+        click.echo(f"llamarig: note: {res.plan_note}; launching without verification", err=True)
+    args = list(res.args)
+    if port is not None:
+        from llamarig.render.common import set_value
+
+        args = set_value(args, ("--port",), str(port))
+    if host is not None:
+        from llamarig.render.common import set_value
+
+        args = set_value(args, ("--host",), host)
+    old_env = {k: os.environ.get(k) for k, _ in res.env}
+    os.environ.update(dict(res.env))
+    try:
+        lr = L.start(res.binary, args, plan=res.plan, log_path=Path(log_path) if log_path else None,
+                     timeout_s=timeout_s, force=force)
+    finally:
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        _launch_report(lr, as_json)
+    except KeyboardInterrupt:
+        click.echo(L.stop(state_file=lr.state_file), err=True)
+        sys.exit(130)
+    if detach:
+        return
+    _foreground(lr)
+
+
+def _launch_report(lr: Any, as_json: bool) -> None:
+    bad = [r for r in lr.rows if not r.ok]
+    if as_json:
+        click.echo(json.dumps({"pid": lr.state.pid, "url": lr.url, "state_file": str(lr.state_file),
+                               "log": lr.state.log_path, "argv": list(lr.state.argv),
+                               "verification": [r.to_json() for r in lr.rows], "verified": not bad and bool(lr.rows)},
+                              indent=1))
+    else:
+        click.echo(f"llama-server pid {lr.state.pid} healthy at {lr.url}; log {lr.state.log_path}; "
+                   f"state {lr.state_file}")
+        if lr.rows:
+            _verify_table(lr.rows)
+    for r in bad:
+        click.echo(f"llamarig: warning: {r.device} {r.component}: planned {r.planned / 2**20:.2f} MiB, "
+                   f"allocated {r.actual_mib} MiB (tolerance ±{r.tolerance_mib:.3f} MiB, {r.method})", err=True)
+
+
+def _foreground(lr: Any) -> None:
+    from llamarig.render import launch as L
+
+    click.echo("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it", err=True)
+    try:
+        code = lr.proc.wait()
+        lr.state_file.unlink(missing_ok=True)
+        click.echo(f"llama-server exited with code {code}", err=True)
+        if code:
+            sys.exit(3)
+    except KeyboardInterrupt:
+        click.echo(L.stop(state_file=lr.state_file), err=True)
+        sys.exit(130)
+
+
+@click.command("stop")
+@click.option("--port", type=int, default=None, help="Port of the server `llamarig launch` started.")
+@click.option("--state", "state_file", type=str, default=None, help="A launch state file.")
+@click.option("--timeout", "timeout_s", type=float, default=30, show_default=True,
+              help="Seconds to wait after SIGTERM before SIGKILL.")
+def stop_cmd(port: int | None, state_file: str | None, timeout_s: float) -> None:
+    """Stop the llama-server that `llamarig launch` started, and only that process (its pid, start
+    time and command line must still match the state file). Exit 0, 2 when there is no state."""
+    from llamarig.render import launch as L
+
+    click.echo(L.stop(port, Path(state_file) if state_file else None, timeout_s))

@@ -1,0 +1,1 @@
+"""The tiered, KV-pool-aware OpenAI-compatible gateway for llama-server (``llamarig gateway``)."""

@@ -1,0 +1,315 @@
+"""KV-pool admission: pure reservation accounting plus a bounded priority queue with deadlines.
+
+Why: with ``-np N --kv-unified`` all slots draw on one KV buffer of ``-c`` tokens; when it fills
+during decode llama-server fails *every* active request ("Context size has been exceeded",
+tools/server/server-context.cpp, the retry-with-smaller-batch path), and requests waiting for a
+slot are deferred without bound (server-queue.cpp ``queue_tasks_deferred``). So a request is
+admitted only when ``reserved + prompt_tokens + max_tokens <= pool`` and a slot is free.
+
+Everything here runs on one asyncio event loop: no locks; state changes are synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Pool:
+    """What one backend can hold at once."""
+
+    pool_tokens: int  # reservable tokens (after the safety fraction)
+    slots: int  # concurrent requests (-np)
+    slot_ctx: int  # largest prompt + max_tokens of one request
+    source: str  # how it was found: "props", "config" or a mix
+
+
+def pool_from_props(props: Mapping[str, Any] | None, *, pool_tokens: int | None, slots: int | None,
+                    slot_ctx: int | None, unified: bool, safety: float = 1.0) -> Pool:
+    """Pool of a backend from its ``GET /props`` and the config overrides.
+
+    ``/props`` reports ``total_slots`` (= -np) and ``default_generation_settings.n_ctx`` = the
+    context of ONE slot (server-context.cpp get_res_props: meta.slot_n_ctx = n_ctx_slot()).
+    It does not say whether the KV cache is unified, nor the total ``-c``:
+    - unified (-kvu, the default when -np is auto, tools/server/server.cpp): a slot's n_ctx is
+      the whole pool unless capped by --kv-unified-per-slot or n_ctx_train (n_ctx_slot()), so
+      pool = slot n_ctx is exact or an under-estimate (safe);
+    - not unified: each slot owns n_ctx / np, so pool = slot n_ctx * slots.
+    Set ``pool_tokens`` in the config when the slot context is capped (seed 004: -c 307200 with
+    n_ctx_train 262144 gives slot n_ctx 262144, pool 307200).
+    """
+    src: list[str] = []
+    gs = (props or {}).get("default_generation_settings") or {}
+    p_slot = gs.get("n_ctx") if isinstance(gs, Mapping) else None
+    p_slots = (props or {}).get("total_slots")
+    if slot_ctx is None:
+        if not isinstance(p_slot, int) or p_slot <= 0:
+            raise ValueError("backend /props has no default_generation_settings.n_ctx")
+        slot_ctx = p_slot
+        src.append("props")
+    if slots is None:
+        if not isinstance(p_slots, int) or p_slots <= 0:
+            raise ValueError("backend /props has no total_slots")
+        slots = p_slots
+        if "props" not in src:
+            src.append("props")
+    if pool_tokens is None:
+        pool_tokens = slot_ctx if unified else slot_ctx * slots
+    else:
+        src.append("config")
+    if not src:
+        src.append("config")
+    usable = max(1, math.floor(pool_tokens * safety))
+    return Pool(pool_tokens=usable, slots=slots, slot_ctx=min(slot_ctx, usable), source="+".join(src))
+
+
+@dataclass
+class Reservation:
+    id: int
+    backend: str
+    tokens: int
+    key: str | None
+    tier: str
+    priority: int
+    admitted_at: float
+    released: bool = False
+
+
+class Ledger:
+    """Reserved tokens and in-flight requests per backend. ``release`` is idempotent."""
+
+    def __init__(self) -> None:
+        self.reserved: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.active: dict[int, Reservation] = {}
+
+    def fits(self, backend: str, pool: Pool, tokens: int) -> bool:
+        return (self.in_flight.get(backend, 0) < pool.slots
+                and tokens <= pool.slot_ctx
+                and self.reserved.get(backend, 0) + tokens <= pool.pool_tokens)
+
+    def reserve(self, r: Reservation) -> Reservation:
+        self.reserved[r.backend] = self.reserved.get(r.backend, 0) + r.tokens
+        self.in_flight[r.backend] = self.in_flight.get(r.backend, 0) + 1
+        self.active[r.id] = r
+        return r
+
+    def release(self, r: Reservation) -> bool:
+        if r.released or r.id not in self.active:
+            return False
+        r.released = True
+        del self.active[r.id]
+        self.reserved[r.backend] -= r.tokens
+        self.in_flight[r.backend] -= 1
+        return True
+
+    def total_reserved(self) -> int:
+        return sum(self.reserved.values())
+
+    def total_in_flight(self) -> int:
+        return sum(self.in_flight.values())
+
+
+class Rejected(Exception):
+    """Not admitted: HTTP ``status`` (429 or 503), a short ``code``, a message and Retry-After."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": "rate_limit_error" if self.status == 429 else "server_error",
+                          "param": None, "code": self.code, "retry_after": self.retry_after}}
+
+
+@dataclass
+class AdmitRequest:
+    tokens: int
+    tier: str
+    priority: int = 0
+    key: str | None = None
+    key_limit: int = 0  # max in flight + queued for this key; 0 = none
+    affinity: str | None = None
+    exclude: frozenset[str] = frozenset()
+
+
+#: picks a backend for (tokens, affinity, exclude) or returns None when none fits now
+Picker = Callable[[int, "str | None", "frozenset[str]"], "str | None"]
+
+
+@dataclass(order=True)
+class _Waiter:
+    priority: int
+    seq: int
+    req: AdmitRequest = field(compare=False)
+    fut: asyncio.Future[Reservation] = field(compare=False)
+    enqueued: float = field(compare=False, default=0.0)
+    gone: bool = field(compare=False, default=False)
+
+
+class Admission:
+    """Admit now, or queue (bounded, by priority then arrival) until admitted or the deadline."""
+
+    def __init__(self, ledger: Ledger, picker: Picker, *, queue_size: int, queue_timeout_s: float,
+                 retry_after_s: float, total_slots: Callable[[], int],
+                 any_backend: Callable[[], bool] = lambda: True) -> None:
+        self.ledger = ledger
+        self.picker = picker
+        self.queue_size = queue_size
+        self.queue_timeout_s = queue_timeout_s
+        self.retry_after_s = retry_after_s
+        self.total_slots = total_slots
+        self.any_backend = any_backend
+        self._heap: list[_Waiter] = []
+        self._queued = 0
+        self._ids = itertools.count(1)
+        self._seq = itertools.count()
+        self.per_key: dict[str, int] = {}
+        self.ewma_duration_s = 0.0
+        self.rejected: dict[str, int] = {}
+
+    # -- views
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def queued_by_tier(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for w in self._heap:
+            if not w.gone:
+                out[w.req.tier] = out.get(w.req.tier, 0) + 1
+        return out
+
+    def retry_after(self) -> int:
+        """Seconds: the floor, or the mean request duration (EWMA) times queue depth per slot."""
+        slots = max(1, self.total_slots())
+        est = self.ewma_duration_s * (1 + self._queued / slots)
+        return int(math.ceil(max(self.retry_after_s, min(est, 120.0))))
+
+    def _reject(self, status: int, code: str, message: str) -> Rejected:
+        self.rejected[code] = self.rejected.get(code, 0) + 1
+        return Rejected(status, code, message, self.retry_after())
+
+    # -- admission
+    def _try(self, req: AdmitRequest) -> Reservation | None:
+        name = self.picker(req.tokens, req.affinity, req.exclude)
+        if name is None:
+            return None
+        r = Reservation(next(self._ids), name, req.tokens, req.key, req.tier, req.priority, time.monotonic())
+        return self.ledger.reserve(r)
+
+    def try_acquire(self, req: AdmitRequest) -> Reservation | None:
+        """Admit now without queueing, or None (synchronous). Rejected for no backend / key limit."""
+        if not self.any_backend():
+            raise self._reject(503, "no_backend", "no healthy backend")
+        if req.key is not None and req.key_limit and self.per_key.get(req.key, 0) >= req.key_limit:
+            raise self._reject(429, "key_limit", f"API key '{req.key}' already has {req.key_limit} requests in flight or queued")
+        # serve the queue first: only skip it when nobody of equal or higher priority waits
+        if self._heap and any(not w.gone and w.priority <= req.priority for w in self._heap):
+            return None
+        r = self._try(req)
+        if r is not None:
+            self._key_inc(req.key)
+        return r
+
+    async def acquire(self, req: AdmitRequest, deadline: float | None = None) -> Reservation:
+        """A reservation, or Rejected. Cancelling the caller never leaks a reservation."""
+        r = self.try_acquire(req)
+        if r is not None:
+            return r
+        ahead = bool(self._heap)
+        if self._queued >= self.queue_size:
+            raise self._reject(429, "queue_full", f"KV pool busy and the queue is full ({self.queue_size} waiting)")
+        loop = asyncio.get_running_loop()
+        w = _Waiter(req.priority, next(self._seq), req, loop.create_future(), time.monotonic())
+        heapq.heappush(self._heap, w)
+        self._queued += 1
+        self._key_inc(req.key)
+        if ahead:
+            self.pump()  # first fit: it may fit beside the waiters ahead of it
+        timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return await asyncio.wait_for(asyncio.shield(w.fut), timeout)
+        except asyncio.TimeoutError:
+            if w.fut.done() and not w.fut.cancelled():
+                return w.fut.result()  # admitted at the last moment
+            self._drop(w)
+            self._key_dec(req.key)
+            raise self._reject(429, "queue_timeout",
+                               f"KV pool full: waited {timeout:.1f} s for {req.tokens} tokens "
+                               f"(prompt + max_tokens) without a fit") from None
+        except asyncio.CancelledError:
+            if w.fut.done() and not w.fut.cancelled():
+                self.release(w.fut.result())  # admitted, but the caller is gone
+            else:
+                self._drop(w)
+                self._key_dec(req.key)
+            raise
+
+    def _drop(self, w: _Waiter) -> None:
+        if not w.gone:
+            w.gone = True
+            self._queued -= 1
+            if not w.fut.done():
+                w.fut.cancel()
+
+    def _key_inc(self, key: str | None) -> None:
+        if key is not None:
+            self.per_key[key] = self.per_key.get(key, 0) + 1
+
+    def _key_dec(self, key: str | None) -> None:
+        if key is not None:
+            n = self.per_key.get(key, 0) - 1
+            if n <= 0:
+                self.per_key.pop(key, None)
+            else:
+                self.per_key[key] = n
+
+    def release(self, r: Reservation) -> None:
+        """Give the tokens back (idempotent) and admit waiters that now fit."""
+        if self.ledger.release(r):
+            self._key_dec(r.key)
+            dur = time.monotonic() - r.admitted_at
+            self.ewma_duration_s = dur if self.ewma_duration_s == 0 else 0.8 * self.ewma_duration_s + 0.2 * dur
+            self.pump()
+
+    def pump(self) -> None:
+        """Admit queued requests that fit now, in priority order (first fit)."""
+        if not self._heap:
+            return
+        kept: list[_Waiter] = []
+        for w in sorted(self._heap):
+            if w.gone:
+                continue
+            if w.fut.done():  # cancelled
+                w.gone = True
+                self._queued -= 1
+                continue
+            r = self._try(w.req)
+            if r is None:
+                kept.append(w)
+                continue
+            w.gone = True
+            self._queued -= 1
+            w.fut.set_result(r)
+        heapq.heapify(kept)
+        self._heap = kept
+
+    def reject_all(self, code: str, message: str) -> None:
+        """Fail every waiter (shutdown)."""
+        for w in self._heap:
+            if not w.gone and not w.fut.done():
+                w.fut.set_exception(self._reject(503, code, message))
+            w.gone = True
+        self._heap = []
+        self._queued = 0

@@ -1,0 +1,327 @@
+"""Pure request handling: validate a body, choose its tier, and rewrite what goes upstream.
+
+Tier rules (first match wins): explicit tier header > the API key's tier > model alias >
+images (vision tier) > tools / agent header / agent user-agent / system-prompt pattern (agent
+tier) > default tier. Cron requests (a header whose value starts with a prefix) keep their tier
+but are locked to a small budget (seed 004: "CRON恒锁1K/2K").
+
+llama-server facts used here (tools/server in the vendored tree):
+- ``n_predict`` has the aliases ``max_tokens`` and ``max_completion_tokens``; if ``n_predict`` is
+  present it wins (server-schema.cpp field n_predict; server-common.cpp "if n_predict is
+  present, we overwrite the value specified earlier by max_tokens"). So we delete all three and
+  write one.
+- ``chat_template_kwargs.enable_thinking`` must be a boolean (server-common.cpp, "invalid type
+  for enable_thinking"); ``reasoning_budget_tokens`` -1 means the server default.
+- ``t_max_predict_ms`` stops generation after that much generation time, at a newline
+  (server-context.cpp, "stopped by time limit").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from llamarig.gateway.config import GatewayConfig, KeyConfig, TierConfig
+
+#: endpoint kinds
+CHAT = "chat"  # /v1/chat/completions
+OAI_COMPLETION = "completion"  # /v1/completions
+NATIVE = "native"  # llama-server /completion
+
+#: tokens charged per image by the local estimate (the backend count is exact)
+ESTIMATE_IMAGE_TOKENS = 1024
+
+
+class RequestError(Exception):
+    """A client error turned into an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The tier chosen for one request and the limits applied to it."""
+
+    tier: str
+    reason: str
+    cron: bool
+    priority: int
+    max_tokens: int  # written upstream and charged to the pool
+    requested_max_tokens: int | None
+    widened: bool  # resolve_auto_c2_max_tokens fired
+    timeout_s: float | None
+    reasoning_budget: int | None
+    thinking: bool | None
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def validate_body(body: Any, kind: str) -> dict[str, Any]:
+    """Check the fields the gateway reads or rewrites; RequestError(400) naming the field."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    if kind == CHAT:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise RequestError(400, "'messages' must be a non-empty array", param="messages")
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise RequestError(400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
+            c = m.get("content")
+            if c is not None and not isinstance(c, (str, list)):
+                raise RequestError(400, f"messages[{i}].content must be a string or an array", param=f"messages[{i}].content")
+    else:
+        p = body.get("prompt")
+        if p is None or not isinstance(p, (str, list)):
+            raise RequestError(400, "'prompt' must be a string or an array", param="prompt")
+    for f in ("max_tokens", "max_completion_tokens", "n_predict"):
+        if f in body and body[f] is not None and not _is_int(body[f]):
+            raise RequestError(400, f"'{f}' must be an integer", param=f)
+    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+        raise RequestError(400, "'stream' must be a boolean", param="stream")
+    if "model" in body and body["model"] is not None and not isinstance(body["model"], str):
+        raise RequestError(400, "'model' must be a string", param="model")
+    if "tools" in body and body["tools"] is not None and not isinstance(body["tools"], list):
+        raise RequestError(400, "'tools' must be an array", param="tools")
+    for f in ("temperature", "top_p"):
+        if f in body and body[f] is not None and (isinstance(body[f], bool) or not isinstance(body[f], (int, float))):
+            raise RequestError(400, f"'{f}' must be a number", param=f)
+    ctk = body.get("chat_template_kwargs")
+    if ctk is not None and not isinstance(ctk, dict):
+        raise RequestError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    return body
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def requested_max_tokens(body: Mapping[str, Any]) -> int | None:
+    """What the client asked for; ``n_predict`` wins as in llama-server. <0 or absent: None."""
+    for f in ("n_predict", "max_completion_tokens", "max_tokens"):
+        v = body.get(f)
+        if _is_int(v):
+            return v if v >= 0 else None
+    return None
+
+
+def has_images(body: Mapping[str, Any]) -> bool:
+    """Image parts in chat content (OpenAI ``image_url`` / ``input_image``) or native multimodal data."""
+    if body.get("multimodal_data"):
+        return True
+    p = body.get("prompt")
+    if isinstance(p, dict) and p.get("multimodal_data"):
+        return True
+    for m in body.get("messages") or ():
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list):
+            for part in c:
+                if isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image"):
+                    return True
+    return False
+
+
+def count_images(body: Mapping[str, Any]) -> int:
+    n = 0
+    for m in body.get("messages") or ():
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list):
+            n += sum(1 for part in c if isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image"))
+    return n
+
+
+def _content_text(c: Any) -> str:
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        return "".join(p.get("text", "") for p in c if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def system_text(body: Mapping[str, Any]) -> str:
+    return "\n".join(_content_text(m.get("content")) for m in body.get("messages") or ()
+                     if isinstance(m, dict) and m.get("role") in ("system", "developer"))
+
+
+@lru_cache(maxsize=64)
+def _pattern(p: str) -> re.Pattern[str]:
+    return re.compile(p)
+
+
+# ------------------------------------------------------------------------------ tier choice
+
+
+def choose_tier(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig,
+                key: KeyConfig | None = None) -> tuple[str, str]:
+    """(tier name, reason). ``headers``: case-insensitive (aiohttp) or lower-case keys.
+    RequestError on an unknown tier header."""
+    r = cfg.routing
+    h = headers.get(r.tier_header)
+    if h:
+        if h not in cfg.tiers:
+            raise RequestError(400, f"unknown tier {h!r} in header {r.tier_header}; tiers: {', '.join(cfg.tiers)}",
+                               param=r.tier_header, code="unknown_tier")
+        return h, "header"
+    if key is not None and key.tier:
+        return key.tier, "api_key"
+    model = body.get("model")
+    if isinstance(model, str) and model in r.model_aliases:
+        return r.model_aliases[model], "model_alias"
+    if r.vision_tier and has_images(body):
+        return r.vision_tier, "images"
+    if r.agent_tier:
+        if r.tools_mean_agent and body.get("tools"):
+            return r.agent_tier, "tools"
+        for ah in r.agent_headers:
+            if ah in headers:
+                return r.agent_tier, "agent_header"
+        ua = headers.get("user-agent", "").lower()
+        if ua and any(p in ua for p in r.agent_user_agents):
+            return r.agent_tier, "user_agent"
+        if r.system_patterns:
+            sys_text = system_text(body)
+            if sys_text and any(_pattern(p).search(sys_text) for p in r.system_patterns):
+                return r.agent_tier, "system_prompt"
+    return r.default_tier, "default"
+
+
+def is_cron(headers: Mapping[str, str], cfg: GatewayConfig) -> bool:
+    v = headers.get(cfg.cron.header.lower())
+    return bool(v) and v.startswith(cfg.cron.prefix)  # type: ignore[union-attr]
+
+
+def resolve_auto_c2_max_tokens(requested: int | None, tier: TierConfig, cron: bool) -> int | None:
+    """Seed 004's conditional widening: only for a tier with ``long_output_max_tokens`` (C2 by
+    default), never for cron, only when the client explicitly asked for more than the tier's
+    limit; capped at ``long_output_max_tokens``. None: no widening."""
+    if cron or tier.long_output_max_tokens is None:
+        return None
+    if requested is None or requested <= tier.max_tokens:
+        return None
+    return min(requested, tier.long_output_max_tokens)
+
+
+def resolve_max_tokens(requested: int | None, limit: int) -> int:
+    """A missing max_tokens is charged as the tier's limit (never the whole window); larger
+    requests are clamped (seed 004 resolve_max_tokens)."""
+    return limit if requested is None else min(requested, limit)
+
+
+def decide(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig,
+           key: KeyConfig | None = None) -> Decision:
+    name, reason = choose_tier(body, headers, cfg, key)
+    tier = cfg.tiers[name]
+    cron = is_cron(headers, cfg)
+    req = requested_max_tokens(body)
+    widened_to = resolve_auto_c2_max_tokens(req, tier, cron)
+    timeout = tier.timeout_s
+    if widened_to is not None:
+        max_tokens = widened_to
+        timeout = tier.long_output_timeout_s or timeout
+    elif cron:
+        lock = cfg.cron.max_tokens_thinking if tier.thinking else cfg.cron.max_tokens
+        max_tokens = resolve_max_tokens(req, lock)
+        timeout = cfg.cron.timeout_s or timeout
+    else:
+        max_tokens = resolve_max_tokens(req, tier.max_tokens)
+    budget = tier.reasoning_budget if tier.thinking else None
+    if budget is not None and budget >= 0 and budget >= max_tokens:
+        budget = max_tokens // 2  # keep room for the answer: thinking counts toward n_predict
+    if cron:
+        priority = cfg.cron.priority
+    elif key is not None and key.priority is not None:
+        priority = key.priority
+    else:
+        priority = tier.priority
+    return Decision(tier=name, reason=reason, cron=cron, priority=priority, max_tokens=max_tokens,
+                    requested_max_tokens=req, widened=widened_to is not None, timeout_s=timeout,
+                    reasoning_budget=budget, thinking=tier.thinking)
+
+
+def rewrite(body: Mapping[str, Any], d: Decision, cfg: GatewayConfig, kind: str) -> dict[str, Any]:
+    """The body actually sent upstream (a new dict; ``body`` is not modified)."""
+    tier = cfg.tiers[d.tier]
+    out = dict(body)
+    for f in ("n_predict", "max_tokens", "max_completion_tokens"):
+        out.pop(f, None)
+    out["n_predict" if kind == NATIVE else "max_tokens"] = d.max_tokens
+    if d.thinking is not None and kind == CHAT:
+        ctk = dict(out.get("chat_template_kwargs") or {})
+        ctk["enable_thinking"] = d.thinking
+        out["chat_template_kwargs"] = ctk
+    if d.reasoning_budget is not None:
+        out["reasoning_budget_tokens"] = d.reasoning_budget
+    if tier.reasoning_effort and kind == CHAT and d.thinking:
+        out["reasoning_effort"] = tier.reasoning_effort
+    if d.timeout_s:
+        out["t_max_predict_ms"] = int(d.timeout_s * 1000)
+    for k, v in tier.sampling.items():
+        out[k] = v
+    model = out.get("model")
+    if isinstance(model, str) and model in cfg.routing.model_aliases:
+        out.pop("model")  # a tier alias means nothing to llama-server
+    return out
+
+
+# ------------------------------------------------------------------------------ tokens
+
+
+def prompt_text(body: Mapping[str, Any]) -> str:
+    if "messages" in body:
+        return "\n".join(_content_text(m.get("content")) for m in body.get("messages") or () if isinstance(m, dict))
+    p = body.get("prompt")
+    if isinstance(p, str):
+        return p
+    if isinstance(p, list):
+        return "\n".join(x for x in p if isinstance(x, str))
+    return ""
+
+
+def estimate_prompt_tokens(body: Mapping[str, Any], bytes_per_token: float) -> int:
+    """Fast local estimate: ceil(UTF-8 bytes / bytes_per_token) + 8 per message (template
+    overhead) + 1024 per image. With the default 2.0 bytes/token it over-counts English text
+    (~4 bytes/token in BPE vocabularies) and roughly matches Chinese (3 bytes/char, ~1.5
+    chars/token); docs/gateway.md gives the error."""
+    p = body.get("prompt")
+    if isinstance(p, list) and p and all(_is_int(x) for x in p):
+        return len(p)  # already token ids
+    n = math.ceil(len(prompt_text(body).encode("utf-8")) / bytes_per_token)
+    n += 8 * len(body.get("messages") or ()) + ESTIMATE_IMAGE_TOKENS * count_images(body)
+    return max(n, 1)
+
+
+def affinity_key(body: Mapping[str, Any], n_messages: int) -> str | None:
+    """Hash of the first ``n_messages`` messages (or the first 512 prompt characters): requests of
+    one conversation share it, so they can return to the backend whose prompt cache has them."""
+    if n_messages <= 0:
+        return None
+    msgs = body.get("messages")
+    if isinstance(msgs, list) and msgs:
+        head = [(m.get("role"), _content_text(m.get("content"))) for m in msgs[:n_messages] if isinstance(m, dict)]
+        raw = json.dumps(head, ensure_ascii=False)
+    else:
+        p = prompt_text(body)
+        if not p:
+            return None
+        raw = p[:512]
+    return hashlib.blake2b(raw.encode("utf-8"), digest_size=8).hexdigest()

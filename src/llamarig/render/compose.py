@@ -1,0 +1,84 @@
+"""A docker compose service for the official llama.cpp server images
+(ghcr.io/ggml-org/llama.cpp:server, :server-cuda, :server-vulkan, :server-rocm; their ENTRYPOINT
+is /app/llama-server and HEALTHCHECK curls :8080/health, see .devops/*.Dockerfile in llama.cpp).
+Host files named in the flags (model, mmproj, draft, ...) are mounted read-only under /models."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import PurePosixPath
+
+from llamarig.render.common import RenderSpec, get_value, set_value
+
+IMAGES = {
+    "cpu": "ghcr.io/ggml-org/llama.cpp:server",
+    "cuda": "ghcr.io/ggml-org/llama.cpp:server-cuda",
+    "vulkan": "ghcr.io/ggml-org/llama.cpp:server-vulkan",
+    "rocm": "ghcr.io/ggml-org/llama.cpp:server-rocm",
+}
+#: flags whose value is a host file the container must see
+_FILE_FLAGS = {"-m", "--model", "-mm", "--mmproj", "-md", "--model-draft", "--spec-draft-model",
+               "--chat-template-file", "--api-key-file", "--ssl-key-file", "--ssl-cert-file",
+               "--lora", "--grammar-file", "--log-file", "-lcs", "-lcd"}
+#: flags whose file or directory llama-server writes: mounted read-write
+_WRITTEN = {"--log-file", "--slot-save-path", "-lcs", "-lcd"}
+
+
+def _q(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, ...] = ()) -> str:
+    args = list(spec.args)
+    mounts: dict[str, str] = {}  # host dir -> container dir
+    writable: set[str] = set()
+    for i, a in enumerate(args[:-1]):
+        if a in _FILE_FLAGS or a == "--slot-save-path":
+            p = PurePosixPath(os.path.abspath(args[i + 1]))
+            is_dir = a == "--slot-save-path"
+            host_dir = str(p if is_dir else p.parent)
+            if host_dir not in mounts:
+                mounts[host_dir] = "/models" if not mounts else f"/models{len(mounts)}"
+            if a in _WRITTEN:
+                writable.add(host_dir)
+            args[i + 1] = mounts[host_dir] if is_dir else f"{mounts[host_dir]}/{p.name}"
+    port = spec.port
+    host = spec.host
+    publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else host
+    args = set_value(args, ("--host",), "0.0.0.0")  # inside the container; published below
+    args = set_value(args, ("--port",), str(port))
+    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version)
+    image = IMAGES.get(backend, backend)
+    out = [("# " + ln).rstrip() for ln in s2.header()]
+    out += [("# " + ln).rstrip() for ln in [
+        "", f"docker compose up -d   (image {image}: its entrypoint is /app/llama-server)", ""]
+        + s2.flag_table()]
+    out += ["services:", f"  {spec.name}:", f"    image: {image}", "    restart: unless-stopped",
+            "    ports:", f"      - {_q(f'{publish_host}:{port}:{port}')}"]
+    if mounts:
+        out.append("    volumes:")
+        out += [f"      - {_q(f'{h}:{c}' + ('' if h in writable else ':ro'))}" for h, c in mounts.items()]
+    if spec.env:
+        out.append("    environment:")
+        out += [f"      {k}: {_q(v)}" for k, v in spec.env]
+    if spec.mlock:
+        out += ["    ulimits:", "      memlock: -1"]
+    out.append("    command:")
+    for g in s2.groups():
+        out.append("      # " + " ".join(g))
+        out += [f"      - {_q(t)}" for t in g]
+    if backend == "cuda":
+        dev = ("        - driver: nvidia", "          count: all") if not gpu_ids else (
+            "        - driver: nvidia", f"          device_ids: [{', '.join(_q(g) for g in gpu_ids)}]")
+        out += ["    deploy:", "      resources:", "        reservations:", "          devices:",
+                *("  " + d for d in dev), "            capabilities: [gpu]"]
+    elif backend in ("vulkan", "rocm"):
+        out += ["    devices:", "      - /dev/dri:/dev/dri"] + (["      - /dev/kfd:/dev/kfd"] if backend == "rocm" else [])
+    out += ["    healthcheck:",
+            f'      test: ["CMD", "curl", "-f", "http://localhost:{port}/health"]',
+            "      interval: 30s", "      timeout: 5s", "      start_period: 600s", "      retries: 3"]
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["IMAGES", "render_compose", "get_value"]

@@ -1,0 +1,447 @@
+"""``llamarig launch`` / ``llamarig stop``: start llama-server, wait for /health, compare the
+buffers it really allocated (its ``-lv 4`` log, parsed by llamarig.plan.logparse) with the plan,
+and keep a small state file so that ``stop`` signals exactly the process that launch started.
+
+The state file (``$LLAMARIG_STATE_DIR`` or ``$XDG_STATE_HOME/llamarig`` or
+``~/.local/state/llamarig``, ``launch-<port>.json``) holds the pid, the process start time in
+clock ticks since boot (/proc/<pid>/stat field 22) and the argv: a pid that was reused by another
+process after a crash never matches both, so ``stop`` refuses to signal it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import InputError, LlamarigError, ServerError
+from llamarig.render.common import get_value
+
+MiB = 1 << 20
+#: a figure printed with %.2f MiB is within 0.005 MiB of the truth
+LOG_ROUNDING_MIB = 0.0051
+#: components the planner computes with llama.cpp's own arithmetic (exact) vs modelled ones
+EXACT = ("weights", "kv", "recurrent")
+MODELLED_TOLERANCE = 0.10  # compute/output: within 10 % (the plan tests hold it to 5 %)
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def state_dir() -> Path:
+    env = os.environ.get("LLAMARIG_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "llamarig"
+
+
+def state_path(port: int) -> Path:
+    return state_dir() / f"launch-{port}.json"
+
+
+@dataclass(frozen=True)
+class LaunchState:
+    pid: int
+    start_ticks: int | None
+    argv: tuple[str, ...]
+    binary: str
+    host: str
+    port: int
+    log_path: str
+    started_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["argv"] = list(self.argv)
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any], source: str) -> LaunchState:
+        try:
+            return LaunchState(int(d["pid"]), None if d.get("start_ticks") is None else int(d["start_ticks"]),
+                               tuple(str(x) for x in d["argv"]), str(d["binary"]), str(d["host"]),
+                               int(d["port"]), str(d["log_path"]), float(d["started_at"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{source}: not a llamarig launch state file ({e})") from None
+
+
+def write_state(st: LaunchState) -> Path:
+    p = state_path(st.port)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(st.to_json(), indent=1))
+    tmp.replace(p)
+    return p
+
+
+def read_state(path: Path) -> LaunchState:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no launch state (nothing started by `llamarig launch` on that port)") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: unreadable launch state ({e})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a llamarig launch state file")
+    return LaunchState.from_json(data, str(path))
+
+
+def list_states() -> list[Path]:
+    d = state_dir()
+    return sorted(d.glob("launch-*.json")) if d.is_dir() else []
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Start time of a process in clock ticks after boot (proc(5), /proc/<pid>/stat field 22)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(raw[raw.rindex(")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def proc_cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [x.decode(errors="replace") for x in raw.split(b"\0") if x]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped) counts as gone
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2:].startswith("Z"):
+            return False
+    return True
+
+
+def is_same_process(st: LaunchState) -> tuple[bool, str]:
+    """Whether ``st.pid`` is still the process launch started (pid + start time + argv)."""
+    if not pid_alive(st.pid):
+        return False, f"pid {st.pid} is not running"
+    ticks = proc_start_ticks(st.pid)
+    if st.start_ticks is not None and ticks is not None and ticks != st.start_ticks:
+        return False, f"pid {st.pid} was reused by another process (start time differs)"
+    cmd = proc_cmdline(st.pid)
+    if cmd is not None and cmd != list(st.argv):
+        return False, f"pid {st.pid} runs something else now ({' '.join(cmd)[:80]})"
+    return True, "same pid, start time and command line"
+
+
+def port_in_use(host: str, port: int) -> bool:
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR as llama-server's httplib sets it: TIME_WAIT leftovers are not "in use"
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host if host not in ("localhost",) else "127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def health(url: str, timeout: float = 2) -> int | None:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)  # 503 while loading
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+
+
+def log_tail(path: Path, n: int = 15) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+# ---------------------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class VerifyRow:
+    device: str  # "host" or CUDA0, ...
+    component: str
+    planned: int  # bytes
+    actual_mib: float | None  # None: not in the log
+    tolerance_mib: float
+    method: str
+
+    @property
+    def diff_mib(self) -> float | None:
+        return None if self.actual_mib is None else self.actual_mib - self.planned / MiB
+
+    @property
+    def ok(self) -> bool:
+        d = self.diff_mib
+        return d is None or abs(d) <= self.tolerance_mib
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "component": self.component,
+                "planned_mib": round(self.planned / MiB, 3),
+                "actual_mib": self.actual_mib, "diff_mib": None if self.diff_mib is None else round(self.diff_mib, 3),
+                "tolerance_mib": round(self.tolerance_mib, 4), "ok": self.ok, "method": self.method}
+
+
+def buffer_device(name: str) -> str:
+    """A ggml buffer name from the log -> the plan's device: CPU, CPU_Mapped, CPU_REPACK and
+    pinned host buffers (CUDA_Host, ...) are host RAM; CUDA0/ROCm1/Vulkan0/MTL0 are devices."""
+    if name.startswith("CPU") or name.endswith("_Host") or name.lower() == "host":
+        return "host"
+    return name
+
+
+def compare(plan: Any, log_text: str) -> list[VerifyRow]:
+    """Planned vs logged buffers, per device and component. Exact components (weights, KV,
+    recurrent state) must match within the log's 2-decimal MiB rounding per buffer; compute and
+    output buffers within MODELLED_TOLERANCE."""
+    from llamarig.plan.logparse import parse_memory_log
+
+    mem = parse_memory_log(log_text)
+    actual: dict[tuple[str, str], list[float]] = {}
+
+    def put(comp: str, bufs: Sequence[tuple[str, float]]) -> None:
+        for name, mib in bufs:
+            actual.setdefault((buffer_device(name), comp), []).append(mib)
+
+    put("weights", mem.weights)
+    tgt = mem.target
+    put("kv", tgt.kv_buffers)
+    put("recurrent", tgt.rs_buffers)
+    put("compute", tgt.compute)
+    put("output", tgt.output)
+    if mem.draft is not None:  # the MTP / draft context: its KV cache and compute buffers
+        put("draft", mem.draft.kv_buffers + mem.draft.compute)
+    planned: dict[tuple[str, str], tuple[int, str]] = {}
+    for d in plan.devices:
+        for comp, ln in d.lines.items():
+            planned[(d.name, comp)] = (ln.bytes, ln.method)
+    for comp, ln in plan.host.lines.items():
+        planned[("host", comp)] = (ln.bytes, ln.method)
+    rows = []
+    comps = ("weights", "kv", "recurrent", "compute", "output", "draft")
+    keys = sorted({k for k in planned if k[1] in comps} | set(actual),
+                  key=lambda k: (k[0] != "host", k[0], comps.index(k[1]) if k[1] in comps else 9))
+    for dev, comp in keys:
+        pb, method = planned.get((dev, comp), (0, "not planned"))
+        vals = actual.get((dev, comp))
+        if vals is None and not pb:
+            continue
+        act = round(sum(vals), 2) if vals is not None else (0.0 if mem.weights else None)
+        if comp in EXACT:
+            tol = LOG_ROUNDING_MIB * max(1, len(vals or ()))
+        else:
+            base = act if act else pb / MiB
+            tol = MODELLED_TOLERANCE * base + 0.05
+        rows.append(VerifyRow(dev, comp, pb, act, tol, method))
+    return rows
+
+
+# ---------------------------------------------------------------------------- launch
+
+
+def _has(args: Sequence[str], *names: str) -> bool:
+    return any(a.split("=", 1)[0] in names for a in args)
+
+
+def likely_causes(argv: Sequence[str], log: str) -> list[str]:
+    """Why a server did not start: known log messages, then `llamarig check` errors."""
+    out = []
+    low = log.lower()
+    patterns = (
+        ("couldn't bind", "the port is taken or the address is not local (--host/--port)"),
+        ("address already in use", "the port is taken by another process"),
+        ("failed to load model", "the model file could not be loaded (path, permissions, or not a GGUF)"),
+        ("error: invalid argument", "llama-server rejected a flag (see the last lines)"),
+        ("unsupported cache type", "an unknown -ctk/-ctv type"),
+        ("out of memory", "not enough memory: lower -c, quantize the KV cache, or offload fewer layers"),
+        ("cudamalloc failed", "GPU out of memory: lower -c, -ub, or -ngl"),
+        ("failed to allocate", "an allocation failed: not enough memory for the planned buffers"),
+        ("unknown model architecture", "this llama.cpp build does not know the model's architecture"),
+    )
+    for pat, why in patterns:
+        if pat in low:
+            out.append(why)
+    try:
+        from llamarig.flags.rules import lint
+        from llamarig.flags.schema import load_bundled, load_schema
+        from llamarig.flags.shell import parse_argv
+
+        try:
+            schema = load_schema(argv[0])
+        except LlamarigError:
+            schema = load_bundled()
+        _, findings = lint(parse_argv(list(argv)), schema)
+        out += [f"check [{f.rule}]: {f.message}" for f in findings if f.severity == "error"]
+    except Exception as e:  # the diagnosis must never hide the real failure
+        out.append(f"(llamarig check could not run: {e})")
+    return out
+
+
+@dataclass
+class Launched:
+    state: LaunchState
+    state_file: Path
+    proc: subprocess.Popen[bytes]
+    rows: list[VerifyRow]
+    url: str
+
+
+def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
+    a = [x for x in args]
+    if not _has(a, "--host"):
+        a += ["--host", host]
+    if not _has(a, "--port"):
+        a += ["--port", str(port)]
+    if verbose_log and not _has(a, "-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose"):
+        # buffer sizes are libllama INFO lines, shown at verbosity 4 (common/log.cpp; truth.md 4.7)
+        a += ["-lv", "4"]
+    return [binary] + a
+
+
+def start(binary: str, args: Sequence[str], *, plan: Any = None, host: str | None = None,
+          port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
+          force: bool = False) -> Launched:
+    """Start llama-server detached (own session), wait for /health, verify against ``plan``.
+
+    Raises ServerError (exit 3) for a missing binary, a port in use, or a server that exits or
+    does not become healthy (with the last log lines and likely causes); LlamarigError (exit 1)
+    for a plan that does not fit unless ``force``."""
+    if plan is not None and not plan.fits and not force:
+        raise LlamarigError("the plan does not fit (" + "; ".join(plan.shortfalls())
+                            + "): not launching (use --force to launch anyway)")
+    if not (Path(binary).is_file() and os.access(binary, os.X_OK)):
+        raise ServerError(f"{binary}: llama-server binary not found or not executable")
+    model = get_value(args, "-m", "--model")
+    if model and not Path(model).is_file():
+        raise InputError(f"-m {model}: model file not found")
+    host = host or get_value(args, "--host") or "127.0.0.1"
+    pv = port if port is not None else get_value(args, "--port")
+    try:
+        port = int(pv) if pv is not None else 8080
+    except ValueError:
+        raise InputError(f"--port {pv}: not a number") from None
+    argv = server_argv(binary, args, host, port)
+    bind_host = host.split(",")[0]
+    if port_in_use(bind_host if not bind_host.endswith(".sock") else "127.0.0.1", port):
+        raise ServerError(f"port {port} on {bind_host} is already in use (another server? `llamarig stop "
+                          f"--port {port}` stops one that llamarig launched); choose --port")
+    sp = state_path(port)
+    if sp.exists():
+        with contextlib.suppress(LlamarigError):
+            old = read_state(sp)
+            same, _ = is_same_process(old)
+            if same:
+                raise ServerError(f"llamarig already runs a server on port {port} (pid {old.pid}); "
+                                  f"`llamarig stop --port {port}` first")
+    log_path = log_path or state_dir() / f"launch-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as logf:
+        try:
+            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except OSError as e:
+            raise ServerError(f"{binary}: cannot start: {e.strerror or e}") from None
+    st = LaunchState(proc.pid, proc_start_ticks(proc.pid), tuple(argv), binary, bind_host, port,
+                     str(log_path), time.time())
+    sf = write_state(st)
+    url_host = "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
+    url = f"http://{url_host}:{port}"
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                sf.unlink(missing_ok=True)
+                tail = log_tail(log_path)
+                causes = likely_causes(argv, Path(log_path).read_text(errors="replace") if log_path.exists() else "")
+                why = ("\nlikely cause: " + "\nlikely cause: ".join(causes)) if causes else ""
+                raise ServerError(f"llama-server exited with code {code} before /health answered; "
+                                  f"last log lines ({log_path}):\n{tail}{why}")
+            if health(url) == 200:
+                break
+            if time.monotonic() > deadline:
+                _terminate(proc.pid)
+                sf.unlink(missing_ok=True)
+                raise ServerError(f"llama-server not healthy after {timeout_s:.0f} s; stopped it. Last log "
+                                  f"lines ({log_path}):\n{log_tail(log_path)}")
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        _terminate(proc.pid)
+        sf.unlink(missing_ok=True)
+        raise
+    rows = compare(plan, Path(log_path).read_text(errors="replace")) if plan is not None else []
+    return Launched(st, sf, proc, rows, url)
+
+
+def _terminate(pid: int, timeout_s: float = 30) -> str:
+    """SIGTERM, wait, then SIGKILL. Returns how it ended."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return "already gone"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return "exited after SIGTERM"
+        if not pid_alive(pid):
+            return "exited after SIGTERM"
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    return f"killed (SIGKILL) after {timeout_s:.0f} s without exiting on SIGTERM"
+
+
+def stop(port: int | None = None, state_file: Path | None = None, timeout_s: float = 30) -> str:
+    """Stop the server a launch recorded: only if pid, start time and argv still match."""
+    if state_file is None:
+        if port is None:
+            files = list_states()
+            if not files:
+                raise InputError(f"no server launched by llamarig (no launch-*.json in {state_dir()})")
+            if len(files) > 1:
+                ports = ", ".join(f.stem.split("-", 1)[1] for f in files)
+                raise InputError(f"several servers launched by llamarig (ports {ports}): give --port")
+            state_file = files[0]
+        else:
+            state_file = state_path(port)
+    st = read_state(state_file)
+    same, why = is_same_process(st)
+    if not same:
+        state_file.unlink(missing_ok=True)
+        return f"not stopping anything: {why}; removed the stale state file {state_file}"
+    how = _terminate(st.pid, timeout_s)
+    state_file.unlink(missing_ok=True)
+    return f"stopped llama-server pid {st.pid} on port {st.port}: {how}"

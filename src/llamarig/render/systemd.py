@@ -1,0 +1,69 @@
+"""A systemd service unit. ExecStart follows systemd's own rules (systemd.service(5),
+systemd.syntax(7)): a line ending in a backslash continues, arguments with spaces or quotes are
+double-quoted with C escapes, ``%`` is a specifier (written ``%%``) and ``$`` expands
+environment variables (written ``$$``). LimitMEMLOCK=infinity when --load-mode mlock is used
+(mlock of a multi-GB model fails under the default 8 MiB RLIMIT_MEMLOCK)."""
+
+from __future__ import annotations
+
+import re
+
+from llamarig.render.common import RenderSpec
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./$-]+$")
+
+
+def systemd_quote(arg: str) -> str:
+    s = arg.replace("%", "%%").replace("$", "$$")
+    if s and _PLAIN.match(s):
+        return s
+    s = s.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
+
+
+def _env_quote(k: str, v: str) -> str:
+    return systemd_quote(f"{k}={v}")
+
+
+def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on-failure",
+                   working_dir: str | None = None) -> str:
+    out = [("# " + ln).rstrip() for ln in spec.header()]
+    out += [("# " + ln).rstrip() for ln in [
+        "",
+        f"install: sudo cp {spec.name}.service /etc/systemd/system/ && sudo systemctl daemon-reload",
+        f"         && sudo systemctl enable --now {spec.name}; logs: journalctl -u {spec.name} -f",
+        "stop/restart only this server: systemctl stop|restart " + spec.name + " (never killall)",
+        "",
+    ] + spec.flag_table()]
+    out += [
+        "[Unit]",
+        f"Description=llama-server {spec.name} (rendered by llamarig {spec.version})",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+    ]
+    if user:
+        out.append(f"User={user}")
+    if working_dir:
+        out.append(f"WorkingDirectory={working_dir}")
+    for k, v in spec.env:
+        out.append(f"Environment={_env_quote(k, v)}")
+    groups = spec.groups()
+    exec_lines = [f"ExecStart={systemd_quote(spec.binary)}" + (" \\" if groups else "")]
+    for i, g in enumerate(groups):
+        end = " \\" if i < len(groups) - 1 else ""
+        exec_lines.append("    " + " ".join(systemd_quote(t) for t in g) + end)
+    out += exec_lines
+    out += [
+        f"Restart={restart}",
+        "RestartSec=5",
+        # llama-server exits cleanly on SIGTERM (tools/server/server.cpp signal handler)
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=30",
+    ]
+    if spec.mlock:
+        out.append("LimitMEMLOCK=infinity")
+    out += ["", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,119 @@
+"""One tune measurement: start llama-server with a candidate's flags, send ``budget`` identical-
+shape requests (after one warm-up), read llama-server's own ``timings`` of each response
+(prompt_per_second, predicted_per_second, prompt_ms: tools/server/server-task.cpp), stop it.
+
+Each request has a different first word, so the prompt cache cannot serve it (``cache_prompt``
+is also false); ``ignore_eos`` makes every request decode exactly ``n_predict`` tokens."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llamarig.errors import LlamarigError
+from llamarig.tune.search import Candidate, Measurement, median, score_of
+
+_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+          "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
+
+
+def prompt_text(i: int, n_words: int) -> str:
+    head = f"{_WORDS[i % len(_WORDS)]} {i}"
+    body = " ".join(_WORDS[(i * 7 + k) % len(_WORDS)] for k in range(n_words))
+    return f"{head}: {body}"
+
+
+def start_owned(binary: str, args: Sequence[str], *, timeout_s: float = 300, log_dir: str | None = None) -> Any:
+    """Start llama-server on a free loopback port and wait for /health; the process is stopped
+    on every way out, Ctrl-C during start-up included (no orphan servers after an interrupted
+    tune). Returns a llamarig.testing.server.RunningServer."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from llamarig.errors import ServerError
+    from llamarig.render.launch import health, log_tail
+    from llamarig.testing.server import RunningServer, free_port
+
+    port = free_port()
+    argv = [binary, *args, "--host", "127.0.0.1", "--port", str(port)]
+    d = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-tune-"))
+    d.mkdir(parents=True, exist_ok=True)
+    log_path = d / f"llama-server-{port}.log"
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by RunningServer.stop
+    try:
+        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        log_file.close()
+        raise ServerError(f"{binary}: cannot start: {e.strerror or e}") from None
+    srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise ServerError(f"llama-server exited with code {proc.returncode} before /health: "
+                                  + log_tail(log_path, 3).replace("\n", " | "))
+            if health(srv.url) == 200:
+                return srv
+            if time.monotonic() > deadline:
+                raise ServerError(f"llama-server not healthy after {timeout_s:.0f} s")
+            time.sleep(0.1)
+    except BaseException:
+        srv.stop()
+        raise
+
+
+@dataclass
+class ServerMeasure:
+    binary: str
+    base_args: Sequence[str]  # the user's command without host/port
+    objective: str = "decode"
+    weight: float = 0.5
+    prompt_words: int = 64
+    n_predict: int = 32
+    min_decode: float | None = None
+    timeout_s: float = 300
+    log_dir: str | None = None
+    launches: int = 0
+
+    def __call__(self, cand: Candidate, budget: int) -> Measurement:
+        t0 = time.monotonic()
+        self.launches += 1
+        args = cand.apply(self.base_args)
+        try:
+            srv = start_owned(self.binary, args, timeout_s=self.timeout_s, log_dir=self.log_dir)
+        except LlamarigError as e:
+            return Measurement(cand.key, 0, budget, float("-inf"), {}, str(e).splitlines()[0],
+                               time.monotonic() - t0)
+        try:
+            samples = []
+            for i in range(budget + 1):
+                body: dict[str, Any] = {"prompt": prompt_text(i + 1000 * self.launches, self.prompt_words),
+                                        "n_predict": self.n_predict, "temperature": 0, "ignore_eos": True,
+                                        "cache_prompt": False, "seed": 1}
+                r = srv.post("/completion", body, timeout=self.timeout_s)
+                if i:  # the first request is a warm-up
+                    samples.append(r.get("timings") or {})
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:200]
+            return Measurement(cand.key, 0, budget, float("-inf"), {}, f"HTTP {e.code}: {detail}",
+                               time.monotonic() - t0)
+        except (OSError, ValueError) as e:
+            return Measurement(cand.key, 0, budget, float("-inf"), {}, f"request failed: {e}", time.monotonic() - t0)
+        finally:
+            srv.stop()
+        metrics = {
+            "decode_tok_s": median([float(s.get("predicted_per_second", 0)) for s in samples]),
+            "prefill_tok_s": median([float(s.get("prompt_per_second", 0)) for s in samples]),
+            "ttft_ms": median([float(s.get("prompt_ms", 0)) for s in samples]),
+            "prompt_tokens": median([float(s.get("prompt_n", 0)) for s in samples]),
+            "requests": float(len(samples)),
+        }
+        err = None
+        if self.min_decode is not None and metrics["decode_tok_s"] < self.min_decode:
+            err = f"decode {metrics['decode_tok_s']:.1f} tok/s < --min-decode {self.min_decode:g}"
+        return Measurement(cand.key, 0, budget, score_of(self.objective, metrics, self.weight) if not err else float("-inf"),
+                           metrics, err, time.monotonic() - t0)

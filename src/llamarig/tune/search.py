@@ -1,0 +1,292 @@
+"""``llamarig tune``: candidates pruned by the planner, then successive halving over measurements.
+
+Successive halving (Jamieson & Talwalkar 2016; the rung schedule of Hyperband): every surviving
+candidate is measured with a budget of ``b_r = min_budget x eta^r`` requests at rung ``r``; the
+best ``ceil(n / eta)`` go on to the next rung; the last rung measures the survivors with
+``max_budget`` requests and its best is the winner. Many candidates get short runs, the best few
+long ones. Every measurement is appended to a state file as soon as it is taken, so an
+interrupted tune resumes where it stopped (a measurement already in the file is never re-run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import InputError
+from llamarig.render.common import is_flag
+
+#: a --try value meaning "the flag is not given" (a switch: "+" means given without a value)
+ABSENT = "-"
+#: objectives: the figure maximised, from llama-server's own per-request ``timings``
+OBJECTIVES = ("decode", "prefill", "ttft", "weighted")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A setting to try: (flag, value) pairs added to the base command (value None: a switch)."""
+
+    flags: tuple[tuple[str, str | None], ...]
+
+    @property
+    def key(self) -> str:
+        parts = [f if v is None else (f"no {f}" if v == ABSENT else f"{f} {v}") for f, v in self.flags]
+        return " ".join(parts) or "(base)"
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        for f, v in self.flags:
+            if v == ABSENT:
+                continue
+            out.append(f)
+            if v is not None:
+                out.append(v)
+        return out
+
+    def apply(self, base: Sequence[str]) -> list[str]:
+        """``base`` with this candidate's flags: every earlier occurrence of a tried flag (same
+        spelling) is removed, then the candidate's flags are appended (llama-server: last wins)."""
+        tried = {f for f, _ in self.flags}
+        out: list[str] = []
+        i = 0
+        base = list(base)
+        while i < len(base):
+            key = base[i].split("=", 1)[0]
+            if key in tried:
+                i += 1
+                if "=" not in base[i - 1] and i < len(base) and not is_flag(base[i]):
+                    i += 1
+                continue
+            out.append(base[i])
+            i += 1
+        return out + self.args()
+
+
+def parse_dim(text: str) -> tuple[str, list[str]]:
+    """``-ub=64,128,256`` or ``-ub 64,128,256`` -> ("-ub", ["64", "128", "256"]). For a switch,
+    ``+`` means given and ``-`` absent: ``-kvu=+,-``."""
+    flag, sep, vals = text.replace(" ", "=", 1).partition("=")
+    if not flag.startswith("-") or not sep or not vals:
+        raise InputError(f"--try {text}: expected FLAG=V1,V2,... (e.g. -ub=64,128,256)")
+    values = [v.strip() for v in vals.split(",") if v.strip()]
+    if not values:
+        raise InputError(f"--try {text}: no values")
+    return flag, values
+
+
+def _value(v: str) -> str | None:
+    return None if v == "+" else v
+
+
+def space(dims: Sequence[tuple[str, Sequence[str]]]) -> list[Candidate]:
+    """The cartesian product of the dimensions, in a stable order."""
+    names = [d for d, _ in dims]
+    out = []
+    for combo in itertools.product(*[list(v) for _, v in dims]):
+        out.append(Candidate(tuple((n, _value(v)) for n, v in zip(names, combo, strict=True))))
+    return out
+
+
+@dataclass(frozen=True)
+class Measurement:
+    key: str
+    rung: int
+    budget: int  # measured requests
+    score: float  # higher is better (ttft: negative milliseconds)
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+
+
+MeasureFn = Callable[[Candidate, int], Measurement]
+
+
+class TuneState:
+    """Measurements taken so far, keyed by (candidate, rung); saved after every measurement."""
+
+    def __init__(self, path: Path | None, fingerprint: str) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self.measurements: dict[tuple[str, int], Measurement] = {}
+        self.resumed = 0
+        if path is not None and path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                raise InputError(f"{path}: unreadable tune state ({e}); delete it or pass --restart") from None
+            if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
+                raise InputError(f"{path}: tune state of a different search (model, flags, space or "
+                                 "objective changed); pass --restart to discard it or --state to use another file")
+            for m in data.get("measurements", []):
+                mm = Measurement(m["key"], int(m["rung"]), int(m["budget"]), float(m["score"]),
+                                 dict(m.get("metrics", {})), m.get("error"), float(m.get("seconds", 0)))
+                self.measurements[(mm.key, mm.rung)] = mm
+            self.resumed = len(self.measurements)
+
+    def get(self, key: str, rung: int) -> Measurement | None:
+        return self.measurements.get((key, rung))
+
+    def add(self, m: Measurement) -> None:
+        self.measurements[(m.key, m.rung)] = m
+        self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        data = {"fingerprint": self.fingerprint, "saved_at": time.time(),
+                "measurements": [asdict(m) for m in self.measurements.values()]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.path)
+
+
+def fingerprint(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rung_budgets(min_budget: int, max_budget: int, eta: int) -> list[int]:
+    if min_budget < 1 or max_budget < min_budget or eta < 2:
+        raise InputError("budgets: need 1 <= --min-runs <= --max-runs and --eta >= 2")
+    out = [min_budget]
+    while out[-1] * eta < max_budget:
+        out.append(out[-1] * eta)
+    if out[-1] != max_budget:
+        out.append(max_budget)
+    return out
+
+
+@dataclass
+class SearchResult:
+    winner: Candidate | None
+    rungs: list[list[Measurement]]  # measurements per rung, best first
+    budgets: list[int]
+    measured: int  # measurements taken in this run (not from the state file)
+    reused: int  # measurements read back from the state file
+    cost: int  # total requests over all measurements (the search's price)
+    launches: int  # server starts (one per measurement)
+    method: str
+
+    def final(self) -> list[Measurement]:
+        return self.rungs[-1] if self.rungs else []
+
+    def to_json(self) -> dict[str, Any]:
+        return {"winner": self.winner.key if self.winner else None, "budgets": self.budgets,
+                "rungs": [[asdict(m) for m in r] for r in self.rungs], "measured": self.measured,
+                "reused": self.reused, "cost_requests": self.cost, "launches": self.launches,
+                "method": self.method}
+
+
+ProgressFn = Callable[[int, int, str], None]  # (done, total, message)
+
+
+def _order(cands: Sequence[Candidate], seed: int, rung: int) -> list[Candidate]:
+    """A seeded shuffle per rung: slow drift of the machine (thermal, other load) does not
+    always favour the same candidates."""
+    out = list(cands)
+    random.Random(seed * 1000 + rung).shuffle(out)
+    return out
+
+
+def _rank(ms: Sequence[Measurement]) -> list[Measurement]:
+    return sorted(ms, key=lambda m: (m.error is None, m.score), reverse=True)
+
+
+def successive_halving(cands: Sequence[Candidate], measure: MeasureFn, *, min_budget: int, max_budget: int,
+                       eta: int = 3, seed: int = 0, state: TuneState | None = None,
+                       progress: ProgressFn | None = None) -> SearchResult:
+    if not cands:
+        raise InputError("nothing to tune: every candidate was pruned by the planner")
+    state = state or TuneState(None, "")
+    budgets = rung_budgets(min_budget, max_budget, eta)
+    # the number of measurements, for the progress bar
+    n, total = len(cands), 0
+    for r in range(len(budgets)):
+        if n == 1 and r > 0:
+            break
+        total += n
+        n = max(1, math.ceil(n / eta))
+    alive = list(cands)
+    rungs: list[list[Measurement]] = []
+    measured = reused = cost = done = 0
+    for r, b in enumerate(budgets):
+        last = r == len(budgets) - 1 or len(alive) == 1
+        if len(alive) == 1 and r > 0:
+            break
+        ms = []
+        for c in _order(alive, seed, r):
+            m = state.get(c.key, r)
+            if m is None or m.budget != b:
+                m = measure(c, b)
+                m = Measurement(c.key, r, b, m.score, m.metrics, m.error, m.seconds)
+                state.add(m)
+                measured += 1
+            else:
+                reused += 1
+            cost += m.budget
+            done += 1
+            ms.append(m)
+            if progress:
+                progress(done, total, f"rung {r + 1}/{len(budgets)} ({b} req) {c.key}: "
+                         + (f"error {m.error}" if m.error else f"{m.score:.1f}"))
+        ranked = _rank(ms)
+        rungs.append(ranked)
+        if last:
+            break
+        keep = {m.key for m in ranked[:max(1, math.ceil(len(alive) / eta))] if m.error is None} or {ranked[0].key}
+        alive = [c for c in alive if c.key in keep]
+    best = rungs[-1][0] if rungs and rungs[-1][0].error is None else None
+    winner = next((c for c in cands if best and c.key == best.key), None)
+    method = (f"successive halving: eta {eta}, budgets {budgets} requests per rung, seed {seed}; "
+              f"{len(cands)} candidate(s) after planner pruning")
+    return SearchResult(winner, rungs, budgets, measured, reused, cost, measured + reused, method)
+
+
+def exhaustive(cands: Sequence[Candidate], measure: MeasureFn, budget: int,
+               progress: ProgressFn | None = None) -> SearchResult:
+    """Every candidate with the full budget (the reference SH is compared with)."""
+    ms = []
+    for i, c in enumerate(cands):
+        m = measure(c, budget)
+        ms.append(Measurement(c.key, 0, budget, m.score, m.metrics, m.error, m.seconds))
+        if progress:
+            progress(i + 1, len(cands), c.key)
+    ranked = _rank(ms)
+    best = ranked[0] if ranked and ranked[0].error is None else None
+    winner = next((c for c in cands if best and c.key == best.key), None)
+    return SearchResult(winner, [ranked], [budget], len(ms), 0, budget * len(ms), len(ms),
+                        f"exhaustive: {len(cands)} candidate(s) x {budget} requests")
+
+
+# ------------------------------------------------------------------------------ objective
+
+
+def score_of(objective: str, metrics: dict[str, float], weight: float = 0.5) -> float:
+    """The figure to maximise. weighted: decode^w x prefill^(1-w) (a geometric mean, so that
+    the two throughputs' different scales do not matter)."""
+    if objective == "decode":
+        return metrics["decode_tok_s"]
+    if objective == "prefill":
+        return metrics["prefill_tok_s"]
+    if objective == "ttft":
+        return -metrics["ttft_ms"]
+    if objective == "weighted":
+        d, p = max(metrics["decode_tok_s"], 1e-9), max(metrics["prefill_tok_s"], 1e-9)
+        return math.exp(weight * math.log(d) + (1 - weight) * math.log(p))
+    raise InputError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+
+
+def median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    if not n:
+        return float("nan")
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

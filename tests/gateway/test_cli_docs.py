@@ -1,0 +1,145 @@
+"""docs/gateway.md examples: the config reference validates, and the quick start runs as written
+(the CLI in a subprocess, a fake backend, urllib for curl, ``llamarig gateway status``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llamarig.cli.gateway_cmd import gateway_cmd
+from llamarig.gateway.config import load_config
+from llamarig.testing.server import free_port
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(), re.S)
+
+
+def test_config_reference_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALICE_KEY", "sk-alice-from-env")
+    (ref,) = [b for b in blocks("toml") if "[server]" in b]
+    p = tmp_path / "ref.toml"
+    p.write_text(ref)
+    cfg = load_config(p)
+    assert cfg.backends[0].name == "gpu0" and cfg.keys[0].key == "sk-alice-from-env"
+    assert cfg.tiers["B"].sampling == {"temperature": 0.7}
+    out = CliRunner().invoke(gateway_cmd, ["--config", str(p), "--check"])
+    assert out.exit_code == 0 and '"key": "***"' in out.output and "sk-alice" not in out.output
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("server:\n  port: banana\n")
+    r = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway", "--config", str(p)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "server.port: expected an integer" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no backend" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway", "status", "--url", f"http://127.0.0.1:{free_port()}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "cannot reach the gateway" in r.stderr
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway", "--backend", "http://127.0.0.1:9",
+                            "--port", str(busy)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "cannot listen" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_quick_start_runs(tmp_path: Path) -> None:
+    (qs,) = [b for b in blocks("bash") if "fakebackend" in b]
+    bport, gport = free_port(), free_port()
+    procs = []
+    try:
+        for line in qs.splitlines():
+            line = line.split("#")[0].strip().rstrip("&").strip()
+            if line.startswith("python -m llamarig.gateway.fakebackend"):
+                argv = [sys.executable, *line.split()[1:]]
+            elif line.startswith("llamarig gateway --backend"):
+                argv = [sys.executable, "-m", "llamarig.cli.main", *line.split()[1:]]
+            else:
+                continue
+            argv = [a.replace("8081", str(bport)).replace("8000", str(gport)) for a in argv]
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            time.sleep(0.3)
+        assert len(procs) == 2
+        url = f"http://127.0.0.1:{gport}"
+        end = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 65536}
+        req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.headers["X-Llamarig-Tier"] == "B"
+            assert int(r.headers["X-Llamarig-Reserved"]) == 4096 + 6  # fake counts 2 bytes + 4
+        out = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway", "status", "--url", url],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "b0" in out.stdout and "up" in out.stdout
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+def test_sighup_reload_in_the_cli(tmp_path: Path, lt: object) -> None:
+    import signal
+
+    fb = lt.fake(tokens=2)  # type: ignore[attr-defined]
+    port = free_port()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(f"backends:\n  - url: {fb.url}\ntiers:\n  B: {{max_tokens: 100}}\n")
+    p = subprocess.Popen([sys.executable, "-m", "llamarig.cli.main", "gateway", "--config", str(cfg), "--port", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def tier_b() -> int:
+        with urllib.request.urlopen(url + "/gateway/status", timeout=5) as r:
+            return int(json.loads(r.read())["tiers"]["B"]["max_tokens"])
+
+    try:
+        end = time.monotonic() + 30
+        while True:
+            try:
+                assert tier_b() == 100
+                break
+            except OSError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+        cfg.write_text(f"backends:\n  - url: {fb.url}\ntiers:\n  B: {{max_tokens: 200}}\n")
+        p.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 10
+        while tier_b() != 200 and time.monotonic() < end:
+            time.sleep(0.1)
+        assert tier_b() == 200
+        cfg.write_text("tiers: [broken\n")
+        p.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert tier_b() == 200  # the old config keeps running
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=15)
+    assert "config reload failed, keeping the running config" in err and "not valid YAML" in err
+    assert "Traceback" not in err

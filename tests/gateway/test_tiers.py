@@ -1,0 +1,127 @@
+"""Pure tier selection and request rewriting (seed 004's rules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamarig.gateway.config import KeyConfig, build_config
+from llamarig.gateway.tiers import (
+    CHAT,
+    NATIVE,
+    RequestError,
+    affinity_key,
+    decide,
+    estimate_prompt_tokens,
+    resolve_auto_c2_max_tokens,
+    rewrite,
+    validate_body,
+)
+
+CFG = build_config({"routing": {"model_aliases": {"deep": "D"}}})
+MSG = [{"role": "user", "content": "hello"}]
+
+
+def d(body: dict, headers: dict | None = None, key: KeyConfig | None = None):
+    return decide(body, headers or {}, CFG, key)
+
+
+def test_default_tier_b_clamps_and_charges_tier_limit() -> None:
+    x = d({"messages": MSG})
+    assert (x.tier, x.reason, x.max_tokens) == ("B", "default", 4096)  # missing: tier limit, not the window
+    assert d({"messages": MSG, "max_tokens": 65536}).max_tokens == 4096  # web UI asks 65536
+    assert d({"messages": MSG, "max_tokens": 100}).max_tokens == 100
+
+
+def test_rule_order() -> None:
+    img = [{"role": "user", "content": [{"type": "text", "text": "what"},
+                                        {"type": "image_url", "image_url": {"url": "data:"}}]}]
+    assert d({"messages": img}).tier == "V"
+    assert d({"messages": MSG, "tools": [{"type": "function"}]}).reason == "tools"
+    assert d({"messages": MSG}, {"x-llamarig-agent": "1"}).tier == "C2"
+    assert d({"messages": MSG}, {"user-agent": "pi-ai/0.3"}).reason == "user_agent"
+    sysm = [{"role": "system", "content": "You are a coding agent."}] + MSG
+    assert d({"messages": sysm}).reason == "system_prompt"
+    assert d({"messages": MSG, "model": "deep"}).tier == "D"
+    key = KeyConfig(key="k" * 10, name="a", tier="C1")
+    assert d({"messages": img}, key=key).tier == "C1"  # key beats content rules
+    assert d({"messages": img}, {"x-llamarig-tier": "A"}, key=key).tier == "A"  # header beats all
+    with pytest.raises(RequestError) as e:
+        d({"messages": MSG}, {"x-llamarig-tier": "nope"})
+    assert e.value.status == 400 and e.value.code == "unknown_tier"
+
+
+def test_resolve_auto_c2_max_tokens_seed_004() -> None:
+    c2, b = CFG.tiers["C2"], CFG.tiers["B"]
+    assert resolve_auto_c2_max_tokens(32768, c2, cron=False) == 32768  # pi-ai default
+    assert resolve_auto_c2_max_tokens(100000, c2, cron=False) == 32768  # capped
+    assert resolve_auto_c2_max_tokens(6144, c2, cron=False) is None  # not more than the tier
+    assert resolve_auto_c2_max_tokens(None, c2, cron=False) is None
+    assert resolve_auto_c2_max_tokens(32768, c2, cron=True) is None  # cron never widens
+    assert resolve_auto_c2_max_tokens(32768, b, cron=False) is None  # only C2
+    x = d({"messages": MSG, "tools": [{}], "max_tokens": 32768})
+    assert x.widened and x.max_tokens == 32768 and x.timeout_s == 1800.0
+    y = d({"messages": MSG, "tools": [{}]})
+    assert not y.widened and y.max_tokens == 6144
+
+
+def test_cron_lock() -> None:
+    h = {"x-llamarig-source": "cron-nightly"}
+    x = d({"messages": MSG, "max_tokens": 32768, "tools": [{}]}, h)
+    assert x.cron and x.tier == "C2" and x.max_tokens == 2048 and not x.widened  # thinking tier: 2K
+    assert x.reasoning_budget == 1024  # budget kept below max_tokens
+    assert d({"messages": MSG}, h).max_tokens == 1024  # non-thinking tier: 1K
+    assert d({"messages": MSG}, h).priority == CFG.cron.priority
+    assert not d({"messages": MSG}, {"x-llamarig-source": "interactive"}).cron
+
+
+def test_rewrite_fields() -> None:
+    body = {"messages": MSG, "max_completion_tokens": 99999, "n_predict": 50000, "tools": [{}],
+            "chat_template_kwargs": {"foo": 1}}
+    x = d(body)
+    up = rewrite(body, x, CFG, CHAT)
+    assert "n_predict" not in up and "max_completion_tokens" not in up
+    assert up["max_tokens"] == 32768  # n_predict wins (llama-server rule), then widened
+    assert up["chat_template_kwargs"] == {"foo": 1, "enable_thinking": True}
+    assert up["reasoning_budget_tokens"] == 4096
+    assert up["t_max_predict_ms"] == 1800000
+    assert body["n_predict"] == 50000  # input untouched
+    nb = {"prompt": "hi", "max_tokens": 10}
+    upn = rewrite(nb, decide(nb, {}, CFG), CFG, NATIVE)
+    assert upn["n_predict"] == 10 and "max_tokens" not in upn and "chat_template_kwargs" not in upn
+    ub = rewrite({"messages": MSG}, d({"messages": MSG}), CFG, CHAT)
+    assert ub["chat_template_kwargs"] == {"enable_thinking": False} and "reasoning_budget_tokens" not in ub
+    ua = rewrite({"messages": MSG, "model": "deep"}, d({"messages": MSG, "model": "deep"}), CFG, CHAT)
+    assert "model" not in ua and ua["reasoning_effort"] == "medium"
+
+
+def test_sampling_override() -> None:
+    cfg = build_config({"tiers": {"B": {"sampling": {"temperature": 0.1, "top_k": 5}}}})
+    body = {"messages": MSG, "temperature": 1.5}
+    up = rewrite(body, decide(body, {}, cfg), cfg, CHAT)
+    assert up["temperature"] == 0.1 and up["top_k"] == 5
+
+
+@pytest.mark.parametrize("body,kind,param", [
+    ([], CHAT, None), ({"messages": []}, CHAT, "messages"), ({"messages": "hi"}, CHAT, "messages"),
+    ({"messages": [{"content": "x"}]}, CHAT, "messages[0]"), ({"messages": MSG, "max_tokens": "5"}, CHAT, "max_tokens"),
+    ({"messages": MSG, "max_tokens": True}, CHAT, "max_tokens"), ({"messages": MSG, "stream": "yes"}, CHAT, "stream"),
+    ({"messages": MSG, "temperature": "hot"}, CHAT, "temperature"), ({"prompt": 5}, NATIVE, "prompt"),
+    ({"messages": MSG, "model": 3}, CHAT, "model"),
+])
+def test_validation(body: object, kind: str, param: str | None) -> None:
+    with pytest.raises(RequestError) as e:
+        validate_body(body, kind)
+    assert e.value.status == 400 and e.value.param == param
+    assert e.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_estimate_and_affinity() -> None:
+    assert estimate_prompt_tokens({"prompt": [1, 2, 3]}, 2.0) == 3
+    assert estimate_prompt_tokens({"messages": [{"role": "user", "content": "abcd"}]}, 2.0) == 2 + 8
+    zh = estimate_prompt_tokens({"prompt": "你好世界"}, 2.0)  # 12 bytes
+    assert zh == 6
+    a = affinity_key({"messages": MSG + [{"role": "assistant", "content": "x"}]}, 2)
+    b = affinity_key({"messages": MSG + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}]}, 2)
+    assert a == b and a is not None
+    assert affinity_key({"messages": [{"role": "user", "content": "other"}]}, 2) != a
+    assert affinity_key({"messages": MSG}, 0) is None

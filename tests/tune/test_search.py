@@ -1,0 +1,137 @@
+"""Successive halving, resumable state, objectives, calibration fit, quality arithmetic (no server)."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from llamarig.errors import InputError
+from llamarig.tune import search as S
+from llamarig.tune.quality import kl_topk, needle_prompt, parse_types
+
+
+def fake_measure(true: dict[str, float], noise: float, seed: int, calls: list[str]):
+    rng = random.Random(seed)
+
+    def measure(c: S.Candidate, budget: int) -> S.Measurement:
+        calls.append(c.key)
+        # the mean of `budget` noisy samples: noise shrinks as 1/sqrt(budget)
+        vals = [true[c.key] * (1 + rng.gauss(0, noise)) for _ in range(budget)]
+        v = sum(vals) / len(vals)
+        return S.Measurement(c.key, 0, budget, v, {"decode_tok_s": v})
+
+    return measure
+
+
+def test_space_and_dims() -> None:
+    assert S.parse_dim("-ub=64,128") == ("-ub", ["64", "128"])
+    assert S.parse_dim("-t 1,2") == ("-t", ["1", "2"])
+    with pytest.raises(InputError):
+        S.parse_dim("ub=1")
+    cands = S.space([("-ub", ["64", "128", "256"]), ("-t", ["1", "2"])])
+    assert len(cands) == 6 and cands[0].args() == ["-ub", "64", "-t", "1"]
+    assert S.rung_budgets(1, 9, 3) == [1, 3, 9] and S.rung_budgets(1, 4, 3) == [1, 3, 4]
+    kvu = S.space([("-kvu", ["+", "-"]), ("-ub", ["64"])])
+    assert [c.key for c in kvu] == ["-kvu -ub 64", "no -kvu -ub 64"]
+    base = ["-m", "x.gguf", "-ub", "512", "-kvu", "-ngl", "-1", "-t", "4"]
+    assert kvu[1].apply(base) == ["-m", "x.gguf", "-ngl", "-1", "-t", "4", "-ub", "64"]
+    assert kvu[0].apply(base) == ["-m", "x.gguf", "-ngl", "-1", "-t", "4", "-kvu", "-ub", "64"]
+
+
+def test_halving_finds_the_exhaustive_winner_cheaper() -> None:
+    cands = S.space([("-ub", ["64", "128", "256", "512"]), ("-t", ["1", "2", "4"])])
+    rng = random.Random(1)
+    true = {c.key: 100 + 60 * rng.random() for c in cands}
+    best = max(true, key=true.__getitem__)
+    calls: list[str] = []
+    sh = S.successive_halving(cands, fake_measure(true, 0.03, 7, calls), min_budget=1, max_budget=9, eta=3, seed=0)
+    ex = S.exhaustive(cands, fake_measure(true, 0.03, 8, []), 9)
+    assert ex.winner is not None and sh.winner is not None
+    assert true[sh.winner.key] >= 0.97 * true[best]
+    assert sh.cost < ex.cost  # 12x1 + 4x3 + 2x9 = 42 requests vs 108
+    assert [len(r) for r in sh.rungs] == [12, 4, 2]
+
+
+def test_resume_after_interrupt(tmp_path: Path) -> None:
+    cands = S.space([("-ub", ["64", "128", "256"]), ("-t", ["1", "2"])])
+    true = {c.key: float(i + 1) for i, c in enumerate(cands)}
+    calls: list[str] = []
+    inner = fake_measure(true, 0.0, 0, calls)
+
+    def interrupting(c: S.Candidate, b: int) -> S.Measurement:
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return inner(c, b)
+
+    p = tmp_path / "state.json"
+    with pytest.raises(KeyboardInterrupt):
+        S.successive_halving(cands, interrupting, min_budget=1, max_budget=3, eta=3, seed=0,
+                             state=S.TuneState(p, "fp"))
+    assert len(calls) == 4
+    st = S.TuneState(p, "fp")
+    assert st.resumed == 4
+    res = S.successive_halving(cands, inner, min_budget=1, max_budget=3, eta=3, seed=0, state=st)
+    assert res.reused == 4 and res.measured == 4  # 2 more at rung 1, 2 at rung 2; nothing twice
+    assert len(calls) == 8 and res.winner is not None and res.winner.key == cands[-1].key
+    with pytest.raises(InputError, match="different search"):
+        S.TuneState(p, "other")
+    p.write_text("{not json")
+    with pytest.raises(InputError, match="unreadable"):
+        S.TuneState(p, "fp")
+
+
+def test_failed_candidates_never_win() -> None:
+    cands = S.space([("-t", ["1", "2", "3"])])
+
+    def measure(c: S.Candidate, b: int) -> S.Measurement:
+        if c.key == "-t 3":
+            return S.Measurement(c.key, 0, b, float("-inf"), {}, "exited")
+        return S.Measurement(c.key, 0, b, float(c.key[-1]), {})
+
+    res = S.successive_halving(cands, measure, min_budget=1, max_budget=2, eta=2)
+    assert res.winner is not None and res.winner.key == "-t 2"
+    with pytest.raises(InputError):
+        S.successive_halving([], measure, min_budget=1, max_budget=2)
+
+
+def test_objectives() -> None:
+    m = {"decode_tok_s": 40.0, "prefill_tok_s": 1000.0, "ttft_ms": 250.0}
+    assert S.score_of("decode", m) == 40 and S.score_of("ttft", m) == -250
+    assert math.isclose(S.score_of("weighted", m, 0.5), math.sqrt(40 * 1000))
+    assert S.median([3, 1, 2]) == 2 and S.median([1, 2, 3, 4]) == 2.5
+
+
+def test_quality_arithmetic() -> None:
+    p = {1: 0.5, 2: 0.3, 3: 0.2}
+    assert kl_topk(p, p) == pytest.approx(0.0, abs=1e-12)
+    assert kl_topk(p, {1: 0.2, 2: 0.3, 3: 0.5}) > 0
+    assert kl_topk(p, {1: 0.5, 2: 0.3}) > 0  # a missing token costs something
+    assert parse_types("q8_0,q4_0/q8_0") == [("q8_0", "q8_0"), ("q4_0", "q8_0")]
+    with pytest.raises(InputError):
+        parse_types("q2_K")
+    assert "73914" in needle_prompt(50, 0.5)
+
+
+def test_calibration_fit_reproduces_the_measurement(synth_model, tmp_path: Path) -> None:
+    from llamarig.gguf import load_spec
+    from llamarig.hardware import Hardware
+    from llamarig.plan.calibration import load_calibration
+    from llamarig.plan.config import parse_server_args
+    from llamarig.plan.speed import speed_report
+    from llamarig.tune.calibrate import fit_calibration, write_calibration
+
+    spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))
+    cfg = parse_server_args(["-c", "1024"])
+    for measured in (50.0, 900.0):
+        data, pred = fit_calibration(spec, cfg, Hardware(), measured)
+        p = tmp_path / f"cal-{measured}.json"
+        write_calibration(p, data)
+        cal = load_calibration(p)
+        again = speed_report(spec, cfg, Hardware(), cal=cal).decode_tok_s
+        assert again == pytest.approx(measured, rel=0.03), (measured, data)
+        assert pred == pytest.approx(again, rel=1e-6)
+    data, pred = fit_calibration(spec, cfg, Hardware(), 1e9)  # beyond any bandwidth
+    assert pred < 1e9 and "_note" in data
