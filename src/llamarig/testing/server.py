@@ -103,6 +103,16 @@ def start_server(
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed by RunningServer.stop
     proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
+    try:
+        return _wait_healthy(srv, timeout)
+    except BaseException:
+        # Ctrl-C or any error while waiting: never leave the server running
+        srv.stop()
+        raise
+
+
+def _wait_healthy(srv: RunningServer, timeout: float) -> RunningServer:
+    proc = srv.proc
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
