@@ -23,6 +23,12 @@ def last_slot_params(srv: Any) -> dict[str, Any]:
     return max((s for s in slots if "params" in s), key=lambda s: s["id_task"])["params"]
 
 
+def predicted_n(chunks: list[Any]) -> int:
+    """The server's own token count, from the `timings` it adds to the last streamed chunk."""
+    timings = [(ch.model_extra or {}).get("timings") for ch in chunks]
+    return int([t for t in timings if t][-1]["predicted_n"])
+
+
 def test_openai_client_chat_completion_stream_and_tiers(lt: Any, synth_model: Any, llama_server: Any) -> None:
     srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "2", "-kvu")
     gw = lt.gateway({"tiers": {"B": {"max_tokens": 12, "sampling": {"temperature": 0.25, "top_k": 7}}},
@@ -42,15 +48,18 @@ def test_openai_client_chat_completion_stream_and_tiers(lt: Any, synth_model: An
     chunks = list(c.chat.completions.create(model=model, messages=MSG, stream=True, max_tokens=5,
                                             extra_body={"ignore_eos": True}))
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
-    assert len(chunks) >= 5 and isinstance(text, str) and chunks[-1].choices[0].finish_reason == "length"
+    # (random weights: a token may be half a UTF-8 character, which the server holds back and sends
+    # with the next one, so the chunk count varies; the server's own count of tokens does not)
+    assert len(chunks) >= 2 and isinstance(text, str) and chunks[-1].choices[0].finish_reason == "length"
+    assert predicted_n(chunks) == 5
 
     # completions, both ways, through a model alias (tier A: 2048, clamped to the slot context)
     r2 = c.completions.create(model="quick", prompt="once upon a time", max_tokens=4, extra_body={"ignore_eos": True})
     assert r2.usage.completion_tokens == 4
     s2 = list(c.completions.create(model=model, prompt="once upon a time", max_tokens=3, stream=True,
                                    extra_body={"ignore_eos": True}))
-    # (random weights: a token may be half a UTF-8 character, so count chunks, not text)
-    assert len(s2) >= 2 and any(ch.choices and ch.choices[0].finish_reason == "length" for ch in s2)
+    assert len(s2) >= 1 and any(ch.choices and ch.choices[0].finish_reason == "length" for ch in s2)
+    assert predicted_n(s2) == 3
 
     # C2 by tools; widened by an explicit large max_tokens, then clamped to the slot context
     raw = c.chat.completions.with_raw_response.create(
