@@ -70,7 +70,8 @@ def test_bundled_schema() -> None:
     assert s.get("--temp").value_kind == "float"
     assert s.get("--spec-type").appending and not s.get("--ctx-size").appending
     assert s.by_env["LLAMA_ARG_NO_KV_UNIFIED"].name == "--kv-unified"
-    assert load_bundled(99999).build == 11434 and load_bundled(1).build == 11434
+    assert load_bundled(99999).build == 11434 and load_bundled(1).build == bundled_builds()[0]
+    assert load_bundled(11000).build == 10502 and "not newer than 11000" in load_bundled(11000).origin
 
 
 @pytest.mark.server

@@ -42,10 +42,19 @@ def read_input(path: str) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), name
 
 
-def get_schema(server_bin: str | None, bundled: bool, no_cache: bool = False) -> Schema:
+def get_schema(server_bin: str | None, bundled: bool, no_cache: bool = False,
+               schema_build: int | None = None) -> Schema:
+    if schema_build is not None:
+        if server_bin:
+            raise InputError("give --server-bin or --schema-build, not both")
+        return load_bundled(schema_build)
     if bundled:
         return load_bundled()
     return load_schema(server_bin, cache=not no_cache)
+
+
+_SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled build older than N "
+                      "(`llamarig check --list-schemas` lists them).")
 
 
 def model_loader(explicit_model: str | None, base_dir: Path | None):
@@ -200,10 +209,23 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
               f"[cyan]{n['info']} info[/]")
 
 
+def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from llamarig.flags.schema import bundled_provenance
+
+    for build, n, how in bundled_provenance():
+        click.echo(f"{build:>6}  {n:>3} options  {how}")
+    ctx.exit(0)
+
+
 @click.command("check")
 @click.argument("file", type=str)
 @click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build, not a binary.")
+@click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
+@click.option("--list-schemas", is_flag=True, is_eager=True, expose_value=False, callback=_list_schemas,
+              help="List the bundled schemas and how each was made, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--fix", is_flag=True, help="Print the corrected script instead of findings.")
 @click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml"]), default="auto",
@@ -217,13 +239,13 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
 @click.option("--ram", type=str, default=None, help="Host RAM of the target machine for the memory plan, e.g. 64G.")
 @click.option("--need-ctx", type=click.IntRange(min=1), default=None,
               help="Tokens one request needs (prompt + output): checked against the per-slot context.")
-def check_cmd(file: str, server_bin: str | None, bundled: bool, as_json: bool, fix: bool, kind: str,
-              cores: int | None, model: str | None, no_cache: bool, gpus: tuple[str, ...], ram: str | None,
-              need_ctx: int | None) -> None:
+def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: int | None, as_json: bool,
+              fix: bool, kind: str, cores: int | None, model: str | None, no_cache: bool, gpus: tuple[str, ...],
+              ram: str | None, need_ctx: int | None) -> None:
     """Lint a llama-server command, bash script, systemd unit, docker-compose or llama-swap file
     (FILE, or - for stdin). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
     text, name = read_input(file)
-    schema = get_schema(server_bin, bundled, no_cache)
+    schema = get_schema(server_bin, bundled, no_cache, schema_build)
     base = Path(file).parent if file != "-" else None
     parsed, readings, findings = run_check(text, schema, kind=None if kind == "auto" else kind,
                                            cores=cores, model=model, base_dir=base, gpus=gpus, ram=ram,
@@ -243,11 +265,12 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, as_json: bool, f
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
+@click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
 @click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--model", type=str, default=None, help="GGUF for memory effects instead of -m.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def explain_cmd(server_bin: str | None, bundled: bool, lang: str, as_json: bool, model: str | None,
+def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None, lang: str, as_json: bool, model: str | None,
                 command: tuple[str, ...]) -> None:
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
     after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
@@ -269,7 +292,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, lang: str, as_json: bool,
         parsed = parse_argv(argv)
     if not parsed.invocations:
         raise InputError("no llama-server command found in the input")
-    schema = get_schema(server_bin, bundled)
+    schema = get_schema(server_bin, bundled, schema_build=schema_build)
     loader = model_loader(model, base)
     from llamarig.flags.rules import lint_invocation, read_invocation
 

@@ -61,6 +61,15 @@ FOLKLORE: dict[str, Folklore] = {
                           replace=("--load-mode", "none"), zh="不用 mmap：`--load-mode none`"),
     "--direct-io": Folklore("direct I/O loading", "`--load-mode dio`", takes_value=False,
                             replace=("--load-mode", "dio"), zh="直接 I/O：`--load-mode dio`"),
+    "-dio": Folklore("direct I/O loading", "`--load-mode dio`", takes_value=False,
+                     replace=("--load-mode", "dio"), zh="直接 I/O：`--load-mode dio`"),
+    "--mmap": Folklore("memory-map the model", "`--load-mode mmap` (`auto`, the default, already mmaps "
+                       "where the device allows)", takes_value=False, replace=("--load-mode", "mmap"),
+                       zh="内存映射：`--load-mode mmap`（默认 auto 已在可行时使用 mmap）"),
+    "--no-direct-io": Folklore("no direct I/O", "the default `--load-mode auto` does not use direct I/O: "
+                               "leave it out", takes_value=False, zh="默认 `--load-mode auto` 不用直接 I/O，删掉即可"),
+    "-ndio": Folklore("no direct I/O", "the default `--load-mode auto` does not use direct I/O: leave it out",
+                      takes_value=False, zh="默认 `--load-mode auto` 不用直接 I/O，删掉即可"),
     "--memory-f32": Folklore("f32 KV cache", "`-ctk f32 -ctv f32`", takes_value=False),
     "--gpu-memory-utilization": Folklore(
         "a VRAM fraction (vLLM)", "llama-server has no fraction; `--fit on --fit-target MiB` "

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamarig.flags.history import history_note
 from llamarig.flags.knowledge import (
     CUDA_FA_KV_TYPES,
     CUDA_FA_VEC_PAIRS,
@@ -306,8 +307,11 @@ def _f(rule: str, sev: str, line: int, flag: str | None, msg: str, fix: str | No
 
 def _unknown(schema: Schema, t: str, use: Use, lore: Any, k: int | None, passed: bool) -> Finding:
     near = closest(schema, t)
+    # when other bundled builds accept the spelling, say when it came or went (flags/history.py)
+    when = history_note(schema, t)
+    when = f"; {when}" if when else ""
     if lore is not None:
-        msg = (f"`{t}` does not exist in this llama-server (error: invalid argument: {t}); "
+        msg = (f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}; "
                f"intent: {lore.intent}. Real way: {lore.real}")
         if lore.replace:
             v = use.value or ""
@@ -316,7 +320,7 @@ def _unknown(schema: Schema, t: str, use: Use, lore: Any, k: int | None, passed:
                       k, passed, Fix("replace", new), use.index)
         return _f("unknown-flag", "error", use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
     hint = f"; closest real spellings: {', '.join(near)}" if near else ""
-    msg = f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){hint}"
+    msg = f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}{hint}"
     if near and difflib.SequenceMatcher(None, t, near[0]).ratio() >= 0.85:
         return _f("unknown-flag", "error", use.line, t, msg, f"did you mean `{near[0]}`?", k, passed,
                   Fix("rename", (near[0],)), use.index)

@@ -385,11 +385,29 @@ def load_bundled(build: int | None = None) -> Schema:
     else:
         older = [b for b in builds if b <= build]
         pick = older[-1] if older else builds[0]
+
+    data = _bundled_json(pick)
+    origin = f"llamarig/data/schemas/llama-server-{pick}.json"
+    if build is not None and pick != build:
+        origin += f", the newest bundled build not newer than {build}" if pick < build else \
+            f", the oldest bundled build (none is as old as {build})"
+    return schema_from_json(data, "bundled", origin)
+
+
+def _bundled_json(build: int) -> dict[str, Any]:
     from importlib import resources
 
-    res = resources.files("llamarig") / "data" / "schemas" / f"llama-server-{pick}.json"
-    data = json.loads(res.read_text(encoding="utf-8"))
-    return schema_from_json(data, "bundled", f"llamarig/data/schemas/llama-server-{pick}.json")
+    res = resources.files("llamarig") / "data" / "schemas" / f"llama-server-{build}.json"
+    return json.loads(res.read_text(encoding="utf-8"))
+
+
+def bundled_provenance() -> list[tuple[int, int, str]]:
+    """(build, number of options, how the schema was made) for every bundled schema."""
+    out = []
+    for b in bundled_builds():
+        data = _bundled_json(b)
+        out.append((b, len(data.get("options", [])), str(data.get("derived_from") or "unknown")))
+    return out
 
 
 def _run(binary: Path, arg: str, timeout: float) -> str:
