@@ -1,10 +1,13 @@
-"""The gateway's HTTP side (aiohttp server + aiohttp client, one process, one event loop).
+"""The gateway's HTTP side (aiohttp server; a lean httptools client upstream; one event loop).
 
-Why aiohttp for both sides: one dependency already in the project, ``web.StreamResponse`` writes
-bytes as they come (no re-serialising of SSE), and ``handler_cancellation=True`` cancels a
-handler the moment its client disconnects, which is how the upstream request gets closed (so
-llama-server frees the slot) and the reservation released at once. benchmarks/bench_gateway.py
-measures what it adds.
+Why aiohttp for the server: ``web.StreamResponse`` writes bytes as they come (no re-serialising
+of SSE), and ``handler_cancellation=True`` cancels a handler the moment its client disconnects,
+which is how the upstream request gets closed (so llama-server frees the slot) and the
+reservation released at once. The inference requests go upstream through
+llamarig.gateway.upstream (keep-alive HTTP/1.1 on asyncio protocols, llhttp parsing): aiohttp's
+client cost more CPU per request than the rest of the gateway together. Health checks, token
+counting and pass-through endpoints use aiohttp's client. benchmarks/bench_gateway.py measures
+what the gateway adds.
 """
 
 from __future__ import annotations
@@ -48,12 +51,20 @@ from llamarig.gateway.tiers import (
     rewrite,
     validate_body,
 )
+from llamarig.gateway.upstream import (
+    AiohttpUpstream,
+    UpstreamConnectError,
+    UpstreamPayloadError,
+    UpstreamPool,
+)
 
 log = logging.getLogger("llamarig.gateway")
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _RE_COUNTS = re.compile(rb'"(prompt_n|predicted_n|cache_n|prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
 _CLIENT_GONE = (ConnectionResetError, ConnectionError, aiohttp.ClientConnectionResetError)
+#: a non-streamed upstream answer larger than this is an error (memory stays bounded)
+MAX_UPSTREAM_BODY = 256 << 20
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
@@ -85,6 +96,8 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.reqlog = RequestLog(cfg.server.request_log, cfg.server.log_content)
         self.session: aiohttp.ClientSession | None = None
+        self.upstream: UpstreamPool | None = None
+        self.upstream_tls: AiohttpUpstream | None = None
         self.backends: Backends | None = None
         self.admission: Admission | None = None
         self.started = time.time()
@@ -119,6 +132,8 @@ class Gateway:
         conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(connector=conn, auto_decompress=False,
                                              timeout=aiohttp.ClientTimeout(total=None))
+        self.upstream = UpstreamPool()
+        self.upstream_tls = AiohttpUpstream(self.session)
         self.backends = Backends(self.cfg, self.ledger, self.session)
         a = self.cfg.admission
         self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
@@ -145,6 +160,8 @@ class Gateway:
             self.admission.reject_all("shutting_down", "gateway is shutting down")
         if self.backends:
             await self.backends.stop()
+        if self.upstream is not None:
+            self.upstream.close()
         if self.session:
             await self.session.close()
         self.reqlog.close()
@@ -327,7 +344,7 @@ class Gateway:
         read_timeout = max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60)
         resp: web.StreamResponse | None = None
         res: Reservation | None = None
-        upstream: aiohttp.ClientResponse | None = None
+        upstream: Any = None  # an UpstreamResponse (or its aiohttp twin for https://)
         outcome = "error"
         tried: set[str] = set()
         holder: list[web.StreamResponse | None] = [None]  # the response, once started
@@ -354,13 +371,12 @@ class Gateway:
                 self.metrics.child(self.metrics.queue_wait, d.tier).observe(t_admit - t_arrive)
                 be = self.backends.states.get(res.backend)
                 url = (be.cfg.url if be else "") + path
+                client: Any = self.upstream if url.startswith("http://") else self.upstream_tls
                 try:
-                    upstream = await self.session.post(
-                        url, data=payload,
-                        headers={"Content-Type": "application/json", **(be.headers() if be else {})},
-                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.server.connect_timeout_s,
-                                                      sock_read=read_timeout))
-                except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as e:
+                    upstream = await client.post(
+                        url, payload, {"Content-Type": "application/json", **(be.headers() if be else {})},
+                        connect_timeout=cfg.server.connect_timeout_s, read_timeout=read_timeout)
+                except (UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError) as e:
                     self.metrics.errors.labels(res.backend, "connect").inc()
                     self.backends.mark_failure(res.backend, f"{type(e).__name__}: {e}", hard=True)
                     self.admission.release(res)
@@ -390,7 +406,13 @@ class Gateway:
             extra = {"X-Llamarig-Tier": d.tier, "X-Llamarig-Backend": res.backend,
                      "X-Llamarig-Reserved": str(res.tokens)}
             if not ct.startswith("text/event-stream"):
-                data = await upstream.read()
+                try:
+                    data = await upstream.read(MAX_UPSTREAM_BODY)
+                except (UpstreamPayloadError, asyncio.TimeoutError) as e:
+                    self.metrics.errors.labels(res.backend, "mid_stream").inc()
+                    self.backends.mark_failure(res.backend, f"{type(e).__name__}: {e}")
+                    raise RequestError(502, f"backend {res.backend} failed: {type(e).__name__}: {e}",
+                                       type_="server_error", code="upstream_error") from None
                 t_end = time.monotonic()
                 self.metrics.child(self.metrics.ttft, d.tier, res.backend).observe(t_end - t_admit)
                 self._account(rec, d.tier, res.backend, data, t_admit, t_end, t_end)
@@ -411,7 +433,7 @@ class Gateway:
             client_gone = False
             upstream_failed: str | None = None
             try:
-                async for chunk in upstream.content.iter_any():
+                async for chunk in upstream.iter_any():
                     if t_first is None:
                         t_first = time.monotonic()
                         self.metrics.child(self.metrics.ttft, d.tier, res.backend).observe(t_first - t_admit)
@@ -421,7 +443,7 @@ class Gateway:
                         client_gone = True
                         break
                     prev, last = last, chunk
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+            except (UpstreamPayloadError, UpstreamConnectError, asyncio.TimeoutError) as e:
                 upstream_failed = f"{type(e).__name__}: {e}"
             tail = prev + last
             if not client_gone and upstream_failed is None and path.startswith("/v1/") and upstream.status == 200 \
