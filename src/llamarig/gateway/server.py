@@ -1,13 +1,12 @@
-"""The gateway's HTTP side (aiohttp server; a lean httptools client upstream; one event loop).
+"""The gateway: routes, request handling and lifecycle, over its own lean HTTP layer.
 
-Why aiohttp for the server: ``web.StreamResponse`` writes bytes as they come (no re-serialising
-of SSE), and ``handler_cancellation=True`` cancels a handler the moment its client disconnects,
-which is how the upstream request gets closed (so llama-server frees the slot) and the
-reservation released at once. The inference requests go upstream through
-llamarig.gateway.upstream (keep-alive HTTP/1.1 on asyncio protocols, llhttp parsing): aiohttp's
-client cost more CPU per request than the rest of the gateway together. Health checks, token
-counting and pass-through endpoints use aiohttp's client. benchmarks/bench_gateway.py measures
-what the gateway adds.
+Both HTTP sides of the hot path are asyncio protocols with llhttp parsing (``httptools``):
+llamarig.gateway.http serves clients (a disconnecting client cancels its handler at once, which
+closes the upstream request, so llama-server frees the slot, and releases the reservation);
+llamarig.gateway.upstream sends inference requests to the backends over keep-alive connections.
+aiohttp's server and client, used before, cost more CPU per request than everything else the
+gateway does (benchmarks/RESULTS.md). Health checks, token counting, /metrics scraping and the
+pass-through endpoints use aiohttp's client. SSE is passed through chunk by chunk, unchanged.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from llamarig.errors import LlamarigError
 from llamarig.gateway.admission import Admission, AdmitRequest, Ledger, Rejected, Reservation
@@ -39,6 +37,7 @@ from llamarig.gateway.config import (
     load_config,
     with_overrides,
 )
+from llamarig.gateway.http import HttpServer, Request, Response, StreamResponse
 from llamarig.gateway.metrics import GatewayMetrics, RequestLog
 from llamarig.gateway.tiers import (
     CHAT,
@@ -67,9 +66,9 @@ _CLIENT_GONE = (ConnectionResetError, ConnectionError, aiohttp.ClientConnectionR
 MAX_UPSTREAM_BODY = 256 << 20
 
 
-def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json",
-                        headers=headers)
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(status=status, body=json.dumps(body).encode(), content_type="application/json",
+                    headers=headers)
 
 
 def error_event(message: str, code: str, type_: str = "server_error") -> bytes:
@@ -85,7 +84,7 @@ def counts(tail: bytes) -> dict[str, int]:
 
 
 class Gateway:
-    """One gateway: config, ledger, admission queue, backends, metrics, the aiohttp app."""
+    """One gateway: config, ledger, admission queue, backends, metrics, the HTTP server."""
 
     def __init__(self, cfg: GatewayConfig, *, config_path: str | None = None,
                  overrides: dict[str, Any] | None = None) -> None:
@@ -105,30 +104,34 @@ class Gateway:
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[Any]] = []
         self._config_mtime: float | None = None
-        self.app = self._make_app()
+        self.http = self._make_server()
+        self.runner: Runner | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def _make_app(self) -> web.Application:
-        app = web.Application(client_max_size=2**62)  # the body limit is enforced in _read_body
-        r = app.router
-        r.add_post("/v1/chat/completions", self._wrap(lambda q: self._inference(q, CHAT, "/v1/chat/completions")))
-        r.add_post("/chat/completions", self._wrap(lambda q: self._inference(q, CHAT, "/v1/chat/completions")))
-        r.add_post("/v1/completions", self._wrap(lambda q: self._inference(q, OAI_COMPLETION, "/v1/completions")))
-        r.add_post("/completion", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
-        r.add_post("/completions", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
+    def _make_server(self) -> HttpServer:
+        srv = HttpServer(fallback=self._not_found, max_body=lambda: self.cfg.server.max_body_bytes,
+                         too_large=self._too_large)
+        srv.add("POST", "/v1/chat/completions", self._wrap(lambda q: self._inference(q, CHAT, "/v1/chat/completions")))
+        srv.add("POST", "/chat/completions", self._wrap(lambda q: self._inference(q, CHAT, "/v1/chat/completions")))
+        srv.add("POST", "/v1/completions", self._wrap(lambda q: self._inference(q, OAI_COMPLETION, "/v1/completions")))
+        srv.add("POST", "/completion", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
+        srv.add("POST", "/completions", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
         for p in ("/tokenize", "/detokenize", "/apply-template"):
-            r.add_post(p, self._wrap(lambda q, p=p: self._passthrough(q, p)))
-        r.add_get("/v1/models", self._wrap(self._models))
-        r.add_get("/models", self._wrap(self._models))
-        r.add_get("/health", self._health)
-        r.add_get("/metrics", self._wrap(self._metrics))
-        r.add_get("/gateway/status", self._wrap(self._status))
-        r.add_route("*", "/{tail:.*}", self._not_found)
-        app.on_startup.append(self._on_startup)
-        app.on_cleanup.append(self._on_cleanup)
-        return app
+            srv.add("POST", p, self._wrap(lambda q, p=p: self._passthrough(q, p)))
+        srv.add("GET", "/v1/models", self._wrap(self._models))
+        srv.add("GET", "/models", self._wrap(self._models))
+        srv.add("GET", "/health", self._health)
+        srv.add("GET", "/metrics", self._wrap(self._metrics))
+        srv.add("GET", "/gateway/status", self._wrap(self._status))
+        return srv
 
-    async def _on_startup(self, app: web.Application) -> None:
+    def _too_large(self, content_length: int | None, limit: int) -> Response:
+        self.metrics.bad_requests.labels("413").inc()
+        msg = (f"request body of {content_length} bytes exceeds the limit of {limit} bytes"
+               if content_length is not None else f"request body exceeds the limit of {limit} bytes")
+        return json_response(413, RequestError(413, msg, code="body_too_large").body())
+
+    async def _on_startup(self) -> None:
         conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(connector=conn, auto_decompress=False,
                                              timeout=aiohttp.ClientTimeout(total=None))
@@ -150,7 +153,7 @@ class Gateway:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
                 loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
 
-    async def _on_cleanup(self, app: web.Application) -> None:
+    async def _on_cleanup(self) -> None:
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -211,8 +214,9 @@ class Gateway:
         return True
 
     # ------------------------------------------------------------------ helpers
-    def _wrap(self, fn: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        async def handler(request: web.Request) -> web.StreamResponse:
+    def _wrap(self, fn: Callable[[Request], Awaitable[Response | StreamResponse]]
+              ) -> Callable[[Request], Awaitable[Response | StreamResponse]]:
+        async def handler(request: Request) -> Response | StreamResponse:
             try:
                 return await fn(request)
             except RequestError as e:
@@ -220,7 +224,7 @@ class Gateway:
                 return json_response(e.status, e.body())
             except Rejected as e:
                 return json_response(e.status, e.body(), {"Retry-After": str(e.retry_after)})
-            except (asyncio.CancelledError, web.HTTPException):
+            except asyncio.CancelledError:
                 raise
             except Exception as e:  # a bug must not take the gateway down or leak a traceback
                 log.exception("internal error on %s %s", request.method, request.path)
@@ -228,7 +232,7 @@ class Gateway:
                                                      "type": "server_error", "param": None, "code": "internal_error"}})
         return handler
 
-    def _auth(self, request: web.Request, cfg: GatewayConfig) -> KeyConfig | None:
+    def _auth(self, request: Request, cfg: GatewayConfig) -> KeyConfig | None:
         if not cfg.keys:
             return None
         auth = request.headers.get("Authorization", "")
@@ -243,20 +247,13 @@ class Gateway:
                                code="invalid_api_key")
         return found
 
-    async def _read_body(self, request: web.Request, limit: int) -> bytes:
-        cl = request.content_length
-        if cl is not None and cl > limit:
-            raise RequestError(413, f"request body of {cl} bytes exceeds the limit of {limit} bytes",
+    async def _read_body(self, request: Request, limit: int) -> bytes:
+        # the HTTP layer already stopped reading past the limit in force when the body arrived;
+        # a reload may have lowered it since
+        if len(request.body) > limit:
+            raise RequestError(413, f"request body of {len(request.body)} bytes exceeds the limit of {limit} bytes",
                                code="body_too_large")
-        buf = bytearray()
-        while True:
-            chunk = await request.content.readany()
-            if not chunk:
-                break
-            buf += chunk
-            if len(buf) > limit:
-                raise RequestError(413, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
-        return bytes(buf)
+        return request.body
 
     def _check_model(self, body: dict[str, Any], cfg: GatewayConfig) -> None:
         model = body.get("model")
@@ -296,7 +293,7 @@ class Gateway:
         return estimate_prompt_tokens(up, a.estimate_bytes_per_token), "estimate"
 
     # ------------------------------------------------------------------ inference
-    async def _inference(self, request: web.Request, kind: str, path: str) -> web.StreamResponse:
+    async def _inference(self, request: Request, kind: str, path: str) -> StreamResponse:
         t_arrive = time.monotonic()
         cfg = self.cfg  # one config for the whole request, even across a reload
         key = self._auth(request, cfg)
@@ -342,12 +339,12 @@ class Gateway:
         deadline = t_arrive + cfg.admission.queue_timeout_s
         payload = json.dumps(up, ensure_ascii=False, separators=(",", ":")).encode()
         read_timeout = max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60)
-        resp: web.StreamResponse | None = None
+        resp: StreamResponse | None = None
         res: Reservation | None = None
         upstream: Any = None  # an UpstreamResponse (or its aiohttp twin for https://)
         outcome = "error"
         tried: set[str] = set()
-        holder: list[web.StreamResponse | None] = [None]  # the response, once started
+        holder: list[StreamResponse | None] = [None]  # the response, once started
         try:
             # ---- admission (+ failover of requests that have not started upstream)
             while True:
@@ -421,11 +418,11 @@ class Gateway:
                     await resp.write(data if upstream.status < 400 else
                                      error_event(data.decode("utf-8", "replace")[:2000], f"upstream_{upstream.status}"))
                     return resp
-                out = web.Response(status=upstream.status, body=data, headers={"Content-Type": ct, **extra})
+                out = Response(status=upstream.status, body=data, headers={"Content-Type": ct, **extra})
                 return out
             # ---- SSE pass-through, chunk by chunk, bytes unchanged
             if resp is None:
-                resp = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, "Content-Type": ct, **extra})
+                resp = StreamResponse(status=upstream.status, headers={**SSE_HEADERS, "Content-Type": ct, **extra})
                 holder[0] = resp
                 await resp.prepare(request)
             t_first: float | None = None
@@ -465,7 +462,7 @@ class Gateway:
             return resp
         except _CLIENT_GONE:
             outcome = "client_disconnected"
-            return holder[0] or web.Response(status=499)
+            return holder[0] or Response(status=499)
         except asyncio.CancelledError:
             outcome = "client_disconnected"
             raise
@@ -485,8 +482,8 @@ class Gateway:
             self.served += 1
             self.reqlog.write(rec, body)
 
-    async def _admit(self, request: web.Request, areq: AdmitRequest, deadline: float, stream: bool,
-                     cfg: GatewayConfig, holder: list[web.StreamResponse | None]) -> Reservation:
+    async def _admit(self, request: Request, areq: AdmitRequest, deadline: float, stream: bool,
+                     cfg: GatewayConfig, holder: list[StreamResponse | None]) -> Reservation:
         """Acquire a reservation; while a streaming request waits, send SSE comments every
         ``keepalive_s`` (this commits to status 200, so a later rejection becomes an error event).
         The started response, if any, is left in ``holder[0]``."""
@@ -504,7 +501,7 @@ class Gateway:
                 if done:
                     return task.result()
                 if holder[0] is None:
-                    resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+                    resp = StreamResponse(status=200, headers=SSE_HEADERS)
                     await resp.prepare(request)
                     holder[0] = resp
                 await holder[0].write(b": llamarig gateway: queued for the KV pool\n\n")
@@ -533,7 +530,7 @@ class Gateway:
                    ttft_ms=round((t_first - t_admit) * 1000, 2), upstream_ms=round((t_end - t_admit) * 1000, 2))
 
     # ------------------------------------------------------------------ other routes
-    async def _passthrough(self, request: web.Request, path: str) -> web.StreamResponse:
+    async def _passthrough(self, request: Request, path: str) -> StreamResponse:
         cfg = self.cfg
         self._auth(request, cfg)
         raw = await self._read_body(request, cfg.server.max_body_bytes)
@@ -550,14 +547,14 @@ class Gateway:
             async with self.session.post(st.cfg.url + path, data=raw, headers={"Content-Type": "application/json", **st.headers()},
                                          timeout=aiohttp.ClientTimeout(total=cfg.server.read_timeout_s)) as r:
                 data = await r.read()
-                return web.Response(status=r.status, body=data,
+                return Response(status=r.status, body=data,
                                     headers={"Content-Type": r.headers.get("Content-Type", "application/json")})
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             self.backends.mark_failure(st.name, f"{type(e).__name__}: {e}")
             raise RequestError(502, f"backend {st.name}: {type(e).__name__}: {e}", type_="server_error",
                                code="upstream_unreachable") from None
 
-    async def _models(self, request: web.Request) -> web.StreamResponse:
+    async def _models(self, request: Request) -> StreamResponse:
         cfg = self.cfg
         self._auth(request, cfg)
         assert self.backends is not None
@@ -567,21 +564,21 @@ class Gateway:
                   "llamarig_tier": t} for a, t in cfg.routing.model_aliases.items()]
         return json_response(200, {"object": "list", "data": data})
 
-    async def _health(self, request: web.Request) -> web.StreamResponse:
+    async def _health(self, request: Request) -> StreamResponse:
         assert self.backends is not None
         n = len(self.backends.healthy())
         if n:
             return json_response(200, {"status": "ok", "healthy_backends": n})
         return json_response(503, {"status": "no healthy backend", "healthy_backends": 0})
 
-    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+    async def _metrics(self, request: Request) -> StreamResponse:
         cfg = self.cfg
         if not cfg.server.public_metrics:
             self._auth(request, cfg)
         assert self.backends is not None
         self.update_gauges()
         texts = await self.backends.backend_metrics()
-        return web.Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     def update_gauges(self) -> None:
         assert self.backends is not None and self.admission is not None
@@ -619,37 +616,45 @@ class Gateway:
             "keys": [k.name for k in cfg.keys], "affinity_entries": len(self.backends.affinity),
         }
 
-    async def _status(self, request: web.Request) -> web.StreamResponse:
+    async def _status(self, request: Request) -> StreamResponse:
         self._auth(request, self.cfg)
         return json_response(200, self.status())
 
-    async def _not_found(self, request: web.Request) -> web.StreamResponse:
+    async def _not_found(self, request: Request) -> StreamResponse:
         return json_response(404, {"error": {"message": f"unknown endpoint {request.method} {request.path}",
                                              "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
     # ------------------------------------------------------------------ running
-    async def start(self, host: str | None = None, port: int | None = None) -> web.AppRunner:
+    async def start(self, host: str | None = None, port: int | None = None) -> Runner:
         """Start serving on the running loop; returns the runner (``await runner.cleanup()``)."""
-        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host or self.cfg.server.host, self.cfg.server.port if port is None else port,
-                           reuse_address=True)
+        await self._on_startup()
         try:
-            await site.start()
+            await self.http.start(host or self.cfg.server.host, self.cfg.server.port if port is None else port)
         except BaseException:
-            await runner.cleanup()  # closes the upstream session and the health loop
+            await self._on_cleanup()  # closes the upstream sessions and the health loop
             raise
-        self.runner = runner
-        return runner
+        self.runner = Runner(self)
+        return self.runner
 
     @property
     def port(self) -> int:
         """The port actually bound (useful with port 0)."""
-        for site in self.runner.sites:
-            server = getattr(site, "_server", None)
-            if server is not None and server.sockets:
-                return int(server.sockets[0].getsockname()[1])
-        raise RuntimeError("gateway not started")
+        return self.http.port
+
+
+class Runner:
+    """Handle of a started gateway: ``await runner.cleanup()`` stops it."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.done = False
+
+    async def cleanup(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        await self.gw.http.close()
+        await self.gw._on_cleanup()
 
 
 def serve(cfg: GatewayConfig, *, config_path: str | None = None, overrides: dict[str, Any] | None = None,
