@@ -1,23 +1,38 @@
 """The source-derived schema (llamarig.flags.from_source) reproduces what the real binary's
---help says for build 11434: the method is validated before it is used on other builds."""
+--help says: for build 11434 (always built for the tests) and for every other build whose source
+and binary are in the cache (e.g. `LLAMARIG_LLAMA_CPP_VERSION=9093 LLAMARIG_LLAMA_TARGETS=llama-server
+scripts/get-llama-server`), so the method is validated before it is used on builds we only have
+the source of."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from llamarig.flags.from_source import parse_arg_cpp, schema_from_source, strip_comments
-from llamarig.flags.schema import load_bundled
+from llamarig.flags.schema import bundled_builds, load_bundled, schema_from_binary
+
+CACHE = Path(os.environ.get("LLAMARIG_CACHE", Path.home() / ".cache" / "llamarig"))
 
 
-def _source_tree() -> Path | None:
-    marker = Path(os.environ.get("LLAMARIG_CACHE", Path.home() / ".cache" / "llamarig")) / "llama.cpp-11434" / "source-tree"
+def _source_tree(build: int = 11434) -> Path | None:
+    marker = CACHE / f"llama.cpp-{build}" / "source-tree"
     if not marker.is_file():
         return None
     p = Path(marker.read_text().strip())
     return p if (p / "common" / "arg.cpp").is_file() else None
+
+
+def _cached_builds() -> list[int]:
+    out = []
+    for d in CACHE.glob("llama.cpp-*"):
+        b = d.name.split("-")[-1]
+        if b.isdigit() and (d / "bin" / "llama-server").is_file() and _source_tree(int(b)):
+            out.append(int(b))
+    return sorted(set(out) | {11434})
 
 
 def test_parse_small_snippet() -> None:
@@ -50,14 +65,28 @@ def test_parse_small_snippet() -> None:
     assert strip_comments('a "//x" // y\nb /* z */ c') == 'a "//x" \nb  c'
 
 
-def test_source_schema_equals_binary_schema_for_11434() -> None:
-    tree = _source_tree()
-    if tree is None:
-        pytest.skip("llama.cpp 11434 source tree not present")
-    s = schema_from_source(tree / "common" / "arg.cpp", 11434)
-    b = load_bundled()  # generated from the real binary's --help
+@pytest.mark.parametrize("build", _cached_builds())
+def test_source_schema_equals_binary_schema(build: int) -> None:
+    tree = _source_tree(build)
+    binary = CACHE / f"llama.cpp-{build}" / "bin" / "llama-server"
+    if tree is None or not binary.is_file():
+        pytest.skip(f"llama.cpp {build} source tree or binary not present")
+    s = schema_from_source(tree / "common" / "arg.cpp", build)
+    b = schema_from_binary(binary)
 
     def key(o):
-        return (o.all_spellings, o.kind, o.env, o.removed, o.deprecated)
+        # a value hint computed at run time (`common_speculative_all_types_str()`) stays unevaluated
+        hint = o.value_hint if o.value_hint and "(" not in o.value_hint else None
+        return (o.all_spellings, o.negations, o.kind, o.env, o.removed, o.deprecated, hint)
 
-    assert {o.name: key(o) for o in s.options} == {o.name: key(o) for o in b.options}
+    hints = {o.name: o.value_hint for o in s.options}
+    b = replace(b, options=tuple(replace(o, value_hint=None) if "(" in (hints.get(o.name) or "") else o
+                                 for o in b.options), by_spelling={}, by_env={}, memo={})
+
+    src = {o.name: key(o) for o in s.options}
+    # options registered only when the binary has a capability (9093: --rpc needs RPC support)
+    conditional = {o.name for o in s.options if "registered only when" in o.help}
+    binary_opts = {o.name: key(o) for o in b.options}
+    assert {k: v for k, v in src.items() if k not in conditional or k in binary_opts} == binary_opts
+    if build in bundled_builds():  # the bundled schema of that build says the same
+        assert {o.name: key(o) for o in load_bundled(build).options}.keys() >= binary_opts.keys()

@@ -155,3 +155,89 @@ def test_agrees_with_bash_on_seed_script(tmp_path) -> None:
     got = out.read_text().splitlines()
     inv = parse_text(text).invocations[0]
     assert got == [w.text for w in inv.args]
+
+
+@pytest.mark.parametrize("redirs", [
+    '>"$LOG" 2>&1', '> "$LOG" 2>&1', '2>>"$HOME/log.txt"', '&>"$LOG"', '&>> "$LOG"', ">|'a b.log'",
+    "< /dev/null > x.log", "1>&2", "2> /dev/null", '>"/tmp/my logs/$(date +%F).log"', "3>&-", "<<<'hi'",
+])
+def test_redirections_are_not_arguments(redirs: str) -> None:
+    for text in (f"llama-server -m x.gguf --port 8080 {redirs}\n", f"llama-server -m x.gguf {redirs} --port 8080 &\n",
+                 f"{redirs} llama-server -m x.gguf --port 8080\n"):
+        p = parse_text(text)
+        assert [inv.argv for inv in p.invocations] == [["llama-server", "-m", "x.gguf", "--port", "8080"]], text
+        assert not p.notes, text
+    # kept as written (quotes included) so --fix can put them back
+    assert " ".join(parse_text(f"llama-server -m x.gguf {redirs}").invocations[0].redirects) == redirs
+
+
+def test_redirection_glued_to_a_word_and_fd_numbers() -> None:
+    # bash: `<`/`>` end a word; an unquoted all-digit word glued to them is a file descriptor
+    inv = parse_text('llama-server -m x.gguf>log --port 8080>log -c "2">log 4096\n').invocations[0]
+    assert inv.argv == ["llama-server", "-m", "x.gguf", "--port", "-c", "2", "4096"]
+    assert inv.redirects == [">log", "8080>log", ">log"]
+
+
+def test_redirection_without_target_is_a_syntax_note() -> None:
+    p = parse_text("llama-server -m x.gguf >\n")
+    assert p.invocations[0].argv == ["llama-server", "-m", "x.gguf"]
+    assert any(n.kind == "shell-syntax" and "without a target" in n.message for n in p.notes)
+
+
+def test_heredoc_delimiter_after_redirection_rework() -> None:
+    text = ("cat > run.sh << 'EOF'\nllama-server --never-run\nEOF\ncat <<-END\n\tllama-server --nope\n\tEND\n"
+            "llama-server -m a.gguf < <(echo hi) 2>&1\n")
+    assert argvs(text) == [["llama-server", "-m", "a.gguf"]]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_redirections_agree_with_bash(tmp_path) -> None:
+    """A stub program prints the argv real bash gives it; llamarig must read the same argv."""
+    stub = tmp_path / "llama-server"
+    stub.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$OUT\"\n")
+    stub.chmod(0o755)
+    text = ('LOG="$HOME/my log.txt"\nllama-server -m "x y.gguf" >"$LOG" --port 8080 2>>"$HOME/e.txt" \\\n'
+            '  -c 4096 &>"$LOG" -a "a>b" x>"$LOG" 7>&1 "2">"$LOG" < /dev/null 3>&- >| "$LOG" -t 4\n')
+    out = tmp_path / "argv.txt"
+    script = text.replace("llama-server ", f"{stub} ", 1)
+    subprocess.run(["bash", "-c", script], env={"OUT": str(out), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                   capture_output=True, timeout=20, check=True)
+    inv = parse_text(text).invocations[0]
+    assert out.read_text().splitlines() == [w.text for w in inv.args]
+
+
+def test_function_wrapping_llama_server() -> None:
+    text = ('#!/bin/bash\nLOG=/tmp/llama.log\nserver() {\n  llama-server -m "$1" --port 8080 >"$LOG" 2>&1 &\n}\n'
+            "server a.gguf\nserver -m b.gguf --port 8081\ntime server c.gguf\n")
+    p = parse_text(text)
+    assert [(inv.argv, inv.line) for inv in p.invocations] == [
+        (["llama-server", "-m", "$1", "--port", "8080"], 4)]
+    assert p.invocations[0].background and p.invocations[0].redirects == ['>"$LOG"', "2>&1"]
+    assert not [n for n in p.notes if n.severity == "error"]
+
+
+@pytest.mark.parametrize("text", [
+    "server() { llama-server -m x.gguf -c 4096; }\nserver -m y.gguf\n",
+    "function server {\n  ./llama-server -m x.gguf -c 4096\n}\nserver -m y.gguf\n",
+    "function server() { nohup llama-server -m x.gguf -c 4096 & }\nserver -m y.gguf\n",
+    "server () (\n  exec llama-server -m x.gguf -c 4096\n)\nserver -m y.gguf &\n",
+    "start_llm() {\n  if true; then llama-server -m x.gguf -c 4096; fi\n}\nstart_llm\n",
+])
+def test_function_forms_body_read_calls_not(text: str) -> None:
+    assert [inv.argv[1:] for inv in parse_text(text).invocations] == [["-m", "x.gguf", "-c", "4096"]]
+
+
+def test_function_name_bypassed_by_external_wrappers() -> None:
+    # nohup / env / command look `server` up on PATH: that is the old llama.cpp server binary
+    text = "server() { echo hi; }\nnohup server -m a.gguf &\ncommand server -m b.gguf\n./server -m c.gguf\n"
+    assert argvs(text) == [["server", "-m", "a.gguf"], ["server", "-m", "b.gguf"], ["./server", "-m", "c.gguf"]]
+    # a call before the definition runs the program too
+    assert argvs("server -m a.gguf\nserver() { echo hi; }\nserver -m b.gguf\n") == [["server", "-m", "a.gguf"]]
+
+
+def test_bare_server_needs_llama_server_arguments() -> None:
+    text = "server start\nserver\nserver --config app.toml\nserver -m a.gguf\nserver --port 8080 -hf x/y\n" \
+           "/opt/server models/q.gguf\n"
+    assert argvs(text) == [["server", "-m", "a.gguf"], ["server", "--port", "8080", "-hf", "x/y"],
+                           ["/opt/server", "models/q.gguf"]]
+    assert argvs("llama-server\n") == [["llama-server"]]  # a llama-* name needs no arguments

@@ -164,9 +164,14 @@ def parse_arg_cpp(text: str) -> list[Option]:
         excludes = set(re.findall(r"LLAMA_EXAMPLE_(\w+)", exc.group(1))) if exc else set()
         if not ({"SERVER", "COMMON"} & examples) or "SERVER" in excludes:
             continue
+        # registered only when a runtime capability is there (build 9093: `if (llama_supports_rpc())
+        # { add_opt(...) }`): a binary built without it rejects the flag
+        cond = re.search(r"if\s*\(\s*(llama_supports_\w+)\s*\(\s*\)\s*\)\s*\{\s*$", text[max(0, m.start() - 80):m.start()])
         envm = re.search(r'set_env\(\s*"([A-Za-z0-9_]+)"', chain)
         env = envm.group(1) if envm else None
         help_ = _help_text(before_handler[-1]) if before_handler else ""
+        if cond:
+            help_ += f"\n(registered only when {cond.group(1)}() is true in this binary)"
         hints = [(_literal(a) if _literal(a) is not None else a.strip()) for a in before_handler[:-1]]
         if negs:
             kind = "bool_pair"

@@ -52,7 +52,7 @@ _SPELL_RE = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9._+-]*")
 _ENV_RE = re.compile(r"^\(env: ([A-Za-z0-9_]+)\)$")
 _DEFAULT_RE = re.compile(r"default:\s*([^,;)\n]+)")
 _VERSION_RE = re.compile(r"version:\s*(\S+)\s*\(build\s+(\d+),\s*commit\s+([^)\s]+)\)")
-_VERSION_RE2 = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)")
+_VERSION_RE2 = re.compile(r"version:\s*(\d+)\s*\(([^)\s]+)\)")
 
 
 @dataclass(frozen=True)
@@ -236,6 +236,20 @@ def _infer_kind(hint: str, allowed: tuple[str, ...] | None) -> str:
     return "string"
 
 
+def _negations(spellings: list[str]) -> list[str]:
+    """The negative spellings of a bool pair. common_arg::to_string prints ``args`` then
+    ``args_neg``, so everything after the first surely negative spelling is negative too; a short
+    ``-nX``/``-noX`` whose ``-X`` is listed (``-ndio`` beside ``-dio``, build 9093) is negative."""
+    out: list[str] = []
+    for i, sp in enumerate(spellings):
+        short_neg = not sp.startswith("--") and (
+            (sp.startswith("-no") and "-" + sp[3:] in spellings) or (sp.startswith("-n") and "-" + sp[2:] in spellings))
+        if _NEG_RE.search(sp) or short_neg:
+            out = [x for x in spellings[i:]]
+            break
+    return out
+
+
 def parse_help(text: str) -> list[Option]:
     """Parse llama-server ``--help`` output into options (see the module docstring)."""
     blocks: list[tuple[str, str, list[str]]] = []  # (section, header, help lines)
@@ -267,7 +281,7 @@ def parse_help(text: str) -> list[Option]:
             if m:
                 env = m.group(1)
         help_text = "\n".join(help_lines)
-        neg = [s for s in spellings if _NEG_RE.search(s)]
+        neg = _negations(spellings)
         pos = [s for s in spellings if s not in neg]
         if not pos:  # --no-host: a plain flag that happens to start with no-
             pos, neg = neg, []

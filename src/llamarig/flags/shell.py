@@ -6,6 +6,7 @@ Formats:
     after a ``\\`` line *ends* the command), blank lines, ``;`` ``&&`` ``||`` ``|`` ``&``,
     redirections, ``NAME=value`` assignments before the command, ``export``, wrappers
     (``nohup``, ``stdbuf``, ``env``, ``sudo``, ``taskset``, ``numactl``...), ``docker run``;
+    shell functions (a body is read; calling a function is not starting llama-server);
   * a systemd unit's ``ExecStart=``: systemd.syntax(7): a trailing backslash joins the next
     line, and comment lines that follow a backslash line are skipped (the continuation goes on);
     ``Environment=`` assignments;
@@ -97,7 +98,9 @@ class Parsed:
 
 _OPS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
 _OP_CHARS = frozenset("&|;()")
-_REDIR_RE = re.compile(r"^(\d*|&)(>>|>&|<&|>|<<<|<<-|<<|<>|<)")
+# bash(1) REDIRECTION: [n]< [n]> [n]>| [n]>> &> &>> [n]<& [n]>& [n]<> << <<- <<<; an unquoted
+# all-digit word glued to the operator is the file descriptor (`2>`, `10>&1`)
+_REDIR_OP_RE = re.compile(r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?:>>|>&|>\||<<<|<<-|<<|<&|<>|>|<)|&>>|&>")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 
 
@@ -135,6 +138,10 @@ class _Lexer:
                 while self.i < self.n and s[self.i] != "\n":
                     self.i += 1
                 continue
+            m = _REDIR_OP_RE.match(s, self.i)
+            if m and not (c in "<>" and s.startswith("(", self.i + 1)):
+                self._redirect(m)
+                continue
             op = next((o for o in _OPS if s.startswith(o, self.i)), None) if c in _OP_CHARS else None
             if op:
                 self.tokens.append(("op", op, self.line, False))
@@ -155,7 +162,44 @@ class _Lexer:
                     break
         self.heredocs = []
 
+    def _redirect(self, m: re.Match[str]) -> None:
+        """A redirection (bash(1) REDIRECTION): the operator, then its target word, which may be
+        quoted and may follow blanks. Bash removes both from the command's argv; the text as
+        written (quotes kept) goes into one ``redir`` token."""
+        line = self.line
+        op = m.group(0)
+        self.i = m.end()
+        gap = False
+        while self.i < self.n:
+            if self.s[self.i] in " \t\r":
+                self.i += 1
+                gap = True
+            elif self.s.startswith("\\\n", self.i):
+                self.i += 2
+                self.line += 1
+                gap = True
+            else:
+                break
+        c = self.s[self.i] if self.i < self.n else "\n"
+        if c in "\n#" or c in _OP_CHARS or (c in "<>" and not self.s.startswith("(", self.i + 1)):
+            self.problems.append((line, f"redirection `{op}` without a target"))
+            self.tokens.append(("redir", op, line, False))
+            return
+        start = self.i
+        target, _quoted, _line = self._read_word()
+        if op in ("<<", "<<-") and target:
+            self.heredocs.append((target, op == "<<-"))
+        self.tokens.append(("redir", op + (" " if gap else "") + self.s[start:self.i], line, False))
+
     def _word(self) -> None:
+        start = self.i
+        text, quoted, start_line = self._read_word()
+        if self.i == start:  # nothing a word can start with: never loop on it
+            self.i += 1
+            return
+        self.tokens.append(("word", text, start_line, quoted))
+
+    def _read_word(self) -> tuple[str, bool, int]:
         s = self.s
         start_line = self.line
         buf: list[str] = []
@@ -165,16 +209,13 @@ class _Lexer:
             if c in " \t\r\n" or (not buf and c == "#"):
                 break
             if c in _OP_CHARS:
-                # `2>&1`, `>&2`, `&>`: redirection operators that contain & stay in the word
-                if c == "&" and buf and buf[-1] in "<>":
-                    buf.append(c)
-                    self.i += 1
-                    continue
-                if c == "&" and s.startswith("&>", self.i) and not buf:
-                    buf.append("&>")
-                    self.i += 2
-                    continue
                 break
+            if c in "<>":
+                if s.startswith("(", self.i + 1):  # process substitution <(...) >(...)
+                    self.i += 1
+                    buf.append(c + self._subst("(", ")"))
+                    continue
+                break  # `<` and `>` are metacharacters: `a>b` is the word `a` and `>b`
             if c == "\\":
                 if self.i + 1 < self.n:
                     nxt = s[self.i + 1]
@@ -253,25 +294,7 @@ class _Lexer:
                 continue
             buf.append(c)
             self.i += 1
-        text = "".join(buf)
-        m = _REDIR_RE.match(text) if not quoted else None
-        if m and m.group(2) in ("<<", "<<-"):
-            rest = text[m.end():]
-            if not rest:
-                rest = self._peek_word()
-            delim = rest.strip("'\"")
-            if delim:
-                self.heredocs.append((delim, m.group(2) == "<<-"))
-        self.tokens.append(("word", text, start_line, quoted))
-
-    def _peek_word(self) -> str:
-        j = self.i
-        while j < self.n and self.s[j] in " \t":
-            j += 1
-        k = j
-        while k < self.n and self.s[k] not in " \t\n;&|()":
-            k += 1
-        return self.s[j:k]
+        return "".join(buf), quoted, start_line
 
     def _subst(self, open_: str, close: str) -> str:
         """Consume a $(...), ${...} or `...` substitution verbatim (nesting-aware)."""
@@ -301,39 +324,24 @@ class _Lexer:
 def _split_commands(tokens: list[tuple[str, str, int, bool]]) -> list[Command]:
     cmds: list[Command] = []
     cur: list[Word] = []
-    quoted_flags: list[bool] = []
     redirs: list[str] = []
-    skip_next = False
-    first_line = None
 
     def flush(term: str, line: int) -> None:
-        nonlocal cur, quoted_flags, first_line, redirs
+        nonlocal cur, redirs
         if cur:
             cmds.append(Command(words=cur, line=cur[0].line, end_line=line, terminator=term,
                                 redirects=redirs))
-        cur, quoted_flags, first_line, redirs = [], [], None, []
+        cur, redirs = [], []
 
     last_line = 1
-    for typ, text, line, quoted in tokens:
+    for typ, text, line, _quoted in tokens:
         last_line = line
         if typ == "op":
-            if skip_next:
-                skip_next = False
             flush(text, line)
-            continue
-        if skip_next:
-            skip_next = False
-            if redirs:
-                redirs[-1] += " " + text
-            continue
-        m = _REDIR_RE.match(text) if not quoted else None
-        if m:
+        elif typ == "redir":  # never part of the argv (the lexer read the target too)
             redirs.append(text)
-            if m.end() == len(text):  # `>` alone: the target is the next word
-                skip_next = True
-            continue
-        cur.append(Word(text, line))
-        quoted_flags.append(quoted)
+        else:
+            cur.append(Word(text, line))
     flush("", last_line)
     return cmds
 
@@ -361,6 +369,41 @@ _POSITIONAL_WRAPPER_ARGS = {"timeout": 1, "chrt": 1, "taskset": 1}
 def is_server_program(word: str) -> bool:
     name = PurePosixPath(word.replace("\\", "/")).name
     return bool(_SERVER_RE.match(name))
+
+
+# bash(1) SHELL GRAMMAR "Compound Commands": reserved words that may stand before a simple command
+_RESERVED = frozenset({"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"})
+
+
+def _skip_reserved(words: list[Word], i: int) -> int:
+    while i < len(words) and words[i].text in _RESERVED:
+        i += 1
+    return i
+
+
+# Options a llama-server command line typically starts with (common/arg.cpp, tools/server/README.md).
+# A program named just `server` (the binary's name before llama.cpp renamed its executables to
+# llama-* in June 2024) counts as llama-server only when its arguments look like llama-server's.
+_SERVER_LEAD_FLAGS = frozenset({
+    "-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
+    "-dr", "--docker-repo", "--port", "--host", "-c", "--ctx-size", "-ngl", "--gpu-layers",
+    "--n-gpu-layers", "-t", "--threads", "-np", "--parallel", "-a", "--alias", "--api-key",
+    "-fa", "--flash-attn", "--mmproj", "--jinja", "--chat-template", "-b", "--batch-size",
+    "-ub", "--ubatch-size", "--models-dir", "--models-preset", "-h", "--help", "--version",
+    "--list-devices", "--path", "--metrics", "--embedding", "--embeddings", "--rerank",
+})
+
+
+def _is_server_call(prog: str, args: list[Word]) -> bool:
+    """``prog args`` starts llama-server: a llama-server-like name; a bare ``server`` only when
+    its first argument is a llama-server option or a ``.gguf`` file is passed."""
+    if not is_server_program(prog):
+        return False
+    name = PurePosixPath(prog.replace("\\", "/")).name.lower().removesuffix(".exe")
+    if name != "server":
+        return True
+    first = args[0].text.split("=", 1)[0] if args else ""
+    return first in _SERVER_LEAD_FLAGS or any(a.text.lower().endswith(".gguf") for a in args)
 
 
 def _unwrap(words: list[Word], env: list[tuple[str, str, int]]) -> tuple[int, list[str]]:
@@ -460,9 +503,22 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
     invocations: list[Invocation] = []
     last_inv: Invocation | None = None
     prev: Command | None = None
+    functions: set[str] = set()  # shell functions defined so far
     for cmd in cmds:
         env: list[tuple[str, str, int]] = []
-        idx, _wrappers = _unwrap(cmd.words, env)
+        start = _skip_reserved(cmd.words, 0)
+        if start < len(cmd.words) and cmd.words[start].text == "function" and start + 1 < len(cmd.words):
+            # `function NAME { ...`, `function NAME() ...`: the body (if on this line) follows
+            functions.add(cmd.words[start + 1].text)
+            start = _skip_reserved(cmd.words, start + 2)
+        elif cmd.terminator == "(" and len(cmd.words) - start == 1 and "=" not in cmd.words[start].text:
+            # `NAME ()` (the lexer stops the word at `(`): bash only accepts this as a function
+            # definition; the body is read as ordinary commands after it
+            functions.add(cmd.words[start].text)
+            prev = cmd
+            continue
+        idx, wrappers = _unwrap(cmd.words[start:], env)
+        idx += start
         cmd.assignments = env
         if idx >= len(cmd.words):
             if env and cmd.terminator in ("\n", ";", ""):
@@ -489,7 +545,11 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
                 "that follows is a guess",
                 "warning"))
         docker = _docker_args(cmd.words, idx) if base in ("docker", "podman") else None
-        if is_server_program(prog) or docker is not None:
+        # bash(1) COMMAND EXECUTION: a name without a slash that is a defined function runs the
+        # function, not a program; `time` is a keyword and keeps that, while external wrappers
+        # (nohup, env, sudo...) and `command`/`exec` look the name up on PATH
+        calls_function = prog in functions and "/" not in prog and all(w == "time" for w in wrappers)
+        if (not calls_function and _is_server_call(prog, rest)) or docker is not None:
             if docker is not None:
                 start, denv = docker
                 env = env + denv
@@ -641,7 +701,7 @@ def parse_systemd(text: str) -> Parsed:
             words = _assign_lines(words_text, raw, line_nos)
             tmp_env: list[tuple[str, str, int]] = []
             idx, _ = _unwrap(words, tmp_env)
-            if idx < len(words) and is_server_program(words[idx].text):
+            if idx < len(words) and _is_server_call(words[idx].text, words[idx + 1:]):
                 inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line,
                                  line_nos[-1], env=list(env) + tmp_env, source="systemd", label=key)
                 invocations.append(inv)
@@ -711,7 +771,7 @@ def parse_yaml(text: str) -> Parsed | None:
                     n, _, v = item.partition("=")
                     env.append((n, v, _find_line(lines, item, key_line - 1)))
             idx, _ = _unwrap(words, env)
-            if idx < len(words) and is_server_program(words[idx].text):
+            if idx < len(words) and _is_server_call(words[idx].text, words[idx + 1:]):
                 invocations.append(Invocation(words[idx].text, words[idx + 1:], words[idx].line,
                                               words[-1].line, env=env, source="llama-swap", label=str(mid)))
         return Parsed("llama-swap", invocations, notes, [], lines)
@@ -735,7 +795,7 @@ def parse_yaml(text: str) -> Parsed | None:
             for item in items:
                 n, _, v = item.partition("=")
                 env.append((n, "" if v == "None" else v, _find_line(lines, n, key_line - 1)))
-            if words and is_server_program(words[0].text):
+            if words and _is_server_call(words[0].text, words[1:]):
                 prog, args = words[0].text, words[1:]
             elif "llama.cpp" in image or "llama-cpp" in image or (words and words[0].text.startswith("-")):
                 prog, args = f"(entrypoint of {image or 'the image'})", words
