@@ -238,20 +238,52 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print
 """
 
 
+#: the floor of llamarig's own HTTP layers: its server and upstream client, no gateway logic
+LEAN_PROXY = """
+import asyncio, sys
+from llamarig.gateway.http import HttpServer, Response
+from llamarig.gateway.upstream import UpstreamPool
+UP = sys.argv[2]
+async def main():
+    pool = UpstreamPool()
+    async def h(req):
+        r = await pool.post(UP + req.path, req.body, {"Content-Type": "application/json"})
+        data = await r.read()
+        r.release()
+        return Response(status=r.status, body=data, headers={"Content-Type": r.headers["Content-Type"]})
+    async def health(req):
+        return Response(text="ok")
+    async def nf(req):
+        return Response(status=404)
+    srv = HttpServer(fallback=nf, max_body=lambda: 1 << 20, too_large=lambda c, l: Response(status=413))
+    srv.add("POST", "/v1/chat/completions", h)
+    srv.add("GET", "/health", health)
+    await srv.start("127.0.0.1", int(sys.argv[1]))
+    await asyncio.Event().wait()
+try:
+    import uvloop
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
+"""
+
+
 def floor_run(n: int, reps: int = 3) -> list[str]:
     """Interleaved non-streamed added p50: bare aiohttp proxy vs the gateway, ``reps`` rounds."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
-    bp, pm, pg = free_port(), free_port(), free_port()
+    bp, pm, pl, pg = free_port(), free_port(), free_port(), free_port()
     be = start_backend(bp, 0, 64)
     burl = f"http://127.0.0.1:{bp}"
     (tmp / "minproxy.py").write_text(MIN_PROXY)
+    (tmp / "leanproxy.py").write_text(LEAN_PROXY)
     procs = [be, Proc([PY, str(tmp / "minproxy.py"), str(pm), burl], f"http://127.0.0.1:{pm}/health"),
+             Proc([PY, str(tmp / "leanproxy.py"), str(pl), burl], f"http://127.0.0.1:{pl}/health"),
              start_gateway(pg, burl, "estimate", tmp)]
     out: list[str] = []
     try:
         time.sleep(2)
         for _ in range(reps):
-            for name, port in (("bare aiohttp proxy", pm), ("llamarig gateway", pg)):
+            for name, port in (("bare aiohttp proxy", pm), ("bare llamarig-http proxy", pl), ("llamarig gateway", pg)):
                 d, t = asyncio.run(nonstream_paired(burl, f"http://127.0.0.1:{port}", n, "fake"))
                 out.append(f"{name}: direct p50 {fmt_ms(pct(d, 50))} ms, through it {fmt_ms(pct(t, 50))} ms, "
                            f"added {fmt_ms(pct(t, 50) - pct(d, 50))} ms")

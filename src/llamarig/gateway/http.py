@@ -219,10 +219,13 @@ class _Conn(asyncio.Protocol):
         self._count(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4)
+        self.head_bytes += len(name) + len(value) + 4
+        if self.head_bytes > MAX_HEAD_BYTES:
+            self._count(0)
         k = name.decode("latin-1").lower()
         v = value.decode("latin-1")
-        self.headers[k] = f"{self.headers[k]}, {v}" if k in self.headers else v
+        old = dict.get(self.headers, k)
+        dict.__setitem__(self.headers, k, v if old is None else f"{old}, {v}")
 
     def on_headers_complete(self) -> None:
         if self.closing:
