@@ -12,13 +12,15 @@ Method (all processes on this machine, loopback only):
 - streamed: at each concurrency level, ``max(3 * level, 16)`` streams of ``--tokens`` tokens at
   ``--interval-ms``; TTFT = request sent -> first data chunk; added TTFT = p50/p99(target) -
   p50/p99(direct); throughput = tokens received / wall time of the level;
-- CPU per 1000 streamed tokens = (utime + stime of the proxy process and its children, from
-  /proc/PID/stat, over the level) / tokens * 1000. Also a full-rate run (interval 0).
+- CPU per 1000 streamed tokens = (CPU time of the proxy process and its descendants, every
+  thread, from the scheduler's exact runtime in /proc/PID/task/TID/schedstat, over the level) /
+  tokens * 1000; the user part (in brackets) comes from the tick-sampled utime in /proc/PID/stat.
+  Also a full-rate run (interval 0).
 The client runs in this process with aiohttp. On a 2-core machine the client, backend and proxy
 share the cores, so absolute numbers are pessimistic; compare the rows.
 
     .venv/bin/python benchmarks/bench_gateway.py [--litellm /tmp/litellm-venv/bin/litellm] [--out results.json]
-    .venv/bin/python benchmarks/bench_gateway.py --floor   # vs a bare aiohttp proxy
+    .venv/bin/python benchmarks/bench_gateway.py --floor   # vs bare aiohttp and llamarig-http proxies
 """
 
 from __future__ import annotations
@@ -51,9 +53,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        kids.setdefault(int(raw[raw.rindex(")") + 2:].split()[1]), []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
 def cpu_s(pid: int | None) -> float:
-    """utime + stime of pid and its descendants, seconds (0 for None)."""
-    return sum(cpu_split(pid))
+    """CPU time of pid and its descendants (every thread), seconds (0 for None), from the
+    scheduler's own runtime accounting (/proc/PID/task/TID/schedstat, nanoseconds): exact even
+    for short bursts, unlike utime/stime, which are sampled at timer ticks."""
+    if pid is None:
+        return 0.0
+    total = 0
+    for p in _descendants(pid):
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                total += int(Path(f"/proc/{p}/task/{t}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
 
 
 def cpu_split(pid: int | None) -> tuple[float, float]:
@@ -370,10 +405,11 @@ def main() -> None:
                                          "cpu_per_1k_tokens_ms": (c2 - c1) / max(r["tokens"], 1) * 1e6 if pid_fast else None}
             print(f"[fullrate] {name}: {r['tokens'] / r['wall']:.0f} tok/s", flush=True)
             for lv in levels:
-                u0, s0 = cpu_split(pid_slow)
+                u0, _ = cpu_split(pid_slow)
+                c0 = cpu_s(pid_slow)
                 r = asyncio.run(streams(slow, lv, max(3 * lv, 16), model))
-                u1, s1 = cpu_split(pid_slow)
-                c0, c1 = u0 + s0, u1 + s1
+                u1, _ = cpu_split(pid_slow)
+                c1 = cpu_s(pid_slow)
                 results["stream"].setdefault(name, {})[str(lv)] = {
                     "ttft_p50": pct(r["ttft"], 50), "ttft_p99": pct(r["ttft"], 99), "dur_p50": pct(r["dur"], 50),
                     "tokens": r["tokens"], "wall": r["wall"], "errors": r["errors"],

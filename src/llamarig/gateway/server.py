@@ -275,22 +275,36 @@ class Gateway:
             healthy = self.backends.healthy()
             st = next((s for s in healthy if s.name == name), healthy[0] if healthy else None)
             if st is not None:
-                timeout = aiohttp.ClientTimeout(total=cfg.health.timeout_s)
                 try:
                     if kind == CHAT:
                         body = {k: v for k, v in up.items() if k != "stream"}
-                        async with self.session.post(st.cfg.url + "/v1/chat/completions/input_tokens", json=body,
-                                                     timeout=timeout, headers=st.headers()) as r:
-                            if r.status == 200:
-                                return int((await r.json())["input_tokens"]), "backend"
+                        status, data = await self._post_json(st.cfg.url + "/v1/chat/completions/input_tokens", body,
+                                                             st.headers(), cfg.health.timeout_s)
+                        if status == 200:
+                            return int(data["input_tokens"]), "backend"
                     elif isinstance(up.get("prompt"), str):
-                        async with self.session.post(st.cfg.url + "/tokenize", json={"content": up["prompt"], "add_special": True},
-                                                     timeout=timeout, headers=st.headers()) as r:
-                            if r.status == 200:
-                                return len((await r.json())["tokens"]), "backend"
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError):
+                        status, data = await self._post_json(st.cfg.url + "/tokenize",
+                                                             {"content": up["prompt"], "add_special": True},
+                                                             st.headers(), cfg.health.timeout_s)
+                        if status == 200:
+                            return len(data["tokens"]), "backend"
+                except (UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError, ValueError,
+                        KeyError, TypeError):
                     pass
         return estimate_prompt_tokens(up, a.estimate_bytes_per_token), "estimate"
+
+    async def _post_json(self, url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, Any]:
+        """POST a small JSON request to a backend and parse the JSON answer (1 MiB at most)."""
+        client: Any = self.upstream if url.startswith("http://") else self.upstream_tls
+        r = await client.post(url, json.dumps(body).encode(), {"Content-Type": "application/json", **headers},
+                              connect_timeout=timeout, read_timeout=timeout)
+        try:
+            data = await r.read(1 << 20)
+        except BaseException:
+            r.close()
+            raise
+        r.release()
+        return r.status, json.loads(data) if r.status == 200 else None
 
     # ------------------------------------------------------------------ inference
     async def _inference(self, request: Request, kind: str, path: str) -> StreamResponse:
