@@ -21,6 +21,7 @@ share the cores, so absolute numbers are pessimistic; compare the rows.
 
     .venv/bin/python benchmarks/bench_gateway.py [--litellm /tmp/litellm-venv/bin/litellm] [--out results.json]
     .venv/bin/python benchmarks/bench_gateway.py --floor   # vs bare aiohttp and llamarig-http proxies
+    .venv/bin/python benchmarks/bench_gateway.py --lone    # CPU per paced token: bare stream proxy vs gateway
 """
 
 from __future__ import annotations
@@ -303,6 +304,47 @@ except ImportError:
 """
 
 
+#: a bare streaming proxy on llamarig's HTTP layers: the CPU floor per streamed token
+LEAN_STREAM_PROXY = LEAN_PROXY.replace(
+    """        data = await r.read()
+        r.release()
+        return Response(status=r.status, body=data, headers={"Content-Type": r.headers["Content-Type"]})""",
+    """        from llamarig.gateway.http import StreamResponse
+        resp = StreamResponse(status=r.status, headers={"Content-Type": r.headers["Content-Type"]})
+        await resp.prepare(req)
+        async for c in r.iter_any():
+            await resp.write(c)
+        r.release()
+        return resp""")
+
+
+def lone_run(levels: tuple[int, ...] = (1, 16)) -> list[str]:
+    """CPU per 1000 paced streamed tokens: a bare streaming proxy vs the gateway."""
+    assert LEAN_STREAM_PROXY != LEAN_PROXY
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    bp, pl, pg = free_port(), free_port(), free_port()
+    be = start_backend(bp, 20, 64)
+    burl = f"http://127.0.0.1:{bp}"
+    (tmp / "leanstream.py").write_text(LEAN_STREAM_PROXY)
+    bare = Proc([PY, str(tmp / "leanstream.py"), str(pl), burl], f"http://127.0.0.1:{pl}/health")
+    gw = start_gateway(pg, burl, "estimate", tmp)
+    out: list[str] = []
+    try:
+        time.sleep(2)
+        for lv in levels:
+            for name, port, proc in (("bare llamarig-http stream proxy", pl, bare), ("llamarig gateway", pg, gw)):
+                c0 = cpu_s(proc.p.pid)
+                r = asyncio.run(streams(f"http://127.0.0.1:{port}", lv, max(3 * lv, 16), "fake"))
+                c1 = cpu_s(proc.p.pid)
+                out.append(f"{lv} stream(s), {name}: {(c1 - c0) / max(r['tokens'], 1) * 1e6:.1f} ms CPU per 1000 "
+                           f"tokens ({r['tokens']} tokens, errors {r['errors']})")
+                print(out[-1], flush=True)
+    finally:
+        for p in (bare, gw, be):
+            p.stop()
+    return out
+
+
 def floor_run(n: int, reps: int = 3) -> list[str]:
     """Interleaved non-streamed added p50: bare aiohttp proxy vs the gateway, ``reps`` rounds."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
@@ -341,9 +383,14 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=300)
     ap.add_argument("--litellm", default=None, help="path of the litellm CLI (separate venv)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--lone", action="store_true",
+                    help="only CPU per paced streamed token at 1 and 16 streams: bare streaming proxy vs the gateway")
     ap.add_argument("--floor", action="store_true",
                     help="only compare the gateway with a bare aiohttp proxy (non-streamed, interleaved)")
     a = ap.parse_args()
+    if a.lone:
+        lone_run()
+        return
     if a.floor:
         floor_run(a.seq)
         return
