@@ -204,3 +204,48 @@ def test_need_ctx() -> None:
     assert r["per-slot-ctx"][0].severity == "info"
     r = rules_of("llama-server -c 8192 -np 4 --kv-unified", Context(physical_cores=8, need_ctx=30000))
     assert r["per-slot-ctx"][0].severity == "warning" and "-c 8192" in r["per-slot-ctx"][0].message
+
+
+def test_fix_keeps_quoting_and_the_surrounding_shell_text(tmp_path: Path) -> None:
+    """--fix rewrites only the llama-server words: quoting as written, and what the line holds
+    before the program (function wrapper, `cd ~ &&`, nohup, a container image) and after the
+    command (`; }`, `&& echo`, a trailing comment, `&`) stays."""
+    from llamarig.flags.fix import fix_text
+
+    text = (
+        'start() { llama-server -m "$1" --metrics on --port 8080; }\n'
+        'cd ~ && nohup llama-server -m "/models/my model.gguf" --max-slots 8 -c 4096 > "/tmp/my log.txt" 2>&1 &\n'
+        "llama-server -m x.gguf --port 8081 && echo ok  # trailing\n"
+        "docker run --gpus all \\\n  -v /m:/models ghcr.io/ggml-org/llama.cpp:server -m /models/x.gguf --metrics on\n"
+    )
+    p = parse_text(text)
+    readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
+    fixed = fix_text(p, readings, fs, SCHEMA)
+    assert 'start() { llama-server \\\n  -m "$1" \\\n  --metrics \\\n  --port 8080; }\n' in fixed
+    assert 'cd ~ && nohup llama-server \\\n  -m "/models/my model.gguf" \\\n' in fixed
+    assert '  -c 4096 > "/tmp/my log.txt" 2>&1 &\n' in fixed
+    assert "  --port 8081 && echo ok  # trailing\n" in fixed
+    assert "docker run --gpus all \\\n  -v /m:/models ghcr.io/ggml-org/llama.cpp:server \\\n  -m /models/x.gguf" in fixed
+    script = tmp_path / "fixed.sh"
+    script.write_text(fixed)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    p2 = parse_text(fixed)
+    assert [inv.argv[1:] for inv in p2.invocations] == [
+        ["-m", "$1", "--metrics", "--port", "8080"],
+        ["-m", "/models/my model.gguf", "--parallel", "8", "-c", "4096"],
+        ["-m", "x.gguf", "--port", "8081"],
+        ["-m", "/models/x.gguf", "--metrics"],
+    ]
+    assert p2.invocations[1].background and not p2.invocations[2].background
+
+
+@pytest.mark.parametrize("redirects,expect", [
+    ("", "terminal"), ("> s.log", "terminal"), ("> s.log 2>&1", None), ("2>&1 > s.log", "terminal"),
+    ("&> s.log", None), ("2> err.log", None), ("> /dev/null 2>&1", "thrown away"),
+])
+def test_background_log_follows_stderr_redirections(redirects: str, expect: str | None) -> None:
+    r = rules_of(f"llama-server -m a.gguf {redirects} &")
+    if expect is None:
+        assert "background-no-log" not in r
+    else:
+        assert expect in r["background-no-log"][0].message

@@ -123,7 +123,10 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         seen.add(name)
         final.append(group)
     final.reverse()
-    return FixedInvocation([" ".join(quote(x) for x in g) for g in final], _dedupe(comments), dropped_env)
+    # words kept as they were keep their quoting as written (`-m "$1"` stays quoted)
+    raw_of = {w.text: w.raw for w in inv.intended_args if w.raw}
+    return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
+                           _dedupe(comments), dropped_env)
 
 
 def _show(u: Use) -> str:
@@ -141,11 +144,15 @@ def _dedupe(items: list[str]) -> list[str]:
 
 
 def _prefix(inv: Invocation, lines: list[str], dropped_env: set[str]) -> str:
-    """The text of the command's first line up to the program, without dropped assignments."""
-    idx = inv.line - 1
-    line = lines[idx] if 0 <= idx < len(lines) else inv.program
-    pos = line.find(inv.program)
-    head = line[: pos + len(inv.program)] if pos >= 0 else inv.program
+    """The text of the command's first line up to the program (or image), without dropped
+    assignments."""
+    if inv.head:
+        head = inv.head
+    else:
+        idx = inv.line - 1
+        line = lines[idx] if 0 <= idx < len(lines) else inv.program
+        pos = line.find(inv.program)
+        head = line[: pos + len(inv.program)] if pos >= 0 else inv.program
     for name in dropped_env:
         head = re.sub(rf"(^|\s){re.escape(name)}=\S*\s*", r"\1", head)
     return head.rstrip()
@@ -197,8 +204,8 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
             head = lines[start][: lines[start].find(inv.program) + len(inv.program)] if inv.program in lines[start] else f"ExecStart={inv.program}"
             body = _join(head.rstrip(), fx.args, False)
         else:
-            body = _join(_prefix(inv, lines, fx.dropped_env), fx.args, inv.background,
-                         redirects=inv.redirects)
+            body = _join(_prefix(inv, lines, fx.dropped_env), fx.args,
+                         inv.background and inv.tail is None, redirects=inv.redirects) + (inv.tail or "")
         above: set[str] = set()
         j = start - 1
         while j >= 0 and lines[j].strip().startswith("#"):

@@ -834,9 +834,34 @@ def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
         readings.append(r)
         findings.extend(fs)
         if inv.background and not any(u.opt and u.opt.name == "--log-file" for u in r.uses):
-            findings.append(Finding("background-no-log", "info", inv.end_line, None,
-                                    "the server runs in the background (`&`) and its output goes to "
-                                    "the terminal that started it; add --log-file to keep it", None, k))
+            where = _log_destination(inv.redirects)
+            if where != "file":
+                why = ("its log is thrown away (stderr goes to /dev/null)" if where == "null" else
+                       "its log (stderr) goes to the terminal that started it")
+                findings.append(Finding("background-no-log", "info", inv.end_line, None,
+                                        f"the server runs in the background (`&`) and {why}; add "
+                                        "--log-file (or `> FILE 2>&1`) to keep it", None, k))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (f.line, order.get(f.severity, 9), f.rule))
     return readings, findings
+
+
+def _log_destination(redirects: list[str]) -> str:
+    """Where a backgrounded llama-server's log ends up: "file", "null" or "terminal".
+    common/log.cpp writes log lines to stderr (stdout only for level NONE), so what matters is
+    fd 2, following bash's left-to-right redirection order (`> f 2>&1` sends both to f)."""
+    fds = {1: "terminal", 2: "terminal"}
+    for r in redirects:
+        m = re.match(r"^(\d*|&)(>&|>>|>\||>)\s*(.*)$", r.strip())
+        if not m:
+            continue
+        fd, op, target = m.groups()
+        target = target.strip("'\"")
+        dest = "null" if target == "/dev/null" else "file"
+        if op == ">&" and target.isdigit():
+            fds[int(fd or 1)] = fds.get(int(target), "terminal")
+        elif fd == "&" or op == ">&":  # &> f, >& f: both
+            fds[1] = fds[2] = dest
+        else:
+            fds[int(fd or 1)] = dest
+    return fds[2]

@@ -33,6 +33,9 @@ from pathlib import PurePosixPath
 class Word:
     text: str
     line: int  # 1-based line where the word starts
+    raw: str = field(default="", compare=False)  # as written (quotes kept), shell input only
+    start: int = field(default=-1, compare=False)  # offsets into the parsed text, shell input only
+    end: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,11 @@ class Invocation:
     source: str = "shell"  # shell | systemd | compose | llama-swap | argv
     label: str = ""  # e.g. the compose service or llama-swap model id
     redirects: list[str] = field(default_factory=list)  # `> log 2>&1` as written (kept by --fix)
+    # shell input: the command's first line up to the word before the arguments, as written
+    # (`cd ~ && nohup llama-server`, `docker run … IMAGE`), and the rest of its last line after
+    # its last word or redirection (` &`, `; }`, ` && echo ok  # note`); --fix keeps both
+    head: str = ""
+    tail: str | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -83,6 +91,7 @@ class Command:
     assignments: list[tuple[str, str, int]] = field(default_factory=list)
     comment_break: int | None = None  # line of a comment/blank line that ended this command
     redirects: list[str] = field(default_factory=list)
+    end_pos: int = -1  # offset just after the command's last word or redirection
 
 
 @dataclass
@@ -98,6 +107,9 @@ class Parsed:
 
 _OPS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
 _OP_CHARS = frozenset("&|;()")
+
+#: a lexer token: (kind "word" | "op" | "redir", text, line, start offset, end offset)
+Token = tuple[str, str, int, int, int]
 # bash(1) REDIRECTION: [n]< [n]> [n]>| [n]>> &> &>> [n]<& [n]>& [n]<> << <<- <<<; an unquoted
 # all-digit word glued to the operator is the file descriptor (`2>`, `10>&1`)
 _REDIR_OP_RE = re.compile(r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?:>>|>&|>\||<<<|<<-|<<|<&|<>|>|<)|&>>|&>")
@@ -112,16 +124,16 @@ class _Lexer:
         self.n = len(text)
         self.i = 0
         self.line = 1
-        self.tokens: list[tuple[str, str, int, bool]] = []  # (type, text, line, quoted)
+        self.tokens: list[Token] = []
         self.heredocs: list[tuple[str, bool]] = []
         self.problems: list[tuple[int, str]] = []
 
-    def run(self) -> list[tuple[str, str, int, bool]]:
+    def run(self) -> list[Token]:
         s = self.s
         while self.i < self.n:
             c = s[self.i]
             if c == "\n":
-                self.tokens.append(("op", "\n", self.line, False))
+                self.tokens.append(("op", "\n", self.line, self.i, self.i + 1))
                 self.i += 1
                 self.line += 1
                 if self.heredocs:
@@ -144,7 +156,7 @@ class _Lexer:
                 continue
             op = next((o for o in _OPS if s.startswith(o, self.i)), None) if c in _OP_CHARS else None
             if op:
-                self.tokens.append(("op", op, self.line, False))
+                self.tokens.append(("op", op, self.line, self.i, self.i + len(op)))
                 self.i += len(op)
                 continue
             self._word()
@@ -183,27 +195,26 @@ class _Lexer:
         c = self.s[self.i] if self.i < self.n else "\n"
         if c in "\n#" or c in _OP_CHARS or (c in "<>" and not self.s.startswith("(", self.i + 1)):
             self.problems.append((line, f"redirection `{op}` without a target"))
-            self.tokens.append(("redir", op, line, False))
+            self.tokens.append(("redir", op, line, m.start(), self.i))
             return
         start = self.i
-        target, _quoted, _line = self._read_word()
+        target, _line = self._read_word()
         if op in ("<<", "<<-") and target:
             self.heredocs.append((target, op == "<<-"))
-        self.tokens.append(("redir", op + (" " if gap else "") + self.s[start:self.i], line, False))
+        self.tokens.append(("redir", op + (" " if gap else "") + self.s[start:self.i], line, m.start(), self.i))
 
     def _word(self) -> None:
         start = self.i
-        text, quoted, start_line = self._read_word()
+        text, start_line = self._read_word()
         if self.i == start:  # nothing a word can start with: never loop on it
             self.i += 1
             return
-        self.tokens.append(("word", text, start_line, quoted))
+        self.tokens.append(("word", text, start_line, start, self.i))
 
-    def _read_word(self) -> tuple[str, bool, int]:
+    def _read_word(self) -> tuple[str, int]:
         s = self.s
         start_line = self.line
         buf: list[str] = []
-        quoted = False
         while self.i < self.n:
             c = s[self.i]
             if c in " \t\r\n" or (not buf and c == "#"):
@@ -224,7 +235,6 @@ class _Lexer:
                         self.line += 1
                         continue
                     buf.append(nxt)
-                    quoted = True
                     self.i += 2
                     continue
                 self.i += 1
@@ -238,7 +248,6 @@ class _Lexer:
                 buf.append(chunk)
                 self.line += chunk.count("\n")
                 self.i = end + 1
-                quoted = True
                 continue
             if c == "$" and s.startswith("$'", self.i):
                 end = self.i + 2
@@ -253,7 +262,6 @@ class _Lexer:
                 buf.append("".join(out))
                 self.line += s[self.i:end].count("\n")
                 self.i = end + 1
-                quoted = True
                 continue
             if c == '"':
                 self.i += 1
@@ -284,7 +292,6 @@ class _Lexer:
                     self.problems.append((start_line, "unterminated double quote"))
                 self.i += 1
                 buf.append("".join(out))
-                quoted = True
                 continue
             if c == "$" and (s.startswith("$(", self.i) or s.startswith("${", self.i)):
                 buf.append(self._subst(s[self.i:self.i + 2], ")" if s[self.i + 1] == "(" else "}"))
@@ -294,7 +301,7 @@ class _Lexer:
                 continue
             buf.append(c)
             self.i += 1
-        return "".join(buf), quoted, start_line
+        return "".join(buf), start_line
 
     def _subst(self, open_: str, close: str) -> str:
         """Consume a $(...), ${...} or `...` substitution verbatim (nesting-aware)."""
@@ -321,27 +328,30 @@ class _Lexer:
         return s[start:self.i]
 
 
-def _split_commands(tokens: list[tuple[str, str, int, bool]]) -> list[Command]:
+def _split_commands(tokens: list[Token], src: str) -> list[Command]:
     cmds: list[Command] = []
     cur: list[Word] = []
     redirs: list[str] = []
+    end_pos = -1
 
     def flush(term: str, line: int) -> None:
-        nonlocal cur, redirs
+        nonlocal cur, redirs, end_pos
         if cur:
             cmds.append(Command(words=cur, line=cur[0].line, end_line=line, terminator=term,
-                                redirects=redirs))
-        cur, redirs = [], []
+                                redirects=redirs, end_pos=end_pos))
+        cur, redirs, end_pos = [], [], -1
 
     last_line = 1
-    for typ, text, line, _quoted in tokens:
+    for typ, text, line, start, end in tokens:
         last_line = line
         if typ == "op":
             flush(text, line)
-        elif typ == "redir":  # never part of the argv (the lexer read the target too)
+            continue
+        end_pos = max(end_pos, end)
+        if typ == "redir":  # never part of the argv (the lexer read the target too)
             redirs.append(text)
         else:
-            cur.append(Word(text, line))
+            cur.append(Word(text, line, src[start:end].replace("\\\n", ""), start, end))
     flush("", last_line)
     return cmds
 
@@ -493,8 +503,8 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
     lex = _Lexer(text)
     tokens = lex.run()
     if first_line != 1:
-        tokens = [(a, b, ln + first_line - 1, q) for a, b, ln, q in tokens]
-    cmds = _split_commands(tokens)
+        tokens = [(a, b, ln + first_line - 1, st, en) for a, b, ln, st, en in tokens]
+    cmds = _split_commands(tokens, text)
     lines = text.split("\n")
     notes: list[Note] = [Note("shell-syntax", ln + first_line - 1, f"{msg}: the shell would stop here", "error")
                          for ln, msg in lex.problems]
@@ -554,11 +564,13 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
                 start, denv = docker
                 env = env + denv
                 rest = cmd.words[start:]
+            before_args = cmd.words[idx] if docker is None else cmd.words[start - 1]
             inv = Invocation(
                 program=prog if docker is None else f"{prog} run … (llama.cpp image)",
                 args=list(rest), line=cmd.words[idx].line, end_line=cmd.end_line,
                 env=[e for e in exported] + env, background=cmd.terminator == "&",
-                source="shell", redirects=list(cmd.redirects))
+                source="shell", redirects=list(cmd.redirects),
+                head=_head_text(text, cmd.words[idx], before_args), tail=_tail_text(text, cmd))
             if cmd.comment_break is not None:
                 inv.cut_line = cmd.comment_break
             invocations.append(inv)
@@ -592,6 +604,8 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
             if cmd.terminator == "&":
                 last_inv.background = True
             last_inv.redirects.extend(cmd.redirects)
+            if last_inv.tail is not None:
+                last_inv.tail = _tail_text(text, cmd)
         else:
             last_inv = None if cmd.terminator in ("\n", ";", "") and not prog.startswith("-") else last_inv
         prev = cmd
@@ -600,6 +614,24 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
         if inv.cut_line is not None and inv.orphans:
             notes.append(_cut_note(inv, k, lines, first_line))
     return Parsed("shell", invocations, notes, cmds, lines)
+
+
+def _head_text(src: str, prog: Word, last: Word) -> str:
+    """From the start of the program word's line to the end of ``last`` (the program, or a
+    container image), as written."""
+    if prog.start < 0 or last.end < 0:
+        return ""
+    return src[src.rfind("\n", 0, prog.start) + 1:last.end]
+
+
+def _tail_text(src: str, cmd: Command) -> str | None:
+    """The rest of the command's last line after its last word or redirection, as written; a
+    lone continuation backslash (into a comment or blank line) is dropped."""
+    if cmd.end_pos < 0:
+        return None
+    nl = src.find("\n", cmd.end_pos)
+    tail = src[cmd.end_pos:len(src) if nl < 0 else nl].rstrip()
+    return "" if tail == "\\" else tail
 
 
 def _adjacent(prev: Command, cmd: Command) -> bool:
