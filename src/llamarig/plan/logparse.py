@@ -17,29 +17,27 @@ prints a second ``llama_context: constructing`` block: lines after it go to ``co
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from llamarig.logformat import (
+    MEM_COMPUTE,
+    MEM_CONSTRUCT,
+    MEM_CTX_PARAM,
+    MEM_ISWA,
+    MEM_KV_BUF,
+    MEM_KV_SIZE,
+    MEM_OUTPUT,
+    MEM_RESERVE,
+    MEM_RS_BUF,
+    MEM_RS_SIZE,
+    MEM_SLOTS,
+    MEM_WEIGHTS,
+    RE_CREATED,
+)
 
 MiB = 1 << 20
 
-_WEIGHTS = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
-_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
-_KV_SIZE = re.compile(
-    r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/\s*(\d+) seqs\), "
-    r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
-)
-_ISWA = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
-_RS_BUF = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
-_RS_SIZE = re.compile(
-    r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+) seqs\s+(\d+) rs_seq\)"
-)
-_COMPUTE = re.compile(r"(\S+) compute buffer size =\s+([\d.]+) MiB")
-_OUTPUT = re.compile(r"(\S+)\s+output buffer size =\s+([\d.]+) MiB")
-_CTX_PARAM = re.compile(r"llama_context: (\w+)\s+= (\S+)")
-_CONSTRUCT = re.compile(r"llama_context: constructing llama_context")
-_RESERVE = re.compile(r"sched_reserve: reserving \.\.\.")
-_CHECKPOINT = re.compile(r"created context checkpoint (\d+) of (\d+) .*size = ([\d.]+) MiB")
-_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
+
 
 
 @dataclass
@@ -101,43 +99,43 @@ def parse_memory_log(text: str) -> ServerMemoryLog:
     cur: ContextLog | None = None
     pending_kind = "kv"
     for line in text.splitlines():
-        if _CONSTRUCT.search(line):
+        if MEM_CONSTRUCT.search(line):
             cur = ContextLog()
             out.contexts.append(cur)
             pending_kind = "kv"
             continue
-        if m := _WEIGHTS.search(line):
+        if m := MEM_WEIGHTS.search(line):
             out.weights.append((m.group(1), float(m.group(2))))
             continue
-        if m := _CHECKPOINT.search(line):
-            out.checkpoints.append(float(m.group(3)))
+        if m := RE_CREATED.search(line):
+            out.checkpoints.append(float(m.group(6)))
             continue
-        if m := _SLOTS.search(line):
+        if m := MEM_SLOTS.search(line):
             out.slots = (int(m.group(1)), int(m.group(2)), m.group(3) == "true")
             continue
         if cur is None:
             continue
-        if _RESERVE.search(line):
+        if MEM_RESERVE.search(line):
             cur.compute = []  # a re-reserve replaces the previous compute buffers
             continue
-        if m := _ISWA.search(line):
+        if m := MEM_ISWA.search(line):
             pending_kind = m.group(1)
-        elif m := _KV_BUF.search(line):
+        elif m := MEM_KV_BUF.search(line):
             cur.kv_buffers.append((m.group(1), float(m.group(2))))
-        elif m := _KV_SIZE.search(line):
+        elif m := MEM_KV_SIZE.search(line):
             g = m.groups()
             cur.kv_caches.append(KVCacheLog(float(g[0]), int(g[1]), int(g[2]), int(g[4]), g[5],
                                             float(g[6]), g[7], float(g[8]), pending_kind))
-        elif m := _RS_BUF.search(line):
+        elif m := MEM_RS_BUF.search(line):
             cur.rs_buffers.append((m.group(1), float(m.group(2))))
-        elif m := _RS_SIZE.search(line):
+        elif m := MEM_RS_SIZE.search(line):
             g = m.groups()
             cur.rs_size = (float(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]))
-        elif m := _COMPUTE.search(line):
+        elif m := MEM_COMPUTE.search(line):
             cur.compute.append((m.group(1), float(m.group(2))))
-        elif m := _OUTPUT.search(line):
+        elif m := MEM_OUTPUT.search(line):
             cur.output.append((m.group(1), float(m.group(2))))
-        elif m := _CTX_PARAM.search(line):
+        elif m := MEM_CTX_PARAM.search(line):
             cur.params.setdefault(m.group(1), m.group(2))
     return out
 

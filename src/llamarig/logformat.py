@@ -1,0 +1,70 @@
+"""The lines llama-server prints that llamarig reads, as regular expressions: one place for
+the log format, used by ``plan.logparse`` (memory lines at ``-lv 4``, for launch verification
+and calibration) and ``bench.logparse`` (request and slot lines, for ``llamarig logs``).
+
+Formats from llama.cpp build 11434 (src/llama-model.cpp, src/llama-kv-cache.cpp,
+src/llama-memory-recurrent.cpp, src/llama-context.cpp, tools/server/server-context.cpp,
+common/speculative.cpp). Lines carry a timestamp prefix; use ``search``, not ``match``.
+"""
+
+from __future__ import annotations
+
+import re
+
+# ---------------------------------------------------------------- memory (plan.logparse)
+
+MEM_WEIGHTS = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+MEM_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
+MEM_KV_SIZE = re.compile(
+    r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/\s*(\d+) seqs\), "
+    r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
+)
+MEM_ISWA = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
+MEM_RS_BUF = re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+([\d.]+) MiB")
+MEM_RS_SIZE = re.compile(
+    r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+) seqs\s+(\d+) rs_seq\)"
+)
+MEM_COMPUTE = re.compile(r"(\S+) compute buffer size =\s+([\d.]+) MiB")
+MEM_OUTPUT = re.compile(r"(\S+)\s+output buffer size =\s+([\d.]+) MiB")
+MEM_CTX_PARAM = re.compile(r"llama_context: (\w+)\s+= (\S+)")
+MEM_CONSTRUCT = re.compile(r"llama_context: constructing llama_context")
+MEM_RESERVE = re.compile(r"sched_reserve: reserving \.\.\.")
+MEM_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
+
+# ---------------------------------------------------------------- requests and slots (bench.logparse)
+
+NUM = r"([0-9]+(?:\.[0-9]+)?)"
+RE_SLOT = re.compile(r"slot\s+([A-Za-z_]+(?:\(\))?):\s+id\s+(\d+)\s*\|\s*task\s+(-?\d+)\s*\|?\s*(.*)$")
+RE_PROMPT_EVAL = re.compile(
+    rf"prompt eval time\s*=\s*{NUM}\s*ms\s*/\s*(\d+)\s*(?:tokens|runs)\s*\(\s*{NUM}\s*ms per token,\s*{NUM}\s*tokens per second\)"
+)
+RE_EVAL = re.compile(
+    rf"(?<!prompt )\beval time\s*=\s*{NUM}\s*ms\s*/\s*(\d+)\s*(?:tokens|runs)\s*\(\s*{NUM}\s*ms per token,\s*{NUM}\s*tokens per second\)"
+)
+RE_TOTAL = re.compile(rf"total time\s*=\s*{NUM}\s*ms(?:\s*/\s*(\d+)\s*tokens)?")
+RE_NEW_PROMPT = re.compile(r"new prompt, n_ctx_slot = (\d+), n_keep = (\d+), (?:task\.)?n_(?:prompt_)?tokens = (\d+)")
+RE_N_PAST = re.compile(r"\bn_past = (\d+)")
+RE_SEQ_RM = re.compile(r"(?:memory_seq_rm|kv cache rm) \[(\d+), end\)")
+RE_RESTORED = re.compile(
+    rf"restored context checkpoint \(pos_min = (-?\d+), pos_max = (-?\d+)(?:, n_tokens = (\d+))?(?:, n_past = (\d+))?, size = {NUM} MiB\)"
+)
+RE_CREATED = re.compile(
+    rf"created context checkpoint (\d+) of (\d+) \(pos_min = (-?\d+), pos_max = (-?\d+)(?:, n_tokens = (\d+))?, size = {NUM} MiB\)"
+)
+RE_ERASED = re.compile(rf"(erasing old|erased invalidated) context checkpoint .*size = {NUM} MiB")
+RE_LCP = re.compile(rf"selected slot by LCP similarity, (?:f_)?sim_best = {NUM} \(> {NUM} thold\)(?:, f_keep = {NUM})?")
+RE_SELECT = re.compile(r"selected slot by (LRU|id)")
+RE_FORCE = re.compile(r"forcing full prompt re-processing")
+RE_REUSE = re.compile(r"reusing chunk with size (\d+)")
+RE_RELEASE = re.compile(r"stop processing:?\s+n_(?:tokens|past) = (\d+), truncated = (\d+)")
+RE_DRAFT = re.compile(rf"draft acceptance(?: rate)? = {NUM} \(\s*(\d+) accepted /\s*(\d+) generated\)(?:, mean len =\s*{NUM})?")
+RE_BUILD = re.compile(r"\bbuild(?:_info)?\s*[:=]\s*b?(\d+)\s*(?:\(([0-9a-f]+)\)|-([0-9a-f]+))?")
+RE_PROGRESS = re.compile(rf"prompt processing progress, n_(?:tokens|past) = (\d+), batch\.n_tokens = (\d+), progress = {NUM}")
+#: lines we recognise as llama-server/llama.cpp output without extracting data from them
+RE_KNOWN = re.compile(
+    r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] |\t[a-z_]+ = |\s*(?:[0-9.]+\s+[IWEDT]\s+)?(?:srv\s|slot\s|cmn\s|main:|llama_|llm_load|load|print_info|common_|ggml_|gguf|system_info|"
+    r"build:|system info|model|init|clip_|mtmd|que\s|request:|reasoning-budget|sampler|generate|update_slots|"
+    r"warming up|server is listening|all slots|HTTP server|srv|done request|prompt processing|\s*graphs reused|"
+    r"\s*(?:prompt )?eval time|\s*total time|\s*load time|\s*sample time|\s*acc per pos|\s*- ))",
+    re.IGNORECASE,
+)
