@@ -384,16 +384,7 @@ class _AiohttpResponse:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
             raise UpstreamPayloadError(f"{type(e).__name__}: {e}") from None
 
-    async def read(self, limit: int | None = None) -> bytes:
-        parts: list[bytes] = []
-        n = 0
-        async for chunk in self.iter_any():
-            n += len(chunk)
-            if limit is not None and n > limit:
-                self.close()
-                raise UpstreamPayloadError(f"response body larger than {limit} bytes")
-            parts.append(chunk)
-        return b"".join(parts)
+    read = UpstreamResponse.read
 
     def release(self) -> None:
         self.r.release()

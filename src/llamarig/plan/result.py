@@ -25,10 +25,9 @@ class Line:
     method: str = "exact"
 
 
-@dataclass(frozen=True)
-class DevicePlan:
-    name: str  # CUDA0 / ROCm0 / MTL0 / CPU
-    label: str  # "NVIDIA GeForce RTX 3090" / "host"
+class _Budget:
+    """Memory lines against a capacity (a device's VRAM or the host's RAM)."""
+
     capacity: int | None
     lines: dict[str, Line]
 
@@ -44,6 +43,14 @@ class DevicePlan:
     def free(self) -> int | None:
         return None if self.capacity is None else self.capacity - self.total
 
+
+@dataclass(frozen=True)
+class DevicePlan(_Budget):
+    name: str  # CUDA0 / ROCm0 / MTL0 / CPU
+    label: str  # "NVIDIA GeForce RTX 3090" / "host"
+    capacity: int | None
+    lines: dict[str, Line]
+
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "label": self.label}
         for c in COMPONENTS:
@@ -56,22 +63,10 @@ class DevicePlan:
 
 
 @dataclass(frozen=True)
-class HostPlan:
+class HostPlan(_Budget):
     capacity: int | None
     lines: dict[str, Line]  # weights, kv, recurrent, compute, output, mmproj, checkpoints, cache_ram
     mmap: bool  # weights are mmap'd (page cache: counted, but evictable)
-
-    def get(self, comp: str) -> int:
-        ln = self.lines.get(comp)
-        return ln.bytes if ln else 0
-
-    @property
-    def total(self) -> int:
-        return sum(ln.bytes for ln in self.lines.values())
-
-    @property
-    def free(self) -> int | None:
-        return None if self.capacity is None else self.capacity - self.total
 
     def to_json(self) -> dict[str, Any]:
         keys = ("weights", "kv", "recurrent", "compute", "output", "mmproj", "draft",
