@@ -68,3 +68,10 @@ RE_KNOWN = re.compile(
     r"\s*(?:prompt )?eval time|\s*total time|\s*load time|\s*sample time|\s*acc per pos|\s*- ))",
     re.IGNORECASE,
 )
+#: older server builds (2024) end a line with key=value pairs after ' | ':
+#: ``INFO [   print_timings] prompt eval time = … | tid="1" timestamp=… id_slot=0 id_task=5 …``
+RE_KV_SUFFIX = re.compile(r"\s\|\s+(\w+=.*)$")
+RE_KV_SLOT = re.compile(r"\bid_slot=(-?\d+)\b")
+RE_KV_TASK = re.compile(r"\bid_task=(-?\d+)\b")
+#: the level/function prefix of those builds' text lines: ``INFO [  update_slots] …``
+RE_OLD_PREFIX = re.compile(r"^\s*(?:INFO|WARN|WARNING|ERR|ERROR|VERB|DEBUG)\s+\[\s*\w+\]\s")

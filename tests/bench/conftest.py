@@ -27,7 +27,15 @@ def np2_server(server_bin: Path, synth_model, tmp_path_factory: pytest.TempPathF
 
 
 def validate(doc: dict) -> None:
+    """The shipped JSON Schema, plus what a schema cannot say: every figure's n is the number of
+    its samples, and its spread is the spread of those samples."""
     jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+    for f in doc["figures"]:
+        assert f["n"] == len(f["samples"]), f
+        if f["samples"]:
+            assert f["spread"]["min"] == min(f["samples"]) and f["spread"]["max"] == max(f["samples"]), f
+        else:
+            assert f["value"] is None and f["spread"] == {}, f
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

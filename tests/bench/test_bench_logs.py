@@ -111,3 +111,76 @@ def test_docs_example_matches_output(capsys, tmp_path: Path) -> None:
                     "only 240 of 30,511 prompt tokens were processed"):
         assert finding in out
         assert " ".join(finding.split()) in " ".join(doc.split())
+
+
+def _info_timings(task: int, prompt_tok_s: float, eval_tok_s: float) -> list[str]:
+    """One request's timing block as 2024 server builds logged it (text, key=value suffix)."""
+    kv = f'| tid="140" timestamp=1715000000 id_slot=0 id_task={task}'
+    return [
+        f"INFO [           print_timings] prompt eval time     =     123.45 ms /    10 tokens (   12.35 ms per token, "
+        f"{prompt_tok_s:8.2f} tokens per second) {kv} t_prompt_processing=123.45 n_prompt_tokens_processed=10",
+        f"INFO [           print_timings] generation eval time =    1000.00 ms /    50 runs   (   20.00 ms per token, "
+        f"{eval_tok_s:8.2f} tokens per second) {kv} t_token_generation=1000.0 n_decoded=50",
+        f"INFO [           print_timings]           total time =    1123.45 ms {kv} t_total=1123.45",
+    ]
+
+
+def test_old_text_format_reads_slot_and_task_from_suffix(tmp_path: Path) -> None:
+    lines = [
+        'INFO [    launch_slot_with_task] slot is processing task | tid="140" timestamp=1715000000 id_slot=0 id_task=5',
+        *_info_timings(5, 81.0, 50.0),
+        *_info_timings(6, 82.0, 40.0),
+        *_info_timings(5, 83.0, 30.0),  # task ids repeat (restart): a new request, not an overwrite
+    ]
+    log = tmp_path / "old-text.log"
+    log.write_text("\n".join(lines) + "\n")
+    doc = logs_document(log)
+    rows = [(t["slot"], t["task"], t["prefill_tok_s"], t["decode_tok_s"], t["eval_n"]) for t in doc["timeline"]]
+    assert rows == [(0, 5, 81.0, 50.0, 50), (0, 6, 82.0, 40.0, 50), (0, 5, 83.0, 30.0, 50)]
+    assert doc["source"]["skipped"] == 0 and doc["source"]["orphan_timings"] == 0
+    f = {x["name"]: x for x in doc["figures"]}
+    assert f["log_decode_tok_s_median"]["n"] == 3 and f["log_decode_tok_s_median"]["value"] == 40.0
+
+
+def test_timing_lines_pair_only_with_a_block_missing_that_field() -> None:
+    # a pinned-build block for task 9, then an old 'llama_print_timings:' block: the old block is a
+    # request of its own (it used to overwrite task 9 with 32 tokens at 320 tok/s)
+    text = "\n".join([
+        "slot launch_slot_: id  0 | task 9 | processing task",
+        "slot update_slots: id  0 | task 9 | new prompt, n_ctx_slot = 4096, n_keep = 0, n_prompt_tokens = 300",
+        "slot      release: id  0 | task 9 | stop processing: n_past = 340, truncated = 0",
+        "slot print_timing: id  0 | task 9 | ",
+        "prompt eval time =      71.84 ms /   200 tokens (    0.36 ms per token,  2784.00 tokens per second)",
+        "       eval time =     613.59 ms /    40 tokens (   15.34 ms per token,    65.19 tokens per second)",
+        "      total time =     685.43 ms /   240 tokens",
+        "llama_print_timings:        load time =     500.00 ms",
+        "llama_print_timings: prompt eval time =     100.00 ms /    32 tokens (    3.12 ms per token,   320.00 tokens per second)",
+        "llama_print_timings:        eval time =    2000.00 ms /    99 runs   (   20.20 ms per token,    49.50 tokens per second)",
+        "llama_print_timings:       total time =    2100.00 ms /   131 tokens",
+        "llama_print_timings: prompt eval time =      50.00 ms /    16 tokens (    3.12 ms per token,   320.00 tokens per second)",
+        "llama_print_timings:        eval time =    1000.00 ms /    20 runs   (   50.00 ms per token,    20.00 tokens per second)",
+    ])
+    p = parse_log_text(text)
+    assert [(r.slot, r.prompt_eval_n, r.prompt_tok_s, r.eval_n, r.eval_tok_s) for r in p.requests] == [
+        (0, 200, 2784.0, 40, 65.19),  # task 9 keeps its own figures
+        (-1, 32, 320.0, 99, 49.5),  # prompt-eval and eval lines of one old block: one request
+        (-1, 16, 320.0, 20, 20.0),  # the next old block (no 'total time' line): a request of its own
+    ]
+    assert p.requests[0].task == 9 and p.requests[0].depth == 300 and p.requests[0].cached == 100
+    assert p.orphan_timings == 2 and p.skipped == 0
+
+
+def test_task_id_seen_again_after_a_restart_is_a_new_request() -> None:
+    block = "\n".join([
+        "slot update_slots: id  0 | task 9 | new prompt, n_ctx_slot = 4096, n_keep = 0, n_prompt_tokens = {n}",
+        "slot print_timing: id  0 | task 9 | ",
+        "prompt eval time =      71.84 ms /   200 tokens (    0.36 ms per token,  2784.00 tokens per second)",
+        "       eval time =     613.59 ms /    40 tokens (   15.34 ms per token,    {r} tokens per second)",
+        "      total time =     685.43 ms /   240 tokens",
+    ])
+    p = parse_log_text(block.format(n=300, r=65.0) + "\n" + block.format(n=900, r=60.0) + "\n")
+    assert [(r.task, r.depth, r.eval_tok_s) for r in p.requests] == [(9, 300, 65.0), (9, 900, 60.0)]
+    from llamarig.bench.logparse import analyse
+
+    names = [f.name for f in analyse(p)["figures"]]
+    assert "log_decode_tok_s_task9" in names and len([n for n in names if n.startswith("log_decode_tok_s_task9")]) == 2

@@ -12,7 +12,7 @@ import pytest
 
 from llamarig.bench.html import render_html
 from llamarig.bench.logparse import logs_document, parse_log_text
-from llamarig.bench.runner import BenchConfig, InterferenceError, run_bench
+from llamarig.bench.runner import FIT_CTX, BenchConfig, InterferenceError, run_bench
 from llamarig.cli.main import main
 
 pytestmark = pytest.mark.server
@@ -68,10 +68,17 @@ def test_cold_prefill_is_cold_and_validation_catches_cache(np2_server) -> None:
     assert figs(warm)["prefill_tok_s_256_median"]["n"] < 2
 
 
-def test_warm_ttft_depth_concurrency(np2_server, validate_doc, tmp_path: Path, open_in_chromium) -> None:
+@pytest.fixture(scope="module")
+def ttft_depth_concurrency_doc(np2_server) -> dict:
+    """One run of ttft, depth and concurrency against the real server, shared by the scenario
+    checks (always run) and the HTML-in-Chromium check (skipped without Chromium)."""
     cfg = BenchConfig(url=np2_server.url, scenarios=("ttft", "depth", "concurrency"), ttft_prefix=256, repeats=2,
-                      depths=(0, 600), concurrency=(1, 2), n_predict=24)
-    doc = run_bench(cfg)
+                      depths=(0, 600, FIT_CTX, 4096), concurrency=(1, 2), n_predict=24)
+    return run_bench(cfg)
+
+
+def test_warm_ttft_depth_concurrency(np2_server, ttft_depth_concurrency_doc, validate_doc, tmp_path: Path) -> None:
+    doc = ttft_depth_concurrency_doc
     validate_doc(doc)
     f = figs(doc)
     warm = [r for r in doc["requests"] if r["scenario"] == "ttft" and not r["warmup"]]
@@ -81,13 +88,35 @@ def test_warm_ttft_depth_concurrency(np2_server, validate_doc, tmp_path: Path, o
     deep = f["decode_tok_s_at_depth_600_median"]
     assert deep["params"]["depth_median"] == pytest.approx(600, abs=8)
     assert f["decode_tok_s_at_depth_0_median"]["value"] > 0 and deep["value"] > 0
-    assert f["concurrency_2_aggregate_tok_s"]["value"] > 0 and f["concurrency_2_aggregate_tok_s"]["n"] == 4
+    # 'ctx': the deepest point that fits the 1024-token slot with 24 generated tokens; 4096 does not fit
+    ctx_point = 1024 - 24 - 16 - 5
+    full = f[f"decode_tok_s_at_depth_{ctx_point}_median"]
+    assert full["value"] > 0 and ctx_point - 8 <= full["params"]["depth_median"] <= 1024 - 24
+    depth_reqs = [r for r in doc["requests"] if r["scenario"] == "depth"]
+    assert all(r["status"] == 200 and r["timings"]["predicted_n"] == 24 for r in depth_reqs)
+    notes = next(s for s in doc["scenarios"] if s["name"] == "depth")["notes"]
+    assert any(n.startswith(f"depth 'ctx' = {ctx_point}: slot context 1024") for n in notes)
+    assert any(n.startswith("depth 4096 skipped: 4096 + 24 generated") for n in notes)
+    assert not any("depth_4k" in name for name in f)
+    # concurrency: 2 rounds (--repeats) of N parallel requests; each round's aggregate is a sample
+    agg = f["concurrency_2_aggregate_tok_s"]
+    assert agg["value"] > 0 and agg["n"] == 2 and len(agg["samples"]) == 2
+    assert agg["value"] == pytest.approx(statistics.median(agg["samples"]))
+    assert agg["spread"]["p10"] <= agg["value"] <= agg["spread"]["p90"]
+    assert f["concurrency_2_per_stream_tok_s_median"]["n"] == 4
+    assert len([r for r in doc["requests"] if r["scenario"] == "concurrency" and not r["warmup"]]) == 2 * 1 + 2 * 2
     assert doc["interference"]["events"] == []  # our own parallel streams are not interference
-    # Markdown and a self-contained HTML report that Chromium opens without console errors
+    # a self-contained HTML report (no external resources)
     html = tmp_path / "report.html"
     html.write_text(render_html(doc), encoding="utf-8")
     text = html.read_text()
     assert "<svg" in text and "http://" not in text.replace(np2_server.url, "").replace("http://www.w3.org", "")
+
+
+def test_html_report_opens_in_chromium(ttft_depth_concurrency_doc, tmp_path: Path, open_in_chromium) -> None:
+    """The HTML report of the real run opens in headless Chromium without console errors."""
+    html = tmp_path / "report.html"
+    html.write_text(render_html(ttft_depth_concurrency_doc), encoding="utf-8")
     lines, rc = open_in_chromium(html, tmp_path / "report.png")
     assert rc == 0 and lines == []
     assert (tmp_path / "report.png").stat().st_size > 10_000
@@ -135,13 +164,21 @@ def test_interference_detected_and_strict(np2_server, validate_doc) -> None:
 
 def test_cli_outputs_and_real_log(np2_server, tmp_path: Path, validate_doc, capsys) -> None:
     j, h, m = tmp_path / "run.json", tmp_path / "run.html", tmp_path / "run.md"
-    rc = main(["bench", "--url", np2_server.url, "-s", "decode,prefill", "--lengths", "64", "--repeats", "2",
+    rc = main(["bench", "--url", np2_server.url, "-s", "decode,prefill", "--lengths", "64,8k,ctx", "--repeats", "2",
                "--k", "2", "-n", "16", "--json", str(j), "--html", str(h), "--md", str(m)])
     assert rc in (None, 0)
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     assert "decode_tok_s_median" in out and "methods" in out
+    # the skipped point and the resolved 'ctx' point are said in the output, with the reason
+    assert "prefill: length 8192 skipped: 8192 + 1 generated + 16 margin exceeds the slot context 1024" in out
+    assert "prefill: length 'ctx' = 1002: slot context 1024" in out
     doc = json.loads(j.read_text())
     validate_doc(doc)
+    assert doc["config"]["prefill_lengths"] == [64, 8192, "ctx"]
+    ctx_fig = figs(doc)["prefill_tok_s_1002_median"]
+    assert ctx_fig["n"] == 2 and ctx_fig["value"] > 0
+    assert 990 <= ctx_fig["params"]["prompt_tokens"] <= 1024 - 1
+    assert "length 8192 skipped" in m.read_text()
     assert doc["target"]["total_slots"] == 2 and doc["target"]["build_info"]
     md = m.read_text()
     assert "| 指标 metric | 数值 value | N | 测法 method |" in md and "decode_tok_s_median" in md

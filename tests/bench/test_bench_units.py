@@ -171,3 +171,68 @@ def test_monitor_restart_is_per_slot_and_terminal_escapes_markup() -> None:
     doc = {"kind": "bench", "target": {"url": "http://x"}, "figures": [], "errors": ["HTTP 500: [bold]boom[/x]"]}
     terminal(doc, Console(file=buf, width=100))
     assert "[bold]boom[/x]" in buf.getvalue()
+
+
+def test_single_figure_n_is_len_samples() -> None:
+    from llamarig.bench.records import single_figure
+
+    derived = single_figure("checkpoints_kept", 14.0, "checkpoints", "last K per slot")
+    assert derived.n == 1 and derived.samples == (14.0,) and derived.spread["p10"] == derived.spread["p90"] == 14.0
+    rounds = single_figure("concurrency_2_aggregate_tok_s", 41.0, "tok/s", "median over rounds", samples=[40.0, 42.0])
+    assert rounds.n == 2 and rounds.spread["p10"] == pytest.approx(40.2)
+    none = single_figure("interference_events", None, "events", "GET /slots not available")
+    assert none.n == 0 and none.samples == () and none.spread == {}
+    for f in (derived, rounds, none):
+        jsonschema.validate(f.to_json(), schema()["$defs"]["figure"])
+    # the schema itself refuses a figure with a value but no samples or spread
+    bad = {**derived.to_json(), "n": 5, "samples": [], "spread": {}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema(), cls=jsonschema.Draft202012Validator)  # type: ignore[arg-type]
+
+
+def test_compare_at_80_columns_never_cuts_a_name() -> None:
+    import io
+
+    from rich.console import Console
+
+    from llamarig.bench.compare import print_compare
+
+    names = ["decode_tok_s", "decode_client_tok_s", "concurrency_4_per_stream_tok_s", "prefill_ttft_ms_32k"]
+    a = {"figures": [f.to_json() for n in names for f in stat_figures(n, [40.0, 41.0, 42.0], "tok/s", "m m m m m m")]}
+    b = {"figures": [f.to_json() for n in names for f in stat_figures(n, [50.0, 51.0], "tok/s", "m m m m m m")]}
+    buf = io.StringIO()
+    print_compare(compare_docs(a, b), Console(file=buf, width=80), "/tmp/runs/ub2048.json", "/tmp/runs/ub4096.json")
+    text = buf.getvalue()
+    assert "…" not in text and max(len(ln) for ln in text.splitlines()) <= 80
+    first_col = "".join(ln.split("│")[0].strip() for ln in text.splitlines() if "│" in ln)
+    for n in names:
+        for st in ("median", "p10", "p90", "max"):
+            assert f"{n}_{st}" in first_col
+
+
+def test_lengths_and_depths_ctx_keyword(capsys) -> None:
+    from types import SimpleNamespace
+
+    from llamarig.bench.runner import FIT_CTX, ScenarioResult
+    from llamarig.bench.scenarios import _points
+    from llamarig.cli.bench_cmd import _int_list
+
+    assert _int_list("1k,ctx,MAX", "--lengths", ctx=True) == (1024, FIT_CTX, FIT_CTX)
+    with pytest.raises(InputError, match="or 'ctx'"):
+        _int_list("1k,full", "--lengths", ctx=True)
+    with pytest.raises(InputError):
+        _int_list("ctx", "--concurrency")
+    res = ScenarioResult("depth")
+    pts = _points(SimpleNamespace(n_ctx_slot=4096), (0, 2048, FIT_CTX, 8192, FIT_CTX), 128, res, "depth")  # type: ignore[arg-type]
+    assert pts == [0, 2048, 4096 - 128 - 16 - 20]
+    assert res.notes[0] == "depth 'ctx' = 3932: slot context 4096 − 128 generated − 36 margin"
+    assert res.notes[1].startswith("depth 8192 skipped: 8192 + 128 generated + 16 margin exceeds the slot context 4096")
+    assert res.notes[-1] == "depth 3932 skipped: listed twice"
+    unknown = ScenarioResult("prefill")
+    assert _points(SimpleNamespace(n_ctx_slot=None), (64, FIT_CTX), 1, unknown, "length") == [64]  # type: ignore[arg-type]
+    assert "slot context is unknown" in unknown.notes[0]
+    # the help says what the code does: points that do not fit are skipped, not clipped
+    assert main(["bench", "--help"]) in (None, 0)
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "clipped" not in help_text and "'ctx' (or 'max') = the longest prompt that fits the slot context" in help_text
+    assert "Lengths that do not fit are skipped" in help_text

@@ -82,13 +82,19 @@ def compare_json(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_compare(rows: list[Row], console: Console, label_a: str, label_b: str) -> None:
-    t = Table(header_style="bold", title=escape(f"A = {label_a}   B = {label_b}"))
-    for col in ("figure", "A", "B", "Δ %", "noise ±%", "verdict"):
-        t.add_column(col, justify="right" if col not in ("figure", "verdict") else "left")
+    """The comparison table. Figure names are never cut: at narrow widths the name column folds
+    onto the next line (names have no spaces to wrap at); the unit has its own column."""
+    t = Table(header_style="bold", title=escape(f"A = {label_a}   B = {label_b}"), show_edge=False)
+    t.add_column("figure", overflow="fold")
+    t.add_column("unit", overflow="fold")
+    for col in ("A", "B", "Δ %", "noise %"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("verdict", max_width=13)
     for r in rows:
         color = {"B better": "green", "B worse": "red"}.get(r.verdict, "")
-        t.add_row(r.name, f"{fmt_value(r.a, r.unit)} {r.unit}", f"{fmt_value(r.b, r.unit)} {r.unit}",
+        t.add_row(escape(r.name), escape(r.unit), fmt_value(r.a, r.unit), fmt_value(r.b, r.unit),
                   "—" if r.delta_pct is None else f"{r.delta_pct:+.1f}", "—" if r.band_pct is None else f"{r.band_pct:.1f}",
                   f"[{color}]{r.verdict}[/]" if color else r.verdict)
     console.print(t)
-    console.print("Δ = (B − A) ÷ |A|; noise band = larger of A's and B's (p90 − p10) ÷ 2 ÷ value; a verdict only outside it.")
+    console.print("Δ = (B − A) ÷ |A|; noise = ± band in %, the larger of A's and B's (p90 − p10) ÷ 2 ÷ value; "
+                  "a verdict only outside it.")

@@ -5,8 +5,16 @@ server-common.h): slot lines are ``slot <func>: id <slot> | task <task> | <messa
 (``SLT_INF``), server lines ``srv  <func>: <message>``; ``print_timings`` writes
 ``prompt eval time = … ms / N tokens (… ms per token, … tokens per second)``, ``eval time = …``
 and ``total time = …``. Older builds prefix them with ``print_timings:`` / ``llama_print_timings:``
-or log JSON objects with a ``msg`` field; pasted logs often break the slot prefix and the
-timing onto separate lines. All are accepted. Unknown lines are counted as skipped, never fatal.
+or log JSON objects with a ``msg`` field, or text lines ending in ``| … id_slot=0 id_task=5 …``;
+pasted logs often break the slot prefix and the timing onto separate lines. All are accepted.
+Unknown lines are counted as skipped, never fatal.
+
+Pairing timings with requests: a timing line (prompt eval / eval / total) goes to the request
+its slot/task names, else to the request of a preceding ``print_timing`` line without payload,
+else to the block the previous timing line went to, else to the only request in progress; in
+every case only if that request has no value for that field yet. Otherwise it starts a new
+request (same slot/task when known: task ids repeat across restarts), so a second timing block
+never overwrites the first and one block's prompt-eval and eval lines stay one request.
 
 Context checkpoints (``created context checkpoint K of N (… size = S MiB)``) are copies of the
 recurrent/SWA state kept in host memory (``server_prompt_checkpoint::data`` is a
@@ -31,9 +39,13 @@ from llamarig.logformat import (
     RE_EVAL,
     RE_FORCE,
     RE_KNOWN,
+    RE_KV_SLOT,
+    RE_KV_SUFFIX,
+    RE_KV_TASK,
     RE_LCP,
     RE_N_PAST,
     RE_NEW_PROMPT,
+    RE_OLD_PREFIX,
     RE_PROMPT_EVAL,
     RE_RELEASE,
     RE_RESTORED,
@@ -45,8 +57,6 @@ from llamarig.logformat import (
 )
 
 MAX_BYTES = 512 * 1024 * 1024
-
-
 
 
 @dataclass
@@ -152,6 +162,7 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
     res = LogParse(path)
     by_key: dict[tuple[int, int], LogRequest] = {}
     last_timing_ctx: tuple[int, int] | None = None  # slot/task of a 'print_timing' line without payload
+    open_block: LogRequest | None = None  # the request the last timing line went to, until 'total time'
     current_by_slot: dict[int, LogRequest] = {}
     pending: dict[int, tuple[str, float | None]] = {}  # slot selection seen on a 'task -1' line
     raw_lines = text.splitlines()
@@ -162,10 +173,15 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
     def get(slot: int, task: int, no: int) -> LogRequest:
         key = (slot, task)
         if key not in by_key:
-            by_key[key] = LogRequest(slot, task, no)
-            res.requests.append(by_key[key])
+            return new(slot, task, no)
         current_by_slot[slot] = by_key[key]
         return by_key[key]
+
+    def new(slot: int, task: int, no: int) -> LogRequest:
+        by_key[(slot, task)] = LogRequest(slot, task, no)
+        res.requests.append(by_key[(slot, task)])
+        current_by_slot[slot] = by_key[(slot, task)]
+        return by_key[(slot, task)]
 
     for no, raw in enumerate(raw_lines, 1):
         line = raw.strip()
@@ -180,6 +196,10 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
             if isinstance(obj.get("id_slot"), int):
                 slot = obj["id_slot"]
                 task = obj.get("id_task", -1) if isinstance(obj.get("id_task"), int) else -1
+        kv = RE_KV_SUFFIX.search(line) if jm is None else None
+        if kv is not None and (ks := RE_KV_SLOT.search(kv.group(1))) is not None:
+            kt = RE_KV_TASK.search(kv.group(1))
+            slot, task, msg = int(ks.group(1)), int(kt.group(1)) if kt else -1, line[: kv.start()]
         m = RE_SLOT.search(line)
         if m:
             slot, task, msg = int(m.group(2)), int(m.group(3)), m.group(4)
@@ -188,7 +208,7 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
                 last_timing_ctx = (slot, task)
                 res.recognised += 1
                 continue
-        known = bool(m) or jm is not None or bool(RE_KNOWN.search(raw))
+        known = bool(m) or jm is not None or bool(RE_KNOWN.search(raw)) or bool(RE_OLD_PREFIX.search(line))
         hit = False
         req: LogRequest | None = None
         if slot is not None and task is not None and task >= 0:
@@ -197,21 +217,31 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
         pe, ev, tt = RE_PROMPT_EVAL.search(msg), RE_EVAL.search(msg), RE_TOTAL.search(msg)
         if pe or ev or tt:
             hit = True
-            tgt = req
-            if tgt is None and last_timing_ctx is not None:
+            fields = [f for f, x in (("prompt_eval_ms", pe), ("eval_ms", ev), ("total_ms", tt)) if x]
+            if req is not None:
+                tgt = req if _free(req, fields) else new(req.slot, req.task, no)
+                req = tgt
+            elif last_timing_ctx is not None:
                 tgt = get(*last_timing_ctx, no)
-            if tgt is None:
-                tgt = _orphan(res, current_by_slot, no)
+                if not _free(tgt, fields):
+                    tgt = new(tgt.slot, tgt.task, no)
+            elif open_block is not None and _free(open_block, fields):
+                tgt = open_block
+            else:
+                tgt = _orphan(res, current_by_slot, fields, no)
             if pe:
                 tgt.prompt_eval_ms, tgt.prompt_eval_n = float(pe.group(1)), int(pe.group(2))
                 tgt.prompt_tok_s = float(pe.group(4))
             if ev:
                 tgt.eval_ms, tgt.eval_n, tgt.eval_tok_s = float(ev.group(1)), int(ev.group(2)), float(ev.group(4))
+            open_block = tgt
             if tt:
                 tgt.total_ms = float(tt.group(1))
-                last_timing_ctx = None
+                last_timing_ctx = open_block = None
         if req is not None:
             if mm := RE_NEW_PROMPT.search(msg):
+                if not _free(req, ["prompt_eval_ms", "eval_ms"]):
+                    req = new(req.slot, req.task, no)  # a task id seen again (after a restart): a new request
                 req.n_ctx_slot, req.prompt_tokens = int(mm.group(1)), int(mm.group(3))
                 hit = True
             if (mm := RE_RESTORED.search(msg)) is not None:
@@ -279,15 +309,21 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
     return res
 
 
-def _orphan(res: LogParse, current: dict[int, LogRequest], no: int) -> LogRequest:
-    """Timings with no slot/task context (very old builds): attach to the only active slot or
-    create an anonymous request."""
+def _free(r: LogRequest, fields: list[str]) -> bool:
+    """True when ``r`` has no value yet for any of the timing ``fields``."""
+    return all(getattr(r, f) is None for f in fields)
+
+
+def _orphan(res: LogParse, current: dict[int, LogRequest], fields: list[str], no: int) -> LogRequest:
+    """Timings with no slot/task context (very old builds): attach to the only request in
+    progress if it has no value for these fields yet, else start an anonymous request."""
     if len(current) == 1:
-        return next(iter(current.values()))
+        only = next(iter(current.values()))
+        if _free(only, fields):
+            return only
     res.orphan_timings += 1
     r = LogRequest(-1, -no, no)
     res.requests.append(r)
-    current[-1] = r
     return r
 
 
@@ -326,10 +362,14 @@ def analyse(p: LogParse) -> dict[str, Any]:
                          f"'prompt eval time = … tokens per second' lines of {src}; only tokens actually processed (cached tokens excluded)",
                          stats=("median", "max"), scenario="logs", method_zh="日志 prompt eval time 行（不含缓存命中的 token）")
     depth_pts = sorted(((r.depth, r.eval_tok_s) for r in dec if r.depth is not None), key=lambda x: x[0])
+    seen: set[str] = set()
     for r in dec:
         if r.depth is not None:
+            name = f"log_decode_tok_s_task{r.task}"
+            name = name if name not in seen else f"{name}_line{r.line}"  # task ids repeat after a restart
+            seen.add(name)
             figs.append(single_figure(
-                f"log_decode_tok_s_task{r.task}", r.eval_tok_s, "tok/s",
+                name, r.eval_tok_s, "tok/s",
                 f"{src} line {r.line}: slot {r.slot} task {r.task}, eval {r.eval_n} tokens in {r.eval_ms} ms at depth {r.depth} "
                 "(depth = task.n_tokens from the 'new prompt' line, else 'stop processing' n_tokens − generated + 1)",
                 samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
@@ -360,10 +400,12 @@ def analyse(p: LogParse) -> dict[str, Any]:
                                   samples=ck.sizes_mib, scenario="logs", method_zh="日志 created context checkpoint 行的 size"))
         figs.append(single_figure("checkpoints_kept", float(kept), "checkpoints",
                                   f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
-                                  n=ck.created, scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit}))
+                                  scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit,
+                                                           "created": ck.created, "erased": ck.erased}))
         figs.append(single_figure("checkpoint_host_ram_mib", ram, "MiB",
                                   "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint data, tools/server/server-common.h)",
-                                  n=ck.created, scenario="logs", method_zh="保留的 checkpoint 数 × 每个大小（主机内存）"))
+                                  scenario="logs", params={"checkpoints_kept": kept, "checkpoint_size_mib": size},
+                                  method_zh="保留的 checkpoint 数 × 每个大小（主机内存）"))
         line = f"each context checkpoint is {size:.1f} MiB; {kept} kept → {_gib(ram)} of host RAM" if size >= 1 else \
             f"each context checkpoint is {size:.3f} MiB; {kept} kept → {ram:.3f} MiB of host RAM"
         if ck.limit:

@@ -1,8 +1,8 @@
 """Figures: every number llamarig bench/logs prints is a :class:`Figure` record.
 
 A figure carries its value *and* how it was obtained: ``method`` is a sentence (what was sent,
-how it was timed, which field), ``n`` the number of samples behind it, ``samples`` the raw
-values, ``spread`` their distribution. Percentiles use linear interpolation between closest
+how it was timed, which field), ``n`` the number of samples behind it (always
+``len(samples)``), ``samples`` the raw values, ``spread`` their distribution. Percentiles use linear interpolation between closest
 ranks (NumPy's default, Hyndman & Fan type 7), stated in every spread as ``percentile_method``.
 """
 
@@ -157,19 +157,25 @@ def single_figure(
     method: str,
     *,
     samples: Sequence[float] = (),
-    n: int | None = None,
     scenario: str = "",
     params: dict[str, Any] | None = None,
     note: str = "",
     method_zh: str = "",
 ) -> Figure:
-    vals = [float(v) for v in samples]
+    """A figure that is not a percentile of per-request samples. ``samples`` are the values it
+    was derived from in its own unit (e.g. per-round aggregates, per-request ratios); without
+    them a single derived value is its own one sample (n = 1, a zero-width spread), so every
+    figure carries ``n == len(samples)`` and a spread. Counts behind a derived value (polls,
+    checkpoints created, drafts) belong in ``params``."""
+    vals = [float(v) for v in samples if v is not None and math.isfinite(v)]
+    if not vals and value is not None and math.isfinite(value):
+        vals = [float(value)]
     return Figure(
         name=name,
         value=value,
         unit=unit,
         method=method,
-        n=len(vals) if n is None else n,
+        n=len(vals),
         samples=tuple(vals),
         spread=spread_of(vals),
         scenario=scenario,

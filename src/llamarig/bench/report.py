@@ -16,6 +16,8 @@ from rich.table import Table
 
 from llamarig.errors import InputError
 
+NOTES_SHOWN = 10  # scenario notes (skipped points, rejected samples) printed per scenario
+
 
 def fmt_value(v: Any, unit: str) -> str:
     if v is None:
@@ -59,13 +61,15 @@ def terminal(doc: dict[str, Any], console: Console) -> None:
     if t.get("model"):
         head += f"  model {escape(Path(str(t['model'])).name)}"
     console.print(head)
-    table = Table(show_lines=False, header_style="bold")
-    table.add_column("figure", no_wrap=True)
+    # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
+    # at); every other column keeps its width, so N and the method reference never vanish
+    table = Table(show_lines=False, header_style="bold", show_edge=False)
+    table.add_column("figure", overflow="fold")
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("unit", no_wrap=True)
-    table.add_column("N", justify="right")
+    table.add_column("N", justify="right", no_wrap=True)
     table.add_column("p10 … p90", no_wrap=True)
-    table.add_column("method", justify="right")
+    table.add_column("method", justify="right", no_wrap=True)
     methods: list[str] = []
     for f in doc.get("figures", []):
         key = method_key(f.get("method", ""))
@@ -83,6 +87,13 @@ def terminal(doc: dict[str, Any], console: Console) -> None:
     for f in doc.get("figures", []):
         if f.get("note"):
             console.print(f"  [yellow]![/] {escape(f['name'])}: {escape(f['note'])}", highlight=False)
+    for sc in doc.get("scenarios", []):
+        notes = sc.get("notes") or []
+        for note in notes[:NOTES_SHOWN]:
+            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(note)}", highlight=False)
+        if len(notes) > NOTES_SHOWN:
+            console.print(f"[cyan]{escape(sc['name'])}:[/] … {len(notes) - NOTES_SHOWN} more notes in the JSON (scenarios[].notes)",
+                          highlight=False)
     inter = doc.get("interference") or {}
     for m in inter.get("missing", []):
         console.print(f"[yellow]missing:[/] {escape(m)}", highlight=False)
@@ -123,6 +134,9 @@ def markdown(doc: dict[str, Any]) -> str:
         if f.get("note"):
             method += f" — note: {f['note']}"
         lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {method.replace('|', '/')} |")
+    notes = [f"- {sc['name']}: {n}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
+    if notes:
+        lines += ["", "## Notes 说明（跳过的点、被拒样本）"] + notes[:50]
     inter = doc.get("interference") or {}
     if inter.get("missing") or inter.get("events"):
         lines += ["", "## Interference 干扰"]

@@ -42,6 +42,11 @@ class InterferenceError(LlamarigError):
     exit_code = 1
 
 
+#: in ``prefill_lengths`` / ``depths``: the largest point that fits the slot context
+#: (``--lengths ctx``, ``--depths max``), resolved against /props n_ctx when the run starts
+FIT_CTX = -1
+
+
 @dataclass
 class BenchConfig:
     url: str
@@ -339,8 +344,8 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
                 "tok/J",
                 f"generated tokens of all our requests ({tokens}, from timings.predicted_n) ÷ energy = trapezoidal ∫ nvidia-smi power.draw dt over the run, summed over GPUs; client-machine GPUs"
                 + ("" if _is_local(cfg.url) else " (server is remote: this is NOT the server's energy)"),
-                n=len(gpu.samples),
                 scenario="gpu",
+                params={"tokens": tokens, "joules": e, "gpu_samples": len(gpu.samples)},
             )
         )
     figures.append(_interference_figure(r, events))
@@ -400,15 +405,15 @@ def _interference_figure(r: Runner, events: list[Any]) -> Figure:
         return single_figure(
             "interference_events", None, "events",
             "GET /slots polled during the run: not available, so foreign work could not be detected",
-            n=0, scenario="interference", note=mon.slots_reason,
+            scenario="interference", note=mon.slots_reason,
         )
     return single_figure(
         "interference_events", float(len(foreign) + len(restarts)), "events",
         f"GET /slots polled every {r.cfg.poll_interval_s:g} s ({mon.n_polls} polls): a busy slot we did not pin a request to "
         "(seen in 2 consecutive polls), or more busy slots than our in-flight requests (3 polls), or a restart "
         "(Process-Start-Time-Unix / build_info change / task ids going back)",
-        n=mon.n_polls, scenario="interference",
-        params={"foreign": len(foreign), "restarts": len(restarts)},
+        scenario="interference",
+        params={"foreign": len(foreign), "restarts": len(restarts), "polls": mon.n_polls},
     )
 
 
@@ -426,6 +431,8 @@ def _config_json(cfg: BenchConfig) -> dict[str, Any]:
     for k, v in d.items():
         if isinstance(v, tuple):
             d[k] = list(v)
+    for k in ("prefill_lengths", "depths"):
+        d[k] = ["ctx" if x == FIT_CTX else x for x in d[k]]
     return d
 
 

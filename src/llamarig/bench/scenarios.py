@@ -15,7 +15,7 @@ from typing import Any
 from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.prompts import ChatPrompt, filler_text, load_workload, prompt_set, salt
 from llamarig.bench.records import Figure, single_figure, stat_figures
-from llamarig.bench.runner import BenchConfig, Runner, ScenarioResult
+from llamarig.bench.runner import FIT_CTX, BenchConfig, Runner, ScenarioResult
 
 CHAT = "/v1/chat/completions"
 COMPLETION = "/completion"
@@ -44,7 +44,8 @@ def planned_requests(cfg: BenchConfig, r: Runner) -> int:
 
 
 def _rounds(cfg: BenchConfig) -> int:
-    return max(1, min(cfg.repeats, 2))
+    """Rounds per concurrency level: --repeats (each round gives one aggregate sample)."""
+    return max(1, cfg.repeats)
 
 
 def _prompts(cfg: BenchConfig, k: int, seed: int) -> list[ChatPrompt]:
@@ -163,11 +164,45 @@ async def sized_text(client: BenchClient, n_tokens: int, seed: int, prefix: str 
     return best
 
 
-def _fit(r: Runner, length: int, n_predict: int, res: ScenarioResult) -> bool:
-    if r.n_ctx_slot and length + n_predict + 16 > r.n_ctx_slot:
-        res.notes.append(f"length {length} skipped: {length} + {n_predict} generated exceeds the slot context {r.n_ctx_slot} (/props default_generation_settings.n_ctx)")
+CTX_MARGIN = 16  # tokens kept free besides the generated ones (salt, template, /tokenize sizing)
+
+
+def _fit(r: Runner, length: int, n_predict: int, res: ScenarioResult, what: str = "length") -> bool:
+    if r.n_ctx_slot and length + n_predict + CTX_MARGIN > r.n_ctx_slot:
+        res.notes.append(
+            f"{what} {length} skipped: {length} + {n_predict} generated + {CTX_MARGIN} margin exceeds the slot context "
+            f"{r.n_ctx_slot} (/props default_generation_settings.n_ctx); use 'ctx' for the largest {what} that fits")
         return False
     return True
+
+
+def _ctx_point(n_ctx: int, n_predict: int) -> int:
+    """The largest prompt/depth that fits a slot of ``n_ctx`` tokens with ``n_predict`` generated:
+    the margin of :func:`_fit` plus 0.5 % for the filler sizing tolerance of :func:`sized_text`."""
+    return n_ctx - n_predict - CTX_MARGIN - max(2, n_ctx // 200)
+
+
+def _points(r: Runner, points: tuple[int, ...], n_predict: int, res: ScenarioResult, what: str) -> list[int]:
+    """The requested lengths/depths with ``ctx`` (FIT_CTX) resolved, those that do not fit the
+    slot context and repeats left out, each with a note that says why."""
+    out: list[int] = []
+    for p in points:
+        if p == FIT_CTX:
+            if not r.n_ctx_slot:
+                res.notes.append(f"{what} 'ctx' skipped: the slot context is unknown (/props has no default_generation_settings.n_ctx)")
+                continue
+            p = _ctx_point(int(r.n_ctx_slot), n_predict)
+            if p <= 0:
+                res.notes.append(f"{what} 'ctx' skipped: the slot context {r.n_ctx_slot} leaves no room after {n_predict} generated tokens")
+                continue
+            res.notes.append(f"{what} 'ctx' = {p}: slot context {r.n_ctx_slot} − {n_predict} generated − "
+                             f"{r.n_ctx_slot - n_predict - p} margin")
+        if p in out:
+            res.notes.append(f"{what} {p} skipped: listed twice")
+            continue
+        if _fit(r, p, n_predict, res, what):
+            out.append(p)
+    return out
 
 
 # ------------------------------------------------------------------------- prefill
@@ -178,9 +213,7 @@ async def scenario_prefill(r: Runner, res: ScenarioResult) -> None:
     series = []
     idx = 0
     warmed = cfg.warmup == 0
-    for length in cfg.prefill_lengths:
-        if not _fit(r, length, 1, res):
-            continue
+    for length in _points(r, cfg.prefill_lengths, 1, res, "length"):
         pfx = salt(r.run_id, 0) if cfg.prefill_salt else ""
         sized, _ = await sized_text(r.client, length, cfg.seed + length, prefix=pfx)
         base = sized[len(pfx):]  # the salt counts towards the length
@@ -281,9 +314,7 @@ async def scenario_ttft(r: Runner, res: ScenarioResult) -> None:
 async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
     cfg = r.cfg
     series = []
-    for d in cfg.depths:
-        if not _fit(r, d, cfg.n_predict, res):
-            continue
+    for d in _points(r, cfg.depths, cfg.n_predict, res, "depth"):
         text, _ = await sized_text(r.client, d, cfg.seed + 31 + d, prefix=salt(r.run_id, 9000 + d))
         samples = []
         for rep in range(cfg.repeats):
@@ -308,13 +339,17 @@ async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
         a, b = series[0], series[-1]
         res.figures.append(single_figure(
             "decode_depth_drop_pct", 100.0 * (a["tok_s"] - b["tok_s"]) / a["tok_s"], "%",
-            f"(median decode at depth {a['depth']} − median at depth {b['depth']}) ÷ median at depth {a['depth']}; medians from decode_tok_s_at_depth_*",
-            samples=[a["tok_s"], b["tok_s"]], scenario="depth",
+            f"(median decode at depth {a['depth']} − median at depth {b['depth']}) ÷ median at depth {a['depth']}; medians from decode_tok_s_at_depth_*; one derived value",
+            scenario="depth", params={"depth_a": a["depth"], "tok_s_a": a["tok_s"], "depth_b": b["depth"], "tok_s_b": b["tok_s"]},
         ))
 
 
 # ------------------------------------------------------------------------- concurrency
 async def scenario_concurrency(r: Runner, res: ScenarioResult) -> None:
+    """For each N: ``--repeats`` rounds of N parallel streamed requests (not pinned); a round
+    starts when the previous one has finished. Each round gives one aggregate rate, Σ
+    timings.predicted_n ÷ (last token chunk of any stream − first request sent); the figure is
+    their median and the rounds are its samples (the noise band of ``bench compare``)."""
     cfg = r.cfg
     rounds = _rounds(cfg)
     if cfg.warmup:
@@ -323,27 +358,30 @@ async def scenario_concurrency(r: Runner, res: ScenarioResult) -> None:
     series = []
     for n in cfg.concurrency:
         prompts = _prompts(cfg, n * rounds, cfg.seed + 100 * n)
-        t0 = r.monitor.client_time()
-
-        async def worker(w: int, prompts: list[ChatPrompt] = prompts, n: int = n) -> list[RequestSample]:
-            out = []
-            for j in range(rounds):
-                p = prompts[w * rounds + j]
-                out.append(await r.request("concurrency", f"c{n}w{w}r{j}", *_req(p, cfg)))
-            return out
-
-        groups = await asyncio.gather(*(worker(w) for w in range(n)))
-        samples = [s for g in groups for s in g]
+        samples: list[RequestSample] = []
+        aggs: list[float] = []
+        tokens: list[int] = []
+        for j in range(rounds):
+            batch = list(await asyncio.gather(*(r.request("concurrency", f"c{n}w{w}r{j}", *_req(prompts[w * rounds + j], cfg))
+                                                for w in range(n))))
+            samples += batch
+            ok_j = _ok(batch)
+            t0 = min(s.t_start for s in batch)
+            t_end = max((s.t_start + (s.t_last_s or 0)) for s in ok_j) if ok_j else t0
+            if len(ok_j) == n and t_end > t0:  # a round with a failed or rejected stream is not n-way parallel
+                tokens.append(sum(s.predicted_n or 0 for s in ok_j))
+                aggs.append(tokens[-1] / (t_end - t0))
         ok = _ok(samples)
-        t_end = max((s.t_start + (s.t_last_s or 0)) for s in ok) if ok else t0
-        total_tokens = sum(s.predicted_n or 0 for s in ok)
-        agg = total_tokens / (t_end - t0) if ok and t_end > t0 else None
-        params = {"streams": n, "requests_per_stream": rounds, "n_predict": cfg.n_predict}
-        what = f"{n} closed-loop streams × {rounds} chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned"
+        agg = statistics.median(aggs) if aggs else None
+        params = {"streams": n, "rounds": rounds, "complete_rounds": len(aggs), "n_predict": cfg.n_predict,
+                  "tokens_per_round": tokens}
+        what = f"{rounds} round(s) of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned (a round starts when the previous one ended)"
         res.figures.append(single_figure(
             f"concurrency_{n}_aggregate_tok_s", agg, "tok/s",
-            f"{what}; Σ timings.predicted_n ({total_tokens}) ÷ (last token chunk of any stream − first request sent)",
-            n=len(ok), scenario="concurrency", params=params, method_zh="并发总吞吐：Σpredicted_n ÷ 墙钟时间"))
+            f"median over N={len(aggs)} rounds of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned; "
+            "per round Σ timings.predicted_n ÷ (last token chunk of any stream − first request sent); rounds with a failed request excluded",
+            samples=aggs, scenario="concurrency", params=params, method_zh="并发总吞吐：每轮 Σpredicted_n ÷ 墙钟时间，取各轮中位数",
+            note="" if aggs else "no complete round"))
         res.figures += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
                                     "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency", params=params)
         res.figures += stat_figures(f"concurrency_{n}_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
@@ -382,8 +420,9 @@ async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
     res.figures.append(single_figure(
         "spec_acceptance", da / dn if dn else None, "ratio",
         f"{what}; Σ timings.draft_n_accepted ({da}) ÷ Σ timings.draft_n ({dn}) over requests that drafted",
-        samples=[s.timings["draft_n_accepted"] / s.timings["draft_n"] for s in with_draft if s.timings.get("draft_n")],
-        n=len(with_draft), scenario="spec", note=note, method_zh="Σdraft_n_accepted ÷ Σdraft_n（timings）",
+        samples=[s.timings.get("draft_n_accepted", 0) / s.timings["draft_n"] for s in with_draft],
+        scenario="spec", note=note, method_zh="Σdraft_n_accepted ÷ Σdraft_n（timings）",
+        params={"draft_n": dn, "draft_n_accepted": da},
     ))
     if before and after:
         d_acc = after.values.get("spec_decode_num_accepted_tokens_total", 0) - before.values.get("spec_decode_num_accepted_tokens_total", 0)
@@ -392,7 +431,8 @@ async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
             "spec_mean_acceptance_length", 1 + d_acc / d_st if d_st else None, "tokens/step",
             "1 + Δllamacpp:spec_decode_num_accepted_tokens_total ÷ Δllamacpp:spec_decode_num_drafts_total between "
             "/metrics scrapes before and after the spec requests (server-wide: valid only without interference)",
-            n=int(d_st), scenario="spec", note="" if d_st else "no drafts counted in /metrics",
+            scenario="spec", note="" if d_st else "no drafts counted in /metrics",
+            params={"drafts": d_st, "accepted_tokens": d_acc},
         ))
     res.figures += stat_figures("spec_decode_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s], "tok/s",
                                 f"{what}; {DECODE_FORMULA}", stats=("median", "p10", "max"), scenario="spec")
@@ -412,8 +452,8 @@ async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
         if bvals and svals:
             res.figures.append(single_figure(
                 "spec_speedup", statistics.median(svals) / statistics.median(bvals), "×",
-                "median spec_decode_tok_s ÷ median spec_baseline_decode_tok_s (same prompts, same max_tokens)",
-                samples=[statistics.median(svals), statistics.median(bvals)], scenario="spec"))
+                "median spec_decode_tok_s ÷ median spec_baseline_decode_tok_s (same prompts, same max_tokens); one derived value",
+                scenario="spec", params={"spec_median_tok_s": statistics.median(svals), "baseline_median_tok_s": statistics.median(bvals)}))
         _errors(res, bs)
     _errors(res, samples)
 

@@ -16,11 +16,18 @@ from llamarig.errors import InputError
 EXIT_DOC = "Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable."
 
 
-def _int_list(value: str, what: str) -> tuple[int, ...]:
+def _int_list(value: str, what: str, ctx: bool = False) -> tuple[int, ...]:
+    """Comma-separated integers (1k = 1024); with ``ctx``, the words ``ctx``/``max`` stand for
+    the largest point that fits the slot context (resolved when the run starts)."""
+    from llamarig.bench.runner import FIT_CTX
+
     out = []
     for part in value.split(","):
         p = part.strip().lower()
         if not p:
+            continue
+        if ctx and p in ("ctx", "max"):
+            out.append(FIT_CTX)
             continue
         mult = 1
         if p.endswith("k"):
@@ -28,8 +35,9 @@ def _int_list(value: str, what: str) -> tuple[int, ...]:
         try:
             out.append(int(float(p) * mult))
         except ValueError:
-            raise InputError(f"{what} {value!r}: expected comma-separated integers (1k = 1024)") from None
-    if not out or any(x < 0 for x in out):
+            words = " or 'ctx'" if ctx else ""
+            raise InputError(f"{what} {value!r}: expected comma-separated integers (1k = 1024){words}") from None
+    if not out or any(x < 0 and not (ctx and x == FIT_CTX) for x in out):
         raise InputError(f"{what} {value!r}: expected comma-separated non-negative integers")
     return tuple(out)
 
@@ -64,9 +72,13 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature sent with chat requests (default: the server's).")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests run first and excluded.")
-@click.option("--lengths", default="1k,8k,32k", show_default=True, help="Cold prefill prompt lengths (clipped to the slot context).")
+@click.option("--lengths", default="1k,8k,32k", show_default=True,
+              help="Cold prefill prompt lengths in tokens (1k = 1024); 'ctx' (or 'max') = the longest prompt that fits the slot "
+                   "context. Lengths that do not fit are skipped, and the output says which and why.")
 @click.option("--repeats", "-r", type=int, default=3, show_default=True, help="Repeats per prefill length / depth / warm TTFT.")
-@click.option("--depths", default="0,8k,32k", show_default=True, help="Context depths for the depth scenario.")
+@click.option("--depths", default="0,8k,32k", show_default=True,
+              help="Context depths for the depth scenario; 'ctx' (or 'max') = the deepest that fits the slot context with "
+                   "-n generated tokens. Depths that do not fit are skipped, and the output says which and why.")
 @click.option("--concurrency", "conc", default="1,2,4", show_default=True, help="Parallel stream counts.")
 @click.option("--ttft-prefix", type=int, default=2048, show_default=True, help="Shared prefix length (tokens) for warm TTFT.")
 @click.option("--slot", default="0", show_default=True, help="Pin serial scenarios to this slot (id_slot), or 'none'.")
@@ -115,7 +127,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             raise InputError(f"--slot {slot!r}: expected a slot number or 'none'") from None
     cfg = BenchConfig(
         url=url, scenarios=names, seed=seed, temperature=temperature, warmup=warmup, k=k, n_predict=n_predict, prompt_set=prompt_set, endpoint=endpoint,
-        prefill_lengths=_int_list(lengths, "--lengths"), repeats=repeats, depths=_int_list(depths, "--depths"),
+        prefill_lengths=_int_list(lengths, "--lengths", ctx=True), repeats=repeats, depths=_int_list(depths, "--depths", ctx=True),
         concurrency=tuple(c for c in _int_list(conc, "--concurrency") if c > 0), ttft_prefix=ttft_prefix, slot=slot_v,
         baseline_url=baseline_url, workload=workload, strict=strict, wait_ready_s=wait_ready, request_timeout_s=timeout_s,
         poll_interval_s=poll_interval, api_key=api_key,
