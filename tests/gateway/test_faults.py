@@ -219,6 +219,63 @@ def test_bad_input_gets_openai_errors_and_gateway_keeps_serving(lt: Any) -> None
     assert reserved(lt, gw) == 0
 
 
+def test_invalid_messages_and_token_limits_are_not_forwarded(lt: Any) -> None:
+    """A message without content and a token limit below 1 get a 400 naming the field; nothing
+    reaches the backend and nothing is reserved."""
+    fb = lt.fake(tokens=2)
+    gw = lt.gateway({"tiers": {"B": {"max_tokens": 100}}}, backends=[fb.url])
+    cases = [
+        ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages[0].content"),
+        ("/v1/chat/completions", {"messages": [{"role": "system"}] + MSG}, "messages[0].content"),
+        ("/v1/chat/completions", {"messages": MSG + [{"role": "assistant", "content": None}]}, "messages[1].content"),
+        ("/v1/chat/completions", {"messages": MSG, "max_tokens": 0}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": -5}, "max_completion_tokens"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens"),
+        ("/completion", {"prompt": "hi", "n_predict": -7}, "n_predict"),
+    ]
+    for path, body, param in cases:
+        st, _, data = post(gw.url + path, body)
+        err = json.loads(data)["error"]
+        assert (st, err["type"], err["param"]) == (400, "invalid_request_error", param), (path, body, data)
+        assert param in err["message"]
+    assert fb.stats.received == []
+    # the accepted neighbours: -1 on /completion is "unlimited", i.e. the tier's limit
+    st, _, _ = post(gw.url + "/completion", {"prompt": "hi", "n_predict": -1})
+    assert st == 200 and fb.stats.received[-1]["n_predict"] == 100
+    # 0 on /completion: llama-server evaluates the prompt only (a cache warm-up)
+    st, _, _ = post(gw.url + "/completion", {"prompt": "hi", "n_predict": 0})
+    assert st == 200 and fb.stats.received[-1]["n_predict"] == 0
+    tool_call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    st, _, _ = post(gw.url + "/v1/chat/completions",
+                    {"messages": MSG + [{"role": "assistant", "content": None, "tool_calls": [tool_call]},
+                                        {"role": "tool", "tool_call_id": "c1", "content": "4"}], "max_tokens": 1})
+    assert st == 200 and fb.stats.received[-1]["max_tokens"] == 1
+    assert reserved(lt, gw) == 0
+
+
+def test_props_and_slots_pick_the_default_route_backend(lt: Any) -> None:
+    """With several backends GET /props and /slots go to the backend a new request would get,
+    else the first healthy one; the backend's own status comes back (the fake has no /slots)."""
+    f0, f1 = lt.fake(tokens=2), lt.fake(tokens=2)
+    gw = lt.gateway({"health": {"interval_s": 3600}}, backends=[f0.url, f1.url])  # no recovery mid-test
+
+    def get(path: str) -> tuple[int, dict[str, str], bytes]:
+        try:
+            with urllib.request.urlopen(gw.url + path, timeout=20) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    st, h, body = get("/props")
+    assert st == 200 and h["X-Llamarig-Backend"] == "b0" and "total_slots" in json.loads(body)
+    assert get("/slots?fail_on_no_slot=1")[0] == 404  # passed through as the backend answered
+    lt.call(lambda: gw.backends.mark_failure("b0", "test", hard=True))
+    assert get("/props")[1]["X-Llamarig-Backend"] == "b1"
+    lt.call(lambda: gw.backends.mark_failure("b1", "test", hard=True))
+    st, _, body = get("/props")
+    assert st == 503 and json.loads(body)["error"]["code"] == "no_backend"
+
+
 def test_reload_applies_good_config_and_keeps_old_on_error(lt: Any, tmp_path: Path) -> None:
     fb = lt.fake(tokens=2)
     cfgp = tmp_path / "gw.toml"

@@ -8,6 +8,7 @@ from llamarig.gateway.config import KeyConfig, build_config
 from llamarig.gateway.tiers import (
     CHAT,
     NATIVE,
+    OAI_COMPLETION,
     RequestError,
     affinity_key,
     decide,
@@ -107,12 +108,55 @@ def test_sampling_override() -> None:
     ({"messages": MSG, "max_tokens": True}, CHAT, "max_tokens"), ({"messages": MSG, "stream": "yes"}, CHAT, "stream"),
     ({"messages": MSG, "temperature": "hot"}, CHAT, "temperature"), ({"prompt": 5}, NATIVE, "prompt"),
     ({"messages": MSG, "model": 3}, CHAT, "model"),
+    # OpenAI: user/system/developer/tool messages need content; an assistant one unless it has tool_calls
+    ({"messages": [{"role": "user"}]}, CHAT, "messages[0].content"),
+    ({"messages": [{"role": "system", "content": None}] + MSG}, CHAT, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": []}]}, CHAT, "messages[0].content"),
+    ({"messages": MSG + [{"role": "assistant"}]}, CHAT, "messages[1].content"),
+    ({"messages": MSG + [{"role": "tool", "tool_call_id": "1"}]}, CHAT, "messages[1].content"),
+    # token limits below 1 (llama-server's n_predict -1 = unlimited and 0 = prompt only are the exceptions)
+    ({"messages": MSG, "max_tokens": 0}, CHAT, "max_tokens"),
+    ({"messages": MSG, "max_tokens": -1}, CHAT, "max_tokens"),
+    ({"messages": MSG, "max_completion_tokens": 0}, CHAT, "max_completion_tokens"),
+    ({"prompt": "x", "max_tokens": -3}, OAI_COMPLETION, "max_tokens"),
+    ({"prompt": "x", "n_predict": -2}, NATIVE, "n_predict"),
 ])
 def test_validation(body: object, kind: str, param: str | None) -> None:
     with pytest.raises(RequestError) as e:
         validate_body(body, kind)
     assert e.value.status == 400 and e.value.param == param
     assert e.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_validation_error_bodies_follow_openai() -> None:
+    with pytest.raises(RequestError) as e:
+        validate_body({"messages": [{"role": "user"}]}, CHAT)
+    assert e.value.body()["error"] == {"message": "Missing required parameter: 'messages[0].content'.",
+                                       "type": "invalid_request_error", "param": "messages[0].content",
+                                       "code": "missing_required_parameter"}
+    with pytest.raises(RequestError) as e:
+        validate_body({"messages": MSG, "max_tokens": 0}, CHAT)
+    err = e.value.body()["error"]
+    assert (err["param"], err["code"]) == ("max_tokens", "integer_below_min_value")
+    assert "'max_tokens'" in err["message"] and "got 0" in err["message"]
+
+
+def test_validation_accepts() -> None:
+    tool_call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    ok = [
+        ({"messages": MSG + [{"role": "assistant", "content": None, "tool_calls": [tool_call]},
+                             {"role": "tool", "tool_call_id": "1", "content": "42"}]}, CHAT),
+        ({"messages": MSG + [{"role": "assistant", "tool_calls": [tool_call]}]}, CHAT),
+        ({"messages": [{"role": "user", "content": ""}]}, CHAT),  # empty text is content (OpenAI accepts it)
+        ({"messages": MSG, "max_tokens": 1, "max_completion_tokens": None}, CHAT),
+        ({"prompt": "x", "n_predict": -1}, NATIVE),
+    ]
+    for body, kind in ok:
+        assert validate_body(body, kind) is body
+    # n_predict -1 (unlimited in llama-server) is charged and sent as the tier's limit
+    x = d({"prompt": "x", "n_predict": -1})
+    assert (x.requested_max_tokens, x.max_tokens) == (None, 4096)
+    assert rewrite({"prompt": "x", "n_predict": -1}, x, CFG, NATIVE)["n_predict"] == 4096
 
 
 def test_estimate_and_affinity() -> None:

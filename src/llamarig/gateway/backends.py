@@ -132,6 +132,16 @@ class Backends:
         pref = self.affinity.get(affinity)
         return choose_backend(self.states.values(), self.ledger, tokens, pref, exclude)
 
+    def default_backend(self) -> str | None:
+        """The backend answering non-inference GETs (/props, /slots): the one the default route
+        would choose for a new request without affinity (least reserved fraction, with a free
+        slot), else the first healthy backend in config order; None when none is healthy."""
+        name = choose_backend(self.states.values(), self.ledger, 1)
+        if name is not None:
+            return name
+        healthy = self.healthy()
+        return healthy[0].name if healthy else None
+
     def healthy(self) -> list[BackendState]:
         return [s for s in self.states.values() if s.healthy and not s.removed]
 

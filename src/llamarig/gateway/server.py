@@ -118,6 +118,8 @@ class Gateway:
         srv.add("POST", "/completions", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
         for p in ("/tokenize", "/detokenize", "/apply-template"):
             srv.add("POST", p, self._wrap(lambda q, p=p: self._passthrough(q, p)))
+        for p in ("/props", "/slots"):
+            srv.add("GET", p, self._wrap(lambda q, p=p: self._passthrough_get(q, p)))
         srv.add("GET", "/v1/models", self._wrap(self._models))
         srv.add("GET", "/models", self._wrap(self._models))
         srv.add("GET", "/health", self._health)
@@ -552,17 +554,37 @@ class Gateway:
             json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise RequestError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
-        assert self.backends is not None and self.session is not None
+        assert self.backends is not None
         healthy = self.backends.healthy()
         if not healthy:
             raise Rejected(503, "no_backend", "no healthy backend", int(cfg.health.interval_s) or 1)
-        st = healthy[0]
+        return await self._forward("POST", healthy[0].name, path, raw, cfg)
+
+    async def _passthrough_get(self, request: Request, path: str) -> StreamResponse:
+        """GET /props and /slots (query string kept: ``/slots?fail_on_no_slot=1``), so tools that
+        probe llama-server (``llamarig bench``) work through the gateway. Behind the API keys;
+        answered by the backend the default route would choose (``Backends.default_backend``)."""
+        cfg = self.cfg
+        self._auth(request, cfg)
+        assert self.backends is not None
+        name = self.backends.default_backend()
+        if name is None:
+            raise Rejected(503, "no_backend", "no healthy backend", int(cfg.health.interval_s) or 1)
+        return await self._forward("GET", name, path + ("?" + request.query if request.query else ""), None, cfg)
+
+    async def _forward(self, method: str, name: str, path: str, raw: bytes | None, cfg: GatewayConfig) -> Response:
+        """One non-admitted request to backend ``name``; its status, body and content type come back
+        unchanged, with ``X-Llamarig-Backend`` naming the backend that answered."""
+        assert self.backends is not None and self.session is not None
+        st = self.backends.states[name]
+        headers = {**({"Content-Type": "application/json"} if raw is not None else {}), **st.headers()}
         try:
-            async with self.session.post(st.cfg.url + path, data=raw, headers={"Content-Type": "application/json", **st.headers()},
-                                         timeout=aiohttp.ClientTimeout(total=cfg.server.read_timeout_s)) as r:
+            async with self.session.request(method, st.cfg.url + path, data=raw, headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=cfg.server.read_timeout_s)) as r:
                 data = await r.read()
                 return Response(status=r.status, body=data,
-                                    headers={"Content-Type": r.headers.get("Content-Type", "application/json")})
+                                headers={"Content-Type": r.headers.get("Content-Type", "application/json"),
+                                         "X-Llamarig-Backend": st.name})
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             self.backends.mark_failure(st.name, f"{type(e).__name__}: {e}")
             raise RequestError(502, f"backend {st.name}: {type(e).__name__}: {e}", type_="server_error",

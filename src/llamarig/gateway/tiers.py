@@ -91,13 +91,23 @@ def validate_body(body: Any, kind: str) -> dict[str, Any]:
             c = m.get("content")
             if c is not None and not isinstance(c, (str, list)):
                 raise RequestError(400, f"messages[{i}].content must be a string or an array", param=f"messages[{i}].content")
+            _check_content(m, i)
     else:
         p = body.get("prompt")
         if p is None or not isinstance(p, (str, list)):
             raise RequestError(400, "'prompt' must be a string or an array", param="prompt")
     for f in ("max_tokens", "max_completion_tokens", "n_predict"):
-        if f in body and body[f] is not None and not _is_int(body[f]):
+        v = body.get(f)
+        if v is None:
+            continue
+        if not _is_int(v):
             raise RequestError(400, f"'{f}' must be an integer", param=f)
+        # llama-server: n_predict -1 = unlimited (the tier's limit applies), 0 = evaluate the
+        # prompt only (warms the prompt cache); OpenAI's fields need at least 1
+        if v < 1 and not (f == "n_predict" and v in (-1, 0)):
+            want = "-1 (unlimited), 0 (prompt only) or a value >= 1" if f == "n_predict" else "a value >= 1"
+            raise RequestError(400, f"Invalid '{f}': integer below minimum value. Expected {want}, but got {v} instead.",
+                               param=f, code="integer_below_min_value")
     if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
         raise RequestError(400, "'stream' must be a boolean", param="stream")
     if "model" in body and body["model"] is not None and not isinstance(body["model"], str):
@@ -111,6 +121,29 @@ def validate_body(body: Any, kind: str) -> dict[str, Any]:
     if ctk is not None and not isinstance(ctk, dict):
         raise RequestError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     return body
+
+
+#: roles whose messages must carry content (OpenAI: "content: Required" for these)
+CONTENT_ROLES = frozenset({"system", "developer", "user", "tool"})
+
+
+def _check_content(m: Mapping[str, Any], i: int) -> None:
+    """OpenAI's rule: system/developer/user/tool messages need content (a string, or a non-empty
+    array for the roles that take parts); an assistant message may leave it null or out only when
+    it carries ``tool_calls`` (or the legacy ``function_call``). Other roles are left to the backend."""
+    role, c = m["role"], m.get("content")
+    if role in CONTENT_ROLES:
+        if c is None:
+            raise RequestError(400, f"Missing required parameter: 'messages[{i}].content'.",
+                               param=f"messages[{i}].content", code="missing_required_parameter")
+        if isinstance(c, list) and not c:
+            raise RequestError(400, f"Invalid 'messages[{i}].content': empty array. Expected an array with "
+                               "minimum length 1, but got an empty array instead.",
+                               param=f"messages[{i}].content", code="empty_array")
+    elif role == "assistant" and c is None and not m.get("tool_calls") and not m.get("function_call"):
+        raise RequestError(400, f"Missing required parameter: 'messages[{i}].content' (an assistant message "
+                           "needs content unless it has tool_calls).",
+                           param=f"messages[{i}].content", code="missing_required_parameter")
 
 
 # ------------------------------------------------------------------------------ reading
@@ -274,7 +307,7 @@ def rewrite(body: Mapping[str, Any], d: Decision, cfg: GatewayConfig, kind: str)
     if tier.reasoning_effort and kind == CHAT and d.thinking:
         out["reasoning_effort"] = tier.reasoning_effort
     if d.timeout_s:
-        out["t_max_predict_ms"] = int(d.timeout_s * 1000)
+        out["t_max_predict_ms"] = max(1, round(d.timeout_s * 1000))  # 0 would mean "no limit"
     for k, v in tier.sampling.items():
         out[k] = v
     model = out.get("model")
