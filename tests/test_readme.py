@@ -31,10 +31,11 @@ def test_ci_runs_the_readme_test_command() -> None:
 def test_main_command_runs() -> None:
     main = commands("README.md")[0]
     # the part after the install: run it with this interpreter (the package is installed)
-    _, run = main.split("&&", 1)
-    argv = run.split()
-    assert argv[:3] == ["python3", "-m", "llamarig"]
-    r = subprocess.run([sys.executable, "-m", "llamarig", *argv[3:]], capture_output=True,
+    steps = [s.split() for s in main.split("&&")]
+    assert steps[0] == ["python3", "-m", "venv", ".venv"]  # PEP 668: no pip into the system Python
+    argv = steps[-1]
+    assert argv[0] == ".venv/bin/llamarig"
+    r = subprocess.run([sys.executable, "-m", "llamarig", *argv[1:]], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode in (0, 1), r.stderr  # 1 = honest "does not fit"
     assert "Traceback" not in r.stderr
