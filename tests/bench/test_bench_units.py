@@ -96,6 +96,11 @@ garbage line here
     assert rec["counters"]["tokens_predicted_total"]["excess"] == 26 and rec["foreign_work_completed"]
     assert reconcile(None, last, {}) == {"available": False}
     assert reconcile(first, Scrape(2, last.values, "2"), {"prompt_n": 50, "predicted_n": 90})["restart"] is True
+    # through a gateway the backend's samples carry a label: their sum stands for the total
+    gw = parse_metrics('llamacpp:tokens_predicted_total{backend="a"} 10\n'
+                       'llamacpp:tokens_predicted_total{backend="b"} 5\nllamacpp:prompt_tokens_total 7\n'
+                       'llamacpp:prompt_tokens_total{backend="a"} 99\n')
+    assert gw["tokens_predicted_total"] == 15 and gw["prompt_tokens_total"] == 7
 
 
 def test_monitor_flags_foreign_slots_without_a_server() -> None:

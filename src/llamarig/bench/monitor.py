@@ -40,6 +40,15 @@ def parse_metrics(text: str) -> dict[str, float]:
             out[name] = float(m.group(3))
         except ValueError:
             continue
+    # a proxy in front (e.g. `llamarig gateway`) re-exports the backend's samples with a label
+    # (`{backend="..."}`): when no unlabelled sample exists, the sum over labels stands for it
+    summed: dict[str, float] = {}
+    for name, v in out.items():
+        base, brace, _ = name.partition("{")
+        if brace:
+            summed[base] = summed.get(base, 0.0) + v
+    for base, v in summed.items():
+        out.setdefault(base, v)
     return out
 
 
