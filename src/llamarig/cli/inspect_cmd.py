@@ -1,16 +1,52 @@
-"""``llamarig inspect FILE.gguf``: what the model is, from its header alone."""
+"""``llamarig inspect MODEL``: what the model is, from its GGUF header alone (or, for a catalogue
+id such as ``qwen3.6-27b:iq4_nl``, from the built-in catalogue entry, no file read)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from llamarig.errors import GGUFError
 from llamarig.gguf import ModelSpec, load_spec
 from llamarig.units import fmt_bytes
+
+
+def _v(x: object) -> str:
+    """A header value for human text: ``?`` where the header does not say (JSON keeps null)."""
+    return "?" if x is None else str(x)
+
+
+def resolve_model(text: str) -> ModelSpec:
+    """MODEL as a GGUF path (split files too) or a catalogue id (``llamarig models``).
+
+    An existing path always wins; a catalogue id is tried next; anything else is read as a path,
+    so a missing file is a one-line ``no such file`` error (exit 2), with the closest catalogue
+    ids when the text looks like one.
+    """
+    from llamarig.plan.catalogue import build_spec, find_model, is_catalogue_id
+
+    p = Path(text)
+    if p.exists():
+        return load_spec(p)
+    if is_catalogue_id(text):
+        m, quant = find_model(text)  # UnknownNameError (exit 2) for an unknown quant
+        return build_spec(m, quant)
+    if text.lower().endswith(".gguf") or "/" in text or "\\" in text:
+        return load_spec(p)  # GGUFError: no such file
+    from llamarig.errors import UnknownNameError
+
+    try:
+        find_model(text)
+    except UnknownNameError as e:
+        hint = f" (did you mean: {', '.join(e.suggestions)}?)" if e.suggestions else ""
+        raise GGUFError(text, f"no such file, and not a catalogue id{hint}") from None
+    raise GGUFError(text, "no such file")  # pragma: no cover - find_model accepted what is_catalogue_id refused
 
 
 def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, int, str]]:
@@ -39,20 +75,24 @@ def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, int, str]]:
 
 
 def render_spec(spec: ModelSpec, console: Console) -> None:
-    t = Table(title=f"{spec.path}", show_header=False, title_justify="left")
+    t = Table(title=escape(spec.path), show_header=False, title_justify="left")
     t.add_column("field", style="bold")
     t.add_column("value")
-    t.add_row("architecture", spec.architecture + (f"  ({spec.name})" if spec.name else ""))
+    t.add_row("architecture", escape(spec.architecture + (f"  ({spec.name})" if spec.name else "")))
+    if spec.source == "catalogue":
+        t.add_row("source", "catalogue entry (no file read): shapes and sizes from the built-in "
+                  "catalogue, tensors are per-layer aggregates (llamarig models)")
     if spec.projector is not None:
         pj = spec.projector
-        t.add_row("projector", f"{pj.projector_type}  vision={pj.has_vision} audio={pj.has_audio}")
-        t.add_row("vision encoder", f"{pj.n_layer} layers, n_embd {pj.n_embd}, image {pj.image_size}px, patch {pj.patch_size}")
+        t.add_row("projector", f"{escape(_v(pj.projector_type))}  vision={pj.has_vision} audio={pj.has_audio}")
+        t.add_row("vision encoder", f"{_v(pj.n_layer)} layers, n_embd {_v(pj.n_embd)}, "
+                  f"image {_v(pj.image_size)}px, patch {_v(pj.patch_size)}")
     else:
         kinds = Counter(ly.kind for ly in spec.layers if not ly.nextn)
         t.add_row("layers", f"{spec.n_layer} blocks: " + ", ".join(f"{n} {k}" for k, n in kinds.items())
                   + (f", {spec.nextn_layers} MTP/nextn" if spec.nextn_layers else ""))
-        t.add_row("n_embd / n_ff / n_vocab", f"{spec.n_embd} / {spec.n_ff} / {spec.n_vocab}")
-        t.add_row("n_ctx_train", str(spec.n_ctx_train))
+        t.add_row("n_embd / n_ff / n_vocab", f"{_v(spec.n_embd)} / {_v(spec.n_ff)} / {_v(spec.n_vocab)}")
+        t.add_row("n_ctx_train", _v(spec.n_ctx_train))
         if spec.swa_window:
             t.add_row("sliding window", f"{spec.swa_window} tokens")
         if spec.recurrent:
@@ -62,16 +102,20 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
                       f"groups {r.group_count}, dt_rank {r.time_step_rank}: "
                       f"{fmt_bytes(per_seq)} per sequence (= 4 B × (n_embd_r {r.n_embd_r} + n_embd_s {r.n_embd_s}) × {kinds.get('recurrent', 0)} layers)")
         if spec.n_expert:
-            t.add_row("experts", f"{spec.n_expert_used} of {spec.n_expert} used, expert n_ff {spec.n_ff_expert}")
-        if spec.rope.freq_base:
-            t.add_row("rope", f"base {spec.rope.freq_base:g}, dims {spec.rope.dimension_count}"
-                      + (f", scaling {spec.rope.scaling_type} ×{spec.rope.scaling_factor}" if spec.rope.scaling_type else ""))
+            t.add_row("experts", f"{spec.n_expert_used} of {spec.n_expert} used, expert n_ff {_v(spec.n_ff_expert)}")
+        if isinstance(spec.rope.freq_base, (int, float)) and spec.rope.freq_base:
+            t.add_row("rope", f"base {spec.rope.freq_base:g}, dims {_v(spec.rope.dimension_count)}"
+                      + (f", scaling {escape(str(spec.rope.scaling_type))} ×{_v(spec.rope.scaling_factor)}"
+                         if spec.rope.scaling_type else ""))
     types = Counter()
     for tensor in spec.tensors:
         types[tensor.ggml_type] += tensor.n_bytes
     t.add_row("weights", f"{fmt_bytes(spec.weights_bytes)} in {spec.tensor_count} tensors ("
               + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in types.most_common(4)) + ")")
-    t.add_row("file", f"{fmt_bytes(spec.file_bytes)} in {len(spec.files)} file(s)")
+    if spec.source == "catalogue":
+        t.add_row("file", f"{fmt_bytes(spec.file_bytes)} ({_v(spec.metadata.get('size_source'))})")
+    else:
+        t.add_row("file", f"{fmt_bytes(spec.file_bytes)} in {len(spec.files)} file(s)")
     console.print(t)
     if spec.layers:
         lt = Table(title="layer shapes", title_justify="left")
@@ -81,22 +125,26 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
             lt.add_row(rng, str(n), kind, shape)
         console.print(lt)
     for w in spec.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 @click.command("inspect")
-@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("model", type=str)  # not click.Path: load_spec gives the one-line errors (exit 2)
 @click.option("--json", "as_json", is_flag=True, help="Print the ModelSpec as JSON (docs/inspect.md).")
 @click.option("--tensors", is_flag=True, help="With --json: include the tensor table.")
 def inspect_cmd(model: str, as_json: bool, tensors: bool) -> None:
     """Read MODEL's GGUF header (split files too) without touching tensor data.
 
+    MODEL is a GGUF path or a catalogue id (`llamarig models`); a catalogue id is described
+    from its built-in entry, no file read.
+
     \b
     Examples:
       llamarig inspect Qwen3.6-27B-IQ4_NL.gguf
       llamarig inspect model-00001-of-00003.gguf --json
+      llamarig inspect qwen3.6-27b:iq4_nl
     """
-    spec = load_spec(model)
+    spec = resolve_model(model)
     if as_json:
         click.echo(json.dumps(spec.to_json(with_tensors=tensors), indent=2))
     else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llamarig.errors import GGUFError
+from llamarig.errors import GGUFError, one_line
 from llamarig.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo, read_header
 
 LayerKind = Literal["attention", "swa", "recurrent"]
@@ -42,6 +42,26 @@ SWA_DEFAULT_PERIOD: dict[str, tuple[int, bool]] = {
 }
 #: gemma2 defaults n_swa to 4096 when the key is missing (src/models/gemma2.cpp)
 SWA_DEFAULT_WINDOW = {"gemma2": 4096}
+#: causal decoder archs whose ``load_arch_hparams`` (src/models/<arch>.cpp) reads no KV-shape key
+#: beyond the generic ones this module reads (block_count, head_count[_kv] scalar or per layer,
+#: key/value_length, embedding_length, expert_*, nextn_predict_layers): no sliding window, MLA
+#: (kv_lora_rank), recurrent, shared-KV or chunked-attention keys. Encoders, diffusion, audio and
+#: draft-head archs are left out on purpose: their memory is not that of a KV-cached decoder.
+GENERIC_ATTENTION_ARCHS = frozenset({
+    "apertus", "arcee", "arctic", "baichuan", "bailingmoe", "bailingmoe2", "bitnet", "bloom",
+    "chameleon", "chatglm", "codeshell", "cogvlm", "command-r", "dbrx", "deci", "deepseek",
+    "dots1", "ernie4_5", "exaone", "falcon", "gemma", "glm4", "glm4moe", "gpt2", "gptneox",
+    "granite", "granitemoe", "grok", "hunyuan-moe", "hy_v3", "internlm2", "jais", "jais2", "llama",
+    "maincoder", "minicpm", "minimax-m2", "mistral3", "mpt", "nemotron", "olmo", "olmoe",
+    "openelm", "orion", "phi2", "phimoe", "plamo", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3",
+    "qwen3moe", "qwen3vl", "qwen3vlmoe", "refact", "seed_oss", "smollm3", "stablelm", "starcoder",
+    "starcoder2", "xverse",
+})
+#: every architecture this module has rules for: the generic decoders above plus the archs named
+#: in the recurrent, hybrid and sliding-window tables, and ``clip`` (mmproj). Any other
+#: architecture is read from the generic keys with a warning.
+MODELLED_ARCHS = (GENERIC_ATTENTION_ARCHS | RECURRENT_ARCHS | HYBRID_ARCHS
+                  | frozenset(SWA_DEFAULT_PERIOD) | frozenset(SWA_DEFAULT_WINDOW) | {"clip"})
 
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -144,6 +164,11 @@ class ModelSpec:
         return self.n_layer - self.nextn_layers
 
     @property
+    def source(self) -> Literal["file", "catalogue"]:
+        """``catalogue`` for a spec built from a catalogue entry (no file read), else ``file``."""
+        return "catalogue" if self.metadata.get("catalogue") else "file"
+
+    @property
     def is_mmproj(self) -> bool:
         return self.projector is not None
 
@@ -188,6 +213,7 @@ class ModelSpec:
             "tensor_count": self.tensor_count,
             "projector": None if self.projector is None else vars(self.projector).copy(),
             "mtp_sidecar": self.mtp_sidecar,
+            "source": self.source,
             "warnings": list(self.warnings),
         }
         if with_tensors:
@@ -363,6 +389,15 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
     if split_count != len(headers):
         raise GGUFError(first.path, f"split.count is {split_count} but {len(headers)} file(s) were found")
 
+    if not tensors:
+        raise GGUFError(first.path, "has no tensors: a header or vocab-only file without weights, "
+                                    "which llama.cpp cannot load as a model")
+    if arch not in MODELLED_ARCHS:
+        warns.append(
+            f"architecture '{one_line(arch, 60)}' is not one llamarig models: layers and KV shape are "
+            "read from the generic keys, so memory figures for it are generic guesses"
+        )
+
     if arch == "clip":
         return ModelSpec(
             path=shown, files=files, architecture=arch, name=_get(md, "general.name"),
@@ -375,13 +410,16 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
         )
 
     a = arch
+    # llama-model.cpp load_hparams: block_count is a required key and GGML_ASSERT(n_layer_all > 0)
     n_layer = _int(md, f"{a}.block_count")
     if n_layer is None:
-        warns.append(f"{a}: no {a}.block_count; counting blk.N tensors")
-        idx = [int(m.group(1)) for t in tensors if (m := re.match(r"blk\.(\d+)\.", t.name))]
-        n_layer = max(idx) + 1 if idx else 0
-    if n_layer < 0 or n_layer > 100_000:
+        raise GGUFError(first.path, f"no {a}.block_count in the header (llama.cpp requires it: "
+                                    "'key not found in model')")
+    if n_layer <= 0 or n_layer > 100_000:
         raise GGUFError(first.path, f"{a}.block_count = {n_layer} is not plausible")
+    for key in ("context_length", "embedding_length"):
+        if _get(md, f"{a}.{key}") is None:
+            warns.append(f"no {a}.{key} in the header: llama.cpp requires it and will refuse to load this file")
     nextn = _int(md, f"{a}.nextn_predict_layers", 0) or 0
     if nextn < 0 or nextn > n_layer:
         warns.append(f"{a}.nextn_predict_layers = {nextn} is out of range; ignored")
