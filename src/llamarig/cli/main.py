@@ -77,8 +77,17 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except click.UsageError as e:  # one line, like every other bad-input error
+        no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
+        if no_args and isinstance(e, no_args) and e.ctx is not None:  # bare `llamarig`: the help
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
+        where = e.ctx.command_path if e.ctx is not None else "llamarig"
+        msg = " ".join(e.format_message().split())
+        click.echo(f"llamarig: error: {msg} (see `{where} --help`)", err=True)
+        sys.exit(2)
     except click.ClickException as e:
-        e.show()
+        click.echo(f"llamarig: error: {' '.join(e.format_message().split())}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("llamarig: interrupted", err=True)
