@@ -136,23 +136,12 @@ def _load_model(text: str):  # -> ModelSpec
 
 def _mmproj_from_file(path: str):
     from llamarig.gguf import load_spec
-    from llamarig.plan.catalogue import MMProjInfo
+    from llamarig.plan.mmproj import mmproj_info_from_spec
 
     spec = load_spec(path)
-    pj = spec.projector
-    if pj is None:
+    if spec.projector is None:
         raise GGUFError(path, "is not an mmproj file (general.architecture is not 'clip')")
-    n_pos = ((pj.image_size or 448) // (pj.patch_size or 14)) ** 2
-    e = pj.n_embd or 1024
-    heads = pj.n_head or 16
-    ff = pj.n_ff or 4 * e
-    act = n_pos * (3 * ff + 4 * e) * 4
-    fa_off = heads * n_pos * n_pos * 4 + act
-    return MMProjInfo(
-        label=Path(path).name, weights_bytes=spec.weights_bytes, compute_fa_on=act,
-        compute_fa_off=fa_off,
-        source=f"modelled from the projector header: {n_pos} patches, {heads} heads, n_ff {ff}",
-    )
+    return mmproj_info_from_spec(spec, Path(path).name)
 
 
 def resolve_mmproj(arg: str | None, catalogue_model) -> object | None:
