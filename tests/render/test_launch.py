@@ -64,24 +64,41 @@ def test_launch_bad_input(state_dir: Path, synth_model, llama_server, with_bin: 
     assert code == 2 and "not found" in err
     code, _, err = cli("launch", "-d", "--ram", "1M", str(model), "-c", "512")
     assert code == 1 and "does not fit" in err and "--force" in err
-    # a flag the server rejects: last log lines and the likely cause from check
+    # a flag the server rejects: refused by `llamarig check` before anything starts
     port = free_port()
     code, _, err = cli("launch", "-d", "--port", str(port), str(model), "-c", "512", "--no-such-flag")
+    assert code == 1 and "llamarig: error: [unknown-flag] `--no-such-flag`" in err and "--force" in err
+    assert not L.state_path(port).exists() and not L.port_in_use("127.0.0.1", port)
+    # with --force it is launched: the server exits; last log lines and the likely cause from check
+    code, _, err = cli("launch", "-d", "--force", "--port", str(port), str(model), "-c", "512", "--no-such-flag")
     assert code == 3 and "exited with code" in err and "likely cause" in err
+    assert "check [unknown-flag]" in err and "--force: launch anyway" in err
+    assert not L.state_path(port).exists()
+    # a llamarig option after the model: one line, nothing started (it used to reach llama-server)
+    code, _, err = cli("launch", "-d", "--port", str(port), str(model), "-c", "512", "--ram", "1M")
+    assert code == 2 and "put llamarig options before the model" in err and len(err.strip().splitlines()) == 1
     assert not L.state_path(port).exists()
 
 
-def test_rendered_bash_starts_and_stops(tmp_path: Path, synth_model, llama_server, with_bin: Path, cli) -> None:
+def test_rendered_bash_starts_and_stops(tmp_path: Path, synth_model, llama_server, with_bin: Path, cli,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     model = synth_model("llama", **SHAPES["llama"])
     other = llama_server(model, "-c", "256", "-np", "1")
     port = free_port()
     script = tmp_path / "srv.sh"
-    code, _, err = cli("render", "-o", str(script), "--name", "srv", str(model), "-c", "512", "-np", "1",
+    # rendered in the model's directory with a relative model path ...
+    monkeypatch.chdir(model.parent)
+    code, _, err = cli("render", "-o", str(script), "--name", "srv", model.name, "-c", "512", "-np", "1",
                        "-t", "2", "--port", str(port))
     assert code == 0, err
+    assert f"-m {model}" in script.read_text()
     env = dict(os.environ, LLAMARIG_RUN_DIR=str(tmp_path / "run"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     try:
-        r = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True, timeout=200)
+        # ... and started from another directory: the absolute path still finds it
+        r = subprocess.run([str(script), "start"], env=env, capture_output=True, text=True, timeout=200,
+                           cwd=elsewhere)
         assert r.returncode == 0, r.stdout + r.stderr
         pid = int((tmp_path / "run" / "srv.pid").read_text())
         assert L.health(f"http://127.0.0.1:{port}") == 200
@@ -121,14 +138,17 @@ def test_foreground_launch_stops_its_server_on_sigterm(synth_model, with_bin: Pa
     assert not L.state_path(port).exists()
 
 
-def test_launch_verifies_the_mtp_draft_context(synth_model, with_bin: Path, state_dir: Path, cli) -> None:
+def test_launch_verifies_the_mtp_draft_context(synth_model, with_bin: Path, state_dir: Path, cli,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     model = synth_model("qwen35", **SHAPES["qwen35"], nextn_layers=1)
     port = free_port()
-    code, out, err = cli("launch", "-d", "--json", "--port", str(port), str(model), "-c", "2048", "-np", "1",
+    monkeypatch.chdir(model.parent)  # a relative model path: launched (and recorded) as absolute
+    code, out, err = cli("launch", "-d", "--json", "--port", str(port), model.name, "-c", "2048", "-np", "1",
                          "-t", "2", "--spec-type", "draft-mtp", "--spec-draft-n-max", "2")
     try:
         assert code == 0, err
         res = json.loads(out)
+        assert res["argv"][res["argv"].index("-m") + 1] == str(model)
         rows = {(r["device"], r["component"]): r for r in res["verification"]}
         assert rows[("host", "draft")]["actual_mib"] > 0 and rows[("host", "draft")]["ok"], rows
         assert res["verified"], res["verification"]

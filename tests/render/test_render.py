@@ -143,3 +143,170 @@ def test_render_from_script_roundtrip(synth_model, with_bin: Path, cli, tmp_path
     assert "repaired with `llamarig check --fix`" in out and "-np 2" in out and _errors(out) == []
     code, _, err = cli("render", "--from-script", str(tmp_path / "missing.sh"))
     assert code == 2
+
+
+# ---------------------------------------------------------------- the final command is checked
+
+
+def test_render_refuses_check_errors_in_a_direct_command(synth_model, with_bin: Path, cli, tmp_path: Path) -> None:
+    from tests.render.conftest import SHAPES
+
+    model = synth_model("llama", **SHAPES["llama"])
+    out_file = tmp_path / "t.sh"
+    for fmt in ("bash", "systemd", "compose", "llama-swap"):
+        code, out, err = cli("render", "-f", fmt, "-o", str(out_file), str(model), "-c", "2048", "--bogus-flag", "3")
+        assert code == 1 and out == "" and not out_file.exists(), (fmt, err)
+        lines = err.strip().splitlines()
+        assert lines[0].startswith("llamarig: error: [unknown-flag] `--bogus-flag`"), err
+        assert "--force" in lines[-1] and str(with_bin) in lines[-1]  # the installed build's schema
+        assert len(lines) == 2
+    # a value llama-server rejects, and an error rule beyond the parse (-ctv q8_0 with -fa off)
+    code, _, err = cli("render", str(model), "-c", "lots")
+    assert code == 1 and "[invalid-value]" in err
+    code, _, err = cli("render", str(model), "-c", "2048", "-fa", "off", "-ctv", "q8_0")
+    assert code == 1 and "[quantized-v-fa-off]" in err
+    # --force renders it anyway and says so
+    code, out, err = cli("render", "--force", str(model), "-c", "2048", "--bogus-flag", "3")
+    assert code == 0 and "--bogus-flag 3" in out
+    assert "llamarig: warning: [unknown-flag]" in err and "--force: render anyway" in err
+    # warnings are printed, the output is rendered
+    code, out, err = cli("render", str(model), "-c", "2048", "--host", "0.0.0.0")
+    assert code == 0 and "--host 0.0.0.0" in out
+    assert "llamarig: warning: [public-no-api-key]" in err
+
+
+def test_llamarig_options_after_the_model_are_refused(synth_model, with_bin: Path, cli, tmp_path: Path,
+                                                      state_dir: Path) -> None:
+    from tests.render.conftest import SHAPES
+
+    model = synth_model("llama", **SHAPES["llama"])
+    out_file = tmp_path / "tiny.sh"
+    for extra in (["-o", str(out_file)], ["--out", str(out_file)], ["-f", "systemd"], ["--ram", "64G"],
+                  ["--gpu", "rtx3090"], ["--name=tiny"], ["--force"]):
+        code, out, err = cli("render", "--name", "tiny", str(model), "-c", "2048", *extra)
+        assert code == 2 and out == "" and not out_file.exists(), (extra, out, err)
+        assert "put llamarig options before the model" in err and extra[0].split("=")[0] in err
+        assert len(err.strip().splitlines()) == 1
+    # the explicit `--` form too
+    code, _, err = cli("render", "--", str(with_bin), "-m", str(model), "-o", str(out_file))
+    assert code == 2 and "put llamarig options before the model" in err
+    # launch: refused before anything is started
+    code, _, err = cli("launch", "-d", str(model), "-c", "512", "--ram", "1M")
+    assert code == 2 and "--ram" in err and "put llamarig options before the model" in err
+    code, _, err = cli("launch", "-d", str(model), "-c", "512", "--json")
+    assert code == 2 and "--json" in err
+    assert not list(state_dir.glob("launch-*"))
+    # a llamarig option that is also a llama-server flag goes to the server, as documented
+    code, out, err = cli("render", str(model), "-c", "2048", "--port", "18612")
+    assert code == 0 and "--port 18612" in out, err
+    # a value that looks like a llamarig option is a value, not an option
+    code, out, err = cli("render", str(model), "-c", "2048", "-a", "--name")
+    assert code == 0 and "-a --name" in out, err
+    # the option where it belongs works
+    code, _, err = cli("render", "--name", "tiny", "-o", str(out_file), str(model), "-c", "2048")
+    assert code == 0 and out_file.is_file(), err
+
+
+# ---------------------------------------------------------------- paths in the outputs
+
+
+def test_rendered_paths_are_absolute(synth_model, with_bin: Path, cli, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.render.conftest import SHAPES
+
+    src = synth_model("llama", **SHAPES["llama"])
+    work = tmp_path / "work"
+    (work / "loras").mkdir(parents=True)
+    shutil.copy(src, work / "tiny.gguf")
+    (work / "loras" / "a.gguf").write_bytes(b"")
+    (work / "tmpl.jinja").write_text("{{ messages }}")
+    monkeypatch.chdir(work)
+    flags = ("tiny.gguf", "-c", "2048", "-np", "1", "-t", "2", "--lora", "loras/a.gguf,loras/b.gguf",
+             "--lora-scaled", "loras/a.gguf:0.5", "--chat-template-file", "tmpl.jinja", "--log-file", "logs/srv.log",
+             "--slot-save-path", "slots", "--hf-file", "q.gguf", "--port", "18613")
+    want = {"-m": f"{work}/tiny.gguf", "--lora": f"{work}/loras/a.gguf,{work}/loras/b.gguf",
+            "--lora-scaled": f"{work}/loras/a.gguf:0.5", "--chat-template-file": f"{work}/tmpl.jinja",
+            "--log-file": f"{work}/logs/srv.log", "--slot-save-path": f"{work}/slots",
+            "--hf-file": "q.gguf"}  # a file inside a Hugging Face repo: not a local path
+    outs = {}
+    for fmt in ("bash", "systemd", "llama-swap", "compose"):
+        code, out, err = cli("render", "-f", fmt, "--name", "tiny", *flags)
+        assert code == 0, (fmt, err)
+        outs[fmt] = out
+        assert "made absolute (against " in out
+    for fmt in ("bash", "systemd", "llama-swap"):
+        parsed, _, findings = run_check(outs[fmt], SCHEMA)
+        argv = parsed.invocations[0].argv
+        for flag, value in want.items():
+            assert argv[argv.index(flag) + 1] == value, (fmt, flag, argv)
+        assert [f for f in findings if f.severity == "error"] == [], fmt
+    p = tmp_path / "tiny.sh"
+    p.write_text(outs["bash"])
+    subprocess.run(["bash", "-n", str(p)], check=True)
+    assert f"\nWorkingDirectory={work}\n" in outs["systemd"]
+    if shutil.which("systemd-analyze"):
+        unit = tmp_path / "tiny.service"
+        unit.write_text(outs["systemd"])
+        r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    # compose: the same files, through mounts (read-only unless llama-server writes there)
+    svc = yaml.safe_load(outs["compose"])["services"]["tiny"]
+    mounts = {v.split(":")[0]: v for v in svc["volumes"]}
+    assert mounts[str(work)] == f"{work}:/models:ro"
+    assert mounts[f"{work}/loras"] == f"{work}/loras:/models1:ro"
+    assert mounts[f"{work}/logs"] == f"{work}/logs:/models2"  # --log-file: written
+    assert mounts[f"{work}/slots"] == f"{work}/slots:/models3"
+    cmd = svc["command"]
+    assert cmd[cmd.index("-m") + 1] == "/models/tiny.gguf"
+    assert cmd[cmd.index("--lora") + 1] == "/models1/a.gguf,/models1/b.gguf"
+    assert cmd[cmd.index("--lora-scaled") + 1] == "/models1/a.gguf:0.5"
+    assert cmd[cmd.index("--chat-template-file") + 1] == "/models/tmpl.jinja"
+    assert cmd[cmd.index("--hf-file") + 1] == "q.gguf"
+    assert _errors(outs["compose"]) == []
+
+
+def test_catalogue_model_id_is_not_a_path(with_bin: Path, cli) -> None:
+    code, out, err = cli("render", "--gpu", "rtx3090", "qwen3.6-27b:iq4_nl", "-c", "2048")
+    assert code == 0, err
+    assert "-m qwen3.6-27b:iq4_nl" in out and "is a catalogue id, not a file" in out and "verdict: fits" in out
+
+
+def test_from_script_paths_resolve_against_the_script(synth_model, with_bin: Path, cli, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.render.conftest import SHAPES
+
+    d = tmp_path / "deploy"
+    d.mkdir()
+    shutil.copy(synth_model("llama", **SHAPES["llama"]), d / "tiny.gguf")
+    (d / "run.sh").write_text(f"{with_bin} -m tiny.gguf -c 1024 --log-file srv.log\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = cli("render", "-f", "systemd", "--from-script", str(d / "run.sh"))
+    assert code == 0, err
+    assert f"-m {d}/tiny.gguf" in out  # found beside the script, not in the current directory
+    assert f"--log-file {elsewhere}/srv.log" in out  # not there yet: the current directory
+    assert f"WorkingDirectory={d}\n" in out
+
+
+def test_working_directory_without_a_model_file() -> None:
+    from llamarig.render.argv import working_directory
+
+    assert working_directory(["-m", "/srv/m/a.gguf", "-c", "1"], SCHEMA) == "/srv/m"
+    assert working_directory(["-hf", "user/repo"], SCHEMA) == str(Path.cwd())
+
+
+def test_script_errors_are_reported_once_and_refused_by_launch(synth_model, with_bin: Path, cli, tmp_path: Path,
+                                                                state_dir: Path) -> None:
+    from tests.render.conftest import SHAPES
+
+    model = synth_model("llama", **SHAPES["llama"])
+    bad = tmp_path / "bad.sh"
+    bad.write_text(f"{with_bin} -m {model} -c 1024 --bogus\n")
+    code, out, err = cli("render", "--force", "--from-script", str(bad))
+    assert code == 0 and "--bogus" in out
+    assert err.count("[unknown-flag]") == 1 and "--force: render anyway" in err
+    # launch takes the same input: refused before anything starts
+    code, _, err = cli("launch", "-d", "--from-script", str(bad))
+    assert code == 1 and "llamarig: error: [unknown-flag] `--bogus`" in err
+    assert not list(state_dir.glob("launch-*"))

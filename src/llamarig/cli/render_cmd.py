@@ -1,6 +1,7 @@
 """``llamarig render``, ``llamarig launch``, ``llamarig stop`` (docs/render.md, docs/launch.md).
 
-Input, for render and launch alike (options of llamarig first, then the server's flags):
+Input, for render and launch alike (options of llamarig first, then the server's flags; a
+llamarig option written after the model is refused, exit 2, unless llama-server has that flag):
   llamarig render [OPTIONS] MODEL.gguf [LLAMA-SERVER FLAGS]
   llamarig render [OPTIONS] -- [/path/to/llama-server] -m MODEL.gguf [LLAMA-SERVER FLAGS]
   llamarig render [OPTIONS] --from-script FILE     (a script/unit/compose/llama-swap file)
@@ -33,16 +34,17 @@ class Resolved:
     plan_note: str = ""
     findings: list[Any] = field(default_factory=list)  # check findings of a --from-script input
     notes: list[str] = field(default_factory=list)  # comment lines about the input
+    schema: Any = None  # flag schema of `binary` (else the bundled one)
 
 
 def _binary(explicit: str | None, program: str | None) -> str:
     from llamarig.binary import find_binary
 
     if explicit:
-        return str(find_binary("llama-server", explicit))
+        return os.path.abspath(find_binary("llama-server", explicit))
     if program and ("/" in program) and Path(program).is_file():
         return str(Path(program).resolve())
-    return str(find_binary("llama-server")).strip()
+    return os.path.abspath(str(find_binary("llama-server")).strip())
 
 
 def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
@@ -94,12 +96,30 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool)
     return plan, speed, note
 
 
+def own_options() -> list[str]:
+    """Every spelling of the running llamarig command's own options (click's context)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    out: list[str] = []
+    for p in ctx.command.params:
+        if isinstance(p, click.Option):
+            out += [*p.opts, *p.secondary_opts]
+    return out
+
+
 def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, server_bin: str | None,
             gpus: tuple[str, ...], ram: str | None, detect: bool, want_plan: bool = True,
-            fix: bool = False) -> Resolved:
+            fix: bool = False, own: list[str] | None = None) -> Resolved:
+    """The binary, the final llama-server args (relative paths made absolute), env and plan.
+    ``own``: the calling command's option spellings; one of them among the server flags (written
+    after the model) that llama-server does not know is an InputError."""
+    from llamarig.render.argv import absolutize, misplaced_options
+
     env: list[tuple[str, str]] = []
     findings: list[Any] = []
     notes: list[str] = []
+    bases = [Path.cwd()]
     if from_script:
         from llamarig.cli.check_cmd import get_schema, read_input, run_check
 
@@ -125,6 +145,7 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         findings = [f for f in findings if f.invocation in (None, invocation - 1)]
         program, args = inv.program, [w.text for w in inv.args]
         env = [(n, v) for n, v, _ in inv.env]
+        bases.append(Path(from_script).parent.resolve())
     else:
         program, args = _split(list(tokens))
         if not args:
@@ -133,7 +154,19 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     binary = _binary(server_bin, program)
     if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
         notes.append(f"binary: {binary} (the input's {program} is not here)")
-    res = Resolved(binary, args, env, findings=findings, notes=notes)
+    schema = _schema(binary)
+    if own and not from_script:
+        bad = misplaced_options(args, schema, own)
+        if bad:
+            cmd = click.get_current_context().info_name
+            raise InputError(f"{', '.join(bad)}: llamarig option(s) after the model (or after `--`) would be passed "
+                             f"to llama-server, which does not take them: put llamarig options before the model, "
+                             f"e.g. `llamarig {cmd} {bad[0]} ... MODEL.gguf [SERVER FLAGS]`")
+    args, changed = absolutize(args, schema, bases)
+    if changed:
+        where = " or ".join(str(b) for b in bases)
+        notes.append(f"paths: relative {', '.join(changed)} made absolute (against {where})")
+    res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema)
     if want_plan:
         res.plan, res.speed, res.plan_note = _plan(args, gpus, ram, detect)
     return res
@@ -157,6 +190,7 @@ def _default_name(args: list[str]) -> str:
 
 def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str | None = None,
                 user: str | None = None) -> str:
+    from llamarig.render.argv import absolutize, working_directory
     from llamarig.render.common import RenderSpec, plan_figures
 
     figures = plan_figures(res.plan, res.speed) if res.plan is not None else []
@@ -171,7 +205,10 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
             raise InputError(f"argument {one_line(word)}: contains a control character (newline, tab...): "
                              "it cannot be rendered safely into a script, unit or YAML file")
     figures = [one_line(f, 1000) for f in figures]
-    spec = RenderSpec(res.binary, tuple(res.args), nm, tuple(figures), tuple(res.env), _schema(res.binary))
+    schema = res.schema if res.schema is not None else _schema(res.binary)
+    # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
+    args, _ = absolutize(res.args, schema, [Path.cwd()])
+    spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema)
     if fmt == "bash":
         from llamarig.render.bash import render_bash
 
@@ -179,7 +216,7 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
     if fmt == "systemd":
         from llamarig.render.systemd import render_systemd
 
-        return render_systemd(spec, user=user)
+        return render_systemd(spec, user=user, working_dir=working_directory(args, schema))
     if fmt == "compose":
         from llamarig.render.compose import render_compose
 
@@ -193,6 +230,29 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
 
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: int | None = None,
+                reported: list[Any] | None = None) -> None:
+    """Run `llamarig check`'s rules on the final command (binary + ``args``): each error and
+    warning on one stderr line; with errors, exit 1 unless ``force`` (then they are warnings).
+    ``reported``: findings of the --from-script input printed already; not repeated."""
+    from llamarig.render.argv import check_argv, finding_line
+
+    seen = {(f.rule, f.flag, f.severity) for f in reported or ()}
+    findings = [f for f in check_argv([res.binary, *args], res.schema, cores=cores)
+                if (f.rule, f.flag, f.severity) not in seen and f.severity in ("error", "warning")]
+    errors = [f for f in findings if f.severity == "error"]
+    for f in findings:
+        if f.severity == "error" and not force:
+            click.echo(f"llamarig: error: {finding_line(f)}", err=True)
+        else:
+            extra = f" (--force: {what} anyway)" if f.severity == "error" else ""
+            click.echo(f"llamarig: warning: {finding_line(f)}{extra}", err=True)
+    if errors and not force:
+        label = res.schema.label() if res.schema is not None else "the bundled schema"
+        raise LlamarigError(f"{len(errors)} check error(s) in the llama-server command (flags of {label}): "
+                            f"fix them, or pass --force to {what} it as is")
 
 
 def _input_options(f: Any) -> Any:
@@ -227,13 +287,19 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
     docker compose service or a llama-swap entry, with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
-    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, fix=fix)
+    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, fix=fix, own=own_options())
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
             click.echo(f"llamarig: line {f.line}: [{f.rule}] {f.message}", err=True)
         raise LlamarigError(f"{len(errors)} check error(s) in {from_script}: pass --fix to apply "
                             "`llamarig check --fix` repairs, or --force to render as is")
+    for f in errors:
+        click.echo(f"llamarig: warning: line {f.line}: [{f.rule}] {f.message} (--force: render anyway)", err=True)
+    # the rendered command itself must pass `llamarig check` (cores: of this machine only with --detect)
+    from llamarig.flags.rules import physical_cores
+
+    check_final(res, res.args, force, "render", physical_cores() if detect else None, reported=errors)
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError("the plan does not fit (" + "; ".join(res.plan.shortfalls()) + "): pass --force to render anyway")
     text = render_text(res, fmt, name, compose_backend, user)
@@ -272,7 +338,7 @@ def _verify_table(rows: list[Any]) -> None:
 @click.option("--detach", "-d", is_flag=True, help="Return once healthy and verified; stop it with `llamarig stop`.")
 @click.option("--host", type=str, default=None, help="--host for llama-server (default: the command's, else 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="--port for llama-server (default: the command's, else 8080).")
-@click.option("--force", is_flag=True, help="Launch even when the plan does not fit.")
+@click.option("--force", is_flag=True, help="Launch even when the command has check errors or the plan does not fit.")
 @click.option("--timeout", "timeout_s", type=float, default=600, show_default=True, help="Seconds to wait for /health.")
 @click.option("--log", "log_path", type=str, default=None, help="Log file (default: the state directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
@@ -284,7 +350,8 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
                command: tuple[str, ...]) -> None:
     """Start llama-server, wait for /health, and compare the buffers it allocated with the plan.
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
-    warnings), 1 plan does not fit, 2 bad input, 3 binary missing / port in use / start failed."""
+    warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
+    port in use / start failed."""
     from llamarig.render import launch as L
 
     if not detach:
@@ -297,7 +364,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
         signal.signal(signal.SIGTERM, _interrupt)
     # the server runs here: plan for this machine's GPUs and RAM unless told otherwise
     detect = detect or not gpus
-    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect)
+    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, own=own_options())
     if res.plan is None and res.plan_note:
         click.echo(f"llamarig: note: {res.plan_note}; launching without verification", err=True)
     args = list(res.args)
@@ -309,6 +376,9 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
         from llamarig.render.common import set_value
 
         args = set_value(args, ("--host",), host)
+    from llamarig.flags.rules import physical_cores
+
+    check_final(res, args, force, "launch", physical_cores())
     old_env = {k: os.environ.get(k) for k, _ in res.env}
     os.environ.update(dict(res.env))
     try:

@@ -1,7 +1,9 @@
 """A docker compose service for the official llama.cpp server images
 (ghcr.io/ggml-org/llama.cpp:server, :server-cuda, :server-vulkan, :server-rocm; their ENTRYPOINT
 is /app/llama-server and HEALTHCHECK curls :8080/health, see .devops/*.Dockerfile in llama.cpp).
-Host files named in the flags (model, mmproj, draft, ...) are mounted read-only under /models."""
+Host files named in the flags (model, mmproj, draft, LoRA, template, ...: every path-valued option
+of the flag schema, see llamarig.render.argv) are mounted read-only under /models, /models1, ...;
+the directories of files llama-server writes (--log-file, --slot-save-path, ...) read-write."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import os
 from pathlib import PurePosixPath
 
+from llamarig.render.argv import PathOption, map_paths
 from llamarig.render.common import RenderSpec, get_value, set_value
 
 IMAGES = {
@@ -17,12 +20,6 @@ IMAGES = {
     "vulkan": "ghcr.io/ggml-org/llama.cpp:server-vulkan",
     "rocm": "ghcr.io/ggml-org/llama.cpp:server-rocm",
 }
-#: flags whose value is a host file the container must see
-_FILE_FLAGS = {"-m", "--model", "-mm", "--mmproj", "-md", "--model-draft", "--spec-draft-model",
-               "--chat-template-file", "--api-key-file", "--ssl-key-file", "--ssl-cert-file",
-               "--lora", "--grammar-file", "--log-file", "-lcs", "-lcd"}
-#: flags whose file or directory llama-server writes: mounted read-write
-_WRITTEN = {"--log-file", "--slot-save-path", "-lcs", "-lcd"}
 
 
 def _q(s: str) -> str:
@@ -30,19 +27,20 @@ def _q(s: str) -> str:
 
 
 def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, ...] = ()) -> str:
-    args = list(spec.args)
     mounts: dict[str, str] = {}  # host dir -> container dir
     writable: set[str] = set()
-    for i, a in enumerate(args[:-1]):
-        if a in _FILE_FLAGS or a == "--slot-save-path":
-            p = PurePosixPath(os.path.abspath(args[i + 1]))
-            is_dir = a == "--slot-save-path"
-            host_dir = str(p if is_dir else p.parent)
-            if host_dir not in mounts:
-                mounts[host_dir] = "/models" if not mounts else f"/models{len(mounts)}"
-            if a in _WRITTEN:
-                writable.add(host_dir)
-            args[i + 1] = mounts[host_dir] if is_dir else f"{mounts[host_dir]}/{p.name}"
+
+    def mount(po: PathOption, value: str) -> str:
+        p = PurePosixPath(os.path.abspath(os.path.expanduser(value)))
+        host_dir = str(p if po.is_dir else p.parent)
+        if host_dir not in mounts:
+            mounts[host_dir] = "/models" if not mounts else f"/models{len(mounts)}"
+        if po.written:
+            writable.add(host_dir)
+        return mounts[host_dir] if po.is_dir else f"{mounts[host_dir]}/{p.name}"
+
+    # every local path option of the schema (llamarig.render.argv): its directory is mounted
+    args = map_paths(spec.args, spec.schema, mount)
     port = spec.port
     host = spec.host
     publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else host
