@@ -146,7 +146,9 @@ def test_seed_user_plan_fits_on_3090(q36) -> None:
 
 
 def test_overflow_is_an_answer(q36) -> None:
-    cfg = parse_server_args(["-c", "262144", "-np", "1"])
+    # -ngl given: --fit does not move layers to the CPU (common/fit.cpp:463-465), so the plan
+    # keeps every layer on the GPU and says by how much it does not fit
+    cfg = parse_server_args(["-c", "262144", "-np", "1", "-ngl", "99"])
     p = make_plan(PlanInputs(q36, cfg, Hardware((parse_gpu_arg("4060ti:16"),))))
     assert not p.fits
     assert "short by" in p.shortfalls()[0]

@@ -39,9 +39,16 @@ def test_json_schema(capsys) -> None:
 
 
 def test_does_not_fit_exits_1(capsys) -> None:
-    code, out, _ = run(capsys, "plan", "qwen3.6-27b:q8_0", "--gpu", "4060ti", "-c", "262144", "-np", "1")
+    # -ngl given: --fit keeps every layer on the GPU (common/fit.cpp:463-465) -> a shortfall
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:q8_0", "--gpu", "4060ti", "-c", "262144", "-np", "1", "-ngl", "99")
     assert code == 1
     assert "does not fit" in out and "short by" in out
+    # without -ngl, --fit moves layers to the CPU: llama-server starts, slowly
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:q8_0", "--gpu", "4060ti", "-c", "262144", "-np", "1", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert any("--fit would place" in n for n in d["notes"])
+    assert any("decode will be much slower" in w for w in d["warnings"])
 
 
 def test_pasted_command(capsys, tmp_path) -> None:

@@ -39,8 +39,8 @@ llama-server flags understood (same spellings and defaults as llama-server):
   -c/--ctx-size, -np/--parallel, -kvu/--kv-unified, -no-kvu/--no-kv-unified,
   --kv-unified-per-slot, -ctk/-ctv, -ctkd/-ctvd, -fa, -b/-ub, -ngl, -sm, -ts, -mg,
   --n-cpu-moe, -cmoe, -ot, -nkvo, --swa-full, --cache-ram, --ctx-checkpoints,
-  --checkpoint-min-step, --spec-type, --spec-draft-n-max, --load-mode, --fit,
-  --no-mmproj-offload, -dev, --rpc
+  --checkpoint-min-step, --spec-type, --spec-draft-n-max, --load-mode, --fit, -fitt,
+  -fitc, --no-mmproj-offload, -dev, --rpc, -md, -ngld, -devd, -otd, -cmoed, -ncmoed
 
 Examples:
   llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0
@@ -185,6 +185,22 @@ def build_inputs(pa: PlanArgs):
     if pa.command is not None:
         cfg = parse_server_args(pa.command, strict=False)
     cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
+    problems: list[str] = []
+    if cfg.hf_repo:
+        # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
+        # sets model.path to the downloaded primary file); plan cannot download
+        if cfg.model:
+            raise InputError(f"-m {cfg.model} and -hf {cfg.hf_repo} together: llama-server would load the file "
+                             "downloaded for -hf, not -m; drop one (plan reads local GGUFs and catalogue ids only)")
+        if not pa.model:
+            raise InputError(f"-hf {cfg.hf_repo}: plan cannot download from Hugging Face; give the GGUF path "
+                             "(-m) or a catalogue id (`llamarig models`)")
+    for what, mine, theirs in (("MODEL", pa.model, cfg.model), ("--mmproj", pa.mmproj, cfg.mmproj),
+                               ("--draft", pa.draft, cfg.draft_model)):
+        if mine and theirs and mine != theirs:
+            flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
+            problems.append(f"{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; "
+                            f"the {flag} {theirs} of the llama-server command is ignored")
     model = pa.model or cfg.model
     if not model:
         raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
@@ -201,9 +217,17 @@ def build_inputs(pa: PlanArgs):
     shown_mm = None if mm_arg in (None, "none") else mm_arg
     if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
         shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
-    cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg)
+    cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg,
+                  problems=(*cfg.problems, *problems))
     hw = build_hardware(pa)
-    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead)
+    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, notes=tuple(gpu_notes(pa)))
+
+
+def gpu_notes(pa: PlanArgs) -> list[str]:
+    """A note for each --gpu name that matches several catalogue entries (which one was taken)."""
+    from llamarig.hardware.catalogue import gpu_match_note
+
+    return [n for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n]
 
 
 def build_plan(pa: PlanArgs):
@@ -308,10 +332,13 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         if code:
             raise click.exceptions.Exit(code)
         return
-    from llamarig.plan.planner import make_plan
+    from llamarig.plan.planner import effective_inputs, make_plan
     from llamarig.plan.speed import attach_speed, speed_table
 
-    plan = attach_speed(make_plan(inp), inp, cal=cal, host_bandwidth_gbs=host_bw, acceptance=sa.acceptance)
+    plan = make_plan(inp)
+    # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
+    plan = attach_speed(plan, effective_inputs(inp, plan), cal=cal, host_bandwidth_gbs=host_bw,
+                        acceptance=sa.acceptance)
     if pa.as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:

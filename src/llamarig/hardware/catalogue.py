@@ -138,3 +138,23 @@ def parse_gpu_arg(text: str) -> GPU:
             raise InputError(f"--gpu '{text}': VRAM {vram} GB is not plausible")
         g = replace(g, memory_bytes=int(gb * GiB))
     return g
+
+
+def gpu_match_note(name: str) -> str | None:
+    """When ``name`` (not an exact id or full name) also matches other catalogue entries by
+    prefix ('A100' -> the 40 GB card, but the 80 GB one too), say which was taken and the others."""
+    text = name.strip()
+    try:
+        g = find_gpu(text)
+    except UnknownNameError:
+        return None
+    if text.lower() in (g.id.lower(), g.name.lower()):
+        return None
+    key = _norm(text)
+    others = [o for o in load_gpus() if o.id != g.id
+              and any(_norm(k).startswith(key) for k in (o.id, o.name, *o.aliases))]
+    if not key or not others:
+        return None
+    alts = ", ".join(f"{o.id} ({o.memory_bytes / GiB:g} GiB)" for o in others)
+    return (f"--gpu {text}: took {g.id} ({g.name}, {g.memory_bytes / GiB:g} GiB); it also matches {alts} "
+            "(give the id to choose)")

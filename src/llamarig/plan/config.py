@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
@@ -67,6 +68,13 @@ class ServerConfig:
     mmproj: str | None = None  # --mmproj
     draft_model: str | None = None  # -md
     devices: tuple[str, ...] = ()  # -dev
+    # draft model placement (common/arg.cpp:4126-4262; common/speculative.cpp:2536-2551)
+    n_gpu_layers_draft: int = -1  # -ngld: -1 auto (all), -2 all, N
+    devices_draft: tuple[str, ...] = ()  # -devd; empty = follows -dev
+    override_tensor_draft: tuple[tuple[str, str], ...] = ()  # -otd
+    cpu_moe_draft: bool = False  # -cmoed
+    n_cpu_moe_draft: int = 0  # -ncmoed
+    hf_repo: str | None = None  # -hf (plan cannot download; build_inputs refuses it)
     rpc: tuple[str, ...] = ()
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
@@ -165,6 +173,16 @@ class ServerConfig:
             out += ["-dev", ",".join(self.devices)]
         if self.rpc:
             out += ["--rpc", ",".join(self.rpc)]
+        if "n_gpu_layers_draft" in s:
+            out += ["-ngld", {-1: "auto", -2: "all"}.get(self.n_gpu_layers_draft, str(self.n_gpu_layers_draft))]
+        if self.devices_draft:
+            out += ["-devd", ",".join(self.devices_draft)]
+        for pat, buft in self.override_tensor_draft:
+            out += ["-otd", f"{pat}={buft}"]
+        if self.cpu_moe_draft:
+            out += ["-cmoed"]
+        if self.n_cpu_moe_draft:
+            out += ["-ncmoed", str(self.n_cpu_moe_draft)]
         return out
 
 
@@ -179,6 +197,27 @@ def _int(flag: str, v: str, minimum: int | None = None) -> int:
     if minimum is not None and n < minimum:
         raise InputError(f"{flag} {v}: must be >= {minimum}")
     return n
+
+
+def _int_tail_problem(flag: str, v: str) -> str | None:
+    """llama-server reads integers with std::stoi (common/arg.cpp:796, 859): a trailing suffix such
+    as the 'k' of '8k' is dropped without a word. Say so."""
+    m = re.match(r"\s*[-+]?\d+", v)
+    if m and m.end() != len(v):
+        return (f"{flag} {v}: llama-server's std::stoi reads only the leading {int(m.group(0))} "
+                f"(suffixes such as k are not understood): planned as {flag} {int(m.group(0))}")
+    return None
+
+
+@lru_cache(maxsize=1)
+def _schema() -> object | None:
+    """The bundled flag schema of the pinned build (llamarig.flags.schema), or None."""
+    try:
+        from llamarig.flags.schema import load_bundled
+
+        return load_bundled()
+    except (InputError, OSError, ValueError, KeyError):
+        return None
 
 
 def _kv_type(flag: str, v: str) -> str:
@@ -272,6 +311,13 @@ _reg("-dev --device", "devices", "list")
 _reg("--rpc", "rpc", "list")
 _reg("--embedding --embeddings", "embeddings", "true")
 _reg("--spec-default", "spec_types", "specdefault")
+# draft model placement (common/arg.cpp:4126-4145, 4238-4262)
+_reg("-ngld --spec-draft-ngl --gpu-layers-draft --n-gpu-layers-draft", "n_gpu_layers_draft", "ngl")
+_reg("-devd --spec-draft-device --device-draft", "devices_draft", "list")
+_reg("-otd --spec-draft-override-tensor --override-tensor-draft", "override_tensor_draft", "otd")
+_reg("-cmoed --spec-draft-cpu-moe --cpu-moe-draft", "cpu_moe_draft", "true")
+_reg("-ncmoed --spec-draft-n-cpu-moe --spec-draft-ncmoe --n-cpu-moe-draft", "n_cpu_moe_draft", "int0")
+_reg("-hf -hfr --hf-repo", "hf_repo", "path")
 
 #: removed flags that llama-server rejects with a hint (truth.md 2.11, 2.8)
 _REMOVED = {
@@ -316,6 +362,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     problems: list[str] = list(cfg.problems)
     spec_types = list(cfg.spec_types)
     ots = list(cfg.override_tensor)
+    otds = list(cfg.override_tensor_draft)
     i = 0
     args = list(argv)
     while i < len(args):
@@ -338,11 +385,22 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
                         f"{tok}: not a llama-server flag that plan understands "
                         "(paste a whole command after '--' to have unrelated flags ignored)"
                     )
-                ignored.append(tok)
-                # skip its value, if the next token is not a flag
-                if i + 1 < len(args) and (not args[i + 1].startswith("-")
-                                          or re.fullmatch(r"-\d+(\.\d+)?", args[i + 1])):
-                    i += 1
+                schema = _schema()
+                hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+                if hit is not None:
+                    ignored.append(tok)
+                    i += hit[0].n_values  # the schema knows how many values it takes
+                else:
+                    if schema is not None:
+                        problems.append(
+                            f"{tok}: not a llama-server flag of build {schema.build}: llama-server would refuse "  # type: ignore[attr-defined]
+                            f"to start ('error: invalid argument: {tok}', common/arg.cpp:830)")
+                    else:
+                        ignored.append(tok)
+                    # skip its value, if the next token is not a flag
+                    if i + 1 < len(args) and (not args[i + 1].startswith("-")
+                                              or re.fullmatch(r"-\d+(\.\d+)?", args[i + 1])):
+                        i += 1
             elif strict:
                 # a stray word (in a pasted command the first token is the binary itself)
                 raise InputError(f"'{tok}': unexpected argument (llama-server takes no positional arguments)")
@@ -358,6 +416,10 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
         else:
             i += 1
         set_flags.add(fld)
+        if kind in ("int", "int0", "int1", "ngl"):
+            tail = _int_tail_problem(tok, value)
+            if tail and tail not in problems:
+                problems.append(tail)
         if kind == "int":
             vals[fld] = _int(tok, value)
         elif kind == "int0":
@@ -394,6 +456,8 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             vals[fld] = ts
         elif kind == "ot":
             ots.extend(_ot(tok, value))
+        elif kind == "otd":
+            otds.extend(_ot(tok, value))
         elif kind == "spec":
             names = [x.strip() for x in value.split(",") if x.strip()]
             for n in names:
@@ -425,6 +489,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     effective_spec = tuple(t for t in spec_types if t != "none")
     vals["spec_types"] = effective_spec
     vals["override_tensor"] = tuple(ots)
+    vals["override_tensor_draft"] = tuple(otds)
     vals["set_flags"] = frozenset(set_flags)
     vals["ignored"] = tuple(ignored)
     vals["problems"] = tuple(problems)

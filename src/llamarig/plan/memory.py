@@ -73,15 +73,19 @@ def resolve_context(spec: ModelSpec, cfg: ServerConfig) -> ContextLayout:
     n_stream = 1 if unified else n_par
     c = cfg.n_ctx
     source = f"-c {c}"
-    if c == 0 and cfg.kv_unified_per_slot > 0:
-        c = n_par * cfg.kv_unified_per_slot  # server.cpp:176-186
+    if c == 0 and cfg.kv_unified_per_slot > 0 and "n_ctx" not in cfg.set_flags:
+        # server.cpp:176-186 (not with an explicit -c 0, which sets fit_params_min_ctx to
+        # UINT32_MAX, common/arg.cpp:1645-1648)
+        c = n_par * cfg.kv_unified_per_slot
         source = f"-np {n_par} x --kv-unified-per-slot {cfg.kv_unified_per_slot}"
     if c == 0:
-        if cfg.fit and "n_ctx" not in cfg.set_flags:
+        if cfg.fit and cfg.split_mode != "tensor":
             # common/fit.cpp:264-276: --fit starts from n_ctx_train x n_streams (and lowers it
-            # only if that does not fit)
+            # only if that does not fit, and never below an explicit -c 0). Under -sm tensor fit
+            # gives up at once (fit.cpp:196-198) and llama_context uses n_ctx_train.
             c = n_ctx_train * n_stream
-            source = f"n_ctx_train {n_ctx_train} x {n_stream} stream(s) (--fit default; it may lower this)"
+            source = (f"n_ctx_train {n_ctx_train} x {n_stream} stream(s) (--fit default"
+                      + ("; -c 0 keeps it)" if "n_ctx" in cfg.set_flags else "; it may lower this)"))
         else:
             c = n_ctx_train  # llama-context.cpp:135: n_ctx 0 -> n_ctx_train
             source = f"n_ctx_train {n_ctx_train}"
