@@ -215,3 +215,33 @@ def test_cpu_only_machine():
     assert [d.name for d in best.speed.devices] == ["CPU"]
     res = optimise(inp, Targets(ctx=8192, decode_tok_s=100), host_bandwidth_gbs=50)
     assert res.verdict == "impossible" and "host RAM 50 GB/s" in res.reasons[0]
+
+
+def test_candidates_carry_free_memory_per_device_and_kv_quality():
+    """Issue 4: each candidate row has memory and free headroom per device and the KV quality note."""
+    inp = inputs("qwen3.6-27b:q8_0", "rtx5070ti", "rtx5060ti16", "rtx4060ti16")
+    j = optimise(inp, Targets(ctx=65536, headroom=GiB)).to_json()
+    for c in j["candidates"]:
+        assert len(c["devices"]) == 3
+        for d in c["devices"]:
+            assert d["free"] == d["capacity"] - d["total"]
+            assert d["keeps_headroom"] == (d["free"] >= GiB) and d["headroom"] == GiB
+        assert c["kv_quality"] and c["kv_quality_short"] in ("ref", "~ref", "V4", "4bit")
+        assert "host_free" in c
+    renderable, _, _ = optimise_report(inp, Targets(ctx=65536, headroom=GiB))
+    from rich.console import Console
+
+    con = Console(width=80, record=True)
+    con.print(renderable)
+    text = con.export_text()
+    best = j["candidates"][0]["devices"]
+    assert "/".join(f"{d['free'] / GiB:.1f}" for d in best) + "G" in text  # free per GPU, device order
+    assert " ref " in text or " ~ref " in text
+
+
+def test_target_json_has_top_level_speed_of_the_winner(seed_inputs):
+    j = optimise(seed_inputs, Targets(ctx=65000, decode_tok_s=30)).to_json()
+    assert j["speed"] == j["best"]["speed"]
+    for k in ("decode_tok_s", "decode_limit_tok_s", "by_depth", "prefill_tok_s", "speculative", "depth_note"):
+        assert k in j["speed"]
+    assert "one measured pair" in j["speed"]["depth_note"]

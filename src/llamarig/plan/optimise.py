@@ -17,6 +17,20 @@ speed model, speed.speed_report):
   ``--n-cpu-moe`` (MoE) or a lower ``-ngl`` (dense)
 - speculative decoding (``--spec-type draft-mtp``) when the model has nextn layers or a draft is
   given, with the draft length that the speed model prefers
+
+Not searched, and why (docs/speed.md "Optimiser"):
+
+- ``-b`` on its own: it is set to max(2048, ``-ub``). The speed model prefills per micro-batch
+  (``-ub``); the logical batch only groups micro-batches, and its one speed effect, pipeline
+  overlap of micro-batches across several GPUs, is not modelled, so a separate ``-b`` would
+  change no figure here. Memory: the compute buffers follow ``-ub``.
+- ``-c``: fixed at target x slots. The target is a requirement: a smaller context misses it, a
+  larger one only costs memory and decode speed at depth is judged at the target anyway.
+- ``-sm row`` / ``-sm tensor``: their per-layer synchronisation over PCIe/NVLink is not
+  calibrated (no published multi-GPU row-split point), so ranking them against ``-sm layer``
+  would rest on an assumed constant; the speed model still evaluates them when a plan gives them.
+- ``--swa-full``, ``-nkvo``, ``-ot`` patterns, ``--cache-ram``: these trade speed or host RAM
+  for features the targets do not express.
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ from llamarig.plan.speed import (
     _token_embd_bytes,
     kv_path,
     kv_quality_note,
+    kv_quality_short,
     mtp_draft_bytes,
     speed_report,
     tokens_per_step,
@@ -91,6 +106,7 @@ class Candidate:
     decode_at_target: float  # effective (speculative when used) at the target depth
     meets_decode: bool
     notes: tuple[str, ...]
+    headroom: int = 0  # the free memory every GPU must keep (Targets.headroom)
 
     @property
     def meets_all(self) -> bool:
@@ -110,10 +126,15 @@ class Candidate:
             "meets_targets": self.meets_all,
             "min_free": self.min_free,
             "devices": [{"name": d.name, "label": d.label, "total": d.total, "capacity": d.capacity,
-                         "free": d.free} for d in self.plan.devices],
+                         "free": d.free, "headroom": self.headroom,
+                         "keeps_headroom": None if d.free is None else d.free >= self.headroom}
+                        for d in self.plan.devices],
             "host_total": self.plan.host.total,
+            "host_free": self.plan.host.free,
             "decode_at_target_depth_tok_s": round(self.decode_at_target, 2),
             "speed": sp.to_json(),
+            "kv_quality": kv_quality_note(self.cfg.cache_type_k, self.cfg.cache_type_v),
+            "kv_quality_short": kv_quality_short(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_note": sp.kv_note,
             "notes": list(self.notes),
         }
@@ -139,6 +160,8 @@ class OptimiseResult:
                         "headroom": t.headroom, "slots": t.slots, "vision": t.vision, "agent": t.agent},
             "verdict": self.verdict,
             "reasons": list(self.reasons),
+            # the winner's speed figures, same schema as a plain plan's `speed` (docs/speed.md)
+            "speed": self.best.speed.to_json() if self.best else None,
             "best": self.best.to_json() if self.best else None,
             "candidates": [c.to_json() for c in self.candidates],
             "evaluated": self.evaluated,
@@ -347,7 +370,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                     if rep.speculative is not None:
                         notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
                                      f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
-                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes)))
+                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom))
     ranked = sorted(cands, key=lambda x: _rank_key(x, targets))
     # drop duplicates (same command)
     seen: set[tuple[str, ...]] = set()
@@ -461,9 +484,11 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
     title = (f"llamarig plan: targets ctx {t.ctx} x {t.slots} slot(s)"
              + (f", decode >= {t.decode_tok_s:g} tok/s at depth {t.depth}" if t.decode_tok_s else "")
              + f", headroom {fmt_bytes(t.headroom)}")
-    tab = Table(title=title, show_lines=False, pad_edge=False)
-    cols = (("#", "right"), ("KV", "left"), ("-ub", "right"), ("layout", "left"), ("free", "right"), ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"),
-            ("prefill", "right"), ("ok", "left"))
+    from rich import box
+
+    tab = Table(title=title, show_lines=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
+    cols = (("#", "right"), ("KV", "left"), ("q", "left"), ("-ub", "right"), ("layout", "left"), ("free", "right"),
+            ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"), ("prefill", "right"), ("ok", "left"))
     for col, just in cols:
         tab.add_column(col, justify=just, no_wrap=col != "layout", overflow="fold",  # type: ignore[arg-type]
                        min_width=9 if col == "layout" else None)
@@ -475,17 +500,23 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         extra = f" --n-cpu-moe {c.cfg.n_cpu_moe}" if c.cfg.n_cpu_moe else ""
         if c.cfg.n_gpu_layers >= 0 and "n_gpu_layers" in c.cfg.set_flags:
             extra += f" -ngl {c.cfg.n_gpu_layers}"
+        frees = [d.free for d in c.plan.devices if d.free is not None and d.capacity]
         tab.add_row(
-            str(i), f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}", str(c.plan.n_ubatch),
+            str(i), c.cfg.cache_type_k if c.cfg.cache_type_k == c.cfg.cache_type_v else f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}",
+            kv_quality_short(c.cfg.cache_type_k, c.cfg.cache_type_v),
+            str(c.plan.n_ubatch),
             ((ts + extra).strip() or "default") + (f" MTP n={sp.n_max}" if sp else ""),
-            f"{c.min_free / GiB:.1f}G" if c.min_free is not None else "-",
+            ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
             _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
             _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
             "yes" if c.meets_all else ("no fit" if not c.fits else "slow"),
         )
     parts: list[Any] = [tab, Text("decode tok/s at depth 0 / target depth / target context (with speculative "
                                   "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt; "
-                                  "free = least free memory on a GPU", style="dim")]
+                                  "free = free memory per GPU in device order (GiB); q = KV quality: ref = f16, "
+                                  "~ref = q8_0 (about +0.01-0.02 perplexity), V4 = 8-bit K with 4-5 bit V, "
+                                  "4bit = 4-5 bit K and V (measurable long-context recall loss); --json has the "
+                                  "full note per candidate", style="dim")]
     best = res.best
     if best is not None:
         parts.append(Text(f"\n{'Winning' if res.verdict == 'ok' else 'Closest'} command ({best.layout}):", style="bold"))
@@ -493,6 +524,8 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         parts.append(Text(f"physical limit at depth 0: {best.speed.decode_limit_tok_s:.0f} tok/s "
                           f"(bandwidth / bytes per token); predicted {best.speed.decode_tok_s:.0f} tok/s"))
         parts.append(Text("KV: " + best.speed.kv_note))
+        if best.speed.depth_note:
+            parts.append(Text(best.speed.depth_note, style="dim"))
         if t.decode_tok_s:
             sp = best.speed.speculative
             deep = best.speed.at_depth(t.ctx).decode_tok_s * (sp.speedup if sp else 1.0)

@@ -514,7 +514,10 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     """One plan for exactly these settings. ``base_cfg``: the user's settings when ``inp.cfg`` is
     a --fit trial (the draft model keeps the user's -ts, fit.cpp changes only the main model)."""
     spec, cfg, hw = inp.spec, inp.cfg, inp.hardware
-    warnings: list[str] = list(cfg.problems)
+    # what the header reader found (unknown architecture, missing keys); a catalogue entry's
+    # provenance is shown as its source, not as a warning
+    warnings: list[str] = [w for w in spec.warnings if not w.startswith("catalogue entry:")]
+    warnings += list(cfg.problems)
     notes: list[str] = []
     M.check_kv_types(spec, cfg)
     ctx = M.resolve_context(spec, cfg)
@@ -624,7 +627,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     else:
         add(-1, "compute", est.bytes, est.formula, "modelled")
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
-    add(-1, "output", out_b, f"logits n_vocab {spec.n_vocab} x n_seq_max {ctx.n_parallel} x 4 B")
+    add(-1, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} x n_seq_max {ctx.n_parallel} x 4 B")
 
     # ---------------------------------------------------------------- MTP draft context / draft model
     mtp = M.mtp_kv_layers(spec, ctx, cfg)

@@ -95,6 +95,26 @@ def kv_quality_note(type_k: str, type_v: str) -> str:
     return f"K {type_k} / V {type_v}: 4-5 bit KV, measurable quality loss on long-context recall"
 
 
+def kv_quality_short(type_k: str, type_v: str) -> str:
+    """A few characters for tables: ref (f16/bf16/f32), ~ref (q8_0), V4 (8-bit K, 4-5 bit V),
+    4bit (4-5 bit K); the full sentence is kv_quality_note()."""
+    full = ("f16", "bf16", "f32")
+    if type_k in full and type_v in full:
+        return "ref"
+    if type_k == "q8_0" and type_v in (*full, "q8_0"):
+        return "~ref"
+    if type_k in (*full, "q8_0"):
+        return "V4"
+    return "4bit"
+
+
+#: Published bounds of the one measured depth pair behind the built-in CUDA ``kv`` efficiency (seed
+#: 000, RTX 3090: 43 tok/s short, 37-38.5 tok/s at 30-45K depth): the KV read efficiency those
+#: bounds imply, computed by scripts/accuracy_speed.py (kv_uncertainty; docs/accuracy-speed.md
+#: "Decode at depth"); tests/plan_speed/test_plan_speed_accuracy.py keeps the two in step.
+KV_PAIR_BOUNDS = (0.17, 0.35)
+
+
 # ============================================================================ devices
 
 
@@ -310,6 +330,7 @@ class SpeedReport:
     formula: str
     calibration: str
     warnings: tuple[str, ...] = ()
+    depth_note: str = ""  # how far the figures at depth can be trusted (method note)
 
     @property
     def effective_decode_tok_s(self) -> float:
@@ -333,6 +354,7 @@ class SpeedReport:
                          "efficiency": {"weights": x.eff.weights, "kv": x.eff.kv, "overhead_ms": x.eff.overhead_ms}}
                         for x in self.devices],
             "kv_note": self.kv_note,
+            "depth_note": self.depth_note,
             "formula": self.formula,
             "calibration": self.calibration,
             "warnings": list(self.warnings),
@@ -546,6 +568,7 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     spec_res = None
     if any(t.startswith("draft-") for t in cfg.spec_types) and (spec.nextn_layers or draft is not None):
         spec_res = speculative(spec, loads, t0, max(1, cfg.spec_draft_n_max), acceptance, cal, draft)
+    depth_note = _depth_note(loads, dps, window, cal, sm)
     backend = loads[0].backend if loads else "CPU"
     path = kv_path(backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
     if path.kind in ("cpu", "convert"):
@@ -555,7 +578,48 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
         decode_tok_s=1 / t0 if t0 else 0.0, decode_limit_tok_s=1 / tl0 if tl0 else 0.0,
         by_depth=tuple(rows), prefill=pf, speculative=spec_res, devices=tuple(loads), kv_note=note,
         formula=decode_formula(loads, sm), calibration=cal.source, warnings=tuple(warnings),
+        depth_note=depth_note,
     )
+
+
+def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int | None, cal: Calibration,
+                split_mode: str) -> str:
+    """What the decode figures at depth rest on: the KV read efficiency of each device that reads
+    KV, with the range the one measured pair allows for the built-in CUDA value."""
+    from llamarig.plan.calibration import builtin
+
+    deepest = max(depths, default=0)
+    kv_devs = [x for x in loads if (x.kv_per_depth or x.swa_per_cell) and not x.kv_on_cpu]
+    if deepest <= 0 or not kv_devs:
+        return ""
+    base = builtin()
+    groups: dict[str, list[str]] = {}  # phrase -> device names
+    pair = False
+    for x in kv_devs:
+        ref = base.for_device(x.backend, next((k for k, e in base.gpus.items() if e is x.eff), None))
+        if x.eff.kv != ref.kv:
+            phrase = f"kv {x.eff.kv:g} from {cal.source}"
+        elif x.backend == "CUDA":
+            pair = True
+            phrase = (f"kv {x.eff.kv:g} rests on one measured pair (seed 000, RTX 3090: 43 -> 37-38.5 tok/s "
+                      "at 30-45K depth)")
+        else:
+            phrase = f"kv {x.eff.kv:g} is assumed ({x.backend}: no measured point at depth)"
+        groups.setdefault(phrase, []).append(x.name)
+    parts = [f"{', '.join(names)} {phrase}" for phrase, names in groups.items()]
+    note = "decode at depth: " + "; ".join(parts)
+    if pair:
+        lo, hi = KV_PAIR_BOUNDS
+
+        def at(kv: float) -> float:
+            ls = [replace(x, eff=replace(x.eff, kv=kv)) if x.backend == "CUDA" and x.eff.kv == base.backends["CUDA"].kv
+                  else x for x in loads]
+            t = decode_seconds(ls, deepest, window, cal, split_mode)
+            return 1 / t if t else 0.0
+
+        note += (f"; the pair's published bounds allow kv {lo:g}-{hi:g}, i.e. {at(lo):.1f}-{at(hi):.1f} tok/s at "
+                 f"depth {deepest} (docs/accuracy-speed.md)")
+    return note
 
 
 def speed_for(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
@@ -618,6 +682,8 @@ def speed_table(rep: SpeedReport) -> Any:
     parts.append(Text("decode: " + rep.formula, style="dim"))
     parts.append(Text("prefill: " + rep.prefill.formula, style="dim"))
     parts.append(Text("KV: " + rep.kv_note, style="dim"))
+    if rep.depth_note:
+        parts.append(Text(rep.depth_note, style="dim"))
     for w in rep.warnings:
         parts.append(Text.from_markup(f"[yellow]warning:[/] {escape(w)}"))
     parts.append(Text(f"calibration: {rep.calibration}", style="dim"))
