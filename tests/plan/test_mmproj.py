@@ -79,3 +79,23 @@ def test_info_from_a_synthetic_file(tmp_path: Path) -> None:
     assert info.weights_bytes == spec.weights_bytes
     assert info.compute_fa_off > info.compute_fa_on > 0
     assert "8464 patches" in info.source
+
+
+def test_plan_follows_image_max_tokens(tmp_path) -> None:
+    """`--image-max-tokens` in the llama-server command shrinks the planned projector compute
+    (clip-model.h: the warmup image side is floor(sqrt(N)) patches)."""
+    import json
+    import subprocess
+    import sys
+
+    from llamarig.testing.synth import write_mmproj, write_model
+
+    mm, m = write_mmproj(tmp_path / "mm.gguf"), write_model(tmp_path / "m.gguf", "qwen3")
+
+    def host_mmproj(*extra: str) -> int:
+        r = subprocess.run([sys.executable, "-m", "llamarig", "plan", str(m), "--mmproj", str(mm), "--json",
+                            "--", "llama-server", "-c", "4096", *extra], capture_output=True, text=True, check=True)
+        return json.loads(r.stdout)["host"]["mmproj"]
+
+    full, small = host_mmproj(), host_mmproj("--image-max-tokens", "256")
+    assert small < full / 4

@@ -134,23 +134,23 @@ def _load_model(text: str):  # -> ModelSpec
     return build_spec(m, q), m
 
 
-def _mmproj_from_file(path: str):
+def _mmproj_from_file(path: str, image_max_tokens: int = 0):
     from llamarig.gguf import load_spec
     from llamarig.plan.mmproj import mmproj_info_from_spec
 
     spec = load_spec(path)
     if spec.projector is None:
         raise GGUFError(path, "is not an mmproj file (general.architecture is not 'clip')")
-    return mmproj_info_from_spec(spec, Path(path).name)
+    return mmproj_info_from_spec(spec, Path(path).name, image_max_tokens or None)
 
 
-def resolve_mmproj(arg: str | None, catalogue_model) -> object | None:
+def resolve_mmproj(arg: str | None, catalogue_model, image_max_tokens: int = 0) -> object | None:
     from llamarig.plan.catalogue import catalogue_mmproj
 
     if arg is None or arg.lower() == "none":
         return None
     if Path(arg).exists() or arg.endswith(".gguf"):
-        return _mmproj_from_file(arg)
+        return _mmproj_from_file(arg, image_max_tokens)
     kind = arg.lower()
     if kind not in ("catalogue", "auto", "default", "f16", "bf16"):
         raise InputError(f"--mmproj {arg}: expected a file, catalogue, f16, bf16 or none")
@@ -206,7 +206,7 @@ def build_inputs(pa: PlanArgs):
         raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
     spec, cat = _load_model(model)
     mm_arg = pa.mmproj or cfg.mmproj
-    mmproj = resolve_mmproj(mm_arg, cat)
+    mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
     draft = None
     d_arg = pa.draft or cfg.draft_model
     if d_arg:

@@ -66,6 +66,7 @@ class ServerConfig:
     repack: bool = True  # -nr/--no-repack turns off CPU weight repacking
     model: str | None = None  # -m
     mmproj: str | None = None  # --mmproj
+    image_max_tokens: int = 0  # --image-max-tokens (0: the projector's own limit; common/arg.cpp)
     draft_model: str | None = None  # -md
     devices: tuple[str, ...] = ()  # -dev
     # draft model placement (common/arg.cpp:4126-4262; common/speculative.cpp:2536-2551)
@@ -165,6 +166,8 @@ class ServerConfig:
             out += ["-fitt", ",".join(str(x) for x in self.fit_target_mib)]
         if "fit_ctx" in s:
             out += ["-fitc", str(self.fit_ctx)]
+        if self.image_max_tokens:
+            out += ["--image-max-tokens", str(self.image_max_tokens)]
         if not self.mmproj_offload:
             out += ["--no-mmproj-offload"]
         if not self.repack:
@@ -306,6 +309,7 @@ _reg("-nr --no-repack", "repack", "false")
 _reg("--mmproj-offload", "mmproj_offload", "true")
 _reg("-m --model", "model", "path")
 _reg("-mm --mmproj", "mmproj", "path")
+_reg("--image-max-tokens", "image_max_tokens", "int0")
 _reg("-md --model-draft --spec-draft-model", "draft_model", "path")
 _reg("-dev --device", "devices", "list")
 _reg("--rpc", "rpc", "list")
