@@ -100,6 +100,7 @@ def test_failed_candidates_never_win() -> None:
 def test_objectives() -> None:
     m = {"decode_tok_s": 40.0, "prefill_tok_s": 1000.0, "ttft_ms": 250.0}
     assert S.score_of("decode", m) == 40 and S.score_of("ttft", m) == -250
+    assert S.score_of("throughput", {**m, "throughput_tok_s": 90.0}) == 90
     assert math.isclose(S.score_of("weighted", m, 0.5), math.sqrt(40 * 1000))
     assert S.median([3, 1, 2]) == 2 and S.median([1, 2, 3, 4]) == 2.5
 
@@ -135,3 +136,106 @@ def test_calibration_fit_reproduces_the_measurement(synth_model, tmp_path: Path)
         assert pred == pytest.approx(again, rel=1e-6)
     data, pred = fit_calibration(spec, cfg, Hardware(), 1e9)  # beyond any bandwidth
     assert pred < 1e9 and "_note" in data
+
+
+def test_cpu_fit_records_the_host_bandwidth(synth_model, tmp_path: Path) -> None:
+    from llamarig.gguf import load_spec
+    from llamarig.hardware import Hardware
+    from llamarig.plan.calibration import load_calibration
+    from llamarig.plan.config import parse_server_args
+    from llamarig.plan.speed import speed_report
+    from llamarig.tune.calibrate import fit_calibration, write_calibration
+
+    spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))
+    cfg = parse_server_args(["-c", "1024"])
+    data, pred = fit_calibration(spec, cfg, Hardware(), 300.0, host_bandwidth_gbs=12.5, depth=100)
+    assert data["host_bandwidth_gbs"] == 12.5 and data["efficiency"][0]["backend"] == "CPU"
+    p = tmp_path / "cal.json"
+    write_calibration(p, data)
+    cal = load_calibration(p)
+    assert cal.host_bandwidth_gbs == 12.5
+    rep = speed_report(spec, cfg, Hardware(), cal=cal, depths=[100])
+    assert rep.by_depth[0].decode_tok_s == pytest.approx(300.0, rel=0.02) and pred == pytest.approx(300.0, rel=0.02)
+
+
+def test_state_dir_calibration_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from llamarig.plan.calibration import builtin, load_calibration
+
+    monkeypatch.setenv("LLAMARIG_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("LLAMARIG_CALIBRATION", raising=False)
+    assert load_calibration() is builtin()  # no file yet
+    f = tmp_path / "speed-calibration.json"
+    f.write_text(json.dumps({"version": 1, "efficiency": [{"backend": "CPU", "weights": 0.25}],
+                             "host_bandwidth_gbs": 9.0}))
+    cal = load_calibration()
+    assert cal.host_bandwidth_gbs == 9.0 and cal.for_device("CPU").weights == 0.25
+    assert cal.source.startswith(f"calibration file {f}") and "written by llamarig tune" in cal.source
+    assert load_calibration("builtin") is builtin()  # plan --calibration builtin
+    monkeypatch.setenv("LLAMARIG_CALIBRATION", "builtin")
+    assert load_calibration() is builtin()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"version": 1, "host_bandwidth_gbs": 3.0}))
+    monkeypatch.setenv("LLAMARIG_CALIBRATION", str(other))
+    assert load_calibration().host_bandwidth_gbs == 3.0 and "LLAMARIG_CALIBRATION" in load_calibration().source
+    monkeypatch.setenv("LLAMARIG_CALIBRATION", str(tmp_path / "missing.json"))
+    with pytest.raises(InputError, match="not found"):
+        load_calibration()
+    monkeypatch.delenv("LLAMARIG_CALIBRATION")
+    f.write_text(json.dumps({"version": 1, "host_bandwidth_gbs": 7.0}))  # rewritten: not a stale cache
+    assert load_calibration().host_bandwidth_gbs == 7.0
+
+
+def test_default_space_follows_the_goal(synth_model) -> None:
+    from dataclasses import replace
+
+    from llamarig.gguf import load_spec
+    from llamarig.plan.config import parse_server_args
+    from llamarig.tune.space import candidates, default_dimensions, threads_values
+
+    assert threads_values(2, 2) == [1, 2] and threads_values(8, 16) == [4, 7, 8, 9] and threads_values(None, 1) == [1]
+    spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))
+    cfg = parse_server_args(["-c", "1024"])
+
+    def names(obj: str, c=cfg, plan=None) -> list[str]:
+        return [d.name for d in default_dimensions(obj, spec, c, plan, physical=2, logical=2)]
+
+    assert names("decode") == ["threads", "KV types x flash attention"]
+    assert names("prefill") == ["threads", "-b/-ub", "flash attention"]
+    assert names("throughput") == ["threads", "flash attention", "-np (with -kvu)"]
+    draft = replace(cfg, spec_types=("draft-mtp",))
+    assert "draft length" in names("decode", draft)
+
+    class Dev:
+        name, capacity, free = "CUDA0", 24 << 30, 1 << 30
+
+    class Tight:
+        fits, devices = True, (Dev(),)
+
+    assert names("decode", plan=Tight())[-1] == "-ngl"
+    dims = default_dimensions("decode", spec, cfg, None, physical=2, logical=2)
+    cands = candidates(dims)
+    assert len(cands) == 2 * 3  # q8_0 V without flash attention is never a candidate
+    assert all("-fa off" not in c.key or "q8_0" not in c.key for c in cands)
+    assert cands[0].args() == ["-t", "1", "-ctk", "f16", "-ctv", "f16", "-fa", "on"]
+    odd = replace(spec, layers=tuple(replace(ly, head_dim_v=40) for ly in spec.layers))
+    assert names("decode", plan=None)[1] == "KV types x flash attention"
+    assert [d.name for d in default_dimensions("decode", odd, cfg, None, physical=2, logical=2)][1] == "flash attention"
+
+
+def test_cpu_fit_faster_than_the_copy_bandwidth(synth_model) -> None:
+    """A decode speed the measured copy bandwidth cannot explain: the bandwidth is solved."""
+    from llamarig.gguf import load_spec
+    from llamarig.hardware import Hardware
+    from llamarig.plan.calibration import _parse, builtin
+    from llamarig.plan.config import parse_server_args
+    from llamarig.plan.speed import speed_report
+    from llamarig.tune.calibrate import fit_calibration
+
+    spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))
+    cfg = parse_server_args(["-c", "1024"])
+    data, pred = fit_calibration(spec, cfg, Hardware(), 3000.0, host_bandwidth_gbs=0.5, depth=10)
+    assert data["host_bandwidth_gbs"] > 0.5 and "effective" in data["_host"] and "_note" not in data
+    cal = _parse(data, builtin(), "t")
+    assert speed_report(spec, cfg, Hardware(), cal=cal, depths=[10]).by_depth[0].decode_tok_s == pytest.approx(3000, rel=0.02)

@@ -18,6 +18,7 @@ SHAPE = {"n_embd": 256, "n_head": 4, "n_head_kv": 2, "head_dim": 64, "n_ff": 512
 @pytest.fixture
 def env(server_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LLAMARIG_SERVER_BIN", str(server_bin))
+    monkeypatch.delenv("LLAMARIG_CALIBRATION", raising=False)
     monkeypatch.setenv("LLAMARIG_STATE_DIR", str(tmp_path / "state"))
     return tmp_path
 
@@ -39,26 +40,35 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return run
 
 
-def test_halving_matches_exhaustive_on_a_real_server(synth_model, server_bin: Path, env: Path) -> None:
-    """-ub 64/128/256 x -t 1/2, prefill of a ~200-token prompt. Machine noise (other tests run
-    alongside) is large, so: SH's winner must score, in the exhaustive measurement, at least half
-    of the exhaustive best, with fewer measured requests."""
-    model = synth_model("llama", **SHAPE)
-    cands = S.space([("-ub", ["64", "128", "256"]), ("-t", ["1", "2"])])
-    base = ["-m", str(model), "-c", "1024", "-np", "1"]
-    meas = ServerMeasure(str(server_bin), base, "prefill", prompt_words=32, n_predict=2, log_dir=str(env))
-    sh = S.successive_halving(cands, meas, min_budget=1, max_budget=3, eta=3, seed=0,
+MID = {"n_embd": 512, "n_head": 8, "n_head_kv": 4, "head_dim": 64, "n_ff": 2048, "n_layer": 8}
+
+
+def test_halving_finds_the_exhaustive_winner_on_a_real_server(synth_model, server_bin: Path, env: Path) -> None:
+    """Prefill of a 128-token prompt with -ub 1/2/4/256 (-b 256, -t 1) on a 64 MB model: a
+    micro-batch of 1-4 tokens reads every weight once per 1-4 prompt tokens, so -ub 256 is
+    decisively faster (about 3x on the 2-core CI machine, measured under load), and successive
+    halving must pick the very candidate that exhaustive measurement picks; no timing threshold
+    is asserted. Server starts and requests are counted by the measuring object itself."""
+    model = synth_model("llama", **MID)
+    cands = S.space([("-ub", ["1", "2", "4", "256"])])
+    base = ["-m", str(model), "-c", "1024", "-np", "1", "-b", "256", "-t", "1"]
+    sh_meas = ServerMeasure(str(server_bin), base, "prefill", n_predict=2, depth=128, log_dir=str(env))
+    sh = S.successive_halving(cands, sh_meas, min_budget=1, max_budget=4, eta=2, seed=0,
                               state=S.TuneState(env / "sh.json", "x"))
-    ex = S.exhaustive(cands, meas, 3)
+    ex_meas = ServerMeasure(str(server_bin), base, "prefill", n_predict=2, depth=128, log_dir=str(env))
+    ex = S.exhaustive(cands, ex_meas, 4)
     assert sh.winner is not None and ex.winner is not None
-    scores = {m.key: m.score for m in ex.rungs[0]}
-    if scores[sh.winner.key] < 0.5 * scores[ex.winner.key]:
-        # one confirmatory measurement of the two contenders (other tests load the same cores)
-        by_key = {c.key: c for c in cands}
-        scores = {k: meas(by_key[k], 5).score for k in (sh.winner.key, ex.winner.key)}
-    assert scores[sh.winner.key] >= 0.5 * scores[ex.winner.key], (sh.to_json(), scores)
-    assert sh.cost < ex.cost
-    assert all(m.metrics["prompt_tokens"] > 64 for m in ex.rungs[0])  # several micro-batches at -ub 64
+    scores = {m.key: round(m.score) for m in ex.rungs[0]}
+    assert sh.winner.key == ex.winner.key == "-ub 256", (sh.to_json(), scores)
+    assert all(m.metrics["prompt_tokens"] == 128 for m in ex.rungs[0])  # --depth: exactly 128 tokens
+    # honest counts: rungs of 4 x 1 and 2 x 2 requests (each measurement: one start, one warm-up)
+    assert [len(r) for r in sh.rungs] == [4, 2]
+    assert sh.launches == sh_meas.launches == 6 and ex.launches == ex_meas.launches == 4
+    assert sh_meas.requests == sum(m.budget + 1 for r in sh.rungs for m in r) == 14
+    assert ex_meas.requests == 4 * 5
+    assert sh.cost == 8 < ex.cost == 16  # scored requests; SH starts the server more often (6 vs 4)
+    print(f"SH: {sh_meas.launches} starts, {sh_meas.requests} requests; exhaustive: {ex_meas.launches} "
+          f"starts, {ex_meas.requests} requests; exhaustive prefill tok/s {scores}")
 
 
 def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli) -> None:
@@ -79,9 +89,43 @@ def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli)
     assert load_calibration(cal).source.startswith("calibration file")
     # a second run reads every measurement back: nothing is launched again
     code, stdout, err = cli(*argv)
-    assert code == 0 and json.loads(stdout)["search"]["measured"] == 0 and "resuming" in err
-    code, _, err = cli("tune", str(model))
-    assert code == 2 and "--try" in err
+    again = json.loads(stdout)
+    assert code == 0 and again["search"]["measured"] == 0 and "resuming" in err
+    assert again["counts"] == {"server_starts": 0, "requests_sent": 0}
+    code, _, err = cli("tune", "--depth", "2000", "--try", "-t=1", str(model), "-c", "1024", "-np", "1")
+    assert code == 2 and "every candidate was pruned" in err  # 2000 + 32 tokens do not fit a 1024 slot
+
+
+def test_default_space_then_plan_uses_the_calibration(synth_model, env: Path, cli) -> None:
+    """tune without --try (the default decode space), at depth 48; then `plan` (no --calibration)
+    predicts the winner's decode from the state-directory calibration within 2 % of the measured
+    speed, and says where its calibration comes from."""
+    model = synth_model("llama", **SHAPE)
+    code, stdout, err = cli("tune", "--json", "--max-runs", "2", "--n-predict", "8", "--depth", "48", "--ram", "16G",
+                            str(model), "-c", "1024", "-np", "1")
+    assert code == 0, err
+    res = json.loads(stdout)
+    dims = {d["dimension"]: d["values"] for d in res["space"]}
+    assert dims["threads"][0] == "-t 1" and "search space:" in err
+    assert "-ctk f16 -ctv f16 -fa off" in dims["KV types x flash attention"]  # q8_0 V only with -fa on
+    assert "-ctk q8_0 -ctv q8_0 -fa off" not in dims["KV types x flash attention"]
+    assert res["counts"]["server_starts"] == res["search"]["launches"] > 0
+    cal = res["calibration"]
+    state_file = env / "state" / "speed-calibration.json"
+    assert cal["path"] == str(state_file) and cal["data"]["host_bandwidth_gbs"] > 0
+    measured = cal["measured_decode_tok_s"]
+    assert cal["depth"] == 48 + 4
+    code, stdout, err = cli("plan", "--json", "--ram", "16G", "--", "llama-server", *res["winner_args"])
+    assert code == 0, err
+    speed = json.loads(stdout)["speed"]
+    assert speed["calibration"].startswith(f"calibration file {state_file}")
+    rows = speed["by_depth"]
+    # seconds per token are linear in depth: interpolate between the first two depth rows
+    (d0, t0), (d1, t1) = [(r["depth"], 1 / r["decode_tok_s"]) for r in rows[:2]]
+    predicted = 1 / (t0 + (t1 - t0) * (cal["depth"] - d0) / (d1 - d0))
+    assert predicted == pytest.approx(measured, rel=0.02), (predicted, measured, cal["data"])
+    code, stdout, _ = cli("plan", "--ram", "16G", "--", "llama-server", *res["winner_args"])
+    assert f"calibration: calibration file {state_file}" in stdout.replace("\n", "")
 
 
 def test_quality_probe(synth_model, env: Path, cli) -> None:

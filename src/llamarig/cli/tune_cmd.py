@@ -83,24 +83,68 @@ def quality_prune(cands: list[Any], base: list[str], binary: str, floor: float
     return kept, pruned, rep
 
 
-def _progress_printer() -> Any:
-    from rich.console import Console
+class _Progress:
+    """Progress of the measurements on stderr: a rich progress bar when stderr is a terminal,
+    else one plain line per measurement (logs, CI, pipes)."""
 
-    con = Console(stderr=True, highlight=False)
+    def __init__(self) -> None:
+        from rich.console import Console
 
-    def show(done: int, total: int, msg: str) -> None:
-        width = 24
-        filled = int(width * done / max(total, 1))
-        con.print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {msg}")
+        self.con = Console(stderr=True, highlight=False)
+        self.bar: Any = None
+        self.task: Any = None
 
-    return show
+    def __enter__(self) -> _Progress:
+        if self.con.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.bar = Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TextColumn("{task.description}"), console=self.con)
+            self.bar.start()
+            self.task = self.bar.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def __call__(self, done: int, total: int, msg: str) -> None:
+        from rich.markup import escape
+
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total, description=escape(msg))
+        else:
+            self.con.print(f"{done}/{total} {escape(msg)}")
+
+
+def _default_space(objective: str, base: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool
+                   ) -> tuple[list[Any], list[dict[str, Any]]]:
+    from llamarig.cli.render_cmd import _plan
+    from llamarig.gguf import load_spec
+    from llamarig.plan.config import parse_server_args
+    from llamarig.tune.space import candidates, default_dimensions, describe
+
+    cfg = parse_server_args(["llama-server", *base], strict=False)
+    if not cfg.model or not Path(cfg.model).is_file():
+        raise InputError("tune: the default search space needs a GGUF file (-m MODEL.gguf); or give --try dimensions")
+    spec = load_spec(cfg.model)
+    plan, _, _ = _plan(base, gpus, ram, detect)
+    dims = default_dimensions(objective, spec, cfg, plan)
+    return candidates(dims), describe(dims)
 
 
 @click.command("tune", context_settings=_CTX)
 @click.option("--try", "dims", multiple=True, metavar="FLAG=V1,V2,...",
-              help="A dimension of the search (repeatable), e.g. --try -ub=64,128,256 --try -t=1,2.")
-@click.option("--objective", type=click.Choice(["decode", "prefill", "ttft", "weighted"]), default="decode",
-              show_default=True)
+              help="A dimension of the search (repeatable), e.g. --try -ub=64,128,256 --try -t=1,2. "
+                   "Without --try: a default space built from the objective (docs/tune.md).")
+@click.option("--objective", type=click.Choice(["decode", "prefill", "ttft", "weighted", "throughput"]),
+              default="decode", show_default=True)
 @click.option("--weight", type=float, default=0.5, show_default=True,
               help="weighted: decode^w x prefill^(1-w).")
 @click.option("--min-ctx", type=int, default=None, help="Constraint: tokens per slot (from the plan).")
@@ -114,6 +158,8 @@ def _progress_printer() -> Any:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--n-predict", type=int, default=32, show_default=True, help="Tokens decoded per request.")
 @click.option("--prompt-words", type=int, default=64, show_default=True, help="Prompt length in words.")
+@click.option("--depth", type=int, default=None,
+              help="Prompt of exactly N tokens (decode at depth N; replaces --prompt-words).")
 @click.option("--exhaustive", is_flag=True, help="Measure every candidate with --max-runs (the reference).")
 @click.option("--state", "state_file", type=str, default=None, help="Resumable state file (default: state dir).")
 @click.option("--restart", is_flag=True, help="Discard a state file of a different or earlier search.")
@@ -124,7 +170,7 @@ def _progress_printer() -> Any:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int | None, min_decode: float | None,
              headroom: str, quality_floor: float | None, min_runs: int, max_runs: int, eta: int, seed: int, n_predict: int, prompt_words: int,
-             exhaustive: bool, state_file: str | None, restart: bool, calibration_out: str | None,
+             depth: int | None, exhaustive: bool, state_file: str | None, restart: bool, calibration_out: str | None,
              out: str | None, as_json: bool, from_script: str | None, invocation: int, server_bin: str | None,
              gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Find the best settings by measurement: candidates pruned by the planner, then successive
@@ -136,14 +182,29 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     from llamarig.units import parse_size
 
     res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, want_plan=False)
-    if not dims:
-        raise InputError("nothing to try: give dimensions, e.g. --try -ub=128,256,512 --try -t=4,8")
     if not 0 <= weight <= 1:
         raise InputError(f"--weight {weight}: must be in [0, 1]")
-    parsed_dims = [S.parse_dim(d) for d in dims]
+    if depth is not None and depth < 1:
+        raise InputError(f"--depth {depth}: a number of prompt tokens >= 1")
+    if n_predict < 1:
+        raise InputError(f"--n-predict {n_predict}: must be >= 1")
     base = _strip_host_port(res.args)
-    cands = S.space(parsed_dims)
-    kept, pruned = prune(cands, base, gpus, ram, detect, parse_size(headroom, "mib") if headroom != "0" else 0, min_ctx)
+    space_desc: list[dict[str, Any]] | None = None
+    if dims:
+        parsed_dims: list[Any] = [S.parse_dim(d) for d in dims]
+        cands = S.space(parsed_dims)
+    else:
+        cands, space_desc = _default_space(objective, base, gpus, ram, detect)
+        parsed_dims = [[d["dimension"], d["values"]] for d in space_desc]
+        for d in space_desc:
+            click.echo(f"search space: {d['dimension']}: {', '.join(d['values'])} ({d['why']})", err=True)
+        click.echo(f"search space: {len(cands)} candidate(s) (the default for --objective {objective}; "
+                   "--try replaces it)", err=True)
+    # a prompt of --depth tokens plus the generated ones must fit a slot
+    need_ctx = depth + n_predict + 1 if depth else 0
+    eff_min_ctx = max(min_ctx or 0, need_ctx) or None
+    kept, pruned = prune(cands, base, gpus, ram, detect, parse_size(headroom, "mib") if headroom != "0" else 0,
+                         eff_min_ctx)
     for c, why in pruned:
         click.echo(f"pruned by the planner: {c.key}: {why}", err=True)
     quality: dict[str, Any] | None = None
@@ -155,7 +216,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
             click.echo(f"pruned by quality: {c.key}: {why}", err=True)
         pruned += q_pruned
     fp = S.fingerprint(binary=res.binary, base=base, dims=parsed_dims, objective=objective, weight=weight,
-                       n_predict=n_predict, prompt_words=prompt_words, seed=seed, eta=eta,
+                       n_predict=n_predict, prompt_words=prompt_words, depth=depth, seed=seed, eta=eta,
                        runs=(min_runs, max_runs), exhaustive=exhaustive, min_decode=min_decode,
                        quality_floor=quality_floor)
     sp = Path(state_file) if state_file else state_dir() / f"tune-{fp}.json"
@@ -164,19 +225,23 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     state = S.TuneState(sp, fp)
     if state.resumed:
         click.echo(f"resuming: {state.resumed} measurement(s) read back from {sp}", err=True)
-    measure = ServerMeasure(res.binary, base, objective, weight, prompt_words, n_predict, min_decode)
-    progress = _progress_printer()
+    if not kept:
+        raise InputError("nothing to tune: every candidate was pruned")
+    measure = ServerMeasure(res.binary, base, objective, weight, prompt_words, n_predict, min_decode, depth=depth)
     try:
-        if exhaustive:
-            result = _exhaustive_resumable(kept, measure, max_runs, state, progress)
-        else:
-            result = S.successive_halving(kept, measure, min_budget=min_runs, max_budget=max_runs, eta=eta,
-                                          seed=seed, state=state, progress=progress)
+        with _Progress() as progress:
+            if exhaustive:
+                result = _exhaustive_resumable(kept, measure, max_runs, state, progress)
+            else:
+                result = S.successive_halving(kept, measure, min_budget=min_runs, max_budget=max_runs, eta=eta,
+                                              seed=seed, state=state, progress=progress)
     except KeyboardInterrupt:
         click.echo(f"llamarig: interrupted; {len(state.measurements)} measurement(s) kept in {sp}: "
                    "run the same command to resume", err=True)
         sys.exit(130)
-    report = _report(result, pruned, objective, res, base, gpus, ram, detect, calibration_out, sp, as_json, quality)
+    counts = {"server_starts": measure.launches, "requests_sent": measure.requests}
+    report = _report(result, pruned, objective, res, base, gpus, ram, detect, calibration_out, sp, as_json, quality,
+                     counts, space_desc, n_predict)
     if out and result.winner is not None:
         Path(out).write_text(report["launcher"])
         Path(out).chmod(0o755)
@@ -198,7 +263,8 @@ def _exhaustive_resumable(cands: list[Any], measure: Any, budget: int, state: An
 
 def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list[str], gpus: tuple[str, ...],
             ram: str | None, detect: bool, calibration_out: str | None, sp: Path, as_json: bool,
-            quality: dict[str, Any] | None = None) -> dict[str, Any]:
+            quality: dict[str, Any] | None = None, counts: dict[str, int] | None = None,
+            space_desc: list[dict[str, Any]] | None = None, n_predict: int = 0) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
@@ -209,14 +275,17 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
     final = {m.key: m for m in result.final()}
     out: dict[str, Any] = {"search": result.to_json(), "pruned": [{"candidate": c.key, "why": w} for c, w in pruned],
                            "objective": objective, "state_file": str(sp), "launcher": "", "calibration": None,
-                           "quality": quality}
+                           "quality": quality, "space": space_desc, "counts": counts}
     if winner is not None:
         args = winner.apply(base)
         plan, speed, note = _plan(args, gpus, ram, detect)
         out["launcher"] = render_text(Resolved(res.binary, args, res.env, plan, speed, note), "bash", None)
         out["winner_args"] = args
         m = final[winner.key]
-        if plan is not None and m.metrics.get("decode_tok_s"):
+        if objective == "throughput":
+            out["calibration"] = {"skipped": "throughput: per-request decode speeds of concurrent requests are not "
+                                             "the single-stream speed the speed model predicts"}
+        elif plan is not None and m.metrics.get("decode_tok_s"):
             try:
                 from llamarig.cli.plan_cmd import PlanArgs, build_hardware
                 from llamarig.gguf import load_spec
@@ -225,17 +294,28 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
 
                 hw = build_hardware(PlanArgs(gpus=list(gpus), detect=detect))
                 cfg = parse_server_args(["llama-server", *args], strict=False)
-                data, pred = fit_calibration(load_spec(plan.model), cfg, hw, m.metrics["decode_tok_s"])
+                spec = load_spec(plan.model)
+                host_bw = None
+                if not hw.gpus:  # the CPU's bandwidth is this machine's: measure it and record it
+                    from llamarig.plan.calibration import measure_host_bandwidth
+
+                    host_bw = measure_host_bandwidth()
+                # the mean depth while decoding: the prompt, then half the generated tokens
+                d = int(m.metrics.get("prompt_tokens", 0)) + n_predict // 2
+                data, pred = fit_calibration(spec, cfg, hw, m.metrics["decode_tok_s"], host_bandwidth_gbs=host_bw,
+                                             depth=d)
                 cp = Path(calibration_out) if calibration_out else state_dir() / "speed-calibration.json"
                 write_calibration(cp, data)
-                out["calibration"] = {"path": str(cp), "data": data, "predicted_decode_tok_s": pred}
+                out["calibration"] = {"path": str(cp), "data": data, "predicted_decode_tok_s": pred,
+                                      "measured_decode_tok_s": m.metrics["decode_tok_s"], "depth": d}
             except LlamarigError as e:
                 out["calibration"] = {"error": str(e)}
     if as_json:
         click.echo(json.dumps(out, indent=1, default=str))
         return out
     con = Console(highlight=False)
-    unit = {"decode": "decode tok/s", "prefill": "prefill tok/s", "ttft": "-TTFT ms", "weighted": "decode^w·prefill^(1-w)"}[objective]
+    unit = {"decode": "decode tok/s", "prefill": "prefill tok/s", "ttft": "-TTFT ms", "weighted": "decode^w·prefill^(1-w)",
+            "throughput": "aggregate tok/s"}[objective]
     t = Table(title=f"tune: {result.method}", title_justify="left")
     t.add_column("candidate")
     for i, b in enumerate(result.budgets[:len(result.rungs)]):
@@ -254,17 +334,22 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
         t.add_row(k + star, *cells, f"{last.metrics.get('decode_tok_s', math.nan):.1f}" if last and last.metrics else "",
                   f"{last.metrics.get('prefill_tok_s', math.nan):.1f}" if last and last.metrics else "")
     con.print(t)
-    con.print(f"{result.launches} measurement(s) ({result.measured} new, {result.reused} from {sp}), "
-              f"{result.cost} measured requests; scores are medians of llama-server's own timings "
-              "(predicted_per_second / prompt_per_second / prompt_ms) per request after one warm-up")
+    sent = f", {counts['requests_sent']} completion requests sent, warm-ups included" if counts else ""
+    con.print(f"{result.measured + result.reused} measurement(s): {result.measured} new ({result.launches} server "
+              f"start(s){sent}), {result.reused} read back from {sp}; {result.cost} scored requests. Scores are "
+              "medians of llama-server's own timings (predicted_per_second / prompt_per_second / prompt_ms; "
+              "throughput: generated tokens of -np concurrent requests / wall time) after one warm-up request")
     if winner is None:
         con.print("[red]no candidate ran successfully[/]")
         return out
     con.print(f"[bold]winner:[/] {winner.key}")
     if out.get("calibration") and "path" in out["calibration"]:
         c = out["calibration"]
-        con.print(f"speed-model calibration written to {c['path']} (predicts {c['predicted_decode_tok_s']:.1f} tok/s "
-                  "for the winner; load it with llamarig.plan.calibration.load_calibration)")
+    if out.get("calibration") and "path" in out["calibration"]:
+        c = out["calibration"]
+        con.print(f"speed-model calibration written to {c['path']}: predicts {c['predicted_decode_tok_s']:.1f} tok/s "
+                  f"for the winner at depth {c['depth']} (measured {c['measured_decode_tok_s']:.1f}); `llamarig plan` "
+                  "uses the state-directory file by default (LLAMARIG_CALIBRATION=builtin ignores it)")
     con.print("winning launcher (llamarig render):")
     click.echo(out["launcher"], nl=False)
     return out

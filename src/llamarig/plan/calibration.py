@@ -1,5 +1,7 @@
 """Speed-model efficiency constants: built-in (data/speed_calibration.json, fitted to published
-measurements listed there with their sources) and a user calibration file that ``bench`` can write.
+measurements listed there with their sources) and a user calibration file that ``bench`` or
+``llamarig tune`` writes (tune: ``$LLAMARIG_STATE_DIR/speed-calibration.json``, loaded by default;
+see load_calibration).
 
 An efficiency is the fraction of a device's peak figure that llama.cpp reaches:
 
@@ -24,6 +26,7 @@ Entries override the built-in values field by field; ``gpu`` is optional (a back
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
@@ -136,21 +139,65 @@ def builtin() -> Calibration:
     return _parse(builtin_data(), None, "built-in (llamarig/data/speed_calibration.json)")
 
 
+#: the file ``llamarig tune`` writes in the state directory; ``plan`` loads it by default
+STATE_FILE = "speed-calibration.json"
+#: ``LLAMARIG_CALIBRATION``: a file to use, or ``builtin`` to ignore the state-directory file
+ENV = "LLAMARIG_CALIBRATION"
+BUILTIN_NAMES = ("builtin", "built-in")
+
+
+def state_calibration_path() -> Path:
+    """``$LLAMARIG_STATE_DIR/speed-calibration.json`` (or the XDG state dir), where tune writes."""
+    from llamarig.render.launch import state_dir
+
+    return state_dir() / STATE_FILE
+
+
 def load_calibration(path: str | Path | None = None) -> Calibration:
-    """The built-in calibration, overridden by a user file when given."""
+    """The calibration the speed model uses.
+
+    ``path`` given: the built-in constants overridden by that file (``builtin``: the built-in
+    constants alone). ``path`` None: ``$LLAMARIG_CALIBRATION`` when set (a file, or ``builtin``),
+    else the file ``llamarig tune`` wrote in the state directory when it exists, else the
+    built-in constants. The source is in ``Calibration.source`` (plan prints it as
+    ``calibration: ...``)."""
     base = builtin()
+    how = ""
     if path is None:
+        env = os.environ.get(ENV, "").strip()
+        if env:
+            path, how = env, f" (from ${ENV})"
+        else:
+            sp = state_calibration_path()
+            if not sp.is_file():
+                return base
+            path, how = sp, f" (written by llamarig tune; {ENV}=builtin or --calibration builtin ignores it)"
+    if str(path) in BUILTIN_NAMES and not Path(path).exists():
         return base
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"calibration file {p}{how}: not found") from None
+    except OSError as e:
+        raise InputError(f"calibration file {p}{how}: not readable ({e.strerror or e})") from None
+    return _load_file(str(p.resolve()), st.st_mtime_ns, st.st_size, how)
+
+
+@lru_cache(maxsize=16)
+def _load_file(path: str, _mtime_ns: int, _size: int, how: str) -> Calibration:
+    """One parsed file (cached on path, modification time and size: the speed model asks for
+    the default calibration many times per plan)."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:
-        raise InputError(f"calibration file {p}: not found") from None
+        raise InputError(f"calibration file {p}{how}: not found") from None
     except (OSError, ValueError) as e:
-        raise InputError(f"calibration file {p}: not readable JSON ({e})") from None
+        raise InputError(f"calibration file {p}{how}: not readable JSON ({e})") from None
     if isinstance(data, dict) and data.get("version", 1) != 1:
-        raise InputError(f"calibration file {p}: version {data.get('version')} is not supported (1)")
-    return _parse(data, base, f"calibration file {p}")
+        raise InputError(f"calibration file {p}{how}: version {data.get('version')} is not supported (1)")
+    return _parse(data, builtin(), f"calibration file {p}{how}")
 
 
 def user_calibration_json(backend: str, gpu: str | None, **values: float) -> dict[str, Any]:

@@ -2,11 +2,18 @@
 (llamarig.plan.calibration, format in its module docstring).
 
 Method: the speed model predicts decode time per token as bytes read / (bandwidth x
-``weights`` efficiency) + ``overhead_ms`` (llamarig.plan.speed.decode_seconds). We solve, by
-bisection, for the ``weights`` efficiency of the first device's backend at which the predicted
-decode speed of the tuned configuration equals the measured one. When even an efficiency of
-1.5 predicts slower than measured, or 0.01 faster (a tiny model: the fixed overhead dominates),
-the efficiency is clamped and ``overhead_ms`` is solved instead."""
+``weights`` efficiency) + ``overhead_ms`` (llamarig.plan.speed.decode_seconds). On the CPU the
+bandwidth is the host's: the caller measures it (llamarig.plan.calibration.measure_host_bandwidth,
+a numpy copy) and the file records it as ``host_bandwidth_gbs``, so that the efficiency below is
+relative to this machine's bandwidth, not to the built-in 40 GB/s default. On a GPU it is the
+catalogue figure of the card. We then solve, by bisection, for the ``weights`` efficiency of the
+first device's backend at which the predicted decode speed of the tuned configuration, at the
+measured depth (prompt tokens), equals the measured one. When even an efficiency of 1.5
+predicts slower than measured, or 0.01 faster (a tiny model: the fixed overhead dominates), the
+efficiency is clamped; on the CPU, when the measured speed is faster than the copy bandwidth
+allows even at 1.5, the bandwidth is solved instead (an effective figure: a one-thread copy
+understates what several threads reach); then, if still off by more than 2 %, ``overhead_ms``
+is solved."""
 
 from __future__ import annotations
 
@@ -15,13 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.calibration import Calibration, builtin
 
 
-def _predict(spec: Any, cfg: Any, hw: Any, cal: Calibration) -> float:
+def _predict(spec: Any, cfg: Any, hw: Any, cal: Calibration, depth: int) -> float:
     from llamarig.plan.speed import speed_report
 
-    return speed_report(spec, cfg, hw, cal=cal).decode_tok_s
+    return speed_report(spec, cfg, hw, cal=cal, depths=[depth]).by_depth[0].decode_tok_s
 
 
 def _with(cal: Calibration, backend: str, **kw: float) -> Calibration:
@@ -29,46 +36,76 @@ def _with(cal: Calibration, backend: str, **kw: float) -> Calibration:
     return replace(cal, backends={**cal.backends, backend: eff})
 
 
-def fit_calibration(spec: Any, cfg: Any, hw: Any, measured_tok_s: float, base: Calibration | None = None
-                    ) -> tuple[dict[str, Any], float]:
-    """(calibration JSON, predicted tok/s with it)."""
+def fit_calibration(spec: Any, cfg: Any, hw: Any, measured_tok_s: float, base: Calibration | None = None,
+                    *, host_bandwidth_gbs: float | None = None, depth: int = 0) -> tuple[dict[str, Any], float]:
+    """(calibration JSON, predicted tok/s with it at ``depth``). ``base`` defaults to the built-in
+    constants (never an earlier tune's file: a refit starts from the same point).
+    ``host_bandwidth_gbs``: the measured host bandwidth, recorded in the file."""
     from llamarig.plan.speed import device_loads
 
-    cal = base or load_calibration()
+    cal = base or builtin()
+    if host_bandwidth_gbs:
+        cal = replace(cal, host_bandwidth_gbs=float(host_bandwidth_gbs))
     loads = device_loads(spec, cfg, hw, cal)
     backend = loads[0].backend if loads else "CPU"
     lo, hi = 0.01, 1.5
+
+    def pred(**kw: float) -> float:
+        return _predict(spec, cfg, hw, _with(cal, backend, **kw), depth)
+
     fields: dict[str, float] = {}
-    if _predict(spec, cfg, hw, _with(cal, backend, weights=hi)) < measured_tok_s:
+    if pred(weights=hi) < measured_tok_s:
         e = hi
-    elif _predict(spec, cfg, hw, _with(cal, backend, weights=lo)) > measured_tok_s:
+    elif pred(weights=lo) > measured_tok_s:
         e = lo
     else:
         for _ in range(40):
             mid = (lo + hi) / 2
-            if _predict(spec, cfg, hw, _with(cal, backend, weights=mid)) < measured_tok_s:
+            if pred(weights=mid) < measured_tok_s:
                 lo = mid
             else:
                 hi = mid
         e = (lo + hi) / 2
     fields["weights"] = round(e, 6)
-    cal2 = _with(cal, backend, weights=e)
-    pred = _predict(spec, cfg, hw, cal2)
-    if abs(pred - measured_tok_s) > 0.02 * measured_tok_s:
+    p = pred(weights=e)
+    if host_bandwidth_gbs and backend == "CPU" and p < 0.98 * measured_tok_s:
+        # faster than the measured copy bandwidth allows even at efficiency 1.5: the one-thread
+        # numpy copy understates what llama.cpp's threads reach; solve the bandwidth instead
+        blo, bhi = float(host_bandwidth_gbs), 10000.0
+        for _ in range(60):
+            mid = (blo * bhi) ** 0.5
+            c = replace(_with(cal, backend, weights=e), host_bandwidth_gbs=mid)
+            if _predict(spec, cfg, hw, c, depth) < measured_tok_s:
+                blo = mid
+            else:
+                bhi = mid
+        host_bandwidth_gbs = bhi
+        bw_note = (f"the measured copy bandwidth {cal.host_bandwidth_gbs:.1f} GB/s cannot explain the measured decode "
+                   f"speed at efficiency {e:g}: host_bandwidth_gbs is the effective figure solved from it")
+        cal = replace(cal, host_bandwidth_gbs=bhi)
+        p = pred(weights=e)
+    else:
+        bw_note = ""
+    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
         # solve overhead_ms: 1/measured = 1/pred - old_overhead + new_overhead
-        old = cal2.for_device(backend).overhead_ms / 1000
-        new = max(0.0, 1 / measured_tok_s - (1 / pred - old))
+        old = cal.for_device(backend).overhead_ms / 1000
+        new = max(0.0, 1 / measured_tok_s - (1 / p - old))
         fields["overhead_ms"] = round(new * 1000, 6)
-    pred = _predict(spec, cfg, hw, _with(cal, backend, **fields))
-    data = {"version": 1, "efficiency": [{"backend": backend, **fields,
-                                          "source": f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s"}],
-            "_method": __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()}
-    if abs(pred - measured_tok_s) > 0.02 * measured_tok_s:
+    p = pred(**fields)
+    src = f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s at depth {depth}"
+    data: dict[str, Any] = {"version": 1, "efficiency": [{"backend": backend, **fields, "source": src}]}
+    if host_bandwidth_gbs:
+        data["host_bandwidth_gbs"] = round(float(host_bandwidth_gbs), 3)
+        data["_host"] = bw_note or "host_bandwidth_gbs: measured by llamarig tune (numpy copy, one thread, best of 3)"
+    data["_method"] = __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()
+    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
         data["_note"] = (f"the speed model cannot reproduce {measured_tok_s:.1f} tok/s with a plausible efficiency "
-                         f"(best {pred:.1f}): the bandwidth figure of the device is probably wrong")
-    return data, pred
+                         f"(best {p:.1f}): the bandwidth figure of the device is probably wrong")
+    return data, p
 
 
 def write_calibration(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)

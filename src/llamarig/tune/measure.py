@@ -3,7 +3,15 @@ shape requests (after one warm-up), read llama-server's own ``timings`` of each 
 (prompt_per_second, predicted_per_second, prompt_ms: tools/server/server-task.cpp), stop it.
 
 Each request has a different first word, so the prompt cache cannot serve it (``cache_prompt``
-is also false); ``ignore_eos`` makes every request decode exactly ``n_predict`` tokens."""
+is also false); ``ignore_eos`` makes every request decode exactly ``n_predict`` tokens.
+
+``depth``: the prompt is exactly ``depth`` tokens (the text tokenized by the server's own
+``/tokenize``, cut or repeated to length, sent as token ids), so the decode speed is the speed
+at that depth; the warm-up request has the same depth.
+
+Throughput objective: each budgeted "request" is a batch of ``-np`` concurrent requests (the
+candidate's slots; llama-server's auto is 4); the figure is the batch's generated tokens
+(``timings.predicted_n`` summed) over its wall time."""
 
 from __future__ import annotations
 
@@ -77,7 +85,50 @@ class ServerMeasure:
     min_decode: float | None = None
     timeout_s: float = 300
     log_dir: str | None = None
-    launches: int = 0
+    depth: int | None = None
+    launches: int = 0  # server starts by this object
+    requests: int = 0  # completion requests sent by this object, warm-ups included
+
+    def _prompt(self, srv: Any, i: int) -> Any:
+        text = prompt_text(i, self.depth if self.depth else self.prompt_words)
+        if not self.depth:
+            return text
+        toks = list(srv.post("/tokenize", {"content": text, "add_special": False}).get("tokens") or [])
+        if not toks:
+            raise ValueError("/tokenize returned no tokens")
+        while len(toks) < self.depth:
+            toks += toks
+        return toks[:self.depth]
+
+    def _one(self, srv: Any, i: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"prompt": self._prompt(srv, i), "n_predict": self.n_predict, "temperature": 0,
+                                "ignore_eos": True, "cache_prompt": False, "seed": 1}
+        r = srv.post("/completion", body, timeout=self.timeout_s)
+        return r.get("timings") or {}
+
+    def _batch(self, srv: Any, i: int, n: int) -> dict[str, Any]:
+        """``n`` concurrent requests; timings of the first, plus the batch's throughput."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        t = time.monotonic()
+        with ThreadPoolExecutor(max_workers=n) as ex:
+            rs = list(ex.map(lambda k: self._one(srv, i * 64 + k), range(n)))
+        self.requests += n
+        wall = time.monotonic() - t
+        out = dict(rs[0])
+        out["throughput"] = sum(float(x.get("predicted_n", 0)) for x in rs) / wall if wall > 0 else 0.0
+        return out
+
+    @staticmethod
+    def _slots(args: Sequence[str]) -> int:
+        from llamarig.render.common import get_value
+
+        v = get_value(list(args), "-np", "--parallel")
+        try:
+            n = int(v) if v is not None else -1
+        except ValueError:
+            n = -1
+        return n if n > 0 else 4  # -np -1 / not given: llama-server's auto is 4 slots
 
     def __call__(self, cand: Candidate, budget: int) -> Measurement:
         t0 = time.monotonic()
@@ -90,13 +141,16 @@ class ServerMeasure:
                                time.monotonic() - t0)
         try:
             samples = []
+            conc = self._slots(args) if self.objective == "throughput" else 1
             for i in range(budget + 1):
-                body: dict[str, Any] = {"prompt": prompt_text(i + 1000 * self.launches, self.prompt_words),
-                                        "n_predict": self.n_predict, "temperature": 0, "ignore_eos": True,
-                                        "cache_prompt": False, "seed": 1}
-                r = srv.post("/completion", body, timeout=self.timeout_s)
+                k = i + 1000 * self.launches
+                if self.objective == "throughput":
+                    r = self._batch(srv, k, conc)
+                else:
+                    self.requests += 1
+                    r = self._one(srv, k)
                 if i:  # the first request is a warm-up
-                    samples.append(r.get("timings") or {})
+                    samples.append(r)
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:200]
             return Measurement(cand.key, 0, budget, float("-inf"), {}, f"HTTP {e.code}: {detail}",
@@ -112,6 +166,8 @@ class ServerMeasure:
             "prompt_tokens": median([float(s.get("prompt_n", 0)) for s in samples]),
             "requests": float(len(samples)),
         }
+        if self.objective == "throughput":
+            metrics["throughput_tok_s"] = median([float(x.get("throughput", 0)) for x in samples])
         err = None
         if self.min_decode is not None and metrics["decode_tok_s"] < self.min_decode:
             err = f"decode {metrics['decode_tok_s']:.1f} tok/s < --min-decode {self.min_decode:g}"

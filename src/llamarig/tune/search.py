@@ -27,7 +27,7 @@ from llamarig.render.common import is_flag
 #: a --try value meaning "the flag is not given" (a switch: "+" means given without a value)
 ABSENT = "-"
 #: objectives: the figure maximised, from llama-server's own per-request ``timings``
-OBJECTIVES = ("decode", "prefill", "ttft", "weighted")
+OBJECTIVES = ("decode", "prefill", "ttft", "weighted", "throughput")
 
 
 @dataclass(frozen=True)
@@ -171,8 +171,8 @@ class SearchResult:
     budgets: list[int]
     measured: int  # measurements taken in this run (not from the state file)
     reused: int  # measurements read back from the state file
-    cost: int  # total requests over all measurements (the search's price)
-    launches: int  # server starts (one per measurement)
+    cost: int  # budgeted requests over all measurements, reused ones included (warm-ups excluded)
+    launches: int  # server starts in this run (one per new measurement; reused ones start nothing)
     method: str
 
     def final(self) -> list[Measurement]:
@@ -247,7 +247,7 @@ def successive_halving(cands: Sequence[Candidate], measure: MeasureFn, *, min_bu
     winner = next((c for c in cands if best and c.key == best.key), None)
     method = (f"successive halving: eta {eta}, budgets {budgets} requests per rung, seed {seed}; "
               f"{len(cands)} candidate(s) after planner pruning")
-    return SearchResult(winner, rungs, budgets, measured, reused, cost, measured + reused, method)
+    return SearchResult(winner, rungs, budgets, measured, reused, cost, measured, method)
 
 
 def exhaustive(cands: Sequence[Candidate], measure: MeasureFn, budget: int,
@@ -278,6 +278,8 @@ def score_of(objective: str, metrics: dict[str, float], weight: float = 0.5) -> 
         return metrics["prefill_tok_s"]
     if objective == "ttft":
         return -metrics["ttft_ms"]
+    if objective == "throughput":
+        return metrics["throughput_tok_s"]
     if objective == "weighted":
         d, p = max(metrics["decode_tok_s"], 1e-9), max(metrics["prefill_tok_s"], 1e-9)
         return math.exp(weight * math.log(d) + (1 - weight) * math.log(p))
