@@ -27,6 +27,13 @@ def _build_bin_dir() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(autouse=True)
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own tune calibration (~/.local/state/llamarig) must not change test results."""
+    monkeypatch.setenv("LLAMARIG_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+    monkeypatch.delenv("LLAMARIG_CALIBRATION", raising=False)
+
+
 @pytest.fixture(scope="session")
 def llama_bin_dir() -> Path:
     """Directory holding llama-server and llama-fit-params of the pinned build."""

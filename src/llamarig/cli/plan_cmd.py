@@ -315,7 +315,9 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     inp = build_inputs(pa)
     cal = sa.calibration_obj()
     host_bw = sa.host_bandwidth_gbs
-    if host_bw is None and pa.detect:
+    # --detect measures the host's bandwidth, unless a calibration file (tune writes one)
+    # already recorded the bandwidth its efficiencies were solved against
+    if host_bw is None and pa.detect and cal.source == "built-in":
         from llamarig.plan.calibration import measure_host_bandwidth
 
         host_bw = measure_host_bandwidth()

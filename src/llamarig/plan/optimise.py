@@ -597,7 +597,8 @@ Speed and optimiser options (docs/speed.md):
   --vision                  the mmproj must be loaded
   --agent                   rank by prefill speed (long prompts) before KV quality
   --acceptance A            speculative acceptance per drafted position (default per family)
-  --calibration FILE        speed calibration file (what `bench` writes)
+  --calibration FILE        speed calibration file (default: the one `llamarig tune` wrote, else
+                            built-in; `--calibration builtin` ignores tune's file)
   --host-bandwidth GBS      host memory bandwidth for layers in RAM / CPU-only plans
 """
 
