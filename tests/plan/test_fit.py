@@ -78,7 +78,7 @@ def test_overrides_stop_fit(flags: list[str]) -> None:
     spec, _ = _spec("qwen3.6-27b:q8_0")
     hw = Hardware((parse_gpu_arg("rtx3090"),))
     p = make_plan(PlanInputs(spec, parse_server_args(["-c", "8192", *flags]), hw))
-    assert any("-ot/--cpu-moe/--n-cpu-moe given" in n for n in p.notes)
+    assert any("-ot/--cpu-moe/--n-cpu-moe/--n-cpu-ffn given" in n for n in p.notes)
 
 
 def test_fit_two_gpus_fills_back_to_front() -> None:

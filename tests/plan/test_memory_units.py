@@ -204,3 +204,36 @@ def test_fit_lowers_unset_context_like_llama_cpp(q36) -> None:
     # a smaller margin leaves room for more context
     p2 = make_plan(PlanInputs(q36, parse_server_args(["-fitt", "128"]), hw))
     assert p2.n_ctx > p.n_ctx
+
+
+def test_n_cpu_ffn_moves_dense_ffn_of_the_first_layers(q36) -> None:
+    """-ncffn N: blk.<i>.ffn_(up|down|gate). for i < N go to the CPU buffer type
+    (common/common.h llm_add_n_cpu_ffn_overrides with LLM_FFN_DENSE_REGEX)."""
+    import re
+
+    hw = Hardware((parse_gpu_arg("rtx5090"),))
+    base = make_plan(PlanInputs(q36, parse_server_args(["-c", "8192", "-ngl", "99"]), hw))
+    ffn = make_plan(PlanInputs(q36, parse_server_args(["-c", "8192", "-ngl", "99", "-ncffn", "10"]), hw))
+    moved = sum(t.n_bytes for t in q36.tensors
+                if re.match(r"^blk\.(\d)\.ffn$", t.name))  # the catalogue's up+gate+down aggregate
+    assert moved > 0
+    assert ffn.host.get("weights") - base.host.get("weights") == moved
+    assert base.devices[0].get("weights") - ffn.devices[0].get("weights") >= moved  # + CUDA row padding
+    assert "--n-cpu-ffn" in ffn.command
+
+
+def test_n_cpu_ffn_on_a_real_header(synth_model) -> None:
+    """The same rule on real tensor names: blk.0.ffn_up/gate/down.weight move, blk.1's stay."""
+    from llamarig.gguf import load_spec
+
+    spec = load_spec(synth_model("llama", n_layer=2))
+    hw = Hardware((parse_gpu_arg("rtx3090"),))
+    base = make_plan(PlanInputs(spec, parse_server_args(["-c", "512", "-ngl", "99"]), hw))
+    ffn = make_plan(PlanInputs(spec, parse_server_args(["-c", "512", "-ngl", "99", "--n-cpu-ffn", "1"]), hw))
+    names = {"blk.0.ffn_up.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_down.weight"}
+    from llamarig.plan.memory import cuda_alloc_bytes
+
+    moved = sum(cuda_alloc_bytes(t) for t in spec.tensors if t.name in names)
+    assert moved > 0 and base.devices[0].get("weights") - ffn.devices[0].get("weights") == moved
+    # mmap: the host's CPU_Mapped buffer spans the file range of its tensors, so it grows by at least that
+    assert ffn.host.get("weights") - base.host.get("weights") >= sum(t.n_bytes for t in spec.tensors if t.name in names)

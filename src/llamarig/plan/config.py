@@ -49,6 +49,7 @@ class ServerConfig:
     tensor_split: tuple[float, ...] = ()
     main_gpu: int = 0
     n_cpu_moe: int = 0
+    n_cpu_ffn: int = 0  # -ncffn: dense FFN weights of the first N layers on the CPU
     cpu_moe: bool = False
     override_tensor: tuple[tuple[str, str], ...] = ()
     no_kv_offload: bool = False
@@ -142,6 +143,8 @@ class ServerConfig:
             out += ["-cmoe"]
         if self.n_cpu_moe:
             out += ["--n-cpu-moe", str(self.n_cpu_moe)]
+        if self.n_cpu_ffn:
+            out += ["--n-cpu-ffn", str(self.n_cpu_ffn)]
         for pat, buft in self.override_tensor:
             out += ["-ot", f"{pat}={buft}"]
         if self.no_kv_offload:
@@ -290,6 +293,7 @@ _reg("-sm --split-mode", "split_mode", "sm")
 _reg("-ts --tensor-split", "tensor_split", "ts")
 _reg("-mg --main-gpu", "main_gpu", "int0")
 _reg("-ncmoe --n-cpu-moe", "n_cpu_moe", "int0")
+_reg("-ncffn --n-cpu-ffn", "n_cpu_ffn", "int0")  # common/arg.cpp:2780-2789
 _reg("-cmoe --cpu-moe", "cpu_moe", "true")
 _reg("-ot --override-tensor", "override_tensor", "ot")
 _reg("-nkvo --no-kv-offload", "no_kv_offload", "true")

@@ -34,6 +34,7 @@ RS_ROLLBACK_ARCHS = frozenset({
 })
 #: LLM_FFN_EXPS_REGEX (common/common.h): the expert tensors --cpu-moe / --n-cpu-moe move
 FFN_EXPS_RE = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+FFN_DENSE_RE = r"\.ffn_(up|down|gate)\."  # common/common.h LLM_FFN_DENSE_REGEX (-ncffn)
 
 
 def pad(x: int, n: int) -> int:
@@ -361,6 +362,11 @@ def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int
     if cfg.n_cpu_moe:
         m = _BLK_RE.match(name)
         if m and int(m.group(1)) < cfg.n_cpu_moe and re.search(FFN_EXPS_RE, name):
+            return -1
+    if cfg.n_cpu_ffn:  # llm_add_n_cpu_ffn_overrides: blk.<i> + LLM_FFN_DENSE_REGEX, i < N
+        m = _BLK_RE.match(name)
+        # (a catalogue spec's `blk.N.ffn` aggregate stands for up/gate/down)
+        if m and int(m.group(1)) < cfg.n_cpu_ffn and (re.search(FFN_DENSE_RE, name) or name.endswith(".ffn")):
             return -1
     return None
 

@@ -236,8 +236,8 @@ def _fit(inp: PlanInputs, plan0: Plan) -> _FitOutcome | None:
         why = "-ts given (fit.cpp:470-475)"
     elif nd > 1 and cfg.split_mode == "row":
         why = "-sm row (fit.cpp:477-479)"
-    elif cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe:
-        why = "-ot/--cpu-moe/--n-cpu-moe given (fit.cpp:484-486)"
+    elif cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn:
+        why = "-ot/--cpu-moe/--n-cpu-moe/--n-cpu-ffn given (fit.cpp:484-486)"
     if why:
         if any(free[i] - u < margins[i] for i, u in enumerate(used(cur_plan))):
             notes.append(f"--fit does not move layers to the CPU: {why}; the plan keeps your placement")
