@@ -383,7 +383,7 @@ def models_cmd(as_json: bool) -> None:
             f"{m.file_bytes(q, bpw)[0] / 1e9:.1f} GB" for q in m.quants
         )
         mm = ", ".join(sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute")))
-        t.add_row(m.id, m.arch, qs, mm or "-", m.source[:120])
+        t.add_row(m.id, m.arch, qs, mm or "-", m.source)
     Console().print(t)
 
 
@@ -406,7 +406,7 @@ def gpus_cmd(as_json: bool) -> None:
     for g in gpus:
         t.add_row(g.id, g.name, fmt_bytes(g.memory_bytes) + (" (unified)" if g.unified_memory else ""),
                   f"{g.bandwidth_gbs:g} GB/s" if g.bandwidth_gbs else "-",
-                  f"{g.fp16_tflops:g} TFLOPS" if g.fp16_tflops else "-", g.source[:90])
+                  f"{g.fp16_tflops:g} TFLOPS" if g.fp16_tflops else "-", g.source)
     Console().print(t)
 
 
