@@ -19,6 +19,7 @@ from pathlib import Path
 from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
 from llamarig.plan import memory as M
 from llamarig.plan.catalogue import CatalogueModel, build_spec, find_model
+from llamarig.plan.compute import estimate_compute, pipeline_extra, pipeline_parallel
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 
@@ -81,9 +82,16 @@ def cases() -> list[Case]:
     swa = sum(x.bytes for x in M.kv_layers(oss, ctx, "f16", "f16") if x.kind == "swa")
     out.append(Case("gpt-oss-20b, -c 4096 -np 1", "SWA KV cache", swa / MiB, 18.00, "exact",
                     "llama.cpp PR #17609 log (memory-planners.md §5 row 2)"))
-    p = make_plan(PlanInputs(oss, cfg, Hardware((parse_gpu_arg("m4max"),))))
-    out.append(Case("gpt-oss-20b, Metal, -c 4096", "compute", p.devices[0].get("compute") / MiB, 404.0,
-                    "modelled", "llama.cpp PR #17609 log (memory-planners.md §5 row 2)"))
+    # that build reserved the prompt graph with n_ubatch outputs (before llama.cpp PR #23861), so
+    # its buffer is the output phase: logits for 512 tokens
+    out.append(Case("gpt-oss-20b, Metal, -c 4096 (2025 build: n_ubatch 512 outputs reserved)", "compute",
+                    estimate_compute(oss, ctx, ctx.n_ubatch).bytes / MiB, 404.0,
+                    "modelled (output phase)", "llama.cpp PR #17609 log (memory-planners.md §5 row 2)"))
+    q38 = build_spec(*find_model("qwen3.8-27b"))
+    ctx = M.resolve_context(q38, parse_server_args(["-c", "4096", "-np", "1"]))
+    out.append(Case("Qwen3.8-27B, CUDA, -ub 512, n_batch outputs reserved (llama-bench before the fork's fix)",
+                    "CUDA0 compute", estimate_compute(q38, ctx, ctx.n_ubatch).bytes / MiB, 505.0,
+                    "modelled (output phase)", "GenerelSchwerz/llama.cpp PR #62 (not in memory-planners.md)"))
     # row 3: gpt-oss-20b without SWA (ik_llama.cpp) at 131072: 6144 MiB == llama.cpp --swa-full
     ctx = M.resolve_context(oss, parse_server_args(["-c", "131072", "-np", "1", "--swa-full"]))
     out.append(Case("gpt-oss-20b, -c 131072 --swa-full (= no SWA)", "KV cache",
@@ -99,8 +107,17 @@ def cases() -> list[Case]:
                     "exact", "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
     out.append(Case("Command-R-35B shape, -ts 12,29 (12 of 40 layers on CUDA0, as logged), -c 4096", "CUDA1 KV", p.devices[1].get("kv") / MiB, 3584.0,
                     "exact", "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
-    out.append(Case("Command-R-35B shape, -ts 12,29, -c 4096, no flash attention (2024 build)", "CUDA0 compute",
-                    p.devices[0].get("compute") / MiB, 672.01, "modelled",
+    # the log says "pipeline parallelism enabled (n_copies=4)"; the planner adds the 4 never-freed
+    # copies of CUDA0's split inputs (token embeddings, f32 mask, positions). Shown with and without.
+    ctx = M.resolve_context(cr, parse_server_args(["-c", "4096", "-np", "1", "-fa", "off"]))
+    pp = pipeline_parallel(n_devices=2, n_gpu_layers=41, n_layer_all=40, split_mode="layer", backends=("CUDA", "CUDA"))
+    copies = pipeline_extra(cr, ctx, 1, pp, first=True, output=False).bytes
+    out.append(Case("Command-R-35B shape, -ts 12,29, -c 4096, no flash attention (2024 build), with the pipeline-parallel "
+                    "input copies (as planned)", "CUDA0 compute", p.devices[0].get("compute") / MiB, 672.01,
+                    "modelled (pipeline parallelism from source, not measured)",
+                    "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
+    out.append(Case("Command-R-35B shape, -ts 12,29, -c 4096, no flash attention (2024 build), without the copies",
+                    "CUDA0 compute", (p.devices[0].get("compute") - copies) / MiB, 672.01, "modelled",
                     "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
     # row 11: Qwen3-0.6B full offload, FA on, q8_0 KV, ub 512, ctx 4096, np 1 (ROCm, MI300X)
     q06 = adhoc({"id": "qwen3-0.6b", "arch": "qwen3", "n_layer": 28, "n_embd": 1024, "n_head": 16,
@@ -115,6 +132,20 @@ def cases() -> list[Case]:
     out.append(Case("Qwen3-0.6B, -ngl 2 (partial offload), -fa on q8_0, -c 4096", "GPU compute",
                     p.devices[0].get("compute") / MiB, 41.64, "modelled (incl. op-offload weight copies)",
                     "gguf-parser-go #45 (memory-planners.md §5 row 11)"))
+    # row 11, full offload of two more MoE models (same settings; the partial-offload figures are
+    # not used: the thread does not say which of 1/2/4 layers each one had)
+    olmoe = adhoc({"id": "olmoe-1b-7b", "arch": "olmoe", "n_layer": 16, "n_embd": 2048, "n_head": 16,
+                   "n_head_kv": 16, "head_dim": 128, "n_ff": 1024, "n_expert": 64, "n_expert_used": 8,
+                   "n_ff_expert": 1024, "n_vocab": 50304, "n_ctx_train": 4096, "params_b": 6.9}, "Q8_0")
+    granite = adhoc({"id": "granite-3.0-3b-a800m", "arch": "granitemoe", "n_layer": 32, "n_embd": 1536, "n_head": 24,
+                     "n_head_kv": 8, "head_dim": 64, "n_ff": 512, "n_expert": 40, "n_expert_used": 8,
+                     "n_ff_expert": 512, "n_vocab": 49155, "n_ctx_train": 4096, "params_b": 3.3}, "Q8_0")
+    for spec, label, rep in ((olmoe, "OLMoE-1B-7B", 64.09), (granite, "granite-3.0-3b-a800m", 61.04)):
+        p = make_plan(PlanInputs(spec, parse_server_args(["-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0",
+                                                          "-ctv", "q8_0"]), Hardware((parse_gpu_arg("rx7900xtx"),))))
+        out.append(Case(f"{label}, full offload, -fa on q8_0, -c 4096", "GPU compute", p.devices[0].get("compute") / MiB,
+                        rep, "modelled (shape from the config.json as recalled, not checked against the GGUF)",
+                        "gguf-parser-go #45 (memory-planners.md §5 row 11)"))
     return out
 
 
@@ -147,11 +178,19 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         f"Exact rows: {len(exact)}, largest absolute difference {worst:.4f} MiB (the reported figures "
         "are rounded to 2-3 decimals). The KV-per-token row is in MiB (18432 B = 0.017578 MiB).",
         "",
-        "Known gaps of the compute model on GPUs: backend-specific kernels and allocators (the Metal",
-        "gpt-oss row), pipeline-parallel copies of the graph inputs with several GPUs, and the exact",
-        "number of host weights alive at once under partial offload. Treat GPU compute figures as",
-        "±20 % (and Metal as unknown) until they are calibrated on GPU logs; the exact rows do not",
-        "depend on the backend.",
+        "Known gaps of the compute model on GPUs: backend-specific kernels and allocators, and the exact",
+        "number of host weights alive at once under partial offload. The Metal gpt-oss row is not a",
+        "Metal effect: that build reserved logits for all 512 tokens of a ubatch (llama.cpp before PR",
+        "#23861), and its buffer is the output phase (logits + 2 x n_embd per output), which the model",
+        "now reproduces. With several GPUs and a layer split, the 4 never-freed copies of each GPU's",
+        "split inputs (pipeline parallelism, `llamarig.plan.compute.pipeline_extra`) are modelled from",
+        "llama.cpp's source only; no multi-GPU log of a current build was available to check them.",
+        "On the one multi-GPU log at hand (a 2024 build, the Command-R rows) the plan with the copies",
+        "is +12 % and without them -1.1 %: the copies may be overestimated for that build's graph.",
+        "Treat GPU compute figures as ±20 % until they are calibrated on GPU logs; the exact rows do",
+        "not depend on the backend. Not used from memory-planners.md §5: the partial-offload figures",
+        "of row 11 (which model had 1, 2 or 4 layers is not stated), row 12 (Qwen3.8-Flash-Next's shape",
+        "is not published) and row 18 (the model behind the 1142/2586 MiB figures is not named).",
         "",
     ]
     if speed_summary:

@@ -121,9 +121,166 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
         ly = next(x for x in spec.layers if x.kind != "recurrent")
         conv = base * ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) * 2
     logits = (spec.n_vocab or 0) * n_out * F32
-    total = masks + phase + conv + logits
+    layer_total = masks + phase + conv
+    # the output phase (after the last layer: the masks and the layer temporaries are dead): the
+    # logits [n_vocab, n_out] f32 next to two [n_embd, n_out] f32 (the last residual and the
+    # output norm). Published figures that reserved n_out = n_ubatch outputs (llama.cpp before
+    # PR #23861) are this phase exactly: gpt-oss-20b 201088 x 512 x 4 B + 2 x 2880 x 512 x 4 B =
+    # 404.00 MiB (PR #17609), Qwen3.8-27B 505 MiB at -ub 512 (GenerelSchwerz/llama.cpp PR #62).
+    out_phase = logits + 2 * e * n_out * F32
     formula = (f"KQ mask{'s' if swa else ''} {masks / MiB:.2f} MiB ({'f16' if fa else 'f32'} n_kv {base}"
                f"{f' + SWA {swa}' if swa else ''} x n_ubatch {n_t}) + peak phase {phase / MiB:.2f} MiB ({phase_name})"
-               + (f" + f16 K/V conversion {conv / MiB:.2f} MiB (CUDA memory pool on the first prompt, not in the compute buffer line)" if conv else "")
-               + f" + logits {logits / MiB:.2f} MiB (n_vocab x {n_out} outputs)")
-    return ComputeEstimate(int(total), formula)
+               + (f" + f16 K/V conversion {conv / MiB:.2f} MiB (CUDA memory pool on the first prompt, not in the compute buffer line)" if conv else ""))
+    if out_phase > layer_total:
+        return ComputeEstimate(int(out_phase),
+                               f"output phase {out_phase / MiB:.2f} MiB: logits {logits / MiB:.2f} MiB (n_vocab {spec.n_vocab} x "
+                               f"{n_out} outputs x 4 B) + 2 x n_embd {e} x {n_out} x 4 B (larger than the layers' peak: "
+                               + formula + ")")
+    # small logits stay additive: the CPU calibration above was fitted with them added
+    total = layer_total + logits
+    return ComputeEstimate(int(total), formula + f" + logits {logits / MiB:.2f} MiB (n_vocab x {n_out} outputs)")
+
+
+# ============================================================================ pipeline parallelism
+#
+# With several GPUs and a layer split, llama.cpp runs the scheduler with GGML_SCHED_MAX_COPIES
+# (= 4, ggml/CMakeLists.txt:188, ggml/src/ggml-backend.cpp:911-912) copies of every graph input,
+# so that the host can upload micro-batch k+1 while the GPUs still read micro-batch k
+# (ggml/src/ggml-backend.cpp:2028 ``sched->n_copies = parallel ? GGML_SCHED_MAX_COPIES : 1``).
+# What is multiplied is *not* the whole compute buffer, only the inputs:
+#
+# - every tensor a split reads from another backend (the "split inputs": on the first GPU the
+#   token embeddings that the CPU's get_rows produced (GET_ROWS is never
+#   offloaded, ggml-cuda.cu:5739-5742), on the next GPUs the residual stream of the
+#   previous one, and on every GPU the KQ mask(s), the positions and, where the output layer is,
+#   the output ids) gets n_copies duplicates on the reading backend, each flagged input + output
+#   so that ggml-alloc never frees or reuses it (ggml-backend.cpp:1515-1533), and they are added
+#   as leafs, i.e. allocated before anything else and alive through the whole graph
+#   (ggml-backend.cpp:1703-1733);
+# - every graph input leaf (tokens, input embeddings, positions, masks, output ids; all assigned
+#   to the last backend, the CPU, ggml-backend.cpp:1084-1089) gets n_copies duplicates in the CPU
+#   backend's (pinned host) compute buffer, also never freed (ggml-backend.cpp:1547-1585).
+#
+# Without pipeline parallelism a split input is one ordinary tensor that dies after its last use,
+# which the single-backend model above already contains for the masks (alive until the last
+# layer) and, within the per-token terms of one layer, for the residual stream.
+#
+# Conditions (src/llama-context.cpp:431-457): more than one model device, -ngl above n_layer_all
+# (every layer and the output layer offloaded; -ngl unset = all, src/llama-model.cpp:2008-2011),
+# --split-mode layer, the KV cache offloaded (no -nkvo), no tensor overrides (-ot, --n-cpu-moe,
+# --cpu-moe), and async compute + events on every non-CPU device (CUDA/ROCm/Metal/Vulkan/SYCL/RPC
+# report both; ggml-cuda.cu:5220-5231 turns events off only when built with
+# GGML_CUDA_NO_PEER_COPY; OpenCL, WebGPU, CANN report async = false). If the enlarged buffer cannot
+# be allocated, llama.cpp retries once without it (llama-context.cpp:678-683).
+
+#: ggml/CMakeLists.txt:188 (GGML_SCHED_MAX_COPIES, default 4)
+GGML_SCHED_MAX_COPIES = 4
+#: backends whose device props report async compute and events (see above)
+PP_CAPABLE_BACKENDS = frozenset({"CUDA", "ROCm", "Metal", "Vulkan", "SYCL", "RPC"})
+PP_METHOD = ("modelled from llama.cpp source (llama-context.cpp:431-457, ggml-backend.cpp:1515-1533, "
+             "1703-1733, 2028); not measured on several GPUs")
+
+
+@dataclass(frozen=True)
+class PipelineParallel:
+    """Whether llama.cpp enables pipeline parallelism, and why (not)."""
+
+    enabled: bool
+    n_copies: int
+    reason: str
+
+
+def pipeline_parallel(*, n_devices: int, n_gpu_layers: int, n_layer_all: int, split_mode: str,
+                      offload_kqv: bool = True, tensor_overrides: bool = False,
+                      backends: tuple[str, ...] | list[str] = ()) -> PipelineParallel:
+    """llama-context.cpp:431-457. ``n_gpu_layers``: the effective -ngl (layers + output layer, so
+    n_layer_all + 1 when everything is offloaded); ``backends``: the model devices' backends."""
+    why: list[str] = []
+    if n_devices <= 1:
+        why.append(f"{n_devices} model device(s)")
+    if n_gpu_layers <= n_layer_all:
+        why.append(f"-ngl {n_gpu_layers} <= n_layer {n_layer_all} (not every layer and the output layer offloaded)")
+    if split_mode != "layer":
+        why.append(f"-sm {split_mode}")
+    if not offload_kqv:
+        why.append("-nkvo")
+    if tensor_overrides:
+        why.append("tensor overrides (-ot/--n-cpu-moe/--cpu-moe)")
+    bad = sorted({b for b in backends if b != "CPU" and b not in PP_CAPABLE_BACKENDS})
+    if bad:
+        why.append(f"backend(s) without async compute + events: {', '.join(bad)}")
+    if why:
+        return PipelineParallel(False, 1, "pipeline parallelism off: " + "; ".join(why)
+                                + " (llama-context.cpp:431-457)")
+    return PipelineParallel(True, GGML_SCHED_MAX_COPIES,
+                            f"pipeline parallelism on: {n_devices} devices, all {n_layer_all} layers + output offloaded, "
+                            f"-sm layer, KV offloaded, no tensor overrides -> sched n_copies = GGML_SCHED_MAX_COPIES "
+                            f"{GGML_SCHED_MAX_COPIES} (llama-context.cpp:431-457, ggml-backend.cpp:2028)")
+
+
+def _mask_bytes(ctx: ContextLayout, n_t: int, spec: ModelSpec) -> int:
+    has_attn = any(ly.kind != "recurrent" for ly in spec.layers)
+    base = ctx.n_ctx_seq if has_attn else 0
+    swa = (ctx.swa_cells // max(1, ctx.n_stream)) if ctx.swa_cells else None
+    return _masks(ctx, n_t, base, swa, ctx.flash_attn)
+
+
+def pipeline_split_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
+                          first: bool, output: bool) -> tuple[int, str]:
+    """Bytes of one copy of the split inputs of one GPU stage, and their list: the activations
+    entering the stage ([n_embd, n_ubatch] f32: the CPU's token embeddings on the first GPU, the
+    previous GPU's residual stream on the others), the KQ mask(s), the positions
+    (build_inp_pos, llama-graph.cpp:2540-2548) and, on the stage with the output layer, the output
+    ids (build_inp_out_ids, llama-graph.cpp:2569-2586)."""
+    n_t = min(ctx.n_ctx, ctx.n_ubatch)
+    n_out = min(n_t, max(1, n_outputs_max))
+    act = (spec.n_embd or 0) * n_t * F32
+    masks = _mask_bytes(ctx, n_t, spec)
+    pos = n_t * 4
+    out_ids = n_out * 4 if output else 0
+    what = (f"{'token embeddings from the CPU' if first else 'residual stream from the previous GPU'} "
+            f"n_embd {spec.n_embd} x {n_t} x 4 B = {act / MiB:.2f} MiB + KQ mask(s) {masks / MiB:.2f} MiB"
+            f" + positions {pos} B" + (f" + output ids {out_ids} B" if out_ids else ""))
+    return act + masks + pos + out_ids, what
+
+
+def pipeline_extra(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, pp: PipelineParallel, *,
+                   first: bool, output: bool) -> ComputeEstimate:
+    """What pipeline parallelism adds to one GPU's compute buffer on top of
+    :func:`estimate_compute`: n_copies permanent copies of the stage's split inputs, less the one
+    mask copy the single-backend model already counts."""
+    if not pp.enabled or pp.n_copies <= 1:
+        return ComputeEstimate(0, "")
+    n_t = min(ctx.n_ctx, ctx.n_ubatch)
+    one, what = pipeline_split_inputs(spec, ctx, n_outputs_max, first=first, output=output)
+    masks = _mask_bytes(ctx, n_t, spec)
+    extra = pp.n_copies * one - masks
+    return ComputeEstimate(
+        extra,
+        f"pipeline parallelism: {pp.n_copies} never-freed copies of this GPU's split inputs "
+        f"({what}) = {pp.n_copies} x {one / MiB:.2f} MiB, less the one mask already counted "
+        f"= {extra / MiB:.2f} MiB [{PP_METHOD}]")
+
+
+def host_pipeline_extra(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int,
+                        pp: PipelineParallel) -> ComputeEstimate:
+    """What pipeline parallelism adds to the CPU backend's (pinned host) compute buffer:
+    n_copies - 1 more copies of the graph input leaves (ggml-backend.cpp:1547-1585): tokens and
+    input embeddings (build_inp_embd, llama-graph.cpp:2413-2428), the mixed-batch token/slot/embd
+    inputs of the architectures that have them (llama-graph.cpp:2469-2486), positions, masks
+    and output ids."""
+    if not pp.enabled or pp.n_copies <= 1:
+        return ComputeEstimate(0, "")
+    n_t = min(ctx.n_ctx, ctx.n_ubatch)
+    n_out = min(n_t, max(1, n_outputs_max))
+    e = spec.n_embd or 0
+    # tokens i32 + embd f32, mixed tokens i32 + slots i64 + embd f32 (n_tok_rows <= n_ubatch),
+    # positions i32, output ids i32
+    per_copy = (4 * n_t + e * n_t * F32) + (4 * n_t + 8 * n_t + e * n_t * F32) + 4 * n_t + 4 * n_out \
+        + _mask_bytes(ctx, n_t, spec)
+    extra = (pp.n_copies - 1) * per_copy
+    return ComputeEstimate(
+        extra,
+        f"pipeline parallelism: {pp.n_copies - 1} more never-freed copies of the graph inputs "
+        f"(2 x n_embd {e} x {n_t} x 4 B embeddings inputs + KQ mask(s) + tokens/positions/ids) "
+        f"= {pp.n_copies - 1} x {per_copy / MiB:.2f} MiB [{PP_METHOD}]")

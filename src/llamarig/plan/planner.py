@@ -11,7 +11,12 @@ from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.catalogue import GPU, Hardware
 from llamarig.plan import memory as M
 from llamarig.plan.catalogue import MMProjInfo
-from llamarig.plan.compute import estimate_compute
+from llamarig.plan.compute import (
+    estimate_compute,
+    host_pipeline_extra,
+    pipeline_extra,
+    pipeline_parallel,
+)
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import DevicePlan, HostPlan, Line, Plan
 from llamarig.units import GiB, fmt_bytes
@@ -609,9 +614,25 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         cuda_q = (cfg.cache_type_k, cfg.cache_type_v)
     est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q)
     gpu_with_layers = [i for i in range(n_dev) if layers_on[i] or placement.output_dev == i]
+    # several GPUs, everything offloaded, layer split: the scheduler keeps 4 copies of each
+    # stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py)
+    pp = pipeline_parallel(
+        n_devices=n_dev, n_gpu_layers=placement.n_gpu_layers, n_layer_all=len(spec.layers),
+        split_mode=cfg.split_mode, offload_kqv=not cfg.no_kv_offload,
+        tensor_overrides=bool(cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn),
+        backends=tuple(g.backend for g in gpus))
+    if n_dev > 1:
+        notes.append(pp.reason)
     if gpu_with_layers:
         for i in gpu_with_layers:
             add(i, "compute", est.bytes, est.formula, "modelled")
+            x = pipeline_extra(spec, ctx, n_outputs_max, pp, first=(i == gpu_with_layers[0]),
+                               output=(placement.output_dev == i))
+            if x.bytes:
+                add(i, "compute", x.bytes, x.formula, "modelled")
+        hx = host_pipeline_extra(spec, ctx, n_outputs_max, pp)
+        if hx.bytes:
+            add(-1, "compute", hx.bytes, hx.formula, "modelled")
         # op offload: matmuls whose weights stay in host memory run on the GPU for prompt
         # batches (ggml-cuda.cu get_op_batch_size >= 32; ggml-backend sched copies the weight into
         # the GPU's compute buffer). About two such copies are alive at once.
