@@ -192,3 +192,23 @@ def test_every_synth_architecture_default_shape(arch: str, synth_model, llama_se
     bad = [c for c in compare(plan, log, compute_rel=0.35) if not c.ok]
     assert not bad, bad
     assert log.weights and log.target.kv_buffers
+
+
+def test_draft_model_matches_server(synth_model, llama_server) -> None:
+    """A separate draft model (-md): its weights and KV exact, its own context's compute buffer
+    within 5 %; llama-server creates the draft context even without --spec-type (build 11434)."""
+    path = synth_model("llama", **SHAPES["llama"])
+    dpath = synth_model("llama", n_embd=128, n_head=2, n_head_kv=1, head_dim=64, n_ff=384, n_layer=4)
+    argv = ["-md", str(dpath), "-c", "2048", "-np", "2"]
+    srv = llama_server(path, "-lv", "4", *argv)
+    srv.stop()
+    log = parse_memory_log(srv.log)
+    assert log.draft is not None and len(log.weights) == 2, log.weights
+    plan = make_plan(PlanInputs(load_spec(path), parse_server_args(argv), Hardware(), draft=load_spec(dpath)))
+    logged = log.weights[1][1] + log.draft.kv_mib() + log.draft.compute_mib("CPU")
+    planned = plan.host.get("draft") / MiB
+    exact_part = log.weights[1][1] + log.draft.kv_mib()
+    print(f"draft: planned {planned:.3f} MiB, logged {logged:.3f} MiB (weights + KV {exact_part:.3f}, compute "
+          f"{log.draft.compute_mib('CPU'):.3f})")
+    assert abs(planned - logged) <= 0.05 * log.draft.compute_mib("CPU") + 3 * ROUND, (
+        planned, logged, exact_part, plan.host.lines["draft"].formula)

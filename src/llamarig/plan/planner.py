@@ -512,6 +512,13 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
         b = sum(M.kv_bytes_per_cell(ly, cfg.cache_type_k_draft, cfg.cache_type_v_draft) for ly in sel) * ctx.n_ctx
         add(index[d_names[j]] if j >= 0 else -1, "draft", b,
             f"draft KV: {len(sel)} layer(s) x n_ctx {ctx.n_ctx} (-ctkd {cfg.cache_type_k_draft} / -ctvd {cfg.cache_type_v_draft})")
+    # the draft model's own llama_context reserves its compute buffer like the target's (the
+    # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
+    # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
+    dest = estimate_compute(d, ctx, ctx.n_parallel)
+    gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
+    add(index[d_names[gpu_js[0]]] if gpu_js else -1, "draft", dest.bytes,
+        "draft model context compute: " + dest.formula, "modelled")
     return on_dev
 
 
