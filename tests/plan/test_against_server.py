@@ -212,3 +212,23 @@ def test_draft_model_matches_server(synth_model, llama_server) -> None:
           f"{log.draft.compute_mib('CPU'):.3f})")
     assert abs(planned - logged) <= 0.05 * log.draft.compute_mib("CPU") + 3 * ROUND, (
         planned, logged, exact_part, plan.host.lines["draft"].formula)
+
+
+def test_mtp_sidecar_draft_matches_server(synth_model, llama_server) -> None:
+    """Seed 004's `--model-draft mtp-*.gguf --spec-type draft-mtp`: the sidecar holds only its
+    nextn blocks, so only they get KV cells, and its context runs the MTP graph (build 11434
+    logs "1 layers" for the sidecar's KV and reserves that graph twice)."""
+    target = synth_model("qwen35")
+    sidecar = synth_model("qwen35", nextn_layers=1, mtp_only=True)
+    argv = ["--model-draft", str(sidecar), "--spec-type", "draft-mtp", "-c", "2048", "-np", "1"]
+    srv = llama_server(target, "-lv", "4", *argv)
+    srv.stop()
+    log = parse_memory_log(srv.log)
+    assert log.draft is not None and len(log.weights) == 2
+    assert [c.layers for c in log.draft.kv_caches] == [1]
+    plan = make_plan(PlanInputs(load_spec(target), parse_server_args(argv), Hardware(), draft=load_spec(sidecar)))
+    logged = log.weights[1][1] + log.draft.kv_mib() + log.draft.compute_mib("CPU")
+    planned = plan.host.get("draft") / MiB
+    print(f"sidecar: planned {planned:.3f} MiB, logged {logged:.3f} MiB")
+    assert abs(planned - logged) <= 0.05 * log.draft.compute_mib("CPU") + 3 * ROUND, (
+        planned, logged, plan.host.lines["draft"].formula)

@@ -72,7 +72,15 @@ class ContextLog:
         return sum(v for _, v in self.rs_buffers)
 
     def compute_mib(self, device: str | None = None) -> float:
-        return sum(v for d, v in self.compute if device is None or d == device)
+        """A context may reserve its graph more than once (e.g. when a speculative
+        implementation is attached); the scheduler's buffer for a device is then reallocated,
+        never added to (ggml-alloc.c grows it to the largest reservation): per device the
+        largest logged size counts."""
+        per_dev: dict[str, float] = {}
+        for d, v in self.compute:
+            if device is None or d == device:
+                per_dev[d] = max(per_dev.get(d, 0.0), v)
+        return sum(per_dev.values())
 
 
 @dataclass

@@ -505,7 +505,9 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
         add(-1, "draft", ws.host, f"draft model weights {d.path} kept on the CPU (token embeddings, "
             f"{sum(1 for x in placement.layer_dev if x < 0)} layer(s); {how})")
     for j in range(-1, len(d_names)):
-        sel = [ly for ly in d.layers if ly.kind != "recurrent"
+        # an MTP sidecar (seed 004's --model-draft mtp-*.gguf) has only its nextn blocks: only
+        # they get KV cells (build 11434's log: "1 layers" for a 1-nextn sidecar)
+        sel = [ly for ly in d.layers if ly.kind != "recurrent" and (ly.nextn or not d.mtp_sidecar)
                and ((placement.layer_dev[ly.index] if not cfg.no_kv_offload else -1) == j)]
         if not sel:
             continue
@@ -515,7 +517,7 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # the draft model's own llama_context reserves its compute buffer like the target's (the
     # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
-    dest = estimate_compute(d, ctx, ctx.n_parallel)
+    dest = estimate_compute(d, ctx, ctx.n_parallel, **({"layers": "mtp"} if d.mtp_sidecar else {}))
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     add(index[d_names[gpu_js[0]]] if gpu_js else -1, "draft", dest.bytes,
         "draft model context compute: " + dest.formula, "modelled")
