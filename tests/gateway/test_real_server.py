@@ -281,7 +281,9 @@ def test_props_and_slots_pass_through_and_bench_sees_a_llama_server(lt: Any, syn
     so ``llamarig bench`` pointed at the gateway recognises llama-server."""
     from llamarig.bench.runner import BenchConfig, run_bench
 
-    srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "1")
+    # LLAMA_SERVER_SLOTS_DEBUG makes /slots show each slot's prompt and generated text
+    # (tools/server/server-context.cpp:1459-1460, 2739)
+    srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "1", env={"LLAMA_SERVER_SLOTS_DEBUG": "1"})
     gw = lt.gateway({"keys": [{"key": "sk-bench-123456", "name": "bench"}]}, backends=[srv.url])
     auth = {"Authorization": "Bearer sk-bench-123456"}
     for path in ("/props", "/slots", "/slots?fail_on_no_slot=1"):
@@ -305,6 +307,9 @@ def test_props_and_slots_pass_through_and_bench_sees_a_llama_server(lt: Any, syn
             break
     st, _, slots = _get(gw.url + "/slots", auth)
     assert st == 200 and slots[0]["is_processing"]
+    # one tenant does not read another's text: the server shows it, the gateway removes it
+    assert "prompt" in srv.get("/slots")[0]
+    assert "prompt" not in slots[0] and "generated" not in slots[0] and slots[0]["next_token"]
     st, _, err = _get(gw.url + "/slots?fail_on_no_slot=1", auth)
     assert st == 503 and "slot" in err["error"]["message"].lower()
     stream.close()

@@ -570,7 +570,10 @@ class Gateway:
         name = self.backends.default_backend()
         if name is None:
             raise Rejected(503, "no_backend", "no healthy backend", int(cfg.health.interval_s) or 1)
-        return await self._forward("GET", name, path + ("?" + request.query if request.query else ""), None, cfg)
+        resp = await self._forward("GET", name, path + ("?" + request.query if request.query else ""), None, cfg)
+        if path == "/slots" and resp.status == 200:
+            resp = _redact_slots(resp)
+        return resp
 
     async def _forward(self, method: str, name: str, path: str, raw: bytes | None, cfg: GatewayConfig) -> Response:
         """One non-admitted request to backend ``name``; its status, body and content type come back
@@ -723,3 +726,24 @@ def serve(cfg: GatewayConfig, *, config_path: str | None = None, overrides: dict
             uvloop.run(main())
             return
     asyncio.run(main())
+
+
+#: /slots fields that carry request text: with LLAMA_SERVER_SLOTS_DEBUG set, llama-server shows
+#: every slot's prompt and the text generated so far (tools/server/server-context.cpp:751-754,
+#: 2739); through the gateway one tenant must not read another's, so they are removed
+_SLOT_TEXT_FIELDS = ("prompt", "generated")
+
+
+def _redact_slots(resp: Response) -> Response:
+    try:
+        slots = json.loads(resp.body)
+    except (ValueError, UnicodeDecodeError):
+        return resp
+    if not isinstance(slots, list):
+        return resp
+    for slot in slots:
+        if isinstance(slot, dict):
+            for k in _SLOT_TEXT_FIELDS:
+                slot.pop(k, None)
+    resp.body = json.dumps(slots).encode()
+    return resp

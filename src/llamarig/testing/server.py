@@ -84,8 +84,10 @@ def start_server(
     log_dir: str | os.PathLike[str] | None = None,
     timeout: float = 180,
     threads: int | None = 2,
+    env: dict[str, str] | None = None,
 ) -> RunningServer:
-    """Start llama-server and wait until ``/health`` answers 200.
+    """Start llama-server and wait until ``/health`` answers 200. ``env``: extra environment
+    variables for the server process.
 
     Raises ServerError (with the last log lines) if it exits or does not become healthy.
     """
@@ -101,7 +103,8 @@ def start_server(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"llama-server-{port}.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed by RunningServer.stop
-    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **env} if env else None)
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
     try:
         return _wait_healthy(srv, timeout)
