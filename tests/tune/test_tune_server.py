@@ -158,3 +158,20 @@ def test_tune_quality_floor_prunes_by_measured_agreement(synth_model, env: Path,
     pruned = {p["candidate"] for p in res["pruned"]}
     assert ("-ctk q4_0" in pruned) == (q4 < 1.0)
     assert "-ctk f16" not in pruned
+
+
+def test_throughput_objective_on_a_real_server(synth_model, env: Path, cli) -> None:
+    """--objective throughput: each candidate serves -np concurrent requests; the score is total
+    generated tokens over wall time, and the method says so. Which -np wins depends on the
+    machine (2 shared cores here), so only the shape of the result is asserted."""
+    model = synth_model("llama", **SHAPE)
+    code, stdout, err = cli("tune", "--json", "--objective", "throughput", "--try", "-np=1,2",
+                            "--max-runs", "1", "--n-predict", "8", "--prompt-words", "16",
+                            "--ram", "16G", str(model), "-c", "2048", "-kvu", "-t", "1")
+    assert code == 0, err
+    res = json.loads(stdout)
+    assert res["counts"]["server_starts"] >= 2 and res["counts"]["requests_sent"] >= 3  # 1 + 2 concurrent
+    winner = res["search"]["winner"]
+    assert winner.endswith(("-np 1", "-np 2")), winner
+    text = json.dumps(res).lower()
+    assert "throughput" in text and "tok/s" in text
