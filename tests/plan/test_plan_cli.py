@@ -62,7 +62,7 @@ def test_pasted_command(capsys, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["plan", "qwen3.6-28b"], "unknown model"),
+    (["plan", "qwen3.6-28b"], "not a catalogue id (did you mean"),
     (["plan", "qwen3.6-27b", "--gpu", "rtx3080"], "unknown GPU"),
     (["plan", "qwen3.6-27b", "-ctk", "q2_K"], "accepted: f32"),
     (["plan", "qwen3.6-27b", "-ctv", "q4_0", "-fa", "off"], "flash attention"),

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from llamarig.errors import GGUFError
-from llamarig.gguf import ModelSpec, load_spec
+from llamarig.gguf import ModelSpec
 from llamarig.units import fmt_bytes
 
 
@@ -23,30 +21,10 @@ def _v(x: object) -> str:
 
 
 def resolve_model(text: str) -> ModelSpec:
-    """MODEL as a GGUF path (split files too) or a catalogue id (``llamarig models``).
+    """MODEL as a GGUF path or a catalogue id (plan.catalogue.resolve_model)."""
+    from llamarig.plan.catalogue import resolve_model as resolve
 
-    An existing path always wins; a catalogue id is tried next; anything else is read as a path,
-    so a missing file is a one-line ``no such file`` error (exit 2), with the closest catalogue
-    ids when the text looks like one.
-    """
-    from llamarig.plan.catalogue import build_spec, find_model, is_catalogue_id
-
-    p = Path(text)
-    if p.exists():
-        return load_spec(p)
-    if is_catalogue_id(text):
-        m, quant = find_model(text)  # UnknownNameError (exit 2) for an unknown quant
-        return build_spec(m, quant)
-    if text.lower().endswith(".gguf") or "/" in text or "\\" in text:
-        return load_spec(p)  # GGUFError: no such file
-    from llamarig.errors import UnknownNameError
-
-    try:
-        find_model(text)
-    except UnknownNameError as e:
-        hint = f" (did you mean: {', '.join(e.suggestions)}?)" if e.suggestions else ""
-        raise GGUFError(text, f"no such file, and not a catalogue id{hint}") from None
-    raise GGUFError(text, "no such file")  # pragma: no cover - find_model accepted what is_catalogue_id refused
+    return resolve(text)[0]
 
 
 def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, int, str]]:

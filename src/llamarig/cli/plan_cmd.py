@@ -118,20 +118,13 @@ def split_args(args: list[str]) -> PlanArgs:
 # ------------------------------------------------------------------------------- resolution
 
 
-def _load_model(text: str):  # -> ModelSpec
-    from llamarig.gguf import load_spec
-    from llamarig.plan.catalogue import build_spec, find_model, is_catalogue_id
+def _load_model(text: str):  # -> (ModelSpec, CatalogueModel | None)
+    from llamarig.plan.catalogue import resolve_model
 
-    p = Path(text)
-    if p.exists() or (text.endswith(".gguf") and not is_catalogue_id(text)):
-        spec = load_spec(p)
-        if spec.is_mmproj:
-            raise GGUFError(text, "is an mmproj (projector) file, not a language model; pass it with --mmproj")
-        return spec, None
-    if "/" in text or "\\" in text:
-        raise GGUFError(text, "no such file")
-    m, q = find_model(text)  # UnknownNameError with suggestions
-    return build_spec(m, q), m
+    spec, cat = resolve_model(text)
+    if spec.is_mmproj:
+        raise GGUFError(text, "is an mmproj (projector) file, not a language model; pass it with --mmproj")
+    return spec, cat
 
 
 def _mmproj_from_file(path: str, image_max_tokens: int = 0):

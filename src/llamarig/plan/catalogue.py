@@ -91,6 +91,35 @@ def is_catalogue_id(text: str) -> bool:
     return name in load_models()
 
 
+def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
+    """MODEL as a GGUF path (split files too) or a catalogue id (``llamarig models``), for every
+    command that takes one: the spec, and the catalogue entry when it came from the catalogue.
+
+    An existing path always wins; a catalogue id is tried next; anything else is read as a path,
+    so a missing file is a one-line ``no such file`` error (exit 2), with the closest catalogue
+    ids when the text looks like one.
+    """
+    from pathlib import Path
+
+    from llamarig.errors import GGUFError
+    from llamarig.gguf import load_spec
+
+    p = Path(text)
+    if p.exists():
+        return load_spec(p), None
+    if is_catalogue_id(text):
+        m, quant = find_model(text)  # UnknownNameError (exit 2) for an unknown quant
+        return build_spec(m, quant), m
+    if text.lower().endswith(".gguf") or "/" in text or "\\" in text:
+        return load_spec(p), None  # GGUFError: no such file
+    try:
+        find_model(text)
+    except UnknownNameError as e:
+        hint = f" (did you mean: {', '.join(e.suggestions)}?)" if e.suggestions else ""
+        raise GGUFError(text, f"no such file, and not a catalogue id{hint}") from None
+    raise GGUFError(text, "no such file")  # pragma: no cover - find_model accepted what is_catalogue_id refused
+
+
 def _tensor(name: str, n_bytes: int) -> TensorInfo:
     return TensorInfo(name=name, ggml_type="catalogue", shape=(), n_bytes=n_bytes, offset=-1)
 
