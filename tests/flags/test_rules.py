@@ -249,3 +249,13 @@ def test_background_log_follows_stderr_redirections(redirects: str, expect: str 
         assert "background-no-log" not in r
     else:
         assert expect in r["background-no-log"][0].message
+
+
+def test_fix_requotes_a_word_whose_quote_never_closes() -> None:
+    from llamarig.flags.fix import fix_text
+
+    p = parse_text('llama-server -m "$1 --metrics on\n')
+    readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
+    assert any(f.rule == "shell-syntax" for f in fs)
+    fixed = fix_text(p, readings, fs, SCHEMA)
+    assert subprocess.run(["bash", "-n"], input=fixed, text=True, capture_output=True).returncode == 0, fixed

@@ -7,6 +7,7 @@ replaced, dead environment variables dropped. Other lines of the script are kept
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from llamarig.flags.rules import _FALSY, Finding, Reading, Use
@@ -123,10 +124,19 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         seen.add(name)
         final.append(group)
     final.reverse()
-    # words kept as they were keep their quoting as written (`-m "$1"` stays quoted)
-    raw_of = {w.text: w.raw for w in inv.intended_args if w.raw}
+    # words kept as they were keep their quoting as written (`-m "$1"` stays quoted), unless
+    # the written form is itself broken (an unterminated quote): then it is re-quoted
+    raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
     return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
                            _dedupe(comments), dropped_env)
+
+
+def _well_formed(raw: str, text: str) -> bool:
+    """``raw`` is one complete shell word that reads back as ``text``."""
+    try:
+        return shlex.split(raw) == [text]
+    except ValueError:  # unterminated quote
+        return False
 
 
 def _show(u: Use) -> str:
