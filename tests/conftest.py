@@ -3,8 +3,11 @@ synthetic GGUF models, and a factory that starts/stops servers on free loopback 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,22 +19,83 @@ from llamarig.testing.synth import write_model
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
+#: every process the tests start inherits this variable, so the end of the session can find
+#: (and stop) any that outlived its test, whichever fixture or subprocess started it
+RUN_TAG = uuid.uuid4().hex
+os.environ["LLAMARIG_TEST_RUN"] = RUN_TAG
+#: the CPU features `--detect` and check report during the tests: those of the portable test
+#: build, whatever CPU this run gets (a native-build test reads /proc/cpuinfo itself)
+os.environ["LLAMARIG_CPU_FEATURES"] = "neon" if os.uname().machine in ("aarch64", "arm64") else "avx2"
+
+
+def tagged_processes() -> list[tuple[int, str]]:
+    """(pid, command line) of live processes started during this test session."""
+    needle = f"LLAMARIG_TEST_RUN={RUN_TAG}".encode()
+    out = []
+    for d in Path("/proc").glob("[0-9]*"):
+        pid = int(d.name)
+        if pid == os.getpid():
+            continue
+        try:
+            if needle not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state in ("Z", "X"):
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        out.append((pid, cmd))
+    return out
+
+
+def stop_launched(state_dir: Path) -> None:
+    """Stop every server `llamarig launch` recorded in ``state_dir`` (by pid, start time and argv)."""
+    from llamarig.render import launch as L
+
+    for f in sorted(state_dir.glob("launch-*.json")) if state_dir.is_dir() else ():
+        with contextlib.suppress(Exception):
+            L.stop(state_file=f, timeout_s=10)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No process outlives the run: a server (llama-server, gateway, fake backend) a test left
+    running fails the run; every leftover is killed by pid either way."""
+    left = tagged_processes()
+    servers = [(p, c) for p, c in left if "llama-server" in c or "llamarig" in c]
+    for pid, _ in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if servers:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = "processes started by the tests were still running at the end (killed now):\n" + "\n".join(
+            f"  pid {p}: {c[:200]}" for p, c in servers)
+        if tr is not None:
+            tr.write_line(msg, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 def _build_bin_dir() -> Path:
+    """The portable build (scripts/get-llama-server --recipe portable): a fixed instruction set
+    and no AMX, so a server test means the same on every CPU CI may get."""
     env = os.environ.get("LLAMARIG_SERVER_BIN")
     if env:
         return Path(env).parent
     out = subprocess.run(
-        [str(ROOT / "scripts" / "get-llama-server")], check=True, capture_output=True, text=True
+        [str(ROOT / "scripts" / "get-llama-server"), "--recipe", "portable"], check=True, capture_output=True, text=True
     )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(autouse=True)
-def _private_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A developer's own tune calibration (~/.local/state/llamarig) must not change test results."""
-    monkeypatch.setenv("LLAMARIG_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A developer's own tune calibration (~/.local/state/llamarig) must not change test results.
+    Servers a test launched into it are stopped at teardown, also when the test failed."""
+    d = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("LLAMARIG_STATE_DIR", str(d))
     monkeypatch.delenv("LLAMARIG_CALIBRATION", raising=False)
+    yield
+    stop_launched(d)
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +107,17 @@ def llama_bin_dir() -> Path:
 @pytest.fixture(scope="session")
 def server_bin(llama_bin_dir: Path) -> Path:
     return llama_bin_dir / "llama-server"
+
+
+@pytest.fixture(scope="session")
+def native_server_bin() -> Path:
+    """A native build (-march=native), set by scripts/test as $LLAMARIG_NATIVE_SERVER_BIN when this
+    CPU has buffer types or kernels the portable build lacks (AVX-512, AMX, Arm dot-product/i8mm)."""
+    env = os.environ.get("LLAMARIG_NATIVE_SERVER_BIN")
+    if not env:
+        pytest.skip("no native build: this CPU's buffer types are those of the portable build "
+                    "(scripts/get-llama-server --native-differs)")
+    return Path(env)
 
 
 @pytest.fixture(scope="session")
@@ -70,19 +145,33 @@ def synth_model(synth_dir: Path):
     return make
 
 
+def _server_factory(binary: Path, tmp_path: Path, started: list[RunningServer]):
+    def start(model: Path | None, *args: str, **kw: object) -> RunningServer:
+        srv = start_server(binary, model, list(args), log_dir=tmp_path, **kw)  # type: ignore[arg-type]
+        started.append(srv)
+        return srv
+
+    return start
+
+
+@pytest.fixture
+def native_llama_server(native_server_bin: Path, tmp_path: Path) -> Iterator:
+    """Like ``llama_server``, with the native build."""
+    started: list[RunningServer] = []
+    yield _server_factory(native_server_bin, tmp_path, started)
+    for s in started:
+        with contextlib.suppress(Exception):
+            s.stop()
+
+
 @pytest.fixture
 def llama_server(server_bin: Path, tmp_path: Path) -> Iterator:
     """``llama_server(model, *args)`` starts a real llama-server; all are stopped at teardown."""
     started: list[RunningServer] = []
-
-    def start(model: Path | None, *args: str, **kw: object) -> RunningServer:
-        srv = start_server(server_bin, model, list(args), log_dir=tmp_path, **kw)  # type: ignore[arg-type]
-        started.append(srv)
-        return srv
-
-    yield start
+    yield _server_factory(server_bin, tmp_path, started)
     for s in started:
-        s.stop()
+        with contextlib.suppress(Exception):  # one failing stop must not leave the others running
+            s.stop()
 
 
 @pytest.fixture(scope="session")

@@ -15,15 +15,19 @@ CACHE_ROOT = Path(os.environ.get("LLAMARIG_CACHE", Path.home() / ".cache" / "lla
 
 
 def cached_bin_dirs() -> list[Path]:
-    """bin/ directories built by scripts/get-llama-server, newest build number first."""
+    """bin/ directories built by scripts/get-llama-server, newest build number first, native
+    before portable."""
     dirs = []
-    for d in CACHE_ROOT.glob("llama.cpp-*/bin"):
-        try:
-            build = int(d.parent.name.split("-", 1)[1])
-        except ValueError:
-            build = -1
-        dirs.append((build, d))
-    return [d for _, d in sorted(dirs, reverse=True)]
+    # native builds (llama.cpp-N/bin) before portable ones (llama.cpp-N/portable/bin)
+    for pattern, rank in (("llama.cpp-*/bin", 1), ("llama.cpp-*/portable/bin", 0)):
+        for d in CACHE_ROOT.glob(pattern):
+            top = d.parent if rank else d.parent.parent
+            try:
+                build = int(top.name.split("-", 1)[1])
+            except ValueError:
+                build = -1
+            dirs.append((build, rank, d))
+    return [d for _, _, d in sorted(dirs, reverse=True)]
 
 
 def find_binary(name: str = "llama-server", explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -69,6 +69,8 @@ def test_parse_small_snippet() -> None:
 def test_source_schema_equals_binary_schema(build: int) -> None:
     tree = _source_tree(build)
     binary = CACHE / f"llama.cpp-{build}" / "bin" / "llama-server"
+    if not binary.exists():  # scripts/test builds the portable recipe
+        binary = CACHE / f"llama.cpp-{build}" / "portable" / "bin" / "llama-server"
     if tree is None or not binary.is_file():
         pytest.skip(f"llama.cpp {build} source tree or binary not present")
     s = schema_from_source(tree / "common" / "arg.cpp", build)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,14 @@ SHAPES = {
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private launch state directory; what was launched into it is stopped at teardown."""
+    from tests.conftest import stop_launched
+
     d = tmp_path / "state"
     monkeypatch.setenv("LLAMARIG_STATE_DIR", str(d))
-    return d
+    yield d
+    stop_launched(d)
 
 
 @pytest.fixture

@@ -28,7 +28,9 @@ def test_launch_verifies_and_stop_stops_only_its_own(arch: str, synth_model, lla
     res = json.loads(out)
     rows = {(r["device"], r["component"]): r for r in res["verification"]}
     assert res["verified"], res["verification"]
-    for comp in ("weights", "kv") + (("recurrent",) if arch == "qwen35" else ()):
+    weights = [r for (dev, comp), r in rows.items() if dev == "host" and comp.startswith("weights ")]
+    assert weights and all(r["ok"] and abs(r["diff_mib"]) <= 0.011 for r in weights), weights
+    for comp in ("kv",) + (("recurrent",) if arch == "qwen35" else ()):
         r = rows[("host", comp)]
         assert r["ok"] and abs(r["diff_mib"]) <= 0.011, r
     st = json.loads((state_dir / f"launch-{port}.json").read_text())

@@ -29,7 +29,12 @@ Plan options:
   --mmproj FILE|catalogue|f16|bf16|none   multimodal projector to plan for
   --draft FILE|ID                         a separate draft model (-md)
   --gpu NAME[:VRAM_GB]                    a GPU, repeatable, in device order (`llamarig gpus`)
-  --detect                                read GPUs (nvidia-smi), CPU cores and RAM here
+  --detect                                read GPUs (nvidia-smi), CPU cores, CPU features
+                                          (/proc/cpuinfo) and RAM here
+  --cpu-features LIST                     the CPU llama-server runs on, e.g. avx2 or
+                                          avx512f,avx512_vnni,amx_int8 or neon,dotprod,i8mm
+                                          (decides AMX / CPU_REPACK weight buffers; default:
+                                          x86-64 with AVX2, no AVX-512/AMX)
   --ram SIZE                              host RAM, e.g. 64G
   --overhead SIZE                         per-GPU driver/context overhead (default: catalogue)
   --json                                  machine-readable output (docs/plan.md)
@@ -58,6 +63,8 @@ class PlanArgs:
     detect: bool = False
     ram: int | None = None
     overhead: int | None = None
+    cpu_features: str | None = None
+    cpu: object = None  # a hardware.cpu.CpuFeatures (e.g. a server's system_info); beats cpu_features
     as_json: bool = False
     server_args: list[str] = field(default_factory=list)
     command: list[str] | None = None
@@ -70,7 +77,7 @@ def _server_flag_takes_value(tok: str) -> bool:
     return flag_takes_value(tok)
 
 
-_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id"}
+_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features"}
 
 
 def split_args(args: list[str]) -> PlanArgs:
@@ -98,6 +105,8 @@ def split_args(args: list[str]) -> PlanArgs:
                 out.ram = parse_size(val, "g")
             elif key == "--overhead":
                 out.overhead = parse_size(val, "mib")
+            elif key == "--cpu-features":
+                out.cpu_features = val
         elif a == "--detect":
             out.detect = True
         elif a == "--json":
@@ -167,6 +176,12 @@ def build_hardware(pa: PlanArgs):
         hw = replace(hw, gpus=tuple(parse_gpu_arg(g) for g in pa.gpus))
     if pa.ram is not None:
         hw = replace(hw, ram_bytes=pa.ram)
+    if pa.cpu_features is not None:
+        from llamarig.hardware.cpu import parse_cpu_features
+
+        hw = replace(hw, cpu=parse_cpu_features(pa.cpu_features))
+    if pa.cpu is not None:
+        hw = replace(hw, cpu=pa.cpu)
     return hw
 
 
@@ -279,6 +294,9 @@ def render(plan, console) -> None:
         if ln:
             formula = ln.formula + (" (mmap: page cache, evictable)" if c == "weights" and h.mmap else "")
             t.add_row(_LABELS[c], fmt_bytes(ln.bytes), ln.method, escape(formula))
+            if len(ln.parts) > 1:  # host weights per buffer type, as llama-server logs them
+                for buf, b in ln.parts:
+                    t.add_row(f"  {buf}", fmt_bytes(b), ln.method, "")
     t.add_row("[bold]total (worst case)[/]", f"[bold]{fmt_bytes(h.total)}[/]", "", "")
     if h.capacity:
         t.add_row("capacity", fmt_bytes(h.capacity), "given", "--ram / --detect")

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from llamarig.errors import InputError, LlamarigError, one_line
+from llamarig.procs import exit_description
 
 FORMATS = ("bash", "systemd", "compose", "llama-swap")
 
@@ -35,6 +36,7 @@ class Resolved:
     findings: list[Any] = field(default_factory=list)  # check findings of a --from-script input
     notes: list[str] = field(default_factory=list)  # comment lines about the input
     schema: Any = None  # flag schema of `binary` (else the bundled one)
+    plan_args: Any = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
 
 
 def _binary(explicit: str | None, program: str | None) -> str:
@@ -61,13 +63,19 @@ def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
     return None, tokens
 
 
-def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> tuple[Any, Any, str]:
-    """(plan, speed report, note) through the planner's library (llamarig.cli.plan_cmd)."""
-    from llamarig.cli.plan_cmd import PlanArgs, build_hardware, build_plan
+def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> Any:
+    from llamarig.cli.plan_cmd import PlanArgs
     from llamarig.units import parse_size
 
-    pa = PlanArgs(gpus=list(gpus), detect=detect, ram=parse_size(ram, "g") if ram else None,
-                  command=["llama-server", *args])
+    return PlanArgs(gpus=list(gpus), detect=detect, ram=parse_size(ram, "g") if ram else None,
+                    command=["llama-server", *args])
+
+
+def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> tuple[Any, Any, str]:
+    """(plan, speed report, note) through the planner's library (llamarig.cli.plan_cmd)."""
+    from llamarig.cli.plan_cmd import build_hardware, build_plan
+
+    pa = _plan_args(args, gpus, ram, detect)
     try:
         plan = build_plan(pa)
     except LlamarigError as e:
@@ -169,6 +177,7 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema)
     if want_plan:
         res.plan, res.speed, res.plan_note = _plan(args, gpus, ram, detect)
+        res.plan_args = _plan_args(args, gpus, ram, detect)
     return res
 
 
@@ -382,8 +391,19 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     old_env = {k: os.environ.get(k) for k, _ in res.env}
     os.environ.update(dict(res.env))
     try:
+        replan = None
+        if res.plan is not None and res.plan_args is not None:
+            from dataclasses import replace as _replace
+
+            from llamarig.cli.plan_cmd import build_plan
+
+            pa = res.plan_args
+
+            def replan(cpu: Any) -> Any:
+                return build_plan(_replace(pa, cpu=cpu))
+
         lr = L.start(res.binary, args, plan=res.plan, log_path=Path(log_path) if log_path else None,
-                     timeout_s=timeout_s, force=force)
+                     timeout_s=timeout_s, force=force, replan=replan)
     finally:
         for k, v in old_env.items():
             if v is None:
@@ -424,7 +444,7 @@ def _foreground(lr: Any) -> None:
     try:
         code = lr.proc.wait()
         lr.state_file.unlink(missing_ok=True)
-        click.echo(f"llama-server exited with code {code}", err=True)
+        click.echo(f"llama-server {exit_description(code)}", err=True)
         if code:
             sys.exit(3)
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ import difflib
 import math
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ from llamarig.flags.knowledge import (
 )
 from llamarig.flags.schema import Option, Schema
 from llamarig.flags.shell import Invocation, Note, Parsed, Word
+from llamarig.hardware.cpu import detect_cpu
+from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -748,6 +751,7 @@ def _model_rules(r: Reading, k: int | None, ctx: Context) -> list[Finding]:
                           "of the model - capping\", server-context.cpp) while KV is still allocated "
                           "for the whole -c", f"use `-c {train * (n_par or 1) if not unified else train}` "
                           "or add RoPE scaling on purpose", k, c_use.passed if c_use else True))
+    out += _amx_rule(r, k, spec)
     cr = r.last("--cache-reuse")
     if cr and (_int_of(cr.value) or 0) > 0 and not r.has("--mmproj"):
         arch = getattr(spec, "architecture", "")
@@ -757,6 +761,35 @@ def _model_rules(r: Reading, k: int | None, ctx: Context) -> list[Finding]:
                           "(M-RoPE/IMRoPE or sliding-window cache; server-context.cpp, llama-kv-cache.cpp)",
                           "remove it", k, cr.passed, Fix("drop"), cr.index))
     return out
+
+
+def _amx_rule(r: Reading, k: int | None, spec: Any) -> list[Finding]:
+    """amx-tile-crash: on a CPU with AMX, a native llama-server build puts quantized matrices
+    into the AMX buffer when they stay on the CPU (no GPU, -ngl 0, -dev none, --no-host); their
+    AMX tile kernels crashed in warm-up on an AMX Xeon (docs/plan.md "CPU buffer types")."""
+    if r.has("--repack") and not r.last("--repack").positive:  # type: ignore[union-attr]
+        return []
+    ngl = r.last("--gpu-layers")
+    dev = r.last("--device")
+    cpu_only = (ngl is not None and _int_of(ngl.value) == 0) or (dev is not None and (dev.value or "").lower() == "none") \
+        or r.has("--no-host") or shutil.which("nvidia-smi") is None
+    if not cpu_only:
+        return []
+    cpu = detect_cpu()
+    if cpu is None or not cpu.amx:
+        return []
+    types = sorted({t.ggml_type.lower() for t in getattr(spec, "tensors", ())
+                    if t.ggml_type.lower() in AMX_TILE_TYPES
+                    and host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=True).buffer == "AMX"})
+    if not types:
+        return []
+    u = r.last("--model")
+    return [_f("amx-tile-crash", "warning", u.line if u else 0, u.spelling if u else None,
+               f"this CPU has AMX: a native llama-server build puts the model's {', '.join(types)} matrices into "
+               "the AMX buffer, whose tile kernels crashed with SIGSEGV in warm-up on an AMX Xeon "
+               "(ggml-cpu/amx/mmq.cpp; https://github.com/ggml-org/llama.cpp/issues/20824)",
+               "if llama-server crashes at start, add `--no-repack` (keeps the weights out of AMX)", k,
+               u.passed if u else True)]
 
 
 def _memory_hook(inv: Invocation, r: Reading, k: int | None, ctx: Context) -> list[Finding]:

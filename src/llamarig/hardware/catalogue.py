@@ -10,6 +10,7 @@ from functools import lru_cache
 from importlib import resources
 
 from llamarig.errors import InputError, UnknownNameError
+from llamarig.hardware.cpu import CpuFeatures
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -48,6 +49,7 @@ class Hardware:
     ram_free_bytes: int | None = None
     cpu_cores: int | None = None
     source: str = "given"
+    cpu: CpuFeatures | None = None  # None: plan assumes hardware.cpu.DEFAULT_FEATURES
 
     def backend_names(self) -> list[str]:
         """ggml device names in order: CUDA0, CUDA1, ... (ROCm0, MTL0, Vulkan0)."""

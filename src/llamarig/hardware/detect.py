@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from llamarig.errors import UnknownNameError
 from llamarig.hardware.catalogue import GPU, Hardware, MiB, find_gpu
+from llamarig.hardware.cpu import detect_cpu
 
 
 def host_memory() -> tuple[int | None, int | None]:
@@ -69,4 +70,4 @@ def detect(timeout: float = 5.0) -> Hardware:
         except (OSError, subprocess.TimeoutExpired):
             gpus = []
     total, avail = host_memory()
-    return Hardware(tuple(gpus), total, avail, cpu_cores(), source="detected")
+    return Hardware(tuple(gpus), total, avail, cpu_cores(), source="detected", cpu=detect_cpu())

@@ -64,7 +64,8 @@ class ServerConfig:
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt: free memory to leave per device
     fit_ctx: int = 4096  # -fitc: smallest context --fit may choose
     mmproj_offload: bool = True
-    repack: bool = True  # -nr/--no-repack turns off CPU weight repacking
+    repack: bool = True  # -nr/--no-repack turns off the CPU's extra buffer types (AMX, CPU_REPACK)
+    no_host: bool = False  # --no-host: no pinned host buffer ahead of the extra buffer types
     model: str | None = None  # -m
     mmproj: str | None = None  # --mmproj
     image_max_tokens: int = 0  # --image-max-tokens (0: the projector's own limit; common/arg.cpp)
@@ -175,6 +176,8 @@ class ServerConfig:
             out += ["--no-mmproj-offload"]
         if not self.repack:
             out += ["--no-repack"]
+        if self.no_host:
+            out += ["--no-host"]
         if self.devices:
             out += ["-dev", ",".join(self.devices)]
         if self.rpc:
@@ -310,6 +313,8 @@ _reg("-fitt --fit-target", "fit_target_mib", "mibs")
 _reg("-fitc --fit-ctx", "fit_ctx", "int0")
 _reg("--no-mmproj-offload", "mmproj_offload", "false")
 _reg("-nr --no-repack", "repack", "false")
+_reg("--repack", "repack", "true")
+_reg("--no-host", "no_host", "true")
 _reg("--mmproj-offload", "mmproj_offload", "true")
 _reg("-m --model", "model", "path")
 _reg("-mm --mmproj", "mmproj", "path")

@@ -85,7 +85,10 @@ class ContextLog:
 
 @dataclass
 class ServerMemoryLog:
-    weights: list[tuple[str, float]] = field(default_factory=list)
+    weights: list[tuple[str, float]] = field(default_factory=list)  # every model's, in log order
+    #: weights per loaded model: [0] the target, [1] a draft model (-md), each one line per
+    #: buffer type (CPU_Mapped, CPU_REPACK, AMX, CUDA0, ...)
+    model_weights: list[list[tuple[str, float]]] = field(default_factory=list)
     contexts: list[ContextLog] = field(default_factory=list)
     checkpoints: list[float] = field(default_factory=list)
     slots: tuple[int, int, bool] | None = None
@@ -113,7 +116,12 @@ def parse_memory_log(text: str) -> ServerMemoryLog:
             pending_kind = "kv"
             continue
         if m := MEM_WEIGHTS.search(line):
-            out.weights.append((m.group(1), float(m.group(2))))
+            w = (m.group(1), float(m.group(2)))
+            out.weights.append(w)
+            # a model is loaded before its context: weights after a new context start a new model
+            if not out.model_weights or len(out.contexts) >= len(out.model_weights):
+                out.model_weights.append([])
+            out.model_weights[-1].append(w)
             continue
         if m := RE_CREATED.search(line):
             out.checkpoints.append(float(m.group(6)))
@@ -151,7 +159,7 @@ def parse_memory_log(text: str) -> ServerMemoryLog:
 # ----------------------------------------------------------------------------- plan vs log
 
 #: buffer names that live in host memory (CPU_Mapped: mmap'd weights; CUDA_Host: pinned)
-HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "ROCm_Host", "Metal_Mapped")
+HOST_BUFFERS = ("CPU", "CPU_Mapped", "CPU_REPACK", "AMX", "KLEIDIAI", "CUDA_Host", "ROCm_Host", "Metal_Mapped")
 
 
 def _device_of(buffer: str) -> str:
@@ -194,7 +202,21 @@ def compare(plan: object, log: ServerMemoryLog, compute_rel: float = 0.05) -> li
         return g
 
     tgt = log.target
-    for comp, pairs in (("weights", log.weights), ("kv", tgt.kv_buffers), ("recurrent", tgt.rs_buffers)):
+    host_w = host.lines.get("weights")
+    if host_w is not None and host_w.parts:
+        # host weights per buffer type (CPU_Mapped, CPU_REPACK, AMX, ...)
+        logged: dict[str, tuple[float, int]] = {}
+        for name, v in log.weights:
+            if _device_of(name) == "host":
+                tot, n = logged.get(name, (0.0, 0))
+                logged[name] = (tot + v, n + 1)
+        parts = dict(host_w.parts)
+        for name in sorted(set(parts) | set(logged)):
+            mib, n = logged.get(name, (0.0, 1))
+            out.append(Comparison("host", f"weights {name}", parts.get(name, 0) / MiB, mib, 0.0051 * n))
+    for comp, pairs in (("weights", [w for w in log.weights if host_w is None or not host_w.parts
+                                     or _device_of(w[0]) != "host"]),
+                        ("kv", tgt.kv_buffers), ("recurrent", tgt.rs_buffers)):
         for dev, (mib, n) in group(pairs).items():
             out.append(Comparison(dev, comp, planned(dev, comp), mib, 0.0051 * n))
     for dev, (mib, _) in group(tgt.compute).items():

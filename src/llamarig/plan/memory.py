@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import TYPE_SIZES, row_size
 from llamarig.gguf.spec import LayerSpec, ModelSpec
+from llamarig.hardware.cpu import CpuFeatures
+from llamarig.hardware.cpu_buffers import host_weight_buffer
 from llamarig.plan.config import ServerConfig
 
 MiB = 1 << 20
@@ -425,21 +427,23 @@ def split_weights(spec: ModelSpec, cfg: ServerConfig, placement: Placement,
     return WeightSplit(tuple(per), host, skipped, dup)
 
 
-#: weight types the CPU backend repacks on x86-64 with AVX2 (ggml-cpu/repack.cpp
-#: ggml_repack_get_optimal_repack_type; q2_K needs AVX-512, q5_K/q6_K/q8_0 only ARM)
-REPACK_TYPES = frozenset({"q4_0", "q4_k", "iq4_nl", "mxfp4"})
+def host_weight_buffers(spec: ModelSpec, cfg: ServerConfig, placement: Placement, cpu: CpuFeatures,
+                        extra_bufts: bool) -> dict[str, tuple[int, int]]:
+    """Host weights llama.cpp copies into the CPU backend's extra buffer types (AMX, CPU_REPACK),
+    per buffer type: (bytes in that buffer, bytes of the same tensors in the file). The rules are
+    in hardware/cpu_buffers.py, with their llama.cpp sources."""
+    out: dict[str, tuple[int, int]] = {}
+    for t in _host_tensors(spec, cfg, placement):
+        ch = host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=extra_bufts)
+        if ch.buffer:
+            b, f = out.get(ch.buffer, (0, 0))
+            out[ch.buffer] = (b + ch.bytes, f + t.n_bytes)
+    return out
 
 
-def is_cpu_repacked(t: object, cfg: ServerConfig) -> bool:
-    """A host-resident matmul weight that llama.cpp copies into a CPU_REPACK buffer
-    (x86-64 AVX2 assumed; rows (ne[1]) a multiple of 8; never token_embd, which GET_ROWS reads)."""
-    name = t.name  # type: ignore[attr-defined]
-    shape = t.shape  # type: ignore[attr-defined]
-    if not cfg.repack or t.ggml_type not in REPACK_TYPES or len(shape) < 2:  # type: ignore[attr-defined]
-        return False
-    if _INPUT_RE.match(name):
-        return False
-    return shape[1] % 8 == 0
+def _in_extra_buffer(t: object, cpu: CpuFeatures, extra_bufts: bool) -> bool:
+    return bool(host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes,  # type: ignore[attr-defined]
+                                   cpu, extra_bufts=extra_bufts).buffer)
 
 
 def _host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list:
@@ -463,11 +467,8 @@ def _host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> l
     return out
 
 
-def repacked_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> int:
-    return sum(t.n_bytes for t in _host_tensors(spec, cfg, placement) if is_cpu_repacked(t, cfg))
-
-
-def mapped_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> int | None:
+def mapped_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement, cpu: CpuFeatures,
+                      extra_bufts: bool) -> int | None:
     """With mmap, the CPU_Mapped buffer spans the file range from the first to the end of the
     last tensor kept on the CPU (llama-model.cpp load_all_data / ggml_backend_cpu_buffer_from_ptr),
     padding between tensors included. None when offsets are unknown (catalogue entries)."""
@@ -476,8 +477,8 @@ def mapped_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement) 
     first = None
     last = 0
     for t in _host_tensors(spec, cfg, placement):
-        if is_cpu_repacked(t, cfg):
-            continue  # copied into CPU_REPACK, outside the mapping
+        if _in_extra_buffer(t, cpu, extra_bufts):
+            continue  # copied into AMX / CPU_REPACK, outside the mapping
         first = t.offset if first is None else min(first, t.offset)
         last = max(last, t.offset + t.n_bytes)
     return 0 if first is None else last - first

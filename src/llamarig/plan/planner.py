@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.catalogue import GPU, Hardware
+from llamarig.hardware.cpu import DEFAULT_FEATURES, CpuFeatures
+from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, extra_bufts_in_list, host_weight_buffer
 from llamarig.plan import memory as M
 from llamarig.plan.catalogue import MMProjInfo
 from llamarig.plan.compute import (
@@ -468,6 +470,64 @@ def make_plan(inp: PlanInputs) -> Plan:
                    warnings=(*out.warnings, *fo.warnings), command=plan.command, extra=extra)
 
 
+#: GPU backends whose device has a pinned host buffer type (ggml_backend_dev_host_buffer_type)
+_HOST_BUFFER_BACKENDS = {"CUDA": "CUDA_Host", "ROCm": "ROCm_Host", "Vulkan": "Vulkan_Host", "SYCL": "SYCL_Host"}
+
+
+def _gpu_host_buffer(gpus: list[GPU]) -> str | None:
+    """The pinned host buffer type make_cpu_buft_list puts first (src/llama-model.cpp:1101-1109)."""
+    return next((_HOST_BUFFER_BACKENDS[g.backend] for g in gpus if g.backend in _HOST_BUFFER_BACKENDS), None)
+
+
+def amx_tile_types(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, cpu: CpuFeatures,
+                   host_w: Line) -> list[str]:
+    """The quantized weight types the plan puts in the AMX buffer (they run AMX tile kernels)."""
+    if not any(name == "AMX" and b for name, b in host_w.parts):
+        return []
+    found = set()
+    for t in M._host_tensors(spec, cfg, placement):
+        ch = host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=True)
+        if ch.buffer == "AMX" and t.ggml_type.lower() in AMX_TILE_TYPES:
+            found.add(t.ggml_type.lower())
+    return sorted(found)
+
+
+def _host_weights(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, host_bytes: int, gpus: list[GPU],
+                  cpu: CpuFeatures, mmap: bool, what: str) -> Line:
+    """Host-resident weights per CPU buffer type (hardware/cpu_buffers.py has the rules):
+    the default buffer (CPU_Mapped with mmap, else the GPU's pinned host buffer or CPU) plus
+    what llama.cpp copies into AMX / CPU_REPACK."""
+    gpu_host = None if cfg.no_host else _gpu_host_buffer(gpus)
+    extra = extra_bufts_in_list(repack=cfg.repack, no_host=cfg.no_host, has_gpu_host_buffer=gpu_host is not None)
+    bufs = M.host_weight_buffers(spec, cfg, placement, cpu, extra)
+    moved_file = sum(f for _, f in bufs.values())
+    mapped = M.mapped_host_bytes(spec, cfg, placement, cpu, extra) if mmap else None
+    formula = what
+    if mmap and mapped is not None:
+        default = mapped
+        formula += ": mmap'd file range from the first to the end of the last tensor left in it"
+    elif mmap:
+        default = host_bytes - moved_file
+    else:
+        default = sum(-(-(t.n_bytes) // 32) * 32 for t in M._host_tensors(spec, cfg, placement)
+                      if not host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu,
+                                                extra_bufts=extra).buffer)
+        formula += ", read into an allocated buffer (--load-mode none; 32 B aligned per tensor)"
+    default_name = "CPU_Mapped" if mmap else (gpu_host or "CPU")
+    parts: list[tuple[str, int]] = [(default_name, default)] if default or not bufs else []
+    for name in ("AMX", "CPU_REPACK"):
+        if name in bufs:
+            b, f = bufs[name]
+            parts.append((name, b))
+            why = ("q4_0/q4_1/q8_0/q4_K/q5_K/q6_K/iq4_xs/f16 matrices with rows a multiple of 32, packed for AMX "
+                   "(ggml-cpu/amx/amx.cpp, mmq.cpp)" if name == "AMX" else
+                   "matrices repacked into interleaved blocks (ggml-cpu/repack.cpp)")
+            formula += f" + {name} {_mib(b)}: {why}, copied out of the file ({_mib(f)} there)"
+    if bufs:
+        formula += "; -nr/--no-repack keeps them in " + default_name
+    return Line(sum(b for _, b in parts), formula, "exact", tuple(parts))
+
+
 def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, gpu_names: list[str],
                  add: Callable[..., None]) -> list[int]:
     """A separate draft model (-md): its own layer placement from -ngld, -devd (default: follows
@@ -482,7 +542,8 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
         n_gpu_layers=cfg.n_gpu_layers_draft, split_mode=split, tensor_split=cfg.tensor_split,
         main_gpu=cfg.main_gpu, override_tensor=cfg.override_tensor_draft, cpu_moe=cfg.cpu_moe_draft,
         n_cpu_moe=cfg.n_cpu_moe_draft, devices=cfg.devices_draft or cfg.devices, rpc=cfg.rpc,
-        repack=cfg.repack, no_kv_offload=cfg.no_kv_offload, spec_types=cfg.spec_types)
+        repack=cfg.repack, no_host=cfg.no_host, load_mode=cfg.load_mode,
+        no_kv_offload=cfg.no_kv_offload, spec_types=cfg.spec_types)
     d_names, d_gpus, d_free = _devices(inp.hardware, dcfg, [])
     index = {n: i for i, n in enumerate(gpu_names)}
     missing = [n for n in d_names if n not in index]
@@ -502,8 +563,12 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
         if ws.per_device[j]:
             add(index[name], "draft", ws.per_device[j], f"draft model weights {d.path}: {n_l} layer(s) ({how})")
     if ws.host:
-        add(-1, "draft", ws.host, f"draft model weights {d.path} kept on the CPU (token embeddings, "
-            f"{sum(1 for x in placement.layer_dev if x < 0)} layer(s); {how})")
+        cpu = inp.hardware.cpu or DEFAULT_FEATURES
+        mmap = dcfg.load_mode in ("auto", "mmap", "mmap+mlock") and not d.metadata.get("catalogue_nommap")
+        hw_line = _host_weights(d, dcfg, placement, ws.host, d_gpus, cpu, mmap,
+                                f"draft model weights {d.path} kept on the CPU (token embeddings, "
+                                f"{sum(1 for x in placement.layer_dev if x < 0)} layer(s); {how})")
+        add(-1, "draft", hw_line.bytes, hw_line.formula)
     for j in range(-1, len(d_names)):
         # an MTP sidecar (seed 004's --model-draft mtp-*.gguf) has only its nextn blocks: only
         # they get KV cells (build 11434's log: "1 layers" for a 1-nextn sidecar)
@@ -566,18 +631,30 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
             f"tensors of {layers_on[i]} layer(s){out_note} on {gpu_names[i]} (-ngl/-ts/-sm/-ot placement"
             + ("; quantized rows padded to 512 elements, 128 B alignment" if gpus[i].backend in ("CUDA", "ROCm") else "")
             + ")")
-    mapped = M.mapped_host_bytes(spec, cfg, placement)
+    cpu = hw.cpu or DEFAULT_FEATURES
     mmap = cfg.load_mode in ("auto", "mmap", "mmap+mlock") and not spec.metadata.get("catalogue_nommap")
-    host_w = ws.host
-    host_formula = f"tensors kept on the CPU ({spec.n_layer - sum(layers_on)} layer(s), token embeddings)"
-    repacked = M.repacked_host_bytes(spec, cfg, placement)
-    if mmap and mapped is not None and host_w:
-        host_w = mapped + repacked
-        host_formula += ": mmap'd file range from the first to the end of the last CPU tensor"
-    if repacked:
-        host_formula += (f" (+ {_mib(repacked)} of q4_0/q4_K/iq4_nl/mxfp4 matrices repacked into resident "
-                         "CPU_REPACK buffers on x86 AVX2; -nr turns this off)")
-    add(-1, "weights", host_w, host_formula)
+    host_w = _host_weights(spec, cfg, placement, ws.host, gpus, cpu, mmap,
+                           f"tensors kept on the CPU ({spec.n_layer - sum(layers_on)} layer(s), token embeddings)")
+    host["weights"] = host_w
+    if not n_dev or cfg.no_host:
+        notes.append(f"CPU buffer types (AMX, CPU_REPACK) planned for {cpu.describe()}")
+    if cpu.has("KLEIDIAI") and (not n_dev or cfg.no_host) and cfg.repack:
+        warnings.append("a KleidiAI build (GGML_CPU_KLEIDIAI): its KLEIDIAI buffer type comes before CPU_REPACK "
+                        "(ggml-cpu/ggml-cpu.cpp:58-62) and is not modelled; host weights may differ")
+    tiles = amx_tile_types(spec, cfg, placement, cpu, host_w)
+    if tiles:
+        warnings.append(
+            f"{', '.join(tiles)} matrices go to the AMX buffer and run llama.cpp's AMX tile kernels for "
+            "prompts of more than one token (ggml-cpu/amx/mmq.cpp ggml_backend_amx_mul_mat); that path crashed "
+            "with SIGSEGV in warm-up on an AMX Xeon for llamarig's synthetic q8_0/q4_0 models and in "
+            "https://github.com/ggml-org/llama.cpp/issues/20824 (f16 takes AVX-512 kernels and did not). "
+            "If llama-server crashes there, --no-repack keeps these weights out of AMX")
+    if ws.host and n_dev and not cfg.no_host and cfg.repack and _gpu_host_buffer(gpus) and any(
+            host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=True).buffer
+            for t in M._host_tensors(spec, cfg, placement)):
+        notes.append("host weights stay in the GPU's host buffer, not CPU_REPACK/AMX: with a GPU, llama.cpp puts "
+                     "the pinned host buffer ahead of the CPU's extra buffer types (src/llama-model.cpp:1101-1128); "
+                     "--no-host lets the CPU repack them for faster CPU matmuls")
     if ws.skipped:
         notes.append(f"{fmt_bytes(ws.skipped)} of MTP (nextn) weights are not loaded without --spec-type draft-mtp")
 
@@ -800,7 +877,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         cache_type_k=cfg.cache_type_k, cache_type_v=cfg.cache_type_v, kv_bytes_per_token=per_tok,
         recurrent_bytes_per_seq=rps, checkpoint_bytes=ckpt, n_rs_seq=ctx.n_rs_seq,
         devices=tuple(dev_plans), host=host_plan, command=tuple(argv), warnings=tuple(warnings),
-        notes=tuple(notes), extra={"n_ctx_source": ctx.n_ctx_source,
+        notes=tuple(notes), extra={"n_ctx_source": ctx.n_ctx_source, "cpu": cpu.to_json(),
                                    # mb.model per device as fit.cpp sums it (draft model included)
                                    "fit_model_bytes": [ws.per_device[i] + draft_w[i] for i in range(n_dev)]},
     )

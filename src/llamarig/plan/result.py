@@ -23,6 +23,9 @@ class Line:
     bytes: int
     formula: str
     method: str = "exact"
+    #: the figure per ggml buffer type, where llama.cpp logs it in several (host weights:
+    #: CPU_Mapped, CPU_REPACK, AMX); empty when it is one buffer
+    parts: tuple[tuple[str, int], ...] = ()
 
 
 class _Budget:
@@ -76,6 +79,8 @@ class HostPlan(_Budget):
         d["capacity"] = self.capacity
         d["free"] = self.free
         d["weights_mmap"] = self.mmap
+        w = self.lines.get("weights")
+        d["weights_buffers"] = dict(w.parts) if w is not None and w.parts else {}
         d["formulas"] = {k: {"formula": v.formula, "method": v.method} for k, v in self.lines.items()}
         return d
 
@@ -146,6 +151,7 @@ class Plan:
             "command": list(self.command),
             "warnings": list(self.warnings),
             "notes": list(self.notes),
+            "cpu": self.extra.get("cpu"),
         }
         if self.speed is not None:
             to_json = getattr(self.speed, "to_json", None)

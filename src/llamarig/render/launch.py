@@ -19,12 +19,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
+from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
+from llamarig.procs import exit_description
 from llamarig.render.common import get_value
 
 MiB = 1 << 20
@@ -211,18 +213,29 @@ class VerifyRow:
                 "tolerance_mib": round(self.tolerance_mib, 4), "ok": self.ok, "method": self.method}
 
 
+#: the CPU backend's buffer types: host RAM (ggml-cpu.cpp:42-71; amx/amx.cpp "AMX";
+#: repack.cpp "CPU_REPACK"; kleidiai "KLEIDIAI"; the mmap'd file "CPU_Mapped")
+CPU_BUFFER_TYPES = ("CPU", "CPU_Mapped", "CPU_REPACK", "AMX", "KLEIDIAI")
+
+
 def buffer_device(name: str) -> str:
-    """A ggml buffer name from the log -> the plan's device: CPU, CPU_Mapped, CPU_REPACK and
+    """A ggml buffer name from the log -> the plan's device: the CPU backend's buffer types and
     pinned host buffers (CUDA_Host, ...) are host RAM; CUDA0/ROCm1/Vulkan0/MTL0 are devices."""
-    if name.startswith("CPU") or name.endswith("_Host") or name.lower() == "host":
+    if name in CPU_BUFFER_TYPES or name.startswith("CPU") or name.endswith("_Host") or name.lower() == "host":
         return "host"
     return name
 
 
+def _base(comp: str) -> str:
+    """"weights CPU_REPACK" -> "weights"."""
+    return comp.split(" ", 1)[0]
+
+
 def compare(plan: Any, log_text: str) -> list[VerifyRow]:
-    """Planned vs logged buffers, per device and component. Exact components (weights, KV,
-    recurrent state) must match within the log's 2-decimal MiB rounding per buffer; compute and
-    output buffers within MODELLED_TOLERANCE."""
+    """Planned vs logged buffers, per device and component, host weights per buffer type
+    (CPU_Mapped, CPU_REPACK, AMX, CUDA_Host, ...). Exact components (weights, KV, recurrent
+    state) must match within the log's 2-decimal MiB rounding per buffer; compute and output
+    buffers within MODELLED_TOLERANCE."""
     from llamarig.plan.logparse import parse_memory_log
 
     mem = parse_memory_log(log_text)
@@ -232,7 +245,9 @@ def compare(plan: Any, log_text: str) -> list[VerifyRow]:
         for name, mib in bufs:
             actual.setdefault((buffer_device(name), comp), []).append(mib)
 
-    put("weights", mem.weights)
+    for name, mib in mem.weights:
+        dev = buffer_device(name)
+        actual.setdefault((dev, f"weights {name}" if dev == "host" else "weights"), []).append(mib)
     tgt = mem.target
     put("kv", tgt.kv_buffers)
     put("recurrent", tgt.rs_buffers)
@@ -245,18 +260,22 @@ def compare(plan: Any, log_text: str) -> list[VerifyRow]:
         for comp, ln in d.lines.items():
             planned[(d.name, comp)] = (ln.bytes, ln.method)
     for comp, ln in plan.host.lines.items():
-        planned[("host", comp)] = (ln.bytes, ln.method)
+        if comp == "weights" and ln.parts:
+            for buf, b in ln.parts:
+                planned[("host", f"weights {buf}")] = (b, ln.method)
+        else:
+            planned[("host", comp)] = (ln.bytes, ln.method)
     rows = []
     comps = ("weights", "kv", "recurrent", "compute", "output", "draft")
-    keys = sorted({k for k in planned if k[1] in comps} | set(actual),
-                  key=lambda k: (k[0] != "host", k[0], comps.index(k[1]) if k[1] in comps else 9))
+    keys = sorted({k for k in planned if _base(k[1]) in comps} | set(actual),
+                  key=lambda k: (k[0] != "host", k[0], comps.index(_base(k[1])) if _base(k[1]) in comps else 9, k[1]))
     for dev, comp in keys:
         pb, method = planned.get((dev, comp), (0, "not planned"))
         vals = actual.get((dev, comp))
         if vals is None and not pb:
             continue
         act = round(sum(vals), 2) if vals is not None else (0.0 if mem.weights else None)
-        if comp in EXACT:
+        if _base(comp) in EXACT:
             tol = LOG_ROUNDING_MIB * max(1, len(vals or ()))
         else:
             base = act if act else pb / MiB
@@ -313,6 +332,7 @@ class Launched:
     proc: subprocess.Popen[bytes]
     rows: list[VerifyRow]
     url: str
+    notes: list[str] = field(default_factory=list)
 
 
 def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
@@ -329,12 +349,14 @@ def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_
 
 def start(binary: str, args: Sequence[str], *, plan: Any = None, host: str | None = None,
           port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
-          force: bool = False) -> Launched:
+          force: bool = False, replan: Callable[[CpuFeatures], Any] | None = None) -> Launched:
     """Start llama-server detached (own session), wait for /health, verify against ``plan``.
 
     Raises ServerError (exit 3) for a missing binary, a port in use, or a server that exits or
     does not become healthy (with the last log lines and likely causes); LlamarigError (exit 1)
-    for a plan that does not fit unless ``force``."""
+    for a plan that does not fit unless ``force``. ``replan(cpu)``: the plan again for the CPU
+    features the server's own ``system_info`` line names, when they differ from the plan's (its
+    AMX / CPU_REPACK buffers depend on the build, not only on the CPU)."""
     if plan is not None and not plan.fits and not force:
         raise LlamarigError("the plan does not fit (" + "; ".join(plan.shortfalls())
                             + "): not launching (use --force to launch anyway)")
@@ -384,7 +406,7 @@ def start(binary: str, args: Sequence[str], *, plan: Any = None, host: str | Non
                 tail = log_tail(log_path)
                 causes = likely_causes(argv, Path(log_path).read_text(errors="replace") if log_path.exists() else "")
                 why = ("\nlikely cause: " + "\nlikely cause: ".join(causes)) if causes else ""
-                raise ServerError(f"llama-server exited with code {code} before /health answered; "
+                raise ServerError(f"llama-server {exit_description(code)} before /health answered; "
                                   f"last log lines ({log_path}):\n{tail}{why}")
             if health(url) == 200:
                 break
@@ -398,8 +420,20 @@ def start(binary: str, args: Sequence[str], *, plan: Any = None, host: str | Non
         _terminate(proc.pid)
         sf.unlink(missing_ok=True)
         raise
-    rows = compare(plan, Path(log_path).read_text(errors="replace")) if plan is not None else []
-    return Launched(st, sf, proc, rows, url)
+    rows: list[VerifyRow] = []
+    notes: list[str] = []
+    if plan is not None:
+        text = Path(log_path).read_text(errors="replace")
+        line = system_info_line(text)
+        if line is not None and replan is not None:
+            cpu = from_system_info(line)
+            planned = (plan.extra.get("cpu") or {}).get("features")
+            if planned is not None and sorted(cpu.features) != planned:
+                with contextlib.suppress(LlamarigError):
+                    plan = replan(cpu)
+                    notes.append(f"verified against a plan for the server's own CPU features ({cpu.describe()})")
+        rows = compare(plan, text)
+    return Launched(st, sf, proc, rows, url, notes)
 
 
 def _terminate(pid: int, timeout_s: float = 30) -> str:

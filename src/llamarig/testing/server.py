@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import ServerError
+from llamarig.procs import exit_description
 
 
 def free_port() -> int:
@@ -121,7 +122,7 @@ def _wait_healthy(srv: RunningServer, timeout: float) -> RunningServer:
         if proc.poll() is not None:
             srv.stop()
             tail = "\n".join(srv.log.splitlines()[-15:])
-            raise ServerError(f"llama-server exited with code {proc.returncode} before /health:\n{tail}")
+            raise ServerError(f"llama-server {exit_description(proc.returncode)} before /health:\n{tail}")
         try:
             with urllib.request.urlopen(srv.url + "/health", timeout=2) as r:
                 if r.status == 200:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarig.errors import LlamarigError
+from llamarig.procs import exit_description
 from llamarig.tune.search import Candidate, Measurement, median, score_of
 
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
@@ -62,7 +63,7 @@ def start_owned(binary: str, args: Sequence[str], *, timeout_s: float = 300, log
     try:
         while True:
             if proc.poll() is not None:
-                raise ServerError(f"llama-server exited with code {proc.returncode} before /health: "
+                raise ServerError(f"llama-server {exit_description(proc.returncode)} before /health: "
                                   + log_tail(log_path, 3).replace("\n", " | "))
             if health(srv.url) == 200:
                 return srv
