@@ -25,8 +25,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from llamarig.hardware import Hardware, find_gpu
-from llamarig.plan.catalogue import build_spec, catalogue_mmproj, find_model
+from llamarig.catalogue.gpus import find_gpu
+from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
+from llamarig.hardware import Hardware
 from llamarig.plan.config import ServerConfig, parse_server_args
 from llamarig.plan.optimise import Targets, optimise
 from llamarig.plan.planner import PlanInputs

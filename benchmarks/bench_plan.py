@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from llamarig.catalogue.gpus import parse_gpu_arg
+from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
 from llamarig.gguf import load_spec
-from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
-from llamarig.plan.catalogue import build_spec, catalogue_mmproj, find_model
+from llamarig.hardware.types import Hardware
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.testing.bigheader import write_qwen36_like

@@ -16,9 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
+from llamarig.catalogue.gpus import parse_gpu_arg
+from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
+from llamarig.hardware.types import Hardware
 from llamarig.plan import memory as M
-from llamarig.plan.catalogue import CatalogueModel, build_spec, find_model
 from llamarig.plan.compute import estimate_compute, pipeline_extra, pipeline_parallel
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan

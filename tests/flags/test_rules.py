@@ -153,11 +153,12 @@ def test_per_slot_context_matches_server_log(server_bin: Path, synth_model) -> N
 
 
 def test_memory_plan_hook() -> None:
-    pytest.importorskip("llamarig.cli.plan_cmd")
-    ctx = Context(physical_cores=8, gpus=("rtx3090",), model_ref="qwen3.6-27b:iq4_nl")
+    from llamarig.plan.inputs import plan_for_check
+
+    ctx = Context(physical_cores=8, gpus=("rtx3090",), model_ref="qwen3.6-27b:iq4_nl", planner=plan_for_check)
     r = rules_of("llama-server -c 65536 -np 1 -ctk q4_0 -ctv q4_0 -fa on -ngl 99", ctx)
     mem = r["memory"][0]
-    assert "memory plan" in mem.message or "no memory plan" in mem.message
+    assert mem.message.startswith("memory plan (llamarig plan): fits."), mem.message
     r = rules_of("llama-server -c 65536", Context(physical_cores=8))
     assert "memory" not in r
 

@@ -246,9 +246,9 @@ def test_plan_matches_native_server_log(model: str, args: str, synth_model, nati
     repacking): host weights per buffer type must still be exact. A quantized matrix in the AMX
     buffer runs llama.cpp's AMX tile kernels, which crashed in warm-up on an AMX Xeon for these
     models: plan warns of it, and a crash is accepted only where the plan predicted that path."""
-    from llamarig.errors import ServerError
     from pathlib import Path
 
+    from llamarig.errors import ServerError
     from llamarig.hardware.cpu import from_cpuinfo
 
     path = synth_model(_arch(model), **SHAPES[model])

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from llamarig.catalogue.models import bpw_table, build_spec, find_model, load_models
 from llamarig.plan import memory as M
-from llamarig.plan.catalogue import bpw_table, build_spec, find_model, load_models
 
 MiB = 1 << 20
 RAW: dict[str, Any] = json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from llamarig.catalogue.models import build_spec, find_model
 from llamarig.plan import memory as M
-from llamarig.plan.catalogue import build_spec, find_model
 from llamarig.plan.compute import (
     GGML_SCHED_MAX_COPIES,
     estimate_compute,

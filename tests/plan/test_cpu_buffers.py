@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from llamarig.catalogue.gpus import find_gpu
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.hardware.catalogue import find_gpu
 from llamarig.hardware.cpu import parse_cpu_features
 from llamarig.hardware.cpu_buffers import amx_alloc_bytes, host_weight_buffer
 from llamarig.plan.config import parse_server_args

@@ -11,11 +11,11 @@ import json
 
 import pytest
 
+from llamarig.catalogue.gpus import gpu_match_note, parse_gpu_arg
+from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
 from llamarig.cli.main import main
-from llamarig.hardware import Hardware, parse_gpu_arg
-from llamarig.hardware.catalogue import gpu_match_note
+from llamarig.hardware import Hardware
 from llamarig.plan import planner as P
-from llamarig.plan.catalogue import build_spec, catalogue_mmproj, find_model
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, effective_inputs, make_plan
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from llamarig.catalogue.gpus import parse_gpu_arg
+from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.hardware import Hardware, parse_gpu_arg
+from llamarig.hardware import Hardware
 from llamarig.plan import memory as M
-from llamarig.plan.catalogue import build_spec, catalogue_mmproj, find_model
 from llamarig.plan.config import ServerConfig, parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 

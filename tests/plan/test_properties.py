@@ -8,11 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llamarig.catalogue.gpus import parse_gpu_arg
+from llamarig.catalogue.models import build_spec, find_model
 from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
-from llamarig.hardware import Hardware, parse_gpu_arg
+from llamarig.hardware import Hardware
 from llamarig.plan import memory as M
-from llamarig.plan.catalogue import build_spec, find_model
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 

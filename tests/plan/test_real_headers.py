@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
+from llamarig.catalogue.gpus import parse_gpu_arg
 from llamarig.cli.main import main
 from llamarig.gguf import load_spec
-from llamarig.hardware import Hardware, parse_gpu_arg
+from llamarig.hardware import Hardware
 from llamarig.plan import memory as M
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan

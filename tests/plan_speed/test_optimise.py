@@ -162,7 +162,8 @@ def test_plan_json_speed_slot(seed_inputs):
 
 
 def test_unknown_gpu_bandwidth_is_a_clear_message():
-    from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
+    from llamarig.catalogue.gpus import parse_gpu_arg
+    from llamarig.hardware.types import Hardware
     from llamarig.plan.planner import PlanInputs, make_plan
     from llamarig.plan.speed import attach_speed
 

@@ -4,7 +4,6 @@ flag schema of the installed build (see docs/check.md, docs/explain.md)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,10 +11,12 @@ from typing import Any
 
 import click
 
-from llamarig.errors import InputError, LlamarigError
+from llamarig.errors import InputError
+from llamarig.flags.model import model_loader
 from llamarig.flags.rules import Context, Finding, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.flags.shell import Invocation, Parsed, parse_argv, parse_text
+from llamarig.flags.shell import Parsed, parse_argv, parse_text
+from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
@@ -57,52 +58,6 @@ _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled buil
                       "(`llamarig check --list-schemas` lists them).")
 
 
-def model_loader(explicit_model: str | None, base_dir: Path | None):
-    """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
-    cache: dict[str, Any] = {}
-
-    def load(inv: Invocation, ctx: Context) -> Context:
-        path = explicit_model
-        if path is None:
-            args = inv.intended_args
-            for i, w in enumerate(args[:-1]):
-                if w.text in ("-m", "--model"):
-                    path = args[i + 1].text
-        if not path:
-            return ctx
-        cands = [Path(os.path.expanduser(path))]
-        if base_dir is not None and not Path(path).is_absolute():
-            cands.append(base_dir / path)
-        for c in cands:
-            if c.is_file():
-                key = str(c)
-                if key not in cache:
-                    try:
-                        from llamarig.gguf.spec import load_spec
-
-                        cache[key] = (load_spec(c), None)
-                    except LlamarigError as e:
-                        cache[key] = (None, str(e))
-                    except Exception as e:  # a broken file must not crash the linter
-                        cache[key] = (None, f"{c}: {e}")
-                spec, err = cache[key]
-                return replace(ctx, model_spec=spec, model_error=err)
-        # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
-        from llamarig.plan.catalogue import build_spec, find_model, is_catalogue_id
-
-        if is_catalogue_id(path):
-            if path not in cache:
-                m, quant = find_model(path)
-                cache[path] = (build_spec(m, quant), None)
-            spec, err = cache[path]
-            return replace(ctx, model_spec=spec, model_error=err)
-        if explicit_model:
-            raise InputError(f"{explicit_model}: model file not found (nor a catalogue id: see `llamarig models`)")
-        return ctx
-
-    return load
-
-
 def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int | None = None,
               model: str | None = None, base_dir: Path | None = None, gpus: tuple[str, ...] = (),
               ram: str | None = None, need_ctx: int | None = None) -> tuple[Parsed, list, list[Finding]]:
@@ -114,7 +69,7 @@ def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int 
         ram_bytes = parse_size(ram, "g")
     ctx = Context(physical_cores=cores or physical_cores(),
                   cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
-                  ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx)
+                  ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     if not parsed.invocations:

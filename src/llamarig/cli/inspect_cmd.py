@@ -22,7 +22,7 @@ def _v(x: object) -> str:
 
 def resolve_model(text: str) -> ModelSpec:
     """MODEL as a GGUF path or a catalogue id (plan.catalogue.resolve_model)."""
-    from llamarig.plan.catalogue import resolve_model as resolve
+    from llamarig.catalogue.models import resolve_model as resolve
 
     return resolve(text)[0]
 

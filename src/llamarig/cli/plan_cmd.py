@@ -7,12 +7,15 @@ plan takes llama-server's own flag spellings, so its arguments are parsed here (
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import click
 
-from llamarig.errors import GGUFError, InputError, UnknownNameError
+from llamarig.errors import InputError, UnknownNameError
+from llamarig.plan.inputs import (
+    PlanArgs,
+    build_inputs,
+    build_plan,
+)
 from llamarig.units import GiB, fmt_bytes, parse_size
 
 PLAN_HELP = """\
@@ -52,23 +55,6 @@ Examples:
   llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
   llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
 """
-
-
-@dataclass
-class PlanArgs:
-    model: str | None = None
-    mmproj: str | None = None
-    draft: str | None = None
-    gpus: list[str] = field(default_factory=list)
-    detect: bool = False
-    ram: int | None = None
-    overhead: int | None = None
-    cpu_features: str | None = None
-    cpu: object = None  # a hardware.cpu.CpuFeatures (e.g. a server's system_info); beats cpu_features
-    as_json: bool = False
-    server_args: list[str] = field(default_factory=list)
-    command: list[str] | None = None
-    help: bool = False
 
 
 def _server_flag_takes_value(tok: str) -> bool:
@@ -122,126 +108,6 @@ def split_args(args: list[str]) -> PlanArgs:
                 i += 1
         i += 1
     return out
-
-
-# ------------------------------------------------------------------------------- resolution
-
-
-def _load_model(text: str):  # -> (ModelSpec, CatalogueModel | None)
-    from llamarig.plan.catalogue import resolve_model
-
-    spec, cat = resolve_model(text)
-    if spec.is_mmproj:
-        raise GGUFError(text, "is an mmproj (projector) file, not a language model; pass it with --mmproj")
-    return spec, cat
-
-
-def _mmproj_from_file(path: str, image_max_tokens: int = 0):
-    from llamarig.gguf import load_spec
-    from llamarig.plan.mmproj import mmproj_info_from_spec
-
-    spec = load_spec(path)
-    if spec.projector is None:
-        raise GGUFError(path, "is not an mmproj file (general.architecture is not 'clip')")
-    return mmproj_info_from_spec(spec, Path(path).name, image_max_tokens or None)
-
-
-def resolve_mmproj(arg: str | None, catalogue_model, image_max_tokens: int = 0) -> object | None:
-    from llamarig.plan.catalogue import catalogue_mmproj
-
-    if arg is None or arg.lower() == "none":
-        return None
-    if Path(arg).exists() or arg.endswith(".gguf"):
-        return _mmproj_from_file(arg, image_max_tokens)
-    kind = arg.lower()
-    if kind not in ("catalogue", "auto", "default", "f16", "bf16"):
-        raise InputError(f"--mmproj {arg}: expected a file, catalogue, f16, bf16 or none")
-    if catalogue_model is None:
-        raise InputError(f"--mmproj {arg}: only catalogue models know their mmproj; give the mmproj file instead")
-    mm = catalogue_mmproj(catalogue_model, kind)
-    if mm is None:
-        raise InputError(f"--mmproj {arg}: catalogue model {catalogue_model.id} has no {kind} mmproj entry")
-    return mm
-
-
-def build_hardware(pa: PlanArgs):
-    from llamarig.hardware.catalogue import Hardware, parse_gpu_arg
-
-    hw = Hardware()
-    if pa.detect:
-        from llamarig.hardware.detect import detect
-
-        hw = detect()
-    if pa.gpus:
-        hw = replace(hw, gpus=tuple(parse_gpu_arg(g) for g in pa.gpus))
-    if pa.ram is not None:
-        hw = replace(hw, ram_bytes=pa.ram)
-    if pa.cpu_features is not None:
-        from llamarig.hardware.cpu import parse_cpu_features
-
-        hw = replace(hw, cpu=parse_cpu_features(pa.cpu_features))
-    if pa.cpu is not None:
-        hw = replace(hw, cpu=pa.cpu)
-    return hw
-
-
-def build_inputs(pa: PlanArgs):
-    from llamarig.plan.config import parse_server_args
-    from llamarig.plan.planner import PlanInputs
-
-    cfg = None
-    if pa.command is not None:
-        cfg = parse_server_args(pa.command, strict=False)
-    cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
-    problems: list[str] = []
-    if cfg.hf_repo:
-        # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
-        # sets model.path to the downloaded primary file); plan cannot download
-        if cfg.model:
-            raise InputError(f"-m {cfg.model} and -hf {cfg.hf_repo} together: llama-server would load the file "
-                             "downloaded for -hf, not -m; drop one (plan reads local GGUFs and catalogue ids only)")
-        if not pa.model:
-            raise InputError(f"-hf {cfg.hf_repo}: plan cannot download from Hugging Face; give the GGUF path "
-                             "(-m) or a catalogue id (`llamarig models`)")
-    for what, mine, theirs in (("MODEL", pa.model, cfg.model), ("--mmproj", pa.mmproj, cfg.mmproj),
-                               ("--draft", pa.draft, cfg.draft_model)):
-        if mine and theirs and mine != theirs:
-            flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
-            problems.append(f"{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; "
-                            f"the {flag} {theirs} of the llama-server command is ignored")
-    model = pa.model or cfg.model
-    if not model:
-        raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
-    spec, cat = _load_model(model)
-    mm_arg = pa.mmproj or cfg.mmproj
-    mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
-    draft = None
-    d_arg = pa.draft or cfg.draft_model
-    if d_arg:
-        draft, _ = _load_model(d_arg)
-    shown_model = model
-    if cat is not None and not Path(model).exists():
-        shown_model = f"<{spec.name or cat.id}-{spec.path.split(':')[-1].upper()}.gguf>"
-    shown_mm = None if mm_arg in (None, "none") else mm_arg
-    if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
-        shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
-    cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg,
-                  problems=(*cfg.problems, *problems))
-    hw = build_hardware(pa)
-    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, notes=tuple(gpu_notes(pa)))
-
-
-def gpu_notes(pa: PlanArgs) -> list[str]:
-    """A note for each --gpu name that matches several catalogue entries (which one was taken)."""
-    from llamarig.hardware.catalogue import gpu_match_note
-
-    return [n for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n]
-
-
-def build_plan(pa: PlanArgs):
-    from llamarig.plan.planner import make_plan
-
-    return make_plan(build_inputs(pa))
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -367,7 +233,7 @@ def plan_cmd(args: tuple[str, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
 def models_cmd(as_json: bool) -> None:
     """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT)."""
-    from llamarig.plan.catalogue import bpw_table, load_models
+    from llamarig.catalogue.models import bpw_table, load_models
 
     models = load_models()
     bpw = bpw_table()
@@ -402,7 +268,7 @@ def models_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
 def gpus_cmd(as_json: bool) -> None:
     """List the built-in GPU catalogue (for --gpu NAME[:VRAM_GB])."""
-    from llamarig.hardware.catalogue import load_gpus
+    from llamarig.catalogue.gpus import load_gpus
 
     gpus = load_gpus()
     if as_json:

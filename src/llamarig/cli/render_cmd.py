@@ -64,7 +64,7 @@ def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> Any:
-    from llamarig.cli.plan_cmd import PlanArgs
+    from llamarig.plan.inputs import PlanArgs
     from llamarig.units import parse_size
 
     return PlanArgs(gpus=list(gpus), detect=detect, ram=parse_size(ram, "g") if ram else None,
@@ -73,7 +73,7 @@ def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: 
 
 def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> tuple[Any, Any, str]:
     """(plan, speed report, note) through the planner's library (llamarig.cli.plan_cmd)."""
-    from llamarig.cli.plan_cmd import build_hardware, build_plan
+    from llamarig.plan.inputs import build_hardware, build_plan
 
     pa = _plan_args(args, gpus, ram, detect)
     try:
@@ -92,7 +92,7 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool)
         if Path(model).is_file():
             spec = load_spec(model)
         else:
-            from llamarig.plan.catalogue import build_spec, find_model
+            from llamarig.catalogue.models import build_spec, find_model
 
             m, q = find_model(model)
             spec = build_spec(m, q)
@@ -395,7 +395,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
         if res.plan is not None and res.plan_args is not None:
             from dataclasses import replace as _replace
 
-            from llamarig.cli.plan_cmd import build_plan
+            from llamarig.plan.inputs import build_plan
 
             pa = res.plan_args
 

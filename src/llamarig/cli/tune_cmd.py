@@ -287,9 +287,9 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
                                              "the single-stream speed the speed model predicts"}
         elif plan is not None and m.metrics.get("decode_tok_s"):
             try:
-                from llamarig.cli.plan_cmd import PlanArgs, build_hardware
                 from llamarig.gguf import load_spec
                 from llamarig.plan.config import parse_server_args
+                from llamarig.plan.inputs import PlanArgs, build_hardware
                 from llamarig.tune.calibrate import fit_calibration, write_calibration
 
                 hw = build_hardware(PlanArgs(gpus=list(gpus), detect=detect))

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,8 @@ class Context:
     need_ctx: int | None = None  # `check --need-ctx`: tokens one request needs (prompt + output)
     model_spec: Any = None  # llamarig.gguf.spec.ModelSpec of -m when readable
     model_error: str | None = None
+    #: (model_ref, mmproj_arg, gpus, ram_bytes, argv) -> Plan, for the memory rule (check --gpu)
+    planner: Callable[..., Any] | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -793,14 +796,11 @@ def _amx_rule(r: Reading, k: int | None, spec: Any) -> list[Finding]:
 
 
 def _memory_hook(inv: Invocation, r: Reading, k: int | None, ctx: Context) -> list[Finding]:
-    """The memory verdict of ``llamarig plan`` (src/llamarig/plan, a teammate's module) when GPUs
-    are given (``check --gpu``) and the model is known (``-m`` GGUF, or ``--model`` GGUF/catalogue
-    id). Guarded: if the planner is missing or fails, check goes on without it."""
-    if not ctx.gpus:
-        return []
-    try:
-        from llamarig.cli.plan_cmd import PlanArgs, build_plan
-    except Exception:  # pragma: no cover - planner not installed
+    """The memory verdict of ``llamarig plan`` when GPUs are given (``check --gpu``) and the model
+    is known (``-m`` GGUF, or ``--model`` GGUF/catalogue id). The planner sits a layer above the
+    flag rules, so the caller passes it in (``Context.planner``, llamarig.plan.inputs.plan_for_check);
+    if it fails, check goes on without it."""
+    if not ctx.gpus or ctx.planner is None:
         return []
     argv = ["llama-server"] + [w.text for w in inv.intended_args]
     mm = r.last("--mmproj")
@@ -810,8 +810,7 @@ def _memory_hook(inv: Invocation, r: Reading, k: int | None, ctx: Context) -> li
             and not ctx.model_ref.endswith(".gguf"):
         mm_arg, mm_note = "catalogue", f" (mmproj {mm.value} not found here: the catalogue's mmproj is used)"
     try:
-        pa = PlanArgs(model=ctx.model_ref, mmproj=mm_arg, gpus=list(ctx.gpus), ram=ctx.ram_bytes, command=argv)
-        plan = build_plan(pa)
+        plan = ctx.planner(ctx.model_ref, mm_arg, list(ctx.gpus), ctx.ram_bytes, argv)
     except Exception as e:  # an unknown model / a flag the planner rejects: say so, don't fail
         return [_f("memory", "info", inv.line, None, f"no memory plan: {e}", None, k)]
     try:

@@ -1,5 +1,6 @@
-"""Hardware: the GPU catalogue (data/gpus.json), --gpu parsing, and local detection."""
+"""Hardware: GPUs, host RAM and cores (types), CPU features (cpu), the CPU backend's buffer types
+(cpu_buffers), and detection on this machine (detect). The GPU catalogue is llamarig.catalogue.gpus."""
 
-from llamarig.hardware.catalogue import GPU, Hardware, find_gpu, load_gpus, parse_gpu_arg
+from llamarig.hardware.types import GPU, Hardware
 
-__all__ = ["GPU", "Hardware", "find_gpu", "load_gpus", "parse_gpu_arg"]
+__all__ = ["GPU", "Hardware"]

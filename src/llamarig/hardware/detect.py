@@ -7,9 +7,10 @@ import shutil
 import subprocess
 from dataclasses import replace
 
+from llamarig.catalogue.gpus import find_gpu
 from llamarig.errors import UnknownNameError
-from llamarig.hardware.catalogue import GPU, Hardware, MiB, find_gpu
 from llamarig.hardware.cpu import detect_cpu
+from llamarig.hardware.types import GPU, Hardware, MiB
 
 
 def host_memory() -> tuple[int | None, int | None]:

@@ -292,8 +292,9 @@ def points() -> list[dict[str, Any]]:
 
 
 def _point_gpu(g: Any):  # -> GPU
-    from llamarig.hardware.catalogue import GPU as _GPU
-    from llamarig.hardware.catalogue import GiB, find_gpu
+    from llamarig.catalogue.gpus import find_gpu
+    from llamarig.hardware.types import GPU as _GPU
+    from llamarig.hardware.types import GiB
 
     if isinstance(g, str):
         return find_gpu(g)
@@ -305,7 +306,7 @@ def _point_gpu(g: Any):  # -> GPU
 def _point_spec(p: dict[str, Any]):  # -> ModelSpec
     from dataclasses import replace as _replace
 
-    from llamarig.plan.catalogue import CatalogueModel, build_spec, find_model
+    from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
 
     mdl = p["model"]
     if isinstance(mdl, dict):
@@ -325,7 +326,7 @@ def _point_spec(p: dict[str, Any]):  # -> ModelSpec
 
 def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointResult:
     """Predict one published measurement with the speed model."""
-    from llamarig.hardware.catalogue import Hardware
+    from llamarig.hardware.types import Hardware
     from llamarig.plan.config import parse_server_args
     from llamarig.plan.speed import acceptance_from_ratio, speed_report
 

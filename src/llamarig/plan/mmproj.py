@@ -164,7 +164,7 @@ def shape_from_spec(spec: Any, image_max_tokens: int | None = None) -> MMProjSha
 
 def mmproj_info_from_spec(spec: Any, label: str, image_max_tokens: int | None = None) -> Any:
     """A plan.catalogue.MMProjInfo (weights, compute FA on / off) for an mmproj ModelSpec."""
-    from llamarig.plan.catalogue import MMProjInfo
+    from llamarig.catalogue.models import MMProjInfo
 
     s = shape_from_spec(spec, image_max_tokens)
     on, off = estimate_mmproj(s, True), estimate_mmproj(s, False)

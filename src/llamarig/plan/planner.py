@@ -6,13 +6,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from llamarig.catalogue.models import MMProjInfo
 from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
-from llamarig.hardware.catalogue import GPU, Hardware
 from llamarig.hardware.cpu import DEFAULT_FEATURES, CpuFeatures
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, extra_bufts_in_list, host_weight_buffer
+from llamarig.hardware.types import GPU, Hardware
 from llamarig.plan import memory as M
-from llamarig.plan.catalogue import MMProjInfo
 from llamarig.plan.compute import (
     estimate_compute,
     host_pipeline_extra,

@@ -31,7 +31,7 @@ from typing import Any
 from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
-from llamarig.hardware.catalogue import GPU, Hardware
+from llamarig.hardware.types import GPU, Hardware
 from llamarig.plan import memory as M
 from llamarig.plan.calibration import Calibration, Efficiency, load_calibration
 from llamarig.plan.config import ServerConfig

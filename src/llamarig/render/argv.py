@@ -117,7 +117,7 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
 
 def _is_catalogue_id(text: str) -> bool:
     try:
-        from llamarig.plan.catalogue import is_catalogue_id
+        from llamarig.catalogue.models import is_catalogue_id
 
         return bool(is_catalogue_id(text))
     except Exception:  # the catalogue is the planner's: without it, a path is a path
@@ -159,7 +159,7 @@ def check_argv(argv: Sequence[str], schema: Any, *, cores: int | None = None,
                base_dir: Path | None = None) -> list[Any]:
     """``llamarig check``'s findings (llamarig.flags.rules.lint) for one argv (program first),
     with the model's GGUF header when ``-m`` is readable."""
-    from llamarig.cli.check_cmd import model_loader
+    from llamarig.flags.model import model_loader
     from llamarig.flags.rules import Context, lint
     from llamarig.flags.shell import parse_argv
 

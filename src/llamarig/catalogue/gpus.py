@@ -1,67 +1,17 @@
-"""GPU catalogue (one data file with sources: llamarig/data/gpus.json) and name matching."""
+"""The built-in GPU catalogue (src/llamarig/data/gpus.json): names, VRAM, bandwidth, sources."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.hardware.cpu import CpuFeatures
-
-MiB = 1 << 20
-GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class GPU:
-    id: str
-    name: str
-    backend: str  # CUDA | ROCm | Metal | Vulkan
-    memory_bytes: int  # capacity llama.cpp can use
-    bandwidth_gbs: float | None
-    fp16_tflops: float | None
-    overhead_bytes: int  # driver / context overhead outside llama.cpp's buffers
-    unified_memory: bool = False
-    system_memory_bytes: int | None = None
-    source: str = ""
-    aliases: tuple[str, ...] = ()
-    detected: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id, "name": self.name, "backend": self.backend,
-            "memory": self.memory_bytes, "bandwidth_gbs": self.bandwidth_gbs,
-            "fp16_tflops": self.fp16_tflops, "overhead": self.overhead_bytes,
-            "unified_memory": self.unified_memory, "source": self.source,
-        }
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """Devices in llama.cpp order plus the host."""
-
-    gpus: tuple[GPU, ...] = ()
-    ram_bytes: int | None = None  # host RAM (None = unknown)
-    ram_free_bytes: int | None = None
-    cpu_cores: int | None = None
-    source: str = "given"
-    cpu: CpuFeatures | None = None  # None: plan assumes hardware.cpu.DEFAULT_FEATURES
-
-    def backend_names(self) -> list[str]:
-        """ggml device names in order: CUDA0, CUDA1, ... (ROCm0, MTL0, Vulkan0)."""
-        counters: dict[str, int] = {}
-        out = []
-        prefix = {"CUDA": "CUDA", "ROCm": "ROCm", "Metal": "MTL", "Vulkan": "Vulkan"}
-        for g in self.gpus:
-            p = prefix.get(g.backend, g.backend)
-            i = counters.get(p, 0)
-            counters[p] = i + 1
-            out.append(f"{p}{i}")
-        return out
+from llamarig.hardware.types import GPU
+from llamarig.units import GiB, MiB
 
 
 def _norm(s: str) -> str:

@@ -1,0 +1,61 @@
+"""The model a checked command loads: its GGUF header (or a catalogue entry) for the rules that
+need it (flags.rules._model_rules)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import InputError, LlamarigError
+from llamarig.flags.rules import Context
+from llamarig.flags.shell import Invocation
+
+
+def model_loader(explicit_model: str | None, base_dir: Path | None):
+    """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
+    cache: dict[str, Any] = {}
+
+    def load(inv: Invocation, ctx: Context) -> Context:
+        path = explicit_model
+        if path is None:
+            args = inv.intended_args
+            for i, w in enumerate(args[:-1]):
+                if w.text in ("-m", "--model"):
+                    path = args[i + 1].text
+        if not path:
+            return ctx
+        cands = [Path(os.path.expanduser(path))]
+        if base_dir is not None and not Path(path).is_absolute():
+            cands.append(base_dir / path)
+        for c in cands:
+            if c.is_file():
+                key = str(c)
+                if key not in cache:
+                    try:
+                        from llamarig.gguf.spec import load_spec
+
+                        cache[key] = (load_spec(c), None)
+                    except LlamarigError as e:
+                        cache[key] = (None, str(e))
+                    except Exception as e:  # a broken file must not crash the linter
+                        cache[key] = (None, f"{c}: {e}")
+                spec, err = cache[key]
+                return replace(ctx, model_spec=spec, model_error=err)
+        # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
+        from llamarig.catalogue.models import build_spec, find_model, is_catalogue_id
+
+        if is_catalogue_id(path):
+            if path not in cache:
+                m, quant = find_model(path)
+                cache[path] = (build_spec(m, quant), None)
+            spec, err = cache[path]
+            return replace(ctx, model_spec=spec, model_error=err)
+        if explicit_model:
+            raise InputError(f"{explicit_model}: model file not found (nor a catalogue id: see `llamarig models`)")
+        return ctx
+
+    return load
+
+

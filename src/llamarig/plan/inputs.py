@@ -1,0 +1,159 @@
+"""Plan inputs: a model (GGUF path or catalogue id), llama-server argv and hardware -> PlanInputs.
+
+The library's way from what a user types to a :class:`~llamarig.plan.planner.PlanInputs`;
+``llamarig plan``, ``render``, ``launch``, ``tune`` and ``check``'s memory rule all use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import GGUFError, InputError
+from llamarig.plan.planner import PlanInputs, make_plan
+from llamarig.plan.result import Plan
+
+
+@dataclass
+class PlanArgs:
+    model: str | None = None
+    mmproj: str | None = None
+    draft: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    detect: bool = False
+    ram: int | None = None
+    overhead: int | None = None
+    cpu_features: str | None = None
+    cpu: Any = None  # a hardware.cpu.CpuFeatures (e.g. a server's system_info); beats cpu_features
+    as_json: bool = False
+    server_args: list[str] = field(default_factory=list)
+    command: list[str] | None = None
+    help: bool = False
+
+
+
+
+
+def _load_model(text: str):  # -> (ModelSpec, CatalogueModel | None)
+    from llamarig.catalogue.models import resolve_model
+
+    spec, cat = resolve_model(text)
+    if spec.is_mmproj:
+        raise GGUFError(text, "is an mmproj (projector) file, not a language model; pass it with --mmproj")
+    return spec, cat
+
+
+def _mmproj_from_file(path: str, image_max_tokens: int = 0):
+    from llamarig.gguf import load_spec
+    from llamarig.plan.mmproj import mmproj_info_from_spec
+
+    spec = load_spec(path)
+    if spec.projector is None:
+        raise GGUFError(path, "is not an mmproj file (general.architecture is not 'clip')")
+    return mmproj_info_from_spec(spec, Path(path).name, image_max_tokens or None)
+
+
+def resolve_mmproj(arg: str | None, catalogue_model, image_max_tokens: int = 0) -> object | None:
+    from llamarig.catalogue.models import catalogue_mmproj
+
+    if arg is None or arg.lower() == "none":
+        return None
+    if Path(arg).exists() or arg.endswith(".gguf"):
+        return _mmproj_from_file(arg, image_max_tokens)
+    kind = arg.lower()
+    if kind not in ("catalogue", "auto", "default", "f16", "bf16"):
+        raise InputError(f"--mmproj {arg}: expected a file, catalogue, f16, bf16 or none")
+    if catalogue_model is None:
+        raise InputError(f"--mmproj {arg}: only catalogue models know their mmproj; give the mmproj file instead")
+    mm = catalogue_mmproj(catalogue_model, kind)
+    if mm is None:
+        raise InputError(f"--mmproj {arg}: catalogue model {catalogue_model.id} has no {kind} mmproj entry")
+    return mm
+
+
+def build_hardware(pa: PlanArgs):
+    from llamarig.catalogue.gpus import parse_gpu_arg
+    from llamarig.hardware.types import Hardware
+
+    hw = Hardware()
+    if pa.detect:
+        from llamarig.hardware.detect import detect
+
+        hw = detect()
+    if pa.gpus:
+        hw = replace(hw, gpus=tuple(parse_gpu_arg(g) for g in pa.gpus))
+    if pa.ram is not None:
+        hw = replace(hw, ram_bytes=pa.ram)
+    if pa.cpu_features is not None:
+        from llamarig.hardware.cpu import parse_cpu_features
+
+        hw = replace(hw, cpu=parse_cpu_features(pa.cpu_features))
+    if pa.cpu is not None:
+        hw = replace(hw, cpu=pa.cpu)
+    return hw
+
+
+def build_inputs(pa: PlanArgs) -> PlanInputs:
+    from llamarig.plan.config import parse_server_args
+
+    cfg = None
+    if pa.command is not None:
+        cfg = parse_server_args(pa.command, strict=False)
+    cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
+    problems: list[str] = []
+    if cfg.hf_repo:
+        # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
+        # sets model.path to the downloaded primary file); plan cannot download
+        if cfg.model:
+            raise InputError(f"-m {cfg.model} and -hf {cfg.hf_repo} together: llama-server would load the file "
+                             "downloaded for -hf, not -m; drop one (plan reads local GGUFs and catalogue ids only)")
+        if not pa.model:
+            raise InputError(f"-hf {cfg.hf_repo}: plan cannot download from Hugging Face; give the GGUF path "
+                             "(-m) or a catalogue id (`llamarig models`)")
+    for what, mine, theirs in (("MODEL", pa.model, cfg.model), ("--mmproj", pa.mmproj, cfg.mmproj),
+                               ("--draft", pa.draft, cfg.draft_model)):
+        if mine and theirs and mine != theirs:
+            flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
+            problems.append(f"{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; "
+                            f"the {flag} {theirs} of the llama-server command is ignored")
+    model = pa.model or cfg.model
+    if not model:
+        raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
+    spec, cat = _load_model(model)
+    mm_arg = pa.mmproj or cfg.mmproj
+    mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
+    draft = None
+    d_arg = pa.draft or cfg.draft_model
+    if d_arg:
+        draft, _ = _load_model(d_arg)
+    shown_model = model
+    if cat is not None and not Path(model).exists():
+        shown_model = f"<{spec.name or cat.id}-{spec.path.split(':')[-1].upper()}.gguf>"
+    shown_mm = None if mm_arg in (None, "none") else mm_arg
+    if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
+        shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
+    cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg,
+                  problems=(*cfg.problems, *problems))
+    hw = build_hardware(pa)
+    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, notes=tuple(gpu_notes(pa)))
+
+
+def gpu_notes(pa: PlanArgs) -> list[str]:
+    """A note for each --gpu name that matches several catalogue entries (which one was taken)."""
+    from llamarig.catalogue.gpus import gpu_match_note
+
+    return [n for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n]
+
+
+def build_plan(pa: PlanArgs) -> Plan:
+    """The plan for these inputs (what `llamarig plan` prints)."""
+    return make_plan(build_inputs(pa))
+
+
+
+
+def plan_for_check(model: str | None, mmproj: str | None, gpus: list[str], ram: int | None,
+                   argv: list[str]) -> Plan:
+    """``check --gpu``'s memory rule (flags.rules.Context.planner)."""
+    return build_plan(PlanArgs(model=model, mmproj=mmproj, gpus=gpus, ram=ram, command=argv))
