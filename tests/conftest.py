@@ -51,7 +51,7 @@ def tagged_processes() -> list[tuple[int, str]]:
 
 def stop_launched(state_dir: Path) -> None:
     """Stop every server `llamarig launch` recorded in ``state_dir`` (by pid, start time and argv)."""
-    from llamarig.render import launch as L
+    from llamarig.launch import process as L
 
     for f in sorted(state_dir.glob("launch-*.json")) if state_dir.is_dir() else ():
         with contextlib.suppress(Exception):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tests.render.conftest import SHAPES
 
-from llamarig.render import launch as L
+from llamarig.launch import process as L
 from llamarig.testing.server import free_port
 
 pytestmark = pytest.mark.server

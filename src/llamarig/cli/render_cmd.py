@@ -361,7 +361,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
     warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
     port in use / start failed."""
-    from llamarig.render import launch as L
+    from llamarig.launch import process as L
 
     if not detach:
         # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start
@@ -438,7 +438,7 @@ def _launch_report(lr: Any, as_json: bool) -> None:
 
 
 def _foreground(lr: Any) -> None:
-    from llamarig.render import launch as L
+    from llamarig.launch import process as L
 
     click.echo("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it", err=True)
     try:
@@ -460,6 +460,6 @@ def _foreground(lr: Any) -> None:
 def stop_cmd(port: int | None, state_file: str | None, timeout_s: float) -> None:
     """Stop the llama-server that `llamarig launch` started, and only that process (its pid, start
     time and command line must still match the state file). Exit 0, 2 when there is no state."""
-    from llamarig.render import launch as L
+    from llamarig.launch import process as L
 
     click.echo(L.stop(port, Path(state_file) if state_file else None, timeout_s))

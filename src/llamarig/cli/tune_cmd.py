@@ -176,7 +176,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     """Find the best settings by measurement: candidates pruned by the planner, then successive
     halving over real llama-server runs. Resumable (Ctrl-C, then the same command). Exit 0,
     2 bad input, 3 server problems, 130 interrupted (state kept)."""
-    from llamarig.render.launch import state_dir
+    from llamarig.paths import state_dir
     from llamarig.tune import search as S
     from llamarig.tune.measure import ServerMeasure
     from llamarig.units import parse_size
@@ -269,7 +269,7 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
     from rich.table import Table
 
     from llamarig.cli.render_cmd import Resolved, _plan
-    from llamarig.render.launch import state_dir
+    from llamarig.paths import state_dir
 
     winner = result.winner
     final = {m.key: m for m in result.final()}

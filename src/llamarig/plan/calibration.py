@@ -148,7 +148,7 @@ BUILTIN_NAMES = ("builtin", "built-in")
 
 def state_calibration_path() -> Path:
     """``$LLAMARIG_STATE_DIR/speed-calibration.json`` (or the XDG state dir), where tune writes."""
-    from llamarig.render.launch import state_dir
+    from llamarig.paths import state_dir
 
     return state_dir() / STATE_FILE
 

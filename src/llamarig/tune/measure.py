@@ -15,6 +15,7 @@ candidate's slots; llama-server's auto is 4); the figure is the batch's generate
 
 from __future__ import annotations
 
+import tempfile
 import time
 import urllib.error
 from collections.abc import Sequence
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarig.errors import LlamarigError
-from llamarig.procs import exit_description
 from llamarig.tune.search import Candidate, Measurement, median, score_of
 
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
@@ -38,41 +38,11 @@ def prompt_text(i: int, n_words: int) -> str:
 def start_owned(binary: str, args: Sequence[str], *, timeout_s: float = 300, log_dir: str | None = None) -> Any:
     """Start llama-server on a free loopback port and wait for /health; the process is stopped
     on every way out, Ctrl-C during start-up included (no orphan servers after an interrupted
-    tune). Returns a llamarig.testing.server.RunningServer."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
+    tune). Returns a llamarig.launch.server.RunningServer."""
+    from llamarig.launch.server import start_server
 
-    from llamarig.errors import ServerError
-    from llamarig.render.launch import health, log_tail
-    from llamarig.testing.server import RunningServer, free_port
-
-    port = free_port()
-    argv = [binary, *args, "--host", "127.0.0.1", "--port", str(port)]
-    d = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-tune-"))
-    d.mkdir(parents=True, exist_ok=True)
-    log_path = d / f"llama-server-{port}.log"
-    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by RunningServer.stop
-    try:
-        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    except OSError as e:
-        log_file.close()
-        raise ServerError(f"{binary}: cannot start: {e.strerror or e}") from None
-    srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise ServerError(f"llama-server {exit_description(proc.returncode)} before /health: "
-                                  + log_tail(log_path, 3).replace("\n", " | "))
-            if health(srv.url) == 200:
-                return srv
-            if time.monotonic() > deadline:
-                raise ServerError(f"llama-server not healthy after {timeout_s:.0f} s")
-            time.sleep(0.1)
-    except BaseException:
-        srv.stop()
-        raise
+    return start_server(binary, None, list(args), timeout=timeout_s, threads=None,
+                        log_dir=log_dir or tempfile.mkdtemp(prefix="llamarig-tune-"))
 
 
 @dataclass

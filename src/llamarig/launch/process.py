@@ -17,8 +17,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +24,8 @@ from typing import Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
+from llamarig.launch.server import health, log_tail
+from llamarig.paths import state_dir
 from llamarig.procs import exit_description
 from llamarig.render.common import get_value
 
@@ -38,14 +38,6 @@ MODELLED_TOLERANCE = 0.10  # compute/output: within 10 % (the plan tests hold it
 
 
 # ---------------------------------------------------------------------------- state
-
-
-def state_dir() -> Path:
-    env = os.environ.get("LLAMARIG_STATE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "llamarig"
 
 
 def state_path(port: int) -> Path:
@@ -165,24 +157,6 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def health(url: str, timeout: float = 2) -> int | None:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=timeout) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)  # 503 while loading
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return None
-
-
-def log_tail(path: Path, n: int = 15) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:])
 
 
 # ---------------------------------------------------------------------------- verification

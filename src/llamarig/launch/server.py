@@ -1,0 +1,155 @@
+"""The one way llamarig starts a llama-server it owns (tests, tune): a free loopback port, wait
+for /health, stopped on every way out (Ctrl-C during start-up included). ``launch.process``
+starts detached servers with a state file on top of the same health check."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import ServerError
+from llamarig.procs import exit_description
+
+
+def health(url: str, timeout: float = 2) -> int | None:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)  # 503 while loading
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None
+
+
+def log_tail(path: Path, n: int = 15) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    """A llama-server process started by :func:`start_server`."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    port: int
+    argv: list[str]
+    log_path: Path
+    _log_file: Any = field(repr=False, default=None)
+
+    @property
+    def log(self) -> str:
+        """Everything the server printed so far (stdout and stderr)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def get(self, path: str, timeout: float = 30) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, body: dict[str, Any], timeout: float = 120) -> Any:
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return self.proc.returncode
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    binary: str | os.PathLike[str],
+    model: str | os.PathLike[str] | None,
+    args: Sequence[str] = (),
+    *,
+    port: int | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
+    timeout: float = 180,
+    threads: int | None = 2,
+    env: dict[str, str] | None = None,
+) -> RunningServer:
+    """Start llama-server and wait until ``/health`` answers 200. ``env``: extra environment
+    variables for the server process.
+
+    Raises ServerError (with the last log lines) if it exits or does not become healthy.
+    """
+    port = port or free_port()
+    argv = [str(binary)]
+    if model is not None:
+        argv += ["-m", str(model)]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    if threads is not None and "-t" not in args and "--threads" not in args:
+        argv += ["-t", str(threads)]
+    argv += list(args)
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-server-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"llama-server-{port}.log"
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by RunningServer.stop
+    try:
+        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env} if env else None)
+    except OSError as e:
+        log_file.close()
+        raise ServerError(f"{binary}: cannot start: {e.strerror or e}") from None
+    srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
+    try:
+        return _wait_healthy(srv, timeout)
+    except BaseException:
+        # Ctrl-C or any error while waiting: never leave the server running
+        srv.stop()
+        raise
+
+
+def _wait_healthy(srv: RunningServer, timeout: float) -> RunningServer:
+    proc = srv.proc
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            srv.stop()
+            raise ServerError(f"llama-server {exit_description(proc.returncode)} before /health:\n"
+                              + log_tail(srv.log_path))
+        if health(srv.url) == 200:
+            return srv
+        if time.monotonic() > deadline:
+            srv.stop()
+            raise ServerError(f"llama-server not healthy after {timeout:.0f} s:\n{log_tail(srv.log_path)}")
+        time.sleep(0.1)
