@@ -7,11 +7,12 @@ import shutil
 from pathlib import Path
 
 from llamarig.errors import ServerError
+from llamarig.paths import cache_root
 
 #: environment variable naming the llama-server binary
 ENV_SERVER_BIN = "LLAMARIG_SERVER_BIN"
 #: cache root of scripts/get-llama-server
-CACHE_ROOT = Path(os.environ.get("LLAMARIG_CACHE", Path.home() / ".cache" / "llamarig"))
+CACHE_ROOT = cache_root()
 
 
 def cached_bin_dirs() -> list[Path]:

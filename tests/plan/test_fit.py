@@ -15,7 +15,7 @@ from llamarig.catalogue.gpus import gpu_match_note, parse_gpu_arg
 from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
 from llamarig.cli.main import main
 from llamarig.hardware import Hardware
-from llamarig.plan import planner as P
+from llamarig.plan import fit as P
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, effective_inputs, make_plan
 

@@ -1,4 +1,4 @@
-"""Plan results: frozen dataclasses with the formula behind every figure.
+"""Plan inputs and results: frozen dataclasses, every figure with the formula behind it.
 
 ``Plan.speed`` is a slot for the speed model (issue 4); the memory model leaves it None.
 The JSON form is documented in docs/plan.md.
@@ -7,9 +7,15 @@ The JSON form is documented in docs/plan.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamarig.units import fmt_bytes
+
+if TYPE_CHECKING:  # annotations only: result.py stays importable without the readers
+    from llamarig.catalogue.models import MMProjInfo
+    from llamarig.gguf.spec import ModelSpec
+    from llamarig.hardware.types import Hardware
+    from llamarig.plan.config import ServerConfig
 
 #: the per-device memory components, in table order
 COMPONENTS = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
@@ -157,3 +163,14 @@ class Plan:
             to_json = getattr(self.speed, "to_json", None)
             d["speed"] = to_json() if callable(to_json) else self.speed
         return d
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    spec: ModelSpec
+    cfg: ServerConfig
+    hardware: Hardware
+    mmproj: MMProjInfo | None = None
+    draft: ModelSpec | None = None
+    overhead_bytes: int | None = None  # per-GPU driver/context overhead override
+    notes: tuple[str, ...] = field(default=())  # notes from resolving the inputs (GPU names, ...)
