@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from llamarig.catalogue.gpus import find_gpu, load_gpus, parse_gpu_arg
+from llamarig.detect import cpu_cores, detect, host_memory, parse_nvidia_smi
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.hardware.detect import cpu_cores, detect, host_memory, parse_nvidia_smi
 
 GiB = 1 << 30
 

@@ -1,5 +1,6 @@
 """Hardware: GPUs, host RAM and cores (types), CPU features (cpu), the CPU backend's buffer types
-(cpu_buffers), and detection on this machine (detect). The GPU catalogue is llamarig.catalogue.gpus."""
+(cpu_buffers). The GPU catalogue is llamarig.catalogue.gpus; detection on this machine,
+llamarig.detect."""
 
 from llamarig.hardware.types import GPU, Hardware
 

@@ -78,7 +78,7 @@ def build_hardware(pa: PlanArgs):
 
     hw = Hardware()
     if pa.detect:
-        from llamarig.hardware.detect import detect
+        from llamarig.detect import detect
 
         hw = detect()
     if pa.gpus:

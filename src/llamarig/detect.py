@@ -1,4 +1,5 @@
-"""Read the local machine: GPUs via nvidia-smi (when present), CPU cores and RAM from the OS."""
+"""Read the local machine: GPUs via nvidia-smi (when present, matched to the GPU catalogue), CPU
+cores, CPU features and RAM from the OS."""
 
 from __future__ import annotations
 

@@ -1,0 +1,108 @@
+"""The package's layers point one way (docs/architecture.md): every import in src/llamarig,
+module-level or inside a function, goes to the same layer or a lower one; no cycle between
+top-level packages; production code never imports llamarig.testing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "llamarig"
+
+#: lowest first; a package may import its own layer and those below (docs/architecture.md)
+LAYERS: list[set[str]] = [
+    {"units", "errors", "paths", "procs", "logformat", "binary", "data", "__init__", "__main__"},
+    {"gguf", "hardware"},
+    {"catalogue", "detect"},
+    {"flags"},
+    {"plan"},
+    {"render", "launch"},
+    {"bench", "tune", "gateway"},
+    {"testing"},
+    {"cli"},
+]
+#: the public API (llamarig/__init__.py) re-exports from every layer; __main__ starts the CLI
+EXEMPT = {"__init__", "__main__"}
+
+
+def _top(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "llamarig":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _package_of(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or rel.name != "__init__.py" else "__init__"
+
+
+def edges() -> list[tuple[str, str, str, int]]:
+    """(from package, to package, file, line) for every internal import."""
+    out = []
+    for f in sorted(SRC.rglob("*.py")):
+        src_pkg = _package_of(f)
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            mods: list[str] = []
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                mods = [node.module]
+                if node.module == "llamarig":
+                    mods = [f"llamarig.{a.name}" if not a.name.startswith("__") else "llamarig" for a in node.names]
+            for m in mods:
+                dst = _top(m)
+                if dst is not None and dst != src_pkg:
+                    out.append((src_pkg, dst, str(f.relative_to(SRC)), node.lineno))
+    return out
+
+
+def _layer(pkg: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if pkg in layer:
+            return i
+    raise AssertionError(f"package llamarig.{pkg} is in no layer of LAYERS (docs/architecture.md)")
+
+
+def test_every_package_has_a_layer() -> None:
+    for p in SRC.iterdir():
+        if p.name.startswith((".", "_")) and p.name not in ("__init__.py", "__main__.py"):
+            continue
+        if p.is_dir() and not (p / "__init__.py").exists():
+            continue  # data/
+        if p.suffix in (".py", "") and p.name != "py.typed":
+            _layer(p.name.removesuffix(".py"))
+
+
+def test_no_upward_import() -> None:
+    bad = [f"{f}:{ln}: llamarig.{a} -> llamarig.{b}" for a, b, f, ln in edges()
+           if a not in EXEMPT and _layer(b) > _layer(a)]
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_production_never_imports_testing() -> None:
+    bad = [f"{f}:{ln}" for a, b, f, ln in edges() if b == "testing" and a != "testing"]
+    assert not bad, bad
+
+
+def test_no_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = {}
+    for a, b, _, _ in edges():
+        if a not in EXEMPT:
+            graph.setdefault(a, set()).add(b)
+    seen: set[str] = set()
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        if n in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+        if n in seen:
+            return
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            visit(m)
+        stack.pop()
+        seen.add(n)
+
+    for n in sorted(graph):
+        visit(n)
