@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"render", "launch"},
     {"bench", "tune", "gateway"},
     {"testing"},
+    {"api"},
     {"cli"},
 ]
 #: the public API (llamarig/__init__.py) re-exports from every layer; __main__ starts the CLI
