@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llamarig.flags.readers import is_server_program, parse_text
 from llamarig.flags.rules import PARSE_RULES, lint
 from llamarig.flags.schema import load_bundled, schema_from_binary
-from llamarig.flags.shell import is_server_program, parse_text
 
 CORPUS = Path(__file__).with_name("corpus.yaml")
 ENTRIES = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))

@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llamarig.flags.fix import fix_text
+from llamarig.flags.readers import parse_text
 from llamarig.flags.rules import Context, lint
 from llamarig.flags.schema import load_bundled
-from llamarig.flags.shell import parse_text
 
 SCHEMA = load_bundled()
 TOKENS = ["llama-server", "./llama3-server", "-m", "a.gguf", "--mmproj", "-c", "8192", "-np", "0", "-ctk",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from llamarig.flags.readers import parse_text
 from llamarig.flags.rules import Context, lint
 from llamarig.flags.schema import load_bundled
-from llamarig.flags.shell import parse_text
 
 SCHEMA = load_bundled()
 

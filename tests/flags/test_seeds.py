@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from llamarig.flags.fix import fix_text
+from llamarig.flags.readers import parse_text
 from llamarig.flags.rules import Context, lint
 from llamarig.flags.schema import load_bundled
-from llamarig.flags.shell import parse_text
 
 FIX = Path(__file__).with_name("fixtures")
 SCHEMA = load_bundled()

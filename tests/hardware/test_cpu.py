@@ -90,8 +90,8 @@ def test_check_warns_of_the_amx_crash(tmp_path, monkeypatch) -> None:
                        head_dim=64, n_ff=512, n_layer=2)
     spec = load_spec(path)
     amx = from_cpuinfo("flags : avx2 fma f16c avx512f avx512_vnni amx_int8\n", "x86_64")
+    from llamarig.flags.readers import parse_argv
     from llamarig.flags.schema import load_bundled
-    from llamarig.flags.shell import parse_argv
 
     def findings(argv: list[str]) -> list[str]:
         _, fs = rules.lint(parse_argv(["llama-server", "-m", str(path), *argv]), load_bundled(),

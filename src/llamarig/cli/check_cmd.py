@@ -13,9 +13,9 @@ import click
 
 from llamarig.errors import InputError
 from llamarig.flags.model import model_loader
+from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.flags.shell import Parsed, parse_argv, parse_text
 from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024

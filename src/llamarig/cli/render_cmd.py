@@ -51,7 +51,7 @@ def _binary(explicit: str | None, program: str | None) -> str:
 
 def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
     """(program or None, llama-server args) from ``MODEL flags``, ``llama-server flags`` or ``flags``."""
-    from llamarig.flags.shell import is_server_program
+    from llamarig.flags.readers import is_server_program
 
     if not tokens:
         return None, []

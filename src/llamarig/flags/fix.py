@@ -10,9 +10,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.rules import _FALSY, Finding, Reading, Use
 from llamarig.flags.schema import Schema
-from llamarig.flags.shell import Invocation, Parsed
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
 

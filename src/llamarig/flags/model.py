@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError
+from llamarig.flags.parsed import Invocation
 from llamarig.flags.rules import Context
-from llamarig.flags.shell import Invocation
 
 
 def model_loader(explicit_model: str | None, base_dir: Path | None):

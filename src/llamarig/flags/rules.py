@@ -30,8 +30,8 @@ from llamarig.flags.knowledge import (
     LIVE_LLAMA_ENV,
     LOCAL_HOSTS,
 )
+from llamarig.flags.parsed import Invocation, Note, Parsed, Word
 from llamarig.flags.schema import Option, Schema
-from llamarig.flags.shell import Invocation, Note, Parsed, Word
 from llamarig.hardware.cpu import detect_cpu
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
 

@@ -284,9 +284,9 @@ def likely_causes(argv: Sequence[str], log: str) -> list[str]:
         if pat in low:
             out.append(why)
     try:
+        from llamarig.flags.readers import parse_argv
         from llamarig.flags.rules import lint
         from llamarig.flags.schema import load_bundled, load_schema
-        from llamarig.flags.shell import parse_argv
 
         try:
             schema = load_schema(argv[0])

@@ -160,8 +160,8 @@ def check_argv(argv: Sequence[str], schema: Any, *, cores: int | None = None,
     """``llamarig check``'s findings (llamarig.flags.rules.lint) for one argv (program first),
     with the model's GGUF header when ``-m`` is readable."""
     from llamarig.flags.model import model_loader
+    from llamarig.flags.readers import parse_argv
     from llamarig.flags.rules import Context, lint
-    from llamarig.flags.shell import parse_argv
 
     ctx = Context(physical_cores=cores, cores_source="this machine")
     loader = model_loader(None, base_dir)

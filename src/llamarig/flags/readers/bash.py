@@ -1,109 +1,29 @@
-"""Shell-accurate reading of what users paste: which argv llama-server really receives.
+"""Reading a command line or a bash script the way bash does: which argv llama-server really
+receives.
 
-Formats:
-  * a command line or a bash script: bash's own rules for quoting, ``\\``-newline continuation,
-    comments (a ``#`` at the start of a word runs to the end of the line, so a comment line
-    after a ``\\`` line *ends* the command), blank lines, ``;`` ``&&`` ``||`` ``|`` ``&``,
-    redirections, ``NAME=value`` assignments before the command, ``export``, wrappers
-    (``nohup``, ``stdbuf``, ``env``, ``sudo``, ``taskset``, ``numactl``...), ``docker run``;
-    shell functions (a body is read; calling a function is not starting llama-server);
-  * a systemd unit's ``ExecStart=``: systemd.syntax(7): a trailing backslash joins the next
-    line, and comment lines that follow a backslash line are skipped (the continuation goes on);
-    ``Environment=`` assignments;
-  * docker-compose ``command:`` (string or list) with ``environment:``;
-  * a llama-swap YAML ``cmd:``: llama-swap's SanitizeCommand (proxy/config/config.go) drops
-    lines starting with ``#``, turns a trailing backslash into a space and splits the rest with
-    POSIX shlex, so newlines never end its command; ``${PORT}`` style macros are kept verbatim.
-
-Everything here is pure text processing: no command is run. Garbage in gives notes, never an
-exception.
+bash's own rules for quoting, ``\\``-newline continuation, comments (a ``#`` at the start of a
+word runs to the end of the line, so a comment line after a ``\\`` line *ends* the command),
+blank lines, ``;`` ``&&`` ``||`` ``|`` ``&``, redirections, here-documents, ``NAME=value``
+assignments before the command, ``export``, wrappers (``nohup``, ``stdbuf``, ``env``, ``sudo``,
+``taskset``, ``numactl``...), ``docker run``; shell functions (a body is read; calling a function
+is not starting llama-server). Pure text processing: no command is run. Garbage in gives notes,
+never an exception.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-# ----------------------------------------------------------------------------- data
+from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
+from llamarig.flags.readers.common import (
+    ASSIGN_RE,
+    ends_with_backslash,
+    is_server_call,
+    unwrap,
+)
 
-
-@dataclass(frozen=True)
-class Word:
-    text: str
-    line: int  # 1-based line where the word starts
-    raw: str = field(default="", compare=False)  # as written (quotes kept), shell input only
-    start: int = field(default=-1, compare=False)  # offsets into the parsed text, shell input only
-    end: int = field(default=-1, compare=False)
-
-
-@dataclass(frozen=True)
-class Note:
-    """Something the reader found about the text itself (not about a flag)."""
-
-    kind: str  # continuation-broken | orphan-flags | space-after-backslash | killall | ...
-    line: int
-    message: str
-    severity: str = "error"
-    invocation: int | None = None  # index of the llama-server invocation concerned
-
-
-@dataclass
-class Invocation:
-    """One llama-server start found in the input."""
-
-    program: str
-    args: list[Word]  # what llama-server actually receives (program excluded)
-    line: int  # line of the program word
-    end_line: int
-    env: list[tuple[str, str, int]] = field(default_factory=list)  # (name, value, line)
-    background: bool = False
-    orphans: list[Word] = field(default_factory=list)  # flags cut off by a broken continuation
-    cut_line: int | None = None  # line where the command was cut off
-    source: str = "shell"  # shell | systemd | compose | llama-swap | argv
-    label: str = ""  # e.g. the compose service or llama-swap model id
-    redirects: list[str] = field(default_factory=list)  # `> log 2>&1` as written (kept by --fix)
-    # shell input: the command's first line up to the word before the arguments, as written
-    # (`cd ~ && nohup llama-server`, `docker run … IMAGE`), and the rest of its last line after
-    # its last word or redirection (` &`, `; }`, ` && echo ok  # note`); --fix keeps both
-    head: str = ""
-    tail: str | None = None
-
-    @property
-    def argv(self) -> list[str]:
-        return [self.program] + [w.text for w in self.args]
-
-    @property
-    def intended_args(self) -> list[Word]:
-        """The arguments the author meant to pass: the received ones plus the cut-off ones."""
-        return self.args + self.orphans
-
-
-@dataclass
-class Command:
-    """A simple shell command."""
-
-    words: list[Word]
-    line: int
-    end_line: int
-    terminator: str = "\n"  # ; & && || | \n or "" at EOF
-    assignments: list[tuple[str, str, int]] = field(default_factory=list)
-    comment_break: int | None = None  # line of a comment/blank line that ended this command
-    redirects: list[str] = field(default_factory=list)
-    end_pos: int = -1  # offset just after the command's last word or redirection
-
-
-@dataclass
-class Parsed:
-    kind: str  # shell | systemd | compose | llama-swap
-    invocations: list[Invocation]
-    notes: list[Note]
-    commands: list[Command] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-
-# ----------------------------------------------------------------------------- bash lexer
+# ----------------------------------------------------------------------------- lexer
 
 _OPS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
 _OP_CHARS = frozenset("&|;()")
@@ -113,7 +33,6 @@ Token = tuple[str, str, int, int, int]
 # bash(1) REDIRECTION: [n]< [n]> [n]>| [n]>> &> &>> [n]<& [n]>& [n]<> << <<- <<<; an unquoted
 # all-digit word glued to the operator is the file descriptor (`2>`, `10>&1`)
 _REDIR_OP_RE = re.compile(r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?:>>|>&|>\||<<<|<<-|<<|<&|<>|>|<)|&>>|&>")
-_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 
 
 class _Lexer:
@@ -356,30 +275,7 @@ def _split_commands(tokens: list[Token], src: str) -> list[Command]:
     return cmds
 
 
-# ----------------------------------------------------------------------------- programs
-
-_SERVER_RE = re.compile(r"^(llama[-_.]?[a-z0-9.]*[-_]?server|server)(\.exe)?$", re.I)
-_WRAPPERS = {
-    "nohup": {}, "exec": {}, "time": {}, "command": {}, "builtin": {},
-    "stdbuf": {"-i": 1, "-o": 1, "-e": 1},
-    "sudo": {"-u": 1, "-g": 1, "-C": 1, "-h": 1, "-p": 1},
-    "nice": {"-n": 1},
-    "ionice": {"-c": 1, "-n": 1, "-p": 1},
-    "taskset": {},
-    "numactl": {"-N": 1, "-m": 1, "-C": 1, "-p": 1, "-i": 1, "-l": 0},
-    "timeout": {"-s": 1, "-k": 1},
-    "chrt": {},
-    "env": {"-u": 1, "-C": 1, "-S": 1},
-    "setsid": {}, "unbuffer": {}, "caffeinate": {}, "systemd-run": {"-p": 1, "--unit": 1},
-    "gdb": {"-ex": 1, "-x": 1}, "valgrind": {}, "strace": {"-o": 1, "-e": 1}, "xargs": {"-a": 1, "-n": 1},
-}
-_POSITIONAL_WRAPPER_ARGS = {"timeout": 1, "chrt": 1, "taskset": 1}
-
-
-def is_server_program(word: str) -> bool:
-    name = PurePosixPath(word.replace("\\", "/")).name
-    return bool(_SERVER_RE.match(name))
-
+# ----------------------------------------------------------------------------- commands
 
 # bash(1) SHELL GRAMMAR "Compound Commands": reserved words that may stand before a simple command
 _RESERVED = frozenset({"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "esac"})
@@ -389,64 +285,6 @@ def _skip_reserved(words: list[Word], i: int) -> int:
     while i < len(words) and words[i].text in _RESERVED:
         i += 1
     return i
-
-
-# Options a llama-server command line typically starts with (common/arg.cpp, tools/server/README.md).
-# A program named just `server` (the binary's name before llama.cpp renamed its executables to
-# llama-* in June 2024) counts as llama-server only when its arguments look like llama-server's.
-_SERVER_LEAD_FLAGS = frozenset({
-    "-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
-    "-dr", "--docker-repo", "--port", "--host", "-c", "--ctx-size", "-ngl", "--gpu-layers",
-    "--n-gpu-layers", "-t", "--threads", "-np", "--parallel", "-a", "--alias", "--api-key",
-    "-fa", "--flash-attn", "--mmproj", "--jinja", "--chat-template", "-b", "--batch-size",
-    "-ub", "--ubatch-size", "--models-dir", "--models-preset", "-h", "--help", "--version",
-    "--list-devices", "--path", "--metrics", "--embedding", "--embeddings", "--rerank",
-})
-
-
-def _is_server_call(prog: str, args: list[Word]) -> bool:
-    """``prog args`` starts llama-server: a llama-server-like name; a bare ``server`` only when
-    its first argument is a llama-server option or a ``.gguf`` file is passed."""
-    if not is_server_program(prog):
-        return False
-    name = PurePosixPath(prog.replace("\\", "/")).name.lower().removesuffix(".exe")
-    if name != "server":
-        return True
-    first = args[0].text.split("=", 1)[0] if args else ""
-    return first in _SERVER_LEAD_FLAGS or any(a.text.lower().endswith(".gguf") for a in args)
-
-
-def _unwrap(words: list[Word], env: list[tuple[str, str, int]]) -> tuple[int, list[str]]:
-    """Index of the real program after wrappers and assignments; names of wrappers seen."""
-    i = 0
-    seen: list[str] = []
-    while i < len(words):
-        w = words[i].text
-        m = _ASSIGN_RE.match(w)
-        if m:
-            env.append((m.group(1), m.group(3), words[i].line))
-            i += 1
-            continue
-        name = PurePosixPath(w).name
-        if name in _WRAPPERS and i + 1 < len(words):
-            seen.append(name)
-            opts = _WRAPPERS[name]
-            i += 1
-            if name == "taskset" and i < len(words) and words[i].text in ("-c", "--cpu-list"):
-                i += 1
-            while i < len(words) and words[i].text.startswith("-") and not is_server_program(words[i].text):
-                t = words[i].text
-                i += 1
-                if t == "--":
-                    break
-                if "=" not in t and opts.get(t, 0):
-                    i += 1
-            for _ in range(_POSITIONAL_WRAPPER_ARGS.get(name, 0)):
-                if i < len(words) and not is_server_program(words[i].text):
-                    i += 1
-            continue
-        break
-    return i, seen
 
 
 _DOCKER_VALUE_OPTS = {
@@ -496,10 +334,10 @@ def _docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, st
     return None
 
 
-# ----------------------------------------------------------------------------- bash scripts
+# ----------------------------------------------------------------------------- scripts
 
 
-def parse_shell(text: str, first_line: int = 1) -> Parsed:
+def parse_bash(text: str, first_line: int = 1) -> Parsed:
     lex = _Lexer(text)
     tokens = lex.run()
     if first_line != 1:
@@ -527,7 +365,7 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
             functions.add(cmd.words[start].text)
             prev = cmd
             continue
-        idx, wrappers = _unwrap(cmd.words[start:], env)
+        idx, wrappers = unwrap(cmd.words[start:], env)
         idx += start
         cmd.assignments = env
         if idx >= len(cmd.words):
@@ -541,7 +379,7 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
         base = PurePosixPath(prog).name
         if base == "export":
             for w in rest:
-                m = _ASSIGN_RE.match(w.text)
+                m = ASSIGN_RE.match(w.text)
                 if m:
                     exported.append((m.group(1), m.group(3), w.line))
             prev = cmd
@@ -559,7 +397,7 @@ def parse_shell(text: str, first_line: int = 1) -> Parsed:
         # function, not a program; `time` is a keyword and keeps that, while external wrappers
         # (nohup, env, sudo...) and `command`/`exec` look the name up on PATH
         calls_function = prog in functions and "/" not in prog and all(w == "time" for w in wrappers)
-        if (not calls_function and _is_server_call(prog, rest)) or docker is not None:
+        if (not calls_function and is_server_call(prog, rest)) or docker is not None:
             if docker is not None:
                 start, denv = docker
                 env = env + denv
@@ -648,13 +486,8 @@ def _mark_breaks(cmds: list[Command], lines: list[str], first_line: int) -> None
             continue
         here = lines[ln].strip()
         before = lines[ln - 1].rstrip("\r")
-        if _ends_with_backslash(before) and (not here or here.startswith("#")):
+        if ends_with_backslash(before) and (not here or here.startswith("#")):
             cmd.comment_break = cmd.end_line
-
-
-def _ends_with_backslash(line: str) -> bool:
-    m = re.search(r"(\\+)$", line)
-    return bool(m) and len(m.group(1)) % 2 == 1
 
 
 def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Note:
@@ -676,226 +509,3 @@ def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Not
                 f"the llama-server command started on line {inv.line} is cut off at line {cut}: "
                 f"{why}. {n} word(s) after it are never passed to llama-server",
                 "error", k)
-
-
-# ----------------------------------------------------------------------------- systemd
-
-
-def parse_systemd(text: str) -> Parsed:
-    """Read ExecStart= (and Environment=) of a unit file, systemd.syntax(7) continuation rules."""
-    raw = text.split("\n")
-    entries: list[tuple[str, str, int, list[int]]] = []  # key, value, first line, lines
-    i = 0
-    while i < len(raw):
-        line = raw[i].strip()
-        if not line or line[0] in "#;" or line.startswith("["):
-            i += 1
-            continue
-        start = i
-        parts = []
-        line_nos = [i + 1]
-        cur = raw[i].rstrip()
-        while _ends_with_backslash(cur) and i + 1 < len(raw):
-            parts.append(cur[:-1] + " ")
-            i += 1
-            # systemd.syntax(7): comment lines following a backslash line are ignored
-            while i < len(raw) and raw[i].strip()[:1] in ("#", ";"):
-                i += 1
-            if i >= len(raw):
-                cur = ""
-                break
-            cur = raw[i].rstrip()
-            line_nos.append(i + 1)
-        parts.append(cur)
-        joined = "".join(parts)
-        key, sep, val = joined.partition("=")
-        if sep:
-            entries.append((key.strip(), val.strip(), start + 1, line_nos))
-        i += 1
-    env: list[tuple[str, str, int]] = []
-    invocations: list[Invocation] = []
-    notes: list[Note] = []
-    for key, val, ln, line_nos in entries:
-        if key == "Environment":
-            try:
-                for item in shlex.split(val):
-                    n, _, v = item.partition("=")
-                    env.append((n, v, ln))
-            except ValueError:
-                notes.append(Note("shell-syntax", ln, "unbalanced quotes in Environment=", "error"))
-        elif key in ("ExecStart", "ExecStartPre", "ExecStartPost"):
-            v = val.lstrip("@-:+!")
-            try:
-                words_text = shlex.split(v, comments=False)
-            except ValueError:
-                notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", "error"))
-                continue
-            words = _assign_lines(words_text, raw, line_nos)
-            tmp_env: list[tuple[str, str, int]] = []
-            idx, _ = _unwrap(words, tmp_env)
-            if idx < len(words) and _is_server_call(words[idx].text, words[idx + 1:]):
-                inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line,
-                                 line_nos[-1], env=list(env) + tmp_env, source="systemd", label=key)
-                invocations.append(inv)
-            elif idx < len(words) and PurePosixPath(words[idx].text).name in ("killall", "pkill"):
-                notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", "warning"))
-    return Parsed("systemd", invocations, notes, [], raw)
-
-
-def _assign_lines(words: list[str], raw: list[str], line_nos: list[int]) -> list[Word]:
-    """Attach a line number to each word by finding it in the unit's physical lines, in order."""
-    out: list[Word] = []
-    li = 0
-    pos = 0
-    for w in words:
-        probe = w.split()[0] if w.split() else w
-        found = None
-        for j in range(li, len(line_nos)):
-            text = raw[line_nos[j] - 1]
-            k = text.find(probe, pos if j == li else 0)
-            if k >= 0:
-                found = (j, k + len(probe))
-                break
-        if found:
-            li, pos = found
-            out.append(Word(w, line_nos[li]))
-        else:
-            out.append(Word(w, line_nos[min(li, len(line_nos) - 1)]))
-    return out
-
-
-# ----------------------------------------------------------------------------- YAML
-
-
-def _find_line(lines: list[str], needle: str, start: int = 0) -> int:
-    for i in range(start, len(lines)):
-        if needle in lines[i]:
-            return i + 1
-    return start + 1
-
-
-def parse_yaml(text: str) -> Parsed | None:
-    """docker-compose ``services.*.command`` / llama-swap ``models.*.cmd``; None if neither."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    lines = text.split("\n")
-    invocations: list[Invocation] = []
-    notes: list[Note] = []
-    if isinstance(data.get("models"), dict):
-        for mid, cfg in data["models"].items():
-            if not isinstance(cfg, dict) or not isinstance(cfg.get("cmd"), str):
-                continue
-            key_line = _find_line(lines, f"{mid}:")
-            cmd_line = _find_line(lines, "cmd:", key_line - 1)
-            words = _llama_swap_words(cfg["cmd"], lines, cmd_line)
-            if words is None:
-                notes.append(Note("shell-syntax", cmd_line, f"models.{mid}.cmd: unbalanced quotes", "error"))
-                continue
-            env: list[tuple[str, str, int]] = []
-            for item in cfg.get("env") or []:
-                if isinstance(item, str):
-                    n, _, v = item.partition("=")
-                    env.append((n, v, _find_line(lines, item, key_line - 1)))
-            idx, _ = _unwrap(words, env)
-            if idx < len(words) and _is_server_call(words[idx].text, words[idx + 1:]):
-                invocations.append(Invocation(words[idx].text, words[idx + 1:], words[idx].line,
-                                              words[-1].line, env=env, source="llama-swap", label=str(mid)))
-        return Parsed("llama-swap", invocations, notes, [], lines)
-    if isinstance(data.get("services"), dict):
-        for name, svc in data["services"].items():
-            if not isinstance(svc, dict) or "command" not in svc:
-                continue
-            image = str(svc.get("image", ""))
-            key_line = _find_line(lines, f"{name}:")
-            cmd_line = _find_line(lines, "command:", key_line - 1)
-            cmd = svc["command"]
-            try:
-                texts = [str(x) for x in cmd] if isinstance(cmd, list) else shlex.split(str(cmd))
-            except ValueError:
-                notes.append(Note("shell-syntax", cmd_line, f"services.{name}.command: unbalanced quotes", "error"))
-                continue
-            words = _lines_for(texts, lines, cmd_line)
-            env = []
-            envs = svc.get("environment") or []
-            items = [f"{k}={v}" for k, v in envs.items()] if isinstance(envs, dict) else [str(x) for x in envs]
-            for item in items:
-                n, _, v = item.partition("=")
-                env.append((n, "" if v == "None" else v, _find_line(lines, n, key_line - 1)))
-            if words and _is_server_call(words[0].text, words[1:]):
-                prog, args = words[0].text, words[1:]
-            elif "llama.cpp" in image or "llama-cpp" in image or (words and words[0].text.startswith("-")):
-                prog, args = f"(entrypoint of {image or 'the image'})", words
-            else:
-                continue
-            invocations.append(Invocation(prog, args, cmd_line, words[-1].line if words else cmd_line,
-                                          env=env, source="compose", label=str(name)))
-        return Parsed("compose", invocations, notes, [], lines)
-    return None
-
-
-def _llama_swap_words(cmd: str, lines: list[str], cmd_line: int) -> list[Word] | None:
-    # llama-swap proxy/config/config.go SanitizeCommand: drop `#` lines, trailing `\` -> space,
-    # then POSIX shlex (newlines are plain whitespace)
-    kept = []
-    for ln in cmd.split("\n"):
-        t = ln.strip()
-        if t.startswith("#"):
-            continue
-        kept.append(t[:-1] + " " if t.endswith("\\") else ln)
-    try:
-        texts = shlex.split("\n".join(kept))
-    except ValueError:
-        return None
-    return _lines_for(texts, lines, cmd_line)
-
-
-def _lines_for(texts: list[str], lines: list[str], start_line: int) -> list[Word]:
-    out = []
-    li = start_line - 1
-    for t in texts:
-        probe = t.split()[0] if t.split() else t
-        j = li
-        while j < len(lines) and probe not in lines[j]:
-            j += 1
-        if j < len(lines):
-            li = j
-        out.append(Word(t, li + 1))
-    return out
-
-
-# ----------------------------------------------------------------------------- entry
-
-
-def detect_kind(text: str) -> str:
-    if re.search(r"^\s*ExecStart\s*=", text, re.M) or re.search(r"^\s*\[Service\]\s*$", text, re.M):
-        return "systemd"
-    if re.search(r"^(services|models)\s*:\s*$", text, re.M):
-        return "yaml"
-    return "shell"
-
-
-def parse_text(text: str, kind: str | None = None) -> Parsed:
-    """Read a pasted command line, bash script, systemd unit, docker-compose or llama-swap file.
-    ``kind`` forces a format (shell, systemd, yaml)."""
-    text = text.replace("\r\n", "\n").replace("\x00", "")
-    kind = kind or detect_kind(text)
-    if kind == "systemd":
-        return parse_systemd(text)
-    if kind == "yaml":
-        parsed = parse_yaml(text)
-        if parsed is not None:
-            return parsed
-    return parse_shell(text)
-
-
-def parse_argv(argv: list[str]) -> Parsed:
-    """An argv given directly (program first)."""
-    words = [Word(a, 1) for a in argv]
-    inv = Invocation(argv[0] if argv else "llama-server", words[1:], 1, 1, source="argv")
-    return Parsed("argv", [inv], [], [], [])

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from llamarig.flags.shell import is_server_program, parse_text
+from llamarig.flags.readers import is_server_program, parse_text
 
 
 def argvs(text: str, kind: str | None = None) -> list[list[str]]:

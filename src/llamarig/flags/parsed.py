@@ -1,0 +1,83 @@
+"""What a reader makes of a pasted text: the llama-server invocations in it (the argv each one
+really receives, word by word with its line) and notes about the text itself. The readers
+(llamarig.flags.readers) produce these; the rules (llamarig.flags.rules) consume them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    line: int  # 1-based line where the word starts
+    raw: str = field(default="", compare=False)  # as written (quotes kept), shell input only
+    start: int = field(default=-1, compare=False)  # offsets into the parsed text, shell input only
+    end: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the reader found about the text itself (not about a flag)."""
+
+    kind: str  # continuation-broken | orphan-flags | space-after-backslash | killall | ...
+    line: int
+    message: str
+    severity: str = "error"
+    invocation: int | None = None  # index of the llama-server invocation concerned
+
+
+@dataclass
+class Invocation:
+    """One llama-server start found in the input."""
+
+    program: str
+    args: list[Word]  # what llama-server actually receives (program excluded)
+    line: int  # line of the program word
+    end_line: int
+    env: list[tuple[str, str, int]] = field(default_factory=list)  # (name, value, line)
+    background: bool = False
+    orphans: list[Word] = field(default_factory=list)  # flags cut off by a broken continuation
+    cut_line: int | None = None  # line where the command was cut off
+    source: str = "shell"  # shell | systemd | compose | llama-swap | argv
+    label: str = ""  # e.g. the compose service or llama-swap model id
+    redirects: list[str] = field(default_factory=list)  # `> log 2>&1` as written (kept by --fix)
+    # shell input: the command's first line up to the word before the arguments, as written
+    # (`cd ~ && nohup llama-server`, `docker run … IMAGE`), and the rest of its last line after
+    # its last word or redirection (` &`, `; }`, ` && echo ok  # note`); --fix keeps both
+    head: str = ""
+    tail: str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.program] + [w.text for w in self.args]
+
+    @property
+    def intended_args(self) -> list[Word]:
+        """The arguments the author meant to pass: the received ones plus the cut-off ones."""
+        return self.args + self.orphans
+
+
+@dataclass
+class Command:
+    """A simple shell command."""
+
+    words: list[Word]
+    line: int
+    end_line: int
+    terminator: str = "\n"  # ; & && || | \n or "" at EOF
+    assignments: list[tuple[str, str, int]] = field(default_factory=list)
+    comment_break: int | None = None  # line of a comment/blank line that ended this command
+    redirects: list[str] = field(default_factory=list)
+    end_pos: int = -1  # offset just after the command's last word or redirection
+
+
+@dataclass
+class Parsed:
+    kind: str  # shell | systemd | compose | llama-swap
+    invocations: list[Invocation]
+    notes: list[Note]
+    commands: list[Command] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+

@@ -1,0 +1,59 @@
+"""Shell-accurate reading of what users paste: which argv llama-server really receives.
+
+One reader per format, each in its own module:
+
+* ``bash``: a command line or a bash script (quoting, continuations, comments, wrappers,
+  ``docker run``...);
+* ``systemd``: a unit's ``ExecStart=`` and ``Environment=``;
+* ``yaml``: a YAML file, read by ``llama_swap`` (``models.*.cmd``) or ``compose``
+  (``services.*.command``).
+
+``parse_text`` picks the reader (or takes the one asked for); ``parse_argv`` wraps an argv given
+directly. Every reader returns a ``Parsed`` (llamarig.flags.parsed). Everything here is pure text
+processing: no command is run. Garbage in gives notes, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+
+from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
+from llamarig.flags.readers.bash import parse_bash
+from llamarig.flags.readers.common import is_server_program
+from llamarig.flags.readers.systemd import parse_systemd
+from llamarig.flags.readers.yaml import parse_yaml
+
+__all__ = [
+    "Command", "Invocation", "Note", "Parsed", "Word",
+    "detect_kind", "is_server_program", "parse_argv", "parse_text",
+]
+
+
+def detect_kind(text: str) -> str:
+    """The format of a pasted text: systemd, yaml or shell."""
+    if re.search(r"^\s*ExecStart\s*=", text, re.M) or re.search(r"^\s*\[Service\]\s*$", text, re.M):
+        return "systemd"
+    if re.search(r"^(services|models)\s*:\s*$", text, re.M):
+        return "yaml"
+    return "shell"
+
+
+def parse_text(text: str, kind: str | None = None) -> Parsed:
+    """Read a pasted command line, bash script, systemd unit, docker-compose or llama-swap file.
+    ``kind`` forces a format (shell, systemd, yaml)."""
+    text = text.replace("\r\n", "\n").replace("\x00", "")
+    kind = kind or detect_kind(text)
+    if kind == "systemd":
+        return parse_systemd(text)
+    if kind == "yaml":
+        parsed = parse_yaml(text)
+        if parsed is not None:
+            return parsed
+    return parse_bash(text)
+
+
+def parse_argv(argv: list[str]) -> Parsed:
+    """An argv given directly (program first)."""
+    words = [Word(a, 1) for a in argv]
+    inv = Invocation(argv[0] if argv else "llama-server", words[1:], 1, 1, source="argv")
+    return Parsed("argv", [inv], [], [], [])
