@@ -50,9 +50,9 @@ def inspect_model(path: str) -> ModelSpec:
 def check_text(text: str, *, kind: str | None = None, server_bin: str | None = None) -> list[Finding]:
     """`llamarig check`'s findings for a launch script, unit, compose/YAML file or command line,
     against the flags of ``server_bin`` (else the bundled schema of the pinned build)."""
+    from llamarig.flags.readers import parse_text
     from llamarig.flags.rules import Context, lint
     from llamarig.flags.schema import load_bundled, load_schema
-    from llamarig.flags.shell import parse_text
 
     schema = load_schema(server_bin) if server_bin else load_bundled()
     _, findings = lint(parse_text(text, kind), schema, Context())
