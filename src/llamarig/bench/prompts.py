@@ -11,7 +11,7 @@ from typing import Any
 
 from llamarig.errors import InputError, UnknownNameError
 
-#: seed 000's long code-generation prompt (tests/fixtures/seeds/000_*.txt), verbatim.
+#: the RTX 3090 field report's long code-generation prompt (tests/fixtures/seeds/000_3d5d35932c1dd60e.txt), verbatim.
 TETRIS_PROMPT = """你是一名资深的软件工程师，请写一个单文件 HTML 俄罗斯方块游戏，要求：
 
 1. 纯 HTML+CSS+JS，无外部依赖，复制即运行
@@ -77,7 +77,7 @@ PROMPT_SETS = ("synthetic", "tetris", "notes", "mixed")
 
 
 def prompt_set(name: str, k: int, seed: int) -> list[ChatPrompt]:
-    """K prompts from a built-in set. ``tetris``: seed 000's code-generation prompt;
+    """K prompts from a built-in set. ``tetris``: the RTX 3090 field report's code-generation prompt;
     ``notes``: note summarisation; ``mixed``: alternate both; ``synthetic``: seeded filler.
     Repeats of the same prompt get a numbered system line so they are distinct requests."""
     if name == "synthetic":

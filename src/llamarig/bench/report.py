@@ -111,7 +111,7 @@ def terminal(doc: dict[str, Any], console: Console) -> None:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """A Markdown table like seed 004's: 指标 | 数值 | 测法 (metric | value | method)."""
+    """A Markdown table like the 307K-context MTP field report's (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt): 指标 | 数值 | 测法 (metric | value | method)."""
     t = doc.get("target", {})
     lines = [f"# llamarig {doc.get('kind', 'bench')} report", ""]
     if t:

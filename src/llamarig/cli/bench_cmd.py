@@ -66,7 +66,7 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
 @click.option("--k", type=int, default=5, show_default=True, help="Measured requests per decode/spec run.")
 @click.option("--n-predict", "-n", type=int, default=128, show_default=True, help="Tokens generated per request (ignore_eos).")
 @click.option("--prompts", "prompt_set", default="synthetic", show_default=True,
-              help="Prompt set: synthetic, tetris (seed 000's), notes (summarisation), mixed, or a FILE.jsonl of chat requests.")
+              help="Prompt set: synthetic, tetris (the RTX 3090 field report's), notes (summarisation), mixed, or a FILE.jsonl of chat requests.")
 @click.option("--endpoint", type=click.Choice(["chat", "completion"]), default="chat", show_default=True,
               help="chat: /v1/chat/completions (template applied); completion: raw /completion (contents joined).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")

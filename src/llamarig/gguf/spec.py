@@ -148,7 +148,7 @@ class ModelSpec:
     weights_bytes: int
     file_bytes: int
     projector: ProjectorSpec | None = None
-    #: an MTP-only "sidecar" file (seed 004's --model-draft mtp-*.gguf): nextn blocks without the
+    #: an MTP-only "sidecar" file (the 307K-context MTP field report's (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) --model-draft mtp-*.gguf): nextn blocks without the
     #: trunk; llama.cpp recognises it by the missing blk.0.attn_norm.weight (src/llama-model.cpp)
     mtp_sidecar: bool = False
     warnings: tuple[str, ...] = ()

@@ -7,7 +7,7 @@ An efficiency is the fraction of a device's peak figure that llama.cpp reaches:
 
 - ``weights``: of peak memory bandwidth while streaming weights (decode matrix-vector products)
 - ``kv``: of peak memory bandwidth while reading the KV cache in attention (flash-attention decode
-  kernels reach much less than weight streaming; fitted to seed 000's 43 -> 37 tok/s slowdown)
+  kernels reach much less than weight streaming; fitted to the RTX 3090 field report's (tests/fixtures/seeds/000_3d5d35932c1dd60e.txt) 43 -> 37 tok/s slowdown)
 - ``overhead_ms``: fixed time per decoded token (kernel launches, sampling, synchronisation)
 - ``prefill``: of peak dense FP16 throughput at a saturated micro-batch
 - ``ubatch_half``: micro-batch size at which prefill reaches half its saturated throughput

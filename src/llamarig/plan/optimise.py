@@ -315,7 +315,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     cfg0 = replace(cfg0, kv_unified=True if slots > 1 else None, fit=False,
                    set_flags=frozenset(cfg0.set_flags | {"fit"}))
     use_spec = bool(spec.nextn_layers or inp.draft is not None)
-    # MTP heads (in the model or as a separate -md file, seed 004) use draft-mtp; any other draft
+    # MTP heads (in the model or as a separate -md file, as in the 307K-context MTP field report) use draft-mtp; any other draft
     # model draft-simple (common/speculative.cpp:72-84)
     spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
     backends = [g.backend for g in hw.gpus] or ["CPU"]

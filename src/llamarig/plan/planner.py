@@ -199,7 +199,7 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
                                 f"{sum(1 for x in placement.layer_dev if x < 0)} layer(s); {how})")
         add(-1, "draft", hw_line.bytes, hw_line.formula)
     for j in range(-1, len(d_names)):
-        # an MTP sidecar (seed 004's --model-draft mtp-*.gguf) has only its nextn blocks: only
+        # an MTP sidecar (the 307K-context MTP field report's (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) --model-draft mtp-*.gguf) has only its nextn blocks: only
         # they get KV cells (build 11434's log: "1 layers" for a 1-nextn sidecar)
         sel = [ly for ly in d.layers if ly.kind != "recurrent" and (ly.nextn or not d.mtp_sidecar)
                and ((placement.layer_dev[ly.index] if not cfg.no_kv_offload else -1) == j)]
