@@ -249,7 +249,8 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         raise InputError("no llama-server command found in the input")
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     loader = model_loader(model, base)
-    from llamarig.flags.rules import lint_invocation, read_invocation
+    from llamarig.flags.argv import read_invocation
+    from llamarig.flags.rules import lint_invocation
 
     out: list[dict[str, Any]] = []
     t = TEXT[lang]

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llamarig.flags.argv import Reading, Use, int_of
 from llamarig.flags.knowledge import FOLKLORE
-from llamarig.flags.rules import Reading, Use, _int_of
 from llamarig.flags.schema import Schema
 
 # Chinese descriptions: what the flag does in llama-server (same facts as the English help).
@@ -120,10 +120,10 @@ def memory_effects(r: Reading, spec: Any, lang: str = "en") -> dict[str, str]:
         return u.value if u else None
 
     tk, tv = val("--cache-type-k") or "f16", val("--cache-type-v") or "f16"
-    c = _int_of(val("--ctx-size")) or 0
+    c = int_of(val("--ctx-size")) or 0
     n_ctx = _pad(c) if c > 0 else _pad(spec.n_ctx_train or 4096)
     npu = r.last("--parallel")
-    n_par = _int_of(npu.value) if npu else None
+    n_par = int_of(npu.value) if npu else None
     kvu = r.last("--kv-unified")
     unified = kvu.positive if kvu else npu is None
     n_seq = n_par if n_par and n_par > 0 else 4
@@ -132,7 +132,7 @@ def memory_effects(r: Reading, spec: Any, lang: str = "en") -> dict[str, str]:
     else:
         n_ctx_seq, n_stream = _pad(n_ctx // n_seq), n_seq
     cells = n_ctx_seq * n_stream
-    ub = _int_of(val("--ubatch-size")) or 512
+    ub = int_of(val("--ubatch-size")) or 512
     total = 0
     n_att = 0
     try:

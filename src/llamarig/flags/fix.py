@@ -10,8 +10,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from llamarig.flags.argv import FALSY, Reading, Use
+from llamarig.flags.findings import Finding
 from llamarig.flags.parsed import Invocation, Parsed
-from llamarig.flags.rules import _FALSY, Finding, Reading, Use
 from llamarig.flags.schema import Schema
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
@@ -100,7 +101,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         if "drop-value" in kinds:
             f = kinds["drop-value"]
             stray = f.action.args[0]  # type: ignore[union-attr]
-            if stray.lower() in _FALSY:
+            if stray.lower() in FALSY:
                 if u.opt is not None and u.opt.negations:
                     comments.append(f"# llamarig: `{spelling} {stray}` -> `{u.opt.negations[-1]}`")
                     spelling = u.opt.negations[-1]

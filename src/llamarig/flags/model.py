@@ -1,5 +1,5 @@
 """The model a checked command loads: its GGUF header (or a catalogue entry) for the rules that
-need it (flags.rules._model_rules)."""
+need it (llamarig.flags.rules.model)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.parsed import Invocation
-from llamarig.flags.rules import Context
+from llamarig.flags.rules.context import Context
 
 
 def model_loader(explicit_model: str | None, base_dir: Path | None):

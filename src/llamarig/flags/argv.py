@@ -1,0 +1,254 @@
+"""llama-server's argument parser, emulated: how one invocation's words become options and values.
+
+The walk copies common/arg.cpp ``parse_cli_args``: ``--`` spellings get ``_`` -> ``-``, an
+unknown token is ``error: invalid argument`` (there is no ``--opt=value`` syntax and no positional
+argument), a value option takes the next word whatever it looks like, a repeated option warns and
+the last value wins (handlers that append keep all). What the parser itself rejects is reported
+here, as the binary does while parsing (see PARSE_RULES in llamarig.flags.rules); the rules in
+llamarig.flags.rules judge the options read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.history import history_note
+from llamarig.flags.knowledge import FOLKLORE
+from llamarig.flags.parsed import Invocation, Word
+from llamarig.flags.schema import Option, Schema
+
+
+@dataclass
+class Use:
+    """One option as written: the spelling, its values and where."""
+
+    opt: Option | None  # None: unknown flag / stray word
+    spelling: str
+    values: list[Word]
+    line: int
+    positive: bool = True
+    passed: bool = True
+    index: int = 0
+
+    @property
+    def value(self) -> str | None:
+        return self.values[0].text if self.values else None
+
+
+@dataclass
+class Reading:
+    """The options of one invocation as llama-server would parse them."""
+
+    uses: list[Use] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def last(self, name: str) -> Use | None:
+        for u in reversed(self.uses):
+            if u.opt is not None and u.opt.name == name:
+                return u
+        return None
+
+    def all(self, name: str) -> list[Use]:
+        return [u for u in self.uses if u.opt is not None and u.opt.name == name]
+
+    def has(self, name: str) -> bool:
+        return self.last(name) is not None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+INT_RE = re.compile(r"^\s*[+-]?\d+")
+TRUTHY = ("on", "enabled", "true", "1")
+FALSY = ("off", "disabled", "false", "0")
+
+
+def closest(schema: Schema, token: str, n: int = 3) -> list[str]:
+    """Closest real spellings (difflib ratio >= 0.6), memoised per schema."""
+    key = token.replace("_", "-") if token.startswith("--") else token
+    hit = schema.memo.get(("closest", key, n))
+    if hit is None:
+        long_ = key.startswith("--")
+        cands = [c for c in schema.spellings if c.startswith("--") == long_
+                 and abs(len(c) - len(key)) <= max(4, len(key) // 2)]
+        hit = difflib.get_close_matches(key, cands, n=n, cutoff=0.6)
+        schema.memo[("closest", key, n)] = hit
+    return list(hit)
+
+
+def int_of(text: str | None) -> int | None:
+    if text is None:
+        return None
+    m = INT_RE.match(text)
+    if not m:
+        return None
+    try:
+        return int(m.group(0))
+    except ValueError:
+        return None
+
+
+def is_number(text: str) -> bool:
+    return bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)", text))
+
+
+def _looks_like_value(text: str) -> bool:
+    return not text.startswith("-") or is_number(text)
+
+
+def fa_mode(r: Reading) -> str:
+    u = r.last("--flash-attn")
+    v = (u.value or "auto") if u else "auto"
+    if v in TRUTHY:
+        return "on"
+    if v in FALSY:
+        return "off"
+    return "auto"
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Reading:
+    """Walk the intended argv (received + cut-off words) like common/arg.cpp parse_cli_args."""
+    r = Reading()
+    words = inv.intended_args
+    n_passed = len(inv.args)
+    i = 0
+    while i < len(words):
+        w = words[i]
+        t = w.text
+        passed = i < n_passed
+        look = schema.lookup(t)
+        if look is None:
+            use = Use(None, t, [], w.line, passed=passed, index=len(r.uses))
+            prev = r.uses[-1] if r.uses else None
+            if t.startswith("-") and not is_number(t) and len(t) > 1:
+                name, eq, val = t.partition("=")
+                if eq and schema.lookup(name):
+                    opt, _ = schema.lookup(name)  # type: ignore[misc]
+                    r.findings.append(finding(
+                        "equals-syntax", "error", w.line, t,
+                        f"`{t}`: llama-server has no `--opt=value` syntax, the whole word is an "
+                        "unknown argument (error: invalid argument)",
+                        f"write `{name} {val}`", k, passed, Fix("split-equals", (name, val)), use.index))
+                    use.opt = None
+                else:
+                    lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
+                    takes = lore.takes_value if lore else (
+                        i + 1 < len(words) and _looks_like_value(words[i + 1].text)
+                        and schema.lookup(words[i + 1].text) is None)
+                    if takes and i + 1 < len(words) and _looks_like_value(words[i + 1].text):
+                        use.values = [words[i + 1]]
+                        i += 1
+                    r.findings.append(_unknown(schema, t, use, lore, k, passed))
+            elif prev is not None and prev.opt is not None and prev.opt.kind in ("flag", "bool_pair"):
+                r.findings.append(finding(
+                    "flag-takes-no-value", "error", w.line, prev.spelling,
+                    f"`{prev.spelling}` takes no value, so `{t}` is read as a separate argument: "
+                    f"error: invalid argument: {t}",
+                    f"write `{prev.spelling}` alone" + _neg_hint(prev, t), k, passed,
+                    Fix("drop-value", (t,)), prev.index))
+                use.opt = None
+            else:
+                r.findings.append(finding(
+                    "stray-argument", "error", w.line, t,
+                    f"`{t}` is not an option and llama-server takes no positional arguments "
+                    f"(error: invalid argument: {t})", "remove it, or put the option it belongs to "
+                    "before it", k, passed, Fix("drop"), use.index))
+            r.uses.append(use)
+            i += 1
+            continue
+        opt, positive = look
+        n = opt.n_values
+        vals = words[i + 1:i + 1 + n]
+        if n and vals and opt.value_kind not in (None, "string") and not is_number(vals[0].text) \
+                and schema.lookup(vals[0].text) is not None:
+            # the handler gets the next option as its value and throws (common/arg.cpp):
+            # report it once, and read the swallowed option normally to avoid a cascade
+            use = Use(opt, t, [], w.line, positive, passed, len(r.uses))
+            r.uses.append(use)
+            hint = opt.value_hint or "VALUE"
+            r.findings.append(finding(
+                "missing-value", "error", w.line, t,
+                f"`{t}` needs a value ({hint}) but is followed by the option `{vals[0].text}`, which it "
+                f"takes as its value: error while handling argument \"{t}\" (older builds accepted "
+                f"a bare `{t}`)", f"write `{t} {_default_for(opt)}`", k, passed,
+                Fix("add-value", (_default_for(opt),)), use.index))
+            i += 1
+            continue
+        use = Use(opt, t, list(vals), w.line, positive, passed, len(r.uses))
+        r.uses.append(use)
+        if n and vals and schema.lookup(vals[0].text) is not None and not is_number(vals[0].text):
+            r.findings.append(finding(
+                "value-looks-like-flag", "warning", w.line, t,
+                f"`{t}` takes `{vals[0].text}` as its value (it looks like an option)",
+                f"give `{t}` a value", k, passed))
+        if len(vals) < n:
+            r.findings.append(finding(
+                "missing-value", "error", w.line, t, f"`{t}` needs a value and none follows "
+                "(expected value for argument)", f"give `{t} {opt.value_hint or 'VALUE'}`", k, passed,
+                Fix("drop"), use.index))
+        i += 1 + n
+    return r
+
+
+def _default_for(opt: Option) -> str:
+    if opt.allowed and "on" in opt.allowed:
+        return "on"
+    if opt.allowed:
+        return opt.allowed[0]
+    return opt.default or "VALUE"
+
+
+def _neg_hint(prev: Use, value: str) -> str:
+    opt = prev.opt
+    if opt is None:
+        return ""
+    if value.lower() in FALSY:
+        if opt.negations:
+            return f"; to switch it off write `{opt.negations[-1]}`"
+        return "; to leave it off, drop the flag"
+    return ""
+
+
+def _unknown(schema: Schema, t: str, use: Use, lore: Any, k: int | None, passed: bool) -> Finding:
+    near = closest(schema, t)
+    # when other bundled builds accept the spelling, say when it came or went (flags/history.py)
+    when = history_note(schema, t)
+    when = f"; {when}" if when else ""
+    if lore is not None:
+        msg = (f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}; "
+               f"intent: {lore.intent}. Real way: {lore.real}")
+        if lore.replace:
+            v = use.value or ""
+            new = tuple(a.replace("{v}", v) for a in lore.replace)
+            return finding("unknown-flag", "error", use.line, t, msg, f"replace with `{' '.join(new)}`",
+                           k, passed, Fix("replace", new), use.index)
+        return finding("unknown-flag", "error", use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
+    hint = f"; closest real spellings: {', '.join(near)}" if near else ""
+    msg = f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}{hint}"
+    if near and difflib.SequenceMatcher(None, t, near[0]).ratio() >= 0.85:
+        return finding("unknown-flag", "error", use.line, t, msg, f"did you mean `{near[0]}`?", k, passed,
+                       Fix("rename", (near[0],)), use.index)
+    return finding("unknown-flag", "error", use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
+
+
+# ----------------------------------------------------------------------------- settings read
+
+
+def last_int(r: Reading, name: str) -> tuple[Use | None, int | None]:
+    """The last use of option ``name`` and its value as std::stoi reads it (None when the option
+    is not given or its value is not a number)."""
+    u = r.last(name)
+    return u, (int_of(u.value) if u else None)
+
+
+def kv_unified(r: Reading) -> bool:
+    """Whether the slots share one KV pool: ``-kvu``/``-no-kvu`` as given, else unified exactly
+    when ``-np`` is left at auto (tools/server/server.cpp)."""
+    kvu = r.last("--kv-unified")
+    return kvu.positive if kvu else r.last("--parallel") is None

@@ -1,0 +1,46 @@
+"""What check reports: a ``Finding`` (rule id, severity, where, what, how to fix) and the ``Fix``
+that ``check --fix`` applies for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A machine-readable repair for --fix."""
+
+    action: str  # drop | replace | set-value | drop-value | rename | add | split-equals
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    line: int
+    flag: str | None
+    message: str
+    fix: str | None = None
+    invocation: int | None = None
+    passed: bool = True  # False: on a cut-off line, llama-server never sees it today
+    action: Fix | None = None
+    use: int | None = None  # index into the invocation's uses
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "line": self.line, "flag": self.flag,
+                "message": self.message, "fix": self.fix, "invocation": self.invocation,
+                "passed": self.passed}
+
+
+def finding(rule: str, sev: str, line: int, flag: str | None, msg: str, fix: str | None,
+            k: int | None, passed: bool = True, action: Fix | None = None,
+            use: int | None = None) -> Finding:
+    """A finding about invocation ``k``; one on a cut-off line (``passed`` False) says so."""
+    if not passed:
+        msg += " [on a cut-off line: llama-server does not receive it today, but will once the " \
+               "continuation is fixed]"
+    return Finding(rule, sev, line, flag, msg, fix, k, passed, action, use)

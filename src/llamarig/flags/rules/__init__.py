@@ -1,0 +1,108 @@
+"""Lint rules for a llama-server invocation, checked against the schema of the installed build.
+
+``lint`` reads each invocation as llama-server's parser would (llamarig.flags.argv, which
+reports what the parser itself rejects) and runs every rule in ``RULES`` on it, in that order.
+A rule is a function of one ``Subject`` (the invocation, its reading, the schema, the
+``Context``) returning ``Finding``s; the rule families live one per module here (values,
+options, combinations, environment, safety, model, memory; script for the text around the
+command). Each rule cites the llama.cpp source file it is grounded in; docs/check.md lists
+them all.
+
+To add a rule: write the function in the module of its family, add it to ``RULES``, describe it
+in docs/check.md's rule table and test it in tests/flags/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llamarig.flags.argv import Reading, read_invocation
+from llamarig.flags.findings import SEVERITIES, Finding, Fix
+from llamarig.flags.parsed import Invocation, Parsed
+from llamarig.flags.rules import (
+    combinations,
+    environment,
+    memory,
+    model,
+    options,
+    safety,
+    script,
+    values,
+)
+from llamarig.flags.rules.context import Context, Subject, physical_cores
+from llamarig.flags.schema import Schema
+from llamarig.hardware.cpu import detect_cpu
+
+__all__ = [
+    "PARSE_RULES", "RULES", "Context", "Finding", "Fix", "Rule", "Subject",
+    "lint", "lint_invocation", "physical_cores",
+]
+
+Rule = Callable[[Subject], list[Finding]]
+
+#: every rule, in the order their findings are listed for equal line, severity and rule id
+RULES: tuple[Rule, ...] = (
+    values.check_values,
+    options.removed_deprecated,
+    options.duplicates,
+    options.underscore_spelling,
+    combinations.cache_reuse,
+    combinations.cache_idle_slots,
+    combinations.kv_types_flash_attention,
+    combinations.batch_sizes,
+    combinations.ctx_padding,
+    combinations.slot_context,
+    combinations.split_tensor_flash_attention,
+    combinations.threads_above_cores,
+    combinations.mtp_draft_kv_types,
+    combinations.default_values,
+    environment.env_vars,
+    safety.public_listen,
+    model.mtp_without_nextn,
+    model.slot_ctx_above_train,
+    model.amx_tile_crash,
+    model.cache_reuse_no_shift,
+    memory.memory_plan,
+)
+
+#: rules whose findings mean llama-server refuses the argv while parsing it (exit 1 before
+#: any model loading); the corpus test compares exactly these with the real binary.
+PARSE_RULES = frozenset({
+    "unknown-flag", "equals-syntax", "stray-argument", "flag-takes-no-value", "missing-value",
+    "invalid-value", "removed-flag",
+})
+
+
+def _this_cpu() -> Any:
+    return detect_cpu()  # looked up here at call time, so a test can replace rules.detect_cpu
+
+
+def lint_invocation(inv: Invocation, schema: Schema, k: int | None = None,
+                    ctx: Context | None = None) -> tuple[Reading, list[Finding]]:
+    """The reading of one invocation and every rule's findings on it (unsorted)."""
+    ctx = ctx or Context()
+    r = read_invocation(inv, schema, k)
+    subject = Subject(inv, schema, r, k, ctx, _this_cpu)
+    out = list(r.findings)
+    for rule in RULES:
+        out += rule(subject)
+    return r, out
+
+
+def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
+         model_loader: Any = None) -> tuple[list[Reading], list[Finding]]:
+    """All findings for a parsed input, sorted by line."""
+    findings: list[Finding] = [script.note_to_finding(n) for n in parsed.notes]
+    readings = []
+    for k, inv in enumerate(parsed.invocations):
+        c = ctx or Context(physical_cores=physical_cores())
+        if model_loader is not None:
+            c = model_loader(inv, c)
+        r, fs = lint_invocation(inv, schema, k, c)
+        readings.append(r)
+        findings.extend(fs)
+        findings.extend(script.background_no_log(inv, r, k))
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: (f.line, order.get(f.severity, 9), f.rule))
+    return readings, findings

@@ -1,0 +1,49 @@
+"""Memory: the verdict of ``llamarig plan`` for the command (``check --gpu``), rule ``memory``."""
+
+from __future__ import annotations
+
+import os
+
+from llamarig.flags.findings import Finding, finding
+from llamarig.flags.rules.context import Subject
+
+
+def memory_plan(s: Subject) -> list[Finding]:
+    """The memory verdict of ``llamarig plan`` when GPUs are given (``check --gpu``) and the model
+    is known (``-m`` GGUF, or ``--model`` GGUF/catalogue id). The planner sits a layer above the
+    flag rules, so the caller passes it in (``Context.planner``, llamarig.plan.inputs.plan_for_check);
+    if it fails, check goes on without it."""
+    inv, r, k, ctx = s.inv, s.reading, s.k, s.ctx
+    if not ctx.gpus or ctx.planner is None:
+        return []
+    argv = ["llama-server"] + [w.text for w in inv.intended_args]
+    mm = r.last("--mmproj")
+    mm_note = ""
+    mm_arg = None
+    if mm is not None and mm.value and not os.path.isfile(os.path.expanduser(mm.value)) and ctx.model_ref \
+            and not ctx.model_ref.endswith(".gguf"):
+        mm_arg, mm_note = "catalogue", f" (mmproj {mm.value} not found here: the catalogue's mmproj is used)"
+    try:
+        plan = ctx.planner(ctx.model_ref, mm_arg, list(ctx.gpus), ctx.ram_bytes, argv)
+    except Exception as e:  # an unknown model / a flag the planner rejects: say so, don't fail
+        return [finding("memory", "info", inv.line, None, f"no memory plan: {e}", None, k)]
+    try:
+        from llamarig.units import fmt_bytes
+
+        parts = []
+        for d in plan.devices:
+            used = getattr(d, "total", None)
+            free = getattr(d, "free", None)
+            label = f"{d.name} ({getattr(d, 'label', '')})"
+            if used is not None:
+                parts.append(f"{label}: {fmt_bytes(used)} needed" + (f", {fmt_bytes(free)} left" if free is not None else ""))
+        detail = "; ".join(parts)
+    except Exception:  # pragma: no cover - result shape changed
+        detail = ""
+    if plan.fits:
+        return [finding("memory", "info", inv.line, None,
+                        f"memory plan (llamarig plan): fits. {detail}{mm_note} (formulas: `llamarig plan --gpu ... -- <command>`)",
+                        None, k)]
+    return [finding("memory", "warning", inv.line, None,
+                    f"memory plan (llamarig plan): does not fit: {'; '.join(plan.shortfalls())}. {detail}{mm_note}",
+                    "lower -c, quantize the KV cache (-ctk/-ctv q8_0 or q4_0), or offload fewer layers", k)]

@@ -1,0 +1,99 @@
+"""Rules that need the model: its GGUF header (``-m``, or ``check --model``), read by
+llamarig.flags.model into ``Context.model_spec``; without a model these rules stay silent."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+from llamarig.flags.argv import int_of, kv_unified, last_int
+from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.rules.context import Subject
+from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
+
+
+def mtp_without_nextn(s: Subject) -> list[Finding]:
+    """mtp-without-nextn."""
+    r, k, spec = s.reading, s.k, s.ctx.model_spec
+    if spec is None:
+        return []
+    st = [v for u in r.all("--spec-type") for v in (u.value or "").split(",")]
+    if "draft-mtp" in st and not r.has("--spec-draft-model") and getattr(spec, "nextn_layers", 0) == 0:
+        u = r.all("--spec-type")[-1]
+        return [finding("mtp-without-nextn", "error", u.line, u.spelling,
+                        f"`--spec-type draft-mtp` but {spec.path} has no MTP (nextn) layers: "
+                        "\"context type MTP requested but model doesn't contain MTP layers\", the "
+                        "server fails to load (src/llama-context.cpp, server-context.cpp)",
+                        "remove `--spec-type draft-mtp` or use a GGUF with nextn layers", k, u.passed,
+                        Fix("drop"), u.index)]
+    return []
+
+
+def slot_ctx_above_train(s: Subject) -> list[Finding]:
+    """slot-ctx-above-train."""
+    r, k, spec = s.reading, s.k, s.ctx.model_spec
+    if spec is None:
+        return []
+    c_use, n_ctx = last_int(r, "--ctx-size")
+    _, n_par = last_int(r, "--parallel")
+    unified = kv_unified(r)
+    train = getattr(spec, "n_ctx_train", None)
+    if n_ctx and train:
+        per = n_ctx if unified or not n_par else math.ceil(n_ctx / n_par / 256) * 256
+        per = math.ceil(per / 256) * 256
+        if per > train:
+            return [finding("slot-ctx-above-train", "warning", c_use.line if c_use else 0, "--ctx-size",
+                            f"per-slot context {per} > the model's training context {train}: each slot "
+                            "is capped at n_ctx_train (\"the slot context exceeds the training context "
+                            "of the model - capping\", server-context.cpp) while KV is still allocated "
+                            "for the whole -c", f"use `-c {train * (n_par or 1) if not unified else train}` "
+                            "or add RoPE scaling on purpose", k, c_use.passed if c_use else True)]
+    return []
+
+
+def amx_tile_crash(s: Subject) -> list[Finding]:
+    """amx-tile-crash: on a CPU with AMX, a native llama-server build puts quantized matrices
+    into the AMX buffer when they stay on the CPU (no GPU, -ngl 0, -dev none, --no-host); their
+    AMX tile kernels crashed in warm-up on an AMX Xeon (docs/plan.md "CPU buffer types")."""
+    r, k, spec = s.reading, s.k, s.ctx.model_spec
+    if spec is None:
+        return []
+    if r.has("--repack") and not r.last("--repack").positive:  # type: ignore[union-attr]
+        return []
+    ngl = r.last("--gpu-layers")
+    dev = r.last("--device")
+    cpu_only = (ngl is not None and int_of(ngl.value) == 0) or (dev is not None and (dev.value or "").lower() == "none") \
+        or r.has("--no-host") or shutil.which("nvidia-smi") is None
+    if not cpu_only:
+        return []
+    cpu = s.cpu()
+    if cpu is None or not cpu.amx:
+        return []
+    types = sorted({t.ggml_type.lower() for t in getattr(spec, "tensors", ())
+                    if t.ggml_type.lower() in AMX_TILE_TYPES
+                    and host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=True).buffer == "AMX"})
+    if not types:
+        return []
+    u = r.last("--model")
+    return [finding("amx-tile-crash", "warning", u.line if u else 0, u.spelling if u else None,
+                    f"this CPU has AMX: a native llama-server build puts the model's {', '.join(types)} matrices into "
+                    "the AMX buffer, whose tile kernels crashed with SIGSEGV in warm-up on an AMX Xeon "
+                    "(ggml-cpu/amx/mmq.cpp; https://github.com/ggml-org/llama.cpp/issues/20824)",
+                    "if llama-server crashes at start, add `--no-repack` (keeps the weights out of AMX)", k,
+                    u.passed if u else True)]
+
+
+def cache_reuse_no_shift(s: Subject) -> list[Finding]:
+    """cache-reuse-no-shift."""
+    r, k, spec = s.reading, s.k, s.ctx.model_spec
+    if spec is None:
+        return []
+    cr = r.last("--cache-reuse")
+    if cr and (int_of(cr.value) or 0) > 0 and not r.has("--mmproj"):
+        arch = getattr(spec, "architecture", "")
+        if arch in ("qwen35", "qwen35moe", "qwen2vl", "qwen3vl", "qwen3vlmoe") or getattr(spec, "swa_window", None):
+            return [finding("cache-reuse-no-shift", "warning", cr.line, cr.spelling,
+                            f"`{cr.spelling}` is disabled for {arch}: its memory cannot be shifted "
+                            "(M-RoPE/IMRoPE or sliding-window cache; server-context.cpp, llama-kv-cache.cpp)",
+                            "remove it", k, cr.passed, Fix("drop"), cr.index)]
+    return []

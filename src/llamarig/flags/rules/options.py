@@ -1,0 +1,80 @@
+"""Options as written: removed and deprecated options, options given twice, ``_`` spellings."""
+
+from __future__ import annotations
+
+import re
+
+from llamarig.flags.argv import Use
+from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.rules.context import Subject
+
+
+def removed_deprecated(s: Subject) -> list[Finding]:
+    """removed-flag, deprecated-flag."""
+    r, k = s.reading, s.k
+    # removed options are still registered and throw with a hint (common/arg.cpp, --draft etc.);
+    # -dt/--defrag-thold is a no-op that only warns
+    out = []
+    for u in r.uses:
+        if u.opt is None:
+            continue
+        if u.opt.removed:
+            hint = u.opt.summary
+            m = re.search(r"use (--[\w-]+)", u.opt.help.replace("\n", " "))
+            new = m.group(1) if m else None
+            out.append(finding("removed-flag", "error", u.line, u.spelling,
+                               f"`{u.spelling}` has been removed from llama-server: {hint} "
+                               "(error while handling argument)",
+                               f"use `{new}`" if new else "remove it", k, u.passed,
+                               Fix("rename", (new,)) if new else Fix("drop"), u.index))
+        elif u.opt.deprecated:
+            out.append(finding("deprecated-flag", "warning", u.line, u.spelling,
+                               f"`{u.spelling}` is deprecated and does nothing in this build ({u.opt.summary})",
+                               "remove it", k, u.passed, Fix("drop"), u.index))
+    return out
+
+
+def duplicates(s: Subject) -> list[Finding]:
+    """duplicate-flag."""
+    r, k = s.reading, s.k
+    # common/arg.cpp parse_cli_args: "argument specified multiple times ... only last value will
+    # be used"; handlers that push_back keep every value
+    out = []
+    groups: dict[str, list[Use]] = {}
+    for u in r.uses:
+        if u.opt is not None:
+            groups.setdefault(u.opt.name, []).append(u)
+    for name, uses in groups.items():
+        if len(uses) < 2:
+            continue
+        opt = uses[0].opt
+        assert opt is not None
+        lines = ", ".join(str(u.line) for u in uses)
+        shown = " ".join([uses[-1].spelling] + [v.text for v in uses[-1].values])
+        if opt.appending:
+            out.append(finding("duplicate-flag", "info", uses[-1].line, name,
+                               f"`{name}` is given {len(uses)} times (lines {lines}); this option "
+                               "appends, so every value is kept", None, k, uses[-1].passed))
+            continue
+        vals = {tuple(v.text for v in u.values) + (str(u.positive),) for u in uses}
+        same = len(vals) == 1
+        for u in uses[:-1]:
+            out.append(finding("duplicate-flag", "warning", u.line, u.spelling,
+                               f"`{name}` is given {len(uses)} times (lines {lines}); only the last one "
+                               f"counts: `{shown}`" + (" (same value)" if same else ""),
+                               "remove the earlier one", k, u.passed, Fix("drop"), u.index))
+    return out
+
+
+def underscore_spelling(s: Subject) -> list[Finding]:
+    """underscore-spelling."""
+    r, k = s.reading, s.k
+    out = []
+    for u in r.uses:
+        if u.opt is not None and u.spelling.startswith("--") and "_" in u.spelling:
+            good = u.spelling.replace("_", "-")
+            out.append(finding("underscore-spelling", "info", u.line, u.spelling,
+                               f"`{u.spelling}` works only because llama-server turns `_` into `-` in "
+                               f"`--` options (common/arg.cpp); the documented spelling is `{good}`",
+                               f"write `{good}`", k, u.passed, Fix("rename", (good,)), u.index))
+    return out

@@ -1,0 +1,60 @@
+"""The text around the command: what the readers noticed about the script itself (a cut-off
+continuation, orphan flags, ``killall``, bad quoting), and a server put in the background with
+nowhere for its log to go."""
+
+from __future__ import annotations
+
+import re
+
+from llamarig.flags.argv import Reading
+from llamarig.flags.findings import Finding
+from llamarig.flags.parsed import Invocation, Note
+
+
+def note_to_finding(n: Note) -> Finding:
+    return Finding(n.kind, n.severity, n.line, None, n.message,
+                   _NOTE_FIX.get(n.kind), n.invocation, True)
+
+
+_NOTE_FIX = {
+    "continuation-broken": "move comment lines above the command and end every line but the last "
+                           "with `\\` (see --fix)",
+    "orphan-flags": "join these lines to the llama-server command with `\\` (see --fix)",
+    "kill-by-name": "stop your own server by pid (`kill $(cat llama.pid)`) or `pkill -x NAME -u $USER`, "
+                    "and wait for it to exit instead of sleeping",
+    "shell-syntax": "fix the quoting",
+}
+
+
+def background_no_log(inv: Invocation, r: Reading, k: int) -> list[Finding]:
+    """background-no-log: ``&`` without --log-file or a redirection of stderr to a file."""
+    if inv.background and not any(u.opt and u.opt.name == "--log-file" for u in r.uses):
+        where = _log_destination(inv.redirects)
+        if where != "file":
+            why = ("its log is thrown away (stderr goes to /dev/null)" if where == "null" else
+                   "its log (stderr) goes to the terminal that started it")
+            return [Finding("background-no-log", "info", inv.end_line, None,
+                            f"the server runs in the background (`&`) and {why}; add "
+                            "--log-file (or `> FILE 2>&1`) to keep it", None, k)]
+    return []
+
+
+def _log_destination(redirects: list[str]) -> str:
+    """Where a backgrounded llama-server's log ends up: "file", "null" or "terminal".
+    common/log.cpp writes log lines to stderr (stdout only for level NONE), so what matters is
+    fd 2, following bash's left-to-right redirection order (`> f 2>&1` sends both to f)."""
+    fds = {1: "terminal", 2: "terminal"}
+    for r in redirects:
+        m = re.match(r"^(\d*|&)(>&|>>|>\||>)\s*(.*)$", r.strip())
+        if not m:
+            continue
+        fd, op, target = m.groups()
+        target = target.strip("'\"")
+        dest = "null" if target == "/dev/null" else "file"
+        if op == ">&" and target.isdigit():
+            fds[int(fd or 1)] = fds.get(int(target), "terminal")
+        elif fd == "&" or op == ">&":  # &> f, >& f: both
+            fds[1] = fds[2] = dest
+        else:
+            fds[int(fd or 1)] = dest
+    return fds[2]

@@ -1,0 +1,114 @@
+"""Values: each option's value as its handler in common/arg.cpp reads it (``std::stoi``,
+``std::stof``, enum tables, KV cache types, ranges the handlers check)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from llamarig.flags.argv import INT_RE, Use
+from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.knowledge import KV_TYPE_FIXES
+from llamarig.flags.rules.context import Subject
+from llamarig.flags.schema import Option
+
+FLOAT_RE = re.compile(r"^\s*[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf(inity)?|nan)", re.I)
+
+
+def check_values(s: Subject) -> list[Finding]:
+    """invalid-value, value-truncated: each value as the option's handler reads it."""
+    r, k = s.reading, s.k
+    out: list[Finding] = []
+    for u in r.uses:
+        opt = u.opt
+        if opt is None or not u.values:
+            continue
+        for v in u.values[:1] if opt.kind == "value" else u.values:
+            out.extend(_check_value(u, opt, v.text, k))
+    return out
+
+
+def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
+    # common/arg.cpp: handler_int -> std::stoi, float -> std::stof, enums compare exactly,
+    # kv types: kv_cache_type_from_str (exact ggml_type_name), spec types: speculative.cpp
+    kind = opt.value_kind or "string"
+    sp = u.spelling
+    res: list[Finding] = []
+
+    def bad(msg: str, fix: str | None, action: Fix | None) -> None:
+        res.append(finding("invalid-value", "error", u.line, sp, f"`{sp} {v}`: {msg}", fix, k, u.passed,
+                           action, u.index))
+
+    if opt.removed or "$" in v:  # `$VAR`, `$(cmd)`, llama-swap `${PORT}`: known only at run time
+        return res
+    if kind == "kvtype":
+        allowed = opt.allowed or ()
+        if v not in allowed:
+            sug = KV_TYPE_FIXES.get(v.lower()) or (v.lower() if v.lower() in allowed else None)
+            bad(f"unsupported cache type (error while handling argument: Unsupported cache type: {v}); "
+                f"allowed: {', '.join(allowed)}",
+                f"use `{sp} {sug}`" if sug else f"use one of {', '.join(allowed)}",
+                Fix("set-value", (sug or "q8_0",)))
+    elif kind == "enum":
+        allowed = opt.allowed or ()
+        if v not in allowed:
+            near = difflib.get_close_matches(v, allowed, n=1, cutoff=0.5)
+            bad(f"invalid value; allowed: {', '.join(allowed)}",
+                f"use `{sp} {near[0]}`" if near else f"use one of {', '.join(allowed)}",
+                Fix("set-value", (near[0],)) if near else Fix("drop"))
+    elif kind == "csv_enum":
+        allowed = opt.allowed or ()
+        badv = [p for p in v.split(",") if p.strip() not in allowed]
+        if badv:
+            bad(f"unknown value(s) {', '.join(badv)}; allowed: {', '.join(allowed)}",
+                f"use values from {', '.join(allowed)}", Fix("drop"))
+    elif kind in ("int", "int_auto_all"):
+        if kind == "int_auto_all" and v in ("auto", "all"):
+            return res
+        m = INT_RE.match(v)
+        if not m:
+            bad("not an integer (std::stoi fails: error while handling argument)",
+                f"give a number after `{sp}`", Fix("drop"))
+        else:
+            n = int(m.group(0))
+            if abs(n) > 2**31 - 1:
+                bad("out of int range (std::stoi throws out_of_range)", "use a smaller number", Fix("drop"))
+            elif m.end() != len(v):
+                res.append(finding("value-truncated", "warning", u.line, sp,
+                                   f"`{sp} {v}`: std::stoi reads the leading integer only, so this is {n}",
+                                   f"write `{sp} {_expand(v)}`" if _expand(v) else f"write `{sp} {n}`",
+                                   k, u.passed, Fix("set-value", (_expand(v) or str(n),)), u.index))
+            res.extend(_int_limits(u, opt, n, k))
+    elif kind == "float":
+        m = FLOAT_RE.match(v)
+        if not m:
+            bad("not a number (std::stof fails: error while handling argument)",
+                f"give a number after `{sp}`", Fix("drop"))
+        elif m.end() != len(v.rstrip()):
+            res.append(finding("value-truncated", "warning", u.line, sp,
+                               f"`{sp} {v}`: std::stof reads the leading number only ({m.group(0).strip()})",
+                               f"write `{sp} {m.group(0).strip()}`", k, u.passed,
+                               Fix("set-value", (m.group(0).strip(),)), u.index))
+    return res
+
+
+def _expand(v: str) -> str | None:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kKmM])", v)
+    if not m:
+        return None
+    mult = 1024 if m.group(2) in "kK" else 1024 * 1024
+    return str(int(float(m.group(1)) * mult))
+
+
+def _int_limits(u: Use, opt: Option, n: int, k: int | None) -> list[Finding]:
+    # value ranges the handlers check (common/arg.cpp)
+    sp = u.spelling
+    if opt.name == "--parallel" and n == 0:
+        return [finding("invalid-value", "error", u.line, sp, f"`{sp} 0`: the server rejects 0 slots "
+                        "(common/arg.cpp: error while handling argument)", f"use `{sp} 1` or more",
+                        k, u.passed, Fix("set-value", ("1",)), u.index)]
+    if opt.name == "--reasoning-budget" and n < -1:
+        return [finding("invalid-value", "error", u.line, sp, f"`{sp} {n}`: must be -1 (unlimited), 0 or a "
+                        "positive budget (error while handling argument: invalid value)", f"use `{sp} -1`",
+                        k, u.passed, Fix("set-value", ("-1",)), u.index)]
+    return []
