@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.history import history_note
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.parsed import Invocation, Word
@@ -131,7 +131,7 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
                 if eq and schema.lookup(name):
                     opt, _ = schema.lookup(name)  # type: ignore[misc]
                     r.findings.append(finding(
-                        "equals-syntax", "error", w.line, t,
+                        "equals-syntax", Severity.ERROR, w.line, t,
                         f"`{t}`: llama-server has no `--opt=value` syntax, the whole word is an "
                         "unknown argument (error: invalid argument)",
                         f"write `{name} {val}`", k, passed, Fix("split-equals", (name, val)), use.index))
@@ -147,7 +147,7 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
                     r.findings.append(_unknown(schema, t, use, lore, k, passed))
             elif prev is not None and prev.opt is not None and prev.opt.kind in ("flag", "bool_pair"):
                 r.findings.append(finding(
-                    "flag-takes-no-value", "error", w.line, prev.spelling,
+                    "flag-takes-no-value", Severity.ERROR, w.line, prev.spelling,
                     f"`{prev.spelling}` takes no value, so `{t}` is read as a separate argument: "
                     f"error: invalid argument: {t}",
                     f"write `{prev.spelling}` alone" + _neg_hint(prev, t), k, passed,
@@ -155,7 +155,7 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
                 use.opt = None
             else:
                 r.findings.append(finding(
-                    "stray-argument", "error", w.line, t,
+                    "stray-argument", Severity.ERROR, w.line, t,
                     f"`{t}` is not an option and llama-server takes no positional arguments "
                     f"(error: invalid argument: {t})", "remove it, or put the option it belongs to "
                     "before it", k, passed, Fix("drop"), use.index))
@@ -173,7 +173,7 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
             r.uses.append(use)
             hint = opt.value_hint or "VALUE"
             r.findings.append(finding(
-                "missing-value", "error", w.line, t,
+                "missing-value", Severity.ERROR, w.line, t,
                 f"`{t}` needs a value ({hint}) but is followed by the option `{vals[0].text}`, which it "
                 f"takes as its value: error while handling argument \"{t}\" (older builds accepted "
                 f"a bare `{t}`)", f"write `{t} {_default_for(opt)}`", k, passed,
@@ -184,12 +184,12 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
         r.uses.append(use)
         if n and vals and schema.lookup(vals[0].text) is not None and not is_number(vals[0].text):
             r.findings.append(finding(
-                "value-looks-like-flag", "warning", w.line, t,
+                "value-looks-like-flag", Severity.WARNING, w.line, t,
                 f"`{t}` takes `{vals[0].text}` as its value (it looks like an option)",
                 f"give `{t}` a value", k, passed))
         if len(vals) < n:
             r.findings.append(finding(
-                "missing-value", "error", w.line, t, f"`{t}` needs a value and none follows "
+                "missing-value", Severity.ERROR, w.line, t, f"`{t}` needs a value and none follows "
                 "(expected value for argument)", f"give `{t} {opt.value_hint or 'VALUE'}`", k, passed,
                 Fix("drop"), use.index))
         i += 1 + n
@@ -226,15 +226,15 @@ def _unknown(schema: Schema, t: str, use: Use, lore: Any, k: int | None, passed:
         if lore.replace:
             v = use.value or ""
             new = tuple(a.replace("{v}", v) for a in lore.replace)
-            return finding("unknown-flag", "error", use.line, t, msg, f"replace with `{' '.join(new)}`",
+            return finding("unknown-flag", Severity.ERROR, use.line, t, msg, f"replace with `{' '.join(new)}`",
                            k, passed, Fix("replace", new), use.index)
-        return finding("unknown-flag", "error", use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
+        return finding("unknown-flag", Severity.ERROR, use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
     hint = f"; closest real spellings: {', '.join(near)}" if near else ""
     msg = f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}{hint}"
     if near and difflib.SequenceMatcher(None, t, near[0]).ratio() >= 0.85:
-        return finding("unknown-flag", "error", use.line, t, msg, f"did you mean `{near[0]}`?", k, passed,
+        return finding("unknown-flag", Severity.ERROR, use.line, t, msg, f"did you mean `{near[0]}`?", k, passed,
                        Fix("rename", (near[0],)), use.index)
-    return finding("unknown-flag", "error", use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
+    return finding("unknown-flag", Severity.ERROR, use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
 
 
 # ----------------------------------------------------------------------------- settings read

@@ -4,9 +4,23 @@ that ``check --fix`` applies for it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-SEVERITIES = ("error", "warning", "info")
+
+class Severity(str, Enum):
+    """How bad a finding is, most severe first. A ``str`` whose value is the word itself, so that
+    JSON output, comparisons with ``"error"`` and f-strings read exactly as before."""
+
+    ERROR = "error"  # llama-server refuses the command, or fails to load with it
+    WARNING = "warning"  # it runs, but not as the author meant
+    INFO = "info"  # worth knowing
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -20,7 +34,7 @@ class Fix:
 @dataclass(frozen=True)
 class Finding:
     rule: str
-    severity: str
+    severity: Severity
     line: int
     flag: str | None
     message: str
@@ -30,13 +44,16 @@ class Finding:
     action: Fix | None = None
     use: int | None = None  # index into the invocation's uses
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "severity", Severity(self.severity))
+
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "line": self.line, "flag": self.flag,
+        return {"rule": self.rule, "severity": self.severity.value, "line": self.line, "flag": self.flag,
                 "message": self.message, "fix": self.fix, "invocation": self.invocation,
                 "passed": self.passed}
 
 
-def finding(rule: str, sev: str, line: int, flag: str | None, msg: str, fix: str | None,
+def finding(rule: str, sev: Severity, line: int, flag: str | None, msg: str, fix: str | None,
             k: int | None, passed: bool = True, action: Fix | None = None,
             use: int | None = None) -> Finding:
     """A finding about invocation ``k``; one on a cut-off line (``passed`` False) says so."""

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from llamarig.flags.argv import FALSY, Reading, Use
-from llamarig.flags.findings import Finding
+from llamarig.flags.findings import Finding, Severity
 from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.schema import Schema
 
@@ -45,7 +45,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     for f in findings:
         if f.action is None:
             continue
-        if f.severity != "error" and f.rule not in _APPLY_WARNINGS:
+        if f.severity != Severity.ERROR and f.rule not in _APPLY_WARNINGS:
             continue
         if f.action.action == "drop-env":
             dropped_env.update(f.action.args)

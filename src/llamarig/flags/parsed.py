@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llamarig.flags.findings import Severity
+
 
 @dataclass(frozen=True)
 class Word:
@@ -24,7 +26,7 @@ class Note:
     kind: str  # continuation-broken | orphan-flags | space-after-backslash | killall | ...
     line: int
     message: str
-    severity: str = "error"
+    severity: Severity = Severity.ERROR
     invocation: int | None = None  # index of the llama-server invocation concerned
 
 

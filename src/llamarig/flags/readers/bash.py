@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
+from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
 from llamarig.flags.readers.common import (
     ASSIGN_RE,
@@ -344,7 +345,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
         tokens = [(a, b, ln + first_line - 1, st, en) for a, b, ln, st, en in tokens]
     cmds = _split_commands(tokens, text)
     lines = text.split("\n")
-    notes: list[Note] = [Note("shell-syntax", ln + first_line - 1, f"{msg}: the shell would stop here", "error")
+    notes: list[Note] = [Note("shell-syntax", ln + first_line - 1, f"{msg}: the shell would stop here", Severity.ERROR)
                          for ln, msg in lex.problems]
     _mark_breaks(cmds, lines, first_line)
     exported: list[tuple[str, str, int]] = []
@@ -391,7 +392,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
                 f"`{base} {target}` kills every process with that name on the machine (other "
                 "users' servers too) and sends SIGTERM without waiting for it to exit; the sleep "
                 "that follows is a guess",
-                "warning"))
+                Severity.WARNING))
         docker = _docker_args(cmd.words, idx) if base in ("docker", "podman") else None
         # bash(1) COMMAND EXECUTION: a name without a slash that is a defined function runs the
         # function, not a program; `time` is a keyword and keeps that, while external wrappers
@@ -427,7 +428,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
             notes.append(Note("flags-without-command", cmd.line,
                               f"line {cmd.line} starts with `{prog}`: run as a script, bash would try "
                               f"to execute `{prog}` as a command; checked here as llama-server flags",
-                              "info", len(invocations) - 1))
+                              Severity.INFO, len(invocations) - 1))
         elif prog.startswith("-") and last_inv is not None and prev is not None and _adjacent(prev, cmd):
             # bash runs `--batch-size` as a command: "command not found"
             last_inv.orphans.extend(cmd.words[idx:])
@@ -438,7 +439,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
                 f"bash runs `{prog}` as a command (\"{prog}: command not found\"): "
                 f"{len(cmd.words) - idx} word(s) on line(s) {cmd.line}-{cmd.end_line} never reach "
                 f"llama-server (started on line {last_inv.line})",
-                "error", invocations.index(last_inv)))
+                Severity.ERROR, invocations.index(last_inv)))
             if cmd.terminator == "&":
                 last_inv.background = True
             last_inv.redirects.extend(cmd.redirects)
@@ -508,4 +509,4 @@ def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Not
     return Note("continuation-broken", cut,
                 f"the llama-server command started on line {inv.line} is cut off at line {cut}: "
                 f"{why}. {n} word(s) after it are never passed to llama-server",
-                "error", k)
+                Severity.ERROR, k)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed
 from llamarig.flags.readers.common import find_line, is_server_call, words_on_lines
 
@@ -27,7 +28,7 @@ def read_compose(data: dict[str, Any], lines: list[str]) -> Parsed:
         try:
             texts = [str(x) for x in cmd] if isinstance(cmd, list) else shlex.split(str(cmd))
         except ValueError:
-            notes.append(Note("shell-syntax", cmd_line, f"services.{name}.command: unbalanced quotes", "error"))
+            notes.append(Note("shell-syntax", cmd_line, f"services.{name}.command: unbalanced quotes", Severity.ERROR))
             continue
         words = words_on_lines(texts, lines, cmd_line)
         env = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
 from llamarig.flags.readers.common import find_line, is_server_call, unwrap, words_on_lines
 
@@ -25,7 +26,7 @@ def read_llama_swap(data: dict[str, Any], lines: list[str]) -> Parsed:
         cmd_line = find_line(lines, "cmd:", key_line - 1)
         words = _llama_swap_words(cfg["cmd"], lines, cmd_line)
         if words is None:
-            notes.append(Note("shell-syntax", cmd_line, f"models.{mid}.cmd: unbalanced quotes", "error"))
+            notes.append(Note("shell-syntax", cmd_line, f"models.{mid}.cmd: unbalanced quotes", Severity.ERROR))
             continue
         env: list[tuple[str, str, int]] = []
         for item in cfg.get("env") or []:

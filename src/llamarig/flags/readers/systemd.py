@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from pathlib import PurePosixPath
 
+from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
 from llamarig.flags.readers.common import ends_with_backslash, is_server_call, unwrap
 
@@ -54,13 +55,13 @@ def parse_systemd(text: str) -> Parsed:
                     n, _, v = item.partition("=")
                     env.append((n, v, ln))
             except ValueError:
-                notes.append(Note("shell-syntax", ln, "unbalanced quotes in Environment=", "error"))
+                notes.append(Note("shell-syntax", ln, "unbalanced quotes in Environment=", Severity.ERROR))
         elif key in ("ExecStart", "ExecStartPre", "ExecStartPost"):
             v = val.lstrip("@-:+!")
             try:
                 words_text = shlex.split(v, comments=False)
             except ValueError:
-                notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", "error"))
+                notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", Severity.ERROR))
                 continue
             words = _assign_lines(words_text, raw, line_nos)
             tmp_env: list[tuple[str, str, int]] = []
@@ -70,7 +71,7 @@ def parse_systemd(text: str) -> Parsed:
                                  line_nos[-1], env=list(env) + tmp_env, source="systemd", label=key)
                 invocations.append(inv)
             elif idx < len(words) and PurePosixPath(words[idx].text).name in ("killall", "pkill"):
-                notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", "warning"))
+                notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", Severity.WARNING))
     return Parsed("systemd", invocations, notes, [], raw)
 
 

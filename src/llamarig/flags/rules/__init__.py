@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llamarig.flags.argv import Reading, read_invocation
-from llamarig.flags.findings import SEVERITIES, Finding, Fix
+from llamarig.flags.findings import Finding, Fix, Severity
 from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.rules import (
     combinations,
@@ -35,7 +35,7 @@ from llamarig.flags.schema import Schema
 from llamarig.hardware.cpu import detect_cpu
 
 __all__ = [
-    "PARSE_RULES", "RULES", "Context", "Finding", "Fix", "Rule", "Subject",
+    "PARSE_RULES", "RULES", "Context", "Finding", "Fix", "Rule", "Severity", "Subject",
     "lint", "lint_invocation", "physical_cores",
 ]
 
@@ -103,6 +103,6 @@ def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
         readings.append(r)
         findings.extend(fs)
         findings.extend(script.background_no_log(inv, r, k))
-    order = {s: i for i, s in enumerate(SEVERITIES)}
+    order = {s: i for i, s in enumerate(Severity)}
     findings.sort(key=lambda f: (f.line, order.get(f.severity, 9), f.rule))
     return readings, findings

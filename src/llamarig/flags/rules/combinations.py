@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from llamarig.flags.argv import fa_mode, int_of, kv_unified, last_int
-from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS
 from llamarig.flags.rules.context import Subject
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
@@ -28,20 +28,20 @@ def cache_reuse(s: Subject) -> list[Finding]:
     mm = r.last("--mmproj")
     if cr and cr_n and cr_n > 0:
         if mm is not None:
-            out.append(finding("cache-reuse-mmproj", "warning", cr.line, cr.spelling,
+            out.append(finding("cache-reuse-mmproj", Severity.WARNING, cr.line, cr.spelling,
                                f"`{cr.spelling} {cr.value}` does nothing: with `--mmproj` loaded the "
                                "server logs \"cache_reuse is not supported by multimodal, it will be "
                                "disabled\" (server-context.cpp)",
                                "remove it (or run a text-only instance without --mmproj)", k, cr.passed,
                                Fix("drop"), cr.index))
         if n_ctx and cr_n >= n_ctx:
-            out.append(finding("cache-reuse-ge-ctx", "info" if mm is not None else "warning", cr.line, cr.spelling,
+            out.append(finding("cache-reuse-ge-ctx", Severity.INFO if mm is not None else Severity.WARNING, cr.line, cr.spelling,
                                f"`{cr.spelling} {cr_n}` >= context {n_ctx}: it reuses only identical "
                                "runs of at least that many tokens, i.e. never; it is a minimum chunk "
                                "size, not something to match to -c", f"use `{cr.spelling} 256`", k,
                                cr.passed, None if mm is not None else Fix("set-value", ("256",)), cr.index))
         elif n_ctx and cr_n > 4096 and mm is None:
-            out.append(finding("cache-reuse-large", "info", cr.line, cr.spelling,
+            out.append(finding("cache-reuse-large", Severity.INFO, cr.line, cr.spelling,
                                f"`{cr.spelling} {cr_n}`: only chunks of >= {cr_n} identical tokens are "
                                "reused by KV shifting; typical values are 64-512", None, k, cr.passed))
     return out
@@ -55,7 +55,7 @@ def cache_idle_slots(s: Subject) -> list[Finding]:
     idle = r.last("--cache-idle-slots")
     cram = r.last("--cache-ram")
     if idle is not None and idle.positive and cram is not None and int_of(cram.value) == 0:
-        out.append(finding("cache-idle-slots-no-ram", "warning", idle.line, idle.spelling,
+        out.append(finding("cache-idle-slots-no-ram", Severity.WARNING, idle.line, idle.spelling,
                            "`--cache-idle-slots` needs the prompt cache, but `--cache-ram 0` disables it: "
                            "the server logs \"--cache-idle-slots requires --cache-ram, disabling\"",
                            "give --cache-ram a size in MiB (default 8192)", k, idle.passed))
@@ -73,7 +73,7 @@ def kv_types_flash_attention(s: Subject) -> list[Finding]:
     fa = fa_mode(r)
     if tv in _QUANTIZED_KV and fa == "off":
         fu = r.last("--flash-attn")
-        out.append(finding("quantized-v-fa-off", "error", fu.line if fu else (tv_u.line if tv_u else 0),
+        out.append(finding("quantized-v-fa-off", Severity.ERROR, fu.line if fu else (tv_u.line if tv_u else 0),
                            fu.spelling if fu else "--flash-attn",
                            f"quantized V cache ({tv}) needs flash attention, but it is off: "
                            "\"quantized V cache requires flash_attn to be enabled\" and the model "
@@ -84,7 +84,7 @@ def kv_types_flash_attention(s: Subject) -> list[Finding]:
         if tk not in CUDA_FA_KV_TYPES or tv not in CUDA_FA_KV_TYPES:
             u = tv_u if tv not in CUDA_FA_KV_TYPES else tk_u
             bad = tv if tv not in CUDA_FA_KV_TYPES else tk
-            out.append(finding("kv-type-no-cuda-fa", "warning", u.line if u else 0, u.spelling if u else None,
+            out.append(finding("kv-type-no-cuda-fa", Severity.WARNING, u.line if u else 0, u.spelling if u else None,
                                f"on CUDA the flash-attention kernels do not support {bad} K/V "
                                "(ggml-cuda/fattn.cu): with V quantized FA is forced on, so attention "
                                "runs on the CPU every step (very slow, not an error)",
@@ -92,7 +92,7 @@ def kv_types_flash_attention(s: Subject) -> list[Finding]:
                                Fix("set-value", ("q4_0",)), u.index if u else None))
         elif (tk, tv) not in CUDA_FA_VEC_PAIRS and (tk != "f16" or tv != "f16") and (tk_u or tv_u):
             u = tv_u or tk_u
-            out.append(finding("kv-pair-no-vec-kernel", "info", u.line if u else 0, u.spelling if u else None,
+            out.append(finding("kv-pair-no-vec-kernel", Severity.INFO, u.line if u else 0, u.spelling if u else None,
                                f"K={tk}, V={tv}: a default CUDA build compiles the decode FA kernel only "
                                "for q4_0-q4_0, q8_0-q8_0, f16-f16, bf16-bf16 (GGML_CUDA_FA_QUANTS); "
                                "other pairs are converted to f16 during decode (slow)",
@@ -111,12 +111,12 @@ def batch_sizes(s: Subject) -> list[Finding]:
     b = int_of(b_u.value) if b_u else 2048
     ub = int_of(ub_u.value) if ub_u else 512
     if ub_u and b is not None and ub is not None and ub > b:
-        out.append(finding("ubatch-gt-batch", "warning", ub_u.line, ub_u.spelling,
+        out.append(finding("ubatch-gt-batch", Severity.WARNING, ub_u.line, ub_u.spelling,
                            f"`-ub {ub}` > `-b {b}`: the physical batch is silently clamped to {b} "
                            "(src/llama-context.cpp)", f"use `-ub {b}` or raise -b", k, ub_u.passed,
                            Fix("set-value", (str(b),)), ub_u.index))
     if b_u and b and n_ctx and b > n_ctx:
-        out.append(finding("batch-gt-ctx", "info", b_u.line, b_u.spelling,
+        out.append(finding("batch-gt-ctx", Severity.INFO, b_u.line, b_u.spelling,
                            f"`-b {b}` > context {n_ctx}: n_batch = min(n_ctx, -b) = {n_ctx} "
                            "(src/llama-context.cpp)", None, k, b_u.passed))
     return out
@@ -130,7 +130,7 @@ def ctx_padding(s: Subject) -> list[Finding]:
     # context padding (src/llama-context.cpp: GGML_PAD(n_ctx, 256))
     if c_use and n_ctx and n_ctx > 0 and n_ctx % 256:
         padded = math.ceil(n_ctx / 256) * 256
-        out.append(finding("ctx-padded", "info", c_use.line, c_use.spelling,
+        out.append(finding("ctx-padded", Severity.INFO, c_use.line, c_use.spelling,
                            f"`-c {n_ctx}` is rounded up to {padded} (a multiple of 256)", None, k, c_use.passed))
     return out
 
@@ -149,15 +149,15 @@ def slot_context(s: Subject) -> list[Finding]:
         need = ctx.need_ctx or 16384
         basis = (f"the workload needs {need} (--need-ctx)" if ctx.need_ctx
                  else "below 16384, too small for agent prompts (pass --need-ctx N for your workload)")
-        sev = "warning" if per < need else "info"
+        sev = Severity.WARNING if per < need else Severity.INFO
         out.append(finding("per-slot-ctx", sev, np_use.line if np_use else 0, "--parallel",
                            f"`-np {n_par}` without `--kv-unified` splits `-c {n_ctx}` into {n_par} slots "
                            f"of {per} tokens each (GGML_PAD(n_ctx/n_parallel, 256)); a request longer "
-                           "than that fails or is truncated" + (f"; {basis}" if sev == "warning" else ""),
-                           "add `--kv-unified` to share one pool, or raise -c" if sev == "warning" else None,
+                           "than that fails or is truncated" + (f"; {basis}" if sev == Severity.WARNING else ""),
+                           "add `--kv-unified` to share one pool, or raise -c" if sev == Severity.WARNING else None,
                            k, np_use.passed if np_use else True))
     if ctx.need_ctx and n_ctx and (unified or not n_par or n_par == 1) and n_ctx < ctx.need_ctx and c_use:
-        out.append(finding("per-slot-ctx", "warning", c_use.line, c_use.spelling,
+        out.append(finding("per-slot-ctx", Severity.WARNING, c_use.line, c_use.spelling,
                            f"`-c {n_ctx}` is below the {ctx.need_ctx} tokens the workload needs (--need-ctx)",
                            f"use `-c {ctx.need_ctx}` or more", k, c_use.passed))
     return out
@@ -171,7 +171,7 @@ def split_tensor_flash_attention(s: Subject) -> list[Finding]:
     # --split-mode tensor needs flash attention (src/llama-context.cpp)
     sm = r.last("--split-mode")
     if sm and sm.value == "tensor" and fa == "off":
-        out.append(finding("split-tensor-fa-off", "error", sm.line, sm.spelling,
+        out.append(finding("split-tensor-fa-off", Severity.ERROR, sm.line, sm.spelling,
                            "`-sm tensor` requires flash attention: \"SPLIT_MODE_TENSOR requires "
                            "flash_attn to be enabled\", the context is not created (src/llama-context.cpp)",
                            "use `-fa on` (or `-sm layer`)", k, sm.passed))
@@ -190,7 +190,7 @@ def threads_above_cores(s: Subject) -> list[Finding]:
     if t_u and ctx.physical_cores and full:
         t = int_of(t_u.value)
         if t and t > ctx.physical_cores:
-            out.append(finding("threads-above-cores", "warning", t_u.line, t_u.spelling,
+            out.append(finding("threads-above-cores", Severity.WARNING, t_u.line, t_u.spelling,
                                f"`-t {t}` > {ctx.physical_cores} physical cores ({ctx.cores_source}) with "
                                "every layer on the GPU: extra threads only contend (the default, -1, already uses the "
                                "physical cores: common/common.cpp cpu_get_num_math)",
@@ -210,7 +210,7 @@ def mtp_draft_kv_types(s: Subject) -> list[Finding]:
     st = [v for u in r.all("--spec-type") for v in (u.value or "").split(",")]
     if "draft-mtp" in st and (tk_u or tv_u) and not (r.has("--spec-draft-type-k") or r.has("--spec-draft-type-v")):
         u = r.all("--spec-type")[-1]
-        out.append(finding("mtp-draft-kv-f16", "info", u.line, u.spelling,
+        out.append(finding("mtp-draft-kv-f16", Severity.INFO, u.line, u.spelling,
                            f"the MTP draft context keeps its own KV types (-ctkd/-ctvd, default f16); "
                            f"`-ctk {tk} -ctv {tv}` does not apply to it (common/speculative.cpp)",
                            f"add `-ctkd {tk} -ctvd {tv}` to shrink it", k, u.passed))
@@ -227,7 +227,7 @@ def default_values(s: Subject) -> list[Finding]:
         if u is None:
             continue
         if (default_vals is None and u.positive) or (default_vals and u.value in default_vals):
-            out.append(finding("default-value", "info", u.line, u.spelling,
+            out.append(finding("default-value", Severity.INFO, u.line, u.spelling,
                                f"`{' '.join([u.spelling] + [v.text for v in u.values])}` is already the default",
                                None, k, u.passed))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 
-from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import DEAD_ENV, LIVE_GGML_ENV, LIVE_GGML_PREFIXES, LIVE_LLAMA_ENV
 from llamarig.flags.rules.context import Subject
 
@@ -17,28 +17,28 @@ def env_vars(s: Subject) -> list[Finding]:
     out = []
     for name, value, line in inv.env:
         if name in DEAD_ENV:
-            out.append(finding("dead-env-var", "warning", line, name,
+            out.append(finding("dead-env-var", Severity.WARNING, line, name,
                                f"`{name}={value}` has no effect: {DEAD_ENV[name]}", f"remove `{name}={value}`",
                                k, True, Fix("drop-env", (name,))))
         elif name.startswith("LLAMA_ARG_"):
             opt = schema.by_env.get(name)
             if opt is None:
                 near = difflib.get_close_matches(name, list(schema.by_env), n=2, cutoff=0.7)
-                out.append(finding("unknown-env-var", "warning", line, name,
+                out.append(finding("unknown-env-var", Severity.WARNING, line, name,
                                    f"`{name}` is not read by this llama-server" +
                                    (f"; closest: {', '.join(near)}" if near else ""),
                                    f"use `{near[0]}`" if near else "remove it", k, True, Fix("drop-env", (name,))))
             elif r.has(opt.name):
-                out.append(finding("env-overridden", "info", line, name,
+                out.append(finding("env-overridden", Severity.INFO, line, name,
                                    f"`{name}` is overridden by `{r.last(opt.name).spelling}` on the command "  # type: ignore[union-attr]
                                    "line (the CLI wins)", None, k))
         elif name.startswith("LLAMA_") and name not in LIVE_LLAMA_ENV:
-            out.append(finding("dead-env-var", "warning", line, name,
+            out.append(finding("dead-env-var", Severity.WARNING, line, name,
                                f"`{name}` is not read anywhere in llama.cpp build {schema.build or '?'} "
                                "(no getenv in src/, common/, tools/server/)", f"remove `{name}={value}`",
                                k, True, Fix("drop-env", (name,))))
         elif name.startswith("GGML_") and name not in LIVE_GGML_ENV and not name.startswith(LIVE_GGML_PREFIXES):
-            out.append(finding("dead-env-var", "info", line, name,
+            out.append(finding("dead-env-var", Severity.INFO, line, name,
                                f"`{name}` is not read at run time by ggml in this build (often a CMake "
                                "option, which must be set when compiling)", None, k))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from llamarig.flags.findings import Finding, finding
+from llamarig.flags.findings import Finding, Severity, finding
 from llamarig.flags.rules.context import Subject
 
 
@@ -26,7 +26,7 @@ def memory_plan(s: Subject) -> list[Finding]:
     try:
         plan = ctx.planner(ctx.model_ref, mm_arg, list(ctx.gpus), ctx.ram_bytes, argv)
     except Exception as e:  # an unknown model / a flag the planner rejects: say so, don't fail
-        return [finding("memory", "info", inv.line, None, f"no memory plan: {e}", None, k)]
+        return [finding("memory", Severity.INFO, inv.line, None, f"no memory plan: {e}", None, k)]
     try:
         from llamarig.units import fmt_bytes
 
@@ -41,9 +41,9 @@ def memory_plan(s: Subject) -> list[Finding]:
     except Exception:  # pragma: no cover - result shape changed
         detail = ""
     if plan.fits:
-        return [finding("memory", "info", inv.line, None,
+        return [finding("memory", Severity.INFO, inv.line, None,
                         f"memory plan (llamarig plan): fits. {detail}{mm_note} (formulas: `llamarig plan --gpu ... -- <command>`)",
                         None, k)]
-    return [finding("memory", "warning", inv.line, None,
+    return [finding("memory", Severity.WARNING, inv.line, None,
                     f"memory plan (llamarig plan): does not fit: {'; '.join(plan.shortfalls())}. {detail}{mm_note}",
                     "lower -c, quantize the KV cache (-ctk/-ctv q8_0 or q4_0), or offload fewer layers", k)]

@@ -7,7 +7,7 @@ import math
 import shutil
 
 from llamarig.flags.argv import int_of, kv_unified, last_int
-from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.rules.context import Subject
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
 
@@ -20,7 +20,7 @@ def mtp_without_nextn(s: Subject) -> list[Finding]:
     st = [v for u in r.all("--spec-type") for v in (u.value or "").split(",")]
     if "draft-mtp" in st and not r.has("--spec-draft-model") and getattr(spec, "nextn_layers", 0) == 0:
         u = r.all("--spec-type")[-1]
-        return [finding("mtp-without-nextn", "error", u.line, u.spelling,
+        return [finding("mtp-without-nextn", Severity.ERROR, u.line, u.spelling,
                         f"`--spec-type draft-mtp` but {spec.path} has no MTP (nextn) layers: "
                         "\"context type MTP requested but model doesn't contain MTP layers\", the "
                         "server fails to load (src/llama-context.cpp, server-context.cpp)",
@@ -42,7 +42,7 @@ def slot_ctx_above_train(s: Subject) -> list[Finding]:
         per = n_ctx if unified or not n_par else math.ceil(n_ctx / n_par / 256) * 256
         per = math.ceil(per / 256) * 256
         if per > train:
-            return [finding("slot-ctx-above-train", "warning", c_use.line if c_use else 0, "--ctx-size",
+            return [finding("slot-ctx-above-train", Severity.WARNING, c_use.line if c_use else 0, "--ctx-size",
                             f"per-slot context {per} > the model's training context {train}: each slot "
                             "is capped at n_ctx_train (\"the slot context exceeds the training context "
                             "of the model - capping\", server-context.cpp) while KV is still allocated "
@@ -75,7 +75,7 @@ def amx_tile_crash(s: Subject) -> list[Finding]:
     if not types:
         return []
     u = r.last("--model")
-    return [finding("amx-tile-crash", "warning", u.line if u else 0, u.spelling if u else None,
+    return [finding("amx-tile-crash", Severity.WARNING, u.line if u else 0, u.spelling if u else None,
                     f"this CPU has AMX: a native llama-server build puts the model's {', '.join(types)} matrices into "
                     "the AMX buffer, whose tile kernels crashed with SIGSEGV in warm-up on an AMX Xeon "
                     "(ggml-cpu/amx/mmq.cpp; https://github.com/ggml-org/llama.cpp/issues/20824)",
@@ -92,7 +92,7 @@ def cache_reuse_no_shift(s: Subject) -> list[Finding]:
     if cr and (int_of(cr.value) or 0) > 0 and not r.has("--mmproj"):
         arch = getattr(spec, "architecture", "")
         if arch in ("qwen35", "qwen35moe", "qwen2vl", "qwen3vl", "qwen3vlmoe") or getattr(spec, "swa_window", None):
-            return [finding("cache-reuse-no-shift", "warning", cr.line, cr.spelling,
+            return [finding("cache-reuse-no-shift", Severity.WARNING, cr.line, cr.spelling,
                             f"`{cr.spelling}` is disabled for {arch}: its memory cannot be shifted "
                             "(M-RoPE/IMRoPE or sliding-window cache; server-context.cpp, llama-kv-cache.cpp)",
                             "remove it", k, cr.passed, Fix("drop"), cr.index)]

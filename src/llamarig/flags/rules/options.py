@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from llamarig.flags.argv import Use
-from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.rules.context import Subject
 
 
@@ -22,13 +22,13 @@ def removed_deprecated(s: Subject) -> list[Finding]:
             hint = u.opt.summary
             m = re.search(r"use (--[\w-]+)", u.opt.help.replace("\n", " "))
             new = m.group(1) if m else None
-            out.append(finding("removed-flag", "error", u.line, u.spelling,
+            out.append(finding("removed-flag", Severity.ERROR, u.line, u.spelling,
                                f"`{u.spelling}` has been removed from llama-server: {hint} "
                                "(error while handling argument)",
                                f"use `{new}`" if new else "remove it", k, u.passed,
                                Fix("rename", (new,)) if new else Fix("drop"), u.index))
         elif u.opt.deprecated:
-            out.append(finding("deprecated-flag", "warning", u.line, u.spelling,
+            out.append(finding("deprecated-flag", Severity.WARNING, u.line, u.spelling,
                                f"`{u.spelling}` is deprecated and does nothing in this build ({u.opt.summary})",
                                "remove it", k, u.passed, Fix("drop"), u.index))
     return out
@@ -52,14 +52,14 @@ def duplicates(s: Subject) -> list[Finding]:
         lines = ", ".join(str(u.line) for u in uses)
         shown = " ".join([uses[-1].spelling] + [v.text for v in uses[-1].values])
         if opt.appending:
-            out.append(finding("duplicate-flag", "info", uses[-1].line, name,
+            out.append(finding("duplicate-flag", Severity.INFO, uses[-1].line, name,
                                f"`{name}` is given {len(uses)} times (lines {lines}); this option "
                                "appends, so every value is kept", None, k, uses[-1].passed))
             continue
         vals = {tuple(v.text for v in u.values) + (str(u.positive),) for u in uses}
         same = len(vals) == 1
         for u in uses[:-1]:
-            out.append(finding("duplicate-flag", "warning", u.line, u.spelling,
+            out.append(finding("duplicate-flag", Severity.WARNING, u.line, u.spelling,
                                f"`{name}` is given {len(uses)} times (lines {lines}); only the last one "
                                f"counts: `{shown}`" + (" (same value)" if same else ""),
                                "remove the earlier one", k, u.passed, Fix("drop"), u.index))
@@ -73,7 +73,7 @@ def underscore_spelling(s: Subject) -> list[Finding]:
     for u in r.uses:
         if u.opt is not None and u.spelling.startswith("--") and "_" in u.spelling:
             good = u.spelling.replace("_", "-")
-            out.append(finding("underscore-spelling", "info", u.line, u.spelling,
+            out.append(finding("underscore-spelling", Severity.INFO, u.line, u.spelling,
                                f"`{u.spelling}` works only because llama-server turns `_` into `-` in "
                                f"`--` options (common/arg.cpp); the documented spelling is `{good}`",
                                f"write `{good}`", k, u.passed, Fix("rename", (good,)), u.index))

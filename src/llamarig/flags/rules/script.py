@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from llamarig.flags.argv import Reading
-from llamarig.flags.findings import Finding
+from llamarig.flags.findings import Finding, Severity
 from llamarig.flags.parsed import Invocation, Note
 
 
@@ -33,7 +33,7 @@ def background_no_log(inv: Invocation, r: Reading, k: int) -> list[Finding]:
         if where != "file":
             why = ("its log is thrown away (stderr goes to /dev/null)" if where == "null" else
                    "its log (stderr) goes to the terminal that started it")
-            return [Finding("background-no-log", "info", inv.end_line, None,
+            return [Finding("background-no-log", Severity.INFO, inv.end_line, None,
                             f"the server runs in the background (`&`) and {why}; add "
                             "--log-file (or `> FILE 2>&1`) to keep it", None, k)]
     return []

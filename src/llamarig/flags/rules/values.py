@@ -7,7 +7,7 @@ import difflib
 import re
 
 from llamarig.flags.argv import INT_RE, Use
-from llamarig.flags.findings import Finding, Fix, finding
+from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import KV_TYPE_FIXES
 from llamarig.flags.rules.context import Subject
 from llamarig.flags.schema import Option
@@ -36,7 +36,7 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
     res: list[Finding] = []
 
     def bad(msg: str, fix: str | None, action: Fix | None) -> None:
-        res.append(finding("invalid-value", "error", u.line, sp, f"`{sp} {v}`: {msg}", fix, k, u.passed,
+        res.append(finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} {v}`: {msg}", fix, k, u.passed,
                            action, u.index))
 
     if opt.removed or "$" in v:  # `$VAR`, `$(cmd)`, llama-swap `${PORT}`: known only at run time
@@ -74,7 +74,7 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
             if abs(n) > 2**31 - 1:
                 bad("out of int range (std::stoi throws out_of_range)", "use a smaller number", Fix("drop"))
             elif m.end() != len(v):
-                res.append(finding("value-truncated", "warning", u.line, sp,
+                res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
                                    f"`{sp} {v}`: std::stoi reads the leading integer only, so this is {n}",
                                    f"write `{sp} {_expand(v)}`" if _expand(v) else f"write `{sp} {n}`",
                                    k, u.passed, Fix("set-value", (_expand(v) or str(n),)), u.index))
@@ -85,7 +85,7 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
             bad("not a number (std::stof fails: error while handling argument)",
                 f"give a number after `{sp}`", Fix("drop"))
         elif m.end() != len(v.rstrip()):
-            res.append(finding("value-truncated", "warning", u.line, sp,
+            res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
                                f"`{sp} {v}`: std::stof reads the leading number only ({m.group(0).strip()})",
                                f"write `{sp} {m.group(0).strip()}`", k, u.passed,
                                Fix("set-value", (m.group(0).strip(),)), u.index))
@@ -104,11 +104,11 @@ def _int_limits(u: Use, opt: Option, n: int, k: int | None) -> list[Finding]:
     # value ranges the handlers check (common/arg.cpp)
     sp = u.spelling
     if opt.name == "--parallel" and n == 0:
-        return [finding("invalid-value", "error", u.line, sp, f"`{sp} 0`: the server rejects 0 slots "
+        return [finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} 0`: the server rejects 0 slots "
                         "(common/arg.cpp: error while handling argument)", f"use `{sp} 1` or more",
                         k, u.passed, Fix("set-value", ("1",)), u.index)]
     if opt.name == "--reasoning-budget" and n < -1:
-        return [finding("invalid-value", "error", u.line, sp, f"`{sp} {n}`: must be -1 (unlimited), 0 or a "
+        return [finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} {n}`: must be -1 (unlimited), 0 or a "
                         "positive budget (error while handling argument: invalid value)", f"use `{sp} -1`",
                         k, u.passed, Fix("set-value", ("-1",)), u.index)]
     return []
