@@ -1,13 +1,20 @@
-"""The error tree. Every error llamarig raises on purpose is a LlamarigError.
-
-Exit codes (documented in docs/exit-codes.md):
-  0  success
-  1  the command ran and found problems (check: error findings; plan: does not fit)
-  2  bad input: a missing/unreadable/malformed file, an unknown name, a bad option value
-  3  environment: llama-server binary missing, server unreachable or failed to start
-"""
+"""The error tree and the exit codes. Every error llamarig raises on purpose is a LlamarigError,
+and carries the exit code the CLI ends with (docs/exit-codes.md, checked against ExitCode by
+tests/test_exit_codes.py)."""
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit codes every llamarig command shares (docs/exit-codes.md)."""
+
+    OK = 0  #: success
+    PROBLEMS = 1  #: the command ran and found problems (check: error findings; plan: does not fit)
+    BAD_INPUT = 2  #: a missing/unreadable/malformed file, an unknown name, a bad option value
+    ENVIRONMENT = 3  #: llama-server binary missing, server unreachable or failed to start
+    INTERRUPTED = 130  #: Ctrl-C
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -19,13 +26,13 @@ def one_line(text: str, limit: int = 300) -> str:
 class LlamarigError(Exception):
     """Base of every deliberate llamarig error. ``str(err)`` is a one-line message."""
 
-    exit_code: int = 1
+    exit_code: int = ExitCode.PROBLEMS
 
 
 class InputError(LlamarigError):
     """Bad input from the user: a file, a name, a value."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class GGUFError(InputError):
@@ -51,4 +58,4 @@ class UnknownNameError(InputError):
 class ServerError(LlamarigError):
     """llama-server missing, failing to start, or unreachable."""
 
-    exit_code = 3
+    exit_code = ExitCode.ENVIRONMENT

@@ -28,7 +28,7 @@ from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.gpu import GpuSampler, energy_joules
 from llamarig.bench.monitor import Monitor, Tracker, reconcile
 from llamarig.bench.records import Figure, single_figure
-from llamarig.errors import InputError, LlamarigError, ServerError
+from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
 
 SCHEMA_VERSION = 1
 
@@ -39,7 +39,7 @@ LLAMA_ONLY = ("prefill", "ttft", "depth")
 class InterferenceError(LlamarigError):
     """--strict and foreign work was seen on the server."""
 
-    exit_code = 1
+    exit_code = ExitCode.PROBLEMS
 
 
 #: in ``prefill_lengths`` / ``depths``: the largest point that fits the slot context

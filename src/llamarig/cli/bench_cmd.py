@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamarig.errors import InputError
+from llamarig.errors import ExitCode, InputError
 
 EXIT_DOC = "Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable."
 
@@ -149,7 +149,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     if not quiet:
         terminal(doc, out)
     if doc.get("errors") or doc.get("aborted"):
-        sys.exit(1)
+        sys.exit(ExitCode.PROBLEMS)
 
 
 @bench_cmd.command("compare", epilog="Exit codes: 0 ok; 2 unreadable or non-llamarig JSON.")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from llamarig.errors import InputError
+from llamarig.errors import ExitCode, InputError
 from llamarig.flags.model import model_loader
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, lint, physical_cores
@@ -214,7 +214,7 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     else:
         render_human(parsed, findings, schema, name)
     if any(f.severity == "error" for f in findings):
-        sys.exit(1)
+        sys.exit(ExitCode.PROBLEMS)
 
 
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from llamarig import __version__
-from llamarig.errors import LlamarigError
+from llamarig.errors import ExitCode, LlamarigError
 
 #: command name -> ("module:attribute", short help). Modules are imported on first use.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -81,22 +81,22 @@ def main(argv: list[str] | None = None) -> Any:
         no_args = getattr(click.exceptions, "NoArgsIsHelpError", ())
         if no_args and isinstance(e, no_args) and e.ctx is not None:  # bare `llamarig`: the help
             click.echo(e.ctx.get_help())
-            sys.exit(0)
+            sys.exit(ExitCode.OK)
         where = e.ctx.command_path if e.ctx is not None else "llamarig"
         msg = " ".join(e.format_message().split())
         click.echo(f"llamarig: error: {msg} (see `{where} --help`)", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.BAD_INPUT)
     except click.ClickException as e:
         click.echo(f"llamarig: error: {' '.join(e.format_message().split())}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.BAD_INPUT)
     except click.exceptions.Abort:
         click.echo("llamarig: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except KeyboardInterrupt:
         click.echo("llamarig: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except BrokenPipeError:
-        sys.exit(0)
+        sys.exit(ExitCode.OK)
 
 
 if __name__ == "__main__":

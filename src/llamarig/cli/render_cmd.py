@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from llamarig.errors import InputError, LlamarigError, one_line
+from llamarig.errors import ExitCode, InputError, LlamarigError, one_line
 from llamarig.procs import exit_description
 
 FORMATS = ("bash", "systemd", "compose", "llama-swap")
@@ -414,7 +414,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
         _launch_report(lr, as_json)
     except KeyboardInterrupt:
         click.echo(L.stop(state_file=lr.state_file), err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     if detach:
         return
     _foreground(lr)
@@ -446,10 +446,10 @@ def _foreground(lr: Any) -> None:
         lr.state_file.unlink(missing_ok=True)
         click.echo(f"llama-server {exit_description(code)}", err=True)
         if code:
-            sys.exit(3)
+            sys.exit(ExitCode.ENVIRONMENT)
     except KeyboardInterrupt:
         click.echo(L.stop(state_file=lr.state_file), err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
 
 
 @click.command("stop")

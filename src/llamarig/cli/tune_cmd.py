@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from llamarig.cli.render_cmd import _CTX, _input_options, render_text, resolve
-from llamarig.errors import InputError, LlamarigError
+from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.render.common import flag_groups
 
 
@@ -238,7 +238,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     except KeyboardInterrupt:
         click.echo(f"llamarig: interrupted; {len(state.measurements)} measurement(s) kept in {sp}: "
                    "run the same command to resume", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     counts = {"server_starts": measure.launches, "requests_sent": measure.requests}
     report = _report(result, pruned, objective, res, base, gpus, ram, detect, calibration_out, sp, as_json, quality,
                      counts, space_desc, n_predict)

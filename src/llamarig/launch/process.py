@@ -28,8 +28,8 @@ from llamarig.launch.server import health, log_tail
 from llamarig.paths import state_dir
 from llamarig.procs import exit_description
 from llamarig.render.common import get_value
+from llamarig.units import MiB
 
-MiB = 1 << 20
 #: a figure printed with %.2f MiB is within 0.005 MiB of the truth
 LOG_ROUNDING_MIB = 0.0051
 #: components the planner computes with llama.cpp's own arithmetic (exact) vs modelled ones

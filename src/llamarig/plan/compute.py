@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan.memory import ContextLayout
+from llamarig.units import MiB
 
 F32 = 4
-MiB = 1 << 20
 #: fitted constants (floats per token), see the module docstring
 C_FFN = 10
 C_ATTN_NOFA = -250

@@ -34,10 +34,7 @@ from llamarig.logformat import (
     MEM_WEIGHTS,
     RE_CREATED,
 )
-
-MiB = 1 << 20
-
-
+from llamarig.units import MiB
 
 
 @dataclass

@@ -27,8 +27,6 @@ from llamarig.hardware.cpu import CpuFeatures
 from llamarig.hardware.cpu_buffers import host_weight_buffer
 from llamarig.plan.config import ServerConfig
 
-MiB = 1 << 20
-
 #: llm_arch_supports_rs_rollback (src/llama-arch.cpp:1162-1180)
 RS_ROLLBACK_ARCHS = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",

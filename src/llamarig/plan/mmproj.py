@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-MiB = 1 << 20
+from llamarig.units import MiB
 
 #: projector types whose warmup follows clip.cpp:1668-1679 (46*46 merged tokens)
 QWEN_VL_FAMILY = frozenset({"qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "ling3vl"})
