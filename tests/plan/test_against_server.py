@@ -118,10 +118,10 @@ def test_plan_matches_server_log(model: str, args: str, synth_model, llama_serve
     # the summary line prints kv_size = cells per stream
     assert cells == sorted(c // ctx.n_stream for _, c in planned_cells)
 
-    # the reusable comparison (for `launch`) agrees
+    # the comparison `launch` prints agrees (every buffer, compute within 5 %)
     from llamarig.plan.logparse import compare
 
-    bad = [c for c in compare(plan, log) if not c.ok]
+    bad = [c for c in compare(plan, srv.log, modelled_tolerance=0.05) if not c.ok]
     assert not bad, bad
 
     # recurrent state: exact
@@ -193,7 +193,7 @@ def test_every_synth_architecture_default_shape(arch: str, synth_model, llama_se
     plan = make_plan(PlanInputs(load_spec(path), parse_server_args(argv), _hw(srv.log)))
     from llamarig.plan.logparse import compare
 
-    bad = [c for c in compare(plan, log, compute_rel=0.35) if not c.ok]
+    bad = [c for c in compare(plan, srv.log, modelled_tolerance=0.35) if not c.ok]
     assert not bad, bad
     assert log.weights and log.target.kv_buffers
 
@@ -272,5 +272,5 @@ def test_plan_matches_native_server_log(model: str, args: str, synth_model, nati
         assert abs(mib - planned_parts[name]) <= ROUND, (name, mib, planned_parts[name])
     from llamarig.plan.logparse import compare
 
-    bad = [c for c in compare(plan, log) if not c.ok]
+    bad = [c for c in compare(plan, srv.log, modelled_tolerance=0.05) if not c.ok]
     assert not bad, bad

@@ -26,16 +26,9 @@ from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
 from llamarig.launch.server import health, log_tail
 from llamarig.paths import state_dir
+from llamarig.plan.logparse import VerifyRow, compare
 from llamarig.procs import exit_description
 from llamarig.render.common import get_value
-from llamarig.units import MiB
-
-#: a figure printed with %.2f MiB is within 0.005 MiB of the truth
-LOG_ROUNDING_MIB = 0.0051
-#: components the planner computes with llama.cpp's own arithmetic (exact) vs modelled ones
-EXACT = ("weights", "kv", "recurrent")
-MODELLED_TOLERANCE = 0.10  # compute/output: within 10 % (the plan tests hold it to 5 %)
-
 
 # ---------------------------------------------------------------------------- state
 
@@ -160,102 +153,6 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- verification
-
-
-@dataclass(frozen=True)
-class VerifyRow:
-    device: str  # "host" or CUDA0, ...
-    component: str
-    planned: int  # bytes
-    actual_mib: float | None  # None: not in the log
-    tolerance_mib: float
-    method: str
-
-    @property
-    def diff_mib(self) -> float | None:
-        return None if self.actual_mib is None else self.actual_mib - self.planned / MiB
-
-    @property
-    def ok(self) -> bool:
-        d = self.diff_mib
-        return d is None or abs(d) <= self.tolerance_mib
-
-    def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "component": self.component,
-                "planned_mib": round(self.planned / MiB, 3),
-                "actual_mib": self.actual_mib, "diff_mib": None if self.diff_mib is None else round(self.diff_mib, 3),
-                "tolerance_mib": round(self.tolerance_mib, 4), "ok": self.ok, "method": self.method}
-
-
-#: the CPU backend's buffer types: host RAM (ggml-cpu.cpp:42-71; amx/amx.cpp "AMX";
-#: repack.cpp "CPU_REPACK"; kleidiai "KLEIDIAI"; the mmap'd file "CPU_Mapped")
-CPU_BUFFER_TYPES = ("CPU", "CPU_Mapped", "CPU_REPACK", "AMX", "KLEIDIAI")
-
-
-def buffer_device(name: str) -> str:
-    """A ggml buffer name from the log -> the plan's device: the CPU backend's buffer types and
-    pinned host buffers (CUDA_Host, ...) are host RAM; CUDA0/ROCm1/Vulkan0/MTL0 are devices."""
-    if name in CPU_BUFFER_TYPES or name.startswith("CPU") or name.endswith("_Host") or name.lower() == "host":
-        return "host"
-    return name
-
-
-def _base(comp: str) -> str:
-    """"weights CPU_REPACK" -> "weights"."""
-    return comp.split(" ", 1)[0]
-
-
-def compare(plan: Any, log_text: str) -> list[VerifyRow]:
-    """Planned vs logged buffers, per device and component, host weights per buffer type
-    (CPU_Mapped, CPU_REPACK, AMX, CUDA_Host, ...). Exact components (weights, KV, recurrent
-    state) must match within the log's 2-decimal MiB rounding per buffer; compute and output
-    buffers within MODELLED_TOLERANCE."""
-    from llamarig.plan.logparse import parse_memory_log
-
-    mem = parse_memory_log(log_text)
-    actual: dict[tuple[str, str], list[float]] = {}
-
-    def put(comp: str, bufs: Sequence[tuple[str, float]]) -> None:
-        for name, mib in bufs:
-            actual.setdefault((buffer_device(name), comp), []).append(mib)
-
-    for name, mib in mem.weights:
-        dev = buffer_device(name)
-        actual.setdefault((dev, f"weights {name}" if dev == "host" else "weights"), []).append(mib)
-    tgt = mem.target
-    put("kv", tgt.kv_buffers)
-    put("recurrent", tgt.rs_buffers)
-    put("compute", tgt.compute)
-    put("output", tgt.output)
-    if mem.draft is not None:  # the MTP / draft context: its KV cache and compute buffers
-        put("draft", mem.draft.kv_buffers + mem.draft.compute)
-    planned: dict[tuple[str, str], tuple[int, str]] = {}
-    for d in plan.devices:
-        for comp, ln in d.lines.items():
-            planned[(d.name, comp)] = (ln.bytes, ln.method)
-    for comp, ln in plan.host.lines.items():
-        if comp == "weights" and ln.parts:
-            for buf, b in ln.parts:
-                planned[("host", f"weights {buf}")] = (b, ln.method)
-        else:
-            planned[("host", comp)] = (ln.bytes, ln.method)
-    rows = []
-    comps = ("weights", "kv", "recurrent", "compute", "output", "draft")
-    keys = sorted({k for k in planned if _base(k[1]) in comps} | set(actual),
-                  key=lambda k: (k[0] != "host", k[0], comps.index(_base(k[1])) if _base(k[1]) in comps else 9, k[1]))
-    for dev, comp in keys:
-        pb, method = planned.get((dev, comp), (0, "not planned"))
-        vals = actual.get((dev, comp))
-        if vals is None and not pb:
-            continue
-        act = round(sum(vals), 2) if vals is not None else (0.0 if mem.weights else None)
-        if _base(comp) in EXACT:
-            tol = LOG_ROUNDING_MIB * max(1, len(vals or ()))
-        else:
-            base = act if act else pb / MiB
-            tol = MODELLED_TOLERANCE * base + 0.05
-        rows.append(VerifyRow(dev, comp, pb, act, tol, method))
-    return rows
 
 
 # ---------------------------------------------------------------------------- launch
