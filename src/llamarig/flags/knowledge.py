@@ -107,13 +107,6 @@ KV_TYPE_FIXES: dict[str, str] = {
     "turbo3": "q4_0", "turbo4": "q4_0", "tq4_0": "q4_0",
 }
 
-#: KV types the CUDA flash-attention code handles (ggml/src/ggml-cuda/fattn.cu,
-#: ggml_cuda_fattn_kv_type_supported): iq4_nl is not among them.
-CUDA_FA_KV_TYPES = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
-#: K-V pairs the decode (vec) kernel is compiled for by default (GGML_CUDA_FA_QUANTS default,
-#: ggml/CMakeLists.txt); other supported pairs are converted to f16 (slow).
-CUDA_FA_VEC_PAIRS = frozenset({("q4_0", "q4_0"), ("q8_0", "q8_0"), ("f16", "f16"), ("bf16", "bf16")})
-
 #: llama.cpp environment variables still read by build 11434 besides LLAMA_ARG_* (getenv calls in
 #: src/, common/, tools/server/, tools/mtmd/).
 LIVE_LLAMA_ENV = frozenset({

@@ -29,6 +29,14 @@ TYPE_NAMES: dict[int, str] = {i: n for n, (i, _, _) in _TYPES.items()}
 #: KV cache types llama-server accepts for -ctk/-ctv/-ctkd/-ctvd
 #: (common/arg.cpp kv_cache_types: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1).
 KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: KV cache types the CUDA flash-attention kernels handle, for K and for V, in any combination
+#: (ggml/src/ggml-cuda/fattn.cu:525-538 ggml_cuda_fattn_kv_type_supported, build 11434): iq4_nl
+#: is not among them.
+CUDA_FA_KV_TYPES = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+#: K-V pairs the CUDA decode (vec) flash-attention kernel is compiled for by default
+#: (ggml/CMakeLists.txt:207-209 GGML_CUDA_FA_QUANTS "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16");
+#: other supported pairs are converted to f16 every token (fattn.cu:496-512, slow).
+CUDA_FA_VEC_PAIRS = frozenset({("q4_0", "q4_0"), ("q8_0", "q8_0"), ("f16", "f16"), ("bf16", "bf16")})
 
 
 def type_name(type_id: int) -> str | None:

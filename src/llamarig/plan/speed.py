@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llamarig.errors import InputError
-from llamarig.gguf.ggml_types import TYPE_SIZES
+from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.plan import memory as M
@@ -43,8 +43,6 @@ _BLK_RE = re.compile(r"^blk\.(\d+)\.")
 #: CUDA flash-attention decode kernels compiled by default (ggml/CMakeLists.txt:208
 #: GGML_CUDA_FA_QUANTS "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16")
 CUDA_FA_FAST_PAIRS = frozenset({("q4_0", "q4_0"), ("q8_0", "q8_0"), ("f16", "f16"), ("bf16", "bf16")})
-#: types with a CUDA FA kernel at all (ggml/src/ggml-cuda/fattn.cu ggml_cuda_fattn_kv_type_supported)
-CUDA_FA_TYPES = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
 
 
 # ============================================================================ KV path rules
@@ -65,7 +63,7 @@ def kv_path(backend: str, type_k: str, type_v: str, flash_attn: str = "auto") ->
     if backend not in ("CUDA", "ROCm"):
         return KVPath("fast", 1.0, f"{backend}: flash attention handles K {type_k} / V {type_v}")
     quant_v = TYPE_SIZES[type_v][0] > 1
-    if type_k not in CUDA_FA_TYPES or type_v not in CUDA_FA_TYPES:
+    if type_k not in CUDA_FA_KV_TYPES or type_v not in CUDA_FA_KV_TYPES:
         if flash_attn == "off" or (flash_attn == "auto" and not quant_v):
             return KVPath("nofa", 2.0, f"K {type_k}: no CUDA flash-attention kernel; FA auto turns itself "
                           "off and the non-FA path reads K/V twice (KQ and KQV) - slower at depth")
@@ -654,40 +652,6 @@ def speed_json(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
     """The ``speed`` object of ``plan --json`` for a plain plan (docs/speed.md)."""
     return speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs,
                      acceptance=acceptance).to_json()
-
-
-def speed_table(rep: SpeedReport) -> Any:
-    """A rich renderable for the human ``plan`` output: decode by depth, limit, prefill,
-    speculative decoding, and the formulas."""
-    from rich.console import Group
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title="speed (predicted; limit = bandwidth / bytes at efficiency 1)", title_justify="left",
-              show_edge=False)
-    for c in ("depth", "decode tok/s", "limit tok/s", "bytes per token"):
-        t.add_column(c, justify="right")
-    if rep.speculative:
-        t.add_column(f"with {rep.speculative.kind.upper()} n={rep.speculative.n_max}", justify="right")
-    for d in rep.by_depth:
-        row = [str(d.depth), f"{d.decode_tok_s:.1f}", f"{d.limit_tok_s:.1f}", f"{d.bytes_per_token / GB:.2f} GB"]
-        if rep.speculative:
-            row.append(f"{d.decode_tok_s * rep.speculative.speedup:.1f}")
-        t.add_row(*row)
-    parts: list[Any] = [t, Text(f"prefill: {rep.prefill.tok_s:.0f} tok/s for a {rep.prefill.prompt_tokens}-token "
-                                f"prompt (-ub {rep.prefill.n_ubatch})")]
-    if rep.speculative:
-        parts.append(Text("speculative: " + rep.speculative.formula, style="dim"))
-    parts.append(Text("decode: " + rep.formula, style="dim"))
-    parts.append(Text("prefill: " + rep.prefill.formula, style="dim"))
-    parts.append(Text("KV: " + rep.kv_note, style="dim"))
-    if rep.depth_note:
-        parts.append(Text(rep.depth_note, style="dim"))
-    for w in rep.warnings:
-        parts.append(Text.from_markup(f"[yellow]warning:[/] {escape(w)}"))
-    parts.append(Text(f"calibration: {rep.calibration}", style="dim"))
-    return Group(*parts)
 
 
 def gpu_time_per_layer(g: GPU, bytes_per_layer: float, cal: Calibration) -> float:

@@ -9,9 +9,8 @@ import math
 
 from llamarig.flags.argv import fa_mode, int_of, kv_unified, last_int
 from llamarig.flags.findings import Finding, Fix, Severity, finding
-from llamarig.flags.knowledge import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS
 from llamarig.flags.rules.context import Subject
-from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
+from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, KV_CACHE_TYPES, TYPE_SIZES
 
 #: the quantized KV cache types (ggml_is_quantized: blocks of more than one value)
 _QUANTIZED_KV = frozenset(t for t in KV_CACHE_TYPES if TYPE_SIZES[t][0] > 1)
