@@ -332,14 +332,27 @@ _reg("-cmoed --spec-draft-cpu-moe --cpu-moe-draft", "cpu_moe_draft", "true")
 _reg("-ncmoed --spec-draft-n-cpu-moe --spec-draft-ncmoe --n-cpu-moe-draft", "n_cpu_moe_draft", "int0")
 _reg("-hf -hfr --hf-repo", "hf_repo", "path")
 
-#: removed flags that llama-server rejects with a hint (truth.md 2.11, 2.8)
+#: removed flags that llama-server rejects with a hint (common/arg.cpp: the --draft* handlers
+#: throw; the draft context has no size flag, common/speculative.cpp)
 _REMOVED = {
-    "--mlock": "--load-mode mlock", "--no-mmap": "--load-mode none",
     "--draft": "--spec-draft-n-max", "--draft-max": "--spec-draft-n-max",
     "--draft-n": "--spec-draft-n-max", "--draft-min": "--spec-draft-n-min",
-    "--low-vram": "-ngl / -nkvo / --n-cpu-moe", "-cd": "(none: the draft context uses the target's n_ctx)",
+    "-cd": "(none: the draft context uses the target's n_ctx)",
     "--ctx-size-draft": "(none: the draft context uses the target's n_ctx)",
 }
+#: folklore flags the planner recognises as removed (--mlock and --no-mmap still set the load
+#: mode they meant, below); what to write instead is llamarig.flags.knowledge.FOLKLORE's advice
+_FOLKLORE_FLAGS = frozenset({"--mlock", "--no-mmap", "--low-vram"})
+
+
+def _removed_advice(name: str) -> str:
+    """What to write instead of a removed flag: the hint above, or FOLKLORE's real way."""
+    if name in _REMOVED:
+        return f"use {_REMOVED[name]}"
+    from llamarig.flags.knowledge import FOLKLORE
+
+    lore = FOLKLORE[name]
+    return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
 
 
 def is_server_flag(tok: str) -> bool:
@@ -381,8 +394,8 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     while i < len(args):
         tok = args[i]
         name = _norm(tok)
-        if name in _REMOVED:
-            msg = f"{tok}: removed from llama-server (use {_REMOVED[name]})"
+        if name in _REMOVED or name in _FOLKLORE_FLAGS:
+            msg = f"{tok}: removed from llama-server ({_removed_advice(name)})"
             if strict:
                 raise InputError(msg)
             problems.append(msg + "; llama-server would exit with 'invalid argument'")
