@@ -182,7 +182,7 @@ def render(plan, console) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def plan_cmd(args: tuple[str, ...]) -> None:
     """Predict memory per device for a llama-server launch (llamarig plan --help)."""
-    from llamarig.plan.optimise import SPEED_HELP, extract_speed_args
+    from llamarig.cli.speed_view import SPEED_HELP, extract_speed_args
 
     sa, rest = extract_speed_args(list(args))
     pa = split_args(rest)
@@ -201,7 +201,7 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     from rich.console import Console
 
     if sa.wants_optimiser:
-        from llamarig.plan.optimise import optimise_report
+        from llamarig.cli.speed_view import optimise_report
 
         renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
         if pa.as_json:
@@ -211,8 +211,9 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         if code:
             raise click.exceptions.Exit(code)
         return
+    from llamarig.cli.speed_view import speed_table
     from llamarig.plan.planner import effective_inputs, make_plan
-    from llamarig.plan.speed import attach_speed, speed_table
+    from llamarig.plan.speed import attach_speed
 
     plan = make_plan(inp)
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)

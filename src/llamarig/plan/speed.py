@@ -109,7 +109,7 @@ def kv_quality_short(type_k: str, type_v: str) -> str:
 #: Published bounds of the one measured depth pair behind the built-in CUDA ``kv`` efficiency (seed
 #: 000, RTX 3090: 43 tok/s short, 37-38.5 tok/s at 30-45K depth): the KV read efficiency those
 #: bounds imply, computed by scripts/accuracy_speed.py (kv_uncertainty; docs/accuracy-speed.md
-#: "Decode at depth"); tests/plan_speed/test_plan_speed_accuracy.py keeps the two in step.
+#: "Decode at depth"); tests/plan/test_speed_accuracy.py keeps the two in step.
 KV_PAIR_BOUNDS = (0.17, 0.35)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from speed_helpers import inputs
+from tests.plan.speed_helpers import inputs
 
+from llamarig.cli.speed_view import optimise_report
 from llamarig.errors import InputError
-from llamarig.plan.optimise import Targets, optimise, optimise_report
+from llamarig.plan.optimise import Targets, optimise
 from llamarig.plan.speed import speed_report
 from llamarig.units import GiB
 
@@ -112,7 +113,7 @@ def test_agent_slots_use_unified_kv():
 
 
 def test_extract_speed_args_leaves_the_rest():
-    from llamarig.plan.optimise import extract_speed_args
+    from llamarig.cli.speed_view import extract_speed_args
 
     sa, rest = extract_speed_args(["qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--target-ctx", "105000",
                                    "--target-decode=40", "--headroom", "512MiB", "--vision", "-ctk", "q4_0",
@@ -131,14 +132,14 @@ def test_extract_speed_args_leaves_the_rest():
     (["--headroom", "lots"], "not a size"),
 ])
 def test_bad_speed_args(argv, msg):
-    from llamarig.plan.optimise import extract_speed_args
+    from llamarig.cli.speed_view import extract_speed_args
 
     with pytest.raises(InputError, match=msg):
         extract_speed_args(argv)
 
 
 def test_contradicting_flags():
-    from llamarig.plan.optimise import SpeedArgs
+    from llamarig.cli.speed_view import SpeedArgs
 
     inp = inputs("qwen3.6-27b:iq4_nl", "rtx3090", args=("-np", "4", "-c", "65536"))
     with pytest.raises(InputError, match="--slots 2 contradicts -np 4"):
@@ -151,8 +152,9 @@ def test_contradicting_flags():
 
 def test_plan_json_speed_slot(seed_inputs):
     """What plan --json does for a plain plan: Plan.speed carries the SpeedReport."""
+    from llamarig.cli.speed_view import speed_table
     from llamarig.plan.planner import make_plan
-    from llamarig.plan.speed import speed_for, speed_table
+    from llamarig.plan.speed import speed_for
 
     plan = make_plan(seed_inputs)
     rep = speed_for(seed_inputs, plan)
@@ -195,7 +197,7 @@ def test_partial_offload_counts_host_bandwidth():
 
 
 def test_draft_model_uses_draft_simple():
-    from speed_helpers import spec_of
+    from tests.plan.speed_helpers import spec_of
 
     inp = inputs("llama3.1-70b:q4_k_m", "rtx3090", "rtx3090")
     inp = replace(inp, draft=spec_of("llama3.1-8b:q4_k_m"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from speed_helpers import cfg, hw, spec_of
+from tests.plan.speed_helpers import cfg, hw, spec_of
 
 from llamarig.plan.calibration import load_calibration
 from llamarig.plan.speed import (

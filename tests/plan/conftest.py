@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from speed_helpers import seed_inputs_
+from tests.plan.speed_helpers import seed_inputs_
 
 from llamarig.plan.planner import PlanInputs
 

@@ -1,0 +1,258 @@
+"""The plan command's speed views: the speed table under a plan, the optimiser's report for
+``--target-*``, and the options that drive them (extracted before the llama-server flags).
+Rendering and option parsing live here, the numbers in llamarig.plan.speed / plan.optimise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llamarig.errors import InputError
+from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.optimise import GB, Targets, optimise
+from llamarig.plan.result import PlanInputs
+from llamarig.plan.speed import SpeedReport, kv_quality_short
+from llamarig.units import GiB, fmt_bytes
+
+
+def speed_table(rep: SpeedReport) -> Any:
+    """A rich renderable for the human ``plan`` output: decode by depth, limit, prefill,
+    speculative decoding, and the formulas."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title="speed (predicted; limit = bandwidth / bytes at efficiency 1)", title_justify="left",
+              show_edge=False)
+    for c in ("depth", "decode tok/s", "limit tok/s", "bytes per token"):
+        t.add_column(c, justify="right")
+    if rep.speculative:
+        t.add_column(f"with {rep.speculative.kind.upper()} n={rep.speculative.n_max}", justify="right")
+    for d in rep.by_depth:
+        row = [str(d.depth), f"{d.decode_tok_s:.1f}", f"{d.limit_tok_s:.1f}", f"{d.bytes_per_token / GB:.2f} GB"]
+        if rep.speculative:
+            row.append(f"{d.decode_tok_s * rep.speculative.speedup:.1f}")
+        t.add_row(*row)
+    parts: list[Any] = [t, Text(f"prefill: {rep.prefill.tok_s:.0f} tok/s for a {rep.prefill.prompt_tokens}-token "
+                                f"prompt (-ub {rep.prefill.n_ubatch})")]
+    if rep.speculative:
+        parts.append(Text("speculative: " + rep.speculative.formula, style="dim"))
+    parts.append(Text("decode: " + rep.formula, style="dim"))
+    parts.append(Text("prefill: " + rep.prefill.formula, style="dim"))
+    parts.append(Text("KV: " + rep.kv_note, style="dim"))
+    if rep.depth_note:
+        parts.append(Text(rep.depth_note, style="dim"))
+    for w in rep.warnings:
+        parts.append(Text.from_markup(f"[yellow]warning:[/] {escape(w)}"))
+    parts.append(Text(f"calibration: {rep.calibration}", style="dim"))
+    return Group(*parts)
+
+
+
+# ============================================================================ report
+
+
+def _fmt_tok(v: float) -> str:
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
+                    host_bandwidth_gbs: float | None = None, show: int = 8) -> tuple[Any, dict[str, Any], int]:
+    """(rich renderable, JSON dict, exit code) for ``llamarig plan --target-*``. Exit 0 when the
+    winner meets every target, 1 when the targets are impossible (an answer, not an error)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    res = optimise(inp, targets, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs)
+    t = targets
+    title = (f"llamarig plan: targets ctx {t.ctx} x {t.slots} slot(s)"
+             + (f", decode >= {t.decode_tok_s:g} tok/s at depth {t.depth}" if t.decode_tok_s else "")
+             + f", headroom {fmt_bytes(t.headroom)}")
+    from rich import box
+
+    tab = Table(title=title, show_lines=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
+    cols = (("#", "right"), ("KV", "left"), ("q", "left"), ("-ub", "right"), ("layout", "left"), ("free", "right"),
+            ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"), ("prefill", "right"), ("ok", "left"))
+    for col, just in cols:
+        tab.add_column(col, justify=just, no_wrap=col != "layout", overflow="fold",  # type: ignore[arg-type]
+                       min_width=9 if col == "layout" else None)
+    for i, c in enumerate(res.candidates[:show], 1):
+        s = c.speed
+        sp = s.speculative
+        eff = sp.speedup if sp else 1.0
+        ts = ("-ts " + ",".join(f"{x:g}" for x in c.cfg.tensor_split)) if c.cfg.tensor_split else ""
+        extra = f" --n-cpu-moe {c.cfg.n_cpu_moe}" if c.cfg.n_cpu_moe else ""
+        if c.cfg.n_gpu_layers >= 0 and "n_gpu_layers" in c.cfg.set_flags:
+            extra += f" -ngl {c.cfg.n_gpu_layers}"
+        frees = [d.free for d in c.plan.devices if d.free is not None and d.capacity]
+        tab.add_row(
+            str(i), c.cfg.cache_type_k if c.cfg.cache_type_k == c.cfg.cache_type_v else f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}",
+            kv_quality_short(c.cfg.cache_type_k, c.cfg.cache_type_v),
+            str(c.plan.n_ubatch),
+            ((ts + extra).strip() or "default") + (f" MTP n={sp.n_max}" if sp else ""),
+            ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
+            _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
+            _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
+            "yes" if c.meets_all else ("no fit" if not c.fits else "slow"),
+        )
+    parts: list[Any] = [tab, Text("decode tok/s at depth 0 / target depth / target context (with speculative "
+                                  "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt; "
+                                  "free = free memory per GPU in device order (GiB); q = KV quality: ref = f16, "
+                                  "~ref = q8_0 (about +0.01-0.02 perplexity), V4 = 8-bit K with 4-5 bit V, "
+                                  "4bit = 4-5 bit K and V (measurable long-context recall loss); --json has the "
+                                  "full note per candidate", style="dim")]
+    best = res.best
+    if best is not None:
+        parts.append(Text(f"\n{'Winning' if res.verdict == 'ok' else 'Closest'} command ({best.layout}):", style="bold"))
+        parts.append(Text(" ".join(best.plan.command)))
+        parts.append(Text(f"physical limit at depth 0: {best.speed.decode_limit_tok_s:.0f} tok/s "
+                          f"(bandwidth / bytes per token); predicted {best.speed.decode_tok_s:.0f} tok/s"))
+        parts.append(Text("KV: " + best.speed.kv_note))
+        if best.speed.depth_note:
+            parts.append(Text(best.speed.depth_note, style="dim"))
+        if t.decode_tok_s:
+            sp = best.speed.speculative
+            deep = best.speed.at_depth(t.ctx).decode_tok_s * (sp.speedup if sp else 1.0)
+            if deep < t.decode_tok_s:
+                parts.append(Text(f"note: with the context full ({t.ctx} tokens) decode falls to about {deep:.0f} tok/s, "
+                                  f"below the target; --target-depth N judges the target at depth N "
+                                  f"(now {t.depth})", style="yellow"))
+        parts.append(Text("decode formula: " + best.speed.formula, style="dim"))
+        if best.speed.speculative:
+            parts.append(Text("speculative: " + best.speed.speculative.formula, style="dim"))
+        parts.append(Text("prefill formula: " + best.speed.prefill.formula, style="dim"))
+    if res.verdict != "ok":
+        parts.append(Text("\nImpossible as asked:", style="bold red"))
+        for r in res.reasons:
+            parts.append(Text("  - " + r))
+    parts.append(Text(f"\n{res.evaluated} configurations evaluated in {res.elapsed_s * 1000:.0f} ms; "
+                      f"calibration: {best.speed.calibration if best else ''}", style="dim"))
+    return Group(*parts), res.to_json(), 0 if res.verdict == "ok" else 1
+
+
+# ============================================================================ CLI glue
+
+
+@dataclass(frozen=True)
+class SpeedArgs:
+    """The speed/optimiser options of ``llamarig plan`` (extracted before llama-server flags)."""
+
+    target_ctx: int | None = None
+    target_decode: float | None = None
+    target_depth: int | None = None
+    headroom: int | None = None
+    slots: int | None = None
+    vision: bool = False
+    agent: bool = False
+    acceptance: float | None = None
+    calibration: str | None = None
+    host_bandwidth_gbs: float | None = None
+
+    @property
+    def wants_optimiser(self) -> bool:
+        return self.target_ctx is not None or self.target_decode is not None
+
+    def calibration_obj(self) -> Calibration:
+        return load_calibration(self.calibration)
+
+    def targets(self, inp: PlanInputs) -> Targets:
+        """Targets for these inputs; contradictions with the given llama-server flags are errors."""
+        cfg = inp.cfg
+        if self.slots is not None and "n_parallel" in cfg.set_flags and cfg.n_parallel != self.slots:
+            raise InputError(f"--slots {self.slots} contradicts -np {cfg.n_parallel}: give one of them")
+        slots = self.slots or (cfg.n_parallel if "n_parallel" in cfg.set_flags and cfg.n_parallel > 0 else 1)
+        ctx = self.target_ctx
+        if ctx is None:
+            ctx = (cfg.n_ctx // max(1, slots)) if "n_ctx" in cfg.set_flags and cfg.n_ctx else 8192
+        elif "n_ctx" in cfg.set_flags and cfg.n_ctx and cfg.n_ctx < ctx * slots:
+            raise InputError(f"--target-ctx {ctx} x {slots} slot(s) contradicts -c {cfg.n_ctx}: give one of them")
+        return Targets(ctx=ctx, decode_tok_s=self.target_decode, decode_depth=self.target_depth,
+                       headroom=GiB if self.headroom is None else self.headroom, slots=slots,
+                       vision=self.vision, agent=self.agent, acceptance=self.acceptance)
+
+
+SPEED_HELP = """\
+Speed and optimiser options (docs/speed.md):
+  --target-ctx N            tokens every slot must hold; searches KV types, -ub, -ts, -ngl, MTP
+  --target-decode T         decode tok/s wanted (at --target-depth, default 4096)
+  --target-depth N          context depth at which --target-decode is judged
+  --headroom SIZE           free memory to keep on every GPU (default 1GiB)
+  --slots N                 parallel slots (-np N -kvu)
+  --vision                  the mmproj must be loaded
+  --agent                   rank by prefill speed (long prompts) before KV quality
+  --acceptance A            speculative acceptance per drafted position (default per family)
+  --calibration FILE        speed calibration file (default: the one `llamarig tune` wrote, else
+                            built-in; `--calibration builtin` ignores tune's file)
+  --host-bandwidth GBS      host memory bandwidth for layers in RAM / CPU-only plans
+"""
+
+_SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom", "--slots",
+                "--acceptance", "--calibration", "--host-bandwidth"}
+
+
+def _num(flag: str, v: str, kind: type) -> float:
+    try:
+        x = kind(v)
+    except ValueError:
+        raise InputError(f"{flag} {v}: not a {'whole ' if kind is int else ''}number") from None
+    return x
+
+
+def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
+    """Take the speed options out of ``plan``'s arguments (up to ``--``); the rest is returned in
+    order for the memory plan's parser."""
+    from llamarig.units import parse_size
+
+    vals: dict[str, Any] = {}
+    rest: list[str] = []
+    i = 0
+    a = list(args)
+    while i < len(a):
+        tok = a[i]
+        if tok == "--":
+            rest.extend(a[i:])
+            break
+        key, eq, val = tok.partition("=") if tok.startswith("--") else (tok, "", "")
+        if key in _SPEED_VALUE:
+            if not eq:
+                if i + 1 >= len(a):
+                    raise InputError(f"{tok}: missing value")
+                val = a[i + 1]
+                i += 1
+            if key == "--target-ctx":
+                vals["target_ctx"] = int(_num(key, val.replace("_", ""), int))
+            elif key == "--target-decode":
+                vals["target_decode"] = float(_num(key, val, float))
+            elif key == "--target-depth":
+                vals["target_depth"] = int(_num(key, val, int))
+            elif key == "--headroom":
+                vals["headroom"] = parse_size(val, "gib")
+            elif key == "--slots":
+                vals["slots"] = int(_num(key, val, int))
+            elif key == "--acceptance":
+                vals["acceptance"] = float(_num(key, val, float))
+            elif key == "--calibration":
+                vals["calibration"] = val
+            elif key == "--host-bandwidth":
+                bw = float(_num(key, val, float))
+                if not 0 < bw < 100_000:
+                    raise InputError(f"--host-bandwidth {val}: expected GB/s, e.g. 40")
+                vals["host_bandwidth_gbs"] = bw
+        elif tok == "--vision":
+            vals["vision"] = True
+        elif tok == "--agent":
+            vals["agent"] = True
+        else:
+            rest.append(tok)
+        i += 1
+    sa = SpeedArgs(**vals)
+    if sa.target_decode is not None and sa.target_decode <= 0:
+        raise InputError(f"--target-decode {sa.target_decode:g}: must be > 0 tok/s")
+    if sa.target_ctx is not None and sa.target_ctx <= 0:
+        raise InputError(f"--target-ctx {sa.target_ctx}: must be a positive number of tokens")
+    if sa.slots is not None and sa.slots <= 0:
+        raise InputError(f"--slots {sa.slots}: must be >= 1")
+    return sa, rest
