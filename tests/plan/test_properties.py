@@ -50,7 +50,14 @@ def test_plan_invariants(model, ctx, np_, kvu, ctk, ctv, fa, ub, gpus, ngl) -> N
         # only the documented contradictions
         assert "flash attention" in str(e) or "does not divide" in str(e)
         return
-    assert plan.n_ctx % 256 == 0 and plan.n_ctx >= ctx or not plan.kv_unified
+    # llama-context.cpp:290-305: n_ctx is padded to 256; without unified KV each of the n_seq
+    # streams gets pad(n_ctx / n_seq, 256) cells and n_ctx is that times n_seq
+    padded = -(-ctx // 256) * 256
+    assert plan.n_ctx % 256 == 0
+    if plan.kv_unified:
+        assert plan.n_ctx == padded and plan.n_ctx_seq == padded
+    else:
+        assert plan.n_ctx_seq == -(-(padded // plan.n_parallel) // 256) * 256 and plan.n_ctx_seq % 256 == 0
     assert plan.n_ctx_seq * (1 if plan.kv_unified else plan.n_parallel) == plan.n_ctx
     assert plan.n_ctx_slot <= (spec.n_ctx_train or plan.n_ctx_slot)
     kv_total = sum(d.get("kv") for d in plan.devices) + plan.host.get("kv")
