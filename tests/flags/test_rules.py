@@ -116,6 +116,28 @@ def test_model_rules(synth_model) -> None:
     assert "slot-ctx-above-train" not in r
 
 
+def test_truncated_gguf_is_one_finding(synth_model, tmp_path: Path) -> None:
+    """A -m GGUF that exists but cannot be read (a download cut short) is reported once, with
+    the path and the reader's error, instead of the model rules going silent."""
+    from llamarig.flags.model import model_loader
+
+    whole = synth_model("llama", n_embd=128, n_head=4, n_head_kv=2, head_dim=32).read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:200])
+    cmd = f"llama-server -m {cut} --spec-type draft-mtp -c 16384 -np 1"
+    r = rules_of(cmd, loader=model_loader(None, None))
+    [f] = r["model-unreadable"]
+    assert f.severity == "warning" and f.flag == "-m" and f.line == 1
+    assert str(cut) in f.message and "truncated header" in f.message
+    assert "mtp-without-nextn" not in r and "slot-ctx-above-train" not in r
+    # the same file given to llamarig (`check --model`): the same finding, on the command's line
+    r = rules_of("llama-server -c 4096", loader=model_loader(str(cut), None))
+    assert [f.flag for f in r["model-unreadable"]] == [None]
+    # a readable model gives none
+    assert "model-unreadable" not in rules_of(cmd.replace(str(cut), str(synth_model("llama", n_embd=128, n_head=4, n_head_kv=2, head_dim=32))),
+                                              loader=model_loader(None, None))
+
+
 @pytest.mark.server
 @pytest.mark.parametrize(("args", "log"), [
     (["--spec-type", "draft-mtp"], "context type MTP requested but model doesn't contain MTP layers"),

@@ -42,7 +42,7 @@ def model_loader(explicit_model: str | None, base_dir: Path | None):
                     except Exception as e:  # a broken file must not crash the linter
                         cache[key] = (None, f"{c}: {e}")
                 spec, err = cache[key]
-                return replace(ctx, model_spec=spec, model_error=err)
+                return replace(ctx, model_spec=spec, model_path=key, model_error=err)
         # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
         from llamarig.catalogue.models import build_spec, find_model, is_catalogue_id
 

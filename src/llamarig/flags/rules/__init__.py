@@ -59,6 +59,7 @@ RULES: tuple[Rule, ...] = (
     combinations.default_values,
     environment.env_vars,
     safety.public_listen,
+    model.model_unreadable,
     model.mtp_without_nextn,
     model.slot_ctx_above_train,
     model.amx_tile_crash,

@@ -25,7 +25,8 @@ class Context:
     model_ref: str | None = None  # `check --model` (GGUF path or catalogue id)
     need_ctx: int | None = None  # `check --need-ctx`: tokens one request needs (prompt + output)
     model_spec: Any = None  # llamarig.gguf.spec.ModelSpec of -m when readable
-    model_error: str | None = None
+    model_path: str | None = None  # the GGUF file -m (or `check --model`) names, when it exists
+    model_error: str | None = None  # why that file could not be read (rule model-unreadable)
     #: (model_ref, mmproj_arg, gpus, ram_bytes, argv) -> Plan, for the memory rule (check --gpu)
     planner: Callable[..., Any] | None = None
 

@@ -1,5 +1,6 @@
 """Rules that need the model: its GGUF header (``-m``, or ``check --model``), read by
-llamarig.flags.model into ``Context.model_spec``; without a model these rules stay silent."""
+llamarig.flags.model into ``Context.model_spec``. A GGUF that is there but cannot be read is
+itself a finding (model-unreadable); without a model the other rules here stay silent."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ from llamarig.flags.argv import int_of, kv_unified, last_int
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.rules.context import Subject
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
+
+
+def model_unreadable(s: Subject) -> list[Finding]:
+    """model-unreadable: the GGUF file given is there but its header cannot be read (truncated,
+    not a GGUF...), so the rules that need the model are skipped."""
+    ctx, r = s.ctx, s.reading
+    if ctx.model_error is None:
+        return []
+    path = ctx.model_path or "the model"
+    err = ctx.model_error.removeprefix(f"{path}: ")
+    u = r.last("--model")
+    return [finding("model-unreadable", Severity.WARNING, u.line if u else s.inv.line, u.spelling if u else None,
+                    f"`{path}` cannot be read as a GGUF ({err}): the checks that need the model "
+                    "(MTP layers, training context, AMX, cache shifting) are skipped",
+                    "point -m at a complete GGUF file (a download may have stopped early)", s.k,
+                    u.passed if u else True)]
 
 
 def mtp_without_nextn(s: Subject) -> list[Finding]:
