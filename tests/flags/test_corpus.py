@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from llamarig.flags.readers import is_server_program, parse_text
-from llamarig.flags.rules import PARSE_RULES, lint
+from llamarig.flags.rules import PARSE_RULES, Context, lint
 from llamarig.flags.schema import load_bundled, schema_from_binary
 
 CORPUS = Path(__file__).with_name("corpus.yaml")
@@ -115,9 +115,23 @@ def test_corpus_agrees_with_binary(entry, server_bin: Path, real_schema, tmp_pat
             assert any(bad in (x or "") for x in flagged), (entry["id"], bad, flagged)
 
 
-def test_corpus_bundled_schema_same_verdicts() -> None:
-    """Without a binary the bundled schema gives the same parse verdicts (no server needed)."""
-    s = load_bundled()
-    for e in ENTRIES:
-        _, findings = lint(parse_text(e["cmd"]), s)
-        assert isinstance(findings, list)
+@pytest.fixture(scope="module")
+def bundled_schema():
+    return load_bundled()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_corpus_bundled_schema_same_verdicts(entry, real_schema, bundled_schema) -> None:
+    """The bundled schema (what `check --bundled` and a machine without llama-server use) gives
+    every corpus line the same verdict as the schema read from the binary's --help: the same
+    accept/reject, and the same findings (rule, severity, line, flag, message)."""
+    parsed = parse_text(entry["cmd"])
+
+    def verdict(schema) -> tuple[bool, list[tuple]]:
+        _, findings = lint(parsed, schema, Context(physical_cores=8))
+        rejected = any(f.rule in PARSE_RULES and f.severity == "error" for f in findings)
+        return rejected, [(f.rule, f.severity, f.line, f.flag, f.message) for f in findings]
+
+    assert bundled_schema.source == "bundled" and real_schema.source != "bundled"
+    assert verdict(bundled_schema) == verdict(real_schema), entry["id"]
