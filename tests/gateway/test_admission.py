@@ -17,6 +17,7 @@ from llamarig.gateway.admission import (
 )
 from llamarig.gateway.backends import Affinity, BackendState, choose_backend
 from llamarig.gateway.config import BackendConfig
+from llamarig.gateway.errors import BackendError
 
 PROPS = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 4}
 
@@ -30,7 +31,7 @@ def test_pool_from_props() -> None:
     p = pool_from_props({"default_generation_settings": {"n_ctx": 262144}, "total_slots": 4},
                         pool_tokens=307200, slots=None, slot_ctx=None, unified=True, safety=0.9)
     assert p.pool_tokens == 276480 and p.slot_ctx == 262144 and p.source == "props+config"
-    with pytest.raises(ValueError):
+    with pytest.raises(BackendError, match="n_ctx"):  # a ServerError of the project's error tree
         pool_from_props({}, pool_tokens=None, slots=None, slot_ctx=None, unified=True)
     assert pool_from_props(None, pool_tokens=100, slots=2, slot_ctx=50, unified=True).source == "config"
 
@@ -152,3 +153,20 @@ def test_randomized_cancellations_leave_nothing_reserved() -> None:
         assert led.total_reserved() == 0 and led.total_in_flight() == 0
         assert adm.queued == 0 and adm.per_key == {} and not led.active
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_gateway_errors_are_in_the_project_error_tree() -> None:
+    from llamarig.errors import LlamarigError, ServerError
+    from llamarig.gateway import admission, tiers
+    from llamarig.gateway.errors import GatewayError, RequestError
+    from llamarig.gateway.upstream import UpstreamConnectError, UpstreamError, UpstreamPayloadError
+
+    assert admission.Rejected is Rejected and tiers.RequestError is RequestError  # old import paths
+    for cls in (Rejected, RequestError):
+        assert issubclass(cls, GatewayError) and issubclass(cls, LlamarigError)
+    for cls in (BackendError, UpstreamError, UpstreamConnectError, UpstreamPayloadError):
+        assert issubclass(cls, ServerError)
+    e = Rejected(429, "queue_full", "busy", 3)
+    assert str(e) == "busy" and e.body()["error"]["retry_after"] == 3
+    assert RequestError(400, "bad", param="x").body() == {
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "x", "code": None}}

@@ -20,6 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamarig.gateway.errors import BackendError
+from llamarig.gateway.errors import Rejected as Rejected  # re-exported (it was defined here)
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -51,12 +54,12 @@ def pool_from_props(props: Mapping[str, Any] | None, *, pool_tokens: int | None,
     p_slots = (props or {}).get("total_slots")
     if slot_ctx is None:
         if not isinstance(p_slot, int) or p_slot <= 0:
-            raise ValueError("backend /props has no default_generation_settings.n_ctx")
+            raise BackendError("backend /props has no default_generation_settings.n_ctx")
         slot_ctx = p_slot
         src.append("props")
     if slots is None:
         if not isinstance(p_slots, int) or p_slots <= 0:
-            raise ValueError("backend /props has no total_slots")
+            raise BackendError("backend /props has no total_slots")
         slots = p_slots
         if "props" not in src:
             src.append("props")
@@ -115,21 +118,6 @@ class Ledger:
 
     def total_in_flight(self) -> int:
         return sum(self.in_flight.values())
-
-
-class Rejected(Exception):
-    """Not admitted: HTTP ``status`` (429 or 503), a short ``code``, a message and Retry-After."""
-
-    def __init__(self, status: int, code: str, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retry_after = retry_after
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": "rate_limit_error" if self.status == 429 else "server_error",
-                          "param": None, "code": self.code, "retry_after": self.retry_after}}
 
 
 @dataclass

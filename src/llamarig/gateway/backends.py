@@ -20,6 +20,7 @@ import aiohttp
 
 from llamarig.gateway.admission import Ledger, Pool, pool_from_props
 from llamarig.gateway.config import BackendConfig, GatewayConfig
+from llamarig.gateway.errors import BackendError
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -175,11 +176,11 @@ class Backends:
             async with self.session.get(st.cfg.url + "/health", timeout=timeout, headers=st.headers()) as r:
                 await r.read()
                 if r.status != 200:
-                    raise RuntimeError(f"/health answered {r.status}")
+                    raise BackendError(f"/health answered {r.status}")
             if st.pool is None or not st.healthy or st.checks % 12 == 0:
                 async with self.session.get(st.cfg.url + "/props", timeout=timeout, headers=st.headers()) as r:
                     if r.status != 200:
-                        raise RuntimeError(f"/props answered {r.status}")
+                        raise BackendError(f"/props answered {r.status}")
                     props = json.loads(await r.read())
                 b = st.cfg
                 st.pool = pool_from_props(props, pool_tokens=b.pool_tokens, slots=b.slots, slot_ctx=b.slot_ctx,
@@ -195,7 +196,7 @@ class Backends:
                             names.extend(m.get("aliases") or [])
                         st.models = [n for n in names if isinstance(n, str)]
             self.mark_ok(st)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError) as e:
+        except (BackendError, aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError) as e:
             self.mark_failure(st.name, f"{type(e).__name__}: {e}")
         finally:
             st.checks += 1

@@ -37,7 +37,8 @@ MAX_HEAD_BYTES = 64 * 1024
 
 
 class Headers(dict[str, str]):
-    """Header names stored lower-case; ``get``/``[]``/``in`` are case-insensitive."""
+    """Header names stored lower-case; ``get``/``[]``/``in`` are case-insensitive. Used for
+    request headers here and for response headers by the upstream client (gateway/upstream.py)."""
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         return super().get(key.lower(), default)

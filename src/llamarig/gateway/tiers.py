@@ -28,6 +28,9 @@ from functools import lru_cache
 from typing import Any
 
 from llamarig.gateway.config import GatewayConfig, KeyConfig, TierConfig
+from llamarig.gateway.errors import (
+    RequestError as RequestError,  # re-exported (it was defined here)
+)
 
 #: endpoint kinds
 CHAT = "chat"  # /v1/chat/completions
@@ -36,22 +39,6 @@ NATIVE = "native"  # llama-server /completion
 
 #: tokens charged per image by the local estimate (the backend count is exact)
 ESTIMATE_IMAGE_TOKENS = 1024
-
-
-class RequestError(Exception):
-    """A client error turned into an OpenAI-style error body."""
-
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_
-        self.code = code
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 @dataclass(frozen=True)

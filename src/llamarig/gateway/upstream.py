@@ -33,12 +33,16 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from llamarig.errors import ServerError
+from llamarig.gateway.http import Headers
+from llamarig.units import MiB
+
 #: bytes buffered for the reader before the socket stops being read
-HIGH_WATER = 1 << 20
-LOW_WATER = 1 << 18
+HIGH_WATER = MiB
+LOW_WATER = MiB // 4
 
 
-class UpstreamError(Exception):
+class UpstreamError(ServerError):
     """The backend could not be reached or its response broke off."""
 
 
@@ -48,19 +52,6 @@ class UpstreamConnectError(UpstreamError):
 
 class UpstreamPayloadError(UpstreamError):
     """The response started but broke off, or is not valid HTTP/1.1."""
-
-
-class Headers(dict[str, str]):
-    """Response headers with case-insensitive ``get`` (keys are stored lower-case)."""
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        return super().get(key.lower(), default)
-
-    def __getitem__(self, key: str) -> str:
-        return super().__getitem__(key.lower())
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and super().__contains__(key.lower())
 
 
 class _Conn(asyncio.Protocol):

@@ -1,0 +1,65 @@
+"""The gateway's branch of the project's error tree (llamarig.errors).
+
+- :class:`GatewayError` (a LlamarigError): an error the gateway answers over HTTP, with a status
+  and an OpenAI-style body;
+  - :class:`RequestError`: the request cannot be served as sent (4xx), or its backend failed
+    before the answer started (502);
+  - :class:`Rejected`: not admitted now (429 queue full / timeout / key limit, 503 no backend),
+    with Retry-After;
+- :class:`BackendError` (a ServerError): a backend answered its health or ``/props`` check with
+  something the gateway cannot use; the backend is marked failed, nothing reaches a client.
+
+The upstream client's errors (llamarig.gateway.upstream.UpstreamError and its subclasses) are
+ServerErrors too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamarig.errors import LlamarigError, ServerError
+
+
+class GatewayError(LlamarigError):
+    """An error answered over HTTP: ``status`` and :meth:`body` (OpenAI's error shape)."""
+
+    status: int = 500
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": "server_error", "param": None, "code": None}}
+
+
+class RequestError(GatewayError):
+    """A client error (or a failed backend before the answer started) turned into an OpenAI-style
+    error body."""
+
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class Rejected(GatewayError):
+    """Not admitted: HTTP ``status`` (429 or 503), a short ``code``, a message and Retry-After."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": "rate_limit_error" if self.status == 429 else "server_error",
+                          "param": None, "code": self.code, "retry_after": self.retry_after}}
+
+
+class BackendError(ServerError):
+    """A backend's health check or ``/props`` answer is unusable (non-200, fields missing)."""
