@@ -1,6 +1,9 @@
-"""The field reports (tests/fixtures/seeds) as fixtures: the scripts of seed 000 are in
-tests/flags/fixtures/ as the user had them (the chat rendering ate the `#` of the comment lines
-and some trailing backslashes)."""
+"""The field reports (tests/fixtures/seeds) as fixtures. The scripts of the RTX 3090 field report
+(tests/fixtures/seeds/000_3d5d35932c1dd60e.txt) are in tests/flags/fixtures/seed000_*.sh as the
+user had them (the chat rendering ate the `#` of the comment lines and some trailing
+backslashes); seed002.sh is the launch of the two-GPU tensor-split report
+(002_2e0f1c791d28df3e.txt), seed004.service the systemd unit of the 307K-context MTP report
+(004_d9cc8479c3afbc2e.txt)."""
 
 from __future__ import annotations
 
@@ -119,7 +122,7 @@ def test_fix_output_has_no_errors_and_keeps_intent() -> None:
 
 @pytest.mark.server
 def test_fixed_seed_starts_real_server(synth_model, llama_server, tmp_path: Path) -> None:
-    """The --fix output of seed 000's last script is accepted by the real llama-server: it
+    """The --fix output of the RTX 3090 report's last script is accepted by the real llama-server: it
     starts with a tiny synthetic llama model in place of -m, without --mmproj, on loopback."""
     parsed, readings, fs = check("seed000_user_final.sh")
     fixed = fix_text(parsed, readings, fs, SCHEMA)

@@ -23,9 +23,10 @@ class Folklore:
     zh: str = ""
 
 
-# Verdicts of llama-server-truth.md section 3, confirmed against common/arg.cpp of build 11434
-# (none of these spellings is registered by add_opt) and by running the real binary
-# (tests/flags/test_corpus.py).
+# Flags seen in users' scripts (the field reports in tests/fixtures/seeds, guides, other tools),
+# checked against common/arg.cpp of build 11434 (none of these spellings is registered by
+# add_opt) and by running the real binary (tests/flags/test_corpus.py). The one table of
+# folklore advice: plan/config.py takes what to write instead from here.
 FOLKLORE: dict[str, Folklore] = {
     "--max-slots": Folklore("number of concurrent slots", "use `-np/--parallel N`",
                             replace=("--parallel", "{v}"), zh="并发槽位数：用 `-np/--parallel N`"),
