@@ -213,7 +213,7 @@ def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_
     if not _has(a, "--port"):
         a += ["--port", str(port)]
     if verbose_log and not _has(a, "-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose"):
-        # buffer sizes are libllama INFO lines, shown at verbosity 4 (common/log.cpp; truth.md 4.7)
+        # buffer sizes are libllama INFO lines, shown at verbosity 4 (common/log.cpp:532-540)
         a += ["-lv", "4"]
     return [binary] + a
 

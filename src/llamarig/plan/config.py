@@ -1,7 +1,7 @@
 """The llama-server settings that decide memory, as a frozen dataclass, and a parser for them.
 
 Spellings, defaults and value rules follow common/arg.cpp and common/common.h of llama.cpp
-build 11434 (see /work/shared/reference/llama-server-truth.md sections 1-2). Only the flags that
+build 11434 (common/arg.cpp at build 11434). Only the flags that
 change memory are modelled; every other llama-server flag is accepted and ignored (listed in
 ``ServerConfig.ignored``) so that a whole command line can be pasted after ``--``.
 """
@@ -88,7 +88,7 @@ class ServerConfig:
     @property
     def flash_attn_enabled(self) -> bool:
         """auto resolves to enabled on CPU/CUDA/Metal unless the K/V types force the non-FA path
-        (llama-context.cpp:509-560; truth.md 2.2). iq4_nl K with f16 V under CUDA disables it."""
+        (llama-context.cpp:509-560; ggml/src/ggml-cuda/fattn.cu). iq4_nl K with f16 V under CUDA disables it."""
         return self.flash_attn != "off"
 
     @property

@@ -1,6 +1,6 @@
 """Parse llama-server's memory lines (printed at ``-lv 4``) into numbers.
 
-Formats from llama.cpp build 11434 (see /work/shared/reference/llama-server-truth.md 4.7):
+Formats from llama.cpp build 11434 (libllama INFO lines, printed at -lv 4: common/log.cpp:532-540):
 - ``load_tensors: %12s model buffer size = %8.2f MiB`` (src/llama-model.cpp)
 - ``llama_kv_cache: %10s KV buffer size = %8.2f MiB`` and the ``llama_kv_cache: size = ...``
   summary (src/llama-kv-cache.cpp:291-303)

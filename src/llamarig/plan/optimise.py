@@ -7,7 +7,7 @@ speed model, speed.speed_report):
 - KV cache types the backend runs well: on CUDA only the default-compiled flash-attention vector
   pairs q4_0/q4_0, q8_0/q8_0, f16/f16 (ggml/CMakeLists.txt:208, fattn.cu:496-538) plus K q8_0 /
   V q4_0 (runs, converting to f16: slower); iq4_nl is never proposed on CUDA (no FA kernel:
-  attention would run on the CPU, llama-server-truth.md 2.2)
+  attention would run on the CPU, ggml/src/ggml-cuda/fattn.cu)
 - ``-c`` = target context x slots, ``-np`` slots, ``-kvu`` when slots > 1
 - ``-ub`` 512/1024/2048 (``-b`` >= ``-ub``)
 - GPU layout: all layers on the GPUs; several GPUs: ``-ts`` filling the fastest GPU first (layer

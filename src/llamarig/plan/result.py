@@ -1,6 +1,6 @@
 """Plan inputs and results: frozen dataclasses, every figure with the formula behind it.
 
-``Plan.speed`` is a slot for the speed model (issue 4); the memory model leaves it None.
+``Plan.speed`` is filled by the speed model (plan/speed.py); the memory model leaves it None.
 The JSON form is documented in docs/plan.md.
 """
 
@@ -114,7 +114,7 @@ class Plan:
     command: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    speed: Any = None  # filled by the speed model (issue 4)
+    speed: Any = None  # filled by the speed model (plan/speed.py)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

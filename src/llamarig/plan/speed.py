@@ -58,7 +58,7 @@ class KVPath:
 
 
 def kv_path(backend: str, type_k: str, type_v: str, flash_attn: str = "auto") -> KVPath:
-    """The flash-attention path llama.cpp takes (llama-server-truth.md 2.2; fattn.cu:496-538,
+    """The flash-attention path llama.cpp takes (ggml/src/ggml-cuda/fattn.cu:496-538,
     llama-context.cpp:509-560). Only CUDA/ROCm (ggml-cuda) have these restrictions modelled."""
     if backend not in ("CUDA", "ROCm"):
         return KVPath("fast", 1.0, f"{backend}: flash attention handles K {type_k} / V {type_v}")
@@ -599,7 +599,7 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
             phrase = f"kv {x.eff.kv:g} from {cal.source}"
         elif x.backend == "CUDA":
             pair = True
-            phrase = (f"kv {x.eff.kv:g} rests on one measured pair (seed 000, RTX 3090: 43 -> 37-38.5 tok/s "
+            phrase = (f"kv {x.eff.kv:g} rests on one measured pair (the RTX 3090 field report: 43 -> 37-38.5 tok/s "
                       "at 30-45K depth)")
         else:
             phrase = f"kv {x.eff.kv:g} is assumed ({x.backend}: no measured point at depth)"

@@ -11,7 +11,7 @@ from typing import Any
 from llamarig import __version__
 
 _NUM = re.compile(r"^-\d+(\.\d+)?$")
-#: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode; truth.md 2.11)
+#: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
 MLOCK_MODES = ("mlock", "mmap+mlock")
 
 
