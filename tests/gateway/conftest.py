@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
@@ -19,9 +20,19 @@ from llamarig.gateway.server import Gateway
 T = TypeVar("T")
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """asyncio's loop; ``LLAMARIG_TEST_LOOP=uvloop`` runs the gateway tests on uvloop (what
+    ``llamarig gateway`` uses where it is installed)."""
+    if os.environ.get("LLAMARIG_TEST_LOOP") == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class LoopThread:
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = _new_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self._cleanups: list[Any] = []

@@ -7,6 +7,18 @@ slot are deferred without bound (server-queue.cpp ``queue_tasks_deferred``). So 
 admitted only when ``reserved + prompt_tokens + max_tokens <= pool`` and a slot is free.
 
 Everything here runs on one asyncio event loop: no locks; state changes are synchronous.
+
+Ownership: a reservation has exactly one owner at every moment, and is released exactly once.
+``try_acquire`` returns it to its caller. A queued request holds a :class:`Ticket`: ``pump()``
+hands the reservation to the ticket (synchronously, when it fits), and the ticket owns it until
+``take()`` passes it to the caller, in the same synchronous step in which the caller learns it
+was admitted. A caller that leaves (cancelled, client gone, any exception) calls ``abandon()``,
+which leaves the queue or releases what the ticket was handed but not yet taken. No
+``asyncio.wait_for`` sits between the queue and the request: Python 3.11's ``wait_for`` returns
+the inner result and swallows a cancellation that arrives after its inner future is done, which
+is how a request admitted and cancelled in the same loop turn used to end holding its
+reservation. Deadlines are timer callbacks that reject a waiter only while it is still queued.
+``Ledger.release`` and ``Admission.release`` are idempotent.
 """
 
 from __future__ import annotations
@@ -142,7 +154,51 @@ class _Waiter:
     req: AdmitRequest = field(compare=False)
     fut: asyncio.Future[Reservation] = field(compare=False)
     enqueued: float = field(compare=False, default=0.0)
-    gone: bool = field(compare=False, default=False)
+    gone: bool = field(compare=False, default=False)  # left the queue (admitted, dropped, rejected)
+    taken: bool = field(compare=False, default=False)  # the reservation passed to the caller or released
+    timer: asyncio.TimerHandle | None = field(compare=False, default=None)
+
+
+class Ticket:
+    """A queued request's place in the queue, and the owner of the reservation ``pump()`` hands it
+    until :meth:`take` passes it on. Every ticket ends with ``take()`` or ``abandon()``."""
+
+    __slots__ = ("_adm", "_w")
+
+    def __init__(self, adm: Admission, w: _Waiter) -> None:
+        self._adm = adm
+        self._w = w
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait until admitted or rejected (True) or ``timeout`` seconds (False). Cancelling the
+        caller leaves the ticket as it is: the caller must ``abandon()`` it."""
+        fut = self._w.fut
+        if not fut.done():
+            await asyncio.wait((fut,), timeout=timeout)
+        return fut.done()
+
+    def take(self) -> Reservation:
+        """The reservation, now the caller's to release; Rejected when not admitted. Call after
+        ``wait()`` said True; synchronous, so nothing can come between the hand-over and the caller."""
+        fut = self._w.fut
+        if not fut.done():
+            raise AssertionError("Ticket.take() before the ticket is done")
+        r = fut.result()  # raises Rejected (or CancelledError after an abandon)
+        self._w.taken = True
+        return r
+
+    def abandon(self) -> None:
+        """The caller is gone: leave the queue, or release the reservation handed to the ticket
+        and not taken. Idempotent; a no-op after ``take()``."""
+        w = self._w
+        if w.taken:
+            return
+        fut = w.fut
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            w.taken = True
+            self._adm.release(fut.result())  # admitted, but the caller is gone
+        else:
+            self._adm._drop(w)
 
 
 class Admission:
@@ -210,11 +266,10 @@ class Admission:
             self._key_inc(req.key)
         return r
 
-    async def acquire(self, req: AdmitRequest, deadline: float | None = None) -> Reservation:
-        """A reservation, or Rejected. Cancelling the caller never leaks a reservation."""
-        r = self.try_acquire(req)
-        if r is not None:
-            return r
+    def enqueue(self, req: AdmitRequest, deadline: float | None = None) -> Ticket:
+        """Queue ``req`` (after ``try_acquire`` said no): a Ticket, or Rejected(queue_full). The
+        ticket is rejected with queue_timeout at ``deadline`` (default: ``queue_timeout_s``
+        from now) unless admitted first."""
         ahead = bool(self._heap)
         if self._queued >= self.queue_size:
             raise self._reject(429, "queue_full", f"KV pool busy and the queue is full ({self.queue_size} waiting)")
@@ -223,33 +278,51 @@ class Admission:
         heapq.heappush(self._heap, w)
         self._queued += 1
         self._key_inc(req.key)
+        timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+        w.timer = loop.call_later(timeout, self._expire, w, timeout)
         if ahead:
             self.pump()  # first fit: it may fit beside the waiters ahead of it
-        timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+        return Ticket(self, w)
+
+    async def acquire(self, req: AdmitRequest, deadline: float | None = None) -> Reservation:
+        """A reservation, or Rejected. Cancelling the caller never leaks a reservation, even when
+        the cancellation arrives in the loop turn in which the request was admitted."""
+        r = self.try_acquire(req)
+        if r is not None:
+            return r
+        t = self.enqueue(req, deadline)
         try:
-            return await asyncio.wait_for(asyncio.shield(w.fut), timeout)
-        except asyncio.TimeoutError:
-            if w.fut.done() and not w.fut.cancelled():
-                return w.fut.result()  # admitted at the last moment
-            self._drop(w)
-            self._key_dec(req.key)
-            raise self._reject(429, "queue_timeout",
-                               f"KV pool full: waited {timeout:.1f} s for {req.tokens} tokens "
-                               f"(prompt + max_tokens) without a fit") from None
-        except asyncio.CancelledError:
-            if w.fut.done() and not w.fut.cancelled():
-                self.release(w.fut.result())  # admitted, but the caller is gone
-            else:
-                self._drop(w)
-                self._key_dec(req.key)
+            await t.wait()
+            return t.take()
+        except BaseException:
+            t.abandon()
             raise
 
+    def _expire(self, w: _Waiter, timeout: float) -> None:
+        """The deadline of a waiter passed (a timer callback): reject it unless admitted."""
+        if w.fut.done() or not self._leave(w):
+            return
+        w.fut.set_exception(self._reject(429, "queue_timeout",
+                                         f"KV pool full: waited {timeout:.1f} s for {w.req.tokens} tokens "
+                                         f"(prompt + max_tokens) without a fit"))
+
+    def _leave(self, w: _Waiter) -> bool:
+        """Take a waiter out of the queue without admitting it (its key count goes back). False
+        when it had left already; its future is the caller's to settle."""
+        if w.gone:
+            return False
+        w.gone = True
+        self._queued -= 1
+        self._key_dec(w.req.key)
+        if w.timer is not None:
+            w.timer.cancel()
+        return True
+
     def _drop(self, w: _Waiter) -> None:
-        if not w.gone:
-            w.gone = True
-            self._queued -= 1
-            if not w.fut.done():
-                w.fut.cancel()
+        """Take a waiter out of the queue without admitting it; its future, if pending, is
+        cancelled. Idempotent."""
+        if self._leave(w) and not w.fut.done():
+            w.fut.cancel()
 
     def _key_inc(self, key: str | None) -> None:
         if key is not None:
@@ -272,16 +345,16 @@ class Admission:
             self.pump()
 
     def pump(self) -> None:
-        """Admit queued requests that fit now, in priority order (first fit)."""
+        """Admit queued requests that fit now, in priority order (first fit). Each admitted
+        waiter's ticket owns its reservation from here until ``take()`` or ``abandon()``."""
         if not self._heap:
             return
         kept: list[_Waiter] = []
         for w in sorted(self._heap):
             if w.gone:
                 continue
-            if w.fut.done():  # cancelled
-                w.gone = True
-                self._queued -= 1
+            if w.fut.done():  # cancelled from outside: no longer waiting
+                self._drop(w)
                 continue
             r = self._try(w.req)
             if r is None:
@@ -289,6 +362,8 @@ class Admission:
                 continue
             w.gone = True
             self._queued -= 1
+            if w.timer is not None:
+                w.timer.cancel()
             w.fut.set_result(r)
         heapq.heapify(kept)
         self._heap = kept
@@ -296,8 +371,7 @@ class Admission:
     def reject_all(self, code: str, message: str) -> None:
         """Fail every waiter (shutdown)."""
         for w in self._heap:
-            if not w.gone and not w.fut.done():
+            if self._leave(w) and not w.fut.done():
                 w.fut.set_exception(self._reject(503, code, message))
-            w.gone = True
         self._heap = []
         self._queued = 0

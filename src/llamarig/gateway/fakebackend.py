@@ -3,7 +3,8 @@
 It answers the endpoints the gateway uses (/health, /props, /v1/models, /metrics, /tokenize,
 /v1/chat/completions/input_tokens, /v1/chat/completions, /v1/completions, /completion) with
 llama-server-shaped JSON and SSE, and can misbehave on request: answer 503/500, stall before
-the first byte, die mid-stream. It records what it received and how many streams were closed
+the first byte, die mid-stream, pause until the test sets an event, crash (``kill``) and come
+back (``start`` on its old port). It records what it received and how many streams were closed
 by the client (the gateway must close upstream when its own client goes away).
 
 Not a model: tokens are the word "tok". ``python -m llamarig.gateway.fakebackend --port 8081``.
@@ -33,6 +34,10 @@ class FakeBehaviour:
     loading: bool = False  # /health answers 503 {"message":"Loading model"}
     n_ctx: int = 4096
     total_slots: int = 4
+    #: a paused backend: while this event is not set, streams hold after ``gate_after`` tokens
+    #: and whole answers are not sent (tests drive the timing by events, not sleeps); None: never
+    gate: asyncio.Event | None = None
+    gate_after: int = 1
 
 
 @dataclass
@@ -64,8 +69,14 @@ class FakeBackend:
     def __init__(self, behaviour: FakeBehaviour | None = None) -> None:
         self.b = behaviour or FakeBehaviour()
         self.stats = FakeStats()
-        self.app = web.Application()
-        r = self.app.router
+        self.app = self._make_app()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+        self._served = False  # an aiohttp app serves one runner: a restart builds a new one
+
+    def _make_app(self) -> web.Application:
+        app = web.Application()
+        r = app.router
         r.add_get("/health", self.health)
         r.add_get("/props", self.props)
         r.add_get("/v1/models", self.models)
@@ -75,15 +86,19 @@ class FakeBackend:
         r.add_post("/v1/chat/completions", functools.partial(self.generate, kind="chat"))
         r.add_post("/v1/completions", functools.partial(self.generate, kind="cmpl"))
         r.add_post("/completion", functools.partial(self.generate, kind="native"))
-        self.runner: web.AppRunner | None = None
-        self.port = 0
+        return app
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, port: int = 0) -> FakeBackend:
-        self.runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        """Listen on ``port`` (0: any free one). After ``stop()``/``kill()`` it can start again,
+        on its old port: ``start(fb.port)``."""
+        if self._served:
+            self.app = self._make_app()
+        self._served = True
+        self.runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", port)
         await site.start()
@@ -94,6 +109,15 @@ class FakeBackend:
         if self.runner:
             await self.runner.cleanup()
             self.runner = None
+
+    async def kill(self) -> None:
+        """Die like a crashed process: every open connection reset at once, then the port closed."""
+        server = self.runner.server if self.runner else None
+        if server is not None:
+            for proto in list(server.connections):
+                if proto.transport is not None:
+                    proto.transport.abort()
+        await self.stop()
 
     # -- info endpoints
     async def health(self, q: web.Request) -> web.Response:
@@ -141,6 +165,8 @@ class FakeBackend:
         n = _n(body, b.tokens)
         timings = {"prompt_n": 5, "cache_n": 0, "predicted_n": n, "prompt_ms": 1.0, "predicted_ms": 1.0}
         if not body.get("stream"):
+            if b.gate is not None:
+                await b.gate.wait()
             self.stats.completed += 1
             text = "tok" * n
             if kind == "chat":
@@ -167,6 +193,8 @@ class FakeBackend:
                     assert q.transport is not None
                     q.transport.abort()  # the backend "dies": connection reset mid-stream
                     return resp
+                if b.gate is not None and i == b.gate_after:
+                    await b.gate.wait()
                 await resp.write(chunk)
                 if b.token_interval_s:
                     await asyncio.sleep(b.token_interval_s)
