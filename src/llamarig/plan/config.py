@@ -269,68 +269,63 @@ def _ot(flag: str, v: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-#: flag spelling -> (field, kind). kind: int, int0 (>=0), int1 (>=1), kv, str, true, false,
-#: fa, ngl, ts, ot, spec, sm, lm, onoff, list, path
-_FLAGS: dict[str, tuple[str, str]] = {}
+#: llama-server option (the schema's canonical name, llamarig.flags.schema) -> (field, kind).
+#: Spellings, aliases, negations and how many values an option takes come from the flag schema
+#: of the pinned build; this map says only which ServerConfig field an option sets and how its
+#: value reads. kind: int, int0 (>=0), int1 (>=1), kv, true (a flag), bool (True for the
+#: positive spelling, False for a negation), notbool (the reverse), fa, ngl, ts, ot, otd, spec,
+#: specdefault, sm, lm, onoff, mibs, list, path
+_FIELDS: dict[str, tuple[str, str]] = {
+    "--ctx-size": ("n_ctx", "int0"),
+    "--parallel": ("n_parallel", "int1"),
+    "--kv-unified": ("kv_unified", "bool"),
+    "--kv-unified-per-slot": ("kv_unified_per_slot", "int0"),
+    "--cache-type-k": ("cache_type_k", "kv"),
+    "--cache-type-v": ("cache_type_v", "kv"),
+    "--spec-draft-type-k": ("cache_type_k_draft", "kv"),
+    "--spec-draft-type-v": ("cache_type_v_draft", "kv"),
+    "--flash-attn": ("flash_attn", "fa"),
+    "--batch-size": ("n_batch", "int0"),
+    "--ubatch-size": ("n_ubatch", "int0"),
+    "--gpu-layers": ("n_gpu_layers", "ngl"),
+    "--split-mode": ("split_mode", "sm"),
+    "--tensor-split": ("tensor_split", "ts"),
+    "--main-gpu": ("main_gpu", "int0"),
+    "--n-cpu-moe": ("n_cpu_moe", "int0"),
+    "--n-cpu-ffn": ("n_cpu_ffn", "int0"),  # common/arg.cpp:2780-2789
+    "--cpu-moe": ("cpu_moe", "true"),
+    "--override-tensor": ("override_tensor", "ot"),
+    "--kv-offload": ("no_kv_offload", "notbool"),
+    "--swa-full": ("swa_full", "true"),
+    "--cache-ram": ("cache_ram_mib", "int"),
+    "--ctx-checkpoints": ("ctx_checkpoints", "int0"),
+    "--checkpoint-min-step": ("checkpoint_min_step", "int0"),
+    "--spec-type": ("spec_types", "spec"),
+    "--spec-draft-n-max": ("spec_draft_n_max", "int0"),
+    "--load-mode": ("load_mode", "lm"),
+    "--fit": ("fit", "onoff"),
+    "--fit-target": ("fit_target_mib", "mibs"),
+    "--fit-ctx": ("fit_ctx", "int0"),
+    "--mmproj-offload": ("mmproj_offload", "bool"),
+    "--repack": ("repack", "bool"),
+    "--no-host": ("no_host", "true"),
+    "--model": ("model", "path"),
+    "--mmproj": ("mmproj", "path"),
+    "--image-max-tokens": ("image_max_tokens", "int0"),
+    "--spec-draft-model": ("draft_model", "path"),
+    "--device": ("devices", "list"),
+    "--rpc": ("rpc", "list"),
+    "--embedding": ("embeddings", "true"),
+    "--spec-default": ("spec_types", "specdefault"),
+    # draft model placement (common/arg.cpp:4126-4145, 4238-4262)
+    "--spec-draft-ngl": ("n_gpu_layers_draft", "ngl"),
+    "--spec-draft-device": ("devices_draft", "list"),
+    "--spec-draft-override-tensor": ("override_tensor_draft", "otd"),
+    "--spec-draft-cpu-moe": ("cpu_moe_draft", "true"),
+    "--spec-draft-n-cpu-moe": ("n_cpu_moe_draft", "int0"),
+    "--hf-repo": ("hf_repo", "path"),
+}
 
-
-def _reg(names: str, fld: str, kind: str) -> None:
-    for n in names.split():
-        _FLAGS[n] = (fld, kind)
-
-
-_reg("-c --ctx-size", "n_ctx", "int0")
-_reg("-np --parallel", "n_parallel", "int1")
-_reg("-kvu --kv-unified", "kv_unified", "true")
-_reg("-no-kvu --no-kv-unified", "kv_unified", "false")
-_reg("--kv-unified-per-slot", "kv_unified_per_slot", "int0")
-_reg("-ctk --cache-type-k", "cache_type_k", "kv")
-_reg("-ctv --cache-type-v", "cache_type_v", "kv")
-_reg("-ctkd --spec-draft-type-k --cache-type-k-draft", "cache_type_k_draft", "kv")
-_reg("-ctvd --spec-draft-type-v --cache-type-v-draft", "cache_type_v_draft", "kv")
-_reg("-fa --flash-attn", "flash_attn", "fa")
-_reg("-b --batch-size", "n_batch", "int0")
-_reg("-ub --ubatch-size", "n_ubatch", "int0")
-_reg("-ngl --gpu-layers --n-gpu-layers", "n_gpu_layers", "ngl")
-_reg("-sm --split-mode", "split_mode", "sm")
-_reg("-ts --tensor-split", "tensor_split", "ts")
-_reg("-mg --main-gpu", "main_gpu", "int0")
-_reg("-ncmoe --n-cpu-moe", "n_cpu_moe", "int0")
-_reg("-ncffn --n-cpu-ffn", "n_cpu_ffn", "int0")  # common/arg.cpp:2780-2789
-_reg("-cmoe --cpu-moe", "cpu_moe", "true")
-_reg("-ot --override-tensor", "override_tensor", "ot")
-_reg("-nkvo --no-kv-offload", "no_kv_offload", "true")
-_reg("-kvo --kv-offload", "no_kv_offload", "false")
-_reg("--swa-full", "swa_full", "true")
-_reg("-cram --cache-ram", "cache_ram_mib", "int")
-_reg("-ctxcp --ctx-checkpoints --swa-checkpoints", "ctx_checkpoints", "int0")
-_reg("-cms --checkpoint-min-step", "checkpoint_min_step", "int0")
-_reg("--spec-type", "spec_types", "spec")
-_reg("--spec-draft-n-max", "spec_draft_n_max", "int0")
-_reg("-lm --load-mode", "load_mode", "lm")
-_reg("-fit --fit", "fit", "onoff")
-_reg("-fitt --fit-target", "fit_target_mib", "mibs")
-_reg("-fitc --fit-ctx", "fit_ctx", "int0")
-_reg("--no-mmproj-offload", "mmproj_offload", "false")
-_reg("-nr --no-repack", "repack", "false")
-_reg("--repack", "repack", "true")
-_reg("--no-host", "no_host", "true")
-_reg("--mmproj-offload", "mmproj_offload", "true")
-_reg("-m --model", "model", "path")
-_reg("-mm --mmproj", "mmproj", "path")
-_reg("--image-max-tokens", "image_max_tokens", "int0")
-_reg("-md --model-draft --spec-draft-model", "draft_model", "path")
-_reg("-dev --device", "devices", "list")
-_reg("--rpc", "rpc", "list")
-_reg("--embedding --embeddings", "embeddings", "true")
-_reg("--spec-default", "spec_types", "specdefault")
-# draft model placement (common/arg.cpp:4126-4145, 4238-4262)
-_reg("-ngld --spec-draft-ngl --gpu-layers-draft --n-gpu-layers-draft", "n_gpu_layers_draft", "ngl")
-_reg("-devd --spec-draft-device --device-draft", "devices_draft", "list")
-_reg("-otd --spec-draft-override-tensor --override-tensor-draft", "override_tensor_draft", "otd")
-_reg("-cmoed --spec-draft-cpu-moe --cpu-moe-draft", "cpu_moe_draft", "true")
-_reg("-ncmoed --spec-draft-n-cpu-moe --spec-draft-ncmoe --n-cpu-moe-draft", "n_cpu_moe_draft", "int0")
-_reg("-hf -hfr --hf-repo", "hf_repo", "path")
 
 #: removed flags that llama-server rejects with a hint (common/arg.cpp: the --draft* handlers
 #: throw; the draft context has no size flag, common/speculative.cpp)
@@ -355,23 +350,33 @@ def _removed_advice(name: str) -> str:
     return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
 
 
-def is_server_flag(tok: str) -> bool:
-    return _norm(tok) in _FLAGS
-
-
 def _norm(tok: str) -> str:
     # '--' spellings have '_' replaced by '-' (common/arg.cpp:826-828)
     return tok.replace("_", "-") if tok.startswith("--") else tok
 
 
+def _option(tok: str) -> tuple[str, str, bool, int] | None:
+    """(field, kind, positive spelling, number of values) of a token the planner reads, from the
+    flag schema (spellings, negations, value counts) and _FIELDS; None for other tokens."""
+    schema = _schema()
+    hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+    if hit is None:
+        return None
+    opt, positive = hit
+    entry = _FIELDS.get(opt.name)
+    if entry is None:
+        return None
+    return entry[0], entry[1], positive, opt.n_values if positive else 0
+
+
+def is_server_flag(tok: str) -> bool:
+    return _option(tok) is not None
+
+
 def flag_takes_value(tok: str) -> bool:
-    """A known llama-server flag that consumes the next argument."""
-    entry = _FLAGS.get(_norm(tok))
-    return entry is not None and _takes_value(entry[1])
-
-
-def _takes_value(kind: str) -> bool:
-    return kind not in ("true", "false", "specdefault")
+    """A llama-server flag the planner reads that consumes the next argument."""
+    o = _option(tok)
+    return o is not None and o[3] > 0
 
 
 def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
@@ -404,7 +409,8 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
                 set_flags.add("load_mode")
             i += 1
             continue
-        if name not in _FLAGS:
+        found = _option(tok)
+        if found is None:
             if name.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", name):
                 if strict:
                     raise InputError(
@@ -432,9 +438,13 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
                 raise InputError(f"'{tok}': unexpected argument (llama-server takes no positional arguments)")
             i += 1
             continue
-        fld, kind = _FLAGS[name]
+        fld, kind, positive, n_values = found
+        if kind == "bool":
+            kind = "true" if positive else "false"
+        elif kind == "notbool":
+            kind = "false" if positive else "true"
         value = ""
-        if _takes_value(kind):
+        if n_values:
             if i + 1 >= len(args):
                 raise InputError(f"{tok}: missing value")
             value = args[i + 1]
