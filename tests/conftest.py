@@ -177,3 +177,36 @@ def llama_server(server_bin: Path, tmp_path: Path) -> Iterator:
 @pytest.fixture(scope="session")
 def seeds_dir() -> Path:
     return ROOT / "tests" / "fixtures" / "seeds"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private launch state directory; what was launched into it is stopped at teardown."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("LLAMARIG_STATE_DIR", str(d))
+    yield d
+    stop_launched(d)
+
+
+@pytest.fixture
+def with_bin(server_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LLAMARIG_SERVER_BIN", str(server_bin))
+    return server_bin
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """cli(*argv) -> (exit code, stdout, stderr) through llamarig's real entry point."""
+    from llamarig.cli.main import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            main(list(argv))
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
