@@ -179,3 +179,44 @@ def test_acquire_cancelled_while_queued_and_after_timeout() -> None:
         adm.release(first)  # idempotent
         assert (led.total_reserved(), led.total_in_flight(), adm.per_key) == (0, 0, {})
     run(main())
+
+
+def test_ticket_hand_over_abandon_and_shutdown() -> None:
+    """The ticket owns what ``pump()`` hands it until ``take()``; ``abandon()`` is idempotent and
+    a no-op after ``take()``; shutdown rejects waiters and gives their key counts back."""
+
+    async def main() -> None:
+        adm, led = _admission()
+        first = await adm.acquire(AdmitRequest(600, "B", key="k"))
+        t = adm.enqueue(AdmitRequest(600, "B", key="k"))
+        assert not await t.wait(0)  # still queued
+        adm.release(first)  # admitted: the ticket holds the reservation now
+        assert await t.wait(0) and led.total_in_flight() == 1
+        r = t.take()
+        t.abandon()  # after take(): the caller owns it, nothing happens
+        assert led.total_in_flight() == 1 and not r.released
+        adm.release(r)
+        adm.release(r)
+        # admitted but abandoned before take(): released once, however often abandoned
+        first = await adm.acquire(AdmitRequest(600, "B", key="k"))
+        t = adm.enqueue(AdmitRequest(600, "B", key="k"))
+        adm.release(first)
+        t.abandon()
+        t.abandon()
+        assert (led.total_reserved(), led.total_in_flight(), adm.per_key) == (0, 0, {})
+        # shutdown while queued: Rejected(503), key counts back, abandon harmless
+        first = await adm.acquire(AdmitRequest(600, "B", key="k"))
+        t = adm.enqueue(AdmitRequest(600, "B", key="q"))
+        adm.reject_all("shutting_down", "bye")
+        assert await t.wait(0)
+        try:
+            t.take()
+        except Rejected as e:
+            assert e.status == 503 and e.code == "shutting_down"
+        else:
+            raise AssertionError("expected a rejection")
+        t.abandon()
+        assert adm.queued == 0 and adm.per_key == {"k": 1}
+        adm.release(first)
+        assert (led.total_reserved(), led.total_in_flight(), adm.per_key, led.active) == (0, 0, {}, {})
+    run(main())
