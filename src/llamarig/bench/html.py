@@ -5,6 +5,7 @@ GPU telemetry and busy slots over time)."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 from llamarig.bench.report import fmt_value
@@ -13,7 +14,7 @@ COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096")
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 560, 300, 60, 20, 30, 44
 
 
-def _e(x: Any) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
@@ -24,9 +25,12 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [lo + i * step for i in range(n + 1)]
 
 
-def line_chart(title: str, series: list[tuple[str, list[tuple[float, float]]]], xlabel: str, ylabel: str,
+Point = tuple[float | None, float | None]  # (x, y); a point with a None coordinate is not drawn
+
+
+def line_chart(title: str, series: Sequence[tuple[str, Sequence[Point]]], xlabel: str, ylabel: str,
                *, points_only: bool = False) -> str:
-    pts = [p for _, s in series for p in s if p[0] is not None and p[1] is not None]
+    pts = [(x, y) for _, s in series for x, y in s if x is not None and y is not None]
     if not pts:
         return ""
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
@@ -58,11 +62,11 @@ def line_chart(title: str, series: list[tuple[str, list[tuple[float, float]]]], 
     out.append(f'<text x="14" y="{PAD_T + ih / 2}" text-anchor="middle" class="l" transform="rotate(-90 14 {PAD_T + ih / 2})">{_e(ylabel)}</text>')
     for i, (label, s) in enumerate(series):
         col = COLORS[i % len(COLORS)]
-        s = sorted((p for p in s if p[0] is not None and p[1] is not None), key=lambda p: p[0])
-        if not points_only and len(s) > 1:
-            d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
+        drawn = sorted(((x, y) for x, y in s if x is not None and y is not None), key=lambda p: p[0])
+        if not points_only and len(drawn) > 1:
+            d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in drawn)
             out.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="2"/>')
-        for x, y in s:
+        for x, y in drawn:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{col}"><title>{_e(label)}: {_e(fmt_value(float(x), ""))}, {_e(fmt_value(float(y), ""))}</title></circle>')
         out.append(f'<text x="{PAD_L + 8}" y="{PAD_T + 14 + 14 * i}" class="l" style="fill:{col}">■ {_e(label)}</text>')
     out.append("</svg>")
@@ -149,12 +153,12 @@ def plots(doc: dict[str, Any]) -> list[str]:
         out.append(strip_chart(f"{scen} per-request distributions ({unit}) 分布", groups[:16], unit))
     gpu = (doc.get("gpu") or {}).get("samples") or []
     if gpu:
-        by: dict[Any, list[tuple[float, float]]] = {}
+        by: dict[str, list[Point]] = {}
         for s in gpu:
             if s.get("power_w") is not None:
                 by.setdefault(f"GPU{s.get('index')} W", []).append((s["t_s"], s["power_w"]))
         out.append(line_chart("GPU power over time 功耗", list(by.items()), "time (s)", "W"))
-        tb: dict[Any, list[tuple[float, float]]] = {}
+        tb: dict[str, list[Point]] = {}
         for s in gpu:
             if s.get("temp_c") is not None:
                 tb.setdefault(f"GPU{s.get('index')} °C", []).append((s["t_s"], s["temp_c"]))

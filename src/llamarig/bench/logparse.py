@@ -355,13 +355,14 @@ def analyse(p: LogParse) -> dict[str, Any]:
     m_dec = (f"'eval time = … tokens per second' lines of {src} (the server's own figure; build 11434 computes "
              "(n_gen − 1) ÷ t, older builds n ÷ t)")
     if dec:
-        figs += stat_figures("log_decode_tok_s", [r.eval_tok_s for r in dec], "tok/s", m_dec, stats=("median", "p10", "max"),
+        figs += stat_figures("log_decode_tok_s", [r.eval_tok_s for r in dec if r.eval_tok_s is not None], "tok/s", m_dec, stats=("median", "p10", "max"),
                              scenario="logs", method_zh="日志 eval time 行的 tokens per second")
     pre = [r for r in reqs if r.prompt_tok_s is not None]
-    figs += [] if not pre else stat_figures("log_prefill_tok_s", [r.prompt_tok_s for r in pre], "tok/s",
+    figs += [] if not pre else stat_figures("log_prefill_tok_s", [r.prompt_tok_s for r in pre if r.prompt_tok_s is not None], "tok/s",
                          f"'prompt eval time = … tokens per second' lines of {src}; only tokens actually processed (cached tokens excluded)",
                          stats=("median", "max"), scenario="logs", method_zh="日志 prompt eval time 行（不含缓存命中的 token）")
-    depth_pts = sorted(((r.depth, r.eval_tok_s) for r in dec if r.depth is not None), key=lambda x: x[0])
+    depth_pts = sorted(((r.depth, r.eval_tok_s) for r in dec if r.depth is not None and r.eval_tok_s is not None),
+                       key=lambda x: x[0])
     seen: set[str] = set()
     for r in dec:
         if r.depth is not None:
@@ -413,9 +414,11 @@ def analyse(p: LogParse) -> dict[str, Any]:
         findings.append(line)
     restored = [r for r in p.requests if r.restored_n_past is not None and (r.prompt_tokens or r.depth)]
     for r in restored[:3]:
+        n_past = r.restored_n_past
+        assert n_past is not None  # ``restored`` keeps only requests that have one
         total = r.prompt_tokens or r.depth or 0
-        done = r.prompt_eval_n if r.prompt_eval_n is not None else total - r.restored_n_past
-        findings.append(f"task {r.task} restored a context checkpoint at {r.restored_n_past:,} tokens: only "
+        done = r.prompt_eval_n if r.prompt_eval_n is not None else total - n_past
+        findings.append(f"task {r.task} restored a context checkpoint at {n_past:,} tokens: only "
                         f"{done:,} of {total:,} prompt tokens were processed")
     if len(restored) > 3:
         findings.append(f"… {len(restored)} requests in all restored a context checkpoint instead of re-processing their prompt")

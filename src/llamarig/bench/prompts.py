@@ -116,7 +116,10 @@ def load_workload(path: Path) -> list[ChatPrompt]:
         try:
             obj = json.loads(line)
         except ValueError as e:
-            raise InputError(f"{path}:{no}: not JSON ({e.msg})") from e
+            # JSONDecodeError has .msg; json.loads also raises a plain ValueError (e.g. an integer
+            # literal over sys.get_int_max_str_digits()), which has none
+            why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+            raise InputError(f"{path}:{no}: not JSON ({why})") from e
         if not isinstance(obj, dict):
             raise InputError(f"{path}:{no}: expected a JSON object with 'messages'")
         if "body" in obj and isinstance(obj["body"], dict):

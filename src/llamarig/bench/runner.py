@@ -335,17 +335,17 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
     figures = [f for res in results for f in res.figures]
     gpu_json = gpu.to_json()
     tokens = sum(s.predicted_n or 0 for s in r.samples if s.ok and s.extra.get("target") is None)
-    e = energy_joules(gpu.samples)
-    if gpu_json["available"] and e:
+    joules = energy_joules(gpu.samples)
+    if gpu_json["available"] and joules:
         figures.append(
             single_figure(
                 "energy_tokens_per_joule",
-                tokens / e,
+                tokens / joules,
                 "tok/J",
                 f"generated tokens of all our requests ({tokens}, from timings.predicted_n) ÷ energy = trapezoidal ∫ nvidia-smi power.draw dt over the run, summed over GPUs; client-machine GPUs"
                 + ("" if _is_local(cfg.url) else " (server is remote: this is NOT the server's energy)"),
                 scenario="gpu",
-                params={"tokens": tokens, "joules": e, "gpu_samples": len(gpu.samples)},
+                params={"tokens": tokens, "joules": joules, "gpu_samples": len(gpu.samples)},
             )
         )
     figures.append(_interference_figure(r, events))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.prompts import ChatPrompt, filler_text, load_workload, prompt_set, salt
@@ -305,15 +305,22 @@ async def scenario_ttft(r: Runner, res: ScenarioResult) -> None:
                                 f"{what}; client time from send to the first token-bearing SSE chunk",
                                 stats=("median", "p90", "max"), scenario="ttft", params=params,
                                 method_zh="同槽位 id_slot，每次在上一个 prompt 后追加新问题；客户端首 token 时间")
-    res.figures += stat_figures("ttft_warm_prompt_ms", [s.timings.get("prompt_ms") for s in ok if s.timings.get("prompt_ms") is not None],
+    res.figures += stat_figures("ttft_warm_prompt_ms", [ms for s in ok if (ms := s.timings.get("prompt_ms")) is not None],
                                 "ms", f"{what}; server timings.prompt_ms", stats=("median",), scenario="ttft", params=params)
     _errors(res, samples)
 
 
 # ------------------------------------------------------------------------- depth
+class _DepthPoint(TypedDict):
+    """One point of the ``decode_vs_depth`` series."""
+
+    depth: float | None  # median depth of the samples (None when no sample reported one)
+    tok_s: float
+
+
 async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
     cfg = r.cfg
-    series = []
+    series: list[_DepthPoint] = []
     for d in _points(r, cfg.depths, cfg.n_predict, res, "depth"):
         text, _ = await sized_text(r.client, d, cfg.seed + 31 + d, prefix=salt(r.run_id, 9000 + d))
         samples = []
@@ -322,7 +329,8 @@ async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
             samples.append(await r.request("depth", f"d{d}#{rep}", COMPLETION, body, slot=cfg.slot))
         ok = _ok(samples)
         depths = [s.depth for s in ok if s.depth is not None]
-        params = {"target_depth": d, "depth_median": statistics.median(depths) if depths else None, "n_predict": cfg.n_predict}
+        depth_median = statistics.median(depths) if depths else None
+        params = {"target_depth": d, "depth_median": depth_median, "n_predict": cfg.n_predict}
         what = (
             f"{cfg.repeats} /completion requests with a ~{d}-token prompt (the first fills the slot, the rest hit the cache), "
             f"n_predict={cfg.n_predict}, ignore_eos, {_slot_text(cfg)}; depth = timings.cache_n + timings.prompt_n; {DECODE_FORMULA}"
@@ -332,7 +340,7 @@ async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
                                     method_zh="不同上下文深度下的解码速度，深度 = cache_n + prompt_n")
         vals = [s.server_decode_tok_s for s in ok if s.server_decode_tok_s]
         if vals:
-            series.append({"depth": params["depth_median"], "tok_s": statistics.median(vals)})
+            series.append({"depth": depth_median, "tok_s": statistics.median(vals)})
         _errors(res, samples)
     res.series["decode_vs_depth"] = series
     if len(series) >= 2 and series[0]["tok_s"]:
@@ -443,8 +451,7 @@ async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
                 bs.append(await r.request("spec", f"baseline-{p.name}", *_req(p, cfg), slot=cfg.slot,
                                           warmup=i < cfg.warmup, client=base))
         bok = _ok(bs)
-        bvals = [s.server_decode_tok_s or s.client_decode_tok_s for s in bok]
-        bvals = [v for v in bvals if v]
+        bvals = [v for s in bok if (v := s.server_decode_tok_s or s.client_decode_tok_s)]
         res.figures += stat_figures("spec_baseline_decode_tok_s", bvals, "tok/s",
                                     f"same prompts sent to the baseline {cfg.baseline_url} (no speculation); {DECODE_FORMULA}",
                                     stats=("median",), scenario="spec", params={"baseline_url": cfg.baseline_url})
@@ -471,8 +478,7 @@ async def scenario_workload(r: Runner, res: ScenarioResult) -> None:
         samples.append(await r.request("workload", p.name, path, body, slot=cfg.slot))
     ok = _ok(samples)
     what = f"{len(reqs)} chat requests replayed serially from {cfg.workload.name} (max_tokens from the file, else {cfg.n_predict})"
-    res.figures += stat_figures("workload_decode_tok_s", [s.server_decode_tok_s or s.client_decode_tok_s for s in ok
-                                                           if (s.server_decode_tok_s or s.client_decode_tok_s)],
+    res.figures += stat_figures("workload_decode_tok_s", [v for s in ok if (v := s.server_decode_tok_s or s.client_decode_tok_s)],
                                 "tok/s", f"{what}; {DECODE_FORMULA} (client rate when the server sends no timings)", scenario="workload")
     res.figures += stat_figures("workload_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
                                 f"{what}; client time to first token-bearing chunk", stats=("median", "p90"), scenario="workload")
