@@ -327,27 +327,28 @@ _FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
-#: removed flags that llama-server rejects with a hint (common/arg.cpp: the --draft* handlers
-#: throw; the draft context has no size flag, common/speculative.cpp)
-_REMOVED = {
-    "--draft": "--spec-draft-n-max", "--draft-max": "--spec-draft-n-max",
-    "--draft-n": "--spec-draft-n-max", "--draft-min": "--spec-draft-n-min",
-    "-cd": "(none: the draft context uses the target's n_ctx)",
-    "--ctx-size-draft": "(none: the draft context uses the target's n_ctx)",
-}
 #: folklore flags the planner recognises as removed (--mlock and --no-mmap still set the load
-#: mode they meant, below); what to write instead is llamarig.flags.knowledge.FOLKLORE's advice
-_FOLKLORE_FLAGS = frozenset({"--mlock", "--no-mmap", "--low-vram"})
+#: mode they meant, below); what to write instead is llamarig.flags.knowledge.FOLKLORE's advice.
+#: Flags llama-server itself lists as removed (--draft, --draft-max, ...) are read from the schema.
+_FOLKLORE_FLAGS = frozenset({"--mlock", "--no-mmap", "--low-vram", "-cd", "--ctx-size-draft"})
 
 
-def _removed_advice(name: str) -> str:
-    """What to write instead of a removed flag: the hint above, or FOLKLORE's real way."""
-    if name in _REMOVED:
-        return f"use {_REMOVED[name]}"
-    from llamarig.flags.knowledge import FOLKLORE
+def _removed_advice(tok: str) -> str | None:
+    """What to write instead of a flag llama-server no longer takes: the schema's own hint for an
+    option it marks removed (common/arg.cpp: "the argument has been removed. use ..."), or
+    FOLKLORE's real way for the folklore flags; None for a flag that is not removed."""
+    name = _norm(tok)
+    if name in _FOLKLORE_FLAGS:
+        from llamarig.flags.knowledge import FOLKLORE
 
-    lore = FOLKLORE[name]
-    return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
+        lore = FOLKLORE[name]
+        return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
+    schema = _schema()
+    hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+    if hit is None or not hit[0].removed:
+        return None
+    text = " ".join((hit[0].help or "").split("(env:")[0].split())
+    return text.removeprefix("the argument has been removed. ").rstrip(".") or "removed"
 
 
 def _norm(tok: str) -> str:
@@ -399,8 +400,9 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     while i < len(args):
         tok = args[i]
         name = _norm(tok)
-        if name in _REMOVED or name in _FOLKLORE_FLAGS:
-            msg = f"{tok}: removed from llama-server ({_removed_advice(name)})"
+        advice = _removed_advice(tok)
+        if advice is not None:
+            msg = f"{tok}: removed from llama-server ({advice})"
             if strict:
                 raise InputError(msg)
             problems.append(msg + "; llama-server would exit with 'invalid argument'")
@@ -496,9 +498,9 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             otds.extend(_ot(tok, value))
         elif kind == "spec":
             names = [x.strip() for x in value.split(",") if x.strip()]
-            for n in names:
-                if n not in SPEC_TYPES:
-                    raise InputError(f"{tok} {n}: unknown speculative type (accepted: {', '.join(SPEC_TYPES)})")
+            for spec_name in names:
+                if spec_name not in SPEC_TYPES:
+                    raise InputError(f"{tok} {spec_name}: unknown speculative type (accepted: {', '.join(SPEC_TYPES)})")
             # 'none' in a flag's list adds only 'none' (arg.cpp:4277-4281)
             spec_types.extend(["none"] if "none" in names else names)
         elif kind == "specdefault":
