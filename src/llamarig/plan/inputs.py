@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.errors import GGUFError, InputError
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.plan.result import Plan
+
+if TYPE_CHECKING:
+    from llamarig.catalogue.models import CatalogueModel, MMProjInfo
+    from llamarig.gguf.spec import ModelSpec
+    from llamarig.hardware.cpu import CpuFeatures
+    from llamarig.hardware.types import Hardware
 
 
 @dataclass
@@ -25,7 +31,7 @@ class PlanArgs:
     ram: int | None = None
     overhead: int | None = None
     cpu_features: str | None = None
-    cpu: Any = None  # a hardware.cpu.CpuFeatures (e.g. a server's system_info); beats cpu_features
+    cpu: CpuFeatures | None = None  # e.g. a server's system_info; beats cpu_features
     as_json: bool = False
     server_args: list[str] = field(default_factory=list)
     command: list[str] | None = None
@@ -35,7 +41,7 @@ class PlanArgs:
 
 
 
-def _load_model(text: str):  # -> (ModelSpec, CatalogueModel | None)
+def _load_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
     from llamarig.catalogue.models import resolve_model
 
     spec, cat = resolve_model(text)
@@ -44,7 +50,7 @@ def _load_model(text: str):  # -> (ModelSpec, CatalogueModel | None)
     return spec, cat
 
 
-def _mmproj_from_file(path: str, image_max_tokens: int = 0):
+def _mmproj_from_file(path: str, image_max_tokens: int = 0) -> MMProjInfo:
     from llamarig.gguf import load_spec
     from llamarig.plan.mmproj import mmproj_info_from_spec
 
@@ -54,7 +60,8 @@ def _mmproj_from_file(path: str, image_max_tokens: int = 0):
     return mmproj_info_from_spec(spec, Path(path).name, image_max_tokens or None)
 
 
-def resolve_mmproj(arg: str | None, catalogue_model, image_max_tokens: int = 0) -> object | None:
+def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
+                   image_max_tokens: int = 0) -> MMProjInfo | None:
     from llamarig.catalogue.models import catalogue_mmproj
 
     if arg is None or arg.lower() == "none":
@@ -72,7 +79,7 @@ def resolve_mmproj(arg: str | None, catalogue_model, image_max_tokens: int = 0) 
     return mm
 
 
-def build_hardware(pa: PlanArgs):
+def build_hardware(pa: PlanArgs) -> Hardware:
     from llamarig.catalogue.gpus import parse_gpu_arg
     from llamarig.hardware.types import Hardware
 

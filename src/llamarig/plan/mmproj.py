@@ -47,9 +47,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.units import MiB
+
+if TYPE_CHECKING:
+    from llamarig.catalogue.models import MMProjInfo
+    from llamarig.gguf.spec import ModelSpec
 
 #: projector types whose warmup follows clip.cpp:1668-1679 (46*46 merged tokens)
 QWEN_VL_FAMILY = frozenset({"qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "ling3vl"})
@@ -148,9 +152,11 @@ def estimate_mmproj(s: MMProjShape, flash_attn: bool) -> MMProjEstimate:
     return MMProjEstimate(s.weights_bytes, compute, side, n, formula, method)
 
 
-def shape_from_spec(spec: Any, image_max_tokens: int | None = None) -> MMProjShape:
+def shape_from_spec(spec: ModelSpec, image_max_tokens: int | None = None) -> MMProjShape:
     """MMProjShape from a llamarig.gguf ModelSpec of an mmproj file."""
     pj = spec.projector
+    if pj is None:  # callers check is_mmproj first
+        raise ValueError(f"{spec.path}: not an mmproj (no projector metadata)")
     md = getattr(spec, "metadata", {}) or {}
     kernel = next((t.ggml_type for t in spec.tensors if t.name == "v.patch_embd.weight"), "f32")
     return MMProjShape(
@@ -162,7 +168,7 @@ def shape_from_spec(spec: Any, image_max_tokens: int | None = None) -> MMProjSha
     )
 
 
-def mmproj_info_from_spec(spec: Any, label: str, image_max_tokens: int | None = None) -> Any:
+def mmproj_info_from_spec(spec: ModelSpec, label: str, image_max_tokens: int | None = None) -> MMProjInfo:
     """A plan.catalogue.MMProjInfo (weights, compute FA on / off) for an mmproj ModelSpec."""
     from llamarig.catalogue.models import MMProjInfo
 

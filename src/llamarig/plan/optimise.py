@@ -375,11 +375,11 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     # drop duplicates (same command)
     seen: set[tuple[str, ...]] = set()
     uniq = []
-    for c in ranked:
-        if c.plan.command in seen:
+    for cand in ranked:
+        if cand.plan.command in seen:
             continue
-        seen.add(c.plan.command)
-        uniq.append(c)
+        seen.add(cand.plan.command)
+        uniq.append(cand)
     best = uniq[0] if uniq else None
     reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
     verdict = "ok" if best is not None and best.meets_all else "impossible"

@@ -211,7 +211,7 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # the draft model's own llama_context reserves its compute buffer like the target's (the
     # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
-    dest = estimate_compute(d, ctx, ctx.n_parallel, **({"layers": "mtp"} if d.mtp_sidecar else {}))
+    dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main")
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     add(index[d_names[gpu_js[0]]] if gpu_js else -1, "draft", dest.bytes,
         "draft model context compute: " + dest.formula, "modelled")
@@ -392,10 +392,10 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     if inp.mmproj is not None:
         mm = inp.mmproj
         dev = first_local if cfg.mmproj_offload else -1
-        comp = mm.compute_fa_on if ctx.flash_attn else mm.compute_fa_off
+        mm_compute = mm.compute_fa_on if ctx.flash_attn else mm.compute_fa_off
         tgt = host if dev < 0 else None
         add(dev, "mmproj", mm.weights_bytes, f"mmproj weights ({mm.label})", "given", target=tgt)
-        add(dev, "mmproj", comp, f"mmproj worst-case compute, flash attention {'on' if ctx.flash_attn else 'off'} ({mm.source})",
+        add(dev, "mmproj", mm_compute, f"mmproj worst-case compute, flash attention {'on' if ctx.flash_attn else 'off'} ({mm.source})",
             "modelled", target=tgt)
 
     # ---------------------------------------------------------------- other: driver / context
