@@ -24,18 +24,19 @@ _LAZY = {
     "HostPlan": "llamarig.plan.result", "Line": "llamarig.plan.result",
     "ModelSpec": "llamarig.gguf.spec", "Hardware": "llamarig.hardware.types", "GPU": "llamarig.hardware.types",
     "CpuFeatures": "llamarig.hardware.cpu", "ServerConfig": "llamarig.plan.config",
-    "Finding": "llamarig.flags.rules", "make_plan": "llamarig.plan.planner",
+    "Finding": "llamarig.flags.findings", "Severity": "llamarig.flags.findings",
+    "make_plan": "llamarig.plan.planner",
 }
 
 __all__ = [
     "CpuFeatures", "DevicePlan", "Finding", "GGUFError", "GPU", "Hardware", "HostPlan", "InputError", "Line",
-    "LlamarigError", "ModelSpec", "Plan", "PlanInputs", "ServerConfig", "ServerError", "UnknownNameError",
+    "LlamarigError", "ModelSpec", "Plan", "PlanInputs", "ServerConfig", "ServerError", "Severity", "UnknownNameError",
     "__version__", "bench_server", "check_text", "gpus", "inspect_model", "make_plan", "models", "plan_model",
 ]
 
 if TYPE_CHECKING:
     from llamarig.api import bench_server, check_text, gpus, inspect_model, models, plan_model
-    from llamarig.flags.rules import Finding
+    from llamarig.flags.findings import Finding, Severity
     from llamarig.gguf.spec import ModelSpec
     from llamarig.hardware.cpu import CpuFeatures
     from llamarig.hardware.types import GPU, Hardware

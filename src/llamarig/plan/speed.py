@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llamarig.errors import InputError
-from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, TYPE_SIZES
+from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.plan import memory as M
@@ -40,9 +40,6 @@ GB = 1e9
 _EXPS_RE = re.compile(r"_(ch)?exps\b|_exps$|\.ffn_(up|down|gate|gate_up)_exps")
 _BLK_RE = re.compile(r"^blk\.(\d+)\.")
 
-#: CUDA flash-attention decode kernels compiled by default (ggml/CMakeLists.txt:208
-#: GGML_CUDA_FA_QUANTS "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16")
-CUDA_FA_FAST_PAIRS = frozenset({("q4_0", "q4_0"), ("q8_0", "q8_0"), ("f16", "f16"), ("bf16", "bf16")})
 
 
 # ============================================================================ KV path rules
@@ -69,7 +66,7 @@ def kv_path(backend: str, type_k: str, type_v: str, flash_attn: str = "auto") ->
                           "off and the non-FA path reads K/V twice (KQ and KQV) - slower at depth")
         return KVPath("cpu", 0.0, f"{type_k}/{type_v} has no CUDA flash-attention kernel: attention runs "
                       "on the CPU and K/V cross PCIe every token (fattn.cu:525-538) - very slow")
-    if (type_k, type_v) in CUDA_FA_FAST_PAIRS:
+    if (type_k, type_v) in CUDA_FA_VEC_PAIRS:
         return KVPath("fast", 1.0, f"K {type_k} / V {type_v}: compiled CUDA FA vector kernel")
     fk = TYPE_SIZES["f16"][1] / TYPE_SIZES["f16"][0]
     q = (TYPE_SIZES[type_k][1] / TYPE_SIZES[type_k][0] + TYPE_SIZES[type_v][1] / TYPE_SIZES[type_v][0]) / 2
