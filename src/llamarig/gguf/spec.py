@@ -276,7 +276,7 @@ def _per_layer(md: dict[str, Any], key: str, n: int, default: int | None, warns:
     if v is None:
         return [default] * n
     if isinstance(v, list):
-        vals = [int(x) for x in v if isinstance(x, (int, float))]
+        vals: list[int | None] = [int(x) for x in v if isinstance(x, (int, float))]
         if len(vals) < n:
             warns.append(f"{key} has {len(vals)} entries for {n} layers; padding with the last")
             vals = vals + [vals[-1] if vals else (default or 0)] * (n - len(vals))

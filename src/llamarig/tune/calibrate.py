@@ -20,23 +20,32 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamarig.plan.calibration import Calibration, builtin
 
+if TYPE_CHECKING:
+    from llamarig.gguf.spec import ModelSpec
+    from llamarig.hardware.types import Hardware
+    from llamarig.plan.config import ServerConfig
 
-def _predict(spec: Any, cfg: Any, hw: Any, cal: Calibration, depth: int) -> float:
+
+def _predict(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, depth: int) -> float:
     from llamarig.plan.speed import speed_report
 
     return speed_report(spec, cfg, hw, cal=cal, depths=[depth]).by_depth[0].decode_tok_s
 
 
-def _with(cal: Calibration, backend: str, **kw: float) -> Calibration:
-    eff = replace(cal.for_device(backend), **kw)
+def _with(cal: Calibration, backend: str, *, weights: float | None = None,
+          overhead_ms: float | None = None) -> Calibration:
+    """``cal`` with the efficiency of ``backend`` changed in the fields given (not None)."""
+    eff = cal.for_device(backend)
+    eff = replace(eff, weights=eff.weights if weights is None else weights,
+                  overhead_ms=eff.overhead_ms if overhead_ms is None else overhead_ms)
     return replace(cal, backends={**cal.backends, backend: eff})
 
 
-def fit_calibration(spec: Any, cfg: Any, hw: Any, measured_tok_s: float, base: Calibration | None = None,
+def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_tok_s: float, base: Calibration | None = None,
                     *, host_bandwidth_gbs: float | None = None, depth: int = 0) -> tuple[dict[str, Any], float]:
     """(calibration JSON, predicted tok/s with it at ``depth``). ``base`` defaults to the built-in
     constants (never an earlier tune's file: a refit starts from the same point).
@@ -50,8 +59,8 @@ def fit_calibration(spec: Any, cfg: Any, hw: Any, measured_tok_s: float, base: C
     backend = loads[0].backend if loads else "CPU"
     lo, hi = 0.01, 1.5
 
-    def pred(**kw: float) -> float:
-        return _predict(spec, cfg, hw, _with(cal, backend, **kw), depth)
+    def pred(*, weights: float | None = None, overhead_ms: float | None = None) -> float:
+        return _predict(spec, cfg, hw, _with(cal, backend, weights=weights, overhead_ms=overhead_ms), depth)
 
     fields: dict[str, float] = {}
     if pred(weights=hi) < measured_tok_s:
