@@ -12,9 +12,10 @@ from typing import Any
 import click
 
 from llamarig.errors import ExitCode, InputError
+from llamarig.flags.argv import Reading
 from llamarig.flags.model import model_loader
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
-from llamarig.flags.rules import Context, Finding, lint, physical_cores
+from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.plan.inputs import plan_for_check
 
@@ -60,7 +61,7 @@ _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled buil
 
 def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int | None = None,
               model: str | None = None, base_dir: Path | None = None, gpus: tuple[str, ...] = (),
-              ram: str | None = None, need_ctx: int | None = None) -> tuple[Parsed, list, list[Finding]]:
+              ram: str | None = None, need_ctx: int | None = None) -> tuple[Parsed, list[Reading], list[Finding]]:
     parsed = parse_text(text, kind)
     ram_bytes = None
     if ram:
@@ -73,7 +74,7 @@ def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int 
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     if not parsed.invocations:
-        findings.append(Finding("no-invocation", "info", 1, None,
+        findings.append(Finding("no-invocation", Severity.INFO, 1, None,
                                 "no llama-server command found (a program named llama-server, "
                                 "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                 "compose command: or llama-swap cmd:)", None, None))

@@ -27,9 +27,9 @@ def resolve_model(text: str) -> ModelSpec:
     return resolve(text)[0]
 
 
-def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, int, str]]:
+def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, str, str]]:
     """Group consecutive layers of the same shape: (range, count, kind, shape text)."""
-    rows: list[tuple[str, int, int, str]] = []
+    rows: list[tuple[str, int, str, str]] = []
     start = 0
     layers = spec.layers
     for i in range(1, len(layers) + 1):
@@ -47,7 +47,7 @@ def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, int, str]]:
         else:
             shape = f"{a.n_head} heads, {a.n_head_kv} KV heads × {a.head_dim_k}/{a.head_dim_v}"
         rng = f"{start}" if i - 1 == start else f"{start}–{i - 1}"
-        rows.append((rng, i - start, kind, shape))  # type: ignore[arg-type]
+        rows.append((rng, i - start, kind, shape))
         start = i
     return rows
 
@@ -85,7 +85,7 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
             t.add_row("rope", f"base {spec.rope.freq_base:g}, dims {_v(spec.rope.dimension_count)}"
                       + (f", scaling {escape(str(spec.rope.scaling_type))} ×{_v(spec.rope.scaling_factor)}"
                          if spec.rope.scaling_type else ""))
-    types = Counter()
+    types: Counter[str] = Counter()
     for tensor in spec.tensors:
         types[tensor.ggml_type] += tensor.n_bytes
     t.add_row("weights", f"{fmt_bytes(spec.weights_bytes)} in {spec.tensor_count} tensors ("
