@@ -172,7 +172,7 @@ def parse_arg_cpp(text: str) -> list[Option]:
         help_ = _help_text(before_handler[-1]) if before_handler else ""
         if cond:
             help_ += f"\n(registered only when {cond.group(1)}() is true in this binary)"
-        hints = [(_literal(a) if _literal(a) is not None else a.strip()) for a in before_handler[:-1]]
+        hints = [lit if (lit := _literal(a)) is not None else a.strip() for a in before_handler[:-1]]
         if negs:
             kind = "bool_pair"
         elif len(hints) == 0:
@@ -196,7 +196,7 @@ def parse_arg_cpp(text: str) -> list[Option]:
                "example-specific params" if "SERVER" in examples else "common params")
         opts.append(Option(
             name=name, spellings=spellings, negations=negs, kind=kind, value_hint=hint,
-            value_kind=_infer_kind(hint, allowed) if kind in ("value", "two_values") else None,
+            value_kind=_infer_kind(hint, allowed) if hint is not None and kind in ("value", "two_values") else None,
             allowed=allowed, default=dm.group(1).strip().strip("'\"") if dm else None, env=env,
             section=sec, help=help_ + (f"\n(env: {env})" if env else ""),
             removed="has been removed" in flat, deprecated="DEPRECATED" in flat,

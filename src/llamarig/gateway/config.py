@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 from llamarig.errors import InputError
 
@@ -169,6 +169,12 @@ class _V:
                                "unknown key" + (f" (did you mean '{hint}'?)" if hint else "")
                                + f"; allowed: {', '.join(sorted(allowed))}")
 
+    # none_ok=True is the only way to get None back: the overloads tell mypy so
+    @overload
+    def int_(self, v: Any, where: str, lo: int = 0, none_ok: Literal[False] = False) -> int: ...
+    @overload
+    def int_(self, v: Any, where: str, lo: int = 0, *, none_ok: bool) -> int | None: ...
+
     def int_(self, v: Any, where: str, lo: int = 0, none_ok: bool = False) -> int | None:
         if v is None and none_ok:
             return None
@@ -177,6 +183,11 @@ class _V:
         if v < lo:
             raise self.err(where, f"must be >= {lo}, got {v}")
         return v
+
+    @overload
+    def num(self, v: Any, where: str, lo: float = 0.0, none_ok: Literal[False] = False) -> float: ...
+    @overload
+    def num(self, v: Any, where: str, lo: float = 0.0, *, none_ok: bool) -> float | None: ...
 
     def num(self, v: Any, where: str, lo: float = 0.0, none_ok: bool = False) -> float | None:
         if v is None and none_ok:
@@ -187,12 +198,22 @@ class _V:
             raise self.err(where, f"must be >= {lo}, got {v}")
         return float(v)
 
+    @overload
+    def bool_(self, v: Any, where: str, none_ok: Literal[False] = False) -> bool: ...
+    @overload
+    def bool_(self, v: Any, where: str, none_ok: bool) -> bool | None: ...
+
     def bool_(self, v: Any, where: str, none_ok: bool = False) -> bool | None:
         if v is None and none_ok:
             return None
         if not isinstance(v, bool):
             raise self.err(where, f"expected true or false, got {_tn(v)} {v!r}")
         return v
+
+    @overload
+    def str_(self, v: Any, where: str, none_ok: Literal[False] = False) -> str: ...
+    @overload
+    def str_(self, v: Any, where: str, none_ok: bool) -> str | None: ...
 
     def str_(self, v: Any, where: str, none_ok: bool = False) -> str | None:
         if v is None and none_ok:
@@ -221,7 +242,10 @@ def _closest(name: str, options: set[str]) -> str | None:
     return m[0] if m else None
 
 
-def _simple_section(v: _V, raw: Any, where: str, cls: type, spec: dict[str, str]) -> Any:
+_Section = TypeVar("_Section")
+
+
+def _simple_section(v: _V, raw: Any, where: str, cls: type[_Section], spec: dict[str, str]) -> _Section:
     """Build a flat dataclass from ``raw`` with per-field kinds in ``spec``."""
     if raw is None:
         return cls()
@@ -345,12 +369,17 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
             raise v.err(f"tiers.{t.name}.long_output_max_tokens",
                         f"{t.long_output_max_tokens} is below the tier's max_tokens {t.max_tokens}")
 
+    @overload
+    def tier_ref(name: Any, where: str, none_ok: Literal[False]) -> str: ...
+    @overload
+    def tier_ref(name: Any, where: str, none_ok: bool = True) -> str | None: ...
+
     def tier_ref(name: Any, where: str, none_ok: bool = True) -> str | None:
         if name is None and none_ok:
             return None
         s = v.str_(name, where)
         if s not in tiers:
-            hint = _closest(str(s), set(tiers))
+            hint = _closest(s, set(tiers))
             raise v.err(where, f"unknown tier {s!r}" + (f" (did you mean '{hint}'?)" if hint else "")
                         + f"; tiers: {', '.join(tiers)}")
         return s
@@ -361,8 +390,9 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     rdef = RoutingConfig()
     rkw: dict[str, Any] = {}
     rkw["default_tier"] = tier_ref(rraw.get("default_tier", rdef.default_tier), "routing.default_tier", none_ok=False)
-    for k in ("vision_tier", "agent_tier"):
-        rkw[k] = tier_ref(rraw.get(k, getattr(rdef, k) if getattr(rdef, k) in tiers else None), f"routing.{k}")
+    for attr in ("vision_tier", "agent_tier"):
+        rkw[attr] = tier_ref(rraw.get(attr, getattr(rdef, attr) if getattr(rdef, attr) in tiers else None),
+                             f"routing.{attr}")
     if "tier_header" in rraw:
         rkw["tier_header"] = v.str_(rraw["tier_header"], "routing.tier_header").lower()
     if "tools_mean_agent" in rraw:
@@ -382,7 +412,7 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         rkw["affinity_messages"] = v.int_(rraw["affinity_messages"], "routing.affinity_messages")
     aliases: dict[str, str] = {}
     for alias, tname in v.table(rraw.get("model_aliases", {}), "routing.model_aliases").items():
-        aliases[str(alias)] = tier_ref(tname, f"routing.model_aliases.{alias}", none_ok=False)  # type: ignore[assignment]
+        aliases[str(alias)] = tier_ref(tname, f"routing.model_aliases.{alias}", none_ok=False)
     rkw["model_aliases"] = aliases
     routing = RoutingConfig(**rkw)
 
@@ -392,9 +422,9 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         raise v.err("backends", f"expected a list ([[backends]] in TOML), got {_tn(braw)}")
     backends: list[BackendConfig] = []
     names: set[str] = set()
-    for i, b in enumerate(braw):
+    for i, braw_i in enumerate(braw):
         w = f"backends[{i}]"
-        b = v.table(b, w)
+        b = v.table(braw_i, w)
         v.known(b, _BACKEND_KEYS, w)
         if "url" not in b:
             raise v.err(w, "missing url")
@@ -402,21 +432,21 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         name = v.str_(b.get("name", f"b{i}"), f"{w}.name")
         if name in names:
             raise v.err(f"{w}.name", f"duplicate backend name {name!r}")
-        names.add(name)  # type: ignore[arg-type]
+        names.add(name)
         key = v.str_(b.get("api_key"), f"{w}.api_key", none_ok=True)
         if "api_key_env" in b:
             env = v.str_(b["api_key_env"], f"{w}.api_key_env")
-            key = os.environ.get(env)  # type: ignore[arg-type]
+            key = os.environ.get(env)
             if not key:
                 raise v.err(f"{w}.api_key_env", f"environment variable {env} is not set")
         backends.append(BackendConfig(
-            url=url, name=name,  # type: ignore[arg-type]
+            url=url, name=name,
             pool_tokens=v.int_(b.get("pool_tokens"), f"{w}.pool_tokens", lo=1, none_ok=True),
             slots=v.int_(b.get("slots"), f"{w}.slots", lo=1, none_ok=True),
             slot_ctx=v.int_(b.get("slot_ctx"), f"{w}.slot_ctx", lo=1, none_ok=True),
-            unified=v.bool_(b.get("unified", True), f"{w}.unified"),  # type: ignore[arg-type]
+            unified=v.bool_(b.get("unified", True), f"{w}.unified"),
             api_key=key,
-            weight=v.num(b.get("weight", 1.0), f"{w}.weight"),  # type: ignore[arg-type]
+            weight=v.num(b.get("weight", 1.0), f"{w}.weight"),
         ))
 
     # keys
@@ -424,25 +454,25 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     if not isinstance(kraw, list):
         raise v.err("keys", f"expected a list ([[keys]] in TOML), got {_tn(kraw)}")
     keys: list[KeyConfig] = []
-    for i, k in enumerate(kraw):
+    for i, kraw_i in enumerate(kraw):
         w = f"keys[{i}]"
-        k = v.table(k, w)
-        v.known(k, _KEY_KEYS, w)
-        secret = k.get("key")
-        if "key_env" in k:
-            env = v.str_(k["key_env"], f"{w}.key_env")
-            secret = os.environ.get(env)  # type: ignore[arg-type]
-            if not secret:
+        kd = v.table(kraw_i, w)
+        v.known(kd, _KEY_KEYS, w)
+        raw_secret: object = kd.get("key")
+        if "key_env" in kd:
+            env = v.str_(kd["key_env"], f"{w}.key_env")
+            raw_secret = os.environ.get(env)
+            if not raw_secret:
                 raise v.err(f"{w}.key_env", f"environment variable {env} is not set")
-        secret = v.str_(secret, f"{w}.key")
-        if len(secret) < 8:  # type: ignore[arg-type]
+        secret = v.str_(raw_secret, f"{w}.key")
+        if len(secret) < 8:
             raise v.err(f"{w}.key", "an API key must be at least 8 characters")
         keys.append(KeyConfig(
-            key=secret,  # type: ignore[arg-type]
-            name=v.str_(k.get("name", f"key{i}"), f"{w}.name"),  # type: ignore[arg-type]
-            tier=tier_ref(k.get("tier"), f"{w}.tier"),
-            priority=v.int_(k.get("priority"), f"{w}.priority", none_ok=True),
-            max_concurrent=v.int_(k.get("max_concurrent", 0), f"{w}.max_concurrent"),  # type: ignore[arg-type]
+            key=secret,
+            name=v.str_(kd.get("name", f"key{i}"), f"{w}.name"),
+            tier=tier_ref(kd.get("tier"), f"{w}.tier"),
+            priority=v.int_(kd.get("priority"), f"{w}.priority", none_ok=True),
+            max_concurrent=v.int_(kd.get("max_concurrent", 0), f"{w}.max_concurrent"),
         ))
     return GatewayConfig(server=server, backends=tuple(backends), tiers=tiers, routing=routing,
                          cron=cron, admission=admission, health=health, keys=tuple(keys),
@@ -451,9 +481,9 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
 
 def _check_url(v: _V, raw: Any, where: str) -> str:
     url = v.str_(raw, where)
-    if not _URL.match(url):  # type: ignore[arg-type]
+    if not _URL.match(url):
         raise v.err(where, f"expected http://host:port, got {url!r}")
-    return url.rstrip("/")  # type: ignore[union-attr]
+    return url.rstrip("/")
 
 
 def parse_text(text: str, source: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -86,9 +87,9 @@ class Gateway:
         srv.add("POST", "/completion", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
         srv.add("POST", "/completions", self._wrap(lambda q: self._inference(q, NATIVE, "/completion")))
         for p in ("/tokenize", "/detokenize", "/apply-template"):
-            srv.add("POST", p, self._wrap(lambda q, p=p: self._passthrough(q, p)))
+            srv.add("POST", p, self._wrap(functools.partial(self._passthrough, path=p)))
         for p in ("/props", "/slots"):
-            srv.add("GET", p, self._wrap(lambda q, p=p: self._passthrough_get(q, p)))
+            srv.add("GET", p, self._wrap(functools.partial(self._passthrough_get, path=p)))
         srv.add("GET", "/v1/models", self._wrap(self._models))
         srv.add("GET", "/models", self._wrap(self._models))
         srv.add("GET", "/health", self._health)
@@ -120,7 +121,7 @@ class Gateway:
         if self.config_path:
             with contextlib.suppress(OSError):
                 self._config_mtime = os.stat(self.config_path).st_mtime
-            self._tasks.append(loop.create_task(self._watch_config()))
+            self._tasks.append(loop.create_task(self._watch_config(self.config_path)))
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
                 loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
 
@@ -141,11 +142,11 @@ class Gateway:
         self.reqlog.close()
 
     # ------------------------------------------------------------------ reload
-    async def _watch_config(self) -> None:
+    async def _watch_config(self, path: str) -> None:
         while True:
             await asyncio.sleep(2.0)
             try:
-                m = os.stat(self.config_path).st_mtime  # type: ignore[arg-type]
+                m = os.stat(path).st_mtime
             except OSError:
                 continue
             if m != self._config_mtime:

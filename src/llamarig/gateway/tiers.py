@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from llamarig.gateway.config import GatewayConfig, KeyConfig, TierConfig
 from llamarig.gateway.errors import (
@@ -60,7 +60,7 @@ class Decision:
 # ------------------------------------------------------------------------------ validation
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -227,7 +227,7 @@ def choose_tier(body: Mapping[str, Any], headers: Mapping[str, str], cfg: Gatewa
 
 def is_cron(headers: Mapping[str, str], cfg: GatewayConfig) -> bool:
     v = headers.get(cfg.cron.header.lower())
-    return bool(v) and v.startswith(cfg.cron.prefix)  # type: ignore[union-attr]
+    return bool(v and v.startswith(cfg.cron.prefix))
 
 
 def resolve_auto_c2_max_tokens(requested: int | None, tier: TierConfig, cron: bool) -> int | None:

@@ -96,7 +96,7 @@ def unwrap(words: list[Word], env: list[tuple[str, str, int]]) -> tuple[int, lis
 def ends_with_backslash(line: str) -> bool:
     """The line ends in an odd number of backslashes: the last one escapes the newline."""
     m = re.search(r"(\\+)$", line)
-    return bool(m) and len(m.group(1)) % 2 == 1
+    return m is not None and len(m.group(1)) % 2 == 1
 
 
 def find_line(lines: list[str], needle: str, start: int = 0) -> int:
