@@ -131,6 +131,7 @@ class StreamResponse:
     async def write(self, data: bytes) -> None:
         c = self.conn
         if c is None:
+            # a programming error (a handler's bug), never a user's: not in llamarig's error tree
             raise RuntimeError("write() before prepare()")
         if not data:
             return
@@ -368,6 +369,7 @@ class HttpServer:
     @property
     def port(self) -> int:
         if self.server is None or not self.server.sockets:
+            # a programming error (the port asked before start()), never a user's
             raise RuntimeError("server not started")
         return int(self.server.sockets[0].getsockname()[1])
 
