@@ -15,12 +15,20 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llamarig.errors import ExitCode, InputError, LlamarigError, one_line
 from llamarig.procs import exit_description
+
+if TYPE_CHECKING:
+    from llamarig.flags.findings import Finding
+    from llamarig.flags.schema import Schema
+    from llamarig.hardware.cpu import CpuFeatures
+    from llamarig.plan.inputs import PlanArgs
+    from llamarig.plan.result import Plan
+    from llamarig.plan.speed import SpeedReport
 
 FORMATS = ("bash", "systemd", "compose", "llama-swap")
 
@@ -30,13 +38,13 @@ class Resolved:
     binary: str
     args: list[str]
     env: list[tuple[str, str]] = field(default_factory=list)
-    plan: Any = None
-    speed: Any = None
+    plan: Plan | None = None
+    speed: SpeedReport | None = None
     plan_note: str = ""
-    findings: list[Any] = field(default_factory=list)  # check findings of a --from-script input
+    findings: list[Finding] = field(default_factory=list)  # check findings of a --from-script input
     notes: list[str] = field(default_factory=list)  # comment lines about the input
-    schema: Any = None  # flag schema of `binary` (else the bundled one)
-    plan_args: Any = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
+    schema: Schema | None = None  # flag schema of `binary` (else the bundled one)
+    plan_args: PlanArgs | None = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
 
 
 def _binary(explicit: str | None, program: str | None) -> str:
@@ -63,7 +71,7 @@ def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
     return None, tokens
 
 
-def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> Any:
+def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> PlanArgs:
     from llamarig.plan.inputs import PlanArgs
     from llamarig.units import parse_size
 
@@ -71,7 +79,8 @@ def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: 
                     command=["llama-server", *args])
 
 
-def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> tuple[Any, Any, str]:
+def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
+          detect: bool) -> tuple[Plan | None, SpeedReport | None, str]:
     """(plan, speed report, note) through the planner's library (llamarig.cli.plan_cmd)."""
     from llamarig.plan.inputs import build_hardware, build_plan
 
@@ -125,9 +134,10 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     from llamarig.render.argv import absolutize, misplaced_options
 
     env: list[tuple[str, str]] = []
-    findings: list[Any] = []
+    findings: list[Finding] = []
     notes: list[str] = []
     bases = [Path.cwd()]
+    program: str | None  # the input's program word (None: MODEL or flags only)
     if from_script:
         from llamarig.cli.check_cmd import get_schema, read_input, run_check
 
@@ -181,7 +191,7 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     return res
 
 
-def _schema(binary: str) -> Any:
+def _schema(binary: str) -> Schema:
     from llamarig.flags.schema import load_bundled, load_schema
 
     try:
@@ -242,14 +252,19 @@ _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: int | None = None,
-                reported: list[Any] | None = None) -> None:
+                reported: list[Finding] | None = None) -> None:
     """Run `llamarig check`'s rules on the final command (binary + ``args``): each error and
     warning on one stderr line; with errors, exit 1 unless ``force`` (then they are warnings).
     ``reported``: findings of the --from-script input printed already; not repeated."""
     from llamarig.render.argv import check_argv, finding_line
 
+    schema = res.schema
+    if schema is None:  # resolve() always sets one; else check against the bundled one, as the error below says
+        from llamarig.flags.schema import load_bundled
+
+        schema = load_bundled()
     seen = {(f.rule, f.flag, f.severity) for f in reported or ()}
-    findings = [f for f in check_argv([res.binary, *args], res.schema, cores=cores)
+    findings = [f for f in check_argv([res.binary, *args], schema, cores=cores)
                 if (f.rule, f.flag, f.severity) not in seen and f.severity in ("error", "warning")]
     errors = [f for f in findings if f.severity == "error"]
     for f in findings:
@@ -399,7 +414,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
 
             pa = res.plan_args
 
-            def replan(cpu: Any) -> Any:
+            def replan(cpu: CpuFeatures) -> Plan:
                 return build_plan(_replace(pa, cpu=cpu))
 
         lr = L.start(res.binary, args, plan=res.plan, log_path=Path(log_path) if log_path else None,

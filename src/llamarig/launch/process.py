@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
@@ -29,6 +29,9 @@ from llamarig.paths import state_dir
 from llamarig.plan.logparse import VerifyRow, compare
 from llamarig.procs import exit_description
 from llamarig.render.common import get_value
+
+if TYPE_CHECKING:
+    from llamarig.plan.result import Plan
 
 # ---------------------------------------------------------------------------- state
 
@@ -218,9 +221,9 @@ def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_
     return [binary] + a
 
 
-def start(binary: str, args: Sequence[str], *, plan: Any = None, host: str | None = None,
+def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: str | None = None,
           port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
-          force: bool = False, replan: Callable[[CpuFeatures], Any] | None = None) -> Launched:
+          force: bool = False, replan: Callable[[CpuFeatures], Plan] | None = None) -> Launched:
     """Start llama-server detached (own session), wait for /health, verify against ``plan``.
 
     Raises ServerError (exit 3) for a missing binary, a port in use, or a server that exits or

@@ -12,10 +12,14 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamarig.errors import one_line
 from llamarig.render.common import flag_groups, is_flag
+
+if TYPE_CHECKING:
+    from llamarig.flags.findings import Finding
+    from llamarig.flags.schema import Schema
 
 #: value hints of options whose value is a local file or directory (llama-server --help)
 PATH_HINTS = frozenset({"FNAME", "FILE", "PATH", "DIR", "JINJA_TEMPLATE_FILE", "FNAME:SCALE,..."})
@@ -155,8 +159,8 @@ def misplaced_options(args: Sequence[str], schema: Any, own: Iterable[str]) -> l
     return bad
 
 
-def check_argv(argv: Sequence[str], schema: Any, *, cores: int | None = None,
-               base_dir: Path | None = None) -> list[Any]:
+def check_argv(argv: Sequence[str], schema: Schema, *, cores: int | None = None,
+               base_dir: Path | None = None) -> list[Finding]:
     """``llamarig check``'s findings (llamarig.flags.rules.lint) for one argv (program first),
     with the model's GGUF header when ``-m`` is readable."""
     from llamarig.flags.model import model_loader
@@ -176,7 +180,7 @@ def check_argv(argv: Sequence[str], schema: Any, *, cores: int | None = None,
     return findings
 
 
-def finding_line(f: Any) -> str:
+def finding_line(f: Finding) -> str:
     """One line for a finding: ``[rule] message (fix: ...)``."""
     text = f"[{f.rule}] {f.message}"
     if f.fix:
