@@ -13,11 +13,10 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.history import history_note
-from llamarig.flags.knowledge import FOLKLORE
+from llamarig.flags.knowledge import FOLKLORE, Folklore
 from llamarig.flags.parsed import Invocation, Word
 from llamarig.flags.schema import Option, Schema
 
@@ -128,8 +127,8 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
             prev = r.uses[-1] if r.uses else None
             if t.startswith("-") and not is_number(t) and len(t) > 1:
                 name, eq, val = t.partition("=")
-                if eq and schema.lookup(name):
-                    opt, _ = schema.lookup(name)  # type: ignore[misc]
+                if eq and (named := schema.lookup(name)):
+                    opt, _ = named
                     r.findings.append(finding(
                         "equals-syntax", Severity.ERROR, w.line, t,
                         f"`{t}`: llama-server has no `--opt=value` syntax, the whole word is an "
@@ -215,7 +214,7 @@ def _neg_hint(prev: Use, value: str) -> str:
     return ""
 
 
-def _unknown(schema: Schema, t: str, use: Use, lore: Any, k: int | None, passed: bool) -> Finding:
+def _unknown(schema: Schema, t: str, use: Use, lore: Folklore | None, k: int | None, passed: bool) -> Finding:
     near = closest(schema, t)
     # when other bundled builds accept the spelling, say when it came or went (flags/history.py)
     when = history_note(schema, t)

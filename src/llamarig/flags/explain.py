@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.flags.argv import Reading, Use, int_of
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import Schema
+
+if TYPE_CHECKING:
+    from llamarig.gguf.spec import ModelSpec
 
 # Chinese descriptions: what the flag does in llama-server (same facts as the English help).
 ZH: dict[str, str] = {
@@ -105,7 +108,7 @@ def _pad(x: int, n: int = 256) -> int:
     return int(math.ceil(x / n) * n)
 
 
-def memory_effects(r: Reading, spec: Any, lang: str = "en") -> dict[str, str]:
+def memory_effects(r: Reading, spec: ModelSpec | None, lang: str = "en") -> dict[str, str]:
     """Memory numbers (with formulas) keyed by the option they belong to."""
     from llamarig.gguf.ggml_types import row_size
     from llamarig.units import fmt_bytes
@@ -170,7 +173,7 @@ def memory_effects(r: Reading, spec: Any, lang: str = "en") -> dict[str, str]:
     return out
 
 
-def explain_rows(r: Reading, schema: Schema, spec: Any = None, lang: str = "en") -> list[Row]:
+def explain_rows(r: Reading, schema: Schema, spec: ModelSpec | None = None, lang: str = "en") -> list[Row]:
     t = TEXT[lang]
     effects = memory_effects(r, spec, lang)
     rows: list[Row] = []

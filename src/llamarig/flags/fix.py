@@ -58,6 +58,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     for u in reading.uses:
         acts = actions.get(u.index, [])
         kinds = {a.action.action: a for a in acts if a.action}
+        fixes = {a.action.action: a.action for a in acts if a.action}  # kinds[k].action, typed as a Fix
         if u.opt is None and not u.spelling.startswith("-"):
             continue  # a stray word (`on` after --metrics): dropped
         if "drop" in kinds and "replace" not in kinds and "rename" not in kinds and "split-equals" not in kinds:
@@ -67,7 +68,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
             continue
         if "replace" in kinds:
             f = kinds["replace"]
-            new = list(f.action.args)  # type: ignore[union-attr]
+            new = list(fixes["replace"].args)
             target = schema.lookup(new[0])
             if target is not None and target[0].name in present:
                 comments.append(f"# llamarig: removed `{_show(u)}` (`{target[0].name}` is already set): "
@@ -79,28 +80,27 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
             out.append(new)
             continue
         if "split-equals" in kinds:
-            out.append(list(kinds["split-equals"].action.args))  # type: ignore[union-attr]
+            out.append(list(fixes["split-equals"].args))
             continue
         spelling = u.spelling
         values = [v.text for v in u.values]
         if "rename" in kinds:
-            new_sp = kinds["rename"].action.args[0]  # type: ignore[union-attr]
+            new_sp = fixes["rename"].args[0]
             if u.opt is None:
                 comments.append(f"# llamarig: `{u.spelling}` -> `{new_sp}` (closest real spelling)")
             spelling = new_sp
         if "set-value" in kinds:
             f = kinds["set-value"]
-            new_v = f.action.args[0]  # type: ignore[union-attr]
+            new_v = fixes["set-value"].args[0]
             if values and values[0] != new_v:
                 comments.append(f"# llamarig: `{spelling} {values[0]}` -> `{spelling} {new_v}`: {_short(f.message)}")
                 values = [new_v] + values[1:]
         if "add-value" in kinds:
-            new_v = kinds["add-value"].action.args[0]  # type: ignore[union-attr]
+            new_v = fixes["add-value"].args[0]
             comments.append(f"# llamarig: `{spelling}` -> `{spelling} {new_v}` (it takes a value)")
             values = [new_v]
         if "drop-value" in kinds:
-            f = kinds["drop-value"]
-            stray = f.action.args[0]  # type: ignore[union-attr]
+            stray = fixes["drop-value"].args[0]
             if stray.lower() in FALSY:
                 if u.opt is not None and u.opt.negations:
                     comments.append(f"# llamarig: `{spelling} {stray}` -> `{u.opt.negations[-1]}`")
@@ -150,8 +150,7 @@ def _short(msg: str) -> str:
 
 
 def _dedupe(items: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return [x for x in items if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
+    return list(dict.fromkeys(items))  # first occurrences, in order
 
 
 def _prefix(inv: Invocation, lines: list[str], dropped_env: set[str]) -> str:

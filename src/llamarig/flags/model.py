@@ -4,18 +4,22 @@ need it (llamarig.flags.rules.model)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.parsed import Invocation
 from llamarig.flags.rules.context import Context
 
+if TYPE_CHECKING:
+    from llamarig.gguf.spec import ModelSpec
 
-def model_loader(explicit_model: str | None, base_dir: Path | None):
+
+def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[[Invocation, Context], Context]:
     """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
-    cache: dict[str, Any] = {}
+    cache: dict[str, tuple[ModelSpec | None, str | None]] = {}  # path or catalogue id -> (spec, error)
 
     def load(inv: Invocation, ctx: Context) -> Context:
         path = explicit_model

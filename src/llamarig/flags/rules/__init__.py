@@ -15,7 +15,7 @@ in docs/check.md's rule table and test it in tests/flags/.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.flags.argv import Reading, read_invocation
 from llamarig.flags.findings import Finding, Fix, Severity
@@ -33,6 +33,9 @@ from llamarig.flags.rules import (
 from llamarig.flags.rules.context import Context, Subject, physical_cores
 from llamarig.flags.schema import Schema
 from llamarig.hardware.cpu import detect_cpu
+
+if TYPE_CHECKING:
+    from llamarig.hardware.cpu import CpuFeatures
 
 __all__ = [
     "PARSE_RULES", "RULES", "Context", "Finding", "Fix", "Rule", "Severity", "Subject",
@@ -75,7 +78,7 @@ PARSE_RULES = frozenset({
 })
 
 
-def _this_cpu() -> Any:
+def _this_cpu() -> CpuFeatures | None:
     return detect_cpu()  # looked up here at call time, so a test can replace rules.detect_cpu
 
 
@@ -92,7 +95,8 @@ def lint_invocation(inv: Invocation, schema: Schema, k: int | None = None,
 
 
 def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
-         model_loader: Any = None) -> tuple[list[Reading], list[Finding]]:
+         model_loader: Callable[[Invocation, Context], Context] | None = None
+         ) -> tuple[list[Reading], list[Finding]]:
     """All findings for a parsed input, sorted by line."""
     findings: list[Finding] = [script.note_to_finding(n) for n in parsed.notes]
     readings = []

@@ -7,11 +7,16 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.flags.argv import Reading
 from llamarig.flags.parsed import Invocation
 from llamarig.flags.schema import Schema
+
+if TYPE_CHECKING:
+    from llamarig.gguf.spec import ModelSpec
+    from llamarig.hardware.cpu import CpuFeatures
+    from llamarig.plan.result import Plan
 
 
 @dataclass(frozen=True)
@@ -24,11 +29,11 @@ class Context:
     ram_bytes: int | None = None
     model_ref: str | None = None  # `check --model` (GGUF path or catalogue id)
     need_ctx: int | None = None  # `check --need-ctx`: tokens one request needs (prompt + output)
-    model_spec: Any = None  # llamarig.gguf.spec.ModelSpec of -m when readable
+    model_spec: ModelSpec | None = None  # the ModelSpec of -m when readable
     model_path: str | None = None  # the GGUF file -m (or `check --model`) names, when it exists
     model_error: str | None = None  # why that file could not be read (rule model-unreadable)
     #: (model_ref, mmproj_arg, gpus, ram_bytes, argv) -> Plan, for the memory rule (check --gpu)
-    planner: Callable[..., Any] | None = None
+    planner: Callable[[str | None, str | None, list[str], int | None, list[str]], Plan] | None = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class Subject:
     k: int | None  # index of the invocation in the input
     ctx: Context
     #: this machine's CPU (llamarig.hardware.cpu.detect_cpu), asked only by the rules that need it
-    cpu: Callable[[], Any]
+    cpu: Callable[[], CpuFeatures | None]
 
 
 def physical_cores() -> int | None:

@@ -28,9 +28,9 @@ def env_vars(s: Subject) -> list[Finding]:
                                    f"`{name}` is not read by this llama-server" +
                                    (f"; closest: {', '.join(near)}" if near else ""),
                                    f"use `{near[0]}`" if near else "remove it", k, True, Fix("drop-env", (name,))))
-            elif r.has(opt.name):
+            elif (cli := r.last(opt.name)) is not None:
                 out.append(finding("env-overridden", Severity.INFO, line, name,
-                                   f"`{name}` is overridden by `{r.last(opt.name).spelling}` on the command "  # type: ignore[union-attr]
+                                   f"`{name}` is overridden by `{cli.spelling}` on the command "
                                    "line (the CLI wins)", None, k))
         elif name.startswith("LLAMA_") and name not in LIVE_LLAMA_ENV:
             out.append(finding("dead-env-var", Severity.WARNING, line, name,

@@ -75,7 +75,8 @@ def amx_tile_crash(s: Subject) -> list[Finding]:
     r, k, spec = s.reading, s.k, s.ctx.model_spec
     if spec is None:
         return []
-    if r.has("--repack") and not r.last("--repack").positive:  # type: ignore[union-attr]
+    repack = r.last("--repack")
+    if repack is not None and not repack.positive:
         return []
     ngl = r.last("--gpu-layers")
     dev = r.last("--device")
