@@ -9,11 +9,14 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 log = logging.getLogger("llamarig.gateway")
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
 _LAT = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -42,15 +45,15 @@ class GatewayMetrics:
         self.clamped = Counter(p + "clamped", "Requests whose max_tokens was lowered", ["tier"], registry=r)
         self.reloads = Counter(p + "config_reloads", "Config reloads by result", ["result"], registry=r)
 
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
 
-    def child(self, metric: Any, *labels: str) -> Any:
+    def child(self, metric: _Metric, *labels: str) -> _Metric:
         """``metric.labels(*labels)``, cached (the hot path calls this several times per request)."""
         k = (id(metric), labels)
         c = self._children.get(k)
         if c is None:
             c = self._children[k] = metric.labels(*labels)
-        return c
+        return cast(_Metric, c)  # the key holds id(metric): the cached child is metric's type
 
     def render(self, backend_texts: Mapping[str, str]) -> bytes:
         return generate_latest(self.registry) + relabel_backend_metrics(backend_texts).encode()
@@ -108,7 +111,7 @@ class RequestLog:
     def __init__(self, path: str | None, log_content: bool = False) -> None:
         self.path = path
         self.log_content = log_content
-        self._fh: Any = None
+        self._fh: TextIO | None = None
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()

@@ -28,7 +28,7 @@ import asyncio
 import collections
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httptools
@@ -36,6 +36,9 @@ import httptools
 from llamarig.errors import ServerError
 from llamarig.gateway.http import Headers
 from llamarig.units import MiB
+
+if TYPE_CHECKING:  # aiohttp is imported when an https:// backend is used
+    import aiohttp
 
 #: bytes buffered for the reader before the socket stops being read
 HIGH_WATER = MiB
@@ -344,11 +347,11 @@ class UpstreamPool:
 class AiohttpUpstream:
     """The same interface over aiohttp, for ``https://`` backends."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: aiohttp.ClientSession) -> None:
         self.session = session
 
     async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None, *,
-                   connect_timeout: float | None = None, read_timeout: float | None = None) -> Any:
+                   connect_timeout: float | None = None, read_timeout: float | None = None) -> _AiohttpResponse:
         import aiohttp
 
         try:
@@ -361,7 +364,7 @@ class AiohttpUpstream:
 
 
 class _AiohttpResponse:
-    def __init__(self, r: Any) -> None:
+    def __init__(self, r: aiohttp.ClientResponse) -> None:
         self.r = r
         self.status = r.status
         self.headers = r.headers
