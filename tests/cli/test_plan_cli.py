@@ -24,7 +24,13 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 def test_readme_command(capsys) -> None:
     code, out, _ = run(capsys, *README_CMD)
     assert code == 0
-    assert "CUDA0" in out and "KV cache" in out and "recurrent state" in out and "149.626 MiB" in out
+    lines = out.splitlines()
+    # the answer first: fits and the free memory in the first line
+    assert lines[0].startswith("fits: CUDA0") and "free" in lines[0]
+    assert "CUDA0" in out and "KV cache" in out and "recurrent state" in out
+    assert "formula" not in out.lower().split("formulas and sources")[0]  # formulas only with --why
+    code, out, _ = run(capsys, *README_CMD, "--why")
+    assert code == 0 and "149.626 MiB" in out and "B/cell" in out
 
 
 def test_json_schema(capsys) -> None:

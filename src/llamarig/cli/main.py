@@ -60,13 +60,18 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="llamarig")
-def cli() -> None:
+@click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
+              help="Language of the output (default: $LLAMARIG_LANG, else the locale, e.g. LANG=zh_CN.UTF-8).")
+def cli(lang: str | None) -> None:
     """llamarig: plan, check, launch, measure and guard llama.cpp llama-server deployments.
 
     Every number carries its method; every flag rule is grounded in llama.cpp's source or the
     installed binary. Exit codes: 0 ok, 1 problems found, 2 bad input, 3 environment
     (binary/server), 130 interrupted.
     """
+    from llamarig.i18n import set_language
+
+    set_language(lang)
 
 
 def main(argv: list[str] | None = None) -> Any:

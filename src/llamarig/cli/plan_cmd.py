@@ -16,7 +16,7 @@ from llamarig.plan.inputs import (
     build_inputs,
     build_plan,
 )
-from llamarig.units import GiB, fmt_bytes, parse_size
+from llamarig.units import fmt_bytes, parse_size
 
 PLAN_HELP = """\
 Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]
@@ -40,6 +40,8 @@ Plan options:
                                           x86-64 with AVX2, no AVX-512/AMX)
   --ram SIZE                              host RAM, e.g. 64G
   --overhead SIZE                         per-GPU driver/context overhead (default: catalogue)
+  --why                                   every figure's formula and source, and the speed table
+  --lang en|zh                            language of the output (default: the locale)
   --json                                  machine-readable output (docs/plan.md)
   -h, --help                              this text
 
@@ -63,7 +65,7 @@ def _server_flag_takes_value(tok: str) -> bool:
     return flag_takes_value(tok)
 
 
-_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features"}
+_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features", "--lang"}
 
 
 def split_args(args: list[str]) -> PlanArgs:
@@ -93,10 +95,16 @@ def split_args(args: list[str]) -> PlanArgs:
                 out.overhead = parse_size(val, "mib")
             elif key == "--cpu-features":
                 out.cpu_features = val
+            elif key == "--lang":
+                from llamarig.i18n import set_language
+
+                set_language(val)
         elif a == "--detect":
             out.detect = True
         elif a == "--json":
             out.as_json = True
+        elif a == "--why":
+            out.why = True
         elif a in ("-h", "--help"):
             out.help = True
         elif not a.startswith("-") and out.model is None:
@@ -111,71 +119,6 @@ def split_args(args: list[str]) -> PlanArgs:
 
 
 # ------------------------------------------------------------------------------- rendering
-
-_LABELS = {
-    "weights": "weights", "kv": "KV cache", "recurrent": "recurrent state", "compute": "compute",
-    "mmproj": "mmproj", "draft": "draft / MTP", "other": "other", "output": "output buffer",
-    "checkpoints": "ctx checkpoints", "cache_ram": "prompt cache",
-}
-
-
-def render(plan, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    console.print(f"[bold]{plan.model}[/] ({plan.architecture}): n_ctx {plan.n_ctx} "
-                  f"({plan.extra.get('n_ctx_source', '')}), {plan.n_parallel} slot(s), "
-                  f"{'unified KV' if plan.kv_unified else 'KV split per slot'} "
-                  f"({plan.n_ctx_slot} tokens per slot), K {plan.cache_type_k} / V {plan.cache_type_v}, "
-                  f"flash attention {'on' if plan.flash_attn else 'off'}, n_ubatch {plan.n_ubatch}")
-    console.print(f"KV per token (full-attention layers): {plan.kv_bytes_per_token} B"
-                  + (f"; recurrent state per sequence: {fmt_bytes(plan.recurrent_bytes_per_seq)}"
-                     f" (checkpoint {plan.checkpoint_bytes / 2**20:.3f} MiB)" if plan.recurrent_bytes_per_seq else ""))
-    order = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
-    for d in plan.devices:
-        t = Table(title=f"{d.name}: {d.label}", title_justify="left", show_edge=False)
-        t.add_column("component")
-        t.add_column("size", justify="right")
-        t.add_column("method")
-        t.add_column("formula", overflow="fold")
-        for c in order:
-            ln = d.lines.get(c)
-            if ln:
-                t.add_row(_LABELS[c], fmt_bytes(ln.bytes), ln.method, escape(ln.formula))
-        t.add_row("[bold]total[/]", f"[bold]{fmt_bytes(d.total)}[/]", "", "")
-        if d.capacity:
-            t.add_row("capacity", fmt_bytes(d.capacity), "given", "catalogue / --gpu NAME:VRAM_GB / --detect")
-            free = d.free or 0
-            color = "red" if free < 0 else ("yellow" if free < GiB else "green")
-            t.add_row("free", f"[{color}]{fmt_bytes(free)}[/]", "", "capacity - total")
-        console.print(t)
-    h = plan.host
-    t = Table(title="host RAM", title_justify="left", show_edge=False)
-    t.add_column("component")
-    t.add_column("size", justify="right")
-    t.add_column("method")
-    t.add_column("formula", overflow="fold")
-    for c in ("weights", "kv", "recurrent", "compute", "output", "mmproj", "draft", "checkpoints", "cache_ram"):
-        ln = h.lines.get(c)
-        if ln:
-            formula = ln.formula + (" (mmap: page cache, evictable)" if c == "weights" and h.mmap else "")
-            t.add_row(_LABELS[c], fmt_bytes(ln.bytes), ln.method, escape(formula))
-            if len(ln.parts) > 1:  # host weights per buffer type, as llama-server logs them
-                for buf, b in ln.parts:
-                    t.add_row(f"  {buf}", fmt_bytes(b), ln.method, "")
-    t.add_row("[bold]total (worst case)[/]", f"[bold]{fmt_bytes(h.total)}[/]", "", "")
-    if h.capacity:
-        t.add_row("capacity", fmt_bytes(h.capacity), "given", "--ram / --detect")
-        t.add_row("free", fmt_bytes(h.free or 0), "", "capacity - total")
-    console.print(t)
-    for n in plan.notes:
-        console.print(f"[cyan]note:[/] {escape(n)}")
-    for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {escape(w)}")
-    if not plan.fits:
-        console.print("[red bold]does not fit:[/] " + escape("; ".join(plan.shortfalls())))
-    console.print("command: " + escape(" ".join(plan.command)), soft_wrap=True)
-
 
 @click.command("plan", context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
                                           "help_option_names": [], "allow_interspersed_args": False})
@@ -222,9 +165,11 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     if pa.as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:
+        from llamarig.cli import plan_view
+
         console = Console()
-        render(plan, console)
-        if plan.speed is not None:
+        plan_view.render(plan, console, why=pa.why)
+        if plan.speed is not None and pa.why:
             console.print(speed_table(plan.speed))
     if not plan.fits:
         raise click.exceptions.Exit(1)

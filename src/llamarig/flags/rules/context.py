@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from llamarig.flags.argv import Reading
 from llamarig.flags.parsed import Invocation
@@ -16,7 +16,33 @@ from llamarig.flags.schema import Schema
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
     from llamarig.hardware.cpu import CpuFeatures
-    from llamarig.plan.result import Plan
+
+
+class MemoryVerdict(Protocol):
+    """What the memory rule reads of a plan (a llamarig.plan.result.Plan: that layer sits above
+    the flag rules, so it is described here rather than imported)."""
+
+    @property
+    def fits(self) -> bool: ...
+
+    @property
+    def devices(self) -> Sequence[DeviceVerdict]: ...
+
+    def shortfalls(self) -> list[str]: ...
+
+
+class DeviceVerdict(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def total(self) -> int: ...
+
+    @property
+    def free(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -33,7 +59,7 @@ class Context:
     model_path: str | None = None  # the GGUF file -m (or `check --model`) names, when it exists
     model_error: str | None = None  # why that file could not be read (rule model-unreadable)
     #: (model_ref, mmproj_arg, gpus, ram_bytes, argv) -> Plan, for the memory rule (check --gpu)
-    planner: Callable[[str | None, str | None, list[str], int | None, list[str]], Plan] | None = None
+    planner: Callable[[str | None, str | None, list[str], int | None, list[str]], MemoryVerdict] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,195 @@
+"""``llamarig plan``'s human output: the verdict first, then a compact table per device, then
+the notes. Formulas and sources are behind ``--why`` (``--json`` has everything).
+
+Every sentence comes from the message catalogue (llamarig.i18n); sizes, flag names and
+formulas stay as they are in both languages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llamarig.i18n import N_, _
+from llamarig.units import MiB, fmt_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from llamarig.plan.result import DevicePlan, Plan
+
+#: component -> label, in table order
+DEVICE_ROWS = (("weights", N_("weights")), ("kv", N_("KV cache")), ("recurrent", N_("recurrent state")),
+               ("compute", N_("compute")), ("mmproj", N_("mmproj")), ("draft", N_("draft / MTP")),
+               ("other", N_("other")))
+HOST_ROWS = (("weights", N_("weights")), ("kv", N_("KV cache")), ("recurrent", N_("recurrent state")),
+             ("compute", N_("compute")), ("output", N_("output buffer")), ("mmproj", N_("mmproj")),
+             ("draft", N_("draft / MTP")), ("checkpoints", N_("ctx checkpoints")),
+             ("cache_ram", N_("prompt cache")))
+#: host components that fill over time instead of at start
+GROWS = ("checkpoints", "cache_ram")
+#: the method words, translated where a table shows them
+METHODS = {"exact": N_("exact"), "modelled": N_("modelled"), "given": N_("given"),
+           "estimated": N_("estimated"), "not planned": N_("not planned")}
+
+
+def _gib(n: int) -> str:
+    return fmt_bytes(n)
+
+
+def _device_name(d: DevicePlan) -> str:
+    return f"{d.name} ({d.label})" if d.label and d.label != d.name else d.name
+
+
+def verdict_lines(plan: Plan) -> list[str]:
+    """The answer: fits or not, free or short per device, host RAM, and what to change."""
+    out: list[str] = []
+    parts = []
+    for d in plan.devices:
+        if not d.capacity:
+            parts.append(_("{dev} {used} (capacity unknown)").format(dev=_device_name(d), used=_gib(d.total)))
+        elif (d.free or 0) >= 0:
+            parts.append(_("{dev} {used} of {cap}, {free} free").format(
+                dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0)))
+        else:
+            parts.append(_("{dev} short by {short}").format(dev=_device_name(d), short=_gib(-(d.free or 0))))
+    h = plan.host
+    start = h.total - sum(h.get(c) for c in GROWS)
+    if h.capacity:
+        if (h.free or 0) >= 0:
+            parts.append(_("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity)))
+        else:
+            parts.append(_("host RAM short by {short}").format(short=_gib(-(h.free or 0))))
+    else:
+        parts.append(_("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start)))
+    head = _("fits") if plan.fits else _("does not fit")
+    out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts)))
+    grow = sum(h.get(c) for c in GROWS)
+    if grow:
+        out.append(_("host RAM can grow by {grow} over long sessions (context checkpoints and the prompt "
+                     "cache fill as requests come)").format(grow=_gib(grow)))
+    if not plan.fits:
+        out += suggestions(plan)
+    sp = plan.speed
+    if sp is not None and sp.by_depth:
+        deep = sp.by_depth[-1]
+        mult = sp.speculative.speedup if sp.speculative else 1.0
+        out.append(_("decode {d0:.1f} tok/s at depth 0, {dn:.1f} at depth {depth} (modelled; physical limit "
+                     "{limit:.0f}); prefill {pp:.0f} tok/s").format(
+            d0=sp.by_depth[0].decode_tok_s * mult, dn=deep.decode_tok_s * mult, depth=deep.depth,
+            limit=sp.decode_limit_tok_s, pp=sp.prefill.tok_s))
+        out.append(_("calibration: {source}").format(source=sp.calibration))
+    return out
+
+
+def suggestions(plan: Plan) -> list[str]:
+    """What to change when it does not fit, sized from the plan's own figures (then re-plan)."""
+    out: list[str] = []
+    short = [d for d in plan.devices if d.capacity and (d.free or 0) < 0]
+    if not short:
+        return out
+    d = max(short, key=lambda x: -(x.free or 0))
+    need = -(d.free or 0)
+    kv = d.get("kv")
+    tries = []
+    if kv > need and plan.n_ctx > 256:
+        per_cell = kv / plan.n_ctx
+        new_ctx = int((plan.n_ctx - need / per_cell) // 256 * 256)
+        if new_ctx >= 256:
+            tries.append(f"-c {new_ctx}")
+    if plan.cache_type_k == "f16" and plan.cache_type_v == "f16" and kv / 2 > need:
+        tries.append(_("-ctk q8_0 -ctv q8_0 (KV about half)"))
+    # layers on the CPU free their weights and KV on the GPU: this always helps, at a speed cost
+    tries.append(_("fewer GPU layers (leave -ngl unset: --fit moves layers to the CPU)"))
+    out.append(_("try: {options}; then run plan again").format(options=_(" or ").join(tries)))
+    out.append(_("or let plan search the settings that fit: --target-ctx {ctx}").format(ctx=plan.n_ctx))
+    return out
+
+
+def _table(title: str, rows: list[tuple[str, int, str]], total: list[tuple[str, str]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False)
+    t.add_column(_("component"), no_wrap=True)
+    t.add_column(_("size"), justify="right", no_wrap=True)
+    t.add_column(_("method"), no_wrap=True)
+    for label, b, method in rows:
+        t.add_row("  " + label, fmt_bytes(b), method)
+    for label, value in total:
+        t.add_row(f"  [bold]{label}[/]", f"[bold]{value}[/]", "")
+    return t
+
+
+def render(plan: Plan, console: Console, *, why: bool = False) -> None:
+    """The verdict, the tables, the notes; formulas with ``why``."""
+    from rich.markup import escape
+
+    lines = verdict_lines(plan)
+    style = "bold green" if plan.fits else "bold red"
+    console.print(f"[{style}]{escape(lines[0])}[/]")
+    for text in lines[1:]:
+        console.print(escape(text))
+    console.print(escape(_("{model} ({arch}): n_ctx {n_ctx}, {slots} slot(s), {kv_mode} ({per_slot} tokens per "
+                           "slot), K {k} / V {v}, flash attention {fa}, n_ubatch {ub}").format(
+        model=plan.model, arch=plan.architecture, n_ctx=plan.n_ctx, slots=plan.n_parallel,
+        kv_mode=_("unified KV") if plan.kv_unified else _("KV split per slot"), per_slot=plan.n_ctx_slot,
+        k=plan.cache_type_k, v=plan.cache_type_v, fa=_("on") if plan.flash_attn else _("off"), ub=plan.n_ubatch)))
+    for d in plan.devices:
+        rows = [(_(label), d.lines[c].bytes, _(METHODS.get(d.lines[c].method, d.lines[c].method)))
+                for c, label in DEVICE_ROWS if c in d.lines and d.lines[c].bytes]
+        total = [(_("total"), fmt_bytes(d.total))]
+        if d.capacity:
+            free = d.free or 0
+            total += [(_("capacity"), fmt_bytes(d.capacity)),
+                      (_("free") if free >= 0 else _("short"), fmt_bytes(abs(free)))]
+        console.print(_table(_device_name(d), rows, total))
+    h = plan.host
+    rows = []
+    for c, label in HOST_ROWS:
+        ln = h.lines.get(c)
+        if ln is None or not ln.bytes:
+            continue
+        name = _(label)
+        if c == "weights" and h.mmap:
+            name += _(" (mmap)")
+        if c in GROWS:
+            name += _(" (grows)")
+        rows.append((name, ln.bytes, _(METHODS.get(ln.method, ln.method))))
+        if c == "weights" and len(ln.parts) > 1:
+            rows += [("  " + buf, b, "") for buf, b in ln.parts]
+    total = [(_("total (worst case)"), fmt_bytes(h.total))]
+    if h.capacity:
+        total += [(_("capacity"), fmt_bytes(h.capacity)), (_("free"), fmt_bytes(h.free or 0))]
+    console.print(_table(_("host RAM"), rows, total))
+    note, warning = _("note:"), _("warning:")
+    for n in plan.notes:
+        console.print(f"[cyan]{note}[/] {escape(n)}")
+    for w in plan.warnings:
+        console.print(f"[yellow]{warning}[/] {escape(w)}")
+    if why:
+        render_formulas(plan, console)
+    console.print(escape(_("command: {command}").format(command=" ".join(plan.command))), soft_wrap=True)
+    if not why:
+        more = _("formulas and sources: add --why; everything: --json")
+        console.print(f"[dim]{escape(more)}[/]")
+
+
+def render_formulas(plan: Plan, console: Console) -> None:
+    """Every figure's formula and source (``--why``)."""
+    from rich.markup import escape
+
+    title = _("how each figure was obtained")
+    console.print(f"[bold]{title}[/]")
+    console.print(escape(_("KV per token (full-attention layers): {b} B").format(b=plan.kv_bytes_per_token)))
+    if plan.recurrent_bytes_per_seq:
+        console.print(escape(_("recurrent state per sequence: {rs}; one context checkpoint {ck:.3f} MiB").format(
+            rs=fmt_bytes(plan.recurrent_bytes_per_seq), ck=plan.checkpoint_bytes / MiB)))
+    for d in plan.devices:
+        for c, label in DEVICE_ROWS:
+            ln = d.lines.get(c)
+            if ln and ln.bytes:
+                console.print(f"  {d.name} {escape(_(label))}: {escape(ln.formula)}")  # formulas stay English
+    for c, label in HOST_ROWS:
+        ln = plan.host.lines.get(c)
+        if ln and ln.bytes:
+            host = _("host")
+            console.print(f"  {escape(host)} {escape(_(label))}: {escape(ln.formula)}")
