@@ -102,6 +102,15 @@ def test_models_and_gpus(capsys) -> None:
     assert code == 0 and any(g["id"] == "rtx3090" for g in json.loads(out))
     code, out, _ = run(capsys, "models")
     assert "qwen3.6-27b" in out
+    assert len(out.splitlines()) <= 80 and "maxtext" not in out  # one entry per row, no sources
+    code, out, _ = run(capsys, "models", "gemma3-27b")
+    assert code == 0 and "maxtext" in out  # one entry: its sources
+    code, out, _ = run(capsys, "models", "--sources")
+    assert code == 0 and "maxtext" in out
+    code, out, _ = run(capsys, "gpus")
+    assert code == 0 and "rtx3090" in out and len(out.splitlines()) <= 80
+    code, out, _ = run(capsys, "gpus", "rtx3090")
+    assert code == 0 and "sources:" in out
 
 
 def test_help(capsys) -> None:

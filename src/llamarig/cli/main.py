@@ -16,8 +16,8 @@ from llamarig.errors import ExitCode, LlamarigError
 COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("llamarig.cli.inspect_cmd:inspect_cmd", "Read a GGUF header: architecture, layers, KV shape, tensors."),
     "plan": ("llamarig.cli.plan_cmd:plan_cmd", "Predict memory per device (and speed) for a llama-server launch."),
-    "models": ("llamarig.cli.plan_cmd:models_cmd", "List the built-in model catalogue."),
-    "gpus": ("llamarig.cli.plan_cmd:gpus_cmd", "List the built-in GPU catalogue."),
+    "models": ("llamarig.cli.catalogue_cmd:models_cmd", "List the built-in model catalogue."),
+    "gpus": ("llamarig.cli.catalogue_cmd:gpus_cmd", "List the built-in GPU catalogue."),
     "check": ("llamarig.cli.check_cmd:check_cmd", "Lint a llama-server command or script against the real flag schema."),
     "explain": ("llamarig.cli.check_cmd:explain_cmd", "Explain every flag of a llama-server command."),
     "bench": ("llamarig.cli.bench_cmd:bench_cmd", "Measure a running llama-server, with the method on every number."),

@@ -16,7 +16,7 @@ from llamarig.plan.inputs import (
     build_inputs,
     build_plan,
 )
-from llamarig.units import fmt_bytes, parse_size
+from llamarig.units import parse_size
 
 PLAN_HELP = """\
 Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]
@@ -175,62 +175,4 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         raise click.exceptions.Exit(1)
 
 
-@click.command("models")
-@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
-def models_cmd(as_json: bool) -> None:
-    """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT)."""
-    from llamarig.catalogue.models import bpw_table, load_models
-
-    models = load_models()
-    bpw = bpw_table()
-    if as_json:
-        out = []
-        for m in models.values():
-            out.append({"id": m.id, "name": m.name, "architecture": m.arch,
-                        "quants": {q: {"bytes": m.file_bytes(q, bpw)[0], "source": m.file_bytes(q, bpw)[1]}
-                                   for q in m.quants},
-                        "mmproj": sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute")),
-                        "source": m.source})
-        click.echo(json.dumps(out, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="built-in models (llamarig plan ID:QUANT; ~ = estimated from bits per weight)",
-              title_justify="left")
-    for c in ("id", "architecture", "quants (file size)", "mmproj", "source"):
-        t.add_column(c, overflow="fold")
-    for m in models.values():
-        qs = ", ".join(
-            f"{q.lower()} {'~' if m.file_bytes(q, bpw)[1].startswith('estimated') else ''}"
-            f"{m.file_bytes(q, bpw)[0] / 1e9:.1f} GB" for q in m.quants
-        )
-        mm = ", ".join(sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute")))
-        t.add_row(m.id, m.arch, qs, mm or "-", m.source)
-    Console().print(t)
-
-
-@click.command("gpus")
-@click.option("--json", "as_json", is_flag=True, help="Print the catalogue as JSON.")
-def gpus_cmd(as_json: bool) -> None:
-    """List the built-in GPU catalogue (for --gpu NAME[:VRAM_GB])."""
-    from llamarig.catalogue.gpus import load_gpus
-
-    gpus = load_gpus()
-    if as_json:
-        click.echo(json.dumps([g.to_json() for g in gpus], indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title="built-in GPUs (llamarig plan --gpu ID[:VRAM_GB])", title_justify="left")
-    for c in ("id", "name", "memory", "bandwidth", "FP16 dense", "source"):
-        t.add_column(c, overflow="fold")
-    for g in gpus:
-        t.add_row(g.id, g.name, fmt_bytes(g.memory_bytes) + (" (unified)" if g.unified_memory else ""),
-                  f"{g.bandwidth_gbs:g} GB/s" if g.bandwidth_gbs else "-",
-                  f"{g.fp16_tflops:g} TFLOPS" if g.fp16_tflops else "-", g.source)
-    Console().print(t)
-
-
-__all__ = ["plan_cmd", "models_cmd", "gpus_cmd", "build_inputs", "build_plan", "split_args", "UnknownNameError"]
+__all__ = ["plan_cmd", "build_inputs", "build_plan", "split_args", "UnknownNameError"]

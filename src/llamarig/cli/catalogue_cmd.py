@@ -1,0 +1,133 @@
+"""``llamarig models`` and ``llamarig gpus``: the built-in catalogues, one line per entry; one
+entry's details and sources with ``models ID`` / ``gpus ID``, every source with ``--sources``."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from llamarig.i18n import _
+from llamarig.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from llamarig.catalogue.models import CatalogueModel
+    from llamarig.hardware.types import GPU
+
+
+def _quants(m: CatalogueModel, bpw: dict[str, float]) -> str:
+    out = []
+    for q in m.quants:
+        size, source = m.file_bytes(q, bpw)
+        out.append(f"{q.lower()} {'~' if source.startswith('estimated') else ''}{size / 1e9:.1f}")
+    return ", ".join(out)
+
+
+def _mmproj(m: CatalogueModel) -> str:
+    return ", ".join(sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute"))) or "-"
+
+
+def _model_json(m: CatalogueModel, bpw: dict[str, float]) -> dict[str, object]:
+    return {"id": m.id, "name": m.name, "architecture": m.arch,
+            "quants": {q: {"bytes": m.file_bytes(q, bpw)[0], "source": m.file_bytes(q, bpw)[1]} for q in m.quants},
+            "mmproj": sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute")),
+            "source": m.source}
+
+
+@click.command("models")
+@click.argument("model_id", required=False)
+@click.option("--sources", is_flag=True, help="Show every entry's sources.")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
+def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
+    """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT).
+    `llamarig models ID` shows one entry with its sources."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from llamarig.catalogue.models import bpw_table, find_model, load_models
+
+    bpw = bpw_table()
+    console = Console()
+    if model_id:
+        m, _quant = find_model(model_id)
+        if as_json:
+            click.echo(json.dumps(_model_json(m, bpw), indent=2))
+            return
+        console.print(f"[bold]{m.id}[/] ({m.arch}) {escape(m.name)}")
+        for q in m.quants:
+            size, source = m.file_bytes(q, bpw)
+            console.print(f"  {q.lower()}: {size / 1e9:.2f} GB — {escape(source)}", soft_wrap=False)
+        console.print(_("  mmproj: {mmproj}").format(mmproj=_mmproj(m)))
+        console.print(escape(_("sources: {source}").format(source=m.source)))
+        return
+    models = load_models()
+    if as_json:
+        click.echo(json.dumps([_model_json(m, bpw) for m in models.values()], indent=2))
+        return
+    t = Table(title=_("built-in models: llamarig plan ID:QUANT (file size in GB; ~ = estimated from bits per weight)"),
+              title_justify="left", box=None, pad_edge=False, show_edge=False)
+    t.add_column(_("id"), no_wrap=True)
+    t.add_column(_("architecture"), no_wrap=True)
+    t.add_column(_("quants (GB)"), overflow="fold")
+    t.add_column("mmproj", no_wrap=True)
+    if sources:
+        t.add_column(_("source"), overflow="fold")
+    for m in models.values():
+        row = [m.id, m.arch, _quants(m, bpw), _mmproj(m)]
+        if sources:
+            row.append(escape(m.source))
+        t.add_row(*row)
+    console.print(t)
+    if not sources:
+        console.print(f"[dim]{escape(_('sources of an entry: llamarig models ID; of all: --sources'))}[/]")
+
+
+def _gpu_line(g: GPU) -> list[str]:
+    return [g.id, g.name, fmt_bytes(g.memory_bytes) + (_(" (unified)") if g.unified_memory else ""),
+            f"{g.bandwidth_gbs:g} GB/s" if g.bandwidth_gbs else "-",
+            f"{g.fp16_tflops:g}" if g.fp16_tflops else "-"]
+
+
+@click.command("gpus")
+@click.argument("gpu_id", required=False)
+@click.option("--sources", is_flag=True, help="Show every entry's sources.")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
+def gpus_cmd(gpu_id: str | None, sources: bool, as_json: bool) -> None:
+    """List the built-in GPU catalogue (for --gpu NAME[:VRAM_GB]). `llamarig gpus ID` shows one
+    entry with its sources."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from llamarig.catalogue.gpus import find_gpu, load_gpus
+
+    console = Console()
+    if gpu_id:
+        g = find_gpu(gpu_id)
+        if as_json:
+            click.echo(json.dumps(g.to_json(), indent=2))
+            return
+        console.print("  ".join(_gpu_line(g)))
+        console.print(escape(_("sources: {source}").format(source=g.source)))
+        return
+    gpus = load_gpus()
+    if as_json:
+        click.echo(json.dumps([g.to_json() for g in gpus], indent=2))
+        return
+    t = Table(title=_("built-in GPUs: llamarig plan --gpu ID[:VRAM_GB]"), title_justify="left", box=None,
+              pad_edge=False, show_edge=False)
+    for c, wrap in ((_("id"), False), (_("name"), True), (_("memory"), False), (_("bandwidth"), False),
+                    (_("FP16 TFLOPS"), False)):
+        t.add_column(c, no_wrap=not wrap, overflow="fold")
+    if sources:
+        t.add_column(_("source"), overflow="fold")
+    for g in gpus:
+        row = _gpu_line(g)
+        if sources:
+            row.append(escape(g.source))
+        t.add_row(*row)
+    console.print(t)
+    if not sources:
+        console.print(f"[dim]{escape(_('sources of an entry: llamarig gpus ID; of all: --sources'))}[/]")
