@@ -17,6 +17,7 @@ from llamarig.flags.model import model_loader
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.i18n import _
 from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
@@ -115,8 +116,10 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     from rich.table import Table
 
     con = Console(highlight=False, soft_wrap=False)
-    con.print(f"[bold]{escape(name)}[/bold]: {parsed.kind}, {len(parsed.invocations)} llama-server "
-              f"invocation(s); flags checked against {escape(schema.label())}")
+    for line, style in verdict_lines(parsed, findings, name):
+        con.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
+    con.print(escape(_("{kind}, {n} llama-server invocation(s); flags checked against {schema}").format(
+        kind=parsed.kind, n=len(parsed.invocations), schema=schema.label())), style="dim")
     groups: list[tuple[str, list[Finding]]] = []
     general = [f for f in findings if f.invocation is None]
     if general:
@@ -159,10 +162,27 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
                 msg += f"\n[green]fix:[/green] {escape(f.fix)}"
             t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{f.severity}[/]", escape(f.rule), msg)
         con.print(t)
-    n = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
-    con.print()
-    con.print(f"[bold red]{n['error']} error(s)[/], [yellow]{n['warning']} warning(s)[/], "
-              f"[cyan]{n['info']} info[/]")
+
+
+def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tuple[str, str]]:
+    """The answer first: how many errors and warnings, and for each command what llama-server
+    really receives when the script cuts it off."""
+    n = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("error", "warning", "info")}
+    style = "bold red" if n["error"] else ("yellow" if n["warning"] else "bold green")
+    out = [(_("{name}: {errors} error(s), {warnings} warning(s), {info} info").format(
+        name=name, errors=n["error"], warnings=n["warning"], info=n["info"]), style)]
+    for k, inv in enumerate(parsed.invocations):
+        if inv.orphans:
+            out.append((_("command {k} (line {line}) is cut off at line {cut}: {words} word(s) after it never reach "
+                          "{program}").format(k=k + 1, line=inv.line, cut=inv.cut_line, words=len(inv.orphans),
+                                              program=inv.program), "red"))
+    first = next((f for f in findings if f.severity == "error"), None)
+    if first is not None and not any(inv.orphans for inv in parsed.invocations):
+        out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(first.message, 160)),
+                    "red"))
+    if not parsed.invocations:
+        out.append((_("no llama-server command found"), "yellow"))
+    return out
 
 
 def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
