@@ -140,7 +140,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
             lines.append(f"[dim]cut off (lines {inv.orphans[0].line}-{inv.orphans[-1].line}):[/dim] "
                          f"[red]{escape(_clip(cut))}[/red]")
         if inv.env:
-            lines.append("[dim]environment:[/dim] " + escape(" ".join(f"{n}={v}" for n, v, _ in inv.env)))
+            lines.append("[dim]environment:[/dim] " + escape(" ".join(f"{n}={v}" for n, v, _line in inv.env)))
         argv_of[k] = lines
     for gi, (head, fs) in enumerate(groups):
         con.print()
@@ -256,7 +256,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         raise InputError("give a file, - for stdin, or a llama-server command")
     base = None
     if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
-        text, _ = read_input(command[0])
+        text, _kind = read_input(command[0])
         parsed = parse_text(text)
         base = Path(command[0]).parent if command[0] != "-" else None
     elif len(command) == 1 and " " in command[0]:
@@ -279,15 +279,19 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         ctx = loader(inv, Context(physical_cores=physical_cores()))
         r = read_invocation(inv, schema, k)
         rows = explain_rows(r, schema, ctx.model_spec, lang)
-        _, fs = lint_invocation(inv, schema, k, ctx)
+        _readings, fs = lint_invocation(inv, schema, k, ctx)
         notes: dict[int, list[str]] = {}
         for f in fs:
             if f.use is not None and f.severity in ("error", "warning"):
                 notes.setdefault(f.use, []).append(f"{f.severity}: {f.rule}")
-        rows = [replace(row, effect="; ".join([x for x in [row.effect] if x] + notes.get(i, [])))
+        cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
+        rows = [replace(row, effect="; ".join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
+                                              + [x for x in [row.effect] if x] + notes.get(i, [])))
                 for i, row in enumerate(rows)]
         out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
-                    "rows": [row.__dict__ for row in rows]})
+                    "cut_line": inv.cut_line if inv.orphans else None,
+                    "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
+                             for i, row in enumerate(rows)]})
     if as_json:
         click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
                                "lang": lang}, ensure_ascii=False, indent=1))
@@ -302,8 +306,15 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         tab = Table(title=title, show_lines=False, header_style="bold")
         for col in ("flag", "value", "what", "default", "effect"):
             tab.add_column(t[col], overflow="fold")
+        if inv_out["cut_line"]:
+            n_cut = sum(1 for row in inv_out["rows"] if not row["reaches_server"])
+            con.print(escape(_("the command is cut off at line {line}: the {n} flag(s) marked below never reach "
+                               "llama-server (as `llamarig check` reports)").format(line=inv_out["cut_line"], n=n_cut)),
+                      style="bold red")
         for row in inv_out["rows"]:
             style = "" if row["known"] else "bold red"
+            if not row["reaches_server"]:
+                style = "dim red"
             tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
                         escape(row["default"]), escape(row["effect"]), style=style)
         con.print(tab)

@@ -1,0 +1,39 @@
+"""One truth across views: explain marks exactly the flags check reports as cut off, on the
+field reports' scripts (tests/flags/fixtures/seed*.sh, seed004.service)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llamarig.cli.main import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "flags" / "fixtures"
+SCRIPTS = sorted(p.name for p in FIXTURES.glob("seed*") if p.suffix in (".sh", ".service"))
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    capsys.readouterr()
+    try:
+        main(list(argv))
+    except SystemExit:
+        pass
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_explain_and_check_agree_on_what_reaches_the_server(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(FIXTURES / name)
+    chk = _json(capsys, "check", "--bundled", "--json", path)
+    exp = _json(capsys, "explain", "--bundled", "--json", path)
+    assert len(chk["invocations"]) == len(exp["invocations"])
+    for c, e in zip(chk["invocations"], exp["invocations"], strict=True):
+        reaching = [r["flag"] for r in e["rows"] if r["reaches_server"]]
+        cut = [r["flag"] for r in e["rows"] if not r["reaches_server"]]
+        flags_in_argv = [a for a in c["argv"][1:] if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit()]
+        assert all(f in flags_in_argv for f in reaching), (name, reaching, flags_in_argv)
+        assert (c["cut_line"] is not None) == bool(cut), (name, c["cut_line"], cut)
+        if cut:
+            assert e["cut_line"] == c["cut_line"]
