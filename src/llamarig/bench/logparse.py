@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamarig import __version__
 from llamarig.bench.records import Figure, single_figure, stat_figures
 from llamarig.errors import InputError
 from llamarig.logformat import (
@@ -467,8 +468,7 @@ def analyse(p: LogParse) -> dict[str, Any]:
 
 
 def logs_document(path: Path) -> dict[str, Any]:
-    from llamarig import __version__
-    from llamarig.bench.runner import SCHEMA_VERSION
+    from llamarig.bench.runner import SCHEMA_VERSION  # lazy: runner pulls aiohttp (0.2 s)
 
     p = parse_log_text(read_log(path), str(path))
     a = analyse(p)

@@ -8,6 +8,7 @@ scenarios (scenarios.py) only decide what to send and how to summarise it.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 import platform
 import socket
@@ -26,9 +27,9 @@ import aiohttp
 from llamarig import __version__
 from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.gpu import GpuSampler, energy_joules
-from llamarig.bench.monitor import Monitor, Tracker, reconcile
+from llamarig.bench.monitor import InterferenceEvent, Monitor, Tracker, reconcile
 from llamarig.bench.records import Figure, single_figure
-from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
+from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError, UnknownNameError
 
 SCHEMA_VERSION = 1
 
@@ -79,10 +80,6 @@ class BenchConfig:
     def validate(self) -> None:
         bad = [s for s in self.scenarios if s not in SCENARIOS]
         if bad:
-            import difflib
-
-            from llamarig.errors import UnknownNameError
-
             raise UnknownNameError("scenario", bad[0], difflib.get_close_matches(bad[0], SCENARIOS, 3) or list(SCENARIOS))
         if self.endpoint not in ("chat", "completion"):
             raise InputError(f"--endpoint {self.endpoint!r}: expected chat or completion")
@@ -254,7 +251,7 @@ def _is_local(url: str) -> bool:
 
 # ---------------------------------------------------------------------- the run
 async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
-    from llamarig.bench import scenarios as sc
+    from llamarig.bench import scenarios as sc  # lazy: cycle bench.runner <-> bench.scenarios
 
     cfg.validate()
     started = datetime.now(timezone.utc)
@@ -329,8 +326,6 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
     if props_end is not None and props_end.status == 200 and isinstance(props_end.body, dict):
         b0, b1 = r.props.get("build_info"), props_end.body.get("build_info")
         if b0 != b1:
-            from llamarig.bench.monitor import InterferenceEvent
-
             events.append(InterferenceEvent(r.monitor.client_time(), "restart", f"/props build_info changed {b0} -> {b1}"))
     figures = [f for res in results for f in res.figures]
     gpu_json = gpu.to_json()
