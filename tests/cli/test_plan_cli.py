@@ -156,3 +156,21 @@ def test_seed_002_command(capsys) -> None:
 def test_model_after_flags(capsys) -> None:
     code, out, _ = run(capsys, "plan", "-c", "4096", "-np", "1", "llama3.1-8b", "--gpu", "3090", "--json")
     assert code == 0 and json.loads(out)["n_ctx"] == 4096
+
+
+def test_growth_is_not_a_start_requirement(capsys) -> None:
+    """The 32 GB field report's production config (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt)
+    with 64 GB of RAM: it runs, so plan must not say 'does not fit' because 32 checkpoints x 4
+    slots and the 16 GiB prompt cache could fill RAM over a long session; that is a warning."""
+    argv = ["plan", "--gpu", "rtx4080super:32", "--ram", "64G", "qwen3.8-27b:ud-q4_k_xl", "--mmproj", "f16",
+            "-c", "307200", "-np", "4", "-kvu", "-b", "8192", "-ub", "1024", "-ngl", "99", "--cache-ram", "16384",
+            "-ctk", "q4_0", "-ctv", "q4_0", "-fa", "on", "--spec-type", "draft-mtp", "--spec-draft-n-max", "4"]
+    code, out, _ = run(capsys, *argv, "--json")
+    d = json.loads(out)
+    h = d["host"]
+    assert code == 0 and d["fits"], d["shortfalls"]
+    assert h["start_total"] + h["growth"] == h["total"] and h["growth"] >= h["checkpoints"] > 0
+    assert h["free_at_start"] > 0 > h["free"]
+    assert any("can grow to" in w for w in d["warnings"])
+    code, out, _ = run(capsys, *argv)
+    assert out.splitlines()[0].startswith("fits:") and "can grow by" in out

@@ -15,7 +15,8 @@ from llamarig.units import GiB
 
 
 def test_seed_105k_on_3090(seed_inputs):
-    res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=40, headroom=GiB // 2, vision=True))
+    res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=40, decode_depth=4096, headroom=GiB // 2,
+                                        vision=True))
     assert res.verdict == "ok"
     best = res.best
     assert best is not None and best.fits and best.meets_decode
@@ -29,6 +30,22 @@ def test_seed_105k_on_3090(seed_inputs):
     j = res.to_json()
     assert j["best"]["command"][0] == "llama-server"
     assert j["candidates"] and all("devices" in c and "speed" in c for c in j["candidates"])
+
+
+def test_decode_target_is_judged_at_the_target_context_by_default(seed_inputs):
+    """--target-ctx 65000 --target-decode 40 without --target-depth: judged at 65000 tokens of
+    context (where a long session ends), not at 4096, so a config that makes 40 tok/s only on a
+    short chat does not pass; the verdict names the depth."""
+    t = Targets(ctx=65000, decode_tok_s=40, vision=True)
+    assert t.depth == 65000
+    res = optimise(seed_inputs, t)
+    best = res.best
+    assert best is not None
+    deep = best.speed.at_depth(65000).decode_tok_s * (best.speed.speculative.speedup if best.speed.speculative else 1)
+    assert (res.verdict == "ok") == (deep >= 40)
+    short = optimise(seed_inputs, Targets(ctx=65000, decode_tok_s=40, decode_depth=4096, vision=True))
+    assert short.verdict == "ok" and res.verdict != "ok"
+    assert any("65000" in r for r in res.reasons)
 
 
 def test_seed_105k_depth_target_picks_small_kv(seed_inputs):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llamarig.i18n import N_, _
+from llamarig.plan.result import HOST_GROWTH
 from llamarig.units import MiB, fmt_bytes
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ HOST_ROWS = (("weights", N_("weights")), ("kv", N_("KV cache")), ("recurrent", N
              ("compute", N_("compute")), ("output", N_("output buffer")), ("mmproj", N_("mmproj")),
              ("draft", N_("draft / MTP")), ("checkpoints", N_("ctx checkpoints")),
              ("cache_ram", N_("prompt cache")))
-#: host components that fill over time instead of at start
-GROWS = ("checkpoints", "cache_ram")
 #: the method words, translated where a table shows them
 METHODS = {"exact": N_("exact"), "modelled": N_("modelled"), "given": N_("given"),
            "estimated": N_("estimated"), "not planned": N_("not planned")}
@@ -53,17 +52,17 @@ def verdict_lines(plan: Plan) -> list[str]:
         else:
             parts.append(_("{dev} short by {short}").format(dev=_device_name(d), short=_gib(-(d.free or 0))))
     h = plan.host
-    start = h.total - sum(h.get(c) for c in GROWS)
+    start = h.start_total
     if h.capacity:
-        if (h.free or 0) >= 0:
+        if (h.free_at_start or 0) >= 0:
             parts.append(_("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity)))
         else:
-            parts.append(_("host RAM short by {short}").format(short=_gib(-(h.free or 0))))
+            parts.append(_("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0))))
     else:
         parts.append(_("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start)))
     head = _("fits") if plan.fits else _("does not fit")
     out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts)))
-    grow = sum(h.get(c) for c in GROWS)
+    grow = h.growth
     if grow:
         out.append(_("host RAM can grow by {grow} over long sessions (context checkpoints and the prompt "
                      "cache fill as requests come)").format(grow=_gib(grow)))
@@ -151,7 +150,7 @@ def render(plan: Plan, console: Console, *, why: bool = False) -> None:
         name = _(label)
         if c == "weights" and h.mmap:
             name += _(" (mmap)")
-        if c in GROWS:
+        if c in HOST_GROWTH:
             name += _(" (grows)")
         rows.append((name, ln.bytes, _(METHODS.get(ln.method, ln.method))))
         if c == "weights" and len(ln.parts) > 1:

@@ -177,7 +177,7 @@ class SpeedArgs:
 SPEED_HELP = """\
 Speed and optimiser options (docs/speed.md):
   --target-ctx N            tokens every slot must hold; searches KV types, -ub, -ts, -ngl, MTP
-  --target-decode T         decode tok/s wanted (at --target-depth, default 4096)
+  --target-decode T         decode tok/s wanted (at --target-depth, default the target context)
   --target-depth N          context depth at which --target-decode is judged
   --headroom SIZE           free memory to keep on every GPU (default 1GiB)
   --slots N                 parallel slots (-np N -kvu)

@@ -67,7 +67,7 @@ GB = 1e9
 class Targets:
     ctx: int  # tokens each slot must hold
     decode_tok_s: float | None = None
-    decode_depth: int | None = None  # depth at which the decode target is judged (default 4096)
+    decode_depth: int | None = None  # depth at which the decode target is judged (default: ctx)
     headroom: int = GiB  # free memory to keep on every GPU
     slots: int = 1
     vision: bool = False
@@ -92,7 +92,9 @@ class Targets:
 
     @property
     def depth(self) -> int:
-        return self.decode_depth if self.decode_depth is not None else min(4096, self.ctx)
+        """Where the decode target is judged: --target-depth, else the full target context (a
+        slot that holds ctx tokens decodes at that depth at the end of a long session)."""
+        return self.decode_depth if self.decode_depth is not None else self.ctx
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ def _set(cfg: ServerConfig, **kw: Any) -> ServerConfig:
 def _fits(plan: Plan, headroom: int) -> tuple[bool, int | None]:
     frees = [d.free for d in plan.devices if d.free is not None and d.capacity]
     min_free = min(frees) if frees else None
-    ok = all(f >= headroom for f in frees) and (plan.host.free is None or plan.host.free >= 0)
+    ok = all(f >= headroom for f in frees) and (plan.host.free_at_start is None or plan.host.free_at_start >= 0)
     return ok, min_free
 
 

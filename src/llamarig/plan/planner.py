@@ -141,7 +141,7 @@ def _host_weights(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, ho
         default = sum(-(-(t.n_bytes) // 32) * 32 for t in M._host_tensors(spec, cfg, placement)
                       if not host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu,
                                                 extra_bufts=extra).buffer)
-        formula += ", read into an allocated buffer (--load-mode none; 32 B aligned per tensor)"
+        formula += f", read into an allocated buffer (--load-mode {cfg.load_mode}; 32 B aligned per tensor)"
     default_name = "CPU_Mapped" if mmap else (gpu_host or "CPU")
     parts: list[tuple[str, int]] = [(default_name, default)] if default or not bufs else []
     for name in ("AMX", "CPU_REPACK"):
@@ -473,8 +473,16 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         elif free < GiB:
             warnings.append(f"less than 1 GiB free on {dp.name} ({fmt_bytes(free)}): expect spill or OOM "
                             "(llama.cpp's --fit keeps 1024 MiB free by default)")
-    if host_plan.free is not None and host_plan.free < 0:
-        warnings.append(f"host RAM: needs {fmt_bytes(host_plan.total)} of {fmt_bytes(ram or 0)}: short by {fmt_bytes(-host_plan.free)}")
+    fs = host_plan.free_at_start
+    if fs is not None and fs < 0:
+        warnings.append(f"host RAM: needs {fmt_bytes(host_plan.start_total)} at start of {fmt_bytes(ram or 0)}: "
+                        f"short by {fmt_bytes(-fs)}")
+    elif host_plan.free is not None and host_plan.free < 0:
+        ck = host_plan.lines.get("checkpoints")
+        warnings.append(f"host RAM fits at start ({fmt_bytes(host_plan.start_total)} of {fmt_bytes(ram or 0)}) but can "
+                        f"grow to {fmt_bytes(host_plan.total)} over long sessions"
+                        + (f" ({ck.formula.split(';')[0]})" if ck else "")
+                        + ": lower --ctx-checkpoints or --cache-ram to bound it")
     if ctx.n_ctx_seq > (spec.n_ctx_train or ctx.n_ctx_seq):
         warnings.append(f"n_ctx_seq {ctx.n_ctx_seq} > n_ctx_train {spec.n_ctx_train}: each slot is capped at "
                         f"{spec.n_ctx_train} tokens (server-context.cpp:1365-1368); the rest of the pool serves other slots")

@@ -71,11 +71,30 @@ class DevicePlan(_Budget):
         return d
 
 
+#: host components that fill over a long session instead of being allocated at start
+#: (context checkpoints per slot, the prompt cache: tools/server/server-context.cpp)
+HOST_GROWTH = ("checkpoints", "cache_ram")
+
+
 @dataclass(frozen=True)
 class HostPlan(_Budget):
     capacity: int | None
     lines: dict[str, Line]  # weights, kv, recurrent, compute, output, mmproj, checkpoints, cache_ram
     mmap: bool  # weights are mmap'd (page cache: counted, but evictable)
+
+    @property
+    def growth(self) -> int:
+        """What fills over long sessions (checkpoints, prompt cache): not needed at start."""
+        return sum(self.get(c) for c in HOST_GROWTH)
+
+    @property
+    def start_total(self) -> int:
+        """What llama-server allocates at start."""
+        return self.total - self.growth
+
+    @property
+    def free_at_start(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.start_total
 
     def to_json(self) -> dict[str, Any]:
         keys = ("weights", "kv", "recurrent", "compute", "output", "mmproj", "draft",
@@ -85,6 +104,9 @@ class HostPlan(_Budget):
         d["capacity"] = self.capacity
         d["free"] = self.free
         d["weights_mmap"] = self.mmap
+        d["start_total"] = self.start_total  # allocated at start
+        d["growth"] = self.growth  # checkpoints + prompt cache, filled over long sessions
+        d["free_at_start"] = self.free_at_start
         w = self.lines.get("weights")
         d["weights_buffers"] = dict(w.parts) if w is not None and w.parts else {}
         d["formulas"] = {k: {"formula": v.formula, "method": v.method} for k, v in self.lines.items()}
@@ -119,8 +141,9 @@ class Plan:
 
     @property
     def fits(self) -> bool:
+        # host RAM is judged on what is allocated at start; what can grow is a warning
         return all(d.free is None or d.free >= 0 for d in self.devices) and (
-            self.host.free is None or self.host.free >= 0
+            self.host.free_at_start is None or self.host.free_at_start >= 0
         )
 
     def shortfalls(self) -> list[str]:
@@ -128,8 +151,9 @@ class Plan:
         for d in self.devices:
             if d.free is not None and d.free < 0:
                 out.append(f"{d.name} ({d.label}) is short by {fmt_bytes(-d.free)}")
-        if self.host.free is not None and self.host.free < 0:
-            out.append(f"host RAM is short by {fmt_bytes(-self.host.free)}")
+        fs = self.host.free_at_start
+        if fs is not None and fs < 0:
+            out.append(f"host RAM is short by {fmt_bytes(-fs)} at start")
         return out
 
     def to_json(self) -> dict[str, Any]:
