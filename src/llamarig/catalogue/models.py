@@ -12,9 +12,11 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from llamarig.errors import UnknownNameError
+from llamarig.errors import GGUFError, UnknownNameError
+from llamarig.gguf import load_spec
 from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
 
@@ -99,11 +101,6 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
     so a missing file is a one-line ``no such file`` error (exit 2), with the closest catalogue
     ids when the text looks like one.
     """
-    from pathlib import Path
-
-    from llamarig.errors import GGUFError
-    from llamarig.gguf import load_spec
-
     p = Path(text)
     if p.exists():
         return load_spec(p), None
