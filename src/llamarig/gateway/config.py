@@ -8,6 +8,7 @@ numbers, so their numbers here are llamarig's defaults (documented in docs/gatew
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -236,8 +237,6 @@ def _tn(v: Any) -> str:
 
 
 def _closest(name: str, options: set[str]) -> str | None:
-    import difflib
-
     m = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.6)
     return m[0] if m else None
 
@@ -490,17 +489,17 @@ def parse_text(text: str, source: str) -> dict[str, Any]:
     """Parse TOML (``.toml``) or YAML (anything else) text; InputError on syntax errors."""
     if source.endswith(".toml"):
         try:
-            import tomllib  # type: ignore[import-not-found]
+            import tomllib  # type: ignore[import-not-found]  # lazy: only for .toml; 3.10 needs tomli
         except ModuleNotFoundError:  # Python 3.10
             try:
-                import tomli as tomllib  # type: ignore[no-redef]
+                import tomli as tomllib  # type: ignore[no-redef]  # lazy: optional, Python 3.10
             except ModuleNotFoundError:
                 raise InputError(f"{source}: TOML needs Python >= 3.11 or the 'tomli' package; use YAML") from None
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise InputError(f"{source}: not valid TOML: {e}") from None
-    import yaml
+    import yaml  # lazy: yaml (60 ms), only for YAML configs
 
     try:
         data = yaml.safe_load(text)

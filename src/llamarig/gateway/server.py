@@ -378,7 +378,7 @@ def serve(cfg: GatewayConfig, *, config_path: str | None = None, overrides: dict
     loop_kind = os.environ.get("LLAMARIG_GATEWAY_LOOP", "auto")
     if loop_kind != "asyncio":
         try:
-            import uvloop  # optional: about half the CPU per streamed token (benchmarks/RESULTS.md)
+            import uvloop  # lazy: optional; half the CPU per streamed token (benchmarks/RESULTS.md)
         except ImportError:
             if loop_kind == "uvloop":
                 raise LlamarigError("LLAMARIG_GATEWAY_LOOP=uvloop but uvloop is not installed") from None

@@ -28,17 +28,14 @@ import asyncio
 import collections
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import aiohttp
 import httptools
 
 from llamarig.errors import ServerError
 from llamarig.gateway.http import Headers
 from llamarig.units import MiB
-
-if TYPE_CHECKING:  # aiohttp is imported when an https:// backend is used
-    import aiohttp
 
 #: bytes buffered for the reader before the socket stops being read
 HIGH_WATER = MiB
@@ -352,8 +349,6 @@ class AiohttpUpstream:
 
     async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None, *,
                    connect_timeout: float | None = None, read_timeout: float | None = None) -> _AiohttpResponse:
-        import aiohttp
-
         try:
             r = await self.session.post(url, data=body, headers=headers or {},
                                         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout,
@@ -370,8 +365,6 @@ class _AiohttpResponse:
         self.headers = r.headers
 
     async def iter_any(self) -> AsyncIterator[bytes]:
-        import aiohttp
-
         try:
             async for chunk in self.r.content.iter_any():
                 yield chunk
