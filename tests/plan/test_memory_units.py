@@ -216,7 +216,7 @@ def test_n_cpu_ffn_moves_dense_ffn_of_the_first_layers(q36) -> None:
     base = make_plan(PlanInputs(q36, parse_server_args(["-c", "8192", "-ngl", "99"]), hw))
     ffn = make_plan(PlanInputs(q36, parse_server_args(["-c", "8192", "-ngl", "99", "-ncffn", "10"]), hw))
     moved = sum(t.n_bytes for t in q36.tensors
-                if re.match(r"^blk\.(\d)\.ffn$", t.name))  # the catalogue's up+gate+down aggregate
+                if re.match(r"^blk\.(\d)\.ffn_(up|down|gate)\.weight$", t.name))
     assert moved > 0
     assert ffn.host.get("weights") - base.host.get("weights") == moved
     assert base.devices[0].get("weights") - ffn.devices[0].get("weights") >= moved  # + CUDA row padding
@@ -238,3 +238,24 @@ def test_n_cpu_ffn_on_a_real_header(synth_model) -> None:
     assert moved > 0 and base.devices[0].get("weights") - ffn.devices[0].get("weights") == moved
     # mmap: the host's CPU_Mapped buffer spans the file range of its tensors, so it grows by at least that
     assert ffn.host.get("weights") - base.host.get("weights") >= sum(t.n_bytes for t in spec.tensors if t.name in names)
+
+
+def test_override_tensor_matches_catalogue_tensor_names() -> None:
+    """-ot ".ffn_.*_exps.=CPU" on a catalogue MoE keeps every expert on the host, as llama.cpp does
+    with the real file's blk.N.ffn_{up,gate,down}_exps.weight (published log of this command,
+    llama.cpp b5622: well under 1 GiB on the GPUs, the experts in CPU_Mapped); it matched nothing
+    when the catalogue named its tensors blk.N.ffn_up_exps (no .weight)."""
+    from llamarig.catalogue.models import build_spec, find_model
+
+    spec = build_spec(*find_model("qwen3-30b-a3b:q4_k_m"))
+    hw = Hardware((parse_gpu_arg("rtx4090:10"), parse_gpu_arg("rtx5090")))
+    argv = ["-ngl", "99", "-ot", ".ffn_.*_exps.=CPU", "-c", "16384", "-np", "1", "-fa", "off"]
+    p = make_plan(PlanInputs(spec, parse_server_args(argv), hw))
+    exps = sum(t.n_bytes for t in spec.tensors if "_exps." in t.name)
+    assert exps > 0.8 * spec.weights_bytes
+    assert sum(d.get("weights") for d in p.devices) < (1 << 30)
+    assert p.host.get("weights") >= exps
+    # a pattern that matches no tensor is said, not silently ignored
+    p = make_plan(PlanInputs(spec, parse_server_args(["-ot", "ffn_nothing=CPU", "-c", "4096"]), hw))
+    assert any("matches no tensor" in w for w in p.warnings)
+

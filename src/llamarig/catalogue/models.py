@@ -148,23 +148,32 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
         elif not is_nextn and swa_window and period and il % int(period) < int(period) - 1:
             kind = "swa"
         layers.append(LayerSpec(il, kind, nh, nkv, hd, hd, is_nextn))  # type: ignore[arg-type]
+        # tensor names as llama.cpp's GGUFs have them (src/llama-arch.cpp LLM_TENSOR_NAMES), so that
+        # -ot patterns, --n-cpu-moe and --n-cpu-ffn match a catalogue model as they match the file
         p = f"blk.{il}"
         if kind == "recurrent" and ssm:
             inner = int(ssm["inner_size"])
             conv = inner + 2 * int(ssm["group_count"]) * int(ssm["state_size"])
-            params.append((f"{p}.ssm", embd * (conv + inner) + inner * embd))
+            params.append((f"{p}.attn_qkv.weight", embd * conv))  # qwen35 linear attention in-projection
+            params.append((f"{p}.attn_gate.weight", embd * inner))
+            params.append((f"{p}.ssm_out.weight", inner * embd))
         else:
             gate = 2 if e["arch"] in ("qwen35", "qwen35moe") else 1
-            params.append((f"{p}.attn", embd * nh * hd * gate + 2 * embd * nkv * hd + nh * hd * embd))
+            params.append((f"{p}.attn_q.weight", embd * nh * hd * gate))
+            params.append((f"{p}.attn_k.weight", embd * nkv * hd))
+            params.append((f"{p}.attn_v.weight", embd * nkv * hd))
+            params.append((f"{p}.attn_output.weight", nh * hd * embd))
         if n_exp:
-            params.append((f"{p}.ffn_up_exps", n_exp * embd * ff_exp))
-            params.append((f"{p}.ffn_gate_exps", n_exp * embd * ff_exp))
-            params.append((f"{p}.ffn_down_exps", n_exp * embd * ff_exp))
-            params.append((f"{p}.ffn_router", embd * n_exp))
+            params.append((f"{p}.ffn_up_exps.weight", n_exp * embd * ff_exp))
+            params.append((f"{p}.ffn_gate_exps.weight", n_exp * embd * ff_exp))
+            params.append((f"{p}.ffn_down_exps.weight", n_exp * embd * ff_exp))
+            params.append((f"{p}.ffn_gate_inp.weight", embd * n_exp))
         else:
-            params.append((f"{p}.ffn", 3 * embd * n_ff))
+            params.append((f"{p}.ffn_gate.weight", embd * n_ff))
+            params.append((f"{p}.ffn_up.weight", embd * n_ff))
+            params.append((f"{p}.ffn_down.weight", n_ff * embd))
         if is_nextn:
-            params.append((f"{p}.nextn.eh_proj", 2 * embd * embd))
+            params.append((f"{p}.nextn.eh_proj.weight", 2 * embd * embd))
     params.append(("token_embd.weight", vocab * embd))
     if not e.get("tied_embeddings"):
         params.append(("output.weight", vocab * embd))

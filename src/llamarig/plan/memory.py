@@ -365,8 +365,7 @@ def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int
             return -1
     if cfg.n_cpu_ffn:  # llm_add_n_cpu_ffn_overrides: blk.<i> + LLM_FFN_DENSE_REGEX, i < N
         m = _BLK_RE.match(name)
-        # (a catalogue spec's `blk.N.ffn` aggregate stands for up/gate/down)
-        if m and int(m.group(1)) < cfg.n_cpu_ffn and (re.search(FFN_DENSE_RE, name) or name.endswith(".ffn")):
+        if m and int(m.group(1)) < cfg.n_cpu_ffn and re.search(FFN_DENSE_RE, name):
             return -1
     return None
 
@@ -482,10 +481,6 @@ def mapped_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement, 
     return 0 if first is None else last - first
 
 
-#: catalogue aggregates stand for several matrices (catalogue.build_spec)
-_AGG_PARTS = {".attn": 4, ".ssm": 2, ".ffn": 3}
-
-
 def host_matrix_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list[int]:
     """Sizes of the weight matrices (2-D+, not the input embeddings) kept in host memory."""
     out = []
@@ -502,8 +497,7 @@ def host_matrix_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement) 
             dev = ov
         if dev >= 0 or (t.shape and len(t.shape) < 2):
             continue
-        parts = next((n for suf, n in _AGG_PARTS.items() if t.name.endswith(suf)), 1)
-        out.append(t.n_bytes // parts)
+        out.append(t.n_bytes)
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -501,6 +502,14 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     if cfg.tensor_split and len(cfg.tensor_split) != n_dev and n_dev:
         warnings.append(f"-ts has {len(cfg.tensor_split)} value(s) for {n_dev} device(s): llama.cpp uses the "
                         "first values in device order (missing ones count as 0)")
+    for pat, buft in cfg.override_tensor:
+        # llama.cpp applies the first pattern that std::regex_search finds in a tensor's name
+        # (src/llama-model-loader.cpp tensor_buft_overrides); one that finds none does nothing
+        rx = re.compile(pat)
+        if not any(rx.search(t.name) for t in spec.tensors):
+            example = next((t.name for t in spec.tensors if t.name.startswith("blk.0.")), "blk.0.attn_q.weight")
+            warnings.append(f"-ot {pat}={buft} matches no tensor of {spec.path}: it has no effect (tensor names look "
+                            f"like {example}; `llamarig inspect` lists them)")
     if (cfg.n_cpu_moe or cfg.cpu_moe) and not spec.n_expert:
         warnings.append("--n-cpu-moe/--cpu-moe on a dense model: there are no expert tensors to move")
     if cfg.tensor_split and not n_dev:
