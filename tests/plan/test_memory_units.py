@@ -259,3 +259,24 @@ def test_override_tensor_matches_catalogue_tensor_names() -> None:
     p = make_plan(PlanInputs(spec, parse_server_args(["-ot", "ffn_nothing=CPU", "-c", "4096"]), hw))
     assert any("matches no tensor" in w for w in p.warnings)
 
+
+
+def test_tensor_split_without_ts_is_even_by_heads() -> None:
+    """-sm tensor with -ts unset splits KV and recurrent state evenly by whole heads
+    (src/llama-model.cpp:841-863: an all-zero tensor_split means ne * (j+1) / n_devices), not by
+    VRAM: 2720 / 2720 MiB on a 3090 + 4060 Ti; -ts 3,1 gives 3 of 4 KV heads to the first."""
+    from llamarig.catalogue.models import build_spec, find_model
+    from llamarig.plan.planner import head_split
+
+    assert head_split(4, [0.0, 0.0]) == [2, 2] and head_split(4, [3.0, 1.0]) == [3, 1]
+    assert head_split(48, [0.0, 0.0, 0.0]) == [16, 16, 16] and head_split(5, [1.0, 1.0]) == [2, 3]
+    spec = build_spec(*find_model("qwen3.8-27b:q4_k_m"))
+    hw = Hardware((parse_gpu_arg("rtx3090"), parse_gpu_arg("4060ti")))
+    argv = ["-c", "163840", "-np", "2", "-kvu", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "-sm", "tensor"]
+    p = make_plan(PlanInputs(spec, parse_server_args(argv), hw))
+    kv = [d.get("kv") for d in p.devices]
+    assert kv[0] == kv[1] == 2720 * MiB
+    assert p.devices[0].get("recurrent") == p.devices[1].get("recurrent")
+    assert "layer(s) on" not in p.devices[0].lines["weights"].formula
+    p = make_plan(PlanInputs(spec, parse_server_args([*argv, "-ts", "3,1"]), hw))
+    assert p.devices[0].get("kv") == 3 * p.devices[1].get("kv")

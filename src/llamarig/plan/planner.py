@@ -24,6 +24,25 @@ from llamarig.plan.result import DevicePlan, HostPlan, Line, Plan, PlanInputs
 from llamarig.units import GiB, MiB, fmt_bytes
 
 
+def head_split(n: int, ts: list[float]) -> list[int]:
+    """Heads per device under -sm tensor (src/llama-model.cpp:841-863): cumulative -ts shares,
+    or an even split when every share is zero, each boundary rounded down to a whole head."""
+    nd = len(ts)
+    scan = []
+    acc = 0.0
+    for x in ts:
+        acc += x
+        scan.append(acc)
+    out = []
+    low = 0
+    for j in range(nd - 1):
+        high = n * (j + 1) // nd if scan[-1] == 0 else int(n * scan[j] / scan[-1])
+        out.append(high - low)
+        low = high
+    out.append(n - low)
+    return out
+
+
 def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[str], list[GPU], list[int]]:
     """Devices in llama.cpp's order: RPC servers first (src/llama.cpp:275), then the local GPUs,
     filtered by -dev (names as --list-devices prints them, or 'none')."""
@@ -436,18 +455,30 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
 
     # ---------------------------------------------------------------- tensor parallelism
     if cfg.split_mode == "tensor" and n_dev > 1:
-        # -sm tensor wraps the GPUs in one meta device and splits weights, KV and state by -ts
-        # (src/llama.cpp:157-218); modelled as proportional shares
-        ts = list(cfg.tensor_split[:n_dev]) if cfg.tensor_split else [float(x) for x in split_weights_free]
-        ts += [ts[-1]] * (n_dev - len(ts))
-        tot_ts = sum(ts) or 1.0
+        # -sm tensor wraps the GPUs in one meta device and splits every tensor along its head axis
+        # (src/llama-model.cpp:831-866): device j gets heads [high(j-1), high(j)) with
+        # high(j) = n * scan(ts)[j] / scan(ts)[-1], or n * (j+1) / n_dev when -ts is unset or all
+        # zero (an even split, whatever the VRAM), rounded down to whole heads
+        ts = list(cfg.tensor_split[:n_dev]) + [0.0] * max(0, n_dev - len(cfg.tensor_split))
+        rec = spec.recurrent
+        heads = {"kv": max((ly.n_head_kv for ly in spec.layers if ly.kind != "recurrent"), default=1),
+                 "recurrent": rec.time_step_rank if rec is not None and rec.time_step_rank else 1}
         for comp in ("kv", "recurrent"):
             total = sum(lines[i][comp].bytes for i in range(n_dev) if comp in lines[i])
             if not total:
                 continue
+            shares = head_split(heads[comp], ts)
+            how = "-ts" if any(ts) else "an even split (-ts unset)"
             for i in range(n_dev):
-                share = int(total * ts[i] / tot_ts)
-                lines[i][comp] = Line(share, f"{ts[i] / tot_ts:.0%} of {_mib(total)} (-sm tensor splits it by -ts)", "modelled")
+                b = total * shares[i] // heads[comp]
+                lines[i][comp] = Line(b, f"{shares[i]} of {heads[comp]} heads of {_mib(total)} (-sm tensor splits by "
+                                         f"heads, {how}; llama-model.cpp:831-866)", "exact")
+        for i in range(n_dev):
+            if "weights" in lines[i]:
+                w = lines[i]["weights"]
+                lines[i]["weights"] = Line(w.bytes, f"a share of every offloaded matrix (-sm tensor splits each tensor "
+                                                    f"across the GPUs by -ts, evenly when unset){w.formula[w.formula.find(' ('):] if ' (' in w.formula else ''}",
+                                           w.method, w.parts)
 
     # ---------------------------------------------------------------- devices
     dev_plans = []
