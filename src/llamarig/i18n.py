@@ -19,6 +19,8 @@ import os
 from functools import cache
 from pathlib import Path
 
+from llamarig.errors import InputError
+
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 DOMAIN = "llamarig"
 #: languages with a catalogue, and the gettext locale that holds each
@@ -41,8 +43,6 @@ def set_language(lang: str | None) -> str:
     """Choose the language for this process (None: from the environment). Returns it."""
     global _chosen
     if lang is not None and lang not in LANGUAGES:
-        from llamarig.errors import InputError
-
         raise InputError(f"--lang {lang}: expected one of {', '.join(LANGUAGES)}")
     _chosen = lang
     return language()
