@@ -73,8 +73,9 @@ def test_older_formats() -> None:
 def test_foreign_truncated_and_binary_files(tmp_path: Path, capsys) -> None:
     foreign = tmp_path / "notes.txt"
     foreign.write_text("这不是日志\nnothing to see here\n" * 50)
-    doc = logs_document(foreign)
-    assert doc["source"]["skipped"] == 100 and doc["timeline"] == [] and doc["figures"] == []
+    with pytest.raises(SystemExit) as e:  # a file with no llama-server line is bad input, not an empty report
+        main(["logs", str(foreign)])
+    assert e.value.code == 2
     truncated = tmp_path / "cut.log"
     truncated.write_text(
         "slot print_timing: id  0 | task 1 | prompt eval time =      10.00 ms /    20 tokens (    0.50 ms per token,  2000.00 tokens per second)\n"
@@ -184,3 +185,39 @@ def test_task_id_seen_again_after_a_restart_is_a_new_request() -> None:
 
     names = [f.name for f in analyse(p)["figures"]]
     assert "log_decode_tok_s_task9" in names and len([n for n in names if n.startswith("log_decode_tok_s_task9")]) == 2
+
+
+SEED_000 = Path(__file__).resolve().parents[1] / "fixtures" / "seeds" / "000_3d5d35932c1dd60e.txt"
+SCRIPT_000 = Path(__file__).resolve().parents[1] / "flags" / "fixtures" / "seed000_105k.sh"
+
+
+def test_logs_turn_the_3090_report_into_findings(tmp_path: Path) -> None:
+    """The RTX 3090 field report's log answers its own question: n_ctx_slot = 95232 where the
+    script says -c 105000, and an unlimited reasoning budget where the script says 768: the
+    script's flags never reached the server (it is cut off at line 10)."""
+    from llamarig.bench.logparse import logs_document
+
+    doc = logs_document(SEED_000, SCRIPT_000)
+    text = "\n".join(doc["findings"])
+    assert "n_ctx_slot = 95232" in text and "-c 105000" in text and "what ran is not what the script says" in text
+    assert "--reasoning-budget 768" in text and "never reached llama-server" in text
+    assert "cut off at line 10" in text or "cuts its command off at line 10" in text
+    # without the script the log still says what ran
+    alone = "\n".join(logs_document(SEED_000)["findings"])
+    assert "2147483647" in alone and "n_ctx_slot = 95232" in alone
+
+
+def test_empty_or_foreign_log_is_bad_input(tmp_path: Path) -> None:
+    import pytest
+
+    from llamarig.bench.logparse import logs_document
+    from llamarig.errors import InputError
+
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    with pytest.raises(InputError, match="empty"):
+        logs_document(empty)
+    foreign = tmp_path / "nginx.log"
+    foreign.write_text('127.0.0.1 - - [03/Dec/2026:12:00:00 +0000] "GET / HTTP/1.1" 200 612\n' * 3)
+    with pytest.raises(InputError, match="not a llama-server log"):
+        logs_document(foreign)

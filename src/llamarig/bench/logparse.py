@@ -24,6 +24,7 @@ recurrent/SWA state kept in host memory (``server_prompt_checkpoint::data`` is a
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,8 @@ class LogParse:
     forced_full: int = 0
     truncated_tail: bool = False
     orphan_timings: int = 0
+    ctx_slots: list[tuple[int, int]] = field(default_factory=list)  # (line, n_ctx_slot) as logged
+    reasoning_budgets: list[tuple[int, int]] = field(default_factory=list)  # (line, budget tokens)
 
 
 def _json_msg(line: str) -> tuple[str, dict[str, Any]] | None:
@@ -157,6 +160,14 @@ def _json_msg(line: str) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(obj, dict) or "msg" not in obj:
         return None
     return str(obj["msg"]), obj
+
+
+#: "new prompt, n_ctx_slot = 95232, ..." (tools/server/server-context.cpp, update_slots)
+RE_CTX_SLOT = re.compile(r"\bn_ctx_slot = (\d+)")
+#: "reasoning-budget: activated, budget=2147483647 tokens" (common/reasoning-budget.cpp)
+RE_BUDGET = re.compile(r"reasoning-budget: activated, budget=(\d+)")
+#: INT_MAX: the budget when no --reasoning-budget reached the server (common/common.h reasoning_budget -1)
+UNLIMITED_BUDGET = 2**31 - 1
 
 
 def parse_log_text(text: str, path: str = "<text>") -> LogParse:
@@ -300,6 +311,11 @@ def parse_log_text(text: str, path: str = "<text>") -> LogParse:
                 hit = True
         if req is not None and slot in pending and not req.selection:
             req.selection, req.lcp_similarity = pending.pop(slot)
+        if (mm := RE_CTX_SLOT.search(line)) is not None:
+            res.ctx_slots.append((no, int(mm.group(1))))
+        if (mm := RE_BUDGET.search(line)) is not None:
+            res.reasoning_budgets.append((no, int(mm.group(1))))
+            hit = True
         if res.build is None and (mm := RE_BUILD.search(msg)) is not None:
             res.build = f"b{mm.group(1)}" + (f"-{mm.group(2) or mm.group(3)}" if (mm.group(2) or mm.group(3)) else "")
             hit = True
@@ -440,6 +456,16 @@ def analyse(p: LogParse) -> dict[str, Any]:
         figs.append(single_figure("log_spec_acceptance", acc, "ratio",
                                   f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
                                   samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs"))
+    budgets = sorted({b for _, b in p.reasoning_budgets})
+    if UNLIMITED_BUDGET in budgets:
+        at = next(n for n, b in p.reasoning_budgets if b == UNLIMITED_BUDGET)
+        findings.append(f"line {at}: reasoning budget {UNLIMITED_BUDGET} tokens (INT_MAX): the server got no "
+                        "--reasoning-budget, so thinking is unlimited; if the launch script sets one, that flag never "
+                        "reached llama-server (`llamarig check SCRIPT` shows where the command is cut off)")
+    slots = sorted({c for _, c in p.ctx_slots})
+    if slots:
+        findings.append(f"the server ran with n_ctx_slot = {', '.join(str(c) for c in slots)} tokens per slot "
+                        f"(first at line {p.ctx_slots[0][0]})")
     if p.skipped:
         findings.append(f"{p.skipped} of {p.lines} lines were not llama-server output and were skipped")
     if p.truncated_tail:
@@ -467,11 +493,61 @@ def analyse(p: LogParse) -> dict[str, Any]:
     }
 
 
-def logs_document(path: Path) -> dict[str, Any]:
+def script_findings(p: LogParse, script: Path) -> list[str]:
+    """What the launch script says against what the log shows ran: the per-slot context
+    llama-server would have with the script's -c/-np/-kvu (server.cpp:168-186: -np unset means 4
+    unified slots; llama-context.cpp:290-305 pads to 256), and a reasoning budget it sets."""
+    from llamarig.flags.argv import (  # lazy: the flag schema is only for --script
+        int_of,
+        read_invocation,
+    )
+    from llamarig.flags.readers import parse_text  # lazy: the readers pull yaml
+    from llamarig.flags.schema import load_bundled
+
+    try:
+        text = script.read_text(errors="replace")
+    except OSError as e:
+        raise InputError(f"--script {script}: cannot read: {e.strerror or e}") from None
+    parsed = parse_text(text)
+    if not parsed.invocations:
+        raise InputError(f"--script {script}: no llama-server command found")
+    inv = parsed.invocations[0]
+    # what the script *says*, cut-off words included (the reading of check, flags.argv)
+    r = read_invocation(inv, load_bundled(), 0)
+    uses = {u.opt.name: u for u in r.uses if u.opt is not None}  # the last use of each option wins
+    c_use, np_use, kvu = uses.get("--ctx-size"), uses.get("--parallel"), uses.get("--kv-unified")
+    c = int_of(c_use.value) if c_use else None
+    n_par_set = int_of(np_use.value) if np_use else None
+    out: list[str] = []
+    if c and p.ctx_slots:
+        unified = (kvu.positive if kvu else False) if n_par_set and n_par_set > 0 else True
+        n_par = n_par_set if n_par_set and n_par_set > 0 else 4
+        n_ctx = -(-c // 256) * 256
+        per_slot = n_ctx if unified else -(-(n_ctx // n_par) // 256) * 256
+        logged = p.ctx_slots[0][1]
+        if logged != per_slot:
+            out.append(f"line {p.ctx_slots[0][0]}: the server ran n_ctx_slot = {logged}, but {script} (line {inv.line}) "
+                       f"says -c {c}" + (f" -np {n_par_set}" if n_par_set else "")
+                       + f", which gives {per_slot}: what ran is not what the script says"
+                       + (f" (the script cuts its command off at line {inv.cut_line})" if inv.orphans else ""))
+    b_use = uses.get("--reasoning-budget")
+    budget_flag = b_use.value if b_use else None
+    if budget_flag is not None and any(b == UNLIMITED_BUDGET for _, b in p.reasoning_budgets):
+        out.append(f"{script} sets --reasoning-budget {budget_flag}, but the log shows an unlimited budget: "
+                   "the flag never reached llama-server" + (f" (cut off at line {inv.cut_line})" if inv.orphans else ""))
+    return out
+
+
+def logs_document(path: Path, script: Path | None = None) -> dict[str, Any]:
     from llamarig.bench.runner import SCHEMA_VERSION  # lazy: runner pulls aiohttp (0.2 s)
 
     p = parse_log_text(read_log(path), str(path))
+    if p.recognised == 0:
+        what = "empty" if p.lines == p.empty else "not a llama-server log"
+        raise InputError(f"{path}: {what}: no line llama-server writes was found ({p.lines} line(s))")
     a = analyse(p)
+    if script is not None:
+        a["findings"] = script_findings(p, script) + a["findings"]
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "logs",

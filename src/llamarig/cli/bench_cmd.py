@@ -174,13 +174,16 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
             raise InputError(f"{json_path}: cannot write: {e.strerror or e}") from e
 
 
-@click.command("logs", epilog="Exit codes: 0 ok; 2 unreadable file.")
+@click.command("logs", epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write figures, timeline and findings as JSON.")
 @click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown table: 指标 | 数值 | 测法.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report.")
 @click.option("--quiet", "-q", is_flag=True, help="Files only.")
-def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool) -> None:
+@click.option("--script", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The launch script that started this server: say where the log shows something else ran.")
+def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool,
+             script: Path | None) -> None:
     """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
     per-request timeline, decode vs depth, checkpoint RAM and plain-language findings.
 
@@ -194,7 +197,7 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     from llamarig.bench.logparse import logs_document
     from llamarig.bench.report import fmt_value, terminal
 
-    doc = logs_document(file)
+    doc = logs_document(file, script)
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
