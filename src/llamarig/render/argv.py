@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llamarig.catalogue.models import is_catalogue_id
 from llamarig.errors import one_line
+from llamarig.flags.model import model_loader
+from llamarig.flags.readers import parse_argv
+from llamarig.flags.rules import Context, lint
 from llamarig.render.common import flag_groups, is_flag
 
 if TYPE_CHECKING:
@@ -121,8 +125,6 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
 
 def _is_catalogue_id(text: str) -> bool:
     try:
-        from llamarig.catalogue.models import is_catalogue_id
-
         return bool(is_catalogue_id(text))
     except Exception:  # the catalogue is the planner's: without it, a path is a path
         return False
@@ -163,10 +165,6 @@ def check_argv(argv: Sequence[str], schema: Schema, *, cores: int | None = None,
                base_dir: Path | None = None) -> list[Finding]:
     """``llamarig check``'s findings (llamarig.flags.rules.lint) for one argv (program first),
     with the model's GGUF header when ``-m`` is readable."""
-    from llamarig.flags.model import model_loader
-    from llamarig.flags.readers import parse_argv
-    from llamarig.flags.rules import Context, lint
-
     ctx = Context(physical_cores=cores, cores_source="this machine")
     loader = model_loader(None, base_dir)
 

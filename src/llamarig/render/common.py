@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamarig import __version__
+from llamarig.units import fmt_bytes
 
 _NUM = re.compile(r"^-\d+(\.\d+)?$")
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
@@ -156,8 +157,6 @@ class RenderSpec:
 
 def plan_figures(plan: Any, speed: Any = None) -> list[str]:
     """The plan's memory (and speed) figures as short comment lines, each with its method."""
-    from llamarig.units import fmt_bytes
-
     out = ["plan (llamarig plan; weights/KV/recurrent exact from the GGUF header, compute modelled):"]
     out.append(f"  n_ctx {plan.n_ctx}, {plan.n_parallel} slot(s) x {plan.n_ctx_slot} tokens, "
                f"KV K {plan.cache_type_k} / V {plan.cache_type_v} = {plan.kv_bytes_per_token} B/token, "
