@@ -48,14 +48,14 @@ def cases() -> list[Case]:
     out: list[Case] = []
     q36 = build_spec(*find_model("qwen3.6-27b:iq4_nl"))
 
-    # seed 004: "每 token KV 仅 18KB" (q4_0 K and V)
+    # the 307K-context MTP field report: "每 token KV 仅 18KB" (q4_0 K and V)
     out.append(Case("Qwen3.6-27B, -ctk q4_0 -ctv q4_0", "KV bytes per token",
                     M.kv_bytes_per_token(q36, "q4_0", "q4_0") / 1024 / MiB * 1024, 18 / 1024,
-                    "exact", "seed 004 ('每 token KV 仅 18KB'; 18 KiB = 18432 B)"))
-    # seed 000: created context checkpoint ... size = 149.626 MiB
+                    "exact", "the 307K-context MTP field report ('每 token KV 仅 18KB'; 18 KiB = 18432 B)"))
+    # the RTX 3090 field report: created context checkpoint ... size = 149.626 MiB
     out.append(Case("Qwen3.6-27B, one context checkpoint", "checkpoint size",
                     M.recurrent_checkpoint_bytes(q36) / MiB, 149.626, "exact",
-                    "seed 000 log: 'created context checkpoint 11 of 32 (... size = 149.626 MiB)'"))
+                    "the RTX 3090 field report's log: 'created context checkpoint 11 of 32 (... size = 149.626 MiB)'"))
     # memory-planners row 5: Qwen3.5-27B, 3 seqs: llama_memory_recurrent: size = 448.88 MiB
     ctx = M.resolve_context(q36, parse_server_args(["-np", "3", "-c", "4096"]))
     out.append(Case("Qwen3.5/3.6-27B, 3 sequences", "recurrent state",

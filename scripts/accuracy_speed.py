@@ -44,7 +44,7 @@ DEEP = 8192  # decode points at least this deep set e_kv
 SHORT_PROMPT = 4096  # prefill points below this are not fitted (fixed per-request costs)
 #: decode points kept out of the fit (a reason each); they are still predicted
 EXCLUDED = {"sudoingx-nomtp": "RTX 3090 capped at 250 W (decodes below an uncapped card)"}
-#: the seed 000 deep figure's published bounds: 'dropped to 38 (38.5 at peak)' at 30-45K depth;
+#: the the RTX 3090 field report deep figure's published bounds: 'dropped to 38 (38.5 at peak)' at 30-45K depth;
 #: issue 4 quotes 37 tok/s (the built-in point uses 37 at 37K)
 DEEP_PAIR = {"id": "seed000-deep", "depths": (30000, 45000), "measured": (37.0, 38.5)}
 
@@ -333,7 +333,7 @@ def evaluate() -> Evaluation:
 
 
 def kv_uncertainty() -> list[str]:
-    """e_kv implied by the seed 000 deep figure at its published bounds (depth, tok/s), with the
+    """e_kv implied by the the RTX 3090 field report deep figure at its published bounds (depth, tok/s), with the
     built-in e_weights and overhead, and what each implies at 65K and 105K depth."""
     cal = builtin()
     base = next(p for p in points() if p["id"] == DEEP_PAIR["id"])
@@ -398,7 +398,7 @@ def summary_lines(ev: Evaluation | None = None) -> list[str]:
         f"({pf['loo_n']} points can be refitted without themselves).",
         f"- MTP speculative decoding ({m['n']} points): in-sample median |error| {m['in_med'] * 100:.1f} %; "
         "the two published runs disagree, predictions carry about +-40 %.",
-        "- Decode at depth rests on one measured pair (seed 000: 43 -> 37-38.5 tok/s at 30-45K); "
+        "- Decode at depth rests on one measured pair (the RTX 3090 field report: 43 -> 37-38.5 tok/s at 30-45K); "
         "without it the model would predict no FA-kernel slowdown.",
     ]
 
@@ -443,7 +443,7 @@ def _miss_notes(ev: Evaluation) -> list[str]:
             deep = predict_point({**p, "depth": 37000}).predicted
             why = (f"{parts}. The card is capped at 250 W (sudoingX/qwen38-mtp #42); a memory-bound decode "
                    f"on a capped 3090 loses clock and bandwidth, and the calibration is for uncapped cards "
-                   f"(the same model family decodes 31 tok/s on seed 004's 736 GB/s card, i.e. "
+                   f"(the same model family decodes 31 tok/s on the 307K-context MTP field report's 736 GB/s card, i.e. "
                    f"{31 / 736 * 1000:.1f} tok/s per TB/s, against {p['measured'] / 936 * 1000:.1f} here). "
                    f"The measurement depth is not published (2000 assumed); even at 37K depth the model "
                    f"predicts {deep:.1f} tok/s. Kept out of the fit for the power cap.")
@@ -515,7 +515,7 @@ def render(ev: Evaluation | None = None) -> str:
         "## Decode at depth: one measured pair",
         "",
         "The KV read efficiency `kv` (CUDA 0.22) sets how fast decode slows with depth. It rests on one",
-        "published pair: seed 000's 43 tok/s in short chats and 'dropped to 38 (38.5 at peak)' in long",
+        "published pair: the RTX 3090 field report's 43 tok/s in short chats and 'dropped to 38 (38.5 at peak)' in long",
         "sessions at 30-45K depth (issue 4 quotes 37). No other published point is deeper than 2K, so",
         "the leave-one-out refit of either point of the pair has nothing to fit `kv` to and falls back to",
         "the prior `kv = weights`. The published bounds of the deep figure give this range (built-in",
@@ -573,7 +573,7 @@ def render(ev: Evaluation | None = None) -> str:
         lines.append(f"| {e.backend} | {gpu} | {e.weights:g} | {e.kv:g} | {e.overhead_ms:g} | {e.prefill:g} | "
                      f"{e.ubatch_half:g} | {e.attn_prefill:g} | {e.verify_per_token:g} | {e.source} |")
     lines += ["", "## Known gaps", "",
-              "- MTP: the two published MTP runs disagree (seed 004: 31 -> 89 tok/s, x2.9; sudoingX #42:",
+              "- MTP: the two published MTP runs disagree (the 307K-context MTP field report: 31 -> 89 tok/s, x2.9; sudoingX #42:",
               "  31.9 -> 52.8, x1.65, both n = 4 with similar acceptance); one verification cost sits",
               "  between them, so MTP predictions carry about +-40 % (leave-one-out: far worse).",
               "- Power-capped cards (250 W RTX 3090s) decode about 20 % below the uncapped calibration.",

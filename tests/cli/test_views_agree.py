@@ -3,6 +3,7 @@ field reports' scripts (tests/flags/fixtures/seed*.sh, seed004.service)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -16,10 +17,8 @@ SCRIPTS = sorted(p.name for p in FIXTURES.glob("seed*") if p.suffix in (".sh", "
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     capsys.readouterr()
-    try:
+    with contextlib.suppress(SystemExit):  # check exits 1 on error findings
         main(list(argv))
-    except SystemExit:
-        pass
     return json.loads(capsys.readouterr().out)
 
 

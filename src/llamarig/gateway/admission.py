@@ -57,7 +57,7 @@ def pool_from_props(props: Mapping[str, Any] | None, *, pool_tokens: int | None,
       the whole pool unless capped by --kv-unified-per-slot or n_ctx_train (n_ctx_slot()), so
       pool = slot n_ctx is exact or an under-estimate (safe);
     - not unified: each slot owns n_ctx / np, so pool = slot n_ctx * slots.
-    Set ``pool_tokens`` in the config when the slot context is capped (seed 004: -c 307200 with
+    Set ``pool_tokens`` in the config when the slot context is capped (the 307K-context MTP field report: -c 307200 with
     n_ctx_train 262144 gives slot n_ctx 262144, pool 307200).
     """
     src: list[str] = []

@@ -1,7 +1,7 @@
 """Gateway configuration: a TOML or YAML file (or nothing: ``--backend URL``), validated into
 frozen dataclasses with one-line errors that name the file and the key.
 
-The built-in tiers are seed 004's (tests/fixtures/seeds/004_*.txt, section 三): B daily,
+The built-in tiers are the 307K-context MTP field report's (tests/fixtures/seeds/004_*.txt, section 三): B daily,
 C1 analysis, C2 code+agent, D deep analysis; A formatting and V vision are named there without
 numbers, so their numbers here are llamarig's defaults (documented in docs/gateway.md).
 """
@@ -33,7 +33,7 @@ class TierConfig:
     timeout_s: float | None = None  # -> t_max_predict_ms and the upstream read timeout
     priority: int = 0  # lower is served first
     sampling: Mapping[str, Any] = field(default_factory=dict)  # forced sampling fields
-    # resolve_auto_c2_max_tokens: widen up to this when the client asks for more (seed 004)
+    # resolve_auto_c2_max_tokens: widen up to this when the client asks for more (the 307K-context MTP field report)
     long_output_max_tokens: int | None = None
     long_output_timeout_s: float | None = None
 
@@ -75,7 +75,7 @@ class RoutingConfig:
 
 @dataclass(frozen=True)
 class CronConfig:
-    """Seed 004: "CRON恒锁1K/2K", recognised by a header prefix."""
+    """The 307K-context MTP field report: "CRON恒锁1K/2K", recognised by a header prefix."""
 
     header: str = "x-llamarig-source"
     prefix: str = "cron"
@@ -131,7 +131,7 @@ class GatewayConfig:
     source: str | None = None  # path it was read from
 
 
-#: seed 004's TIER table (B/C1/C2/D) plus A and V (llamarig defaults).
+#: the 307K-context MTP field report's TIER table (B/C1/C2/D) plus A and V (llamarig defaults).
 DEFAULT_TIERS: dict[str, TierConfig] = {
     "B": TierConfig("B", max_tokens=4096, thinking=False),
     "C1": TierConfig("C1", max_tokens=6144, thinking=True, reasoning_budget=2048, reasoning_effort="medium"),

@@ -3,7 +3,7 @@
 Tier rules (first match wins): explicit tier header > the API key's tier > model alias >
 images (vision tier) > tools / agent header / agent user-agent / system-prompt pattern (agent
 tier) > default tier. Cron requests (a header whose value starts with a prefix) keep their tier
-but are locked to a small budget (seed 004: "CRON恒锁1K/2K").
+but are locked to a small budget (the 307K-context MTP field report: "CRON恒锁1K/2K").
 
 llama-server facts used here (tools/server in the vendored tree):
 - ``n_predict`` has the aliases ``max_tokens`` and ``max_completion_tokens``; if ``n_predict`` is
@@ -231,7 +231,7 @@ def is_cron(headers: Mapping[str, str], cfg: GatewayConfig) -> bool:
 
 
 def resolve_auto_c2_max_tokens(requested: int | None, tier: TierConfig, cron: bool) -> int | None:
-    """Seed 004's conditional widening: only for a tier with ``long_output_max_tokens`` (C2 by
+    """The 307K-context MTP field report's conditional widening: only for a tier with ``long_output_max_tokens`` (C2 by
     default), never for cron, only when the client explicitly asked for more than the tier's
     limit; capped at ``long_output_max_tokens``. None: no widening."""
     if cron or tier.long_output_max_tokens is None:
@@ -243,7 +243,7 @@ def resolve_auto_c2_max_tokens(requested: int | None, tier: TierConfig, cron: bo
 
 def resolve_max_tokens(requested: int | None, limit: int) -> int:
     """A missing max_tokens is charged as the tier's limit (never the whole window); larger
-    requests are clamped (seed 004 resolve_max_tokens)."""
+    requests are clamped (the 307K-context MTP field report resolve_max_tokens)."""
     return limit if requested is None else min(requested, limit)
 
 
