@@ -36,3 +36,17 @@ def test_explain_and_check_agree_on_what_reaches_the_server(name: str, capsys: p
         assert (c["cut_line"] is not None) == bool(cut), (name, c["cut_line"], cut)
         if cut:
             assert e["cut_line"] == c["cut_line"]
+
+
+def test_fix_says_what_it_changes_in_the_running_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--max-slots 8 -c 105000` is fixed to `--parallel 8`: 8 slots of 13312 tokens instead of 4
+    unified slots of 105216; the fix must say so (stderr), not change what runs silently."""
+    script = tmp_path / "run.sh"
+    script.write_text("llama-server -m m.gguf --max-slots 8 -c 105000\n")
+    capsys.readouterr()
+    with contextlib.suppress(SystemExit):
+        main(["check", "--bundled", "--fix", str(script)])
+    out = capsys.readouterr()
+    assert "--parallel 8" in out.out
+    assert "slots (-np): 4 (unified KV) -> 8" in out.err
+    assert "context per slot: 105216 -> 13312" in out.err

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from llamarig.errors import ExitCode, InputError
+from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.flags.argv import Reading
 from llamarig.flags.model import model_loader
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
@@ -164,6 +164,35 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
         con.print(t)
 
 
+def _settings(argv: list[str]) -> dict[str, str]:
+    """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
+    types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
+    from llamarig.plan.config import parse_server_args
+
+    try:
+        cfg = parse_server_args(argv, strict=False)
+    except LlamarigError as e:
+        return {"error": str(e)}
+    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4  # server.cpp:168-173: -np unset -> 4 unified slots
+    unified = cfg.kv_unified if cfg.n_parallel > 0 else True
+    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
+    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
+    return {
+        _("slots (-np)"): f"{slots}" + (_(" (unified KV)") if unified and slots > 1 else ""),
+        _("context per slot"): str(per_slot) if per_slot else _("the model's training context"),
+        _("KV cache K / V"): f"{cfg.cache_type_k} / {cfg.cache_type_v}",
+        "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
+        "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),
+        _("flash attention"): cfg.flash_attn,
+    }
+
+
+def behaviour_changes(before: list[str], after: list[str]) -> list[tuple[str, str, str]]:
+    """(what, before, after) for every setting a fix changes in the running server."""
+    a, b = _settings(before), _settings(after)
+    return [(k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+
+
 def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tuple[str, str]]:
     """The answer first: how many errors and warnings, and for each command what llama-server
     really receives when the script cuts it off."""
@@ -229,7 +258,17 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     if fix:
         from llamarig.flags.fix import fix_text
 
-        click.echo(fix_text(parsed, readings, findings, schema), nl=False)
+        fixed = fix_text(parsed, readings, findings, schema)
+        click.echo(fixed, nl=False)
+        # what the fix changes in the running server, before and after (on stderr: stdout is the script)
+        after = parse_text(fixed, None if kind == "auto" else kind)
+        for k, (inv_a, inv_b) in enumerate(zip(parsed.invocations, after.invocations, strict=False)):
+            changes = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
+            if changes:
+                click.echo(_("llamarig: the fixed command {k} (line {line}) runs the server differently:").format(
+                    k=k + 1, line=inv_b.line), err=True)
+                for what, before, now in changes:
+                    click.echo(f"  {what}: {before} -> {now}", err=True)
     elif as_json:
         click.echo(json.dumps(to_json(parsed, findings, schema), ensure_ascii=False, indent=1))
     else:
