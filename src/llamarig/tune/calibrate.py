@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llamarig.plan.calibration import Calibration, builtin
+from llamarig.plan.speed import device_loads, speed_report
 
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 
 def _predict(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, depth: int) -> float:
-    from llamarig.plan.speed import speed_report
-
     return speed_report(spec, cfg, hw, cal=cal, depths=[depth]).by_depth[0].decode_tok_s
 
 
@@ -50,8 +49,6 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
     """(calibration JSON, predicted tok/s with it at ``depth``). ``base`` defaults to the built-in
     constants (never an earlier tune's file: a refit starts from the same point).
     ``host_bandwidth_gbs``: the measured host bandwidth, recorded in the file."""
-    from llamarig.plan.speed import device_loads
-
     cal = base or builtin()
     if host_bandwidth_gbs:
         cal = replace(cal, host_bandwidth_gbs=float(host_bandwidth_gbs))

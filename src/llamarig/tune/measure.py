@@ -19,10 +19,13 @@ import tempfile
 import time
 import urllib.error
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from llamarig.errors import LlamarigError
+from llamarig.launch.server import start_server
+from llamarig.render.common import get_value
 from llamarig.tune.search import Candidate, Measurement, median, score_of
 
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
@@ -39,8 +42,6 @@ def start_owned(binary: str, args: Sequence[str], *, timeout_s: float = 300, log
     """Start llama-server on a free loopback port and wait for /health; the process is stopped
     on every way out, Ctrl-C during start-up included (no orphan servers after an interrupted
     tune). Returns a llamarig.launch.server.RunningServer."""
-    from llamarig.launch.server import start_server
-
     return start_server(binary, None, list(args), timeout=timeout_s, threads=None,
                         log_dir=log_dir or tempfile.mkdtemp(prefix="llamarig-tune-"))
 
@@ -79,8 +80,6 @@ class ServerMeasure:
 
     def _batch(self, srv: Any, i: int, n: int) -> dict[str, Any]:
         """``n`` concurrent requests; timings of the first, plus the batch's throughput."""
-        from concurrent.futures import ThreadPoolExecutor
-
         t = time.monotonic()
         with ThreadPoolExecutor(max_workers=n) as ex:
             rs = list(ex.map(lambda k: self._one(srv, i * 64 + k), range(n)))
@@ -92,8 +91,6 @@ class ServerMeasure:
 
     @staticmethod
     def _slots(args: Sequence[str]) -> int:
-        from llamarig.render.common import get_value
-
         v = get_value(list(args), "-np", "--parallel")
         try:
             n = int(v) if v is not None else -1

@@ -23,13 +23,14 @@ Method (printed with every report):
 from __future__ import annotations
 
 import math
+import urllib.error
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
 from llamarig.render.common import set_value
-from llamarig.tune.measure import prompt_text
+from llamarig.tune.measure import prompt_text, start_owned
 
 NEEDLE = 73914
 
@@ -75,8 +76,6 @@ def kl_topk(p: dict[int, float], q: dict[int, float]) -> float:
 
 
 def _post(srv: Any, path: str, body: dict[str, Any]) -> Any:
-    import urllib.error
-
     try:
         return srv.post(path, body, timeout=600)
     except urllib.error.HTTPError as e:
@@ -88,8 +87,6 @@ def _post(srv: Any, path: str, body: dict[str, Any]) -> Any:
 
 def _run_type(binary: str, base: Sequence[str], k: str, v: str, prompts: list[str], positions: int, top_k: int,
               needles: list[str]) -> dict[str, Any]:
-    from llamarig.tune.measure import start_owned
-
     args = set_value(set_value(list(base), ("-ctk", "--cache-type-k"), k), ("-ctv", "--cache-type-v"), v)
     try:
         srv = start_owned(binary, args)
@@ -148,8 +145,8 @@ def run_quality(binary: str, base_args: Sequence[str], types: list[tuple[str, st
 
 
 def render_report(rep: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: rich (40 ms), only to print (not --json)
+    from rich.table import Table  # lazy: as above
 
     con = Console(highlight=False)
     t = Table(title=f"KV cache quality vs f16 ({rep['prompts']} prompts x {rep['positions_per_prompt']} positions, "

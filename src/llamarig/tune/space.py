@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llamarig.flags.rules import physical_cores
 from llamarig.tune.search import ABSENT, Candidate
 
 Setting = tuple[tuple[str, str | None], ...]
@@ -65,8 +66,6 @@ def default_dimensions(objective: str, spec: Any, cfg: Any, plan: Any, *, physic
                        logical: int | None = None) -> list[Dimension]:
     """The dimensions for ``objective`` (decode, prefill, ttft, weighted, throughput)."""
     if physical is None:
-        from llamarig.flags.rules import physical_cores
-
         physical = physical_cores()
     if logical is None:
         logical = os.cpu_count()
