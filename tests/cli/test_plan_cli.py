@@ -174,3 +174,19 @@ def test_growth_is_not_a_start_requirement(capsys) -> None:
     assert any("can grow to" in w for w in d["warnings"])
     code, out, _ = run(capsys, *argv)
     assert out.splitlines()[0].startswith("fits:") and "can grow by" in out
+
+
+def test_plan_refuses_what_llama_server_refuses(capsys) -> None:
+    """-c 99999999999 is out of std::stoi's range: llama-server refuses to start, so plan says so
+    (exit 2, one line) instead of planning 6 million GiB of KV."""
+    code, out, err = run(capsys, "plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "-c", "99999999999")
+    assert code == 2 and "out of range" in err and "std::stoi" in err and len(err.strip().splitlines()) == 1
+
+
+def test_dashdash_command_after_an_own_option(capsys, synth_model) -> None:
+    """`plan --json -- llama-server -m M ...`: the command after --, not `llama-server` as the model."""
+    path = synth_model("llama")
+    code, out, err = run(capsys, "plan", "--json", "--", "llama-server", "-m", str(path), "-c", "4096",
+                         "--host", "127.0.0.1")
+    assert code == 0, err
+    assert json.loads(out)["model"] == str(path)

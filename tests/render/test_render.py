@@ -266,9 +266,13 @@ def test_rendered_paths_are_absolute(synth_model, with_bin: Path, cli, tmp_path:
 
 
 def test_catalogue_model_id_is_not_a_path(with_bin: Path, cli) -> None:
+    """A launcher runs llama-server, which needs a file: a catalogue id (or plan's --mmproj f16
+    shorthand) is refused with one line saying how to get the file, never written as a path."""
     code, out, err = cli("render", "--gpu", "rtx3090", "qwen3.6-27b:iq4_nl", "-c", "2048")
-    assert code == 0, err
-    assert "-m qwen3.6-27b:iq4_nl" in out and "is a catalogue id, not a file" in out and "verdict: fits" in out
+    assert code == 2 and out == "", out
+    assert "catalogue id, not a file" in err and "download" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("render", "--gpu", "rtx3090", "/dev/null", "--mmproj", "f16")
+    assert code == 2 and "--mmproj f16" in err and "./f16" not in out
 
 
 def test_from_script_paths_resolve_against_the_script(synth_model, with_bin: Path, cli, tmp_path: Path,

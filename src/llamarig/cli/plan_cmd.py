@@ -7,6 +7,7 @@ plan takes llama-server's own flag spellings, so its arguments are parsed here (
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -107,6 +108,12 @@ def split_args(args: list[str]) -> PlanArgs:
             out.why = True
         elif a in ("-h", "--help"):
             out.help = True
+        elif not a.startswith("-") and out.model is None and Path(a).name.startswith("llama-server") \
+                and out.command is None:
+            # `plan --json -- llama-server ...`: click drops the `--` after an option of plan's own,
+            # so a llama-server program where MODEL would be starts the command
+            out.command = args[i:]
+            break
         elif not a.startswith("-") and out.model is None:
             out.model = a
         else:

@@ -125,6 +125,23 @@ def own_options() -> list[str]:
     return out
 
 
+def _refuse_catalogue_names(args: list[str]) -> None:
+    """A launcher runs llama-server, which needs files: a catalogue id as -m, or plan's
+    --mmproj f16/bf16/catalogue shorthand, is refused (not written as a relative path)."""
+    from llamarig.render.argv import _is_catalogue_id
+    from llamarig.render.common import get_value
+
+    model = get_value(args, "-m", "--model")
+    if model and not Path(os.path.expanduser(model)).exists() and _is_catalogue_id(model):
+        raise InputError(f"-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download it "
+                         f"first, e.g. with `huggingface-cli download REPO FILE.gguf`, or give llama-server "
+                         f"`-hf REPO:QUANT`); `llamarig plan {model}` plans without the file")
+    mm = get_value(args, "--mmproj", "-mm")
+    if mm and mm.lower() in ("f16", "bf16", "catalogue", "auto", "default") and not Path(mm).exists():
+        raise InputError(f"--mmproj {mm}: plan's shorthand for the catalogue's projector, not a file: give the "
+                         "mmproj GGUF's path")
+
+
 def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, server_bin: str | None,
             gpus: tuple[str, ...], ram: str | None, detect: bool, want_plan: bool = True,
             fix: bool = False, own: list[str] | None = None) -> Resolved:
@@ -180,6 +197,8 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
             raise InputError(f"{', '.join(bad)}: llamarig option(s) after the model (or after `--`) would be passed "
                              f"to llama-server, which does not take them: put llamarig options before the model, "
                              f"e.g. `llamarig {cmd} {bad[0]} ... MODEL.gguf [SERVER FLAGS]`")
+    if not from_script:
+        _refuse_catalogue_names(args)
     args, changed = absolutize(args, schema, bases)
     if changed:
         where = " or ".join(str(b) for b in bases)

@@ -203,6 +203,11 @@ def _int(flag: str, v: str, minimum: int | None = None) -> int:
     if not m:
         raise InputError(f"{flag} {v}: not an integer")
     n = int(m.group(0))
+    if not -(2**31) <= n < 2**31:
+        # std::stoi throws std::out_of_range beyond a 32-bit int, and llama-server exits
+        # (common/arg.cpp:796, 859: "error while handling argument")
+        raise InputError(f"{flag} {v}: out of range: llama-server reads it with std::stoi (a 32-bit int, "
+                         f"at most {2**31 - 1}) and refuses to start")
     if minimum is not None and n < minimum:
         raise InputError(f"{flag} {v}: must be >= {minimum}")
     return n
