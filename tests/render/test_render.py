@@ -314,3 +314,12 @@ def test_script_errors_are_reported_once_and_refused_by_launch(synth_model, with
     code, _, err = cli("launch", "-d", "--from-script", str(bad))
     assert code == 1 and "llamarig: error: [unknown-flag] `--bogus`" in err
     assert not list(state_dir.glob("launch-*"))
+
+
+def test_compose_image_follows_the_devices_named() -> None:
+    """-dev CUDA1,CUDA0 with no --gpu given: the CUDA image, not the CPU one."""
+    from llamarig.cli.render_cmd import compose_backend_for
+
+    assert compose_backend_for(["-m", "m.gguf", "--device", "CUDA1,CUDA0"], None) == "cuda"
+    assert compose_backend_for(["-m", "m.gguf", "-dev", "Vulkan0"], None) == "vulkan"
+    assert compose_backend_for(["-m", "m.gguf"], None) == "cpu"

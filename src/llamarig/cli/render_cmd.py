@@ -258,13 +258,25 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
     if fmt == "compose":
         from llamarig.render.compose import render_compose
 
-        backend = compose_backend
-        if backend is None:
-            backend = "cuda" if res.plan is not None and any(d.name.startswith("CUDA") for d in res.plan.devices) else "cpu"
+        backend = compose_backend or compose_backend_for(args, res.plan)
         return render_compose(spec, backend)
     from llamarig.render.llamaswap import render_llamaswap
 
     return render_llamaswap(spec)
+
+
+def compose_backend_for(args: list[str], plan: Plan | None) -> str:
+    """The image a compose service needs: the backend of the devices the command names
+    (-dev CUDA1,CUDA0 / ROCm0 / Vulkan0), else of the plan's GPUs, else cpu."""
+    from llamarig.render.common import get_value
+
+    names = [d.strip().upper() for d in (get_value(args, "-dev", "--device") or "").split(",") if d.strip()]
+    if plan is not None:
+        names += [d.name.upper() for d in plan.devices]
+    for prefix, backend in (("CUDA", "cuda"), ("ROCM", "rocm"), ("VULKAN", "vulkan")):
+        if any(n.startswith(prefix) for n in names):
+            return backend
+    return "cpu"
 
 
 _CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
