@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
@@ -34,7 +36,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from llamarig.catalogue.gpus import find_gpu
+from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
 from llamarig.errors import InputError
+from llamarig.gguf.spec import ModelSpec
+from llamarig.hardware.types import GPU, GiB, Hardware
+from llamarig.paths import state_dir
+from llamarig.plan.config import parse_server_args
 
 _FIELDS = ("weights", "kv", "overhead_ms", "prefill", "ubatch_half", "attn_prefill",
            "verify_per_token")
@@ -148,8 +156,6 @@ BUILTIN_NAMES = ("builtin", "built-in")
 
 def state_calibration_path() -> Path:
     """``$LLAMARIG_STATE_DIR/speed-calibration.json`` (or the XDG state dir), where tune writes."""
-    from llamarig.paths import state_dir
-
     return state_dir() / STATE_FILE
 
 
@@ -232,7 +238,7 @@ def measure_host_bandwidth(size_mib: int = 256, repeats: int = 3) -> float:
     """Host memory bandwidth in GB/s from a numpy copy (read + write), best of ``repeats``.
     Single-threaded: a lower bound of what llama.cpp's threads reach on a big machine, close to
     it on a small one."""
-    import numpy as np
+    import numpy as np  # lazy: numpy (0.2 s), only for the host bandwidth probe
 
     n = size_mib * (1 << 20) // 8
     a = np.ones(n, dtype=np.float64)
@@ -249,10 +255,6 @@ def measure_host_gflops(n: int = 512, repeats: int = 5, threads: int = 1) -> flo
     """Host float32 matrix-multiply throughput in GFLOPS (numpy BLAS, best of ``repeats``), in a
     subprocess limited to ``threads`` BLAS threads (a multi-threaded BLAS on a busy machine
     measures contention, not the core)."""
-    import os
-    import subprocess
-    import sys
-
     code = ("import time, numpy as np\n"
             f"a = np.random.default_rng(0).standard_normal(({n}, {n})).astype(np.float32)\n"
             "best = 1e9\n"
@@ -291,23 +293,15 @@ def points() -> list[dict[str, Any]]:
     return list(builtin_data().get("points", []))
 
 
-def _point_gpu(g: Any):  # -> GPU
-    from llamarig.catalogue.gpus import find_gpu
-    from llamarig.hardware.types import GPU as _GPU
-    from llamarig.hardware.types import GiB
-
+def _point_gpu(g: Any) -> GPU:
     if isinstance(g, str):
         return find_gpu(g)
-    return _GPU(id=g["name"].lower().replace(" ", "-"), name=g["name"], backend=g.get("backend", "CUDA"),
-                memory_bytes=int(float(g.get("memory_gb", 24)) * GiB), bandwidth_gbs=float(g["bandwidth_gbs"]),
-                fp16_tflops=float(g.get("fp16_tflops", 0)), overhead_bytes=300 << 20, source="data point")
+    return GPU(id=g["name"].lower().replace(" ", "-"), name=g["name"], backend=g.get("backend", "CUDA"),
+               memory_bytes=int(float(g.get("memory_gb", 24)) * GiB), bandwidth_gbs=float(g["bandwidth_gbs"]),
+               fp16_tflops=float(g.get("fp16_tflops", 0)), overhead_bytes=300 << 20, source="data point")
 
 
-def _point_spec(p: dict[str, Any]):  # -> ModelSpec
-    from dataclasses import replace as _replace
-
-    from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
-
+def _point_spec(p: dict[str, Any]) -> ModelSpec:
     mdl = p["model"]
     if isinstance(mdl, dict):
         entry = dict(mdl)
@@ -319,16 +313,14 @@ def _point_spec(p: dict[str, Any]):  # -> ModelSpec
         spec = build_spec(m, q)
     if "file_gb" in p:
         scale = float(p["file_gb"]) * 1e9 / max(1, spec.weights_bytes)
-        spec = _replace(spec, tensors=tuple(_replace(t, n_bytes=int(t.n_bytes * scale)) for t in spec.tensors))
-        spec = _replace(spec, weights_bytes=sum(t.n_bytes for t in spec.tensors))
+        spec = replace(spec, tensors=tuple(replace(t, n_bytes=int(t.n_bytes * scale)) for t in spec.tensors))
+        spec = replace(spec, weights_bytes=sum(t.n_bytes for t in spec.tensors))
     return spec
 
 
 def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointResult:
     """Predict one published measurement with the speed model."""
-    from llamarig.hardware.types import Hardware
-    from llamarig.plan.config import parse_server_args
-    from llamarig.plan.speed import acceptance_from_ratio, speed_report
+    from llamarig.plan.speed import acceptance_from_ratio, speed_report  # lazy: cycle with speed.py
 
     cal = cal or builtin()
     spec = _point_spec(p)

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from llamarig.errors import InputError
-from llamarig.gguf.ggml_types import KV_CACHE_TYPES
+from llamarig.flags.knowledge import FOLKLORE
+from llamarig.flags.schema import load_bundled
+from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
 
 #: --spec-type values (common/speculative.cpp:72-84)
 SPEC_TYPES = (
@@ -227,8 +229,6 @@ def _int_tail_problem(flag: str, v: str) -> str | None:
 def _schema() -> object | None:
     """The bundled flag schema of the pinned build (llamarig.flags.schema), or None."""
     try:
-        from llamarig.flags.schema import load_bundled
-
         return load_bundled()
     except (InputError, OSError, ValueError, KeyError):
         return None
@@ -344,8 +344,6 @@ def _removed_advice(tok: str) -> str | None:
     FOLKLORE's real way for the folklore flags; None for a flag that is not removed."""
     name = _norm(tok)
     if name in _FOLKLORE_FLAGS:
-        from llamarig.flags.knowledge import FOLKLORE
-
         lore = FOLKLORE[name]
         return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
     schema = _schema()
@@ -543,8 +541,6 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
 
 def validate(cfg: ServerConfig) -> None:
     """Contradictions llama-server itself rejects (cited)."""
-    from llamarig.gguf.ggml_types import TYPE_SIZES
-
     quant_v = TYPE_SIZES[cfg.cache_type_v][0] > 1
     if quant_v and cfg.flash_attn == "off":
         # llama-context.cpp:3843-3852: quantized V needs flash attention

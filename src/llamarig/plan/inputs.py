@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamarig.errors import GGUFError, InputError
+from llamarig.gguf import load_spec
+from llamarig.hardware.cpu import CpuFeatures, parse_cpu_features
+from llamarig.hardware.types import Hardware
+from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.plan.result import Plan
 
 if TYPE_CHECKING:
     from llamarig.catalogue.models import CatalogueModel, MMProjInfo
     from llamarig.gguf.spec import ModelSpec
-    from llamarig.hardware.cpu import CpuFeatures
-    from llamarig.hardware.types import Hardware
 
 
 @dataclass
@@ -43,7 +45,7 @@ class PlanArgs:
 
 
 def _load_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
-    from llamarig.catalogue.models import resolve_model
+    from llamarig.catalogue.models import resolve_model  # lazy: catalogue (15 ms) off --help
 
     spec, cat = resolve_model(text)
     if spec.is_mmproj:
@@ -52,8 +54,7 @@ def _load_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
 
 
 def _mmproj_from_file(path: str, image_max_tokens: int = 0) -> MMProjInfo:
-    from llamarig.gguf import load_spec
-    from llamarig.plan.mmproj import mmproj_info_from_spec
+    from llamarig.plan.mmproj import mmproj_info_from_spec  # lazy: 4 ms, off the --help path
 
     spec = load_spec(path)
     if spec.projector is None:
@@ -63,7 +64,7 @@ def _mmproj_from_file(path: str, image_max_tokens: int = 0) -> MMProjInfo:
 
 def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
                    image_max_tokens: int = 0) -> MMProjInfo | None:
-    from llamarig.catalogue.models import catalogue_mmproj
+    from llamarig.catalogue.models import catalogue_mmproj  # lazy: off the --help path
 
     if arg is None or arg.lower() == "none":
         return None
@@ -81,12 +82,11 @@ def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
 
 
 def build_hardware(pa: PlanArgs) -> Hardware:
-    from llamarig.catalogue.gpus import parse_gpu_arg
-    from llamarig.hardware.types import Hardware
+    from llamarig.catalogue.gpus import parse_gpu_arg  # lazy: catalogue off the --help path
 
     hw = Hardware()
     if pa.detect:
-        from llamarig.detect import detect
+        from llamarig.detect import detect  # lazy: only for --detect (16 ms)
 
         hw = detect()
     if pa.gpus:
@@ -94,8 +94,6 @@ def build_hardware(pa: PlanArgs) -> Hardware:
     if pa.ram is not None:
         hw = replace(hw, ram_bytes=pa.ram)
     if pa.cpu_features is not None:
-        from llamarig.hardware.cpu import parse_cpu_features
-
         hw = replace(hw, cpu=parse_cpu_features(pa.cpu_features))
     if pa.cpu is not None:
         hw = replace(hw, cpu=pa.cpu)
@@ -103,8 +101,6 @@ def build_hardware(pa: PlanArgs) -> Hardware:
 
 
 def build_inputs(pa: PlanArgs) -> PlanInputs:
-    from llamarig.plan.config import parse_server_args
-
     cfg = None
     if pa.command is not None:
         cfg = parse_server_args(pa.command, strict=False)
@@ -149,7 +145,7 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
 
 def gpu_notes(pa: PlanArgs) -> list[str]:
     """A note for each --gpu name that matches several catalogue entries (which one was taken)."""
-    from llamarig.catalogue.gpus import gpu_match_note
+    from llamarig.catalogue.gpus import gpu_match_note  # lazy: catalogue off the --help path
 
     return [n for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n]
 

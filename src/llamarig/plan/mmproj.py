@@ -49,10 +49,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llamarig.catalogue.models import MMProjInfo
 from llamarig.units import MiB
 
 if TYPE_CHECKING:
-    from llamarig.catalogue.models import MMProjInfo
     from llamarig.gguf.spec import ModelSpec
 
 #: projector types whose warmup follows clip.cpp:1668-1679 (46*46 merged tokens)
@@ -170,8 +170,6 @@ def shape_from_spec(spec: ModelSpec, image_max_tokens: int | None = None) -> MMP
 
 def mmproj_info_from_spec(spec: ModelSpec, label: str, image_max_tokens: int | None = None) -> MMProjInfo:
     """A plan.catalogue.MMProjInfo (weights, compute FA on / off) for an mmproj ModelSpec."""
-    from llamarig.catalogue.models import MMProjInfo
-
     s = shape_from_spec(spec, image_max_tokens)
     on, off = estimate_mmproj(s, True), estimate_mmproj(s, False)
     return MMProjInfo(

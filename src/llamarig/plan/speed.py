@@ -33,7 +33,7 @@ from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_S
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.plan import memory as M
-from llamarig.plan.calibration import Calibration, Efficiency, load_calibration
+from llamarig.plan.calibration import Calibration, Efficiency, builtin, load_calibration
 from llamarig.plan.config import ServerConfig
 
 GB = 1e9
@@ -581,8 +581,6 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
                 split_mode: str) -> str:
     """What the decode figures at depth rest on: the KV read efficiency of each device that reads
     KV, with the range the one measured pair allows for the built-in CUDA value."""
-    from llamarig.plan.calibration import builtin
-
     deepest = max(depths, default=0)
     kv_devs = [x for x in loads if (x.kv_per_depth or x.swa_per_cell) and not x.kv_on_cpu]
     if deepest <= 0 or not kv_devs:
@@ -632,16 +630,14 @@ def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
                  host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> Any:
     """``plan`` with its ``speed`` slot filled; when speed cannot be predicted (a GPU without a
     known bandwidth) the memory plan is kept and the reason joins its warnings."""
-    from dataclasses import replace as _replace
-
     try:
         rep = speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance)
     except InputError as e:
-        return _replace(plan, warnings=tuple(plan.warnings) + (str(e),))
+        return replace(plan, warnings=tuple(plan.warnings) + (str(e),))
     except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan
-        return _replace(plan, warnings=tuple(plan.warnings) + (f"speed model failed ({type(e).__name__}: {e}); "
-                                                               "memory figures are unaffected",))
-    return _replace(plan, speed=rep)
+        return replace(plan, warnings=tuple(plan.warnings) + (f"speed model failed ({type(e).__name__}: {e}); "
+                                                              "memory figures are unaffected",))
+    return replace(plan, speed=rep)
 
 
 def speed_json(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
