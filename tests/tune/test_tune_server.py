@@ -77,10 +77,13 @@ def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli)
     cal = env / "cal.json"
     argv = ["tune", "--json", "--try", "-ub=64,256", "--try", "-c=1024,100000000", "--max-runs", "2",
             "--n-predict", "4", "--prompt-words", "16", "--ram", "16G", "-o", str(out), "--calibration-out", str(cal),
-            str(model), "-np", "1", "-t", "1"]
+            str(model), "-np", "1", "-t", "1", "--port", "18999", "--host", "127.0.0.1"]
     code, stdout, err = cli(*argv)
     assert code == 0, err
     res = json.loads(stdout)
+    # the winning launcher keeps the user's --port/--host (tune measured on its own ports)
+    assert "--port 18999" in out.read_text() and "--host 127.0.0.1" in out.read_text()
+    assert "18999" not in " ".join(res["winner_args"])
     assert "pruned by the planner: -ub 64 -c 100000000" in err  # never launched
     assert len(res["pruned"]) == 2 and res["search"]["winner"].endswith("-c 1024")
     assert out.exists() and "rendered by llamarig" in out.read_text()

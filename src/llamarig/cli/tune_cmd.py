@@ -279,8 +279,12 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
     if winner is not None:
         args = winner.apply(base)
         plan, speed, note = _plan(args, gpus, ram, detect)
-        out["launcher"] = render_text(Resolved(res.binary, args, res.env, plan, speed, note), "bash", None)
+        # the launcher keeps every flag the user gave (--host/--port too: tune measured on its own
+        # loopback ports) and changes only the searched ones
+        launch_args = winner.apply(list(res.args))
+        out["launcher"] = render_text(Resolved(res.binary, launch_args, res.env, plan, speed, note), "bash", None)
         out["winner_args"] = args
+        out["launcher_args"] = launch_args
         m = final[winner.key]
         if objective == "throughput":
             out["calibration"] = {"skipped": "throughput: per-request decode speeds of concurrent requests are not "
