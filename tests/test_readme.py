@@ -40,3 +40,20 @@ def test_main_command_runs() -> None:
     assert r.returncode in (0, 1), r.stderr  # 1 = honest "does not fit"
     assert "Traceback" not in r.stderr
     assert r.stdout.strip()
+    # the answer first: the verdict and the free memory on the first line, ~45 lines in all
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(("fits:", "does not fit:")) and "GiB" in lines[0]
+    assert len(lines) <= 45, len(lines)
+
+
+def test_readme_sample_matches_the_output() -> None:
+    """The first line the README shows is what the command prints (both languages)."""
+    main = commands("README.md")[0].split("&&")[-1].split()[1:]
+    for readme, lang in (("README.md", "en"), ("README.zh-CN.md", "zh")):
+        r = subprocess.run([sys.executable, "-m", "llamarig", "--lang", lang, *main], capture_output=True,
+                           text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+        first = r.stdout.splitlines()[0]
+        m = re.search(r"^```\n(.+)$", (ROOT / readme).read_text(), re.M)  # the plain fenced sample
+        assert m is not None, readme
+        shown = m.group(1).split("…")[0].rstrip("; ；")
+        assert len(shown) > 30 and first.startswith(shown), (first, shown)
