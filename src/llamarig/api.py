@@ -31,8 +31,8 @@ def plan_model(model: str | None, args: Sequence[str] = (), *, gpus: Sequence[st
     with its formula and method. ``model``: a GGUF path or a catalogue id (``models()``);
     ``args``: llama-server flags in their own spellings; ``gpus``: catalogue names, optionally
     ``NAME:VRAM_GB``; ``ram``: e.g. "64G"; ``command``: a whole llama-server argv instead of args."""
-    from llamarig.plan.inputs import PlanArgs, build_plan
-    from llamarig.units import parse_size
+    from llamarig.plan.inputs import PlanArgs, build_plan  # lazy: keeps import llamarig light
+    from llamarig.units import parse_size  # lazy: keeps import llamarig light
 
     pa = PlanArgs(model=model, mmproj=mmproj, draft=draft, gpus=list(gpus), detect=detect,
                   ram=parse_size(ram, "g") if ram else None, cpu_features=cpu_features,
@@ -42,7 +42,7 @@ def plan_model(model: str | None, args: Sequence[str] = (), *, gpus: Sequence[st
 
 def inspect_model(path: str) -> ModelSpec:
     """A GGUF's model as `llamarig inspect` shows it, from the header alone."""
-    from llamarig.gguf import load_spec
+    from llamarig.gguf import load_spec  # lazy: keeps import llamarig light
 
     return load_spec(path)
 
@@ -50,9 +50,9 @@ def inspect_model(path: str) -> ModelSpec:
 def check_text(text: str, *, kind: str | None = None, server_bin: str | None = None) -> list[Finding]:
     """`llamarig check`'s findings for a launch script, unit, compose/YAML file or command line,
     against the flags of ``server_bin`` (else the bundled schema of the pinned build)."""
-    from llamarig.flags.readers import parse_text
-    from llamarig.flags.rules import Context, lint
-    from llamarig.flags.schema import load_bundled, load_schema
+    from llamarig.flags.readers import parse_text  # lazy: keeps import llamarig light
+    from llamarig.flags.rules import Context, lint  # lazy: keeps import llamarig light
+    from llamarig.flags.schema import load_bundled, load_schema  # lazy: keeps import llamarig light
 
     schema = load_schema(server_bin) if server_bin else load_bundled()
     _, findings = lint(parse_text(text, kind), schema, Context())
@@ -61,14 +61,14 @@ def check_text(text: str, *, kind: str | None = None, server_bin: str | None = N
 
 def models() -> dict[str, CatalogueModel]:
     """The built-in model catalogue (`llamarig models`), by id, each entry with its sources."""
-    from llamarig.catalogue.models import load_models
+    from llamarig.catalogue.models import load_models  # lazy: keeps import llamarig light
 
     return load_models()
 
 
 def gpus() -> tuple[GPU, ...]:
     """The built-in GPU catalogue (`llamarig gpus`), each entry with its sources."""
-    from llamarig.catalogue.gpus import load_gpus
+    from llamarig.catalogue.gpus import load_gpus  # lazy: keeps import llamarig light
 
     return load_gpus()
 
@@ -76,6 +76,6 @@ def gpus() -> tuple[GPU, ...]:
 def bench_server(url: str, **config: Any) -> dict[str, Any]:
     """`llamarig bench --url URL`: the measurement document (docs/bench.md), every figure with its
     method. ``config``: fields of llamarig.bench.runner.BenchConfig (scenarios, k, n_predict, ...)."""
-    from llamarig.bench.runner import BenchConfig, run_bench
+    from llamarig.bench.runner import BenchConfig, run_bench  # lazy: keeps import llamarig light
 
     return run_bench(BenchConfig(url=url, **config))
