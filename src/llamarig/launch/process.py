@@ -184,9 +184,7 @@ def likely_causes(argv: Sequence[str], log: str) -> list[str]:
         if pat in low:
             out.append(why)
     try:
-        from llamarig.flags.readers import (
-            parse_argv,  # lazy: flags (70 ms), only once a start failed
-        )
+        from llamarig.flags.readers import parse_argv  # lazy: flags (70 ms), after a failed start
         from llamarig.flags.rules import lint  # lazy: as above
         from llamarig.flags.schema import load_bundled, load_schema  # lazy: as above
 
