@@ -502,7 +502,7 @@ def script_findings(p: LogParse, script: Path) -> list[str]:
         read_invocation,
     )
     from llamarig.flags.readers import parse_text  # lazy: the readers pull yaml
-    from llamarig.flags.schema import load_bundled
+    from llamarig.flags.schema import load_bundled  # lazy: as above
 
     try:
         text = script.read_text(errors="replace")
