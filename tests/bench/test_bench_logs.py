@@ -44,7 +44,9 @@ def test_logs_cli_outputs(seed000: Path, tmp_path: Path, capsys, validate_doc) -
     out = capsys.readouterr().out
     assert "6890" in out and "149.6 MiB" in out
     validate_doc(json.loads(j.read_text()))
-    assert "| 指标 metric | 数值 value | N | 测法 method |" in m.read_text()
+    md = m.read_text()
+    assert md.index("## Headline") < md.index("| figure | value | N | how measured |")
+    assert "- **decode (from the log)**: 37.1 tok/s (median, p10 37.1 · p90 37.2, n=2)" in md
     assert "<svg" in h.read_text()
 
 

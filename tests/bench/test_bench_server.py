@@ -114,13 +114,43 @@ def test_warm_ttft_depth_concurrency(np2_server, ttft_depth_concurrency_doc, val
     assert "<svg" in text and "http://" not in text.replace(np2_server.url, "").replace("http://www.w3.org", "")
 
 
+def test_real_run_reads_headline_first(ttft_depth_concurrency_doc) -> None:
+    """The real run's HTML and Markdown: the headline (warm TTFT, decode vs depth, concurrency,
+    with unit and n) before the plots and the table; each method text once."""
+    from llamarig.bench.report import markdown, method_key
+
+    doc = ttft_depth_concurrency_doc
+    page, md = render_html(doc), markdown(doc)
+    assert page.index('<div class="head">') < page.index('<div class="plots">') < page.index("<table>")
+    assert md.index("## Headline") < md.index("## Figures")
+    head = md[md.index("## Headline"):md.index("## Figures")]
+    assert "**warm TTFT**:" in head and " ms (median" in head and "n=2; cached prefix ~256 tokens" in head
+    assert "**decode vs depth**:" in head and "**2 parallel streams, aggregate**:" in head and "tok/s" in head
+    methods = {method_key(f["method"]) for f in doc["figures"]}
+    assert len(methods) < len(doc["figures"])  # siblings (median, p10, p90, max) share their method
+    for m in methods:
+        assert md.count(m) == 1, m
+
+
 def test_html_report_opens_in_chromium(ttft_depth_concurrency_doc, tmp_path: Path, open_in_chromium) -> None:
-    """The HTML report of the real run opens in headless Chromium without console errors."""
+    """The HTML report of the real run opens in headless Chromium without console errors, in
+    English and in Chinese."""
+    from llamarig import i18n
+
     html = tmp_path / "report.html"
     html.write_text(render_html(ttft_depth_concurrency_doc), encoding="utf-8")
     lines, rc = open_in_chromium(html, tmp_path / "report.png")
     assert rc == 0 and lines == []
     assert (tmp_path / "report.png").stat().st_size > 10_000
+    try:
+        i18n.set_language("zh")
+        zh = tmp_path / "report-zh.html"
+        zh.write_text(render_html(ttft_depth_concurrency_doc), encoding="utf-8")
+    finally:
+        i18n.set_language(None)
+    assert "<h2>要点</h2>" in zh.read_text()
+    lines, rc = open_in_chromium(zh, tmp_path / "report-zh.png")
+    assert rc == 0 and lines == [] and (tmp_path / "report-zh.png").stat().st_size > 10_000
     # positive control: the same check sees a console error
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><script>console.error('boom')</script></body></html>")
@@ -205,8 +235,11 @@ def test_cli_outputs_and_real_log(np2_server, tmp_path: Path, validate_doc, caps
     assert "length 8192 skipped" in m.read_text()
     assert doc["target"]["total_slots"] == 2 and doc["target"]["build_info"]
     md = m.read_text()
-    assert "| 指标 metric | 数值 value | N | 测法 method |" in md and "decode_tok_s_median" in md
-    assert "<svg" in h.read_text()
+    assert md.index("- **decode**: ") < md.index("- **prefill at 64 tokens**: ") < md.index("| figure | value | N | how measured |")
+    assert "decode_tok_s_median" in md and "<svg" in h.read_text()
+    # the terminal opens with the headline too: the decode median, its unit and n, before the table
+    assert out.index("decode: ") < out.index("prefill at 64 tokens: ") < out.index("decode_tok_s_median")
+    assert "tok/s (median, p10" in out and "n=2)" in out
     # `llamarig logs` on this real server's log (build 11434 format)
     log = tmp_path / "server.log"
     log.write_text(np2_server.log)

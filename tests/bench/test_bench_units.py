@@ -151,8 +151,9 @@ def test_prompt_sets_and_workload(tmp_path: Path) -> None:
 def test_markdown_table() -> None:
     doc = {"kind": "bench", "target": {"url": "http://x"}, "figures": [stat_figures("decode_tok_s", [1.0, 2.0], "tok/s", "a | b", method_zh="测法")[0].to_json()]}
     md = markdown(doc)
-    assert "| 指标 metric | 数值 value | N | 测法 method |" in md
-    assert "| decode_tok_s_median | 1.50 tok/s" in md and "a / b" in md and "测法。" in md
+    assert "| figure | value | N | how measured |" in md
+    assert "| decode_tok_s_median | 1.50 tok/s (p10 1.10 · p90 1.90) | 2 | median ¹ |" in md
+    assert "- ¹ a | b" in md  # the method, once, as a footnote (a '|' is safe outside the table)
 
 
 def test_schema_is_valid() -> None:

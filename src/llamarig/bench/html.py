@@ -1,6 +1,9 @@
-"""A self-contained HTML report (no scripts, no external resources): figure table plus inline
-SVG plots (decode vs depth, prefill vs length, concurrency curve, per-request distributions,
-GPU telemetry and busy slots over time)."""
+"""A self-contained HTML report (no scripts, no external resources), in the order a user reads
+it: the headline (decode, prefill, TTFT, concurrency, speculative acceptance, each with its unit
+and n), findings, inline SVG plots (decode vs depth, prefill vs length, concurrency curve,
+per-request distributions, GPU telemetry and busy slots over time), then the full figure table
+whose rows cite numbered method footnotes (each method text once). Labels follow the language
+(llamarig.i18n); the page declares it (``lang``) and a font stack with common CJK fonts."""
 
 from __future__ import annotations
 
@@ -8,7 +11,16 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from llamarig.bench.report import fmt_value
+from llamarig.bench.report import (
+    fmt_value,
+    footnotes,
+    headline,
+    labels,
+    meta_lines,
+    method_stat,
+    report_title,
+)
+from llamarig.i18n import _, language
 
 COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096")
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 560, 300, 60, 20, 30, 44
@@ -30,7 +42,7 @@ Point = tuple[float | None, float | None]  # (x, y); a point with a None coordin
 
 def line_chart(title: str, series: Sequence[tuple[str, Sequence[Point]]], xlabel: str, ylabel: str,
                *, points_only: bool = False) -> str:
-    pts = [(x, y) for _, s in series for x, y in s if x is not None and y is not None]
+    pts = [(x, y) for _label, s in series for x, y in s if x is not None and y is not None]
     if not pts:
         return ""
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
@@ -78,8 +90,8 @@ def strip_chart(title: str, groups: list[tuple[str, list[float]]], unit: str) ->
     groups = [(n, v) for n, v in groups if v]
     if not groups:
         return ""
-    lo = min(min(v) for _, v in groups)
-    hi = max(max(v) for _, v in groups)
+    lo = min(min(v) for _name, v in groups)
+    hi = max(max(v) for _name, v in groups)
     lo = min(lo, 0.0)
     if hi <= lo:
         hi = lo + 1
@@ -110,12 +122,23 @@ def strip_chart(title: str, groups: list[tuple[str, list[float]]], unit: str) ->
     return "".join(out)
 
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC",sans-serif;margin:24px;color:#1a202c;max-width:1200px}
+#: system UI fonts, then CJK fonts for Chinese labels on Linux (Noto / Source Han / WenQuanYi),
+#: macOS (PingFang) and Windows (Microsoft YaHei), so no label falls back to boxes
+FONT_STACK = ('system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Noto Sans CJK SC","Source Han Sans SC",'
+              '"PingFang SC","Hiragino Sans GB","Microsoft YaHei","WenQuanYi Micro Hei",sans-serif')
+
+CSS = "\nbody{font-family:" + FONT_STACK + """;margin:24px;color:#1a202c;max-width:1200px}
 table{border-collapse:collapse;width:100%;font-size:13px}th,td{border:1px solid #cbd5e0;padding:4px 6px;vertical-align:top}
 th{background:#edf2f7;text-align:left}td.v{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .note{color:#b7791f}.t{font-size:14px;font-weight:600}.l{font-size:11px;fill:#4a5568}.ax{stroke:#4a5568}.grid{stroke:#e2e8f0}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.warn{color:#c53030}code{background:#edf2f7;padding:0 3px}
+.meta{color:#4a5568;font-size:13px;margin:2px 0}
+.head{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:10px;margin:16px 0}
+.card{border:1px solid #cbd5e0;border-radius:6px;padding:8px 12px;background:#f7fafc}
+.card .k{font-size:13px;color:#4a5568}.card .big{font-size:26px;font-weight:600;font-variant-numeric:tabular-nums}
+.card .u{font-size:15px;font-weight:400;color:#4a5568}.card .d{font-size:12px;color:#4a5568}
+.card .d a{color:inherit;text-decoration:none}.card.warn{border-color:#c53030;background:#fff5f5}.card .note{font-size:12px}
+td.m{white-space:nowrap}sup a{text-decoration:none}ol.fn{font-size:12px;color:#2d3748;padding-left:2.2em}ol.fn li{margin:2px 0}
 """
 
 
@@ -130,17 +153,17 @@ def plots(doc: dict[str, Any]) -> list[str]:
     out: list[str] = []
     depth = _series_from_scenarios(doc, "decode_vs_depth") or (doc.get("series") or {}).get("decode_vs_depth", [])
     if depth:
-        out.append(line_chart("Decode vs context depth 解码速度-深度", [("decode tok/s", [(p["depth"], p["tok_s"]) for p in depth])],
-                              "depth (tokens)", "tok/s", points_only=doc.get("kind") == "logs"))
+        out.append(line_chart(_("Decode vs context depth"), [(_("decode tok/s"), [(p["depth"], p["tok_s"]) for p in depth])],
+                              _("depth (tokens)"), "tok/s", points_only=doc.get("kind") == "logs"))
     pre = _series_from_scenarios(doc, "prefill_vs_length") or (doc.get("series") or {}).get("prefill_vs_length", [])
     if pre:
-        out.append(line_chart("Cold prefill vs prompt length 冷 prefill", [("prefill tok/s", [(p["length"], p["tok_s"]) for p in pre])],
-                              "prompt tokens", "tok/s", points_only=doc.get("kind") == "logs"))
+        out.append(line_chart(_("Cold prefill vs prompt length"), [(_("prefill tok/s"), [(p["length"], p["tok_s"]) for p in pre])],
+                              _("prompt tokens"), "tok/s", points_only=doc.get("kind") == "logs"))
     conc = _series_from_scenarios(doc, "concurrency")
     if conc:
-        out.append(line_chart("Concurrency 并发", [("aggregate tok/s", [(p["streams"], p["aggregate_tok_s"]) for p in conc]),
-                                                    ("per-stream tok/s", [(p["streams"], p["per_stream_tok_s"]) for p in conc])],
-                              "parallel streams", "tok/s"))
+        out.append(line_chart(_("Concurrency"), [(_("aggregate tok/s"), [(p["streams"], p["aggregate_tok_s"]) for p in conc]),
+                                           (_("per-stream tok/s"), [(p["streams"], p["per_stream_tok_s"]) for p in conc])],
+                              _("parallel streams"), "tok/s"))
     by_unit: dict[tuple[str, str], list[tuple[str, list[float]]]] = {}
     seen: set[tuple[float, ...]] = set()
     for f in doc.get("figures", []):
@@ -150,76 +173,109 @@ def plots(doc: dict[str, Any]) -> list[str]:
             base = f["name"].rsplit("_", 1)[0] if f["name"].endswith(("_median", "_p10", "_p90", "_max")) else f["name"]
             by_unit.setdefault((f.get("scenario", ""), f.get("unit", "")), []).append((base, list(s)))
     for (scen, unit), groups in by_unit.items():
-        out.append(strip_chart(f"{scen} per-request distributions ({unit}) 分布", groups[:16], unit))
+        out.append(strip_chart(_("{scenario} per-request distributions ({unit})").format(scenario=scen, unit=unit), groups[:16], unit))
     gpu = (doc.get("gpu") or {}).get("samples") or []
     if gpu:
         by: dict[str, list[Point]] = {}
         for s in gpu:
             if s.get("power_w") is not None:
                 by.setdefault(f"GPU{s.get('index')} W", []).append((s["t_s"], s["power_w"]))
-        out.append(line_chart("GPU power over time 功耗", list(by.items()), "time (s)", "W"))
+        out.append(line_chart(_("GPU power over time"), list(by.items()), _("time (s)"), "W"))
         tb: dict[str, list[Point]] = {}
         for s in gpu:
             if s.get("temp_c") is not None:
                 tb.setdefault(f"GPU{s.get('index')} °C", []).append((s["t_s"], s["temp_c"]))
-        out.append(line_chart("GPU temperature 温度", list(tb.items()), "time (s)", "°C"))
+        out.append(line_chart(_("GPU temperature"), list(tb.items()), _("time (s)"), "°C"))
     busy = (doc.get("interference") or {}).get("busy_series") or []
     if busy:
-        out.append(line_chart("Busy slots (/slots) vs ours in flight 槽位", [("busy slots", [(b[0], b[1]) for b in busy]),
-                                                                              ("ours in flight", [(b[0], b[2]) for b in busy])],
-                              "time (s)", "slots"))
+        out.append(line_chart(_("Busy slots (/slots) vs ours in flight"), [(_("busy slots"), [(b[0], b[1]) for b in busy]),
+                                                                 (_("ours in flight"), [(b[0], b[2]) for b in busy])],
+                              _("time (s)"), _("slots")))
     timeline = (doc.get("series") or {}).get("timeline") or []
     if timeline:
-        out.append(line_chart("Requests over time (from log) 请求时间线",
-                              [("decode tok/s", [(i, t.get("decode_tok_s")) for i, t in enumerate(timeline)]),
-                               ("prefill tok/s ÷ 10", [(i, (t.get("prefill_tok_s") or 0) / 10 if t.get("prefill_tok_s") else None) for i, t in enumerate(timeline)])],
-                              "request # in log", "tok/s"))
+        out.append(line_chart(_("Requests over time (from log)"),
+                              [(_("decode tok/s"), [(i, t.get("decode_tok_s")) for i, t in enumerate(timeline)]),
+                               (_("prefill tok/s ÷ 10"), [(i, (t.get("prefill_tok_s") or 0) / 10 if t.get("prefill_tok_s") else None) for i, t in enumerate(timeline)])],
+                              _("request # in log"), "tok/s"))
     return [p for p in out if p]
 
 
-def render_html(doc: dict[str, Any]) -> str:
-    t = doc.get("target") or {}
-    title = f"llamarig {doc.get('kind', 'bench')} report"
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{_e(title)}</title><style>{CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
-    meta = []
-    if t:
-        meta.append(f"target <code>{_e(t.get('url'))}</code> build <code>{_e(t.get('build_info'))}</code> "
-                    f"model <code>{_e(t.get('model'))}</code> n_ctx/slot {_e(t.get('n_ctx_slot'))} slots {_e(t.get('total_slots'))}")
-    if doc.get("source"):
-        src = doc["source"]
-        meta.append(f"log <code>{_e(src.get('path'))}</code>: {_e(src.get('lines'))} lines, {_e(src.get('recognised'))} recognised, "
-                    f"{_e(src.get('skipped'))} skipped")
-    if doc.get("started_at"):
-        meta.append(f"run {_e(doc['started_at'])} → {_e(doc.get('finished_at'))}")
-    parts += [f"<p>{m}</p>" for m in meta]
-    if doc.get("findings"):
-        parts.append("<h2>Findings 结论</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in doc["findings"]) + "</ul>")
-    parts.append("<h2>Figures 指标</h2><table><tr><th>指标 figure</th><th>数值 value</th><th>unit</th><th>N</th><th>p10 / p90</th><th>测法 method</th></tr>")
-    for f in doc.get("figures", []):
+def _headline_html(doc: dict[str, Any]) -> str:
+    lab = labels()
+    cards = []
+    for h in headline(doc):
+        value = _e(h.value)
+        if h.unit and h.value.endswith(" " + h.unit):
+            value = f'{_e(h.value[:-len(h.unit) - 1])} <span class="u">{_e(h.unit)}</span>'
+        note = f'<div class="note">{_e(h.note)}</div>' if h.note else ""
+        cls = "card warn" if h.warn else "card"
+        detail = f'<a href="#f-{_e(h.figure)}">{_e(h.detail)}</a>' if h.figure else _e(h.detail)
+        cards.append(f'<div class="{cls}"><div class="k">{_e(h.label)}</div><div class="big">{value}</div>'
+                     f'<div class="d">{detail}</div>{note}</div>')
+    if not cards:
+        return ""
+    return f'<h2>{_e(lab["headline"])}</h2><div class="head">' + "".join(cards) + "</div>"
+
+
+def _table_html(figures: list[dict[str, Any]]) -> list[str]:
+    lab = labels()
+    fn = footnotes(figures)
+    parts = [f"<h2>{_e(lab['figures'])}</h2><table><tr><th>{_e(lab['figure'])}</th><th>{_e(lab['value'])}</th><th>{_e(lab['unit'])}</th>"
+             f"<th>N</th><th>p10 / p90</th><th>{_e(lab['method'])}</th></tr>"]
+    for f, (m, note) in zip(figures, fn.refs, strict=True):
         sp = f.get("spread") or {}
-        spread = f"{fmt_value(sp.get('p10'), f.get('unit', ''))} / {fmt_value(sp.get('p90'), f.get('unit', ''))}" if sp and f.get("n", 0) > 1 else ""
-        note = f'<br><span class="note">{_e(f["note"])}</span>' if f.get("note") else ""
-        zh = f"{_e(f['method_zh'])}<br>" if f.get("method_zh") else ""
-        parts.append(f"<tr><td>{_e(f['name'])}</td><td class=v>{_e(fmt_value(f.get('value'), f.get('unit', '')))}</td>"
-                     f"<td>{_e(f.get('unit'))}</td><td class=v>{_e(f.get('n'))}</td><td class=v>{_e(spread)}</td><td>{zh}{_e(f.get('method'))}{note}</td></tr>")
+        unit = f.get("unit", "")
+        spread = f"{fmt_value(sp.get('p10'), unit)} / {fmt_value(sp.get('p90'), unit)}" if sp and f.get("n", 0) > 1 else ""
+        ref = f'{_e(method_stat(str(f.get("method", ""))))}<sup><a href="#m{m}">{m}</a></sup>'
+        if note:
+            ref += f' <span class="note">⚠<sup><a href="#m{note}">{note}</a></sup></span>'
+        parts.append(f'<tr id="f-{_e(f["name"])}"><td>{_e(f["name"])}</td><td class=v>{_e(fmt_value(f.get("value"), unit))}</td>'
+                     f"<td>{_e(unit)}</td><td class=v>{_e(f.get('n'))}</td><td class=v>{_e(spread)}</td><td class=m>{ref}</td></tr>")
     parts.append("</table>")
+    parts.append(f"<h3>{_e(lab['methods_h'])}</h3><ol class=fn>")
+    for i, (text, is_note) in enumerate(fn.texts, 1):
+        body = _e(_("note: {text}").format(text=text)) if is_note else _e(text)
+        parts.append(f'<li id="m{i}"{" class=note" if is_note else ""}>{body}</li>')
+    parts.append("</ol>")
+    return parts
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    """Headline, findings, plots, then the table with its method footnotes, notes, interference
+    and errors."""
+    lab = labels()
+    title = report_title(doc)
+    lang = "zh-CN" if language() == "zh" else "en"
+    parts = ["<!DOCTYPE html>", f'<html lang="{lang}"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{_e(title)}</title><style>{CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+    parts += [f'<p class="meta">{_e(m)}</p>' for m in meta_lines(doc)]
+    parts.append(_headline_html(doc))
+    if doc.get("findings"):
+        parts.append(f"<h2>{_e(lab['findings'])}</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in doc["findings"]) + "</ul>")
     ps = plots(doc)
     if ps:
-        parts.append('<h2>Plots 图</h2><div class="plots">' + "".join(ps) + "</div>")
+        parts.append(f'<h2>{_e(lab["plots"])}</h2><div class="plots">' + "".join(ps) + "</div>")
+    if doc.get("figures"):
+        parts += _table_html(doc["figures"])
+    notes = [(sc["name"], n) for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
+    if notes:
+        parts.append(f"<h2>{_e(lab['notes'])}</h2><ul>"
+                     + "".join(f"<li>{_e(sc)}: {_e(n)}</li>" for sc, n in notes[:100]) + "</ul>")
     inter = doc.get("interference") or {}
     if inter:
-        parts.append("<h2>Interference 干扰</h2><ul>")
-        parts += [f'<li class="warn">missing: {_e(m)}</li>' for m in inter.get("missing", [])]
+        parts.append(f"<h2>{_e(lab['interference_h'])}</h2><ul>")
+        parts += [f'<li class="warn">{_e(lab["missing"])}: {_e(m)}</li>' for m in inter.get("missing", [])]
         parts += [f'<li class="warn">t={_e(e["t_s"])} s {_e(e["kind"])}: {_e(e["detail"])}</li>' for e in inter.get("events", [])[:50]]
         rec = inter.get("reconciliation") or {}
         for k, v in (rec.get("counters") or {}).items():
-            parts.append(f"<li>/metrics {_e(k)}: Δ {_e(v['server_delta'])} vs ours {_e(v['ours'])} (excess {_e(v['excess'])})</li>")
+            parts.append("<li>" + _e(_("/metrics {counter}: Δ {delta} vs ours {ours} (excess {excess})").format(
+                counter=k, delta=v["server_delta"], ours=v["ours"], excess=v["excess"])) + "</li>")
         parts.append("</ul>")
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
-        parts.append(f"<p>GPU telemetry: not available ({_e(gpu.get('reason'))})</p>")
+        parts.append(f"<p>{_e(lab['gpu_na'].format(reason=gpu.get('reason')))}</p>")
     if doc.get("errors"):
-        parts.append("<h2>Errors</h2><ul>" + "".join(f'<li class="warn">{_e(x)}</li>' for x in doc["errors"][:100]) + "</ul>")
+        parts.append(f"<h2>{_e(lab['errors'])}</h2><ul>" + "".join(f'<li class="warn">{_e(x)}</li>' for x in doc["errors"][:100]) + "</ul>")
     parts.append("</body></html>")
-    return "\n".join(parts)
+    return "\n".join(p for p in parts if p)

@@ -1,20 +1,26 @@
-"""Text renderings of a bench/logs document: rich terminal table, Markdown (指标 | 数值 | 测法,
-English and Chinese), JSON file, and schema validation."""
+"""Text renderings of a bench/logs document: rich terminal table, Markdown and JSON file, and
+schema validation. The terminal and the Markdown report open with the headline (the figures a
+user asks for first: decode, prefill, TTFT, concurrency, speculative acceptance, each with its
+unit and n), then the full table, whose rows refer to numbered footnotes that state each
+distinct method once. Labels follow the language (llamarig.i18n); the JSON never does."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
 from llamarig.errors import InputError
+from llamarig.i18n import N_, _, language
 
 NOTES_SHOWN = 10  # scenario notes (skipped points, rejected samples) printed per scenario
 
@@ -35,6 +41,14 @@ def fmt_value(v: Any, unit: str) -> str:
     return str(v)
 
 
+def value_with_unit(v: Any, unit: str) -> str:
+    """``67.8 tok/s``, ``1.62×``, ``0.723`` (a ratio has no unit word), ``—`` for none."""
+    text = fmt_value(v, unit)
+    if v is None or unit in ("", "ratio"):
+        return text
+    return f"{text}{unit}" if unit == "×" else f"{text} {unit}"
+
+
 def _spread_text(f: dict[str, Any]) -> str:
     sp = f.get("spread") or {}
     if not sp or f.get("n", 0) < 2:
@@ -44,8 +58,17 @@ def _spread_text(f: dict[str, Any]) -> str:
 
 
 _STAT_PREFIX = re.compile(
-    r"^(?:median|10th percentile|90th percentile|maximum \(best request\)|minimum|mean) over N=\d+ requests; "
+    r"^(median|10th percentile|90th percentile|maximum \(best request\)|minimum|mean) over N=\d+ requests; "
 )
+#: the statistic a figure row shows next to its method footnote (the prefix stat_figures writes)
+_STAT_WORDS = {
+    "median": N_("median"),
+    "10th percentile": N_("10th percentile"),
+    "90th percentile": N_("90th percentile"),
+    "maximum (best request)": N_("maximum (best request)"),
+    "minimum": N_("minimum"),
+    "mean": N_("mean"),
+}
 
 
 def method_key(method: str) -> str:
@@ -53,7 +76,194 @@ def method_key(method: str) -> str:
     return _STAT_PREFIX.sub("", method)
 
 
-def terminal(doc: dict[str, Any], console: Console) -> None:
+def method_stat(method: str) -> str:
+    """The statistic of a figure, in the current language ('' when its method names none)."""
+    m = _STAT_PREFIX.match(method)
+    return _(_STAT_WORDS[m.group(1)]) if m else ""
+
+
+_SUP = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def labels() -> dict[str, str]:
+    """Headings and column names in the current language (looked up once per rendering; Babel
+    does not extract messages written inside f-strings)."""
+    return {
+        "headline": _("Headline"), "findings": _("Findings"), "figures": _("Figures"), "plots": _("Plots"),
+        "methods_h": _("Methods"), "methods": _("methods"), "notes": _("Notes (skipped points, rejected samples)"),
+        "interference_h": _("Interference"), "interference": _("interference"), "errors": _("Errors"),
+        "error": _("error"), "aborted": _("aborted"), "missing": _("missing"), "figure": _("figure"),
+        "value": _("value"), "unit": _("unit"), "method": _("how measured"), "gpu_na": _("GPU telemetry: not available: {reason}"),
+    }
+
+
+def sup(n: int) -> str:
+    """``12`` -> ``¹²``: a footnote mark."""
+    return str(n).translate(_SUP)
+
+
+@dataclass(frozen=True)
+class Footnotes:
+    """Each distinct method text (and each distinct note) once, numbered from 1; ``refs[i]`` is
+    the (method number, note number or None) of figure ``i``."""
+
+    texts: list[tuple[str, bool]]  # (text, is a note)
+    refs: list[tuple[int, int | None]]
+
+
+def footnotes(figures: Sequence[dict[str, Any]], lang: str | None = None) -> Footnotes:
+    lang = lang or language()
+    texts: list[tuple[str, bool]] = []
+    index: dict[tuple[str, bool], int] = {}
+
+    def number(text: str, is_note: bool) -> int:
+        key = (text, is_note)
+        if key not in index:
+            texts.append(key)
+            index[key] = len(texts)
+        return index[key]
+
+    refs = []
+    for f in figures:
+        text = method_key(str(f.get("method", "")))
+        if lang == "zh" and f.get("method_zh"):
+            text = f"{f['method_zh']}。{text}"
+        note = str(f.get("note") or "")
+        refs.append((number(text, False), number(note, True) if note else None))
+    return Footnotes(texts, refs)
+
+
+# ------------------------------------------------------------------------- headline
+@dataclass(frozen=True)
+class HeadItem:
+    """One headline figure: ``label`` (translated), ``value`` with its unit, ``detail`` (the
+    statistic, spread and n), an optional ``note``; ``warn`` marks a problem."""
+
+    label: str
+    value: str
+    detail: str
+    note: str = ""
+    warn: bool = False
+    figure: str = ""  # the figure's name (the HTML links the card to its table row)
+    unit: str = ""  # the unit that ends ``value`` (the HTML sets it smaller)
+
+    def line(self) -> str:
+        text = _("{label}: {value} ({detail})").format(label=self.label, value=self.value, detail=self.detail)
+        return f"{text} — {self.note}" if self.note else text
+
+
+def _detail(f: dict[str, Any], stat: str | None = None, what: str = "") -> str:
+    """``median, p10 … · p90 …, n=5``; ``stat`` is the statistic's label (default: median; ""
+    for a single derived value); ``what`` (context) follows after a semicolon."""
+    n = f.get("n", 0)
+    sp = f.get("spread") or {}
+    unit = f.get("unit", "")
+    words = _("median") if stat is None else stat
+    if n >= 2 and sp:
+        body = _("p10 {p10} · p90 {p90}, n={n}").format(p10=fmt_value(sp.get("p10"), unit), p90=fmt_value(sp.get("p90"), unit), n=n)
+    else:
+        body = _("n={n}").format(n=n)
+    if words:
+        body = _("{a}, {b}").format(a=words, b=body)
+    return _("{a}; {b}").format(a=body, b=what) if what else body
+
+
+def _item(label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
+    if f.get("value") is None:  # the reason is the detail
+        return HeadItem(label=label, value="—", detail=str(f.get("note") or _("no valid sample")), figure=f["name"])
+    unit = f.get("unit", "")
+    return HeadItem(label=label, value=value_with_unit(f.get("value"), unit), detail=_detail(f, stat, what),
+                    note=str(f.get("note") or ""), figure=f["name"], unit=unit)
+
+
+def headline(doc: dict[str, Any]) -> list[HeadItem]:
+    """The figures a user asks for first, in this order: decode (median and spread), prefill at
+    each measured length, TTFT (warm, then that of the decode requests), decode vs depth,
+    concurrency (the most streams, against one), speculative acceptance, then problems
+    (failed requests, an aborted run, interference)."""
+    figs = {f["name"]: f for f in doc.get("figures", [])}
+    order = [f["name"] for f in doc.get("figures", [])]
+    out: list[HeadItem] = []
+    for name, label in (("decode_tok_s_median", _("decode")), ("log_decode_tok_s_median", _("decode (from the log)")),
+                        ("workload_decode_tok_s_median", _("decode (your workload)"))):
+        if name in figs:
+            out.append(_item(label, figs[name]))
+    for name in order:
+        m = re.fullmatch(r"prefill_tok_s_(\w+?)_median", name)
+        if m:
+            out.append(_item(_("prefill at {length} tokens").format(length=m.group(1)), figs[name]))
+    for name, label in (("log_prefill_tok_s_median", _("prefill (from the log)")),
+                        ("workload_prefill_tok_s_median", _("prefill (your workload)"))):
+        if name in figs:
+            out.append(_item(label, figs[name]))
+    if "ttft_warm_ms_median" in figs:
+        prefix = (doc.get("config") or {}).get("ttft_prefix")
+        what = _("cached prefix ~{tokens} tokens").format(tokens=prefix) if prefix else ""
+        out.append(_item(_("warm TTFT"), figs["ttft_warm_ms_median"], what=what))
+    for name, label in (("decode_ttft_ms_median", _("TTFT (decode requests)")),
+                        ("workload_ttft_ms_median", _("TTFT (your workload)"))):
+        if name in figs:
+            out.append(_item(label, figs[name]))
+    depth = [figs[n] for n in order if re.fullmatch(r"decode_tok_s_at_depth_\w+?_median", n)]
+    depth = [f for f in depth if f.get("value") is not None]
+    if len(depth) >= 2:
+        a, b = depth[0], depth[-1]
+        da = (a.get("params") or {}).get("depth_median")
+        db = (b.get("params") or {}).get("depth_median")
+        drop = figs.get("decode_depth_drop_pct", {}).get("value")
+        detail = _("median at depth {a} → {b} tokens, n={n} each").format(
+            a=fmt_value(da, "tokens"), b=fmt_value(db, "tokens"), n=min(a.get("n", 0), b.get("n", 0)))
+        if drop is not None:
+            detail += _(", {pct} % slower").format(pct=fmt_value(float(drop), "%")) if drop >= 0 else \
+                _(", {pct} % faster").format(pct=fmt_value(float(-drop), "%"))
+        out.append(HeadItem(_("decode vs depth"), f"{fmt_value(a['value'], 'tok/s')} → {value_with_unit(b['value'], 'tok/s')}",
+                            detail, note=str(b.get("note") or a.get("note") or ""), figure=b["name"], unit="tok/s"))
+    elif depth:
+        out.append(_item(_("decode at depth {depth}").format(depth=fmt_value((depth[0].get("params") or {}).get("depth_median"), "tokens")),
+                         depth[0]))
+    conc = sorted(((int(m.group(1)), figs[n]) for n in order if (m := re.fullmatch(r"concurrency_(\d+)_aggregate_tok_s", n))),
+                  key=lambda p: p[0])
+    if conc:
+        streams, f = conc[-1]
+        per = figs.get(f"concurrency_{streams}_per_stream_tok_s_median", {}).get("value")
+        context = [_("{value} per stream").format(value=value_with_unit(per, "tok/s"))] if per is not None else []
+        if len(conc) > 1 and conc[0][1].get("value") is not None:
+            one = value_with_unit(conc[0][1]["value"], "tok/s")
+            context.append(_("1 stream: {value}").format(value=one) if conc[0][0] == 1 else
+                           _("{streams} streams: {value}").format(streams=conc[0][0], value=one))
+        joined = _("{a}; {b}").format(a=context[0], b=context[1]) if len(context) == 2 else "".join(context)
+        out.append(_item(_("{streams} parallel streams, aggregate").format(streams=streams), f,
+                         stat=_("median over rounds"), what=joined))
+    for name, label, stat in (("spec_acceptance", _("speculative acceptance (accepted ÷ drafted)"), ""),
+                              ("log_spec_acceptance", _("speculative acceptance (from the log)"), ""),
+                              ("spec_mean_acceptance_length", _("mean acceptance length"), ""),
+                              ("spec_decode_tok_s_median", _("decode with speculation"), None),
+                              ("spec_speedup", _("speed-up over the baseline"), "")):
+        if name in figs:
+            out.append(_item(label, figs[name], stat=stat))
+    errors = doc.get("errors") or []
+    if errors:
+        out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"), warn=True))
+    if doc.get("aborted"):
+        out.append(HeadItem(_("run aborted"), "—", str(doc["aborted"]), warn=True))
+    ev = figs.get("interference_events")
+    if ev is not None:
+        polls = (ev.get("params") or {}).get("polls")
+        n_ev = ev.get("value")
+        detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
+        out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail, note=str(ev.get("note") or ""),
+                            warn=bool(n_ev), figure="interference_events", unit="events"))
+    return out
+
+
+def headline_lines(doc: dict[str, Any]) -> list[str]:
+    return [h.line() for h in headline(doc)]
+
+
+# ------------------------------------------------------------------------- terminal
+def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = ()) -> None:
+    """Headline first, then ``after_headline`` (logs: the request timeline), the figure table
+    with method references, the numbered methods, notes and problems."""
     t = doc.get("target", {})
     head = f"[bold]{doc.get('kind', 'bench')}[/] {escape(str(t.get('url') or doc.get('source', {}).get('path', '')))}"
     if t.get("build_info"):
@@ -61,94 +271,139 @@ def terminal(doc: dict[str, Any], console: Console) -> None:
     if t.get("model"):
         head += f"  model {escape(Path(str(t['model'])).name)}"
     console.print(head)
+    lab = labels()
+    for h in headline(doc):
+        line = _("{label}: {value} ({detail})").format(label=f"[bold]{escape(h.label)}[/]", value=escape(h.value),
+                                                        detail=f"[dim]{escape(h.detail)}[/]")
+        if h.note:
+            line += f" [yellow]— {escape(h.note)}[/]"
+        console.print(f"[red]![/] {line}" if h.warn else f"  {line}", highlight=False)
+    for r in after_headline:
+        console.print(r)
     # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
     # at); every other column keeps its width, so N and the method reference never vanish
     table = Table(show_lines=False, header_style="bold", show_edge=False)
-    table.add_column("figure", overflow="fold")
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("unit", no_wrap=True)
+    table.add_column(lab["figure"], overflow="fold")
+    table.add_column(lab["value"], justify="right", no_wrap=True)
+    table.add_column(lab["unit"], no_wrap=True)
     table.add_column("N", justify="right", no_wrap=True)
     table.add_column("p10 … p90", no_wrap=True)
-    table.add_column("method", justify="right", no_wrap=True)
-    methods: list[str] = []
-    for f in doc.get("figures", []):
-        key = method_key(f.get("method", ""))
-        if key not in methods:
-            methods.append(key)
-        ref = f"[{methods.index(key) + 1}]"
-        if f.get("note"):
-            ref += " [yellow]![/]"
+    table.add_column(lab["method"], justify="right", no_wrap=True)
+    figures = doc.get("figures", [])
+    fn = footnotes(figures)
+    for f, (m, note) in zip(figures, fn.refs, strict=True):
+        ref = f"[{m}]" + (f" [yellow]![{note}][/]" if note else "")
         table.add_row(escape(f["name"]), fmt_value(f.get("value"), f.get("unit", "")), f.get("unit", ""), str(f.get("n", "")),
-                      _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), ref)
-    console.print(table)
-    console.print("[bold]methods[/] (测法):")
-    for i, m in enumerate(methods, 1):
-        console.print(f"  [{i}] {m}", highlight=False, markup=False)
-    for f in doc.get("figures", []):
-        if f.get("note"):
-            console.print(f"  [yellow]![/] {escape(f['name'])}: {escape(f['note'])}", highlight=False)
+                      _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), escape(ref))
+    if figures:
+        console.print(table)
+        console.print(f"[bold]{escape(lab['methods'])}[/]:")
+    for i, (text, is_note) in enumerate(fn.texts, 1):
+        if is_note:
+            console.print(f"  [yellow]![{i}][/] {escape(text)}", highlight=False)
+        else:
+            console.print(f"  [{i}] {text}", highlight=False, markup=False)
     for sc in doc.get("scenarios", []):
         notes = sc.get("notes") or []
-        for note in notes[:NOTES_SHOWN]:
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(note)}", highlight=False)
+        for n in notes[:NOTES_SHOWN]:
+            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(n)}", highlight=False)
         if len(notes) > NOTES_SHOWN:
-            console.print(f"[cyan]{escape(sc['name'])}:[/] … {len(notes) - NOTES_SHOWN} more notes in the JSON (scenarios[].notes)",
-                          highlight=False)
+            more = _("… {n} more notes in the JSON (scenarios[].notes)").format(n=len(notes) - NOTES_SHOWN)
+            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(more)}", highlight=False)
     inter = doc.get("interference") or {}
     for m in inter.get("missing", []):
-        console.print(f"[yellow]missing:[/] {escape(m)}", highlight=False)
+        console.print(f"[yellow]{escape(lab['missing'])}:[/] {escape(m)}", highlight=False)
     for ev in inter.get("events", [])[:10]:
-        console.print(f"[red]interference:[/] t={ev['t_s']} s {ev['kind']}: {escape(ev['detail'])}", highlight=False)
+        console.print(f"[red]{escape(lab['interference'])}:[/] t={ev['t_s']} s {ev['kind']}: {escape(ev['detail'])}", highlight=False)
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
-        console.print(f"[dim]GPU telemetry: not available: {escape(str(gpu.get('reason')))}[/]", highlight=False)
+        console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
+                      highlight=False)
     for f in doc.get("findings", []):
         console.print(f"• {escape(f)}", highlight=False)
     for e in doc.get("errors", [])[:20]:
-        console.print(f"[red]error:[/] {escape(e)}", highlight=False)
+        console.print(f"[red]{escape(lab['error'])}:[/] {escape(e)}", highlight=False)
     if doc.get("aborted"):
-        console.print(f"[red]aborted:[/] {escape(doc['aborted'])}", highlight=False)
+        console.print(f"[red]{escape(lab['aborted'])}:[/] {escape(doc['aborted'])}", highlight=False)
+
+
+# ------------------------------------------------------------------------- markdown
+def meta_lines(doc: dict[str, Any]) -> list[str]:
+    """What was measured (target, log, run, client), one plain line each."""
+    t = doc.get("target") or {}
+    out = []
+    if t:
+        out.append(_("target {url} build {build} model {model} n_ctx/slot {n_ctx} slots {slots}").format(
+            url=t.get("url"), build=t.get("build_info"), model=t.get("model"), n_ctx=t.get("n_ctx_slot"), slots=t.get("total_slots")))
+    src = doc.get("source") or {}
+    if src:
+        out.append(_("log {path}: {lines} lines, {recognised} recognised, {skipped} skipped").format(
+            path=src.get("path"), lines=src.get("lines"), recognised=src.get("recognised"), skipped=src.get("skipped")))
+    if doc.get("started_at"):
+        out.append(_("run {start} → {end} (run id {run_id})").format(
+            start=doc.get("started_at"), end=doc.get("finished_at"), run_id=doc.get("run_id")))
+    c = doc.get("client") or {}
+    if c:
+        out.append(_("client {host} {platform} python {python}").format(
+            host=c.get("hostname"), platform=c.get("platform"), python=c.get("python")))
+    return out
+
+
+def report_title(doc: dict[str, Any]) -> str:
+    return _("llamarig {kind} report").format(kind=doc.get("kind", "bench"))
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """A Markdown table like the 307K-context MTP field report's (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt): 指标 | 数值 | 测法 (metric | value | method)."""
-    t = doc.get("target", {})
-    lines = [f"# llamarig {doc.get('kind', 'bench')} report", ""]
-    if t:
-        lines.append(f"- target: `{t.get('url')}` build `{t.get('build_info')}` model `{t.get('model')}` "
-                     f"n_ctx/slot {t.get('n_ctx_slot')} slots {t.get('total_slots')}")
-    if doc.get("started_at"):
-        lines.append(f"- run: {doc.get('started_at')} → {doc.get('finished_at')} (run id `{doc.get('run_id')}`)")
-    c = doc.get("client") or {}
-    if c:
-        lines.append(f"- client: {c.get('hostname')} {c.get('platform')} python {c.get('python')}")
-    lines += ["", "| 指标 metric | 数值 value | N | 测法 method |", "|---|---|---|---|"]
-    for f in doc.get("figures", []):
-        val = f"{fmt_value(f.get('value'), f.get('unit', ''))} {f.get('unit', '')}".strip()
-        sp = _spread_text(f)
-        if sp:
-            val += f" ({sp})"
-        method = f.get("method", "")
-        if f.get("method_zh"):
-            method = f"{f['method_zh']}。{method}"
-        if f.get("note"):
-            method += f" — note: {f['note']}"
-        lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {method.replace('|', '/')} |")
+    """Headline, then the table (指标 | 数值 | N | 测法 in Chinese, as in the 307K-context MTP field
+    report, tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) whose rows cite numbered method
+    footnotes, then the footnotes, notes, interference, findings and errors."""
+    lab = labels()
+    lines = [f"# {report_title(doc)}", ""]
+    lines += [f"- {m}" for m in meta_lines(doc)]
+    heads = headline(doc)
+    if heads:
+        lines += ["", f"## {lab['headline']}", ""]
+        for h in heads:
+            text = _("{label}: {value} ({detail})").format(label=f"**{h.label}**", value=h.value, detail=h.detail)
+            if h.note:
+                text += f" — {h.note}"
+            lines.append(f"- {'⚠ ' if h.warn else ''}{_md_cell(text)}")
+    if doc.get("findings"):
+        lines += ["", f"## {lab['findings']}", ""] + [f"- {x}" for x in doc["findings"]]
+    figures = doc.get("figures", [])
+    if figures:
+        fn = footnotes(figures)
+        lines += ["", f"## {lab['figures']}", "",
+                  f"| {lab['figure']} | {lab['value']} | N | {lab['method']} |", "|---|---|---|---|"]
+        for f, (m, note) in zip(figures, fn.refs, strict=True):
+            val = value_with_unit(f.get("value"), f.get("unit", ""))
+            sp = _spread_text(f)
+            if sp:
+                val += f" ({sp})"
+            ref = f"{method_stat(str(f.get('method', '')))} {sup(m)}".strip()
+            if note:
+                ref += f" ⚠{sup(note)}"
+            lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {_md_cell(ref)} |")
+        lines += ["", f"### {lab['methods_h']}", ""]
+        for i, (text, is_note) in enumerate(fn.texts, 1):
+            lines.append(f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text))
     notes = [f"- {sc['name']}: {n}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
     if notes:
-        lines += ["", "## Notes 说明（跳过的点、被拒样本）"] + notes[:50]
+        lines += ["", f"## {lab['notes']}", ""] + notes[:50]
     inter = doc.get("interference") or {}
     if inter.get("missing") or inter.get("events"):
-        lines += ["", "## Interference 干扰"]
-        lines += [f"- missing: {m}" for m in inter.get("missing", [])]
+        lines += ["", f"## {lab['interference_h']}", ""]
+        lines += [f"- {lab['missing']}: {m}" for m in inter.get("missing", [])]
         lines += [f"- t={e['t_s']} s {e['kind']}: {e['detail']}" for e in inter.get("events", [])[:20]]
-    if doc.get("findings"):
-        lines += ["", "## Findings 结论"] + [f"- {x}" for x in doc["findings"]]
     if doc.get("errors"):
-        lines += ["", "## Errors 错误"] + [f"- {x}" for x in doc["errors"][:50]]
+        lines += ["", f"## {lab['errors']}", ""] + [f"- {x}" for x in doc["errors"][:50]]
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
-        lines += ["", f"GPU telemetry: not available ({gpu.get('reason')})"]
+        lines += ["", lab["gpu_na"].format(reason=gpu.get("reason"))]
     return "\n".join(lines) + "\n"
 
 

@@ -61,8 +61,8 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
 @click.option("--scenario", "-s", "scenarios", multiple=True,
               help="decode, prefill, ttft, depth, concurrency, spec, workload (comma-separated or repeated). Default: decode.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the full report (figures, requests, interference) as JSON.")
-@click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown table: 指标 | 数值 | 测法.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report with plots.")
+@click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown report: the headline, then the figure table with numbered method footnotes (指标 | 数值 | 测法 with --lang zh).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report: the headline, plots, then the figure table with method footnotes.")
 @click.option("--k", type=int, default=5, show_default=True, help="Measured requests per decode/spec run.")
 @click.option("--n-predict", "-n", type=int, default=128, show_default=True, help="Tokens generated per request (ignore_eos).")
 @click.option("--prompts", "prompt_set", default="synthetic", show_default=True,
@@ -177,8 +177,8 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
 @click.command("logs", epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write figures, timeline and findings as JSON.")
-@click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown table: 指标 | 数值 | 测法.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report.")
+@click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown report: the headline, then the figure table with numbered method footnotes (指标 | 数值 | 测法 with --lang zh).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report: the headline, plots, then the figure table with method footnotes.")
 @click.option("--quiet", "-q", is_flag=True, help="Files only.")
 @click.option("--script", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The launch script that started this server: say where the log shows something else ran.")
@@ -205,6 +205,7 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     src = doc["source"]
     con.print(escape(f"{src['path']}: {src['lines']} lines, {src['recognised']} recognised, {src['skipped']} skipped, "
               f"{src['requests']} requests" + (f", build {src['build']}" if src.get("build") else "")), highlight=False)
+    timeline = []
     if doc["timeline"]:
         t = Table(header_style="bold", title="requests (timeline)")
         for col in ("slot", "task", "depth", "prompt", "cached", "processed", "prefill tok/s", "generated", "decode tok/s"):
@@ -212,5 +213,5 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
         for r in doc["timeline"]:
             t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
                         ("slot", "task", "depth", "prompt_tokens", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")))
-        con.print(t)
-    terminal(doc, con)
+        timeline.append(t)
+    terminal(doc, con, after_headline=timeline)  # the headline first, then the per-request timeline
