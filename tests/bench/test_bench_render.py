@@ -205,3 +205,12 @@ def test_logs_cli_in_chinese(seeds_dir: Path, tmp_path: Path, capsys) -> None:
     assert "**prefill（日志）**：722 tok/s（中位数" in md
     assert '<html lang="zh-CN">' in h.read_text()
     assert json.loads(j.read_text())["figures"][0]["name"] == "log_decode_tok_s_median"
+
+
+def test_docs_show_one_reference_screenshot_per_language() -> None:
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "bench.md").read_text()
+    for lang in ("en", "zh"):
+        img = root / "docs" / "images" / f"bench-report-{lang}.png"
+        assert f"(images/bench-report-{lang}.png)" in text
+        assert img.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and img.stat().st_size < 300_000

@@ -80,7 +80,9 @@ def line_chart(title: str, series: Sequence[tuple[str, Sequence[Point]]], xlabel
             out.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="2"/>')
         for x, y in drawn:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{col}"><title>{_e(label)}: {_e(fmt_value(float(x), ""))}, {_e(fmt_value(float(y), ""))}</title></circle>')
-        out.append(f'<text x="{PAD_L + 8}" y="{PAD_T + 14 + 14 * i}" class="l" style="fill:{col}">■ {_e(label)}</text>')
+        # a white halo keeps the legend readable where a line crosses it
+        out.append(f'<text x="{PAD_L + 8}" y="{PAD_T + 14 + 14 * i}" class="l" style="fill:{col}" paint-order="stroke" '
+                   f'stroke="#fff" stroke-width="3" stroke-linejoin="round">■ {_e(label)}</text>')
     out.append("</svg>")
     return "".join(out)
 
