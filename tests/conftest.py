@@ -26,6 +26,10 @@ os.environ["LLAMARIG_TEST_RUN"] = RUN_TAG
 #: the CPU features `--detect` and check report during the tests: those of the portable test
 #: build, whatever CPU this run gets (a native-build test reads /proc/cpuinfo itself)
 os.environ["LLAMARIG_CPU_FEATURES"] = "neon" if os.uname().machine in ("aarch64", "arm64") else "avx2"
+#: English output unless a test asks for Chinese: the CI machine's locale must not change results
+for _var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
+    os.environ.pop(_var, None)
+os.environ["LANG"] = "C.UTF-8"
 
 
 def tagged_processes() -> list[tuple[int, str]]:
