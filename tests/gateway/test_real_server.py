@@ -132,6 +132,13 @@ def test_small_pool_429_retry_after_nothing_lost(lt: Any, synth_model: Any, llam
     assert seen["ok"] == n and seen["429"] > 0
     assert all(ra >= 1 for ra in seen["retry_after"])
     assert all(b["error"]["code"] == "queue_timeout" for b in seen["bodies"])
+    # the real cause, with the numbers: a slot was free (1 of 2 busy), the shared pool was not
+    for b in seen["bodies"]:
+        err = b["error"]
+        assert err["reason"] == "pool_full", err
+        assert (err["details"]["pool_tokens"], err["details"]["slots"], err["details"]["busy_slots"]) == (2048, 2, 1)
+        assert err["details"]["reserved_tokens"] + err["details"]["need_tokens"] > 2048
+        assert "KV pool full" in err["message"] and "1 of 2 slots in use" in err["message"]
     # prompt + 1800 of 2048: each generation ran to its (slot-clamped) budget, none was cut short
     assert all(t >= 1700 for t in seen["tokens"]), seen["tokens"]
     assert "context size has been exceeded" not in srv.log.lower()

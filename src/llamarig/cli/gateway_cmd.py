@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from llamarig.errors import InputError, ServerError
+from llamarig.i18n import _
 
 
 @click.group("gateway", invoke_without_command=True)
@@ -51,9 +54,12 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
     from llamarig.gateway.server import serve
 
     def ready(gw: Any) -> None:
+        # what the first health check found, one line per backend, then where it listens
+        for line in gw.backends.startup_lines():
+            click.echo(line, err=True)
         names = ", ".join(f"{b.name}={b.url}" for b in cfg.backends)
-        click.echo(f"llamarig gateway listening on http://{cfg.server.host}:{gw.port} "
-                   f"(backends: {names}; tiers: {', '.join(cfg.tiers)})", err=True)
+        click.echo(_("llamarig gateway listening on {url} (backends: {backends}; tiers: {tiers})").format(
+            url=f"http://{cfg.server.host}:{gw.port}", backends=names, tiers=", ".join(cfg.tiers)), err=True)
 
     try:
         serve(cfg, config_path=config_path, overrides=overrides, ready=ready)
@@ -74,9 +80,11 @@ def status_cmd(url: str, api_key: str | None, as_json: bool) -> None:
         with urllib.request.urlopen(req, timeout=10) as r:
             st = json.loads(r.read())
     except urllib.error.HTTPError as e:
-        raise ServerError(f"{url}: gateway answered {e.code}: {e.read()[:200].decode('utf-8', 'replace')}") from None
+        raise ServerError(_("{url}: gateway answered {status}: {body}").format(
+            url=url, status=e.code, body=e.read()[:200].decode("utf-8", "replace"))) from None
     except (urllib.error.URLError, OSError, ValueError) as e:
-        raise ServerError(f"{url}: cannot reach the gateway: {getattr(e, 'reason', e)}") from None
+        raise ServerError(_("{url}: cannot reach the gateway: {error}").format(
+            url=url, error=getattr(e, "reason", e))) from None
     if as_json:
         click.echo(json.dumps(st, indent=2, ensure_ascii=False))
         return
@@ -84,19 +92,76 @@ def status_cmd(url: str, api_key: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     con = Console()
-    t = Table(title=f"llamarig gateway {url} (up {st['uptime_s']} s, served {st['served']})")
-    for col in ("backend", "url", "health", "reserved / pool tokens", "in flight / slots", "slot ctx", "last error"):
+    con.print(status_table(url, st, Table))
+    for line in status_footer(st):
+        con.print(line, markup=False, highlight=False)
+
+
+def pool_cell(b: Mapping[str, Any], safety: float) -> str:
+    """Reserved / pool tokens and where the pool comes from: /props, the config, or both. A
+    backend never reached shows the configured pool (``pool_tokens`` × ``safety``), if any."""
+    from llamarig.gateway.reasons import source_label
+
+    reserved = b.get("reserved_tokens", 0)
+    if b.get("pool_tokens"):
+        return _("{reserved} / {pool} ({source})").format(reserved=reserved, pool=b["pool_tokens"],
+                                                          source=source_label(b.get("pool_source")))
+    conf = (b.get("configured") or {}).get("pool_tokens")
+    if conf:
+        usable = max(1, math.floor(conf * safety))
+        return _("{reserved} / {pool} (config; the backend has not answered /props yet)").format(
+            reserved=reserved, pool=usable)
+    return _("{reserved} / ? (from /props, once the backend answers)").format(reserved=reserved)
+
+
+def _known_or_configured(b: Mapping[str, Any], field: str) -> str:
+    if b.get(field):
+        return str(b[field])
+    conf = (b.get("configured") or {}).get(field)
+    return _("{value} (config)").format(value=conf) if conf else "?"
+
+
+def status_table(url: str, st: Mapping[str, Any], table_cls: Any) -> Any:
+    """The backends table of ``llamarig gateway status`` (``table_cls``: rich's Table)."""
+    from rich.text import Text
+
+    from llamarig.gateway.reasons import problem_text
+
+    t = table_cls(title=_("llamarig gateway {url} (up {uptime} s, served {served})").format(
+        url=url, uptime=st["uptime_s"], served=st["served"]))
+    for col in (_("backend"), _("url"), _("health"), _("reserved / pool tokens"), _("in flight / slots"),
+                _("slot ctx"), _("problem")):
         t.add_column(col)
+    safety = float(st.get("safety") or 1.0)
+    timeout = float((st.get("health") or {}).get("timeout_s") or 0)
     for b in st["backends"]:
-        health = "up" if b["healthy"] else "EJECTED"
+        health = _("up") if b["healthy"] else _("EJECTED")
         if b.get("removed"):
-            health += " (draining)"
-        pool = f"{b['reserved_tokens']} / {b['pool_tokens']}" if b["pool_tokens"] else f"{b['reserved_tokens']} / ?"
-        slots = f"{b['in_flight']} / {b['slots'] if b['slots'] else '?'}"
-        t.add_row(b["name"], b["url"], health, pool, slots, str(b["slot_ctx"] or "?"), b["last_error"] or "")
-    con.print(t)
+            health += " " + _("(draining)")
+        slots = f"{b['in_flight']} / {_known_or_configured(b, 'slots')}"
+        problem = problem_text(b["problem"], b.get("problem_detail") or "", timeout) if b.get("problem") else ""
+        cells = (b["name"], b["url"], health, pool_cell(b, safety), slots, _known_or_configured(b, "slot_ctx"),
+                 problem or b.get("last_error") or "")
+        t.add_row(*(Text(str(c)) for c in cells))  # no rich markup in names, URLs, errors
+    return t
+
+
+def status_footer(st: Mapping[str, Any]) -> list[str]:
+    """The lines under the table: queue, rejections by reason (readable), the pool rule."""
+    from llamarig.gateway.reasons import label
+
     q = st["queue"]
     by = ", ".join(f"{k}={v}" for k, v in q["by_tier"].items()) or "-"
-    con.print(f"queue: {q['length']}/{q['size']} waiting (by tier: {by}); deadline {q['timeout_s']} s; "
-              f"rejected so far: {st['rejected'] or 0}; Retry-After now {st['retry_after_s']} s")
-    con.print("reserved = prompt tokens + max_tokens of every admitted request (pool from /props or config)")
+    counts: Mapping[str, int] = st.get("rejected_by_reason") or st.get("rejected") or {}
+    rejected = ", ".join(f"{label(k)} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines = [
+        _("queue: {length}/{size} waiting (by tier: {by}); deadline {timeout} s; Retry-After now {retry} s").format(
+            length=q["length"], size=q["size"], by=by, timeout=q["timeout_s"], retry=st["retry_after_s"]),
+        _("rejected (429/503) by reason: {counts}").format(counts=rejected or _("none")),
+        _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props or the "
+          "config (pool_tokens)"),
+    ]
+    safety = st.get("safety")
+    if safety is not None and float(safety) < 1.0:
+        lines.append(_("usable pool = pool × admission.safety ({safety})").format(safety=safety))
+    return lines

@@ -32,8 +32,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamarig.gateway import reasons
 from llamarig.gateway.errors import BackendError
 from llamarig.gateway.errors import Rejected as Rejected  # re-exported (it was defined here)
+from llamarig.gateway.reasons import Blocked
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ class AdmitRequest:
 
 #: picks a backend for (tokens, affinity, exclude) or returns None when none fits now
 Picker = Callable[[int, "str | None", "frozenset[str]"], "str | None"]
+#: why (tokens, exclude) fits no backend now (llamarig.gateway.reasons.blocked), None if one fits
+Diagnose = Callable[[int, "frozenset[str]"], "Blocked | None"]
 
 
 @dataclass(order=True)
@@ -206,7 +210,7 @@ class Admission:
 
     def __init__(self, ledger: Ledger, picker: Picker, *, queue_size: int, queue_timeout_s: float,
                  retry_after_s: float, total_slots: Callable[[], int],
-                 any_backend: Callable[[], bool] = lambda: True) -> None:
+                 any_backend: Callable[[], bool] = lambda: True, diagnose: Diagnose | None = None) -> None:
         self.ledger = ledger
         self.picker = picker
         self.queue_size = queue_size
@@ -214,13 +218,15 @@ class Admission:
         self.retry_after_s = retry_after_s
         self.total_slots = total_slots
         self.any_backend = any_backend
+        self.diagnose = diagnose
         self._heap: list[_Waiter] = []
         self._queued = 0
         self._ids = itertools.count(1)
         self._seq = itertools.count()
         self.per_key: dict[str, int] = {}
         self.ewma_duration_s = 0.0
-        self.rejected: dict[str, int] = {}
+        self.rejected: dict[str, int] = {}  # by code (what happened)
+        self.rejected_reasons: dict[str, int] = {}  # by reason (the real cause)
 
     # -- views
     @property
@@ -240,9 +246,16 @@ class Admission:
         est = self.ewma_duration_s * (1 + self._queued / slots)
         return int(math.ceil(max(self.retry_after_s, min(est, 120.0))))
 
-    def _reject(self, status: int, code: str, message: str) -> Rejected:
+    def _reject(self, status: int, code: str, message: str, reason: str | None = None,
+                details: dict[str, Any] | None = None) -> Rejected:
+        e = Rejected(status, code, message, self.retry_after(), reason=reason, details=details)
         self.rejected[code] = self.rejected.get(code, 0) + 1
-        return Rejected(status, code, message, self.retry_after())
+        self.rejected_reasons[e.reason] = self.rejected_reasons.get(e.reason, 0) + 1
+        return e
+
+    def blocked(self, req: AdmitRequest) -> Blocked | None:
+        """Why ``req`` fits no backend now (None: it fits, or no ``diagnose`` was given)."""
+        return self.diagnose(req.tokens, req.exclude) if self.diagnose is not None else None
 
     # -- admission
     def _try(self, req: AdmitRequest) -> Reservation | None:
@@ -255,9 +268,14 @@ class Admission:
     def try_acquire(self, req: AdmitRequest) -> Reservation | None:
         """Admit now without queueing, or None (synchronous). Rejected for no backend / key limit."""
         if not self.any_backend():
-            raise self._reject(503, "no_backend", "no healthy backend")
+            b = self.blocked(req)
+            details = dict(b.details) if b is not None and b.reason == reasons.NO_BACKEND else {}
+            raise self._reject(503, "no_backend", reasons.cause(Blocked(reasons.NO_BACKEND, details)),
+                               reasons.NO_BACKEND, details)
         if req.key is not None and req.key_limit and self.per_key.get(req.key, 0) >= req.key_limit:
-            raise self._reject(429, "key_limit", f"API key '{req.key}' already has {req.key_limit} requests in flight or queued")
+            n = self.per_key.get(req.key, 0)
+            raise self._reject(429, "key_limit", reasons.key_limit_message(req.key, n, req.key_limit),
+                               reasons.KEY_LIMIT, {"key": req.key, "in_flight_or_queued": n, "limit": req.key_limit})
         # serve the queue first: only skip it when nobody of equal or higher priority waits
         if self._heap and any(not w.gone and w.priority <= req.priority for w in self._heap):
             return None
@@ -272,14 +290,19 @@ class Admission:
         from now) unless admitted first."""
         ahead = bool(self._heap)
         if self._queued >= self.queue_size:
-            raise self._reject(429, "queue_full", f"KV pool busy and the queue is full ({self.queue_size} waiting)")
+            b = self.blocked(req)
+            details: dict[str, Any] = {"queued": self._queued, "queue_size": self.queue_size}
+            if b is not None:
+                details.update(b.details, blocked_by=b.reason)
+            raise self._reject(429, "queue_full", reasons.queue_full_message(self._queued, self.queue_size, b),
+                               reasons.QUEUE_FULL, details)
         loop = asyncio.get_running_loop()
         w = _Waiter(req.priority, next(self._seq), req, loop.create_future(), time.monotonic())
         heapq.heappush(self._heap, w)
         self._queued += 1
         self._key_inc(req.key)
         timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
-        w.timer = loop.call_later(timeout, self._expire, w, timeout)
+        w.timer = loop.call_later(timeout, self._expire, w)
         if ahead:
             self.pump()  # first fit: it may fit beside the waiters ahead of it
         return Ticket(self, w)
@@ -298,13 +321,17 @@ class Admission:
             t.abandon()
             raise
 
-    def _expire(self, w: _Waiter, timeout: float) -> None:
-        """The deadline of a waiter passed (a timer callback): reject it unless admitted."""
+    def _expire(self, w: _Waiter) -> None:
+        """The deadline of a waiter passed (a timer callback): reject it unless admitted, naming
+        what blocks it now (slots, pool, ...; llamarig.gateway.reasons)."""
         if w.fut.done() or not self._leave(w):
             return
-        w.fut.set_exception(self._reject(429, "queue_timeout",
-                                         f"KV pool full: waited {timeout:.1f} s for {w.req.tokens} tokens "
-                                         f"(prompt + max_tokens) without a fit"))
+        waited = time.monotonic() - w.enqueued
+        b = self.blocked(w.req)
+        details = {**(b.details if b is not None else {}), "need_tokens": w.req.tokens,
+                   "waited_s": round(waited, 3), "queue_timeout_s": self.queue_timeout_s}
+        w.fut.set_exception(self._reject(429, "queue_timeout", reasons.queue_timeout_message(waited, b),
+                                         b.reason if b is not None else reasons.QUEUE_TIMEOUT, details))
 
     def _leave(self, w: _Waiter) -> bool:
         """Take a waiter out of the queue without admitting it (its key count goes back). False

@@ -1,5 +1,6 @@
 """Many llama-server backends: pool discovery (/props), health checks with ejection and recovery,
-least-reserved choice with conversation affinity.
+least-reserved choice with conversation affinity, and what is wrong with a backend that fails its
+check (:func:`classify`: connection refused, timeout, not a llama-server, not ready, ...).
 
 ``choose_backend`` is pure; ``Backends`` does the I/O (aiohttp) on the gateway's event loop.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from llamarig.gateway import reasons
 from llamarig.gateway.admission import Ledger, Pool, pool_from_props
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
@@ -38,6 +40,8 @@ class BackendState:
     checks: int = 0
     removed: bool = False  # dropped by a config reload; drains its in-flight requests
     props: dict[str, Any] | None = None
+    problem: str = ""  # why the last check failed: a kind of reasons.PROBLEMS; "" when it passed
+    problem_detail: str = ""
 
     @property
     def name(self) -> str:
@@ -45,6 +49,35 @@ class BackendState:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+
+
+class NotReady(BackendError):
+    """``/health`` answered 503: a llama-server that is loading its model (or sleeping)."""
+
+
+class NotLlamaServer(BackendError):
+    """Something answers HTTP at the URL, but not as llama-server does."""
+
+
+def classify(e: BaseException) -> tuple[str, str]:
+    """(kind, detail) of a failed health check; kind is one of llamarig.gateway.reasons.PROBLEMS."""
+    if isinstance(e, NotReady):
+        return reasons.NOT_READY, str(e)
+    if isinstance(e, BackendError):  # NotLlamaServer, or /props without the fields the pool needs
+        return reasons.NOT_LLAMA_SERVER, str(e)
+    if isinstance(e, asyncio.TimeoutError):  # aiohttp's ServerTimeoutError is one too
+        return reasons.TIMEOUT, ""
+    if isinstance(e, aiohttp.ClientConnectorDNSError):
+        return reasons.DNS, str(e.os_error)
+    if isinstance(e, aiohttp.ClientConnectorError):
+        if isinstance(e.os_error, ConnectionRefusedError):
+            return reasons.REFUSED, ""
+        return reasons.CONNECT, str(e.os_error.strerror or e.os_error)
+    if isinstance(e, ConnectionRefusedError):
+        return reasons.REFUSED, ""
+    if isinstance(e, aiohttp.ClientResponseError):  # not HTTP as aiohttp reads it
+        return reasons.NOT_LLAMA_SERVER, f"{type(e).__name__}: {e.message}"
+    return reasons.ERROR, f"{type(e).__name__}: {e}"
 
 
 def choose_backend(states: Iterable[BackendState], ledger: Ledger, tokens: int,
@@ -133,6 +166,10 @@ class Backends:
         pref = self.affinity.get(affinity)
         return choose_backend(self.states.values(), self.ledger, tokens, pref, exclude)
 
+    def blocked(self, tokens: int, exclude: frozenset[str]) -> reasons.Blocked | None:
+        """Why a request of ``tokens`` fits no backend now (None: one fits)."""
+        return reasons.blocked(self.states.values(), self.ledger, tokens, exclude)
+
     def default_backend(self) -> str | None:
         """The backend answering non-inference GETs (/props, /slots): the one the default route
         would choose for a new request without affinity (least reserved fraction, with a free
@@ -174,14 +211,21 @@ class Backends:
         was = st.healthy
         try:
             async with self.session.get(st.cfg.url + "/health", timeout=timeout, headers=st.headers()) as r:
-                await r.read()
+                data = await r.read()
+                if r.status == 503:
+                    raise NotReady(f"GET /health: HTTP 503{_error_message(data)}")
                 if r.status != 200:
-                    raise BackendError(f"/health answered {r.status}")
+                    raise NotLlamaServer(f"GET /health: HTTP {r.status}")
             if st.pool is None or not st.healthy or st.checks % 12 == 0:
                 async with self.session.get(st.cfg.url + "/props", timeout=timeout, headers=st.headers()) as r:
                     if r.status != 200:
-                        raise BackendError(f"/props answered {r.status}")
-                    props = json.loads(await r.read())
+                        raise NotLlamaServer(f"GET /props: HTTP {r.status}")
+                    try:
+                        props = json.loads(await r.read())
+                    except (ValueError, UnicodeDecodeError):
+                        raise NotLlamaServer("GET /props: not JSON") from None
+                    if not isinstance(props, dict):
+                        raise NotLlamaServer("GET /props: not a JSON object")
                 b = st.cfg
                 st.pool = pool_from_props(props, pool_tokens=b.pool_tokens, slots=b.slots, slot_ctx=b.slot_ctx,
                                           unified=b.unified, safety=self.cfg.admission.safety)
@@ -197,32 +241,51 @@ class Backends:
                         st.models = [n for n in names if isinstance(n, str)]
             self.mark_ok(st)
         except (BackendError, aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError) as e:
-            self.mark_failure(st.name, f"{type(e).__name__}: {e}")
+            kind, detail = classify(e)
+            self.mark_failure(st.name, f"{type(e).__name__}: {e}", kind=kind, detail=detail)
         finally:
             st.checks += 1
             st.last_check = time.time()
         if st.healthy != was:
             if st.healthy:
-                log.info("backend %s up (pool %s)", st.name, st.pool)
-            else:
-                log.warning("backend %s ejected: %s", st.name, st.last_error)
-            self._changed()
+                log.info("%s", self.line(st))
+            self._changed()  # an ejection was logged by mark_failure
+
+    def line(self, st: BackendState, *, startup: bool = False) -> str:
+        """One line on a backend: reachable with its slots and pool, or what is wrong with it
+        (``startup``: and that the gateway starts without it and keeps checking)."""
+        h = self.cfg.health
+        if st.pool is not None and (st.healthy or not st.problem):
+            return reasons.backend_ok_line(st.name, st.cfg.url, st.pool.slots, st.pool.pool_tokens,
+                                           st.pool.source, st.pool.slot_ctx)
+        return reasons.backend_problem_line(st.name, st.cfg.url, st.problem or reasons.ERROR,
+                                            st.problem_detail or st.last_error, h.timeout_s,
+                                            h.interval_s if startup else None)
+
+    def startup_lines(self) -> list[str]:
+        """One line per backend after the first check (``Gateway.start`` ran it)."""
+        return [self.line(s, startup=True) for s in self.states.values() if not s.removed]
 
     def mark_ok(self, st: BackendState) -> None:
         st.fails = 0
         st.successes += 1
+        st.problem = st.problem_detail = ""
         if not st.healthy and st.successes >= self.cfg.health.recover_after and st.pool is not None:
             st.healthy = True
             self._changed()
 
-    def mark_failure(self, name: str, error: str, *, hard: bool = False) -> None:
-        """A failed check or upstream connection. ``hard``: eject now (connection refused)."""
+    def mark_failure(self, name: str, error: str, *, hard: bool = False, kind: str = "",
+                     detail: str = "") -> None:
+        """A failed check or upstream connection. ``hard``: eject now (connection refused).
+        ``kind``/``detail``: what :func:`classify` made of a failed check (default: the error)."""
         st = self.states.get(name)
         if st is None:
             return
         st.successes = 0
         st.fails += 1
         st.last_error = error
+        st.problem = kind or reasons.ERROR
+        st.problem_detail = detail if kind else error
         if st.healthy and (hard or st.fails >= self.cfg.health.eject_after):
             st.healthy = False
             log.warning("backend %s ejected: %s", name, error)
@@ -275,3 +338,13 @@ class Backends:
 
         await asyncio.gather(*(one(s) for s in self.healthy()))
         return out
+
+
+def _error_message(data: bytes) -> str:
+    """`` (MESSAGE)`` from a llama-server error body (``{"error": {"message": ...}}``), or ""."""
+    try:
+        err = json.loads(data).get("error") or {}
+        msg = err.get("message") if isinstance(err, dict) else None
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return ""
+    return f" ({msg})" if isinstance(msg, str) and msg else ""

@@ -5,7 +5,7 @@
   - :class:`RequestError`: the request cannot be served as sent (4xx), or its backend failed
     before the answer started (502);
   - :class:`Rejected`: not admitted now (429 queue full / timeout / key limit, 503 no backend),
-    with Retry-After;
+    with Retry-After and the real cause (``reason`` and its numbers, llamarig.gateway.reasons);
 - :class:`BackendError` (a ServerError): a backend answered its health or ``/props`` check with
   something the gateway cannot use; the backend is marked failed, nothing reaches a client.
 
@@ -15,6 +15,7 @@ ServerErrors too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from llamarig.errors import LlamarigError, ServerError
@@ -47,18 +48,24 @@ class RequestError(GatewayError):
 
 
 class Rejected(GatewayError):
-    """Not admitted: HTTP ``status`` (429 or 503), a short ``code``, a message and Retry-After."""
+    """Not admitted: HTTP ``status`` (429 or 503), a short ``code`` (what happened), a message,
+    Retry-After, and the real cause: ``reason`` (a code of llamarig.gateway.reasons; ``code``
+    when not given) with ``details``, the numbers behind it."""
 
-    def __init__(self, status: int, code: str, message: str, retry_after: int) -> None:
+    def __init__(self, status: int, code: str, message: str, retry_after: int, *, reason: str | None = None,
+                 details: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.retry_after = retry_after
+        self.reason = reason or code
+        self.details: dict[str, Any] = dict(details or {})
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": "rate_limit_error" if self.status == 429 else "server_error",
-                          "param": None, "code": self.code, "retry_after": self.retry_after}}
+                          "param": None, "code": self.code, "retry_after": self.retry_after,
+                          "reason": self.reason, "details": self.details}}
 
 
 class BackendError(ServerError):

@@ -31,6 +31,8 @@ from typing import Any
 
 import httptools
 
+from llamarig.i18n import _
+
 log = logging.getLogger("llamarig.gateway")
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -198,10 +200,10 @@ class _Conn(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(400, "protocol upgrade is not supported")
+            self._fail(400, _("protocol upgrade is not supported"))
         except httptools.HttpParserError as e:
             if not self.closing:
-                self._fail(400, f"malformed HTTP request: {e}")
+                self._fail(400, _("malformed HTTP request: {error}").format(error=e))
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -265,7 +267,7 @@ class _Conn(asyncio.Protocol):
     def _count(self, n: int) -> None:
         self.head_bytes += n
         if self.head_bytes > MAX_HEAD_BYTES and not self.closing:
-            self._fail(431, f"request line and headers exceed {MAX_HEAD_BYTES} bytes")
+            self._fail(431, _("request line and headers exceed {limit} bytes").format(limit=MAX_HEAD_BYTES))
             raise httptools.HttpParserError("head too large")
 
     def _too_large(self, content_length: int | None) -> None:
@@ -323,7 +325,7 @@ class _Conn(asyncio.Protocol):
                 return
             except Exception:  # a bug must not leak a traceback to the client
                 log.exception("internal error on %s %s", req.method, req.path)
-                body = {"error": {"message": "internal gateway error", "type": "server_error", "param": None,
+                body = {"error": {"message": _("internal gateway error"), "type": "server_error", "param": None,
                                   "code": "internal_error"}}
                 resp = Response(status=500, body=json.dumps(body).encode(), content_type="application/json")
             try:

@@ -27,7 +27,8 @@ class GatewayMetrics:
         r = self.registry
         p = "llamarig_gateway_"
         self.requests = Counter(p + "requests", "Finished requests by outcome", ["tier", "backend", "outcome"], registry=r)
-        self.rejected = Counter(p + "rejected", "Requests not admitted (429/503) by reason", ["tier", "reason"], registry=r)
+        self.rejected = Counter(p + "rejected", "Requests not admitted (429/503) by real cause (reason) and outcome (code)",
+                                ["tier", "reason", "code"], registry=r)
         self.bad_requests = Counter(p + "bad_requests", "Requests refused with a 4xx before admission", ["code"], registry=r)
         self.queue_length = Gauge(p + "queue_length", "Requests waiting for admission", ["tier"], registry=r)
         self.queue_wait = Histogram(p + "queue_wait_seconds", "Time from arrival to admission", ["tier"], registry=r,

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -46,10 +47,13 @@ from llamarig.gateway.tiers import (
     validate_body,
 )
 from llamarig.gateway.upstream import UpstreamConnectError, UpstreamPayloadError
+from llamarig.i18n import _
 from llamarig.units import MiB
 
 if TYPE_CHECKING:
     from llamarig.gateway.server import Gateway
+
+log = logging.getLogger("llamarig.gateway")
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEPALIVE_COMMENT = b": llamarig gateway: queued for the KV pool\n\n"
@@ -60,10 +64,10 @@ MAX_UPSTREAM_BODY = 256 * MiB
 _UPSTREAM_FAILED = (UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError)
 
 
-def error_event(message: str, code: str, type_: str = "server_error") -> bytes:
-    """An SSE event the openai client turns into an APIError."""
-    err = {"error": {"message": message, "type": type_, "param": None, "code": code}}
-    return b"data: " + json.dumps(err).encode() + b"\n\n"
+def error_event(message: str, code: str, type_: str = "server_error", body: dict[str, Any] | None = None) -> bytes:
+    """An SSE event the openai client turns into an APIError (``body``: a whole error body)."""
+    err = body or {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return b"data: " + json.dumps(err, ensure_ascii=False).encode() + b"\n\n"
 
 
 def counts(tail: bytes) -> dict[str, int]:
@@ -113,7 +117,7 @@ def authenticate(request: Request, cfg: GatewayConfig) -> KeyConfig | None:
         if hmac.compare_digest(tb, k.key.encode()) and found is None:
             found = k
     if found is None:
-        raise RequestError(401, "missing or invalid API key (Authorization: Bearer KEY)", code="invalid_api_key")
+        raise RequestError(401, _("missing or invalid API key (Authorization: Bearer KEY)"), code="invalid_api_key")
     return found
 
 
@@ -121,8 +125,8 @@ def read_body(request: Request, limit: int) -> bytes:
     # the HTTP layer already stopped reading past the limit in force when the body arrived;
     # a reload may have lowered it since
     if len(request.body) > limit:
-        raise RequestError(413, f"request body of {len(request.body)} bytes exceeds the limit of {limit} bytes",
-                           code="body_too_large")
+        raise RequestError(413, _("request body of {size} bytes exceeds the limit of {limit} bytes").format(
+            size=len(request.body), limit=limit), code="body_too_large")
     return request.body
 
 
@@ -130,7 +134,7 @@ def parse_json(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
+        raise RequestError(400, _("request body is not valid JSON: {error}").format(error=e), code="invalid_json") from None
 
 
 def check_model(gw: Gateway, body: dict[str, Any], cfg: GatewayConfig) -> None:
@@ -140,8 +144,8 @@ def check_model(gw: Gateway, body: dict[str, Any], cfg: GatewayConfig) -> None:
     assert gw.backends is not None
     known = gw.backends.models()
     if known and model not in known:
-        raise RequestError(404, f"model '{model}' not found; available: {', '.join(known + list(cfg.routing.model_aliases))}",
-                           code="model_not_found", param="model")
+        raise RequestError(404, _("model '{model}' not found; available: {models}").format(
+            model=model, models=", ".join(known + list(cfg.routing.model_aliases))), code="model_not_found", param="model")
 
 
 async def post_json(gw: Gateway, url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, Any]:
@@ -196,8 +200,9 @@ def clamp_to_context(gw: Gateway, up: dict[str, Any], kind: str, prompt_tokens: 
     if max_ctx is None:
         return max_tokens
     if prompt_tokens >= max_ctx:
-        raise RequestError(400, f"the prompt ({prompt_tokens} tokens, {method} count) does not fit the "
-                           f"context of any backend slot ({max_ctx} tokens)", code="exceed_context_size_error")
+        raise RequestError(400, _("the prompt ({tokens} tokens, {method} count) does not fit the context of any "
+                                  "backend slot ({ctx} tokens)").format(tokens=prompt_tokens, method=method, ctx=max_ctx),
+                           code="exceed_context_size_error")
     if prompt_tokens + max_tokens > max_ctx:
         max_tokens = max_ctx - prompt_tokens  # the server would stop at the context end anyway
         up["n_predict" if kind == NATIVE else "max_tokens"] = max_tokens
@@ -302,8 +307,8 @@ async def connect(gw: Gateway, call: Call) -> bool:
         call.tried.add(res.backend)
         if gw.backends.any_healthy() and time.monotonic() < call.deadline:
             return False
-        raise RequestError(502, f"backend unreachable: {type(e).__name__}: {e}", type_="server_error",
-                           code="upstream_unreachable") from None
+        raise RequestError(502, _("backend {name} unreachable: {error}").format(name=res.backend, error=f"{type(e).__name__}: {e}"),
+                           type_="server_error", code="upstream_unreachable") from None
     if call.upstream.status == 503 and call.resp is None:
         # loading / sleeping / overloaded before anything was sent: try another backend
         gw.metrics.errors.labels(res.backend, "503").inc()
@@ -327,12 +332,13 @@ async def admit_and_connect(gw: Gateway, call: Call) -> StreamResponse | None:
         try:
             call.res = await admit(gw, call)
         except Rejected as e:
-            gw.metrics.rejected.labels(call.d.tier, e.code).inc()
-            call.rec.update(status=e.status, outcome=f"rejected:{e.code}")
+            gw.metrics.rejected.labels(call.d.tier, e.reason, e.code).inc()
+            call.rec.update(status=e.status, outcome=f"rejected:{e.code}", reason=e.reason, details=e.details)
             call.outcome = f"rejected:{e.code}"
+            log.info("%s %s (%s) tier %s: %s", e.status, e.code, e.reason, call.d.tier, e.message)
             if call.resp is not None:  # keep-alive comments already sent: say it in the stream
                 with contextlib.suppress(*CLIENT_GONE):
-                    await call.resp.write(error_event(e.message, e.code, "rate_limit_error"))
+                    await call.resp.write(error_event(e.message, e.code, body=e.body()))
                 return call.resp
             raise
         call.backend = call.res.backend
@@ -390,7 +396,7 @@ async def forward_whole(gw: Gateway, call: Call) -> Response | StreamResponse:
     except (UpstreamPayloadError, asyncio.TimeoutError) as e:
         gw.metrics.errors.labels(backend, "mid_stream").inc()
         gw.backends.mark_failure(backend, f"{type(e).__name__}: {e}")
-        raise RequestError(502, f"backend {backend} failed: {type(e).__name__}: {e}",
+        raise RequestError(502, _("backend {name} failed: {error}").format(name=backend, error=f"{type(e).__name__}: {e}"),
                            type_="server_error", code="upstream_error") from None
     t_end = time.monotonic()
     gw.metrics.child(gw.metrics.ttft, call.d.tier, backend).observe(t_end - call.t_admit)
@@ -444,7 +450,8 @@ async def forward_stream(gw: Gateway, call: Call) -> StreamResponse:
         gw.metrics.errors.labels(backend, "mid_stream").inc()
         gw.backends.mark_failure(backend, upstream_failed)
         with contextlib.suppress(*CLIENT_GONE):
-            await resp.write(error_event(f"backend {backend} failed mid-stream: {upstream_failed}", "upstream_error"))
+            await resp.write(error_event(_("backend {name} failed mid-stream: {error}").format(
+                name=backend, error=upstream_failed), "upstream_error"))
     else:
         call.outcome = "ok" if up.status < 400 else f"http_{up.status}"
     return resp

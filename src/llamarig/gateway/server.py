@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from llamarig.errors import LlamarigError
-from llamarig.gateway import pipeline
+from llamarig.gateway import pipeline, reasons
 from llamarig.gateway.admission import Admission, Ledger
 from llamarig.gateway.backends import Backends
 from llamarig.gateway.config import (
@@ -44,6 +44,7 @@ from llamarig.gateway.metrics import GatewayMetrics, RequestLog
 from llamarig.gateway.pipeline import authenticate, parse_json, read_body
 from llamarig.gateway.tiers import CHAT, NATIVE, OAI_COMPLETION
 from llamarig.gateway.upstream import AiohttpUpstream, UpstreamPool
+from llamarig.i18n import _
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -99,8 +100,9 @@ class Gateway:
 
     def _too_large(self, content_length: int | None, limit: int) -> Response:
         self.metrics.bad_requests.labels("413").inc()
-        msg = (f"request body of {content_length} bytes exceeds the limit of {limit} bytes"
-               if content_length is not None else f"request body exceeds the limit of {limit} bytes")
+        msg = (_("request body of {size} bytes exceeds the limit of {limit} bytes").format(size=content_length, limit=limit)
+               if content_length is not None else
+               _("request body exceeds the limit of {limit} bytes").format(limit=limit))
         return json_response(413, RequestError(413, msg, code="body_too_large").body())
 
     async def _on_startup(self) -> None:
@@ -113,8 +115,12 @@ class Gateway:
         a = self.cfg.admission
         self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
                                    queue_timeout_s=a.queue_timeout_s, retry_after_s=a.retry_after_s,
-                                   total_slots=self.backends.total_slots, any_backend=self.backends.any_healthy)
+                                   total_slots=self.backends.total_slots, any_backend=self.backends.any_healthy,
+                                   diagnose=self.backends.blocked)
         self.backends.on_change.append(self.admission.pump)
+        # the first check, before listening: bounded (each of its requests has health.timeout_s);
+        # a backend that fails it is not waited for (the health loop keeps checking it), and
+        # Backends.startup_lines() says what it found (the CLI prints them)
         await self.backends.check_all()
         self.backends.start()
         loop = asyncio.get_running_loop()
@@ -132,7 +138,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         if self.admission:
-            self.admission.reject_all("shutting_down", "gateway is shutting down")
+            self.admission.reject_all("shutting_down", reasons.shutting_down_message())
         if self.backends:
             await self.backends.stop()
         if self.upstream is not None:
@@ -200,7 +206,8 @@ class Gateway:
                 raise
             except Exception as e:  # a bug must not take the gateway down or leak a traceback
                 log.exception("internal error on %s %s", request.method, request.path)
-                return json_response(500, {"error": {"message": f"internal gateway error: {type(e).__name__}",
+                msg = _("internal gateway error: {error}").format(error=type(e).__name__)
+                return json_response(500, {"error": {"message": msg,
                                                      "type": "server_error", "param": None, "code": "internal_error"}})
         return handler
 
@@ -217,8 +224,15 @@ class Gateway:
         assert self.backends is not None
         healthy = self.backends.healthy()
         if not healthy:
-            raise Rejected(503, "no_backend", "no healthy backend", int(cfg.health.interval_s) or 1)
+            raise self._no_backend()
         return await self._forward("POST", healthy[0].name, path, raw, cfg)
+
+    def _no_backend(self) -> Rejected:
+        """503 for a route that is not admitted (pass-through) when no backend is healthy."""
+        assert self.backends is not None
+        b = self.backends.blocked(1, frozenset()) or reasons.Blocked(reasons.NO_BACKEND)
+        return Rejected(503, "no_backend", reasons.cause(b), int(self.cfg.health.interval_s) or 1,
+                        reason=reasons.NO_BACKEND, details=b.details)
 
     async def _passthrough_get(self, request: Request, path: str) -> Response | StreamResponse:
         """GET /props and /slots (query string kept: ``/slots?fail_on_no_slot=1``), so tools that
@@ -229,7 +243,7 @@ class Gateway:
         assert self.backends is not None
         name = self.backends.default_backend()
         if name is None:
-            raise Rejected(503, "no_backend", "no healthy backend", int(cfg.health.interval_s) or 1)
+            raise self._no_backend()
         resp = await self._forward("GET", name, path + ("?" + request.query if request.query else ""), None, cfg)
         if path == "/slots" and resp.status == 200:
             resp = _redact_slots(resp)
@@ -250,8 +264,8 @@ class Gateway:
                                          "X-Llamarig-Backend": st.name})
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             self.backends.mark_failure(st.name, f"{type(e).__name__}: {e}")
-            raise RequestError(502, f"backend {st.name}: {type(e).__name__}: {e}", type_="server_error",
-                               code="upstream_unreachable") from None
+            raise RequestError(502, _("backend {name} unreachable: {error}").format(name=st.name, error=f"{type(e).__name__}: {e}"),
+                               type_="server_error", code="upstream_unreachable") from None
 
     async def _models(self, request: Request) -> Response | StreamResponse:
         cfg = self.cfg
@@ -302,15 +316,21 @@ class Gateway:
                 "name": s.name, "url": s.cfg.url, "healthy": s.healthy, "removed": s.removed,
                 "pool_tokens": s.pool.pool_tokens if s.pool else None, "slots": s.pool.slots if s.pool else None,
                 "slot_ctx": s.pool.slot_ctx if s.pool else None, "pool_source": s.pool.source if s.pool else None,
+                # what the config sets (None: from /props), shown while the backend was never reached
+                "configured": {"pool_tokens": s.cfg.pool_tokens, "slots": s.cfg.slots, "slot_ctx": s.cfg.slot_ctx,
+                               "unified": s.cfg.unified},
                 "reserved_tokens": self.ledger.reserved.get(s.name, 0), "in_flight": self.ledger.in_flight.get(s.name, 0),
                 "models": s.models, "last_error": s.last_error or None, "consecutive_failures": s.fails,
+                "problem": s.problem or None, "problem_detail": s.problem_detail or None,
             })
         return {
             "uptime_s": round(time.time() - self.started, 1), "config": cfg.source, "served": self.served,
             "backends": bes, "queue": {"length": self.admission.queued, "by_tier": self.admission.queued_by_tier(),
                                        "size": self.admission.queue_size, "timeout_s": self.admission.queue_timeout_s},
             "reserved_tokens": self.ledger.total_reserved(), "in_flight": self.ledger.total_in_flight(),
-            "rejected": dict(self.admission.rejected), "retry_after_s": self.admission.retry_after(),
+            "rejected": dict(self.admission.rejected), "rejected_by_reason": dict(self.admission.rejected_reasons),
+            "retry_after_s": self.admission.retry_after(), "safety": cfg.admission.safety,
+            "health": {"interval_s": cfg.health.interval_s, "timeout_s": cfg.health.timeout_s},
             "tiers": {n: dataclass_dict(t) for n, t in cfg.tiers.items()},
             "keys": [k.name for k in cfg.keys], "affinity_entries": len(self.backends.affinity),
         }
@@ -320,7 +340,8 @@ class Gateway:
         return json_response(200, self.status())
 
     async def _not_found(self, request: Request) -> Response | StreamResponse:
-        return json_response(404, {"error": {"message": f"unknown endpoint {request.method} {request.path}",
+        msg = _("unknown endpoint {method} {path}").format(method=request.method, path=request.path)
+        return json_response(404, {"error": {"message": msg,
                                              "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
     # ------------------------------------------------------------------ running

@@ -31,6 +31,7 @@ from llamarig.gateway.config import GatewayConfig, KeyConfig, TierConfig
 from llamarig.gateway.errors import (
     RequestError as RequestError,  # re-exported (it was defined here)
 )
+from llamarig.i18n import _
 
 #: endpoint kinds
 CHAT = "chat"  # /v1/chat/completions
@@ -67,46 +68,50 @@ def _is_int(v: object) -> TypeGuard[int]:
 def validate_body(body: Any, kind: str) -> dict[str, Any]:
     """Check the fields the gateway reads or rewrites; RequestError(400) naming the field."""
     if not isinstance(body, dict):
-        raise RequestError(400, "request body must be a JSON object")
+        raise RequestError(400, _("request body must be a JSON object"))
     if kind == CHAT:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
-            raise RequestError(400, "'messages' must be a non-empty array", param="messages")
+            raise RequestError(400, _("'{field}' must be a non-empty array").format(field="messages"), param="messages")
         for i, m in enumerate(msgs):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise RequestError(400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
+                raise RequestError(400, _("'{field}' must be an object with a string 'role'").format(field=f"messages[{i}]"),
+                                   param=f"messages[{i}]")
             c = m.get("content")
             if c is not None and not isinstance(c, (str, list)):
-                raise RequestError(400, f"messages[{i}].content must be a string or an array", param=f"messages[{i}].content")
+                raise RequestError(400, _("'{field}' must be a string or an array").format(field=f"messages[{i}].content"),
+                                   param=f"messages[{i}].content")
             _check_content(m, i)
     else:
         p = body.get("prompt")
         if p is None or not isinstance(p, (str, list)):
-            raise RequestError(400, "'prompt' must be a string or an array", param="prompt")
+            raise RequestError(400, _("'{field}' must be a string or an array").format(field="prompt"), param="prompt")
     for f in ("max_tokens", "max_completion_tokens", "n_predict"):
         v = body.get(f)
         if v is None:
             continue
         if not _is_int(v):
-            raise RequestError(400, f"'{f}' must be an integer", param=f)
+            raise RequestError(400, _("'{field}' must be an integer").format(field=f), param=f)
         # llama-server: n_predict -1 = unlimited (the tier's limit applies), 0 = evaluate the
         # prompt only (warms the prompt cache); OpenAI's fields need at least 1
         if v < 1 and not (f == "n_predict" and v in (-1, 0)):
-            want = "-1 (unlimited), 0 (prompt only) or a value >= 1" if f == "n_predict" else "a value >= 1"
-            raise RequestError(400, f"Invalid '{f}': integer below minimum value. Expected {want}, but got {v} instead.",
+            want = _("-1 (unlimited), 0 (prompt only) or a value >= 1") if f == "n_predict" else _("a value >= 1")
+            raise RequestError(400, _("Invalid '{field}': integer below minimum value. Expected {want}, but got {value} "
+                                      "instead.").format(field=f, want=want, value=v),
                                param=f, code="integer_below_min_value")
     if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
-        raise RequestError(400, "'stream' must be a boolean", param="stream")
+        raise RequestError(400, _("'{field}' must be a boolean").format(field="stream"), param="stream")
     if "model" in body and body["model"] is not None and not isinstance(body["model"], str):
-        raise RequestError(400, "'model' must be a string", param="model")
+        raise RequestError(400, _("'{field}' must be a string").format(field="model"), param="model")
     if "tools" in body and body["tools"] is not None and not isinstance(body["tools"], list):
-        raise RequestError(400, "'tools' must be an array", param="tools")
+        raise RequestError(400, _("'{field}' must be an array").format(field="tools"), param="tools")
     for f in ("temperature", "top_p"):
         if f in body and body[f] is not None and (isinstance(body[f], bool) or not isinstance(body[f], (int, float))):
-            raise RequestError(400, f"'{f}' must be a number", param=f)
+            raise RequestError(400, _("'{field}' must be a number").format(field=f), param=f)
     ctk = body.get("chat_template_kwargs")
     if ctk is not None and not isinstance(ctk, dict):
-        raise RequestError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+        raise RequestError(400, _("'{field}' must be an object").format(field="chat_template_kwargs"),
+                           param="chat_template_kwargs")
     return body
 
 
@@ -121,15 +126,15 @@ def _check_content(m: Mapping[str, Any], i: int) -> None:
     role, c = m["role"], m.get("content")
     if role in CONTENT_ROLES:
         if c is None:
-            raise RequestError(400, f"Missing required parameter: 'messages[{i}].content'.",
+            raise RequestError(400, _("Missing required parameter: '{field}'.").format(field=f"messages[{i}].content"),
                                param=f"messages[{i}].content", code="missing_required_parameter")
         if isinstance(c, list) and not c:
-            raise RequestError(400, f"Invalid 'messages[{i}].content': empty array. Expected an array with "
-                               "minimum length 1, but got an empty array instead.",
+            raise RequestError(400, _("Invalid '{field}': empty array. Expected an array with minimum length 1, "
+                                      "but got an empty array instead.").format(field=f"messages[{i}].content"),
                                param=f"messages[{i}].content", code="empty_array")
     elif role == "assistant" and c is None and not m.get("tool_calls") and not m.get("function_call"):
-        raise RequestError(400, f"Missing required parameter: 'messages[{i}].content' (an assistant message "
-                           "needs content unless it has tool_calls).",
+        raise RequestError(400, _("Missing required parameter: '{field}' (an assistant message needs content "
+                                  "unless it has tool_calls).").format(field=f"messages[{i}].content"),
                            param=f"messages[{i}].content", code="missing_required_parameter")
 
 
@@ -199,7 +204,8 @@ def choose_tier(body: Mapping[str, Any], headers: Mapping[str, str], cfg: Gatewa
     h = headers.get(r.tier_header)
     if h:
         if h not in cfg.tiers:
-            raise RequestError(400, f"unknown tier {h!r} in header {r.tier_header}; tiers: {', '.join(cfg.tiers)}",
+            raise RequestError(400, _("unknown tier {tier} in header {header}; tiers: {tiers}").format(
+                tier=repr(h), header=r.tier_header, tiers=", ".join(cfg.tiers)),
                                param=r.tier_header, code="unknown_tier")
         return h, "header"
     if key is not None and key.tier:
