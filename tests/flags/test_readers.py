@@ -125,7 +125,8 @@ def test_llama_swap_cmd() -> None:
     p = parse_text(text)
     assert p.kind == "llama-swap"
     inv = p.invocations[0]
-    assert inv.argv == ["/app/llama-server", "--port", "${PORT}", "-m", "/models/q.gguf", "-c", "32768", "--metrics"]
+    # llama-swap gives ${PORT} the first free port from startPort (5800 by default)
+    assert inv.argv == ["/app/llama-server", "--port", "5800", "-m", "/models/q.gguf", "-c", "32768", "--metrics"]
     assert inv.label == "qwen" and inv.line == 4 and inv.args[3].line == 7
     assert inv.env[0][:2] == ("CUDA_VISIBLE_DEVICES", "0")
 
@@ -241,3 +242,25 @@ def test_bare_server_needs_llama_server_arguments() -> None:
     assert argvs(text) == [["server", "-m", "a.gguf"], ["server", "--port", "8080", "-hf", "x/y"],
                            ["/opt/server", "models/q.gguf"]]
     assert argvs("llama-server\n") == [["llama-server"]]  # a llama-* name needs no arguments
+
+
+def test_systemd_blank_line_cuts_the_command() -> None:
+    # systemd's config_parse skips only comment lines inside a continuation: a blank line ends it,
+    # and the option lines after it are ignored ("Missing '=', ignoring line.")
+    unit = ("[Service]\nExecStart=/usr/bin/llama-server \\\n  -m /m/a.gguf \\\n# a comment is skipped\n"
+            "  --port 8080 \\\n\n  --ctx-size 8192 \\\n  -ngl 99\nRestart=always\n")
+    p = parse_text(unit)
+    inv = p.invocations[0]
+    assert inv.argv == ["/usr/bin/llama-server", "-m", "/m/a.gguf", "--port", "8080"]
+    assert inv.cut_line == 6 and [(w.text, w.line) for w in inv.orphans] == [
+        ("--ctx-size", 7), ("8192", 7), ("-ngl", 8), ("99", 8)]
+    cut = next(n for n in p.notes if n.kind == "continuation-broken")
+    assert cut.line == 6 and "blank" in cut.message and "conf-parser.c" in cut.message
+    assert any(n.kind == "orphan-flags" and n.line == 7 for n in p.notes)
+    # Restart= after the ignored lines is read as a setting again, not cut off
+    assert all(w.text != "Restart=always" for w in inv.orphans)
+
+
+def test_versioned_server_binary_names() -> None:
+    for ok in ("llama-server-ec9e0301", "/opt/llama-server-b4567", "llama-server.cuda"):
+        assert is_server_program(ok), ok

@@ -282,3 +282,47 @@ def test_fix_requotes_a_word_whose_quote_never_closes() -> None:
     assert any(f.rule == "shell-syntax" for f in fs)
     fixed = fix_text(p, readings, fs, SCHEMA)
     assert subprocess.run(["bash", "-n"], input=fixed, text=True, capture_output=True).returncode == 0, fixed
+
+
+def test_stoi_prefix_cites_arg_cpp_and_small_batch_aborts() -> None:
+    r = rules_of("llama-server -m m.gguf --batch-size 2k")
+    t = r["value-truncated"][0]
+    assert "common/arg.cpp:859" in t.message and "std::stoi" in t.message and "uses 2" in t.message
+    # -b 2 with the 4 auto slots: GGML_ASSERT at start (checked with the pinned binary)
+    b = r["batch-below-slots"][0]
+    assert b.severity == "error" and "src/llama-context.cpp:2275" in b.message and b.fix == "use `-b 2048` (the default)"
+    assert "batch-below-slots" not in rules_of("llama-server -m m.gguf -b 2 -np 1")
+    assert "batch-below-slots" not in rules_of("llama-server -m m.gguf -b 4")
+    assert "std::stof" in rules_of("llama-server -m m.gguf --temp 0.7x")["value-truncated"][0].message
+
+
+def test_json_values_split_by_the_shell() -> None:
+    r = rules_of('llama-server -m m.gguf --chat-template-kwargs {"enable_thinking": false} --port 8080')
+    f = r["invalid-value"][0]
+    assert f.flag == "--chat-template-kwargs" and "split the unquoted JSON" in f.message
+    assert f.fix == "quote it: `--chat-template-kwargs '{\"enable_thinking\": false}'`"
+    assert "stray-argument" not in r  # `false}` is explained by the same finding
+    assert "invalid-value" not in rules_of("llama-server -m m.gguf --chat-template-kwargs '{\"a\": 1}'")
+    assert "invalid-json" in rules_of("llama-server -m m.gguf --ui-config '{bad'")
+    assert rules_of("llama-server -m m.gguf -fa")["missing-value"][0].flag == "-fa"
+
+
+def test_threads_rule_names_the_machine() -> None:
+    text = "llama-server -m m.gguf -ngl 99 -t 12"
+    _, fs = lint(parse_text(text), SCHEMA, Context(physical_cores=2, cores_source="this machine"))
+    msg = next(f.message for f in fs if f.rule == "threads-above-cores")
+    assert "this machine: 2 physical cores" in msg and "--cores" in msg
+    _, fs = lint(parse_text(text), SCHEMA, Context(physical_cores=6, cores_source="--cores"))
+    assert "--cores 6" in next(f.message for f in fs if f.rule == "threads-above-cores")
+
+
+def test_duplicate_findings_stay_bounded() -> None:
+    # n repeated options: O(n) output, not n findings each listing n lines
+    def size(n: int) -> tuple[int, int]:
+        text = "llama-server -m m.gguf \\\n" + "".join(f"  --temp 0.{i % 10} \\\n" for i in range(n)) + "  --port 1\n"
+        dup = rules_of(text)["duplicate-flag"]
+        return len(dup), sum(len(f.message) for f in dup)
+    (n1, c1), (n2, c2) = size(1000), size(4000)
+    assert n1 == n2 == 21 and c2 < c1 * 1.1
+    few = rules_of("llama-server -c 1 -c 2 -c 3")["duplicate-flag"]
+    assert [f.line for f in few] == [1, 1] and "lines 1, 1, 1" in few[0].message

@@ -11,12 +11,13 @@ llamarig.flags.rules judge the options read.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass, field
 
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.history import history_note
-from llamarig.flags.knowledge import FOLKLORE, Folklore
+from llamarig.flags.knowledge import FOLKLORE, JSON_OPTIONS, Folklore
 from llamarig.flags.parsed import Invocation, Word
 from llamarig.flags.schema import Option, Schema
 
@@ -32,6 +33,10 @@ class Use:
     positive: bool = True
     passed: bool = True
     index: int = 0
+    #: a shell variable not known here (readers: Word.opaque), kept as written and not judged
+    opaque: bool = False
+    #: words the shell split off an unquoted JSON value (`{"a": 1}` -> `{a:` `1}`), read with it
+    spill: list[Word] = field(default_factory=list)
 
     @property
     def value(self) -> str | None:
@@ -44,15 +49,26 @@ class Reading:
 
     uses: list[Use] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    # option name -> its uses, built on first look-up (rules ask for dozens of names: a scan of
+    # every use per question would cost uses x questions); rebuilt when uses grows
+    _index: dict[str, list[Use]] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=-1, repr=False, compare=False)
+
+    def _by_name(self) -> dict[str, list[Use]]:
+        if self._indexed != len(self.uses):
+            index: dict[str, list[Use]] = {}
+            for u in self.uses:
+                if u.opt is not None:
+                    index.setdefault(u.opt.name, []).append(u)
+            self._index, self._indexed = index, len(self.uses)
+        return self._index
 
     def last(self, name: str) -> Use | None:
-        for u in reversed(self.uses):
-            if u.opt is not None and u.opt.name == name:
-                return u
-        return None
+        hit = self._by_name().get(name)
+        return hit[-1] if hit else None
 
     def all(self, name: str) -> list[Use]:
-        return [u for u in self.uses if u.opt is not None and u.opt.name == name]
+        return list(self._by_name().get(name, ()))
 
     def has(self, name: str) -> bool:
         return self.last(name) is not None
@@ -121,6 +137,10 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
         w = words[i]
         t = w.text
         passed = i < n_passed
+        if w.opaque:  # `"$@"`, `$EXTRA`: any number of words, unknown here
+            r.uses.append(Use(None, t, [], w.line, passed=passed, index=len(r.uses), opaque=True))
+            i += 1
+            continue
         look = schema.lookup(t)
         if look is None:
             use = Use(None, t, [], w.line, passed=passed, index=len(r.uses))
@@ -189,10 +209,83 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
         if len(vals) < n:
             r.findings.append(finding(
                 "missing-value", Severity.ERROR, w.line, t, f"`{t}` needs a value and none follows "
-                "(expected value for argument)", f"give `{t} {opt.value_hint or 'VALUE'}`", k, passed,
-                Fix("drop"), use.index))
+                f"(error while handling argument \"{t}\": expected value for argument)",
+                f"give `{t} {opt.value_hint or 'VALUE'}`", k, passed, Fix("drop"), use.index))
+        if vals and opt.name in JSON_OPTIONS and "$" not in vals[0].text:
+            spill = _json_value(use, words, i + 1 + n, r, k, passed)
+            i += len(spill)
         i += 1 + n
     return r
+
+
+def _json_ok(text: str) -> bool:
+    def no_constant(name: str) -> None:
+        raise ValueError(name)  # nlohmann::json has no NaN/Infinity literals
+
+    try:
+        json.loads(text, parse_constant=no_constant)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _depth(text: str) -> int:
+    """How many JSON brackets are still open at the end of ``text`` (outside strings)."""
+    depth = 0
+    in_str = esc = False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+    return depth
+
+
+def _json_value(use: Use, words: list[Word], j: int, r: Reading, k: int | None, passed: bool) -> list[Word]:
+    """An option whose value llama-server parses as JSON (knowledge.JSON_OPTIONS): an invalid
+    value is an error; when the shell split unquoted JSON at its blanks (and removed its double
+    quotes), the words it split off are read with it and the finding gives the quoted JSON."""
+    assert use.opt is not None
+    v = use.values[0]
+    if _json_ok(v.text):
+        return []
+    where, at_parse = JSON_OPTIONS[use.opt.name]
+    spill: list[Word] = []
+    written = v.raw or v.text
+    if v.text.lstrip().startswith(("{", "[")):
+        while _depth(written) > 0 and j + len(spill) < len(words) and len(spill) < 64:
+            nxt = words[j + len(spill)]
+            spill.append(nxt)
+            written += " " + (nxt.raw or nxt.text)
+        if _depth(written) != 0:
+            spill, written = [], v.raw or v.text
+    use.spill = spill
+    meant = written if _json_ok(written) else None
+    got = f"`{v.text}`" + (" and then " + " ".join(f"`{x.text}`" for x in spill) + " as separate arguments"
+                           if spill else "")
+    if spill:
+        how = f"the shell split the unquoted JSON at its blanks and removed its double quotes, so llama-server gets {got}"
+    elif meant and meant != v.text:
+        how = f"the shell removed the double quotes of the unquoted JSON, so llama-server gets {got}"
+    else:
+        how = f"`{v.text}` is not valid JSON"
+    when = "error while handling argument" if at_parse else "the server exits at start"
+    sp = use.spelling
+    r.findings.append(finding(
+        "invalid-value" if at_parse else "invalid-json", Severity.ERROR, use.line, sp,
+        f"`{sp}` takes JSON: {how} ({where} fails: {when})",
+        f"quote it: `{sp} '{meant}'`" if meant else f"give `{sp}` valid JSON in single quotes", k, passed,
+        Fix("set-value", (meant,)) if meant else None, use.index))
+    return spill
 
 
 def _default_for(opt: Option) -> str:

@@ -82,11 +82,13 @@ ZH: dict[str, str] = {
 TEXT = {
     "en": {"flag": "flag", "value": "value", "what": "what it does (this build)", "default": "default",
            "effect": "effect", "unknown": "NOT a llama-server flag", "fallback": "",
+           "opaque": "a shell variable whose value is not known here",
            "kv": "KV {size} with {tk}/{tv}", "weights": "weights {size} (file)",
            "rs": "recurrent state {size}", "mtp": "MTP draft KV {size} ({tk}/{tv})",
            "per_slot": "{n} slots x {per} tokens", "shared": "{n} slots share one pool of {ctx}"},
     "zh": {"flag": "参数", "value": "值", "what": "作用（本版本）", "default": "默认值",
            "effect": "影响", "unknown": "不是 llama-server 的参数", "fallback": "（英文原文）",
+           "opaque": "此处无法得知其值的 shell 变量",
            "kv": "KV 缓存 {size}（{tk}/{tv}）", "weights": "权重 {size}（文件）",
            "rs": "循环状态 {size}", "mtp": "MTP 草稿 KV {size}（{tk}/{tv}）",
            "per_slot": "{n} 个槽位 × 每个 {per} token", "shared": "{n} 个槽位共享 {ctx} token 的池"},
@@ -184,6 +186,8 @@ def explain_rows(r: Reading, schema: Schema, spec: ModelSpec | None = None, lang
 
 def _row(u: Use, schema: Schema, effects: dict[str, str], lang: str, t: dict[str, str]) -> Row:
     value = " ".join(v.text for v in u.values)
+    if u.opaque:
+        return Row(u.spelling, value, t["opaque"], "", "", u.line, False)
     if u.opt is None:
         lore = FOLKLORE.get(u.spelling) or FOLKLORE.get(u.spelling.replace("_", "-"))
         if lore is not None:

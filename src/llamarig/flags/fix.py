@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from llamarig.flags.argv import FALSY, Reading, Use
 from llamarig.flags.findings import Finding, Severity
-from llamarig.flags.parsed import Invocation, Parsed
+from llamarig.flags.parsed import Command, Invocation, Parsed
 from llamarig.flags.schema import Schema
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
@@ -59,6 +59,9 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         acts = actions.get(u.index, [])
         kinds = {a.action.action: a for a in acts if a.action}
         fixes = {a.action.action: a.action for a in acts if a.action}  # kinds[k].action, typed as a Fix
+        if u.opaque:  # `"$@"`, `$EXTRA`: kept as written
+            out.append([u.spelling])
+            continue
         if u.opt is None and not u.spelling.startswith("-"):
             continue  # a stray word (`on` after --metrics): dropped
         if "drop" in kinds and "replace" not in kinds and "rename" not in kinds and "split-equals" not in kinds:
@@ -128,6 +131,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     # words kept as they were keep their quoting as written (`-m "$1"` stays quoted), unless
     # the written form is itself broken (an unterminated quote): then it is re-quoted
     raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
+    raw_of.update({w.text: w.written for w in inv.intended_args if w.written})  # llama-swap `${PORT}`
     return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
                            _dedupe(comments), dropped_env)
 
@@ -201,13 +205,20 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
     lines = parsed.lines
     replace: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
     notes_at: dict[int, list[str]] = {}
+    # the command whose last word is on a line (the first one), for _orphan_end: one pass, not
+    # one per invocation
+    by_last: dict[int, Command] = {}
+    for cmd in parsed.commands:
+        if cmd.words:
+            by_last.setdefault(cmd.words[-1].line, cmd)
+    fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema) for k, inv in enumerate(parsed.invocations)]
     for k, inv in enumerate(parsed.invocations):
-        fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+        fx = fixed[k]
         start = inv.line - 1
         words = inv.intended_args
         end = max([inv.end_line] + [w.line for w in words]) - 1
         if inv.orphans:
-            end = max(end, _orphan_end(parsed, inv) - 1)
+            end = max(end, _orphan_end(by_last, inv) - 1)
         kept_comments = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
         warn = [f"# llamarig: {f.message}" for f in by_inv.get(k, []) if f.rule == "public-no-api-key"]
         if parsed.kind == "systemd":
@@ -230,8 +241,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
                 "# llamarig: killall matches every process with this name; prefer `kill \"$(cat server.pid)\"` "
                 "or `pkill -x NAME -u \"$USER\"` and wait for the exit")
     if parsed.kind == "systemd":
-        dropped = {n for k, inv in enumerate(parsed.invocations)
-                   for n in fix_invocation(inv, readings[k], by_inv.get(k, []), schema).dropped_env}
+        dropped = {n for fx in fixed for n in fx.dropped_env}
         for i, ln in enumerate(lines):
             if ln.strip().startswith("Environment=") and i not in replace:
                 new = ln
@@ -255,9 +265,9 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
     return text if text.endswith("\n") else text + "\n"
 
 
-def _orphan_end(parsed: Parsed, inv: Invocation) -> int:
+def _orphan_end(by_last: dict[int, Command], inv: Invocation) -> int:
     last = inv.orphans[-1].line if inv.orphans else inv.end_line
-    for cmd in parsed.commands:
-        if cmd.words and cmd.words[-1].line == last:
-            return cmd.end_line if cmd.comment_break is None else cmd.end_line - 1
+    cmd = by_last.get(last)
+    if cmd is not None:
+        return cmd.end_line if cmd.comment_break is None else cmd.end_line - 1
     return last

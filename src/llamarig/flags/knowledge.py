@@ -145,3 +145,11 @@ DEAD_ENV: dict[str, str] = {
 
 #: hosts that only listen locally
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+#: options whose value llama-server parses as JSON, and where: while reading the arguments
+#: (a bad value is "error while handling argument") or when the server starts (it exits)
+JSON_OPTIONS: dict[str, tuple[str, bool]] = {
+    "--chat-template-kwargs": ("common/arg.cpp:3547 json::parse", True),
+    "--json-schema": ("common/arg.cpp:2288 json::parse", True),
+    "--ui-config": ("tools/server/server-context.cpp:1570 \"failed to parse UI config\"", False),
+}

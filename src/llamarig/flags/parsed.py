@@ -17,6 +17,16 @@ class Word:
     raw: str = field(default="", compare=False)  # as written (quotes kept), shell input only
     start: int = field(default=-1, compare=False)  # offsets into the parsed text, shell input only
     end: int = field(default=-1, compare=False)
+    #: shell input: how each piece was quoted, for a word with a `$` to expand (readers.bash)
+    parts: tuple[tuple[str, str], ...] | None = field(default=None, compare=False, repr=False)
+    #: shell input: the elements of a `NAME=( ... )` array assignment
+    elements: tuple[Word, ...] | None = field(default=None, compare=False, repr=False)
+    #: the word is the value of a variable unknown here (`"$@"`, `$EXTRA` from the caller's
+    #: environment): it may stand for any number of arguments, so it is not judged
+    opaque: bool = field(default=False, compare=False)
+    #: the word as written before a llama-swap macro was substituted (`--port ${PORT}`): what
+    #: --fix writes back
+    written: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

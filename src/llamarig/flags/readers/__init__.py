@@ -5,8 +5,10 @@ One reader per format, each in its own module:
 * ``bash``: a command line or a bash script (quoting, continuations, comments, wrappers,
   ``docker run``...);
 * ``systemd``: a unit's ``ExecStart=`` and ``Environment=``;
-* ``yaml``: a YAML file, read by ``llama_swap`` (``models.*.cmd``) or ``compose``
-  (``services.*.command``).
+* ``yaml``: a YAML file, document by document: ``llama_swap`` (``models.*.cmd``, macros
+  expanded), ``compose`` (``services.*.entrypoint``/``command``), ``kubernetes`` (workload
+  containers' ``command``/``args``, and Helm values files); lists are argv lists, strings shell
+  text (``located``, ``yaml_nodes``: every word keeps its line).
 
 ``parse_text`` picks the reader (or takes the one asked for); ``parse_argv`` wraps an argv given
 directly. Every reader returns a ``Parsed`` (llamarig.flags.parsed). Everything here is pure text
@@ -29,11 +31,17 @@ __all__ = [
 ]
 
 
+_YAML_RE = re.compile(
+    r"^(services|models|macros)\s*:\s*$|^(apiVersion|kind)\s*:\s*\S"
+    r"|^\s*(-\s+)?(args|extraArgs|command|cmd|entrypoint|containers)\s*:", re.M)
+
+
 def detect_kind(text: str) -> str:
-    """The format of a pasted text: systemd, yaml or shell."""
+    """The format of a pasted text: systemd, yaml or shell. A text that looks like YAML but is
+    not (or holds nothing YAML-shaped) is read as shell by parse_text."""
     if re.search(r"^\s*ExecStart\s*=", text, re.M) or re.search(r"^\s*\[Service\]\s*$", text, re.M):
         return "systemd"
-    if re.search(r"^(services|models)\s*:\s*$", text, re.M):
+    if _YAML_RE.search(text):
         return "yaml"
     return "shell"
 

@@ -13,6 +13,7 @@ never an exception.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from llamarig.flags.findings import Severity
@@ -21,8 +22,10 @@ from llamarig.flags.readers.common import (
     ASSIGN_RE,
     ends_with_backslash,
     is_server_call,
+    looks_like_server_args,
     unwrap,
 )
+from llamarig.flags.readers.shell_vars import Scope, Unknown, expand_word
 
 # ----------------------------------------------------------------------------- lexer
 
@@ -34,6 +37,18 @@ Token = tuple[str, str, int, int, int]
 # bash(1) REDIRECTION: [n]< [n]> [n]>| [n]>> &> &>> [n]<& [n]>& [n]<> << <<- <<<; an unquoted
 # all-digit word glued to the operator is the file descriptor (`2>`, `10>&1`)
 _REDIR_OP_RE = re.compile(r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?:>>|>&|>\||<<<|<<-|<<|<&|<>|>|<)|&>>|&>")
+# runs of characters that stand for themselves, read in one step (the lexer stays linear and
+# fast on megabytes): outside quotes, anything but blanks, quotes, `\`, `$`, backquotes and
+# metacharacters; inside double quotes, anything but `"`, `\`, `$`, backquotes and newlines
+_PLAIN_RE = re.compile(r"[^ \t\r\n'\"\\$`&|;()<>]+")
+_DQ_PLAIN_RE = re.compile(r"[^\"\\$`\n]+")
+_BLANKS_RE = re.compile(r"[ \t\r]+")
+_ARRAY_HEAD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=$")
+_INDEX_RE = re.compile(r"^\[[^\]]*\]=")
+
+#: a piece of a word and how it was quoted: "" unquoted, '"' inside double quotes, "'" literal
+#: (single quotes, $'...', a backslash escape), "`" a command substitution (kept as written)
+Part = tuple[str, str]
 
 
 class _Lexer:
@@ -47,6 +62,10 @@ class _Lexer:
         self.tokens: list[Token] = []
         self.heredocs: list[tuple[str, bool]] = []
         self.problems: list[tuple[int, str]] = []
+        #: word start offset -> how its pieces were quoted (words with a `$` to expand only)
+        self.parts: dict[int, tuple[Part, ...]] = {}
+        #: word start offset -> the elements of a `NAME=(...)` array assignment
+        self.arrays: dict[int, list[Word]] = {}
 
     def run(self) -> list[Token]:
         s = self.s
@@ -60,7 +79,8 @@ class _Lexer:
                     self._skip_heredocs()
                 continue
             if c in " \t\r":
-                self.i += 1
+                m = _BLANKS_RE.match(s, self.i)
+                self.i = m.end() if m else self.i + 1
                 continue
             if c == "\\" and self.i + 1 < self.n and s[self.i + 1] == "\n":
                 self.i += 2
@@ -118,33 +138,86 @@ class _Lexer:
             self.tokens.append(("redir", op, line, m.start(), self.i))
             return
         start = self.i
-        target, _line = self._read_word()
+        target, _line, _parts = self._read_word()
         if op in ("<<", "<<-") and target:
             self.heredocs.append((target, op == "<<-"))
         self.tokens.append(("redir", op + (" " if gap else "") + self.s[start:self.i], line, m.start(), self.i))
 
     def _word(self) -> None:
         start = self.i
-        text, start_line = self._read_word()
+        text, start_line, parts = self._read_word()
         if self.i == start:  # nothing a word can start with: never loop on it
             self.i += 1
             return
+        if self.i < self.n and self.s[self.i] == "(" and _ARRAY_HEAD_RE.match(text) \
+                and self.s[start:self.i] == text:
+            self._array(text, start, start_line)
+            return
+        if parts is not None:
+            self.parts[start] = parts
         self.tokens.append(("word", text, start_line, start, self.i))
 
-    def _read_word(self) -> tuple[str, int]:
+    def _array(self, head: str, start: int, start_line: int) -> None:
+        """``NAME=( element ... )`` (bash(1) Arrays): the elements are words, separated by blanks
+        and newlines, with comments allowed between them; one token for the whole assignment."""
         s = self.s
-        start_line = self.line
-        buf: list[str] = []
+        self.i += 1  # the `(`
+        elements: list[Word] = []
         while self.i < self.n:
             c = s[self.i]
-            if c in " \t\r\n" or (not buf and c == "#"):
+            if c in " \t\r":
+                self.i += 1
+            elif c == "\n":
+                self.i += 1
+                self.line += 1
+            elif s.startswith("\\\n", self.i):
+                self.i += 2
+                self.line += 1
+            elif c == "#":
+                nl = s.find("\n", self.i)
+                self.i = self.n if nl < 0 else nl
+            elif c == ")":
+                self.i += 1
                 break
+            else:
+                w_start = self.i
+                text, line, parts = self._read_word()
+                if self.i == w_start:  # an operator inside the array: bash's syntax error
+                    self.problems.append((self.line, f"unexpected `{c}` in the array assignment"))
+                    self.i += 1
+                    continue
+                m = _INDEX_RE.match(text)
+                if m:  # `[2]=value`: the value (indices are not tracked)
+                    text, parts = text[m.end():], None
+                elements.append(Word(text, line, s[w_start:self.i], w_start, self.i, parts))
+        else:
+            self.problems.append((start_line, "unterminated array assignment `(`"))
+        self.arrays[start] = elements
+        self.tokens.append(("word", head + "(" + " ".join(w.text for w in elements) + ")",
+                            start_line, start, self.i))
+
+    def _read_word(self) -> tuple[str, int, tuple[Part, ...] | None]:
+        """One word: its text after quote removal, the line it starts on, and, when it holds a
+        ``$`` that bash would expand, how each piece of it was quoted (for the expansion)."""
+        s = self.s
+        start_line = self.line
+        parts: list[Part] = []  # (text, quoting): "" unquoted, '"' double quotes, "'" literal, "`" substitution
+        dollar = False
+        while self.i < self.n:
+            c = s[self.i]
+            if c in " \t\r\n" or (not parts and c == "#"):
+                break
+            plain = _PLAIN_RE.match(s, self.i)
+            if plain:
+                parts.append((plain.group(0), ""))
+                self.i = plain.end()
+                continue
             if c in _OP_CHARS:
                 break
             if c in "<>":
                 if s.startswith("(", self.i + 1):  # process substitution <(...) >(...)
                     self.i += 1
-                    buf.append(c + self._subst("(", ")"))
+                    parts.append((c + self._subst("(", ")"), "`"))
                     continue
                 break  # `<` and `>` are metacharacters: `a>b` is the word `a` and `>b`
             if c == "\\":
@@ -154,7 +227,7 @@ class _Lexer:
                         self.i += 2
                         self.line += 1
                         continue
-                    buf.append(nxt)
+                    parts.append((nxt, "'"))
                     self.i += 2
                     continue
                 self.i += 1
@@ -165,7 +238,7 @@ class _Lexer:
                     self.problems.append((self.line, "unterminated single quote"))
                     end = self.n
                 chunk = s[self.i + 1:end]
-                buf.append(chunk)
+                parts.append((chunk, "'"))
                 self.line += chunk.count("\n")
                 self.i = end + 1
                 continue
@@ -179,14 +252,19 @@ class _Lexer:
                         continue
                     out.append(s[end])
                     end += 1
-                buf.append("".join(out))
+                parts.append(("".join(out), "'"))
                 self.line += s[self.i:end].count("\n")
                 self.i = end + 1
                 continue
             if c == '"':
                 self.i += 1
-                out = []
+                opened = len(parts)
                 while self.i < self.n and s[self.i] != '"':
+                    run = _DQ_PLAIN_RE.match(s, self.i)
+                    if run:
+                        parts.append((run.group(0), '"'))
+                        self.i = run.end()
+                        continue
                     ch = s[self.i]
                     if ch == "\\" and self.i + 1 < self.n:
                         nxt = s[self.i + 1]
@@ -195,33 +273,54 @@ class _Lexer:
                             self.i += 2
                             continue
                         if nxt in '"\\$`':
-                            out.append(nxt)
+                            parts.append((nxt, "'"))
                             self.i += 2
                             continue
                     if ch == "$" and s.startswith("$(", self.i):
-                        out.append(self._subst("$(", ")"))
+                        dollar = True
+                        parts.append((self._subst("$(", ")"), "`"))
                         continue
                     if ch == "`":
-                        out.append(self._subst("`", "`"))
+                        dollar = True
+                        parts.append((self._subst("`", "`"), "`"))
                         continue
                     if ch == "\n":
                         self.line += 1
-                    out.append(ch)
+                    elif ch == "$":
+                        dollar = True
+                    parts.append((ch, '"'))
                     self.i += 1
                 if self.i >= self.n:
                     self.problems.append((start_line, "unterminated double quote"))
                 self.i += 1
-                buf.append("".join(out))
+                if len(parts) == opened:
+                    parts.append(("", '"'))  # `""`: an empty word all the same
                 continue
             if c == "$" and (s.startswith("$(", self.i) or s.startswith("${", self.i)):
-                buf.append(self._subst(s[self.i:self.i + 2], ")" if s[self.i + 1] == "(" else "}"))
+                dollar = True
+                if s[self.i + 1] == "(":
+                    parts.append((self._subst("$(", ")"), "`"))
+                else:
+                    parts.append((self._subst("${", "}"), ""))
                 continue
             if c == "`":
-                buf.append(self._subst("`", "`"))
+                dollar = True
+                parts.append((self._subst("`", "`"), "`"))
                 continue
-            buf.append(c)
+            if c == "$":
+                dollar = True
+            parts.append((c, ""))
             self.i += 1
-        return "".join(buf), start_line
+        text = "".join(p[0] for p in parts)
+        if not dollar:
+            return text, start_line, None
+        merged: list[Part] = []  # adjacent pieces quoted alike, joined: `$` + `NAME` is `$NAME`
+        for t, q in parts:
+            if merged and merged[-1][1] == q and q in ("", '"'):
+                merged[-1] = (merged[-1][0] + t, q)
+            else:
+                merged.append((t, q))
+        return text, start_line, tuple(merged)
 
     def _subst(self, open_: str, close: str) -> str:
         """Consume a $(...), ${...} or `...` substitution verbatim (nesting-aware)."""
@@ -248,7 +347,7 @@ class _Lexer:
         return s[start:self.i]
 
 
-def _split_commands(tokens: list[Token], src: str) -> list[Command]:
+def _split_commands(tokens: list[Token], src: str, lex: _Lexer, shift: int = 0) -> list[Command]:
     cmds: list[Command] = []
     cur: list[Word] = []
     redirs: list[str] = []
@@ -271,7 +370,10 @@ def _split_commands(tokens: list[Token], src: str) -> list[Command]:
         if typ == "redir":  # never part of the argv (the lexer read the target too)
             redirs.append(text)
         else:
-            cur.append(Word(text, line, src[start:end].replace("\\\n", ""), start, end))
+            elements = lex.arrays.get(start)
+            cur.append(Word(text, line, src[start:end].replace("\\\n", ""), start, end, lex.parts.get(start),
+                            None if elements is None else tuple(
+                                replace(e, line=e.line + shift) if shift else e for e in elements)))
     flush("", last_line)
     return cmds
 
@@ -297,7 +399,7 @@ _DOCKER_VALUE_OPTS = {
 }
 
 
-def _docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str, int]]] | None:
+def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str, int]]] | None:
     """For ``docker|podman run ... IMAGE ARGS``: the index of ARGS[0] if IMAGE is a llama.cpp
     server image; env from -e."""
     i = start + 1
@@ -343,7 +445,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
     tokens = lex.run()
     if first_line != 1:
         tokens = [(a, b, ln + first_line - 1, st, en) for a, b, ln, st, en in tokens]
-    cmds = _split_commands(tokens, text)
+    cmds = _split_commands(tokens, text, lex, first_line - 1)
     lines = text.split("\n")
     notes: list[Note] = [Note("shell-syntax", ln + first_line - 1, f"{msg}: the shell would stop here", Severity.ERROR)
                          for ln, msg in lex.problems]
@@ -351,11 +453,15 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
     exported: list[tuple[str, str, int]] = []
     invocations: list[Invocation] = []
     last_inv: Invocation | None = None
+    last_k = -1  # index of last_inv in invocations (a list.index per orphan line is quadratic)
     prev: Command | None = None
     functions: set[str] = set()  # shell functions defined so far
+    scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
     for cmd in cmds:
         env: list[tuple[str, str, int]] = []
+        unknown: list[Unknown] = []
         start = _skip_reserved(cmd.words, 0)
+        cmd.words = cmd.words[:start] + _expand_words(cmd.words[start:], scope, unknown)
         if start < len(cmd.words) and cmd.words[start].text == "function" and start + 1 < len(cmd.words):
             # `function NAME { ...`, `function NAME() ...`: the body (if on this line) follows
             functions.add(cmd.words[start + 1].text)
@@ -393,12 +499,16 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
                 "users' servers too) and sends SIGTERM without waiting for it to exit; the sleep "
                 "that follows is a guess",
                 Severity.WARNING))
-        docker = _docker_args(cmd.words, idx) if base in ("docker", "podman") else None
+        docker = docker_args(cmd.words, idx) if base in ("docker", "podman") else None
         # bash(1) COMMAND EXECUTION: a name without a slash that is a defined function runs the
         # function, not a program; `time` is a keyword and keeps that, while external wrappers
         # (nohup, env, sudo...) and `command`/`exec` look the name up on PATH
         calls_function = prog in functions and "/" not in prog and all(w == "time" for w in wrappers)
-        if (not calls_function and is_server_call(prog, rest)) or docker is not None:
+        # `"$LLAMA_BIN" -m x.gguf ...`: a program from a variable not known here, named like
+        # llama-server and given llama-server's arguments
+        by_name = cmd.words[idx].opaque and re.search(r"llama|server", prog, re.I) is not None \
+            and looks_like_server_args(rest)
+        if (not calls_function and (is_server_call(prog, rest) or by_name)) or docker is not None:
             if docker is not None:
                 start, denv = docker
                 env = env + denv
@@ -413,7 +523,8 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
             if cmd.comment_break is not None:
                 inv.cut_line = cmd.comment_break
             invocations.append(inv)
-            last_inv = inv
+            last_inv, last_k = inv, len(invocations) - 1
+            notes.extend(_unknown_notes(unknown, last_k))
         elif prog.startswith("-") and last_inv is not None and last_inv.source == "fragment" \
                 and prev is not None and _adjacent(prev, cmd):
             last_inv.args.extend(cmd.words[idx:])
@@ -424,7 +535,8 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
             inv = Invocation(program="llama-server", args=list(cmd.words[idx:]), line=cmd.line,
                              end_line=cmd.end_line, env=list(exported) + env, source="fragment")
             invocations.append(inv)
-            last_inv = inv
+            last_inv, last_k = inv, len(invocations) - 1
+            notes.extend(_unknown_notes(unknown, last_k))
             notes.append(Note("flags-without-command", cmd.line,
                               f"line {cmd.line} starts with `{prog}`: run as a script, bash would try "
                               f"to execute `{prog}` as a command; checked here as llama-server flags",
@@ -439,7 +551,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
                 f"bash runs `{prog}` as a command (\"{prog}: command not found\"): "
                 f"{len(cmd.words) - idx} word(s) on line(s) {cmd.line}-{cmd.end_line} never reach "
                 f"llama-server (started on line {last_inv.line})",
-                Severity.ERROR, invocations.index(last_inv)))
+                Severity.ERROR, last_k))
             if cmd.terminator == "&":
                 last_inv.background = True
             last_inv.redirects.extend(cmd.redirects)
@@ -453,6 +565,107 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
         if inv.cut_line is not None and inv.orphans:
             notes.append(_cut_note(inv, k, lines, first_line))
     return Parsed("shell", invocations, notes, cmds, lines)
+
+
+_DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
+_READS = frozenset({"read", "mapfile", "readarray"})
+
+
+def _is_assignment(w: Word) -> bool:
+    if w.elements is not None:
+        return True
+    m = ASSIGN_RE.match(w.text)
+    if not m:
+        return False
+    # bash: the `NAME=` must be written unquoted
+    prefix = m.group(1) + m.group(2) + "="
+    return not w.raw or w.raw.startswith(prefix)
+
+
+def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
+    """An assignment word, its value expanded (no word splitting); ``store``: it sets a shell
+    variable (a bare assignment, or declare/export/local), else it is only the command's env.
+    References its value keeps as written are reported where the variable is used."""
+    m = ASSIGN_RE.match(w.text)
+    assert m is not None
+    name, plus = m.group(1), bool(m.group(2))
+    inner: list[Unknown] = []
+    if w.elements is not None:
+        vals: list[tuple[str, int, bool]] = []
+        for e in w.elements:
+            vals.extend((f.text, f.line, f.opaque) for f in expand_word(e, scope, inner))
+        if store:
+            scope.assign(name, vals, w.line, array=True, append=plus, unknown=inner)
+        return w
+    if w.parts is None:
+        if store:
+            scope.assign(name, [(m.group(3), w.line, False)], w.line, append=plus)
+        return w
+    skip = len(name) + int(plus) + 1
+    vparts: list[tuple[str, str]] = []
+    for text, q in w.parts:
+        if skip >= len(text):
+            skip -= len(text)
+            continue
+        vparts.append((text[skip:], q))
+        skip = 0
+    subst = any(q == "`" for _, q in vparts)
+    got = expand_word(Word(m.group(3), w.line, parts=tuple(vparts)), scope, inner, split=False)
+    value = got[0].text if got else ""
+    if store:
+        if subst:
+            scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
+        else:
+            scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
+                         unknown=inner)
+    else:
+        unknown.extend(inner)
+    if value == m.group(3):
+        return w
+    return Word(f"{name}{'+' if plus else ''}={value}", w.line, w.raw, w.start, w.end)
+
+
+def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> list[Word]:
+    """A simple command's words after bash's expansions; assignments update ``scope``."""
+    i = 0
+    while i < len(words) and _is_assignment(words[i]):
+        i += 1
+    bare = i == len(words)
+    out = [_assign(w, scope, unknown, bare) for w in words[:i]]
+    if bare:
+        return out
+    prog = expand_word(words[i], scope, unknown)
+    out.extend(prog)
+    name = PurePosixPath(prog[0].text).name if prog else ""
+    for k, w in enumerate(words[i + 1:]):
+        if name in _DECLARE and _is_assignment(w):
+            out.append(_assign(w, scope, unknown, True))
+        elif name == "unset":
+            scope.unset(w.text)
+            out.append(w)
+        elif name in _READS and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w.text) and \
+                not (k and words[i + k].text in ("-p", "-d", "-t", "-u", "-n", "-N", "-C", "-c")):
+            scope.assign(w.text, None, w.line, why=f"read from input by `{name}` on line {w.line}")
+            out.append(w)
+        else:
+            out.extend(expand_word(w, scope, unknown))
+    return out
+
+
+def _unknown_notes(unknown: list[Unknown], k: int) -> list[Note]:
+    """One note per variable of an invocation whose value is not known here."""
+    out = []
+    seen: set[str] = set()
+    for u in unknown:
+        if u.name in seen:
+            continue
+        seen.add(u.name)
+        if u.default:
+            msg = f"`{u.name}`: {u.why}"
+        else:
+            msg = f"`{u.name}`: {u.why}; its value is not known here, checked as written"
+        out.append(Note("unknown-variable", u.line, msg, Severity.INFO, k))
+    return out
 
 
 def _head_text(src: str, prog: Word, last: Word) -> str:

@@ -12,7 +12,9 @@ from llamarig.flags.parsed import Word
 
 ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 
-_SERVER_RE = re.compile(r"^(llama[-_.]?[a-z0-9.]*[-_]?server|server)(\.exe)?$", re.I)
+# llama-server, llama3-server, llama_server, a versioned build (llama-server-ec9e0301, as in
+# llama-swap's config.example.yaml), server (the name before June 2024)
+_SERVER_RE = re.compile(r"^(llama[-_.]?[a-z0-9.]*[-_]?server([-_.][a-z0-9]+)*|server)(\.exe)?$", re.I)
 _WRAPPERS = {
     "nohup": {}, "exec": {}, "time": {}, "command": {}, "builtin": {},
     "stdbuf": {"-i": 1, "-o": 1, "-e": 1},
@@ -38,7 +40,7 @@ def is_server_program(word: str) -> bool:
 # Options a llama-server command line typically starts with (common/arg.cpp, tools/server/README.md).
 # A program named just `server` (the binary's name before llama.cpp renamed its executables to
 # llama-* in June 2024) counts as llama-server only when its arguments look like llama-server's.
-_SERVER_LEAD_FLAGS = frozenset({
+SERVER_LEAD_FLAGS = frozenset({
     "-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
     "-dr", "--docker-repo", "--port", "--host", "-c", "--ctx-size", "-ngl", "--gpu-layers",
     "--n-gpu-layers", "-t", "--threads", "-np", "--parallel", "-a", "--alias", "--api-key",
@@ -57,7 +59,14 @@ def is_server_call(prog: str, args: list[Word]) -> bool:
     if name != "server":
         return True
     first = args[0].text.split("=", 1)[0] if args else ""
-    return first in _SERVER_LEAD_FLAGS or any(a.text.lower().endswith(".gguf") for a in args)
+    return first in SERVER_LEAD_FLAGS or any(a.text.lower().endswith(".gguf") for a in args)
+
+
+def looks_like_server_args(words: list[Word]) -> bool:
+    """Arguments only llama-server would be given (an option first, and a lead option or a
+    .gguf file among them)."""
+    return bool(words) and words[0].text.startswith("-") and any(
+        w.text.split("=", 1)[0] in SERVER_LEAD_FLAGS or w.text.lower().endswith(".gguf") for w in words)
 
 
 def unwrap(words: list[Word], env: list[tuple[str, str, int]]) -> tuple[int, list[str]]:

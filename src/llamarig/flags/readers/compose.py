@@ -1,48 +1,71 @@
-"""Reading a docker-compose file: ``services.<name>.command`` (a string, split like a shell
-would, or a list) with ``environment:`` (a mapping or a list). A service counts when its command
-starts llama-server, or when its image is a llama.cpp one (the command is then the arguments of
-the image's entrypoint).
+"""Reading a docker-compose file: ``services.<name>`` with ``entrypoint`` and ``command`` (each a
+list, one item one argv word, or a string, split like a shell would: compose-go splits it with
+go-shellwords) and ``environment:`` (a mapping or a list). The container runs entrypoint +
+command, as docker does: ``entrypoint`` (even ``''``) replaces the image's ENTRYPOINT and clears
+its CMD (https://docs.docker.com/reference/compose-file/services/#entrypoint). A service counts
+when that starts llama-server, or when its image is a llama.cpp one (llamarig.flags.readers.containers).
+YAML merge keys (``<<: *common``) are resolved, so an image or command set in an anchor counts.
 """
 
 from __future__ import annotations
 
-import shlex
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
-from llamarig.flags.parsed import Invocation, Note, Parsed
-from llamarig.flags.readers.common import find_line, is_server_call, words_on_lines
+from llamarig.flags.parsed import Note, Word
+from llamarig.flags.readers import yaml_nodes as Y
+from llamarig.flags.readers.containers import Env, Found, container_invocations
+from llamarig.flags.readers.kubernetes import _merge
+from llamarig.flags.readers.located import ShellSyntaxError, split_words
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
 
 
-def read_compose(data: dict[str, Any], lines: list[str]) -> Parsed:
-    """The llama-server commands of a loaded compose file (``data["services"]`` is a dict)."""
-    invocations: list[Invocation] = []
-    notes: list[Note] = []
-    for name, svc in data["services"].items():
-        if not isinstance(svc, dict) or "command" not in svc:
+def read_compose(doc: Node, src: Y.Source) -> Found:
+    """The llama-server commands of a compose document (``services:`` is a mapping)."""
+    found: Found = ([], [])
+    for name, kn, svc in Y.items(Y.get(doc, "services")):
+        if not Y.is_map(svc):
             continue
-        image = str(svc.get("image", ""))
-        key_line = find_line(lines, f"{name}:")
-        cmd_line = find_line(lines, "command:", key_line - 1)
-        cmd = svc["command"]
-        try:
-            texts = [str(x) for x in cmd] if isinstance(cmd, list) else shlex.split(str(cmd))
-        except ValueError:
-            notes.append(Note("shell-syntax", cmd_line, f"services.{name}.command: unbalanced quotes", Severity.ERROR))
+        notes: list[Note] = []
+        label = str(name)
+        entry_node = Y.get(svc, "entrypoint")
+        entry = _words(entry_node, src, f"services.{name}.entrypoint", notes)
+        if entry is None and Y.text_of(entry_node) is not None:
+            entry = []  # `entrypoint: ''`: no entrypoint at all (null leaves the image's)
+        cmd = _words(Y.get(svc, "command"), src, f"services.{name}.command", notes)
+        if entry is None and cmd is None:
             continue
-        words = words_on_lines(texts, lines, cmd_line)
-        env = []
-        envs = svc.get("environment") or []
-        items = [f"{k}={v}" for k, v in envs.items()] if isinstance(envs, dict) else [str(x) for x in envs]
-        for item in items:
-            n, _, v = item.partition("=")
-            env.append((n, "" if v == "None" else v, find_line(lines, n, key_line - 1)))
-        if words and is_server_call(words[0].text, words[1:]):
-            prog, args = words[0].text, words[1:]
-        elif "llama.cpp" in image or "llama-cpp" in image or (words and words[0].text.startswith("-")):
-            prog, args = f"(entrypoint of {image or 'the image'})", words
-        else:
-            continue
-        invocations.append(Invocation(prog, args, cmd_line, words[-1].line if words else cmd_line,
-                                      env=env, source="compose", label=str(name)))
-    return Parsed("compose", invocations, notes, [], lines)
+        invs, more = container_invocations(entry, cmd, Y.text_of(Y.get(svc, "image")) or "",
+                                           _environment(svc), "compose", label, Y.line(kn))
+        _merge(found, (invs, notes + more) if invs else ([], [n for n in notes if n.kind == "shell-syntax"]))
+    return found
+
+
+def _words(node: Node | None, src: Y.Source, where: str, notes: list[Note]) -> list[Word] | None:
+    if node is None:
+        return None
+    if Y.is_seq(node):
+        return [Word(str(it.value), Y.locate(it, src).line_at(0)) for it in node.value if Y.is_scalar(it)]
+    text = Y.text_of(node)
+    if text is None or not text.strip():
+        return None
+    try:
+        return split_words(Y.locate(node, src))
+    except ShellSyntaxError as e:
+        notes.append(Note("shell-syntax", Y.line(node), f"{where}: {e}", Severity.ERROR))
+        return None
+
+
+def _environment(svc: Node) -> Env:
+    env: Env = []
+    envs = Y.get(svc, "environment")
+    for k, kn, value in Y.items(envs):
+        env.append((k, Y.text_of(value) or "", Y.line(kn)))
+    for it in Y.seq(envs):
+        if Y.is_scalar(it):
+            n, _, v = str(it.value).partition("=")
+            env.append((n, v, Y.line(it)))
+    return env
+

@@ -1,56 +1,279 @@
-"""Reading a llama-swap config: ``models.<id>.cmd`` with ``models.<id>.env``.
+"""Reading a llama-swap config: ``models.<id>.cmd`` with ``models.<id>.env``, macros expanded
+the way llama-swap expands them when it loads the file (https://github.com/mostlygeek/llama-swap,
+config.example.yaml "macros" and internal/config/macros.go ``resolveConfigMacros``):
 
-llama-swap's SanitizeCommand (https://github.com/mostlygeek/llama-swap, proxy/config/config.go)
-drops lines starting with ``#``, turns a trailing backslash into a space and splits the rest with
-POSIX shlex, so newlines never end its command; ``${PORT}`` style macros are kept verbatim.
+* comment lines (``#`` after blanks) are removed from ``cmd`` first (``StripComments``);
+* macros are the global ``macros:`` plus the model's own ``macros:`` (which override globals of
+  the same name), with ``MODEL_ID`` first; they are substituted in reverse declaration order, so
+  a macro may use the macros declared *before* it, never one declared after it;
+* ``${PORT}`` is then ``startPort`` (default 5800) plus the position of the model among the model
+  ids (sorted) whose command uses ``${PORT}``;
+* a ``${name}`` left over is a config error (``unknown macro``), and ``${env.NAME}`` is replaced
+  from llama-swap's own environment before anything else (unknown here: it is kept as written,
+  with a note);
+* at start, ``SanitizeCommand`` (internal/config/commands.go) drops ``#`` lines again, turns a
+  trailing backslash into a space and splits the rest with POSIX shlex, so newlines never end the
+  command.
+
+Every word keeps the line it is written on, also when it comes from a macro: a flag inside a
+macro is reported on the macro's line.
 """
 
 from __future__ import annotations
 
-import shlex
-from typing import Any
+import re
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
-from llamarig.flags.parsed import Invocation, Note, Parsed, Word
-from llamarig.flags.readers.common import find_line, is_server_call, unwrap, words_on_lines
+from llamarig.flags.parsed import Invocation, Note, Word
+from llamarig.flags.readers import yaml_nodes as Y
+from llamarig.flags.readers.bash import docker_args
+from llamarig.flags.readers.common import is_server_call, unwrap
+from llamarig.flags.readers.containers import Found
+from llamarig.flags.readers.located import Builder, Located, ShellSyntaxError, split_words
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
+_REF_RE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
+_ENV_RE = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_RESERVED = ("PID", "PORT", "MODEL_ID")
+#: an expanded command larger than this is cut (macros that use each other many times over can
+#: grow without bound; llama-swap itself would build the whole string)
+MAX_EXPANDED = 4 * 1024 * 1024
+
+Macro = tuple[str, Located]
 
 
-def read_llama_swap(data: dict[str, Any], lines: list[str]) -> Parsed:
-    """The llama-server commands of a loaded llama-swap config (``data["models"]`` is a dict)."""
-    invocations: list[Invocation] = []
+def _macro_list(node: Node | None, src: Y.Source, where: str, notes: list[Note]) -> list[Macro]:
+    out: list[Macro] = []
+    for name, kn, v in Y.items(node):
+        if not Y.is_scalar(v):
+            notes.append(Note("macro-invalid", Y.line(kn), f"{where}macro `{name}` is not a scalar: "
+                              "llama-swap refuses to load the config", Severity.ERROR))
+            continue
+        if not _NAME_RE.match(name) or len(name) >= 64 or name in _RESERVED:
+            why = "is reserved" if name in _RESERVED else "is not a valid macro name (^[a-zA-Z0-9_-]+$, < 64)"
+            notes.append(Note("macro-invalid", Y.line(kn), f"{where}macro name `{name}` {why}: llama-swap "
+                              "refuses to load the config (internal/config/macros.go validateMacro)",
+                              Severity.ERROR))
+        value = Y.locate(v, src) if v.tag.endswith(":str") or Y.style(v) is not None else \
+            Located.at(_scalar_text(v), Y.line(v))
+        if f"${{{name}}}" in value.text:
+            notes.append(Note("macro-invalid", Y.line(kn), f"{where}macro `{name}` refers to itself: "
+                              "llama-swap refuses to load the config", Severity.ERROR))
+        out.append((name, value))
+    return out
+
+
+def _scalar_text(v: Node) -> str:
+    """A typed macro value as Go's %v prints it (bools lower case, floats without a trailing .0)."""
+    t = str(v.value)
+    if v.tag.endswith(":bool"):
+        return t.lower() if t.lower() in ("true", "false") else t
+    if v.tag.endswith(":float"):
+        try:
+            r = repr(float(t.replace("_", "")))
+        except ValueError:
+            return t
+        return r[:-2] if r.endswith(".0") else r
+    if v.tag.endswith(":int"):
+        try:
+            return str(int(t.replace("_", ""), 0))
+        except ValueError:
+            return t
+    return t
+
+
+def _merge_macros(model_id: str, line: int, glob: list[Macro], local: list[Macro]) -> list[Macro]:
+    """internal/config/macros.go mergeModelMacros: MODEL_ID, the globals, then the model's own
+    (replacing a global of the same name in place)."""
+    merged: list[Macro] = [("MODEL_ID", Located.at(model_id, line)), *glob]
+    for name, value in local:
+        for i, (n, _) in enumerate(merged):
+            if n == name:
+                merged[i] = (name, value)
+                break
+        else:
+            merged.append((name, value))
+    return merged
+
+
+class _Expander:
+    def __init__(self, macros: list[Macro]) -> None:
+        self.macros = macros
+        self.index = {name: i for i, (name, _) in enumerate(macros)}
+        self.too_big = False
+
+    def expand(self, loc: Located, allowed: int, out: Builder, depth: int = 0) -> None:
+        """Substitute every ``${name}`` of a macro with index < ``allowed`` (reverse-order
+        substitution: a macro's own value sees only the macros declared before it)."""
+        text = loc.text
+        pos = 0
+        for m in _REF_RE.finditer(text):
+            j = self.index.get(m.group(1))
+            if j is None or j >= allowed:
+                continue
+            out.add(loc, pos, m.start())
+            if out.n > MAX_EXPANDED or depth > 64:
+                self.too_big = True
+                return
+            self.expand(self.macros[j][1], j, out, depth + 1)
+            pos = m.end()
+        out.add(loc, pos, len(text))
+
+
+def _lines(loc: Located, sanitize: bool) -> Located:
+    """StripComments (drop lines that start with ``#`` after blanks); with ``sanitize`` also
+    SanitizeCommand's trailing backslash -> space."""
+    out = Builder()
+    text = loc.text
+    pos = 0
+    first = True
+    while pos <= len(text):
+        nl = text.find("\n", pos)
+        end = len(text) if nl < 0 else nl
+        line = text[pos:end]
+        trimmed = line.strip()
+        if not trimmed.startswith("#"):
+            if not first:
+                out.add_text("\n", loc.line_at(pos))
+            first = False
+            if sanitize and trimmed.endswith("\\"):
+                lead = len(line) - len(line.lstrip())
+                body_end = pos + lead + len(trimmed) - 1
+                out.add(loc, pos + lead, body_end)
+                out.add_text(" ", loc.line_at(max(body_end - 1, pos)))
+            else:
+                out.add(loc, pos, end)
+        if nl < 0:
+            break
+        pos = nl + 1
+    return out.build()
+
+
+def _substitute(loc: Located, name: str, value: str) -> Located:
+    slug = f"${{{name}}}"
+    if slug not in loc.text:
+        return loc
+    out = Builder()
+    pos = 0
+    while True:
+        k = loc.text.find(slug, pos)
+        if k < 0:
+            break
+        out.add(loc, pos, k)
+        out.add_text(value, loc.line_at(k))
+        pos = k + len(slug)
+    out.add(loc, pos)
+    return out.build()
+
+
+def read_llama_swap(doc: Node, src: Y.Source) -> Found:
+    """The llama-server commands of a llama-swap config (``models:`` is a mapping)."""
     notes: list[Note] = []
-    for mid, cfg in data["models"].items():
-        if not isinstance(cfg, dict) or not isinstance(cfg.get("cmd"), str):
+    models = Y.get(doc, "models")
+    glob = _macro_list(Y.get(doc, "macros"), src, "", notes)
+    start_text = Y.text_of(Y.get(doc, "startPort"))
+    start_port = int(start_text) if start_text and start_text.isdigit() else 5800
+    expanded: list[tuple[str, Node, Located, list[tuple[Located, int]], list[Macro]]] = []
+    for mid, kn, cfg in Y.items(models):
+        cmd_node = Y.get(cfg, "cmd")
+        if not Y.is_scalar(cmd_node) or Y.text_of(cmd_node) is None:
             continue
-        key_line = find_line(lines, f"{mid}:")
-        cmd_line = find_line(lines, "cmd:", key_line - 1)
-        words = _llama_swap_words(cfg["cmd"], lines, cmd_line)
-        if words is None:
-            notes.append(Note("shell-syntax", cmd_line, f"models.{mid}.cmd: unbalanced quotes", Severity.ERROR))
+        assert cmd_node is not None
+        local = _macro_list(Y.get(cfg, "macros"), src, f"models.{mid}: ", notes)
+        macros = _merge_macros(str(mid), Y.line(kn), glob, local)
+        ex = _Expander(macros)
+        b = Builder()
+        ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), len(macros), b)
+        cmd = b.build()
+        if ex.too_big:
+            notes.append(Note("macro-invalid", Y.line(cmd_node), f"models.{mid}.cmd: the macros expand to more "
+                              f"than {MAX_EXPANDED} characters; checked up to there", Severity.WARNING))
+        env_items: list[tuple[Located, int]] = []
+        env_node = Y.get(cfg, "env")
+        for it in (env_node.value if Y.is_seq(env_node) else []):  # type: ignore[union-attr]
+            if Y.is_scalar(it):
+                eb = Builder()
+                ex.expand(Y.locate(it, src), len(macros), eb)
+                env_items.append((eb.build(), Y.line(it)))
+        expanded.append((str(mid), cmd_node, cmd, env_items, macros))
+    # ${PORT}: one port per model that uses it, in sorted model-id order, from startPort
+    port_of = {mid: start_port + i for i, mid in enumerate(
+        sorted(mid for mid, _, cmd, _, _ in expanded if "${PORT}" in cmd.text))}
+    invocations: list[Invocation] = []
+    for mid, _node, cmd, env_items, macros in expanded:
+        k = len(invocations)
+        try:
+            words = split_words(_lines(cmd, sanitize=True))
+        except ShellSyntaxError as err:
+            notes.append(Note("shell-syntax", cmd.line_at(err.offset), f"models.{mid}.cmd: {err}", Severity.ERROR))
             continue
+        if mid in port_of:
+            # `${PORT}` has no blanks or quotes: substituting it in the words is the same as in
+            # the text, and --fix can write `${PORT}` back
+            port = str(port_of[mid])
+            words = [Word(w.text.replace("${PORT}", port), w.line, written=w.text) if "${PORT}" in w.text else w
+                     for w in words]
+            env_items = [(_substitute(e, "PORT", port), ln) for e, ln in env_items]
+            cmd = _substitute(cmd, "PORT", port)
+        model_notes = _leftovers(mid, cmd, macros)
         env: list[tuple[str, str, int]] = []
-        for item in cfg.get("env") or []:
-            if isinstance(item, str):
-                n, _, v = item.partition("=")
-                env.append((n, v, find_line(lines, item, key_line - 1)))
-        idx, _ = unwrap(words, env)
-        if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
-            invocations.append(Invocation(words[idx].text, words[idx + 1:], words[idx].line,
-                                          words[-1].line, env=env, source="llama-swap", label=str(mid)))
-    return Parsed("llama-swap", invocations, notes, [], lines)
-
-
-def _llama_swap_words(cmd: str, lines: list[str], cmd_line: int) -> list[Word] | None:
-    # llama-swap proxy/config/config.go SanitizeCommand: drop `#` lines, trailing `\` -> space,
-    # then POSIX shlex (newlines are plain whitespace)
-    kept = []
-    for ln in cmd.split("\n"):
-        t = ln.strip()
-        if t.startswith("#"):
+        for e, ln in env_items:
+            n, _, v = e.text.partition("=")
+            env.append((n, v, ln))
+        inv = _server(words, env, mid)
+        if inv is None:
             continue
-        kept.append(t[:-1] + " " if t.endswith("\\") else ln)
-    try:
-        texts = shlex.split("\n".join(kept))
-    except ValueError:
+        invocations.append(inv)
+        notes.extend(Note(n.kind, n.line, n.message, n.severity, k) for n in model_notes)
+    return invocations, notes
+
+
+def _leftovers(mid: str, cmd: Located, macros: list[Macro]) -> list[Note]:
+    """Notes for what is left unexpanded: unknown macros (llama-swap refuses the config) and
+    ``${env.NAME}`` (llama-swap's environment, unknown here)."""
+    out: list[Note] = []
+    names = {n for n, _ in macros}
+    seen: set[str] = set()
+    for m in _REF_RE.finditer(cmd.text):
+        name = m.group(1)
+        if name in seen:
+            continue
+        seen.add(name)
+        why = (" (a macro may only use macros declared before it)" if name in names else "")
+        out.append(Note("unknown-macro", cmd.line_at(m.start()),
+                        f"llama-swap refuses to load this config: unknown macro '${{{name}}}' found in "
+                        f"{mid}.cmd{why} (internal/config/macros.go validateMacroUses)", Severity.ERROR))
+    for m in _ENV_RE.finditer(cmd.text):
+        name = m.group(1)
+        if f"env.{name}" in seen:
+            continue
+        seen.add(f"env.{name}")
+        out.append(Note("unknown-variable", cmd.line_at(m.start()),
+                        f"`${{env.{name}}}` is replaced by llama-swap with its own environment variable "
+                        f"{name} when it loads the config (it refuses to load when {name} is not set); "
+                        "its value is not known here, checked as written", Severity.INFO))
+    return out
+
+
+def _server(words: list[Word], env: list[tuple[str, str, int]], mid: str) -> Invocation | None:
+    idx, _ = unwrap(words, env)
+    if idx >= len(words):
         return None
-    return words_on_lines(texts, lines, cmd_line)
+    prog = words[idx].text
+    if PurePosixPath(prog).name in ("docker", "podman"):
+        d = docker_args(words, idx)
+        if d is None:
+            return None
+        start, denv = d
+        args = words[start:]
+        return Invocation(f"{prog} run … (llama.cpp image)", args, words[idx].line,
+                          words[-1].line, env=env + denv, source="llama-swap", label=mid)
+    if is_server_call(prog, words[idx + 1:]):
+        return Invocation(prog, words[idx + 1:], words[idx].line, words[-1].line, env=env,
+                          source="llama-swap", label=mid)
+    return None

@@ -1,26 +1,56 @@
-"""Reading a YAML file: a llama-swap config (a ``models:`` mapping) or a docker-compose file (a
-``services:`` mapping); anything else is not read as YAML."""
+"""Reading a YAML file, document by document: a llama-swap config (a ``models:`` mapping), a
+docker-compose file (a ``services:`` mapping), Kubernetes manifests (``kind: Deployment`` ...,
+with the ConfigMaps of the same file) or a Helm values file (any other mapping with
+``command``/``args``/``extraArgs``). Lists are read as argv lists, one item one word, with the
+item's line; strings as shell text. Not YAML, or nothing of the above: None.
+"""
 
 from __future__ import annotations
 
 from llamarig.flags.parsed import Parsed
+from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.compose import read_compose
+from llamarig.flags.readers.containers import Found
+from llamarig.flags.readers.kubernetes import (
+    _merge,
+    config_maps,
+    is_workload,
+    read_helm_values,
+    read_kubernetes,
+)
 from llamarig.flags.readers.llama_swap import read_llama_swap
 
 
 def parse_yaml(text: str) -> Parsed | None:
-    """docker-compose ``services.*.command`` / llama-swap ``models.*.cmd``; None if neither."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+    """Every llama-server command of the file's documents; None when the text is not YAML or
+    holds no mapping."""
+    docs = Y.compose(text)
+    if not docs or not any(Y.is_map(d) for d in docs):
         return None
-    if not isinstance(data, dict):
-        return None
-    lines = text.split("\n")
-    if isinstance(data.get("models"), dict):
-        return read_llama_swap(data, lines)
-    if isinstance(data.get("services"), dict):
-        return read_compose(data, lines)
-    return None
+    src = Y.Source(text)
+    cms = config_maps(docs)
+    found: Found = ([], [])
+    kinds: list[str] = []
+    for d in docs:
+        if not Y.is_map(d):
+            continue
+        if Y.is_map(Y.get(d, "models")):
+            kinds.append("llama-swap")
+            _merge(found, read_llama_swap(d, src))
+        elif Y.is_map(Y.get(d, "services")):
+            kinds.append("compose")
+            _merge(found, read_compose(d, src))
+        elif is_workload(d):
+            kinds.append("kubernetes")
+            _merge(found, read_kubernetes(d, src, cms))
+        elif Y.text_of(Y.get(d, "kind")) is None or Y.get(d, "apiVersion") is None:
+            more = read_helm_values(d, src)
+            if more[0]:
+                kinds.append("helm-values")
+            _merge(found, more)
+    if not kinds:
+        if not found[1]:
+            return None
+        kinds.append("yaml")
+    kind = kinds[0] if len(set(kinds)) == 1 else "yaml"
+    return Parsed(kind, found[0], found[1], [], src.lines())

@@ -100,8 +100,12 @@ def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
     """All findings for a parsed input, sorted by line."""
     findings: list[Finding] = [script.note_to_finding(n) for n in parsed.notes]
     readings = []
+    default_ctx = None
     for k, inv in enumerate(parsed.invocations):
-        c = ctx or Context(physical_cores=physical_cores())
+        if ctx is None and default_ctx is None:  # detected once, not per invocation
+            default_ctx = Context(physical_cores=physical_cores(), cores_source="this machine")
+        c = ctx or default_ctx
+        assert c is not None
         if model_loader is not None:
             c = model_loader(inv, c)
         r, fs = lint_invocation(inv, schema, k, c)

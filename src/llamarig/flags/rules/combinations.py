@@ -100,8 +100,13 @@ def kv_types_flash_attention(s: Subject) -> list[Finding]:
     return out
 
 
+#: the slots of `-np auto` (tools/server/server.cpp:168-171: "n_parallel is set to auto, using
+#: n_parallel = 4")
+AUTO_SLOTS = 4
+
+
 def batch_sizes(s: Subject) -> list[Finding]:
-    """ubatch-gt-batch, batch-gt-ctx."""
+    """ubatch-gt-batch, batch-gt-ctx, batch-below-slots."""
     r, k = s.reading, s.k
     _, n_ctx = last_int(r, "--ctx-size")
     out: list[Finding] = []
@@ -118,6 +123,21 @@ def batch_sizes(s: Subject) -> list[Finding]:
         out.append(finding("batch-gt-ctx", Severity.INFO, b_u.line, b_u.spelling,
                            f"`-b {b}` > context {n_ctx}: n_batch = min(n_ctx, -b) = {n_ctx} "
                            "(src/llama-context.cpp)", None, k, b_u.passed))
+    # one decode's outputs are capped by n_batch and must hold one per slot: below the slot
+    # count the server aborts at start (checked with the pinned binary: -b 2 and -b 3 abort with
+    # -np auto, -b 4 does not, nor does -b 2 -np 1); embeddings/pooling output one per sequence
+    np_u, n_par = last_int(r, "--parallel")
+    slots = n_par if np_u is not None and n_par is not None and n_par > 0 else AUTO_SLOTS
+    embedding = r.has("--embedding") or r.has("--pooling") or r.has("--rerank")
+    if b_u and b is not None and 0 < b < slots and not embedding and "$" not in (b_u.value or ""):
+        why = f"`-np {n_par}`" if np_u is not None and n_par else f"`-np` auto = {AUTO_SLOTS} slots"
+        shown = b_u.value if b_u.value == str(b) else f"{b_u.value}` (read as {b}: std::stoi)`"
+        out.append(finding("batch-below-slots", Severity.ERROR, b_u.line, b_u.spelling,
+                           f"`{b_u.spelling} {shown}` is below the number of slots ({why}): the server "
+                           "aborts at start with GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max) "
+                           "(src/llama-context.cpp:2275), since one decode can output at most n_batch "
+                           "tokens and needs one per slot", "use `-b 2048` (the default)", k, b_u.passed,
+                           Fix("set-value", ("2048",)), b_u.index))
     return out
 
 
@@ -189,12 +209,20 @@ def threads_above_cores(s: Subject) -> list[Finding]:
     if t_u and ctx.physical_cores and full:
         t = int_of(t_u.value)
         if t and t > ctx.physical_cores:
+            n = ctx.physical_cores
+            if ctx.cores_source == "this machine":
+                basis = (f"this machine: {n} physical cores, the machine running `llamarig check`; "
+                         "for the machine the server runs on pass `--cores N`")
+            elif ctx.cores_source == "--cores":
+                basis = f"--cores {n}: the target machine has {n} physical cores"
+            else:
+                basis = f"{ctx.cores_source}: {n} physical cores"
             out.append(finding("threads-above-cores", Severity.WARNING, t_u.line, t_u.spelling,
-                               f"`-t {t}` > {ctx.physical_cores} physical cores ({ctx.cores_source}) with "
-                               "every layer on the GPU: extra threads only contend (the default, -1, already uses the "
+                               f"`-t {t}` is more than the physical cores ({basis}) with every layer on "
+                               "the GPU: extra threads only contend (the default, -1, already uses the "
                                "physical cores: common/common.cpp cpu_get_num_math)",
-                               f"use `-t {ctx.physical_cores}` or leave -t out", k, t_u.passed,
-                               Fix("set-value", (str(ctx.physical_cores),)), t_u.index))
+                               f"use `-t {n}` or leave -t out", k, t_u.passed,
+                               Fix("set-value", (str(n),)), t_u.index))
     return out
 
 

@@ -50,6 +50,8 @@ class Context:
     """What the rules may know beyond the argv."""
 
     physical_cores: int | None = None
+    #: where physical_cores comes from, named in the findings that depend on it: "this
+    #: machine" (physical_cores() here), "--cores" (`check --cores N`), or what a caller says
     cores_source: str = "this machine"
     gpus: tuple[str, ...] = ()  # `check --gpu NAME[:GB]`, for the memory plan
     ram_bytes: int | None = None

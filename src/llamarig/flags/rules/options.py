@@ -34,6 +34,20 @@ def removed_deprecated(s: Subject) -> list[Finding]:
     return out
 
 
+#: at most this many line numbers are listed in one duplicate-flag message (the first ones and
+#: the last), and at most this many earlier uses of one option get a finding of their own; the
+#: rest are counted in one more finding, so that the output stays linear in the input
+DUP_LINES_SHOWN = 6
+DUP_FINDINGS_PER_OPTION = 20
+
+
+def line_list(lines: list[int], shown: int = DUP_LINES_SHOWN) -> str:
+    """``2, 3, 4`` or, for many lines, ``2, 3, 4, 5, 6, … 9001`` (bounded length)."""
+    if len(lines) <= shown:
+        return ", ".join(map(str, lines))
+    return ", ".join(map(str, lines[:shown - 1])) + f", … {lines[-1]}"
+
+
 def duplicates(s: Subject) -> list[Finding]:
     """duplicate-flag."""
     r, k = s.reading, s.k
@@ -49,20 +63,27 @@ def duplicates(s: Subject) -> list[Finding]:
             continue
         opt = uses[0].opt
         assert opt is not None
-        lines = ", ".join(str(u.line) for u in uses)
+        lines = line_list([u.line for u in uses])
         shown = " ".join([uses[-1].spelling] + [v.text for v in uses[-1].values])
         if opt.appending:
             out.append(finding("duplicate-flag", Severity.INFO, uses[-1].line, name,
                                f"`{name}` is given {len(uses)} times (lines {lines}); this option "
                                "appends, so every value is kept", None, k, uses[-1].passed))
             continue
-        vals = {tuple(v.text for v in u.values) + (str(u.positive),) for u in uses}
-        same = len(vals) == 1
-        for u in uses[:-1]:
-            out.append(finding("duplicate-flag", Severity.WARNING, u.line, u.spelling,
-                               f"`{name}` is given {len(uses)} times (lines {lines}); only the last one "
-                               f"counts: `{shown}`" + (" (same value)" if same else ""),
+        same = len({tuple(v.text for v in u.values) + (str(u.positive),) for u in uses}) == 1
+        msg = (f"`{name}` is given {len(uses)} times (lines {lines}); only the last one counts: "
+               f"`{shown}`" + (" (same value)" if same else ""))
+        earlier = uses[:-1]
+        for u in earlier[:DUP_FINDINGS_PER_OPTION]:
+            out.append(finding("duplicate-flag", Severity.WARNING, u.line, u.spelling, msg,
                                "remove the earlier one", k, u.passed, Fix("drop"), u.index))
+        rest = earlier[DUP_FINDINGS_PER_OPTION:]
+        if rest:
+            # one finding for the others (--fix keeps only the last use of the option anyway)
+            out.append(finding("duplicate-flag", Severity.WARNING, rest[0].line, rest[0].spelling,
+                               f"{msg}; {len(rest)} more earlier uses on lines "
+                               f"{line_list([u.line for u in rest])} are not listed one by one",
+                               "remove the earlier ones", k, rest[0].passed, Fix("drop"), rest[0].index))
     return out
 
 

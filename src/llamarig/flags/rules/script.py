@@ -23,6 +23,9 @@ _NOTE_FIX = {
     "kill-by-name": "stop your own server by pid (`kill $(cat llama.pid)`) or `pkill -x NAME -u $USER`, "
                     "and wait for it to exit instead of sleeping",
     "shell-syntax": "fix the quoting",
+    "unknown-macro": "define the macro under `macros:` before the macros that use it, or write the value",
+    "macro-invalid": "rename or fix the macro (names: ^[a-zA-Z0-9_-]+$, not PID/PORT/MODEL_ID, no self-reference)",
+    "yaml-not-string": "quote the item",
 }
 
 

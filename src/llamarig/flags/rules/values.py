@@ -75,7 +75,9 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
                 bad("out of int range (std::stoi throws out_of_range)", "use a smaller number", Fix("drop"))
             elif m.end() != len(v):
                 res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
-                                   f"`{sp} {v}`: std::stoi reads the leading integer only, so this is {n}",
+                                   f"`{sp} {v}`: std::stoi reads the leading digits and ignores the rest "
+                                   "without an error (common/arg.cpp:859 `opt.handler_int(params, "
+                                   f"std::stoi(val))`), so llama-server uses {n}",
                                    f"write `{sp} {_expand(v)}`" if _expand(v) else f"write `{sp} {n}`",
                                    k, u.passed, Fix("set-value", (_expand(v) or str(n),)), u.index))
             res.extend(_int_limits(u, opt, n, k))
@@ -86,7 +88,9 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
                 f"give a number after `{sp}`", Fix("drop"))
         elif m.end() != len(v.rstrip()):
             res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
-                               f"`{sp} {v}`: std::stof reads the leading number only ({m.group(0).strip()})",
+                               f"`{sp} {v}`: std::stof reads the leading number and ignores the rest "
+                               "without an error (the option's handler in common/arg.cpp calls "
+                               f"std::stof(value)), so llama-server uses {m.group(0).strip()}",
                                f"write `{sp} {m.group(0).strip()}`", k, u.passed,
                                Fix("set-value", (m.group(0).strip(),)), u.index))
     return res

@@ -1,0 +1,273 @@
+"""Shell variables and arrays, expanded the way bash expands them (bash(1) EXPANSION: parameter
+expansion, then word splitting of the unquoted results on IFS blanks, then quote removal).
+
+The values come from the assignments read so far in the same file, in text order (``NAME=value``,
+``NAME+=value``, ``NAME=( a b c )``, ``NAME+=( d )``, ``export``/``declare``/``local``/
+``readonly``/``typeset``); a command that runs later sees the last assignment before it.
+Supported forms: ``$NAME`` ``${NAME}`` ``${NAME[@]}`` ``${NAME[*]}`` ``${NAME[N]}`` ``${#NAME}``
+``${#NAME[@]}`` and the defaults ``${NAME:-word}`` ``${NAME-word}`` ``${NAME:=word}``
+``${NAME:+word}``. ``"${arr[@]}"`` gives one word per element; an unquoted ``$ARGS`` is split on
+blanks. What is not known here (the caller's environment, ``$1``/``"$@"``, ``$(...)``, other
+operators) is kept as written and reported once per invocation (``unknown-variable``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from llamarig.flags.parsed import Word
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BRACED_RE = re.compile(r"^(#?)([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?$", re.S)
+_IFS_RE = re.compile(r"[ \t\n]+")
+_SPECIAL = "@*#?$!-0123456789"
+
+#: a variable's value: a scalar, or the elements of an array, each with the line its text was
+#: written on and whether it is itself an unknown reference kept as written (``"$API_KEY"``);
+#: None: assigned from something not known here (``$(cmd)``, ``read``)
+Value = list[tuple[str, int, bool]]
+
+
+@dataclass
+class Var:
+    value: Value | None
+    is_array: bool
+    line: int
+    why: str = ""  # for an unknown value: where it comes from
+    unknown: list[Unknown] = field(default_factory=list)  # references its value kept as written
+
+
+@dataclass
+class Unknown:
+    """A reference that could not be expanded (or, ``default``, was expanded to its default)."""
+
+    name: str
+    line: int
+    why: str
+    default: bool = False
+
+
+@dataclass
+class Scope:
+    """The variables assigned so far in a script."""
+
+    vars: dict[str, Var] = field(default_factory=dict)
+
+    def assign(self, name: str, value: Value | None, line: int, *, array: bool = False,
+               append: bool = False, why: str = "", unknown: list[Unknown] | None = None) -> None:
+        old = self.vars.get(name)
+        unknown = list(unknown or [])
+        if append and old is not None and old.value is not None and value is not None:
+            unknown = old.unknown + unknown
+            if array or old.is_array:
+                value = old.value + value
+                array = True
+            else:
+                txt = "".join(t for t, _, _ in old.value) + "".join(t for t, _, _ in value)
+                value = [(txt, old.value[0][1] if old.value else line, False)]
+        self.vars[name] = Var(value, array, line, why, unknown)
+
+    def unset(self, name: str) -> None:
+        self.vars.pop(name, None)
+
+
+class _Fields:
+    """Fields being built: bash's word splitting with quoted/unquoted pieces."""
+
+    def __init__(self, line: int) -> None:
+        self.out: list[tuple[str, int, bool]] = []  # text, line, opaque
+        self.cur: list[str] = []
+        self.exists = False  # quoted empty strings make a field too
+        self.line = line
+        self.cur_line: int | None = None
+        self.known = False  # the current field holds something besides unknown references
+        self.opaque = False
+
+    def add(self, text: str, line: int, *, make: bool = True, known: bool = True) -> None:
+        if text or make:
+            if self.cur_line is None:
+                self.cur_line = line
+            self.exists = True
+        if text:
+            self.cur.append(text)
+        if known and (text or make):
+            self.known = True
+        if not known:
+            self.opaque = True
+
+    def end(self) -> None:
+        if self.exists:
+            self.out.append(("".join(self.cur), self.cur_line or self.line, self.opaque and not self.known))
+        self.cur, self.exists, self.cur_line, self.known, self.opaque = [], False, None, False, False
+
+    def split(self, text: str, line: int) -> None:
+        """An unquoted expansion: split on IFS blanks (default IFS)."""
+        pieces = _IFS_RE.split(text)
+        for k, piece in enumerate(pieces):
+            if k:
+                self.end()
+            if piece:
+                self.add(piece, line)
+
+
+def expand_word(w: Word, scope: Scope, unknown: list[Unknown], *, split: bool = True) -> list[Word]:
+    """The words bash makes of ``w`` (a word of the lexer, with ``parts`` when it holds a
+    ``$``). ``split`` False: an assignment's value (no word splitting, one word)."""
+    if w.parts is None:
+        return [w]
+    f = _Fields(w.line)
+    changed = False
+    for text, q in w.parts:
+        if q in ("'", "`"):
+            f.add(text, w.line)
+            continue
+        quoted = q == '"'
+        if "$" not in text:
+            f.add(text, w.line, make=quoted)
+            continue
+        i = 0
+        n = len(text)
+        while i < n:
+            k = text.find("$", i)
+            if k < 0:
+                f.add(text[i:], w.line, make=quoted)
+                break
+            if k > i:
+                f.add(text[i:k], w.line, make=quoted)
+            ref, end = _reference(text, k)
+            if ref is None:
+                f.add("$", w.line, make=True)
+                i = k + 1
+                continue
+            i = end
+            got = _resolve(ref, text[k:end], scope, w.line, unknown)
+            if got is None:
+                f.add(text[k:end], w.line, known=False)
+                continue
+            changed = True
+            kind, vals = got
+            if kind == "@" and quoted:  # "${arr[@]}": one field per element
+                for e, (t, ln, op) in enumerate(vals):
+                    if e:
+                        f.end()
+                    f.add(t, ln, known=not op)
+            elif quoted or not split:
+                f.add((" " if kind in ("@", "*") else "").join(t for t, _, _ in vals),
+                      vals[0][1] if vals else w.line, make=quoted, known=not (len(vals) == 1 and vals[0][2]))
+            else:
+                for e, (t, ln, op) in enumerate(vals):
+                    if e:
+                        f.end()
+                    if op:
+                        f.add(t, ln, known=False)
+                    else:
+                        f.split(t, ln)
+    f.end()
+    if not changed:
+        if f.out and f.out[0][2] and len(f.out) == 1:
+            return [replace(w, opaque=True)]
+        return [w]
+    if not split:
+        f.out = [("".join(t for t, _, _ in f.out), f.out[0][1] if f.out else w.line, False)]
+    return [Word(t, ln, opaque=op) for t, ln, op in f.out]
+
+
+def _reference(text: str, k: int) -> tuple[str | None, int]:
+    """The parameter reference starting at ``text[k] == "$"``: its inside (``NAME``,
+    ``NAME[@]``, ``NAME:-x`` ...) and where it ends; None when the ``$`` is literal."""
+    if k + 1 >= len(text):
+        return None, k + 1
+    c = text[k + 1]
+    if c == "{":
+        depth, j = 1, k + 2
+        while j < len(text) and depth:
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+            j += 1
+        if depth:
+            return None, k + 1
+        return text[k + 2:j - 1], j
+    if c in _SPECIAL:
+        return c, k + 2
+    m = _NAME_RE.match(text, k + 1)
+    if m:
+        return m.group(0), m.end()
+    return None, k + 1
+
+
+def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unknown]
+             ) -> tuple[str, Value] | None:
+    """(``@`` for an array's elements, ``*`` for elements joined, ``$`` for a scalar, values), or
+    None when not known here (recorded in ``unknown``)."""
+    if ref and ref[0] in _SPECIAL and (len(ref) == 1 or ref[0] in "@*"):
+        why = ("the script's arguments, given when it runs" if ref[0] in "@*#0123456789"
+               else "set by the shell when it runs")
+        unknown.append(Unknown(written, line, why))
+        return None
+    m = _BRACED_RE.match(ref)
+    if not m:
+        unknown.append(Unknown(written, line, "a shell expansion llamarig does not evaluate"))
+        return None
+    count, name, index, op, word = m.groups()
+    var = scope.vars.get(name)
+    is_set = var is not None
+    if var is not None and var.value is None:
+        unknown.append(Unknown(written, line, var.why or f"set on line {var.line} from a value not known here"))
+        return None
+    if var is not None:
+        unknown.extend(var.unknown)
+    vals: Value = (var.value or []) if var is not None else []
+    if index is None:
+        kind, sel = "$", vals[:1]
+    elif index in ("@", "*"):
+        kind, sel = index, list(vals)
+    elif index.isdigit():
+        i = int(index)
+        kind, sel = "$", vals[i:i + 1]
+    else:
+        unknown.append(Unknown(written, line, "an array index llamarig does not evaluate"))
+        return None
+    if count:
+        if op:
+            unknown.append(Unknown(written, line, "a shell expansion llamarig does not evaluate"))
+            return None
+        n = len(vals) if index in ("@", "*") else len(sel[0][0]) if sel else 0
+        if not is_set:
+            unknown.append(Unknown(written, line, f"{name} is not set in this file"))
+            return None
+        return "$", [(str(n), line, False)]
+    empty = not sel or (len(sel) == 1 and sel[0][0] == "")
+    if op is None:
+        if not is_set:
+            unknown.append(Unknown(written, line, f"{name} is not set earlier in this file (it may come "
+                                   "from the environment or a sourced file)"))
+            return None
+        return kind, sel
+    word = word or ""
+    use_default = (not is_set) if op in ("-", "=", "+", "?") else (not is_set or empty)
+    if op in (":+", "+"):
+        return ("$", [(word, line, False)]) if not use_default else ("$", [])
+    if op in (":?", "?"):
+        if use_default:
+            unknown.append(Unknown(written, line, f"{name} is not set in this file"))
+            return None
+        return kind, sel
+    if use_default:
+        if "$" in word:
+            inner: list[Unknown] = []
+            dw = expand_word(Word(word, line, parts=((word, '"'),)), scope, inner, split=False)
+            if inner or not dw:
+                unknown.append(Unknown(written, line, f"{name} is not set in this file and its default "
+                                       "is not known here"))
+                return None
+            word = dw[0].text
+        if not is_set:
+            unknown.append(Unknown(written, line, f"{name} is not set earlier in this file: checked "
+                                   f"with its default `{word}`", default=True))
+        if op in (":=", "="):
+            scope.assign(name, [(word, line, False)], line)
+        return "$", [(word, line, False)]
+    return kind, sel
