@@ -190,3 +190,22 @@ def test_dashdash_command_after_an_own_option(capsys, synth_model) -> None:
                          "--host", "127.0.0.1")
     assert code == 0, err
     assert json.loads(out)["model"] == str(path)
+
+
+def test_estimated_file_sizes_are_labelled_and_ranged(capsys) -> None:
+    """A catalogue size from bits per weight is an estimate (+-6 %: the UD-Q4_K_XL estimate of
+    Qwen3.8-27B was 4.8 % below the published file), so its weights are 'estimated' and the verdict
+    gives the free range; a published byte count is exact."""
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:q4_k_m", "--gpu", "rtx3090", "-c", "65536", "--json")
+    dev = json.loads(out)["devices"][0]
+    assert dev["formulas"]["weights"]["method"] == "estimated" and dev["formulas"]["weights"]["spread"] == 0.06
+    lo, hi = dev["free_range"]
+    assert lo < dev["free"] < hi
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:q4_k_m", "--gpu", "rtx3090", "-c", "65536")
+    assert "free (the file size is estimated)" in out.splitlines()[0] + out.splitlines()[1]
+    code, out, _ = run(capsys, "plan", "qwen3.8-27b:ud-q4_k_xl", "--gpu", "rtx3090", "-c", "65536", "--json")
+    d = json.loads(out)
+    w = d["devices"][0]["formulas"]["weights"]
+    assert w["method"] == "modelled" and d["devices"][0]["free_range"] is None  # published total, split modelled
+    loaded = sum(x["weights"] for x in d["devices"]) + d["host"]["weights"]
+    assert 0.95 * 17559178144 < loaded <= 17559178144 * 1.001  # the MTP block is not loaded without draft-mtp

@@ -46,6 +46,14 @@ def verdict_lines(plan: Plan) -> list[str]:
     for d in plan.devices:
         if not d.capacity:
             parts.append(_("{dev} {used} (capacity unknown)").format(dev=_device_name(d), used=_gib(d.total)))
+        elif d.uncertainty and d.free_range is not None:
+            lo, hi = d.free_range
+            if lo >= 0:
+                parts.append(_("{dev} {used} of {cap}, {lo}-{hi} free (the file size is estimated)").format(
+                    dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), lo=_gib(lo), hi=_gib(hi)))
+            else:
+                parts.append(_("{dev} between {short} short and {hi} free (the file size is estimated: check with "
+                               "the real GGUF)").format(dev=_device_name(d), short=_gib(-lo), hi=_gib(max(hi, 0))))
         elif (d.free or 0) >= 0:
             parts.append(_("{dev} {used} of {cap}, {free} free").format(
                 dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0)))
@@ -60,7 +68,8 @@ def verdict_lines(plan: Plan) -> list[str]:
             parts.append(_("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0))))
     else:
         parts.append(_("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start)))
-    head = _("fits") if plan.fits else _("does not fit")
+    maybe = any(d.uncertainty and d.free_range is not None and d.free_range[0] < 0 for d in plan.devices)
+    head = (_("may not fit") if maybe else _("fits")) if plan.fits else _("does not fit")
     out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts)))
     grow = h.growth
     if grow:

@@ -23,6 +23,10 @@ from llamarig.plan.fit import fit
 from llamarig.plan.result import DevicePlan, HostPlan, Line, Plan, PlanInputs
 from llamarig.units import GiB, MiB, fmt_bytes
 
+#: how far a bits-per-weight file size can be off: the UD-Q4_K_XL estimate of Qwen3.8-27B was
+#: 4.8 % below the published file (src/llamarig/data/models.json, its source)
+ESTIMATE_SPREAD = 0.06
+
 
 def head_split(n: int, ts: list[float]) -> list[int]:
     """Heads per device under -sm tensor (src/llama-model.cpp:841-863): cumulative -ts shares,
@@ -479,6 +483,23 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
                 lines[i]["weights"] = Line(w.bytes, f"a share of every offloaded matrix (-sm tensor splits each tensor "
                                                     f"across the GPUs by -ts, evenly when unset){w.formula[w.formula.find(' ('):] if ' (' in w.formula else ''}",
                                            w.method, w.parts)
+
+    # ---------------------------------------------------------------- estimated file sizes
+    size_source = str(spec.metadata.get("size_source", ""))
+    if spec.metadata.get("catalogue") and not size_source.startswith("estimated"):
+        # a published file size, spread over the tensors by parameter count (catalogue.build_spec)
+        for tgt in [*lines, host]:
+            wline = tgt.get("weights")
+            if wline is not None and wline.bytes:
+                tgt["weights"] = Line(wline.bytes, wline.formula + " (catalogue: the published file size spread over "
+                                      "the tensors by parameter count)", "modelled", wline.parts)
+    if size_source.startswith("estimated"):
+        # a catalogue size from bits per weight, not a published byte count: +-ESTIMATE_SPREAD
+        for tgt in [*lines, host]:
+            wline = tgt.get("weights")
+            if wline is not None:
+                tgt["weights"] = Line(wline.bytes, wline.formula + f" (file size {size_source}; +-{ESTIMATE_SPREAD:.0%})",
+                                      "estimated", wline.parts, ESTIMATE_SPREAD)
 
     # ---------------------------------------------------------------- devices
     dev_plans = []

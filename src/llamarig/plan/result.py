@@ -32,6 +32,8 @@ class Line:
     #: the figure per ggml buffer type, where llama.cpp logs it in several (host weights:
     #: CPU_Mapped, CPU_REPACK, AMX); empty when it is one buffer
     parts: tuple[tuple[str, int], ...] = ()
+    #: relative uncertainty of an "estimated" figure (0.06: the true value is within +-6 %)
+    spread: float = 0.0
 
 
 class _Budget:
@@ -52,6 +54,17 @@ class _Budget:
     def free(self) -> int | None:
         return None if self.capacity is None else self.capacity - self.total
 
+    @property
+    def uncertainty(self) -> int:
+        """Bytes the estimated lines may be off by, either way."""
+        return int(sum(ln.bytes * ln.spread for ln in self.lines.values()))
+
+    @property
+    def free_range(self) -> tuple[int, int] | None:
+        """(least, most) free memory the estimates allow; None without a capacity."""
+        f = self.free
+        return None if f is None else (f - self.uncertainty, f + self.uncertainty)
+
 
 @dataclass(frozen=True)
 class DevicePlan(_Budget):
@@ -67,7 +80,10 @@ class DevicePlan(_Budget):
         d["total"] = self.total
         d["capacity"] = self.capacity
         d["free"] = self.free
-        d["formulas"] = {k: {"formula": v.formula, "method": v.method} for k, v in self.lines.items()}
+        d["formulas"] = {k: {"formula": v.formula, "method": v.method, **({"spread": v.spread} if v.spread else {})}
+                         for k, v in self.lines.items()}
+        fr = self.free_range
+        d["free_range"] = list(fr) if self.uncertainty and fr is not None else None  # what the estimates allow
         return d
 
 
