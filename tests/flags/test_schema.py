@@ -105,7 +105,7 @@ def test_no_binary_falls_back_to_bundled(monkeypatch: pytest.MonkeyPatch) -> Non
     def none(*a, **k):
         raise ServerError("no binary")
 
-    monkeypatch.setattr("llamarig.binary.find_binary", none)
+    monkeypatch.setattr(schema_mod, "find_binary", none)
     assert load_schema().source == "bundled"
 
 
@@ -126,7 +126,7 @@ def test_unusable_discovered_binary_falls_back(tmp_path: Path, monkeypatch: pyte
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\necho hello\n")
     fake.chmod(0o755)
-    monkeypatch.setattr("llamarig.binary.find_binary", lambda name, explicit=None: fake)
+    monkeypatch.setattr(schema_mod, "find_binary", lambda name, explicit=None: fake)
     monkeypatch.setattr(schema_mod, "schema_cache_dir", lambda: tmp_path / "schemas")
     s = load_schema()
     assert s.source == "bundled" and "unusable" in s.origin and s.lookup("-c") is not None

@@ -106,8 +106,11 @@ def int_of(text: str | None) -> int | None:
         return None
 
 
+_NUMBER_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)")
+
+
 def is_number(text: str) -> bool:
-    return bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)", text))
+    return _NUMBER_RE.fullmatch(text) is not None
 
 
 def _looks_like_value(text: str) -> bool:

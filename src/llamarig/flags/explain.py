@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from llamarig.flags.argv import Reading, Use, int_of
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import Schema
+from llamarig.gguf.ggml_types import row_size
+from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
@@ -112,9 +114,6 @@ def _pad(x: int, n: int = 256) -> int:
 
 def memory_effects(r: Reading, spec: ModelSpec | None, lang: str = "en") -> dict[str, str]:
     """Memory numbers (with formulas) keyed by the option they belong to."""
-    from llamarig.gguf.ggml_types import row_size
-    from llamarig.units import fmt_bytes
-
     t = TEXT[lang]
     out: dict[str, str] = {}
     if spec is None:

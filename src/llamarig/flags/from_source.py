@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from llamarig.flags.schema import (
@@ -213,8 +214,6 @@ def schema_from_source(arg_cpp: Path, build: int) -> Schema:
         r = ref.get(o.name)
         if r is not None and r.kind == o.kind and o.kind in ("value", "two_values"):
             # value kinds of the same option in build 11434 (read from its arg.cpp)
-            from dataclasses import replace
-
             o = replace(o, value_kind=r.value_kind, allowed=r.allowed if r.value_kind != "string" else None)
         out.append(o)
     return Schema(tuple(out), build, str(build), None, source="source", origin=str(arg_cpp))

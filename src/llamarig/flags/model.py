@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.parsed import Invocation
 from llamarig.flags.rules.context import Context
+from llamarig.gguf.spec import load_spec
 
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
@@ -20,6 +21,13 @@ if TYPE_CHECKING:
 def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[[Invocation, Context], Context]:
     """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
     cache: dict[str, tuple[ModelSpec | None, str | None]] = {}  # path or catalogue id -> (spec, error)
+    is_file: dict[Path, bool] = {}  # one stat per path, not one per invocation naming it
+
+    def exists(p: Path) -> bool:
+        hit = is_file.get(p)
+        if hit is None:
+            hit = is_file[p] = p.is_file()
+        return hit
 
     def load(inv: Invocation, ctx: Context) -> Context:
         path = explicit_model
@@ -34,12 +42,10 @@ def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[
         if base_dir is not None and not Path(path).is_absolute():
             cands.append(base_dir / path)
         for c in cands:
-            if c.is_file():
+            if exists(c):
                 key = str(c)
                 if key not in cache:
                     try:
-                        from llamarig.gguf.spec import load_spec
-
                         cache[key] = (load_spec(c), None)
                     except LlamarigError as e:
                         cache[key] = (None, str(e))
@@ -48,12 +54,12 @@ def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[
                 spec, err = cache[key]
                 return replace(ctx, model_spec=spec, model_path=key, model_error=err)
         # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
-        from llamarig.catalogue.models import build_spec, find_model, is_catalogue_id
+        from llamarig.catalogue import models as catalogue  # lazy: 15 ms; -m not a file here
 
-        if is_catalogue_id(path):
+        if catalogue.is_catalogue_id(path):
             if path not in cache:
-                m, quant = find_model(path)
-                cache[path] = (build_spec(m, quant), None)
+                m, quant = catalogue.find_model(path)
+                cache[path] = (catalogue.build_spec(m, quant), None)
             spec, err = cache[path]
             return replace(ctx, model_spec=spec, model_error=err)
         if explicit_model:

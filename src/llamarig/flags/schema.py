@@ -21,11 +21,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llamarig.errors import InputError
+from llamarig.binary import CACHE_ROOT, find_binary
+from llamarig.errors import InputError, ServerError
 
 SCHEMA_FORMAT = 1
 PINNED_BUILD = 11434
@@ -362,8 +364,6 @@ def enrich(opts: list[Option], reference: Schema | None) -> list[Option]:
 
 
 def schema_cache_dir() -> Path:
-    from llamarig.binary import CACHE_ROOT
-
     return CACHE_ROOT / "schemas"
 
 
@@ -374,7 +374,7 @@ def _cache_key(binary: Path) -> str:
 
 
 def bundled_builds() -> list[int]:
-    from importlib import resources
+    from importlib import resources  # lazy: ~8 ms of start-up (it imports tempfile)
 
     d = resources.files("llamarig") / "data" / "schemas"
     builds = []
@@ -409,7 +409,7 @@ def load_bundled(build: int | None = None) -> Schema:
 
 
 def _bundled_json(build: int) -> dict[str, Any]:
-    from importlib import resources
+    from importlib import resources  # lazy: ~8 ms of start-up (it imports tempfile)
 
     res = resources.files("llamarig") / "data" / "schemas" / f"llama-server-{build}.json"
     return json.loads(res.read_text(encoding="utf-8"))
@@ -429,8 +429,6 @@ def _run(binary: Path, arg: str, timeout: float) -> str:
         p = subprocess.run([str(binary), arg], capture_output=True, text=True, timeout=timeout,
                            stdin=subprocess.DEVNULL, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as e:
-        from llamarig.errors import ServerError
-
         raise ServerError(f"{binary} {arg}: {e}") from e
     return p.stdout + "\n" + p.stderr
 
@@ -440,8 +438,6 @@ def schema_from_binary(binary: Path, timeout: float = 30, reference: Schema | No
     help_text = _run(binary, "--help", timeout)
     opts = parse_help(help_text)
     if len(opts) < 20:
-        from llamarig.errors import ServerError
-
         raise ServerError(f"{binary} --help: does not look like llama-server's help ({len(opts)} options)")
     version, build, commit = parse_version(_run(binary, "--version", timeout))
     inferred = False
@@ -472,9 +468,6 @@ def load_schema(binary: str | os.PathLike[str] | None = None, *, use_binary: boo
     """The schema of the user's llama-server: explicit ``binary``, else $LLAMARIG_SERVER_BIN,
     PATH, the build cache (llamarig.binary.find_binary); cached per binary. Falls back to the
     bundled schema of the pinned build when no binary is found and none was named."""
-    from llamarig.binary import find_binary
-    from llamarig.errors import ServerError
-
     path: Path | None = None
     if use_binary:
         try:
@@ -552,8 +545,6 @@ def kinds_from_args_json(path: str | os.PathLike[str]) -> Schema:
 def main() -> None:  # pragma: no cover - maintenance entry point
     """Regenerate a bundled schema from a binary, taking value kinds from a source-read table:
     ``python -m llamarig.flags.schema BINARY OUT.json [ARGS_JSON]``."""
-    import sys
-
     binary, out = Path(sys.argv[1]), Path(sys.argv[2])
     s = schema_from_binary(binary, reference=kinds_from_args_json(sys.argv[3]) if len(sys.argv) > 3 else None)
     if not s.build and len(sys.argv) > 4:  # a binary built from an sdist prints "build 0"

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import PurePosixPath
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
 from llamarig.flags.readers.common import (
     ASSIGN_RE,
+    basename,
     ends_with_backslash,
     is_server_call,
     looks_like_server_args,
@@ -483,7 +483,7 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
             continue
         prog = cmd.words[idx].text
         rest = cmd.words[idx + 1:]
-        base = PurePosixPath(prog).name
+        base = basename(prog)
         if base == "export":
             for w in rest:
                 m = ASSIGN_RE.match(w.text)
@@ -636,7 +636,7 @@ def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> li
         return out
     prog = expand_word(words[i], scope, unknown)
     out.extend(prog)
-    name = PurePosixPath(prog[0].text).name if prog else ""
+    name = basename(prog[0].text) if prog else ""
     for k, w in enumerate(words[i + 1:]):
         if name in _DECLARE and _is_assignment(w):
             out.append(_assign(w, scope, unknown, True))

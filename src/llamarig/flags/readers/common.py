@@ -6,7 +6,6 @@ and finding on which line of the text a word was written.
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 
 from llamarig.flags.parsed import Word
 
@@ -32,8 +31,14 @@ _WRAPPERS = {
 _POSITIONAL_WRAPPER_ARGS = {"timeout": 1, "chrt": 1, "taskset": 1}
 
 
+def basename(path: str) -> str:
+    """The last component of a POSIX path (PurePosixPath(path).name, without building a Path:
+    this runs for every word of every command)."""
+    return path.rstrip("/").rsplit("/", 1)[-1] if "/" in path else path
+
+
 def is_server_program(word: str) -> bool:
-    name = PurePosixPath(word.replace("\\", "/")).name
+    name = basename(word.replace("\\", "/"))
     return bool(_SERVER_RE.match(name))
 
 
@@ -55,7 +60,7 @@ def is_server_call(prog: str, args: list[Word]) -> bool:
     its first argument is a llama-server option or a ``.gguf`` file is passed."""
     if not is_server_program(prog):
         return False
-    name = PurePosixPath(prog.replace("\\", "/")).name.lower().removesuffix(".exe")
+    name = basename(prog.replace("\\", "/")).lower().removesuffix(".exe")
     if name != "server":
         return True
     first = args[0].text.split("=", 1)[0] if args else ""
@@ -80,7 +85,7 @@ def unwrap(words: list[Word], env: list[tuple[str, str, int]]) -> tuple[int, lis
             env.append((m.group(1), m.group(3), words[i].line))
             i += 1
             continue
-        name = PurePosixPath(w).name
+        name = basename(w)
         if name in _WRAPPERS and i + 1 < len(words):
             seen.append(name)
             opts = _WRAPPERS[name]

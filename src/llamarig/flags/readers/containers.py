@@ -16,12 +16,11 @@ bash script.
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Word
 from llamarig.flags.readers.bash import parse_bash
 from llamarig.flags.readers.common import (
+    basename,
     is_server_call,
     is_server_program,
     looks_like_server_args,
@@ -96,7 +95,7 @@ def argv_invocations(words: list[Word], env: Env, source: str, label: str, line:
         return [], []
     prog = words[idx]
     rest = words[idx + 1:]
-    if PurePosixPath(prog.text).name in _SHELLS:
+    if basename(prog.text) in _SHELLS:
         script = _shell_script(rest)
         if script is None:
             return [], []

@@ -22,14 +22,13 @@ macro is reported on the macro's line.
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Word
 from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.bash import docker_args
-from llamarig.flags.readers.common import is_server_call, unwrap
+from llamarig.flags.readers.common import basename, is_server_call, unwrap
 from llamarig.flags.readers.containers import Found
 from llamarig.flags.readers.located import Builder, Located, ShellSyntaxError, split_words
 
@@ -265,7 +264,7 @@ def _server(words: list[Word], env: list[tuple[str, str, int]], mid: str) -> Inv
     if idx >= len(words):
         return None
     prog = words[idx].text
-    if PurePosixPath(prog).name in ("docker", "podman"):
+    if basename(prog) in ("docker", "podman"):
         d = docker_args(words, idx)
         if d is None:
             return None

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import PurePosixPath
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
-from llamarig.flags.readers.common import ends_with_backslash, is_server_call, unwrap
+from llamarig.flags.readers.common import basename, ends_with_backslash, is_server_call, unwrap
 
 _KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*\s*=")
 
@@ -106,7 +105,7 @@ def parse_systemd(text: str) -> Parsed:
                 invocations.append(inv)
                 if blank is not None and ignored:
                     _cut(inv, len(invocations) - 1, key, blank, ignored, raw, notes)
-            elif idx < len(words) and PurePosixPath(words[idx].text).name in ("killall", "pkill"):
+            elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
                 notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", Severity.WARNING))
     return Parsed("systemd", invocations, notes, [], raw)
 

@@ -6,6 +6,7 @@ import os
 
 from llamarig.flags.findings import Finding, Severity, finding
 from llamarig.flags.rules.context import Subject
+from llamarig.units import fmt_bytes
 
 
 def memory_plan(s: Subject) -> list[Finding]:
@@ -28,8 +29,6 @@ def memory_plan(s: Subject) -> list[Finding]:
     except Exception as e:  # an unknown model / a flag the planner rejects: say so, don't fail
         return [finding("memory", Severity.INFO, inv.line, None, f"no memory plan: {e}", None, k)]
     try:
-        from llamarig.units import fmt_bytes
-
         parts = []
         for d in plan.devices:
             used = getattr(d, "total", None)
