@@ -23,21 +23,6 @@ def env(server_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     return tmp_path
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
-    from llamarig.cli.main import main
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            main(list(argv))
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 MID = {"n_embd": 512, "n_head": 8, "n_head_kv": 4, "head_dim": 64, "n_ff": 2048, "n_layer": 8}

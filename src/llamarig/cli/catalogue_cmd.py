@@ -12,6 +12,9 @@ from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.hardware.types import GPU
 
@@ -72,16 +75,21 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
     t.add_column(_("architecture"), no_wrap=True)
     t.add_column(_("quants (GB)"), overflow="fold")
     t.add_column("mmproj", no_wrap=True)
+    _finish(console, t, [([m.id, m.arch, _quants(m, bpw), _mmproj(m)], m.source) for m in models.values()],
+            sources, _("sources of an entry: llamarig models ID; of all: --sources"))
+
+
+def _finish(console: Console, t: Table, rows: list[tuple[list[str], str]], sources: bool, hint: str) -> None:
+    """Rows (with their source column under --sources), then the hint where sources are."""
+    from rich.markup import escape
+
     if sources:
         t.add_column(_("source"), overflow="fold")
-    for m in models.values():
-        row = [m.id, m.arch, _quants(m, bpw), _mmproj(m)]
-        if sources:
-            row.append(escape(m.source))
-        t.add_row(*row)
+    for cells, source in rows:
+        t.add_row(*cells, *([escape(source)] if sources else []))
     console.print(t)
     if not sources:
-        console.print(f"[dim]{escape(_('sources of an entry: llamarig models ID; of all: --sources'))}[/]")
+        console.print(f"[dim]{escape(hint)}[/]")
 
 
 def _gpu_line(g: GPU) -> list[str]:
@@ -121,13 +129,5 @@ def gpus_cmd(gpu_id: str | None, sources: bool, as_json: bool) -> None:
     for c, wrap in ((_("id"), False), (_("name"), True), (_("memory"), False), (_("bandwidth"), False),
                     (_("FP16 TFLOPS"), False)):
         t.add_column(c, no_wrap=not wrap, overflow="fold")
-    if sources:
-        t.add_column(_("source"), overflow="fold")
-    for g in gpus:
-        row = _gpu_line(g)
-        if sources:
-            row.append(escape(g.source))
-        t.add_row(*row)
-    console.print(t)
-    if not sources:
-        console.print(f"[dim]{escape(_('sources of an entry: llamarig gpus ID; of all: --sources'))}[/]")
+    _finish(console, t, [(_gpu_line(g), g.source) for g in gpus], sources,
+            _("sources of an entry: llamarig gpus ID; of all: --sources"))
