@@ -50,3 +50,16 @@ def test_set_language_translates(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(Exception, match="--lang"):
         i18n.set_language("fr")
     assert sys.modules["llamarig.i18n"] is i18n
+
+
+def test_no_message_hides_inside_an_f_string() -> None:
+    """Babel's extractor does not look inside f-string expressions: f"{_('text')}" would never
+    reach the catalogue (and stay English). Translate first, then format."""
+    import re
+
+    bad = []
+    for f in sorted((ROOT / "src" / "llamarig").rglob("*.py")):
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            if re.search(r"""\bf(["'])[^"']*\{[^}]*\b_\(\s*["']""", line):
+                bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not bad, "\n".join(bad)
