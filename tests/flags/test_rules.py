@@ -326,3 +326,16 @@ def test_duplicate_findings_stay_bounded() -> None:
     assert n1 == n2 == 21 and c2 < c1 * 1.1
     few = rules_of("llama-server -c 1 -c 2 -c 3")["duplicate-flag"]
     assert [f.line for f in few] == [1, 1] and "lines 1, 1, 1" in few[0].message
+
+
+@pytest.mark.server
+def test_batch_below_slots_aborts_the_real_server(server_bin: Path, synth_model, tmp_path: Path) -> None:
+    """What batch-below-slots says, with the pinned binary and a synthetic model: `-b 2k` is read
+    as 2 by std::stoi, which is below the 4 auto slots, and the server aborts while starting."""
+    model = synth_model("llama")
+    cmd = [str(server_bin), "-m", str(model), "--batch-size", "2k", "--host", "127.0.0.1", "--port", "0"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, errors="replace", cwd=tmp_path,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and "GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)" in p.stdout + p.stderr
+    r = rules_of(" ".join(cmd))
+    assert "batch-below-slots" in r and "value-truncated" in r

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass
 
 from llamarig.flags.argv import FALSY, Reading, Use
@@ -133,7 +134,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
     raw_of.update({w.text: w.written for w in inv.intended_args if w.written})  # llama-swap `${PORT}`
     return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
-                           _dedupe(comments), dropped_env)
+                           [w for c in _dedupe(comments) for w in _wrap(c)], dropped_env)
 
 
 def _well_formed(raw: str, text: str) -> bool:
@@ -149,8 +150,17 @@ def _show(u: Use) -> str:
 
 
 def _short(msg: str) -> str:
-    msg = re.sub(r"\s*\[on a cut-off line.*\]$", "", msg)
-    return msg if len(msg) <= 160 else msg[:157] + "..."
+    """The finding's message for a fix comment, whole (a cut comment cut a flag name in half:
+    'iq4_n...'); long ones are wrapped over several comment lines by _wrap."""
+    return re.sub(r"\s*\[on a cut-off line.*\]$", "", msg)
+
+
+def _wrap(comment: str, width: int = 100) -> list[str]:
+    """A '# ...' comment over lines of at most ``width`` columns, never breaking a word."""
+    if len(comment) <= width:
+        return [comment]
+    return textwrap.wrap(comment, width=width, subsequent_indent="#   ", break_long_words=False,
+                         break_on_hyphens=False) or [comment]
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -220,7 +230,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         if inv.orphans:
             end = max(end, _orphan_end(by_last, inv) - 1)
         kept_comments = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
-        warn = [f"# llamarig: {f.message}" for f in by_inv.get(k, []) if f.rule == "public-no-api-key"]
+        warn = [w for f in by_inv.get(k, []) if f.rule == "public-no-api-key" for w in _wrap(f"# llamarig: {f.message}")]
         if parsed.kind == "systemd":
             head = lines[start][: lines[start].find(inv.program) + len(inv.program)] if inv.program in lines[start] else f"ExecStart={inv.program}"
             body = _join(head.rstrip(), fx.args, False)

@@ -440,7 +440,9 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
 # ----------------------------------------------------------------------------- scripts
 
 
-def parse_bash(text: str, first_line: int = 1) -> Parsed:
+def parse_bash(text: str, first_line: int = 1, env: list[tuple[str, str, int]] | None = None) -> Parsed:
+    """Read a bash script (``first_line``: the line of the input it starts on). ``env``: the
+    environment it runs in (a container's), known to its ``$VAR`` expansions."""
     lex = _Lexer(text)
     tokens = lex.run()
     if first_line != 1:
@@ -457,6 +459,9 @@ def parse_bash(text: str, first_line: int = 1) -> Parsed:
     prev: Command | None = None
     functions: set[str] = set()  # shell functions defined so far
     scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
+    for name, value, line in env or ():
+        if value:  # an empty value here may be one not known (a Kubernetes valueFrom)
+            scope.assign(name, [(value, line, False)], line)
     for cmd in cmds:
         env: list[tuple[str, str, int]] = []
         unknown: list[Unknown] = []
