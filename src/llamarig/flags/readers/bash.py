@@ -440,8 +440,8 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
 # ----------------------------------------------------------------------------- scripts
 
 
-def parse_bash(text: str, first_line: int = 1, env: list[tuple[str, str, int]] | None = None) -> Parsed:
-    """Read a bash script (``first_line``: the line of the input it starts on). ``env``: the
+def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int]] | None = None) -> Parsed:
+    """Read a bash script (``first_line``: the line of the input it starts on). ``environ``: the
     environment it runs in (a container's), known to its ``$VAR`` expansions."""
     lex = _Lexer(text)
     tokens = lex.run()
@@ -459,7 +459,7 @@ def parse_bash(text: str, first_line: int = 1, env: list[tuple[str, str, int]] |
     prev: Command | None = None
     functions: set[str] = set()  # shell functions defined so far
     scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
-    for name, value, line in env or ():
+    for name, value, line in environ or ():
         if value:  # an empty value here may be one not known (a Kubernetes valueFrom)
             scope.assign(name, [(value, line, False)], line)
     for cmd in cmds:

@@ -99,7 +99,7 @@ def argv_invocations(words: list[Word], env: Env, source: str, label: str, line:
         script = _shell_script(rest)
         if script is None:
             return [], []
-        parsed = parse_bash(script.text, first_line=script.line, env=local_env)
+        parsed = parse_bash(script.text, first_line=script.line, environ=local_env)
         for inv in parsed.invocations:
             inv.env = local_env + inv.env
             inv.source, inv.label = source, label
