@@ -104,3 +104,12 @@ def test_fix_keeps_unknown_variables_as_written() -> None:
     readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
     fixed = fix_text(p, readings, fs, SCHEMA)
     assert '  "$@"\n' in fixed and '-m "$1"' in fixed and "  --metrics \\\n" in fixed
+
+
+def test_shell_variables_are_not_the_servers_environment() -> None:
+    # arrays cannot be exported, and a variable the script expands itself is a shell variable;
+    # an assignment the script never uses (or exports) stays in the environment as before
+    text = ('LLAMA_SCRIPT=./llama-server\nOPTS=(--port 8080)\nLOG=/tmp/l.log\nLLAMA_ARG_CTX_SIZE=8192\n'
+            '"$LLAMA_SCRIPT" "${OPTS[@]}" -m a.gguf >> "$LOG" 2>&1 &\n')
+    inv = parse_text(text).invocations[0]
+    assert [n for n, _, _ in inv.env] == ["LLAMA_ARG_CTX_SIZE"]

@@ -459,6 +459,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     prev: Command | None = None
     functions: set[str] = set()  # shell functions defined so far
     scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
+    bare: set[tuple[str, int]] = set()  # (name, line) of assignments without `export`
+    really_exported: set[str] = set()  # names given to a bare `export NAME`
     for name, value, line in environ or ():
         if value:  # an empty value here may be one not known (a Kubernetes valueFrom)
             scope.assign(name, [(value, line, False)], line)
@@ -467,6 +469,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         unknown: list[Unknown] = []
         start = _skip_reserved(cmd.words, 0)
         cmd.words = cmd.words[:start] + _expand_words(cmd.words[start:], scope, unknown)
+        for r in cmd.redirects:  # `>> "$log_file"`: a shell variable too (targets are kept as written)
+            scope.used.update(_VAR_REF_RE.findall(r))
         if start < len(cmd.words) and cmd.words[start].text == "function" and start + 1 < len(cmd.words):
             # `function NAME { ...`, `function NAME() ...`: the body (if on this line) follows
             functions.add(cmd.words[start + 1].text)
@@ -482,8 +486,15 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         cmd.assignments = env
         if idx >= len(cmd.words):
             if env and cmd.terminator in ("\n", ";", ""):
-                exported.extend(env)  # plain assignments affect later commands only if exported;
-                # keep them: bash scripts usually `export` them, and a wrong one is worth a look
+                # plain assignments affect later commands only if exported; keep them: bash
+                # scripts usually `export` them, and a wrong one is worth a look. Arrays cannot
+                # be exported; a variable the script itself expands is a shell variable (dropped
+                # below unless it is exported)
+                arrays = {w.text.partition("=")[0].rstrip("+") for w in cmd.words if w.elements is not None}
+                for e in env:
+                    if e[0] not in arrays:
+                        exported.append(e)
+                        bare.add((e[0], e[2]))
             prev = cmd
             continue
         prog = cmd.words[idx].text
@@ -494,6 +505,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                 m = ASSIGN_RE.match(w.text)
                 if m:
                     exported.append((m.group(1), m.group(3), w.line))
+                else:
+                    really_exported.add(w.text)
             prev = cmd
             continue
         if base in ("killall", "pkill"):
@@ -569,10 +582,17 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     for k, inv in enumerate(invocations):
         if inv.cut_line is not None and inv.orphans:
             notes.append(_cut_note(inv, k, lines, first_line))
+    # a bare assignment of a variable the script expands is a shell variable, not environment
+    # (unless a later `export NAME` exports it)
+    shell_only = {(n, ln) for n, ln in bare if n in scope.used and n not in really_exported}
+    if shell_only:
+        for inv in invocations:
+            inv.env = [e for e in inv.env if (e[0], e[2]) not in shell_only]
     return Parsed("shell", invocations, notes, cmds, lines)
 
 
 _DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
+_VAR_REF_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _READS = frozenset({"read", "mapfile", "readarray"})
 
 

@@ -53,6 +53,7 @@ class Scope:
     """The variables assigned so far in a script."""
 
     vars: dict[str, Var] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)  # names the script expands somewhere
 
     def assign(self, name: str, value: Value | None, line: int, *, array: bool = False,
                append: bool = False, why: str = "", unknown: list[Unknown] | None = None) -> None:
@@ -212,6 +213,7 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         unknown.append(Unknown(written, line, "a shell expansion llamarig does not evaluate"))
         return None
     count, name, index, op, word = m.groups()
+    scope.used.add(name)
     var = scope.vars.get(name)
     is_set = var is not None
     if var is not None and var.value is None:
