@@ -346,7 +346,11 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
     if winner is None:
         con.print("[red]no candidate ran successfully[/]")
         return out
-    con.print(f"[bold]winner:[/] {winner.key}")
+    con.print(f"[bold]winner:[/] {winner.key}" + (" [yellow](a tie)[/]" if result.tied else ""))
+    if result.decision:
+        from rich.markup import escape  # lazy: rich only for the human report
+
+        con.print(escape(result.decision), style="dim" if not result.tied else "yellow")
     if out.get("calibration") and "path" in out["calibration"]:
         c = out["calibration"]
     if out.get("calibration") and "path" in out["calibration"]:

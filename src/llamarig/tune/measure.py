@@ -26,7 +26,7 @@ from typing import Any
 from llamarig.errors import LlamarigError
 from llamarig.launch.server import start_server
 from llamarig.render.common import get_value
-from llamarig.tune.search import Candidate, Measurement, median, score_of
+from llamarig.tune.search import Candidate, Measurement, median, score_of, score_spread
 
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
           "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
@@ -136,6 +136,12 @@ class ServerMeasure:
         }
         if self.objective == "throughput":
             metrics["throughput_tok_s"] = median([float(x.get("throughput", 0)) for x in samples])
+        # the candidate's own noise: the spread of its per-request scores (search.score_spread)
+        per_request = [score_of(self.objective, {
+            "decode_tok_s": float(x.get("predicted_per_second", 0)), "prefill_tok_s": float(x.get("prompt_per_second", 0)),
+            "ttft_ms": float(x.get("prompt_ms", 0)), "throughput_tok_s": float(x.get("throughput", 0))}, self.weight)
+            for x in samples]
+        metrics["score_spread"] = score_spread(per_request)
         err = None
         if self.min_decode is not None and metrics["decode_tok_s"] < self.min_decode:
             err = f"decode {metrics['decode_tok_s']:.1f} tok/s < --min-decode {self.min_decode:g}"

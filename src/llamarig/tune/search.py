@@ -174,6 +174,8 @@ class SearchResult:
     cost: int  # budgeted requests over all measurements, reused ones included (warm-ups excluded)
     launches: int  # server starts in this run (one per new measurement; reused ones start nothing)
     method: str
+    tied: list[str] = field(default_factory=list)  # keys within the measured noise of the best
+    decision: str = ""  # why the winner was named (or why it is a tie)
 
     def final(self) -> list[Measurement]:
         return self.rungs[-1] if self.rungs else []
@@ -182,7 +184,7 @@ class SearchResult:
         return {"winner": self.winner.key if self.winner else None, "budgets": self.budgets,
                 "rungs": [[asdict(m) for m in r] for r in self.rungs], "measured": self.measured,
                 "reused": self.reused, "cost_requests": self.cost, "launches": self.launches,
-                "method": self.method}
+                "method": self.method, "tied": self.tied, "decision": self.decision}
 
 
 ProgressFn = Callable[[int, int, str], None]  # (done, total, message)
@@ -243,11 +245,10 @@ def successive_halving(cands: Sequence[Candidate], measure: MeasureFn, *, min_bu
             break
         keep = {m.key for m in ranked[:max(1, math.ceil(len(alive) / eta))] if m.error is None} or {ranked[0].key}
         alive = [c for c in alive if c.key in keep]
-    best = rungs[-1][0] if rungs and rungs[-1][0].error is None else None
-    winner = next((c for c in cands if best and c.key == best.key), None)
+    winner, tied, why = decide(rungs[-1], cands) if rungs else (None, [], "nothing measured")
     method = (f"successive halving: eta {eta}, budgets {budgets} requests per rung, seed {seed}; "
-              f"{len(cands)} candidate(s) after planner pruning")
-    return SearchResult(winner, rungs, budgets, measured, reused, cost, measured, method)
+              f"{len(cands)} candidate(s) after planner pruning; {why}")
+    return SearchResult(winner, rungs, budgets, measured, reused, cost, measured, method, tied, why)
 
 
 def exhaustive(cands: Sequence[Candidate], measure: MeasureFn, budget: int,
@@ -260,10 +261,9 @@ def exhaustive(cands: Sequence[Candidate], measure: MeasureFn, budget: int,
         if progress:
             progress(i + 1, len(cands), c.key)
     ranked = _rank(ms)
-    best = ranked[0] if ranked and ranked[0].error is None else None
-    winner = next((c for c in cands if best and c.key == best.key), None)
+    winner, tied, why = decide(ranked, cands)
     return SearchResult(winner, [ranked], [budget], len(ms), 0, budget * len(ms), len(ms),
-                        f"exhaustive: {len(cands)} candidate(s) x {budget} requests")
+                        f"exhaustive: {len(cands)} candidate(s) x {budget} requests; {why}", tied, why)
 
 
 # ------------------------------------------------------------------------------ objective
@@ -284,6 +284,50 @@ def score_of(objective: str, metrics: dict[str, float], weight: float = 0.5) -> 
         d, p = max(metrics["decode_tok_s"], 1e-9), max(metrics["prefill_tok_s"], 1e-9)
         return math.exp(weight * math.log(d) + (1 - weight) * math.log(p))
     raise InputError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+
+
+#: the least relative noise assumed for a score, whatever a few requests showed: load on a shared
+#: 2-core machine moved the same decode figure by more than this between runs (docs/tune.md)
+NOISE_FLOOR = 0.05
+
+
+def score_spread(scores: Sequence[float]) -> float:
+    """Half the spread of a candidate's per-request scores: half the interquartile range with 4 or
+    more requests, half the range with 2-3, and NaN with one (its noise is then not known)."""
+    s = sorted(x for x in scores if math.isfinite(x))
+    if len(s) < 2:
+        return float("nan")
+    if len(s) < 4:
+        return (s[-1] - s[0]) / 2
+    q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
+    return (q3 - q1) / 2
+
+
+def noise_of(m: Measurement) -> float:
+    """How far ``m.score`` may be off: its measured spread, at least NOISE_FLOOR of the score."""
+    sp = m.metrics.get("score_spread", float("nan"))
+    floor = NOISE_FLOOR * abs(m.score) if math.isfinite(m.score) else 0.0
+    return max(sp if math.isfinite(sp) else 0.0, floor)
+
+
+def decide(ranked: Sequence[Measurement], cands: Sequence[Candidate]) -> tuple[Candidate | None, list[str], str]:
+    """The winner, the keys tied with the best (their difference is inside the measured noise),
+    and why. A tie keeps the simplest candidate: the one listed first (the default, or the user's
+    first value of each dimension), not the luckiest measurement."""
+    ok = [m for m in ranked if m.error is None]
+    if not ok:
+        return None, [], "every candidate failed"
+    best = ok[0]
+    tied = [m for m in ok if best.score - m.score <= noise_of(best) + noise_of(m)]
+    order = {c.key: i for i, c in enumerate(cands)}
+    keep = min(tied, key=lambda m: order.get(m.key, 1 << 30))
+    winner = next((c for c in cands if c.key == keep.key), None)
+    if len(tied) == 1:
+        return winner, [], (f"{best.key} leads by more than the measured noise "
+                            f"(+-{noise_of(best):.3g} and +-{noise_of(ok[1]):.3g})" if len(ok) > 1 else "one candidate")
+    return winner, [m.key for m in tied], (
+        f"tie: {', '.join(m.key for m in tied)} differ by less than their measured noise; keeping {keep.key} "
+        "(listed first: the simpler setting)")
 
 
 def median(xs: Sequence[float]) -> float:
