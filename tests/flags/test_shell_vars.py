@@ -113,3 +113,12 @@ def test_shell_variables_are_not_the_servers_environment() -> None:
             '"$LLAMA_SCRIPT" "${OPTS[@]}" -m a.gguf >> "$LOG" 2>&1 &\n')
     inv = parse_text(text).invocations[0]
     assert [n for n, _, _ in inv.env] == ["LLAMA_ARG_CTX_SIZE"]
+
+
+def test_exported_variables_are_judged_once_per_script() -> None:
+    text = "export LLAMA_SET_ROWS=0\nexport CUDA_VISIBLE_DEVICES=0\n" + "".join(
+        f"export CUDA_VISIBLE_DEVICES={i % 2}\nllama-server -m a.gguf --port {8000 + i}\n" for i in range(200))
+    p = parse_text(text)
+    assert all(len(inv.env) == 2 for inv in p.invocations)  # reassigned, not accumulated
+    dead = [f for f in findings(text) if f.rule == "dead-env-var"]
+    assert len(dead) == 1 and dead[0].line == 1

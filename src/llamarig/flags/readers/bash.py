@@ -452,7 +452,10 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     notes: list[Note] = [Note("shell-syntax", ln + first_line - 1, f"{msg}: the shell would stop here", Severity.ERROR)
                          for ln, msg in lex.problems]
     _mark_breaks(cmds, lines, first_line)
-    exported: list[tuple[str, str, int]] = []
+    # name -> (name, value, line): a later assignment replaces an earlier one, as in bash (and
+    # the environment of every later invocation stays as long as the distinct names, not as
+    # long as the script)
+    exported: dict[str, tuple[str, str, int]] = {}
     invocations: list[Invocation] = []
     last_inv: Invocation | None = None
     last_k = -1  # index of last_inv in invocations (a list.index per orphan line is quadratic)
@@ -493,7 +496,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                 arrays = {w.text.partition("=")[0].rstrip("+") for w in cmd.words if w.elements is not None}
                 for e in env:
                     if e[0] not in arrays:
-                        exported.append(e)
+                        exported.pop(e[0], None)
+                        exported[e[0]] = e
                         bare.add((e[0], e[2]))
             prev = cmd
             continue
@@ -504,7 +508,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             for w in rest:
                 m = ASSIGN_RE.match(w.text)
                 if m:
-                    exported.append((m.group(1), m.group(3), w.line))
+                    exported.pop(m.group(1), None)
+                    exported[m.group(1)] = (m.group(1), m.group(3), w.line)
                 else:
                     really_exported.add(w.text)
             prev = cmd
@@ -535,7 +540,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             inv = Invocation(
                 program=prog if docker is None else f"{prog} run … (llama.cpp image)",
                 args=list(rest), line=cmd.words[idx].line, end_line=cmd.end_line,
-                env=[e for e in exported] + env, background=cmd.terminator == "&",
+                env=[*exported.values(), *env], background=cmd.terminator == "&",
                 source="shell", redirects=list(cmd.redirects),
                 head=_head_text(text, cmd.words[idx], before_args), tail=_tail_text(text, cmd))
             if cmd.comment_break is not None:
@@ -551,7 +556,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             # flags with no command in front (a pasted "append these" fragment): check them as
             # llama-server arguments
             inv = Invocation(program="llama-server", args=list(cmd.words[idx:]), line=cmd.line,
-                             end_line=cmd.end_line, env=list(exported) + env, source="fragment")
+                             end_line=cmd.end_line, env=[*exported.values(), *env], source="fragment")
             invocations.append(inv)
             last_inv, last_k = inv, len(invocations) - 1
             notes.extend(_unknown_notes(unknown, last_k))

@@ -86,40 +86,70 @@ def _scalar_text(v: Node) -> str:
     return t
 
 
-def _merge_macros(model_id: str, line: int, glob: list[Macro], local: list[Macro]) -> list[Macro]:
-    """internal/config/macros.go mergeModelMacros: MODEL_ID, the globals, then the model's own
-    (replacing a global of the same name in place)."""
-    merged: list[Macro] = [("MODEL_ID", Located.at(model_id, line)), *glob]
-    for name, value in local:
-        for i, (n, _) in enumerate(merged):
-            if n == name:
-                merged[i] = (name, value)
-                break
-        else:
-            merged.append((name, value))
-    return merged
+class _Macros:
+    """The macros of one model as internal/config/macros.go mergeModelMacros orders them:
+    MODEL_ID, the globals, then the model's own (one that has a global's name takes the global's
+    place). Built from the global list without copying it, so many models with many global
+    macros cost models + macros, not their product."""
+
+    def __init__(self, model_id: str, line: int, glob: list[Macro], glob_index: dict[str, int],
+                 local: list[Macro]) -> None:
+        self.model_id = Located.at(model_id, line)
+        self.glob = glob
+        self.glob_index = glob_index
+        self.override: dict[str, Located] = {}
+        self.extra: list[Macro] = []
+        self.extra_index: dict[str, int] = {}
+        for name, value in local:
+            if name in glob_index:
+                self.override[name] = value
+            elif name in self.extra_index:
+                self.extra[self.extra_index[name]] = (name, value)
+            else:
+                self.extra_index[name] = len(self.extra)
+                self.extra.append((name, value))
+        self.size = 1 + len(glob) + len(self.extra)
+
+    def position(self, name: str) -> int | None:
+        if name == "MODEL_ID":
+            return 0
+        i = self.glob_index.get(name)
+        if i is not None:
+            return 1 + i
+        j = self.extra_index.get(name)
+        return None if j is None else 1 + len(self.glob) + j
+
+    def value(self, pos: int) -> Located:
+        if pos == 0:
+            return self.model_id
+        if pos <= len(self.glob):
+            name, v = self.glob[pos - 1]
+            return self.override.get(name, v)
+        return self.extra[pos - 1 - len(self.glob)][1]
+
+    def names(self) -> set[str]:
+        return {"MODEL_ID", *self.glob_index, *self.extra_index}
 
 
 class _Expander:
-    def __init__(self, macros: list[Macro]) -> None:
+    def __init__(self, macros: _Macros) -> None:
         self.macros = macros
-        self.index = {name: i for i, (name, _) in enumerate(macros)}
         self.too_big = False
 
     def expand(self, loc: Located, allowed: int, out: Builder, depth: int = 0) -> None:
-        """Substitute every ``${name}`` of a macro with index < ``allowed`` (reverse-order
+        """Substitute every ``${name}`` of a macro at a position < ``allowed`` (reverse-order
         substitution: a macro's own value sees only the macros declared before it)."""
         text = loc.text
         pos = 0
         for m in _REF_RE.finditer(text):
-            j = self.index.get(m.group(1))
+            j = self.macros.position(m.group(1))
             if j is None or j >= allowed:
                 continue
             out.add(loc, pos, m.start())
             if out.n > MAX_EXPANDED or depth > 64:
                 self.too_big = True
                 return
-            self.expand(self.macros[j][1], j, out, depth + 1)
+            self.expand(self.macros.value(j), j, out, depth + 1)
             pos = m.end()
         out.add(loc, pos, len(text))
 
@@ -175,19 +205,20 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
     notes: list[Note] = []
     models = Y.get(doc, "models")
     glob = _macro_list(Y.get(doc, "macros"), src, "", notes)
+    glob_index = {name: i for i, (name, _) in enumerate(glob)}
     start_text = Y.text_of(Y.get(doc, "startPort"))
     start_port = int(start_text) if start_text and start_text.isdigit() else 5800
-    expanded: list[tuple[str, Node, Located, list[tuple[Located, int]], list[Macro]]] = []
+    expanded: list[tuple[str, Node, Located, list[tuple[Located, int]], _Macros]] = []
     for mid, kn, cfg in Y.items(models):
         cmd_node = Y.get(cfg, "cmd")
         if not Y.is_scalar(cmd_node) or Y.text_of(cmd_node) is None:
             continue
         assert cmd_node is not None
         local = _macro_list(Y.get(cfg, "macros"), src, f"models.{mid}: ", notes)
-        macros = _merge_macros(str(mid), Y.line(kn), glob, local)
+        macros = _Macros(str(mid), Y.line(kn), glob, glob_index, local)
         ex = _Expander(macros)
         b = Builder()
-        ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), len(macros), b)
+        ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), macros.size, b)
         cmd = b.build()
         if ex.too_big:
             notes.append(Note("macro-invalid", Y.line(cmd_node), f"models.{mid}.cmd: the macros expand to more "
@@ -197,7 +228,7 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
         for it in (env_node.value if Y.is_seq(env_node) else []):  # type: ignore[union-attr]
             if Y.is_scalar(it):
                 eb = Builder()
-                ex.expand(Y.locate(it, src), len(macros), eb)
+                ex.expand(Y.locate(it, src), macros.size, eb)
                 env_items.append((eb.build(), Y.line(it)))
         expanded.append((str(mid), cmd_node, cmd, env_items, macros))
     # ${PORT}: one port per model that uses it, in sorted model-id order, from startPort
@@ -232,11 +263,11 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
     return invocations, notes
 
 
-def _leftovers(mid: str, cmd: Located, macros: list[Macro]) -> list[Note]:
+def _leftovers(mid: str, cmd: Located, macros: _Macros) -> list[Note]:
     """Notes for what is left unexpanded: unknown macros (llama-swap refuses the config) and
     ``${env.NAME}`` (llama-swap's environment, unknown here)."""
     out: list[Note] = []
-    names = {n for n, _ in macros}
+    names = macros.names()
     seen: set[str] = set()
     for m in _REF_RE.finditer(cmd.text):
         name = m.group(1)

@@ -36,6 +36,19 @@ class Var:
     line: int
     why: str = ""  # for an unknown value: where it comes from
     unknown: list[Unknown] = field(default_factory=list)  # references its value kept as written
+    _joined: Value | None = field(default=None, repr=False)
+    _joined_n: int = field(default=-1, repr=False)
+
+    def values(self) -> Value:
+        """An array's elements, or a scalar as one value (``+=`` keeps a scalar as pieces, joined
+        here once per change rather than copied on every append)."""
+        v = self.value or []
+        if self.is_array or len(v) <= 1:
+            return v
+        if self._joined is None or self._joined_n != len(v):
+            self._joined = [("".join(t for t, _, _ in v), v[0][1], all(op for _, _, op in v))]
+            self._joined_n = len(v)
+        return self._joined
 
 
 @dataclass
@@ -58,16 +71,13 @@ class Scope:
     def assign(self, name: str, value: Value | None, line: int, *, array: bool = False,
                append: bool = False, why: str = "", unknown: list[Unknown] | None = None) -> None:
         old = self.vars.get(name)
-        unknown = list(unknown or [])
         if append and old is not None and old.value is not None and value is not None:
-            unknown = old.unknown + unknown
-            if array or old.is_array:
-                value = old.value + value
-                array = True
-            else:
-                txt = "".join(t for t, _, _ in old.value) + "".join(t for t, _, _ in value)
-                value = [(txt, old.value[0][1] if old.value else line, False)]
-        self.vars[name] = Var(value, array, line, why, unknown)
+            # in place: a script that appends n times costs n, not n squared
+            old.value.extend(value)
+            old.unknown.extend(unknown or ())
+            old.is_array = old.is_array or array
+            return
+        self.vars[name] = Var(value, array, line, why, list(unknown or ()))
 
     def unset(self, name: str) -> None:
         self.vars.pop(name, None)
@@ -221,7 +231,7 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         return None
     if var is not None:
         unknown.extend(var.unknown)
-    vals: Value = (var.value or []) if var is not None else []
+    vals: Value = var.values() if var is not None else []
     if index is None:
         kind, sel = "$", vals[:1]
     elif index in ("@", "*"):

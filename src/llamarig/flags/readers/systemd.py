@@ -78,7 +78,8 @@ def parse_systemd(text: str) -> Parsed:
         if sep:
             entries.append((key.strip(), val.strip(), start + 1, line_nos, blank, ignored))
         i += 1
-    env: list[tuple[str, str, int]] = []
+    # name -> (name, value, line): a later Environment= assignment of a name replaces the earlier
+    env: dict[str, tuple[str, str, int]] = {}
     invocations: list[Invocation] = []
     notes: list[Note] = []
     for key, val, ln, line_nos, blank, ignored in entries:
@@ -86,7 +87,8 @@ def parse_systemd(text: str) -> Parsed:
             try:
                 for item in shlex.split(val):
                     n, _, v = item.partition("=")
-                    env.append((n, v, ln))
+                    env.pop(n, None)
+                    env[n] = (n, v, ln)
             except ValueError:
                 notes.append(Note("shell-syntax", ln, "unbalanced quotes in Environment=", Severity.ERROR))
         elif key in ("ExecStart", "ExecStartPre", "ExecStartPost"):
@@ -101,7 +103,7 @@ def parse_systemd(text: str) -> Parsed:
             idx, _ = unwrap(words, tmp_env)
             if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
                 inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line,
-                                 line_nos[-1], env=list(env) + tmp_env, source="systemd", label=key)
+                                 line_nos[-1], env=[*env.values(), *tmp_env], source="systemd", label=key)
                 invocations.append(inv)
                 if blank is not None and ignored:
                     _cut(inv, len(invocations) - 1, key, blank, ignored, raw, notes)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from llamarig.flags.argv import Reading, read_invocation
+from llamarig.flags.argv import CLOSEST_BUDGET, Reading, read_invocation
 from llamarig.flags.findings import Finding, Fix, Severity
 from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.rules import (
@@ -78,6 +78,10 @@ PARSE_RULES = frozenset({
 })
 
 
+#: findings about the text itself rather than the invocation: reported once per script
+_ONCE_PER_SCRIPT = frozenset({"dead-env-var", "unknown-env-var"})
+
+
 def _this_cpu() -> CpuFeatures | None:
     return detect_cpu()  # looked up here at call time, so a test can replace rules.detect_cpu
 
@@ -98,9 +102,25 @@ def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
          model_loader: Callable[[Invocation, Context], Context] | None = None
          ) -> tuple[list[Reading], list[Finding]]:
     """All findings for a parsed input, sorted by line."""
+    schema.memo[CLOSEST_BUDGET] = MAX_SIMILARITY_SEARCHES
+    try:
+        return _lint(parsed, schema, ctx, model_loader)
+    finally:
+        schema.memo.pop(CLOSEST_BUDGET, None)
+
+
+#: difflib searches for "closest spelling" per lint (llamarig.flags.argv.closest)
+MAX_SIMILARITY_SEARCHES = 2000
+
+
+def _lint(parsed: Parsed, schema: Schema, ctx: Context | None,
+          model_loader: Callable[[Invocation, Context], Context] | None) -> tuple[list[Reading], list[Finding]]:
     findings: list[Finding] = [script.note_to_finding(n) for n in parsed.notes]
     readings = []
     default_ctx = None
+    # an environment variable set once for the whole script is judged once, not once per
+    # invocation that inherits it (the output stays linear in the input)
+    seen_env: set[tuple[str, int, str | None]] = set()
     for k, inv in enumerate(parsed.invocations):
         if ctx is None and default_ctx is None:  # detected once, not per invocation
             default_ctx = Context(physical_cores=physical_cores(), cores_source="this machine")
@@ -110,7 +130,13 @@ def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
             c = model_loader(inv, c)
         r, fs = lint_invocation(inv, schema, k, c)
         readings.append(r)
-        findings.extend(fs)
+        for f in fs:
+            if f.rule in _ONCE_PER_SCRIPT:
+                key = (f.rule, f.line, f.flag)
+                if key in seen_env:
+                    continue
+                seen_env.add(key)
+            findings.append(f)
         findings.extend(script.background_no_log(inv, r, k))
     order = {s: i for i, s in enumerate(Severity)}
     findings.sort(key=lambda f: (f.line, order.get(f.severity, 9), f.rule))

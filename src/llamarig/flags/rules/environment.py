@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 
+from llamarig.flags.argv import CLOSEST_BUDGET
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import DEAD_ENV, LIVE_GGML_ENV, LIVE_GGML_PREFIXES, LIVE_LLAMA_ENV
 from llamarig.flags.rules.context import Subject
@@ -23,7 +24,11 @@ def env_vars(s: Subject) -> list[Finding]:
         elif name.startswith("LLAMA_ARG_"):
             opt = schema.by_env.get(name)
             if opt is None:
-                near = difflib.get_close_matches(name, list(schema.by_env), n=2, cutoff=0.7)
+                budget = schema.memo.get(CLOSEST_BUDGET)
+                near = difflib.get_close_matches(name, list(schema.by_env), n=2, cutoff=0.7) \
+                    if budget is None or budget > 0 else []
+                if budget is not None:
+                    schema.memo[CLOSEST_BUDGET] = budget - 1
                 out.append(finding("unknown-env-var", Severity.WARNING, line, name,
                                    f"`{name}` is not read by this llama-server" +
                                    (f"; closest: {', '.join(near)}" if near else ""),
