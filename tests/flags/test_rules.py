@@ -339,3 +339,25 @@ def test_batch_below_slots_aborts_the_real_server(server_bin: Path, synth_model,
     assert p.returncode != 0 and "GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)" in p.stdout + p.stderr
     r = rules_of(" ".join(cmd))
     assert "batch-below-slots" in r and "value-truncated" in r
+
+
+def test_amx_rule_names_the_machine_it_judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamarig.flags import rules
+    from llamarig.gguf import load_spec
+    from llamarig.hardware.cpu import from_cpuinfo
+    from llamarig.testing.synth import write_model
+
+    path = write_model(tmp_path / "q8.gguf", "llama", weight_type="q8_0", n_embd=256, n_head=4, n_head_kv=2,
+                       head_dim=64, n_ff=512, n_layer=2)
+    monkeypatch.setattr(rules, "detect_cpu", lambda: from_cpuinfo("flags : avx2 fma f16c avx512f avx512_vnni amx_int8\n", "x86_64"))
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no nvidia-smi here
+
+    def amx(argv: list[str], gpus: tuple[str, ...] = ()) -> list[str]:
+        _, fs = lint(parse_text(" ".join(["llama-server", "-m", str(path), *argv])), SCHEMA,
+                     Context(model_spec=load_spec(path), gpus=gpus))
+        return [f.message for f in fs if f.rule == "amx-tile-crash"]
+
+    msg = amx([])[0]
+    assert "this machine (the one running `llamarig check`" in msg and "no nvidia-smi" in msg
+    assert amx([], gpus=("rtx3090",)) == []  # a target GPU: the weights do not stay on this CPU
+    assert "no nvidia-smi" not in amx(["-ngl", "0"], gpus=("rtx3090",))[0]

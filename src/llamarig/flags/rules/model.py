@@ -80,9 +80,12 @@ def amx_tile_crash(s: Subject) -> list[Finding]:
         return []
     ngl = r.last("--gpu-layers")
     dev = r.last("--device")
-    cpu_only = (ngl is not None and int_of(ngl.value) == 0) or (dev is not None and (dev.value or "").lower() == "none") \
-        or r.has("--no-host") or shutil.which("nvidia-smi") is None
-    if not cpu_only:
+    by_flags = (ngl is not None and int_of(ngl.value) == 0) or (dev is not None and (dev.value or "").lower() == "none") \
+        or r.has("--no-host")
+    # without a flag that keeps the weights on the CPU, this machine decides: no GPU here (no
+    # nvidia-smi) and no target GPU given (`check --gpu`)
+    no_gpu_here = not by_flags and not s.ctx.gpus and shutil.which("nvidia-smi") is None
+    if not (by_flags or no_gpu_here):
         return []
     cpu = s.cpu()
     if cpu is None or not cpu.amx:
@@ -93,8 +96,11 @@ def amx_tile_crash(s: Subject) -> list[Finding]:
     if not types:
         return []
     u = r.last("--model")
+    where = f"this machine (the one running `llamarig check`; CPU features from {cpu.source})"
+    why = "" if by_flags else "; it has no GPU (no nvidia-smi) and none was given with --gpu, so the weights stay on the CPU"
     return [finding("amx-tile-crash", Severity.WARNING, u.line if u else 0, u.spelling if u else None,
-                    f"this CPU has AMX: a native llama-server build puts the model's {', '.join(types)} matrices into "
+                    f"the CPU of {where} has AMX{why}: a native llama-server build puts the model's "
+                    f"{', '.join(types)} matrices into "
                     "the AMX buffer, whose tile kernels crashed with SIGSEGV in warm-up on an AMX Xeon "
                     "(ggml-cpu/amx/mmq.cpp; https://github.com/ggml-org/llama.cpp/issues/20824)",
                     "if llama-server crashes at start, add `--no-repack` (keeps the weights out of AMX)", k,
