@@ -121,7 +121,10 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     con.print(escape(_("{kind}, {n} llama-server invocation(s); flags checked against {schema}").format(
         kind=parsed.kind, n=len(parsed.invocations), schema=schema.label())), style="dim")
     groups: list[tuple[str, list[Finding]]] = []
-    general = [f for f in findings if f.invocation is None]
+    by_inv: dict[int | None, list[Finding]] = {}
+    for f in findings:  # grouped once: a file of many commands stays linear
+        by_inv.setdefault(f.invocation, []).append(f)
+    general = by_inv.get(None, [])
     if general:
         groups.append(("script", general))
     for k, inv in enumerate(parsed.invocations):
@@ -130,7 +133,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
                 + f" receives {len(inv.args)} argument(s)")
         if inv.orphans:
             head += f", {len(inv.orphans)} cut off at line {inv.cut_line}"
-        groups.append((head, [f for f in findings if f.invocation == k]))
+        groups.append((head, by_inv.get(k, [])))
     argv_of = {}
     for k, inv in enumerate(parsed.invocations):
         shown = " ".join(_q(a) for a in inv.argv)
