@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,69 @@ class Tracker:
                 del self.pinned[slot]
 
 
+@dataclass(frozen=True)
+class SlotRuleState:
+    """What :func:`judge_slots` remembers between two ``/slots`` polls."""
+
+    suspect: Mapping[int, int] = field(default_factory=dict)  # slot -> consecutive suspicious polls
+    excess_streak: int = 0  # consecutive polls with more busy slots than requests in flight
+    last_task: Mapping[int, int] = field(default_factory=dict)  # slot -> last task id seen
+
+
+@dataclass(frozen=True)
+class SlotJudgement:
+    state: SlotRuleState
+    events: tuple[InterferenceEvent, ...]
+    foreign_now: bool  # this poll saw confirmed foreign work
+    foreign_prev: bool  # ... and it was already there at the previous poll
+
+
+def judge_slots(state: SlotRuleState, slots: list[dict[str, Any]], *, in_flight: int,
+                pinned: Mapping[int, int], unpinned: int, t: float) -> SlotJudgement:
+    """The interference rule, pure: one ``/slots`` answer against the requests *we* have in
+    flight (``pinned``: slot id -> our requests on it; ``unpinned``: ours on any slot).
+    Used by bench's :class:`Monitor` and by ``llamarig top`` (where "we" is the gateway).
+
+    1) a slot busy although none of our requests is pinned to it, while all of ours are
+       pinned: unambiguous, confirmed at two consecutive polls (a slot is released a little
+       after the final chunk);
+    2) more busy slots than requests in flight (unpinned requests): three consecutive polls;
+    3) task ids only grow (server_queue ids) and an idle slot keeps its last one, so a big drop
+       on the same slot means a new process (a restart).
+    """
+    events: list[InterferenceEvent] = []
+    last_task = dict(state.last_task)
+    for s in slots:
+        tid, sid = s.get("id_task"), s.get("id")
+        if isinstance(tid, int) and tid >= 0 and isinstance(sid, int):
+            prev = last_task.get(sid, -1)
+            if prev > 100 and tid < prev // 2:
+                events.append(InterferenceEvent(t, "restart", f"slot {sid}: task ids went back from {prev} to {tid}", sid))
+            last_task[sid] = tid
+    busy = [s for s in slots if s.get("is_processing")]
+    suspect: dict[int, int] = {}
+    now = prev_too = False
+    if unpinned == 0:
+        for s in busy:
+            sid = s.get("id")
+            if not isinstance(sid, int) or sid in pinned:
+                continue
+            n = suspect[sid] = state.suspect.get(sid, 0) + 1
+            if n >= 2:
+                now = True
+                prev_too = prev_too or n == 2
+            if n == 2:
+                events.append(InterferenceEvent(t, "foreign_slot", f"slot {sid} busy with task {s.get('id_task')} that llamarig did not start", sid))
+    streak = 0
+    if unpinned > 0 and len(busy) > in_flight:
+        streak = state.excess_streak + 1
+        if streak >= 3:
+            now = True
+        if streak == 3:
+            events.append(InterferenceEvent(t, "excess_processing", f"{len(busy)} slots busy but only {in_flight} llamarig requests in flight"))
+    return SlotJudgement(SlotRuleState(suspect, streak, last_task), tuple(events), now, prev_too)
+
+
 class Monitor:
     """Background poller of ``/slots`` (and ``/health`` for restarts)."""
 
@@ -114,9 +178,7 @@ class Monitor:
         self.max_deferred = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
-        self._suspect: dict[int, int] = {}  # slot -> consecutive suspicious polls
-        self._excess_streak = 0
-        self._last_task: dict[int, int] = {}
+        self._rule = SlotRuleState()
         self.scrapes: list[Scrape] = []
         self.busy_series: list[tuple[float, int, int]] = []  # t, busy slots, ours in flight
         self.foreign_times: list[float] = []  # every poll that saw confirmed foreign work
@@ -177,53 +239,18 @@ class Monitor:
         return res.body
 
     def check(self, slots: list[dict[str, Any]], t: float) -> None:
-        """Compare one ``/slots`` answer with what we have in flight."""
+        """Compare one ``/slots`` answer with what we have in flight (:func:`judge_slots`)."""
         tr = self.tracker
-        busy = [s for s in slots if s.get("is_processing")]
-        self.max_busy = max(self.max_busy, len(busy))
-        self.busy_series.append((round(t, 3), len(busy), tr.in_flight))
-        for s in slots:
-            tid, sid = s.get("id_task"), s.get("id")
-            if isinstance(tid, int) and tid >= 0 and isinstance(sid, int):
-                # task ids only grow (server_queue ids); an idle slot keeps its last id, so the
-                # comparison is per slot. A big drop on the same slot means a new process.
-                prev = self._last_task.get(sid, -1)
-                if prev > 100 and tid < prev // 2:
-                    self.events.append(InterferenceEvent(t, "restart", f"slot {sid}: task ids went back from {prev} to {tid}", sid))
-                self._last_task[sid] = tid
-        # 1) a slot that is busy although none of our requests is pinned to it, while all our
-        #    in-flight requests are pinned: unambiguous. Two consecutive polls (slot release
-        #    after the final chunk is not instantaneous).
-        seen: set[int] = set()
-        if tr.unpinned == 0:
-            for s in busy:
-                sid = s.get("id")
-                if not isinstance(sid, int) or sid in tr.pinned:
-                    continue
-                seen.add(sid)
-                self._suspect[sid] = self._suspect.get(sid, 0) + 1
-                if self._suspect[sid] >= 2:
-                    if self._suspect[sid] == 2:
-                        self.foreign_times.append(self._prev_t)
-                    self.foreign_times.append(t)
-                if self._suspect[sid] == 2:
-                    self.events.append(
-                        InterferenceEvent(t, "foreign_slot", f"slot {sid} busy with task {s.get('id_task')} that llamarig did not start", sid)
-                    )
-        for sid in list(self._suspect):
-            if sid not in seen:
-                del self._suspect[sid]
-        # 2) more busy slots than requests in flight (unpinned requests): count rule
-        if tr.unpinned > 0 and len(busy) > tr.in_flight:
-            self._excess_streak += 1
-            if self._excess_streak >= 3:
-                self.foreign_times.append(t)
-            if self._excess_streak == 3:
-                self.events.append(
-                    InterferenceEvent(t, "excess_processing", f"{len(busy)} slots busy but only {tr.in_flight} llamarig requests in flight")
-                )
-        else:
-            self._excess_streak = 0
+        busy = sum(1 for s in slots if s.get("is_processing"))
+        self.max_busy = max(self.max_busy, busy)
+        self.busy_series.append((round(t, 3), busy, tr.in_flight))
+        j = judge_slots(self._rule, slots, in_flight=tr.in_flight, pinned=tr.pinned, unpinned=tr.unpinned, t=t)
+        self._rule = j.state
+        self.events.extend(j.events)
+        if j.foreign_prev:
+            self.foreign_times.append(self._prev_t)
+        if j.foreign_now:
+            self.foreign_times.append(t)
         self._prev_t = t
 
     async def _loop(self) -> None:
