@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"flags"},
     {"plan"},
     {"render", "launch"},
-    {"bench", "tune", "gateway"},
+    {"bench", "tune", "gateway", "top"},
     {"testing"},
     {"api"},
     {"cli"},

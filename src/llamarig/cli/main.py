@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("llamarig.cli.render_cmd:launch_cmd", "Start llama-server, wait healthy, verify allocations against the plan."),
     "stop": ("llamarig.cli.render_cmd:stop_cmd", "Stop the llama-server that `llamarig launch` started."),
     "tune": ("llamarig.cli.tune_cmd:tune_cmd", "Find the best config by measurement under constraints."),
+    "top": ("llamarig.cli.top_cmd:top_cmd", "Watch a llama-server or gateway live: slots, rates, pool, GPU, alerts."),
     "quality": ("llamarig.cli.tune_cmd:quality_cmd", "Measure KV-cache quantization quality against f16 KV."),
 }
 

@@ -227,6 +227,7 @@ class Admission:
         self.ewma_duration_s = 0.0
         self.rejected: dict[str, int] = {}  # by code (what happened)
         self.rejected_reasons: dict[str, int] = {}  # by reason (the real cause)
+        self.rejected_status: dict[int, int] = {}  # by HTTP status (429, 503)
 
     # -- views
     @property
@@ -240,6 +241,14 @@ class Admission:
                 out[w.req.tier] = out.get(w.req.tier, 0) + 1
         return out
 
+    def queued_by_priority(self) -> dict[int, int]:
+        """Waiting requests per priority (lower is served first)."""
+        out: dict[int, int] = {}
+        for w in self._heap:
+            if not w.gone:
+                out[w.priority] = out.get(w.priority, 0) + 1
+        return dict(sorted(out.items()))
+
     def retry_after(self) -> int:
         """Seconds: the floor, or the mean request duration (EWMA) times queue depth per slot."""
         slots = max(1, self.total_slots())
@@ -250,6 +259,7 @@ class Admission:
                 details: dict[str, Any] | None = None) -> Rejected:
         e = Rejected(status, code, message, self.retry_after(), reason=reason, details=details)
         self.rejected[code] = self.rejected.get(code, 0) + 1
+        self.rejected_status[status] = self.rejected_status.get(status, 0) + 1
         self.rejected_reasons[e.reason] = self.rejected_reasons.get(e.reason, 0) + 1
         return e
 

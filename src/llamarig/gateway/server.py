@@ -96,6 +96,7 @@ class Gateway:
         srv.add("GET", "/health", self._health)
         srv.add("GET", "/metrics", self._wrap(self._metrics))
         srv.add("GET", "/gateway/status", self._wrap(self._status))
+        srv.add("GET", "/gateway/slots", self._wrap(self._slots))
         return srv
 
     def _too_large(self, content_length: int | None, limit: int) -> Response:
@@ -326,18 +327,56 @@ class Gateway:
         return {
             "uptime_s": round(time.time() - self.started, 1), "config": cfg.source, "served": self.served,
             "backends": bes, "queue": {"length": self.admission.queued, "by_tier": self.admission.queued_by_tier(),
+                                       "by_priority": {str(p): n for p, n in self.admission.queued_by_priority().items()},
                                        "size": self.admission.queue_size, "timeout_s": self.admission.queue_timeout_s},
             "reserved_tokens": self.ledger.total_reserved(), "in_flight": self.ledger.total_in_flight(),
+            "requests": self.requests_in_flight(now=time.monotonic()),
             "rejected": dict(self.admission.rejected), "rejected_by_reason": dict(self.admission.rejected_reasons),
+            "rejected_by_status": {str(k): v for k, v in sorted(self.admission.rejected_status.items())},
             "retry_after_s": self.admission.retry_after(), "safety": cfg.admission.safety,
             "health": {"interval_s": cfg.health.interval_s, "timeout_s": cfg.health.timeout_s},
             "tiers": {n: dataclass_dict(t) for n, t in cfg.tiers.items()},
             "keys": [k.name for k in cfg.keys], "affinity_entries": len(self.backends.affinity),
         }
 
+    def requests_in_flight(self, *, now: float) -> list[dict[str, Any]]:
+        """Each admitted request's reservation (prompt + max_tokens tokens), oldest first. The
+        key's name only, never its secret."""
+        return [{"id": r.id, "backend": r.backend, "tier": r.tier, "priority": r.priority, "key": r.key,
+                 "reserved_tokens": r.tokens, "age_s": round(now - r.admitted_at, 3)}
+                for r in sorted(self.ledger.active.values(), key=lambda r: r.id)]
+
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)
         return json_response(200, self.status())
+
+    async def _slots(self, request: Request) -> Response | StreamResponse:
+        """GET /gateway/slots: every backend's ``/slots`` (request text removed) and what its
+        ``/props`` said, fetched now with the health timeout; read-only (``llamarig top``)."""
+        authenticate(request, self.cfg)
+        assert self.backends is not None and self.session is not None
+        session = self.session
+        timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
+
+        async def one(st: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {"name": st.name, "url": st.cfg.url, "healthy": st.healthy,
+                                   "props": st.props, "slots": None, "error": None}
+            try:
+                async with session.get(st.cfg.url + "/slots", timeout=timeout, headers=st.headers()) as r:
+                    body = await r.read()
+                    if r.status != 200:
+                        out["error"] = f"GET /slots: HTTP {r.status}"
+                        return out
+                slots = json.loads(body)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                out["error"] = f"GET /slots: {type(e).__name__}"
+                return out
+            if isinstance(slots, list):
+                out["slots"] = [_without_text(s) for s in slots]
+            return out
+
+        states = [s for s in self.backends.states.values() if not s.removed]
+        return json_response(200, {"backends": list(await asyncio.gather(*(one(s) for s in states)))})
 
     async def _not_found(self, request: Request) -> Response | StreamResponse:
         msg = _("unknown endpoint {method} {path}").format(method=request.method, path=request.path)
@@ -422,9 +461,12 @@ def _redact_slots(resp: Response) -> Response:
         return resp
     if not isinstance(slots, list):
         return resp
-    for slot in slots:
-        if isinstance(slot, dict):
-            for k in _SLOT_TEXT_FIELDS:
-                slot.pop(k, None)
-    resp.body = json.dumps(slots).encode()
+    resp.body = json.dumps([_without_text(s) for s in slots]).encode()
     return resp
+
+
+def _without_text(slot: Any) -> Any:
+    if isinstance(slot, dict):
+        for k in _SLOT_TEXT_FIELDS:
+            slot.pop(k, None)
+    return slot

@@ -1,0 +1,158 @@
+"""``llamarig top``: a live view of a llama-server or a llamarig gateway. The data comes from
+llamarig.top (read-only GETs), the screen from cli/top_view.py; here: options, the terminal
+(keys read without blocking in cbreak mode, restored on every way out) and the refresh loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from llamarig.errors import ExitCode, InputError
+from llamarig.i18n import _, set_language
+
+
+@click.command("top")
+@click.option("--url", required=True, metavar="URL", help="A llama-server, or a llamarig gateway (its backends are shown).")
+@click.option("--interval", type=float, default=1.0, show_default=True, metavar="S",
+              help="Seconds between refreshes (0.2 to 3600); rates are deltas over it.")
+@click.option("--api-key", envvar="LLAMARIG_API_KEY", default=None,
+              help="Bearer key for the server or the gateway (env LLAMARIG_API_KEY).")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit (takes two readings, --interval apart).")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON: with --once one object; without, one object per line per refresh.")
+@click.option("--timeout", type=float, default=2.0, show_default=True, metavar="S", help="Timeout of each GET.")
+@click.option("--no-metrics", is_flag=True,
+              help="Do not read /metrics (each read resets llama-server's two averaging gauges).")
+@click.option("--no-gpu", is_flag=True, help="Do not read the GPUs (NVML).")
+@click.option("--lang", type=click.Choice(["en", "zh"]), default=None, help="Language of the screen.")
+def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json: bool, timeout: float,
+            no_metrics: bool, no_gpu: bool, lang: str | None) -> None:
+    """Watch a llama-server (or a llamarig gateway) live: slots, rates, pool, reservations, GPU,
+    alerts. Read-only GETs with timeouts; keys: q quits, s sorts, v switches views, p pauses.
+
+    \b
+    llamarig top --url http://127.0.0.1:8080
+    llamarig top --url http://127.0.0.1:8080 --once --json
+    llamarig top --url http://127.0.0.1:8000      # a gateway: its backends and reservations
+    """
+    if lang is not None:
+        set_language(lang)
+    if not url.startswith(("http://", "https://")):
+        raise InputError(_("--url {url}: expected http://HOST:PORT or https://HOST:PORT").format(url=url))
+    if not 0.2 <= interval <= 3600:
+        raise InputError(_("--interval {v}: expected 0.2 to 3600 seconds").format(v=interval))
+    if not 0.1 <= timeout <= 600:
+        raise InputError(_("--timeout {v}: expected 0.1 to 600 seconds").format(v=timeout))
+    opts: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout, "metrics": not no_metrics, "gpu": not no_gpu}
+    if once:
+        _once(url, interval, as_json, opts)
+    elif as_json:
+        asyncio.run(_stream_json(url, interval, opts))
+    else:
+        _interactive(url, interval, opts)
+
+
+def _all_down(snap: Any) -> bool:
+    return (snap.mode == "gateway" and snap.gateway is None) or (bool(snap.servers) and all(s.state == "down" for s in snap.servers))
+
+
+def _once(url: str, interval: float, as_json: bool, opts: dict[str, Any]) -> None:
+    from llamarig.top.collect import once
+
+    snap = asyncio.run(once(url, interval_s=interval, **opts))
+    if as_json:
+        click.echo(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+    else:
+        from llamarig.cli.top_view import plain
+
+        click.echo(plain(snap, width=_width()), nl=False)
+    if _all_down(snap):
+        sys.exit(ExitCode.ENVIRONMENT)
+
+
+def _width() -> int:
+    try:
+        return max(60, os.get_terminal_size().columns)
+    except OSError:
+        return 100
+
+
+async def _stream_json(url: str, interval: float, opts: dict[str, Any]) -> None:
+    from llamarig.top.collect import Collector
+
+    async with Collector(url, **opts) as c:
+        while True:
+            snap = await c.snapshot()
+            click.echo(json.dumps(snap.to_json(), ensure_ascii=False))
+            await asyncio.sleep(interval)
+
+
+def _interactive(url: str, interval: float, opts: dict[str, Any]) -> None:
+    fd: int | None = None
+    old: Any = None
+    if sys.stdin.isatty():
+        import termios  # lazy: POSIX terminals only
+        import tty  # lazy: POSIX terminals only
+
+        fd = sys.stdin.fileno()
+        old = termios.tcgetattr(fd)
+        tty.setcbreak(fd)  # keys arrive one by one, not echoed; Ctrl-C still interrupts
+    try:
+        asyncio.run(_live(url, interval, opts, fd))
+    finally:
+        if fd is not None:
+            import termios  # lazy: POSIX terminals only
+
+            termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+
+async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None) -> None:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    from llamarig.cli.top_view import ViewState, screen
+    from llamarig.top.collect import Collector
+
+    loop = asyncio.get_running_loop()
+    keys: asyncio.Queue[str] = asyncio.Queue()
+    if fd is not None:
+        loop.add_reader(fd, lambda: keys.put_nowait(os.read(fd, 32).decode(errors="replace")))
+    vs = ViewState()
+    console = Console()
+    snap = None
+    try:
+        async with Collector(url, **opts) as c:
+            with Live(Text(_("connecting to {url} ...").format(url=url)), console=console, screen=True,
+                      auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+                next_at = loop.time()
+                while True:
+                    if not vs.paused and loop.time() >= next_at:
+                        snap = await c.snapshot()
+                        next_at = loop.time() + interval
+                    if snap is not None:
+                        live.update(screen(snap, vs), refresh=True)
+                    try:
+                        pressed = await asyncio.wait_for(keys.get(), timeout=max(0.05, next_at - loop.time()))
+                    except asyncio.TimeoutError:
+                        continue
+                    for k in pressed:
+                        if k in "qQ":
+                            return
+                        if k in "sS":
+                            vs = vs.next_sort()
+                        elif k in "vV":
+                            vs = vs.next_view()
+                        elif k in "pP":
+                            vs = vs.toggle_pause()
+                            next_at = loop.time()
+    finally:
+        if fd is not None:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(fd)

@@ -1,0 +1,211 @@
+"""The I/O edge of ``llamarig top``: read-only ``GET``s with timeouts, one round per snapshot.
+
+A llama-server: ``/health``, ``/slots`` and ``/metrics`` every round, ``/props`` on first
+contact and whenever the server comes back. A llamarig gateway (it answers
+``/gateway/status``): ``/gateway/status``, ``/gateway/slots`` (each backend's ``/slots`` and
+``/props``) and its ``/metrics`` (the backends' samples carry ``backend="NAME"``). Nothing is
+ever sent that changes the server; every GET has a timeout. The only side effect llama-server
+has on a GET is that ``/metrics`` resets its two averaging gauges (``prompt_tokens_seconds``,
+``predicted_tokens_seconds``; tools/server/server-context.cpp:5040, 5053): top uses counters
+only, and ``--no-metrics`` leaves them alone for a Prometheus that reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from llamarig.bench.client import BenchClient, HTTPResult
+from llamarig.bench.monitor import parse_metrics
+from llamarig.top import derive
+from llamarig.top.gpu import Nvml, is_local, remote_reading
+from llamarig.top.model import GpuReading, Raw, ServerRaw, Snapshot
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return "connection refused" if isinstance(e.os_error, ConnectionRefusedError) else f"cannot connect: {e.os_error}"
+    return f"{type(e).__name__}: {e}"
+
+
+def split_backend_metrics(text: str) -> dict[str, dict[str, float]]:
+    """The gateway's ``/metrics``: backend name -> {metric: value} of its re-exported samples
+    (only samples whose one label is ``backend``)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, v in parse_metrics(text).items():
+        base, brace, labels = name.partition("{")
+        if not brace:
+            continue
+        labels = labels.rstrip("}")
+        if not labels.startswith('backend="') or '",' in labels:
+            continue
+        out.setdefault(labels[len('backend="'):-1], {})[base] = v
+    return out
+
+
+class Collector:
+    """``async with Collector(url) as c: snap = await c.snapshot()``: each call does one round
+    of GETs and returns the next :class:`Snapshot` (rates need two)."""
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 2.0, metrics: bool = True,
+                 gpu: bool = True) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.metrics = metrics
+        self.client = BenchClient(self.url, timeout_s=max(timeout_s * 2, 5.0), api_key=api_key)
+        self.mode: str | None = None
+        self.props: dict[str, Any] = {}
+        self.prev: Snapshot | None = None
+        self.want_gpu = gpu
+        self.nvml: Nvml | None = None
+        self.local: bool | None = None
+
+    async def __aenter__(self) -> Collector:
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.__aexit__(*exc)
+        if self.nvml is not None:
+            self.nvml.close()
+
+    async def _get(self, path: str) -> HTTPResult | BaseException:
+        try:
+            return await self.client.get(path, timeout=self.timeout_s)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            return e
+
+    async def _detect(self) -> str | None:
+        r = await self._get("/gateway/status")
+        if isinstance(r, BaseException):
+            return None
+        if r.status == 200 and isinstance(r.body, dict) and "backends" in r.body:
+            return "gateway"
+        return "server"
+
+    async def raw(self) -> Raw:
+        if self.mode is None:
+            self.mode = await self._detect()
+        if self.mode == "gateway":
+            servers, status, gw_err = await self._gateway_round()
+        else:
+            servers, status, gw_err = (await self._server_round(),), None, ""
+        return Raw(self.url, self.mode or "server", time.monotonic(), time.time(), servers, self._gpu(servers),
+                   status, gw_err)
+
+    async def snapshot(self) -> Snapshot:
+        raw = await self.raw()
+        self.prev = derive.build(self.prev, raw)
+        return self.prev
+
+    # ------------------------------------------------------------------ GPU
+    def _local(self, urls: tuple[str, ...] = ()) -> bool:
+        """Does the server (every backend, through a gateway) run on this machine?"""
+        if self.local is None:
+            self.local = all(is_local(u) for u in (urls or (self.url,)))
+        return self.local
+
+    def _gpu(self, servers: tuple[ServerRaw, ...]) -> GpuReading:
+        if not self.want_gpu:
+            return GpuReading(False, "not asked for (--no-gpu)", "off")
+        if not servers or not self._local(tuple(s.url for s in servers)):
+            return remote_reading()
+        if self.nvml is None:
+            self.nvml = Nvml()
+        return self.nvml.read()
+
+    # ------------------------------------------------------------------ a llama-server
+    async def _server_round(self) -> ServerRaw:
+        paths = ["/health", "/slots"] + (["/metrics"] if self.metrics else [])
+        if not self.props:
+            paths.append("/props")
+        got = dict(zip(paths, await asyncio.gather(*(self._get(p) for p in paths)), strict=True))
+        health = got["/health"]
+        if isinstance(health, BaseException):
+            self.props = {}  # read again when it is back: it may be another build or model
+            return ServerRaw("server", self.url, False, error=_why(health))
+        pr = got.get("/props")
+        if isinstance(pr, HTTPResult) and pr.status == 200 and isinstance(pr.body, dict):
+            self.props = pr.body
+        slots, slots_err = _slots(got["/slots"])
+        metrics: Mapping[str, float] | None = None
+        m_err = "not read (--no-metrics)"
+        start: float | None = None
+        uptime: float | None = None
+        m = got.get("/metrics")
+        if isinstance(m, HTTPResult):
+            if m.status == 200 and isinstance(m.body, str):
+                metrics, m_err = parse_metrics(m.body), ""
+                try:
+                    start = float(m.headers.get("Process-Start-Time-Unix", ""))
+                except ValueError:
+                    start = None
+                if start is not None and self._local():
+                    # ggml_time_us() at start-up: CLOCK_MONOTONIC microseconds (derive.py's notes)
+                    up = time.monotonic() - start / 1e6
+                    uptime = up if up >= 0 else None
+            else:
+                m_err = f"GET /metrics: HTTP {m.status}" + (" (llama-server needs --metrics)" if m.status in (404, 501) else "")
+        elif isinstance(m, BaseException):
+            m_err = f"GET /metrics: {_why(m)}"
+        return ServerRaw("server", self.url, True, health=health.status, slots=slots, slots_error=slots_err,
+                         metrics=metrics, metrics_error=m_err, start_time=start, uptime_s=uptime,
+                         props=self.props or None)
+
+    # ------------------------------------------------------------------ a gateway
+    async def _gateway_round(self) -> tuple[tuple[ServerRaw, ...], dict[str, Any] | None, str]:
+        paths = ["/gateway/status", "/gateway/slots"] + (["/metrics"] if self.metrics else [])
+        got = dict(zip(paths, await asyncio.gather(*(self._get(p) for p in paths)), strict=True))
+        st = got["/gateway/status"]
+        if isinstance(st, BaseException) or st.status != 200 or not isinstance(st.body, dict):
+            err = _why(st) if isinstance(st, BaseException) else f"GET /gateway/status: HTTP {st.status}"
+            return (), None, err
+        status: dict[str, Any] = st.body
+        sl = got["/gateway/slots"]
+        per: dict[str, Mapping[str, Any]] = {}
+        if isinstance(sl, HTTPResult) and sl.status == 200 and isinstance(sl.body, dict):
+            for b in sl.body.get("backends") or ():
+                if isinstance(b, dict) and isinstance(b.get("name"), str):
+                    per[b["name"]] = b
+        m = got.get("/metrics")
+        mets = split_backend_metrics(m.body) if isinstance(m, HTTPResult) and m.status == 200 and isinstance(m.body, str) else {}
+        out = []
+        for b in status.get("backends") or ():
+            if not isinstance(b, dict) or not isinstance(b.get("name"), str) or b.get("removed"):
+                continue
+            name, url = b["name"], str(b.get("url") or "")
+            sb = per.get(name, {})
+            if not b.get("healthy"):
+                out.append(ServerRaw(name, url, False, error=str(b.get("problem_detail") or b.get("problem") or b.get("last_error") or "unhealthy")))
+                continue
+            raw_slots = sb.get("slots")
+            slots = tuple(s for s in raw_slots if isinstance(s, dict)) if isinstance(raw_slots, list) else None
+            props = sb.get("props") if isinstance(sb.get("props"), dict) else None
+            out.append(ServerRaw(name, url, True, slots=slots, slots_error=str(sb.get("error") or ""),
+                                 metrics=mets.get(name), metrics_error="" if name in mets else "no /metrics from this backend",
+                                 props=props))
+        return tuple(out), status, ""
+
+
+def _slots(r: HTTPResult | BaseException) -> tuple[tuple[Mapping[str, Any], ...] | None, str]:
+    if isinstance(r, BaseException):
+        return None, f"GET /slots: {_why(r)}"
+    if r.status != 200 or not isinstance(r.body, list):
+        hint = " (llama-server started with --no-slots)" if r.status == 501 else ""
+        return None, f"GET /slots: HTTP {r.status}{hint}"
+    return tuple(s for s in r.body if isinstance(s, dict)), ""
+
+
+async def once(url: str, *, api_key: str | None = None, interval_s: float = 1.0, timeout_s: float = 2.0,
+               metrics: bool = True, gpu: bool = True) -> Snapshot:
+    """Two rounds ``interval_s`` apart (rates need two); the second snapshot."""
+    async with Collector(url, api_key=api_key, timeout_s=timeout_s, metrics=metrics, gpu=gpu) as c:
+        await c.snapshot()
+        await asyncio.sleep(interval_s)
+        return await c.snapshot()
