@@ -1,0 +1,122 @@
+"""``llamarig top`` against the real llama-server (build 11434, synthetic llama): one request
+decoding on a 2-slot server, the same through the gateway, the server going away and coming
+back. Every wait is for an event (a slot decoding, a reservation in flight), none for a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from tests.top.helpers import SERVER_ARGS, decoding_slot, get_json, stop_pid, wait_for
+
+from llamarig.testing.server import free_port
+from llamarig.top.collect import Collector
+
+pytestmark = pytest.mark.server
+
+
+def test_once_json_one_slot_decoding_one_idle(np2: Any, long_request: Any, cli: Any) -> None:
+    long_request(np2.url)
+    busy_id = wait_for("a slot decoding", lambda: decoding_slot(np2.url) is not None and decoding_slot(np2.url))
+    del busy_id
+    code, out, err = cli("top", "--url", np2.url, "--once", "--json", "--interval", "0.5")
+    assert code == 0, err
+    doc = json.loads(out)
+    slots = doc["slots"]
+    assert len(slots) == 2 and doc["mode"] == "server"
+    busy = [s for s in slots if s["state"] == "busy"]
+    idle = [s for s in slots if s["state"] == "idle"]
+    assert len(busy) == 1 and len(idle) == 1, slots
+    b = busy[0]
+    assert b["phase"] == "decode" and b["decode_tok_s"] > 0 and b["tokens_generated"] > 0
+    assert b["n_ctx"] == 65536 and 0 < b["ctx_used"] <= b["n_ctx"]
+    assert idle[0]["decode_tok_s"] is None and idle[0]["phase"] == "idle"
+    srv = doc["servers"][0]
+    assert srv["state"] == "up" and srv["total_slots"] == 2 and srv["slots_busy"] == 1
+    assert srv["build"].startswith("b11434") and srv["model"].endswith(".gguf")
+    assert srv["decode_tok_s"] == pytest.approx(b["decode_tok_s"], rel=1e-6)
+    assert srv["requests_processing"] == 1 and srv["uptime_s"] >= 0 and srv["restarts"] == 0
+    assert doc["decode_tok_s"] > 0 and 0.3 <= doc["interval_s"] <= 5
+    assert "n_decoded" in doc["methods"]["decode_tok_s"]
+    # GPU: figures, or one reason why not (no NVML on a CPU-only machine)
+    assert doc["gpu"]["available"] or doc["gpu"]["reason"]
+    assert not [a for a in doc["alerts"] if a["kind"] in ("restart", "down", "foreign_work")]
+    # the human view of the same moment: the headline first
+    code, text, _ = cli("top", "--url", np2.url, "--once", "--interval", "0.5")
+    assert code == 0
+    first = text.splitlines()[0]
+    assert first.startswith("llama-server up") and "1/2 slots busy" in first and "tok/s" in first
+
+
+def test_gateway_shows_reservations_and_foreign_work(np2: Any, long_request: Any, gateway: Any, cli: Any) -> None:
+    gw = gateway(np2.url)
+    client = long_request(gw, 50000)
+
+    def reserved() -> Any:
+        st = get_json(gw + "/gateway/status")
+        return st["requests"] and decoding_slot(np2.url) is not None and st
+
+    wait_for("a reservation in flight and its slot decoding", reserved)
+    code, out, err = cli("top", "--url", gw, "--once", "--json", "--interval", "0.5")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["mode"] == "gateway"
+    g = doc["gateway"]
+    assert g["in_flight"] == 1 and len(g["requests"]) == 1
+    r = g["requests"][0]
+    assert r["backend"] == doc["servers"][0]["name"] and r["tier"] == "B"
+    assert r["reserved_tokens"] >= 50000 and r["age_s"] >= 0
+    assert g["queue"]["length"] == 0 and g["rejected_429_total"] == 0
+    assert len(doc["slots"]) == 2 and sum(s["state"] == "busy" for s in doc["slots"]) == 1
+    assert any(s["decode_tok_s"] and s["decode_tok_s"] > 0 for s in doc["slots"])
+    assert doc["servers"][0]["reserved_tokens"] == r["reserved_tokens"]
+    assert not [a for a in doc["alerts"] if a["kind"] == "foreign_work"]
+    code, text, _ = cli("top", "--url", gw, "--once", "--interval", "0.5")
+    assert text.startswith("gateway: 1/1 backends up") and "reserved" in text
+
+    # work nobody here started: the gateway's request ends, another client uses the backend directly
+    stop_pid(client)
+    wait_for("the gateway's request released", lambda: get_json(gw + "/gateway/status")["in_flight"] == 0)
+    long_request(np2.url)
+    wait_for("the direct request decoding", lambda: decoding_slot(np2.url) is not None)
+
+    async def three() -> list[Any]:
+        async with Collector(gw) as c:
+            return [await c.snapshot() for _ in range(3)]
+
+    snaps = asyncio.run(three())
+    kinds = [a.kind for a in snaps[-1].alerts]
+    assert "foreign_work" in kinds, [a.to_json() for a in snaps[-1].alerts]
+    assert any(e.kind == "foreign_work" for e in snaps[-1].events)
+
+
+def test_server_gone_and_back(llama_server: Any, synth_model: Any) -> None:
+    port = free_port()
+    model = synth_model("llama", n_ctx_train=131072)
+    srv = llama_server(model, *SERVER_ARGS, port=port)
+
+    async def run() -> list[Any]:
+        out = []
+        async with Collector(srv.url, timeout_s=2) as c:
+            out.append(await c.snapshot())
+            srv.stop()
+            out.append(await c.snapshot())
+            out.append(await c.snapshot())
+            llama_server(model, *SERVER_ARGS, port=port)
+            out.append(await c.snapshot())
+        return out
+
+    up, down, still, back = asyncio.run(run())
+    assert up.servers[0].state == "up" and up.servers[0].restarts == 0
+    assert down.servers[0].state == "down" and "refused" in down.servers[0].error
+    assert [a.kind for a in down.alerts] == ["down"]
+    assert [e.kind for e in still.events] == ["down"]  # said once, not at every refresh
+    b = back.servers[0]
+    assert b.state == "up" and b.restarts == 1
+    kinds = [e.kind for e in back.events]
+    assert kinds == ["down", "back", "restart"]
+    assert "Process-Start-Time-Unix" in back.events[-1].detail
+    assert "restart" in [a.kind for a in back.alerts]
+    assert b.build and b.model  # /props read again after the return
