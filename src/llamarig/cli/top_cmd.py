@@ -117,7 +117,7 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
     from rich.live import Live
     from rich.text import Text
 
-    from llamarig.cli.top_view import ViewState, screen
+    from llamarig.cli.top_view import ViewState, full_screen
     from llamarig.top.collect import Collector
 
     loop = asyncio.get_running_loop()
@@ -137,7 +137,7 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
                         snap = await c.snapshot()
                         next_at = loop.time() + interval
                     if snap is not None:
-                        live.update(screen(snap, vs), refresh=True)
+                        live.update(full_screen(snap, vs), refresh=True)
                     try:
                         pressed = await asyncio.wait_for(keys.get(), timeout=max(0.05, next_at - loop.time()))
                     except asyncio.TimeoutError:

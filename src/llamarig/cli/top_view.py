@@ -268,6 +268,15 @@ def keys_line(vs: ViewState) -> Text:
     return t
 
 
+def full_screen(snap: Snapshot, vs: ViewState) -> Any:
+    """The interactive screen: the body on top, the keys pinned to the bottom line."""
+    from rich.layout import Layout
+
+    root = Layout()
+    root.split_column(Layout(screen(snap, vs, keys=False)), Layout(keys_line(vs), size=1))
+    return root
+
+
 def screen(snap: Snapshot, vs: ViewState, *, keys: bool = True) -> Group:
     """The whole screen for one snapshot."""
     parts: list[Any] = [headline(snap)]

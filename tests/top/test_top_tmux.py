@@ -1,0 +1,104 @@
+"""The interactive view in a real terminal: ``llamarig top`` in tmux (80 and 120 columns, and
+Chinese at 80), read back with ``capture-pane``; keys change the view and ``q`` quits. Skipped
+without tmux (scripts/test installs it where it can)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.cells import cell_len
+
+from tests.top.helpers import decoding_slot, wait_for
+
+pytestmark = pytest.mark.server
+
+TMUX = shutil.which("tmux")
+
+
+class Tmux:
+    """One private tmux server (its own socket and config) holding one pane."""
+
+    def __init__(self, tmp: Path, cols: int, rows: int) -> None:
+        assert TMUX is not None
+        self.sock = str(tmp / "tmux.sock")
+        self.conf = tmp / "tmux.conf"
+        # the pane stays after its process exits, so the exit status can be read
+        self.conf.write_text("set -g remain-on-exit on\nset -g status off\n")
+        self.cols, self.rows = cols, rows
+        self.pane_pid: int | None = None
+
+    def tmux(self, *args: str) -> str:
+        assert TMUX is not None
+        r = subprocess.run([TMUX, "-u", "-S", self.sock, "-f", str(self.conf), *args], capture_output=True, text=True,
+                           timeout=30, env={**os.environ, "LANG": "C.UTF-8", "TERM": "xterm-256color"})
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def start(self, command: str) -> None:
+        self.tmux("new-session", "-d", "-s", "top", "-x", str(self.cols), "-y", str(self.rows), command)
+        self.pane_pid = int(self.tmux("display-message", "-p", "-t", "top", "#{pane_pid}").strip())
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "top")
+
+    def dead(self) -> str:
+        return self.tmux("display-message", "-p", "-t", "top", "#{pane_dead} #{pane_dead_status}").strip()
+
+    def close(self) -> None:
+        if self.pane_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pane_pid, signal.SIGKILL)
+        assert TMUX is not None
+        subprocess.run([TMUX, "-S", self.sock, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def tmux_pane(tmp_path: Path) -> Any:
+    if TMUX is None:
+        pytest.skip("tmux not installed (Debian: apt-get install -y tmux)")
+    made: list[Tmux] = []
+
+    def make(cols: int, rows: int = 40) -> Tmux:
+        t = Tmux(tmp_path, cols, rows)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+
+@pytest.mark.parametrize(("cols", "lang"), [(80, "en"), (120, "en"), (80, "zh")])
+def test_interactive_view_in_tmux(np2: Any, long_request: Any, tmux_pane: Any, cols: int, lang: str) -> None:
+    long_request(np2.url)
+    wait_for("a slot decoding", lambda: decoding_slot(np2.url) is not None)
+    t = tmux_pane(cols)
+    t.start(f"{sys.executable} -m llamarig top --url {np2.url} --lang {lang}")
+    busy, idle, sort = ("busy", "idle", "sort: id") if lang == "en" else ("忙", "空闲", "排序：id")
+
+    def slots_shown() -> str:
+        s = t.screen()
+        return s if busy in s and idle in s and sort in s and "tok/s" in s else ""
+
+    screen = wait_for("the slots on screen", slots_shown, 60)
+    lines = screen.splitlines()
+    assert all(cell_len(ln) <= cols for ln in lines), [ln for ln in lines if cell_len(ln) > cols]
+    head = lines[0]
+    assert ("llama-server up" if lang == "en" else "llama-server 已运行") in head and "1/2" in head
+    rows = [ln for ln in lines if ln.strip().startswith(("0 ", "1 "))]
+    assert len(rows) == 2, screen
+    # keys: s sorts (the footer says by what), v switches the view, q quits
+    t.tmux("send-keys", "-t", "top", "s")
+    wait_for("sorted by busy", lambda: ("sort: busy" if lang == "en" else "排序：busy") in t.screen(), 30)
+    t.tmux("send-keys", "-t", "top", "v")
+    wait_for("the slots view", lambda: ("view: slots" if lang == "en" else "视图：slots") in t.screen(), 30)
+    t.tmux("send-keys", "-t", "top", "q")
+    assert wait_for("top exited", lambda: t.dead() if t.dead().startswith("1") else "", 30) == "1 0"
