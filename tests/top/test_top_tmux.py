@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from rich.cells import cell_len
-
 from tests.top.helpers import decoding_slot, wait_for
 
 pytestmark = pytest.mark.server

@@ -303,11 +303,11 @@ def screen(snap: Snapshot, vs: ViewState, *, keys: bool = True) -> Group:
     return Group(*parts)
 
 
-def plain(snap: Snapshot, width: int = 100) -> str:
-    """The screen as plain text (for --once without --json)."""
+def plain(snap: Snapshot, width: int = 100, vs: ViewState | None = None) -> str:
+    """The screen as plain text (for --once without --json), without the key line."""
     from rich.console import Console
 
     c = Console(width=width, record=True, file=io.StringIO(), color_system=None)
-    c.print(screen(snap, ViewState(), keys=False))
+    c.print(screen(snap, vs or ViewState(), keys=False))
     return c.export_text()
 

@@ -97,7 +97,7 @@ def _slot(name: str, s: Mapping[str, Any], prev: SlotMemo | None, dt: float | No
     dec = pre = None
     if busy and same and dt:
         assert prev is not None
-        if n_dec is not None and prev.n_decoded is not None and n_dec >= prev.n_decoded:
+        if n_dec and prev.n_decoded is not None and n_dec >= prev.n_decoded:  # decoding (prefill: no rate)
             dec = (n_dec - prev.n_decoded) / dt
         if processed is not None and prev.processed is not None and processed >= prev.processed:
             pre = (processed - prev.processed) / dt

@@ -1,0 +1,179 @@
+"""``llamarig.top.derive`` on hand-made rounds of GETs: the faults and states a quiet test server
+does not show (counters going back, a context re-processed, 429s, a full pool, GPU energy),
+plus the CLI's errors. The real server's behaviour is in test_top_server.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llamarig.cli.top_view import ViewState, plain
+from llamarig.testing.server import free_port
+from llamarig.top.derive import build, gpu_raw
+from llamarig.top.gpu import Nvml, is_local
+from llamarig.top.model import GpuReading, Raw, ServerRaw, Snapshot
+
+NO_GPU = GpuReading(False, "test", "no_nvml")
+
+
+def slot(sid: int, *, busy: bool = False, task: int = 1, dec: int = 0, ctx: int = 0, cached: int = 0,
+         processed: int = 0, n_ctx: int = 4096) -> dict[str, Any]:
+    return {"id": sid, "n_ctx": n_ctx, "is_processing": busy, "id_task": task, "n_prompt_tokens": ctx,
+            "n_prompt_tokens_cache": cached, "n_prompt_tokens_processed": processed,
+            "next_token": [{"n_decoded": dec, "n_remain": -1}]}
+
+
+def raw(t: float, slots: list[dict[str, Any]] | None = None, *, metrics: dict[str, float] | None = None,
+        start: float | None = 5.0, reachable: bool = True, gpu: GpuReading = NO_GPU, status: Any = None,
+        name: str = "server") -> Raw:
+    srv = ServerRaw(name, "http://127.0.0.1:1", reachable, health=200 if reachable else None,
+                    error="" if reachable else "connection refused",
+                    slots=tuple(slots) if slots is not None else None, metrics=metrics, start_time=start,
+                    props={"build_info": "b11434", "model_alias": "m.gguf", "total_slots": 2})
+    return Raw("http://127.0.0.1:1", "gateway" if status is not None else "server", t, 1000.0 + t, (srv,), gpu, status)
+
+
+def run(*raws: Raw) -> list[Snapshot]:
+    out: list[Snapshot] = []
+    prev = None
+    for r in raws:
+        prev = build(prev, r)
+        out.append(prev)
+    return out
+
+
+def test_rates_from_slot_deltas_of_the_same_task() -> None:
+    a, b, c = run(raw(0, [slot(0, busy=True, task=7, dec=10, ctx=110), slot(1)]),
+                  raw(2, [slot(0, busy=True, task=7, dec=50, ctx=150), slot(1)]),
+                  raw(3, [slot(0, busy=True, task=8, dec=3, ctx=20), slot(1)]))
+    assert a.slots[0].decode_tok_s is None and a.dt is None  # one reading: no rate yet
+    assert b.slots[0].decode_tok_s == pytest.approx(20.0) and b.slots[0].phase == "decode"
+    assert b.servers[0].decode_tok_s == pytest.approx(20.0) and b.dt == pytest.approx(2.0)
+    assert c.slots[0].decode_tok_s is None  # another task: no delta across tasks
+    assert b.slots[1].phase == "idle" and b.slots[1].decode_tok_s is None
+    j = b.to_json()
+    assert [s["state"] for s in j["slots"]] == ["busy", "idle"] and j["slots"][0]["decode_tok_s"] == 20.0
+
+
+def test_prefill_phase_and_rate() -> None:
+    _, b = run(raw(0, [slot(0, busy=True, task=3, processed=100, ctx=100)]),
+               raw(1, [slot(0, busy=True, task=3, processed=612, ctx=612)]))
+    s = b.slots[0]
+    assert s.phase == "prefill" and s.prefill_tok_s == pytest.approx(512.0) and s.decode_tok_s is None
+
+
+def test_restart_from_counters_going_back_and_start_time() -> None:
+    m1 = {"n_decode_total": 500.0, "tokens_predicted_total": 400.0, "prompt_tokens_total": 90.0}
+    m2 = {"n_decode_total": 3.0, "tokens_predicted_total": 2.0, "prompt_tokens_total": 1.0}
+    a, b = run(raw(0, [slot(0)], metrics=m1, start=None), raw(1, [slot(0)], metrics=m2, start=None))
+    assert b.servers[0].restarts == 1 and [e.kind for e in b.events] == ["restart"]
+    assert "n_decode_total went down" in b.events[0].detail
+    assert b.servers[0].finished_gen_tok_s is None  # no rate across a restart
+    _, d = run(raw(0, [slot(0)], start=5.0), raw(1, [slot(0)], start=9.0))
+    assert d.servers[0].restarts == 1 and "Process-Start-Time-Unix" in d.events[0].detail
+    assert [a.kind for a in d.alerts] == ["restart"]
+
+
+def test_down_then_back_said_once() -> None:
+    snaps = run(raw(0, [slot(0)]), raw(1, reachable=False), raw(2, reachable=False), raw(3, [slot(0)], start=6.0))
+    assert [s.servers[0].state for s in snaps] == ["up", "down", "down", "up"]
+    assert [e.kind for e in snaps[-1].events] == ["down", "back", "restart"]
+    assert snaps[2].servers[0].down_s == pytest.approx(1.0)
+    text = plain(snaps[2], width=80)
+    assert text.splitlines()[0].startswith("llama-server down for 1s")
+
+
+def test_checkpoint_thrash_alert_after_two_reprocessed_continuations() -> None:
+    held = 2000
+    snaps = run(
+        raw(0, [slot(0, task=1, ctx=held)]),
+        raw(1, [slot(0, busy=True, task=2, ctx=held + 100, cached=10, processed=held + 90)]),  # reused 10 of 2000
+        raw(2, [slot(0, task=2, ctx=held + 200, cached=10)]),
+        raw(3, [slot(0, busy=True, task=3, ctx=held + 300, cached=5, processed=held + 295)]),
+    )
+    assert [e.kind for e in snaps[1].events] == ["reprocessed"]
+    assert not [a for a in snaps[1].alerts if a.kind == "checkpoint_thrash"]
+    assert [a.kind for a in snaps[3].alerts] == ["checkpoint_thrash"]
+    # a continuation served from the cache breaks the streak
+    ok = run(raw(0, [slot(0, task=1, ctx=held)]), raw(1, [slot(0, busy=True, task=2, ctx=held + 50, cached=held)]))
+    assert not ok[1].events
+
+
+def test_pool_and_slot_near_full() -> None:
+    (s,) = run(raw(0, [slot(0, busy=True, ctx=3900, n_ctx=4096), slot(1, busy=True, ctx=3800, n_ctx=4096)]))
+    kinds = sorted(a.kind for a in s.alerts)
+    assert kinds == ["pool_near_full", "slot_near_full", "slot_near_full"]
+    assert "KV pool near full: 7700 of 8192 tokens (94 %)" in plain(s)
+
+
+def test_gateway_rejections_per_minute_and_reservations() -> None:
+    def status(n429: int, requests: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"uptime_s": 5, "in_flight": len(requests), "reserved_tokens": sum(r["reserved_tokens"] for r in requests),
+                "queue": {"length": 1, "by_tier": {"B": 1}, "by_priority": {"5": 1}},
+                "rejected_by_status": {"429": n429}, "requests": requests,
+                "backends": [{"name": "b0", "healthy": True, "pool_tokens": 8192, "reserved_tokens": 3000, "in_flight": 1}]}
+
+    req = {"id": 4, "backend": "b0", "tier": "B", "priority": 5, "key": "alice", "reserved_tokens": 3000, "age_s": 1.5}
+    _, b = run(raw(0, [slot(0, busy=True)], status=status(2, [req]), name="b0"),
+               raw(30, [slot(0, busy=True)], status=status(7, [req]), name="b0"))
+    g = b.gateway
+    assert g is not None and g.rejected_429_per_min == pytest.approx(10.0) and g.window_s == pytest.approx(30)
+    assert g.requests[0].key == "alice" and g.requests[0].reserved_tokens == 3000
+    assert b.servers[0].reserved_tokens == 3000 and b.servers[0].pool_tokens == 8192
+    text = plain(b, width=80)
+    assert text.startswith("gateway: 1/1 backends up") and "alice" in text and "3000" in text
+    assert "(by priority 5: 1)" in " ".join(text.split())
+    # the gateway has the request in flight on b0's busy slot: not foreign work
+    assert not [a for a in b.alerts if a.kind == "foreign_work"]
+
+
+def test_tokens_per_joule_from_the_energy_counter() -> None:
+    def gpu(e: float) -> GpuReading:
+        return GpuReading(True, "", "", (gpu_raw(0, "RTX 3090", power_w=300.0, energy_j=e, mem_used_mib=20000.0,
+                                                 mem_total_mib=24576.0, temp_c=60.0, sm_clock_mhz=1800.0),))
+
+    _, b = run(raw(0, [slot(0, busy=True, task=1, dec=0)], gpu=gpu(1000.0)),
+               raw(1, [slot(0, busy=True, task=1, dec=30)], gpu=gpu(1300.0)))
+    assert b.gpu.tokens_per_joule == pytest.approx(30 / 300) and b.gpu.joule_source == "energy"
+    text = plain(b, width=120)
+    assert "GPU0 RTX 3090" in text and "VRAM 19.5/24.0 GiB" in text and "tokens per joule 0.10" in text
+
+
+def test_screens_fit_80_columns_in_both_languages() -> None:
+    from rich.cells import cell_len
+
+    from llamarig import i18n
+
+    _, b = run(raw(0, [slot(0, busy=True, task=1, dec=5, ctx=70000, n_ctx=131072), slot(1)]),
+               raw(1, [slot(0, busy=True, task=1, dec=95, ctx=70090, n_ctx=131072), slot(1)]))
+    try:
+        for lang in ("en", "zh"):
+            i18n.set_language(lang)
+            for view in ("all", "slots", "gateway", "events"):
+                text = plain(b, 80, ViewState(view=view))
+                assert all(cell_len(ln) <= 80 for ln in text.splitlines()), (lang, view, text)
+                assert text.splitlines()[0].startswith("llama-server")
+    finally:
+        i18n.set_language(None)
+
+
+def test_nvml_absent_is_one_line_and_local_urls() -> None:
+    r = Nvml().read()
+    assert r.available or (r.reason and "\n" not in r.reason and r.reason_kind == "no_nvml")
+    assert is_local("http://127.0.0.1:8080") and is_local("http://localhost:1") and is_local("http://[::1]:8080")
+    assert not is_local("http://192.0.2.7:8080")  # TEST-NET-1 (RFC 5737): never this machine
+
+
+def test_cli_errors_are_one_line(cli: Any) -> None:
+    code, _, err = cli("top", "--url", "127.0.0.1:8080", "--once")
+    assert code == 2 and err.count("\n") == 1 and "expected http://HOST:PORT" in err
+    code, _, err = cli("top", "--url", "http://127.0.0.1:8080", "--interval", "0")
+    assert code == 2 and "--interval 0.0" in err
+    # nothing listens there: the snapshot says so, and the exit code is 3 (docs/exit-codes.md)
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, _ = cli("top", "--url", url, "--once", "--json", "--interval", "0.2")
+    doc = json.loads(out)
+    assert code == 3 and doc["servers"][0]["state"] == "down" and doc["slots"] == []
+    assert doc["servers"][0]["error"] == "connection refused" and doc["alerts"][0]["kind"] == "down"
