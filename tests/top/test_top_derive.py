@@ -123,7 +123,7 @@ def test_gateway_rejections_per_minute_and_reservations() -> None:
     assert g.requests[0].key == "alice" and g.requests[0].reserved_tokens == 3000
     assert b.servers[0].reserved_tokens == 3000 and b.servers[0].pool_tokens == 8192
     text = plain(b, width=80)
-    assert text.startswith("gateway: 1/1 backends up") and "alice" in text and "3000" in text
+    assert text.startswith("gateway: 1/1 up") and "alice" in text and "3000" in text
     assert "(by priority 5: 1)" in " ".join(text.split())
     # the gateway has the request in flight on b0's busy slot: not foreign work
     assert not [a for a in b.alerts if a.kind == "foreign_work"]

@@ -74,7 +74,7 @@ def test_gateway_shows_reservations_and_foreign_work(np2: Any, long_request: Any
     assert doc["servers"][0]["reserved_tokens"] == r["reserved_tokens"]
     assert not [a for a in doc["alerts"] if a["kind"] == "foreign_work"]
     code, text, _ = cli("top", "--url", gw, "--once", "--interval", "0.5")
-    assert text.startswith("gateway: 1/1 backends up") and "reserved" in text
+    assert text.startswith("gateway: 1/1 up") and "reserved" in text
 
     # work nobody here started: the gateway's request ends, another client uses the backend directly
     stop_pid(client)

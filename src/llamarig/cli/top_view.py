@@ -62,7 +62,7 @@ def _pct(a: int | None, b: int | None) -> str:
 
 
 def headline(snap: Snapshot) -> Text:
-    """One line: state, slots busy, pool use, decode rate (and alerts)."""
+    """One line: state, slots busy, pool use, decode rate (the alerts follow, one per line)."""
     busy = sum(1 for s in snap.slots if s.busy)
     n = len(snap.slots)
     used = sum(s.ctx_used or 0 for s in snap.servers)
@@ -74,7 +74,7 @@ def headline(snap: Snapshot) -> Text:
             state = _("gateway not answering")
             style = "bold red"
         else:
-            state = _("gateway: {up}/{n} backends up").format(up=up, n=len(snap.servers))
+            state = _("gateway: {up}/{n} up").format(up=up, n=len(snap.servers))
             style = "bold green" if up == len(snap.servers) and up else "bold yellow"
     else:
         srv = snap.servers[0] if snap.servers else None
@@ -88,16 +88,13 @@ def headline(snap: Snapshot) -> Text:
             style = "bold green"
     parts = [
         _("{busy}/{n} slots busy").format(busy=busy, n=n),
-        _("pool {pct} used").format(pct=_pct(used, tot)) if tot else _("pool ?"),
+        _("pool {pct}").format(pct=_pct(used, tot)) if tot else _("pool ?"),
         _("decode {rate} tok/s").format(rate=_rate(rate)) if rate is not None else _("decode: next refresh"),
     ]
     if snap.gateway is not None:
         parts.append(_("queue {n}").format(n=snap.gateway.queue_length))
     t = Text(state, style=style)
     t.append(" · " + " · ".join(parts))
-    if snap.alerts:
-        t.append(" · ")
-        t.append(_("{n} alerts").format(n=len(snap.alerts)), style="bold red")
     return t
 
 
