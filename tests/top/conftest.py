@@ -42,13 +42,13 @@ def np2(llama_server: Callable[..., RunningServer], synth_model: Callable[..., P
 
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[Callable[[str], str]]:
-    """``gateway(backend_url)`` starts ``llamarig gateway`` (a process) in front of the backend,
+    """``gateway(backend_url, key=None)`` starts ``llamarig gateway`` (a process) in front of the backend,
     with tier B allowed 60000 tokens; returns its URL once /health says a backend is up."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(backend: str) -> str:
+    def start(backend: str, key: str | None = None) -> str:
         cfg = tmp_path / "gateway.toml"
-        cfg.write_text("[tiers.B]\nmax_tokens = 60000\n")
+        cfg.write_text("[tiers.B]\nmax_tokens = 60000\n" + (f'[[keys]]\nkey = "{key}"\nname = "alice"\n' if key else ""))
         port = free_port()
         log = open(tmp_path / f"gateway-{port}.log", "wb")  # noqa: SIM115 - closed below
         p = subprocess.Popen([sys.executable, "-m", "llamarig", "gateway", "--config", str(cfg), "--backend", backend,

@@ -166,6 +166,35 @@ def test_nvml_absent_is_one_line_and_local_urls() -> None:
     assert not is_local("http://192.0.2.7:8080")  # TEST-NET-1 (RFC 5737): never this machine
 
 
+def test_nvml_reading_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's units (bytes, mW, mJ) become MiB, W and J; a figure a board does not support is
+    absent, not an error. (A stand-in module: this machine has no NVIDIA driver; the functions
+    and constants are those of nvidia-ml-py.)"""
+    import sys
+    import types
+
+    class NotSupported(Exception):
+        pass
+
+    def unsupported(h: Any) -> Any:
+        raise NotSupported("Not Supported")
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA GeForce RTX 3090",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=12 * 1024**3, total=24 * 1024**3),
+        nvmlDeviceGetPowerUsage=lambda h: 285_500, nvmlDeviceGetTemperature=lambda h, k: 71,
+        nvmlDeviceGetClockInfo=lambda h, k: {0: 1695, 2: 9751}[k], nvmlDeviceGetUtilizationRates=unsupported,
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: 123_456_789, NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=0,
+        NVML_CLOCK_MEM=2)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    r = Nvml().read()
+    assert r.available and len(r.gpus) == 1
+    g = r.gpus[0]
+    assert (g.name, g.mem_used_mib, g.mem_total_mib, g.power_w, g.temp_c) == ("NVIDIA GeForce RTX 3090", 12288.0, 24576.0, 285.5, 71.0)
+    assert (g.sm_clock_mhz, g.mem_clock_mhz, g.util_pct, g.energy_j) == (1695.0, 9751.0, None, pytest.approx(123456.789))
+
+
 def test_cli_errors_are_one_line(cli: Any) -> None:
     code, _, err = cli("top", "--url", "127.0.0.1:8080", "--once")
     assert code == 2 and err.count("\n") == 1 and "expected http://HOST:PORT" in err

@@ -120,3 +120,15 @@ def test_server_gone_and_back(llama_server: Any, synth_model: Any) -> None:
     assert "Process-Start-Time-Unix" in back.events[-1].detail
     assert "restart" in [a.kind for a in back.alerts]
     assert b.build and b.model  # /props read again after the return
+
+
+def test_gateway_with_keys_needs_the_key(np2: Any, gateway: Any, cli: Any) -> None:
+    gw = gateway(np2.url, key="sk-top-test-key")
+    code, out, _ = cli("top", "--url", gw, "--once", "--json", "--interval", "0.2")
+    doc = json.loads(out)
+    assert code == 3 and doc["mode"] == "gateway" and doc["gateway"] is None
+    assert doc["alerts"][0]["kind"] == "down" and "--api-key" in doc["alerts"][0]["error"]
+    code, out, _ = cli("top", "--url", gw, "--once", "--json", "--interval", "0.2", "--api-key", "sk-top-test-key")
+    doc = json.loads(out)
+    assert code == 0 and doc["gateway"]["requests"] == [] and len(doc["slots"]) == 2
+    assert all(s["state"] == "idle" for s in doc["slots"])

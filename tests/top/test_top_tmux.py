@@ -101,3 +101,18 @@ def test_interactive_view_in_tmux(np2: Any, long_request: Any, tmux_pane: Any, c
     wait_for("the slots view", lambda: ("view: slots" if lang == "en" else "视图：slots") in t.screen(), 30)
     t.tmux("send-keys", "-t", "top", "q")
     assert wait_for("top exited", lambda: t.dead() if t.dead().startswith("1") else "", 30) == "1 0"
+
+
+def test_ctrl_c_restores_the_terminal(np2: Any, tmux_pane: Any, tmp_path: Path) -> None:
+    """Ctrl-C ends top with 130 and the terminal's mode is back (canonical input, echo), as after q.
+    (bash, not sh: bash goes on after a child that exited on Ctrl-C by itself, as top does.)"""
+    t = tmux_pane(80, 30)
+    after = tmp_path / "stty.txt"
+    t.start(f"bash -c '{sys.executable} -m llamarig top --url {np2.url}; echo exit=$? > {after}; stty -a >> {after}'")
+    wait_for("the slots on screen", lambda: "q quit" in t.screen() and "slot" in t.screen(), 60)
+    t.tmux("send-keys", "-t", "top", "C-c")
+    assert wait_for("the shell after top", lambda: t.dead() if t.dead().startswith("1") else "", 30) == "1 0"
+    text = after.read_text()
+    assert text.startswith("exit=130")
+    modes = text.split()
+    assert "icanon" in modes and "echo" in modes and "-icanon" not in modes and "-echo" not in modes

@@ -87,6 +87,8 @@ class Collector:
             return None
         if r.status == 200 and isinstance(r.body, dict) and "backends" in r.body:
             return "gateway"
+        if r.status == 401 and _gateway_error(r.body):
+            return "gateway"  # a gateway with keys: its rounds say that --api-key is needed
         return "server"
 
     async def raw(self) -> Raw:
@@ -151,7 +153,7 @@ class Collector:
                     up = time.monotonic() - start / 1e6
                     uptime = up if up >= 0 else None
             else:
-                m_err = f"GET /metrics: HTTP {m.status}" + (" (llama-server needs --metrics)" if m.status in (404, 501) else "")
+                m_err = _status_hint("/metrics", m.status) + (" (llama-server needs --metrics)" if m.status in (404, 501) else "")
         elif isinstance(m, BaseException):
             m_err = f"GET /metrics: {_why(m)}"
         return ServerRaw("server", self.url, True, health=health.status, slots=slots, slots_error=slots_err,
@@ -164,7 +166,7 @@ class Collector:
         got = dict(zip(paths, await asyncio.gather(*(self._get(p) for p in paths)), strict=True))
         st = got["/gateway/status"]
         if isinstance(st, BaseException) or st.status != 200 or not isinstance(st.body, dict):
-            err = _why(st) if isinstance(st, BaseException) else f"GET /gateway/status: HTTP {st.status}"
+            err = _why(st) if isinstance(st, BaseException) else _status_hint("/gateway/status", st.status)
             return (), None, err
         status: dict[str, Any] = st.body
         sl = got["/gateway/slots"]
@@ -193,12 +195,24 @@ class Collector:
         return tuple(out), status, ""
 
 
+def _gateway_error(body: Any) -> bool:
+    """The gateway's error body (OpenAI style, llamarig.gateway.errors): {"error": {"code": ...}}."""
+    err = body.get("error") if isinstance(body, dict) else None
+    return isinstance(err, dict) and "code" in err and "type" in err
+
+
+def _status_hint(path: str, status: int) -> str:
+    if status in (401, 403):
+        return f"GET {path}: HTTP {status} (give the key: --api-key KEY or $LLAMARIG_API_KEY)"
+    return f"GET {path}: HTTP {status}"
+
+
 def _slots(r: HTTPResult | BaseException) -> tuple[tuple[Mapping[str, Any], ...] | None, str]:
     if isinstance(r, BaseException):
         return None, f"GET /slots: {_why(r)}"
     if r.status != 200 or not isinstance(r.body, list):
         hint = " (llama-server started with --no-slots)" if r.status == 501 else ""
-        return None, f"GET /slots: HTTP {r.status}{hint}"
+        return None, _status_hint("/slots", r.status) + hint
     return tuple(s for s in r.body if isinstance(s, dict)), ""
 
 
