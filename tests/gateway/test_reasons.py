@@ -143,6 +143,8 @@ def test_queue_full_and_key_limit_name_their_numbers(lt: Any) -> None:
     bob = {"Authorization": "Bearer sk-bob-1234567"}
     body = {"messages": MSG, "max_tokens": 50}
 
+    status: dict[str, Any] = {}
+
     async def run() -> tuple[tuple[int, str | None, dict[str, Any]], ...]:
         s, tasks = await hold(gw, 1, body, alice)  # alice holds the only slot
         waiting = asyncio.ensure_future(s.post(gw.url + "/v1/chat/completions", json=body, headers=bob))
@@ -151,12 +153,17 @@ def test_queue_full_and_key_limit_name_their_numbers(lt: Any) -> None:
         for h in (bob, alice):
             async with s.post(gw.url + "/v1/chat/completions", json=body, headers=h) as r:
                 out.append((r.status, r.headers.get("Retry-After"), json.loads(await r.read())["error"]))
+        status.update(gw.status())  # alice in flight, bob queued, two 429s
         gate.set()
         (await waiting).release()
         await release(gate, s, tasks)
         return tuple(out)
 
     (st1, ra1, full), (st2, ra2, key) = lt.run(run())
+    # what `llamarig top` reads: each reservation in flight, the queue by priority, 429s counted
+    (req,) = status["requests"]
+    assert req["key"] == "alice" and req["reserved_tokens"] == 59 and req["tier"] == "B" and req["age_s"] >= 0
+    assert status["queue"]["by_priority"] == {str(req["priority"]): 1} and status["rejected_by_status"] == {"429": 2}
     assert st1 == st2 == 429 and ra1 and ra2
     assert full["code"] == full["reason"] == "queue_full"
     assert full["details"] == {"queued": 1, "queue_size": 1, "blocked_by": "slots_busy", "busy_slots": 1, "slots": 1,
