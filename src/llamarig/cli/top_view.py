@@ -5,6 +5,7 @@ server's state, slots busy, pool use and decode rate; derived numbers name their
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -250,8 +251,6 @@ def method_lines(snap: Snapshot) -> list[Text]:
 
 
 def event_lines(snap: Snapshot, n: int) -> list[Text]:
-    import time  # lazy: only the timeline's clock
-
     out = []
     for e in snap.events[-n:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.wall))

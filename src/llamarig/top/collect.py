@@ -116,7 +116,9 @@ class Collector:
     def _gpu(self, servers: tuple[ServerRaw, ...]) -> GpuReading:
         if not self.want_gpu:
             return GpuReading(False, "not asked for (--no-gpu)", "off")
-        if not servers or not self._local(tuple(s.url for s in servers)):
+        if not servers:
+            return GpuReading(False, "no server answered yet: whether it runs on this machine is not known", "unknown")
+        if not self._local(tuple(s.url for s in servers)):
             return remote_reading()
         if self.nvml is None:
             self.nvml = Nvml()
