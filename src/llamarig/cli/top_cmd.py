@@ -142,6 +142,8 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
                         pressed = await asyncio.wait_for(keys.get(), timeout=max(0.05, next_at - loop.time()))
                     except asyncio.TimeoutError:
                         continue
+                    if pressed.startswith("\x1b"):
+                        continue  # an escape sequence (arrows, function keys): not ours
                     for k in pressed:
                         if k in "qQ":
                             return
