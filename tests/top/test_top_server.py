@@ -132,3 +132,19 @@ def test_gateway_with_keys_needs_the_key(np2: Any, gateway: Any, cli: Any) -> No
     doc = json.loads(out)
     assert code == 0 and doc["gateway"]["requests"] == [] and len(doc["slots"]) == 2
     assert all(s["state"] == "idle" for s in doc["slots"])
+
+
+def test_json_lines_without_once(np2: Any) -> None:
+    """Without --once, --json prints one object per refresh (rates from the second on)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "llamarig", "top", "--url", np2.url, "--json", "--interval", "0.2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        first, second = json.loads(p.stdout.readline()), json.loads(p.stdout.readline())
+    finally:
+        stop_pid(p)
+    assert first["interval_s"] is None and second["interval_s"] > 0
+    assert len(second["slots"]) == 2 and second["servers"][0]["decode_tok_s"] == 0.0
