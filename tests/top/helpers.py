@@ -57,6 +57,16 @@ def decoding_slot(url: str) -> int | None:
     return None
 
 
+def decoding_tasks(url: str) -> dict[int, int]:
+    """slot id -> task id of every slot that is decoding now."""
+    out = {}
+    for s in get_json(url + "/slots"):
+        nt = (s.get("next_token") or [{}])[0]
+        if s.get("is_processing") and nt.get("n_decoded", 0) > 0:
+            out[int(s["id"])] = int(s["id_task"])
+    return out
+
+
 def stop_pid(proc: subprocess.Popen[Any]) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):

@@ -9,7 +9,14 @@ import json
 from typing import Any
 
 import pytest
-from tests.top.helpers import SERVER_ARGS, decoding_slot, get_json, stop_pid, wait_for
+from tests.top.helpers import (
+    SERVER_ARGS,
+    decoding_slot,
+    decoding_tasks,
+    get_json,
+    stop_pid,
+    wait_for,
+)
 
 from llamarig.testing.server import free_port
 from llamarig.top.collect import Collector
@@ -19,9 +26,8 @@ pytestmark = pytest.mark.server
 
 def test_once_json_one_slot_decoding_one_idle(np2: Any, long_request: Any, cli: Any) -> None:
     long_request(np2.url)
-    busy_id = wait_for("a slot decoding", lambda: decoding_slot(np2.url) is not None and decoding_slot(np2.url))
-    del busy_id
-    code, out, err = cli("top", "--url", np2.url, "--once", "--json", "--interval", "0.5")
+    wait_for("a slot decoding", lambda: decoding_slot(np2.url) is not None)
+    code, out, err = cli("top", "--url", np2.url, "--once", "--json")  # two readings 1 s apart
     assert code == 0, err
     doc = json.loads(out)
     slots = doc["slots"]
@@ -38,7 +44,7 @@ def test_once_json_one_slot_decoding_one_idle(np2: Any, long_request: Any, cli: 
     assert srv["build"].startswith("b11434") and srv["model"].endswith(".gguf")
     assert srv["decode_tok_s"] == pytest.approx(b["decode_tok_s"], rel=1e-6)
     assert srv["requests_processing"] == 1 and srv["uptime_s"] >= 0 and srv["restarts"] == 0
-    assert doc["decode_tok_s"] > 0 and 0.3 <= doc["interval_s"] <= 5
+    assert doc["decode_tok_s"] > 0 and 0.9 <= doc["interval_s"] <= 10
     assert "n_decoded" in doc["methods"]["decode_tok_s"]
     # GPU: figures, or one reason why not (no NVML on a CPU-only machine)
     assert doc["gpu"]["available"] or doc["gpu"]["reason"]
@@ -77,10 +83,12 @@ def test_gateway_shows_reservations_and_foreign_work(np2: Any, long_request: Any
     assert text.startswith("gateway: 1/1 up") and "reserved" in text
 
     # work nobody here started: the gateway's request ends, another client uses the backend directly
+    (gw_task,) = decoding_tasks(np2.url).values()
     stop_pid(client)
     wait_for("the gateway's request released", lambda: get_json(gw + "/gateway/status")["in_flight"] == 0)
+    wait_for("its slot free", lambda: gw_task not in decoding_tasks(np2.url).values())
     long_request(np2.url)
-    wait_for("the direct request decoding", lambda: decoding_slot(np2.url) is not None)
+    wait_for("the direct request decoding", lambda: decoding_tasks(np2.url))
 
     async def three() -> list[Any]:
         async with Collector(gw) as c:
