@@ -156,3 +156,18 @@ def test_json_lines_without_once(np2: Any) -> None:
         stop_pid(p)
     assert first["interval_s"] is None and second["interval_s"] > 0
     assert len(second["slots"]) == 2 and second["servers"][0]["decode_tok_s"] == 0.0
+
+
+def test_docs_once_examples_run(np2: Any, cli: Any) -> None:
+    """Every `$ llamarig top --url http://127.0.0.1:8080 … --once …` example of docs/top.md runs."""
+    import shlex
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "top.md"
+    cmds = [ln[2:].split("#")[0] for ln in docs.read_text().splitlines()
+            if ln.startswith("$ llamarig top --url http://127.0.0.1:8080") and "--once" in ln]
+    assert len(cmds) >= 2
+    for cmd in cmds:
+        argv = shlex.split(cmd.replace("http://127.0.0.1:8080", np2.url))[1:]
+        code, out, err = cli(*argv)
+        assert code == 0 and out.strip(), (cmd, err)
