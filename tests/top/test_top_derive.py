@@ -106,6 +106,9 @@ def test_pool_and_slot_near_full() -> None:
     kinds = sorted(a.kind for a in s.alerts)
     assert kinds == ["pool_near_full", "slot_near_full", "slot_near_full"]
     assert "KV pool near full: 7700 of 8192 tokens (94 %)" in plain(s)
+    # the same contexts kept by idle slots (their last task's cache): shown, no alert
+    (idle,) = run(raw(0, [slot(0, ctx=3900, n_ctx=4096), slot(1, ctx=3800, n_ctx=4096)]))
+    assert idle.alerts == () and idle.servers[0].pool_frac == pytest.approx(7700 / 8192)
 
 
 def test_gateway_rejections_per_minute_and_reservations() -> None:

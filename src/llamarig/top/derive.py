@@ -56,7 +56,7 @@ METHODS = {
     "prefill_tok_s": "per slot: delta of n_prompt_tokens_processed of the same task between two GET /slots, over the time between them",
     "ctx_used": "n_prompt_tokens of GET /slots: the tokens in the slot's cache (prompt and generated)",
     "pool_used_frac": "sum of the slots' ctx_used over the sum of their n_ctx (with a unified KV cache, -kvu, "
-                      "the slots share one pool and this reads low)",
+                      "the slots share one pool and this reads low); an alert at 90 % while a slot is busy",
     "finished_tok_s": "delta of /metrics prompt_tokens_total and tokens_predicted_total over the time between "
                       "two scrapes; they grow when a request finishes",
     "restart": "Process-Start-Time-Unix of /metrics changed, /metrics counters went down, or a slot's task "
@@ -238,7 +238,8 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
         **dict(zip(("reserved_tokens", "pool_tokens", "in_flight"), _gw_figures(gw_backend), strict=True)),
     )
     frac = view.pool_frac
-    if frac is not None and frac >= NEAR_FULL:
+    # idle slots keep their last context cached: a full pool matters while something runs
+    if frac is not None and frac >= NEAR_FULL and view.busy:
         alerts.append(Alert("pool_near_full", name, {"used": view.ctx_used, "total": view.ctx_total,
                                                      "pct": round(100 * frac)}))
     for v in slot_views:
