@@ -52,7 +52,7 @@ class Nvml:
         try:
             pynvml.nvmlInit()
         except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-            self.reason, self.kind = f"{e}; no NVIDIA driver here?", "no_nvml"
+            self.reason, self.kind = str(e) or type(e).__name__, "no_nvml"
             return
         self.mod = pynvml
 
