@@ -171,3 +171,18 @@ def test_docs_once_examples_run(np2: Any, cli: Any) -> None:
         argv = shlex.split(cmd.replace("http://127.0.0.1:8080", np2.url))[1:]
         code, out, err = cli(*argv)
         assert code == 0 and out.strip(), (cmd, err)
+
+
+def test_without_slots_and_metrics_endpoints(llama_server: Any, synth_model: Any, cli: Any) -> None:
+    """A server started with --no-slots and without --metrics: top says what it cannot see and why."""
+    srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "1", "--no-slots")
+    code, out, err = cli("top", "--url", srv.url, "--once", "--json", "--interval", "0.2")
+    assert code == 0, err
+    doc = json.loads(out)
+    s = doc["servers"][0]
+    assert doc["slots"] == [] and s["state"] == "up" and s["total_slots"] == 1
+    assert "HTTP 501" in s["slots_error"] and "--no-slots" in s["slots_error"]
+    assert "HTTP 501" in s["metrics_error"] and "--metrics" in s["metrics_error"]
+    code, text, _ = cli("top", "--url", srv.url, "--once", "--interval", "0.2")
+    assert text.splitlines()[0].startswith("llama-server up · slots unknown (no /slots)")
+    assert "--no-slots" in text and "--metrics" in text

@@ -88,7 +88,7 @@ def headline(snap: Snapshot) -> Text:
             state = _("llama-server up {t}").format(t=_dur(srv.uptime_s)) if srv.uptime_s is not None else _("llama-server up")
             style = "bold green"
     parts = [
-        _("{busy}/{n} slots busy").format(busy=busy, n=n),
+        _("{busy}/{n} slots busy").format(busy=busy, n=n) if n else _("slots unknown (no /slots)"),
         _("pool {pct}").format(pct=_pct(used, tot)) if tot else _("pool ?"),
         _("decode {rate} tok/s").format(rate=_rate(rate)) if rate is not None else _("decode: next refresh"),
     ]
