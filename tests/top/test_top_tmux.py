@@ -123,3 +123,30 @@ def test_ctrl_c_restores_the_terminal(np2: Any, tmux_pane: Any) -> None:
     assert after.startswith("exit=130"), after
     modes = after.split()
     assert "icanon" in modes and "echo" in modes and "-icanon" not in modes and "-echo" not in modes
+
+
+def test_server_gone_and_back_on_screen(llama_server: Any, synth_model: Any, tmux_pane: Any) -> None:
+    """The live view says when the server stops answering, and when it is back that it restarted."""
+    from tests.top.helpers import SERVER_ARGS
+
+    from llamarig.testing.server import free_port
+
+    port = free_port()
+    model = synth_model("llama", n_ctx_train=131072)
+    srv = llama_server(model, *SERVER_ARGS, port=port)
+    t = tmux_pane(120, 40)
+    t.start(f"{sys.executable} -m llamarig top --url {srv.url} --interval 0.5")
+    wait_for("up", lambda: t.screen().startswith("llama-server up"), 60)
+    srv.stop()
+    def starting(prefix: str) -> str:
+        screen = t.screen()
+        return screen if screen.startswith(prefix) else ""
+
+    down = wait_for("down on screen", lambda: starting("llama-server down for"), 60)
+    assert "server: not answering for" in down and "connection refused" in down
+    llama_server(model, *SERVER_ARGS, port=port)
+    back = wait_for("back on screen", lambda: starting("llama-server up"), 60)
+    assert "server: restarted" in back and "restarts 1" in back
+    assert ": down: " in back and ": back: " in back and ": restart: " in back  # the timeline
+    t.tmux("send-keys", "-t", "top", "q")
+    assert wait_for("top exited", t.ended, 30).startswith("exit=0")
