@@ -156,6 +156,20 @@ def test_json_lines_without_once(np2: Any) -> None:
         stop_pid(p)
     assert first["interval_s"] is None and second["interval_s"] > 0
     assert len(second["slots"]) == 2 and second["servers"][0]["decode_tok_s"] == 0.0
+    # stdout not a terminal, no --json: one text screen per refresh, headline first
+    p = subprocess.Popen([sys.executable, "-m", "llamarig", "top", "--url", np2.url, "--interval", "0.2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        heads: list[str] = []
+        while len(heads) < 2:
+            line = p.stdout.readline()
+            assert line, p.stderr.read() if p.stderr else "no output"
+            if line.startswith("llama-server"):
+                heads.append(line)
+    finally:
+        stop_pid(p)
+    assert heads[0].startswith("llama-server up") and "0/2 slots busy" in heads[0] and "decode 0.0 tok/s" in heads[1]
 
 
 def test_docs_once_examples_run(np2: Any, cli: Any) -> None:

@@ -52,8 +52,8 @@ def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json:
     opts: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout, "metrics": not no_metrics, "gpu": not no_gpu}
     if once:
         _once(url, interval, as_json, opts)
-    elif as_json:
-        asyncio.run(_stream_json(url, interval, opts))
+    elif as_json or not sys.stdout.isatty():
+        asyncio.run(_stream(url, interval, opts, as_json))  # no terminal to draw on: one record per refresh
     else:
         _interactive(url, interval, opts)
 
@@ -83,13 +83,18 @@ def _width() -> int:
         return 100
 
 
-async def _stream_json(url: str, interval: float, opts: dict[str, Any]) -> None:
+async def _stream(url: str, interval: float, opts: dict[str, Any], as_json: bool) -> None:
+    """One JSON object per line, or one text screen, per refresh (stdout is not a terminal)."""
+    from llamarig.cli.top_view import plain
     from llamarig.top.collect import Collector
 
     async with Collector(url, **opts) as c:
         while True:
             snap = await c.snapshot()
-            click.echo(json.dumps(snap.to_json(), ensure_ascii=False))
+            if as_json:
+                click.echo(json.dumps(snap.to_json(), ensure_ascii=False))
+            else:
+                click.echo(plain(snap, width=100))
             await asyncio.sleep(interval)
 
 
