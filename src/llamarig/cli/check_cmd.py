@@ -62,8 +62,10 @@ _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled buil
 
 def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int | None = None,
               model: str | None = None, base_dir: Path | None = None, gpus: tuple[str, ...] = (),
-              ram: str | None = None, need_ctx: int | None = None) -> tuple[Parsed, list[Reading], list[Finding]]:
-    parsed = parse_text(text, kind)
+              ram: str | None = None, need_ctx: int | None = None, origin: Path | None = None
+              ) -> tuple[Parsed, list[Reading], list[Finding]]:
+    """``origin``: the file ``text`` was read from (its sourced files, drop-ins, .env are read too)."""
+    parsed = parse_text(text, kind, origin)
     ram_bytes = None
     if ram:
         from llamarig.units import parse_size
@@ -257,14 +259,14 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     base = Path(file).parent if file != "-" else None
     parsed, readings, findings = run_check(text, schema, kind=None if kind == "auto" else kind,
                                            cores=cores, model=model, base_dir=base, gpus=gpus, ram=ram,
-                                           need_ctx=need_ctx)
+                                           need_ctx=need_ctx, origin=Path(file) if file != "-" else None)
     if fix:
         from llamarig.flags.fix import fix_text
 
         fixed = fix_text(parsed, readings, findings, schema)
         click.echo(fixed, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
-        after = parse_text(fixed, None if kind == "auto" else kind)
+        after = parse_text(fixed, None if kind == "auto" else kind, Path(file) if file != "-" else None)
         for k, (inv_a, inv_b) in enumerate(zip(parsed.invocations, after.invocations, strict=False)):
             changes = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
             if changes:
@@ -299,7 +301,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
     base = None
     if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
         text, _kind = read_input(command[0])
-        parsed = parse_text(text)
+        parsed = parse_text(text, origin=Path(command[0]) if command[0] != "-" else None)
         base = Path(command[0]).parent if command[0] != "-" else None
     elif len(command) == 1 and " " in command[0]:
         parsed = parse_text(command[0])

@@ -223,6 +223,8 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
             by_last.setdefault(cmd.words[-1].line, cmd)
     fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema) for k, inv in enumerate(parsed.invocations)]
     for k, inv in enumerate(parsed.invocations):
+        if not inv.written_here:  # another file's, or a function body shared by its calls: as written
+            continue
         fx = fixed[k]
         start = inv.line - 1
         words = inv.intended_args

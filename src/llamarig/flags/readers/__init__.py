@@ -18,6 +18,7 @@ processing: no command is run. Garbage in gives notes, never an exception.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
 from llamarig.flags.readers.bash import parse_bash
@@ -46,18 +47,20 @@ def detect_kind(text: str) -> str:
     return "shell"
 
 
-def parse_text(text: str, kind: str | None = None) -> Parsed:
+def parse_text(text: str, kind: str | None = None, origin: Path | None = None) -> Parsed:
     """Read a pasted command line, bash script, systemd unit, docker-compose or llama-swap file.
-    ``kind`` forces a format (shell, systemd, yaml)."""
+    ``kind`` forces a format (shell, systemd, yaml). ``origin``: the file the text was read from;
+    the files next to it that the format reads too are then read (a script's ``source``d files,
+    a unit's drop-ins and EnvironmentFile=, a compose file's ``.env``)."""
     text = text.replace("\r\n", "\n").replace("\x00", "")
     kind = kind or detect_kind(text)
     if kind == "systemd":
-        return parse_systemd(text)
+        return parse_systemd(text, origin)
     if kind == "yaml":
-        parsed = parse_yaml(text)
+        parsed = parse_yaml(text, origin)
         if parsed is not None:
             return parsed
-    return parse_bash(text)
+    return parse_bash(text, origin=origin)
 
 
 def parse_argv(argv: list[str]) -> Parsed:
