@@ -22,6 +22,7 @@ from llamarig.flags.readers.common import (
     unwrap,
     wrapper_words,
 )
+from llamarig.flags.readers.interpolate import read_env_file
 
 _KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*\s*=")
 
@@ -136,20 +137,7 @@ def _environment_file(value: str, origin: Path | None, line: int, notes: list[No
                               "are not known; `$NAME` references to them are checked as written",
                               Severity.INFO))
         return []
-    out = []
-    for ln in text.split("\n"):
-        t = ln.strip()
-        if not t or t[0] in "#;":
-            continue
-        t = t.removeprefix("export ").strip()
-        n, sep, v = t.partition("=")
-        if not sep:
-            continue
-        v = v.strip()
-        if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-            v = v[1:-1]
-        out.append((n.strip(), v, line))
-    return out
+    return [(n, v, line) for n, v, _ in read_env_file(text)]
 
 
 def parse_systemd(text: str, origin: Path | None = None) -> Parsed:

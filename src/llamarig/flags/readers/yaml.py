@@ -11,7 +11,7 @@ from pathlib import Path
 
 from llamarig.flags.parsed import Parsed
 from llamarig.flags.readers import yaml_nodes as Y
-from llamarig.flags.readers.compose import read_compose
+from llamarig.flags.readers.compose import read_compose, read_dotenv
 from llamarig.flags.readers.containers import Found
 from llamarig.flags.readers.kubernetes import (
     _merge,
@@ -41,7 +41,7 @@ def parse_yaml(text: str, origin: Path | None = None) -> Parsed | None:
             _merge(found, read_llama_swap(d, src))
         elif Y.is_map(Y.get(d, "services")):
             kinds.append("compose")
-            _merge(found, read_compose(d, src))
+            _merge(found, read_compose(d, src, read_dotenv(origin)))
         elif is_workload(d):
             kinds.append("kubernetes")
             _merge(found, read_kubernetes(d, src, cms))
