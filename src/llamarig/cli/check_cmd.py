@@ -3,6 +3,7 @@ flag schema of the installed build (see docs/check.md, docs/explain.md)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from dataclasses import replace
@@ -97,6 +98,26 @@ def to_json(parsed: Parsed, findings: list[Finding], schema: Schema) -> dict[str
         "findings": [f.to_json() for f in findings],
         "schema": {"source": schema.source, "build": schema.build, "origin": schema.origin},
     }
+
+
+#: above this many invocations + findings, --json writes one of each per line: json.dumps with
+#: an indent runs Python's encoder, not the C one, and is a fifth of a large file's time
+_COMPACT_ABOVE = 2000
+
+
+def dump_json(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, or, when its lists are long, one list item per line (the same
+    JSON value, encoded by the C encoder)."""
+    if len(data["invocations"]) + len(data["findings"]) <= _COMPACT_ABOVE:
+        return json.dumps(data, ensure_ascii=False, indent=1)
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list):
+            items = ",\n  ".join(json.dumps(v, ensure_ascii=False) for v in value)
+            parts.append(f' {json.dumps(key)}: [\n  {items}\n ]' if value else f' {json.dumps(key)}: []')
+        else:
+            parts.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n" + ",\n".join(parts) + "\n}"
 
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -256,6 +277,19 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     (FILE, or - for stdin). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
     text, name = read_input(file)
     schema = get_schema(server_bin, bundled, no_cache, schema_build)
+    # the objects a check makes (words, invocations, findings) live until it ends and hold no
+    # cycles worth collecting: the cyclic GC only re-walks them, ~40 % of a large file's time
+    # (benchmarks/RESULTS.md); it is on again after
+    gc.disable()
+    try:
+        _check(text, name, file, schema, as_json, fix, kind, cores, model, gpus, ram, need_ctx)
+    finally:
+        gc.enable()
+
+
+def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: bool, kind: str,
+           cores: int | None, model: str | None, gpus: tuple[str, ...], ram: str | None,
+           need_ctx: int | None) -> None:
     base = Path(file).parent if file != "-" else None
     parsed, readings, findings = run_check(text, schema, kind=None if kind == "auto" else kind,
                                            cores=cores, model=model, base_dir=base, gpus=gpus, ram=ram,
@@ -275,7 +309,7 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
                 for what, before, now in changes:
                     click.echo(f"  {what}: {before} -> {now}", err=True)
     elif as_json:
-        click.echo(json.dumps(to_json(parsed, findings, schema), ensure_ascii=False, indent=1))
+        click.echo(dump_json(to_json(parsed, findings, schema)))
     else:
         render_human(parsed, findings, schema, name)
     if any(f.severity == "error" for f in findings):

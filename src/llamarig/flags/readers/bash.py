@@ -571,7 +571,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             before_args = cmd.words[idx] if docker is None else cmd.words[start - 1]
             inv = Invocation(
                 program=prog if docker is None else f"{prog} run … (llama.cpp image)",
-                args=list(rest), line=cmd.words[idx].line, end_line=cmd.end_line,
+                args=list(rest), line=_written_on(cmd, cmd.words[idx]), end_line=cmd.end_line,
                 env=[*exported.values(), *env], background=cmd.terminator == "&",
                 source="shell", redirects=list(cmd.redirects),
                 head=_head_text(src, cmd.words[idx], before_args), tail=_tail_text(src, cmd),
@@ -683,7 +683,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         """``source FILE [ARGS]``: FILE read in the same variables and functions."""
         nonlocal frame
         w = rest[0]
-        target = _SCRIPT_DIR_RE.sub(lambda _m: str(origin.parent) if origin else "$0", w.text)
+        target = _SCRIPT_DIR_RE.sub(lambda _m: str(origin.parent.resolve()) if origin else "$0", w.text)
         if w.opaque or "$" in target or "`" in target:
             notes.append(Note("unknown-variable", cmd.line, f"`source {w.raw or w.text}`: the file's name is not "
                               "known here; what it sets is not read", Severity.INFO))
@@ -718,7 +718,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             return
         sub_lines = sub.split("\n")
         _mark_breaks(sub_cmds, sub_lines, 1)
-        name = os.path.relpath(path, origin.parent) if path.is_relative_to(origin.parent) else str(path)
+        here = origin.parent.resolve()
+        name = os.path.relpath(key, here) if key.is_relative_to(here) else str(path)
         notes.extend(Note("shell-syntax", cmd.line, f"{name} line {ln}: {msg}: the shell would stop there",
                           Severity.ERROR) for ln, msg in sub_lex.problems)
         label = f"in {name}, sourced on line {cmd.line}" + (f" ({frame.label})" if frame.label else "")
@@ -806,6 +807,12 @@ class _Frame:
     span: tuple[int, int] | None = None
     #: where its invocations go in the text's order: the line of the top-level call or `source`
     key: int | None = None
+
+
+def _written_on(cmd: Command, w: Word) -> int:
+    """The line ``w`` is written on in ``cmd``: a program word from a variable carries the line of
+    the variable's value (`"$LLAMA_DIR"/llama-server`), the command starts on its own line."""
+    return w.line if cmd.line <= w.line <= cmd.end_line else cmd.line
 
 
 def _reorder(keys: list[int], invocations: list[Invocation], notes: list[Note], other: dict[int, list[str]]
