@@ -59,21 +59,20 @@ services:
       -m '/models/my model.gguf'
       --ctx-size-draft 4096 --host 0.0.0.0 --api-key k
 ---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: llm}
+apiVersion: v1
+kind: Pod
+metadata:
+  name: llm-pod
 spec:
-  template:
-    spec:
-      containers:
-        - name: server
-          image: ghcr.io/ggml-org/llama.cpp:server
-          args:
-          - --model
-          - /models/d.gguf
-          - --flash-attn
-          - --n-gpu-layers
-          - "99"
+  containers:
+    - image: ghcr.io/ggml-org/llama.cpp:server-cuda
+      name: llama
+      args:
+      - --model
+      - /models/d.gguf
+      - --flash-attn
+      - --n-gpu-layers
+      - "99"
 """
 
 
@@ -95,7 +94,7 @@ def test_fix_writes_yaml_in_the_input_form(tmp_path) -> None:  # type: ignore[no
     assert svc["flow"]["command"] == ["-m", "/models/b.gguf", "--flash-attn", "on", "--metrics"]
     assert isinstance(svc["string"]["command"], str) and "-ctk q4_0" in svc["string"]["command"]
     assert svc["block"]["command"] == "-m '/models/my model.gguf' --host 0.0.0.0 --api-key k\n"
-    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = deploy["spec"]["containers"][0]["args"]
     assert args == ["--model", "/models/d.gguf", "--flash-attn", "on", "--n-gpu-layers", "99"]
     assert all(isinstance(a, str) for a in args)  # `on` and 99 quoted: the API server wants strings
     assert "command: >\n" in fixed and 'command: ["-m"' in fixed
