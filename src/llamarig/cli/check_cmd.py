@@ -259,7 +259,7 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
               help="List the bundled schemas and how each was made, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--fix", is_flag=True, help="Print the corrected script instead of findings.")
-@click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml"]), default="auto",
+@click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml", "ini"]), default="auto",
               show_default=True, help="Input format.")
 @click.option("--cores", type=int, default=None, help="Physical cores of the target machine (default: this one).")
 @click.option("--model", type=str, default=None,

@@ -70,6 +70,9 @@ class Invocation:
     #: False when the invocation was read from another file (a sourced one, a systemd drop-in)
     #: or from a function body with one call's arguments: --fix leaves its text as written
     written_here: bool = True
+    #: a --models-preset section: its (key, value) pairs as written, [*]'s first; the argv is
+    #: made from them with the build's options (llamarig.flags.preset)
+    preset: list[tuple[Word, Word]] | None = None
 
     @property
     def argv(self) -> list[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
 from llamarig.flags.readers.bash import parse_bash
 from llamarig.flags.readers.common import is_server_program
+from llamarig.flags.readers.ini import looks_like_preset, parse_preset
 from llamarig.flags.readers.systemd import parse_systemd
 from llamarig.flags.readers.yaml import parse_yaml
 
@@ -38,24 +39,28 @@ _YAML_RE = re.compile(
 
 
 def detect_kind(text: str) -> str:
-    """The format of a pasted text: systemd, yaml or shell. A text that looks like YAML but is
+    """The format of a pasted text: systemd, yaml, ini (a --models-preset file) or shell. A text that looks like YAML but is
     not (or holds nothing YAML-shaped) is read as shell by parse_text."""
     if re.search(r"^\s*ExecStart\s*=", text, re.M) or re.search(r"^\s*\[Service\]\s*$", text, re.M):
         return "systemd"
     if _YAML_RE.search(text):
         return "yaml"
+    if looks_like_preset(text):
+        return "ini"
     return "shell"
 
 
 def parse_text(text: str, kind: str | None = None, origin: Path | None = None) -> Parsed:
     """Read a pasted command line, bash script, systemd unit, docker-compose or llama-swap file.
-    ``kind`` forces a format (shell, systemd, yaml). ``origin``: the file the text was read from;
+    ``kind`` forces a format (shell, systemd, yaml, ini). ``origin``: the file the text was read from;
     the files next to it that the format reads too are then read (a script's ``source``d files,
     a unit's drop-ins and EnvironmentFile=, a compose file's ``.env``)."""
     text = text.replace("\r\n", "\n").replace("\x00", "")
     kind = kind or detect_kind(text)
     if kind == "systemd":
         return parse_systemd(text, origin)
+    if kind == "ini":
+        return parse_preset(text)
     if kind == "yaml":
         parsed = parse_yaml(text, origin)
         if parsed is not None:
