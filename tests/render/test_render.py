@@ -404,3 +404,15 @@ def test_compose_image_follows_the_devices_named() -> None:
     assert compose_backend_for(["-m", "m.gguf", "--device", "CUDA1,CUDA0"], None) == "cuda"
     assert compose_backend_for(["-m", "m.gguf", "-dev", "Vulkan0"], None) == "vulkan"
     assert compose_backend_for(["-m", "m.gguf"], None) == "cpu"
+
+
+def test_compose_image_from_the_devices_end_to_end(synth_model, with_bin: Path, cli) -> None:
+    """`render -f compose -- llama-server ... --device CUDA1,CUDA0` (two GPUs named, no --gpu):
+    the service runs the CUDA image."""
+    from tests.render.conftest import SHAPES
+
+    model = synth_model("llama", **SHAPES["llama"])
+    code, out, err = cli("render", "-f", "compose", "--", "llama-server", "-m", str(model), "-c", "1024",
+                         "--device", "CUDA1,CUDA0")
+    assert code == 0, err
+    assert "image: ghcr.io/ggml-org/llama.cpp:server-cuda\n" in out
