@@ -15,6 +15,7 @@ import click
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.flags.argv import Reading
 from llamarig.flags.model import model_loader
+from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
@@ -273,8 +274,9 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: int | None, as_json: bool,
               fix: bool, kind: str, cores: int | None, model: str | None, no_cache: bool, gpus: tuple[str, ...],
               ram: str | None, need_ctx: int | None) -> None:
-    """Lint a llama-server command, bash script, systemd unit, docker-compose or llama-swap file
-    (FILE, or - for stdin). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
+    """Lint a llama-server command, bash script, systemd unit, docker-compose, Kubernetes/Helm,
+    llama-swap or --models-preset INI file (FILE, or - for stdin; the files it sources, its
+    drop-ins or .env next to it are read too). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
     text, name = read_input(file)
     schema = get_schema(server_bin, bundled, no_cache, schema_build)
     # the objects a check makes (words, invocations, findings) live until it ends and hold no
@@ -301,6 +303,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: 
         click.echo(fixed, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
         after = parse_text(fixed, None if kind == "auto" else kind, Path(file) if file != "-" else None)
+        after.invocations = [preset_invocation(i, schema) if i.preset is not None else i for i in after.invocations]
         for k, (inv_a, inv_b) in enumerate(zip(parsed.invocations, after.invocations, strict=False)):
             changes = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
             if changes:

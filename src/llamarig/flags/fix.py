@@ -199,6 +199,15 @@ def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], s
         fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
                  for k, inv in enumerate(parsed.invocations)]
         return fix_yaml("\n".join(parsed.lines), parsed, fixed)
+    if parsed.kind == "models-preset":  # the file as written (still INI), the repairs as comments
+        out = "\n".join(parsed.lines).rstrip("\n") + "\n"
+        for k, inv in enumerate(parsed.invocations):
+            fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+            if fx.comments:
+                out += f"\n; llamarig: {inv.label}: the preset's keys as corrected options:\n"
+                out += "".join(f"; {c.lstrip('# ')}\n" for c in fx.comments)
+                out += "".join(f";   {a}\n" for a in fx.args)
+        return out
     blocks = []
     for k, inv in enumerate(parsed.invocations):
         fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)

@@ -3,8 +3,9 @@
 One reader per format, each in its own module:
 
 * ``bash``: a command line or a bash script (quoting, continuations, comments, wrappers,
-  ``docker run``...);
-* ``systemd``: a unit's ``ExecStart=`` and ``Environment=``;
+  ``docker run``..., function calls, ``source``d files next to it);
+* ``systemd``: a unit's ``ExecStart=``, ``Environment=``/``EnvironmentFile=`` and drop-ins;
+* ``ini``: llama-server's own ``--models-preset`` file;
 * ``yaml``: a YAML file, document by document: ``llama_swap`` (``models.*.cmd``, macros
   expanded), ``compose`` (``services.*.entrypoint``/``command``), ``kubernetes`` (workload
   containers' ``command``/``args``, and Helm values files); lists are argv lists, strings shell
