@@ -413,3 +413,24 @@ def test_systemd_drop_ins_replace_exec_start(tmp_path) -> None:  # type: ignore[
     assert [w.line for w in inv.args] == [3, 3, 4, 4, 4, 4] and not inv.written_here
     # without the file's path there are no drop-ins to read: the unit's own command
     assert parse_text(unit.read_text()).invocations[0].argv[-1] == "8080"
+
+
+def test_script_dir_variable_sources_next_to_the_script(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)" then `source "$SCRIPT_DIR/..."`:
+    the script's directory; real bash run from elsewhere agrees."""
+    (tmp_path / "env.sh").write_text("CTX=4096\n")
+    text = ('SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\nsource "$SCRIPT_DIR/env.sh"\n'
+            'llama-server -m a.gguf -c "$CTX"\n')
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    (inv,) = parse_text(text, origin=script).invocations
+    assert inv.argv == ["llama-server", "-m", "a.gguf", "-c", "4096"]
+    stub = tmp_path / "bin" / "llama-server"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$OUT\"\n")
+    stub.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run(["bash", str(script)], cwd=elsewhere, check=True, timeout=20,
+                   env={"OUT": str(tmp_path / "argv.txt"), "PATH": f"{stub.parent}:/usr/bin:/bin"})
+    assert (tmp_path / "argv.txt").read_text().splitlines() == inv.argv[1:]

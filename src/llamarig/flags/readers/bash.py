@@ -481,6 +481,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     budget = [_MAX_FOLLOWED]  # commands read again through calls and sourced files, left
     sourcing: list[Path] = []  # the files being sourced (a file that sources itself stops)
     scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
+    scope.script_dir = str(origin.parent.resolve()) if origin is not None else None
     bare: set[tuple[str, int]] = set()  # (name, line) of assignments without `export`
     really_exported: set[str] = set()  # names given to a bare `export NAME`
     cwd: str | None = None  # the directory of the last `cd` (as written; subshells not scoped)
@@ -917,7 +918,11 @@ def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
     value = got[0].text if got else ""
     if store:
         if subst:
-            scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
+            here = scope.script_dir and _SCRIPT_DIR_RE.fullmatch(value)
+            if here:  # SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)": the script's directory
+                scope.assign(name, [(scope.script_dir or "", w.line, False)], w.line)
+            else:
+                scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
         else:
             scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
                          unknown=inner)

@@ -70,6 +70,8 @@ class Scope:
     #: the positional parameters (``$1`` ... ``"$@"``) inside a function call or a sourced file
     #: given arguments; None: the script's own, not known here
     positional: Value | None = None
+    #: the script's own directory, when the script is a file (``$(dirname "$0")`` and the like)
+    script_dir: str | None = None
 
     def assign(self, name: str, value: Value | None, line: int, *, array: bool = False,
                append: bool = False, why: str = "", unknown: list[Unknown] | None = None) -> None:
