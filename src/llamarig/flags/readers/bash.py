@@ -763,7 +763,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
 
 #: commands read again through function calls and sourced files, in all (a script that calls a
 #: function a million times stays linear); calls nested deeper than this, and sourced files
-_MAX_FOLLOWED = 200_000
+_MAX_FOLLOWED = 100_000
 _MAX_CALL_DEPTH = 16
 _MAX_SOURCE_DEPTH = 8
 _MAX_SOURCED_BYTES = 4 * 1024 * 1024
