@@ -103,3 +103,12 @@ def test_fix_writes_yaml_in_the_input_form(tmp_path) -> None:  # type: ignore[no
     _, fs = lint(p, load_bundled(), Context(physical_cores=8))
     assert [f for f in fs if f.rule in PARSE_RULES and f.severity == "error"] == []
     assert _yaml_fix(fixed, tmp_path) == fixed  # idempotent
+
+
+def test_fix_writes_systemd_variables_back_as_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A unit's `${MODEL}`, `${PORT}` and `$$` are checked expanded, and --fix writes them back as
+    written (systemd would expand `$ecret` as a variable)."""
+    unit = ("[Service]\nEnvironment=PORT=8080 MODEL=/m/a.gguf\n"
+            "ExecStart=/usr/bin/llama-server -m ${MODEL} --port ${PORT} --api-key $$ecret --mlock\n")
+    fixed = _yaml_fix(unit, tmp_path)
+    assert "  -m ${MODEL} \\\n  --port ${PORT} \\\n  --api-key $$ecret \\\n  --load-mode mlock\n" in fixed

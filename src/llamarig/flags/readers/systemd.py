@@ -230,7 +230,7 @@ def _expand(words: list[Word], values: dict[str, str], unknown: list[str]) -> li
     for w in words:
         t = w.text.replace("%%", "%") if "%%" in w.text else w.text
         if "$" not in t:
-            out.append(w if t == w.text else Word(t, w.line))
+            out.append(w if t == w.text else Word(t, w.line, written=w.text))
             continue
         m = _VAR_WORD_RE.match(t)
         if m:
@@ -252,7 +252,8 @@ def _expand(words: list[Word], values: dict[str, str], unknown: list[str]) -> li
                 unknown.append("${" + mm.group(1) + "}")
             return values.get(mm.group(1), "")
 
-        out.append(Word(_BRACED_RE.sub(sub, t), w.line))
+        new = _BRACED_RE.sub(sub, t)
+        out.append(Word(new, w.line, written=w.text if new != w.text else ""))  # --fix writes `${PORT}` back
     return out
 
 
