@@ -153,7 +153,8 @@ def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation]) -> str:
         out = out.rstrip("\n") + "\n"
         for inv, fx in left:
             out += (f"\n# llamarig: {parsed.kind} {inv.label or ''} (line {inv.line}): not held in one YAML node "
-                    "(or built from a macro); the corrected command:\n")
+                    "as written (built from a macro, a variable or a script): left as it is; the corrected "
+                    "command:\n")
             out += "".join(f"# {c.lstrip('# ')}\n" for c in fx.comments)
             program = [] if inv.program.startswith("(") else [inv.program]  # `(entrypoint of IMAGE)`
             out += "#   " + " ".join(_shell(w) for w in program + [x for g in fx.groups for x in g]) + "\n"
@@ -162,7 +163,7 @@ def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation]) -> str:
 
 def _find(slots: list[_Slot], inv: Invocation, used: set[int]) -> _Slot | None:
     """The node holding all of ``inv``'s arguments (they end its words) on the lines it spans."""
-    args = [w.text for w in inv.args]
+    args = [w.written or w.text for w in inv.args]  # `${MODEL}`: the node holds it as written
     if inv.orphans:
         return None
     for s in slots:

@@ -85,8 +85,13 @@ def _words(node: Node | None, src: Y.Source, where: str, notes: list[Note], ip: 
     if node is None:
         return None
     if Y.is_seq(node):
-        return [Word(ip.text(str(it.value), Y.line(it)), Y.locate(it, src).line_at(0))
-                for it in node.value if Y.is_scalar(it)]
+        out = []
+        for it in node.value:
+            if Y.is_scalar(it):
+                raw = str(it.value)
+                text = ip.text(raw, Y.line(it))
+                out.append(Word(text, Y.locate(it, src).line_at(0), written=raw if text != raw else ""))
+        return out
     text = Y.text_of(node)
     if text is None or not text.strip():
         return None
