@@ -89,8 +89,8 @@ def _words(node: Node | None, src: Y.Source, where: str, notes: list[Note], ip: 
         for it in node.value:
             if Y.is_scalar(it):
                 raw = str(it.value)
-                text = ip.text(raw, Y.line(it))
-                out.append(Word(text, Y.locate(it, src).line_at(0), written=raw if text != raw else ""))
+                value = ip.text(raw, Y.line(it))
+                out.append(Word(value, Y.locate(it, src).line_at(0), written=raw if value != raw else ""))
         return out
     text = Y.text_of(node)
     if text is None or not text.strip():
