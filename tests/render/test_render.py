@@ -416,3 +416,17 @@ def test_compose_image_from_the_devices_end_to_end(synth_model, with_bin: Path, 
                          "--device", "CUDA1,CUDA0")
     assert code == 0, err
     assert "image: ghcr.io/ggml-org/llama.cpp:server-cuda\n" in out
+
+
+def test_from_unit_keeps_working_directory_and_wrapper(with_bin: Path, cli, tmp_path: Path) -> None:
+    """A unit as input: its WorkingDirectory= and `stdbuf -oL` stay; its binary, not on this
+    machine, stays its own, and the output says which flags it was checked against."""
+    unit = tmp_path / "llm.service"
+    unit.write_text("[Service]\nWorkingDirectory=-/srv/llm\n"
+                    "ExecStart=/usr/bin/stdbuf -oL /opt/llama/llama-server -hf ggml-org/tiny -c 1024\n")
+    code, out, err = cli("render", "-f", "systemd", "--from-script", str(unit))
+    assert code == 0, err
+    assert "WorkingDirectory=/srv/llm\n" in out
+    assert "ExecStart=/usr/bin/stdbuf -oL /opt/llama/llama-server \\" in out
+    assert "directory: the script's WorkingDirectory=/srv/llm kept (/srv/llm)" in out
+    assert "flags: checked against" in out and "(/opt/llama/llama-server is not on this machine)" in out
