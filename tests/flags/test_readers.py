@@ -411,6 +411,7 @@ def test_systemd_drop_ins_replace_exec_start(tmp_path) -> None:  # type: ignore[
     assert inv.argv == ["/usr/bin/llama-server", "-m", "/m/b.gguf", "--port", "9090", "-c", "4096"]
     assert inv.label == "ExecStart= in llama.service.d/20-model.conf" and inv.line == 3
     assert [w.line for w in inv.args] == [3, 3, 4, 4, 4, 4] and not inv.written_here
+    assert inv.env == []  # PORT is the command line's (systemd expands it): not dead-env-var's business
     # without the file's path there are no drop-ins to read: the unit's own command
     assert parse_text(unit.read_text()).invocations[0].argv[-1] == "8080"
 

@@ -187,13 +187,16 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
             notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", Severity.ERROR))
             continue
         unknown: list[str] = []
-        words = _expand(_assign_lines(words_text, lines, line_nos), values, unknown)
+        used: set[str] = set()
+        words = _expand(_assign_lines(words_text, lines, line_nos), values, unknown, used)
         tmp_env: list[tuple[str, str, int]] = []
         idx, _ = unwrap(words, tmp_env)
         if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
             label = key if not where else f"{key}= in {where}"
-            inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line,
-                             line_nos[-1], env=[*env.values(), *tmp_env], source="systemd", label=label,
+            # a variable the command line expands is the unit's setting for systemd, not one for
+            # llama-server to read (dead-env-var would have --fix remove it from Environment=)
+            inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line, line_nos[-1],
+                             env=[e for e in [*env.values(), *tmp_env] if e[0] not in used], source="systemd", label=label,
                              wrappers=wrapper_words(words, idx), cwd=workdir_of(kept), written_here=not where)
             invocations.append(inv)
             k = len(invocations) - 1
@@ -220,7 +223,7 @@ _VAR_WORD_RE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _BRACED_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expand(words: list[Word], values: dict[str, str], unknown: list[str]) -> list[Word]:
+def _expand(words: list[Word], values: dict[str, str], unknown: list[str], used: set[str]) -> list[Word]:
     """systemd.service(5) "Command lines" (https://www.freedesktop.org/software/systemd/man/latest/
     systemd.service.html#Command%20lines): ``${VAR}`` in a word is replaced by the value, whitespace
     and all, the word stays one argument; ``$VAR`` as a word of its own is replaced by the value
@@ -235,6 +238,7 @@ def _expand(words: list[Word], values: dict[str, str], unknown: list[str]) -> li
         m = _VAR_WORD_RE.match(t)
         if m:
             name = m.group(1)
+            used.add(name)
             if name not in values:
                 unknown.append("$" + name)
                 continue
@@ -248,6 +252,7 @@ def _expand(words: list[Word], values: dict[str, str], unknown: list[str]) -> li
         def sub(mm: re.Match[str]) -> str:
             if mm.group(0) == "$$":
                 return "$"
+            used.add(mm.group(1))
             if mm.group(1) not in values:
                 unknown.append("${" + mm.group(1) + "}")
             return values.get(mm.group(1), "")
