@@ -84,3 +84,22 @@ def test_router_refuses_exactly_what_check_reports(text: str, refused: bool, ser
     _, fs = lint(parsed, SCHEMA, Context(physical_cores=8))
     errors = [f for f in fs if f.severity.value == "error"]
     assert bool(errors) == refused, [(x.rule, x.line, x.message[:80]) for x in errors]
+
+
+def test_a_script_naming_a_preset_file_next_to_it(tmp_path: Path) -> None:
+    """`llama-server --models-preset models.ini` in a script: the file next to the script is read
+    too, its presets checked on its own lines; --fix leaves it alone."""
+    from llamarig.flags.fix import fix_text
+
+    (tmp_path / "models.ini").write_text("[*]\nc = 4096\n\n[m1]\nmodel = /m/a.gguf\nctx-size-draft = 4096\n")
+    script = tmp_path / "run.sh"
+    text = "llama-server --models-preset models.ini --port 8080\n"
+    script.write_text(text)
+    p = parse_text(text, origin=script)
+    readings, fs = lint(p, SCHEMA, Context(physical_cores=8))
+    assert [inv.label for inv in p.invocations] == ["", "[m1] in models.ini (--models-preset on line 1)"]
+    assert p.invocations[1].argv[1:] == ["-c", "4096", "--model", "/m/a.gguf", "--ctx-size-draft", "4096"]
+    assert [(f.rule, f.line, f.invocation) for f in fs if f.severity.value == "error"] == [("unknown-flag", 6, 1)]
+    fixed = fix_text(p, readings, fs, SCHEMA)
+    assert "--models-preset models.ini" in fixed and "ctx-size" not in fixed  # the INI is not written here
+    assert len(parse_text(text).invocations) == 1  # without the script's path: not looked for

@@ -130,6 +130,8 @@ def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation]) -> str:
     left: list[tuple[Invocation, FixedInvocation]] = []
     used: set[int] = set()
     for inv, fx in zip(parsed.invocations, fixed, strict=True):
+        if inv.preset is not None:  # a --models-preset file's, not this file's
+            continue
         if not fx.comments and [w for g in fx.groups for w in g] == [w.written or w.text for w in inv.args]:
             continue  # nothing to repair: the node stays as written
         slot = _find(slots, inv, used)

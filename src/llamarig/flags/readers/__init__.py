@@ -58,15 +58,55 @@ def parse_text(text: str, kind: str | None = None, origin: Path | None = None) -
     a unit's drop-ins and EnvironmentFile=, a compose file's ``.env``)."""
     text = text.replace("\r\n", "\n").replace("\x00", "")
     kind = kind or detect_kind(text)
-    if kind == "systemd":
-        return parse_systemd(text, origin)
     if kind == "ini":
         return parse_preset(text)
-    if kind == "yaml":
+    parsed: Parsed | None = None
+    if kind == "systemd":
+        parsed = parse_systemd(text, origin)
+    elif kind == "yaml":
         parsed = parse_yaml(text, origin)
-        if parsed is not None:
-            return parsed
-    return parse_bash(text, origin=origin)
+    if parsed is None:
+        parsed = parse_bash(text, origin=origin)
+    if origin is not None:
+        _add_presets(parsed, origin)
+    return parsed
+
+
+#: preset files read per input, and their size
+_MAX_PRESET_FILES = 16
+_MAX_PRESET_BYTES = 1 << 20
+
+
+def _add_presets(parsed: Parsed, origin: Path) -> None:
+    """The presets of a ``--models-preset FILE`` the input's commands name, when FILE is next to
+    the input (a relative name is taken from its directory): each preset an invocation more,
+    labelled with the file, its lines those of the file."""
+    seen: set[Path] = set()
+    for inv in list(parsed.invocations):
+        words = [w.text for w in inv.args]
+        for i, w in enumerate(words):
+            name = words[i + 1] if w == "--models-preset" and i + 1 < len(words) else (
+                w.partition("=")[2] if w.startswith("--models-preset=") else "")
+            if not name or "$" in name or len(seen) >= _MAX_PRESET_FILES:
+                continue
+            path = Path(name).expanduser()
+            if not path.is_absolute():
+                path = origin.parent / path
+            try:
+                if path in seen or not path.is_file():
+                    continue
+                with open(path, "rb") as f:
+                    text = f.read(_MAX_PRESET_BYTES).decode("utf-8", errors="replace")
+            except OSError:
+                continue
+            seen.add(path)
+            sub = parse_preset(text.replace("\r\n", "\n"))
+            base = len(parsed.invocations)
+            for p in sub.invocations:
+                p.label = f"{p.label} in {path.name} (--models-preset on line {inv.line})"
+                parsed.invocations.append(p)
+            parsed.notes.extend(Note(n.kind, n.line, f"{path.name} line {n.line}: {n.message}", n.severity,
+                                     None if n.invocation is None else n.invocation + base) for n in sub.notes)
 
 
 def parse_argv(argv: list[str]) -> Parsed:
