@@ -44,6 +44,8 @@ def test_file_corpus_covers_every_reader() -> None:
         assert ("Modelled on https://" in first) == e["source"].startswith("modelled on"), e["id"]
     assert any(e["kind"] == "llama-swap" and "macros" in _text(e) for e in ENTRIES)
     assert any(e["kind"] == "systemd" and e.get("cut") for e in ENTRIES)
+    # every entry with a cut-off says at which line it is found
+    assert all("cut_lines" in e for e in ENTRIES if e.get("cut"))
     assert any(e["kind"] == "shell" and "[@]}" in _text(e) for e in ENTRIES)
     # the readers' later features: function calls and sourced files, drop-ins and
     # EnvironmentFile=, compose interpolation from .env, ConfigMap key references
