@@ -4,6 +4,7 @@ check reads), time and peak memory of the whole process.
 
 Run: .venv/bin/python benchmarks/bench_check.py [--runs N]
      .venv/bin/python benchmarks/bench_check.py --curve [--sizes 1,2,4] [--timeout 300]
+                                                [--shape repeated|one-line] [--repeat N]
 
 Two measurements:
   in-process  read file + load cached schema + parse + lint + JSON, timed with perf_counter
@@ -93,11 +94,14 @@ def child_usage(cmd: list[str], timeout: float) -> tuple[float, float, int, int]
     return wall, cpu, rss, rc
 
 
-def curve(sizes: list[float], timeout: float) -> None:
+def curve(sizes: list[float], timeout: float, only: str | None = None, repeat: int = 1) -> None:
+    """Each cell the median of ``repeat`` fresh processes (wall, CPU; peak RSS the largest)."""
     import os
 
     shapes = [("one command, repeated --temp lines", repeated_flags, ["--json", None]),
               ("one-line commands, each with a duplicate", many_commands, ["--json"])]
+    if only is not None:
+        shapes = [s for s in shapes if only in s[0]]
     print("| input | size | output | wall | CPU | peak RSS | findings | exit |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
@@ -108,7 +112,10 @@ def curve(sizes: list[float], timeout: float) -> None:
                 path.write_text(text, encoding="utf-8")
                 for mode in modes:
                     cmd = [sys.executable, "-m", "llamarig.cli.main", "check", str(path)] + ([mode] if mode else [])
-                    wall, cpu, rss, rc = child_usage(cmd, timeout)
+                    runs = [child_usage(cmd, timeout) for _ in range(repeat)]
+                    wall = statistics.median(r[0] for r in runs)
+                    cpu = statistics.median(r[1] for r in runs)
+                    rss, rc = max(r[2] for r in runs), runs[-1][3]
                     nf = "–"
                     if mode == "--json" and rc in (0, 1):
                         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT).stdout
@@ -126,9 +133,12 @@ def main() -> None:
     ap.add_argument("--curve", action="store_true", help="time and memory at 1, 2 and 4 MiB of repeated flags")
     ap.add_argument("--sizes", default="1,2,4", help="sizes in MiB for --curve")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run for --curve")
+    ap.add_argument("--shape", choices=["repeated", "one-line"], default=None,
+                    help="--curve: only this input (repeated --temp lines, or one-line commands)")
+    ap.add_argument("--repeat", type=int, default=1, help="--curve: runs per cell (the median is shown)")
     ns = ap.parse_args()
     if ns.curve:
-        curve([float(x) for x in ns.sizes.split(",")], ns.timeout)
+        curve([float(x) for x in ns.sizes.split(",")], ns.timeout, ns.shape, ns.repeat)
         return
     sys.path.insert(0, str(ROOT / "src"))
     from llamarig.cli.check_cmd import get_schema, read_input, run_check, to_json

@@ -183,13 +183,18 @@ def test_plan_refuses_what_llama_server_refuses(capsys) -> None:
     assert code == 2 and "out of range" in err and "std::stoi" in err and len(err.strip().splitlines()) == 1
 
 
-def test_dashdash_command_after_an_own_option(capsys, synth_model) -> None:
-    """`plan --json -- llama-server -m M ...`: the command after --, not `llama-server` as the model."""
+@pytest.mark.parametrize("own", [["--json"], [], ["--gpu", "rtx3090", "--ram", "16G", "--json"]])
+def test_dashdash_command_after_an_own_option(capsys, synth_model, own: list[str]) -> None:
+    """`plan [OPTIONS] -- llama-server -m M ...` with any options before `--`, or none: the
+    command after --, not `llama-server` as the model."""
     path = synth_model("llama")
-    code, out, err = run(capsys, "plan", "--json", "--", "llama-server", "-m", str(path), "-c", "4096",
+    code, out, err = run(capsys, "plan", *own, "--", "llama-server", "-m", str(path), "-c", "4096",
                          "--host", "127.0.0.1")
     assert code == 0, err
-    assert json.loads(out)["model"] == str(path)
+    if "--json" in own:
+        assert json.loads(out)["model"] == str(path)
+    else:
+        assert out.splitlines()[0].startswith("fits:") and str(path) in out
 
 
 def test_estimated_file_sizes_are_labelled_and_ranged(capsys) -> None:

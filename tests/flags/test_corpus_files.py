@@ -27,7 +27,7 @@ from .test_corpus import binary_rejects
 
 HERE = Path(__file__).parent
 ENTRIES = [e for e in yaml.safe_load((HERE / "corpus.yaml").read_text(encoding="utf-8")) if "file" in e]
-KINDS = {"kubernetes", "helm-values", "llama-swap", "compose", "systemd", "shell"}
+KINDS = {"kubernetes", "helm-values", "llama-swap", "compose", "systemd", "shell", "models-preset"}
 _STOP_RE = re.compile(r'error while handling argument "([^"]+)": ([^\n]*)|error: invalid argument: (\S*)')
 
 
@@ -44,17 +44,29 @@ def test_file_corpus_covers_every_reader() -> None:
         assert ("Modelled on https://" in first) == e["source"].startswith("modelled on"), e["id"]
     assert any(e["kind"] == "llama-swap" and "macros" in _text(e) for e in ENTRIES)
     assert any(e["kind"] == "systemd" and e.get("cut") for e in ENTRIES)
+    # every entry with a cut-off says at which line it is found
+    assert all("cut_lines" in e for e in ENTRIES if e.get("cut"))
     assert any(e["kind"] == "shell" and "[@]}" in _text(e) for e in ENTRIES)
+    # the readers' later features: function calls and sourced files, drop-ins and
+    # EnvironmentFile=, compose interpolation from .env, ConfigMap key references
+    assert any(e["kind"] == "shell" and "(dirname" in _text(e) and '"$@"' in _text(e) for e in ENTRIES)
+    assert any(e["kind"] == "systemd" and (HERE / (e["file"] + ".d")).is_dir() for e in ENTRIES)
+    assert any(e["kind"] == "compose" and (HERE / e["file"]).with_name(".env").is_file() for e in ENTRIES)
+    assert any(e["kind"] == "kubernetes" and "configMapKeyRef" in _text(e) for e in ENTRIES)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
 def test_llamarig_reads_the_argv_and_rejects_those_flags(entry: dict) -> None:
-    parsed = parse_text(_text(entry))
+    parsed = parse_text(_text(entry), origin=HERE / entry["file"])  # files next to it are read too
     assert parsed.kind == entry["kind"]
+    _, findings = lint(parsed, load_bundled(), Context(physical_cores=8))  # a preset's argv is made here
     assert [[w.text for w in inv.args] for inv in parsed.invocations] == entry["argv"]
     assert [[w.text for w in inv.orphans] for inv in parsed.invocations] == entry.get(
         "cut", [[] for _ in parsed.invocations])
-    _, findings = lint(parsed, load_bundled(), Context(physical_cores=8))
+    if "cut_lines" in entry:  # every cut-off found at its line
+        assert [inv.cut_line for inv in parsed.invocations] == entry["cut_lines"]
+        breaks = {n.line for n in parsed.notes if n.kind == "continuation-broken"}
+        assert breaks == {ln for ln in entry["cut_lines"] if ln is not None}
     errors = [f for f in findings if f.rule in PARSE_RULES and f.severity == "error" and f.passed]
     for k, rejects in enumerate(entry["rejects"]):
         mine = [f for f in errors if f.invocation == k]
@@ -97,7 +109,7 @@ def test_rejects_are_the_binary_verdict(entry: dict, server_bin: Path, tmp_path:
 def test_bundled_and_binary_schema_agree_on_the_files(server_bin: Path) -> None:
     real = schema_from_binary(server_bin)
     for entry in ENTRIES:
-        parsed = parse_text(_text(entry))
+        parsed = parse_text(_text(entry), origin=HERE / entry["file"])
         a = [(f.rule, f.line, f.message) for f in lint(parsed, load_bundled(), Context(physical_cores=8))[1]]
         b = [(f.rule, f.line, f.message) for f in lint(parsed, real, Context(physical_cores=8))[1]]
         assert a == b, entry["id"]

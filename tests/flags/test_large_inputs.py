@@ -66,3 +66,16 @@ def test_a_four_mib_repeated_flag_script() -> None:
     assert len(parsed.invocations[0].args) == 2 * n + 4
     assert len(dup) == 21 and max(len(f.message) for f in dup) < 400
     assert f"given {n} times" in dup[0].message
+
+
+def test_function_calls_are_followed_within_a_budget(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A function called more times than the budget allows: the calls past it are not read (one
+    note), so the work stays bounded by the input size whatever the script does."""
+    from llamarig.flags.readers import bash
+
+    monkeypatch.setattr(bash, "_MAX_FOLLOWED", 30)
+    text = "start() {\n  llama-server -m \"$1\" -c 4096\n}\n" + "".join(f"start m{i}.gguf\n" for i in range(100))
+    p = parse_text(text)
+    assert len(p.invocations) == 10  # 3 commands per call: `{`, the server, `}`
+    assert [n.kind for n in p.notes if n.kind == "not-followed"] == ["not-followed"]
+    assert p.invocations[-1].argv == ["llama-server", "-m", "m9.gguf", "-c", "4096"]

@@ -208,13 +208,96 @@ def test_redirections_agree_with_bash(tmp_path) -> None:
 
 
 def test_function_wrapping_llama_server() -> None:
+    """A function is read where it is called, once per call, with the call's arguments as $1."""
     text = ('#!/bin/bash\nLOG=/tmp/llama.log\nserver() {\n  llama-server -m "$1" --port 8080 >"$LOG" 2>&1 &\n}\n'
             "server a.gguf\nserver -m b.gguf --port 8081\ntime server c.gguf\n")
     p = parse_text(text)
     assert [(inv.argv, inv.line) for inv in p.invocations] == [
-        (["llama-server", "-m", "$1", "--port", "8080"], 4)]
-    assert p.invocations[0].background and p.invocations[0].redirects == ['>"$LOG"', "2>&1"]
-    assert not [n for n in p.notes if n.severity == "error"]
+        (["llama-server", "-m", "a.gguf", "--port", "8080"], 4),
+        (["llama-server", "-m", "-m", "--port", "8080"], 4),
+        (["llama-server", "-m", "c.gguf", "--port", "8080"], 4)]
+    assert [inv.label for inv in p.invocations] == [f"function server, called on line {n}" for n in (6, 7, 8)]
+    assert [inv.args[1].line for inv in p.invocations] == [6, 7, 8]  # the value is written on the call's line
+    assert all(inv.background and inv.redirects == ['>"$LOG"', "2>&1"] for inv in p.invocations)
+    assert not any(inv.written_here for inv in p.invocations)  # --fix leaves a shared body as written
+
+
+_FUNCTIONS = (
+    "#!/bin/bash\n"
+    "start() {\n"
+    "  local model=$1; shift\n"
+    '  llama-server -m "$model" --port "${PORT:-8080}" "$@"\n'
+    "}\n"
+    "function both {\n"
+    '  start "$1" -c 4096 $2\n'
+    "}\n"
+    'both a.gguf "--temp 0.7"\n'
+    "start 'my model.gguf' -a \"x y\" --jinja\n"
+    "start\n"
+)
+
+
+def test_function_calls_match_real_bash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Nested calls, `shift`, `"$@"`, an unquoted `$2` split by the shell: the argv real bash
+    gives a stub llama-server, call by call."""
+    stub = tmp_path / "llama-server"
+    stub.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$OUT.$$\"\n")
+    stub.chmod(0o755)
+    script = tmp_path / "run.sh"
+    script.write_text(_FUNCTIONS.replace("  llama-server", f"  {stub}").replace("start\n", "") + "true\n")
+    out = tmp_path / "argv"
+    got = []
+    for k in range(2):  # run the calls one at a time, so each argv file is the call's
+        lines = script.read_text().splitlines()
+        calls = [ln for ln in lines if ln.startswith(("both ", "start '"))]
+        body = [ln for ln in lines if ln not in calls]
+        one = tmp_path / f"one{k}.sh"
+        one.write_text("\n".join([*body, calls[k]]) + "\n")
+        subprocess.run(["bash", str(one)], env={"OUT": str(out), "PATH": "/usr/bin:/bin"}, check=True, timeout=20)
+        (f,) = list(tmp_path.glob("argv.*"))
+        got.append(f.read_text().splitlines())
+        f.unlink()
+    p = parse_text(_FUNCTIONS)
+    assert [[w.text for w in inv.args] for inv in p.invocations][:2] == got
+    assert got[0] == ["-m", "a.gguf", "--port", "8080", "-c", "4096", "--temp", "0.7"]
+    # `start` called without arguments: $model is empty, "$@" nothing
+    assert p.invocations[2].argv == ["llama-server", "-m", "", "--port", "8080"]
+    assert p.invocations[0].label == "function start, called on line 7 (function both, called on line 9)"
+
+
+def test_sourced_files_are_read_next_to_the_script(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`source`/`.` of a file next to the script (also written `$(dirname "$0")/...`): its
+    variables and functions are known; a missing file is a warning; a file that sources itself
+    stops."""
+    (tmp_path / "env.sh").write_text('MODEL=/m/a.gguf\nserve() {\n  llama-server -m "$MODEL" "$@"\n}\n'
+                                     "source ./env.sh\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "more.sh").write_text("CTX=8192\n")
+    script = tmp_path / "run.sh"
+    text = ('#!/bin/bash\nsource ./env.sh\n. "$(dirname "$0")/lib/more.sh"\nsource missing.sh\n'
+            'serve -c "$CTX" --temp 0.7\n')
+    script.write_text(text)
+    p = parse_text(text, origin=script)
+    (inv,) = p.invocations
+    assert inv.argv == ["llama-server", "-m", "/m/a.gguf", "-c", "8192", "--temp", "0.7"]
+    assert inv.label == "function serve of env.sh, called on line 5" and inv.line == 3
+    missing = [n for n in p.notes if n.kind == "source-missing"]
+    assert len(missing) == 1 and missing[0].line == 4 and "missing.sh" in missing[0].message
+    assert missing[0].severity.value == "warning"
+    assert [n.kind for n in p.notes if n.kind == "not-followed"] == ["not-followed"]  # env.sh sources itself
+    # without a file there is no directory to look in: a note, nothing read
+    p = parse_text(text)
+    assert not p.invocations and any(n.kind == "source-not-read" for n in p.notes)
+    # real bash agrees on the argv
+    stub = tmp_path / "llama-server"
+    stub.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$OUT\"\n")
+    stub.chmod(0o755)
+    (tmp_path / "env.sh").write_text((tmp_path / "env.sh").read_text().replace("source ./env.sh\n", ""))
+    run = text.replace("source missing.sh\n", "")
+    script.write_text(run)
+    subprocess.run(["bash", str(script)], cwd=tmp_path, check=True, timeout=20,
+                   env={"OUT": str(tmp_path / "argv.txt"), "PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert (tmp_path / "argv.txt").read_text().splitlines() == inv.argv[1:]
 
 
 @pytest.mark.parametrize("text", [
@@ -224,7 +307,9 @@ def test_function_wrapping_llama_server() -> None:
     "server () (\n  exec llama-server -m x.gguf -c 4096\n)\nserver -m y.gguf &\n",
     "start_llm() {\n  if true; then llama-server -m x.gguf -c 4096; fi\n}\nstart_llm\n",
 ])
-def test_function_forms_body_read_calls_not(text: str) -> None:
+def test_function_forms_body_read_once(text: str) -> None:
+    """Every form of definition: the body is read once (one call with arguments it ignores, or a
+    subshell body read as ordinary commands)."""
     assert [inv.argv[1:] for inv in parse_text(text).invocations] == [["-m", "x.gguf", "-c", "4096"]]
 
 
@@ -264,3 +349,89 @@ def test_systemd_blank_line_cuts_the_command() -> None:
 def test_versioned_server_binary_names() -> None:
     for ok in ("llama-server-ec9e0301", "/opt/llama-server-b4567", "llama-server.cuda"):
         assert is_server_program(ok), ok
+
+
+def test_wrappers_and_directory_are_kept_as_read() -> None:
+    """What runs llama-server (render --from-script keeps it): the wrappers with their options,
+    without the command's own assignments or the shell's `exec`; the last `cd` before it."""
+    p = parse_text("cd ~ && /usr/bin/stdbuf -oL -eL ./llama3-server -m a.gguf\n"
+                   "cd /opt/llama; cd models\n"
+                   "CUDA_VISIBLE_DEVICES=0 exec env -u X A=1 taskset -c 0-7 numactl --interleave=all "
+                   "nohup llama-server -m b.gguf &\n")
+    a, b = p.invocations
+    assert (a.program, a.wrappers, a.cwd) == ("./llama3-server", ["/usr/bin/stdbuf", "-oL", "-eL"], "~")
+    assert b.wrappers == ["env", "-u", "X", "A=1", "taskset", "-c", "0-7", "numactl", "--interleave=all", "nohup"]
+    assert b.cwd == "/opt/llama/models" and b.argv == ["llama-server", "-m", "b.gguf"]
+    assert parse_text("llama-server -m a.gguf\n").invocations[0].cwd is None
+    unit = parse_text("[Service]\nWorkingDirectory=-/srv/llm\n"
+                      "ExecStart=/usr/bin/stdbuf -oL /opt/llama-server -m a.gguf\n")
+    inv = unit.invocations[0]
+    assert (inv.wrappers, inv.cwd, inv.program) == (["/usr/bin/stdbuf", "-oL"], "/srv/llm", "/opt/llama-server")
+
+
+def test_systemd_expands_environment_as_systemd_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """systemd.service(5) "Command lines"
+    (https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html#Command%20lines):
+    `${VAR}` is one word (whitespace kept), `$VAR` as a word of its own is split at whitespace
+    (quotes respected), `$$` is `$`, `%%` is `%`; Environment= written after ExecStart= counts;
+    EnvironmentFile= (found next to the unit) overrides Environment=; an unset variable is empty,
+    with a warning."""
+    unit = tmp_path / "llama.service"
+    (tmp_path / "llama.env").write_text('# comment\nCTX=8192\nMODEL="/m/my model.gguf"\n')
+    unit.write_text(
+        "[Service]\n"
+        'ExecStart=/usr/bin/llama-server -m ${MODEL} -c $CTX $EXTRA -a "${ALIAS}" --api-key $$ecret%% ${NOPE}\n'
+        "Environment=CTX=4096 \"EXTRA=--temp 0.7 -a 'two words'\" \"ALIAS=a  b\"\n"
+        "EnvironmentFile=-/etc/default/llama.env\n")
+    p = parse_text(unit.read_text(), origin=unit)
+    (inv,) = p.invocations
+    assert inv.argv[1:] == ["-m", "/m/my model.gguf", "-c", "8192", "--temp", "0.7", "-a", "two words",
+                            "-a", "a  b", "--api-key", "$ecret%", ""]
+    (warn,) = [n for n in p.notes if n.kind == "unknown-variable"]
+    assert "${NOPE}" in warn.message and warn.severity.value == "warning"
+    # not next to the unit and not optional: a note, the variables unknown
+    p = parse_text(unit.read_text().replace("=-/etc/default/llama.env", "=/etc/nowhere.env"), origin=unit)
+    assert any("EnvironmentFile=/etc/nowhere.env" in n.message for n in p.notes)
+    assert p.invocations[0].argv[4] == "4096"
+
+
+def test_systemd_drop_ins_replace_exec_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """systemd.unit(5): `UNIT.d/*.conf` drop-ins are read after the unit in file-name order; an
+    empty `ExecStart=` resets the commands before it (systemd.service(5) ExecStart=)."""
+    unit = tmp_path / "llama.service"
+    unit.write_text("[Service]\nEnvironment=PORT=8080\nExecStart=/usr/bin/llama-server -m /m/a.gguf --port $PORT\n")
+    d = tmp_path / "llama.service.d"
+    d.mkdir()
+    (d / "20-model.conf").write_text("[Service]\nExecStart=\nExecStart=/usr/bin/llama-server -m /m/b.gguf \\\n"
+                                     "  --port ${PORT} -c 4096\n")
+    (d / "10-port.conf").write_text("[Service]\nEnvironment=PORT=9090\n")
+    (d / "notes.txt").write_text("ExecStart=/usr/bin/llama-server -m /m/c.gguf\n")  # not a .conf
+    p = parse_text(unit.read_text(), origin=unit)
+    (inv,) = p.invocations
+    assert inv.argv == ["/usr/bin/llama-server", "-m", "/m/b.gguf", "--port", "9090", "-c", "4096"]
+    assert inv.label == "ExecStart= in llama.service.d/20-model.conf" and inv.line == 3
+    assert [w.line for w in inv.args] == [3, 3, 4, 4, 4, 4] and not inv.written_here
+    assert inv.env == []  # PORT is the command line's (systemd expands it): not dead-env-var's business
+    # without the file's path there are no drop-ins to read: the unit's own command
+    assert parse_text(unit.read_text()).invocations[0].argv[-1] == "8080"
+
+
+def test_script_dir_variable_sources_next_to_the_script(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)" then `source "$SCRIPT_DIR/..."`:
+    the script's directory; real bash run from elsewhere agrees."""
+    (tmp_path / "env.sh").write_text("CTX=4096\n")
+    text = ('SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\nsource "$SCRIPT_DIR/env.sh"\n'
+            'llama-server -m a.gguf -c "$CTX"\n')
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    (inv,) = parse_text(text, origin=script).invocations
+    assert inv.argv == ["llama-server", "-m", "a.gguf", "-c", "4096"]
+    stub = tmp_path / "bin" / "llama-server"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$OUT\"\n")
+    stub.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run(["bash", str(script)], cwd=elsewhere, check=True, timeout=20,
+                   env={"OUT": str(tmp_path / "argv.txt"), "PATH": f"{stub.parent}:/usr/bin:/bin"})
+    assert (tmp_path / "argv.txt").read_text().splitlines() == inv.argv[1:]

@@ -191,3 +191,76 @@ def test_yaml_words_are_found_in_linear_time() -> None:
     text = "models:\n  m:\n    cmd: >\n      llama-server\n" + "".join(f"      --temp 0.{i % 10}\n" for i in range(n))
     inv = parse_text(text).invocations[0]
     assert len(inv.args) == 2 * n and inv.args[-1].line == 4 + n
+
+
+COMPOSE_VARS = """\
+services:
+  llm:
+    image: ghcr.io/ggml-org/llama.cpp:${TAG:-server-cuda}
+    command: >
+      -m ${MODEL} -c ${CTX:-4096} --port ${PORT-8080}
+      -a "${ALIAS:-my model}" --api-key $$ecret ${EMPTY:-x} ${EMPTY-y} ${NOPE}
+  two:
+    image: ghcr.io/ggml-org/llama.cpp:server
+    command: ["-m", "${MODEL}", "-c", "$CTX", "--temp", "${TEMP:?set TEMP}"]
+    environment:
+      LLAMA_ARG_THREADS: ${THREADS:-4}
+"""
+
+
+def test_compose_interpolation_from_dotenv(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The compose spec's interpolation
+    (https://github.com/compose-spec/compose-spec/blob/main/spec.md#interpolation), values from
+    the .env next to the file, before a string command is split; each value on the `$`'s line."""
+    (tmp_path / ".env").write_text("MODEL=/models/a.gguf\nCTX=8192\nEMPTY=\n# comment\n")
+    f = tmp_path / "compose.yaml"
+    f.write_text(COMPOSE_VARS)
+    p = parse_text(COMPOSE_VARS, origin=f)
+    one, two = p.invocations
+    assert [(w.text, w.line) for w in one.args] == [
+        ("-m", 5), ("/models/a.gguf", 5), ("-c", 5), ("8192", 5), ("--port", 5), ("8080", 5),
+        ("-a", 6), ("my model", 6), ("--api-key", 6), ("$ecret", 6), ("x", 6)]  # ${EMPTY-y}: set, empty
+    assert one.program.endswith("llama.cpp:server-cuda)")
+    assert two.argv[1:] == ["-m", "/models/a.gguf", "-c", "8192", "--temp", ""]
+    assert ("LLAMA_ARG_THREADS", "4", 11) in two.env
+    notes = {(n.line, n.severity.value): n.message for n in p.notes if n.kind == "unknown-variable"}
+    assert set(notes) == {(6, "warning"), (9, "error")}
+    assert "`$NOPE` has no default" in notes[(6, "warning")] and "spec.md#interpolation" in notes[(6, "warning")]
+    assert "required variable TEMP is missing a value: set TEMP" in notes[(9, "error")]
+    # no .env: every variable without a default is reported, and says there is no .env
+    p = parse_text(COMPOSE_VARS)
+    assert [w.text for w in p.invocations[0].args[:3]] == ["-m", "-c", "4096"]  # `-m ${MODEL} -c`: empty
+    assert any("(none found)" in n.message for n in p.notes)
+
+
+def test_kubernetes_configmap_key_ref_in_the_same_file() -> None:
+    """env valueFrom.configMapKeyRef of a ConfigMap defined in the same multi-document file is
+    known to `$(VAR)`; a Secret's is not (kept as written, with a note); `$$(VAR)` is literal."""
+    text = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: llm-config}
+data:
+  ctx: "16384"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llm}
+spec:
+  template:
+    spec:
+      containers:
+        - name: server
+          image: ghcr.io/ggml-org/llama.cpp:server
+          env:
+            - name: CTX
+              valueFrom: {configMapKeyRef: {name: llm-config, key: ctx}}
+            - name: KEY
+              valueFrom: {secretKeyRef: {name: llm-secret, key: api-key}}
+          args: ["-c", "$(CTX)", "--api-key", "$(KEY)", "-a", "$$(CTX)"]
+"""
+    p = parse_text(text)
+    (inv,) = p.invocations
+    assert inv.argv[1:] == ["-c", "16384", "--api-key", "$(KEY)", "-a", "$(CTX)"]
+    assert ("CTX", "16384", 17) in inv.env
+    assert any("$(KEY)" in n.message for n in p.notes if n.kind == "unknown-variable")

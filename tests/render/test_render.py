@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -143,6 +146,84 @@ def test_render_from_script_roundtrip(synth_model, with_bin: Path, cli, tmp_path
     assert "repaired with `llamarig check --fix`" in out and "-np 2" in out and _errors(out) == []
     code, _, err = cli("render", "--from-script", str(tmp_path / "missing.sh"))
     assert code == 2
+
+
+def test_wrappers_and_directory_round_trip() -> None:
+    """A spec with the script's wrappers and directory renders them, and reading the output back
+    gives the same wrappers, directory and binary (bash and systemd)."""
+    from llamarig.flags.readers import parse_text
+
+    s = spec(wrappers=("/usr/bin/stdbuf", "-oL", "-eL", "taskset", "-c", "0-7"), workdir="/srv/my llm",
+             binary="/srv/my llm/llama3-server")
+    for text in (render_bash(s), render_systemd(s)):
+        inv = parse_text(text).invocations[0]
+        assert inv.wrappers == list(s.wrappers) and inv.cwd == "/srv/my llm", text
+        assert inv.program == s.binary and [w.text for w in inv.args] == list(ARGS)
+    assert "WorkingDirectory=/srv/my llm\n" in render_systemd(s)
+    cmd = next(ln for ln in render_llamaswap(s).splitlines() if "llama3-server" in ln)
+    assert cmd.split()[:6] == ["/usr/bin/stdbuf", "-oL", "-eL", "taskset", "-c", "0-7"]
+
+
+def test_from_script_keeps_cd_wrappers_and_binary(synth_model, with_bin: Path, cli, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's script `cd ~ && /usr/bin/stdbuf -oL -eL ./llama3-server ...`: the output runs the
+    script's own binary, in the script's directory, behind its wrapper, and says so; the rendered
+    launcher really starts that server (and stops it by its pid)."""
+    from tests.render.conftest import SHAPES
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (home / "llama3-server").symlink_to(with_bin)
+    shutil.copy(synth_model("llama", **SHAPES["llama"]), home / "tiny.gguf")
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\ncd ~ && /usr/bin/stdbuf -oL -eL ./llama3-server -m tiny.gguf -c 1024 "
+                      "--port 18417 -t 1\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = cli("render", "-o", str(tmp_path / "l.sh"), "--from-script", str(script))
+    assert code == 0, err
+    out = (tmp_path / "l.sh").read_text()
+    assert f"  cd {home}\n  exec /usr/bin/stdbuf -oL -eL {home}/llama3-server \\\n" in out, out
+    assert f"-m {home}/tiny.gguf" in out
+    assert f"directory: the script's `cd ~` kept ({home})" in out
+    assert "wrappers: the script's `/usr/bin/stdbuf -oL -eL` kept" in out
+    assert f"binary: the script's ./llama3-server ({home}/llama3-server) kept" in out
+    assert str(with_bin.parent) not in out  # never the build cache
+    code, unit, err = cli("render", "-f", "systemd", "--from-script", str(script))
+    assert code == 0, err
+    assert f"WorkingDirectory={home}\n" in unit and f"ExecStart=/usr/bin/stdbuf -oL -eL {home}/llama3-server \\" in unit
+    # the launcher runs: stdbuf execs the server, so the PID file holds llama-server's own pid
+    env = {**os.environ, "LLAMARIG_RUN_DIR": str(tmp_path / "run")}
+    pid_file = tmp_path / "run" / "llama-server-18417.pid"
+    try:
+        r = subprocess.run(["bash", str(tmp_path / "l.sh"), "start"], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        pid = int(pid_file.read_text())
+        assert Path(f"/proc/{pid}/cwd").resolve() == home.resolve()
+        assert Path(f"/proc/{pid}/exe").resolve() == with_bin.resolve()
+        r = subprocess.run(["bash", str(tmp_path / "l.sh"), "stop"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and "stopped" in r.stdout, r.stdout + r.stderr
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_from_script_bare_name_stays_a_name(with_bin: Path, cli, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nohup llama-server ...` with no llama-server on PATH: the output runs `llama-server` from
+    PATH as the script does (not the build cache), and says which flags it was checked against."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    script = tmp_path / "run.sh"
+    script.write_text("nohup llama-server -hf ggml-org/tiny -c 1024 > srv.log 2>&1 &\n")
+    code, out, err = cli("render", "--from-script", str(script))
+    assert code == 0, err
+    assert "  exec nohup llama-server \\\n" in out
+    assert "binary: the script's llama-server kept" in out and "flags: checked against" in out
 
 
 # ---------------------------------------------------------------- the final command is checked
@@ -323,3 +404,29 @@ def test_compose_image_follows_the_devices_named() -> None:
     assert compose_backend_for(["-m", "m.gguf", "--device", "CUDA1,CUDA0"], None) == "cuda"
     assert compose_backend_for(["-m", "m.gguf", "-dev", "Vulkan0"], None) == "vulkan"
     assert compose_backend_for(["-m", "m.gguf"], None) == "cpu"
+
+
+def test_compose_image_from_the_devices_end_to_end(synth_model, with_bin: Path, cli) -> None:
+    """`render -f compose -- llama-server ... --device CUDA1,CUDA0` (two GPUs named, no --gpu):
+    the service runs the CUDA image."""
+    from tests.render.conftest import SHAPES
+
+    model = synth_model("llama", **SHAPES["llama"])
+    code, out, err = cli("render", "-f", "compose", "--", "llama-server", "-m", str(model), "-c", "1024",
+                         "--device", "CUDA1,CUDA0")
+    assert code == 0, err
+    assert "image: ghcr.io/ggml-org/llama.cpp:server-cuda\n" in out
+
+
+def test_from_unit_keeps_working_directory_and_wrapper(with_bin: Path, cli, tmp_path: Path) -> None:
+    """A unit as input: its WorkingDirectory= and `stdbuf -oL` stay; its binary, not on this
+    machine, stays its own, and the output says which flags it was checked against."""
+    unit = tmp_path / "llm.service"
+    unit.write_text("[Service]\nWorkingDirectory=-/srv/llm\n"
+                    "ExecStart=/usr/bin/stdbuf -oL /opt/llama/llama-server -hf ggml-org/tiny -c 1024\n")
+    code, out, err = cli("render", "-f", "systemd", "--from-script", str(unit))
+    assert code == 0, err
+    assert "WorkingDirectory=/srv/llm\n" in out
+    assert "ExecStart=/usr/bin/stdbuf -oL /opt/llama/llama-server \\" in out
+    assert "directory: the script's WorkingDirectory=/srv/llm kept (/srv/llm)" in out
+    assert "flags: checked against" in out and "(/opt/llama/llama-server is not on this machine)" in out

@@ -68,6 +68,9 @@ def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli)
     res = json.loads(stdout)
     # the winning launcher keeps the user's --port/--host (tune measured on its own ports)
     assert "--port 18999" in out.read_text() and "--host 127.0.0.1" in out.read_text()
+    # and every flag the user gave that was not searched (-np 1, -t 1), the searched ones as won
+    launcher = out.read_text()
+    assert "    -np 1 \\\n" in launcher and "    -t 1 \\\n" in launcher
     assert "18999" not in " ".join(res["winner_args"])
     assert "pruned by the planner: -ub 64 -c 100000000" in err  # never launched
     assert len(res["pruned"]) == 2 and res["search"]["winner"].endswith("-c 1024")

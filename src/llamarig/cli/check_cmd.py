@@ -3,6 +3,7 @@ flag schema of the installed build (see docs/check.md, docs/explain.md)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from dataclasses import replace
@@ -14,6 +15,7 @@ import click
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.flags.argv import Reading
 from llamarig.flags.model import model_loader
+from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
@@ -62,8 +64,10 @@ _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled buil
 
 def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int | None = None,
               model: str | None = None, base_dir: Path | None = None, gpus: tuple[str, ...] = (),
-              ram: str | None = None, need_ctx: int | None = None) -> tuple[Parsed, list[Reading], list[Finding]]:
-    parsed = parse_text(text, kind)
+              ram: str | None = None, need_ctx: int | None = None, origin: Path | None = None
+              ) -> tuple[Parsed, list[Reading], list[Finding]]:
+    """``origin``: the file ``text`` was read from (its sourced files, drop-ins, .env are read too)."""
+    parsed = parse_text(text, kind, origin)
     ram_bytes = None
     if ram:
         from llamarig.units import parse_size
@@ -95,6 +99,26 @@ def to_json(parsed: Parsed, findings: list[Finding], schema: Schema) -> dict[str
         "findings": [f.to_json() for f in findings],
         "schema": {"source": schema.source, "build": schema.build, "origin": schema.origin},
     }
+
+
+#: above this many invocations + findings, --json writes one of each per line: json.dumps with
+#: an indent runs Python's encoder, not the C one, and is a fifth of a large file's time
+_COMPACT_ABOVE = 2000
+
+
+def dump_json(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, or, when its lists are long, one list item per line (the same
+    JSON value, encoded by the C encoder)."""
+    if len(data["invocations"]) + len(data["findings"]) <= _COMPACT_ABOVE:
+        return json.dumps(data, ensure_ascii=False, indent=1)
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list):
+            items = ",\n  ".join(json.dumps(v, ensure_ascii=False) for v in value)
+            parts.append(f' {json.dumps(key)}: [\n  {items}\n ]' if value else f' {json.dumps(key)}: []')
+        else:
+            parts.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n" + ",\n".join(parts) + "\n}"
 
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -236,7 +260,7 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
               help="List the bundled schemas and how each was made, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--fix", is_flag=True, help="Print the corrected script instead of findings.")
-@click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml"]), default="auto",
+@click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml", "ini"]), default="auto",
               show_default=True, help="Input format.")
 @click.option("--cores", type=int, default=None, help="Physical cores of the target machine (default: this one).")
 @click.option("--model", type=str, default=None,
@@ -250,21 +274,36 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: int | None, as_json: bool,
               fix: bool, kind: str, cores: int | None, model: str | None, no_cache: bool, gpus: tuple[str, ...],
               ram: str | None, need_ctx: int | None) -> None:
-    """Lint a llama-server command, bash script, systemd unit, docker-compose or llama-swap file
-    (FILE, or - for stdin). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
+    """Lint a llama-server command, bash script, systemd unit, docker-compose, Kubernetes/Helm,
+    llama-swap or --models-preset INI file (FILE, or - for stdin; the files it sources, its
+    drop-ins or .env next to it are read too). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
     text, name = read_input(file)
     schema = get_schema(server_bin, bundled, no_cache, schema_build)
+    # the objects a check makes (words, invocations, findings) live until it ends and hold no
+    # cycles worth collecting: the cyclic GC only re-walks them, ~40 % of a large file's time
+    # (benchmarks/RESULTS.md); it is on again after
+    gc.disable()
+    try:
+        _check(text, name, file, schema, as_json, fix, kind, cores, model, gpus, ram, need_ctx)
+    finally:
+        gc.enable()
+
+
+def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: bool, kind: str,
+           cores: int | None, model: str | None, gpus: tuple[str, ...], ram: str | None,
+           need_ctx: int | None) -> None:
     base = Path(file).parent if file != "-" else None
     parsed, readings, findings = run_check(text, schema, kind=None if kind == "auto" else kind,
                                            cores=cores, model=model, base_dir=base, gpus=gpus, ram=ram,
-                                           need_ctx=need_ctx)
+                                           need_ctx=need_ctx, origin=Path(file) if file != "-" else None)
     if fix:
         from llamarig.flags.fix import fix_text
 
         fixed = fix_text(parsed, readings, findings, schema)
         click.echo(fixed, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
-        after = parse_text(fixed, None if kind == "auto" else kind)
+        after = parse_text(fixed, None if kind == "auto" else kind, Path(file) if file != "-" else None)
+        after.invocations = [preset_invocation(i, schema) if i.preset is not None else i for i in after.invocations]
         for k, (inv_a, inv_b) in enumerate(zip(parsed.invocations, after.invocations, strict=False)):
             changes = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
             if changes:
@@ -273,7 +312,7 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
                 for what, before, now in changes:
                     click.echo(f"  {what}: {before} -> {now}", err=True)
     elif as_json:
-        click.echo(json.dumps(to_json(parsed, findings, schema), ensure_ascii=False, indent=1))
+        click.echo(dump_json(to_json(parsed, findings, schema)))
     else:
         render_human(parsed, findings, schema, name)
     if any(f.severity == "error" for f in findings):
@@ -299,7 +338,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
     base = None
     if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
         text, _kind = read_input(command[0])
-        parsed = parse_text(text)
+        parsed = parse_text(text, origin=Path(command[0]) if command[0] != "-" else None)
         base = Path(command[0]).parent if command[0] != "-" else None
     elif len(command) == 1 and " " in command[0]:
         parsed = parse_text(command[0])

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from llamarig.errors import ExitCode, InputError, LlamarigError, one_line
+from llamarig.i18n import _
 from llamarig.procs import exit_description
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class Resolved:
     notes: list[str] = field(default_factory=list)  # comment lines about the input
     schema: Schema | None = None  # flag schema of `binary` (else the bundled one)
     plan_args: PlanArgs | None = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
+    wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
+    workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
 
 
 def _binary(explicit: str | None, program: str | None) -> str:
@@ -113,6 +116,68 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
     return plan, speed, note
 
 
+def _script_dir(cwd: str | None, script_dir: Path) -> str | None:
+    """The directory a script runs llama-server in (its last ``cd DIR``, a unit's
+    WorkingDirectory=), absolute: ``~`` is this user's home, a relative one is taken from the
+    script's directory; None when it does not say or names a variable."""
+    if not cwd or "$" in cwd or "`" in cwd:
+        return None
+    d = os.path.expanduser(cwd)
+    return os.path.normpath(d if os.path.isabs(d) else os.path.join(script_dir, d))
+
+
+def _script_binary(program: str, workdir: str | None, script_dir: Path) -> str:
+    """The script's own program, as the output runs it: a bare name stays a name (looked up on
+    PATH, as the script does), ``~`` is expanded, a relative path is joined to the directory the
+    script runs it in (its ``cd``), else to the script's directory."""
+    if "/" not in program:
+        return program
+    p = os.path.expanduser(program)
+    if not os.path.isabs(p):
+        p = os.path.normpath(os.path.join(workdir or str(script_dir), p))
+    return p
+
+
+def _keep_script_command(inv: Any, script: Path, notes: list[str]) -> tuple[str | None, list[str], str | None]:
+    """(the script's binary, its wrappers, its directory) for the rendered output, each with a
+    note saying it was kept. A command inside a container (compose, Kubernetes, Helm, docker
+    run) names a path of the image: (None, [], None), the binary is then found here."""
+    from llamarig.flags.readers import is_server_program
+
+    if inv.source not in ("shell", "systemd", "llama-swap") or not is_server_program(inv.program):
+        return None, [], None
+    script_dir = script.parent.resolve()
+    workdir = _script_dir(inv.cwd, script_dir)
+    binary = _script_binary(inv.program, workdir, script_dir)
+    if workdir:
+        how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"
+        notes.append(_("directory: the script's {how} kept ({dir}): the server runs there").format(
+            how=how, dir=workdir))
+    if inv.wrappers:
+        notes.append(_("wrappers: the script's `{words}` kept in front of the server").format(
+            words=" ".join(inv.wrappers)))
+    where = "" if binary == inv.program else f" ({binary})"
+    notes.append(_("binary: the script's {program}{where} kept").format(program=inv.program, where=where))
+    return binary, list(inv.wrappers), workdir
+
+
+def _schema_binary(binary: str) -> tuple[str | None, bool]:
+    """A binary on this machine whose flags stand for ``binary``'s, and whether it is ``binary``
+    itself (the file, or the name's PATH hit); else the one llamarig finds
+    (``$LLAMARIG_SERVER_BIN``, PATH, the build cache), or None."""
+    import shutil  # lazy: only for a script that names its own binary
+
+    if "/" in binary and Path(binary).is_file():
+        return binary, True
+    hit = shutil.which(binary) if "/" not in binary else None
+    if hit:
+        return hit, True
+    try:
+        return _binary(None, None), False
+    except LlamarigError:
+        return None, False
+
+
 def own_options() -> list[str]:
     """Every spelling of the running llamarig command's own options (click's context)."""
     ctx = click.get_current_context(silent=True)
@@ -144,10 +209,11 @@ def _refuse_catalogue_names(args: list[str]) -> None:
 
 def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, server_bin: str | None,
             gpus: tuple[str, ...], ram: str | None, detect: bool, want_plan: bool = True,
-            fix: bool = False, own: list[str] | None = None) -> Resolved:
+            fix: bool = False, own: list[str] | None = None, keep_script: bool = False) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``own``: the calling command's option spellings; one of them among the server flags (written
-    after the model) that llama-server does not know is an InputError."""
+    after the model) that llama-server does not know is an InputError. ``keep_script``
+    (render): a --from-script command keeps its own binary, wrappers and directory."""
     from llamarig.render.argv import absolutize, misplaced_options
 
     env: list[tuple[str, str]] = []
@@ -155,6 +221,9 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     notes: list[str] = []
     bases = [Path.cwd()]
     program: str | None  # the input's program word (None: MODEL or flags only)
+    kept_binary: str | None = None
+    wrappers: list[str] = []
+    workdir: str | None = None
     if from_script:
         from llamarig.cli.check_cmd import get_schema, read_input, run_check
 
@@ -162,13 +231,15 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
             raise InputError("give either --from-script FILE or a command, not both")
         text, name = read_input(from_script)
         schema = get_schema(server_bin, False)
-        parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent)
+        parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
+                                                origin=Path(from_script))
         if fix and any(f.severity == "error" for f in findings):
             from llamarig.flags.fix import fix_text
 
             n_before = sum(1 for f in findings if f.severity == "error")
             text = fix_text(parsed, readings, findings, schema)
-            parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent)
+            parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
+                                                origin=Path(from_script))
             notes.append(f"input: {name}, repaired with `llamarig check --fix` ({n_before} error(s) before)")
         else:
             notes.append(f"input: {name}")
@@ -181,15 +252,27 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         program, args = inv.program, [w.text for w in inv.args]
         env = [(n, v) for n, v, _ in inv.env]
         bases.append(Path(from_script).parent.resolve())
+        if keep_script and not server_bin:
+            kept_binary, wrappers, workdir = _keep_script_command(inv, Path(from_script), notes)
+            if workdir:  # the server runs there: its relative paths are there
+                bases.insert(0, Path(workdir))
     else:
         program, args = _split(list(tokens))
         if not args:
             raise InputError("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` "
                              "or --from-script FILE")
-    binary = _binary(server_bin, program)
-    if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-        notes.append(f"binary: {binary} (the input's {program} is not here)")
-    schema = _schema(binary)
+    if kept_binary is not None:
+        binary = kept_binary
+        found, itself = _schema_binary(binary)
+        schema = _schema(found) if found else _schema(binary)
+        if not itself:
+            notes.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
+                schema=schema.label(), binary=binary))
+    else:
+        binary = _binary(server_bin, program)
+        if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
+            notes.append(f"binary: {binary} (the input's {program} is not here)")
+        schema = _schema(binary)
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
         if bad:
@@ -203,7 +286,8 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     if changed:
         where = " or ".join(str(b) for b in bases)
         notes.append(f"paths: relative {', '.join(changed)} made absolute (against {where})")
-    res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema)
+    res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema, wrappers=wrappers,
+                   workdir=workdir)
     if want_plan:
         res.plan, res.speed, res.plan_note = _plan(args, gpus, ram, detect)
         res.plan_args = _plan_args(args, gpus, ram, detect)
@@ -245,8 +329,13 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
     figures = [one_line(f, 1000) for f in figures]
     schema = res.schema if res.schema is not None else _schema(res.binary)
     # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
-    args, _ = absolutize(res.args, schema, [Path.cwd()])
-    spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema)
+    args, _unused = absolutize(res.args, schema, [Path.cwd()])
+    if fmt == "compose" and (res.wrappers or res.workdir):
+        figures.append(_("the script's wrappers and directory are not kept: the image runs its own llama-server"))
+    elif fmt == "llama-swap" and res.workdir:
+        figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
+    spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema,
+                      wrappers=tuple(res.wrappers), workdir=res.workdir)
     if fmt == "bash":
         from llamarig.render.bash import render_bash
 
@@ -342,7 +431,8 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
     docker compose service or a llama-swap entry, with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
-    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, fix=fix, own=own_options())
+    res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, fix=fix, own=own_options(),
+                  keep_script=True)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llamarig.flags.argv import FALSY, Reading, Use
 from llamarig.flags.findings import Finding, Severity
@@ -33,9 +33,10 @@ def quote(word: str) -> str:
 
 @dataclass
 class FixedInvocation:
-    args: list[str]
+    args: list[str]  # one option per item, as shell text (quoted)
     comments: list[str]
     dropped_env: set[str]
+    groups: list[list[str]] = field(default_factory=list)  # the same, word by word, unquoted
 
 
 def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], schema: Schema) -> FixedInvocation:
@@ -133,8 +134,10 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     # the written form is itself broken (an unterminated quote): then it is re-quoted
     raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
     raw_of.update({w.text: w.written for w in inv.intended_args if w.written})  # llama-swap `${PORT}`
+    written = {w.text: w.written for w in inv.intended_args if w.written}
     return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
-                           [w for c in _dedupe(comments) for w in _wrap(c)], dropped_env)
+                           [w for c in _dedupe(comments) for w in _wrap(c)], dropped_env,
+                           [[written.get(x, x) for x in g] for g in final])
 
 
 def _well_formed(raw: str, text: str) -> bool:
@@ -190,6 +193,21 @@ def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], s
             by_inv.setdefault(f.invocation, []).append(f)
     if parsed.kind in ("shell", "systemd"):
         return _fix_lines(parsed, readings, by_inv, schema)
+    if parsed.kind in ("compose", "kubernetes", "helm-values", "llama-swap", "yaml"):
+        from llamarig.flags.fix_yaml import fix_yaml  # lazy: YAML inputs only
+
+        fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+                 for k, inv in enumerate(parsed.invocations)]
+        return fix_yaml("\n".join(parsed.lines), parsed, fixed)
+    if parsed.kind == "models-preset":  # the file as written (still INI), the repairs as comments
+        out = "\n".join(parsed.lines).rstrip("\n") + "\n"
+        for k, inv in enumerate(parsed.invocations):
+            fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+            if fx.comments:
+                out += f"\n; llamarig: {inv.label}: the preset's keys as corrected options:\n"
+                out += "".join(f"; {c.lstrip('# ')}\n" for c in fx.comments)
+                out += "".join(f";   {a}\n" for a in fx.args)
+        return out
     blocks = []
     for k, inv in enumerate(parsed.invocations):
         fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
@@ -223,6 +241,8 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
             by_last.setdefault(cmd.words[-1].line, cmd)
     fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema) for k, inv in enumerate(parsed.invocations)]
     for k, inv in enumerate(parsed.invocations):
+        if not inv.written_here:  # another file's, or a function body shared by its calls: as written
+            continue
         fx = fixed[k]
         start = inv.line - 1
         words = inv.intended_args

@@ -22,6 +22,7 @@ def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[
     """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
     cache: dict[str, tuple[ModelSpec | None, str | None]] = {}  # path or catalogue id -> (spec, error)
     is_file: dict[Path, bool] = {}  # one stat per path, not one per invocation naming it
+    found: dict[str, str] = {}  # -m as written -> the file it names ("" none)
 
     def exists(p: Path) -> bool:
         hit = is_file.get(p)
@@ -38,21 +39,23 @@ def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[
                     path = args[i + 1].text
         if not path:
             return ctx
-        cands = [Path(os.path.expanduser(path))]
-        if base_dir is not None and not Path(path).is_absolute():
-            cands.append(base_dir / path)
-        for c in cands:
-            if exists(c):
-                key = str(c)
-                if key not in cache:
-                    try:
-                        cache[key] = (load_spec(c), None)
-                    except LlamarigError as e:
-                        cache[key] = (None, str(e))
-                    except Exception as e:  # a broken file must not crash the linter
-                        cache[key] = (None, f"{c}: {e}")
-                spec, err = cache[key]
-                return replace(ctx, model_spec=spec, model_path=key, model_error=err)
+        hit = found.get(path)
+        if hit is None:  # one look per distinct -m, not one per invocation naming it
+            cands = [Path(os.path.expanduser(path))]
+            if base_dir is not None and not Path(path).is_absolute():
+                cands.append(base_dir / path)
+            hit = found[path] = next((str(c) for c in cands if exists(c)), "")
+        if hit:
+            key = hit
+            if key not in cache:
+                try:
+                    cache[key] = (load_spec(Path(key)), None)
+                except LlamarigError as e:
+                    cache[key] = (None, str(e))
+                except Exception as e:  # a broken file must not crash the linter
+                    cache[key] = (None, f"{key}: {e}")
+            spec, err = cache[key]
+            return replace(ctx, model_spec=spec, model_path=key, model_error=err)
         # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
         from llamarig.catalogue import models as catalogue  # lazy: 15 ms; -m not a file here
 

@@ -60,6 +60,19 @@ class Invocation:
     # its last word or redirection (` &`, `; }`, ` && echo ok  # note`); --fix keeps both
     head: str = ""
     tail: str | None = None
+    #: the words between the command's assignments and the program, as read: wrappers that run
+    #: llama-server (`stdbuf -oL -eL`, `taskset -c 0-7`, `nohup`, `env -u X`); shell keywords
+    #: (`exec`, `time`, `command`) left out
+    wrappers: list[str] = field(default_factory=list)
+    #: the directory the input runs it in, as written: the last `cd DIR` before it (bash), or
+    #: `WorkingDirectory=` (systemd); None when the input does not say
+    cwd: str | None = None
+    #: False when the invocation was read from another file (a sourced one, a systemd drop-in)
+    #: or from a function body with one call's arguments: --fix leaves its text as written
+    written_here: bool = True
+    #: a --models-preset section: its (key, value) pairs as written, [*]'s first; the argv is
+    #: made from them with the build's options (llamarig.flags.preset)
+    preset: list[tuple[Word, Word]] | None = None
 
     @property
     def argv(self) -> list[str]:

@@ -19,12 +19,14 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
     q = shlex.quote
     name = spec.name
     groups = spec.groups()
-    cmd_lines = [f"  exec {q(spec.binary)} \\"]
+    cmd_lines = [f"  exec {' '.join(q(t) for t in (*spec.wrappers, spec.binary))} \\"]
     for i, g in enumerate(groups):
         end = " \\" if i < len(groups) - 1 else ""
         cmd_lines.append("    " + " ".join(q(t) for t in g) + end)
     if not groups:
         cmd_lines[0] = cmd_lines[0][:-2]
+    if spec.workdir:  # the input's `cd DIR`: relative names (`./llama3-server`) resolve there
+        cmd_lines.insert(0, f"  cd {q(spec.workdir)}")
     env = [f"export {k}={q(v)}" for k, v in spec.env]
     out: list[str] = ["#!/usr/bin/env bash"]
     out += _comment(spec.header())
@@ -55,12 +57,13 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         "}",
         "",
         "# true when PID is alive and its command line starts with our binary (not a reused PID)",
+        "# (or, when a wrapper such as timeout stays the parent, runs it)",
         "is_ours() {",
         '  local pid=$1 args',
         '  [[ "$pid" =~ ^[0-9]+$ ]] || return 1',
         '  kill -0 "$pid" 2>/dev/null || return 1',
         '  args=$(ps -p "$pid" -o args= 2>/dev/null) || return 1',
-        '  [[ "$args" == "$BIN"* ]]',
+        '  [[ "$args" == "$BIN"* || "$args" == *" $BIN "* ]]' if spec.wrappers else '  [[ "$args" == "$BIN"* ]]',
         "}",
         "",
         "read_pid() {",

@@ -113,6 +113,10 @@ class RenderSpec:
     env: tuple[tuple[str, str], ...] = ()
     schema: Any = field(default=None, compare=False)
     version: str = __version__
+    #: programs that run llama-server, kept from the input (`stdbuf -oL -eL`, `taskset -c 0-7`)
+    wrappers: tuple[str, ...] = ()
+    #: the directory the input ran it in (its `cd DIR`, WorkingDirectory=), absolute
+    workdir: str | None = None
 
     @property
     def port(self) -> int:

@@ -19,12 +19,14 @@ def _yaml_word(t: str) -> str:
 def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | None = None) -> str:
     args = set_value(spec.args, ("--port",), "${PORT}")
     args = set_value(args, ("--host",), "127.0.0.1")
-    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version)
+    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
+                    spec.wrappers)
     mid = model_id or spec.name
     out = [("# " + ln).rstrip() for ln in s2.header()]
     out += [("# " + ln).rstrip() for ln in ["", "merge this entry under `models:` of your llama-swap config.yaml", ""]
             + s2.flag_table()]
-    out += ["models:", f"  {json.dumps(mid)}:", "    cmd: |", f"      {_yaml_word(spec.binary)}"]
+    head = " ".join(_yaml_word(t) for t in (*spec.wrappers, spec.binary))
+    out += ["models:", f"  {json.dumps(mid)}:", "    cmd: |", f"      {head}"]
     for g in s2.groups():
         out.append("      " + " ".join(_yaml_word(t) for t in g))
     if spec.env:

@@ -46,12 +46,14 @@ def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on
     ]
     if user:
         out.append(f"User={user}")
+    working_dir = spec.workdir or working_dir
     if working_dir:
         out.append(f"WorkingDirectory={working_dir}")
     for k, v in spec.env:
         out.append(f"Environment={_env_quote(k, v)}")
     groups = spec.groups()
-    exec_lines = [f"ExecStart={systemd_quote(spec.binary)}" + (" \\" if groups else "")]
+    head = " ".join(systemd_quote(t) for t in (*spec.wrappers, spec.binary))
+    exec_lines = [f"ExecStart={head}" + (" \\" if groups else "")]
     for i, g in enumerate(groups):
         end = " \\" if i < len(groups) - 1 else ""
         exec_lines.append("    " + " ".join(systemd_quote(t) for t in g) + end)

@@ -3,8 +3,9 @@
 One reader per format, each in its own module:
 
 * ``bash``: a command line or a bash script (quoting, continuations, comments, wrappers,
-  ``docker run``...);
-* ``systemd``: a unit's ``ExecStart=`` and ``Environment=``;
+  ``docker run``..., function calls, ``source``d files next to it);
+* ``systemd``: a unit's ``ExecStart=``, ``Environment=``/``EnvironmentFile=`` and drop-ins;
+* ``ini``: llama-server's own ``--models-preset`` file;
 * ``yaml``: a YAML file, document by document: ``llama_swap`` (``models.*.cmd``, macros
   expanded), ``compose`` (``services.*.entrypoint``/``command``), ``kubernetes`` (workload
   containers' ``command``/``args``, and Helm values files); lists are argv lists, strings shell
@@ -18,10 +19,12 @@ processing: no command is run. Garbage in gives notes, never an exception.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
 from llamarig.flags.readers.bash import parse_bash
 from llamarig.flags.readers.common import is_server_program
+from llamarig.flags.readers.ini import looks_like_preset, parse_preset
 from llamarig.flags.readers.systemd import parse_systemd
 from llamarig.flags.readers.yaml import parse_yaml
 
@@ -37,27 +40,73 @@ _YAML_RE = re.compile(
 
 
 def detect_kind(text: str) -> str:
-    """The format of a pasted text: systemd, yaml or shell. A text that looks like YAML but is
+    """The format of a pasted text: systemd, yaml, ini (a --models-preset file) or shell. A text that looks like YAML but is
     not (or holds nothing YAML-shaped) is read as shell by parse_text."""
     if re.search(r"^\s*ExecStart\s*=", text, re.M) or re.search(r"^\s*\[Service\]\s*$", text, re.M):
         return "systemd"
     if _YAML_RE.search(text):
         return "yaml"
+    if looks_like_preset(text):
+        return "ini"
     return "shell"
 
 
-def parse_text(text: str, kind: str | None = None) -> Parsed:
+def parse_text(text: str, kind: str | None = None, origin: Path | None = None) -> Parsed:
     """Read a pasted command line, bash script, systemd unit, docker-compose or llama-swap file.
-    ``kind`` forces a format (shell, systemd, yaml)."""
+    ``kind`` forces a format (shell, systemd, yaml, ini). ``origin``: the file the text was read from;
+    the files next to it that the format reads too are then read (a script's ``source``d files,
+    a unit's drop-ins and EnvironmentFile=, a compose file's ``.env``)."""
     text = text.replace("\r\n", "\n").replace("\x00", "")
     kind = kind or detect_kind(text)
+    if kind == "ini":
+        return parse_preset(text)
+    parsed: Parsed | None = None
     if kind == "systemd":
-        return parse_systemd(text)
-    if kind == "yaml":
-        parsed = parse_yaml(text)
-        if parsed is not None:
-            return parsed
-    return parse_bash(text)
+        parsed = parse_systemd(text, origin)
+    elif kind == "yaml":
+        parsed = parse_yaml(text, origin)
+    if parsed is None:
+        parsed = parse_bash(text, origin=origin)
+    if origin is not None:
+        _add_presets(parsed, origin)
+    return parsed
+
+
+#: preset files read per input, and their size
+_MAX_PRESET_FILES = 16
+_MAX_PRESET_BYTES = 1 << 20
+
+
+def _add_presets(parsed: Parsed, origin: Path) -> None:
+    """The presets of a ``--models-preset FILE`` the input's commands name, when FILE is next to
+    the input (a relative name is taken from its directory): each preset an invocation more,
+    labelled with the file, its lines those of the file."""
+    seen: set[Path] = set()
+    for inv in list(parsed.invocations):
+        words = [w.text for w in inv.args]
+        for i, w in enumerate(words):
+            name = words[i + 1] if w == "--models-preset" and i + 1 < len(words) else (
+                w.partition("=")[2] if w.startswith("--models-preset=") else "")
+            if not name or "$" in name or len(seen) >= _MAX_PRESET_FILES:
+                continue
+            path = Path(name).expanduser()
+            if not path.is_absolute():
+                path = origin.parent / path
+            try:
+                if path in seen or not path.is_file():
+                    continue
+                with open(path, "rb") as f:
+                    text = f.read(_MAX_PRESET_BYTES).decode("utf-8", errors="replace")
+            except OSError:
+                continue
+            seen.add(path)
+            sub = parse_preset(text.replace("\r\n", "\n"))
+            base = len(parsed.invocations)
+            for p in sub.invocations:
+                p.label = f"{p.label} in {path.name} (--models-preset on line {inv.line})"
+                parsed.invocations.append(p)
+            parsed.notes.extend(Note(n.kind, n.line, f"{path.name} line {n.line}: {n.message}", n.severity,
+                                     None if n.invocation is None else n.invocation + base) for n in sub.notes)
 
 
 def parse_argv(argv: list[str]) -> Parsed:

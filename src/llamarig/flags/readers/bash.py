@@ -12,8 +12,10 @@ never an exception.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
@@ -24,6 +26,7 @@ from llamarig.flags.readers.common import (
     is_server_call,
     looks_like_server_args,
     unwrap,
+    wrapper_words,
 )
 from llamarig.flags.readers.shell_vars import Scope, Unknown, expand_word
 
@@ -440,9 +443,17 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
 # ----------------------------------------------------------------------------- scripts
 
 
-def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int]] | None = None) -> Parsed:
+def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int]] | None = None,
+               origin: Path | None = None) -> Parsed:
     """Read a bash script (``first_line``: the line of the input it starts on). ``environ``: the
-    environment it runs in (a container's), known to its ``$VAR`` expansions."""
+    environment it runs in (a container's), known to its ``$VAR`` expansions. ``origin``: the
+    script's path: the files it ``source``s are looked for next to it.
+
+    Shell functions (bash(1) FUNCTIONS): a function with a ``{ ... }`` body is read where it is
+    called, once per call, with the call's arguments as ``$1`` ... ``"$@"`` (``shift`` followed);
+    one never called is read once as written. ``source FILE`` / ``. FILE`` reads FILE (relative
+    to the script's directory) in the same variables, at most _MAX_SOURCE_DEPTH deep; a missing
+    one is a warning."""
     lex = _Lexer(text)
     tokens = lex.run()
     if first_line != 1:
@@ -461,13 +472,24 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     last_k = -1  # index of last_inv in invocations (a list.index per orphan line is quadratic)
     prev: Command | None = None
     functions: set[str] = set()  # shell functions defined so far
+    bodies: dict[str, _Function] = {}  # those with a `{ ... }` body, followed where they are called
+    called: set[str] = set()
+    other_lines: dict[int, list[str]] = {}  # invocation -> the lines of the sourced file it is in
+    fixed_lines: set[int] = set()  # lines of function-body invocations --fix rewrites
+    keys: list[int] = []  # per invocation: its place in the text (see _Frame.key)
+    frame = _Frame(lines)  # where the commands being read come from
+    budget = [_MAX_FOLLOWED]  # commands read again through calls and sourced files, left
+    sourcing: list[Path] = []  # the files being sourced (a file that sources itself stops)
     scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
+    scope.script_dir = str(origin.parent.resolve()) if origin is not None else None
     bare: set[tuple[str, int]] = set()  # (name, line) of assignments without `export`
     really_exported: set[str] = set()  # names given to a bare `export NAME`
+    cwd: str | None = None  # the directory of the last `cd` (as written; subshells not scoped)
     for name, value, line in environ or ():
         if value:  # an empty value here may be one not known (a Kubernetes valueFrom)
             scope.assign(name, [(value, line, False)], line)
-    for cmd in cmds:
+    def step(cmd: Command, src: str) -> None:
+        nonlocal last_inv, last_k, prev, cwd
         env: list[tuple[str, str, int]] = []
         unknown: list[Unknown] = []
         start = _skip_reserved(cmd.words, 0)
@@ -475,15 +497,9 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         for r in cmd.redirects:  # `>> "$log_file"`: a shell variable too (targets are kept as written)
             scope.used.update(_VAR_REF_RE.findall(r))
         if start < len(cmd.words) and cmd.words[start].text == "function" and start + 1 < len(cmd.words):
-            # `function NAME { ...`, `function NAME() ...`: the body (if on this line) follows
+            # `function NAME ...` whose body is not a `{ ... }` group: read as ordinary commands
             functions.add(cmd.words[start + 1].text)
             start = _skip_reserved(cmd.words, start + 2)
-        elif cmd.terminator == "(" and len(cmd.words) - start == 1 and "=" not in cmd.words[start].text:
-            # `NAME ()` (the lexer stops the word at `(`): bash only accepts this as a function
-            # definition; the body is read as ordinary commands after it
-            functions.add(cmd.words[start].text)
-            prev = cmd
-            continue
         idx, wrappers = unwrap(cmd.words[start:], env)
         idx += start
         cmd.assignments = env
@@ -500,7 +516,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                         exported[e[0]] = e
                         bare.add((e[0], e[2]))
             prev = cmd
-            continue
+            return
         prog = cmd.words[idx].text
         rest = cmd.words[idx + 1:]
         base = basename(prog)
@@ -513,7 +529,20 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                 else:
                     really_exported.add(w.text)
             prev = cmd
-            continue
+            return
+        if base == "shift" and scope.positional is not None:
+            n = int(rest[0].text) if rest and rest[0].text.isdigit() else 1
+            scope.positional = scope.positional[n:]
+            prev = cmd
+            return
+        if base in ("source", ".") and rest:
+            follow_source(cmd, rest)
+            prev = cmd
+            return
+        if base in ("cd", "pushd"):
+            cwd = _change_dir(cwd, rest)
+            prev = cmd
+            return
         if base in ("killall", "pkill"):
             target = next((w.text for w in rest if not w.text.startswith("-")), "")
             notes.append(Note(
@@ -531,6 +560,10 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         # llama-server and given llama-server's arguments
         by_name = cmd.words[idx].opaque and re.search(r"llama|server", prog, re.I) is not None \
             and looks_like_server_args(rest)
+        if calls_function and prog in bodies:
+            follow_call(bodies[prog], cmd, rest)
+            prev = cmd
+            return
         if (not calls_function and (is_server_call(prog, rest) or by_name)) or docker is not None:
             if docker is not None:
                 start, denv = docker
@@ -539,14 +572,23 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             before_args = cmd.words[idx] if docker is None else cmd.words[start - 1]
             inv = Invocation(
                 program=prog if docker is None else f"{prog} run … (llama.cpp image)",
-                args=list(rest), line=cmd.words[idx].line, end_line=cmd.end_line,
+                args=list(rest), line=_written_on(cmd, cmd.words[idx]), end_line=cmd.end_line,
                 env=[*exported.values(), *env], background=cmd.terminator == "&",
                 source="shell", redirects=list(cmd.redirects),
-                head=_head_text(text, cmd.words[idx], before_args), tail=_tail_text(text, cmd))
+                head=_head_text(src, cmd.words[idx], before_args), tail=_tail_text(src, cmd),
+                wrappers=wrapper_words(cmd.words[start:], idx - start) if docker is None else [], cwd=cwd,
+                label=frame.label, written_here=frame.here or _fixable_in(frame.span, inv_line=cmd.words[idx].line,
+                                                                          words=rest, done=fixed_lines))
+            if frame.background or frame.redirects:
+                inv.background = inv.background or frame.background
+                inv.redirects = inv.redirects + frame.redirects
             if cmd.comment_break is not None:
                 inv.cut_line = cmd.comment_break
             invocations.append(inv)
             last_inv, last_k = inv, len(invocations) - 1
+            if frame.lines is not lines:
+                other_lines[last_k] = frame.lines
+            keys.append(inv.line if frame.key is None else frame.key)
             notes.extend(_unknown_notes(unknown, last_k))
         elif prog.startswith("-") and last_inv is not None and last_inv.source == "fragment" \
                 and prev is not None and _adjacent(prev, cmd):
@@ -558,6 +600,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             inv = Invocation(program="llama-server", args=list(cmd.words[idx:]), line=cmd.line,
                              end_line=cmd.end_line, env=[*exported.values(), *env], source="fragment")
             invocations.append(inv)
+            keys.append(cmd.line if frame.key is None else frame.key)
             last_inv, last_k = inv, len(invocations) - 1
             notes.extend(_unknown_notes(unknown, last_k))
             notes.append(Note("flags-without-command", cmd.line,
@@ -579,14 +622,136 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                 last_inv.background = True
             last_inv.redirects.extend(cmd.redirects)
             if last_inv.tail is not None:
-                last_inv.tail = _tail_text(text, cmd)
+                last_inv.tail = _tail_text(src, cmd)
         else:
             last_inv = None if cmd.terminator in ("\n", ";", "") and not prog.startswith("-") else last_inv
         prev = cmd
+
+    def run(seq: list[Command], src: str) -> None:
+        nonlocal prev
+        i = 0
+        while i < len(seq):
+            d = _function_def(seq, i)
+            if d is not None:
+                name, first, off, end = d
+                if first is None:  # not a `{ ... }` group: its commands are read as they come
+                    functions.add(name)
+                    i += 1
+                    continue
+                functions.add(name)
+                bodies[name] = _Function(name, seq, first, off, end, src, frame.lines, frame.file, seq[i].line)
+                prev = seq[i]
+                i = end + 1
+                continue
+            step(seq[i], src)
+            i += 1
+
+    def spend(n: int, line: int) -> bool:
+        if budget[0] < n:
+            if budget[0] >= 0:
+                notes.append(Note("not-followed", line, f"function calls and sourced files are followed for "
+                                  f"{_MAX_FOLLOWED} commands in all; the rest are not read", Severity.INFO))
+                budget[0] = -1
+            return False
+        budget[0] -= n
+        return True
+
+    def follow_call(fn: _Function, call: Command, args: list[Word]) -> None:
+        """Read ``fn``'s body with the call's arguments as the positional parameters."""
+        nonlocal frame
+        called.add(fn.name)
+        if len(frame.stack) >= _MAX_CALL_DEPTH or fn.name in frame.stack or not spend(fn.end - fn.first + 1, call.line):
+            return
+        seq = [replace(c, words=list(c.words)) for c in fn.seq[fn.first:fn.end + 1]]
+        if fn.offset:
+            seq[0] = replace(seq[0], words=seq[0].words[fn.offset:])
+        where = f" of {fn.file}" if fn.file else ""
+        label = f"function {fn.name}{where}, called on line {call.line}"
+        if frame.label:
+            label += f" ({frame.label})"
+        saved, saved_frame = scope.positional, frame
+        scope.positional = [(w.text, w.line, w.opaque) for w in args]
+        span = (fn.seq[fn.first].line, fn.seq[fn.end].end_line) if not fn.file and frame.here else None
+        frame = _Frame(fn.lines, fn.file, label, False, (*frame.stack, fn.name),
+                       call.terminator == "&" or frame.background, [*frame.redirects, *call.redirects], span,
+                       call.line if frame.key is None else frame.key)
+        try:
+            run(seq, fn.src)
+        finally:
+            scope.positional, frame = saved, saved_frame
+
+    def follow_source(cmd: Command, rest: list[Word]) -> None:
+        """``source FILE [ARGS]``: FILE read in the same variables and functions."""
+        nonlocal frame
+        w = rest[0]
+        target = _SCRIPT_DIR_RE.sub(lambda _m: str(origin.parent.resolve()) if origin else "$0", w.text)
+        if w.opaque or "$" in target or "`" in target:
+            notes.append(Note("unknown-variable", cmd.line, f"`source {w.raw or w.text}`: the file's name is not "
+                              "known here; what it sets is not read", Severity.INFO))
+            return
+        if origin is None:
+            notes.append(Note("source-not-read", cmd.line, f"`source {w.text}` is not read: the input is not a "
+                              "file, so there is no directory to find it in", Severity.INFO))
+            return
+        path = Path(os.path.expanduser(target))
+        if not path.is_absolute():
+            path = origin.parent / path
+        if not path.is_file():
+            notes.append(Note("source-missing", cmd.line, f"`source {w.text}`: {path} is not there: bash stops "
+                              "with \"No such file or directory\" (or goes on without what it sets); its "
+                              "variables and functions are not known here", Severity.WARNING))
+            return
+        key = path.resolve()
+        if key in sourcing or len(sourcing) >= _MAX_SOURCE_DEPTH:
+            notes.append(Note("not-followed", cmd.line, f"`source {w.text}` is not read again: files source "
+                              f"each other {len(sourcing)} deep", Severity.INFO))
+            return
+        try:
+            with open(path, "rb") as f:
+                sub = f.read(_MAX_SOURCED_BYTES).decode("utf-8", errors="replace").replace("\r\n", "\n")
+        except OSError as e:
+            notes.append(Note("source-missing", cmd.line, f"`source {w.text}`: cannot read {path}: "
+                              f"{e.strerror or e}", Severity.WARNING))
+            return
+        sub_lex = _Lexer(sub)
+        sub_cmds = _split_commands(sub_lex.run(), sub, sub_lex)
+        if not spend(len(sub_cmds), cmd.line):
+            return
+        sub_lines = sub.split("\n")
+        _mark_breaks(sub_cmds, sub_lines, 1)
+        here = origin.parent.resolve()
+        name = os.path.relpath(key, here) if key.is_relative_to(here) else str(path)
+        notes.extend(Note("shell-syntax", cmd.line, f"{name} line {ln}: {msg}: the shell would stop there",
+                          Severity.ERROR) for ln, msg in sub_lex.problems)
+        label = f"in {name}, sourced on line {cmd.line}" + (f" ({frame.label})" if frame.label else "")
+        saved, saved_frame = scope.positional, frame
+        if len(rest) > 1:
+            scope.positional = [(x.text, x.line, x.opaque) for x in rest[1:]]
+        frame = _Frame(sub_lines, name, label, False, frame.stack, frame.background, frame.redirects, None,
+                       cmd.line if frame.key is None else frame.key)
+        sourcing.append(key)
+        try:
+            run(sub_cmds, sub)
+        finally:
+            sourcing.pop()
+            scope.positional, frame = saved, saved_frame
+
+    run(cmds, text)
+    for name, fn in bodies.items():  # never called: read once as written (`$1` not known)
+        if name not in called and spend(fn.end - fn.first + 1, fn.line):
+            seq = fn.seq[fn.first:fn.end + 1]
+            if fn.offset:
+                seq = [replace(seq[0], words=seq[0].words[fn.offset:]), *seq[1:]]
+            frame = _Frame(fn.lines, fn.file, f"function {name}, never called here" + (
+                f" ({fn.file})" if fn.file else ""), fn.file == "", key=fn.line)
+            run(seq, fn.src)
+    frame = _Frame(lines)
+    if keys != sorted(keys):  # in the text's order: a function never called sits where it is defined
+        invocations, notes, other_lines = _reorder(keys, invocations, notes, other_lines)
     # explain each cut
     for k, inv in enumerate(invocations):
         if inv.cut_line is not None and inv.orphans:
-            notes.append(_cut_note(inv, k, lines, first_line))
+            notes.append(_cut_note(inv, k, other_lines.get(k, lines), first_line if k not in other_lines else 1))
     # a bare assignment of a variable the script expands is a shell variable, not environment
     # (unless a later `export NAME` exports it)
     shell_only = {(n, ln) for n, ln in bare if n in scope.used and n not in really_exported}
@@ -594,6 +759,115 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         for inv in invocations:
             inv.env = [e for e in inv.env if (e[0], e[2]) not in shell_only]
     return Parsed("shell", invocations, notes, cmds, lines)
+
+
+#: commands read again through function calls and sourced files, in all (a script that calls a
+#: function a million times stays linear); calls nested deeper than this, and sourced files
+_MAX_FOLLOWED = 100_000
+_MAX_CALL_DEPTH = 16
+_MAX_SOURCE_DEPTH = 8
+_MAX_SOURCED_BYTES = 4 * 1024 * 1024
+# the script's own directory as scripts write it: $(dirname "$0"), $(dirname "${BASH_SOURCE[0]}"),
+# $(cd "$(dirname "$0")" && pwd)
+_SCRIPT_DIR_RE = re.compile(
+    r'\$\(\s*cd\s+"?(?P<a>\$\(\s*dirname\s+"?\$(?:0|\{0\}|BASH_SOURCE|\{BASH_SOURCE(?:\[0\])?\})"?\s*\))"?'
+    r'\s*(?:&&|;)\s*pwd(?:\s+-P)?\s*\)'
+    r'|\$\(\s*dirname\s+"?\$(?:0|\{0\}|BASH_SOURCE|\{BASH_SOURCE(?:\[0\])?\})"?\s*\)')
+
+
+@dataclass
+class _Function:
+    """A shell function with a ``{ ... }`` body: ``seq[first:end + 1]`` (the first command from
+    word ``offset``: `function f { llama-server ...` has its first command on the definition's line)."""
+
+    name: str
+    seq: list[Command]
+    first: int
+    offset: int
+    end: int
+    src: str
+    lines: list[str]
+    file: str  # "" the script itself, else the sourced file it is defined in
+    line: int
+
+
+@dataclass
+class _Frame:
+    """Where the commands being read come from: their file's lines, a label for the invocations
+    found (the function call, the sourced file), whether --fix may rewrite them in place."""
+
+    lines: list[str]
+    file: str = ""
+    label: str = ""
+    here: bool = True
+    stack: tuple[str, ...] = ()  # functions being called
+    background: bool = False  # the call runs in the background (`start_server &`)
+    redirects: list[str] = field(default_factory=list)
+    #: lines of the function body being read (in the script itself): an invocation all written
+    #: there (no argument of the call in it) is fixed in place, once
+    span: tuple[int, int] | None = None
+    #: where its invocations go in the text's order: the line of the top-level call or `source`
+    key: int | None = None
+
+
+def _written_on(cmd: Command, w: Word) -> int:
+    """The line ``w`` is written on in ``cmd``: a program word from a variable carries the line of
+    the variable's value (`"$LLAMA_DIR"/llama-server`), the command starts on its own line."""
+    return w.line if cmd.line <= w.line <= cmd.end_line else cmd.line
+
+
+def _reorder(keys: list[int], invocations: list[Invocation], notes: list[Note], other: dict[int, list[str]]
+             ) -> tuple[list[Invocation], list[Note], dict[int, list[str]]]:
+    """The invocations sorted by ``keys`` (stable), the notes' and ``other``'s indices moved along."""
+    perm = sorted(range(len(invocations)), key=lambda k: (keys[k], k))
+    new = {old: i for i, old in enumerate(perm)}
+    return ([invocations[k] for k in perm],
+            [n if n.invocation is None else replace(n, invocation=new[n.invocation]) for n in notes],
+            {new[k]: v for k, v in other.items()})
+
+
+def _fixable_in(span: tuple[int, int] | None, inv_line: int, words: list[Word], done: set[int]) -> bool:
+    """An invocation read in a function body (``span``) that --fix may rewrite in place: every
+    argument written in the body (none from the call), and the first call to reach it."""
+    if span is None or inv_line in done or not all(span[0] <= w.line <= span[1] for w in words):
+        return False
+    done.add(inv_line)
+    return True
+
+
+def _function_def(seq: list[Command], i: int) -> tuple[str, int | None, int, int] | None:
+    """``seq[i]`` defines a function (bash(1) SHELL GRAMMAR, Shell Function Definitions:
+    ``NAME () BODY`` or ``function NAME [()] BODY``): (name, index of the body's first command,
+    the word it starts at, index of the command holding the closing ``}``); the first index is
+    None when the body is not a ``{ ... }`` group."""
+    words = seq[i].words
+    s = _skip_reserved(words, 0)
+    if s < len(words) and words[s].text == "function" and s + 1 < len(words):
+        name = words[s + 1].text
+        first, off = (i, s + 2) if s + 2 < len(words) else (i + 1, 0)
+    elif seq[i].terminator == "(" and len(words) - s == 1 and "=" not in words[s].text \
+            and words[s].parts is None:
+        name, first, off = words[s].text, i + 1, 0
+    else:
+        return None
+    depth = 0
+    j, o = first, off
+    while j < len(seq):
+        ws = seq[j].words
+        k = o
+        if j == first and k >= len(ws):  # `function NAME()`: the `()` ends the command
+            j, o = j + 1, 0
+            first, off = j, 0
+            continue
+        if depth == 0 and (k >= len(ws) or ws[k].text != "{"):
+            return name, None, 0, first
+        while k < len(ws) and ws[k].text in _RESERVED:
+            depth += 1 if ws[k].text == "{" else -1 if ws[k].text == "}" else 0
+            k += 1
+        if depth <= 0:
+            return name, first, off, j
+        j, o = j + 1, 0
+    return name, first, off, len(seq) - 1
 
 
 _DECLARE = frozenset({"export", "declare", "typeset", "local", "readonly"})
@@ -644,7 +918,11 @@ def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
     value = got[0].text if got else ""
     if store:
         if subst:
-            scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
+            here = scope.script_dir and _SCRIPT_DIR_RE.fullmatch(value)
+            if here:  # SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)": the script's directory
+                scope.assign(name, [(scope.script_dir or "", w.line, False)], w.line)
+            else:
+                scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
         else:
             scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
                          unknown=inner)
@@ -680,6 +958,18 @@ def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> li
         else:
             out.extend(expand_word(w, scope, unknown))
     return out
+
+
+def _change_dir(cwd: str | None, args: list[Word]) -> str | None:
+    """The directory after ``cd ARGS`` (bash(1) ``cd``: no argument is ``$HOME``, written ``~``;
+    a relative one is taken from the current directory). ``cd -`` and options are not followed."""
+    dirs = [w.text for w in args if not w.text.startswith("-") or w.text == "-"]
+    target = dirs[0] if dirs else "~"
+    if target == "-" or any(w.opaque for w in args):
+        return cwd
+    if target.startswith(("/", "~")) or cwd is None:
+        return target
+    return cwd.rstrip("/") + "/" + target
 
 
 def _unknown_notes(unknown: list[Unknown], k: int) -> list[Note]:

@@ -107,6 +107,21 @@ def unwrap(words: list[Word], env: list[tuple[str, str, int]]) -> tuple[int, lis
     return i, seen
 
 
+#: wrapper words that are the shell's, not a program: they change nothing in the process started
+_SHELL_WORDS = frozenset({"exec", "time", "command", "builtin"})
+
+
+def wrapper_words(words: list[Word], idx: int) -> list[str]:
+    """The wrapper words before the program at ``words[idx]`` (after ``unwrap``), as read: the
+    leading ``NAME=value`` assignments (the command's environment) and the shell's own words
+    (``exec``, ``time``...) left out; a wrapper's options and assignments (``env -u X A=1``,
+    ``stdbuf -oL -eL``, ``taskset -c 0-7``) kept."""
+    i = 0
+    while i < idx and ASSIGN_RE.match(words[i].text):
+        i += 1
+    return [w.text for w in words[i:idx] if w.text not in _SHELL_WORDS]
+
+
 def ends_with_backslash(line: str) -> bool:
     """The line ends in an odd number of backslashes: the last one escapes the newline."""
     m = re.search(r"(\\+)$", line)

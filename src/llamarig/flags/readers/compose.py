@@ -5,67 +5,126 @@ command, as docker does: ``entrypoint`` (even ``''``) replaces the image's ENTRY
 its CMD (https://docs.docker.com/reference/compose-file/services/#entrypoint). A service counts
 when that starts llama-server, or when its image is a llama.cpp one (llamarig.flags.readers.containers).
 YAML merge keys (``<<: *common``) are resolved, so an image or command set in an anchor counts.
+Values are interpolated first (``${VAR:-default}`` ..., from the ``.env`` next to the file:
+llamarig.flags.readers.interpolate), as compose does before it splits a string command.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Note, Word
 from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.containers import Env, Found, container_invocations
-from llamarig.flags.readers.kubernetes import _merge
+from llamarig.flags.readers.interpolate import Interpolation, read_env_file
+from llamarig.flags.readers.kubernetes import _attach, _merge
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
 
 
-def read_compose(doc: Node, src: Y.Source) -> Found:
-    """The llama-server commands of a compose document (``services:`` is a mapping)."""
+def read_compose(doc: Node, src: Y.Source, dotenv: dict[str, str] | None = None) -> Found:
+    """The llama-server commands of a compose document (``services:`` is a mapping).
+    ``dotenv``: the variables of the ``.env`` next to the file (None: no file known)."""
     found: Found = ([], [])
     for name, kn, svc in Y.items(Y.get(doc, "services")):
         if not Y.is_map(svc):
             continue
         notes: list[Note] = []
         label = str(name)
+        ip = Interpolation(dict(dotenv or {}))
         entry_node = Y.get(svc, "entrypoint")
-        entry = _words(entry_node, src, f"services.{name}.entrypoint", notes)
+        entry = _words(entry_node, src, f"services.{name}.entrypoint", notes, ip)
         if entry is None and Y.text_of(entry_node) is not None:
             entry = []  # `entrypoint: ''`: no entrypoint at all (null leaves the image's)
-        cmd = _words(Y.get(svc, "command"), src, f"services.{name}.command", notes)
+        cmd = _words(Y.get(svc, "command"), src, f"services.{name}.command", notes, ip)
         if entry is None and cmd is None:
             continue
-        invs, more = container_invocations(entry, cmd, Y.text_of(Y.get(svc, "image")) or "",
-                                           _environment(svc), "compose", label, Y.line(kn))
-        _merge(found, (invs, notes + more) if invs else ([], [n for n in notes if n.kind == "shell-syntax"]))
+        image_node = Y.get(svc, "image")
+        image = ip.text(Y.text_of(image_node) or "", Y.line(image_node)) if image_node is not None else ""
+        env = _environment(svc, ip)
+        notes += _missing_notes(ip, label, dotenv is not None)
+        invs, more = container_invocations(entry, cmd, image, env, "compose", label, Y.line(kn))
+        _merge(found, (invs, [_attach(n) for n in notes] + more) if invs else
+               ([], [n for n in notes if n.kind == "shell-syntax"]))
     return found
 
 
-def _words(node: Node | None, src: Y.Source, where: str, notes: list[Note]) -> list[Word] | None:
+_SPEC = "compose spec, Interpolation: https://github.com/compose-spec/compose-spec/blob/main/spec.md#interpolation"
+
+
+def _missing_notes(ip: Interpolation, label: str, has_dotenv: bool) -> list[Note]:
+    """One note per variable the service's values needed and ``.env`` does not set."""
+    out: list[Note] = []
+    seen: set[str] = set()
+    where = ".env next to the compose file" if has_dotenv else "a .env file next to the compose file (none found)"
+    for m in ip.missing:
+        if m.name in seen:
+            continue
+        seen.add(m.name)
+        if m.invalid:
+            out.append(Note("shell-syntax", m.line, f"services.{label}: `{m.name}` is not an interpolation docker "
+                            f"compose accepts (\"invalid interpolation format\"); {_SPEC}", Severity.ERROR))
+        elif m.required is not None:
+            out.append(Note("unknown-variable", m.line, f"services.{label}: `${{{m.name}:?...}}` is not set in "
+                            f"{where}: docker compose refuses the file (\"required variable {m.name} is missing a "
+                            f"value: {m.required}\") unless the shell that runs it sets {m.name}; {_SPEC}",
+                            Severity.ERROR))
+        else:
+            out.append(Note("unknown-variable", m.line, f"services.{label}: `${m.name}` has no default and is not "
+                            f"set in {where}: docker compose substitutes an empty string ('The \"{m.name}\" "
+                            f"variable is not set. Defaulting to a blank string.') unless the shell that runs "
+                            f"it sets {m.name}; checked as empty; {_SPEC}", Severity.WARNING))
+    return out
+
+
+def _words(node: Node | None, src: Y.Source, where: str, notes: list[Note], ip: Interpolation) -> list[Word] | None:
     if node is None:
         return None
     if Y.is_seq(node):
-        return [Word(str(it.value), Y.locate(it, src).line_at(0)) for it in node.value if Y.is_scalar(it)]
+        out = []
+        for it in node.value:
+            if Y.is_scalar(it):
+                raw = str(it.value)
+                value = ip.text(raw, Y.line(it))
+                out.append(Word(value, Y.locate(it, src).line_at(0), written=raw if value != raw else ""))
+        return out
     text = Y.text_of(node)
     if text is None or not text.strip():
         return None
     try:
-        return split_words(Y.locate(node, src))
+        return split_words(ip.located(Y.locate(node, src)))
     except ShellSyntaxError as e:
         notes.append(Note("shell-syntax", Y.line(node), f"{where}: {e}", Severity.ERROR))
         return None
 
 
-def _environment(svc: Node) -> Env:
+def _environment(svc: Node, ip: Interpolation) -> Env:
     env: Env = []
     envs = Y.get(svc, "environment")
     for k, kn, value in Y.items(envs):
-        env.append((k, Y.text_of(value) or "", Y.line(kn)))
+        env.append((k, ip.text(Y.text_of(value) or "", Y.line(kn)), Y.line(kn)))
     for it in Y.seq(envs):
         if Y.is_scalar(it):
             n, _, v = str(it.value).partition("=")
-            env.append((n, v, Y.line(it)))
+            env.append((n, ip.text(v, Y.line(it)), Y.line(it)))
     return env
+
+
+def read_dotenv(origin: Path | None) -> dict[str, str] | None:
+    """The ``.env`` next to a compose file (docker compose reads it for interpolation), or None."""
+    if origin is None:
+        return None
+    p = origin.parent / ".env"
+    try:
+        if not p.is_file():
+            return None
+        with open(p, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", errors="replace").replace("\r\n", "\n")
+    except OSError:
+        return None
+    return {n: v for n, v, _ in read_env_file(text)}
 

@@ -3,10 +3,13 @@
 Kubernetes (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, ...): each
 container's ``command`` (the image's ENTRYPOINT) and ``args`` (its CMD) are lists, one item one
 argv word, exactly as written, with the line of the item. ``$(VAR)`` in them is expanded from the
-container's ``env`` (and ``envFrom`` ConfigMaps defined in the same file); ``$$`` is a literal
-``$``; a reference to a variable the container does not have stays as written
-(https://kubernetes.io/docs/tasks/inject-data-application/define-command-argument-container/,
-"Use environment variables to define arguments"). An item that is not a string (``- 8080``) is
+container's ``env`` (values, ``valueFrom.configMapKeyRef`` and ``envFrom`` ConfigMaps defined in
+the same file); ``$$`` is a literal ``$``; a reference to a variable the container does not have
+stays as written (https://kubernetes.io/docs/tasks/inject-data-application/define-command-argument-container/,
+"Use environment variables to define arguments"; the Container reference,
+https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#entrypoint: "If a
+variable cannot be resolved, the reference in the input string will be unchanged. Double $$ are
+reduced to a single $"). An item that is not a string (``- 8080``) is
 rejected by the API server (args are ``[]string``), which a note says.
 
 Helm values (``values.yaml``): any mapping with ``command``/``args``/``extraArgs`` read the same
@@ -139,9 +142,15 @@ def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: s
         if not n:
             continue
         vnode = Y.get(item, "value")
-        if Y.get(item, "valueFrom") is not None:
-            known[n] = None
-            env.append((n, "", Y.line(item)))
+        vf = Y.get(item, "valueFrom")
+        if vf is not None:
+            # valueFrom.configMapKeyRef of a ConfigMap in this file: its value; a Secret, the
+            # downward API, a ConfigMap defined elsewhere: not known here
+            ref = Y.get(vf, "configMapKeyRef")
+            cm, key = Y.text_of(Y.get(ref, "name")), Y.text_of(Y.get(ref, "key"))
+            hit = next((v for k, v, _ in cms.get(cm or "", ()) if k == key), None) if ref is not None else None
+            known[n] = hit
+            env.append((n, hit or "", Y.line(item)))
             continue
         v = _expand_text(Y.text_of(vnode) or "", known)  # dependent variables: earlier ones only
         known[n] = v

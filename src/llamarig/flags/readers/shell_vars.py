@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from llamarig.flags.parsed import Word
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BRACED_RE = re.compile(r"^(#?)([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?$", re.S)
+_BRACED_RE = re.compile(r"^(#?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?$", re.S)
 _IFS_RE = re.compile(r"[ \t\n]+")
 _SPECIAL = "@*#?$!-0123456789"
 
@@ -67,6 +67,11 @@ class Scope:
 
     vars: dict[str, Var] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)  # names the script expands somewhere
+    #: the positional parameters (``$1`` ... ``"$@"``) inside a function call or a sourced file
+    #: given arguments; None: the script's own, not known here
+    positional: Value | None = None
+    #: the script's own directory, when the script is a file (``$(dirname "$0")`` and the like)
+    script_dir: str | None = None
 
     def assign(self, name: str, value: Value | None, line: int, *, array: bool = False,
                append: bool = False, why: str = "", unknown: list[Unknown] | None = None) -> None:
@@ -213,7 +218,10 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
              ) -> tuple[str, Value] | None:
     """(``@`` for an array's elements, ``*`` for elements joined, ``$`` for a scalar, values), or
     None when not known here (recorded in ``unknown``)."""
-    if ref and ref[0] in _SPECIAL and (len(ref) == 1 or ref[0] in "@*"):
+    positional = scope.positional is not None and (ref in ("@", "*") or ref.isdigit() and ref != "0")
+    if ref == "#" and scope.positional is not None:
+        return "$", [(str(len(scope.positional)), line, False)]
+    if ref and ref[0] in _SPECIAL and (len(ref) == 1 or ref[0] in "@*") and not positional:
         why = ("the script's arguments, given when it runs" if ref[0] in "@*#0123456789"
                else "set by the shell when it runs")
         unknown.append(Unknown(written, line, why))
@@ -223,8 +231,20 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         unknown.append(Unknown(written, line, "a shell expansion llamarig does not evaluate"))
         return None
     count, name, index, op, word = m.groups()
-    scope.used.add(name)
-    var = scope.vars.get(name)
+    if not (name[0].isalpha() or name[0] == "_"):  # $1 ... $9, ${10}, $@, $*
+        if scope.positional is None or name == "0" or index is not None:
+            unknown.append(Unknown(written, line, "the script's arguments, given when it runs"))
+            return None
+        pos = scope.positional
+        if name in ("@", "*"):
+            var: Var | None = Var(list(pos), True, line)
+            index = name
+        else:
+            n = int(name)
+            var = Var([pos[n - 1] if n <= len(pos) else ("", line, False)], False, line)  # unset: empty
+    else:
+        scope.used.add(name)
+        var = scope.vars.get(name)
     is_set = var is not None
     if var is not None and var.value is None:
         unknown.append(Unknown(written, line, var.why or f"set on line {var.line} from a value not known here"))

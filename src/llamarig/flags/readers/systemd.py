@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
-from llamarig.flags.readers.common import basename, ends_with_backslash, is_server_call, unwrap
+from llamarig.flags.readers.common import (
+    basename,
+    ends_with_backslash,
+    is_server_call,
+    unwrap,
+    wrapper_words,
+)
+from llamarig.flags.readers.interpolate import read_env_file
 
 _KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*\s*=")
 
@@ -46,11 +54,16 @@ def _logical(raw: list[str], i: int) -> tuple[str, list[int], int, int | None]:
     return "".join(parts), line_nos, i, blank
 
 
-def parse_systemd(text: str) -> Parsed:
-    """Read ExecStart= (and Environment=) of a unit file, systemd.syntax(7) continuation rules."""
-    raw = text.split("\n")
-    # key, value, first line, lines, (blank line that cut it, [(ignored text, its lines)])
-    entries: list[tuple[str, str, int, list[int], int | None, list[tuple[str, list[int]]]]] = []
+#: an entry of a unit: key, value, first line, its lines, (blank line that cut it, [(ignored
+#: text, its lines)]), the file it is in ("" the unit itself, else a drop-in's name), its raw lines
+Entry = tuple[str, str, int, list[int], int | None, list[tuple[str, list[int]]], str, list[str]]
+#: drop-ins and environment files read per unit (and their size): bounded, whatever the directory holds
+_MAX_DROPINS = 64
+_MAX_FILE = 1 << 20
+
+
+def _entries(raw: list[str], where: str) -> list[Entry]:
+    entries: list[Entry] = []
     i = 0
     while i < len(raw):
         line = raw[i].strip()
@@ -76,13 +89,71 @@ def parse_systemd(text: str) -> Parsed:
             i = max(i, j - 1)
         key, sep, val = joined.partition("=")
         if sep:
-            entries.append((key.strip(), val.strip(), start + 1, line_nos, blank, ignored))
+            entries.append((key.strip(), val.strip(), start + 1, line_nos, blank, ignored, where, raw))
         i += 1
-    # name -> (name, value, line): a later Environment= assignment of a name replaces the earlier
-    env: dict[str, tuple[str, str, int]] = {}
-    invocations: list[Invocation] = []
+    return entries
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            return f.read(_MAX_FILE).decode("utf-8", errors="replace").replace("\r\n", "\n")
+    except OSError:
+        return None
+
+
+def _dropins(origin: Path | None) -> list[tuple[str, list[str]]]:
+    """systemd.unit(5) "Description": the ``UNIT.d/*.conf`` drop-ins next to the unit, read after
+    it in the order of their file names (each (name, lines))."""
+    if origin is None:
+        return []
+    d = origin.parent / (origin.name + ".d")
+    try:
+        confs = sorted(d.glob("*.conf"), key=lambda p: p.name)[:_MAX_DROPINS] if d.is_dir() else []
+    except OSError:
+        return []
+    out = []
+    for conf in confs:
+        text = _read_small(conf)
+        if text is not None:
+            out.append((f"{d.name}/{conf.name}", text.split("\n")))
+    return out
+
+
+def _environment_file(value: str, origin: Path | None, line: int, notes: list[Note]) -> list[tuple[str, str, int]]:
+    """systemd.exec(5) EnvironmentFile=: ``NAME=value`` lines (``#``/``;`` comments, quotes
+    removed); a leading ``-`` makes a missing file no error. The file is looked for where the unit
+    names it, else next to the unit (a unit copied off its machine keeps its files beside it)."""
+    optional = value.startswith("-")
+    name = value.lstrip("-").strip()
+    cands = [Path(name)] + ([origin.parent / Path(name).name] if origin is not None else [])
+    text = next((t for t in (_read_small(c) for c in cands) if t is not None), None)
+    if text is None:
+        if not optional:
+            notes.append(Note("unknown-variable", line,
+                              f"EnvironmentFile={name} is not here (nor next to the unit): its variables "
+                              "are not known; `$NAME` references to them are checked as written",
+                              Severity.INFO))
+        return []
+    return [(n, v, line) for n, v, _ in read_env_file(text)]
+
+
+def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
+    """Read ExecStart= (and Environment=, EnvironmentFile=) of a unit file and of its drop-ins
+    (``origin``: the unit's path), systemd.syntax(7) continuation rules, ``$VAR``/``${VAR}``
+    expanded as systemd.service(5) "Command lines" says."""
+    raw = text.split("\n")
+    entries = _entries(raw, "")
+    for where, lines in _dropins(origin):
+        entries.extend(_entries(lines, where))
     notes: list[Note] = []
-    for key, val, ln, line_nos, blank, ignored in entries:
+    # systemd.exec(5): Environment= and EnvironmentFile= apply to every command of the unit,
+    # wherever they are written; the files' settings override Environment='s, later ones earlier
+    env: dict[str, tuple[str, str, int]] = {}  # name -> (name, value, line): later replaces earlier
+    from_files: list[tuple[str, str, int]] = []
+    for key, val, ln, *_ in entries:
         if key == "Environment":
             try:
                 for item in shlex.split(val):
@@ -91,25 +162,104 @@ def parse_systemd(text: str) -> Parsed:
                     env[n] = (n, v, ln)
             except ValueError:
                 notes.append(Note("shell-syntax", ln, "unbalanced quotes in Environment=", Severity.ERROR))
-        elif key in ("ExecStart", "ExecStartPre", "ExecStartPost"):
-            v = val.lstrip("@-:+!")
-            try:
-                words_text = shlex.split(v, comments=False)
-            except ValueError:
-                notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", Severity.ERROR))
-                continue
-            words = _assign_lines(words_text, raw, line_nos)
-            tmp_env: list[tuple[str, str, int]] = []
-            idx, _ = unwrap(words, tmp_env)
-            if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
-                inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line,
-                                 line_nos[-1], env=[*env.values(), *tmp_env], source="systemd", label=key)
-                invocations.append(inv)
-                if blank is not None and ignored:
-                    _cut(inv, len(invocations) - 1, key, blank, ignored, raw, notes)
-            elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
-                notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", Severity.WARNING))
+        elif key == "EnvironmentFile" and val:
+            from_files.extend(_environment_file(val, origin, ln, notes))
+    for fe in from_files:
+        env.pop(fe[0], None)
+        env[fe[0]] = fe
+    # systemd.service(5) ExecStart=: an empty assignment resets the list of commands before it
+    # (a drop-in replaces the unit's command with `ExecStart=` then `ExecStart=...`)
+    kept: list[Entry] = []
+    for e in entries:
+        if e[0] in ("ExecStart", "ExecStartPre", "ExecStartPost") and not e[1]:
+            kept = [k for k in kept if k[0] != e[0]]
+        else:
+            kept.append(e)
+    values = {n: v for n, v, _ in env.values()}
+    invocations: list[Invocation] = []
+    for key, val, ln, line_nos, blank, ignored, where, lines in kept:
+        if key not in ("ExecStart", "ExecStartPre", "ExecStartPost"):
+            continue
+        v = val.lstrip("@-:+!|")
+        try:
+            words_text = shlex.split(v, comments=False)
+        except ValueError:
+            notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", Severity.ERROR))
+            continue
+        unknown: list[str] = []
+        used: set[str] = set()
+        words = _expand(_assign_lines(words_text, lines, line_nos), values, unknown, used)
+        tmp_env: list[tuple[str, str, int]] = []
+        idx, _ = unwrap(words, tmp_env)
+        if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
+            label = key if not where else f"{key}= in {where}"
+            # a variable the command line expands is the unit's setting for systemd, not one for
+            # llama-server to read (dead-env-var would have --fix remove it from Environment=)
+            inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line, line_nos[-1],
+                             env=[e for e in [*env.values(), *tmp_env] if e[0] not in used], source="systemd", label=label,
+                             wrappers=wrapper_words(words, idx), cwd=workdir_of(kept), written_here=not where)
+            invocations.append(inv)
+            k = len(invocations) - 1
+            for name in dict.fromkeys(unknown):
+                notes.append(Note("unknown-variable", ln,
+                                  f"`{name}` is not set by Environment= or an EnvironmentFile= here: systemd "
+                                  "expands it to nothing (`${NAME}`: an empty word; `$NAME`: no word at all; "
+                                  "systemd.service(5), https://www.freedesktop.org/software/systemd/man/"
+                                  "latest/systemd.service.html#Command%20lines)", Severity.WARNING, k))
+            if blank is not None and ignored:
+                _cut(inv, k, key, blank, ignored, lines, notes)
+        elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
+            notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", Severity.WARNING))
     return Parsed("systemd", invocations, notes, [], raw)
+
+
+def workdir_of(entries: list[Entry]) -> str | None:
+    """systemd.exec(5) WorkingDirectory= (the last one): a leading ``-`` only makes a missing
+    directory no error."""
+    return next((e[1].lstrip("-") or None for e in reversed(entries) if e[0] == "WorkingDirectory"), None)
+
+
+_VAR_WORD_RE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_BRACED_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(words: list[Word], values: dict[str, str], unknown: list[str], used: set[str]) -> list[Word]:
+    """systemd.service(5) "Command lines" (https://www.freedesktop.org/software/systemd/man/latest/
+    systemd.service.html#Command%20lines): ``${VAR}`` in a word is replaced by the value, whitespace
+    and all, the word stays one argument; ``$VAR`` as a word of its own is replaced by the value
+    split at whitespace (quotes respected, then removed): zero or more arguments; ``$$`` is a
+    literal ``$``; an unset variable is empty. Specifiers: ``%%`` is a literal ``%`` (others kept)."""
+    out: list[Word] = []
+    for w in words:
+        t = w.text.replace("%%", "%") if "%%" in w.text else w.text
+        if "$" not in t:
+            out.append(w if t == w.text else Word(t, w.line, written=w.text))
+            continue
+        m = _VAR_WORD_RE.match(t)
+        if m:
+            name = m.group(1)
+            used.add(name)
+            if name not in values:
+                unknown.append("$" + name)
+                continue
+            try:
+                parts = shlex.split(values[name])
+            except ValueError:
+                parts = values[name].split()
+            out.extend(Word(p, w.line) for p in parts)
+            continue
+
+        def sub(mm: re.Match[str]) -> str:
+            if mm.group(0) == "$$":
+                return "$"
+            used.add(mm.group(1))
+            if mm.group(1) not in values:
+                unknown.append("${" + mm.group(1) + "}")
+            return values.get(mm.group(1), "")
+
+        new = _BRACED_RE.sub(sub, t)
+        out.append(Word(new, w.line, written=w.text if new != w.text else ""))  # --fix writes `${PORT}` back
+    return out
 
 
 def _cut(inv: Invocation, k: int, key: str, blank: int, ignored: list[tuple[str, list[int]]],

@@ -7,9 +7,11 @@ item's line; strings as shell text. Not YAML, or nothing of the above: None.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from llamarig.flags.parsed import Parsed
 from llamarig.flags.readers import yaml_nodes as Y
-from llamarig.flags.readers.compose import read_compose
+from llamarig.flags.readers.compose import read_compose, read_dotenv
 from llamarig.flags.readers.containers import Found
 from llamarig.flags.readers.kubernetes import (
     _merge,
@@ -21,7 +23,7 @@ from llamarig.flags.readers.kubernetes import (
 from llamarig.flags.readers.llama_swap import read_llama_swap
 
 
-def parse_yaml(text: str) -> Parsed | None:
+def parse_yaml(text: str, origin: Path | None = None) -> Parsed | None:
     """Every llama-server command of the file's documents; None when the text is not YAML or
     holds no mapping."""
     docs = Y.compose(text)
@@ -39,7 +41,7 @@ def parse_yaml(text: str) -> Parsed | None:
             _merge(found, read_llama_swap(d, src))
         elif Y.is_map(Y.get(d, "services")):
             kinds.append("compose")
-            _merge(found, read_compose(d, src))
+            _merge(found, read_compose(d, src, read_dotenv(origin)))
         elif is_workload(d):
             kinds.append("kubernetes")
             _merge(found, read_kubernetes(d, src, cms))

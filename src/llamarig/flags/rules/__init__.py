@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from llamarig.flags.argv import CLOSEST_BUDGET, Reading, read_invocation
 from llamarig.flags.findings import Finding, Fix, Severity
 from llamarig.flags.parsed import Invocation, Parsed
+from llamarig.flags.preset import preset_invocation
 from llamarig.flags.rules import (
     combinations,
     environment,
@@ -122,6 +123,8 @@ def _lint(parsed: Parsed, schema: Schema, ctx: Context | None,
     # invocation that inherits it (the output stays linear in the input)
     seen_env: set[tuple[str, int, str | None]] = set()
     for k, inv in enumerate(parsed.invocations):
+        if inv.preset is not None and not inv.args:  # a --models-preset section: its argv, for this build
+            inv = parsed.invocations[k] = preset_invocation(inv, schema)
         if ctx is None and default_ctx is None:  # detected once, not per invocation
             default_ctx = Context(physical_cores=physical_cores(), cores_source="this machine")
         c = ctx or default_ctx

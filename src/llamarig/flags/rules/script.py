@@ -26,6 +26,8 @@ _NOTE_FIX = {
     "unknown-macro": "define the macro under `macros:` before the macros that use it, or write the value",
     "macro-invalid": "rename or fix the macro (names: ^[a-zA-Z0-9_-]+$, not PID/PORT/MODEL_ID, no self-reference)",
     "yaml-not-string": "quote the item",
+    "source-missing": "put the file next to the script, or fix its path",
+    "preset-section-again": "write each section once: merge the two",
 }
 
 

@@ -1,0 +1,113 @@
+"""Reading llama-server's own ``--models-preset`` INI file (router mode), as the pinned build reads
+it: common/preset.cpp ``parse_ini_from_file`` (a PEG grammar, common/preset.cpp:185-221) and
+``common_preset_context::load_from_ini`` (common/preset.cpp:285-345), tools/server/README.md
+"Model presets".
+
+* a line is a section header ``[NAME]``, ``KEY = VALUE``, a comment (``;`` or ``#``) or blank;
+  any other line makes llama-server refuse the whole file ("failed to parse server config file",
+  common/preset.cpp:228);
+* a KEY is ``[a-zA-Z_][a-zA-Z0-9_.-]*``: an option's spelling without its dashes (``c``,
+  ``ctx-size``, ``no-mmap``) or its environment variable (``LLAMA_ARG_CACHE_RAM``);
+* a VALUE runs to the end of the line, without trailing blanks, and *stops at the first ``;``
+  or ``#``*, blanks before it or not (``eol-start ::= ws [;#]``);
+* a section written a second time starts over (``parsed[current_section] = {}``); a key
+  written twice in a section keeps the last value;
+* ``[*]`` holds options every preset gets, a preset's own keys win (README "precedence");
+  ``version`` is skipped; lines before the first header belong to a section named ``default``.
+
+Each preset becomes one invocation: its pairs (``Invocation.preset``), turned into the argv the
+router gives the model's server (common/preset.cpp ``to_args``) once the build's options are
+known (llamarig.flags.preset).
+"""
+
+from __future__ import annotations
+
+import re
+
+from llamarig.flags.findings import Severity
+from llamarig.flags.parsed import Invocation, Note, Parsed, Word
+
+_HEADER_RE = re.compile(r"^\[[ \t]*([^\]]+?)[ \t]*\][ \t]*(?:[;#].*)?$")
+_KV_RE = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_.-]*)[ \t]*=[ \t]*([^;#\n]*?)[ \t]*(?:([;#]).*)?$")
+_BLANK_OR_COMMENT_RE = re.compile(r"^[ \t]*(?:[;#].*)?$")
+DEFAULT = "default"  # COMMON_PRESET_DEFAULT_NAME, common/preset.h:15
+
+
+def looks_like_preset(text: str) -> bool:
+    """A ``[section]`` header and ``KEY = VALUE`` lines, and (nearly) nothing else: a broken line
+    or two is what check is for."""
+    header = kv = bad = lines = 0
+    for ln in text.split("\n"):
+        ln = ln.rstrip("\r")
+        if _BLANK_OR_COMMENT_RE.match(ln):
+            continue
+        lines += 1
+        if _HEADER_RE.match(ln):
+            header += 1
+        elif _KV_RE.match(ln):
+            kv += 1
+        else:
+            bad += 1
+    return header > 0 and kv > 0 and bad <= max(1, lines // 10)
+
+
+def parse_preset(text: str) -> Parsed:
+    raw = text.split("\n")
+    notes: list[Note] = []
+    sections: dict[str, dict[str, tuple[Word, Word]]] = {}
+    order: list[str] = []
+    seen_at: dict[str, int] = {}
+    current = DEFAULT
+    for i, ln in enumerate(raw, 1):
+        ln = ln.rstrip("\r")
+        m = _HEADER_RE.match(ln)
+        if m:
+            current = m.group(1)
+            if current in seen_at and sections.get(current):
+                notes.append(Note("preset-section-again", i,
+                                  f"section [{current}] is written again on line {i}: llama-server starts it "
+                                  f"over (common/preset.cpp:238), the keys set from line {seen_at[current]} on are "
+                                  "lost", Severity.WARNING))
+            seen_at[current] = i
+            sections[current] = {}
+            if current not in order:
+                order.append(current)
+            continue
+        if _BLANK_OR_COMMENT_RE.match(ln):
+            continue
+        m = _KV_RE.match(ln)
+        if not m:
+            notes.append(Note("shell-syntax", i,
+                              f"line {i} is neither `[section]`, `key = value`, a comment nor blank: llama-server "
+                              "refuses the whole file (\"failed to parse server config file\", "
+                              "common/preset.cpp:228)", Severity.ERROR))
+            continue
+        key, value, cut = m.group(1), m.group(2), m.group(3)
+        if cut and re.search(r"[^ \t]" + re.escape(cut), ln[ln.index("=") + 1:]):
+            notes.append(Note("value-truncated", i,
+                              f"`{key} = {ln.split('=', 1)[1].strip()}`: the value stops at the `{cut}` (a comment "
+                              f"starts at any `;` or `#`, common/preset.cpp:195-199), so llama-server reads "
+                              f"`{value}`", Severity.WARNING))
+        sec = sections.setdefault(current, {})
+        if current not in order:
+            order.append(current)
+        if key in sec:
+            notes.append(Note("preset-key-again", i, f"[{current}] `{key}` is set again on line {i} (first on line "
+                              f"{sec[key][0].line}): the last value counts", Severity.INFO))
+            del sec[key]
+        sec[key] = (Word(key, i), Word(value, i))
+    glob = sections.get("*", {})
+    invocations: list[Invocation] = []
+    for name in order:
+        if name == "*" or (name == DEFAULT and not [k for k in sections.get(name, {}) if k != "version"]):
+            continue
+        pairs = dict(glob)
+        for k, kv in sections[name].items():
+            pairs.pop(k, None)
+            pairs[k] = kv
+        line = seen_at.get(name, min((kv[0].line for kv in pairs.values()), default=1))
+        invocations.append(Invocation(
+            "llama-server", [], line, max([line, *(kv[0].line for kv in sections[name].values())]),
+            source="models-preset", label=f"[{name}]", written_here=False,
+            preset=[pairs[k] for k in pairs if k != "version"]))
+    return Parsed("models-preset", invocations, notes, [], raw)
