@@ -32,6 +32,7 @@ from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.calibration import Calibration, Efficiency, builtin, load_calibration
 from llamarig.plan.config import ServerConfig
@@ -469,7 +470,7 @@ def acceptance_from_ratio(ratio: float, n: int) -> float:
         return 0.0
     target = max(0.0, min(ratio, 0.999)) * n
     lo, hi = 0.0, 0.99999
-    for _ in range(60):
+    for _step in range(60):
         mid = (lo + hi) / 2
         if tokens_per_step(mid, n) - 1 < target:
             lo = mid
@@ -635,8 +636,8 @@ def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
     except InputError as e:
         return replace(plan, warnings=tuple(plan.warnings) + (str(e),))
     except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan
-        return replace(plan, warnings=tuple(plan.warnings) + (f"speed model failed ({type(e).__name__}: {e}); "
-                                                              "memory figures are unaffected",))
+        return replace(plan, warnings=tuple(plan.warnings) + (
+            _("speed model failed ({error}); memory figures are unaffected").format(error=f"{type(e).__name__}: {e}"),))
     return replace(plan, speed=rep)
 
 

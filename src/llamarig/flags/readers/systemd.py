@@ -15,6 +15,7 @@ import shlex
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
 from llamarig.flags.readers.common import basename, ends_with_backslash, is_server_call, unwrap
+from llamarig.i18n import _
 
 _KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*\s*=")
 
@@ -70,7 +71,7 @@ def parse_systemd(text: str) -> Parsed:
                     continue
                 if t.startswith("[") or _KEY_RE.match(t):
                     break
-                text_j, nos_j, last_j, _ = _logical(raw, j)
+                text_j, nos_j, last_j = _logical(raw, j)[:3]
                 ignored.append((text_j, nos_j))
                 j = last_j + 1
             i = max(i, j - 1)
@@ -86,7 +87,7 @@ def parse_systemd(text: str) -> Parsed:
         if key == "Environment":
             try:
                 for item in shlex.split(val):
-                    n, _, v = item.partition("=")
+                    n, _eq, v = item.partition("=")
                     env.pop(n, None)
                     env[n] = (n, v, ln)
             except ValueError:
@@ -100,7 +101,7 @@ def parse_systemd(text: str) -> Parsed:
                 continue
             words = _assign_lines(words_text, raw, line_nos)
             tmp_env: list[tuple[str, str, int]] = []
-            idx, _ = unwrap(words, tmp_env)
+            idx = unwrap(words, tmp_env)[0]
             if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
                 inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line,
                                  line_nos[-1], env=[*env.values(), *tmp_env], source="systemd", label=key)
@@ -108,7 +109,8 @@ def parse_systemd(text: str) -> Parsed:
                 if blank is not None and ignored:
                     _cut(inv, len(invocations) - 1, key, blank, ignored, raw, notes)
             elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
-                notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", Severity.WARNING))
+                notes.append(Note("kill-by-name", ln, _("{key}= kills processes by name").format(key=key),
+                                  Severity.WARNING))
     return Parsed("systemd", invocations, notes, [], raw)
 
 
@@ -125,14 +127,15 @@ def _cut(inv: Invocation, k: int, key: str, blank: int, ignored: list[tuple[str,
     n = len(inv.orphans)
     notes.append(Note(
         "continuation-broken", blank,
-        f"the {key}= command started on line {inv.line} is cut off at line {blank}: line {blank} is "
-        f"blank, and systemd skips only comment lines inside a `\\` continuation; an empty line is "
-        f"appended and ends it (src/shared/conf-parser.c config_parse). {n} word(s) after it are never "
-        "passed to llama-server", Severity.ERROR, k))
+        _("the {key}= command started on line {start} is cut off at line {blank}: line {blank} is blank, and "
+          "systemd skips only comment lines inside a `\\` continuation; an empty line is appended and ends it "
+          "(src/shared/conf-parser.c config_parse). {n} word(s) after it are never passed to llama-server").format(
+            key=key, start=inv.line, blank=blank, n=n), Severity.ERROR, k))
     notes.append(Note(
         "orphan-flags", first,
-        f"systemd ignores line(s) {first}-{last} (\"Missing '=', ignoring line.\"): {n} word(s) never "
-        f"reach llama-server (started on line {inv.line})", Severity.ERROR, k))
+        _("systemd ignores line(s) {first}-{last} (\"Missing '=', ignoring line.\"): {n} word(s) never reach "
+          "llama-server (started on line {start})").format(first=first, last=last, n=n, start=inv.line),
+        Severity.ERROR, k))
 
 
 def _assign_lines(words: list[str], raw: list[str], line_nos: list[int]) -> list[Word]:
