@@ -393,6 +393,7 @@ def analyse(p: LogParse) -> dict[str, Any]:
                 "(depth = task.n_tokens from the 'new prompt' line, else 'stop processing' n_tokens − generated + 1)",
                 samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
                 params={"depth": r.depth, "slot": r.slot, "task": r.task, "prompt_eval_n": r.prompt_eval_n, "cached": r.cached},
+                method_zh=f"第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 token",
             ))
     if len(depth_pts) >= 2:
         (d0, v0), (d1, v1) = depth_pts[0], depth_pts[-1]
@@ -423,7 +424,8 @@ def analyse(p: LogParse) -> dict[str, Any]:
         figs.append(single_figure("checkpoints_kept", float(kept), "checkpoints",
                                   f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
                                   scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit,
-                                                           "created": ck.created, "erased": ck.erased}))
+                                                           "created": ck.created, "erased": ck.erased},
+                                  method_zh="每个槽位最后一行 created context checkpoint K of N 的 K，减去之后 erased invalidated 的行数"))
         figs.append(single_figure("checkpoint_host_ram_mib", ram, "MiB",
                                   "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint data, tools/server/server-common.h)",
                                   scenario="logs", params={"checkpoints_kept": kept, "checkpoint_size_mib": size},
@@ -465,7 +467,8 @@ def analyse(p: LogParse) -> dict[str, Any]:
         acc = sum(r.draft_accepted or 0 for r in drafts) / sum(r.draft_generated or 0 for r in drafts)
         figs.append(single_figure("log_spec_acceptance", acc, "ratio",
                                   f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
-                                  samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs"))
+                                  samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs",
+                                  method_zh="日志 draft acceptance 行：Σ accepted ÷ Σ generated"))
     budgets = sorted({b for _, b in p.reasoning_budgets})
     if UNLIMITED_BUDGET in budgets:
         at = next(n for n, b in p.reasoning_budgets if b == UNLIMITED_BUDGET)

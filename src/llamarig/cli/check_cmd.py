@@ -331,6 +331,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
 
     out: list[dict[str, Any]] = []
     t = TEXT[lang]
+    severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
     for k, inv in enumerate(parsed.invocations):
         ctx = loader(inv, Context(physical_cores=physical_cores()))
         r = read_invocation(inv, schema, k)
@@ -339,7 +340,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         notes: dict[int, list[str]] = {}
         for f in fs:
             if f.use is not None and f.severity in ("error", "warning"):
-                notes.setdefault(f.use, []).append(f"{f.severity}: {f.rule}")
+                notes.setdefault(f.use, []).append(f"{severity_word[f.severity]}: {f.rule}")
         cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
         rows = [replace(row, effect="; ".join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
                                               + [x for x in [row.effect] if x] + notes.get(i, [])))
@@ -352,16 +353,26 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
                                "lang": lang}, ensure_ascii=False, indent=1))
         return
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     con = Console(highlight=False)
     for inv_out in out:
-        title = f"line {inv_out['line']}: {inv_out['argv'][0]} ({escape(schema.label())})"
-        tab = Table(title=title, show_lines=False, header_style="bold")
-        for col in ("flag", "value", "what", "default", "effect"):
-            tab.add_column(t[col], overflow="fold")
+        title = escape(_("line {line}: {program} ({schema})").format(
+            line=inv_out["line"], program=inv_out["argv"][0], schema=schema.label()))
+        # no outer border and flags never broken: at 80 columns the explanations get the room
+        tab = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, expand=True,
+                    show_edge=False, pad_edge=False)
+        tab.add_column(t["flag"], no_wrap=True)
+        tab.add_column(t["value"], overflow="fold", ratio=2, min_width=10)
+        tab.add_column(t["what"], overflow="fold", ratio=5)
+        # below 100 columns the default joins "what it does": five columns leave each one too narrow
+        narrow = con.width < 100
+        if not narrow:
+            tab.add_column(t["default"], overflow="fold", ratio=1)
+        tab.add_column(t["effect"], overflow="fold", ratio=3)
         if inv_out["cut_line"]:
             n_cut = sum(1 for row in inv_out["rows"] if not row["reaches_server"])
             con.print(escape(_("the command is cut off at line {line}: the {n} flag(s) marked below never reach "
@@ -371,6 +382,13 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             style = "" if row["known"] else "bold red"
             if not row["reaches_server"]:
                 style = "dim red"
-            tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
-                        escape(row["default"]), escape(row["effect"]), style=style)
+            if narrow:
+                what = row["what"]
+                default = _("default {value}").format(value=row["default"])
+                if row["default"] and default not in what and f"(default: {row['default']}" not in what:
+                    what += _(" ({default})").format(default=default)
+                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(what), escape(row["effect"]), style=style)
+            else:
+                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
+                            escape(row["default"]), escape(row["effect"]), style=style)
         con.print(tab)

@@ -63,14 +63,18 @@ def verdict_lines(plan: Plan) -> list[str]:
     start = h.start_total
     if h.capacity:
         if (h.free_at_start or 0) >= 0:
-            parts.append(_("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity)))
+            host = _("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity))
         else:
-            parts.append(_("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0))))
+            host = _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
     else:
-        parts.append(_("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start)))
+        host = _("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start))
     maybe = any(d.uncertainty and d.free_range is not None and d.free_range[0] < 0 for d in plan.devices)
     head = (_("may not fit") if maybe else _("fits")) if plan.fits else _("does not fit")
-    out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts)))
+    # the devices on the verdict line, host RAM on the next: one line each reads at 80 columns in
+    # both languages (joined, the Chinese line broke inside a figure)
+    out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host])))
+    if parts:
+        out.append(host)
     grow = h.growth
     if grow:
         out.append(_("host RAM can grow by {grow} over long sessions (context checkpoints and the prompt "
@@ -85,7 +89,8 @@ def verdict_lines(plan: Plan) -> list[str]:
                      "{limit:.0f}); prefill {pp:.0f} tok/s").format(
             d0=sp.by_depth[0].decode_tok_s * mult, dn=deep.decode_tok_s * mult, depth=deep.depth,
             limit=sp.decode_limit_tok_s, pp=sp.prefill.tok_s))
-        out.append(_("calibration: {source}").format(source=sp.calibration))
+        builtin = _("built-in")
+        out.append(_("calibration: {source}").format(source=sp.calibration.replace("built-in", builtin, 1)))
     return out
 
 
