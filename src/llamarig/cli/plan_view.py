@@ -119,9 +119,12 @@ def suggestions(plan: Plan) -> list[str]:
 
 
 def _table(title: str, rows: list[tuple[str, int, str]], total: list[tuple[str, str]]) -> Any:
+    from rich.cells import cell_len
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False)
+    # as wide as its title: a long GPU name ("CUDA0 (NVIDIA GeForce RTX 4060 Ti 16GB)") wrapped
+    # inside the narrow table
+    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False, min_width=cell_len(title))
     t.add_column(_("component"), no_wrap=True)
     t.add_column(_("size"), justify="right", no_wrap=True)
     t.add_column(_("method"), no_wrap=True)
