@@ -138,15 +138,16 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
         groups.append((head, by_inv.get(k, [])))
     argv_of = {}
     receives, environment, fix_head, none = _("receives:"), _("environment:"), _("fix:"), _("no findings")
+    gap = "" if receives.endswith("：") else " "  # a full-width colon carries its own space
     for k, inv in enumerate(parsed.invocations):
         shown = " ".join(_q(a) for a in inv.argv)
-        lines = [f"[dim]{escape(receives)}[/dim] {escape(_clip(shown))}"]
+        lines = [f"[dim]{escape(receives)}[/dim]{gap}{escape(_clip(shown))}"]
         if inv.orphans:
             cut = " ".join(_q(w.text) for w in inv.orphans)
             cut_head = _("cut off (lines {first}-{last}):").format(first=inv.orphans[0].line, last=inv.orphans[-1].line)
-            lines.append(f"[dim]{escape(cut_head)}[/dim] [red]{escape(_clip(cut))}[/red]")
+            lines.append(f"[dim]{escape(cut_head)}[/dim]{gap}[red]{escape(_clip(cut))}[/red]")
         if inv.env:
-            lines.append(f"[dim]{escape(environment)}[/dim] "
+            lines.append(f"[dim]{escape(environment)}[/dim]{gap}"
                          + escape(" ".join(f"{n}={v}" for n, v, _line in inv.env)))
         argv_of[k] = lines
     severity = {"error": _("error"), "warning": _("warning"), "info": _("info")}
@@ -169,7 +170,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
         for f in fs:
             msg = escape(f.message)
             if f.fix:
-                msg += f"\n[green]{escape(fix_head)}[/green] {escape(f.fix)}"
+                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(f.fix)}"
             t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{severity.get(f.severity, f.severity)}[/]",
                       escape(f.rule), msg)
         con.print(t)
@@ -340,9 +341,10 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         notes: dict[int, list[str]] = {}
         for f in fs:
             if f.use is not None and f.severity in ("error", "warning"):
-                notes.setdefault(f.use, []).append(f"{severity_word[f.severity]}: {f.rule}")
+                notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
+                    severity=severity_word[f.severity], rule=f.rule))
         cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        rows = [replace(row, effect="; ".join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
+        rows = [replace(row, effect=_("; ").join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
                                               + [x for x in [row.effect] if x] + notes.get(i, [])))
                 for i, row in enumerate(rows)]
         out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
@@ -385,7 +387,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             if narrow:
                 what = row["what"]
                 default = _("default {value}").format(value=row["default"])
-                if row["default"] and default not in what and f"(default: {row['default']}" not in what:
+                if row["default"] and not any(w in what for w in ("default", "默认")):
                     what += _(" ({default})").format(default=default)
                 tab.add_row(escape(row["flag"]), escape(row["value"]), escape(what), escape(row["effect"]), style=style)
             else:

@@ -177,10 +177,11 @@ def render(plan: Plan, console: Console, *, why: bool = False) -> None:
         total += [(_("capacity"), fmt_bytes(h.capacity)), (_("free"), fmt_bytes(h.free or 0))]
     console.print(_table(_("host RAM"), rows, total))
     note, warning = _("note:"), _("warning:")
+    gap = "" if note.endswith("：") else " "  # a full-width colon carries its own space
     for n in plan.notes:
-        console.print(f"[cyan]{note}[/] {escape(n)}")
+        console.print(f"[cyan]{note}[/]{gap}{escape(n)}")
     for w in plan.warnings:
-        console.print(f"[yellow]{warning}[/] {escape(w)}")
+        console.print(f"[yellow]{warning}[/]{gap}{escape(w)}")
     if why:
         render_formulas(plan, console)
     console.print(escape(_("command: {command}").format(command=" ".join(plan.command))), soft_wrap=True)

@@ -575,8 +575,9 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             notes.append(Note(
                 "orphan-flags", cmd.line,
                 _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
-                  "{first}-{last} never reach llama-server (started on line {start})").format(
-                    word=prog, n=len(cmd.words) - idx, first=cmd.line, last=cmd.end_line, start=last_inv.line),
+                  "{lines} never reach llama-server (started on line {start})").format(
+                    word=prog, n=len(cmd.words) - idx, start=last_inv.line,
+                    lines=cmd.line if cmd.end_line == cmd.line else f"{cmd.line}-{cmd.end_line}"),
                 Severity.ERROR, last_k))
             if cmd.terminator == "&":
                 last_inv.background = True
