@@ -115,6 +115,11 @@ def test_plan_speaks_chinese(lang, cli) -> None:
     code, out, _ = cli("plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx4060ti16", "-c", "105000", "-ngl", "99")
     assert out.startswith("放不下：CUDA0") and "可以试试" in out
     _chinese(out)
+    # the optimiser, with a target it cannot meet: the table, the winner and why it is impossible
+    code, out, _ = cli("plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--target-ctx", "105000",
+                       "--target-decode", "60")
+    assert "按这些要求做不到" in out
+    _chinese("\n".join(ln for ln in out.splitlines() if "formula" not in ln and "公式" not in ln))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from llamarig.cli.speed_view import calibration_label
 from llamarig.i18n import N_, _
 from llamarig.plan.result import HOST_GROWTH
 from llamarig.units import MiB, fmt_bytes
@@ -89,8 +90,7 @@ def verdict_lines(plan: Plan) -> list[str]:
                      "{limit:.0f}); prefill {pp:.0f} tok/s").format(
             d0=sp.by_depth[0].decode_tok_s * mult, dn=deep.decode_tok_s * mult, depth=deep.depth,
             limit=sp.decode_limit_tok_s, pp=sp.prefill.tok_s))
-        builtin = _("built-in")
-        out.append(_("calibration: {source}").format(source=sp.calibration.replace("built-in", builtin, 1)))
+        out.append(_("calibration: {source}").format(source=calibration_label(sp.calibration)))
     return out
 
 
