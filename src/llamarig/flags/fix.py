@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-import textwrap
+import unicodedata
 from dataclasses import dataclass
 
 from llamarig.flags.argv import FALSY, Reading, Use
@@ -162,16 +162,61 @@ def _short(msg: str) -> str:
     return msg
 
 
+#: the pieces a comment may be broken between: one wide (CJK) character, a run of other
+#: non-blank characters (a word, a flag name: never broken), a run of blanks
+_PIECE_RE = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]"
+                       r"|[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]+|\s+")
+
+
+def _cells(text: str) -> int:
+    """Terminal columns of ``text``: wide (CJK, full-width) characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def _wrap(comment: str, width: int = 100) -> list[str]:
-    """A '# ...' comment over lines of at most ``width`` columns, never breaking a word."""
-    if len(comment) <= width:
+    """A '# ...' comment over lines of at most ``width`` terminal columns, never breaking a word
+    (Chinese text, which has no blanks, breaks between characters)."""
+    if _cells(comment) <= width:
         return [comment]
-    return textwrap.wrap(comment, width=width, subsequent_indent="#   ", break_long_words=False,
-                         break_on_hyphens=False) or [comment]
+    lines: list[str] = []
+    line = ""
+    for piece in _PIECE_RE.findall(comment):
+        if piece.isspace():
+            if line:
+                line += " "
+            continue
+        if line and _cells(line + piece) > width:
+            lines.append(line.rstrip())
+            line = "#   " + piece
+        else:
+            line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines or [comment]
 
 
 def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))  # first occurrences, in order
+
+
+def _dedupe_comments(lines: list[str], above: set[str]) -> list[str]:
+    """Comment lines without repeats, a wrapped comment judged as a whole: its '#   '
+    continuation lines stay with their first line (two findings can share a continuation line,
+    e.g. the list of allowed KV types, and dropping the second copy cut that comment short)."""
+    out: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    group: list[str] = []
+    for ln in [*lines, ""]:
+        if ln.startswith("#   ") and group:
+            group.append(ln)
+            continue
+        if group:
+            key = tuple(group)
+            if key not in seen and not all(g in above for g in group):
+                seen.add(key)
+                out.extend(group)
+        group = [ln] if ln else []
+    return out
 
 
 def _prefix(inv: Invocation, lines: list[str], dropped_env: set[str]) -> str:
@@ -250,7 +295,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         while j >= 0 and lines[j].strip().startswith("#"):
             above.add(lines[j].strip())
             j -= 1
-        header = [c for c in _dedupe([*kept_comments, *fx.comments, *warn]) if c not in above]
+        header = _dedupe_comments([*kept_comments, *fx.comments, *warn], above)
         text = "\n".join([*header, body])
         replace[start] = (end, text)
     for n in parsed.notes:
