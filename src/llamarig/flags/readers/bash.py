@@ -648,7 +648,7 @@ def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
     value = got[0].text if got else ""
     if store:
         if subst:
-            scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
+            scope.assign(name, None, w.line, why=_("set on line {line} from a command substitution").format(line=w.line))
         else:
             scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
                          unknown=inner)
@@ -679,7 +679,8 @@ def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> li
             out.append(w)
         elif name in _READS and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w.text) and \
                 not (k and words[i + k].text in ("-p", "-d", "-t", "-u", "-n", "-N", "-C", "-c")):
-            scope.assign(w.text, None, w.line, why=f"read from input by `{name}` on line {w.line}")
+            scope.assign(w.text, None, w.line, why=_("read from input by `{command}` on line {line}").format(
+                command=name, line=w.line))
             out.append(w)
         else:
             out.extend(expand_word(w, scope, unknown))
