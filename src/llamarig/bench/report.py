@@ -262,8 +262,8 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------- terminal
 def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = ()) -> None:
-    """Headline first, then ``after_headline`` (logs: the request timeline), the figure table
-    with method references, the numbered methods, notes and problems."""
+    """Headline first, then the findings, ``after_headline`` (logs: the request timeline), the
+    figure table with method references, the numbered methods, notes and problems."""
     t = doc.get("target", {})
     head = f"[bold]{doc.get('kind', 'bench')}[/] {escape(str(t.get('url') or doc.get('source', {}).get('path', '')))}"
     if t.get("build_info"):
@@ -278,6 +278,13 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
         if h.note:
             line += f" [yellow]— {escape(h.note)}[/]"
         console.print(f"[red]![/] {line}" if h.warn else f"  {line}", highlight=False)
+    # the findings answer the question (what ran, what never arrived): right under the headline,
+    # as in the Markdown and HTML reports, not after the tables
+    if doc.get("findings"):
+        heading = _("{heading}:").format(heading=lab["findings"])
+        console.print(f"[bold]{escape(heading)}[/]")
+    for f in doc.get("findings", []):
+        console.print(f"• {escape(f)}", highlight=False)
     for r in after_headline:
         console.print(r)
     # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
@@ -297,7 +304,8 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
                       _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), escape(ref))
     if figures:
         console.print(table)
-        console.print(f"[bold]{escape(lab['methods'])}[/]:")
+        heading = _("{heading}:").format(heading=lab["methods"])
+        console.print(f"[bold]{escape(heading)}[/]")
     for i, (text, is_note) in enumerate(fn.texts, 1):
         if is_note:
             console.print(f"  [yellow]![{i}][/] {escape(text)}", highlight=False)
@@ -319,8 +327,6 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     if gpu and not gpu.get("available"):
         console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
                       highlight=False)
-    for f in doc.get("findings", []):
-        console.print(f"• {escape(f)}", highlight=False)
     for e in doc.get("errors", [])[:20]:
         console.print(f"[red]{escape(lab['error'])}:[/] {escape(e)}", highlight=False)
     if doc.get("aborted"):
