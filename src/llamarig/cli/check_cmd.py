@@ -368,13 +368,13 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         tab = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, expand=True,
                     show_edge=False, pad_edge=False)
         tab.add_column(t["flag"], no_wrap=True)
-        tab.add_column(t["value"], overflow="fold", ratio=2, min_width=10)
-        tab.add_column(t["what"], overflow="fold", ratio=5)
+        tab.add_column(t["value"], overflow="fold", ratio=3, min_width=10)
+        tab.add_column(t["what"], overflow="fold", ratio=7)
         # below 100 columns the default joins "what it does": five columns leave each one too narrow
         narrow = con.width < 100
         if not narrow:
-            tab.add_column(t["default"], overflow="fold", ratio=1)
-        tab.add_column(t["effect"], overflow="fold", ratio=3)
+            tab.add_column(t["default"], overflow="fold", ratio=2)
+        tab.add_column(t["effect"], overflow="fold", ratio=5 if narrow else 4)
         if inv_out["cut_line"]:
             n_cut = sum(1 for row in inv_out["rows"] if not row["reaches_server"])
             con.print(escape(_("the command is cut off at line {line}: the {n} flag(s) marked below never reach "
