@@ -204,9 +204,10 @@ def render_formulas(plan: Plan, console: Console) -> None:
         for c, label in DEVICE_ROWS:
             ln = d.lines.get(c)
             if ln and ln.bytes:
-                console.print(f"  {d.name} {escape(_(label))}: {escape(ln.formula)}")  # formulas stay English
+                line = _("{where} {what}: {formula}").format(where=d.name, what=_(label), formula=ln.formula)
+                console.print("  " + escape(line))  # formulas stay English
     for c, label in HOST_ROWS:
         ln = plan.host.lines.get(c)
         if ln and ln.bytes:
-            host = _("host")
-            console.print(f"  {escape(host)} {escape(_(label))}: {escape(ln.formula)}")
+            line = _("{where} {what}: {formula}").format(where=_("host"), what=_(label), formula=ln.formula)
+            console.print("  " + escape(line))
