@@ -174,3 +174,16 @@ def test_gateway_errors_speak_chinese(lang) -> None:
     texts += [reasons.label(r) for r in reasons.REASONS]
     for t in texts:
         _chinese(t)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_explain_and_check_name_the_same_cut_in_chinese(name: str, lang, cli) -> None:
+    """What a Chinese reader sees agrees too: the line check says the command is cut off at is
+    the line explain marks (the JSON side: tests/cli/test_views_agree.py)."""
+    lang("zh", 1000)
+    path = str(FIXTURES / name)
+    _code, chk, _ = cli("check", "--bundled", "--cores", "6", path)
+    _code, exp, _ = cli("explain", "--bundled", path)
+    cut_check = set(re.findall(r"第 \d+ 条命令（第 \d+ 行起）在第 (\d+) 行被截断", chk))
+    cut_explain = set(re.findall(r"这条命令在第 (\d+) 行被截断", exp))
+    assert cut_check == cut_explain, (cut_check, cut_explain)
