@@ -187,3 +187,22 @@ def test_explain_and_check_name_the_same_cut_in_chinese(name: str, lang, cli) ->
     cut_check = set(re.findall(r"第 \d+ 条命令（第 \d+ 行起）在第 (\d+) 行被截断", chk))
     cut_explain = set(re.findall(r"这条命令在第 (\d+) 行被截断", exp))
     assert cut_check == cut_explain, (cut_check, cut_explain)
+
+
+def test_bench_notes_are_english_in_the_json_and_chinese_in_the_reports(lang) -> None:
+    """A bench run's notes (skipped points, rejected samples) go into the JSON in English and
+    into this run's terminal and Markdown reports in the user's language."""
+    from llamarig.bench.records import note_text
+    from llamarig.i18n import N_
+
+    lang("zh", 1000)
+    note = note_text(N_("{what} {p} skipped: listed twice"), ("what",), what=N_("depth"), p=4096)
+    assert note == "depth 4096 skipped: listed twice"
+    doc = {"kind": "bench", "target": {"url": "http://127.0.0.1:8080"}, "figures": [], "errors": [],
+           "scenarios": [{"name": "depth", "notes": [note]}]}
+    md = markdown(doc)
+    assert "深度 4096 跳过：重复列出" in md and note not in md
+    buf = io.StringIO()
+    terminal(doc, Console(file=buf, width=1000))
+    assert "深度 4096 跳过：重复列出" in buf.getvalue()
+    _chinese(md)

@@ -19,6 +19,7 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
+from llamarig.bench.records import local_text
 from llamarig.errors import InputError
 from llamarig.i18n import N_, _, language
 
@@ -314,7 +315,7 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     for sc in doc.get("scenarios", []):
         notes = sc.get("notes") or []
         for n in notes[:NOTES_SHOWN]:
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(n)}", highlight=False)
+            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(local_text(n))}", highlight=False)
         if len(notes) > NOTES_SHOWN:
             more = _("… {n} more notes in the JSON (scenarios[].notes)").format(n=len(notes) - NOTES_SHOWN)
             console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(more)}", highlight=False)
@@ -397,7 +398,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += ["", f"### {lab['methods_h']}", ""]
         for i, (text, is_note) in enumerate(fn.texts, 1):
             lines.append(f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text))
-    notes = [f"- {sc['name']}: {n}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
+    notes = [f"- {sc['name']}: {local_text(n)}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
     if notes:
         lines += ["", f"## {lab['notes']}", ""] + notes[:50]
     inter = doc.get("interference") or {}
