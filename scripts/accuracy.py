@@ -3,9 +3,9 @@
 scripts/accuracy_speed.py): llamarig plan's predictions vs published llama.cpp figures.
 
 Run: .venv/bin/python scripts/accuracy.py [--check]
-(--check writes nothing and exits 1 if a committed file differs; --help lists the options). The
-published memory figures and their sources are in /work/shared/reference/memory-planners.md
-section 5 and the seed reports in tests/fixtures/seeds/; the speed points in
+(--check writes nothing and exits 1 if a committed file differs; --help lists the options). Each
+published memory figure names its public source in its row (a llama.cpp PR or issue log, a
+README, a bug tracker), and the field reports are in tests/fixtures/seeds/; the speed points in
 src/llamarig/data/speed_calibration.json.
 """
 
@@ -56,48 +56,48 @@ def cases() -> list[Case]:
     out.append(Case("Qwen3.6-27B, one context checkpoint", "checkpoint size",
                     M.recurrent_checkpoint_bytes(q36) / MiB, 149.626, "exact",
                     "the RTX 3090 field report's log: 'created context checkpoint 11 of 32 (... size = 149.626 MiB)'"))
-    # memory-planners row 5: Qwen3.5-27B, 3 seqs: llama_memory_recurrent: size = 448.88 MiB
+    # llama.cpp PR #23792 log: Qwen3.5-27B, 3 seqs: llama_memory_recurrent: size = 448.88 MiB
     ctx = M.resolve_context(q36, parse_server_args(["-np", "3", "-c", "4096"]))
     out.append(Case("Qwen3.5/3.6-27B, 3 sequences", "recurrent state",
                     M.recurrent_bytes(q36, ctx) / MiB, 448.88, "exact",
-                    "llama.cpp PR #23792 log (memory-planners.md §5 row 5)"))
+                    "llama.cpp PR #23792 log"))
     # row 7: Qwen3.5-9B checkpoint 50.251 MiB
     q9 = build_spec(*find_model("qwen3.5-9b"))
     out.append(Case("Qwen3.5-9B, one context checkpoint", "checkpoint size",
                     M.recurrent_checkpoint_bytes(q9) / MiB, 50.251, "exact",
-                    "lmstudio-bug-tracker #1563 (memory-planners.md §5 row 7)"))
+                    "lmstudio-bug-tracker #1563"))
     # row 1: Qwen3-30B-A3B F16 on a 4090, ctx 4096: context 384 MiB
     moe = build_spec(*find_model("qwen3-30b-a3b:f16"))
     p = make_plan(PlanInputs(moe, parse_server_args(["-c", "4096", "-np", "1", "--n-cpu-moe", "34"]),
                              Hardware((parse_gpu_arg("rtx4090"),))))
     out.append(Case("Qwen3-30B-A3B F16, RTX 4090, -c 4096", "KV (context)",
                     (p.devices[0].get("kv") + p.host.get("kv")) / MiB, 384.0, "exact",
-                    "llama.cpp tools/fit-params/README.md (memory-planners.md §5 row 1)"))
+                    "llama.cpp tools/fit-params/README.md"))
     out.append(Case("Qwen3-30B-A3B F16, RTX 4090, -c 4096, experts of 34 layers on host (--n-cpu-moe 34)", "CUDA0 compute",
                     p.devices[0].get("compute") / MiB, 898.0, "modelled (incl. op-offload weight copies)",
-                    "llama.cpp tools/fit-params/README.md (memory-planners.md §5 row 1)"))
+                    "llama.cpp tools/fit-params/README.md"))
     # row 2: gpt-oss-20b Metal ctx 4096: SWA cache 18.00 MiB; compute 404 MiB
     oss = build_spec(*find_model("gpt-oss-20b"))
     cfg = parse_server_args(["-c", "4096", "-np", "1"])
     ctx = M.resolve_context(oss, cfg)
     swa = sum(x.bytes for x in M.kv_layers(oss, ctx, "f16", "f16") if x.kind == "swa")
     out.append(Case("gpt-oss-20b, -c 4096 -np 1", "SWA KV cache", swa / MiB, 18.00, "exact",
-                    "llama.cpp PR #17609 log (memory-planners.md §5 row 2)"))
+                    "llama.cpp PR #17609 log"))
     # that build reserved the prompt graph with n_ubatch outputs (before llama.cpp PR #23861), so
     # its buffer is the output phase: logits for 512 tokens
     out.append(Case("gpt-oss-20b, Metal, -c 4096 (2025 build: n_ubatch 512 outputs reserved)", "compute",
                     estimate_compute(oss, ctx, ctx.n_ubatch).bytes / MiB, 404.0,
-                    "modelled (output phase)", "llama.cpp PR #17609 log (memory-planners.md §5 row 2)"))
+                    "modelled (output phase)", "llama.cpp PR #17609 log"))
     q38 = build_spec(*find_model("qwen3.8-27b"))
     ctx = M.resolve_context(q38, parse_server_args(["-c", "4096", "-np", "1"]))
     out.append(Case("Qwen3.8-27B, CUDA, -ub 512, n_batch outputs reserved (llama-bench before the fork's fix)",
                     "CUDA0 compute", estimate_compute(q38, ctx, ctx.n_ubatch).bytes / MiB, 505.0,
-                    "modelled (output phase)", "GenerelSchwerz/llama.cpp PR #62 (not in memory-planners.md)"))
+                    "modelled (output phase)", "GenerelSchwerz/llama.cpp PR #62"))
     # row 3: gpt-oss-20b without SWA (ik_llama.cpp) at 131072: 6144 MiB == llama.cpp --swa-full
     ctx = M.resolve_context(oss, parse_server_args(["-c", "131072", "-np", "1", "--swa-full"]))
     out.append(Case("gpt-oss-20b, -c 131072 --swa-full (= no SWA)", "KV cache",
                     sum(x.bytes for x in M.kv_layers(oss, ctx, "f16", "f16")) / MiB, 6144.0, "exact",
-                    "ik_llama.cpp #822 log (memory-planners.md §5 row 3)"))
+                    "ik_llama.cpp #822 log"))
     # row 8: 40-layer MHA model (Command-R 35B by shape), 4070 Ti + 3090 Ti, layer split 12/28
     cr = adhoc({"id": "command-r-like", "arch": "command-r", "n_layer": 40, "n_embd": 8192, "n_head": 64,
                 "n_head_kv": 64, "head_dim": 128, "n_ff": 22528, "n_vocab": 256000, "n_ctx_train": 131072,
@@ -105,9 +105,9 @@ def cases() -> list[Case]:
     hw = Hardware((parse_gpu_arg("4070ti:12"), parse_gpu_arg("3090ti")))
     p = make_plan(PlanInputs(cr, parse_server_args(["-c", "4096", "-np", "1", "-ts", "12,29", "-fa", "off"]), hw))
     out.append(Case("Command-R-35B shape, -ts 12,29 (12 of 40 layers on CUDA0, as logged), -c 4096", "CUDA0 KV", p.devices[0].get("kv") / MiB, 1536.0,
-                    "exact", "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
+                    "exact", "llama.cpp PR #6122"))
     out.append(Case("Command-R-35B shape, -ts 12,29 (12 of 40 layers on CUDA0, as logged), -c 4096", "CUDA1 KV", p.devices[1].get("kv") / MiB, 3584.0,
-                    "exact", "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
+                    "exact", "llama.cpp PR #6122"))
     # the log says "pipeline parallelism enabled (n_copies=4)"; the planner adds the 4 never-freed
     # copies of CUDA0's split inputs (token embeddings, f32 mask, positions). Shown with and without.
     ctx = M.resolve_context(cr, parse_server_args(["-c", "4096", "-np", "1", "-fa", "off"]))
@@ -116,10 +116,10 @@ def cases() -> list[Case]:
     out.append(Case("Command-R-35B shape, -ts 12,29, -c 4096, no flash attention (2024 build), with the pipeline-parallel "
                     "input copies (as planned)", "CUDA0 compute", p.devices[0].get("compute") / MiB, 672.01,
                     "modelled (pipeline parallelism from source, not measured)",
-                    "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
+                    "llama.cpp PR #6122"))
     out.append(Case("Command-R-35B shape, -ts 12,29, -c 4096, no flash attention (2024 build), without the copies",
                     "CUDA0 compute", (p.devices[0].get("compute") - copies) / MiB, 672.01, "modelled",
-                    "llama.cpp PR #6122 (memory-planners.md §5 row 8)"))
+                    "llama.cpp PR #6122"))
     # row 11: Qwen3-0.6B full offload, FA on, q8_0 KV, ub 512, ctx 4096, np 1 (ROCm, MI300X)
     q06 = adhoc({"id": "qwen3-0.6b", "arch": "qwen3", "n_layer": 28, "n_embd": 1024, "n_head": 16,
                  "n_head_kv": 8, "head_dim": 128, "n_ff": 3072, "n_vocab": 151936, "n_ctx_train": 40960,
@@ -127,12 +127,12 @@ def cases() -> list[Case]:
     p = make_plan(PlanInputs(q06, parse_server_args(["-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]),
                              Hardware((parse_gpu_arg("rx7900xtx"),))))
     out.append(Case("Qwen3-0.6B, full offload, -fa on q8_0, -c 4096", "GPU compute", p.devices[0].get("compute") / MiB,
-                    32.09, "modelled", "gguf-parser-go #45 (memory-planners.md §5 row 11)"))
+                    32.09, "modelled", "gguf-parser-go #45"))
     p = make_plan(PlanInputs(q06, parse_server_args(["-c", "4096", "-np", "1", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
                                                      "-ngl", "2"]), Hardware((parse_gpu_arg("rx7900xtx"),))))
     out.append(Case("Qwen3-0.6B, -ngl 2 (partial offload), -fa on q8_0, -c 4096", "GPU compute",
                     p.devices[0].get("compute") / MiB, 41.64, "modelled (incl. op-offload weight copies)",
-                    "gguf-parser-go #45 (memory-planners.md §5 row 11)"))
+                    "gguf-parser-go #45"))
     # row 11, full offload of two more MoE models (same settings; the partial-offload figures are
     # not used: the thread does not say which of 1/2/4 layers each one had)
     olmoe = adhoc({"id": "olmoe-1b-7b", "arch": "olmoe", "n_layer": 16, "n_embd": 2048, "n_head": 16,
@@ -146,7 +146,7 @@ def cases() -> list[Case]:
                                                           "-ctv", "q8_0"]), Hardware((parse_gpu_arg("rx7900xtx"),))))
         out.append(Case(f"{label}, full offload, -fa on q8_0, -c 4096", "GPU compute", p.devices[0].get("compute") / MiB,
                         rep, "modelled (shape from the config.json as recalled, not checked against the GGUF)",
-                        "gguf-parser-go #45 (memory-planners.md §5 row 11)"))
+                        "gguf-parser-go #45"))
     return out
 
 
@@ -189,9 +189,9 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         "On the one multi-GPU log at hand (a 2024 build, the Command-R rows) the plan with the copies",
         "is +12 % and without them -1.1 %: the copies may be overestimated for that build's graph.",
         "Treat GPU compute figures as ±20 % until they are calibrated on GPU logs; the exact rows do",
-        "not depend on the backend. Not used from memory-planners.md §5: the partial-offload figures",
-        "of row 11 (which model had 1, 2 or 4 layers is not stated), row 12 (Qwen3.8-Flash-Next's shape",
-        "is not published) and row 18 (the model behind the 1142/2586 MiB figures is not named).",
+        "not depend on the backend. Not used: the published partial-offload figures",
+        "of gguf-parser-go #45 (which model had 1, 2 or 4 layers is not stated), Qwen3.8-Flash-Next's (its shape",
+        "is not published) and the 1142/2586 MiB figures (the model behind them is not named).",
         "",
     ]
     if speed_summary:

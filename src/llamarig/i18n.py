@@ -8,14 +8,23 @@ Chinese texts live in ``llamarig/locale/zh_CN/LC_MESSAGES/llamarig.po`` (gettext
 or when the ``.mo`` is older than the ``.po``.
 
 The language: ``--lang zh|en`` (``set_language``), else ``$LLAMARIG_LANG``, else the locale
-(``LC_ALL``, ``LC_MESSAGES``, ``LANG``: ``zh_CN.UTF-8`` -> Chinese), else English. ``--json``
-output never changes with the language.
+(``LC_ALL``, ``LC_MESSAGES``, ``LANG``: ``zh_CN.UTF-8`` -> Chinese), else English.
+
+Library text (check's findings, the planner's notes and warnings, the logs findings) is written
+in the current language when it is made: ``Finding.message``, ``Plan.notes``/``warnings`` and the
+logs document's findings read in the user's language. ``--json`` output never changes with the
+language: the CLI builds what it prints as JSON in English (``in_language("en")``, or choosing
+English before it computes), so a script that reads the JSON sees the same words on every
+machine. explain is the one exception: its ``--json`` carries the language it was asked for
+(``"lang"`` in the document), since its rows are the explanation itself.
 """
 
 from __future__ import annotations
 
 import gettext
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -46,6 +55,19 @@ def set_language(lang: str | None) -> str:
         raise InputError(f"--lang {lang}: expected one of {', '.join(LANGUAGES)}")
     _chosen = lang
     return language()
+
+
+@contextmanager
+def in_language(lang: str) -> Iterator[None]:
+    """Within the block, messages are made in ``lang`` (e.g. the English JSON beside a Chinese
+    terminal report)."""
+    global _chosen
+    before = _chosen
+    set_language(lang)
+    try:
+        yield
+    finally:
+        _chosen = before
 
 
 def language() -> str:

@@ -199,7 +199,7 @@ def test_logs_cli_in_chinese(seeds_dir: Path, tmp_path: Path, capsys) -> None:
     finally:
         i18n.set_language(None)
     out = capsys.readouterr().out
-    assert out.index("解码（日志）：37.1 tok/s") < out.index("requests (timeline)")
+    assert out.index("解码（日志）：37.1 tok/s") < out.index("请求（时间线）")
     md = m.read_text()
     assert md.index("## 要点") < md.index("## 结论") < md.index("## 指标")
     assert "**prefill（日志）**：722 tok/s（中位数" in md

@@ -112,3 +112,31 @@ def test_fix_writes_systemd_variables_back_as_written(tmp_path) -> None:  # type
             "ExecStart=/usr/bin/llama-server -m ${MODEL} --port ${PORT} --api-key $$ecret --mlock\n")
     fixed = _yaml_fix(unit, tmp_path)
     assert "  -m ${MODEL} \\\n  --port ${PORT} \\\n  --api-key $$ecret \\\n  --load-mode mlock\n" in fixed
+
+
+def test_two_comments_sharing_a_continuation_line_both_stay_whole() -> None:
+    """The K and V findings end in the same wrapped line (the allowed types): both keep it."""
+    schema = load_bundled()
+    parsed = parse_text("llama-server -m m.gguf -ctk q2_K -ctv q2_K -fa on\n")
+    readings, findings = lint(parsed, schema)
+    fixed = fix_text(parsed, readings, findings, schema)
+    joined = " ".join(ln.removeprefix("#   ") for ln in fixed.splitlines())
+    assert joined.count("iq4_nl, q5_0, q5_1") == 2, fixed
+
+
+def test_chinese_fix_comments_wrap_between_characters_at_100_columns() -> None:
+    from llamarig import i18n
+    from llamarig.flags.fix import _cells
+
+    i18n.set_language("zh")
+    try:
+        schema = load_bundled()
+        parsed = parse_text(FIXTURE.read_text())
+        readings, findings = lint(parsed, schema)
+        fixed = fix_text(parsed, readings, findings, schema)
+    finally:
+        i18n.set_language(None)
+    comments = [ln for ln in fixed.splitlines() if ln.startswith(("# llamarig", "#   ")) and "killall" not in ln]
+    joined = " ".join(ln.removeprefix("#   ") for ln in comments)
+    assert "不支持的缓存类型" in joined and "iq4_nl, q5_0, q5_1" in joined
+    assert all(_cells(ln) <= 100 for ln in comments), [ln for ln in comments if _cells(ln) > 100]

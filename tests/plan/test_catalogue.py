@@ -154,9 +154,9 @@ def test_seed_model_kv_per_token_q4_0() -> None:
 
 
 @pytest.mark.parametrize(("mid", "per_token"), [
-    ("qwen3-30b-a3b", 98304),    # memory-planners.md row 1: 384 MiB at 4096 cells, f16
-    ("qwen3.6-35b-a3b", 20480),  # memory-planners.md section 5 gaps: 10 layers x 2 x 512 x 2 B
-    ("gpt-oss-20b", 24576),      # 12 full layers x 2 x 512 x 2 B (row 3: 24 layers -> 6144 MiB at 131072)
+    ("qwen3-30b-a3b", 98304),    # llama.cpp tools/fit-params/README.md: 384 MiB at 4096 cells, f16
+    ("qwen3.6-35b-a3b", 20480),  # from the catalogue shape: 10 layers x 2 x 512 x 2 B
+    ("gpt-oss-20b", 24576),      # 12 full layers x 2 x 512 x 2 B (ik_llama.cpp #822: 24 layers -> 6144 MiB at 131072)
 ])
 def test_kv_per_token_f16(mid: str, per_token: int) -> None:
     assert M.kv_bytes_per_token(_spec(mid), "f16", "f16") == per_token
@@ -170,9 +170,9 @@ def test_gpt_oss_20b_all_layers_match_the_no_swa_log() -> None:
 
 
 @pytest.mark.parametrize(("mid", "mib"), [
-    ("qwen3.6-27b", 149.625),     # memory-planners.md row 5: 448.88 MiB / 3 seqs
-    ("qwen3.5-9b", 50.25),        # row 7: LM Studio context checkpoint 50.251 MiB
-    ("qwen3.6-35b-a3b", 62.8125),  # section 5 gaps: 62.81 MiB per seq
+    ("qwen3.6-27b", 149.625),     # llama.cpp PR #23792 log: 448.88 MiB / 3 seqs
+    ("qwen3.5-9b", 50.25),        # lmstudio-bug-tracker #1563: context checkpoint 50.251 MiB
+    ("qwen3.6-35b-a3b", 62.8125),  # from the catalogue shape: 62.81 MiB per seq
 ])
 def test_recurrent_state_per_sequence(mid: str, mib: float) -> None:
     assert M.recurrent_bytes_per_seq(_spec(mid)) == int(mib * MiB)

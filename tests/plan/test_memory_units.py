@@ -87,7 +87,7 @@ def test_swa_cells() -> None:
     m, q = find_model("gpt-oss-20b")
     spec = build_spec(m, q)
     ctx = M.resolve_context(spec, parse_server_args(["-c", "4096", "-np", "1"]))
-    assert ctx.swa_cells == 768  # memory-planners.md row 2: pad(128 + 512, 256)
+    assert ctx.swa_cells == 768  # gpt-oss-20b (llama.cpp PR #17609 log): pad(128 + 512, 256)
     swa = [x for x in M.kv_layers(spec, ctx, "f16", "f16") if x.kind == "swa"]
     assert len(swa) == 12 and sum(x.bytes for x in swa) == 18 * MiB
 

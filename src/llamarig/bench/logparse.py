@@ -33,6 +33,7 @@ from typing import Any
 from llamarig import __version__
 from llamarig.bench.records import Figure, single_figure, stat_figures
 from llamarig.errors import InputError
+from llamarig.i18n import _
 from llamarig.logformat import (
     RE_BUILD,
     RE_CREATED,
@@ -392,6 +393,7 @@ def analyse(p: LogParse) -> dict[str, Any]:
                 "(depth = task.n_tokens from the 'new prompt' line, else 'stop processing' n_tokens − generated + 1)",
                 samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
                 params={"depth": r.depth, "slot": r.slot, "task": r.task, "prompt_eval_n": r.prompt_eval_n, "cached": r.cached},
+                method_zh=f"第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 token",
             ))
     if len(depth_pts) >= 2:
         (d0, v0), (d1, v1) = depth_pts[0], depth_pts[-1]
@@ -399,15 +401,18 @@ def analyse(p: LogParse) -> dict[str, Any]:
             pct = 100.0 * (v0 - v1) / v0
             if pct > 2:
                 findings.append(
-                    f"decode fell from {v0:.2f} to {v1:.2f} tok/s ({pct:.1f} %) as depth grew from {d0:,} to {d1:,} tokens: "
-                    "expected, every generated token reads the whole KV cache, so decode slows as the context fills")
+                    _("decode fell from {v0:.2f} to {v1:.2f} tok/s ({pct:.1f} %) as depth grew from {d0:,} to {d1:,} "
+                      "tokens: expected, every generated token reads the whole KV cache, so decode slows as the "
+                      "context fills").format(v0=v0, v1=v1, pct=pct, d0=d0, d1=d1))
             elif pct < -2:
-                findings.append(f"decode rose from {v0:.2f} to {v1:.2f} tok/s as depth grew from {d0:,} to {d1:,} tokens: "
-                                "something else changed between these requests (load, clocks, other slots)")
+                findings.append(_("decode rose from {v0:.2f} to {v1:.2f} tok/s as depth grew from {d0:,} to {d1:,} "
+                                  "tokens: something else changed between these requests (load, clocks, other "
+                                  "slots)").format(v0=v0, v1=v1, d0=d0, d1=d1))
             else:
                 findings.append(
-                    f"decode {v0:.2f} tok/s at depth {d0:,} vs {v1:.2f} tok/s at depth {d1:,} ({-pct:+.1f} %): essentially flat "
-                    "over this range; KV reads grow with depth, but here weight reads dominate")
+                    _("decode {v0:.2f} tok/s at depth {d0:,} vs {v1:.2f} tok/s at depth {d1:,} ({change:+.1f} %): "
+                      "essentially flat over this range; KV reads grow with depth, but here weight reads "
+                      "dominate").format(v0=v0, v1=v1, d0=d0, d1=d1, change=-pct))
     ck = p.checkpoints
     if ck.sizes_mib:
         size = statistics.median(ck.sizes_mib)
@@ -419,15 +424,19 @@ def analyse(p: LogParse) -> dict[str, Any]:
         figs.append(single_figure("checkpoints_kept", float(kept), "checkpoints",
                                   f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
                                   scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit,
-                                                           "created": ck.created, "erased": ck.erased}))
+                                                           "created": ck.created, "erased": ck.erased},
+                                  method_zh="每个槽位最后一行 created context checkpoint K of N 的 K，减去之后 erased invalidated 的行数"))
         figs.append(single_figure("checkpoint_host_ram_mib", ram, "MiB",
                                   "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint data, tools/server/server-common.h)",
                                   scenario="logs", params={"checkpoints_kept": kept, "checkpoint_size_mib": size},
                                   method_zh="保留的 checkpoint 数 × 每个大小（主机内存）"))
-        line = f"each context checkpoint is {size:.1f} MiB; {kept} kept → {_gib(ram)} of host RAM" if size >= 1 else \
-            f"each context checkpoint is {size:.3f} MiB; {kept} kept → {ram:.3f} MiB of host RAM"
+        line = _("each context checkpoint is {size} MiB; {kept} kept → {ram} of host RAM").format(
+            size=f"{size:.1f}" if size >= 1 else f"{size:.3f}", kept=kept,
+            ram=_gib(ram) if size >= 1 else f"{ram:.3f} MiB")
         if ck.limit:
-            line += f" (the limit of {ck.limit} per slot, --ctx-checkpoints, would take {_gib(ck.limit * size) if size >= 1 else f'{ck.limit * size:.3f} MiB'})"
+            at_limit = _gib(ck.limit * size) if size >= 1 else f"{ck.limit * size:.3f} MiB"
+            line += _(" (the limit of {limit} per slot, --ctx-checkpoints, would take {ram})").format(
+                limit=ck.limit, ram=at_limit)
         findings.append(line)
     restored = [r for r in p.requests if r.restored_n_past is not None and (r.prompt_tokens or r.depth)]
     for r in restored[:3]:
@@ -435,44 +444,50 @@ def analyse(p: LogParse) -> dict[str, Any]:
         assert n_past is not None  # ``restored`` keeps only requests that have one
         total = r.prompt_tokens or r.depth or 0
         done = r.prompt_eval_n if r.prompt_eval_n is not None else total - n_past
-        findings.append(f"task {r.task} restored a context checkpoint at {n_past:,} tokens: only "
-                        f"{done:,} of {total:,} prompt tokens were processed")
+        findings.append(_("task {task} restored a context checkpoint at {n_past:,} tokens: only {done:,} of "
+                          "{total:,} prompt tokens were processed").format(task=r.task, n_past=n_past, done=done,
+                                                                           total=total))
     if len(restored) > 3:
-        findings.append(f"… {len(restored)} requests in all restored a context checkpoint instead of re-processing their prompt")
+        findings.append(_("… {n} requests in all restored a context checkpoint instead of re-processing their "
+                          "prompt").format(n=len(restored)))
     if p.forced_full:
-        findings.append(f"{p.forced_full} request(s) re-processed the whole prompt ('forcing full prompt re-processing'): "
-                        "no usable checkpoint (SWA/hybrid/recurrent memory)")
+        findings.append(_("{n} request(s) re-processed the whole prompt ('forcing full prompt re-processing'): "
+                          "no usable checkpoint (SWA/hybrid/recurrent memory)").format(n=p.forced_full))
     sized = [r for r in pre if (r.prompt_eval_n or 0) >= 16]
     if len(sized) >= 2:
         small = min(sized, key=lambda r: r.prompt_eval_n or 0)
         big = max(sized, key=lambda r: r.prompt_eval_n or 0)
         if (big.prompt_eval_n or 0) >= 4 * max(1, small.prompt_eval_n or 0) and small.prompt_tok_s and big.prompt_tok_s:
             findings.append(
-                f"prefill {small.prompt_tok_s:.1f} tok/s for {small.prompt_eval_n} new tokens vs {big.prompt_tok_s:.1f} tok/s "
-                f"for {big.prompt_eval_n}: short prompts do not fill a ubatch, so their rate is not the GPU's prefill speed")
+                _("prefill {r0:.1f} tok/s for {n0} new tokens vs {r1:.1f} tok/s for {n1}: short prompts do not "
+                  "fill a ubatch, so their rate is not the GPU's prefill speed").format(
+                    r0=small.prompt_tok_s, n0=small.prompt_eval_n, r1=big.prompt_tok_s, n1=big.prompt_eval_n))
     drafts = [r for r in p.requests if r.draft_generated]
     if drafts:
         acc = sum(r.draft_accepted or 0 for r in drafts) / sum(r.draft_generated or 0 for r in drafts)
         figs.append(single_figure("log_spec_acceptance", acc, "ratio",
                                   f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
-                                  samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs"))
+                                  samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs",
+                                  method_zh="日志 draft acceptance 行：Σ accepted ÷ Σ generated"))
     budgets = sorted({b for _, b in p.reasoning_budgets})
     if UNLIMITED_BUDGET in budgets:
         at = next(n for n, b in p.reasoning_budgets if b == UNLIMITED_BUDGET)
-        findings.append(f"line {at}: reasoning budget {UNLIMITED_BUDGET} tokens (INT_MAX): the server got no "
-                        "--reasoning-budget, so thinking is unlimited; if the launch script sets one, that flag never "
-                        "reached llama-server (`llamarig check SCRIPT` shows where the command is cut off)")
+        findings.append(_("line {line}: reasoning budget {budget} tokens (INT_MAX): the server got no "
+                          "--reasoning-budget, so thinking is unlimited; if the launch script sets one, that flag "
+                          "never reached llama-server (`llamarig check SCRIPT` shows where the command is cut "
+                          "off)").format(line=at, budget=UNLIMITED_BUDGET))
     slots = sorted({c for _, c in p.ctx_slots})
     if slots:
-        findings.append(f"the server ran with n_ctx_slot = {', '.join(str(c) for c in slots)} tokens per slot "
-                        f"(first at line {p.ctx_slots[0][0]})")
+        findings.append(_("the server ran with n_ctx_slot = {slots} tokens per slot (first at line {line})").format(
+            slots=", ".join(str(c) for c in slots), line=p.ctx_slots[0][0]))
     if p.skipped:
-        findings.append(f"{p.skipped} of {p.lines} lines were not llama-server output and were skipped")
+        findings.append(_("{skipped} of {lines} lines were not llama-server output and were skipped").format(
+            skipped=p.skipped, lines=p.lines))
     if p.truncated_tail:
-        findings.append("the file ends mid-line (truncated log): the last line was not parsed")
+        findings.append(_("the file ends mid-line (truncated log): the last line was not parsed"))
     incomplete = [r for r in p.requests if r.prompt_tokens is not None and r.eval_tok_s is None]
     if incomplete:
-        findings.append(f"{len(incomplete)} request(s) have no timing lines (still running or cut off)")
+        findings.append(_("{n} request(s) have no timing lines (still running or cut off)").format(n=len(incomplete)))
     timeline = [
         {"slot": r.slot, "task": r.task, "line": r.line, "depth": r.depth, "prompt_tokens": r.prompt_tokens,
          "cached": r.cached, "prompt_eval_n": r.prompt_eval_n, "prefill_tok_s": r.prompt_tok_s, "eval_n": r.eval_n,
@@ -526,15 +541,18 @@ def script_findings(p: LogParse, script: Path) -> list[str]:
         per_slot = n_ctx if unified else -(-(n_ctx // n_par) // 256) * 256
         logged = p.ctx_slots[0][1]
         if logged != per_slot:
-            out.append(f"line {p.ctx_slots[0][0]}: the server ran n_ctx_slot = {logged}, but {script} (line {inv.line}) "
-                       f"says -c {c}" + (f" -np {n_par_set}" if n_par_set else "")
-                       + f", which gives {per_slot}: what ran is not what the script says"
-                       + (f" (the script cuts its command off at line {inv.cut_line})" if inv.orphans else ""))
+            out.append(_("line {line}: the server ran n_ctx_slot = {logged}, but {script} (line {at}) says {args}, "
+                         "which gives {per_slot}: what ran is not what the script says").format(
+                line=p.ctx_slots[0][0], logged=logged, script=script, at=inv.line,
+                args=f"-c {c}" + (f" -np {n_par_set}" if n_par_set else ""), per_slot=per_slot)
+                + (_(" (the script cuts its command off at line {line})").format(line=inv.cut_line)
+                   if inv.orphans else ""))
     b_use = uses.get("--reasoning-budget")
     budget_flag = b_use.value if b_use else None
     if budget_flag is not None and any(b == UNLIMITED_BUDGET for _, b in p.reasoning_budgets):
-        out.append(f"{script} sets --reasoning-budget {budget_flag}, but the log shows an unlimited budget: "
-                   "the flag never reached llama-server" + (f" (cut off at line {inv.cut_line})" if inv.orphans else ""))
+        out.append(_("{script} sets --reasoning-budget {budget}, but the log shows an unlimited budget: the flag "
+                     "never reached llama-server").format(script=script, budget=budget_flag)
+                   + (_(" (cut off at line {line})").format(line=inv.cut_line) if inv.orphans else ""))
     return out
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamarig.i18n import _
+
 PERCENTILE_METHOD = "linear interpolation between closest ranks (NumPy default, type 7)"
 
 
@@ -183,3 +185,26 @@ def single_figure(
         note=note,
         method_zh=method_zh,
     )
+
+
+#: a note's English text -> the same note in the language it was made in, for this process's
+#: reports: the JSON keeps the English (it never changes with the language), the terminal and
+#: Markdown reports show the user's language. Bounded: a run makes a few dozen notes.
+_LOCAL: dict[str, str] = {}
+_LOCAL_MAX = 10_000
+
+
+def note_text(msgid: str, words: tuple[str, ...] = (), **fields: Any) -> str:
+    """A scenario note from a catalogue message (marked ``N_``): the English text, remembered
+    with its translation for :func:`local_text`. ``words``: the fields that are themselves
+    catalogue words ("length", "depth"), translated in the local text."""
+    english = msgid.format(**fields)
+    if len(_LOCAL) < _LOCAL_MAX:
+        local = {k: _(v) if k in words else v for k, v in fields.items()}
+        _LOCAL[english] = _(msgid).format(**local)
+    return english
+
+
+def local_text(english: str) -> str:
+    """A note as the reports show it: in the user's language when this process made it."""
+    return _LOCAL.get(english, english)

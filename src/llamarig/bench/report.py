@@ -19,6 +19,7 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
+from llamarig.bench.records import local_text
 from llamarig.errors import InputError
 from llamarig.i18n import N_, _, language
 
@@ -262,8 +263,8 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------- terminal
 def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = ()) -> None:
-    """Headline first, then ``after_headline`` (logs: the request timeline), the figure table
-    with method references, the numbered methods, notes and problems."""
+    """Headline first, then the findings, ``after_headline`` (logs: the request timeline), the
+    figure table with method references, the numbered methods, notes and problems."""
     t = doc.get("target", {})
     head = f"[bold]{doc.get('kind', 'bench')}[/] {escape(str(t.get('url') or doc.get('source', {}).get('path', '')))}"
     if t.get("build_info"):
@@ -278,6 +279,13 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
         if h.note:
             line += f" [yellow]— {escape(h.note)}[/]"
         console.print(f"[red]![/] {line}" if h.warn else f"  {line}", highlight=False)
+    # the findings answer the question (what ran, what never arrived): right under the headline,
+    # as in the Markdown and HTML reports, not after the tables
+    if doc.get("findings"):
+        heading = _("{heading}:").format(heading=lab["findings"])
+        console.print(f"[bold]{escape(heading)}[/]")
+    for f in doc.get("findings", []):
+        console.print(f"• {escape(f)}", highlight=False)
     for r in after_headline:
         console.print(r)
     # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
@@ -297,7 +305,8 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
                       _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), escape(ref))
     if figures:
         console.print(table)
-        console.print(f"[bold]{escape(lab['methods'])}[/]:")
+        heading = _("{heading}:").format(heading=lab["methods"])
+        console.print(f"[bold]{escape(heading)}[/]")
     for i, (text, is_note) in enumerate(fn.texts, 1):
         if is_note:
             console.print(f"  [yellow]![{i}][/] {escape(text)}", highlight=False)
@@ -306,7 +315,7 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     for sc in doc.get("scenarios", []):
         notes = sc.get("notes") or []
         for n in notes[:NOTES_SHOWN]:
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(n)}", highlight=False)
+            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(local_text(n))}", highlight=False)
         if len(notes) > NOTES_SHOWN:
             more = _("… {n} more notes in the JSON (scenarios[].notes)").format(n=len(notes) - NOTES_SHOWN)
             console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(more)}", highlight=False)
@@ -319,8 +328,6 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     if gpu and not gpu.get("available"):
         console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
                       highlight=False)
-    for f in doc.get("findings", []):
-        console.print(f"• {escape(f)}", highlight=False)
     for e in doc.get("errors", [])[:20]:
         console.print(f"[red]{escape(lab['error'])}:[/] {escape(e)}", highlight=False)
     if doc.get("aborted"):
@@ -391,7 +398,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += ["", f"### {lab['methods_h']}", ""]
         for i, (text, is_note) in enumerate(fn.texts, 1):
             lines.append(f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text))
-    notes = [f"- {sc['name']}: {n}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
+    notes = [f"- {sc['name']}: {local_text(n)}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
     if notes:
         lines += ["", f"## {lab['notes']}", ""] + notes[:50]
     inter = doc.get("interference") or {}

@@ -28,8 +28,9 @@ from llamarig import __version__
 from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.gpu import GpuSampler, energy_joules
 from llamarig.bench.monitor import InterferenceEvent, Monitor, Tracker, reconcile
-from llamarig.bench.records import Figure, single_figure
+from llamarig.bench.records import Figure, note_text, single_figure
 from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError, UnknownNameError
+from llamarig.i18n import N_
 
 SCHEMA_VERSION = 1
 
@@ -288,7 +289,8 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
             for name in cfg.scenarios:
                 res = ScenarioResult(name, t_start=r.monitor.client_time())
                 if name in LLAMA_ONLY and not r.is_llama:
-                    res.notes.append(f"skipped: '{name}' needs llama-server's /completion, /tokenize and timings (no /props at {cfg.url})")
+                    res.notes.append(note_text(N_("skipped: '{name}' needs llama-server's /completion, /tokenize and "
+                                                  "timings (no /props at {url})"), name=name, url=cfg.url))
                     results.append(res)
                     continue
                 try:

@@ -14,8 +14,9 @@ from typing import Any, TypedDict
 
 from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.prompts import ChatPrompt, filler_text, load_workload, prompt_set, salt
-from llamarig.bench.records import Figure, single_figure, stat_figures
+from llamarig.bench.records import Figure, note_text, single_figure, stat_figures
 from llamarig.bench.runner import FIT_CTX, BenchConfig, Runner, ScenarioResult
+from llamarig.i18n import N_
 
 CHAT = "/v1/chat/completions"
 COMPLETION = "/completion"
@@ -142,7 +143,8 @@ def _errors(res: ScenarioResult, samples: list[RequestSample]) -> None:
         if s.error:
             res.errors.append(f"request {s.seq} ({s.label}): {s.error}")
         elif not s.valid:
-            res.notes.append(f"request {s.seq} ({s.label}) rejected: {s.reject_reason}")
+            res.notes.append(note_text(N_("request {seq} ({label}) rejected: {why}"), seq=s.seq, label=s.label,
+                                       why=s.reject_reason))
 
 
 # ------------------------------------------------------------------------- prompt building
@@ -169,9 +171,10 @@ CTX_MARGIN = 16  # tokens kept free besides the generated ones (salt, template, 
 
 def _fit(r: Runner, length: int, n_predict: int, res: ScenarioResult, what: str = "length") -> bool:
     if r.n_ctx_slot and length + n_predict + CTX_MARGIN > r.n_ctx_slot:
-        res.notes.append(
-            f"{what} {length} skipped: {length} + {n_predict} generated + {CTX_MARGIN} margin exceeds the slot context "
-            f"{r.n_ctx_slot} (/props default_generation_settings.n_ctx); use 'ctx' for the largest {what} that fits")
+        res.notes.append(note_text(
+            N_("{what} {length} skipped: {length} + {n_predict} generated + {margin} margin exceeds the slot context "
+               "{slot_ctx} (/props default_generation_settings.n_ctx); use 'ctx' for the largest {what} that fits"),
+            ("what",), what=what, length=length, n_predict=n_predict, margin=CTX_MARGIN, slot_ctx=r.n_ctx_slot))
         return False
     return True
 
@@ -189,16 +192,21 @@ def _points(r: Runner, points: tuple[int, ...], n_predict: int, res: ScenarioRes
     for p in points:
         if p == FIT_CTX:
             if not r.n_ctx_slot:
-                res.notes.append(f"{what} 'ctx' skipped: the slot context is unknown (/props has no default_generation_settings.n_ctx)")
+                res.notes.append(note_text(N_("{what} 'ctx' skipped: the slot context is unknown (/props has no "
+                                              "default_generation_settings.n_ctx)"), ("what",), what=what))
                 continue
             p = _ctx_point(int(r.n_ctx_slot), n_predict)
             if p <= 0:
-                res.notes.append(f"{what} 'ctx' skipped: the slot context {r.n_ctx_slot} leaves no room after {n_predict} generated tokens")
+                res.notes.append(note_text(N_("{what} 'ctx' skipped: the slot context {slot_ctx} leaves no room after "
+                                              "{n_predict} generated tokens"), ("what",), what=what,
+                                           slot_ctx=r.n_ctx_slot,
+                                           n_predict=n_predict))
                 continue
-            res.notes.append(f"{what} 'ctx' = {p}: slot context {r.n_ctx_slot} − {n_predict} generated − "
-                             f"{r.n_ctx_slot - n_predict - p} margin")
+            res.notes.append(note_text(N_("{what} 'ctx' = {p}: slot context {slot_ctx} − {n_predict} generated − "
+                                          "{margin} margin"), ("what",), what=what, p=p, slot_ctx=r.n_ctx_slot,
+                                       n_predict=n_predict, margin=r.n_ctx_slot - n_predict - p))
         if p in out:
-            res.notes.append(f"{what} {p} skipped: listed twice")
+            res.notes.append(note_text(N_("{what} {p} skipped: listed twice"), ("what",), what=what, p=p))
             continue
         if _fit(r, p, n_predict, res, what):
             out.append(p)
@@ -213,7 +221,7 @@ async def scenario_prefill(r: Runner, res: ScenarioResult) -> None:
     series = []
     idx = 0
     warmed = cfg.warmup == 0
-    for length in _points(r, cfg.prefill_lengths, 1, res, "length"):
+    for length in _points(r, cfg.prefill_lengths, 1, res, N_("length")):
         pfx = salt(r.run_id, 0) if cfg.prefill_salt else ""
         sized, _ = await sized_text(r.client, length, cfg.seed + length, prefix=pfx)
         base = sized[len(pfx):]  # the salt counts towards the length
@@ -321,7 +329,7 @@ class _DepthPoint(TypedDict):
 async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
     cfg = r.cfg
     series: list[_DepthPoint] = []
-    for d in _points(r, cfg.depths, cfg.n_predict, res, "depth"):
+    for d in _points(r, cfg.depths, cfg.n_predict, res, N_("depth")):
         text, _ = await sized_text(r.client, d, cfg.seed + 31 + d, prefix=salt(r.run_id, 9000 + d))
         samples = []
         for rep in range(cfg.repeats):

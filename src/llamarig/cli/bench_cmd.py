@@ -196,19 +196,29 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
 
     from llamarig.bench.logparse import logs_document
     from llamarig.bench.report import fmt_value, terminal
+    from llamarig.i18n import _, in_language, language
 
     doc = logs_document(file, script)
+    if json_path and language() != "en":  # the JSON is English on every machine (llamarig.i18n)
+        with in_language("en"):
+            _write_outputs(logs_document(file, script), json_path, None, None)
+        json_path = None
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
     con = Console()
     src = doc["source"]
-    con.print(escape(f"{src['path']}: {src['lines']} lines, {src['recognised']} recognised, {src['skipped']} skipped, "
-              f"{src['requests']} requests" + (f", build {src['build']}" if src.get("build") else "")), highlight=False)
+    head = _("{path}: {lines} lines, {recognised} recognised, {skipped} skipped, {requests} requests").format(
+        path=src["path"], lines=src["lines"], recognised=src["recognised"], skipped=src["skipped"],
+        requests=src["requests"])
+    if src.get("build"):
+        head += _(", build {build}").format(build=src["build"])
+    con.print(escape(head), highlight=False)
     timeline = []
     if doc["timeline"]:
-        t = Table(header_style="bold", title="requests (timeline)")
-        for col in ("slot", "task", "depth", "prompt", "cached", "processed", "prefill tok/s", "generated", "decode tok/s"):
+        t = Table(header_style="bold", title=_("requests (timeline)"))
+        for col in (_("slot"), _("task"), _("depth"), _("prompt"), _("cached"), _("processed"), _("prefill tok/s"),
+                    _("generated"), _("decode tok/s")):
             t.add_column(col, justify="right")
         for r in doc["timeline"]:
             t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in

@@ -27,6 +27,19 @@ def _quants(m: CatalogueModel, bpw: dict[str, float]) -> str:
     return ", ".join(out)
 
 
+def _truncate(text: str, width: int) -> str:
+    """``text`` cut at the last ", " that fits ``width`` cells, ending in "…"."""
+    from rich.cells import cell_len
+
+    parts = text.split(", ")
+    out = parts[0]
+    for p in parts[1:]:
+        if cell_len(out + ", " + p + ", …") > width:
+            return out + ", …"
+        out += ", " + p
+    return out
+
+
 def _mmproj(m: CatalogueModel) -> str:
     return ", ".join(sorted(k for k in m.entry.get("mmproj", {}) if not k.startswith("compute"))) or "-"
 
@@ -69,14 +82,24 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([_model_json(m, bpw) for m in models.values()], indent=2))
         return
-    t = Table(title=_("built-in models: llamarig plan ID:QUANT (file size in GB; ~ = estimated from bits per weight)"),
-              title_justify="left", box=None, pad_edge=False, show_edge=False)
-    t.add_column(_("id"), no_wrap=True)
-    t.add_column(_("architecture"), no_wrap=True)
-    t.add_column(_("quants (GB)"), overflow="fold")
-    t.add_column("mmproj", no_wrap=True)
-    _finish(console, t, [([m.id, m.arch, _quants(m, bpw), _mmproj(m)], m.source) for m in models.values()],
-            sources, _("sources of an entry: llamarig models ID; of all: --sources"))
+    from rich.cells import cell_len
+
+    console.print(escape(_("built-in models: llamarig plan ID:QUANT (file size in GB; ~ = estimated from bits per "
+                           "weight)")))
+    t = Table(box=None, pad_edge=False, show_edge=False)
+    # one line per model: the quants that do not fit the terminal end in "…" (`models ID` lists
+    # them all, with sizes and sources); the other columns keep their whole width
+    rows = [[m.id, m.arch, _quants(m, bpw), _mmproj(m)] for m in models.values()]
+    heads = [_("id"), _("architecture"), _("quants (GB)"), "mmproj"]
+    width = [max(cell_len(x) for x in [h] + [r[i] for r in rows]) for i, h in enumerate(heads)]
+    room = console.width - sum(width[i] for i in (0, 1, 3)) - 3 * 2  # 2 columns between each
+    for r in rows:
+        if not sources and cell_len(r[2]) > room:
+            r[2] = _truncate(r[2], room)
+    for i, h in enumerate(heads):
+        t.add_column(h, no_wrap=i != 2 or not sources, overflow="fold")
+    _finish(console, t, [(r, m.source) for r, m in zip(rows, models.values(), strict=True)],
+            sources, _("every quant with its size and sources: llamarig models ID; all sources: --sources"))
 
 
 def _finish(console: Console, t: Table, rows: list[tuple[list[str], str]], sources: bool, hint: str) -> None:
@@ -92,8 +115,23 @@ def _finish(console: Console, t: Table, rows: list[tuple[list[str], str]], sourc
         console.print(f"[dim]{escape(hint)}[/]")
 
 
-def _gpu_line(g: GPU) -> list[str]:
-    return [g.id, g.name, fmt_bytes(g.memory_bytes) + (_(" (unified)") if g.unified_memory else ""),
+def _short_name(name: str) -> str:
+    """The product without its vendor's brand ("NVIDIA GeForce RTX 3090" -> "RTX 3090"): the list
+    stays one line per GPU at 80 columns; ``gpus ID`` and --json keep the full name."""
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "AMD Radeon ", "AMD "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _memory(g: GPU) -> str:
+    gib = g.memory_bytes / (1 << 30)
+    size = f"{gib:g} GiB" if gib == round(gib, 2) and gib >= 1 else fmt_bytes(g.memory_bytes)
+    return size + (_(" (unified)") if g.unified_memory else "")
+
+
+def _gpu_line(g: GPU, short: bool = False) -> list[str]:
+    return [g.id, _short_name(g.name) if short else g.name, _memory(g),
             f"{g.bandwidth_gbs:g} GB/s" if g.bandwidth_gbs else "-",
             f"{g.fp16_tflops:g}" if g.fp16_tflops else "-"]
 
@@ -129,5 +167,5 @@ def gpus_cmd(gpu_id: str | None, sources: bool, as_json: bool) -> None:
     for c, wrap in ((_("id"), False), (_("name"), True), (_("memory"), False), (_("bandwidth"), False),
                     (_("FP16 TFLOPS"), False)):
         t.add_column(c, no_wrap=not wrap, overflow="fold")
-    _finish(console, t, [(_gpu_line(g), g.source) for g in gpus], sources,
+    _finish(console, t, [(_gpu_line(g, short=True), g.source) for g in gpus], sources,
             _("sources of an entry: llamarig gpus ID; of all: --sources"))

@@ -19,7 +19,7 @@ from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.i18n import _
+from llamarig.i18n import _, set_language
 from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
@@ -149,45 +149,54 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     for f in findings:  # grouped once: a file of many commands stays linear
         by_inv.setdefault(f.invocation, []).append(f)
     general = by_inv.get(None, [])
+    script_head = _("the script")
     if general:
-        groups.append(("script", general))
+        groups.append((script_head, general))
     for k, inv in enumerate(parsed.invocations):
-        head = (f"invocation {k + 1}: line {inv.line}" + (f"-{inv.end_line}" if inv.end_line != inv.line else "")
-                + f" {inv.program}" + (f" [{inv.label}]" if inv.label else "")
-                + f" receives {len(inv.args)} argument(s)")
+        lines_at = f"{inv.line}" + (f"-{inv.end_line}" if inv.end_line != inv.line else "")
+        head = _("invocation {k}: line {lines} {program}{label} receives {n} argument(s)").format(
+            k=k + 1, lines=lines_at, program=inv.program, label=f" [{inv.label}]" if inv.label else "",
+            n=len(inv.args))
         if inv.orphans:
-            head += f", {len(inv.orphans)} cut off at line {inv.cut_line}"
+            head += _(", {n} cut off at line {line}").format(n=len(inv.orphans), line=inv.cut_line)
         groups.append((head, by_inv.get(k, [])))
     argv_of = {}
+    receives, environment, fix_head, none = _("receives:"), _("environment:"), _("fix:"), _("no findings")
+    gap = "" if receives.endswith("：") else " "  # a full-width colon carries its own space
     for k, inv in enumerate(parsed.invocations):
         shown = " ".join(_q(a) for a in inv.argv)
-        lines = [f"[dim]receives:[/dim] {escape(_clip(shown))}"]
+        lines = [f"[dim]{escape(receives)}[/dim]{gap}{escape(_clip(shown))}"]
         if inv.orphans:
             cut = " ".join(_q(w.text) for w in inv.orphans)
-            lines.append(f"[dim]cut off (lines {inv.orphans[0].line}-{inv.orphans[-1].line}):[/dim] "
-                         f"[red]{escape(_clip(cut))}[/red]")
+            cut_head = _("cut off (lines {first}-{last}):").format(first=inv.orphans[0].line, last=inv.orphans[-1].line)
+            lines.append(f"[dim]{escape(cut_head)}[/dim]{gap}[red]{escape(_clip(cut))}[/red]")
         if inv.env:
-            lines.append("[dim]environment:[/dim] " + escape(" ".join(f"{n}={v}" for n, v, _line in inv.env)))
+            lines.append(f"[dim]{escape(environment)}[/dim]{gap}"
+                         + escape(" ".join(f"{n}={v}" for n, v, _line in inv.env)))
         argv_of[k] = lines
+    severity = {"error": _("error"), "warning": _("warning"), "info": _("info")}
     for gi, (head, fs) in enumerate(groups):
         con.print()
         con.rule(f"[bold]{escape(head)}[/bold]", align="left")
         k = gi - (1 if general else 0)
-        for ln in argv_of.get(k, []) if head != "script" else []:
+        for ln in argv_of.get(k, []) if not (general and gi == 0) else []:
             con.print("  " + ln)
         if not fs:
-            con.print("  [green]no findings[/green]")
+            con.print(f"  [green]{escape(none)}[/green]")
             continue
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-        t.add_column("line", justify="right", no_wrap=True)
-        t.add_column("severity", no_wrap=True)
-        t.add_column("rule", no_wrap=True)
-        t.add_column("finding")
+        t.add_column(_("line"), justify="right", no_wrap=True)
+        t.add_column(_("severity"), no_wrap=True)
+        t.add_column(_("rule"), no_wrap=True)
+        # fold, never cut: a Chinese sentence has no blanks to wrap at, and an ellipsis would
+        # drop the rest of the finding
+        t.add_column(_("finding"), overflow="fold")
         for f in fs:
             msg = escape(f.message)
             if f.fix:
-                msg += f"\n[green]fix:[/green] {escape(f.fix)}"
-            t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{f.severity}[/]", escape(f.rule), msg)
+                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(f.fix)}"
+            t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{severity.get(f.severity, f.severity)}[/]",
+                      escape(f.rule), msg)
         con.print(t)
 
 
@@ -277,6 +286,8 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     """Lint a llama-server command, bash script, systemd unit, docker-compose, Kubernetes/Helm,
     llama-swap or --models-preset INI file (FILE, or - for stdin; the files it sources, its
     drop-ins or .env next to it are read too). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
+    if as_json and not fix:  # --json is English on every machine (llamarig.i18n): the messages too
+        set_language("en")
     text, name = read_input(file)
     schema = get_schema(server_bin, bundled, no_cache, schema_build)
     # the objects a check makes (words, invocations, findings) live until it ends and hold no
@@ -323,16 +334,20 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: 
 @click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
 @click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
-@click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True)
+@click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
+              help="Language of the explanations (default: llamarig --lang, $LLAMARIG_LANG, else the locale).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--model", type=str, default=None, help="GGUF for memory effects instead of -m.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None, lang: str, as_json: bool, model: str | None,
+def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None, lang: str | None, as_json: bool,
+                model: str | None,
                 command: tuple[str, ...]) -> None:
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
     after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
     from llamarig.flags.explain import TEXT, explain_rows
+    from llamarig.i18n import language
 
+    lang = set_language(lang) if lang is not None else language()
     if not command:
         raise InputError("give a file, - for stdin, or a llama-server command")
     base = None
@@ -356,6 +371,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
 
     out: list[dict[str, Any]] = []
     t = TEXT[lang]
+    severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
     for k, inv in enumerate(parsed.invocations):
         ctx = loader(inv, Context(physical_cores=physical_cores()))
         r = read_invocation(inv, schema, k)
@@ -364,9 +380,10 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         notes: dict[int, list[str]] = {}
         for f in fs:
             if f.use is not None and f.severity in ("error", "warning"):
-                notes.setdefault(f.use, []).append(f"{f.severity}: {f.rule}")
+                notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
+                    severity=severity_word[f.severity], rule=f.rule))
         cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        rows = [replace(row, effect="; ".join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
+        rows = [replace(row, effect=_("; ").join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
                                               + [x for x in [row.effect] if x] + notes.get(i, [])))
                 for i, row in enumerate(rows)]
         out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
@@ -377,16 +394,26 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
                                "lang": lang}, ensure_ascii=False, indent=1))
         return
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     con = Console(highlight=False)
     for inv_out in out:
-        title = f"line {inv_out['line']}: {inv_out['argv'][0]} ({escape(schema.label())})"
-        tab = Table(title=title, show_lines=False, header_style="bold")
-        for col in ("flag", "value", "what", "default", "effect"):
-            tab.add_column(t[col], overflow="fold")
+        title = escape(_("line {line}: {program} ({schema})").format(
+            line=inv_out["line"], program=inv_out["argv"][0], schema=schema.label()))
+        # no outer border and flags never broken: at 80 columns the explanations get the room
+        tab = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, expand=True,
+                    show_edge=False, pad_edge=False)
+        tab.add_column(t["flag"], no_wrap=True)
+        tab.add_column(t["value"], overflow="fold", ratio=3, min_width=10)
+        tab.add_column(t["what"], overflow="fold", ratio=7)
+        # below 100 columns the default joins "what it does": five columns leave each one too narrow
+        narrow = con.width < 100
+        if not narrow:
+            tab.add_column(t["default"], overflow="fold", ratio=2)
+        tab.add_column(t["effect"], overflow="fold", ratio=5 if narrow else 4)
         if inv_out["cut_line"]:
             n_cut = sum(1 for row in inv_out["rows"] if not row["reaches_server"])
             con.print(escape(_("the command is cut off at line {line}: the {n} flag(s) marked below never reach "
@@ -396,6 +423,13 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             style = "" if row["known"] else "bold red"
             if not row["reaches_server"]:
                 style = "dim red"
-            tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
-                        escape(row["default"]), escape(row["effect"]), style=style)
+            if narrow:
+                what = row["what"]
+                default = _("default {value}").format(value=row["default"])
+                if row["default"] and not any(w in what for w in ("default", "默认")):
+                    what += _(" ({default})").format(default=default)
+                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(what), escape(row["effect"]), style=style)
+            else:
+                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
+                            escape(row["default"]), escape(row["effect"]), style=style)
         con.print(tab)

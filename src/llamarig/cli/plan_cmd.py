@@ -139,6 +139,10 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     if pa.help or (not args):
         click.echo(PLAN_HELP + "\n" + SPEED_HELP)
         return
+    if pa.as_json:  # --json is English on every machine (llamarig.i18n): notes and warnings too
+        from llamarig.i18n import set_language
+
+        set_language("en")
     inp = build_inputs(pa)
     cal = sa.calibration_obj()
     host_bw = sa.host_bandwidth_gbs

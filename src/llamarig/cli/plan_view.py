@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from llamarig.cli.speed_view import calibration_label
 from llamarig.i18n import N_, _
 from llamarig.plan.result import HOST_GROWTH
 from llamarig.units import MiB, fmt_bytes
@@ -63,14 +64,18 @@ def verdict_lines(plan: Plan) -> list[str]:
     start = h.start_total
     if h.capacity:
         if (h.free_at_start or 0) >= 0:
-            parts.append(_("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity)))
+            host = _("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity))
         else:
-            parts.append(_("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0))))
+            host = _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
     else:
-        parts.append(_("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start)))
+        host = _("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start))
     maybe = any(d.uncertainty and d.free_range is not None and d.free_range[0] < 0 for d in plan.devices)
     head = (_("may not fit") if maybe else _("fits")) if plan.fits else _("does not fit")
-    out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts)))
+    # the devices on the verdict line, host RAM on the next: one line each reads at 80 columns in
+    # both languages (joined, the Chinese line broke inside a figure)
+    out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host])))
+    if parts:
+        out.append(host)
     grow = h.growth
     if grow:
         out.append(_("host RAM can grow by {grow} over long sessions (context checkpoints and the prompt "
@@ -85,7 +90,7 @@ def verdict_lines(plan: Plan) -> list[str]:
                      "{limit:.0f}); prefill {pp:.0f} tok/s").format(
             d0=sp.by_depth[0].decode_tok_s * mult, dn=deep.decode_tok_s * mult, depth=deep.depth,
             limit=sp.decode_limit_tok_s, pp=sp.prefill.tok_s))
-        out.append(_("calibration: {source}").format(source=sp.calibration))
+        out.append(_("calibration: {source}").format(source=calibration_label(sp.calibration)))
     return out
 
 
@@ -114,9 +119,12 @@ def suggestions(plan: Plan) -> list[str]:
 
 
 def _table(title: str, rows: list[tuple[str, int, str]], total: list[tuple[str, str]]) -> Any:
+    from rich.cells import cell_len
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False)
+    # as wide as its title: a long GPU name ("CUDA0 (NVIDIA GeForce RTX 4060 Ti 16GB)") wrapped
+    # inside the narrow table
+    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False, min_width=cell_len(title))
     t.add_column(_("component"), no_wrap=True)
     t.add_column(_("size"), justify="right", no_wrap=True)
     t.add_column(_("method"), no_wrap=True)
@@ -169,10 +177,11 @@ def render(plan: Plan, console: Console, *, why: bool = False) -> None:
         total += [(_("capacity"), fmt_bytes(h.capacity)), (_("free"), fmt_bytes(h.free or 0))]
     console.print(_table(_("host RAM"), rows, total))
     note, warning = _("note:"), _("warning:")
+    gap = "" if note.endswith("：") else " "  # a full-width colon carries its own space
     for n in plan.notes:
-        console.print(f"[cyan]{note}[/] {escape(n)}")
+        console.print(f"[cyan]{note}[/]{gap}{escape(n)}")
     for w in plan.warnings:
-        console.print(f"[yellow]{warning}[/] {escape(w)}")
+        console.print(f"[yellow]{warning}[/]{gap}{escape(w)}")
     if why:
         render_formulas(plan, console)
     console.print(escape(_("command: {command}").format(command=" ".join(plan.command))), soft_wrap=True)
@@ -195,9 +204,10 @@ def render_formulas(plan: Plan, console: Console) -> None:
         for c, label in DEVICE_ROWS:
             ln = d.lines.get(c)
             if ln and ln.bytes:
-                console.print(f"  {d.name} {escape(_(label))}: {escape(ln.formula)}")  # formulas stay English
+                line = _("{where} {what}: {formula}").format(where=d.name, what=_(label), formula=ln.formula)
+                console.print("  " + escape(line))  # formulas stay English
     for c, label in HOST_ROWS:
         ln = plan.host.lines.get(c)
         if ln and ln.bytes:
-            host = _("host")
-            console.print(f"  {escape(host)} {escape(_(label))}: {escape(ln.formula)}")
+            line = _("{where} {what}: {formula}").format(where=_("host"), what=_(label), formula=ln.formula)
+            console.print("  " + escape(line))

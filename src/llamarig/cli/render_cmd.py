@@ -497,7 +497,11 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
     warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
     port in use / start failed."""
+    from llamarig.i18n import set_language
     from llamarig.launch import process as L
+
+    if as_json:  # --json is English on every machine (llamarig.i18n)
+        set_language("en")
 
     if not detach:
         # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start

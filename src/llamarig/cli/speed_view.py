@@ -9,11 +9,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarig.errors import InputError
+from llamarig.i18n import _
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
 from llamarig.plan.result import PlanInputs
 from llamarig.plan.speed import SpeedReport, kv_quality_short
 from llamarig.units import GiB, fmt_bytes
+
+
+def calibration_label(source: str) -> str:
+    """A calibration's source in the user's language ("built-in (llamarig/data/...)" -> "内置 (...)")."""
+    builtin = _("built-in")
+    return source.replace("built-in", builtin, 1)
 
 
 def speed_table(rep: SpeedReport) -> Any:
@@ -24,19 +31,20 @@ def speed_table(rep: SpeedReport) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title="speed (predicted; limit = bandwidth / bytes at efficiency 1)", title_justify="left",
+    t = Table(title=_("speed (predicted; limit = bandwidth / bytes at efficiency 1)"), title_justify="left",
               show_edge=False)
-    for c in ("depth", "decode tok/s", "limit tok/s", "bytes per token"):
+    for c in (_("depth"), _("decode tok/s"), _("limit tok/s"), _("bytes per token")):
         t.add_column(c, justify="right")
     if rep.speculative:
-        t.add_column(f"with {rep.speculative.kind.upper()} n={rep.speculative.n_max}", justify="right")
+        t.add_column(_("with {kind} n={n}").format(kind=rep.speculative.kind.upper(), n=rep.speculative.n_max),
+                     justify="right")
     for d in rep.by_depth:
         row = [str(d.depth), f"{d.decode_tok_s:.1f}", f"{d.limit_tok_s:.1f}", f"{d.bytes_per_token / GB:.2f} GB"]
         if rep.speculative:
             row.append(f"{d.decode_tok_s * rep.speculative.speedup:.1f}")
         t.add_row(*row)
-    parts: list[Any] = [t, Text(f"prefill: {rep.prefill.tok_s:.0f} tok/s for a {rep.prefill.prompt_tokens}-token "
-                                f"prompt (-ub {rep.prefill.n_ubatch})")]
+    parts: list[Any] = [t, Text(_("prefill: {rate:.0f} tok/s for a {n}-token prompt (-ub {ub})").format(
+        rate=rep.prefill.tok_s, n=rep.prefill.prompt_tokens, ub=rep.prefill.n_ubatch))]
     if rep.speculative:
         parts.append(Text("speculative: " + rep.speculative.formula, style="dim"))
     parts.append(Text("decode: " + rep.formula, style="dim"))
@@ -45,8 +53,9 @@ def speed_table(rep: SpeedReport) -> Any:
     if rep.depth_note:
         parts.append(Text(rep.depth_note, style="dim"))
     for w in rep.warnings:
-        parts.append(Text.from_markup(f"[yellow]warning:[/] {escape(w)}"))
-    parts.append(Text(f"calibration: {rep.calibration}", style="dim"))
+        warning = _("warning:")
+        parts.append(Text.from_markup(f"[yellow]{escape(warning)}[/] {escape(w)}"))
+    parts.append(Text(_("calibration: {source}").format(source=calibration_label(rep.calibration)), style="dim"))
     return Group(*parts)
 
 
@@ -68,17 +77,21 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
 
     res = optimise(inp, targets, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs)
     t = targets
-    title = (f"llamarig plan: targets ctx {t.ctx} x {t.slots} slot(s)"
-             + (f", decode >= {t.decode_tok_s:g} tok/s at depth {t.depth}" if t.decode_tok_s else "")
-             + f", headroom {fmt_bytes(t.headroom)}")
+    title = (_("llamarig plan: targets ctx {ctx} x {slots} slot(s)").format(ctx=t.ctx, slots=t.slots)
+             + (_(", decode >= {rate:g} tok/s at depth {depth}").format(rate=t.decode_tok_s, depth=t.depth)
+                if t.decode_tok_s else "")
+             + _(", headroom {size}").format(size=fmt_bytes(t.headroom)))
     from rich import box
 
     tab = Table(title=title, show_lines=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
-    cols = (("#", "right"), ("KV", "left"), ("q", "left"), ("-ub", "right"), ("layout", "left"), ("free", "right"),
-            ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"), ("prefill", "right"), ("ok", "left"))
+    layout = _("layout")
+    cols = (("#", "right"), ("KV", "left"), ("q", "left"), ("-ub", "right"), (layout, "left"), (_("free"), "right"),
+            ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"), (_("prefill"), "right"),
+            (_("ok"), "left"))
     for col, just in cols:
-        tab.add_column(col, justify=just, no_wrap=col != "layout", overflow="fold",  # type: ignore[arg-type]
-                       min_width=9 if col == "layout" else None)
+        tab.add_column(col, justify=just, no_wrap=col != layout, overflow="fold",  # type: ignore[arg-type]
+                       min_width=9 if col == layout else None)
+    default, yes, no_fit, slow = _("default"), _("yes"), _("no fit"), _("slow")
     for i, c in enumerate(res.candidates[:show], 1):
         s = c.speed
         sp = s.speculative
@@ -92,24 +105,26 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
             str(i), c.cfg.cache_type_k if c.cfg.cache_type_k == c.cfg.cache_type_v else f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}",
             kv_quality_short(c.cfg.cache_type_k, c.cfg.cache_type_v),
             str(c.plan.n_ubatch),
-            ((ts + extra).strip() or "default") + (f" MTP n={sp.n_max}" if sp else ""),
+            ((ts + extra).strip() or default) + (f" MTP n={sp.n_max}" if sp else ""),
             ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
             _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
             _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
-            "yes" if c.meets_all else ("no fit" if not c.fits else "slow"),
+            yes if c.meets_all else (no_fit if not c.fits else slow),
         )
-    parts: list[Any] = [tab, Text("decode tok/s at depth 0 / target depth / target context (with speculative "
-                                  "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt; "
-                                  "free = free memory per GPU in device order (GiB); q = KV quality: ref = f16, "
-                                  "~ref = q8_0 (about +0.01-0.02 perplexity), V4 = 8-bit K with 4-5 bit V, "
-                                  "4bit = 4-5 bit K and V (measurable long-context recall loss); --json has the "
-                                  "full note per candidate", style="dim")]
+    parts: list[Any] = [tab, Text(_("decode tok/s at depth 0 / target depth / target context (with speculative "
+                                    "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt; "
+                                    "free = free memory per GPU in device order (GiB); q = KV quality: ref = f16, "
+                                    "~ref = q8_0 (about +0.01-0.02 perplexity), V4 = 8-bit K with 4-5 bit V, "
+                                    "4bit = 4-5 bit K and V (measurable long-context recall loss); --json has the "
+                                    "full note per candidate"), style="dim")]
     best = res.best
     if best is not None:
-        parts.append(Text(f"\n{'Winning' if res.verdict == 'ok' else 'Closest'} command ({best.layout}):", style="bold"))
+        head = (_("Winning command ({layout}):") if res.verdict == "ok" else _("Closest command ({layout}):")).format(
+            layout=best.layout)
+        parts.append(Text("\n" + head, style="bold"))
         parts.append(Text(" ".join(best.plan.command)))
-        parts.append(Text(f"physical limit at depth 0: {best.speed.decode_limit_tok_s:.0f} tok/s "
-                          f"(bandwidth / bytes per token); predicted {best.speed.decode_tok_s:.0f} tok/s"))
+        parts.append(Text(_("physical limit at depth 0: {limit:.0f} tok/s (bandwidth / bytes per token); predicted "
+                            "{rate:.0f} tok/s").format(limit=best.speed.decode_limit_tok_s, rate=best.speed.decode_tok_s)))
         parts.append(Text("KV: " + best.speed.kv_note))
         if best.speed.depth_note:
             parts.append(Text(best.speed.depth_note, style="dim"))
@@ -117,19 +132,20 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
             sp = best.speed.speculative
             deep = best.speed.at_depth(t.ctx).decode_tok_s * (sp.speedup if sp else 1.0)
             if deep < t.decode_tok_s:
-                parts.append(Text(f"note: with the context full ({t.ctx} tokens) decode falls to about {deep:.0f} tok/s, "
-                                  f"below the target; --target-depth N judges the target at depth N "
-                                  f"(now {t.depth})", style="yellow"))
-        parts.append(Text("decode formula: " + best.speed.formula, style="dim"))
+                parts.append(Text(_("note: with the context full ({ctx} tokens) decode falls to about {rate:.0f} "
+                                    "tok/s, below the target; --target-depth N judges the target at depth N (now "
+                                    "{depth})").format(ctx=t.ctx, rate=deep, depth=t.depth), style="yellow"))
+        parts.append(Text(_("decode formula: ") + best.speed.formula, style="dim"))
         if best.speed.speculative:
             parts.append(Text("speculative: " + best.speed.speculative.formula, style="dim"))
-        parts.append(Text("prefill formula: " + best.speed.prefill.formula, style="dim"))
+        parts.append(Text(_("prefill formula: ") + best.speed.prefill.formula, style="dim"))
     if res.verdict != "ok":
-        parts.append(Text("\nImpossible as asked:", style="bold red"))
+        parts.append(Text("\n" + _("Impossible as asked:"), style="bold red"))
         for r in res.reasons:
             parts.append(Text("  - " + r))
-    parts.append(Text(f"\n{res.evaluated} configurations evaluated in {res.elapsed_s * 1000:.0f} ms; "
-                      f"calibration: {best.speed.calibration if best else ''}", style="dim"))
+    parts.append(Text("\n" + _("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
+        n=res.evaluated, ms=res.elapsed_s * 1000, source=calibration_label(best.speed.calibration) if best else ""),
+        style="dim"))
     return Group(*parts), res.to_json(), 0 if res.verdict == "ok" else 1
 
 

@@ -176,7 +176,11 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     """Find the best settings by measurement: candidates pruned by the planner, then successive
     halving over real llama-server runs. Resumable (Ctrl-C, then the same command). Exit 0,
     2 bad input, 3 server problems, 130 interrupted (state kept)."""
+    from llamarig.i18n import set_language
     from llamarig.paths import state_dir
+
+    if as_json:  # --json is English on every machine (llamarig.i18n): the plan's notes too
+        set_language("en")
     from llamarig.tune import search as S
     from llamarig.tune.measure import ServerMeasure
     from llamarig.units import parse_size
@@ -379,8 +383,11 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
                 gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Measure what a quantized KV cache changes: next-token distributions against f16 KV
     (top-1 agreement, KL divergence over the returned top-k) and a needle at several depths."""
+    from llamarig.i18n import set_language
     from llamarig.tune.quality import parse_types, render_report, run_quality
 
+    if as_json:  # --json is English on every machine (llamarig.i18n)
+        set_language("en")
     res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, want_plan=False)
     kv = parse_types(types_)
     try:

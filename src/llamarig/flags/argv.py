@@ -20,6 +20,7 @@ from llamarig.flags.history import history_note
 from llamarig.flags.knowledge import FOLKLORE, JSON_OPTIONS, Folklore
 from llamarig.flags.parsed import Invocation, Word
 from llamarig.flags.schema import Option, Schema
+from llamarig.i18n import _
 
 
 @dataclass
@@ -162,12 +163,12 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
             if t.startswith("-") and not is_number(t) and len(t) > 1:
                 name, eq, val = t.partition("=")
                 if eq and (named := schema.lookup(name)):
-                    opt, _ = named
+                    opt = named[0]
                     r.findings.append(finding(
                         "equals-syntax", Severity.ERROR, w.line, t,
-                        f"`{t}`: llama-server has no `--opt=value` syntax, the whole word is an "
-                        "unknown argument (error: invalid argument)",
-                        f"write `{name} {val}`", k, passed, Fix("split-equals", (name, val)), use.index))
+                        _("`{word}`: llama-server has no `--opt=value` syntax, the whole word is an "
+                          "unknown argument (error: invalid argument)").format(word=t),
+                        _("write `{fixed}`").format(fixed=f"{name} {val}"), k, passed, Fix("split-equals", (name, val)), use.index))
                     use.opt = None
                 else:
                     lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
@@ -181,17 +182,17 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
             elif prev is not None and prev.opt is not None and prev.opt.kind in ("flag", "bool_pair"):
                 r.findings.append(finding(
                     "flag-takes-no-value", Severity.ERROR, w.line, prev.spelling,
-                    f"`{prev.spelling}` takes no value, so `{t}` is read as a separate argument: "
-                    f"error: invalid argument: {t}",
-                    f"write `{prev.spelling}` alone" + _neg_hint(prev, t), k, passed,
+                    _("`{flag}` takes no value, so `{word}` is read as a separate argument: "
+                      "error: invalid argument: {word}").format(flag=prev.spelling, word=t),
+                    _("write `{flag}` alone").format(flag=prev.spelling) + _neg_hint(prev, t), k, passed,
                     Fix("drop-value", (t,)), prev.index))
                 use.opt = None
             else:
                 r.findings.append(finding(
                     "stray-argument", Severity.ERROR, w.line, t,
-                    f"`{t}` is not an option and llama-server takes no positional arguments "
-                    f"(error: invalid argument: {t})", "remove it, or put the option it belongs to "
-                    "before it", k, passed, Fix("drop"), use.index))
+                    _("`{word}` is not an option and llama-server takes no positional arguments "
+                      "(error: invalid argument: {word})").format(word=t),
+                    _("remove it, or put the option it belongs to before it"), k, passed, Fix("drop"), use.index))
             r.uses.append(use)
             i += 1
             continue
@@ -207,9 +208,10 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
             hint = opt.value_hint or "VALUE"
             r.findings.append(finding(
                 "missing-value", Severity.ERROR, w.line, t,
-                f"`{t}` needs a value ({hint}) but is followed by the option `{vals[0].text}`, which it "
-                f"takes as its value: error while handling argument \"{t}\" (older builds accepted "
-                f"a bare `{t}`)", f"write `{t} {_default_for(opt)}`", k, passed,
+                _("`{flag}` needs a value ({hint}) but is followed by the option `{next}`, which it "
+                  "takes as its value: error while handling argument \"{flag}\" (older builds accepted "
+                  "a bare `{flag}`)").format(flag=t, hint=hint, next=vals[0].text),
+                _("write `{fixed}`").format(fixed=f"{t} {_default_for(opt)}"), k, passed,
                 Fix("add-value", (_default_for(opt),)), use.index))
             i += 1
             continue
@@ -218,13 +220,14 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
         if n and vals and schema.lookup(vals[0].text) is not None and not is_number(vals[0].text):
             r.findings.append(finding(
                 "value-looks-like-flag", Severity.WARNING, w.line, t,
-                f"`{t}` takes `{vals[0].text}` as its value (it looks like an option)",
-                f"give `{t}` a value", k, passed))
+                _("`{flag}` takes `{value}` as its value (it looks like an option)").format(flag=t, value=vals[0].text),
+                _("give `{flag}` a value").format(flag=t), k, passed))
         if len(vals) < n:
             r.findings.append(finding(
-                "missing-value", Severity.ERROR, w.line, t, f"`{t}` needs a value and none follows "
-                f"(error while handling argument \"{t}\": expected value for argument)",
-                f"give `{t} {opt.value_hint or 'VALUE'}`", k, passed, Fix("drop"), use.index))
+                "missing-value", Severity.ERROR, w.line, t,
+                _("`{flag}` needs a value and none follows (error while handling argument \"{flag}\": "
+                  "expected value for argument)").format(flag=t),
+                _("give `{fixed}`").format(fixed=f"{t} {opt.value_hint or 'VALUE'}"), k, passed, Fix("drop"), use.index))
         if vals and opt.name in JSON_OPTIONS and "$" not in vals[0].text:
             spill = _json_value(use, words, i + 1 + n, r, k, passed)
             i += len(spill)
@@ -284,20 +287,24 @@ def _json_value(use: Use, words: list[Word], j: int, r: Reading, k: int | None, 
             spill, written = [], v.raw or v.text
     use.spill = spill
     meant = written if _json_ok(written) else None
-    got = f"`{v.text}`" + (" and then " + " ".join(f"`{x.text}`" for x in spill) + " as separate arguments"
-                           if spill else "")
+    got = f"`{v.text}`"
     if spill:
-        how = f"the shell split the unquoted JSON at its blanks and removed its double quotes, so llama-server gets {got}"
+        got = _("{value} and then {words} as separate arguments").format(
+            value=got, words=" ".join(f"`{x.text}`" for x in spill))
+    if spill:
+        how = _("the shell split the unquoted JSON at its blanks and removed its double quotes, so llama-server "
+                "gets {got}").format(got=got)
     elif meant and meant != v.text:
-        how = f"the shell removed the double quotes of the unquoted JSON, so llama-server gets {got}"
+        how = _("the shell removed the double quotes of the unquoted JSON, so llama-server gets {got}").format(got=got)
     else:
-        how = f"`{v.text}` is not valid JSON"
-    when = "error while handling argument" if at_parse else "the server exits at start"
+        how = _("`{value}` is not valid JSON").format(value=v.text)
+    when = _("error while handling argument") if at_parse else _("the server exits at start")
     sp = use.spelling
     r.findings.append(finding(
         "invalid-value" if at_parse else "invalid-json", Severity.ERROR, use.line, sp,
-        f"`{sp}` takes JSON: {how} ({where} fails: {when})",
-        f"quote it: `{sp} '{meant}'`" if meant else f"give `{sp}` valid JSON in single quotes", k, passed,
+        _("`{flag}` takes JSON: {how} ({where} fails: {when})").format(flag=sp, how=how, where=where, when=when),
+        _("quote it: `{fixed}`").format(fixed=f"{sp} '{meant}'") if meant
+        else _("give `{flag}` valid JSON in single quotes").format(flag=sp), k, passed,
         Fix("set-value", (meant,)) if meant else None, use.index))
     return spill
 
@@ -316,8 +323,8 @@ def _neg_hint(prev: Use, value: str) -> str:
         return ""
     if value.lower() in FALSY:
         if opt.negations:
-            return f"; to switch it off write `{opt.negations[-1]}`"
-        return "; to leave it off, drop the flag"
+            return _("; to switch it off write `{flag}`").format(flag=opt.negations[-1])
+        return _("; to leave it off, drop the flag")
     return ""
 
 
@@ -326,21 +333,24 @@ def _unknown(schema: Schema, t: str, use: Use, lore: Folklore | None, k: int | N
     # when other bundled builds accept the spelling, say when it came or went (flags/history.py)
     when = history_note(schema, t)
     when = f"; {when}" if when else ""
+    missing = _("`{flag}` does not exist in this llama-server (error: invalid argument: {flag})").format(flag=t)
     if lore is not None:
-        msg = (f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}; "
-               f"intent: {lore.intent}. Real way: {lore.real}")
+        msg = missing + when + "; " + lore.advice()
         if lore.replace:
             v = use.value or ""
             new = tuple(a.replace("{v}", v) for a in lore.replace)
-            return finding("unknown-flag", Severity.ERROR, use.line, t, msg, f"replace with `{' '.join(new)}`",
+            return finding("unknown-flag", Severity.ERROR, use.line, t, msg,
+                           _("replace with `{fixed}`").format(fixed=" ".join(new)),
                            k, passed, Fix("replace", new), use.index)
-        return finding("unknown-flag", Severity.ERROR, use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
-    hint = f"; closest real spellings: {', '.join(near)}" if near else ""
-    msg = f"`{t}` does not exist in this llama-server (error: invalid argument: {t}){when}{hint}"
+        return finding("unknown-flag", Severity.ERROR, use.line, t, msg, _("remove it"), k, passed, Fix("drop"),
+                       use.index)
+    hint = _("; closest real spellings: {names}").format(names=", ".join(near)) if near else ""
+    msg = missing + when + hint
     if near and difflib.SequenceMatcher(None, t, near[0]).ratio() >= 0.85:
-        return finding("unknown-flag", Severity.ERROR, use.line, t, msg, f"did you mean `{near[0]}`?", k, passed,
+        return finding("unknown-flag", Severity.ERROR, use.line, t, msg,
+                       _("did you mean `{flag}`?").format(flag=near[0]), k, passed,
                        Fix("rename", (near[0],)), use.index)
-    return finding("unknown-flag", Severity.ERROR, use.line, t, msg, "remove it", k, passed, Fix("drop"), use.index)
+    return finding("unknown-flag", Severity.ERROR, use.line, t, msg, _("remove it"), k, passed, Fix("drop"), use.index)
 
 
 # ----------------------------------------------------------------------------- settings read

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from llamarig.i18n import N_, _
+
 
 class Severity(str, Enum):
     """How bad a finding is, most severe first. A ``str`` whose value is the word itself, so that
@@ -53,11 +55,15 @@ class Finding:
                 "passed": self.passed}
 
 
+#: what a finding on a cut-off line adds to its message
+CUT_OFF_NOTE = N_(" [on a cut-off line: llama-server does not receive it today, but will once the "
+                  "continuation is fixed]")
+
+
 def finding(rule: str, sev: Severity, line: int, flag: str | None, msg: str, fix: str | None,
             k: int | None, passed: bool = True, action: Fix | None = None,
             use: int | None = None) -> Finding:
     """A finding about invocation ``k``; one on a cut-off line (``passed`` False) says so."""
     if not passed:
-        msg += " [on a cut-off line: llama-server does not receive it today, but will once the " \
-               "continuation is fixed]"
+        msg += _(CUT_OFF_NOTE)
     return Finding(rule, sev, line, flag, msg, fix, k, passed, action, use)

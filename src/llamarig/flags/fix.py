@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import textwrap
+import unicodedata
 from dataclasses import dataclass, field
 
 from llamarig.flags.argv import FALSY, Reading, Use
-from llamarig.flags.findings import Finding, Severity
+from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Severity
 from llamarig.flags.parsed import Command, Invocation, Parsed
 from llamarig.flags.schema import Schema
+from llamarig.i18n import _
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
 
@@ -51,7 +52,8 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
             continue
         if f.action.action == "drop-env":
             dropped_env.update(f.action.args)
-            comments.append(f"# llamarig: removed {f.action.args[0]}: {_short(f.message)}")
+            comments.append("# llamarig: " + _("removed {what}: {why}").format(what=f.action.args[0],
+                                                                               why=_short(f.message)))
             continue
         if f.use is not None:
             actions.setdefault(f.use, []).append(f)
@@ -69,15 +71,16 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         if "drop" in kinds and "replace" not in kinds and "rename" not in kinds and "split-equals" not in kinds:
             f = kinds["drop"]
             if f.rule != "duplicate-flag":
-                comments.append(f"# llamarig: removed `{_show(u)}`: {_short(f.message)}")
+                comments.append("# llamarig: " + _("removed {what}: {why}").format(what=f"`{_show(u)}`",
+                                                                                   why=_short(f.message)))
             continue
         if "replace" in kinds:
             f = kinds["replace"]
             new = list(fixes["replace"].args)
             target = schema.lookup(new[0])
             if target is not None and target[0].name in present:
-                comments.append(f"# llamarig: removed `{_show(u)}` (`{target[0].name}` is already set): "
-                                f"{_short(f.message)}")
+                comments.append("# llamarig: " + _("removed `{what}` (`{flag}` is already set): {why}").format(
+                    what=_show(u), flag=target[0].name, why=_short(f.message)))
                 continue
             if target is not None:
                 present.add(target[0].name)
@@ -92,7 +95,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         if "rename" in kinds:
             new_sp = fixes["rename"].args[0]
             if u.opt is None:
-                comments.append(f"# llamarig: `{u.spelling}` -> `{new_sp}` (closest real spelling)")
+                comments.append(f"# llamarig: `{u.spelling}` -> `{new_sp}` " + _("(closest real spelling)"))
             spelling = new_sp
         if "set-value" in kinds:
             f = kinds["set-value"]
@@ -102,7 +105,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
                 values = [new_v] + values[1:]
         if "add-value" in kinds:
             new_v = fixes["add-value"].args[0]
-            comments.append(f"# llamarig: `{spelling}` -> `{spelling} {new_v}` (it takes a value)")
+            comments.append(f"# llamarig: `{spelling}` -> `{spelling} {new_v}` " + _("(it takes a value)"))
             values = [new_v]
         if "drop-value" in kinds:
             stray = fixes["drop-value"].args[0]
@@ -111,12 +114,13 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
                     comments.append(f"# llamarig: `{spelling} {stray}` -> `{u.opt.negations[-1]}`")
                     spelling = u.opt.negations[-1]
                 else:
-                    comments.append(f"# llamarig: removed `{spelling} {stray}` (off is the default)")
+                    comments.append("# llamarig: " + _("removed `{what}` (off is the default)").format(
+                        what=f"{spelling} {stray}"))
                     continue
             else:
-                comments.append(f"# llamarig: `{spelling} {stray}` -> `{spelling}` (it takes no value)")
+                comments.append(f"# llamarig: `{spelling} {stray}` -> `{spelling}` " + _("(it takes no value)"))
         if u.opt is None and "rename" not in kinds:
-            comments.append(f"# llamarig: removed unknown `{_show(u)}`")
+            comments.append("# llamarig: " + _("removed unknown `{what}`").format(what=_show(u)))
             continue
         out.append([spelling] + values)
     # the last occurrence of a non-appending option wins: keep only that one
@@ -155,19 +159,67 @@ def _show(u: Use) -> str:
 def _short(msg: str) -> str:
     """The finding's message for a fix comment, whole (a cut comment cut a flag name in half:
     'iq4_n...'); long ones are wrapped over several comment lines by _wrap."""
-    return re.sub(r"\s*\[on a cut-off line.*\]$", "", msg)
+    for note in {CUT_OFF_NOTE, _(CUT_OFF_NOTE)}:
+        if msg.endswith(note):
+            return msg[: -len(note)].rstrip()
+    return msg
+
+
+#: the pieces a comment may be broken between: one wide (CJK) character, a run of other
+#: non-blank characters (a word, a flag name: never broken), a run of blanks
+_PIECE_RE = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]"
+                       r"|[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]+|\s+")
+
+
+def _cells(text: str) -> int:
+    """Terminal columns of ``text``: wide (CJK, full-width) characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _wrap(comment: str, width: int = 100) -> list[str]:
-    """A '# ...' comment over lines of at most ``width`` columns, never breaking a word."""
-    if len(comment) <= width:
+    """A '# ...' comment over lines of at most ``width`` terminal columns, never breaking a word
+    (Chinese text, which has no blanks, breaks between characters)."""
+    if _cells(comment) <= width:
         return [comment]
-    return textwrap.wrap(comment, width=width, subsequent_indent="#   ", break_long_words=False,
-                         break_on_hyphens=False) or [comment]
+    lines: list[str] = []
+    line = ""
+    for piece in _PIECE_RE.findall(comment):
+        if piece.isspace():
+            if line:
+                line += " "
+            continue
+        if line and _cells(line + piece) > width:
+            lines.append(line.rstrip())
+            line = "#   " + piece
+        else:
+            line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines or [comment]
 
 
 def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))  # first occurrences, in order
+
+
+def _dedupe_comments(lines: list[str], above: set[str]) -> list[str]:
+    """Comment lines without repeats, a wrapped comment judged as a whole: its '#   '
+    continuation lines stay with their first line (two findings can share a continuation line,
+    e.g. the list of allowed KV types, and dropping the second copy cut that comment short)."""
+    out: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    group: list[str] = []
+    for ln in [*lines, ""]:
+        if ln.startswith("#   ") and group:
+            group.append(ln)
+            continue
+        if group:
+            key = tuple(group)
+            if key not in seen and not all(g in above for g in group):
+                seen.add(key)
+                out.extend(group)
+        group = [ln] if ln else []
+    return out
 
 
 def _prefix(inv: Invocation, lines: list[str], dropped_env: set[str]) -> str:
@@ -211,7 +263,8 @@ def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], s
     blocks = []
     for k, inv in enumerate(parsed.invocations):
         fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
-        head = f"# {parsed.kind} {inv.label}: corrected command" if inv.label else "# corrected command"
+        head = ("# " + _("{kind} {label}: corrected command").format(kind=parsed.kind, label=inv.label) if inv.label
+                else "# " + _("corrected command"))
         blocks.append("\n".join([head, *fx.comments, _join(inv.program, fx.args, False)]))
     return "\n\n".join(blocks) + "\n"
 
@@ -262,14 +315,14 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         while j >= 0 and lines[j].strip().startswith("#"):
             above.add(lines[j].strip())
             j -= 1
-        header = [c for c in _dedupe([*kept_comments, *fx.comments, *warn]) if c not in above]
+        header = _dedupe_comments([*kept_comments, *fx.comments, *warn], above)
         text = "\n".join([*header, body])
         replace[start] = (end, text)
     for n in parsed.notes:
         if n.kind == "kill-by-name":
             notes_at.setdefault(n.line - 1, []).append(
-                "# llamarig: killall matches every process with this name; prefer `kill \"$(cat server.pid)\"` "
-                "or `pkill -x NAME -u \"$USER\"` and wait for the exit")
+                "# llamarig: " + _("killall matches every process with this name; prefer "
+                                   "`kill \"$(cat server.pid)\"` or `pkill -x NAME -u \"$USER\"` and wait for the exit"))
     if parsed.kind == "systemd":
         dropped = {n for fx in fixed for n in fx.dropped_env}
         for i, ln in enumerate(lines):
@@ -278,7 +331,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
                 for name in dropped:
                     new = re.sub(rf"(\s|=)\"?{re.escape(name)}=[^\s\"]*\"?", r"\1", new)
                 if new != ln:
-                    replace[i] = (i, f"# llamarig: was `{ln.strip()}`" + (f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
+                    replace[i] = (i, "# llamarig: " + _("was `{line}`").format(line=ln.strip()) + (f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
     out: list[str] = []
     i = 0
     while i < len(lines):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from llamarig.flags.schema import Schema, bundled_builds, load_bundled
+from llamarig.i18n import _
 
 
 @dataclass(frozen=True)
@@ -33,20 +34,23 @@ class FlagHistory:
             return None
         have = self.builds
         if current is None:
-            return f"bundled builds {_span(have)} accept `{self.spelling}`; this build does not"
+            return _("bundled builds {builds} accept `{flag}`; this build does not").format(
+                builds=_span(have), flag=self.spelling)
         older = [b for b in have if b < current]
         newer = [b for b in have if b > current]
         if older:
             last = older[-1]
             gone = next((b for b in self.sampled if b > last and b not in have), None)
-            where = f"between builds {last} and {gone}" if gone is not None and gone <= current else f"after build {last}"
-            return (f"removed from llama-server {where} (bundled builds {_span(older)} accept it; "
-                    f"this is build {current})")
+            where = (_("between builds {a} and {b}").format(a=last, b=gone) if gone is not None and gone <= current
+                     else _("after build {a}").format(a=last))
+            return _("removed from llama-server {where} (bundled builds {builds} accept it; this is build "
+                     "{current})").format(where=where, builds=_span(older), current=current)
         first = newer[0]
         before = [b for b in self.sampled if b < first]
-        since = f"between builds {before[-1]} and {first}" if before and before[-1] >= current else f"by build {first}"
-        return (f"added to llama-server {since}, newer than this build {current}: upgrade "
-                f"llama-server to use it, or drop it")
+        since = (_("between builds {a} and {b}").format(a=before[-1], b=first) if before and before[-1] >= current
+                 else _("by build {a}").format(a=first))
+        return _("added to llama-server {since}, newer than this build {current}: upgrade llama-server to use "
+                 "it, or drop it").format(since=since, current=current)
 
 
 def _span(builds: list[int] | tuple[int, ...]) -> str:

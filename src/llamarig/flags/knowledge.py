@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llamarig.i18n import N_, language
+
 
 @dataclass(frozen=True)
 class Folklore:
@@ -21,6 +23,13 @@ class Folklore:
     takes_value: bool = True
     replace: tuple[str, ...] = ()
     zh: str = ""
+
+    def advice(self) -> str:
+        """The intent and the real way, in the current language (the Chinese ``zh`` when there
+        is one)."""
+        if language() == "zh" and self.zh:
+            return self.zh
+        return f"intent: {self.intent}. Real way: {self.real}"
 
 
 # Flags seen in users' scripts (the field reports in tests/fixtures/seeds, guides, other tools),
@@ -71,32 +80,43 @@ FOLKLORE: dict[str, Folklore] = {
                                "leave it out", takes_value=False, zh="默认 `--load-mode auto` 不用直接 I/O，删掉即可"),
     "-ndio": Folklore("no direct I/O", "the default `--load-mode auto` does not use direct I/O: leave it out",
                       takes_value=False, zh="默认 `--load-mode auto` 不用直接 I/O，删掉即可"),
-    "--memory-f32": Folklore("f32 KV cache", "`-ctk f32 -ctv f32`", takes_value=False),
+    "--memory-f32": Folklore("f32 KV cache", "`-ctk f32 -ctv f32`", takes_value=False,
+                             zh="f32 KV 缓存：`-ctk f32 -ctv f32`"),
     "--gpu-memory-utilization": Folklore(
         "a VRAM fraction (vLLM)", "llama-server has no fraction; `--fit on --fit-target MiB` "
         "leaves MiB free per device", zh="vLLM 参数；llama-server 用 `--fit on --fit-target MiB`"),
     "--tensor-parallel-size": Folklore("tensor parallelism (vLLM)",
-                                       "`-sm tensor` (needs flash attention) or `-sm layer`"),
-    "--max-model-len": Folklore("context length (vLLM)", "`-c/--ctx-size N`", replace=("--ctx-size", "{v}")),
-    "--max-seq-len": Folklore("context length", "`-c/--ctx-size N`", replace=("--ctx-size", "{v}")),
-    "--num-workers": Folklore("workers", "`-np/--parallel N` (slots), `-t/-tb` (threads), `--threads-http`"),
+                                       "`-sm tensor` (needs flash attention) or `-sm layer`",
+                                       zh="vLLM 的张量并行；llama-server 用 `-sm tensor`（需开 flash attention）或 `-sm layer`"),
+    "--max-model-len": Folklore("context length (vLLM)", "`-c/--ctx-size N`", replace=("--ctx-size", "{v}"),
+                                zh="vLLM 的上下文长度；llama-server 用 `-c/--ctx-size N`"),
+    "--max-seq-len": Folklore("context length", "`-c/--ctx-size N`", replace=("--ctx-size", "{v}"),
+                              zh="上下文长度：`-c/--ctx-size N`"),
+    "--num-workers": Folklore("workers", "`-np/--parallel N` (slots), `-t/-tb` (threads), `--threads-http`",
+                              zh="槽位用 `-np/--parallel N`，线程用 `-t/-tb`，HTTP 线程用 `--threads-http`"),
     "--cache-split": Folklore("spread the KV cache over GPUs",
-                              "KV follows the layer split (`-sm`, `-ts`); `-nkvo` keeps KV in RAM"),
+                              "KV follows the layer split (`-sm`, `-ts`); `-nkvo` keeps KV in RAM",
+                              zh="KV 跟着层的切分走（`-sm`、`-ts`）；`-nkvo` 把 KV 放在内存"),
     "--fast-communication": Folklore("faster multi-GPU transfers", "no equivalent; see `-sm`, `-ts`, `-mg`",
-                                     takes_value=False),
-    "--cache-mode": Folklore("KV placement (FastLLM)", "`-nkvo` keeps KV in RAM; default is on the GPU"),
+                                     takes_value=False, zh="没有对应参数；多卡看 `-sm`、`-ts`、`-mg`"),
+    "--cache-mode": Folklore("KV placement (FastLLM)", "`-nkvo` keeps KV in RAM; default is on the GPU",
+                             zh="FastLLM 的 KV 放置；llama-server 默认放显存，`-nkvo` 放内存"),
     "--quantization": Folklore("weight quantization (vLLM/FastLLM)",
-                               "choose a quantized GGUF file; llama-server cannot requantize at load"),
+                               "choose a quantized GGUF file; llama-server cannot requantize at load",
+                               zh="选一个已量化的 GGUF 文件；llama-server 加载时不能重新量化"),
     "--ctx-size-draft": Folklore("draft context size", "no such flag: the draft/MTP context always "
-                                 "gets the target's n_ctx (common/speculative.cpp)"),
-    "-cd": Folklore("draft context size", "no such flag: the draft/MTP context gets the target's n_ctx"),
+                                 "gets the target's n_ctx (common/speculative.cpp)",
+                                 zh="没有这个参数：草稿/MTP 上下文总是用主模型的 n_ctx（common/speculative.cpp）"),
+    "-cd": Folklore("draft context size", "no such flag: the draft/MTP context gets the target's n_ctx",
+                    zh="没有这个参数：草稿/MTP 上下文用主模型的 n_ctx"),
     "--mtp": Folklore("MTP speculative decoding", "`--spec-type draft-mtp` (--mtp is llama-download only)",
-                      takes_value=False, replace=("--spec-type", "draft-mtp")),
+                      takes_value=False, replace=("--spec-type", "draft-mtp"),
+                      zh="MTP 投机解码：`--spec-type draft-mtp`（--mtp 只属于 llama-download）"),
     "--n-gpu-layers-draft": Folklore("draft GPU layers", "`-ngld/--spec-draft-ngl N`",
-                                     replace=("--spec-draft-ngl", "{v}")),
-    "--log_disable": Folklore("disable logging", "`--log-disable`", takes_value=False),
-    "--embeddings-only": Folklore("embeddings", "`--embedding`", takes_value=False),
-    "--kv-cache-type": Folklore("KV cache type", "`-ctk TYPE -ctv TYPE`"),
+                                     replace=("--spec-draft-ngl", "{v}"), zh="草稿模型上 GPU 的层数：`-ngld/--spec-draft-ngl N`"),
+    "--log_disable": Folklore("disable logging", "`--log-disable`", takes_value=False, zh="关闭日志：`--log-disable`"),
+    "--embeddings-only": Folklore("embeddings", "`--embedding`", takes_value=False, zh="只做嵌入：`--embedding`"),
+    "--kv-cache-type": Folklore("KV cache type", "`-ctk TYPE -ctv TYPE`", zh="KV 缓存类型：`-ctk TYPE -ctv TYPE`"),
 }
 
 #: KV cache types people write that llama-server rejects -> the closest accepted type
@@ -130,17 +150,18 @@ LIVE_GGML_ENV = frozenset({
 LIVE_GGML_PREFIXES = ("GGML_VK_", "GGML_METAL_", "GGML_OPENCL_", "GGML_HEXAGON_", "GGML_SYCL_",
                       "GGML_CANN_", "GGML_KLEIDIAI_", "GGML_ZENDNN_", "GGML_RDMA_", "GGML_ET_", "GGML_VULKAN_")
 #: names people set that llama.cpp no longer (or never) reads at run time, with what to do
+#: (catalogue messages: translated where they are shown)
 DEAD_ENV: dict[str, str] = {
-    "LLAMA_SET_ROWS": "SET_ROWS is always used now; the variable is not read anywhere (the only "
-                      "mention left is a comment in ggml-zdnn.cpp)",
-    "GGML_CUDA_FORCE_MMQ": "a CMake option (-DGGML_CUDA_FORCE_MMQ=ON), not an environment variable",
-    "GGML_CUDA_FORCE_CUBLAS": "a CMake option (-DGGML_CUDA_FORCE_CUBLAS=ON), not an environment variable",
-    "GGML_CUDA_FA_ALL_QUANTS": "a CMake option (-DGGML_CUDA_FA_ALL_QUANTS=ON), not an environment variable",
-    "LLAMA_CUBLAS": "a build option of old Makefiles, not read at run time",
-    "LLAMA_CUDA": "a build option of old Makefiles, not read at run time",
-    "GGML_CUDA": "a CMake option, not read at run time",
-    "LLAMA_ARG_MLOCK": "--mlock was replaced by --load-mode (env LLAMA_ARG_LOAD_MODE)",
-    "LLAMA_ARG_NO_MMAP": "--no-mmap was replaced by --load-mode (env LLAMA_ARG_LOAD_MODE)",
+    "LLAMA_SET_ROWS": N_("SET_ROWS is always used now; the variable is not read anywhere (the only "
+                         "mention left is a comment in ggml-zdnn.cpp)"),
+    "GGML_CUDA_FORCE_MMQ": N_("a CMake option (-DGGML_CUDA_FORCE_MMQ=ON), not an environment variable"),
+    "GGML_CUDA_FORCE_CUBLAS": N_("a CMake option (-DGGML_CUDA_FORCE_CUBLAS=ON), not an environment variable"),
+    "GGML_CUDA_FA_ALL_QUANTS": N_("a CMake option (-DGGML_CUDA_FA_ALL_QUANTS=ON), not an environment variable"),
+    "LLAMA_CUBLAS": N_("a build option of old Makefiles, not read at run time"),
+    "LLAMA_CUDA": N_("a build option of old Makefiles, not read at run time"),
+    "GGML_CUDA": N_("a CMake option, not read at run time"),
+    "LLAMA_ARG_MLOCK": N_("--mlock was replaced by --load-mode (env LLAMA_ARG_LOAD_MODE)"),
+    "LLAMA_ARG_NO_MMAP": N_("--no-mmap was replaced by --load-mode (env LLAMA_ARG_LOAD_MODE)"),
 }
 
 #: hosts that only listen locally

@@ -90,9 +90,23 @@ class Option:
 
     @property
     def summary(self) -> str:
-        """First sentence of the help text, without env/default decorations."""
+        """The help text's first line, without the env decoration, joined with the lines that
+        llama.cpp's fixed-width wrapping split off it: while a parenthesis is open or the line
+        ends mid-phrase (``,``, ``or``, ``and``...). A bare first line read "whether to adjust
+        unset arguments to fit in device memory ('on' or"."""
         text = re.sub(r"\s*\(env: [A-Za-z0-9_]+\)\s*$", "", self.help).strip()
-        return text.split("\n")[0].strip()
+        lines = [ln.strip() for ln in text.split("\n")]
+        out = lines[0]
+        for ln in lines[1:]:
+            open_paren = out.count("(") > out.count(")")
+            if not ln or not (open_paren or _MID_PHRASE.search(out)):
+                break
+            out += " " + ln
+        return out
+
+
+#: a help line that stops in the middle of a phrase (its next line continues it)
+_MID_PHRASE = re.compile(r"(,|\b(or|and|to|the|of|a|an|in|on|for|with|by|is|are|be|if|when|from|not|than|as))$", re.I)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from llamarig.errors import InputError
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import load_bundled
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
+from llamarig.i18n import _
 
 #: --spec-type values (common/speculative.cpp:72-84)
 SPEC_TYPES = (
@@ -408,7 +409,8 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             msg = f"{tok}: removed from llama-server ({advice})"
             if strict:
                 raise InputError(msg)
-            problems.append(msg + "; llama-server would exit with 'invalid argument'")
+            problems.append(_("{flag}: removed from llama-server ({advice}); llama-server would exit with 'invalid "
+                              "argument'").format(flag=tok, advice=advice))
             if name in ("--no-mmap", "--mlock"):
                 vals["load_mode"] = "none" if name == "--no-mmap" else "mlock"
                 set_flags.add("load_mode")
@@ -430,8 +432,9 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
                 else:
                     if schema is not None:
                         problems.append(
-                            f"{tok}: not a llama-server flag of build {schema.build}: llama-server would refuse "  # type: ignore[attr-defined]
-                            f"to start ('error: invalid argument: {tok}', common/arg.cpp:830)")
+                            _("{flag}: not a llama-server flag of build {build}: llama-server would refuse to start "
+                              "('error: invalid argument: {flag}', common/arg.cpp:830)").format(
+                                flag=tok, build=schema.build))  # type: ignore[attr-defined]
                     else:
                         ignored.append(tok)
                     # skip its value, if the next token is not a flag

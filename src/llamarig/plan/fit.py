@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from llamarig.i18n import _
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.units import MiB
@@ -163,15 +164,16 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
             n_ctx = n_ctx_min_total
         cur_cfg = cfg.with_(n_ctx=n_ctx)
         cur_plan = plan_for(cur_cfg)
-        ctx_note = (f"--fit (on by default, -c unset): context lowered from {n_ctx_max} to {n_ctx} so that "
-                    f"each device keeps --fit-target {cfg.fit_target_mib[0] if cfg.fit_target_mib else 1024} MiB "
-                    "free (common/fit.cpp:413-445, linear interpolation between --fit-ctx and n_ctx_train)")
+        ctx_note = _("--fit (on by default, -c unset): context lowered from {before} to {after} so that each device "
+                     "keeps --fit-target {mib} MiB free (common/fit.cpp:413-445, linear interpolation between "
+                     "--fit-ctx and n_ctx_train)").format(
+            before=n_ctx_max, after=n_ctx, mib=cfg.fit_target_mib[0] if cfg.fit_target_mib else 1024)
         notes.append(ctx_note)
     if done_by_ctx:
         return FitOutcome(cur_plan, cur_cfg, notes, warnings)
     if nd == 0:
-        warnings.append("--fit: the model does not fit into system memory even at the smallest context; "
-                        "llama-server's fit gives up (common/fit.cpp:459-461)")
+        warnings.append(_("--fit: the model does not fit into system memory even at the smallest context; "
+                          "llama-server's fit gives up (common/fit.cpp:459-461)"))
         return FitOutcome(cur_plan, cur_cfg, notes, warnings) if ctx_note else None
 
     # ---------------------------------------------------------------- preconditions (fit.cpp:463-486)
@@ -186,7 +188,7 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
         why = "-ot/--cpu-moe/--n-cpu-moe/--n-cpu-ffn given (fit.cpp:484-486)"
     if why:
         if any(free[i] - u < margins[i] for i, u in enumerate(used(cur_plan))):
-            notes.append(f"--fit does not move layers to the CPU: {why}; the plan keeps your placement")
+            notes.append(_("--fit does not move layers to the CPU: {why}; the plan keeps your placement").format(why=why))
         return FitOutcome(cur_plan, cur_cfg, notes, warnings) if ctx_note else (
             FitOutcome(plan0, cfg, notes, warnings) if notes else None)
 
@@ -256,33 +258,34 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
             ngl, ob, mem = _fit_step4(ngl, ob, mem, targets, names, mem_for, copy)
         final_cfg = cfg_for(ngl, ob)
     except _FitAbort as e:
-        notes.append(f"--fit gives up: {e}")
+        notes.append(_("--fit gives up: {why}").format(why=e))
         return FitOutcome(cur_plan, cur_cfg, notes, warnings)
 
     out = plan_for(final_cfg)
     m_all = hp_ngl + 1
     n_gpu = final_cfg.n_gpu_layers
-    per = ", ".join(f"{x.n_layer} on {names[i]}" for i, x in enumerate(ngl))
+    per = ", ".join(_("{n} on {device}").format(n=x.n_layer, device=names[i]) for i, x in enumerate(ngl))
     n_cpu = m_all - n_gpu
     n_exp_cpu = sum(1 for pat, buft in final_cfg.override_tensor
                     if buft == "CPU" and any(re.search(pat, t.name) for t in spec.tensors))
     what = []
     if n_cpu > 0:
-        what.append(f"{n_cpu} layer(s)")
+        what.append(_("{n} layer(s)").format(n=n_cpu))
     if n_exp_cpu:
-        what.append(f"the expert tensors of {n_exp_cpu} layer(s) (like --n-cpu-moe)")
+        what.append(_("the expert tensors of {n} layer(s) (like --n-cpu-moe)").format(n=n_exp_cpu))
     equiv = f"-ngl {n_gpu}" + (f" -ts {','.join(str(x.n_layer) for x in ngl)}" if nd > 1 else "")
     if final_cfg.override_tensor:
         equiv += f" + {len(final_cfg.override_tensor)} -ot override(s)"
     notes.append(
-        f"--fit would place {n_gpu} of {m_all} layers on the GPU ({per}), the rest on the CPU"
-        + (f": {' and '.join(what)} in host memory" if what else "")
-        + f"; each device keeps --fit-target free (common/fit.cpp:488-931, modelled from the source, "
-        f"not measured); equivalent to {equiv}")
+        _("--fit would place {n} of {total} layers on the GPU ({per}), the rest on the CPU").format(
+            n=n_gpu, total=m_all, per=per)
+        + (_(": {what} in host memory").format(what=_(" and ").join(what)) if what else "")
+        + _("; each device keeps --fit-target free (common/fit.cpp:488-931, modelled from the source, not "
+            "measured); equivalent to {equiv}").format(equiv=equiv))
     if what:
-        warnings.append(f"--fit moves {' and '.join(what)} to the CPU: llama-server starts, but decode will be "
-                        "much slower than with everything on the GPU (see the speed table); lower -c, use "
-                        "smaller KV types or a smaller quant to keep it all on the GPU")
+        warnings.append(_("--fit moves {what} to the CPU: llama-server starts, but decode will be much slower than "
+                          "with everything on the GPU (see the speed table); lower -c, use smaller KV types or a "
+                          "smaller quant to keep it all on the GPU").format(what=_(" and ").join(what)))
     return FitOutcome(out, final_cfg, notes, warnings)
 
 

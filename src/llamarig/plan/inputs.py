@@ -14,6 +14,7 @@ from llamarig.errors import GGUFError, InputError
 from llamarig.gguf import load_spec
 from llamarig.hardware.cpu import CpuFeatures, parse_cpu_features
 from llamarig.hardware.types import Hardware
+from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.plan.result import Plan
@@ -119,8 +120,9 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
                                ("--draft", pa.draft, cfg.draft_model)):
         if mine and theirs and mine != theirs:
             flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
-            problems.append(f"{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; "
-                            f"the {flag} {theirs} of the llama-server command is ignored")
+            problems.append(_("{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
+                              "{theirs} of the llama-server command is ignored").format(
+                what=what, mine=mine, flag=flag, theirs=theirs))
     model = pa.model or cfg.model
     if not model:
         raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
@@ -130,7 +132,7 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
     draft = None
     d_arg = pa.draft or cfg.draft_model
     if d_arg:
-        draft, _ = _load_model(d_arg)
+        draft = _load_model(d_arg)[0]
     shown_model = model
     if cat is not None and not Path(model).exists():
         shown_model = f"<{spec.name or cat.id}-{spec.path.split(':')[-1].upper()}.gguf>"

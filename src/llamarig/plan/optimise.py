@@ -42,6 +42,7 @@ from typing import Any
 
 from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.config import ServerConfig
@@ -235,7 +236,7 @@ def _repair_split(inp: PlanInputs, cfg: ServerConfig, counts: list[float], headr
     c = list(counts)
     cur = _set(cfg, tensor_split=tuple(c))
     plan = _plan(inp, cur)
-    for _ in range(tries):
+    for _try in range(tries):
         frees = [(d.free if d.free is not None else 0) - headroom for d in plan.devices]
         worst = min(range(len(frees)), key=lambda i: frees[i])
         best = max(range(len(frees)), key=lambda i: frees[i])
@@ -414,16 +415,19 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
     if not fitting:
         smallest = min(cands, key=lambda c: sum(d.total for d in c.plan.devices), default=None)
         if smallest is not None:
-            short = [f"{d.name} ({d.label}) needs {fmt_bytes(d.total)} of {fmt_bytes(d.capacity or 0)}"
+            short = [_("{device} ({label}) needs {used} of {capacity}").format(
+                         device=d.name, label=d.label, used=fmt_bytes(d.total), capacity=fmt_bytes(d.capacity or 0))
                      for d in smallest.plan.devices if d.free is not None and d.free < t.headroom]
             kv = smallest.plan.kv_bytes_per_token
             out.append(
-                f"context {t.ctx} x {t.slots} slot(s) does not fit with {fmt_bytes(t.headroom)} headroom even with "
-                f"K {smallest.cfg.cache_type_k}/V {smallest.cfg.cache_type_v} ({kv} B per token = "
-                f"{fmt_bytes(kv * t.ctx * t.slots)} of KV): " + "; ".join(short or smallest.plan.shortfalls()))
+                _("context {ctx} x {slots} slot(s) does not fit with {headroom} headroom even with K {k}/V {v} "
+                  "({kv} B per token = {kv_total} of KV): ").format(
+                    ctx=t.ctx, slots=t.slots, headroom=fmt_bytes(t.headroom), k=smallest.cfg.cache_type_k,
+                    v=smallest.cfg.cache_type_v, kv=kv, kv_total=fmt_bytes(kv * t.ctx * t.slots))
+                + _("; ").join(short or smallest.plan.shortfalls()))
             if inp.hardware.ram_bytes is not None:
-                out.append(f"keeping layers or experts in host RAM (-ngl / --n-cpu-moe) does not fit either: "
-                           f"host RAM is {fmt_bytes(inp.hardware.ram_bytes)} (--ram)")
+                out.append(_("keeping layers or experts in host RAM (-ngl / --n-cpu-moe) does not fit either: host "
+                             "RAM is {size} (--ram)").format(size=fmt_bytes(inp.hardware.ram_bytes)))
         return out
     if t.decode_tok_s is None:
         return out
@@ -436,17 +440,20 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
     dev_desc = ", ".join(f"{x.label} {x.bandwidth_gbs:g} GB/s" for x in gpus)
     host = [x for x in rep.devices if x.backend == "CPU" and x.weights_read]
     if host:
-        dev_desc = (dev_desc + ", " if dev_desc else "") + (
-            f"host RAM {host[0].bandwidth_gbs:g} GB/s for the {host[0].weights_read / GB:.2f} GB kept there")
+        dev_desc = (dev_desc + ", " if dev_desc else "") + _(
+            "host RAM {bw:g} GB/s for the {gb:.2f} GB kept there").format(bw=host[0].bandwidth_gbs,
+                                                                          gb=host[0].weights_read / GB)
     out.append(
-        f"decode {t.decode_tok_s:g} tok/s at depth {t.depth} needs >= {need_tbs:.2f} TB/s for "
-        f"{bytes_tok / GB:.2f} GB read per token ({wbytes / GB:.2f} GB of active weights); {dev_desc}: "
-        f"the limit is {rep.at_depth(t.depth).limit_tok_s:.0f} tok/s, predicted {rep.at_depth(t.depth).decode_tok_s:.0f} tok/s "
-        f"(calibrated efficiency)")
+        _("decode {rate:g} tok/s at depth {depth} needs >= {tbs:.2f} TB/s for {gb:.2f} GB read per token ({wgb:.2f} "
+          "GB of active weights); {devices}: the limit is {limit:.0f} tok/s, predicted {pred:.0f} tok/s (calibrated "
+          "efficiency)").format(rate=t.decode_tok_s, depth=t.depth, tbs=need_tbs, gb=bytes_tok / GB, wgb=wbytes / GB,
+                                devices=dev_desc, limit=rep.at_depth(t.depth).limit_tok_s,
+                                pred=rep.at_depth(t.depth).decode_tok_s))
     if rep.speculative is not None:
         s = rep.speculative
-        out.append(f"with MTP (a={s.acceptance:.2f}, n={s.n_max}) the best candidate reaches about "
-                   f"{top.decode_at_target:.0f} tok/s ({s.tokens_per_step:.2f} tokens per step)")
+        out.append(_("with MTP (a={a:.2f}, n={n}) the best candidate reaches about {rate:.0f} tok/s ({tps:.2f} "
+                     "tokens per step)").format(a=s.acceptance, n=s.n_max, rate=top.decode_at_target,
+                                                tps=s.tokens_per_step))
     else:
         # what an MTP head or a draft model could do: a = 0.6, n = 3, a draft pass reading the
         # output head and one layer
@@ -460,7 +467,7 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
         draft_s = (head + wbytes / n_main) / bw + 0.5 * gpu.eff.overhead_ms / 1000
         step = base_t * (1 + gpu.eff.verify_per_token * n) + n * draft_s
         est = tokens_per_step(a, n) / step
-        out.append(f"this model has no MTP layers and no draft was given; an MTP release or draft model with "
-                   f"acceptance a={a} and n={n} could reach about {est:.0f} tok/s "
-                   f"((1 - a^(n+1))/(1 - a) = {tokens_per_step(a, n):.2f} tokens per step)")
+        out.append(_("this model has no MTP layers and no draft was given; an MTP release or draft model with "
+                     "acceptance a={a} and n={n} could reach about {rate:.0f} tok/s ((1 - a^(n+1))/(1 - a) = {tps:.2f} "
+                     "tokens per step)").format(a=a, n=n, rate=est, tps=tokens_per_step(a, n)))
     return out

@@ -11,6 +11,7 @@ from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.cpu import DEFAULT_FEATURES, CpuFeatures
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, extra_bufts_in_list, host_weight_buffer
 from llamarig.hardware.types import GPU, Hardware
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.compute import (
     estimate_compute,
@@ -78,8 +79,8 @@ def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[st
         names = [f"RPC{i}[{h}]" for i, h in enumerate(cfg.rpc)] + names
         gpus = rpc + gpus
         free = [guess] * len(rpc) + free
-        notes.append(f"--rpc: the RPC servers' memory is unknown here; the default split assumes "
-                     f"{fmt_bytes(guess)} each (give -ts to fix it)")
+        notes.append(_("--rpc: the RPC servers' memory is unknown here; the default split assumes {size} each "
+                       "(give -ts to fix it)").format(size=fmt_bytes(guess)))
     return names, gpus, free
 
 
@@ -106,9 +107,10 @@ def make_plan(inp: PlanInputs) -> Plan:
     if not cfg.fit:
         return plan
     if cfg.split_mode == "tensor":
-        note = ("-sm tensor: --fit gives up at once ('not implemented for SPLIT_MODE_TENSOR', common/fit.cpp:183-185): "
-                + ("the context is not lowered (n_ctx_train is planned) and " if cfg.n_ctx == 0 else "")
-                + "no layers are moved to the CPU")
+        note = (_("-sm tensor: --fit gives up at once ('not implemented for SPLIT_MODE_TENSOR', "
+                  "common/fit.cpp:183-185): ")
+                + (_("the context is not lowered (n_ctx_train is planned) and ") if cfg.n_ctx == 0 else "")
+                + _("no layers are moved to the CPU"))
         return replace(plan, notes=(*plan.notes, note))
     fo = fit(inp, plan, lambda i, base: _make_plan(i, base_cfg=base))
     if fo is None:
@@ -290,26 +292,27 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
                            f"tensors kept on the CPU ({spec.n_layer - sum(layers_on)} layer(s), token embeddings)")
     host["weights"] = host_w
     if not n_dev or cfg.no_host:
-        notes.append(f"CPU buffer types (AMX, CPU_REPACK) planned for {cpu.describe()}")
+        notes.append(_("CPU buffer types (AMX, CPU_REPACK) planned for {cpu}").format(cpu=cpu.describe()))
     if cpu.has("KLEIDIAI") and (not n_dev or cfg.no_host) and cfg.repack:
-        warnings.append("a KleidiAI build (GGML_CPU_KLEIDIAI): its KLEIDIAI buffer type comes before CPU_REPACK "
-                        "(ggml-cpu/ggml-cpu.cpp:58-62) and is not modelled; host weights may differ")
+        warnings.append(_("a KleidiAI build (GGML_CPU_KLEIDIAI): its KLEIDIAI buffer type comes before CPU_REPACK "
+                          "(ggml-cpu/ggml-cpu.cpp:58-62) and is not modelled; host weights may differ"))
     tiles = amx_tile_types(spec, cfg, placement, cpu, host_w)
     if tiles:
         warnings.append(
-            f"{', '.join(tiles)} matrices go to the AMX buffer and run llama.cpp's AMX tile kernels for "
-            "prompts of more than one token (ggml-cpu/amx/mmq.cpp ggml_backend_amx_mul_mat); that path crashed "
-            "with SIGSEGV in warm-up on an AMX Xeon for llamarig's synthetic q8_0/q4_0 models and in "
-            "https://github.com/ggml-org/llama.cpp/issues/20824 (f16 takes AVX-512 kernels and did not). "
-            "If llama-server crashes there, --no-repack keeps these weights out of AMX")
+            _("{types} matrices go to the AMX buffer and run llama.cpp's AMX tile kernels for prompts of more "
+              "than one token (ggml-cpu/amx/mmq.cpp ggml_backend_amx_mul_mat); that path crashed with SIGSEGV in "
+              "warm-up on an AMX Xeon for llamarig's synthetic q8_0/q4_0 models and in "
+              "https://github.com/ggml-org/llama.cpp/issues/20824 (f16 takes AVX-512 kernels and did not). If "
+              "llama-server crashes there, --no-repack keeps these weights out of AMX").format(types=", ".join(tiles)))
     if ws.host and n_dev and not cfg.no_host and cfg.repack and _gpu_host_buffer(gpus) and any(
             host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=True).buffer
             for t in M._host_tensors(spec, cfg, placement)):
-        notes.append("host weights stay in the GPU's host buffer, not CPU_REPACK/AMX: with a GPU, llama.cpp puts "
-                     "the pinned host buffer ahead of the CPU's extra buffer types (src/llama-model.cpp:1101-1128); "
-                     "--no-host lets the CPU repack them for faster CPU matmuls")
+        notes.append(_("host weights stay in the GPU's host buffer, not CPU_REPACK/AMX: with a GPU, llama.cpp "
+                       "puts the pinned host buffer ahead of the CPU's extra buffer types "
+                       "(src/llama-model.cpp:1101-1128); --no-host lets the CPU repack them for faster CPU matmuls"))
     if ws.skipped:
-        notes.append(f"{fmt_bytes(ws.skipped)} of MTP (nextn) weights are not loaded without --spec-type draft-mtp")
+        notes.append(_("{size} of MTP (nextn) weights are not loaded without --spec-type draft-mtp").format(
+            size=fmt_bytes(ws.skipped)))
 
     # ---------------------------------------------------------------- KV cache
     kvl = M.kv_layers(spec, ctx, cfg.cache_type_k, cfg.cache_type_v)
@@ -392,8 +395,8 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     # ---------------------------------------------------------------- MTP draft context / draft model
     mtp = M.mtp_kv_layers(spec, ctx, cfg)
     if cfg.mtp and not spec.nextn_layers and inp.draft is None:
-        warnings.append("--spec-type draft-mtp but the model has no MTP (nextn) layers: llama-server "
-                        "fails with 'failed to create MTP context' (llama-context.cpp:3883-3888)")
+        warnings.append(_("--spec-type draft-mtp but the model has no MTP (nextn) layers: llama-server fails with "
+                          "'failed to create MTP context' (llama-context.cpp:3883-3888)"))
     if mtp:
         for dev in range(-1, n_dev):
             sel = [x for x in mtp if (placement.layer_dev[x.layer] if kv_on_gpu else -1) == dev]
@@ -452,7 +455,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
             "exact")
     if cfg.cache_ram_mib != 0:
         if cfg.cache_ram_mib < 0:
-            warnings.append("--cache-ram -1: the prompt cache in host RAM has no byte limit")
+            warnings.append(_("--cache-ram -1: the prompt cache in host RAM has no byte limit"))
         else:
             add(-1, "cache_ram", cfg.cache_ram_mib * MiB,
                 f"--cache-ram {cfg.cache_ram_mib} MiB prompt cache (upper bound, filled over time)", "given")
@@ -511,8 +514,8 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         # Apple silicon: GPU buffers live in the same RAM; what the GPU uses is not free for the host
         system = ram or unified[0].system_memory_bytes
         ram = system - sum(dp.total for dp in dev_plans if any(g.unified_memory for g in gpus if g.name == dp.label))
-        notes.append(f"unified memory: host capacity = {fmt_bytes(system)} system RAM minus what the GPU uses; "
-                     "the GPU may use up to Metal's recommendedMaxWorkingSetSize (its capacity here)")
+        notes.append(_("unified memory: host capacity = {size} system RAM minus what the GPU uses; the GPU may use "
+                       "up to Metal's recommendedMaxWorkingSetSize (its capacity here)").format(size=fmt_bytes(system)))
     host_plan = HostPlan(ram, host, mmap)
 
     # ---------------------------------------------------------------- warnings
@@ -521,51 +524,58 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         if free is None or dp.capacity == 0:
             continue
         if free < 0:
-            warnings.append(f"{dp.name} ({dp.label}): needs {fmt_bytes(dp.total)} of {fmt_bytes(dp.capacity or 0)}: "
-                            f"short by {fmt_bytes(-free)}")
+            warnings.append(_("{device} ({label}): needs {used} of {capacity}: short by {short}").format(
+                device=dp.name, label=dp.label, used=fmt_bytes(dp.total), capacity=fmt_bytes(dp.capacity or 0),
+                short=fmt_bytes(-free)))
         elif free < GiB:
-            warnings.append(f"less than 1 GiB free on {dp.name} ({fmt_bytes(free)}): expect spill or OOM "
-                            "(llama.cpp's --fit keeps 1024 MiB free by default)")
+            warnings.append(_("less than 1 GiB free on {device} ({free}): expect spill or OOM (llama.cpp's --fit "
+                              "keeps 1024 MiB free by default)").format(device=dp.name, free=fmt_bytes(free)))
     fs = host_plan.free_at_start
     if fs is not None and fs < 0:
-        warnings.append(f"host RAM: needs {fmt_bytes(host_plan.start_total)} at start of {fmt_bytes(ram or 0)}: "
-                        f"short by {fmt_bytes(-fs)}")
+        warnings.append(_("host RAM: needs {used} at start of {capacity}: short by {short}").format(
+            used=fmt_bytes(host_plan.start_total), capacity=fmt_bytes(ram or 0), short=fmt_bytes(-fs)))
     elif host_plan.free is not None and host_plan.free < 0:
         ck = host_plan.lines.get("checkpoints")
-        warnings.append(f"host RAM fits at start ({fmt_bytes(host_plan.start_total)} of {fmt_bytes(ram or 0)}) but can "
-                        f"grow to {fmt_bytes(host_plan.total)} over long sessions"
-                        + (f" ({ck.formula.split(';')[0]})" if ck else "")
-                        + ": lower --ctx-checkpoints or --cache-ram to bound it")
+        warnings.append(_("host RAM fits at start ({used} of {capacity}) but can grow to {total} over long "
+                          "sessions{why}: lower --ctx-checkpoints or --cache-ram to bound it").format(
+            used=fmt_bytes(host_plan.start_total), capacity=fmt_bytes(ram or 0), total=fmt_bytes(host_plan.total),
+            why=f" ({ck.formula.split(';')[0]})" if ck else ""))
     if ctx.n_ctx_seq > (spec.n_ctx_train or ctx.n_ctx_seq):
-        warnings.append(f"n_ctx_seq {ctx.n_ctx_seq} > n_ctx_train {spec.n_ctx_train}: each slot is capped at "
-                        f"{spec.n_ctx_train} tokens (server-context.cpp:1365-1368); the rest of the pool serves other slots")
+        warnings.append(_("n_ctx_seq {seq} > n_ctx_train {train}: each slot is capped at {train} tokens "
+                          "(server-context.cpp:1365-1368); the rest of the pool serves other slots").format(
+            seq=ctx.n_ctx_seq, train=spec.n_ctx_train))
     if cfg.n_parallel < 0:
-        notes.append("-np not set: llama-server uses 4 slots sharing one unified KV pool (server.cpp:168-173)")
+        notes.append(_("-np not set: llama-server uses 4 slots sharing one unified KV pool (server.cpp:168-173)"))
     if not cfg.kv_unified and cfg.n_parallel > 1 and ctx.n_ctx_seq < ctx.n_ctx:
-        notes.append(f"without -kvu each of the {ctx.n_parallel} slots gets only {ctx.n_ctx_seq} tokens of the {ctx.n_ctx}")
+        notes.append(_("without -kvu each of the {n} slots gets only {seq} tokens of the {ctx}").format(
+            n=ctx.n_parallel, seq=ctx.n_ctx_seq, ctx=ctx.n_ctx))
     if ctx.n_ctx != M.pad(cfg.n_ctx, 256) and cfg.n_ctx:
-        notes.append(f"n_ctx {cfg.n_ctx} -> {ctx.n_ctx} (padded to 256{'' if ctx.kv_unified else ' and split per slot'})")
+        notes.append(f"n_ctx {cfg.n_ctx} -> {ctx.n_ctx} " + (_("(padded to 256)") if ctx.kv_unified
+                                                            else _("(padded to 256 and split per slot)")))
     if n_dev and any(g.backend == "CUDA" for g in gpus) and "iq4_nl" in (cfg.cache_type_k, cfg.cache_type_v) and cfg.flash_attn != "off":
-        warnings.append("iq4_nl KV has no CUDA flash-attention kernel: attention runs on the CPU (very slow); "
-                        "use q4_0 (same size) instead (ggml-cuda/fattn.cu)")
+        warnings.append(_("iq4_nl KV has no CUDA flash-attention kernel: attention runs on the CPU (very slow); "
+                          "use q4_0 (same size) instead (ggml-cuda/fattn.cu)"))
     if n_dev and placement.n_gpu_layers < spec.n_layer + 1:
-        notes.append(f"-ngl {cfg.n_gpu_layers}: {spec.n_layer + 1 - placement.n_gpu_layers} layer(s) stay on the CPU")
+        # the "-ngl N:" prefix stays as written: make_plan matches it (ngl_note)
+        notes.append(f"-ngl {cfg.n_gpu_layers}: " + _("{n} layer(s) stay on the CPU").format(
+            n=spec.n_layer + 1 - placement.n_gpu_layers))
 
     if cfg.tensor_split and len(cfg.tensor_split) != n_dev and n_dev:
-        warnings.append(f"-ts has {len(cfg.tensor_split)} value(s) for {n_dev} device(s): llama.cpp uses the "
-                        "first values in device order (missing ones count as 0)")
+        warnings.append(_("-ts has {n} value(s) for {devices} device(s): llama.cpp uses the first values in device "
+                          "order (missing ones count as 0)").format(n=len(cfg.tensor_split), devices=n_dev))
     for pat, buft in cfg.override_tensor:
         # llama.cpp applies the first pattern that std::regex_search finds in a tensor's name
         # (src/llama-model-loader.cpp tensor_buft_overrides); one that finds none does nothing
         rx = re.compile(pat)
         if not any(rx.search(t.name) for t in spec.tensors):
             example = next((t.name for t in spec.tensors if t.name.startswith("blk.0.")), "blk.0.attn_q.weight")
-            warnings.append(f"-ot {pat}={buft} matches no tensor of {spec.path}: it has no effect (tensor names look "
-                            f"like {example}; `llamarig inspect` lists them)")
+            warnings.append(_("-ot {override} matches no tensor of {path}: it has no effect (tensor names look like "
+                              "{example}; `llamarig inspect` lists them)").format(
+                override=f"{pat}={buft}", path=spec.path, example=example))
     if (cfg.n_cpu_moe or cfg.cpu_moe) and not spec.n_expert:
-        warnings.append("--n-cpu-moe/--cpu-moe on a dense model: there are no expert tensors to move")
+        warnings.append(_("--n-cpu-moe/--cpu-moe on a dense model: there are no expert tensors to move"))
     if cfg.tensor_split and not n_dev:
-        notes.append("-ts has no effect without GPUs")
+        notes.append(_("-ts has no effect without GPUs"))
 
     argv = ["llama-server"] + cfg.argv(cfg.model or spec.path)
     return Plan(

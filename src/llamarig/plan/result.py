@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:  # annotations only: result.py stays importable without the readers
@@ -166,10 +167,11 @@ class Plan:
         out = []
         for d in self.devices:
             if d.free is not None and d.free < 0:
-                out.append(f"{d.name} ({d.label}) is short by {fmt_bytes(-d.free)}")
+                out.append(_("{device} ({label}) is short by {short}").format(device=d.name, label=d.label,
+                                                                              short=fmt_bytes(-d.free)))
         fs = self.host.free_at_start
         if fs is not None and fs < 0:
-            out.append(f"host RAM is short by {fmt_bytes(-fs)} at start")
+            out.append(_("host RAM is short by {short} at start").format(short=fmt_bytes(-fs)))
         return out
 
     def to_json(self) -> dict[str, Any]:

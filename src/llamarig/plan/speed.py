@@ -32,6 +32,7 @@ from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.calibration import Calibration, Efficiency, builtin, load_calibration
 from llamarig.plan.config import ServerConfig
@@ -58,21 +59,23 @@ def kv_path(backend: str, type_k: str, type_v: str, flash_attn: str = "auto") ->
     """The flash-attention path llama.cpp takes (ggml/src/ggml-cuda/fattn.cu:496-538,
     llama-context.cpp:509-560). Only CUDA/ROCm (ggml-cuda) have these restrictions modelled."""
     if backend not in ("CUDA", "ROCm"):
-        return KVPath("fast", 1.0, f"{backend}: flash attention handles K {type_k} / V {type_v}")
+        return KVPath("fast", 1.0, _("{backend}: flash attention handles K {k} / V {v}").format(
+            backend=backend, k=type_k, v=type_v))
     quant_v = TYPE_SIZES[type_v][0] > 1
     if type_k not in CUDA_FA_KV_TYPES or type_v not in CUDA_FA_KV_TYPES:
         if flash_attn == "off" or (flash_attn == "auto" and not quant_v):
-            return KVPath("nofa", 2.0, f"K {type_k}: no CUDA flash-attention kernel; FA auto turns itself "
-                          "off and the non-FA path reads K/V twice (KQ and KQV) - slower at depth")
-        return KVPath("cpu", 0.0, f"{type_k}/{type_v} has no CUDA flash-attention kernel: attention runs "
-                      "on the CPU and K/V cross PCIe every token (fattn.cu:525-538) - very slow")
+            return KVPath("nofa", 2.0, _("K {k}: no CUDA flash-attention kernel; FA auto turns itself off and the "
+                                         "non-FA path reads K/V twice (KQ and KQV) - slower at depth").format(k=type_k))
+        return KVPath("cpu", 0.0, _("{k}/{v} has no CUDA flash-attention kernel: attention runs on the CPU and K/V "
+                                    "cross PCIe every token (fattn.cu:525-538) - very slow").format(k=type_k, v=type_v))
     if (type_k, type_v) in CUDA_FA_VEC_PAIRS:
-        return KVPath("fast", 1.0, f"K {type_k} / V {type_v}: compiled CUDA FA vector kernel")
+        return KVPath("fast", 1.0, _("K {k} / V {v}: compiled CUDA FA vector kernel").format(k=type_k, v=type_v))
     fk = TYPE_SIZES["f16"][1] / TYPE_SIZES["f16"][0]
     q = (TYPE_SIZES[type_k][1] / TYPE_SIZES[type_k][0] + TYPE_SIZES[type_v][1] / TYPE_SIZES[type_v][0]) / 2
     factor = (q + 4 * fk) / q  # read quantized, write f16, read f16 again (per element, K and V)
-    return KVPath("convert", factor, f"K {type_k} / V {type_v}: no compiled FA vector kernel in default "
-                  "builds (GGML_CUDA_FA_QUANTS); K/V are converted to f16 every token (fattn.cu:496-512)")
+    return KVPath("convert", factor, _("K {k} / V {v}: no compiled FA vector kernel in default builds "
+                                       "(GGML_CUDA_FA_QUANTS); K/V are converted to f16 every token "
+                                       "(fattn.cu:496-512)").format(k=type_k, v=type_v))
 
 
 #: relative quality cost of a KV type (lower = closer to f16); notes shown in the optimiser table
@@ -82,12 +85,12 @@ KV_QUALITY = {"f32": 0, "f16": 0, "bf16": 0, "q8_0": 1, "q5_1": 2, "q5_0": 2, "q
 
 def kv_quality_note(type_k: str, type_v: str) -> str:
     if type_k in ("f16", "bf16", "f32") and type_v in ("f16", "bf16", "f32"):
-        return "f16 KV: reference quality"
+        return _("f16 KV: reference quality")
     if type_k == "q8_0" and type_v == "q8_0":
-        return "q8_0 KV: near-lossless (about +0.01-0.02 perplexity)"
+        return _("q8_0 KV: near-lossless (about +0.01-0.02 perplexity)")
     if type_k == "q8_0":
-        return f"K q8_0 / V {type_v}: V quantization costs little; K kept at 8 bit"
-    return f"K {type_k} / V {type_v}: 4-5 bit KV, measurable quality loss on long-context recall"
+        return _("K q8_0 / V {v}: V quantization costs little; K kept at 8 bit").format(v=type_v)
+    return _("K {k} / V {v}: 4-5 bit KV, measurable quality loss on long-context recall").format(k=type_k, v=type_v)
 
 
 def kv_quality_short(type_k: str, type_v: str) -> str:
@@ -469,7 +472,7 @@ def acceptance_from_ratio(ratio: float, n: int) -> float:
         return 0.0
     target = max(0.0, min(ratio, 0.999)) * n
     lo, hi = 0.0, 0.99999
-    for _ in range(60):
+    for _step in range(60):
         mid = (lo + hi) / 2
         if tokens_per_step(mid, n) - 1 < target:
             lo = mid
@@ -568,7 +571,7 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     path = kv_path(backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
     if path.kind in ("cpu", "convert"):
         warnings.append(path.note)
-    note = kv_quality_note(cfg.cache_type_k, cfg.cache_type_v) + "; " + path.note
+    note = kv_quality_note(cfg.cache_type_k, cfg.cache_type_v) + _("; ") + path.note
     return SpeedReport(
         decode_tok_s=1 / t0 if t0 else 0.0, decode_limit_tok_s=1 / tl0 if tl0 else 0.0,
         by_depth=tuple(rows), prefill=pf, speculative=spec_res, devices=tuple(loads), kv_note=note,
@@ -591,16 +594,17 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
     for x in kv_devs:
         ref = base.for_device(x.backend, next((k for k, e in base.gpus.items() if e is x.eff), None))
         if x.eff.kv != ref.kv:
-            phrase = f"kv {x.eff.kv:g} from {cal.source}"
+            phrase = _("kv {kv:g} from {source}").format(kv=x.eff.kv, source=cal.source)
         elif x.backend == "CUDA":
             pair = True
-            phrase = (f"kv {x.eff.kv:g} rests on one measured pair (the RTX 3090 field report: 43 -> 37-38.5 tok/s "
-                      "at 30-45K depth)")
+            phrase = _("kv {kv:g} rests on one measured pair (the RTX 3090 field report: 43 -> 37-38.5 tok/s at "
+                       "30-45K depth)").format(kv=x.eff.kv)
         else:
-            phrase = f"kv {x.eff.kv:g} is assumed ({x.backend}: no measured point at depth)"
+            phrase = _("kv {kv:g} is assumed ({backend}: no measured point at depth)").format(kv=x.eff.kv,
+                                                                                               backend=x.backend)
         groups.setdefault(phrase, []).append(x.name)
     parts = [f"{', '.join(names)} {phrase}" for phrase, names in groups.items()]
-    note = "decode at depth: " + "; ".join(parts)
+    note = _("decode at depth: ") + _("; ").join(parts)
     if pair:
         lo, hi = KV_PAIR_BOUNDS
 
@@ -610,8 +614,8 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
             t = decode_seconds(ls, deepest, window, cal, split_mode)
             return 1 / t if t else 0.0
 
-        note += (f"; the pair's published bounds allow kv {lo:g}-{hi:g}, i.e. {at(lo):.1f}-{at(hi):.1f} tok/s at "
-                 f"depth {deepest} (docs/accuracy-speed.md)")
+        note += _("; the pair's published bounds allow kv {lo:g}-{hi:g}, i.e. {r_lo:.1f}-{r_hi:.1f} tok/s at depth "
+                  "{depth} (docs/accuracy-speed.md)").format(lo=lo, hi=hi, r_lo=at(lo), r_hi=at(hi), depth=deepest)
     return note
 
 
@@ -635,8 +639,8 @@ def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
     except InputError as e:
         return replace(plan, warnings=tuple(plan.warnings) + (str(e),))
     except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan
-        return replace(plan, warnings=tuple(plan.warnings) + (f"speed model failed ({type(e).__name__}: {e}); "
-                                                              "memory figures are unaffected",))
+        return replace(plan, warnings=tuple(plan.warnings) + (
+            _("speed model failed ({error}); memory figures are unaffected").format(error=f"{type(e).__name__}: {e}"),))
     return replace(plan, speed=rep)
 
 

@@ -29,6 +29,7 @@ from llamarig.flags.readers.common import (
     wrapper_words,
 )
 from llamarig.flags.readers.shell_vars import Scope, Unknown, expand_word
+from llamarig.i18n import _
 
 # ----------------------------------------------------------------------------- lexer
 
@@ -460,7 +461,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         tokens = [(a, b, ln + first_line - 1, st, en) for a, b, ln, st, en in tokens]
     cmds = _split_commands(tokens, text, lex, first_line - 1)
     lines = text.split("\n")
-    notes: list[Note] = [Note("shell-syntax", ln + first_line - 1, f"{msg}: the shell would stop here", Severity.ERROR)
+    notes: list[Note] = [Note("shell-syntax", ln + first_line - 1,
+                              _("{problem}: the shell would stop here").format(problem=msg), Severity.ERROR)
                          for ln, msg in lex.problems]
     _mark_breaks(cmds, lines, first_line)
     # name -> (name, value, line): a later assignment replaces an earlier one, as in bash (and
@@ -547,9 +549,9 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             target = next((w.text for w in rest if not w.text.startswith("-")), "")
             notes.append(Note(
                 "kill-by-name", cmd.line,
-                f"`{base} {target}` kills every process with that name on the machine (other "
-                "users' servers too) and sends SIGTERM without waiting for it to exit; the sleep "
-                "that follows is a guess",
+                _("`{command}` kills every process with that name on the machine (other users' servers "
+                  "too) and sends SIGTERM without waiting for it to exit; the sleep that follows is a "
+                  "guess").format(command=f"{base} {target}"),
                 Severity.WARNING))
         docker = docker_args(cmd.words, idx) if base in ("docker", "podman") else None
         # bash(1) COMMAND EXECUTION: a name without a slash that is a defined function runs the
@@ -604,8 +606,9 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             last_inv, last_k = inv, len(invocations) - 1
             notes.extend(_unknown_notes(unknown, last_k))
             notes.append(Note("flags-without-command", cmd.line,
-                              f"line {cmd.line} starts with `{prog}`: run as a script, bash would try "
-                              f"to execute `{prog}` as a command; checked here as llama-server flags",
+                              _("line {line} starts with `{word}`: run as a script, bash would try to execute "
+                                "`{word}` as a command; checked here as llama-server flags").format(
+                                  line=cmd.line, word=prog),
                               Severity.INFO, len(invocations) - 1))
         elif prog.startswith("-") and last_inv is not None and prev is not None and _adjacent(prev, cmd):
             # bash runs `--batch-size` as a command: "command not found"
@@ -614,9 +617,10 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                 last_inv.cut_line = prev.comment_break or prev.end_line
             notes.append(Note(
                 "orphan-flags", cmd.line,
-                f"bash runs `{prog}` as a command (\"{prog}: command not found\"): "
-                f"{len(cmd.words) - idx} word(s) on line(s) {cmd.line}-{cmd.end_line} never reach "
-                f"llama-server (started on line {last_inv.line})",
+                _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
+                  "{lines} never reach llama-server (started on line {start})").format(
+                    word=prog, n=len(cmd.words) - idx, start=last_inv.line,
+                    lines=cmd.line if cmd.end_line == cmd.line else f"{cmd.line}-{cmd.end_line}"),
                 Severity.ERROR, last_k))
             if cmd.terminator == "&":
                 last_inv.background = True
@@ -922,7 +926,8 @@ def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
             if here:  # SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)": the script's directory
                 scope.assign(name, [(scope.script_dir or "", w.line, False)], w.line)
             else:
-                scope.assign(name, None, w.line, why=f"set on line {w.line} from a command substitution")
+                scope.assign(name, None, w.line,
+                             why=_("set on line {line} from a command substitution").format(line=w.line))
         else:
             scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
                          unknown=inner)
@@ -953,7 +958,8 @@ def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> li
             out.append(w)
         elif name in _READS and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", w.text) and \
                 not (k and words[i + k].text in ("-p", "-d", "-t", "-u", "-n", "-N", "-C", "-c")):
-            scope.assign(w.text, None, w.line, why=f"read from input by `{name}` on line {w.line}")
+            scope.assign(w.text, None, w.line, why=_("read from input by `{command}` on line {line}").format(
+                command=name, line=w.line))
             out.append(w)
         else:
             out.extend(expand_word(w, scope, unknown))
@@ -983,7 +989,7 @@ def _unknown_notes(unknown: list[Unknown], k: int) -> list[Note]:
         if u.default:
             msg = f"`{u.name}`: {u.why}"
         else:
-            msg = f"`{u.name}`: {u.why}; its value is not known here, checked as written"
+            msg = _("`{name}`: {why}; its value is not known here, checked as written").format(name=u.name, why=u.why)
         out.append(Note("unknown-variable", u.line, msg, Severity.INFO, k))
     return out
 
@@ -1029,17 +1035,18 @@ def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Not
     idx = cut - first_line
     text = lines[idx].strip() if 0 <= idx < len(lines) else ""
     if text.startswith("#"):
-        why = (f"line {cut} is a comment: after the `\\` on line {cut - 1} the `#` starts a "
-               "comment that runs to the end of the line, and that newline ends the command")
+        why = _("line {cut} is a comment: after the `\\` on line {before} the `#` starts a comment that runs "
+                "to the end of the line, and that newline ends the command").format(cut=cut, before=cut - 1)
     elif not text:
-        why = f"line {cut} is blank: after the `\\` on line {cut - 1} the empty line ends the command"
+        why = _("line {cut} is blank: after the `\\` on line {before} the empty line ends the command").format(
+            cut=cut, before=cut - 1)
     elif re.search(r"\\[ \t]+$", lines[idx] if 0 <= idx < len(lines) else ""):
-        why = (f"line {cut} ends with `\\` followed by spaces: the backslash escapes a space, "
-               "not the newline")
+        why = _("line {cut} ends with `\\` followed by spaces: the backslash escapes a space, not the "
+                "newline").format(cut=cut)
     else:
-        why = f"line {cut} does not end with `\\`, so the newline ends the command"
+        why = _("line {cut} does not end with `\\`, so the newline ends the command").format(cut=cut)
     n = len(inv.orphans)
     return Note("continuation-broken", cut,
-                f"the llama-server command started on line {inv.line} is cut off at line {cut}: "
-                f"{why}. {n} word(s) after it are never passed to llama-server",
+                _("the llama-server command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
+                  "after it are never passed to llama-server").format(start=inv.line, cut=cut, why=why, n=n),
                 Severity.ERROR, k)

@@ -26,6 +26,7 @@ from llamarig.flags.readers.common import (
     looks_like_server_args,
     unwrap,
 )
+from llamarig.i18n import _
 
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 
@@ -69,10 +70,10 @@ def container_invocations(entry: list[Word] | None, cmd: list[Word] | None, imag
         if args and is_server_program(args[0].text):
             notes.append(Note(
                 "entrypoint-is-server", args[0].line,
-                f"{label}: the image's entrypoint is already llama-server (ENTRYPOINT "
-                "[\"/app/llama-server\"], llama.cpp .devops/*.Dockerfile), so the command's first "
-                f"word `{args[0].text}` is passed to it as an argument (error: invalid argument: "
-                f"{args[0].text}); drop it from the command, or set `entrypoint:`/`command:` to run it",
+                _("{label}: the image's entrypoint is already llama-server (ENTRYPOINT [\"/app/llama-server\"], "
+                  "llama.cpp .devops/*.Dockerfile), so the command's first word `{word}` is passed to it as an "
+                  "argument (error: invalid argument: {word}); drop it from the command, or set "
+                  "`entrypoint:`/`command:` to run it").format(label=label, word=args[0].text),
                 Severity.INFO, 0))
         return [_inv(shown, args, env, source, label, line)], notes
     # an image whose entrypoint is not known here: the command either names a program (the

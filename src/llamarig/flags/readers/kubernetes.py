@@ -30,6 +30,7 @@ from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.common import looks_like_server_args
 from llamarig.flags.readers.containers import Env, Found, container_invocations
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
+from llamarig.i18n import _
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
@@ -134,8 +135,9 @@ def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: s
         elif ref is not None or Y.get(src_node, "secretRef") is not None:
             what = f"ConfigMap {cm}" if cm else "a Secret"
             notes.append(Note("unknown-variable", Y.line(src_node),
-                              f"{label}: the variables of {what} (envFrom) are not in this file: "
-                              "`$(NAME)` references to them are checked as written", Severity.INFO))
+                              _("{label}: the variables of {what} (envFrom) are not in this file: `$(NAME)` "
+                                "references to them are checked as written").format(label=label, what=what),
+                              Severity.INFO))
     ev = Y.get(c, "env")
     for item in (ev.value if Y.is_seq(ev) else []):  # type: ignore[union-attr]
         n = Y.text_of(Y.get(item, "name"))
@@ -176,11 +178,13 @@ def _expand_refs(words: list[Word], known: dict[str, str | None], label: str, no
                 name = m.group(1)
                 if name is None or known.get(name) is not None:
                     continue
-                why = ("comes from a Secret, a ConfigMap not in this file or the downward API"
+                why = (_("comes from a Secret, a ConfigMap not in this file or the downward API")
                        if name in known else
-                       "is not defined for this container: Kubernetes passes `$(" + name + ")` as written")
+                       _("is not defined for this container: Kubernetes passes `$({name})` as written").format(
+                           name=name))
                 notes.append(Note("unknown-variable", w.line,
-                                  f"{label}: `$({name})` {why}; checked as written", Severity.INFO))
+                                  _("{label}: `$({name})` {why}; checked as written").format(
+                                      label=label, name=name, why=why), Severity.INFO))
             w = Word(_expand_text(w.text, known), w.line)
         out.append(w)
     return out
@@ -199,8 +203,9 @@ def _argv_list(node: Node | None, src: Y.Source, key: str, label: str, notes: li
             t = Y.text_of(item)
             if Y.style(item) is None and (item.tag.endswith((":int", ":float", ":bool")) or t is None):
                 notes.append(Note("yaml-not-string", Y.line(item),
-                                  f"{label}: `{key}` item `{item.value}` is not a string: the API server "
-                                  f"rejects it (json: cannot unmarshal into []string); quote it: \"{item.value}\"",
+                                  _("{label}: `{key}` item `{value}` is not a string: the API server rejects it "
+                                    "(json: cannot unmarshal into []string); quote it: \"{value}\"").format(
+                                      label=label, key=key, value=item.value),
                                   Severity.ERROR))
             words.append(Word(str(item.value), Y.locate(item, src).line_at(0)))
         return words
@@ -232,7 +237,7 @@ def read_helm_values(doc: Node, src: Y.Source) -> Found:
         keys = {k for k, _, _ in Y.items(node)}
         if keys & ({"command", "args"} | set(_EXTRA_KEYS)):
             _merge(found, _helm_block(node, src, path or "(top level)", image))
-        for k, _, v in reversed(list(Y.items(node))):
+        for k, _node, v in reversed(list(Y.items(node))):
             if k in ("command", "args", "env", "extraEnv") or k in _EXTRA_KEYS:
                 continue
             stack.append((v, f"{path}.{k}" if path else k, image))

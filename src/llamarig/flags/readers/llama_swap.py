@@ -31,6 +31,7 @@ from llamarig.flags.readers.bash import docker_args
 from llamarig.flags.readers.common import basename, is_server_call, unwrap
 from llamarig.flags.readers.containers import Found
 from llamarig.flags.readers.located import Builder, Located, ShellSyntaxError, split_words
+from llamarig.i18n import _
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
@@ -50,19 +51,21 @@ def _macro_list(node: Node | None, src: Y.Source, where: str, notes: list[Note])
     out: list[Macro] = []
     for name, kn, v in Y.items(node):
         if not Y.is_scalar(v):
-            notes.append(Note("macro-invalid", Y.line(kn), f"{where}macro `{name}` is not a scalar: "
-                              "llama-swap refuses to load the config", Severity.ERROR))
+            notes.append(Note("macro-invalid", Y.line(kn), where + _("macro `{name}` is not a scalar: llama-swap "
+                                                                     "refuses to load the config").format(name=name),
+                              Severity.ERROR))
             continue
         if not _NAME_RE.match(name) or len(name) >= 64 or name in _RESERVED:
-            why = "is reserved" if name in _RESERVED else "is not a valid macro name (^[a-zA-Z0-9_-]+$, < 64)"
-            notes.append(Note("macro-invalid", Y.line(kn), f"{where}macro name `{name}` {why}: llama-swap "
-                              "refuses to load the config (internal/config/macros.go validateMacro)",
-                              Severity.ERROR))
+            why = _("is reserved") if name in _RESERVED else _("is not a valid macro name (^[a-zA-Z0-9_-]+$, < 64)")
+            notes.append(Note("macro-invalid", Y.line(kn), where + _(
+                "macro name `{name}` {why}: llama-swap refuses to load the config (internal/config/macros.go "
+                "validateMacro)").format(name=name, why=why), Severity.ERROR))
         value = Y.locate(v, src) if v.tag.endswith(":str") or Y.style(v) is not None else \
             Located.at(_scalar_text(v), Y.line(v))
         if f"${{{name}}}" in value.text:
-            notes.append(Note("macro-invalid", Y.line(kn), f"{where}macro `{name}` refers to itself: "
-                              "llama-swap refuses to load the config", Severity.ERROR))
+            notes.append(Note("macro-invalid", Y.line(kn), where + _("macro `{name}` refers to itself: llama-swap "
+                                                                     "refuses to load the config").format(name=name),
+                              Severity.ERROR))
         out.append((name, value))
     return out
 
@@ -221,8 +224,9 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
         ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), macros.size, b)
         cmd = b.build()
         if ex.too_big:
-            notes.append(Note("macro-invalid", Y.line(cmd_node), f"models.{mid}.cmd: the macros expand to more "
-                              f"than {MAX_EXPANDED} characters; checked up to there", Severity.WARNING))
+            notes.append(Note("macro-invalid", Y.line(cmd_node), f"models.{mid}.cmd: " + _(
+                "the macros expand to more than {n} characters; checked up to there").format(n=MAX_EXPANDED),
+                Severity.WARNING))
         env_items: list[tuple[Located, int]] = []
         env_node = Y.get(cfg, "env")
         for it in (env_node.value if Y.is_seq(env_node) else []):  # type: ignore[union-attr]
@@ -253,7 +257,7 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
         model_notes = _leftovers(mid, cmd, macros)
         env: list[tuple[str, str, int]] = []
         for e, ln in env_items:
-            n, _, v = e.text.partition("=")
+            n, _eq, v = e.text.partition("=")
             env.append((n, v, ln))
         inv = _server(words, env, mid)
         if inv is None:
@@ -274,19 +278,20 @@ def _leftovers(mid: str, cmd: Located, macros: _Macros) -> list[Note]:
         if name in seen:
             continue
         seen.add(name)
-        why = (" (a macro may only use macros declared before it)" if name in names else "")
+        why = (_(" (a macro may only use macros declared before it)") if name in names else "")
         out.append(Note("unknown-macro", cmd.line_at(m.start()),
-                        f"llama-swap refuses to load this config: unknown macro '${{{name}}}' found in "
-                        f"{mid}.cmd{why} (internal/config/macros.go validateMacroUses)", Severity.ERROR))
+                        _("llama-swap refuses to load this config: unknown macro '{macro}' found in {where}{why} "
+                          "(internal/config/macros.go validateMacroUses)").format(
+                            macro="${" + name + "}", where=f"{mid}.cmd", why=why), Severity.ERROR))
     for m in _ENV_RE.finditer(cmd.text):
         name = m.group(1)
         if f"env.{name}" in seen:
             continue
         seen.add(f"env.{name}")
         out.append(Note("unknown-variable", cmd.line_at(m.start()),
-                        f"`${{env.{name}}}` is replaced by llama-swap with its own environment variable "
-                        f"{name} when it loads the config (it refuses to load when {name} is not set); "
-                        "its value is not known here, checked as written", Severity.INFO))
+                        _("`{ref}` is replaced by llama-swap with its own environment variable {name} when it "
+                          "loads the config (it refuses to load when {name} is not set); its value is not known "
+                          "here, checked as written").format(ref="${env." + name + "}", name=name), Severity.INFO))
     return out
 
 

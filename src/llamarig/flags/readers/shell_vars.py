@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from llamarig.flags.parsed import Word
+from llamarig.i18n import _
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACED_RE = re.compile(r"^(#?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[([^\]]*)\])?(?:(:?[-=+?])(.*))?$", re.S)
@@ -222,18 +223,18 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
     if ref == "#" and scope.positional is not None:
         return "$", [(str(len(scope.positional)), line, False)]
     if ref and ref[0] in _SPECIAL and (len(ref) == 1 or ref[0] in "@*") and not positional:
-        why = ("the script's arguments, given when it runs" if ref[0] in "@*#0123456789"
-               else "set by the shell when it runs")
+        why = (_("the script's arguments, given when it runs") if ref[0] in "@*#0123456789"
+               else _("set by the shell when it runs"))
         unknown.append(Unknown(written, line, why))
         return None
     m = _BRACED_RE.match(ref)
     if not m:
-        unknown.append(Unknown(written, line, "a shell expansion llamarig does not evaluate"))
+        unknown.append(Unknown(written, line, _("a shell expansion llamarig does not evaluate")))
         return None
     count, name, index, op, word = m.groups()
     if not (name[0].isalpha() or name[0] == "_"):  # $1 ... $9, ${10}, $@, $*
         if scope.positional is None or name == "0" or index is not None:
-            unknown.append(Unknown(written, line, "the script's arguments, given when it runs"))
+            unknown.append(Unknown(written, line, _("the script's arguments, given when it runs")))
             return None
         pos = scope.positional
         if name in ("@", "*"):
@@ -247,7 +248,8 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         var = scope.vars.get(name)
     is_set = var is not None
     if var is not None and var.value is None:
-        unknown.append(Unknown(written, line, var.why or f"set on line {var.line} from a value not known here"))
+        unknown.append(Unknown(written, line, var.why or _("set on line {line} from a value not known here").format(
+            line=var.line)))
         return None
     if var is not None:
         unknown.extend(var.unknown)
@@ -260,22 +262,22 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         i = int(index)
         kind, sel = "$", vals[i:i + 1]
     else:
-        unknown.append(Unknown(written, line, "an array index llamarig does not evaluate"))
+        unknown.append(Unknown(written, line, _("an array index llamarig does not evaluate")))
         return None
     if count:
         if op:
-            unknown.append(Unknown(written, line, "a shell expansion llamarig does not evaluate"))
+            unknown.append(Unknown(written, line, _("a shell expansion llamarig does not evaluate")))
             return None
         n = len(vals) if index in ("@", "*") else len(sel[0][0]) if sel else 0
         if not is_set:
-            unknown.append(Unknown(written, line, f"{name} is not set in this file"))
+            unknown.append(Unknown(written, line, _("{name} is not set in this file").format(name=name)))
             return None
         return "$", [(str(n), line, False)]
     empty = not sel or (len(sel) == 1 and sel[0][0] == "")
     if op is None:
         if not is_set:
-            unknown.append(Unknown(written, line, f"{name} is not set earlier in this file (it may come "
-                                   "from the environment or a sourced file)"))
+            unknown.append(Unknown(written, line, _("{name} is not set earlier in this file (it may come from the "
+                                                    "environment or a sourced file)").format(name=name)))
             return None
         return kind, sel
     word = word or ""
@@ -284,7 +286,7 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         return ("$", [(word, line, False)]) if not use_default else ("$", [])
     if op in (":?", "?"):
         if use_default:
-            unknown.append(Unknown(written, line, f"{name} is not set in this file"))
+            unknown.append(Unknown(written, line, _("{name} is not set in this file").format(name=name)))
             return None
         return kind, sel
     if use_default:
@@ -292,13 +294,13 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
             inner: list[Unknown] = []
             dw = expand_word(Word(word, line, parts=((word, '"'),)), scope, inner, split=False)
             if inner or not dw:
-                unknown.append(Unknown(written, line, f"{name} is not set in this file and its default "
-                                       "is not known here"))
+                unknown.append(Unknown(written, line, _("{name} is not set in this file and its default is not "
+                                                        "known here").format(name=name)))
                 return None
             word = dw[0].text
         if not is_set:
-            unknown.append(Unknown(written, line, f"{name} is not set earlier in this file: checked "
-                                   f"with its default `{word}`", default=True))
+            unknown.append(Unknown(written, line, _("{name} is not set earlier in this file: checked with its "
+                                                    "default `{word}`").format(name=name, word=word), default=True))
         if op in (":=", "="):
             scope.assign(name, [(word, line, False)], line)
         return "$", [(word, line, False)]

@@ -23,6 +23,7 @@ from llamarig.flags.readers.common import (
     wrapper_words,
 )
 from llamarig.flags.readers.interpolate import read_env_file
+from llamarig.i18n import _
 
 _KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*\s*=")
 
@@ -83,7 +84,7 @@ def _entries(raw: list[str], where: str) -> list[Entry]:
                     continue
                 if t.startswith("[") or _KEY_RE.match(t):
                     break
-                text_j, nos_j, last_j, _ = _logical(raw, j)
+                text_j, nos_j, last_j = _logical(raw, j)[:3]
                 ignored.append((text_j, nos_j))
                 j = last_j + 1
             i = max(i, j - 1)
@@ -133,11 +134,11 @@ def _environment_file(value: str, origin: Path | None, line: int, notes: list[No
     if text is None:
         if not optional:
             notes.append(Note("unknown-variable", line,
-                              f"EnvironmentFile={name} is not here (nor next to the unit): its variables "
-                              "are not known; `$NAME` references to them are checked as written",
+                              _("EnvironmentFile={name} is not here (nor next to the unit): its variables "
+                                "are not known; `$NAME` references to them are checked as written").format(name=name),
                               Severity.INFO))
         return []
-    return [(n, v, line) for n, v, _ in read_env_file(text)]
+    return [(n, v, line) for n, v, _line in read_env_file(text)]
 
 
 def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
@@ -153,11 +154,11 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
     # wherever they are written; the files' settings override Environment='s, later ones earlier
     env: dict[str, tuple[str, str, int]] = {}  # name -> (name, value, line): later replaces earlier
     from_files: list[tuple[str, str, int]] = []
-    for key, val, ln, *_ in entries:
+    for key, val, ln, *_rest in entries:
         if key == "Environment":
             try:
                 for item in shlex.split(val):
-                    n, _, v = item.partition("=")
+                    n, _eq, v = item.partition("=")
                     env.pop(n, None)
                     env[n] = (n, v, ln)
             except ValueError:
@@ -190,7 +191,7 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
         used: set[str] = set()
         words = _expand(_assign_lines(words_text, lines, line_nos), values, unknown, used)
         tmp_env: list[tuple[str, str, int]] = []
-        idx, _ = unwrap(words, tmp_env)
+        idx = unwrap(words, tmp_env)[0]
         if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
             label = key if not where else f"{key}= in {where}"
             # a variable the command line expands is the unit's setting for systemd, not one for
@@ -202,14 +203,16 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
             k = len(invocations) - 1
             for name in dict.fromkeys(unknown):
                 notes.append(Note("unknown-variable", ln,
-                                  f"`{name}` is not set by Environment= or an EnvironmentFile= here: systemd "
-                                  "expands it to nothing (`${NAME}`: an empty word; `$NAME`: no word at all; "
-                                  "systemd.service(5), https://www.freedesktop.org/software/systemd/man/"
-                                  "latest/systemd.service.html#Command%20lines)", Severity.WARNING, k))
+                                  _("`{name}` is not set by Environment= or an EnvironmentFile= here: systemd "
+                                    "expands it to nothing (`${{NAME}}`: an empty word; `$NAME`: no word at all; "
+                                    "systemd.service(5), {url})").format(
+                                      name=name, url="https://www.freedesktop.org/software/systemd/man/"
+                                      "latest/systemd.service.html#Command%20lines"), Severity.WARNING, k))
             if blank is not None and ignored:
                 _cut(inv, k, key, blank, ignored, lines, notes)
         elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
-            notes.append(Note("kill-by-name", ln, f"{key}= kills processes by name", Severity.WARNING))
+            notes.append(Note("kill-by-name", ln, _("{key}= kills processes by name").format(key=key),
+                              Severity.WARNING))
     return Parsed("systemd", invocations, notes, [], raw)
 
 
@@ -275,14 +278,15 @@ def _cut(inv: Invocation, k: int, key: str, blank: int, ignored: list[tuple[str,
     n = len(inv.orphans)
     notes.append(Note(
         "continuation-broken", blank,
-        f"the {key}= command started on line {inv.line} is cut off at line {blank}: line {blank} is "
-        f"blank, and systemd skips only comment lines inside a `\\` continuation; an empty line is "
-        f"appended and ends it (src/shared/conf-parser.c config_parse). {n} word(s) after it are never "
-        "passed to llama-server", Severity.ERROR, k))
+        _("the {key}= command started on line {start} is cut off at line {blank}: line {blank} is blank, and "
+          "systemd skips only comment lines inside a `\\` continuation; an empty line is appended and ends it "
+          "(src/shared/conf-parser.c config_parse). {n} word(s) after it are never passed to llama-server").format(
+            key=key, start=inv.line, blank=blank, n=n), Severity.ERROR, k))
     notes.append(Note(
         "orphan-flags", first,
-        f"systemd ignores line(s) {first}-{last} (\"Missing '=', ignoring line.\"): {n} word(s) never "
-        f"reach llama-server (started on line {inv.line})", Severity.ERROR, k))
+        _("systemd ignores line(s) {first}-{last} (\"Missing '=', ignoring line.\"): {n} word(s) never reach "
+          "llama-server (started on line {start})").format(first=first, last=last, n=n, start=inv.line),
+        Severity.ERROR, k))
 
 
 def _assign_lines(words: list[str], raw: list[str], line_nos: list[int]) -> list[Word]:

@@ -9,6 +9,7 @@ from llamarig.flags.argv import CLOSEST_BUDGET
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import DEAD_ENV, LIVE_GGML_ENV, LIVE_GGML_PREFIXES, LIVE_LLAMA_ENV
 from llamarig.flags.rules.context import Subject
+from llamarig.i18n import _
 
 
 def env_vars(s: Subject) -> list[Finding]:
@@ -19,7 +20,9 @@ def env_vars(s: Subject) -> list[Finding]:
     for name, value, line in inv.env:
         if name in DEAD_ENV:
             out.append(finding("dead-env-var", Severity.WARNING, line, name,
-                               f"`{name}={value}` has no effect: {DEAD_ENV[name]}", f"remove `{name}={value}`",
+                               _("`{setting}` has no effect: {why}").format(setting=f"{name}={value}",
+                                                                            why=_(DEAD_ENV[name])),
+                               _("remove `{setting}`").format(setting=f"{name}={value}"),
                                k, True, Fix("drop-env", (name,))))
         elif name.startswith("LLAMA_ARG_"):
             opt = schema.by_env.get(name)
@@ -30,20 +33,21 @@ def env_vars(s: Subject) -> list[Finding]:
                 if budget is not None:
                     schema.memo[CLOSEST_BUDGET] = budget - 1
                 out.append(finding("unknown-env-var", Severity.WARNING, line, name,
-                                   f"`{name}` is not read by this llama-server" +
-                                   (f"; closest: {', '.join(near)}" if near else ""),
-                                   f"use `{near[0]}`" if near else "remove it", k, True, Fix("drop-env", (name,))))
+                                   _("`{name}` is not read by this llama-server").format(name=name) +
+                                   (_("; closest: {names}").format(names=", ".join(near)) if near else ""),
+                                   _("use `{fixed}`").format(fixed=near[0]) if near else _("remove it"), k, True, Fix("drop-env", (name,))))
             elif (cli := r.last(opt.name)) is not None:
                 out.append(finding("env-overridden", Severity.INFO, line, name,
-                                   f"`{name}` is overridden by `{cli.spelling}` on the command "
-                                   "line (the CLI wins)", None, k))
+                                   _("`{name}` is overridden by `{flag}` on the command line (the CLI "
+                                     "wins)").format(name=name, flag=cli.spelling), None, k))
         elif name.startswith("LLAMA_") and name not in LIVE_LLAMA_ENV:
             out.append(finding("dead-env-var", Severity.WARNING, line, name,
-                               f"`{name}` is not read anywhere in llama.cpp build {schema.build or '?'} "
-                               "(no getenv in src/, common/, tools/server/)", f"remove `{name}={value}`",
+                               _("`{name}` is not read anywhere in llama.cpp build {build} (no getenv in src/, "
+                                 "common/, tools/server/)").format(name=name, build=schema.build or "?"),
+                               _("remove `{setting}`").format(setting=f"{name}={value}"),
                                k, True, Fix("drop-env", (name,))))
         elif name.startswith("GGML_") and name not in LIVE_GGML_ENV and not name.startswith(LIVE_GGML_PREFIXES):
             out.append(finding("dead-env-var", Severity.INFO, line, name,
-                               f"`{name}` is not read at run time by ggml in this build (often a CMake "
-                               "option, which must be set when compiling)", None, k))
+                               _("`{name}` is not read at run time by ggml in this build (often a CMake "
+                                 "option, which must be set when compiling)").format(name=name), None, k))
     return out

@@ -6,6 +6,7 @@ import os
 
 from llamarig.flags.findings import Finding, Severity, finding
 from llamarig.flags.rules.context import Subject
+from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
 
@@ -23,11 +24,12 @@ def memory_plan(s: Subject) -> list[Finding]:
     mm_arg = None
     if mm is not None and mm.value and not os.path.isfile(os.path.expanduser(mm.value)) and ctx.model_ref \
             and not ctx.model_ref.endswith(".gguf"):
-        mm_arg, mm_note = "catalogue", f" (mmproj {mm.value} not found here: the catalogue's mmproj is used)"
+        mm_arg, mm_note = "catalogue", _(" (mmproj {path} not found here: the catalogue's mmproj is used)").format(
+            path=mm.value)
     try:
         plan = ctx.planner(ctx.model_ref, mm_arg, list(ctx.gpus), ctx.ram_bytes, argv)
     except Exception as e:  # an unknown model / a flag the planner rejects: say so, don't fail
-        return [finding("memory", Severity.INFO, inv.line, None, f"no memory plan: {e}", None, k)]
+        return [finding("memory", Severity.INFO, inv.line, None, _("no memory plan: {why}").format(why=e), None, k)]
     try:
         parts = []
         for d in plan.devices:
@@ -35,14 +37,17 @@ def memory_plan(s: Subject) -> list[Finding]:
             free = getattr(d, "free", None)
             label = f"{d.name} ({getattr(d, 'label', '')})"
             if used is not None:
-                parts.append(f"{label}: {fmt_bytes(used)} needed" + (f", {fmt_bytes(free)} left" if free is not None else ""))
+                parts.append(_("{device}: {used} needed").format(device=label, used=fmt_bytes(used))
+                             + (_(", {free} left").format(free=fmt_bytes(free)) if free is not None else ""))
         detail = "; ".join(parts)
     except Exception:  # pragma: no cover - result shape changed
         detail = ""
     if plan.fits:
         return [finding("memory", Severity.INFO, inv.line, None,
-                        f"memory plan (llamarig plan): fits. {detail}{mm_note} (formulas: `llamarig plan --gpu ... -- <command>`)",
+                        _("memory plan (llamarig plan): fits. {detail}{mm_note} (formulas: `llamarig plan --gpu "
+                          "... -- <command>`)").format(detail=detail, mm_note=mm_note),
                         None, k)]
     return [finding("memory", Severity.WARNING, inv.line, None,
-                    f"memory plan (llamarig plan): does not fit: {'; '.join(plan.shortfalls())}. {detail}{mm_note}",
-                    "lower -c, quantize the KV cache (-ctk/-ctv q8_0 or q4_0), or offload fewer layers", k)]
+                    _("memory plan (llamarig plan): does not fit: {short}. {detail}{mm_note}").format(
+                        short="; ".join(plan.shortfalls()), detail=detail, mm_note=mm_note),
+                    _("lower -c, quantize the KV cache (-ctk/-ctv q8_0 or q4_0), or offload fewer layers"), k)]

@@ -11,6 +11,7 @@ from llamarig.flags.argv import int_of, kv_unified, last_int
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.rules.context import Subject
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
+from llamarig.i18n import _
 
 
 def model_unreadable(s: Subject) -> list[Finding]:
@@ -19,13 +20,13 @@ def model_unreadable(s: Subject) -> list[Finding]:
     ctx, r = s.ctx, s.reading
     if ctx.model_error is None:
         return []
-    path = ctx.model_path or "the model"
+    path = ctx.model_path or _("the model")
     err = ctx.model_error.removeprefix(f"{path}: ")
     u = r.last("--model")
     return [finding("model-unreadable", Severity.WARNING, u.line if u else s.inv.line, u.spelling if u else None,
-                    f"`{path}` cannot be read as a GGUF ({err}): the checks that need the model "
-                    "(MTP layers, training context, AMX, cache shifting) are skipped",
-                    "point -m at a complete GGUF file (a download may have stopped early)", s.k,
+                    _("`{path}` cannot be read as a GGUF ({err}): the checks that need the model (MTP layers, "
+                      "training context, AMX, cache shifting) are skipped").format(path=path, err=err),
+                    _("point -m at a complete GGUF file (a download may have stopped early)"), s.k,
                     u.passed if u else True)]
 
 
@@ -38,10 +39,10 @@ def mtp_without_nextn(s: Subject) -> list[Finding]:
     if "draft-mtp" in st and not r.has("--spec-draft-model") and getattr(spec, "nextn_layers", 0) == 0:
         u = r.all("--spec-type")[-1]
         return [finding("mtp-without-nextn", Severity.ERROR, u.line, u.spelling,
-                        f"`--spec-type draft-mtp` but {spec.path} has no MTP (nextn) layers: "
-                        "\"context type MTP requested but model doesn't contain MTP layers\", the "
-                        "server fails to load (src/llama-context.cpp, server-context.cpp)",
-                        "remove `--spec-type draft-mtp` or use a GGUF with nextn layers", k, u.passed,
+                        _("`--spec-type draft-mtp` but {path} has no MTP (nextn) layers: \"context type MTP "
+                          "requested but model doesn't contain MTP layers\", the server fails to load "
+                          "(src/llama-context.cpp, server-context.cpp)").format(path=spec.path),
+                        _("remove `--spec-type draft-mtp` or use a GGUF with nextn layers"), k, u.passed,
                         Fix("drop"), u.index)]
     return []
 
@@ -52,7 +53,7 @@ def slot_ctx_above_train(s: Subject) -> list[Finding]:
     if spec is None:
         return []
     c_use, n_ctx = last_int(r, "--ctx-size")
-    _, n_par = last_int(r, "--parallel")
+    n_par = last_int(r, "--parallel")[1]
     unified = kv_unified(r)
     train = getattr(spec, "n_ctx_train", None)
     if n_ctx and train:
@@ -60,11 +61,12 @@ def slot_ctx_above_train(s: Subject) -> list[Finding]:
         per = math.ceil(per / 256) * 256
         if per > train:
             return [finding("slot-ctx-above-train", Severity.WARNING, c_use.line if c_use else 0, "--ctx-size",
-                            f"per-slot context {per} > the model's training context {train}: each slot "
-                            "is capped at n_ctx_train (\"the slot context exceeds the training context "
-                            "of the model - capping\", server-context.cpp) while KV is still allocated "
-                            "for the whole -c", f"use `-c {train * (n_par or 1) if not unified else train}` "
-                            "or add RoPE scaling on purpose", k, c_use.passed if c_use else True)]
+                            _("per-slot context {per} > the model's training context {train}: each slot is "
+                              "capped at n_ctx_train (\"the slot context exceeds the training context of the "
+                              "model - capping\", server-context.cpp) while KV is still allocated for the "
+                              "whole -c").format(per=per, train=train),
+                            _("use `-c {n}` or add RoPE scaling on purpose").format(
+                                n=train * (n_par or 1) if not unified else train), k, c_use.passed if c_use else True)]
     return []
 
 
@@ -96,14 +98,16 @@ def amx_tile_crash(s: Subject) -> list[Finding]:
     if not types:
         return []
     u = r.last("--model")
-    where = f"this machine (the one running `llamarig check`; CPU features from {cpu.source})"
-    why = "" if by_flags else "; it has no GPU (no nvidia-smi) and none was given with --gpu, so the weights stay on the CPU"
+    where = _("this machine (the one running `llamarig check`; CPU features from {source})").format(
+        source=cpu.source)
+    why = "" if by_flags else _("; it has no GPU (no nvidia-smi) and none was given with --gpu, so the weights "
+                                "stay on the CPU")
     return [finding("amx-tile-crash", Severity.WARNING, u.line if u else 0, u.spelling if u else None,
-                    f"the CPU of {where} has AMX{why}: a native llama-server build puts the model's "
-                    f"{', '.join(types)} matrices into "
-                    "the AMX buffer, whose tile kernels crashed with SIGSEGV in warm-up on an AMX Xeon "
-                    "(ggml-cpu/amx/mmq.cpp; https://github.com/ggml-org/llama.cpp/issues/20824)",
-                    "if llama-server crashes at start, add `--no-repack` (keeps the weights out of AMX)", k,
+                    _("the CPU of {where} has AMX{why}: a native llama-server build puts the model's {types} "
+                      "matrices into the AMX buffer, whose tile kernels crashed with SIGSEGV in warm-up on an "
+                      "AMX Xeon (ggml-cpu/amx/mmq.cpp; https://github.com/ggml-org/llama.cpp/issues/20824)").format(
+                        where=where, why=why, types=", ".join(types)),
+                    _("if llama-server crashes at start, add `--no-repack` (keeps the weights out of AMX)"), k,
                     u.passed if u else True)]
 
 
@@ -117,7 +121,8 @@ def cache_reuse_no_shift(s: Subject) -> list[Finding]:
         arch = getattr(spec, "architecture", "")
         if arch in ("qwen35", "qwen35moe", "qwen2vl", "qwen3vl", "qwen3vlmoe") or getattr(spec, "swa_window", None):
             return [finding("cache-reuse-no-shift", Severity.WARNING, cr.line, cr.spelling,
-                            f"`{cr.spelling}` is disabled for {arch}: its memory cannot be shifted "
-                            "(M-RoPE/IMRoPE or sliding-window cache; server-context.cpp, llama-kv-cache.cpp)",
-                            "remove it", k, cr.passed, Fix("drop"), cr.index)]
+                            _("`{flag}` is disabled for {arch}: its memory cannot be shifted (M-RoPE/IMRoPE or "
+                              "sliding-window cache; server-context.cpp, llama-kv-cache.cpp)").format(
+                                flag=cr.spelling, arch=arch),
+                            _("remove it"), k, cr.passed, Fix("drop"), cr.index)]
     return []

@@ -7,6 +7,7 @@ import re
 from llamarig.flags.argv import Use
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.rules.context import Subject
+from llamarig.i18n import _
 
 
 def removed_deprecated(s: Subject) -> list[Finding]:
@@ -23,14 +24,15 @@ def removed_deprecated(s: Subject) -> list[Finding]:
             m = re.search(r"use (--[\w-]+)", u.opt.help.replace("\n", " "))
             new = m.group(1) if m else None
             out.append(finding("removed-flag", Severity.ERROR, u.line, u.spelling,
-                               f"`{u.spelling}` has been removed from llama-server: {hint} "
-                               "(error while handling argument)",
-                               f"use `{new}`" if new else "remove it", k, u.passed,
+                               _("`{flag}` has been removed from llama-server: {hint} (error while handling "
+                                 "argument)").format(flag=u.spelling, hint=hint),
+                               _("use `{fixed}`").format(fixed=new) if new else _("remove it"), k, u.passed,
                                Fix("rename", (new,)) if new else Fix("drop"), u.index))
         elif u.opt.deprecated:
             out.append(finding("deprecated-flag", Severity.WARNING, u.line, u.spelling,
-                               f"`{u.spelling}` is deprecated and does nothing in this build ({u.opt.summary})",
-                               "remove it", k, u.passed, Fix("drop"), u.index))
+                               _("`{flag}` is deprecated and does nothing in this build ({summary})").format(
+                                   flag=u.spelling, summary=u.opt.summary),
+                               _("remove it"), k, u.passed, Fix("drop"), u.index))
     return out
 
 
@@ -67,23 +69,23 @@ def duplicates(s: Subject) -> list[Finding]:
         shown = " ".join([uses[-1].spelling] + [v.text for v in uses[-1].values])
         if opt.appending:
             out.append(finding("duplicate-flag", Severity.INFO, uses[-1].line, name,
-                               f"`{name}` is given {len(uses)} times (lines {lines}); this option "
-                               "appends, so every value is kept", None, k, uses[-1].passed))
+                               _("`{flag}` is given {n} times (lines {lines}); this option appends, so every "
+                                 "value is kept").format(flag=name, n=len(uses), lines=lines), None, k, uses[-1].passed))
             continue
         same = len({tuple(v.text for v in u.values) + (str(u.positive),) for u in uses}) == 1
-        msg = (f"`{name}` is given {len(uses)} times (lines {lines}); only the last one counts: "
-               f"`{shown}`" + (" (same value)" if same else ""))
+        msg = (_("`{flag}` is given {n} times (lines {lines}); only the last one counts: `{last}`").format(
+            flag=name, n=len(uses), lines=lines, last=shown) + (_(" (same value)") if same else ""))
         earlier = uses[:-1]
         for u in earlier[:DUP_FINDINGS_PER_OPTION]:
             out.append(finding("duplicate-flag", Severity.WARNING, u.line, u.spelling, msg,
-                               "remove the earlier one", k, u.passed, Fix("drop"), u.index))
+                               _("remove the earlier one"), k, u.passed, Fix("drop"), u.index))
         rest = earlier[DUP_FINDINGS_PER_OPTION:]
         if rest:
             # one finding for the others (--fix keeps only the last use of the option anyway)
             out.append(finding("duplicate-flag", Severity.WARNING, rest[0].line, rest[0].spelling,
-                               f"{msg}; {len(rest)} more earlier uses on lines "
-                               f"{line_list([u.line for u in rest])} are not listed one by one",
-                               "remove the earlier ones", k, rest[0].passed, Fix("drop"), rest[0].index))
+                               msg + _("; {n} more earlier uses on lines {lines} are not listed one by one").format(
+                                   n=len(rest), lines=line_list([u.line for u in rest])),
+                               _("remove the earlier ones"), k, rest[0].passed, Fix("drop"), rest[0].index))
     return out
 
 
@@ -95,7 +97,8 @@ def underscore_spelling(s: Subject) -> list[Finding]:
         if u.opt is not None and u.spelling.startswith("--") and "_" in u.spelling:
             good = u.spelling.replace("_", "-")
             out.append(finding("underscore-spelling", Severity.INFO, u.line, u.spelling,
-                               f"`{u.spelling}` works only because llama-server turns `_` into `-` in "
-                               f"`--` options (common/arg.cpp); the documented spelling is `{good}`",
-                               f"write `{good}`", k, u.passed, Fix("rename", (good,)), u.index))
+                               _("`{flag}` works only because llama-server turns `_` into `-` in `--` options "
+                                 "(common/arg.cpp); the documented spelling is `{good}`").format(flag=u.spelling,
+                                                                                                 good=good),
+                               _("write `{fixed}`").format(fixed=good), k, u.passed, Fix("rename", (good,)), u.index))
     return out

@@ -9,25 +9,27 @@ import re
 from llamarig.flags.argv import Reading
 from llamarig.flags.findings import Finding, Severity
 from llamarig.flags.parsed import Invocation, Note
+from llamarig.i18n import N_, _
 
 
 def note_to_finding(n: Note) -> Finding:
     return Finding(n.kind, n.severity, n.line, None, n.message,
-                   _NOTE_FIX.get(n.kind), n.invocation, True)
+                   _(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None, n.invocation, True)
 
 
 _NOTE_FIX = {
-    "continuation-broken": "move comment lines above the command and end every line but the last "
-                           "with `\\` (see --fix)",
-    "orphan-flags": "join these lines to the llama-server command with `\\` (see --fix)",
-    "kill-by-name": "stop your own server by pid (`kill $(cat llama.pid)`) or `pkill -x NAME -u $USER`, "
-                    "and wait for it to exit instead of sleeping",
-    "shell-syntax": "fix the quoting",
-    "unknown-macro": "define the macro under `macros:` before the macros that use it, or write the value",
-    "macro-invalid": "rename or fix the macro (names: ^[a-zA-Z0-9_-]+$, not PID/PORT/MODEL_ID, no self-reference)",
-    "yaml-not-string": "quote the item",
-    "source-missing": "put the file next to the script, or fix its path",
-    "preset-section-again": "write each section once: merge the two",
+    "continuation-broken": N_("move comment lines above the command and end every line but the last "
+                              "with `\\` (see --fix)"),
+    "orphan-flags": N_("join these lines to the llama-server command with `\\` (see --fix)"),
+    "kill-by-name": N_("stop your own server by pid (`kill $(cat llama.pid)`) or `pkill -x NAME -u $USER`, "
+                       "and wait for it to exit instead of sleeping"),
+    "shell-syntax": N_("fix the quoting"),
+    "unknown-macro": N_("define the macro under `macros:` before the macros that use it, or write the value"),
+    "macro-invalid": N_("rename or fix the macro (names: ^[a-zA-Z0-9_-]+$, not PID/PORT/MODEL_ID, no "
+                        "self-reference)"),
+    "yaml-not-string": N_("quote the item"),
+    "source-missing": N_("put the file next to the script, or fix its path"),
+    "preset-section-again": N_("write each section once: merge the two"),
 }
 
 
@@ -36,11 +38,11 @@ def background_no_log(inv: Invocation, r: Reading, k: int) -> list[Finding]:
     if inv.background and not any(u.opt and u.opt.name == "--log-file" for u in r.uses):
         where = _log_destination(inv.redirects)
         if where != "file":
-            why = ("its log is thrown away (stderr goes to /dev/null)" if where == "null" else
-                   "its log (stderr) goes to the terminal that started it")
+            why = (_("its log is thrown away (stderr goes to /dev/null)") if where == "null" else
+                   _("its log (stderr) goes to the terminal that started it"))
             return [Finding("background-no-log", Severity.INFO, inv.end_line, None,
-                            f"the server runs in the background (`&`) and {why}; add "
-                            "--log-file (or `> FILE 2>&1`) to keep it", None, k)]
+                            _("the server runs in the background (`&`) and {why}; add --log-file (or "
+                              "`> FILE 2>&1`) to keep it").format(why=why), None, k)]
     return []
 
 

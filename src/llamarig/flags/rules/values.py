@@ -11,6 +11,7 @@ from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import KV_TYPE_FIXES
 from llamarig.flags.rules.context import Subject
 from llamarig.flags.schema import Option
+from llamarig.i18n import _
 
 FLOAT_RE = re.compile(r"^\s*[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf(inity)?|nan)", re.I)
 
@@ -45,53 +46,57 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
         allowed = opt.allowed or ()
         if v not in allowed:
             sug = KV_TYPE_FIXES.get(v.lower()) or (v.lower() if v.lower() in allowed else None)
-            bad(f"unsupported cache type (error while handling argument: Unsupported cache type: {v}); "
-                f"allowed: {', '.join(allowed)}",
-                f"use `{sp} {sug}`" if sug else f"use one of {', '.join(allowed)}",
+            bad(_("unsupported cache type (error while handling argument: Unsupported cache type: {value}); "
+                  "allowed: {allowed}").format(value=v, allowed=", ".join(allowed)),
+                _("use `{fixed}`").format(fixed=f"{sp} {sug}") if sug
+                else _("use one of {allowed}").format(allowed=", ".join(allowed)),
                 Fix("set-value", (sug or "q8_0",)))
     elif kind == "enum":
         allowed = opt.allowed or ()
         if v not in allowed:
             near = difflib.get_close_matches(v, allowed, n=1, cutoff=0.5)
-            bad(f"invalid value; allowed: {', '.join(allowed)}",
-                f"use `{sp} {near[0]}`" if near else f"use one of {', '.join(allowed)}",
+            bad(_("invalid value; allowed: {allowed}").format(allowed=", ".join(allowed)),
+                _("use `{fixed}`").format(fixed=f"{sp} {near[0]}") if near
+                else _("use one of {allowed}").format(allowed=", ".join(allowed)),
                 Fix("set-value", (near[0],)) if near else Fix("drop"))
     elif kind == "csv_enum":
         allowed = opt.allowed or ()
         badv = [p for p in v.split(",") if p.strip() not in allowed]
         if badv:
-            bad(f"unknown value(s) {', '.join(badv)}; allowed: {', '.join(allowed)}",
-                f"use values from {', '.join(allowed)}", Fix("drop"))
+            bad(_("unknown value(s) {values}; allowed: {allowed}").format(values=", ".join(badv),
+                                                                           allowed=", ".join(allowed)),
+                _("use values from {allowed}").format(allowed=", ".join(allowed)), Fix("drop"))
     elif kind in ("int", "int_auto_all"):
         if kind == "int_auto_all" and v in ("auto", "all"):
             return res
         m = INT_RE.match(v)
         if not m:
-            bad("not an integer (std::stoi fails: error while handling argument)",
-                f"give a number after `{sp}`", Fix("drop"))
+            bad(_("not an integer (std::stoi fails: error while handling argument)"),
+                _("give a number after `{flag}`").format(flag=sp), Fix("drop"))
         else:
             n = int(m.group(0))
             if abs(n) > 2**31 - 1:
-                bad("out of int range (std::stoi throws out_of_range)", "use a smaller number", Fix("drop"))
+                bad(_("out of int range (std::stoi throws out_of_range)"), _("use a smaller number"), Fix("drop"))
             elif m.end() != len(v):
                 res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
-                                   f"`{sp} {v}`: std::stoi reads the leading digits and ignores the rest "
-                                   "without an error (common/arg.cpp:859 `opt.handler_int(params, "
-                                   f"std::stoi(val))`), so llama-server uses {n}",
-                                   f"write `{sp} {_expand(v)}`" if _expand(v) else f"write `{sp} {n}`",
+                                   _("`{given}`: std::stoi reads the leading digits and ignores the rest "
+                                     "without an error (common/arg.cpp:859 `opt.handler_int(params, "
+                                     "std::stoi(val))`), so llama-server uses {n}").format(given=f"{sp} {v}", n=n),
+                                   _("write `{fixed}`").format(fixed=f"{sp} {_expand(v) or n}"),
                                    k, u.passed, Fix("set-value", (_expand(v) or str(n),)), u.index))
             res.extend(_int_limits(u, opt, n, k))
     elif kind == "float":
         m = FLOAT_RE.match(v)
         if not m:
-            bad("not a number (std::stof fails: error while handling argument)",
-                f"give a number after `{sp}`", Fix("drop"))
+            bad(_("not a number (std::stof fails: error while handling argument)"),
+                _("give a number after `{flag}`").format(flag=sp), Fix("drop"))
         elif m.end() != len(v.rstrip()):
             res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
-                               f"`{sp} {v}`: std::stof reads the leading number and ignores the rest "
-                               "without an error (the option's handler in common/arg.cpp calls "
-                               f"std::stof(value)), so llama-server uses {m.group(0).strip()}",
-                               f"write `{sp} {m.group(0).strip()}`", k, u.passed,
+                               _("`{given}`: std::stof reads the leading number and ignores the rest "
+                                 "without an error (the option's handler in common/arg.cpp calls "
+                                 "std::stof(value)), so llama-server uses {n}").format(given=f"{sp} {v}",
+                                                                                     n=m.group(0).strip()),
+                               _("write `{fixed}`").format(fixed=f"{sp} {m.group(0).strip()}"), k, u.passed,
                                Fix("set-value", (m.group(0).strip(),)), u.index))
     return res
 
@@ -108,11 +113,14 @@ def _int_limits(u: Use, opt: Option, n: int, k: int | None) -> list[Finding]:
     # value ranges the handlers check (common/arg.cpp)
     sp = u.spelling
     if opt.name == "--parallel" and n == 0:
-        return [finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} 0`: the server rejects 0 slots "
-                        "(common/arg.cpp: error while handling argument)", f"use `{sp} 1` or more",
+        return [finding("invalid-value", Severity.ERROR, u.line, sp,
+                        _("`{given}`: the server rejects 0 slots (common/arg.cpp: error while handling "
+                          "argument)").format(given=f"{sp} 0"), _("use `{fixed}` or more").format(fixed=f"{sp} 1"),
                         k, u.passed, Fix("set-value", ("1",)), u.index)]
     if opt.name == "--reasoning-budget" and n < -1:
-        return [finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} {n}`: must be -1 (unlimited), 0 or a "
-                        "positive budget (error while handling argument: invalid value)", f"use `{sp} -1`",
+        return [finding("invalid-value", Severity.ERROR, u.line, sp,
+                        _("`{given}`: must be -1 (unlimited), 0 or a positive budget (error while handling "
+                          "argument: invalid value)").format(given=f"{sp} {n}"),
+                        _("use `{fixed}`").format(fixed=f"{sp} -1"),
                         k, u.passed, Fix("set-value", ("-1",)), u.index)]
     return []
