@@ -235,8 +235,9 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # the draft model's own llama_context reserves its compute buffer like the target's (the
     # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
-    dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main")
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
+    dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
+                            gpu=bool(gpu_js) and d.mtp_sidecar)
     add(index[d_names[gpu_js[0]]] if gpu_js else -1, "draft", dest.bytes,
         "draft model context compute: " + dest.formula, "modelled")
     return on_dev
@@ -404,8 +405,8 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
                     f"(K {cfg.cache_type_k_draft} + V {cfg.cache_type_v_draft}) = {_mib(b)}", target=tgt)
         add(-1, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
             "MTP context logits n_vocab x n_parallel x 4 B")
-        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp")
         mdev = placement.layer_dev[mtp[0].layer] if kv_on_gpu else -1
+        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0)
         add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula, "modelled",
             target=host if mdev < 0 else None)
     draft_w = [0] * n_dev
@@ -491,8 +492,10 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         for tgt in [*lines, host]:
             wline = tgt.get("weights")
             if wline is not None and wline.bytes:
-                tgt["weights"] = Line(wline.bytes, wline.formula + " (catalogue: the published file size spread over "
-                                      "the tensors by parameter count)", "modelled", wline.parts)
+                how = ("tensor bytes from their catalogue types, which add up to the published file size"
+                       if "tensor bytes from their types" in size_source else
+                       "the published file size spread over the tensors by parameter count")
+                tgt["weights"] = Line(wline.bytes, wline.formula + f" (catalogue: {how})", "modelled", wline.parts)
     if size_source.startswith("estimated"):
         # a catalogue size from bits per weight, not a published byte count: +-ESTIMATE_SPREAD
         for tgt in [*lines, host]:
