@@ -63,7 +63,10 @@ def test_size_is_a_listing_or_a_labelled_estimate(mid: str) -> None:
     bpw = bpw_table()
     for q, info in m.quants.items():
         n, how = m.file_bytes(q, bpw)
-        if info.get("bytes"):
+        if info.get("bytes") and info.get("spread"):
+            # a figure whose reading is uncertain: an estimate, with its range and its reason
+            assert n == int(info["bytes"]) and how.startswith("estimated: ") and info["source"] in how
+        elif info.get("bytes"):
             assert n == int(info["bytes"]) and how == info["source"]
         else:
             assert how == f"estimated: {m.entry['params_b']}B params x {bpw[q]} bits/weight ({q})"

@@ -39,6 +39,9 @@ class CatalogueModel:
 
     def file_bytes(self, quant: str, bpw: dict[str, float]) -> tuple[int, str]:
         q = self.quants.get(quant, {})
+        if q.get("bytes") and q.get("spread"):
+            # a size whose reading is uncertain: labelled an estimate, with its range
+            return int(q["bytes"]), f"estimated: {int(q['bytes']):,} B +-{float(q['spread']):.1%} ({q.get('source', '')})"
         if q.get("bytes"):
             return int(q["bytes"]), str(q.get("source", "catalogue"))
         bits = bpw.get(quant, 4.85)
@@ -226,8 +229,14 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
         n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=ff_exp or None,
         tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors), file_bytes=file_bytes,
         warnings=(f"catalogue entry: weights {size_source}; shapes: {m.source}",),
-        metadata={"catalogue": True, "size_source": size_source},
+        metadata={"catalogue": True, "size_source": size_source, "size_spread": _size_spread(m, quant)},
     )
+
+
+def _size_spread(m: CatalogueModel, quant: str) -> float | None:
+    """The relative range of a catalogue size whose reading is uncertain (its ``spread``)."""
+    sp = m.quants.get(quant, {}).get("spread")
+    return float(sp) if sp else None
 
 
 @dataclass(frozen=True)
