@@ -111,3 +111,12 @@ def test_gpt_oss_20b_keeps_attention_and_output_in_q8_0_on_the_gpu() -> None:
     assert gpu_w == pytest.approx(sum(t.n_bytes for t in on_gpu), rel=0.002)  # + CUDA row padding
     assert 1230 * MiB < gpu_w < 1250 * MiB  # was 673 MiB with the file size spread by parameter count
     assert p.devices[0].lines["kv"].bytes == (3072 + 18) * MiB
+
+
+# ------------------------------------------------------------------- item 5: published file sizes
+
+def test_qwen3_coder_q4_k_m_uses_the_logged_file_size() -> None:
+    spec = build_spec(*find_model("qwen3-coder-30b-a3b:q4_k_m"))
+    reported = _reported("issue17067-qwen3-coder-30b-a3b-q4_k_m-size", 0)
+    assert abs(spec.file_bytes / (1 << 30) - reported) <= 0.005  # printed to 0.01 GiB
+    assert "estimated" not in str(spec.metadata["size_source"])
