@@ -26,7 +26,9 @@ def test_readme_command(capsys) -> None:
     assert code == 0
     lines = out.splitlines()
     # the answer first: fits and the free memory in the first line
-    assert lines[0].startswith("fits: CUDA0") and "free" in lines[0]
+    assert lines[0].startswith("fits: CUDA0") and "free" in lines[0] + lines[1]
+    # the range the estimates allow: the IQ4_NL file size (+-7.5 %) and the GPU compute buffer
+    assert "range allowed by the estimated file size and compute buffer" in " ".join(lines[:3])
     assert "CUDA0" in out and "KV cache" in out and "recurrent state" in out
     assert "formula" not in out.lower().split("formulas and sources")[0]  # formulas only with --why
     code, out, _ = run(capsys, *README_CMD, "--why")
@@ -207,10 +209,14 @@ def test_estimated_file_sizes_are_labelled_and_ranged(capsys) -> None:
     lo, hi = dev["free_range"]
     assert lo < dev["free"] < hi
     code, out, _ = run(capsys, "plan", "qwen3.6-27b:q4_k_m", "--gpu", "rtx3090", "-c", "65536")
-    assert "free (the file size is estimated)" in out.splitlines()[0] + out.splitlines()[1]
+    assert "free (range allowed by the estimated file size and compute" in out.splitlines()[0] + out.splitlines()[1]
     code, out, _ = run(capsys, "plan", "qwen3.8-27b:ud-q4_k_xl", "--gpu", "rtx3090", "-c", "65536", "--json")
     d = json.loads(out)
     w = d["devices"][0]["formulas"]["weights"]
-    assert w["method"] == "modelled" and d["devices"][0]["free_range"] is None  # published total, split modelled
+    # a published total, split modelled: no range from the weights, only from the GPU compute buffer
+    assert w["method"] == "modelled" and "spread" not in w
+    c = d["devices"][0]["formulas"]["compute"]
+    lo, hi = d["devices"][0]["free_range"]
+    assert c["spread"] == 0.15 and hi - lo == 2 * int(d["devices"][0]["compute"] * 0.15)
     loaded = sum(x["weights"] for x in d["devices"]) + d["host"]["weights"]
     assert 0.95 * 17559178144 < loaded <= 17559178144 * 1.001  # the MTP block is not loaded without draft-mtp

@@ -2,13 +2,17 @@
 
 A catalogue id is ``model[:quant]`` (e.g. ``qwen3.6-27b:iq4_nl``). The spec has the real layer
 layout; its tensors are per-layer aggregates (attention, recurrent, FFN or experts, embeddings,
-output) whose byte counts are parameter counts scaled so that they add up to the file size.
+output) whose byte counts are parameter counts scaled so that they add up to the file size. A
+quant whose entry lists ``tensor_types`` (``[[regex, ggml type], ...]``, first match wins) gets
+real tensors instead: shapes as llama.cpp creates them and bytes from their types.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -17,6 +21,7 @@ from typing import Any
 
 from llamarig.errors import GGUFError, UnknownNameError
 from llamarig.gguf import load_spec
+from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
 
@@ -34,6 +39,9 @@ class CatalogueModel:
 
     def file_bytes(self, quant: str, bpw: dict[str, float]) -> tuple[int, str]:
         q = self.quants.get(quant, {})
+        if q.get("bytes") and q.get("spread"):
+            # a size whose reading is uncertain: labelled an estimate, with its range
+            return int(q["bytes"]), f"estimated: {int(q['bytes']):,} B +-{float(q['spread']):.1%} ({q.get('source', '')})"
         if q.get("bytes"):
             return int(q["bytes"]), str(q.get("source", "catalogue"))
         bits = bpw.get(quant, 4.85)
@@ -139,7 +147,8 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
     ff_exp = int(e.get("n_ff_expert", 0) or 0)
 
     layers = []
-    params: list[tuple[str, float]] = []
+    # (name, shape in ggml order: ne0 first)
+    params: list[tuple[str, tuple[int, ...]]] = []
     for il in range(n_all):
         is_nextn = il >= n_main
         kind = "attention"
@@ -154,33 +163,57 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
         if kind == "recurrent" and ssm:
             inner = int(ssm["inner_size"])
             conv = inner + 2 * int(ssm["group_count"]) * int(ssm["state_size"])
-            params.append((f"{p}.attn_qkv.weight", embd * conv))  # qwen35 linear attention in-projection
-            params.append((f"{p}.attn_gate.weight", embd * inner))
-            params.append((f"{p}.ssm_out.weight", inner * embd))
+            params.append((f"{p}.attn_qkv.weight", (embd, conv)))  # qwen35 linear attention in-projection
+            params.append((f"{p}.attn_gate.weight", (embd, inner)))
+            params.append((f"{p}.ssm_out.weight", (inner, embd)))
         else:
             gate = 2 if e["arch"] in ("qwen35", "qwen35moe") else 1
-            params.append((f"{p}.attn_q.weight", embd * nh * hd * gate))
-            params.append((f"{p}.attn_k.weight", embd * nkv * hd))
-            params.append((f"{p}.attn_v.weight", embd * nkv * hd))
-            params.append((f"{p}.attn_output.weight", nh * hd * embd))
+            params.append((f"{p}.attn_q.weight", (embd, nh * hd * gate)))
+            params.append((f"{p}.attn_k.weight", (embd, nkv * hd)))
+            params.append((f"{p}.attn_v.weight", (embd, nkv * hd)))
+            params.append((f"{p}.attn_output.weight", (nh * hd, embd)))
         if n_exp:
-            params.append((f"{p}.ffn_up_exps.weight", n_exp * embd * ff_exp))
-            params.append((f"{p}.ffn_gate_exps.weight", n_exp * embd * ff_exp))
-            params.append((f"{p}.ffn_down_exps.weight", n_exp * embd * ff_exp))
-            params.append((f"{p}.ffn_gate_inp.weight", embd * n_exp))
+            params.append((f"{p}.ffn_up_exps.weight", (embd, ff_exp, n_exp)))
+            params.append((f"{p}.ffn_gate_exps.weight", (embd, ff_exp, n_exp)))
+            params.append((f"{p}.ffn_down_exps.weight", (ff_exp, embd, n_exp)))
+            params.append((f"{p}.ffn_gate_inp.weight", (embd, n_exp)))
         else:
-            params.append((f"{p}.ffn_gate.weight", embd * n_ff))
-            params.append((f"{p}.ffn_up.weight", embd * n_ff))
-            params.append((f"{p}.ffn_down.weight", n_ff * embd))
+            params.append((f"{p}.ffn_gate.weight", (embd, n_ff)))
+            params.append((f"{p}.ffn_up.weight", (embd, n_ff)))
+            params.append((f"{p}.ffn_down.weight", (n_ff, embd)))
         if is_nextn:
-            params.append((f"{p}.nextn.eh_proj.weight", 2 * embd * embd))
-    params.append(("token_embd.weight", vocab * embd))
+            params.append((f"{p}.nextn.eh_proj.weight", (2 * embd, embd)))
+        if e["arch"] == "gpt-oss":
+            # the f32 vectors of an openai-moe block (src/models/openai-moe.cpp:36-54 at build 11434):
+            # they follow their layer (norms, sinks, attention and router biases) or the experts
+            # (--n-cpu-moe's pattern blk.N.ffn_(up|down|gate)_(ch|)exps also matches the biases)
+            params += [(f"{p}.attn_norm.weight", (embd,)), (f"{p}.post_attention_norm.weight", (embd,)),
+                       (f"{p}.attn_q.bias", (nh * hd,)), (f"{p}.attn_k.bias", (nkv * hd,)),
+                       (f"{p}.attn_v.bias", (nkv * hd,)), (f"{p}.attn_output.bias", (embd,)),
+                       (f"{p}.attn_sinks.weight", (nh,)), (f"{p}.ffn_gate_inp.bias", (n_exp,)),
+                       (f"{p}.ffn_gate_exps.bias", (ff_exp, n_exp)), (f"{p}.ffn_up_exps.bias", (ff_exp, n_exp)),
+                       (f"{p}.ffn_down_exps.bias", (embd, n_exp))]
+    params.append(("token_embd.weight", (embd, vocab)))
     if not e.get("tied_embeddings"):
-        params.append(("output.weight", vocab * embd))
-    total_params = sum(v for _, v in params)
+        params.append(("output.weight", (embd, vocab)))
     file_bytes, size_source = m.file_bytes(quant, bpw)
-    scale = file_bytes / total_params if total_params else 0
-    tensors = tuple(_tensor(n, int(v * scale)) for n, v in params)
+    types = m.quants.get(quant, {}).get("tensor_types")
+    if types:
+        # real tensors: each one's type from the first matching pattern, bytes as ggml counts them
+        rules = [(re.compile(rx), str(t)) for rx, t in types]
+
+        def typed(name: str, shape: tuple[int, ...]) -> TensorInfo:
+            t = next((t for rx, t in rules if rx.search(name)), "f32")
+            return TensorInfo(name=name, ggml_type=t, shape=shape, n_bytes=tensor_bytes(t, shape), offset=-1)
+
+        tensors = tuple(typed(n, shape) for n, shape in params)
+        size_source = (f"{size_source}; tensor bytes from their types ({sum(t.n_bytes for t in tensors):,} B of "
+                       f"tensors, the rest of the file is metadata)")
+    else:
+        sizes = [(n, math.prod(shape)) for n, shape in params]
+        total_params = sum(v for _, v in sizes)
+        scale = file_bytes / total_params if total_params else 0
+        tensors = tuple(_tensor(n, int(v * scale)) for n, v in sizes)
     rec = None
     if ssm:
         d_conv, inner = int(ssm["conv_kernel"]), int(ssm["inner_size"])
@@ -196,8 +229,14 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
         n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=ff_exp or None,
         tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors), file_bytes=file_bytes,
         warnings=(f"catalogue entry: weights {size_source}; shapes: {m.source}",),
-        metadata={"catalogue": True, "size_source": size_source},
+        metadata={"catalogue": True, "size_source": size_source, "size_spread": _size_spread(m, quant)},
     )
+
+
+def _size_spread(m: CatalogueModel, quant: str) -> float | None:
+    """The relative range of a catalogue size whose reading is uncertain (its ``spread``)."""
+    sp = m.quants.get(quant, {}).get("spread")
+    return float(sp) if sp else None
 
 
 @dataclass(frozen=True)

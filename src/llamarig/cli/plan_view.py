@@ -40,6 +40,12 @@ def _device_name(d: DevicePlan) -> str:
     return f"{d.name} ({d.label})" if d.label and d.label != d.name else d.name
 
 
+def _estimated_parts(d: DevicePlan) -> str:
+    """The components whose figures carry a range, e.g. 'file size, compute'."""
+    names = {"weights": _("file size"), "compute": _("compute buffer")}
+    return _(" and ").join(names.get(c, c) for c, ln in d.lines.items() if ln.spread)
+
+
 def verdict_lines(plan: Plan) -> list[str]:
     """The answer: fits or not, free or short per device, host RAM, and what to change."""
     out: list[str] = []
@@ -50,11 +56,13 @@ def verdict_lines(plan: Plan) -> list[str]:
         elif d.uncertainty and d.free_range is not None:
             lo, hi = d.free_range
             if lo >= 0:
-                parts.append(_("{dev} {used} of {cap}, {lo}-{hi} free (the file size is estimated)").format(
-                    dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), lo=_gib(lo), hi=_gib(hi)))
+                parts.append(_("{dev} {used} of {cap}, {lo}-{hi} free (range allowed by the estimated {what})").format(
+                    dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), lo=_gib(lo), hi=_gib(hi),
+                    what=_estimated_parts(d)))
             else:
-                parts.append(_("{dev} between {short} short and {hi} free (the file size is estimated: check with "
-                               "the real GGUF)").format(dev=_device_name(d), short=_gib(-lo), hi=_gib(max(hi, 0))))
+                parts.append(_("{dev} between {short} short and {hi} free (range allowed by the estimated {what}: "
+                               "check with the real GGUF or a -lv 4 log)").format(
+                    dev=_device_name(d), short=_gib(-lo), hi=_gib(max(hi, 0)), what=_estimated_parts(d)))
         elif (d.free or 0) >= 0:
             parts.append(_("{dev} {used} of {cap}, {free} free").format(
                 dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0)))

@@ -69,12 +69,49 @@ def attn_fa_floats_per_token(spec: ModelSpec) -> int:
     return 5 * e + 2 * q + C_FFN
 
 
+#: MTP draft context on a GPU: floats per token alive at the FFN peak beyond 3 n_ff + 2 n_embd,
+#: fitted on the one published figure at -ub 2048 (520.06 MiB, Qwen3.8-27B, RTX 3090;
+#: tests/plan/published_logs.yaml hilbertraum-391-*), so those rows are in-sample
+C_MTP_GPU_FFN = 4096
+
+
+def _mtp_gpu(spec: ModelSpec, ctx: ContextLayout, n_t: int, n_out: int, masks: int, base: int) -> ComputeEstimate:
+    """The MTP draft context's compute buffer on a GPU (the graph of src/models/qwen35.cpp:499-640:
+    one nextn block, then the shared head). ggml-alloc frees the KQ mask after the block's
+    attention, so the buffer is the largest of three phases, not their sum: attention (the mask
+    alive), the FFN (up, gate and their product alive at once, 3 n_ff per token) and the output
+    (logits of n_outputs_max = n_parallel rows, common/speculative.cpp:2561). Published figures
+    agree: 520.06 MiB at -ub 2048 for -c 8192 and -c 32768 alike (the FFN phase, the mask is
+    dead), 648.03 MiB at -ub 1024 -c 262144 (the attention phase: a 512 MiB mask)."""
+    e = spec.n_embd or 0
+    ff = spec.n_expert_used * (spec.n_ff_expert or 0) if spec.n_expert else (spec.n_ff or 0)
+    ffn_t = 3 * ff + 2 * e + C_MTP_GPU_FFN
+    ffn = ffn_t * n_t * F32
+    if ctx.flash_attn:
+        att_t = attn_fa_floats_per_token(spec)
+        att = masks + att_t * n_t * F32
+        att_name = f"KQ mask {masks / MiB:.2f} MiB (f16 n_kv {base} x {n_t}) + {att_t} f32/token x {n_t}"
+    else:
+        ly = max((x for x in spec.layers if x.kind != "recurrent"), key=lambda x: x.n_head)
+        att = masks + base * n_t * ly.n_head * F32 + attn_fa_floats_per_token(spec) * n_t * F32
+        att_name = f"KQ mask {masks / MiB:.2f} MiB + KQ n_kv {base} x {n_t} x {ly.n_head} heads x 4 B"
+    logits = (spec.n_vocab or 0) * n_out * F32
+    out = logits + 2 * e * n_out * F32
+    phases = [(ffn, f"FFN phase {ffn / MiB:.2f} MiB ((3 n_ff {ff} + 2 n_embd {e} + {C_MTP_GPU_FFN}) f32/token x {n_t})"),
+              (att, f"attention phase {att / MiB:.2f} MiB ({att_name})"),
+              (out, f"output phase {out / MiB:.2f} MiB (logits n_vocab {spec.n_vocab} x {n_out} outputs x 4 B)")]
+    peak, name = max(phases, key=lambda p: p[0])
+    others = "; ".join(n for b, n in phases if n != name)
+    return ComputeEstimate(int(peak), f"largest phase: {name} (the mask is freed after the attention; {others})")
+
+
 def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
                      cuda_quant_kv: tuple[str, str] | None = None,
-                     layers: str = "main") -> ComputeEstimate:
+                     layers: str = "main", gpu: bool = False) -> ComputeEstimate:
     """Compute buffer of a context whose layers all sit on one backend.
 
-    ``layers='mtp'`` models the MTP draft context (one nextn block: fewer live tensors).
+    ``layers='mtp'`` models the MTP draft context (one nextn block: fewer live tensors); with
+    ``gpu`` the GPU allocation of that context (:func:`_mtp_gpu`).
     """
     n_t = min(ctx.n_ctx, ctx.n_ubatch)
     n_out = min(n_t, max(1, n_outputs_max))
@@ -85,6 +122,8 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     if layers == "mtp":
         swa = None
     masks = _masks(ctx, n_t, base, swa, fa)
+    if layers == "mtp" and gpu and has_attn:
+        return _mtp_gpu(spec, ctx, n_t, n_out, masks, base)
     e = spec.n_embd or 0
     ffn = ffn_floats_per_token(spec)
     if layers == "mtp":
@@ -225,17 +264,32 @@ def _mask_bytes(ctx: ContextLayout, n_t: int, spec: ModelSpec) -> int:
     return _masks(ctx, n_t, base, swa, ctx.flash_attn)
 
 
+#: where the first GPU's premium under a layer split came from, and why the pinned build has none
+F32_MASK_CAST_NOTE = (
+    "every GPU copies the same inputs: at this build the KQ mask is reserved in f16 when flash attention "
+    "is on (src/llama-graph.cpp:38-40, llama.cpp PR #23764); older builds reserved it in f32, copied "
+    "that to the first GPU n_copies times and cast it to f16 there, which made the first GPU's buffer "
+    "the largest (PR #15860: 985 vs 548 MiB on three RTX 4090s; pre_23764_mask=True models them)")
+
+
 def pipeline_split_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
-                          first: bool, output: bool) -> tuple[int, str]:
+                          first: bool, output: bool, pre_23764_mask: bool = False) -> tuple[int, str]:
     """Bytes of one copy of the split inputs of one GPU stage, and their list: the activations
     entering the stage ([n_embd, n_ubatch] f32: the CPU's token embeddings on the first GPU, the
     previous GPU's residual stream on the others), the KQ mask(s), the positions
     (build_inp_pos, llama-graph.cpp:2540-2548) and, on the stage with the output layer, the output
-    ids (build_inp_out_ids, llama-graph.cpp:2569-2586)."""
+    ids (build_inp_out_ids, llama-graph.cpp:2569-2586).
+
+    ``pre_23764_mask``: the graph of llama.cpp before PR #23764, where the mask input was f32 and
+    ``ggml_cast`` to f16 for flash attention. The scheduler puts the cast on the first GPU (the
+    first consumer's backend, ggml-backend.cpp:1266-1288 "expand gpu down"), so that GPU copies
+    the f32 input and the others copy the f16 cast."""
     n_t = min(ctx.n_ctx, ctx.n_ubatch)
     n_out = min(n_t, max(1, n_outputs_max))
     act = (spec.n_embd or 0) * n_t * F32
     masks = _mask_bytes(ctx, n_t, spec)
+    if pre_23764_mask and first and ctx.flash_attn:
+        masks *= 2  # the f32 input, not the f16 cast
     pos = n_t * 4
     out_ids = n_out * 4 if output else 0
     what = (f"{'token embeddings from the CPU' if first else 'residual stream from the previous GPU'} "
@@ -245,20 +299,28 @@ def pipeline_split_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: in
 
 
 def pipeline_extra(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, pp: PipelineParallel, *,
-                   first: bool, output: bool) -> ComputeEstimate:
+                   first: bool, output: bool, pre_23764_mask: bool = False) -> ComputeEstimate:
     """What pipeline parallelism adds to one GPU's compute buffer on top of
     :func:`estimate_compute`: n_copies permanent copies of the stage's split inputs, less the one
-    mask copy the single-backend model already counts."""
+    mask copy the single-backend model already counts. ``pre_23764_mask`` (see
+    :func:`pipeline_split_inputs`): on the first GPU the f16 mask counted by
+    :func:`estimate_compute` is the cast, a tensor of its own that lives until the last GPU has
+    copied it, so nothing is subtracted there."""
     if not pp.enabled or pp.n_copies <= 1:
         return ComputeEstimate(0, "")
     n_t = min(ctx.n_ctx, ctx.n_ubatch)
-    one, what = pipeline_split_inputs(spec, ctx, n_outputs_max, first=first, output=output)
-    masks = _mask_bytes(ctx, n_t, spec)
+    one, what = pipeline_split_inputs(spec, ctx, n_outputs_max, first=first, output=output,
+                                      pre_23764_mask=pre_23764_mask)
+    cast = pre_23764_mask and first and ctx.flash_attn
+    masks = 0 if cast else _mask_bytes(ctx, n_t, spec)
     extra = pp.n_copies * one - masks
+    why = (", the f32 mask input and the f16 cast kept until the last GPU copied it (before PR #23764)" if cast
+           else f", less the one mask already counted; {F32_MASK_CAST_NOTE}" if first and ctx.flash_attn
+           else ", less the one mask already counted")
     return ComputeEstimate(
         extra,
         f"pipeline parallelism: {pp.n_copies} never-freed copies of this GPU's split inputs "
-        f"({what}) = {pp.n_copies} x {one / MiB:.2f} MiB, less the one mask already counted "
+        f"({what}) = {pp.n_copies} x {one / MiB:.2f} MiB{why} "
         f"= {extra / MiB:.2f} MiB [{PP_METHOD}]")
 
 
