@@ -39,6 +39,7 @@ from typing import Any
 from llamarig.catalogue.gpus import find_gpu
 from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
 from llamarig.errors import InputError
+from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, GiB, Hardware
 from llamarig.paths import state_dir
@@ -318,6 +319,22 @@ def _point_spec(p: dict[str, Any]) -> ModelSpec:
     return spec
 
 
+def _mtp_file_spec(spec: ModelSpec, ggml_type: str) -> ModelSpec:
+    """A separate MTP GGUF made from ``spec``: its nextn layer(s) and an output head, every matrix
+    at ``ggml_type`` (bits per weight from gguf/ggml_types.py); parameter counts from the
+    architecture (speed.matmul_params). The file size of such a draft is rarely published; this is
+    the estimate a point states."""
+    from llamarig.plan.speed import matmul_params  # lazy: cycle with speed.py
+
+    blk, size = TYPE_SIZES[ggml_type.lower()]
+    head = (spec.n_embd or 0) * (spec.n_vocab or 0)
+    layer = matmul_params(spec, mtp_layers=True) - matmul_params(spec)
+    proto = next(t for t in spec.tensors if t.name == "output.weight" or t.name == "token_embd.weight")
+    tensors = (replace(proto, name=f"blk.{spec.n_layer_main}.nextn", n_bytes=int(layer * size / blk)),
+               replace(proto, name="output.weight", n_bytes=int(head * size / blk)))
+    return replace(spec, tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors))
+
+
 def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointResult:
     """Predict one published measurement with the speed model."""
     from llamarig.plan.speed import acceptance_from_ratio, speed_report  # lazy: cycle with speed.py
@@ -326,12 +343,16 @@ def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointRes
     spec = _point_spec(p)
     gpu = _point_gpu(p["gpu"])
     hw = Hardware((gpu,))
-    args = ["-c", str(max(4096, int(p.get("depth", 0)) + 1024, int(p.get("prompt", 0)) + 1024)), "-np", "1",
+    args = ["-c", str(max(4096, int(p.get("depth", 0)) + 1024,
+                          int(p.get("prompt", 0)) + int(p.get("start", 0)) + 1024)), "-np", "1",
             "-ctk", p.get("ctk", "f16"), "-ctv", p.get("ctv", "f16"), "-fa", "on", "-ngl", "99"]
     if "ubatch" in p:
         args += ["-ub", str(p["ubatch"]), "-b", str(max(2048, int(p["ubatch"])))]
     sp = p.get("spec")
     acc = None
+    draft = None
+    if sp and sp.get("draft_type"):
+        draft = _mtp_file_spec(spec, str(sp["draft_type"]))
     if sp:
         args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(sp["n"])]
         acc = acceptance_from_ratio(float(sp["ratio"]), int(sp["n"]))
@@ -340,11 +361,13 @@ def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointRes
     cfg = parse_server_args(args)
     depth = int(p.get("depth", 0))
     rep = speed_report(spec, cfg, hw, cal=cal, acceptance=acc, prompt_tokens=int(p.get("prompt", 8192)),
-                       depths=[depth])
+                       depths=[depth], prompt_start=int(p.get("start", 0)), draft=draft)
     setting = f"KV {p.get('ctk', 'f16')}/{p.get('ctv', 'f16')}"
     if p["kind"] == "prefill":
         pred, lim = rep.prefill.tok_s, None
         setting += f", prompt {p['prompt']}, -ub {rep.prefill.n_ubatch}"
+        if p.get("start"):
+            setting += f", after {p['start']} cached"
     elif sp:
         assert rep.speculative is not None
         pred, lim = rep.speculative.decode_tok_s, None
