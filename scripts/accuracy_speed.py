@@ -32,12 +32,16 @@ from llamarig.plan.calibration import (
     _point_gpu,
     builtin,
     evaluate_points,
+    evidence_points,
+    is_evidence,
     points,
     predict_point,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "accuracy-speed.md"
+#: GPU evidence files (benchmarks/gpu_evidence.py) committed with their method; read by default
+EVIDENCE_DIR = ROOT / "benchmarks" / "evidence"
 
 GOAL = 0.15  # +-15 % for full-GPU decode (issue 4)
 DEEP = 8192  # decode points at least this deep set e_kv
@@ -496,8 +500,38 @@ def _miss_notes(ev: Evaluation) -> list[str]:
     return out
 
 
-def render(ev: Evaluation | None = None) -> str:
+def evidence_section(files: Sequence[Path]) -> list[str]:
+    """Every GPU evidence file's points predicted with the built-in constants: out-of-sample (the
+    constants were not fitted to them)."""
+    import json  # lazy: only here
+
+    lines = ["## GPU evidence files (out-of-sample)", "",
+             "Files written by `benchmarks/gpu_evidence.py` on a GPU machine (synthetic GGUFs with the",
+             "catalogue models' shapes; see benchmarks/RESULTS.md), predicted with the built-in constants.",
+             ""]
+    if not files:
+        return lines + ["None yet: no GPU machine was available when the kit was written (the kit's CPU",
+                        "smoke run is a test, not evidence). Run it on an NVIDIA machine and commit the file",
+                        "under benchmarks/evidence/ with its method; this section then lists every point.", ""]
+    for f in files:
+        doc = json.loads(Path(f).read_text())
+        if not is_evidence(doc):
+            continue
+        rel = Path(f).resolve().relative_to(ROOT) if Path(f).resolve().is_relative_to(ROOT) else Path(f)
+        res = [predict_point(p) for p in evidence_points(doc, str(rel))]
+        lines += [f"### {rel}", "", f"GPU {doc.get('gpu')}, server `{str(doc['server'].get('version', '')).splitlines()[0] if doc.get('server') else ''}`, "
+                  f"{len(res)} points.", "", "| id | kind | setting | measured tok/s | predicted | error |",
+                  "|---|---|---|---:|---:|---:|"]
+        lines += [f"| {r.id} | {r.kind} | {r.setting} | {r.measured:.1f} | {r.predicted:.1f} | {_pct(r.error)} |"
+                  for r in res]
+        lines.append("")
+    return lines
+
+
+def render(ev: Evaluation | None = None, evidence: Sequence[Path] | None = None) -> str:
     ev = ev or evaluate()
+    if evidence is None:
+        evidence = sorted(EVIDENCE_DIR.glob("*.json")) if EVIDENCE_DIR.is_dir() else []
     cal = builtin()
     d_text, d = _summary(ev.decode)
     lines = [
@@ -559,6 +593,7 @@ def render(ev: Evaluation | None = None) -> str:
                   *_table(ev.mtp, False), ""]
     if ev.prefill:
         lines += ["## Prefill", "", _summary(ev.prefill)[0], "", *_table(ev.prefill, False), ""]
+    lines += evidence_section(evidence)
     lines += ["## Fitting procedure (what the LOO columns rerun)", "",
               f"- Decode, CUDA (points: {', '.join(ev.decode_fitted)}; not fitted: "
               + "; ".join(f"{k} - {v}" for k, v in EXCLUDED.items()) + "):",
@@ -648,12 +683,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "src/llamarig/data/speed_calibration.json, in-sample and leave-one-out.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file on disk is stale")
     ap.add_argument("--fit", action="store_true", help="print the constants the fitting procedure gives on all points")
+    ap.add_argument("--evidence", nargs="*", type=Path, default=None,
+                    help="GPU evidence files (benchmarks/gpu_evidence.py) to add out-of-sample; default: "
+                         "benchmarks/evidence/*.json")
     a = ap.parse_args(argv)
     ev = evaluate()
     if a.fit:
         print(fit_report(ev))
         return 0
-    return 0 if write_or_check(OUT, render(ev), a.check, "scripts/accuracy_speed.py") else 1
+    return 0 if write_or_check(OUT, render(ev, a.evidence), a.check, "scripts/accuracy_speed.py") else 1
 
 
 __all__ = ["Efficiency", "evaluate", "render", "summary_lines", "main"]
