@@ -3,12 +3,12 @@
 the evidence file `llamarig plan --calibration FILE` and scripts/accuracy_speed.py read.
 
 Method (benchmarks/RESULTS.md "GPU evidence kit"; docs/accuracy-speed.md):
-1. For each catalogue model asked for (default: qwen3.6-27b, qwen3.8-27b, llama3.1-8b), write a
+1. For each catalogue model asked for (default: qwen3.6-27b, llama3.1-8b), write a
    synthetic GGUF with the model's exact shapes (layers, heads, head dims, FFN, experts,
    recurrent state, MTP layers, the full vocabulary) and random weights
    (llamarig.testing.synth, ``fill="tiled"``: 64 random rows per tensor, repeated; speed and
    buffer sizes do not depend on the values). ``--weights`` picks the type (q4_0 default).
-2. For each K/V type (f16, q8_0, q4_0) and -ub (512, 2048), start ``--server-bin`` with ``-lv 4``
+2. For each -ub (512, 2048) and K/V type (f16, q8_0, q4_0), start ``--server-bin`` with ``-lv 4``
    (every buffer line), ``-ngl 99 -fa on -np 1``, and a context that holds the deepest depth.
 3. At each depth (0, 8192, 32768) send one /completion whose prompt is that many token ids
    (``cache_prompt`` off, ``ignore_eos``), and record llama-server's own timings: prefill
@@ -50,7 +50,7 @@ from llamarig.testing.synth import SynthShape, default_shape, write_model
 
 KIND = "llamarig-gpu-evidence"
 VERSION = 1
-DEFAULT_MODELS = ("qwen3.6-27b", "qwen3.8-27b", "llama3.1-8b")
+DEFAULT_MODELS = ("qwen3.6-27b", "llama3.1-8b")
 SMOKE_MODELS = ("llama3.1-8b", "qwen3.6-27b")
 #: log lines worth keeping: every buffer, KV / recurrent / compute size, context parameter
 KEEP = ("buffer size", "KV buffer", "RS buffer", "compute buffer", "llama_kv_cache", "llama_memory_recurrent",
@@ -155,7 +155,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         arch, shape = shape_for(model_id, args.weights, args.smoke)
         path = work / f"{model_id.replace(':', '_')}-{shape.weight_type}.gguf"
         t = time.monotonic()
-        write_model(path, arch, shape)
+        stamp = path.with_suffix(".shape.json")
+        want = json.dumps(asdict(shape), sort_keys=True)
+        if not (path.is_file() and stamp.is_file() and stamp.read_text() == want):  # reuse a --workdir's file
+            write_model(path, arch, shape)
+            stamp.write_text(want)
         hdr = read_header(path)
         n_vocab = len(hdr.metadata.get("tokenizer.ggml.tokens", [])) or 256
         synth = {"path": str(path), "arch": arch, "bytes": path.stat().st_size,
@@ -163,8 +167,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                  "shape": asdict(shape) | {"extra_tokens": []}, "write_s": round(time.monotonic() - t, 1)}
         depths = sorted(set(args.depths))
         ctx = max(depths) + args.n_predict + 512
-        for kv in args.kv:
-            for ub in args.ub:
+        for ub in args.ub:  # every K/V type at the first -ub before any at the next: the budget cuts -ub last
+            for kv in args.kv:
                 if time.monotonic() > deadline:
                     doc["skipped"].append({"model": model_id, "kv": kv, "ub": ub, "why": "time budget"})
                     continue
