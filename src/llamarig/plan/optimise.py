@@ -502,8 +502,9 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
         f"(calibrated efficiency)")
     if rep.speculative is not None:
         s = rep.speculative
-        out.append(f"with MTP (a={s.acceptance:.2f}, n={s.n_max}) the best candidate reaches about "
-                   f"{top.decode_at_target:.0f} tok/s ({s.tokens_per_step:.2f} tokens per step)")
+        out.append(f"with MTP (a={s.acceptance:.2f}, i.e. llama-server's draft acceptance {s.ratio:.2f}, n={s.n_max}) "
+                   f"the best candidate reaches about {top.decode_at_target:.0f} tok/s "
+                   f"({s.tokens_per_step:.2f} tokens per step)")
     else:
         # what an MTP head or a draft model could do: a = 0.6, n = 3, a draft pass reading the
         # output head and one layer
