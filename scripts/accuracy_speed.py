@@ -490,10 +490,10 @@ def _miss_notes(ev: Evaluation) -> list[str]:
                       "most the 95232-cell cache; the model uses the lower bound." if k in DEEP_IDS else
                       f"The refit without it ({r.loo_how}) rests on the other deep points."))
         elif _backend(p) != "CUDA":
-            why = (f"{parts}. Out-of-sample only: it is the one {_backend(p)} point and set the {_backend(p)} "
-                   f"overhead ({e.overhead_ms:g} ms); without it the prior is the CUDA refit "
-                   f"({ev.decode_all.short()}), and a 1.1B model at 760 tok/s is dominated by the per-token "
-                   "overhead, which that refit puts at 0 - small models need their own overhead figure.")
+            why = (f"{parts}. The leave-one-out column uses the CUDA refit ({ev.decode_all.short()}) as the "
+                   f"prior for {_backend(p)}, whose own constants rest on one source each "
+                   f"({e.source.split(';')[0]}); that prior misses {_backend(p)}'s larger per-token overhead "
+                   "and lower weights efficiency.")
         else:
             why = (f"{parts}. In-sample {_pct(r.res.error)}; the refit without it ({r.loo_how}) predicts "
                    f"{r.loo:.1f} tok/s. The small-model points disagree by about +-10 % among themselves "
