@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.catalogue.models import find_model
+from llamarig.detect import detect
 from llamarig.errors import LlamarigError
 from llamarig.gguf.reader import read_header
 from llamarig.launch.server import start_server
@@ -138,6 +139,15 @@ def measure(srv: Any, depth: int, n_predict: int, vocab_lo: int, vocab_hi: int) 
             "wall_s": round(time.monotonic() - t0, 3)}
 
 
+def gpu_id(given: str | None, smoke: bool) -> str | None:
+    """The catalogue id the evidence is for: ``--gpu``, else the first GPU nvidia-smi names when
+    the catalogue knows it (its bandwidth is what the reading side divides by)."""
+    if given or smoke:
+        return given
+    gpus = detect().gpus
+    return gpus[0].id if gpus and gpus[0].bandwidth_gbs else None
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
     deadline = t_start + args.budget_s
@@ -145,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {
         "kind": KIND, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "smoke": args.smoke, "gpu": args.gpu, "backend": args.backend, "machine": machine(),
+        "smoke": args.smoke, "gpu": gpu_id(args.gpu, args.smoke), "backend": args.backend, "machine": machine(),
         "server": {"binary": str(args.server_bin), "version": server_version(args.server_bin)},
         "method": "synthetic GGUFs with the catalogue models' shapes (llamarig.testing.synth, tiled random "
                   "weights); one /completion per depth with that many prompt token ids, cache_prompt off; "
@@ -210,7 +220,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                              "models; write the evidence file plan and scripts/accuracy_speed.py read.")
     ap.add_argument("--server-bin", default=os.environ.get("LLAMARIG_SERVER_BIN"),
                     help="llama-server to measure (default $LLAMARIG_SERVER_BIN)")
-    ap.add_argument("--gpu", help="catalogue GPU id of this machine (e.g. rtx4090); recorded for plan's calibration")
+    ap.add_argument("--gpu", help="catalogue GPU id of this machine (e.g. rtx4090; default: nvidia-smi's first GPU "
+                                  "when the catalogue knows it); the reading side needs it for the bandwidth")
     ap.add_argument("--backend", default=None, help="CUDA (default), ROCm, Vulkan, Metal; CPU with --smoke")
     ap.add_argument("--models", default=None, help="comma-separated catalogue ids")
     ap.add_argument("--kv", default="f16,q8_0,q4_0", help="K/V types (default f16,q8_0,q4_0)")

@@ -76,7 +76,11 @@ def test_accuracy_script_lists_evidence_out_of_sample():
 def test_not_an_evidence_file_is_one_clear_error(tmp_path):
     with pytest.raises(InputError, match="not a GPU evidence file"):
         evidence_points({"kind": "something else"}, "x.json")
+    with pytest.raises(InputError, match="no catalogue GPU id"):
+        evidence_points({"kind": "llamarig-gpu-evidence", "backend": "CUDA", "gpu": None, "runs": []}, "g.json")
+    with pytest.raises(InputError, match="g.json: "):
+        evidence_points({"kind": "llamarig-gpu-evidence", "backend": "CUDA", "gpu": "rtx9999", "runs": []}, "g.json")
     empty = tmp_path / "e.json"
-    empty.write_text(json.dumps({"kind": "llamarig-gpu-evidence", "version": 1, "runs": []}))
+    empty.write_text(json.dumps({"kind": "llamarig-gpu-evidence", "version": 1, "backend": "CPU", "runs": []}))
     with pytest.raises(InputError, match="no decode measurement"):
         load_calibration(empty)

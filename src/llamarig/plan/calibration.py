@@ -434,6 +434,14 @@ def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[
     if not is_evidence(doc):
         raise InputError(f"{source}: not a GPU evidence file (kind '{EVIDENCE_KIND}')")
     gpu = doc.get("gpu") if doc.get("backend", "CUDA") != "CPU" else None
+    if doc.get("backend", "CUDA") != "CPU":
+        if not isinstance(gpu, str) or not gpu:
+            raise InputError(f"{source}: no catalogue GPU id ('gpu'); rerun the kit with --gpu ID "
+                             "(`llamarig gpus` lists them) or set \"gpu\" in the file")
+        try:
+            find_gpu(gpu)
+        except InputError as e:
+            raise InputError(f"{source}: {e}") from None
     build = str((doc.get("server") or {}).get("version", "")).splitlines()
     build_s = next((ln for ln in build if "version" in ln), build[0] if build else "unknown build")
     out: list[dict[str, Any]] = []
