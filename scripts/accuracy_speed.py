@@ -511,6 +511,11 @@ def evidence_section(files: Sequence[Path]) -> list[str]:
     lines = ["## GPU evidence files (out-of-sample)", "",
              "Files written by `benchmarks/gpu_evidence.py` on a GPU machine (synthetic GGUFs with the",
              "catalogue models' shapes; see benchmarks/RESULTS.md), predicted with the built-in constants.",
+             "On an NVIDIA machine: `python benchmarks/gpu_evidence.py --server-bin /path/to/llama-server",
+             "--gpu rtx4090 --out benchmarks/evidence/rtx4090-b11434.json` (under 10 minutes; it writes the",
+             "-lv 4 buffer lines and llama-server's prefill / decode timings at depths 0, 8K and 32K for f16,",
+             "q8_0 and q4_0 K/V at -ub 512 and 2048); `llamarig plan --calibration FILE` fits that GPU's",
+             "efficiencies to it.",
              ""]
     if not files:
         return lines + ["None yet: no GPU machine was available when the kit was written (the kit's CPU",
