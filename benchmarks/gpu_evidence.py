@@ -12,7 +12,9 @@ Method (benchmarks/RESULTS.md "GPU evidence kit"; docs/accuracy-speed.md):
    (every buffer line), ``-ngl 99 -fa on -np 1``, and a context that holds the deepest depth.
 3. At each depth (0, 8192, 32768) send one /completion whose prompt is that many token ids
    (``cache_prompt`` off, ``ignore_eos``), and record llama-server's own timings: prefill
-   (``prompt_per_second``) and decode (``predicted_per_second``) with their token counts.
+   (``prompt_per_second``) and decode (``predicted_per_second``) with their token counts. A model
+   with MTP layers gets one more run with ``--spec-type draft-mtp --spec-draft-n-max 4``
+   (``--mtp``), recording ``draft_n`` / ``draft_n_accepted``: the time of a speculative step.
 4. Write one JSON file: the machine (nvidia-smi, CPU), the server (``--version``), and per run
    the model, the synthetic file's bytes and tensor count, the argv, every buffer line of the log
    (and the parsed memory figures) and the measurements.
@@ -134,9 +136,12 @@ def measure(srv: Any, depth: int, n_predict: int, vocab_lo: int, vocab_hi: int) 
     r = srv.post("/completion", {"prompt": prompt, "n_predict": n_predict, "cache_prompt": False,
                                  "temperature": 0, "ignore_eos": True}, timeout=900)
     tm = r.get("timings", {})
-    return {"depth": len(prompt), "prompt_n": tm.get("prompt_n"), "prefill_tok_s": tm.get("prompt_per_second"),
-            "decode_n": tm.get("predicted_n"), "decode_tok_s": tm.get("predicted_per_second"),
-            "wall_s": round(time.monotonic() - t0, 3)}
+    out = {"depth": len(prompt), "prompt_n": tm.get("prompt_n"), "prefill_tok_s": tm.get("prompt_per_second"),
+           "decode_n": tm.get("predicted_n"), "decode_tok_s": tm.get("predicted_per_second"),
+           "wall_s": round(time.monotonic() - t0, 3)}
+    if "draft_n" in tm:  # speculative decoding: drafted and accepted tokens (server-common.cpp:99-101)
+        out.update(draft_n=tm["draft_n"], draft_n_accepted=tm.get("draft_n_accepted", 0))
+    return out
 
 
 def gpu_id(given: str | None, smoke: bool) -> str | None:
@@ -146,6 +151,38 @@ def gpu_id(given: str | None, smoke: bool) -> str | None:
         return given
     gpus = detect().gpus
     return gpus[0].id if gpus and gpus[0].bandwidth_gbs else None
+
+
+def one_run(args: argparse.Namespace, model_id: str, synth: dict[str, Any], path: Path, argv: list[str], kv: str,
+            ub: int, ctx: int, n_mtp: int, depths: Sequence[int], n_vocab: int, deadline: float,
+            work: Path) -> dict[str, Any]:
+    """One server start: the measurements at every depth, the buffer lines, the parsed memory."""
+    entry: dict[str, Any] = {"model": model_id, "synthetic": synth, "cache_type_k": kv, "cache_type_v": kv,
+                             "n_ubatch": ub, "n_ctx": ctx, "args": argv, "measurements": []}
+    if n_mtp:
+        entry["spec"] = {"type": "draft-mtp", "n_max": n_mtp}
+    try:
+        with start_server(args.server_bin, path, argv, threads=args.threads, log_dir=work / "logs",
+                          timeout=600) as srv:
+            measure(srv, 16, 4, 256, n_vocab - 8)  # warm-up, discarded
+            for d in depths:
+                if time.monotonic() > deadline:
+                    entry["measurements"].append({"depth": d, "skipped": "time budget"})
+                    continue
+                try:
+                    entry["measurements"].append(measure(srv, d, args.n_predict, 256, n_vocab - 8))
+                except (OSError, ValueError) as e:  # HTTPError is an OSError
+                    entry["measurements"].append({"depth": d, "error": str(e)})
+            log = srv.log
+    except LlamarigError as e:
+        entry["error"] = str(e).splitlines()[:20]
+        return entry
+    mem = parse_memory_log(log)
+    entry["buffers"] = kept_lines(log)
+    entry["memory"] = {"weights": mem.weights, "kv": mem.target.kv_buffers, "recurrent": mem.target.rs_buffers,
+                       "compute": mem.target.compute, "output": mem.target.output,
+                       "draft_compute": mem.draft.compute if mem.draft else None}
+    return entry
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -177,39 +214,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                  "shape": asdict(shape) | {"extra_tokens": []}, "write_s": round(time.monotonic() - t, 1)}
         depths = sorted(set(args.depths))
         ctx = max(depths) + args.n_predict + 512
-        for ub in args.ub:  # every K/V type at the first -ub before any at the next: the budget cuts -ub last
-            for kv in args.kv:
-                if time.monotonic() > deadline:
-                    doc["skipped"].append({"model": model_id, "kv": kv, "ub": ub, "why": "time budget"})
-                    continue
-                argv = ["-c", str(ctx), "-np", "1", "-ngl", str(args.ngl), "-fa", "on", "-ctk", kv, "-ctv", kv,
-                        "-ub", str(ub), "-b", str(max(2048, ub)), "-lv", "4", "--no-warmup"]
-                entry: dict[str, Any] = {"model": model_id, "synthetic": synth, "cache_type_k": kv,
-                                         "cache_type_v": kv, "n_ubatch": ub, "n_ctx": ctx, "args": argv,
-                                         "measurements": []}
-                try:
-                    with start_server(args.server_bin, path, argv, threads=args.threads,
-                                      log_dir=work / "logs", timeout=600) as srv:
-                        measure(srv, 16, 4, 256, n_vocab - 8)  # warm-up, discarded
-                        for d in depths:
-                            if time.monotonic() > deadline:
-                                entry["measurements"].append({"depth": d, "skipped": "time budget"})
-                                continue
-                            try:
-                                entry["measurements"].append(measure(srv, d, args.n_predict, 256, n_vocab - 8))
-                            except (OSError, ValueError) as e:  # HTTPError is an OSError
-                                entry["measurements"].append({"depth": d, "error": str(e)})
-                        log = srv.log
-                except LlamarigError as e:
-                    entry["error"] = str(e).splitlines()[:20]
-                    doc["runs"].append(entry)
-                    continue
-                mem = parse_memory_log(log)
-                entry["buffers"] = kept_lines(log)
-                entry["memory"] = {"weights": mem.weights, "kv": mem.target.kv_buffers,
-                                   "recurrent": mem.target.rs_buffers, "compute": mem.target.compute,
-                                   "output": mem.target.output}
-                doc["runs"].append(entry)
+        plan = [(ub, kv, 0) for ub in args.ub for kv in args.kv]  # every K/V type at the first -ub first
+        if shape.nextn_layers and args.mtp > 0:  # the MTP step: drafting + batched verification
+            plan.append((args.ub[0], args.kv[-1], args.mtp))
+        for ub, kv, n_mtp in plan:
+            if time.monotonic() > deadline:
+                doc["skipped"].append({"model": model_id, "kv": kv, "ub": ub, "mtp": n_mtp, "why": "time budget"})
+                continue
+            argv = ["-c", str(ctx), "-np", "1", "-ngl", str(args.ngl), "-fa", "on", "-ctk", kv, "-ctv", kv,
+                    "-ub", str(ub), "-b", str(max(2048, ub)), "-lv", "4", "--no-warmup"]
+            if n_mtp:
+                argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_mtp)]
+            doc["runs"].append(one_run(args, model_id, synth, path, argv, kv, ub, ctx, n_mtp, depths, n_vocab,
+                                       deadline, work))
     doc["elapsed_s"] = round(time.monotonic() - t_start, 1)
     return doc
 
@@ -228,6 +245,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--ub", default="512,2048", help="-ub values (default 512,2048)")
     ap.add_argument("--depths", default="0,8192,32768", help="prompt depths (default 0,8192,32768)")
     ap.add_argument("--n-predict", type=int, default=64, help="tokens decoded per depth (default 64)")
+    ap.add_argument("--mtp", type=int, default=4,
+                    help="for models with MTP layers, one more run with --spec-type draft-mtp --spec-draft-n-max N "
+                         "(the step time; random weights accept almost nothing, which the file records; 0: off)")
     ap.add_argument("--weights", default="q4_0", choices=("q4_0", "q8_0", "f16"), help="synthetic weight type")
     ap.add_argument("--ngl", type=int, default=99)
     ap.add_argument("--threads", type=int, default=None, help="-t (default: llama-server's)")

@@ -22,26 +22,30 @@ KIT = ROOT / "benchmarks" / "gpu_evidence.py"
 
 
 def test_smoke_run_against_the_real_server(server_bin, tmp_path):
-    """Tiny shapes of a catalogue architecture, one K/V type, two depths: the file has the buffer
-    lines of the -lv 4 log, the parsed memory figures, llama-server's timings, and plan reads it."""
+    """Tiny shapes of a catalogue architecture with an MTP layer, one K/V type, two depths: the file
+    has the buffer lines of the -lv 4 log, the parsed memory figures, llama-server's timings, an
+    MTP run with draft_n / draft_n_accepted, and plan reads it (verify_per_token included)."""
     out = tmp_path / "ev.json"
     r = subprocess.run([sys.executable, str(KIT), "--server-bin", str(server_bin), "--smoke", "--models",
-                        "qwen3.6-27b", "--kv", "q8_0", "--ub", "256", "--depths", "0,300", "--n-predict", "4",
+                        "qwen3.8-27b", "--kv", "q8_0", "--ub", "256", "--depths", "0,300", "--n-predict", "8",
                         "--threads", "1", "--workdir", str(tmp_path / "w"), "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     assert doc["kind"] == "llamarig-gpu-evidence" and doc["smoke"] and "build 11434" in doc["server"]["version"]
-    (run,) = doc["runs"]
-    assert run["cache_type_k"] == "q8_0" and "-lv" in run["args"]
+    run, mtp = doc["runs"]
+    assert run["cache_type_k"] == "q8_0" and "-lv" in run["args"] and "spec" not in run
+    assert mtp["spec"] == {"type": "draft-mtp", "n_max": 4} and "draft-mtp" in mtp["args"]
+    assert all(m["draft_n"] > 0 and m["draft_n_accepted"] >= 0 for m in mtp["measurements"])
+    assert mtp["memory"]["draft_compute"]  # the MTP context's compute buffer
     assert any("KV buffer size" in ln for ln in run["buffers"])
     assert any("RS buffer size" in ln for ln in run["buffers"])  # qwen35: recurrent state
     assert run["memory"]["kv"] and run["memory"]["compute"]
     depths = [m["depth"] for m in run["measurements"]]
     assert depths == [1, 300]
-    assert all(m["decode_tok_s"] > 0 and m["decode_n"] == 4 for m in run["measurements"])
+    assert all(m["decode_tok_s"] > 0 and m["decode_n"] == 8 for m in run["measurements"])
     cal = load_calibration(out)
-    assert "GPU evidence file" in cal.backends["CPU"].source
+    assert "GPU evidence file" in cal.backends["CPU"].source and "2 MTP step points" in cal.backends["CPU"].source
 
 
 def test_recorded_sample_is_read_by_plans_calibration():

@@ -453,13 +453,20 @@ def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[
                 "ctk": r.get("cache_type_k", "f16"), "ctv": r.get("cache_type_v", "f16"),
                 "ran": " ".join(str(a) for a in r.get("args", [])),
                 "source": f"{source} ({build_s}; synthetic {r['model']} {syn.get('bytes', '?')} B)"}
+        n_mtp = int((r.get("spec") or {}).get("n_max", 0))
         for m in r.get("measurements", []):
             if not isinstance(m, dict) or not m.get("decode_tok_s"):
                 continue
             d = int(m.get("depth", 0))
-            tag = f"{r['model']}-{base['ctk']}-ub{r.get('n_ubatch')}-d{d}"
-            out.append({**base, "id": f"ev-{tag}", "kind": "decode", "depth": d, "measured": float(m["decode_tok_s"])})
-            if m.get("prefill_tok_s") and int(m.get("prompt_n") or 0) >= 512:
+            tag = f"{r['model']}-{base['ctk']}-ub{r.get('n_ubatch')}-d{d}" + (f"-mtp{n_mtp}" if n_mtp else "")
+            pt = {**base, "id": f"ev-{tag}", "kind": "decode", "depth": d, "measured": float(m["decode_tok_s"])}
+            if n_mtp:
+                if not m.get("draft_n"):
+                    continue
+                # tokens per step = 1 + n x accepted / drafted (drafts are n long: p_min 0)
+                pt["spec"] = {"n": n_mtp, "ratio": min(0.999, float(m.get("draft_n_accepted", 0)) / float(m["draft_n"]))}
+            out.append(pt)
+            if not n_mtp and m.get("prefill_tok_s") and int(m.get("prompt_n") or 0) >= 512:
                 out.append({**base, "id": f"ev-pp-{tag}", "kind": "prefill", "prompt": int(m["prompt_n"]),
                             "ubatch": int(r.get("n_ubatch", 512)), "measured": float(m["prefill_tok_s"])})
     return out
@@ -493,7 +500,9 @@ def calibration_from_evidence(doc: dict[str, Any], source: str = "evidence") -> 
     points shallower than EVIDENCE_DEEP (their KV term at kv = weights), then ``kv`` over the
     deeper ones, for the evidence's GPU (or backend). Each point's time is linear in the inverse
     efficiencies; the coefficients are read off the speed model itself by probe predictions."""
-    pts = [p for p in evidence_points(doc, source) if p["kind"] == "decode"]
+    every = [p for p in evidence_points(doc, source) if p["kind"] == "decode"]
+    pts = [p for p in every if "spec" not in p]
+    mtp = [p for p in every if "spec" in p]
     if not pts:
         raise InputError(f"{source}: no decode measurement to fit")
     backend = "CPU" if doc.get("backend") == "CPU" else str(doc.get("backend") or "CUDA")
@@ -529,6 +538,20 @@ def calibration_from_evidence(doc: dict[str, Any], source: str = "evidence") -> 
                              "overhead_ms": round(t0 * 1000, 4),
                              "source": f"{source}: {len(short)} shallow + {len(deep)} deep decode points "
                                        f"(benchmarks/gpu_evidence.py)"}
+    if mtp:  # verify_per_token: the MTP step time is linear in it (weights, kv, overhead as fitted)
+        def with_v(v: float) -> Calibration:
+            e = {**entry, "verify_per_token": v, **({"gpu": gpu} if gpu else {})}
+            return _parse({"version": 1, "efficiency": [e]}, base, source)
+
+        rows = []
+        for p in mtp:
+            t_0 = 1 / predict_point(p, with_v(0.0)).predicted
+            t_1 = 1 / predict_point(p, with_v(1.0)).predicted
+            rows.append((t_1 - t_0, 1 / p["measured"] - t_0, 1 / p["measured"]))
+        den = sum(x * x / t**2 for x, _, t in rows)
+        v = max(0.0, sum(x * y / t**2 for x, y, t in rows) / den) if den > 0 else 0.0
+        entry["verify_per_token"] = round(v, 4)
+        entry["source"] += f"; verify_per_token from {len(mtp)} MTP step points"
     if gpu:
         entry["gpu"] = gpu
     return {"version": 1, "efficiency": [entry]}
