@@ -3,7 +3,7 @@
 the evidence file `llamarig plan --calibration FILE` and scripts/accuracy_speed.py read.
 
 Method (benchmarks/RESULTS.md "GPU evidence kit"; docs/accuracy-speed.md):
-1. For each catalogue model asked for (default: qwen3.6-27b, llama3.1-8b), write a
+1. For each catalogue model asked for (default: qwen3.8-27b, llama3.1-8b), write a
    synthetic GGUF with the model's exact shapes (layers, heads, head dims, FFN, experts,
    recurrent state, MTP layers, the full vocabulary) and random weights
    (llamarig.testing.synth, ``fill="tiled"``: 64 random rows per tensor, repeated; speed and
@@ -53,7 +53,7 @@ from llamarig.testing.synth import SynthShape, default_shape, write_model
 
 KIND = "llamarig-gpu-evidence"
 VERSION = 1
-DEFAULT_MODELS = ("qwen3.6-27b", "llama3.1-8b")
+DEFAULT_MODELS = ("qwen3.8-27b", "llama3.1-8b")  # qwen3.8: qwen3.6's shapes plus an MTP layer
 SMOKE_MODELS = ("llama3.1-8b", "qwen3.6-27b")
 #: log lines worth keeping: every buffer, KV / recurrent / compute size, context parameter
 KEEP = ("buffer size", "KV buffer", "RS buffer", "compute buffer", "llama_kv_cache", "llama_memory_recurrent",
