@@ -32,21 +32,27 @@ from llamarig.plan.calibration import (
     _point_gpu,
     builtin,
     evaluate_points,
+    evidence_points,
+    is_evidence,
     points,
     predict_point,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "accuracy-speed.md"
+#: GPU evidence files (benchmarks/gpu_evidence.py) committed with their method; read by default
+EVIDENCE_DIR = ROOT / "benchmarks" / "evidence"
 
 GOAL = 0.15  # +-15 % for full-GPU decode (issue 4)
 DEEP = 8192  # decode points at least this deep set e_kv
 SHORT_PROMPT = 4096  # prefill points below this are not fitted (fixed per-request costs)
 #: decode points kept out of the fit (a reason each); they are still predicted
-EXCLUDED = {"sudoingx-nomtp": "RTX 3090 capped at 250 W (decodes below an uncapped card)"}
-#: the the RTX 3090 field report deep figure's published bounds: 'dropped to 38 (38.5 at peak)' at 30-45K depth;
-#: issue 4 quotes 37 tok/s (the built-in point uses 37 at 37K)
-DEEP_PAIR = {"id": "seed000-deep", "depths": (30000, 45000), "measured": (37.0, 38.5)}
+_CAPPED = "RTX 3090 capped at 250 W (decodes below an uncapped card)"
+EXCLUDED = {k: _CAPPED for k in ("sudoingx-nomtp", "sudoingx-mtp", "sx77-3090-250w-nomtp", "sx77-3090-250w-mtp2",
+                                 "sx77-3090-250w-mtp3", "sx77-3090-250w-mtp4")}
+#: the RTX 3090 field report's deep figures (f16 K/V, 4 unified slots: the decode reads at least this
+#: request's depth, at most the whole 95232-cell cache)
+DEEP_IDS = ("seed000-deep30k", "seed000-deep45k")
 
 Point = dict[str, Any]
 
@@ -126,9 +132,9 @@ def prefill_terms(p: Point, cal: Calibration) -> PrefillTerms:
 
 def verify_terms(p: Point, cal: Calibration) -> tuple[float, float, float]:
     """(t at verify_per_token 0, dt / dverify, measured t): MTP step time is linear in it."""
-    be = _point_gpu(p["gpu"]).backend
-    t0 = seconds(p, with_backend(cal, be, verify_per_token=0.0))
-    t1 = seconds(p, with_backend(cal, be, verify_per_token=1.0))
+    key = eff_key(cal, p)
+    t0 = seconds(p, with_entry(cal, key, verify_per_token=0.0))
+    t1 = seconds(p, with_entry(cal, key, verify_per_token=1.0))
     return t0, t1 - t0, 1.0 / p["measured"]
 
 
@@ -179,25 +185,23 @@ class DecodeFit:
 
 
 def refit_decode(terms: dict[str, DecodeTerms]) -> DecodeFit:
-    """The decode procedure: (1) ``kv`` from same-set-up pairs (a point at depth >= DEEP and one of
-    the same GPU, model and KV types below it): the time difference is KV reading alone,
-    ``t_deep - t_short = (x_kv_deep - x_kv_short) / kv``, independent of ``weights`` and the
-    overhead (least squares of the relative error of the difference over the pairs); with no pair,
-    the prior ``kv = weights`` (KV read as fast as weights), marked * in the tables; (2)
-    ``weights`` and ``overhead`` by least squares of the relative time error over the points
-    shallower than DEEP (efficiency <= 1, overhead >= 0), the KV term at (1)."""
+    """The decode procedure: (1) ``weights`` and ``overhead`` by least squares of the relative time
+    error over the points shallower than DEEP (efficiency <= 1, overhead >= 0), their small KV term
+    at the prior ``kv = weights``; (2) ``kv`` by least squares of the relative time error over the
+    points at depth >= DEEP, their weights and overhead terms at (1) (KV read at most at peak:
+    kv <= 1); (3) (1) again with the KV term at (2). With no deep point, the prior ``kv = weights``
+    (marked * in the tables)."""
     deep = [k for k in terms if DEPTH[k] >= DEEP]
     short = [k for k in terms if k not in deep]
-    pairs = [(terms[d], terms[s]) for d in deep for s in short if SETUP[d] == SETUP[s]]
-    if pairs:
-        u_kv: float | None = max(1.0, _ls1([a.x_kv - b.x_kv for a, b in pairs],
-                                           [a.t_meas - b.t_meas for a, b in pairs],
-                                           [a.t_meas - b.t_meas for a, b in pairs]))
-        u_w, t0 = _ls2([(terms[k].x_w, terms[k].t_meas - terms[k].c - terms[k].x_kv * u_kv, terms[k].t_meas)
-                        for k in short])
-        return DecodeFit(1 / u_w, 1 / u_kv, t0 * 1000, "pairs")
     u_w, t0 = _ls2([(terms[k].x_w + terms[k].x_kv, terms[k].t_meas - terms[k].c, terms[k].t_meas) for k in short])
-    return DecodeFit(1 / u_w, 1 / u_w, t0 * 1000, "prior")
+    if not deep:
+        return DecodeFit(1 / u_w, 1 / u_w, t0 * 1000, "prior")
+    u_kv = max(1.0, _ls1([terms[k].x_kv for k in deep],
+                         [terms[k].t_meas - terms[k].c - terms[k].x_w * u_w - t0 for k in deep],
+                         [terms[k].t_meas for k in deep]))
+    u_w, t0 = _ls2([(terms[k].x_w, terms[k].t_meas - terms[k].c - terms[k].x_kv * u_kv, terms[k].t_meas)
+                    for k in short])
+    return DecodeFit(1 / u_w, 1 / u_kv, t0 * 1000, "deep points")
 
 
 @dataclass(frozen=True)
@@ -259,7 +263,7 @@ class Evaluation:
     prefill: list[Row]
     decode_all: DecodeFit
     prefill_all: PrefillFit
-    verify_all: float
+    verify_all: dict[str, float]  # calibration entry -> verify_per_token on all its points
     decode_fitted: list[str]
     prefill_fitted: list[str]
 
@@ -300,17 +304,32 @@ def evaluate() -> Evaluation:
 
     mtp = [p for p in pts.values() if p["kind"] == "decode" and _is_mtp(p)]
     vterms = {p["id"]: verify_terms(p, cal) for p in mtp}
-    v_all = refit_verify(list(vterms.values())) if vterms else 0.0
+    vkey = {p["id"]: eff_key(cal, p) for p in mtp}
+    v_fit = [k for k in vterms if k not in EXCLUDED]
+
+    def vfit(ids: Sequence[str], key: str) -> tuple[float, str] | None:
+        """verify_per_token for a calibration entry: its own points, else the backend's (CUDA)."""
+        own = [vterms[j] for j in ids if vkey[j] == key]
+        if own:
+            return refit_verify(own), key
+        rest = [vterms[j] for j in ids if vkey[j] not in cal.gpus]
+        return (refit_verify(rest), "CUDA") if rest else None
+
+    v_all = {key: v for key in sorted(set(vkey.values())) if (r := vfit(v_fit, key)) and (v := r[0]) is not None}
     mrows = []
     for p in mtp:
         k = p["id"]
-        rest = [v for j, v in vterms.items() if j != k]
-        if rest:
-            v = refit_verify(rest)
-            t0, s, _ = vterms[k]
-            mrows.append(Row(res[k], 1 / (t0 + s * v), f"verify/token {v:.2f}"))
-        else:
+        t0, s_, _ = vterms[k]
+        if k in EXCLUDED:
+            got = vfit(v_fit, vkey[k])
+            assert got is not None
+            mrows.append(Row(res[k], 1 / (t0 + s_ * got[0]), "not fitted: " + EXCLUDED[k]))
+            continue
+        got = vfit([j for j in v_fit if j != k], vkey[k])
+        if got is None:
             mrows.append(Row(res[k], None, "no other MTP point"))
+        else:
+            mrows.append(Row(res[k], 1 / (t0 + s_ * got[0]), f"verify/token {got[0]:.2f} ({got[1]} points)"))
 
     pre = [p for p in pts.values() if p["kind"] == "prefill"]
     pterms = {p["id"]: prefill_terms(p, cal) for p in pre}
@@ -333,29 +352,42 @@ def evaluate() -> Evaluation:
 
 
 def kv_uncertainty() -> list[str]:
-    """e_kv implied by the the RTX 3090 field report deep figure at its published bounds (depth, tok/s), with the
-    built-in e_weights and overhead, and what each implies at 65K and 105K depth."""
+    """Decode at depth: the e_kv each deep point implies with the built-in weights efficiency and
+    overhead (the seed points at their own depth, and, since four slots share a unified cache, at
+    the whole 95232-cell cache), then the KV-type ranking the built-in constants give."""
     cal = builtin()
-    base = next(p for p in points() if p["id"] == DEEP_PAIR["id"])
-    be = _point_gpu(base["gpu"]).backend
-    e = cal.for_device(be, _point_gpu(base["gpu"]).id)
-    kvs = []
-    for d in DEEP_PAIR["depths"]:
-        for m in DEEP_PAIR["measured"]:
-            tr = decode_terms({**base, "depth": d, "measured": m}, cal)
-            u = (tr.t_meas - tr.c - tr.x_w / e.weights - e.overhead_ms / 1000) / tr.x_kv
-            kvs.append((d, m, 1 / u if u > 0 else float("inf")))
-    lo, hi = min(k for _, _, k in kvs), max(k for _, _, k in kvs)
-    lines = ["| depth | measured tok/s | implied e_kv |", "|---:|---:|---:|"]
-    lines += [f"| {d} | {m:g} | {k:.2f} |" for d, m, k in kvs]
-    lines += ["", "What the range means for the seed user's set-up (RTX 3090, Qwen3.6-27B IQ4_NL, q4_0 K/V):", "",
-              "| depth | decode at e_kv " + f"{lo:.2f} | at {e.kv:g} (built-in) | at {hi:.2f} |", "|---:|---:|---:|---:|"]
+    pts = {p["id"]: p for p in points()}
+    deep = [p for p in points() if p["kind"] == "decode" and "spec" not in p and int(p.get("depth", 0)) >= DEEP]
+    lines = ["| point | GPU | KV | depth read | measured tok/s | implied e_kv |", "|---|---|---|---:|---:|---:|"]
+
+    def implied(p: Point) -> float:
+        g = _point_gpu(p["gpu"])
+        e = cal.for_device(g.backend, g.id if g.id in cal.gpus else None)
+        tr = decode_terms(p, cal)
+        u = (tr.t_meas - tr.c - tr.x_w / e.weights - e.overhead_ms / 1000) / tr.x_kv
+        return 1 / u if u > 0 else float("inf")
+
+    for p in deep:
+        reads = [int(p["depth"])] + ([95232] if p["id"] in DEEP_IDS else [])
+        for d in reads:
+            q = {**p, "depth": d}
+            k = implied(q)
+            kv = f"{p.get('ctk', 'f16')}/{p.get('ctv', 'f16')}"
+            lines.append(f"| {p['id']} | {_point_gpu(p['gpu']).name} | {kv} | {d} | {p['measured']:g} | "
+                         + ("> 1 (faster than the weights term allows)" if k == float("inf") else f"{k:.2f}") + " |")
+    base = pts[DEEP_IDS[0]]
+    lines += ["", "The KV-type ranking at depth for the RTX 3090 field report's set-up (RTX 3090, Qwen3.6-27B "
+              "IQ4_NL 15.8 GB), built-in constants (decode tok/s; CUDA flash attention, all three types have "
+              "compiled vector kernels):", "", "| depth | f16 | q8_0 | q4_0 |", "|---:|---:|---:|---:|"]
     for d in (8192, 32768, 65536, 105000):
-        vals = []
-        for kv in (lo, e.kv, hi):
-            c = with_backend(cal, be, kv=kv)
-            vals.append(predict_point({**base, "depth": d}, c).predicted)
+        vals = [predict_point({**base, "depth": d, "ctk": t, "ctv": t}, cal).predicted for t in ("f16", "q8_0", "q4_0")]
         lines.append(f"| {d} | " + " | ".join(f"{v:.1f}" for v in vals) + " |")
+    s4 = pts["seed004-nomtp"]
+    q4, q8 = (predict_point({**s4, "depth": 35000, "ctk": t, "ctv": t}, cal).predicted for t in ("q4_0", "q8_0"))
+    lines += ["", "The one published statement on quantized K/V speed at depth is qualitative: the 307K-context MTP "
+              "field report finds q4_0 K/V 'speed on par with q8_0' (速度与 q8_0 持平; no figures, its 35K-token "
+              f"prompts). The model agrees: at 35000 tokens on that card {q4:.1f} vs {q8:.1f} tok/s "
+              f"({(q4 / q8 - 1) * 100:+.1f} %)."]
     return lines
 
 
@@ -396,10 +428,13 @@ def summary_lines(ev: Evaluation | None = None) -> list[str]:
         f"- Prefill ({pf['n']} points, no goal): in-sample median |error| {pf['in_med'] * 100:.1f} %, "
         f"out-of-sample median {pf_loo} "
         f"({pf['loo_n']} points can be refitted without themselves).",
-        f"- MTP speculative decoding ({m['n']} points): in-sample median |error| {m['in_med'] * 100:.1f} %; "
-        "the two published runs disagree, predictions carry about +-40 %.",
-        "- Decode at depth rests on one measured pair (the RTX 3090 field report: 43 -> 37-38.5 tok/s at 30-45K); "
-        "without it the model would predict no FA-kernel slowdown.",
+        f"- MTP speculative decoding ({m['n']} published runs, {sum(r.res.id in EXCLUDED for r in ev.mtp)} of them "
+        "on 250 W-capped cards): in-sample "
+        f"median |error| {m['in_med'] * 100:.1f} %, {m['in_ok']} of {m['n']} within +-15 %; out-of-sample "
+        f"{m['loo_ok']} of {m['loo_n']} (median {m['loo_med'] * 100:.1f} %): the verification cost differs by GPU.",
+        "- Decode at depth: f16 K/V fitted to four published deep decodes (the RTX 3090 field report's log, read "
+        "as the f16 run it was, and llama.cpp pulls #17505 / #17891); q8_0 / q4_0 at depth have no published "
+        "CUDA figure and are assumed to read like f16.",
     ]
 
 
@@ -439,9 +474,9 @@ def _miss_notes(ev: Evaluation) -> list[str]:
         tot = t.t(e.weights, e.kv, e.overhead_ms)
         parts = (f"predicted {tot * 1000:.2f} ms per token = weights {tw * 1000:.2f} + KV {tk * 1000:.2f} + "
                  f"overhead {oh * 1000:.2f} ms; measured {t.t_meas * 1000:.2f} ms")
-        if k.startswith("sudoingx"):
+        if k in EXCLUDED:
             deep = predict_point({**p, "depth": 37000}).predicted
-            why = (f"{parts}. The card is capped at 250 W (sudoingX/qwen38-mtp #42); a memory-bound decode "
+            why = (f"{parts}. The card is capped at 250 W (sudoingX/qwen38-mtp #42, #77); a memory-bound decode "
                    f"on a capped 3090 loses clock and bandwidth, and the calibration is for uncapped cards "
                    f"(the same model family decodes 31 tok/s on the 307K-context MTP field report's 736 GB/s card, i.e. "
                    f"{31 / 736 * 1000:.1f} tok/s per TB/s, against {p['measured'] / 936 * 1000:.1f} here). "
@@ -450,32 +485,67 @@ def _miss_notes(ev: Evaluation) -> list[str]:
         elif tk > 0.1 * tot and DEPTH[k] < DEEP:
             need = t.x_w / max(1e-12, t.t_meas - t.c - oh - tk)
             why = (f"{parts}. A small model at shallow depth: the KV term is the f16 cache read at the "
-                   f"deep-context e_kv {e.kv:g} (fitted on q4_0 KV at 37K), {tk / tot * 100:.0f} % of the "
+                   f"deep-context e_kv {e.kv:g}, {tk / tot * 100:.0f} % of the "
                    f"predicted time, and the fixed overhead another {oh / tot * 100:.0f} %; the measured time "
                    f"leaves room for the weights alone only at e_weights {need:.2f}. At a few hundred tokens "
                    "the FA kernel is not bandwidth-bound and the per-token overhead of a 0.6B model is below "
                    "the 27B-fitted figure: e_kv and the overhead are not constant across model sizes.")
-        elif k == DEEP_PAIR["id"]:
-            why = (f"{parts}. The only deep point: left out, nothing constrains e_kv and the prior "
-                   "(e_kv = e_weights) predicts almost no slowdown with depth. The depth figures of every "
-                   "plan rest on this one pair (see 'Decode at depth' below).")
+        elif DEPTH[k] >= DEEP:
+            why = (f"{parts}. A deep point: its error is mostly the KV term, i.e. e_kv (see 'Decode at depth'). "
+                   + ("Four slots share this cache, so the decode read at least this request's depth and at "
+                      "most the 95232-cell cache; the model uses the lower bound." if k in DEEP_IDS else
+                      f"The refit without it ({r.loo_how}) rests on the other deep points."))
         elif _backend(p) != "CUDA":
-            why = (f"{parts}. Out-of-sample only: it is the one {_backend(p)} point and set the {_backend(p)} "
-                   f"overhead ({e.overhead_ms:g} ms); without it the prior is the CUDA refit "
-                   f"({ev.decode_all.short()}), and a 1.1B model at 760 tok/s is dominated by the per-token "
-                   "overhead, which that refit puts at 0 - small models need their own overhead figure.")
+            why = (f"{parts}. The leave-one-out column uses the CUDA refit ({ev.decode_all.short()}) as the "
+                   f"prior for {_backend(p)}, whose own constants rest on one source each "
+                   f"({e.source.split(';')[0]}); that prior misses {_backend(p)}'s larger per-token overhead "
+                   "and lower weights efficiency.")
         else:
-            why = (f"{parts}. In-sample already {_pct(r.res.error)}; the refit without it ({r.loo_how}) has a "
-                   f"higher weights efficiency than the built-in {e.weights:g} and no per-token overhead (the "
-                   f"built-in {e.overhead_ms:g} ms is a hand-set value this procedure does not reproduce), which "
-                   f"moves the prediction to {r.loo:.1f} tok/s. The 8B-class points disagree by about +-10 % among "
-                   "themselves (llama.cpp builds from 2024 to 2026, drivers, how each author measured).")
+            why = (f"{parts}. In-sample {_pct(r.res.error)}; the refit without it ({r.loo_how}) predicts "
+                   f"{r.loo:.1f} tok/s. The small-model points disagree by about +-10 % among themselves "
+                   "(llama.cpp builds from 2024 to 2026, drivers, how each author measured), and a fixed per-token "
+                   "overhead fitted mostly on 27B models weighs more on a small one.")
         out.append(f"- **{k}** (in-sample {_pct(r.res.error)}, LOO {_pct(le)}): {why}")
     return out
 
 
-def render(ev: Evaluation | None = None) -> str:
+def evidence_section(files: Sequence[Path]) -> list[str]:
+    """Every GPU evidence file's points predicted with the built-in constants: out-of-sample (the
+    constants were not fitted to them)."""
+    import json  # lazy: only here
+
+    lines = ["## GPU evidence files (out-of-sample)", "",
+             "Files written by `benchmarks/gpu_evidence.py` on a GPU machine (synthetic GGUFs with the",
+             "catalogue models' shapes; see benchmarks/RESULTS.md), predicted with the built-in constants.",
+             "On an NVIDIA machine: `python benchmarks/gpu_evidence.py --server-bin /path/to/llama-server",
+             "--gpu rtx4090 --out benchmarks/evidence/rtx4090-b11434.json` (under 10 minutes; it writes the",
+             "-lv 4 buffer lines and llama-server's prefill / decode timings at depths 0, 8K and 32K for f16,",
+             "q8_0 and q4_0 K/V at -ub 512 and 2048); `llamarig plan --calibration FILE` fits that GPU's",
+             "efficiencies to it.",
+             ""]
+    if not files:
+        return lines + ["None yet: no GPU machine was available when the kit was written (the kit's CPU",
+                        "smoke run is a test, not evidence). Run it on an NVIDIA machine and commit the file",
+                        "under benchmarks/evidence/ with its method; this section then lists every point.", ""]
+    for f in files:
+        doc = json.loads(Path(f).read_text())
+        if not is_evidence(doc):
+            continue
+        rel = Path(f).resolve().relative_to(ROOT) if Path(f).resolve().is_relative_to(ROOT) else Path(f)
+        res = [predict_point(p) for p in evidence_points(doc, str(rel))]
+        lines += [f"### {rel}", "", f"GPU {doc.get('gpu')}, server `{str(doc['server'].get('version', '')).splitlines()[0] if doc.get('server') else ''}`, "
+                  f"{len(res)} points.", "", "| id | kind | setting | measured tok/s | predicted | error |",
+                  "|---|---|---|---:|---:|---:|"]
+        lines += [f"| {r.id} | {r.kind} | {r.setting} | {r.measured:.1f} | {r.predicted:.1f} | {_pct(r.error)} |"
+                  for r in res]
+        lines.append("")
+    return lines
+
+
+def render(ev: Evaluation | None = None, evidence: Sequence[Path] | None = None) -> str:
     ev = ev or evaluate()
+    if evidence is None:
+        evidence = sorted(EVIDENCE_DIR.glob("*.json")) if EVIDENCE_DIR.is_dir() else []
     cal = builtin()
     d_text, d = _summary(ev.decode)
     lines = [
@@ -500,7 +570,7 @@ def render(ev: Evaluation | None = None) -> str:
         f"{d['loo_med'] * 100:.1f} %, max {d['loo_max'] * 100:.1f} %).",
         f"- The goal is met for the typical case (median) both ways; it is not met for every point: "
         f"{d['n'] - d['in_ok']} in-sample and {d['loo_n'] - d['loo_ok']} out-of-sample misses, explained "
-        "below. Decode at depth is not validated out-of-sample at all (one deep point).",
+        "below.",
         "",
         "## Decode, full GPU",
         "",
@@ -512,20 +582,29 @@ def render(ev: Evaluation | None = None) -> str:
         "",
         *_miss_notes(ev),
         "",
-        "## Decode at depth: one measured pair",
+        "## Decode at depth",
         "",
-        "The KV read efficiency `kv` (CUDA 0.22) sets how fast decode slows with depth. It rests on one",
-        "published pair: the RTX 3090 field report's 43 tok/s in short chats and 'dropped to 38 (38.5 at peak)' in long",
-        "sessions at 30-45K depth (issue 4 quotes 37). No other published point is deeper than 2K, so",
-        "the leave-one-out refit of either point of the pair has nothing to fit `kv` to and falls back to",
-        "the prior `kv = weights`. The published bounds of the deep figure give this range (built-in",
-        "`weights` and overhead):",
+        f"The KV read efficiency `kv` (CUDA {cal.backends['CUDA'].kv:g}) sets how fast decode slows with depth. It is",
+        "fitted to the decode points at least 8K deep (all f16 K/V): the RTX 3090 field report's log (30.5K and",
+        "45.2K; the report's script says q4_0, but its KV flags never reached the server: see the point's",
+        "'ran' note under Sources) and llama.cpp pulls #17505 and #17891 (llama-bench -ub 1 at 32K). The",
+        "earlier constant (0.22) came from reading the report's run as q4_0 K/V; with the real f16 the",
+        "same slowdown means KV is read about as fast as the weights. Implied e_kv per deep point",
+        "(built-in `weights` and overhead; the seed points also at the full 95232-cell cache their four",
+        "unified slots share, the other bound of what the decode read):",
         "",
         *kv_uncertainty(),
         "",
-        "So figures beyond about 32K depth carry roughly the spread between the outer columns, and",
-        "f16 KV (3.6x the bytes of q4_0) more. `plan` prints this caveat next to its depth table",
-        "(`speed.depth_note` in `--json`). A `bench` run at depth replaces the constant for a machine.",
+        "An implied e_kv above 1 means the point read its weights faster than the built-in `weights`",
+        "(llama-bench's one-token steps of an 8B model on an idle card); the fit caps `kv` at 1. At the",
+        "whole 95232-cell cache the RTX 3090 report's figures would need e_kv about 1.8, beyond the bandwidth:",
+        "its other slots held far fewer cells than that, so the lower bound is the better reading.",
+        "",
+        "No published CUDA decode figure at depth with q8_0 or q4_0 K/V that names its build was found",
+        "(searched: llama-bench `tg128 @ d32768` / `-d` tables with `-ctk`/`-ctv`), so quantized K/V",
+        "share the f16 constant: the ranking above follows their bytes only, and `plan` says so in its",
+        "depth note (`speed.depth_note` in `--json`). The GPU evidence kit (`benchmarks/gpu_evidence.py`)",
+        "measures all three types at several depths on the next GPU machine.",
         "",
     ]
     if ev.mtp:
@@ -533,6 +612,7 @@ def render(ev: Evaluation | None = None) -> str:
                   *_table(ev.mtp, False), ""]
     if ev.prefill:
         lines += ["## Prefill", "", _summary(ev.prefill)[0], "", *_table(ev.prefill, False), ""]
+    lines += evidence_section(evidence)
     lines += ["## Fitting procedure (what the LOO columns rerun)", "",
               f"- Decode, CUDA (points: {', '.join(ev.decode_fitted)}; not fitted: "
               + "; ".join(f"{k} - {v}" for k, v in EXCLUDED.items()) + "):",
@@ -562,10 +642,12 @@ def render(ev: Evaluation | None = None) -> str:
         built = cal.gpus[key].prefill if key in cal.gpus else cal.backends[key].prefill
         lines.append(f"| prefill ({key}) | {built:g} | {ep:.3f} |")
     lines.append(f"| attn_prefill | {cal.backends['CUDA'].attn_prefill:g} | {ev.prefill_all.attn_prefill:.3f} |")
-    lines.append(f"| verify_per_token | {cal.backends['CUDA'].verify_per_token:g} | {ev.verify_all:.3f} |")
-    lines += ["", "## Sources", ""]
+    for key, v in ev.verify_all.items():
+        built = cal.gpus[key].verify_per_token if key in cal.gpus else cal.backends[key].verify_per_token
+        lines.append(f"| verify_per_token ({key}) | {built:g} | {v:.3f} |")
+    lines += ["", "## Sources (and the configuration that really ran)", ""]
     for p in points():
-        lines.append(f"- **{p['id']}**: {p.get('source', '')}")
+        lines.append(f"- **{p['id']}**: {p.get('source', '')}. Ran: {p.get('ran', '')}")
     lines += ["", "## Constants used", "", "| backend | GPU | weights | kv | overhead ms | prefill | ub_half | attn prefill | verify/token | source |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for key, e in list(cal.backends.items()) + list(cal.gpus.items()):
@@ -573,12 +655,18 @@ def render(ev: Evaluation | None = None) -> str:
         lines.append(f"| {e.backend} | {gpu} | {e.weights:g} | {e.kv:g} | {e.overhead_ms:g} | {e.prefill:g} | "
                      f"{e.ubatch_half:g} | {e.attn_prefill:g} | {e.verify_per_token:g} | {e.source} |")
     lines += ["", "## Known gaps", "",
-              "- MTP: the two published MTP runs disagree (the 307K-context MTP field report: 31 -> 89 tok/s, x2.9; sudoingX #42:",
-              "  31.9 -> 52.8, x1.65, both n = 4 with similar acceptance); one verification cost sits",
-              "  between them, so MTP predictions carry about +-40 % (leave-one-out: far worse).",
+              "- MTP: the step is verify (one decode step, plus `verify_per_token` decode steps per extra",
+              "  token) + n drafts + the MTP context's catch-up pass; tokens per step = 1 + n x llama-server's",
+              "  draft_n_accepted / draft_n. `verify_per_token` differs by GPU: about 0.05 on Ada/Blackwell",
+              "  (sudoingX/qwen38-mtp #5, #15, #43), 0.22 on the RTX 3090 (#21, and the 250 W runs #42/#77), 0",
+              "  on the one RTX 4080 SUPER run (the 32 GB field report; at 0 the model is still 12.6 % low, so",
+              "  that run beats every other published card's verification cost). Out-of-sample, a card",
+              "  without its own entry gets the Ada/Blackwell value.",
+              "- MTP runs whose draft length is not published (club-3090 #85, #94, #1111, #1380) are not",
+              "  used: tokens per step cannot be derived without n.",
               "- Power-capped cards (250 W RTX 3090s) decode about 20 % below the uncapped calibration.",
               "- Short prompts (1K) prefill slower than modelled: fixed per-request costs are not modelled.",
-              "- Decode at depth: one measured pair (above).",
+              "- Decode at depth: f16 only (above); q8_0/q4_0 K/V at depth are assumed to read like f16.",
               "- Metal and ROCm constants are assumed (no published point yet); a `bench` calibration",
               "  file replaces them for a given machine.", ""]
     return "\n".join(lines)
@@ -591,7 +679,8 @@ def fit_report(ev: Evaluation | None = None) -> str:
             f"({f.kv_basis}), overhead {f.overhead_ms:.3f} ms\n"
             f"prefill over {len(ev.prefill_fitted)} points: "
             + ", ".join(f"{k} {v:.3f}" for k, v in sorted(ev.prefill_all.prefill.items()))
-            + f"; attn_prefill {ev.prefill_all.attn_prefill:.3f}\nverify_per_token {ev.verify_all:.3f}")
+            + f"; attn_prefill {ev.prefill_all.attn_prefill:.3f}\nverify_per_token "
+            + ", ".join(f"{k} {v:.3f}" for k, v in ev.verify_all.items()))
 
 
 def write_or_check(path: Path, text: str, check: bool, how: str, say: Callable[[str], None] = print) -> bool:
@@ -613,12 +702,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "src/llamarig/data/speed_calibration.json, in-sample and leave-one-out.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file on disk is stale")
     ap.add_argument("--fit", action="store_true", help="print the constants the fitting procedure gives on all points")
+    ap.add_argument("--evidence", nargs="*", type=Path, default=None,
+                    help="GPU evidence files (benchmarks/gpu_evidence.py) to add out-of-sample; default: "
+                         "benchmarks/evidence/*.json")
     a = ap.parse_args(argv)
     ev = evaluate()
     if a.fit:
         print(fit_report(ev))
         return 0
-    return 0 if write_or_check(OUT, render(ev), a.check, "scripts/accuracy_speed.py") else 1
+    return 0 if write_or_check(OUT, render(ev, a.evidence), a.check, "scripts/accuracy_speed.py") else 1
 
 
 __all__ = ["Efficiency", "evaluate", "render", "summary_lines", "main"]

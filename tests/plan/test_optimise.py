@@ -36,26 +36,36 @@ def test_decode_target_is_judged_at_the_target_context_by_default(seed_inputs):
     """--target-ctx 65000 --target-decode 40 without --target-depth: judged at 65000 tokens of
     context (where a long session ends), not at 4096, so a config that makes 40 tok/s only on a
     short chat does not pass; the verdict names the depth."""
-    t = Targets(ctx=65000, decode_tok_s=40, vision=True)
+    free = optimise(seed_inputs, Targets(ctx=65000, vision=True))
+    top_short = max(c.speed.at_depth(4096).decode_tok_s for c in free.candidates if c.fits)
+    top_deep = max(c.speed.at_depth(65000).decode_tok_s for c in free.candidates if c.fits)
+    assert top_deep < top_short
+    target = round((top_short + top_deep) / 2, 1)  # met at 4096 tokens, not at 65000
+    t = Targets(ctx=65000, decode_tok_s=target, vision=True)
     assert t.depth == 65000
     res = optimise(seed_inputs, t)
     best = res.best
     assert best is not None
     deep = best.speed.at_depth(65000).decode_tok_s * (best.speed.speculative.speedup if best.speed.speculative else 1)
-    assert (res.verdict == "ok") == (deep >= 40)
-    short = optimise(seed_inputs, Targets(ctx=65000, decode_tok_s=40, decode_depth=4096, vision=True))
+    assert (res.verdict == "ok") == (deep >= target)
+    short = optimise(seed_inputs, Targets(ctx=65000, decode_tok_s=target, decode_depth=4096, vision=True))
     assert short.verdict == "ok" and res.verdict != "ok"
     assert any("65000" in r for r in res.reasons)
 
 
-def test_seed_105k_depth_target_picks_small_kv(seed_inputs):
-    """Judged at 52K depth, q4_0 KV (least bytes) is the fastest; f16 would be far slower."""
+def test_seed_105k_depth_target_keeps_f16_when_it_meets_the_target(seed_inputs):
+    """Judged at 52K depth, q4_0 KV is faster only by its bytes (f16 reads near the weights'
+    efficiency in the published deep f16 figures), so f16 meets a 30 tok/s target and wins on
+    quality; the misread q4_0 point once made f16 look far slower (issue 14 item 6)."""
     res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=30, decode_depth=52000, vision=True))
     best = res.best
-    assert best is not None
-    assert best.cfg.cache_type_v in ("q4_0", "q8_0")
-    f16 = [c for c in res.candidates if c.cfg.cache_type_k == "f16"]
-    assert not f16 or all(c.decode_at_target < best.decode_at_target for c in f16)
+    assert best is not None and best.meets_all
+    q4 = [c for c in res.candidates if c.cfg.cache_type_k == "q4_0" and c.fits]
+    f16 = [c for c in res.candidates if c.cfg.cache_type_k == "f16" and c.fits]
+    if f16:
+        assert best.cfg.cache_type_k == "f16"
+    if q4 and f16:
+        assert max(c.decode_at_target for c in q4) < 1.3 * max(c.decode_at_target for c in f16)
 
 
 def test_impossible_200_tok_s_is_an_answer(seed_inputs):
@@ -210,7 +220,8 @@ def test_partial_offload_counts_host_bandwidth():
     assert res.verdict == "impossible"
     best = res.best
     assert best is not None and best.fits and "-ngl" in best.layout
-    assert "host RAM" in res.reasons[0] and "288 GB/s" in res.reasons[0]
+    assert any("host RAM" in r and "288 GB/s" in r for r in res.reasons)
+    assert res.reasons[0].startswith("impossible: ") and "bound" in res.reasons[0]
 
 
 def test_draft_model_uses_draft_simple():
@@ -234,7 +245,7 @@ def test_cpu_only_machine():
     assert best is not None and best.fits and res.verdict == "ok"
     assert [d.name for d in best.speed.devices] == ["CPU"]
     res = optimise(inp, Targets(ctx=8192, decode_tok_s=100), host_bandwidth_gbs=50)
-    assert res.verdict == "impossible" and "host RAM 50 GB/s" in res.reasons[0]
+    assert res.verdict == "impossible" and any("host RAM 50 GB/s" in r for r in res.reasons)
 
 
 def test_candidates_carry_free_memory_per_device_and_kv_quality():
@@ -264,4 +275,4 @@ def test_target_json_has_top_level_speed_of_the_winner(seed_inputs):
     assert j["speed"] == j["best"]["speed"]
     for k in ("decode_tok_s", "decode_limit_tok_s", "by_depth", "prefill_tok_s", "speculative", "depth_note"):
         assert k in j["speed"]
-    assert "one measured pair" in j["speed"]["depth_note"]
+    assert "published f16 decodes" in j["speed"]["depth_note"] or "assumed to read as fast" in j["speed"]["depth_note"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tests.plan.speed_helpers import cfg, hw, spec_of
 
@@ -73,13 +75,18 @@ def test_physical_limit_is_bandwidth_over_bytes():
 
 
 def test_seed000_prediction_within_15_percent():
+    """The RTX 3090 field report's run as its log shows it (f16 K/V, -c 95000, 4 unified slots;
+    the script's KV flags never reached the server): 43 tok/s short, 37.17 at 30.5K, 37.05 at 45.2K."""
     spec = spec_of("qwen3.6-27b:iq4_nl")
-    rep = speed_report(spec, cfg("-c", "105000", "-np", "1", "-ctk", "q4_0", "-ctv", "q4_0", "-fa", "on"),
-                       hw("rtx3090"), depths=[2000, 37000])
-    short, deep = rep.by_depth
+    spec = replace(spec, tensors=tuple(replace(t, n_bytes=int(t.n_bytes * 15.8e9 / spec.weights_bytes))
+                                       for t in spec.tensors))
+    rep = speed_report(spec, cfg("-c", "95000", "-np", "4", "-kvu", "-fa", "on"), hw("rtx3090"),
+                       depths=[2000, 30511, 45168])
+    short, d30, d45 = rep.by_depth
     assert short.decode_tok_s == pytest.approx(43, rel=0.15)
-    assert deep.decode_tok_s == pytest.approx(37, rel=0.15)
-    assert deep.decode_tok_s < short.decode_tok_s
+    assert d30.decode_tok_s == pytest.approx(37.17, rel=0.15)
+    assert d45.decode_tok_s == pytest.approx(37.05, rel=0.15)
+    assert d45.decode_tok_s < d30.decode_tok_s < short.decode_tok_s
 
 
 def test_decode_slows_with_depth_and_f16_kv_slows_more():
@@ -153,7 +160,8 @@ def test_mtp_speculative_speedup():
     assert s is not None and s.kind == "mtp" and s.n_max == 3
     assert s.tokens_per_step == pytest.approx(tokens_per_step(s.acceptance, 3))
     assert 1.2 < s.speedup < s.tokens_per_step
-    assert "(1 - a^(n+1)) / (1 - a)" in s.formula
+    assert "1 + n x ratio" in s.formula and "draft_n_accepted / draft_n" in s.formula
+    assert s.ratio == pytest.approx((s.tokens_per_step - 1) / 3)
     # no MTP layers: no speculative figure
     plain = speed_report(spec_of("qwen3.6-27b:iq4_nl"), cfg("-c", "8192", "--spec-type", "draft-mtp"), hw("rtx3090"))
     assert plain.speculative is None

@@ -172,7 +172,7 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     plan = make_plan(inp)
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
     plan = attach_speed(plan, effective_inputs(inp, plan), cal=cal, host_bandwidth_gbs=host_bw,
-                        acceptance=sa.acceptance)
+                        acceptance_ratio=sa.acceptance)
     if pa.as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:

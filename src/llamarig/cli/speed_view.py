@@ -70,7 +70,9 @@ def _fmt_tok(v: float) -> str:
 def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
                     host_bandwidth_gbs: float | None = None, show: int = 8) -> tuple[Any, dict[str, Any], int]:
     """(rich renderable, JSON dict, exit code) for ``llamarig plan --target-*``. Exit 0 when the
-    winner meets every target, 1 when the targets are impossible (an answer, not an error)."""
+    winner meets every target, 1 when it does not: verdict ``impossible`` (above a physical bound, or
+    nothing fits) or ``unlikely`` (predicted below the target, under the bound); an answer, not an
+    error."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -139,7 +141,11 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         if best.speed.speculative:
             parts.append(Text("speculative: " + best.speed.speculative.formula, style="dim"))
         parts.append(Text(_("prefill formula: ") + best.speed.prefill.formula, style="dim"))
-    if res.verdict != "ok":
+    if res.verdict == "unlikely":
+        parts.append(Text("\n" + _("Not predicted as asked (possible, but the model says no):"), style="bold yellow"))
+        for r in res.reasons:
+            parts.append(Text("  - " + r))
+    elif res.verdict != "ok":
         parts.append(Text("\n" + _("Impossible as asked:"), style="bold red"))
         for r in res.reasons:
             parts.append(Text("  - " + r))
@@ -199,7 +205,8 @@ Speed and optimiser options (docs/speed.md):
   --slots N                 parallel slots (-np N -kvu)
   --vision                  the mmproj must be loaded
   --agent                   rank by prefill speed (long prompts) before KV quality
-  --acceptance A            speculative acceptance per drafted position (default per family)
+  --acceptance R            llama-server's draft acceptance, draft_n_accepted / draft_n, at
+                            --spec-draft-n-max (default 3; default R per family)
   --calibration FILE        speed calibration file (default: the one `llamarig tune` wrote, else
                             built-in; `--calibration builtin` ignores tune's file)
   --host-bandwidth GBS      host memory bandwidth for layers in RAM / CPU-only plans

@@ -39,6 +39,7 @@ from typing import Any
 from llamarig.catalogue.gpus import find_gpu
 from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
 from llamarig.errors import InputError
+from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, GiB, Hardware
 from llamarig.paths import state_dir
@@ -201,6 +202,8 @@ def _load_file(path: str, _mtime_ns: int, _size: int, how: str) -> Calibration:
         raise InputError(f"calibration file {p}{how}: not found") from None
     except (OSError, ValueError) as e:
         raise InputError(f"calibration file {p}{how}: not readable JSON ({e})") from None
+    if is_evidence(data):
+        data = calibration_from_evidence(data, f"GPU evidence file {p}")
     if isinstance(data, dict) and data.get("version", 1) != 1:
         raise InputError(f"calibration file {p}{how}: version {data.get('version')} is not supported (1)")
     return _parse(data, builtin(), f"calibration file {p}{how}")
@@ -318,20 +321,41 @@ def _point_spec(p: dict[str, Any]) -> ModelSpec:
     return spec
 
 
+def _mtp_file_spec(spec: ModelSpec, ggml_type: str) -> ModelSpec:
+    """A separate MTP GGUF made from ``spec``: its nextn layer(s) and an output head, every matrix
+    at ``ggml_type`` (bits per weight from gguf/ggml_types.py); parameter counts from the
+    architecture (speed.matmul_params). The file size of such a draft is rarely published; this is
+    the estimate a point states."""
+    from llamarig.plan.speed import matmul_params  # lazy: cycle with speed.py
+
+    blk, size = TYPE_SIZES[ggml_type.lower()]
+    head = (spec.n_embd or 0) * (spec.n_vocab or 0)
+    layer = matmul_params(spec, mtp_layers=True) - matmul_params(spec)
+    proto = next(t for t in spec.tensors if t.name == "output.weight" or t.name == "token_embd.weight")
+    tensors = (replace(proto, name=f"blk.{spec.n_layer_main}.nextn", n_bytes=int(layer * size / blk)),
+               replace(proto, name="output.weight", n_bytes=int(head * size / blk)))
+    return replace(spec, tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors))
+
+
 def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointResult:
     """Predict one published measurement with the speed model."""
     from llamarig.plan.speed import acceptance_from_ratio, speed_report  # lazy: cycle with speed.py
 
     cal = cal or builtin()
     spec = _point_spec(p)
-    gpu = _point_gpu(p["gpu"])
-    hw = Hardware((gpu,))
-    args = ["-c", str(max(4096, int(p.get("depth", 0)) + 1024, int(p.get("prompt", 0)) + 1024)), "-np", "1",
-            "-ctk", p.get("ctk", "f16"), "-ctv", p.get("ctv", "f16"), "-fa", "on", "-ngl", "99"]
+    cpu_only = p.get("gpu") is None
+    gpu = _point_gpu(p["gpu"]) if not cpu_only else None
+    hw = Hardware((gpu,) if gpu is not None else ())
+    args = ["-c", str(max(4096, int(p.get("depth", 0)) + 1024,
+                          int(p.get("prompt", 0)) + int(p.get("start", 0)) + 1024)), "-np", "1",
+            "-ctk", p.get("ctk", "f16"), "-ctv", p.get("ctv", "f16"), "-fa", "on", "-ngl", "0" if cpu_only else "99"]
     if "ubatch" in p:
         args += ["-ub", str(p["ubatch"]), "-b", str(max(2048, int(p["ubatch"])))]
     sp = p.get("spec")
     acc = None
+    draft = None
+    if sp and sp.get("draft_type"):
+        draft = _mtp_file_spec(spec, str(sp["draft_type"]))
     if sp:
         args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(sp["n"])]
         acc = acceptance_from_ratio(float(sp["ratio"]), int(sp["n"]))
@@ -340,11 +364,13 @@ def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointRes
     cfg = parse_server_args(args)
     depth = int(p.get("depth", 0))
     rep = speed_report(spec, cfg, hw, cal=cal, acceptance=acc, prompt_tokens=int(p.get("prompt", 8192)),
-                       depths=[depth])
+                       depths=[depth], prompt_start=int(p.get("start", 0)), draft=draft)
     setting = f"KV {p.get('ctk', 'f16')}/{p.get('ctv', 'f16')}"
     if p["kind"] == "prefill":
         pred, lim = rep.prefill.tok_s, None
         setting += f", prompt {p['prompt']}, -ub {rep.prefill.n_ubatch}"
+        if p.get("start"):
+            setting += f", after {p['start']} cached"
     elif sp:
         assert rep.speculative is not None
         pred, lim = rep.speculative.decode_tok_s, None
@@ -355,9 +381,177 @@ def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointRes
     model = p["model"] if isinstance(p["model"], str) else p["model"]["id"]
     if "file_gb" in p or isinstance(p["model"], dict):
         model += f" ({spec.weights_bytes / 1e9:.2f} GB)"
-    return PointResult(p["id"], p["kind"], gpu.name, model, setting, float(p["measured"]), pred, lim,
-                       p.get("source", ""))
+    return PointResult(p["id"], p["kind"], gpu.name if gpu is not None else "CPU", model, setting,
+                       float(p["measured"]), pred, lim, p.get("source", ""))
 
 
 def evaluate_points(cal: Calibration | None = None) -> list[PointResult]:
     return [predict_point(p, cal) for p in points()]
+
+
+# ============================================================================ GPU evidence files
+
+#: what benchmarks/gpu_evidence.py writes ("kind" of its JSON file)
+EVIDENCE_KIND = "llamarig-gpu-evidence"
+#: decode points at least this deep set ``kv``; shallower ones ``weights`` and ``overhead_ms``
+EVIDENCE_DEEP = 8192
+
+
+def is_evidence(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("kind") == EVIDENCE_KIND
+
+
+def _evidence_model(model_id: str, syn: dict[str, Any]) -> dict[str, Any] | str:
+    """The synthetic GGUF's shape as a catalogue-style entry (what _point_spec builds a spec from),
+    with its real tensor bytes; the catalogue id when the file recorded no shape."""
+    sh = syn.get("shape") or {}
+    if not sh:
+        return model_id
+    e: dict[str, Any] = {"id": f"{model_id} (synthetic)", "arch": syn.get("arch", "llama"),
+                         "file_gb": float(syn.get("tensor_bytes", 0)) / 1e9}
+    for k in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train", "nextn_layers"):
+        e[k] = int(sh[k])
+    e["n_vocab"] = int(sh.get("n_vocab") or 0) or 272
+    if e["arch"] in ("qwen35", "qwen35moe"):
+        e["full_attention_interval"] = int(sh.get("full_attention_interval", 4))
+        e["ssm"] = {"conv_kernel": int(sh["ssm_conv_kernel"]), "state_size": int(sh["ssm_state_size"]),
+                    "group_count": int(sh["ssm_group_count"]), "time_step_rank": int(sh["ssm_time_step_rank"]),
+                    "inner_size": int(sh["ssm_state_size"]) * int(sh["ssm_time_step_rank"])}
+    if e["arch"] in ("qwen3moe", "qwen35moe"):
+        e.update(n_expert=int(sh["n_expert"]), n_expert_used=int(sh["n_expert_used"]),
+                 n_ff_expert=int(sh["n_ff_expert"]))
+    if e["arch"] == "gemma3":
+        e["swa_window"] = int(sh.get("swa_window", 0))
+        if sh.get("swa_period"):
+            e["swa_period"] = int(sh["swa_period"])
+    return e
+
+
+def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[str, Any]]:
+    """The calibration points (the schema of data/speed_calibration.json) of a GPU evidence file:
+    one decode and one prefill point per measured depth. The model is the synthetic GGUF's
+    recorded shape with its tensor bytes (the catalogue model's shape, or a tiny one in --smoke)."""
+    if not is_evidence(doc):
+        raise InputError(f"{source}: not a GPU evidence file (kind '{EVIDENCE_KIND}')")
+    gpu = doc.get("gpu") if doc.get("backend", "CUDA") != "CPU" else None
+    if doc.get("backend", "CUDA") != "CPU":
+        if not isinstance(gpu, str) or not gpu:
+            raise InputError(f"{source}: no catalogue GPU id ('gpu'); rerun the kit with --gpu ID "
+                             "(`llamarig gpus` lists them) or set \"gpu\" in the file")
+        try:
+            find_gpu(gpu)
+        except InputError as e:
+            raise InputError(f"{source}: {e}") from None
+    build = str((doc.get("server") or {}).get("version", "")).splitlines()
+    build_s = next((ln for ln in build if "version" in ln), build[0] if build else "unknown build")
+    out: list[dict[str, Any]] = []
+    for r in doc.get("runs", []):
+        if not isinstance(r, dict) or "error" in r:
+            continue
+        syn = r.get("synthetic") or {}
+        base = {"gpu": gpu, "model": _evidence_model(r["model"], syn),
+                "ctk": r.get("cache_type_k", "f16"), "ctv": r.get("cache_type_v", "f16"),
+                "ran": " ".join(str(a) for a in r.get("args", [])),
+                "source": f"{source} ({build_s}; synthetic {r['model']} {syn.get('bytes', '?')} B)"}
+        n_mtp = int((r.get("spec") or {}).get("n_max", 0))
+        for m in r.get("measurements", []):
+            if not isinstance(m, dict) or not m.get("decode_tok_s"):
+                continue
+            d = int(m.get("depth", 0))
+            tag = f"{r['model']}-{base['ctk']}-ub{r.get('n_ubatch')}-d{d}" + (f"-mtp{n_mtp}" if n_mtp else "")
+            pt = {**base, "id": f"ev-{tag}", "kind": "decode", "depth": d, "measured": float(m["decode_tok_s"])}
+            if n_mtp:
+                if not m.get("draft_n"):
+                    continue
+                # tokens per step = 1 + n x accepted / drafted (drafts are n long: p_min 0)
+                pt["spec"] = {"n": n_mtp, "ratio": min(0.999, float(m.get("draft_n_accepted", 0)) / float(m["draft_n"]))}
+            out.append(pt)
+            if not n_mtp and m.get("prefill_tok_s") and int(m.get("prompt_n") or 0) >= 512:
+                out.append({**base, "id": f"ev-pp-{tag}", "kind": "prefill", "prompt": int(m["prompt_n"]),
+                            "ubatch": int(r.get("n_ubatch", 512)), "measured": float(m["prefill_tok_s"])})
+    return out
+
+
+def _ls_rel(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """argmin over (u >= 1, t0 >= 0) of sum(((x u + t0 - y) / y)^2): u = 1 / efficiency."""
+    best = (1.0, 0.0, float("inf"))
+    w = [1 / y**2 for _, y, _ in rows]
+    sw, sx, sy = sum(w), sum(wi * x for wi, (x, _, _) in zip(w, rows, strict=True)), sum(
+        wi * y for wi, (_, y, _) in zip(w, rows, strict=True))
+    sxx = sum(wi * x * x for wi, (x, _, _) in zip(w, rows, strict=True))
+    sxy = sum(wi * x * y for wi, (x, y, _) in zip(w, rows, strict=True))
+    cands = []
+    det = sxx * sw - sx * sx
+    if det > 0:
+        cands.append(((sxy * sw - sx * sy) / det, (sxx * sy - sx * sxy) / det))
+    cands.append((sxy / sxx if sxx else 1.0, 0.0))
+    cands.append((1.0, max(0.0, (sy - sx) / sw)))
+    for u, t0 in cands:
+        u, t0 = max(1.0, u), max(0.0, t0)
+        err = sum(((x * u + t0 - y) / y) ** 2 for x, y, _ in rows)
+        if err < best[2]:
+            best = (u, t0, err)
+    return best[0], best[1]
+
+
+def calibration_from_evidence(doc: dict[str, Any], source: str = "evidence") -> dict[str, Any]:
+    """A user calibration (the JSON load_calibration reads) fitted to a GPU evidence file:
+    ``weights`` and ``overhead_ms`` by least squares of the relative decode-time error over the
+    points shallower than EVIDENCE_DEEP (their KV term at kv = weights), then ``kv`` over the
+    deeper ones, for the evidence's GPU (or backend). Each point's time is linear in the inverse
+    efficiencies; the coefficients are read off the speed model itself by probe predictions."""
+    every = [p for p in evidence_points(doc, source) if p["kind"] == "decode"]
+    pts = [p for p in every if "spec" not in p]
+    mtp = [p for p in every if "spec" in p]
+    if not pts:
+        raise InputError(f"{source}: no decode measurement to fit")
+    backend = "CPU" if doc.get("backend") == "CPU" else str(doc.get("backend") or "CUDA")
+    gpu = doc.get("gpu") if backend != "CPU" else None
+    base = builtin()
+
+    def probe(w: float, kv: float) -> Calibration:
+        def set_(e: Efficiency) -> Efficiency:
+            return replace(e, weights=w, kv=kv, overhead_ms=0.0)
+
+        if gpu and gpu in base.gpus:
+            return replace(base, gpus={**base.gpus, gpu: set_(base.gpus[gpu])})
+        backends = {**base.backends, backend: replace(set_(base.for_device(backend)), backend=backend)}
+        gpus = {k: (set_(e) if e.backend == backend else e) for k, e in base.gpus.items()}
+        return replace(base, backends=backends, gpus=gpus)
+
+    terms = []
+    for p in pts:
+        t1 = 1 / predict_point(p, probe(1.0, 1.0)).predicted
+        x_w = 1 / predict_point(p, probe(0.5, 1.0)).predicted - t1
+        x_kv = 1 / predict_point(p, probe(1.0, 0.5)).predicted - t1
+        terms.append((p, t1 - x_w - x_kv, x_w, x_kv, 1 / p["measured"]))
+    short = [t for t in terms if int(t[0]["depth"]) < EVIDENCE_DEEP]
+    deep = [t for t in terms if int(t[0]["depth"]) >= EVIDENCE_DEEP]
+    u_w, t0 = _ls_rel([(x_w + x_kv, y - c, y) for _, c, x_w, x_kv, y in short] or
+                      [(x_w + x_kv, y - c, y) for _, c, x_w, x_kv, y in terms])
+    u_kv = u_w
+    if deep:
+        num = sum(x_kv * (y - c - x_w * u_w - t0) / y**2 for _, c, x_w, x_kv, y in deep)
+        den = sum(x_kv * x_kv / y**2 for _, c, x_w, x_kv, y in deep)
+        u_kv = max(1.0, num / den) if den > 0 else u_w
+    entry: dict[str, Any] = {"backend": backend, "weights": round(1 / u_w, 4), "kv": round(1 / u_kv, 4),
+                             "overhead_ms": round(t0 * 1000, 4),
+                             "source": f"{source}: {len(short)} shallow + {len(deep)} deep decode points "
+                                       f"(benchmarks/gpu_evidence.py)"}
+    if mtp:  # verify_per_token: the MTP step time is linear in it (weights, kv, overhead as fitted)
+        def with_v(v: float) -> Calibration:
+            e = {**entry, "verify_per_token": v, **({"gpu": gpu} if gpu else {})}
+            return _parse({"version": 1, "efficiency": [e]}, base, source)
+
+        rows = []
+        for p in mtp:
+            t_0 = 1 / predict_point(p, with_v(0.0)).predicted
+            t_1 = 1 / predict_point(p, with_v(1.0)).predicted
+            rows.append((t_1 - t_0, 1 / p["measured"] - t_0, 1 / p["measured"]))
+        den = sum(x * x / t**2 for x, _, t in rows)
+        v = max(0.0, sum(x * y / t**2 for x, y, t in rows) / den) if den > 0 else 0.0
+        entry["verify_per_token"] = round(v, 4)
+        entry["source"] += f"; verify_per_token from {len(mtp)} MTP step points"
+    if gpu:
+        entry["gpu"] = gpu
+    return {"version": 1, "efficiency": [entry]}

@@ -52,10 +52,12 @@ from llamarig.plan.speed import (
     KV_QUALITY,
     SpeedReport,
     _token_embd_bytes,
+    acceptance_from_ratio,
     kv_path,
     kv_quality_note,
     kv_quality_short,
     mtp_draft_bytes,
+    speculative_bound,
     speed_report,
     tokens_per_step,
 )
@@ -73,7 +75,7 @@ class Targets:
     slots: int = 1
     vision: bool = False
     agent: bool = False
-    acceptance: float | None = None  # speculative acceptance a (None = family default)
+    acceptance: float | None = None  # llama-server's draft_n_accepted / draft_n (None = family default)
 
     def check(self) -> None:
         if self.ctx <= 0:
@@ -147,7 +149,7 @@ class Candidate:
 class OptimiseResult:
     targets: Targets
     candidates: tuple[Candidate, ...]  # ranked, best first
-    verdict: str  # ok | impossible
+    verdict: str  # ok | unlikely (predicted below a target the physical bound allows) | impossible
     reasons: tuple[str, ...]
     elapsed_s: float
     evaluated: int
@@ -318,6 +320,10 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     cfg0 = replace(cfg0, kv_unified=True if slots > 1 else None, fit=False,
                    set_flags=frozenset(cfg0.set_flags | {"fit"}))
     use_spec = bool(spec.nextn_layers or inp.draft is not None)
+    # --acceptance is the ratio llama-server reports, at the argv's --spec-draft-n-max (default 3):
+    # the per-position a it implies carries over to other draft lengths
+    acc_a = (acceptance_from_ratio(targets.acceptance, max(1, base.spec_draft_n_max))
+             if targets.acceptance is not None else None)
     # MTP heads (in the model or as a separate -md file, as in the 307K-context MTP field report) use draft-mtp; any other draft
     # model draft-simple (common/speculative.cpp:72-84)
     spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
@@ -325,7 +331,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     evaluated = 0
     cands: list[Candidate] = []
     depth = targets.depth
-    spec_n = _best_draft_n(spec, inp, cfg0, cal, targets.acceptance, host_bandwidth_gbs, spec_type) if use_spec else 0
+    spec_n = _best_draft_n(spec, inp, cfg0, cal, acc_a, host_bandwidth_gbs, spec_type) if use_spec else 0
     ubs = (512, 1024, 2048)
     for tk, tv in kv_pairs(backends):
         try:
@@ -358,7 +364,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                     if off is not None:
                         layouts.append(off)
                 for c, p, how in layouts:
-                    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=targets.acceptance,
+                    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=acc_a,
                                        draft=inp.draft, host_bandwidth_gbs=host_bandwidth_gbs,
                                        depths=sorted({0, 8192 if targets.ctx > 8192 else 0, depth, targets.ctx}))
                     fits, min_free = _fits(p, targets.headroom)
@@ -386,8 +392,58 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     best = uniq[0] if uniq else None
     reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
     verdict = "ok" if best is not None and best.meets_all else "impossible"
+    if verdict != "ok":
+        bound = _decode_bound(uniq, targets)
+        if bound is not None:
+            verdict = "unlikely" if bound[0] >= (targets.decode_tok_s or 0) else "impossible"
+            reasons = [bound[1], *reasons]
     return OptimiseResult(targets, tuple(uniq[:max_candidates]), verdict, tuple(reasons),
                           time.perf_counter() - t_start, evaluated)
+
+
+def _decode_bound(cands: Sequence[Candidate], t: Targets) -> tuple[float, str] | None:
+    """For a decode target no fitting candidate is predicted to meet: the hard bound (tok/s) of
+    the fastest fitting candidate and a sentence naming it. The bound reads the weights and KV at
+    peak bandwidth (efficiency 1, no overhead); with speculative decoding every drafted token is
+    accepted (n + 1 tokens per step) and drafting and extra verification are free. A target under
+    the bound is not impossible: efficiency and acceptance decide it, and published runs beat the
+    model's prediction (docs/accuracy-speed.md). None when nothing fits or there is no decode target."""
+    fitting = [c for c in cands if c.fits]
+    if not fitting or t.decode_tok_s is None:
+        return None
+    top = max(fitting, key=lambda c: c.decode_at_target)
+    ds = top.speed.at_depth(t.depth)
+    sp = top.speed.speculative
+    if sp is not None:
+        bound = speculative_bound(1 / ds.limit_tok_s if ds.limit_tok_s else 0.0, sp.n_max)
+        step = (sp.tokens_per_step / top.decode_at_target) if top.decode_at_target else 0.0
+        need = (t.decode_tok_s * step - 1) / sp.n_max if step else float("inf")
+        if bound < t.decode_tok_s:
+            msg = _("impossible: decode {target:g} tok/s at depth {depth} is above the bound of {bound:.0f} tok/s "
+                    "(every one of n = {n} drafts accepted, {tokens} tokens per step, weights and KV read at peak "
+                    "bandwidth: {limit:.1f} tok/s without drafting)")
+        elif need <= 1:
+            msg = _("unlikely, not impossible: the best candidate is predicted at {pred:.0f} tok/s at depth {depth}, "
+                    "below {target:g}; the bound is {bound:.0f} tok/s (every one of n = {n} drafts accepted, "
+                    "{tokens} tokens per step, weights and KV read at peak bandwidth: {limit:.1f} tok/s without "
+                    "drafting). Reaching {target:g} takes llama-server's draft acceptance (draft_n_accepted / "
+                    "draft_n) of about {need:.2f} (predicted with {ratio:.2f}; --acceptance sets it)")
+        else:
+            msg = _("unlikely, not impossible: the best candidate is predicted at {pred:.0f} tok/s at depth {depth}, "
+                    "below {target:g}, even with every draft accepted; the bound is {bound:.0f} tok/s (n = {n}, "
+                    "{tokens} tokens per step, weights and KV read at peak bandwidth: {limit:.1f} tok/s without "
+                    "drafting), so only a higher efficiency than calibrated would reach it")
+        return bound, msg.format(target=t.decode_tok_s, depth=t.depth, bound=bound, n=sp.n_max, tokens=sp.n_max + 1,
+                                 limit=ds.limit_tok_s, pred=top.decode_at_target, need=need, ratio=sp.ratio)
+    bound = ds.limit_tok_s
+    if bound < t.decode_tok_s:
+        msg = _("impossible: decode {target:g} tok/s at depth {depth} is above the bound of {bound:.1f} tok/s "
+                "({gb:.2f} GB read per token at peak bandwidth)")
+    else:
+        msg = _("unlikely, not impossible: the best candidate is predicted at {pred:.0f} tok/s at depth {depth}, "
+                "below {target:g}; the bound is {bound:.1f} tok/s ({gb:.2f} GB read per token at peak bandwidth)")
+    return bound, msg.format(target=t.decode_tok_s, depth=t.depth, bound=bound, gb=ds.bytes_per_token / GB,
+                             pred=top.decode_at_target)
 
 
 def _rank_key(c: Candidate, t: Targets) -> tuple:
@@ -451,9 +507,9 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
                                 pred=rep.at_depth(t.depth).decode_tok_s))
     if rep.speculative is not None:
         s = rep.speculative
-        out.append(_("with MTP (a={a:.2f}, n={n}) the best candidate reaches about {rate:.0f} tok/s ({tps:.2f} "
-                     "tokens per step)").format(a=s.acceptance, n=s.n_max, rate=top.decode_at_target,
-                                                tps=s.tokens_per_step))
+        out.append(_("with MTP (a={a:.2f}, i.e. llama-server's draft acceptance {ratio:.2f}, n={n}) the best "
+                     "candidate reaches about {rate:.0f} tok/s ({tps:.2f} tokens per step)").format(
+            a=s.acceptance, ratio=s.ratio, n=s.n_max, rate=top.decode_at_target, tps=s.tokens_per_step))
     else:
         # what an MTP head or a draft model could do: a = 0.6, n = 3, a draft pass reading the
         # output head and one layer

@@ -106,11 +106,10 @@ def kv_quality_short(type_k: str, type_v: str) -> str:
     return "4bit"
 
 
-#: Published bounds of the one measured depth pair behind the built-in CUDA ``kv`` efficiency (seed
-#: 000, RTX 3090: 43 tok/s short, 37-38.5 tok/s at 30-45K depth): the KV read efficiency those
-#: bounds imply, computed by scripts/accuracy_speed.py (kv_uncertainty; docs/accuracy-speed.md
-#: "Decode at depth"); tests/plan/test_speed_accuracy.py keeps the two in step.
-KV_PAIR_BOUNDS = (0.17, 0.35)
+#: KV types whose CUDA read efficiency at depth rests on published figures (f16: the RTX 3090 field
+#: report's log at 30.5K / 45.2K depth and llama.cpp pulls #17505 / #17891 at 32K; docs/accuracy-speed.md
+#: "Decode at depth"); quantized K/V share the constant without a published figure.
+KV_MEASURED_TYPES = ("f16", "bf16")
 
 
 # ============================================================================ devices
@@ -295,9 +294,12 @@ class Speculative:
     decode_tok_s: float
     speedup: float
     formula: str
+    ratio: float = 0.0  # llama-server's draft_n_accepted / draft_n at this n
+    catchup_ms: float = 0.0  # MTP context's pass over the verified batch
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "n_max": self.n_max, "acceptance": self.acceptance,
+                "acceptance_ratio": round(self.ratio, 4), "catchup_ms": round(self.catchup_ms, 3),
                 "acceptance_source": self.acceptance_source,
                 "tokens_per_step": round(self.tokens_per_step, 3), "draft_ms": round(self.draft_ms, 3),
                 "verify_ms": round(self.verify_ms, 3), "decode_tok_s": round(self.decode_tok_s, 2),
@@ -416,13 +418,14 @@ def decode_formula(loads: Sequence[DeviceLoad], split_mode: str) -> str:
 
 
 def prefill(spec: ModelSpec, loads: Sequence[DeviceLoad], prompt: int, n_ubatch: int,
-            cal: Calibration) -> Prefill:
-    """Prompt tokens per second for a prompt of ``prompt`` tokens processed in micro-batches."""
+            cal: Calibration, start: int = 0) -> Prefill:
+    """Prompt tokens per second for ``prompt`` new tokens processed in micro-batches, after
+    ``start`` tokens already in the cache (a follow-up turn: attention covers those too)."""
     prompt = max(1, prompt)
     ub = max(1, min(n_ubatch, prompt))
     params = matmul_params(spec)
     attn_layers = [ly for ly in spec.layers if not ly.nextn and ly.kind in ("attention", "swa") and ly.n_head_kv]
-    avg_depth = prompt / 2
+    avg_depth = start + prompt / 2
     attn_flops = 0.0
     for ly in attn_layers:
         d = min(avg_depth, spec.swa_window or avg_depth) if ly.kind == "swa" else avg_depth
@@ -503,34 +506,85 @@ def mtp_draft_bytes(spec: ModelSpec) -> int:
     return b
 
 
+def mtp_layer_bytes(spec: ModelSpec) -> int:
+    """Bytes of the nextn (MTP) layer(s) alone: what the MTP context's catch-up pass over a
+    verified batch reads (no logits there: common/speculative.cpp, process() adds the batch with
+    output false)."""
+    n_main = spec.n_layer_main
+    return sum(t.n_bytes for t in spec.tensors
+               if (m := _BLK_RE.match(t.name)) and int(m.group(1)) >= n_main)
+
+
+def ratio_from_acceptance(a: float, n: int) -> float:
+    """llama-server's draft_n_accepted / draft_n at draft length n for per-position acceptance a."""
+    return (tokens_per_step(a, n) - 1) / n if n > 0 else 0.0
+
+
 def speculative(spec: ModelSpec, loads: Sequence[DeviceLoad], base_seconds: float, n: int,
                 acceptance: float | None, cal: Calibration, draft: ModelSpec | None = None,
                 acceptance_source: str | None = None) -> Speculative:
-    kind = "draft" if draft is not None else "mtp"
+    """One speculative step as llama-server runs it at the pinned build (tools/server/server-context.cpp,
+    common/speculative.cpp):
+
+    - the drafter proposes n tokens, one pass each (draft(): the loop stops at n_max, and p_min
+      defaults to 0, common/common.h:333, so every draft is n long);
+    - the target verifies n + 1 tokens in one batch: the weights are read once for the batch (a
+      memory-bound decode step, ``base_seconds``) plus ``verify_per_token`` decode steps of extra
+      work per additional token (the batched matrix products and attention of the extra rows);
+    - MTP only: the MTP context catches up on the verified batch (one pass of the nextn layer over
+      n + 1 tokens, speculative.cpp process());
+    - recurrent layers keep n state snapshots per sequence for rollback (n_rs_seq = n_max,
+      common/common.h need_n_rs_seq), written every step.
+
+    Tokens per step: 1 + accepted, and llama-server counts ``draft_n`` as drafted tokens
+    (server-context.cpp:3266) and ``draft_n_accepted`` as accepted ones (:4330), so with full-length
+    drafts tokens/step = 1 + n x draft_n_accepted / draft_n exactly (the log's 'mean len',
+    server-context.cpp:702). ``acceptance`` is the per-position probability a of the geometric
+    model, (1 - a^(n+1)) / (1 - a) tokens per step, which equals 1 + n x ratio for
+    a = acceptance_from_ratio(ratio, n)."""
+    # an MTP head in its own GGUF (-md mtp.gguf with --spec-type draft-mtp, as in the 307K-context
+    # MTP field report) drafts like the built-in head: its nextn layer and its output head
+    mtp_file = draft is not None and bool(draft.nextn_layers)
+    kind = "draft" if draft is not None and not mtp_file else "mtp"
     if acceptance is None:
         a, src = default_acceptance(spec, kind, cal)
     else:
         a, src = acceptance, acceptance_source or "given"
     gpu = next((x for x in loads if x.backend != "CPU"), loads[0])
     bw = gpu.bandwidth_gbs * GB * gpu.eff.weights
-    if draft is not None:
+    if draft is not None and not mtp_file:
         dbytes = draft.weights_bytes - _token_embd_bytes(draft)
+        catch_bytes = 0
     else:
-        dbytes = mtp_draft_bytes(spec)
+        src_spec = draft if draft is not None else spec
+        dbytes = mtp_draft_bytes(src_spec)
+        catch_bytes = mtp_layer_bytes(src_spec)
     draft_s = dbytes / bw + 0.5 * gpu.eff.overhead_ms / 1000 if bw > 0 else 0.0
+    catch_s = catch_bytes / bw + 0.5 * gpu.eff.overhead_ms / 1000 if bw > 0 and catch_bytes else 0.0
     # rollback snapshots of the recurrent state: n more state writes per step
     rec = sum(x.recurrent_rw for x in loads) / 2 * n
     verify_s = base_seconds * (1 + gpu.eff.verify_per_token * n) + (rec / bw if bw > 0 else 0.0)
     e = tokens_per_step(a, n)
-    step = verify_s + n * draft_s
+    ratio = ratio_from_acceptance(a, n)
+    step = verify_s + n * draft_s + catch_s
     tok_s = e / step if step > 0 else 0.0
     base = 1 / base_seconds if base_seconds > 0 else 0.0
-    what = "draft model" if draft is not None else "MTP head (nextn layer + output head)"
-    formula = (f"tokens/step = (1 - a^(n+1)) / (1 - a) = (1 - {a:.2f}^{n + 1}) / (1 - {a:.2f}) = {e:.2f}; "
-               f"step = verify {verify_s * 1000:.1f} ms (decode x (1 + {gpu.eff.verify_per_token:g} x n)) + "
-               f"n x draft {draft_s * 1000:.2f} ms ({what} {dbytes / GB:.2f} GB); tok/s = tokens/step / step")
+    what = ("draft model" if kind == "draft" else
+            "MTP GGUF (nextn layer + output head)" if mtp_file else "MTP head (nextn layer + output head)")
+    catch = f" + MTP catch-up {catch_s * 1000:.2f} ms" if catch_s else ""
+    formula = (f"tokens/step = 1 + n x ratio = 1 + {n} x {ratio:.3f} = {e:.2f} (ratio = llama-server's "
+               f"draft_n_accepted / draft_n; per-position a = {a:.2f}); step = verify {verify_s * 1000:.1f} ms "
+               f"(decode x (1 + {gpu.eff.verify_per_token:g} x n)) + n x draft {draft_s * 1000:.2f} ms "
+               f"({what} {dbytes / GB:.2f} GB){catch}; tok/s = tokens/step / step")
     return Speculative(kind, n, a, src, e, draft_s * 1000, verify_s * 1000, tok_s,
-                       tok_s / base if base else 0.0, formula)
+                       tok_s / base if base else 0.0, formula, ratio, catch_s * 1000)
+
+
+def speculative_bound(limit_seconds: float, n: int) -> float:
+    """The hard ceiling of speculative decoding: every drafted token accepted (n + 1 tokens per
+    step), drafting and extra verification free, the weights read at peak bandwidth. No
+    configuration beats it; anything below it is a matter of efficiency and acceptance."""
+    return (n + 1) / limit_seconds if limit_seconds > 0 else 0.0
 
 
 # ============================================================================ entry points
@@ -539,8 +593,13 @@ def speculative(spec: ModelSpec, loads: Sequence[DeviceLoad], base_seconds: floa
 def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calibration | None = None,
                  n_ctx: int | None = None, host_bandwidth_gbs: float | None = None,
                  acceptance: float | None = None, draft: ModelSpec | None = None,
-                 prompt_tokens: int = 8192, depths: Sequence[int] | None = None) -> SpeedReport:
-    """Decode at several depths, prefill, speculative decoding (when configured)."""
+                 prompt_tokens: int = 8192, depths: Sequence[int] | None = None,
+                 prompt_start: int = 0, acceptance_ratio: float | None = None) -> SpeedReport:
+    """Decode at several depths, prefill, speculative decoding (when configured).
+
+    ``acceptance`` is the per-position probability a; ``acceptance_ratio`` (wins when given) is
+    what llama-server reports, draft_n_accepted / draft_n, read as measured at this config's
+    --spec-draft-n-max."""
     cal = cal or load_calibration()
     warnings: list[str] = []
     ctx = M.resolve_context(spec, cfg)
@@ -562,11 +621,16 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
                                f"{b / GB:.2f} GB per token at depth {d}"))
     t0 = decode_seconds(loads, 0, window, cal, sm)
     tl0 = decode_seconds(loads, 0, window, cal, sm, limit=True)
-    pf = prefill(spec, loads, prompt_tokens, ctx.n_ubatch, cal)
+    pf = prefill(spec, loads, prompt_tokens, ctx.n_ubatch, cal, prompt_start)
     spec_res = None
     if any(t.startswith("draft-") for t in cfg.spec_types) and (spec.nextn_layers or draft is not None):
-        spec_res = speculative(spec, loads, t0, max(1, cfg.spec_draft_n_max), acceptance, cal, draft)
-    depth_note = _depth_note(loads, dps, window, cal, sm)
+        n = max(1, cfg.spec_draft_n_max)
+        src = None
+        if acceptance_ratio is not None:
+            acceptance = acceptance_from_ratio(acceptance_ratio, n)
+            src = f"given: llama-server's draft_n_accepted / draft_n = {acceptance_ratio:g} at n = {n}"
+        spec_res = speculative(spec, loads, t0, n, acceptance, cal, draft, src)
+    depth_note = _depth_note(loads, dps, window, cal, sm, cfg.cache_type_k, cfg.cache_type_v)
     backend = loads[0].backend if loads else "CPU"
     path = kv_path(backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
     if path.kind in ("cpu", "convert"):
@@ -581,61 +645,54 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
 
 
 def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int | None, cal: Calibration,
-                split_mode: str) -> str:
+                split_mode: str, type_k: str = "f16", type_v: str = "f16") -> str:
     """What the decode figures at depth rest on: the KV read efficiency of each device that reads
-    KV, with the range the one measured pair allows for the built-in CUDA value."""
+    KV, and whether published figures back it for these K/V types."""
     deepest = max(depths, default=0)
     kv_devs = [x for x in loads if (x.kv_per_depth or x.swa_per_cell) and not x.kv_on_cpu]
     if deepest <= 0 or not kv_devs:
         return ""
     base = builtin()
+    measured = type_k in KV_MEASURED_TYPES and type_v in KV_MEASURED_TYPES
     groups: dict[str, list[str]] = {}  # phrase -> device names
-    pair = False
     for x in kv_devs:
         ref = base.for_device(x.backend, next((k for k, e in base.gpus.items() if e is x.eff), None))
         if x.eff.kv != ref.kv:
             phrase = _("kv {kv:g} from {source}").format(kv=x.eff.kv, source=cal.source)
+        elif x.backend == "CUDA" and measured:
+            phrase = _("kv {kv:g} fitted to four published f16 decodes at 30-45K depth (RTX 3090 / 4090; "
+                       "docs/accuracy-speed.md)").format(kv=x.eff.kv)
         elif x.backend == "CUDA":
-            pair = True
-            phrase = _("kv {kv:g} rests on one measured pair (the RTX 3090 field report: 43 -> 37-38.5 tok/s at "
-                       "30-45K depth)").format(kv=x.eff.kv)
+            phrase = _("kv {kv:g} is fitted on f16 K/V; K {type_k} / V {type_v} is assumed to read as fast "
+                       "(no published CUDA figure at depth)").format(kv=x.eff.kv, type_k=type_k, type_v=type_v)
         else:
             phrase = _("kv {kv:g} is assumed ({backend}: no measured point at depth)").format(kv=x.eff.kv,
                                                                                                backend=x.backend)
         groups.setdefault(phrase, []).append(x.name)
     parts = [f"{', '.join(names)} {phrase}" for phrase, names in groups.items()]
-    note = _("decode at depth: ") + _("; ").join(parts)
-    if pair:
-        lo, hi = KV_PAIR_BOUNDS
-
-        def at(kv: float) -> float:
-            ls = [replace(x, eff=replace(x.eff, kv=kv)) if x.backend == "CUDA" and x.eff.kv == base.backends["CUDA"].kv
-                  else x for x in loads]
-            t = decode_seconds(ls, deepest, window, cal, split_mode)
-            return 1 / t if t else 0.0
-
-        note += _("; the pair's published bounds allow kv {lo:g}-{hi:g}, i.e. {r_lo:.1f}-{r_hi:.1f} tok/s at depth "
-                  "{depth} (docs/accuracy-speed.md)").format(lo=lo, hi=hi, r_lo=at(lo), r_hi=at(hi), depth=deepest)
-    return note
+    return _("decode at depth: ") + _("; ").join(parts)
 
 
 def speed_for(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
-              host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> SpeedReport:
+              host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
+              acceptance_ratio: float | None = None) -> SpeedReport:
     """The speed report of a plain plan. ``inputs`` is the planner's PlanInputs (spec, cfg,
     hardware, draft); ``plan`` (optional) supplies n_ctx_slot for the depth table.
     ``dataclasses.replace(plan, speed=speed_for(inputs, plan))`` makes ``plan.to_json()`` carry it."""
     n_ctx = getattr(plan, "n_ctx_slot", None) if plan is not None else None
     return speed_report(inputs.spec, inputs.cfg, inputs.hardware, cal=cal, n_ctx=n_ctx,
                         host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
-                        draft=getattr(inputs, "draft", None))
+                        draft=getattr(inputs, "draft", None), acceptance_ratio=acceptance_ratio)
 
 
 def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
-                 host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> Any:
+                 host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
+                 acceptance_ratio: float | None = None) -> Any:
     """``plan`` with its ``speed`` slot filled; when speed cannot be predicted (a GPU without a
     known bandwidth) the memory plan is kept and the reason joins its warnings."""
     try:
-        rep = speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance)
+        rep = speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
+                        acceptance_ratio=acceptance_ratio)
     except InputError as e:
         return replace(plan, warnings=tuple(plan.warnings) + (str(e),))
     except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan

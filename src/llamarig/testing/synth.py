@@ -81,6 +81,12 @@ class SynthShape:
     mtp_only: bool = False
     # weights
     weight_type: str = "f16"  # f32, f16, bf16, q8_0, q4_0 (2-D/3-D weights; norms stay f32)
+    #: "random": every weight drawn; "tiled": 64 random rows per tensor, repeated (full-size
+    #: shapes in seconds, same tensor table and bytes; speed and buffers do not depend on values)
+    fill: str = "random"
+    #: pad the vocabulary to this many tokens (filler tokens; 0 = the small synthetic vocabulary),
+    #: so the embeddings and output head have a real model's size
+    n_vocab: int = 0
     seed: int = 0
     extra_tokens: tuple[str, ...] = field(default=())
 
@@ -199,6 +205,9 @@ class _Builder:
         the quantization block falls back to F16, as llama-quantize does.
         """
         np_shape = tuple(reversed(shape))
+        if data is None and self.shape.fill == "tiled" and not (f32 or norm or len(shape) == 1):
+            self._tiled(name, shape)
+            return
         if data is None:
             if norm:
                 data = (1.0 + 0.01 * self.rng.standard_normal(np_shape)).astype(np.float32)
@@ -220,8 +229,38 @@ class _Builder:
             q = quantize(data, qt)
             self.w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
 
+    def _qtype_for(self, ne0: int) -> GGMLQuantizationType:
+        block = _BLOCK.get(self.shape.weight_type)
+        return GGMLQuantizationType.F16 if block and ne0 % block != 0 else self.qtype
+
+    def _tiled(self, name: str, shape: tuple[int, ...]) -> None:
+        """64 random rows of ``shape[0]`` weights, quantized once and repeated to every row."""
+        ne0 = shape[0]
+        rows = 1
+        for d in shape[1:]:
+            rows *= d
+        block = (0.02 * self.rng.standard_normal((min(rows, 64), ne0))).astype(np.float32)
+        qt = self._qtype_for(ne0)
+        if qt == GGMLQuantizationType.F32:
+            q = block
+        elif qt == GGMLQuantizationType.F16:
+            q = block.astype(np.float16)
+        else:
+            q = quantize(block, qt)
+        full = np.tile(q, (-(-rows // q.shape[0]), 1))[:rows]
+        np_shape = tuple(reversed(shape[1:])) + (full.shape[1],)
+        full = np.ascontiguousarray(full.reshape(np_shape))
+        if qt in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            self.w.add_tensor(name, full)
+        else:
+            self.w.add_tensor(name, full, raw_shape=full.shape, raw_dtype=qt)
+
     def tokenizer(self, pre: str) -> int:
-        tokens, types, merges = vocabulary(self.shape.extra_tokens)
+        extra = self.shape.extra_tokens
+        base = len(vocabulary(extra)[0])
+        if self.shape.n_vocab > base:
+            extra = extra + tuple(f"<|pad{i}|>" for i in range(self.shape.n_vocab - base))
+        tokens, types, merges = vocabulary(extra)
         w = self.w
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre(pre)
