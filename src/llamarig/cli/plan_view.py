@@ -36,8 +36,29 @@ def _gib(n: int) -> str:
     return fmt_bytes(n)
 
 
+def _gib_range(lo: int, hi: int) -> str:
+    """'1.24-1.40 GiB' (one unit when both ends share it), else '980.00 MiB-1.10 GiB'."""
+    a, b = _gib(lo), _gib(hi)
+    ua, ub = a.rsplit(" ", 1), b.rsplit(" ", 1)
+    return f"{ua[0]}-{b}" if len(ua) == 2 and len(ub) == 2 and ua[1] == ub[1] else f"{a}-{b}"
+
+
 def _device_name(d: DevicePlan) -> str:
     return f"{d.name} ({d.label})" if d.label and d.label != d.name else d.name
+
+
+_VENDOR_PREFIXES = ("NVIDIA GeForce ", "NVIDIA ", "AMD Radeon ", "AMD ", "Intel(R) ", "Apple ")
+
+
+def _short_name(d: DevicePlan) -> str:
+    """'CUDA0 (RTX 3090)': the verdict line names the card without its vendor prefix, so it stays
+    on one line at 80 columns (the tables below give the full name)."""
+    label = d.label or ""
+    for p in _VENDOR_PREFIXES:
+        if label.startswith(p):
+            label = label[len(p):]
+            break
+    return f"{d.name} ({label})" if label and label != d.name else d.name
 
 
 def _estimated_parts(d: DevicePlan) -> str:
@@ -50,24 +71,24 @@ def verdict_lines(plan: Plan) -> list[str]:
     """The answer: fits or not, free or short per device, host RAM, and what to change."""
     out: list[str] = []
     parts = []
+    estimated: list[str] = []
     for d in plan.devices:
         if not d.capacity:
-            parts.append(_("{dev} {used} (capacity unknown)").format(dev=_device_name(d), used=_gib(d.total)))
+            parts.append(_("{dev} {used} (capacity unknown)").format(dev=_short_name(d), used=_gib(d.total)))
         elif d.uncertainty and d.free_range is not None:
             lo, hi = d.free_range
+            estimated.append(_estimated_parts(d))
             if lo >= 0:
-                parts.append(_("{dev} {used} of {cap}, {lo}-{hi} free (range allowed by the estimated {what})").format(
-                    dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), lo=_gib(lo), hi=_gib(hi),
-                    what=_estimated_parts(d)))
+                parts.append(_("{dev} {used} of {cap}, {range} free").format(
+                    dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), range=_gib_range(lo, hi)))
             else:
-                parts.append(_("{dev} between {short} short and {hi} free (range allowed by the estimated {what}: "
-                               "check with the real GGUF or a -lv 4 log)").format(
-                    dev=_device_name(d), short=_gib(-lo), hi=_gib(max(hi, 0)), what=_estimated_parts(d)))
+                parts.append(_("{dev} between {short} short and {hi} free").format(
+                    dev=_short_name(d), short=_gib(-lo), hi=_gib(max(hi, 0))))
         elif (d.free or 0) >= 0:
             parts.append(_("{dev} {used} of {cap}, {free} free").format(
-                dev=_device_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0)))
+                dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0)))
         else:
-            parts.append(_("{dev} short by {short}").format(dev=_device_name(d), short=_gib(-(d.free or 0))))
+            parts.append(_("{dev} short by {short}").format(dev=_short_name(d), short=_gib(-(d.free or 0))))
     h = plan.host
     start = h.start_total
     if h.capacity:
@@ -82,6 +103,10 @@ def verdict_lines(plan: Plan) -> list[str]:
     # the devices on the verdict line, host RAM on the next: one line each reads at 80 columns in
     # both languages (joined, the Chinese line broke inside a figure)
     out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host])))
+    if estimated:  # why the free memory is a range, on its own line (the verdict line stays short)
+        what = estimated[0] if len(set(estimated)) == 1 else _("; ").join(dict.fromkeys(estimated))
+        out.append((_("free is a range: the {what} are estimates; check with the real GGUF or a -lv 4 log") if maybe
+                    else _("free is a range: the {what} are estimates")).format(what=what))
     if parts:
         out.append(host)
     grow = h.growth
