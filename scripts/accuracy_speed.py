@@ -518,7 +518,7 @@ def evidence_section(files: Sequence[Path]) -> list[str]:
              "Files written by `benchmarks/gpu_evidence.py` on a GPU machine (synthetic GGUFs with the",
              "catalogue models' shapes; see benchmarks/RESULTS.md), predicted with the built-in constants.",
              "On an NVIDIA machine: `python benchmarks/gpu_evidence.py --server-bin /path/to/llama-server",
-             "--gpu rtx4090 --out benchmarks/evidence/rtx4090-b11434.json` (under 10 minutes; it writes the",
+             "--gpu rtx4090 --out benchmarks/evidence/rtx4090-b<build>.json` (under 10 minutes; it writes the",
              "-lv 4 buffer lines and llama-server's prefill / decode timings at depths 0, 8K and 32K for f16,",
              "q8_0 and q4_0 K/V at -ub 512 and 2048); `llamarig plan --calibration FILE` fits that GPU's",
              "efficiencies to it.",
