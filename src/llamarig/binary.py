@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from llamarig.errors import ServerError
+from llamarig.i18n import _
 from llamarig.paths import cache_root
 
 #: environment variable naming the llama-server binary
@@ -39,7 +40,7 @@ def find_binary(name: str = "llama-server", explicit: str | os.PathLike[str] | N
         if p.is_dir():
             p = p / name
         if not (p.is_file() and os.access(p, os.X_OK)):
-            raise ServerError(f"{p}: not an executable file")
+            raise ServerError(_("{path}: not an executable file").format(path=p))
         return p
     env = os.environ.get(ENV_SERVER_BIN)
     if env:
@@ -55,6 +56,6 @@ def find_binary(name: str = "llama-server", explicit: str | os.PathLike[str] | N
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand
     raise ServerError(
-        f"{name} not found: pass --server-bin, set ${ENV_SERVER_BIN}, put it on PATH, "
-        "or build one with scripts/get-llama-server"
+        _("{name} not found: pass --server-bin, set ${env_server_bin}, put it on PATH, or build "
+          "one with scripts/get-llama-server").format(name=name, env_server_bin=ENV_SERVER_BIN)
     )

@@ -47,12 +47,13 @@ class GGUFError(InputError):
 class UnknownNameError(InputError):
     """An unknown catalogue id, GPU name, scenario… with the closest known names."""
 
-    def __init__(self, kind: str, name: str, suggestions: list[str] | None = None) -> None:
+    def __init__(self, kind: str, name: str, suggestions: list[str] | None = None, message: str | None = None) -> None:
         self.kind = kind
         self.name = name
         self.suggestions = list(suggestions or [])
         hint = f" (did you mean: {', '.join(self.suggestions)}?)" if self.suggestions else ""
-        super().__init__(f"unknown {kind} '{name}'{hint}")
+        # ``message``: the same sentence in the user's language (llamarig.i18n.unknown_name)
+        super().__init__(message or f"unknown {kind} '{name}'{hint}")
 
 
 class ServerError(LlamarigError):

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from llamarig.errors import InputError
+from llamarig.errors import InputError, UnknownNameError
 
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 DOMAIN = "llamarig"
@@ -52,7 +52,7 @@ def set_language(lang: str | None) -> str:
     """Choose the language for this process (None: from the environment). Returns it."""
     global _chosen
     if lang is not None and lang not in LANGUAGES:
-        raise InputError(f"--lang {lang}: expected one of {', '.join(LANGUAGES)}")
+        raise InputError(_("--lang {lang}: expected one of {languages}").format(lang=lang, languages=', '.join(LANGUAGES)))
     _chosen = lang
     return language()
 
@@ -85,6 +85,18 @@ def _translations(lang: str) -> gettext.NullTranslations:
 def _(message: str) -> str:
     """``message`` in the current language (itself when there is no translation)."""
     return _translations(language()).gettext(message)
+
+
+def did_you_mean(suggestions: list[str]) -> str:
+    """`` (did you mean: a, b?)`` in the current language; empty without suggestions."""
+    return _(" (did you mean: {names}?)").format(names=", ".join(suggestions)) if suggestions else ""
+
+
+def unknown_name(kind: str, name: str, suggestions: list[str] | None = None) -> UnknownNameError:
+    """An UnknownNameError whose message is in the current language (``kind`` already is)."""
+    sugg = list(suggestions or [])
+    return UnknownNameError(kind, name, sugg, _("unknown {kind} '{name}'{hint}").format(
+        kind=kind, name=name, hint=did_you_mean(sugg)))
 
 
 def N_(message: str) -> str:

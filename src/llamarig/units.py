@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from llamarig.errors import InputError
+from llamarig.i18n import _
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -26,8 +27,8 @@ def parse_size(text: str, default_unit: str = "") -> int:
     """Parse ``1GiB``, ``512MiB``, ``24G`` (binary), ``16GB`` (decimal) into bytes."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     if not m:
-        raise InputError(f"'{text}' is not a size (examples: 1GiB, 512MiB, 24G)")
+        raise InputError(_("'{text}' is not a size (examples: 1GiB, 512MiB, 24G)").format(text=text))
     unit = (m.group(2) or default_unit).lower()
     if unit not in _UNITS:
-        raise InputError(f"'{text}': unknown unit '{m.group(2)}' (use B, KiB, MiB, GiB, GB…)")
+        raise InputError(_("'{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB, GB…)").format(text=text, unit=m.group(2)))
     return int(float(m.group(1)) * _UNITS[unit])

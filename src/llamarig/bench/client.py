@@ -16,7 +16,9 @@ from typing import Any
 
 import aiohttp
 
+from llamarig.bench.records import note_text
 from llamarig.errors import ServerError
+from llamarig.i18n import N_, _
 
 #: large read buffer: aiohttp's 64 KiB default throttles long SSE lines (vllm#39963)
 READ_BUFSIZE = 4 * 1024 * 1024
@@ -217,7 +219,7 @@ class BenchClient:
         ``add_special`` default false; /completion tokenizes with special tokens added)."""
         res = await self.post("/tokenize", {"content": text, "add_special": add_special})
         if res.status != 200 or not isinstance(res.body, dict) or "tokens" not in res.body:
-            raise ServerError(f"{self.url}/tokenize answered HTTP {res.status}: {str(res.body)[:200]}")
+            raise ServerError(_("{url}/tokenize answered HTTP {status}: {body}").format(url=self.url, status=res.status, body=str(res.body)[:200]))
         return [int(t) if isinstance(t, int) else int(t["id"]) for t in res.body["tokens"]]
 
     async def stream(self, path: str, payload: dict[str, Any], sample: RequestSample) -> RequestSample:
@@ -246,12 +248,12 @@ class BenchClient:
                 if buf.strip():
                     self._handle_line(buf.strip(), time.perf_counter() - t_send, sample, chat)
         except asyncio.TimeoutError:
-            sample.error = f"timeout after {self.timeout_s:.0f} s"
+            sample.error = note_text(N_("timeout after {seconds} s"), seconds=f"{self.timeout_s:.0f}")
         except aiohttp.ClientError as e:
-            sample.error = f"connection error: {type(e).__name__}: {e}"
+            sample.error = note_text(N_("connection error: {error}"), error=f"{type(e).__name__}: {e}")
         sample.t_end_s = time.perf_counter() - t_send
         if not sample.error and not sample.timings and not sample.usage:
-            sample.error = "stream ended without timings or usage (server stopped mid-request?)"
+            sample.error = note_text(N_("stream ended without timings or usage (server stopped mid-request?)"))
         return sample
 
     @staticmethod
@@ -259,7 +261,7 @@ class BenchClient:
         if not line or line.startswith(b":"):
             return  # blank separator or SSE comment (": ping")
         if line.startswith(b"error:"):
-            s.error = "server error event: " + _error_message(line[6:].decode(errors="replace"))
+            s.error = note_text(N_("server error event: {message}"), message=_error_message(line[6:].decode(errors="replace")))
             return
         if not line.startswith(b"data:"):
             return
@@ -276,7 +278,7 @@ class BenchClient:
         if not isinstance(obj, dict):
             return
         if "error" in obj:
-            s.error = "server error event: " + _error_message(json.dumps(obj["error"]))
+            s.error = note_text(N_("server error event: {message}"), message=_error_message(json.dumps(obj["error"])))
             return
         has_token = False
         if chat:

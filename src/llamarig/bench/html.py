@@ -11,6 +11,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from llamarig.bench.records import local_text
 from llamarig.bench.report import (
     fmt_value,
     footnotes,
@@ -278,6 +279,6 @@ def render_html(doc: dict[str, Any]) -> str:
     if gpu and not gpu.get("available"):
         parts.append(f"<p>{_e(lab['gpu_na'].format(reason=gpu.get('reason')))}</p>")
     if doc.get("errors"):
-        parts.append(f"<h2>{_e(lab['errors'])}</h2><ul>" + "".join(f'<li class="warn">{_e(x)}</li>' for x in doc["errors"][:100]) + "</ul>")
+        parts.append(f"<h2>{_e(lab['errors'])}</h2><ul>" + "".join(f'<li class="warn">{_e(local_text(x))}</li>' for x in doc["errors"][:100]) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p)

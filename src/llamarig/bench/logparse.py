@@ -351,11 +351,11 @@ def read_log(path: Path) -> str:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES)
     except OSError as e:
-        raise InputError(f"{path}: cannot read log: {e.strerror or e}") from e
+        raise InputError(_("{path}: cannot read log: {error}").format(path=path, error=e.strerror or e)) from e
     if size > MAX_BYTES:
         data = data[: data.rfind(b"\n") + 1]
     if b"\x00" in data[:4096]:
-        raise InputError(f"{path}: binary file, not a llama-server log")
+        raise InputError(_("{path}: binary file, not a llama-server log").format(path=path))
     return data.decode("utf-8", errors="replace")
 
 
@@ -522,10 +522,10 @@ def script_findings(p: LogParse, script: Path) -> list[str]:
     try:
         text = script.read_text(errors="replace")
     except OSError as e:
-        raise InputError(f"--script {script}: cannot read: {e.strerror or e}") from None
+        raise InputError(_("--script {script}: cannot read: {error}").format(script=script, error=e.strerror or e)) from None
     parsed = parse_text(text)
     if not parsed.invocations:
-        raise InputError(f"--script {script}: no llama-server command found")
+        raise InputError(_("--script {script}: no llama-server command found").format(script=script))
     inv = parsed.invocations[0]
     # what the script *says*, cut-off words included (the reading of check, flags.argv)
     r = read_invocation(inv, load_bundled(), 0)
@@ -562,7 +562,7 @@ def logs_document(path: Path, script: Path | None = None) -> dict[str, Any]:
     p = parse_log_text(read_log(path), str(path))
     if p.recognised == 0:
         what = "empty" if p.lines == p.empty else "not a llama-server log"
-        raise InputError(f"{path}: {what}: no line llama-server writes was found ({p.lines} line(s))")
+        raise InputError(_("{path}: {what}: no line llama-server writes was found ({lines} line(s))").format(path=path, what=what, lines=p.lines))
     a = analyse(p)
     if script is not None:
         a["findings"] = script_findings(p, script) + a["findings"]

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamarig.errors import InputError, UnknownNameError
+from llamarig.errors import InputError
+from llamarig.i18n import _, unknown_name
 
 #: the RTX 3090 field report's long code-generation prompt (tests/fixtures/seeds/000_3d5d35932c1dd60e.txt), verbatim.
 TETRIS_PROMPT = """你是一名资深的软件工程师，请写一个单文件 HTML 俄罗斯方块游戏，要求：
@@ -83,7 +84,7 @@ def prompt_set(name: str, k: int, seed: int) -> list[ChatPrompt]:
     if name == "synthetic":
         return synthetic_prompts(k, seed)
     if name not in PROMPT_SETS:
-        raise UnknownNameError("prompt set", name, list(PROMPT_SETS))
+        raise unknown_name(_("prompt set"), name, list(PROMPT_SETS))
     bases = {"tetris": [TETRIS_PROMPT], "notes": [NOTES_PROMPT], "mixed": [TETRIS_PROMPT, NOTES_PROMPT]}[name]
     out = []
     for i in range(k):
@@ -108,7 +109,7 @@ def load_workload(path: Path) -> list[ChatPrompt]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as e:
-        raise InputError(f"{path}: cannot read workload file: {e.strerror or e}") from e
+        raise InputError(_("{path}: cannot read workload file: {error}").format(path=path, error=e.strerror or e)) from e
     out: list[ChatPrompt] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
@@ -119,14 +120,14 @@ def load_workload(path: Path) -> list[ChatPrompt]:
             # JSONDecodeError has .msg; json.loads also raises a plain ValueError (e.g. an integer
             # literal over sys.get_int_max_str_digits()), which has none
             why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
-            raise InputError(f"{path}:{no}: not JSON ({why})") from e
+            raise InputError(_("{path}:{no}: not JSON ({why})").format(path=path, no=no, why=why)) from e
         if not isinstance(obj, dict):
-            raise InputError(f"{path}:{no}: expected a JSON object with 'messages'")
+            raise InputError(_("{path}:{no}: expected a JSON object with 'messages'").format(path=path, no=no))
         if "body" in obj and isinstance(obj["body"], dict):
             obj = obj["body"]  # OpenAI batch format {custom_id, method, url, body}
         msgs = obj.get("messages")
         if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-            raise InputError(f"{path}:{no}: 'messages' must be a non-empty list of objects")
+            raise InputError(_("{path}:{no}: 'messages' must be a non-empty list of objects").format(path=path, no=no))
         max_tokens = obj.get("max_tokens", obj.get("max_completion_tokens"))
         keep = {
             k: v
@@ -142,5 +143,5 @@ def load_workload(path: Path) -> list[ChatPrompt]:
             )
         )
     if not out:
-        raise InputError(f"{path}: workload file has no requests")
+        raise InputError(_("{path}: workload file has no requests").format(path=path))
     return out

@@ -200,11 +200,16 @@ def note_text(msgid: str, words: tuple[str, ...] = (), **fields: Any) -> str:
     catalogue words ("length", "depth"), translated in the local text."""
     english = msgid.format(**fields)
     if len(_LOCAL) < _LOCAL_MAX:
-        local = {k: _(v) if k in words else v for k, v in fields.items()}
+        local = {k: _(v) if k in words else local_text(v) if isinstance(v, str) else v for k, v in fields.items()}
         _LOCAL[english] = _(msgid).format(**local)
     return english
 
 
 def local_text(english: str) -> str:
-    """A note as the reports show it: in the user's language when this process made it."""
-    return _LOCAL.get(english, english)
+    """A note as the reports show it: in the user's language when this process made it. A line
+    that contains such a note (an error line "scenario/label: <note>") gets the note translated."""
+    if english in _LOCAL:
+        return _LOCAL[english]
+    for en in sorted((k for k in _LOCAL if k and k in english), key=len, reverse=True):
+        english = english.replace(en, _LOCAL[en])
+    return english

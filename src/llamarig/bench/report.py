@@ -246,7 +246,7 @@ def headline(doc: dict[str, Any]) -> list[HeadItem]:
     if errors:
         out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"), warn=True))
     if doc.get("aborted"):
-        out.append(HeadItem(_("run aborted"), "—", str(doc["aborted"]), warn=True))
+        out.append(HeadItem(_("run aborted"), "—", local_text(str(doc["aborted"])), warn=True))
     ev = figs.get("interference_events")
     if ev is not None:
         polls = (ev.get("params") or {}).get("polls")
@@ -329,9 +329,9 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
         console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
                       highlight=False)
     for e in doc.get("errors", [])[:20]:
-        console.print(f"[red]{escape(lab['error'])}:[/] {escape(e)}", highlight=False)
+        console.print(f"[red]{escape(lab['error'])}:[/] {escape(local_text(e))}", highlight=False)
     if doc.get("aborted"):
-        console.print(f"[red]{escape(lab['aborted'])}:[/] {escape(doc['aborted'])}", highlight=False)
+        console.print(f"[red]{escape(lab['aborted'])}:[/] {escape(local_text(doc['aborted']))}", highlight=False)
 
 
 # ------------------------------------------------------------------------- markdown
@@ -407,7 +407,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [f"- {lab['missing']}: {m}" for m in inter.get("missing", [])]
         lines += [f"- t={e['t_s']} s {e['kind']}: {e['detail']}" for e in inter.get("events", [])[:20]]
     if doc.get("errors"):
-        lines += ["", f"## {lab['errors']}", ""] + [f"- {x}" for x in doc["errors"][:50]]
+        lines += ["", f"## {lab['errors']}", ""] + [f"- {local_text(x)}" for x in doc["errors"][:50]]
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
         lines += ["", lab["gpu_na"].format(reason=gpu.get("reason"))]
@@ -418,18 +418,18 @@ def write_json(doc: dict[str, Any], path: Path) -> None:
     try:
         path.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     except OSError as e:
-        raise InputError(f"{path}: cannot write: {e.strerror or e}") from e
+        raise InputError(_("{path}: cannot write: {error}").format(path=path, error=e.strerror or e)) from e
 
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
     except ValueError as e:
-        raise InputError(f"{path}: not JSON: {e}") from e
+        raise InputError(_("{path}: not JSON: {error}").format(path=path, error=e)) from e
     if not isinstance(doc, dict) or not isinstance(doc.get("figures"), list):
-        raise InputError(f"{path}: not a llamarig bench/logs JSON (no 'figures' list)")
+        raise InputError(_("{path}: not a llamarig bench/logs JSON (no 'figures' list)").format(path=path))
     return doc
 
 

@@ -29,8 +29,8 @@ from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.gpu import GpuSampler, energy_joules
 from llamarig.bench.monitor import InterferenceEvent, Monitor, Tracker, reconcile
 from llamarig.bench.records import Figure, note_text, single_figure
-from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError, UnknownNameError
-from llamarig.i18n import N_
+from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
+from llamarig.i18n import N_, _, unknown_name
 
 SCHEMA_VERSION = 1
 
@@ -81,16 +81,16 @@ class BenchConfig:
     def validate(self) -> None:
         bad = [s for s in self.scenarios if s not in SCENARIOS]
         if bad:
-            raise UnknownNameError("scenario", bad[0], difflib.get_close_matches(bad[0], SCENARIOS, 3) or list(SCENARIOS))
+            raise unknown_name(_("scenario"), bad[0], difflib.get_close_matches(bad[0], SCENARIOS, 3) or list(SCENARIOS))
         if self.endpoint not in ("chat", "completion"):
-            raise InputError(f"--endpoint {self.endpoint!r}: expected chat or completion")
+            raise InputError(_("--endpoint {endpoint!r}: expected chat or completion").format(endpoint=self.endpoint))
         if "workload" in self.scenarios and self.workload is None:
-            raise InputError("scenario 'workload' needs --workload FILE.jsonl")
+            raise InputError(_("scenario 'workload' needs --workload FILE.jsonl"))
         if self.k < 1 or self.n_predict < 2 or self.repeats < 1 or self.warmup < 0:
-            raise InputError("--k >= 1, --n-predict >= 2, --repeats >= 1, --warmup >= 0 required")
+            raise InputError(_("--k >= 1, --n-predict >= 2, --repeats >= 1, --warmup >= 0 required"))
         u = urlparse(self.url)
         if u.scheme not in ("http", "https") or not u.netloc:
-            raise InputError(f"--url {self.url!r}: expected http://HOST:PORT")
+            raise InputError(_("--url {url!r}: expected http://HOST:PORT").format(url=self.url))
 
 
 @dataclass
@@ -152,7 +152,7 @@ class Runner:
         if self.dead:
             # the server stopped answering: the rest of the scenario is not sent, but what was
             # measured so far still becomes figures (the scenario runs to its end)
-            return RequestSample(seq=-1, scenario=scenario, label=label, warmup=warmup, error=f"not sent: {self.dead}")
+            return RequestSample(seq=-1, scenario=scenario, label=label, warmup=warmup, error=note_text(N_("not sent: {reason}"), reason=self.dead))
         self._seq += 1
         s = RequestSample(seq=self._seq - 1, scenario=scenario, label=label, warmup=warmup, id_slot=slot)
         if slot is not None and self.is_llama:
@@ -178,7 +178,7 @@ class Runner:
             if s.error.startswith("connection error") or s.status in (502, 503):
                 self._consecutive_conn_errors += 1
                 if self._consecutive_conn_errors >= 3:
-                    self.dead = f"{self._consecutive_conn_errors} consecutive failed requests (last: {s.error})"
+                    self.dead = note_text(N_("{n} consecutive failed requests (last: {error})"), n=self._consecutive_conn_errors, error=s.error)
             else:
                 self._consecutive_conn_errors = 0
         else:
@@ -197,7 +197,7 @@ class Runner:
     def check_strict(self) -> None:
         if self.cfg.strict and self.monitor.events:
             e = self.monitor.events[0]
-            raise InterferenceError(f"--strict: interference on {self.cfg.url}: {e.kind}: {e.detail}")
+            raise InterferenceError(_("--strict: interference on {url}: {kind}: {detail}").format(url=self.cfg.url, kind=e.kind, detail=e.detail))
 
 
 # ---------------------------------------------------------------------- pre-flight
@@ -215,7 +215,7 @@ async def wait_ready(client: BenchClient, wait_s: float) -> dict[str, Any]:
             conn_failures += 1
             last = f"{type(e).__name__}: {e}"
             if conn_failures >= 2:
-                raise ServerError(f"cannot reach {client.url}: {last}") from None
+                raise ServerError(_("cannot reach {url}: {last}").format(url=client.url, last=last)) from None
             await asyncio.sleep(0.5)
             continue
         if res.status == 200:
@@ -226,12 +226,13 @@ async def wait_ready(client: BenchClient, wait_s: float) -> dict[str, Any]:
             waited_loading = True
             last = str(res.body)[:160]
             if time.monotonic() > deadline:
-                raise ServerError(f"{client.url} still loading after {wait_s:.0f} s (HTTP 503 from /health: {last}); raise --wait-ready")
+                raise ServerError(_("{url} still loading after {wait_s:.0f} s (HTTP 503 from /health: {last}); raise "
+                                    "--wait-ready").format(url=client.url, wait_s=wait_s, last=last))
             await asyncio.sleep(0.5)
             continue
         if res.status == 401:
-            raise ServerError(f"{client.url}/health answered 401: pass --api-key")
-        raise ServerError(f"{client.url}/health answered HTTP {res.status}: {str(res.body)[:160]}")
+            raise ServerError(_("{url}/health answered 401: pass --api-key").format(url=client.url))
+        raise ServerError(_("{url}/health answered HTTP {status}: {body}").format(url=client.url, status=res.status, body=str(res.body)[:160]))
 
 
 def client_machine() -> dict[str, Any]:
@@ -270,7 +271,7 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
             r.is_llama = False
             missing.append(f"/props (HTTP {props.status}): not a llama-server; llama-only fields are not sent")
         if r.is_llama and r.total_slots is not None and cfg.slot is not None and cfg.slot >= int(r.total_slots):
-            raise InputError(f"--slot {cfg.slot}: the server has {r.total_slots} slot(s) (0..{int(r.total_slots) - 1})")
+            raise InputError(_("--slot {slot}: the server has {total_slots} slot(s) (0..{last})").format(slot=cfg.slot, total_slots=r.total_slots, last=int(r.total_slots) - 1))
         slots0 = await r.monitor.probe_slots()
         if slots0 is None:
             missing.append(r.monitor.slots_reason + ": interference cannot be detected, samples are marked 'unknown'")
@@ -299,13 +300,13 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
                     # e.g. /tokenize failing because the server went away mid-scenario
                     r.dead = r.dead or f"{type(e).__name__}: {e}"
                 if r.dead:
-                    res.errors.append(f"scenario cut short: {r.dead}")
-                    r.errors.append(f"{name}: cut short: {r.dead}")
+                    res.errors.append(note_text(N_("scenario cut short: {reason}"), reason=r.dead))
+                    r.errors.append(note_text(N_("{scenario}: cut short: {reason}"), scenario=name, reason=r.dead))
                     try:
                         await wait_ready(client, min(cfg.wait_ready_s, 10))
                         r.dead, r._consecutive_conn_errors = "", 0
                     except ServerError as e2:
-                        aborted = f"server unreachable after scenario '{name}': {e2}"
+                        aborted = note_text(N_("server unreachable after scenario '{scenario}': {error}"), scenario=name, error=str(e2))
                 res.t_end = r.monitor.client_time()
                 r.mark_contamination()
                 sc.annotate_contamination(r, res)

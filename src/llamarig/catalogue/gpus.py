@@ -11,6 +11,7 @@ from importlib import resources
 
 from llamarig.errors import InputError, UnknownNameError
 from llamarig.hardware.types import GPU
+from llamarig.i18n import _, unknown_name
 from llamarig.units import GiB, MiB
 
 
@@ -64,14 +65,14 @@ def find_gpu(name: str) -> GPU:
     for gid in cands:
         if gid not in sugg:
             sugg.append(gid)
-    raise UnknownNameError("GPU", name, sugg[:4])
+    raise unknown_name(_("GPU"), name, sugg[:4])
 
 
 def parse_gpu_arg(text: str) -> GPU:
     """``NAME`` or ``NAME:VRAM_GB`` (VRAM in GiB as the card is marketed, e.g. 3090:24)."""
-    name, _, vram = text.partition(":")
+    name, _sep, vram = text.partition(":")
     if not name.strip():
-        raise InputError(f"--gpu '{text}': expected NAME or NAME:VRAM_GB (see `llamarig gpus`)")
+        raise InputError(_("--gpu '{text}': expected NAME or NAME:VRAM_GB (see `llamarig gpus`)").format(text=text))
     try:
         g = find_gpu(name.strip())
     except UnknownNameError:
@@ -85,9 +86,9 @@ def parse_gpu_arg(text: str) -> GPU:
         try:
             gb = float(vram)
         except ValueError:
-            raise InputError(f"--gpu '{text}': VRAM '{vram}' is not a number of GB") from None
+            raise InputError(_("--gpu '{text}': VRAM '{vram}' is not a number of GB").format(text=text, vram=vram)) from None
         if gb <= 0 or gb > 4096:
-            raise InputError(f"--gpu '{text}': VRAM {vram} GB is not plausible")
+            raise InputError(_("--gpu '{text}': VRAM {vram} GB is not plausible").format(text=text, vram=vram))
         g = replace(g, memory_bytes=int(gb * GiB))
     return g
 

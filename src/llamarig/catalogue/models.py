@@ -24,6 +24,7 @@ from llamarig.gguf import load_spec
 from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
+from llamarig.i18n import _, did_you_mean, unknown_name
 
 DEFAULT_QUANT = "Q4_K_M"
 
@@ -84,14 +85,14 @@ def find_model(text: str) -> tuple[CatalogueModel, str]:
         close = difflib.get_close_matches(name, list(models), n=4, cutoff=0.4)
         if not close:
             close = [k for k in models if name and (name in k or k.startswith(name[:5]))][:4]
-        raise UnknownNameError("model", text, close)
+        raise unknown_name(_("model"), text, close)
     if quant is None:
         quant = DEFAULT_QUANT if DEFAULT_QUANT in m.quants else next(iter(m.quants))
     qmap = {q.lower(): q for q in m.quants}
     if quant.lower() not in qmap:
         if quant.upper() in bpw_table():
             return m, quant.upper()  # a quant we know the size of, estimated
-        raise UnknownNameError(f"quant of {m.id}", quant,
+        raise unknown_name(_("quant of {model}").format(model=m.id), quant,
                                [f"{m.id}:{q.lower()}" for q in m.quants])
     return m, qmap[quant.lower()]
 
@@ -120,9 +121,9 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
     try:
         find_model(text)
     except UnknownNameError as e:
-        hint = f" (did you mean: {', '.join(e.suggestions)}?)" if e.suggestions else ""
-        raise GGUFError(text, f"no such file, and not a catalogue id{hint}") from None
-    raise GGUFError(text, "no such file")  # pragma: no cover - find_model accepted what is_catalogue_id refused
+        hint = did_you_mean(e.suggestions)
+        raise GGUFError(text, _("no such file, and not a catalogue id{hint}").format(hint=hint)) from None
+    raise GGUFError(text, _("no such file"))  # pragma: no cover - find_model accepted what is_catalogue_id refused
 
 
 def _tensor(name: str, n_bytes: int) -> TensorInfo:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from llamarig.errors import ExitCode, InputError
+from llamarig.i18n import _, unknown_name
 
 EXIT_DOC = "Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable."
 
@@ -35,10 +36,10 @@ def _int_list(value: str, what: str, ctx: bool = False) -> tuple[int, ...]:
         try:
             out.append(int(float(p) * mult))
         except ValueError:
-            words = " or 'ctx'" if ctx else ""
-            raise InputError(f"{what} {value!r}: expected comma-separated integers (1k = 1024){words}") from None
+            words = _(" or 'ctx'") if ctx else ""
+            raise InputError(_("{what} {value!r}: expected comma-separated integers (1k = 1024){words}").format(what=what, value=value, words=words)) from None
     if not out or any(x < 0 and not (ctx and x == FIT_CTX) for x in out):
-        raise InputError(f"{what} {value!r}: expected comma-separated non-negative integers")
+        raise InputError(_("{what} {value!r}: expected comma-separated non-negative integers").format(what=what, value=value))
     return tuple(out)
 
 
@@ -53,7 +54,7 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
             try:
                 path.write_text(text, encoding="utf-8")
             except OSError as e:
-                raise InputError(f"{path}: cannot write: {e.strerror or e}") from e
+                raise InputError(_("{path}: cannot write: {error}").format(path=path, error=e.strerror or e)) from e
 
 
 @click.group("bench", invoke_without_command=True, epilog=EXIT_DOC)
@@ -111,12 +112,11 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     from llamarig.bench.prompts import PROMPT_SETS
     from llamarig.bench.report import terminal
     from llamarig.bench.runner import BenchConfig, run_bench
-    from llamarig.errors import UnknownNameError
 
     if not url:
-        raise InputError("--url is required (e.g. --url http://127.0.0.1:8080)")
+        raise InputError(_("--url is required (e.g. --url http://127.0.0.1:8080)"))
     if prompt_set not in PROMPT_SETS and not (prompt_set.endswith(".jsonl") or "/" in prompt_set):
-        raise UnknownNameError("prompt set", prompt_set, list(PROMPT_SETS))
+        raise unknown_name(_("prompt set"), prompt_set, list(PROMPT_SETS))
     names = tuple(s.strip() for part in (scenarios or ("decode",)) for s in part.split(",") if s.strip())
     if slot.lower() in ("none", "-1", ""):
         slot_v: int | None = None
@@ -124,7 +124,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
         try:
             slot_v = int(slot)
         except ValueError:
-            raise InputError(f"--slot {slot!r}: expected a slot number or 'none'") from None
+            raise InputError(_("--slot {slot!r}: expected a slot number or 'none'").format(slot=slot)) from None
     cfg = BenchConfig(
         url=url, scenarios=names, seed=seed, temperature=temperature, warmup=warmup, k=k, n_predict=n_predict, prompt_set=prompt_set, endpoint=endpoint,
         prefill_lengths=_int_list(lengths, "--lengths", ctx=True), repeats=repeats, depths=_int_list(depths, "--depths", ctx=True),
@@ -171,7 +171,7 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
         try:
             json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         except OSError as e:
-            raise InputError(f"{json_path}: cannot write: {e.strerror or e}") from e
+            raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=e.strerror or e)) from e
 
 
 @click.command("logs", epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.")

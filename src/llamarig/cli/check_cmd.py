@@ -34,16 +34,16 @@ def read_input(path: str) -> tuple[str, str]:
         else:
             p = Path(path)
             if p.is_dir():
-                raise InputError(f"{path}: is a directory")
+                raise InputError(_("{path}: is a directory").format(path=path))
             with open(p, "rb") as f:
                 data = f.read(MAX_INPUT_BYTES + 1)
             name = path
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
     if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"{name}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB, not a launch script")
+        raise InputError(_("{name}: larger than {limit} MiB, not a launch script").format(name=name, limit=MAX_INPUT_BYTES // (1024 * 1024)))
     if b"\x00" in data[:8192]:
-        raise InputError(f"{name}: binary data, not a command or script")
+        raise InputError(_("{name}: binary data, not a command or script").format(name=name))
     return data.decode("utf-8", errors="replace"), name
 
 
@@ -51,7 +51,7 @@ def get_schema(server_bin: str | None, bundled: bool, no_cache: bool = False,
                schema_build: int | None = None) -> Schema:
     if schema_build is not None:
         if server_bin:
-            raise InputError("give --server-bin or --schema-build, not both")
+            raise InputError(_("give --server-bin or --schema-build, not both"))
         return load_bundled(schema_build)
     if bundled:
         return load_bundled()
@@ -349,7 +349,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
 
     lang = set_language(lang) if lang is not None else language()
     if not command:
-        raise InputError("give a file, - for stdin, or a llama-server command")
+        raise InputError(_("give a file, - for stdin, or a llama-server command"))
     base = None
     if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
         text, _kind = read_input(command[0])
@@ -363,7 +363,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             argv = ["llama-server"] + argv
         parsed = parse_argv(argv)
     if not parsed.invocations:
-        raise InputError("no llama-server command found in the input")
+        raise InputError(_("no llama-server command found in the input"))
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     loader = model_loader(model, base)
     from llamarig.flags.argv import read_invocation

@@ -43,7 +43,7 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
     from llamarig.gateway.config import build_config, dataclass_dict, load_config, with_overrides
 
     if port is not None and not 0 <= port <= 65535:
-        raise InputError(f"--port: {port} is not a port number")
+        raise InputError(_("--port: {port} is not a port number").format(port=port))
     base = load_config(config_path) if config_path else build_config(None, "built-in defaults")
     overrides: dict[str, Any] = {"backends": list(backends) or None, "host": host, "port": port}
     cfg = with_overrides(base, **overrides)
@@ -64,7 +64,7 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
     try:
         serve(cfg, config_path=config_path, overrides=overrides, ready=ready)
     except OSError as e:
-        raise ServerError(f"cannot listen on {cfg.server.host}:{cfg.server.port}: {e.strerror or e}") from None
+        raise ServerError(_("cannot listen on {host}:{port}: {error}").format(host=cfg.server.host, port=cfg.server.port, error=e.strerror or e)) from None
 
 
 @gateway_cmd.command("status")

@@ -11,6 +11,7 @@ import click
 
 from llamarig import __version__
 from llamarig.errors import ExitCode, LlamarigError
+from llamarig.i18n import _
 
 #: command name -> ("module:attribute", short help). Modules are imported on first use.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> Any:
     try:
         return cli.main(args=argv, prog_name="llamarig", standalone_mode=False)
     except LlamarigError as e:
-        click.echo(f"llamarig: error: {e}", err=True)
+        click.echo(_("llamarig: error: {message}").format(message=e), err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
@@ -90,16 +91,16 @@ def main(argv: list[str] | None = None) -> Any:
             sys.exit(ExitCode.OK)
         where = e.ctx.command_path if e.ctx is not None else "llamarig"
         msg = " ".join(e.format_message().split())
-        click.echo(f"llamarig: error: {msg} (see `{where} --help`)", err=True)
+        click.echo(_("llamarig: error: {message} (see `{command} --help`)").format(message=msg, command=where), err=True)
         sys.exit(ExitCode.BAD_INPUT)
     except click.ClickException as e:
-        click.echo(f"llamarig: error: {' '.join(e.format_message().split())}", err=True)
+        click.echo(_("llamarig: error: {message}").format(message=" ".join(e.format_message().split())), err=True)
         sys.exit(ExitCode.BAD_INPUT)
     except click.exceptions.Abort:
-        click.echo("llamarig: interrupted", err=True)
+        click.echo(_("llamarig: interrupted"), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     except KeyboardInterrupt:
-        click.echo("llamarig: interrupted", err=True)
+        click.echo(_("llamarig: interrupted"), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         sys.exit(ExitCode.OK)

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from llamarig.errors import InputError, UnknownNameError
+from llamarig.i18n import _
 from llamarig.plan.inputs import (
     PlanArgs,
     build_inputs,
@@ -81,7 +82,7 @@ def split_args(args: list[str]) -> PlanArgs:
         if key in _OWN_VALUE:
             if not eq:
                 if i + 1 >= len(args):
-                    raise InputError(f"{a}: missing value")
+                    raise InputError(_("{a}: missing value").format(a=a))
                 val = args[i + 1]
                 i += 1
             if key == "--gpu":

@@ -198,13 +198,13 @@ def _refuse_catalogue_names(args: list[str]) -> None:
 
     model = get_value(args, "-m", "--model")
     if model and not Path(os.path.expanduser(model)).exists() and _is_catalogue_id(model):
-        raise InputError(f"-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download it "
-                         f"first, e.g. with `huggingface-cli download REPO FILE.gguf`, or give llama-server "
-                         f"`-hf REPO:QUANT`); `llamarig plan {model}` plans without the file")
+        raise InputError(_("-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download it "
+                           "first, e.g. with `huggingface-cli download REPO FILE.gguf`, or give llama-server `-hf "
+                           "REPO:QUANT`); `llamarig plan {model}` plans without the file").format(model=model))
     mm = get_value(args, "--mmproj", "-mm")
     if mm and mm.lower() in ("f16", "bf16", "catalogue", "auto", "default") and not Path(mm).exists():
-        raise InputError(f"--mmproj {mm}: plan's shorthand for the catalogue's projector, not a file: give the "
-                         "mmproj GGUF's path")
+        raise InputError(_("--mmproj {mm}: plan's shorthand for the catalogue's projector, not a file: give the "
+                           "mmproj GGUF's path").format(mm=mm))
 
 
 def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, server_bin: str | None,
@@ -228,7 +228,7 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         from llamarig.cli.check_cmd import get_schema, read_input, run_check
 
         if tokens:
-            raise InputError("give either --from-script FILE or a command, not both")
+            raise InputError(_("give either --from-script FILE or a command, not both"))
         text, name = read_input(from_script)
         schema = get_schema(server_bin, False)
         parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
@@ -244,9 +244,9 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         else:
             notes.append(f"input: {name}")
         if not parsed.invocations:
-            raise InputError(f"{name}: no llama-server command found")
+            raise InputError(_("{name}: no llama-server command found").format(name=name))
         if not 1 <= invocation <= len(parsed.invocations):
-            raise InputError(f"--invocation {invocation}: {name} has {len(parsed.invocations)} llama-server command(s)")
+            raise InputError(_("--invocation {invocation}: {name} has {n_invocations} llama-server command(s)").format(invocation=invocation, name=name, n_invocations=len(parsed.invocations)))
         inv = parsed.invocations[invocation - 1]
         findings = [f for f in findings if f.invocation in (None, invocation - 1)]
         program, args = inv.program, [w.text for w in inv.args]
@@ -259,8 +259,8 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     else:
         program, args = _split(list(tokens))
         if not args:
-            raise InputError("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` "
-                             "or --from-script FILE")
+            raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` or "
+                               "--from-script FILE"))
     if kept_binary is not None:
         binary = kept_binary
         found, itself = _schema_binary(binary)
@@ -277,9 +277,9 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         bad = misplaced_options(args, schema, own)
         if bad:
             cmd = click.get_current_context().info_name
-            raise InputError(f"{', '.join(bad)}: llamarig option(s) after the model (or after `--`) would be passed "
-                             f"to llama-server, which does not take them: put llamarig options before the model, "
-                             f"e.g. `llamarig {cmd} {bad[0]} ... MODEL.gguf [SERVER FLAGS]`")
+            raise InputError(_("{bad}: llamarig option(s) after the model (or after `--`) would be passed to "
+                               "llama-server, which does not take them: put llamarig options before the model, e.g. "
+                               "`llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(bad=', '.join(bad), cmd=cmd, first=bad[0]))
     if not from_script:
         _refuse_catalogue_names(args)
     args, changed = absolutize(args, schema, bases)
@@ -321,11 +321,11 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
     figures = list(res.notes) + figures
     nm = name or _default_name(res.args)
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", nm):
-        raise InputError(f"--name {nm}: use letters, digits, '-', '_', '.', '@' only")
+        raise InputError(_("--name {nm}: use letters, digits, '-', '_', '.', '@' only").format(nm=nm))
     for word in [res.binary, *res.args, *(f"{k}={v}" for k, v in res.env)]:
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
-            raise InputError(f"argument {one_line(word)}: contains a control character (newline, tab...): "
-                             "it cannot be rendered safely into a script, unit or YAML file")
+            raise InputError(_("argument {word}: contains a control character (newline, tab...): it cannot be rendered "
+                               "safely into a script, unit or YAML file").format(word=one_line(word)))
     figures = [one_line(f, 1000) for f in figures]
     schema = res.schema if res.schema is not None else _schema(res.binary)
     # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
@@ -395,8 +395,8 @@ def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: i
             click.echo(f"llamarig: warning: {finding_line(f)}{extra}", err=True)
     if errors and not force:
         label = res.schema.label() if res.schema is not None else "the bundled schema"
-        raise LlamarigError(f"{len(errors)} check error(s) in the llama-server command (flags of {label}): "
-                            f"fix them, or pass --force to {what} it as is")
+        raise LlamarigError(_("{n_errors} check error(s) in the llama-server command (flags of {label}): fix them, or "
+                              "pass --force to {what} it as is").format(n_errors=len(errors), label=label, what=what))
 
 
 def _input_options(f: Any) -> Any:
@@ -437,8 +437,8 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     if errors and not force:
         for f in errors:
             click.echo(f"llamarig: line {f.line}: [{f.rule}] {f.message}", err=True)
-        raise LlamarigError(f"{len(errors)} check error(s) in {from_script}: pass --fix to apply "
-                            "`llamarig check --fix` repairs, or --force to render as is")
+        raise LlamarigError(_("{n_errors} check error(s) in {from_script}: pass --fix to apply `llamarig check --fix` "
+                              "repairs, or --force to render as is").format(n_errors=len(errors), from_script=from_script))
     for f in errors:
         click.echo(f"llamarig: warning: line {f.line}: [{f.rule}] {f.message} (--force: render anyway)", err=True)
     # the rendered command itself must pass `llamarig check` (cores: of this machine only with --detect)
@@ -446,7 +446,8 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
 
     check_final(res, res.args, force, "render", physical_cores() if detect else None, reported=errors)
     if res.plan is not None and not res.plan.fits and not force:
-        raise LlamarigError("the plan does not fit (" + "; ".join(res.plan.shortfalls()) + "): pass --force to render anyway")
+        raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
+            shortfalls="; ".join(res.plan.shortfalls())))
     text = render_text(res, fmt, name, compose_backend, user)
     if out:
         p = Path(out)
@@ -455,7 +456,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
             if fmt == "bash":
                 p.chmod(p.stat().st_mode | 0o111)
         except OSError as e:
-            raise InputError(f"{out}: cannot write: {e.strerror or e}") from None
+            raise InputError(_("{out}: cannot write: {error}").format(out=out, error=e.strerror or e)) from None
         click.echo(f"wrote {out} ({fmt})", err=True)
     else:
         click.echo(text, nl=False)

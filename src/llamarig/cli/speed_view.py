@@ -184,13 +184,13 @@ class SpeedArgs:
         """Targets for these inputs; contradictions with the given llama-server flags are errors."""
         cfg = inp.cfg
         if self.slots is not None and "n_parallel" in cfg.set_flags and cfg.n_parallel != self.slots:
-            raise InputError(f"--slots {self.slots} contradicts -np {cfg.n_parallel}: give one of them")
+            raise InputError(_("--slots {slots} contradicts -np {n_parallel}: give one of them").format(slots=self.slots, n_parallel=cfg.n_parallel))
         slots = self.slots or (cfg.n_parallel if "n_parallel" in cfg.set_flags and cfg.n_parallel > 0 else 1)
         ctx = self.target_ctx
         if ctx is None:
             ctx = (cfg.n_ctx // max(1, slots)) if "n_ctx" in cfg.set_flags and cfg.n_ctx else 8192
         elif "n_ctx" in cfg.set_flags and cfg.n_ctx and cfg.n_ctx < ctx * slots:
-            raise InputError(f"--target-ctx {ctx} x {slots} slot(s) contradicts -c {cfg.n_ctx}: give one of them")
+            raise InputError(_("--target-ctx {ctx} x {slots} slot(s) contradicts -c {n_ctx}: give one of them").format(ctx=ctx, slots=slots, n_ctx=cfg.n_ctx))
         return Targets(ctx=ctx, decode_tok_s=self.target_decode, decode_depth=self.target_depth,
                        headroom=GiB if self.headroom is None else self.headroom, slots=slots,
                        vision=self.vision, agent=self.agent, acceptance=self.acceptance)
@@ -220,7 +220,7 @@ def _num(flag: str, v: str, kind: type) -> float:
     try:
         x = kind(v)
     except ValueError:
-        raise InputError(f"{flag} {v}: not a {'whole ' if kind is int else ''}number") from None
+        raise InputError((_("{flag} {value}: not a whole number") if kind is int else _("{flag} {value}: not a number")).format(flag=flag, value=v)) from None
     return x
 
 
@@ -242,7 +242,7 @@ def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
         if key in _SPEED_VALUE:
             if not eq:
                 if i + 1 >= len(a):
-                    raise InputError(f"{tok}: missing value")
+                    raise InputError(_("{tok}: missing value").format(tok=tok))
                 val = a[i + 1]
                 i += 1
             if key == "--target-ctx":
@@ -262,7 +262,7 @@ def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
             elif key == "--host-bandwidth":
                 bw = float(_num(key, val, float))
                 if not 0 < bw < 100_000:
-                    raise InputError(f"--host-bandwidth {val}: expected GB/s, e.g. 40")
+                    raise InputError(_("--host-bandwidth {val}: expected GB/s, e.g. 40").format(val=val))
                 vals["host_bandwidth_gbs"] = bw
         elif tok == "--vision":
             vals["vision"] = True
@@ -273,9 +273,9 @@ def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
         i += 1
     sa = SpeedArgs(**vals)
     if sa.target_decode is not None and sa.target_decode <= 0:
-        raise InputError(f"--target-decode {sa.target_decode:g}: must be > 0 tok/s")
+        raise InputError(_("--target-decode {target_decode:g}: must be > 0 tok/s").format(target_decode=sa.target_decode))
     if sa.target_ctx is not None and sa.target_ctx <= 0:
-        raise InputError(f"--target-ctx {sa.target_ctx}: must be a positive number of tokens")
+        raise InputError(_("--target-ctx {target_ctx}: must be a positive number of tokens").format(target_ctx=sa.target_ctx))
     if sa.slots is not None and sa.slots <= 0:
-        raise InputError(f"--slots {sa.slots}: must be >= 1")
+        raise InputError(_("--slots {slots}: must be >= 1").format(slots=sa.slots))
     return sa, rest

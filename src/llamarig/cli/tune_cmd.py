@@ -12,6 +12,7 @@ import click
 
 from llamarig.cli.render_cmd import _CTX, _input_options, render_text, resolve
 from llamarig.errors import ExitCode, InputError, LlamarigError
+from llamarig.i18n import _
 from llamarig.render.common import flag_groups
 
 
@@ -34,9 +35,9 @@ def prune(cands: list[Any], base: list[str], gpus: tuple[str, ...], ram: str | N
     kept, pruned = [], []
     for c in cands:
         args = c.apply(base)
-        plan, _, note = _plan(args, gpus, ram, detect)
+        plan, _speed, note = _plan(args, gpus, ram, detect)
         if plan is None:
-            if "no such file" in note or "not found" in note:
+            if _("no such file") in note or "not found" in note:  # the GGUF is missing
                 raise InputError(note)
             pruned.append((c, note))
             continue
@@ -132,9 +133,10 @@ def _default_space(objective: str, base: list[str], gpus: tuple[str, ...], ram: 
 
     cfg = parse_server_args(["llama-server", *base], strict=False)
     if not cfg.model or not Path(cfg.model).is_file():
-        raise InputError("tune: the default search space needs a GGUF file (-m MODEL.gguf); or give --try dimensions")
+        raise InputError(_("tune: the default search space needs a GGUF file (-m MODEL.gguf); or give --try "
+                           "dimensions"))
     spec = load_spec(cfg.model)
-    plan, _, _ = _plan(base, gpus, ram, detect)
+    plan, _fit, _why = _plan(base, gpus, ram, detect)
     dims = default_dimensions(objective, spec, cfg, plan)
     return candidates(dims), describe(dims)
 
@@ -187,11 +189,11 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
 
     res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, want_plan=False)
     if not 0 <= weight <= 1:
-        raise InputError(f"--weight {weight}: must be in [0, 1]")
+        raise InputError(_("--weight {weight}: must be in [0, 1]").format(weight=weight))
     if depth is not None and depth < 1:
-        raise InputError(f"--depth {depth}: a number of prompt tokens >= 1")
+        raise InputError(_("--depth {depth}: a number of prompt tokens >= 1").format(depth=depth))
     if n_predict < 1:
-        raise InputError(f"--n-predict {n_predict}: must be >= 1")
+        raise InputError(_("--n-predict {n_predict}: must be >= 1").format(n_predict=n_predict))
     base = _strip_host_port(res.args)
     space_desc: list[dict[str, Any]] | None = None
     if dims:
@@ -214,7 +216,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     quality: dict[str, Any] | None = None
     if quality_floor is not None:
         if not 0 <= quality_floor <= 1:
-            raise InputError(f"--quality-floor {quality_floor}: a share of positions in [0, 1]")
+            raise InputError(_("--quality-floor {quality_floor}: a share of positions in [0, 1]").format(quality_floor=quality_floor))
         kept, q_pruned, quality = quality_prune(kept, base, res.binary, quality_floor)
         for c, why in q_pruned:
             click.echo(f"pruned by quality: {c.key}: {why}", err=True)
@@ -230,7 +232,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     if state.resumed:
         click.echo(f"resuming: {state.resumed} measurement(s) read back from {sp}", err=True)
     if not kept:
-        raise InputError("nothing to tune: every candidate was pruned")
+        raise InputError(_("nothing to tune: every candidate was pruned"))
     measure = ServerMeasure(res.binary, base, objective, weight, prompt_words, n_predict, min_decode, depth=depth)
     try:
         with _Progress() as progress:
@@ -393,11 +395,11 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
     try:
         ds = [float(x) for x in depths.split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"--depths {depths}: expected fractions like 0.1,0.5,0.9") from None
+        raise InputError(_("--depths {depths}: expected fractions like 0.1,0.5,0.9").format(depths=depths)) from None
     if not ds or any(not 0 <= d <= 1 for d in ds):
-        raise InputError(f"--depths {depths}: fractions between 0 and 1")
+        raise InputError(_("--depths {depths}: fractions between 0 and 1").format(depths=depths))
     if n_prompts < 1 or top_k < 1 or prompt_words < 1:
-        raise InputError("--prompts, --top-k and --prompt-words must be >= 1")
+        raise InputError(_("--prompts, --top-k and --prompt-words must be >= 1"))
     rep = run_quality(res.binary, _strip_host_port(res.args), kv, n_prompts=n_prompts, prompt_words=prompt_words,
                       top_k=top_k, needle_words=needle_words, depths=ds,
                       progress=lambda msg: click.echo(msg, err=True))

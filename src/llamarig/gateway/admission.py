@@ -36,6 +36,7 @@ from llamarig.gateway import reasons
 from llamarig.gateway.errors import BackendError
 from llamarig.gateway.errors import Rejected as Rejected  # re-exported (it was defined here)
 from llamarig.gateway.reasons import Blocked
+from llamarig.i18n import _
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,12 @@ def pool_from_props(props: Mapping[str, Any] | None, *, pool_tokens: int | None,
     p_slots = (props or {}).get("total_slots")
     if slot_ctx is None:
         if not isinstance(p_slot, int) or p_slot <= 0:
-            raise BackendError("backend /props has no default_generation_settings.n_ctx")
+            raise BackendError(_("backend /props has no default_generation_settings.n_ctx"))
         slot_ctx = p_slot
         src.append("props")
     if slots is None:
         if not isinstance(p_slots, int) or p_slots <= 0:
-            raise BackendError("backend /props has no total_slots")
+            raise BackendError(_("backend /props has no total_slots"))
         slots = p_slots
         if "props" not in src:
             src.append("props")

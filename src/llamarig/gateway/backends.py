@@ -23,6 +23,7 @@ from llamarig.gateway import reasons
 from llamarig.gateway.admission import Ledger, Pool, pool_from_props
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
+from llamarig.i18n import _
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -213,19 +214,19 @@ class Backends:
             async with self.session.get(st.cfg.url + "/health", timeout=timeout, headers=st.headers()) as r:
                 data = await r.read()
                 if r.status == 503:
-                    raise NotReady(f"GET /health: HTTP 503{_error_message(data)}")
+                    raise NotReady(_("GET /health: HTTP 503{error_message}").format(error_message=_error_message(data)))
                 if r.status != 200:
-                    raise NotLlamaServer(f"GET /health: HTTP {r.status}")
+                    raise NotLlamaServer(_("GET /health: HTTP {status}").format(status=r.status))
             if st.pool is None or not st.healthy or st.checks % 12 == 0:
                 async with self.session.get(st.cfg.url + "/props", timeout=timeout, headers=st.headers()) as r:
                     if r.status != 200:
-                        raise NotLlamaServer(f"GET /props: HTTP {r.status}")
+                        raise NotLlamaServer(_("GET /props: HTTP {status}").format(status=r.status))
                     try:
                         props = json.loads(await r.read())
                     except (ValueError, UnicodeDecodeError):
-                        raise NotLlamaServer("GET /props: not JSON") from None
+                        raise NotLlamaServer(_("GET /props: not JSON")) from None
                     if not isinstance(props, dict):
-                        raise NotLlamaServer("GET /props: not a JSON object")
+                        raise NotLlamaServer(_("GET /props: not a JSON object"))
                 b = st.cfg
                 st.pool = pool_from_props(props, pool_tokens=b.pool_tokens, slots=b.slots, slot_ctx=b.slot_ctx,
                                           unified=b.unified, safety=self.cfg.admission.safety)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from llamarig.errors import InputError
+from llamarig.i18n import _
 
 # ------------------------------------------------------------------------------ dataclasses
 
@@ -494,22 +495,22 @@ def parse_text(text: str, source: str) -> dict[str, Any]:
             try:
                 import tomli as tomllib  # type: ignore[no-redef]  # lazy: optional, Python 3.10
             except ModuleNotFoundError:
-                raise InputError(f"{source}: TOML needs Python >= 3.11 or the 'tomli' package; use YAML") from None
+                raise InputError(_("{source}: TOML needs Python >= 3.11 or the 'tomli' package; use YAML").format(source=source)) from None
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise InputError(f"{source}: not valid TOML: {e}") from None
+            raise InputError(_("{source}: not valid TOML: {error}").format(source=source, error=e)) from None
     import yaml  # lazy: yaml (60 ms), only for YAML configs
 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         msg = " ".join(str(e).split())
-        raise InputError(f"{source}: not valid YAML: {msg}") from None
+        raise InputError(_("{source}: not valid YAML: {msg}").format(source=source, msg=msg)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"{source}: top level must be a mapping, got {_tn(data)}")
+        raise InputError(_("{source}: top level must be a mapping, got {tn}").format(source=source, tn=_tn(data)))
     return data
 
 
@@ -519,9 +520,9 @@ def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{p}: config file not found") from None
+        raise InputError(_("{path}: config file not found").format(path=p)) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: cannot read config: {e}") from None
+        raise InputError(_("{path}: cannot read config: {error}").format(path=p, error=e)) from None
     return build_config(parse_text(text, str(p)), str(p))
 
 
@@ -538,7 +539,7 @@ def with_overrides(cfg: GatewayConfig, *, backends: list[str] | None = None, hos
     if backends:
         bes = tuple(BackendConfig(url=_check_url(v, u, "--backend"), name=f"b{i}") for i, u in enumerate(backends))
     if not bes:
-        raise InputError("no backend: pass --backend http://HOST:PORT or add [[backends]] to the config")
+        raise InputError(_("no backend: pass --backend http://HOST:PORT or add [[backends]] to the config"))
     return replace(cfg, server=server, backends=bes)
 
 

@@ -441,7 +441,7 @@ def serve(cfg: GatewayConfig, *, config_path: str | None = None, overrides: dict
             import uvloop  # lazy: optional; half the CPU per streamed token (benchmarks/RESULTS.md)
         except ImportError:
             if loop_kind == "uvloop":
-                raise LlamarigError("LLAMARIG_GATEWAY_LOOP=uvloop but uvloop is not installed") from None
+                raise LlamarigError(_("LLAMARIG_GATEWAY_LOOP=uvloop but uvloop is not installed")) from None
         else:
             uvloop.run(main())
             return

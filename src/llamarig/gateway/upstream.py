@@ -35,6 +35,7 @@ import httptools
 
 from llamarig.errors import ServerError
 from llamarig.gateway.http import Headers
+from llamarig.i18n import _
 from llamarig.units import MiB
 
 #: bytes buffered for the reader before the socket stops being read
@@ -223,7 +224,7 @@ class UpstreamResponse:
             n += len(chunk)
             if limit is not None and n > limit:
                 self.close()
-                raise UpstreamPayloadError(f"response body larger than {limit} bytes")
+                raise UpstreamPayloadError(_("response body larger than {limit} bytes").format(limit=limit))
             parts.append(chunk)
         return b"".join(parts)
 
@@ -287,12 +288,12 @@ class UpstreamPool:
     async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await asyncio.wait_for(
+            _transport, proto = await asyncio.wait_for(
                 loop.create_connection(lambda: _Conn(self, key), key[0], key[1]), timeout)
         except asyncio.TimeoutError:
             raise
         except OSError as e:
-            raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {e.strerror or e}") from None
+            raise UpstreamConnectError(_("cannot connect to {host}:{port}: {error}").format(host=key[0], port=key[1], error=e.strerror or e)) from None
         return proto
 
     async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None, *,
@@ -300,7 +301,7 @@ class UpstreamPool:
         """Send the request and wait for the status line and headers."""
         u = urlsplit(url)
         if u.scheme != "http" or not u.hostname:
-            raise UpstreamConnectError(f"{url}: only http:// URLs are served by the lean client")
+            raise UpstreamConnectError(_("{url}: only http:// URLs are served by the lean client").format(url=url))
         key = (u.hostname, u.port or 80)
         path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items() if k.lower() != "content-length")

@@ -22,6 +22,7 @@ from typing import Any
 
 from llamarig.errors import GGUFError
 from llamarig.gguf.ggml_types import TYPE_SIZES, type_name
+from llamarig.i18n import _
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -204,21 +205,21 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     try:
         size = p.stat().st_size
     except FileNotFoundError:
-        raise GGUFError(p, "no such file") from None
+        raise GGUFError(p, _("no such file")) from None
     except OSError as e:
-        raise GGUFError(p, f"cannot read: {e.strerror or e}") from None
+        raise GGUFError(p, _("cannot read: {error}").format(error=e.strerror or e)) from None
     if p.is_dir():
-        raise GGUFError(p, "is a directory, not a GGUF file")
+        raise GGUFError(p, _("is a directory, not a GGUF file"))
     if size < 24:
-        raise GGUFError(p, f"not a GGUF file: only {size} bytes")
+        raise GGUFError(p, _("not a GGUF file: only {size} bytes").format(size=size))
     try:
         with open(p, "rb") as f:
             magic = f.read(4)
             if magic != GGUF_MAGIC:
-                raise GGUFError(p, f"not a GGUF file: magic is {magic!r}, expected b'GGUF'")
+                raise GGUFError(p, _("not a GGUF file: magic is {magic!r}, expected b'GGUF'").format(magic=magic))
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
-        raise GGUFError(p, f"cannot read: {e.strerror or e}") from None
+        raise GGUFError(p, _("cannot read: {error}").format(error=e.strerror or e)) from None
     try:
         with memoryview(mm) as buf:
             return _parse(buf, p, size)
@@ -232,8 +233,8 @@ def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
     version = c.u32("version")
     if version not in SUPPORTED_VERSIONS:
         if version and version & 0xFFFF == 0:
-            raise GGUFError(p, "big-endian GGUF is not supported")
-        raise GGUFError(p, f"unsupported GGUF version {version} (supported: 2, 3)")
+            raise GGUFError(p, _("big-endian GGUF is not supported"))
+        raise GGUFError(p, _("unsupported GGUF version {version} (supported: 2, 3)").format(version=version))
     n_tensors = c.u64("tensor count")
     n_kv = c.u64("metadata count")
     # each KV needs at least a key length (8) + a value type (4) + 1 byte; each tensor info 8+4+4+8
@@ -249,7 +250,7 @@ def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise GGUFError(p, f"general.alignment {alignment!r} is not a power of two")
+        raise GGUFError(p, _("general.alignment {alignment!r} is not a power of two").format(alignment=alignment))
 
     raw: list[tuple[str, int, tuple[int, ...], int]] = []
     for i in range(n_tensors):
@@ -277,14 +278,13 @@ def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
         else:
             block, bsize = TYPE_SIZES[tname]
             if shape and shape[0] % block:
-                raise GGUFError(p, f"tensor '{name}': ne0={shape[0]} is not a multiple of {tname}'s block {block}")
+                raise GGUFError(p, _("tensor '{name}': ne0={shape} is not a multiple of {tname}'s block {block}").format(name=name, shape=shape[0], tname=tname, block=block))
             n_bytes = n_el // block * bsize
         start = data_offset + offset
         if start + n_bytes > size:
             raise GGUFError(
                 p,
-                f"truncated: tensor '{name}' data ends at byte {start + n_bytes} "
-                f"but the file has {size} bytes",
+                _("truncated: tensor '{name}' data ends at byte {value} but the file has {size} bytes").format(name=name, value=start + n_bytes, size=size),
             )
         tensors.append(TensorInfo(name, tname, shape, n_bytes, start))
 

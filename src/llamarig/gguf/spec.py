@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from llamarig.errors import GGUFError, one_line
 from llamarig.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo, read_header
+from llamarig.i18n import _
 
 LayerKind = Literal["attention", "swa", "recurrent"]
 
@@ -245,7 +246,7 @@ def load_spec(path: str | Path) -> ModelSpec:
     headers = []
     for f in files:
         if len(files) > 1 and not f.exists():
-            raise GGUFError(f, f"split part missing (needed for {Path(path).name})")
+            raise GGUFError(f, _("split part missing (needed for {name})").format(name=Path(path).name))
         headers.append(read_header(f))
     return spec_from_headers(headers, str(path))
 
@@ -384,14 +385,14 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
 
     arch = _get(md, "general.architecture")
     if not isinstance(arch, str) or not arch:
-        raise GGUFError(first.path, "no general.architecture in the header")
+        raise GGUFError(first.path, _("no general.architecture in the header"))
     split_count = _int(md, "split.count", 1) or 1
     if split_count != len(headers):
-        raise GGUFError(first.path, f"split.count is {split_count} but {len(headers)} file(s) were found")
+        raise GGUFError(first.path, _("split.count is {split_count} but {n_headers} file(s) were found").format(split_count=split_count, n_headers=len(headers)))
 
     if not tensors:
-        raise GGUFError(first.path, "has no tensors: a header or vocab-only file without weights, "
-                                    "which llama.cpp cannot load as a model")
+        raise GGUFError(first.path, _("has no tensors: a header or vocab-only file without weights, which llama.cpp cannot "
+                                      "load as a model"))
     if arch not in MODELLED_ARCHS:
         warns.append(
             f"architecture '{one_line(arch, 60)}' is not one llamarig models: layers and KV shape are "
@@ -413,10 +414,9 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
     # llama-model.cpp load_hparams: block_count is a required key and GGML_ASSERT(n_layer_all > 0)
     n_layer = _int(md, f"{a}.block_count")
     if n_layer is None:
-        raise GGUFError(first.path, f"no {a}.block_count in the header (llama.cpp requires it: "
-                                    "'key not found in model')")
+        raise GGUFError(first.path, _("no {a}.block_count in the header (llama.cpp requires it: 'key not found in model')").format(a=a))
     if n_layer <= 0 or n_layer > 100_000:
-        raise GGUFError(first.path, f"{a}.block_count = {n_layer} is not plausible")
+        raise GGUFError(first.path, _("{a}.block_count = {n_layer} is not plausible").format(a=a, n_layer=n_layer))
     for key in ("context_length", "embedding_length"):
         if _get(md, f"{a}.{key}") is None:
             warns.append(f"no {a}.{key} in the header: llama.cpp requires it and will refuse to load this file")

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from llamarig.errors import InputError
+from llamarig.i18n import _
 
 #: ggml feature names a plan uses (ggml-cpu.cpp ggml_backend_cpu_get_features)
 X86_FEATURES = ("SSE3", "SSSE3", "AVX", "AVX_VNNI", "AVX2", "F16C", "FMA", "BMI2", "AVX512",
@@ -169,10 +170,10 @@ def parse_cpu_features(text: str) -> CpuFeatures:
             unknown.append(word)
     if unknown:
         known = ", ".join(sorted(n.lower() for n in X86_FEATURES + ARM_FEATURES + BUILD_FEATURES))
-        raise InputError(f"--cpu-features: unknown feature(s) {', '.join(unknown)} (known: {known})")
+        raise InputError(_("--cpu-features: unknown feature(s) {unknown} (known: {known})").format(unknown=', '.join(unknown), known=known))
     arm = bool(feats & set(ARM_FEATURES))
     if arm and feats & set(X86_FEATURES):
-        raise InputError("--cpu-features: x86 and Arm features together; give one CPU's features")
+        raise InputError(_("--cpu-features: x86 and Arm features together; give one CPU's features"))
     # -march implies the smaller sets (AVX2 machines have AVX, AVX-512 ones AVX2, ...)
     if "AMX_INT8" in feats:
         feats |= {"AVX512", "AVX512_VNNI"}

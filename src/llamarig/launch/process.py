@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
+from llamarig.i18n import _
 from llamarig.launch.server import health, log_tail
 from llamarig.paths import state_dir
 from llamarig.plan.logparse import VerifyRow, compare
@@ -63,7 +64,7 @@ class LaunchState:
                                tuple(str(x) for x in d["argv"]), str(d["binary"]), str(d["host"]),
                                int(d["port"]), str(d["log_path"]), float(d["started_at"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"{source}: not a llamarig launch state file ({e})") from None
+            raise InputError(_("{source}: not a llamarig launch state file ({error})").format(source=source, error=e)) from None
 
 
 def write_state(st: LaunchState) -> Path:
@@ -79,11 +80,11 @@ def read_state(path: Path) -> LaunchState:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"{path}: no launch state (nothing started by `llamarig launch` on that port)") from None
+        raise InputError(_("{path}: no launch state (nothing started by `llamarig launch` on that port)").format(path=path)) from None
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: unreadable launch state ({e})") from None
+        raise InputError(_("{path}: unreadable launch state ({error})").format(path=path, error=e)) from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: not a llamarig launch state file")
+        raise InputError(_("{path}: not a llamarig launch state file").format(path=path))
     return LaunchState.from_json(data, str(path))
 
 
@@ -232,32 +233,32 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
     features the server's own ``system_info`` line names, when they differ from the plan's (its
     AMX / CPU_REPACK buffers depend on the build, not only on the CPU)."""
     if plan is not None and not plan.fits and not force:
-        raise LlamarigError("the plan does not fit (" + "; ".join(plan.shortfalls())
-                            + "): not launching (use --force to launch anyway)")
+        raise LlamarigError(_("the plan does not fit ({shortfalls}): not launching (use --force to launch anyway)").format(
+            shortfalls="; ".join(plan.shortfalls())))
     if not (Path(binary).is_file() and os.access(binary, os.X_OK)):
-        raise ServerError(f"{binary}: llama-server binary not found or not executable")
+        raise ServerError(_("{binary}: llama-server binary not found or not executable").format(binary=binary))
     model = get_value(args, "-m", "--model")
     if model and not Path(model).is_file():
-        raise InputError(f"-m {model}: model file not found")
+        raise InputError(_("-m {model}: model file not found").format(model=model))
     host = host or get_value(args, "--host") or "127.0.0.1"
     pv = port if port is not None else get_value(args, "--port")
     try:
         port = int(pv) if pv is not None else 8080
     except ValueError:
-        raise InputError(f"--port {pv}: not a number") from None
+        raise InputError(_("--port {pv}: not a number").format(pv=pv)) from None
     argv = server_argv(binary, args, host, port)
     bind_host = host.split(",")[0]
     if port_in_use(bind_host if not bind_host.endswith(".sock") else "127.0.0.1", port):
-        raise ServerError(f"port {port} on {bind_host} is already in use (another server? `llamarig stop "
-                          f"--port {port}` stops one that llamarig launched); choose --port")
+        raise ServerError(_("port {port} on {bind_host} is already in use (another server? `llamarig stop --port "
+                            "{port}` stops one that llamarig launched); choose --port").format(port=port, bind_host=bind_host))
     sp = state_path(port)
     if sp.exists():
         with contextlib.suppress(LlamarigError):
             old = read_state(sp)
-            same, _ = is_same_process(old)
+            same, _why = is_same_process(old)
             if same:
-                raise ServerError(f"llamarig already runs a server on port {port} (pid {old.pid}); "
-                                  f"`llamarig stop --port {port}` first")
+                raise ServerError(_("llamarig already runs a server on port {port} (pid {pid}); `llamarig stop --port "
+                                    "{port}` first").format(port=port, pid=old.pid))
     log_path = log_path or state_dir() / f"launch-{port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as logf:
@@ -265,7 +266,7 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         except OSError as e:
-            raise ServerError(f"{binary}: cannot start: {e.strerror or e}") from None
+            raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
     st = LaunchState(proc.pid, proc_start_ticks(proc.pid), tuple(argv), binary, bind_host, port,
                      str(log_path), time.time())
     sf = write_state(st)
@@ -280,15 +281,15 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
                 tail = log_tail(log_path)
                 causes = likely_causes(argv, Path(log_path).read_text(errors="replace") if log_path.exists() else "")
                 why = ("\nlikely cause: " + "\nlikely cause: ".join(causes)) if causes else ""
-                raise ServerError(f"llama-server {exit_description(code)} before /health answered; "
-                                  f"last log lines ({log_path}):\n{tail}{why}")
+                raise ServerError(_("llama-server {exit_description} before /health answered; last log lines "
+                                    "({log_path}):\n{tail}{why}").format(exit_description=exit_description(code), log_path=log_path, tail=tail, why=why))
             if health(url) == 200:
                 break
             if time.monotonic() > deadline:
                 _terminate(proc.pid)
                 sf.unlink(missing_ok=True)
-                raise ServerError(f"llama-server not healthy after {timeout_s:.0f} s; stopped it. Last log "
-                                  f"lines ({log_path}):\n{log_tail(log_path)}")
+                raise ServerError(_("llama-server not healthy after {timeout_s:.0f} s; stopped it. Last log lines "
+                                    "({log_path}):\n{log_tail}").format(timeout_s=timeout_s, log_path=log_path, log_tail=log_tail(log_path)))
             time.sleep(0.1)
     except KeyboardInterrupt:
         _terminate(proc.pid)
@@ -338,10 +339,10 @@ def stop(port: int | None = None, state_file: Path | None = None, timeout_s: flo
         if port is None:
             files = list_states()
             if not files:
-                raise InputError(f"no server launched by llamarig (no launch-*.json in {state_dir()})")
+                raise InputError(_("no server launched by llamarig (no launch-*.json in {state_dir})").format(state_dir=state_dir()))
             if len(files) > 1:
                 ports = ", ".join(f.stem.split("-", 1)[1] for f in files)
-                raise InputError(f"several servers launched by llamarig (ports {ports}): give --port")
+                raise InputError(_("several servers launched by llamarig (ports {ports}): give --port").format(ports=ports))
             state_file = files[0]
         else:
             state_file = state_path(port)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import ServerError
+from llamarig.i18n import _
 from llamarig.procs import exit_description
 
 
@@ -129,7 +130,7 @@ def start_server(
                                 env={**os.environ, **env} if env else None)
     except OSError as e:
         log_file.close()
-        raise ServerError(f"{binary}: cannot start: {e.strerror or e}") from None
+        raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
     try:
         return _wait_healthy(srv, timeout)
@@ -145,11 +146,11 @@ def _wait_healthy(srv: RunningServer, timeout: float) -> RunningServer:
     while True:
         if proc.poll() is not None:
             srv.stop()
-            raise ServerError(f"llama-server {exit_description(proc.returncode)} before /health:\n"
-                              + log_tail(srv.log_path))
+            raise ServerError(_("llama-server {exit_description} before /health:\n{log_tail}").format(
+                exit_description=exit_description(proc.returncode), log_tail=log_tail(srv.log_path)))
         if health(srv.url) == 200:
             return srv
         if time.monotonic() > deadline:
             srv.stop()
-            raise ServerError(f"llama-server not healthy after {timeout:.0f} s:\n{log_tail(srv.log_path)}")
+            raise ServerError(_("llama-server not healthy after {timeout:.0f} s:\n{log_tail}").format(timeout=timeout, log_tail=log_tail(srv.log_path)))
         time.sleep(0.1)

@@ -42,6 +42,7 @@ from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, GiB, Hardware
+from llamarig.i18n import _
 from llamarig.paths import state_dir
 from llamarig.plan.config import parse_server_args
 
@@ -90,25 +91,25 @@ def _eff(backend: str, d: dict[str, Any], base: Efficiency | None, source: str) 
         if k in d:
             v = d[k]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (k != "overhead_ms" and k != "ubatch_half" and k != "verify_per_token" and v > 1.5):
-                raise InputError(f"{source}: efficiency '{k}' = {v!r} is not a plausible number")
+                raise InputError(_("{source}: efficiency '{key}' = {value!r} is not a plausible number").format(source=source, key=k, value=v))
             vals[k] = float(v)
     missing = [k for k in _FIELDS if k not in vals]
     if missing:
-        raise InputError(f"{source}: efficiency for {backend} lacks {', '.join(missing)}")
+        raise InputError(_("{source}: efficiency for {backend} lacks {missing}").format(source=source, backend=backend, missing=', '.join(missing)))
     return Efficiency(backend=backend, source=d.get("source", source), **vals)
 
 
 def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calibration:
     if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a JSON object")
+        raise InputError(_("{source}: expected a JSON object").format(source=source))
     backends = dict(base.backends) if base else {}
     gpus = dict(base.gpus) if base else {}
     effs = data.get("efficiency", [])
     if not isinstance(effs, list):
-        raise InputError(f"{source}: 'efficiency' must be a list")
+        raise InputError(_("{source}: 'efficiency' must be a list").format(source=source))
     for e in effs:
         if not isinstance(e, dict) or not isinstance(e.get("backend"), str):
-            raise InputError(f"{source}: each efficiency entry needs a 'backend' (CUDA, ROCm, Metal, Vulkan, CPU)")
+            raise InputError(_("{source}: each efficiency entry needs a 'backend' (CUDA, ROCm, Metal, Vulkan, CPU)").format(source=source))
         be = e["backend"]
         gid = e.get("gpu")
         if gid:
@@ -120,21 +121,21 @@ def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calib
         if k in data:
             v = data[k]
             if not isinstance(v, (int, float)) or v <= 0:
-                raise InputError(f"{source}: '{k}' must be a positive number")
+                raise InputError(_("{source}: '{key}' must be a positive number").format(source=source, key=k))
             kw[k] = float(v)
     acc = dict(base.acceptance) if base else {}
     for k, v in (data.get("acceptance") or {}).items():
         if k.startswith("_"):
             continue
         if not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise InputError(f"{source}: acceptance '{k}' must be in [0, 1)")
+            raise InputError(_("{source}: acceptance '{key}' must be in [0, 1)").format(source=source, key=k))
         acc[k] = float(v)
     if base is not None:
         out = replace(base, backends=backends, gpus=gpus, acceptance=acc, source=source, **kw)
     else:
         out = Calibration(backends=backends, gpus=gpus, acceptance=acc, source=source, **kw)
     if "CUDA" not in out.backends or "CPU" not in out.backends:
-        raise InputError(f"{source}: calibration needs CUDA and CPU entries")
+        raise InputError(_("{source}: calibration needs CUDA and CPU entries").format(source=source))
     return out
 
 
@@ -173,21 +174,21 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     if path is None:
         env = os.environ.get(ENV, "").strip()
         if env:
-            path, how = env, f" (from ${ENV})"
+            path, how = env, _(" (from ${env})").format(env=ENV)
         else:
             sp = state_calibration_path()
             if not sp.is_file():
                 return base
-            path, how = sp, f" (written by llamarig tune; {ENV}=builtin or --calibration builtin ignores it)"
+            path, how = sp, _(" (written by llamarig tune; {env}=builtin or --calibration builtin ignores it)").format(env=ENV)
     if str(path) in BUILTIN_NAMES and not Path(path).exists():
         return base
     p = Path(path)
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError(f"calibration file {p}{how}: not found") from None
+        raise InputError(_("calibration file {path}{how}: not found").format(path=p, how=how)) from None
     except OSError as e:
-        raise InputError(f"calibration file {p}{how}: not readable ({e.strerror or e})") from None
+        raise InputError(_("calibration file {path}{how}: not readable ({error})").format(path=p, how=how, error=e.strerror or e)) from None
     return _load_file(str(p.resolve()), st.st_mtime_ns, st.st_size, how)
 
 
@@ -199,13 +200,13 @@ def _load_file(path: str, _mtime_ns: int, _size: int, how: str) -> Calibration:
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:
-        raise InputError(f"calibration file {p}{how}: not found") from None
+        raise InputError(_("calibration file {path}{how}: not found").format(path=p, how=how)) from None
     except (OSError, ValueError) as e:
-        raise InputError(f"calibration file {p}{how}: not readable JSON ({e})") from None
+        raise InputError(_("calibration file {path}{how}: not readable JSON ({error})").format(path=p, how=how, error=e)) from None
     if is_evidence(data):
         data = calibration_from_evidence(data, f"GPU evidence file {p}")
     if isinstance(data, dict) and data.get("version", 1) != 1:
-        raise InputError(f"calibration file {p}{how}: version {data.get('version')} is not supported (1)")
+        raise InputError(_("calibration file {path}{how}: version {version} is not supported (1)").format(path=p, how=how, version=data.get('version')))
     return _parse(data, builtin(), f"calibration file {p}{how}")
 
 
@@ -247,7 +248,7 @@ def measure_host_bandwidth(size_mib: int = 256, repeats: int = 3) -> float:
     a = np.ones(n, dtype=np.float64)
     b = np.empty_like(a)
     best = float("inf")
-    for _ in range(repeats):
+    for _rep in range(repeats):
         t = time.perf_counter()
         np.copyto(b, a)
         best = min(best, time.perf_counter() - t)
@@ -432,12 +433,12 @@ def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[
     one decode and one prefill point per measured depth. The model is the synthetic GGUF's
     recorded shape with its tensor bytes (the catalogue model's shape, or a tiny one in --smoke)."""
     if not is_evidence(doc):
-        raise InputError(f"{source}: not a GPU evidence file (kind '{EVIDENCE_KIND}')")
+        raise InputError(_("{source}: not a GPU evidence file (kind '{evidence_kind}')").format(source=source, evidence_kind=EVIDENCE_KIND))
     gpu = doc.get("gpu") if doc.get("backend", "CUDA") != "CPU" else None
     if doc.get("backend", "CUDA") != "CPU":
         if not isinstance(gpu, str) or not gpu:
-            raise InputError(f"{source}: no catalogue GPU id ('gpu'); rerun the kit with --gpu ID "
-                             "(`llamarig gpus` lists them) or set \"gpu\" in the file")
+            raise InputError(_("{source}: no catalogue GPU id ('gpu'); rerun the kit with --gpu ID (`llamarig gpus` "
+                               'lists them) or set "gpu" in the file').format(source=source))
         try:
             find_gpu(gpu)
         except InputError as e:
@@ -504,7 +505,7 @@ def calibration_from_evidence(doc: dict[str, Any], source: str = "evidence") -> 
     pts = [p for p in every if "spec" not in p]
     mtp = [p for p in every if "spec" in p]
     if not pts:
-        raise InputError(f"{source}: no decode measurement to fit")
+        raise InputError(_("{source}: no decode measurement to fit").format(source=source))
     backend = "CPU" if doc.get("backend") == "CPU" else str(doc.get("backend") or "CUDA")
     gpu = doc.get("gpu") if backend != "CPU" else None
     base = builtin()

@@ -204,15 +204,15 @@ class ServerConfig:
 def _int(flag: str, v: str, minimum: int | None = None) -> int:
     m = re.match(r"\s*[-+]?\d+", v)  # std::stoi: leading integer, rest ignored (arg.cpp)
     if not m:
-        raise InputError(f"{flag} {v}: not an integer")
+        raise InputError(_("{flag} {value}: not an integer").format(flag=flag, value=v))
     n = int(m.group(0))
     if not -(2**31) <= n < 2**31:
         # std::stoi throws std::out_of_range beyond a 32-bit int, and llama-server exits
         # (common/arg.cpp:796, 859: "error while handling argument")
-        raise InputError(f"{flag} {v}: out of range: llama-server reads it with std::stoi (a 32-bit int, "
-                         f"at most {2**31 - 1}) and refuses to start")
+        raise InputError(_("{flag} {value}: out of range: llama-server reads it with std::stoi (a 32-bit int, at "
+                           "most {int_max}) and refuses to start").format(flag=flag, value=v, int_max=2 ** 31 - 1))
     if minimum is not None and n < minimum:
-        raise InputError(f"{flag} {v}: must be >= {minimum}")
+        raise InputError(_("{flag} {value}: must be >= {minimum}").format(flag=flag, value=v, minimum=minimum))
     return n
 
 
@@ -239,8 +239,8 @@ def _kv_type(flag: str, v: str) -> str:
     # matching is exact and case-sensitive (common/arg.cpp kv_cache_type_from_str)
     if v not in KV_CACHE_TYPES:
         raise InputError(
-            f"{flag} {v}: llama-server rejects this KV cache type ('Unsupported cache type'); "
-            f"accepted: {', '.join(KV_CACHE_TYPES)}"
+            _("{flag} {value}: llama-server rejects this KV cache type ('Unsupported cache type'); "
+              "accepted: {kv_cache_types}").format(flag=flag, value=v, kv_cache_types=', '.join(KV_CACHE_TYPES))
         )
     return v
 
@@ -250,7 +250,7 @@ def _bool_value(flag: str, v: str) -> bool:
         return True
     if v in _FALSEY:
         return False
-    raise InputError(f"{flag} {v}: expected on|off")
+    raise InputError(_("{flag} {value}: expected on|off").format(flag=flag, value=v))
 
 
 def _ngl(flag: str, v: str) -> int:
@@ -265,12 +265,12 @@ def _ot(flag: str, v: str) -> tuple[tuple[str, str], ...]:
     out = []
     for part in v.split(","):
         if "=" not in part:
-            raise InputError(f"{flag} {part}: expected <tensor name pattern>=<buffer type>")
+            raise InputError(_("{flag} {part}: expected <tensor name pattern>=<buffer type>").format(flag=flag, part=part))
         pat, buft = part.rsplit("=", 1)
         try:
             re.compile(pat)
         except re.error as e:
-            raise InputError(f"{flag} {part}: bad regular expression ({e})") from None
+            raise InputError(_("{flag} {part}: bad regular expression ({error})").format(flag=flag, part=part, error=e)) from None
         out.append((pat, buft))
     return tuple(out)
 
@@ -406,7 +406,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
         name = _norm(tok)
         advice = _removed_advice(tok)
         if advice is not None:
-            msg = f"{tok}: removed from llama-server ({advice})"
+            msg = _("{flag}: removed from llama-server ({advice})").format(flag=tok, advice=advice)
             if strict:
                 raise InputError(msg)
             problems.append(_("{flag}: removed from llama-server ({advice}); llama-server would exit with 'invalid "
@@ -421,8 +421,8 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             if name.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", name):
                 if strict:
                     raise InputError(
-                        f"{tok}: not a llama-server flag that plan understands "
-                        "(paste a whole command after '--' to have unrelated flags ignored)"
+                        _("{tok}: not a llama-server flag that plan understands (paste a whole command after '--' "
+                          "to have unrelated flags ignored)").format(tok=tok)
                     )
                 schema = _schema()
                 hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
@@ -443,7 +443,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
                         i += 1
             elif strict:
                 # a stray word (in a pasted command the first token is the binary itself)
-                raise InputError(f"'{tok}': unexpected argument (llama-server takes no positional arguments)")
+                raise InputError(_("'{tok}': unexpected argument (llama-server takes no positional arguments)").format(tok=tok))
             i += 1
             continue
         fld, kind, positive, n_values = found
@@ -454,7 +454,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
         value = ""
         if n_values:
             if i + 1 >= len(args):
-                raise InputError(f"{tok}: missing value")
+                raise InputError(_("{tok}: missing value").format(tok=tok))
             value = args[i + 1]
             i += 2
         else:
@@ -471,7 +471,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
         elif kind == "int1":
             n = _int(tok, value)
             if n == 0 or n < -1:
-                raise InputError(f"{tok} {value}: must be a positive number of slots (or -1 for auto)")
+                raise InputError(_("{tok} {value}: must be a positive number of slots (or -1 for auto)").format(tok=tok, value=value))
             vals[fld] = n
         elif kind == "kv":
             vals[fld] = _kv_type(tok, value)
@@ -487,16 +487,16 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             elif value in ("auto", "-1"):
                 vals[fld] = "auto"
             else:
-                raise InputError(f"{tok} {value}: expected on|off|auto")
+                raise InputError(_("{tok} {value}: expected on|off|auto").format(tok=tok, value=value))
         elif kind == "ngl":
             vals[fld] = _ngl(tok, value)
         elif kind == "ts":
             try:
                 ts = tuple(float(x) for x in re.split(r"[,/]", value) if x != "")
             except ValueError:
-                raise InputError(f"{tok} {value}: expected numbers like 3,1") from None
+                raise InputError(_("{tok} {value}: expected numbers like 3,1").format(tok=tok, value=value)) from None
             if any(x < 0 for x in ts):
-                raise InputError(f"{tok} {value}: split ratios must be >= 0")
+                raise InputError(_("{tok} {value}: split ratios must be >= 0").format(tok=tok, value=value))
             vals[fld] = ts
         elif kind == "ot":
             ots.extend(_ot(tok, value))
@@ -506,18 +506,18 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             names = [x.strip() for x in value.split(",") if x.strip()]
             for spec_name in names:
                 if spec_name not in SPEC_TYPES:
-                    raise InputError(f"{tok} {spec_name}: unknown speculative type (accepted: {', '.join(SPEC_TYPES)})")
+                    raise InputError(_("{tok} {spec_name}: unknown speculative type (accepted: {spec_types})").format(tok=tok, spec_name=spec_name, spec_types=', '.join(SPEC_TYPES)))
             # 'none' in a flag's list adds only 'none' (arg.cpp:4277-4281)
             spec_types.extend(["none"] if "none" in names else names)
         elif kind == "specdefault":
             spec_types.append("ngram-mod")  # --spec-default (arg.cpp:4747-4762)
         elif kind == "sm":
             if value not in SPLIT_MODES:
-                raise InputError(f"{tok} {value}: expected one of {', '.join(SPLIT_MODES)}")
+                raise InputError(_("{tok} {value}: expected one of {split_modes}").format(tok=tok, value=value, split_modes=', '.join(SPLIT_MODES)))
             vals[fld] = value
         elif kind == "lm":
             if value not in LOAD_MODES:
-                raise InputError(f"{tok} {value}: expected one of {', '.join(LOAD_MODES)}")
+                raise InputError(_("{tok} {value}: expected one of {load_modes}").format(tok=tok, value=value, load_modes=', '.join(LOAD_MODES)))
             vals[fld] = value
         elif kind == "onoff":
             vals[fld] = _bool_value(tok, value)
@@ -525,7 +525,7 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             try:
                 vals[fld] = tuple(int(x) for x in re.split(r"[,/]", value) if x != "")
             except ValueError:
-                raise InputError(f"{tok} {value}: expected MiB values like 1024 or 512,1024") from None
+                raise InputError(_("{tok} {value}: expected MiB values like 1024 or 512,1024").format(tok=tok, value=value)) from None
         elif kind == "list":
             vals[fld] = tuple(x for x in value.split(",") if x)
         elif kind == "path":
@@ -548,13 +548,14 @@ def validate(cfg: ServerConfig) -> None:
     if quant_v and cfg.flash_attn == "off":
         # llama-context.cpp:3843-3852: quantized V needs flash attention
         raise InputError(
-            f"-ctv {cfg.cache_type_v} with -fa off: llama-server refuses a quantized V cache without "
-            "flash attention (use -fa on/auto or an f16/bf16/f32 V cache)"
+            _("-ctv {cache_type_v} with -fa off: llama-server refuses a quantized V cache without "
+              "flash attention (use -fa on/auto or an f16/bf16/f32 V cache)").format(cache_type_v=cfg.cache_type_v)
         )
     if cfg.split_mode == "tensor" and cfg.flash_attn == "off":
-        raise InputError("-sm tensor with -fa off: SPLIT_MODE_TENSOR requires flash attention (llama-context.cpp:3824-3836)")
+        raise InputError(_("-sm tensor with -fa off: SPLIT_MODE_TENSOR requires flash attention "
+                           "(llama-context.cpp:3824-3836)"))
     if cfg.n_parallel > 256:
         # LLAMA_MAX_SEQ (src/llama-cparams.h:8), checked in llama-context.cpp:102-105
-        raise InputError(f"-np {cfg.n_parallel}: llama.cpp allows at most 256 sequences (n_seq_max must be <= 256)")
+        raise InputError(_("-np {n_parallel}: llama.cpp allows at most 256 sequences (n_seq_max must be <= 256)").format(n_parallel=cfg.n_parallel))
     if cfg.n_batch == 0 and cfg.n_ubatch == 0:
-        raise InputError("-b 0 -ub 0: n_batch and n_ubatch cannot both be 0 (llama-context.cpp:3809)")
+        raise InputError(_("-b 0 -ub 0: n_batch and n_ubatch cannot both be 0 (llama-context.cpp:3809)"))

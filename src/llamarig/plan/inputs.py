@@ -50,7 +50,7 @@ def _load_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
 
     spec, cat = resolve_model(text)
     if spec.is_mmproj:
-        raise GGUFError(text, "is an mmproj (projector) file, not a language model; pass it with --mmproj")
+        raise GGUFError(text, _("is an mmproj (projector) file, not a language model; pass it with --mmproj"))
     return spec, cat
 
 
@@ -59,7 +59,7 @@ def _mmproj_from_file(path: str, image_max_tokens: int = 0) -> MMProjInfo:
 
     spec = load_spec(path)
     if spec.projector is None:
-        raise GGUFError(path, "is not an mmproj file (general.architecture is not 'clip')")
+        raise GGUFError(path, _("is not an mmproj file (general.architecture is not 'clip')"))
     return mmproj_info_from_spec(spec, Path(path).name, image_max_tokens or None)
 
 
@@ -73,12 +73,12 @@ def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
         return _mmproj_from_file(arg, image_max_tokens)
     kind = arg.lower()
     if kind not in ("catalogue", "auto", "default", "f16", "bf16"):
-        raise InputError(f"--mmproj {arg}: expected a file, catalogue, f16, bf16 or none")
+        raise InputError(_("--mmproj {arg}: expected a file, catalogue, f16, bf16 or none").format(arg=arg))
     if catalogue_model is None:
-        raise InputError(f"--mmproj {arg}: only catalogue models know their mmproj; give the mmproj file instead")
+        raise InputError(_("--mmproj {arg}: only catalogue models know their mmproj; give the mmproj file instead").format(arg=arg))
     mm = catalogue_mmproj(catalogue_model, kind)
     if mm is None:
-        raise InputError(f"--mmproj {arg}: catalogue model {catalogue_model.id} has no {kind} mmproj entry")
+        raise InputError(_("--mmproj {arg}: catalogue model {id} has no {kind} mmproj entry").format(arg=arg, id=catalogue_model.id, kind=kind))
     return mm
 
 
@@ -111,11 +111,11 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
         # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
         # sets model.path to the downloaded primary file); plan cannot download
         if cfg.model:
-            raise InputError(f"-m {cfg.model} and -hf {cfg.hf_repo} together: llama-server would load the file "
-                             "downloaded for -hf, not -m; drop one (plan reads local GGUFs and catalogue ids only)")
+            raise InputError(_("-m {model} and -hf {hf_repo} together: llama-server would load the file downloaded for "
+                               "-hf, not -m; drop one (plan reads local GGUFs and catalogue ids only)").format(model=cfg.model, hf_repo=cfg.hf_repo))
         if not pa.model:
-            raise InputError(f"-hf {cfg.hf_repo}: plan cannot download from Hugging Face; give the GGUF path "
-                             "(-m) or a catalogue id (`llamarig models`)")
+            raise InputError(_("-hf {hf_repo}: plan cannot download from Hugging Face; give the GGUF path (-m) or a "
+                               "catalogue id (`llamarig models`)").format(hf_repo=cfg.hf_repo))
     for what, mine, theirs in (("MODEL", pa.model, cfg.model), ("--mmproj", pa.mmproj, cfg.mmproj),
                                ("--draft", pa.draft, cfg.draft_model)):
         if mine and theirs and mine != theirs:
@@ -125,7 +125,7 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
                 what=what, mine=mine, flag=flag, theirs=theirs))
     model = pa.model or cfg.model
     if not model:
-        raise InputError("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command")
+        raise InputError(_("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command"))
     spec, cat = _load_model(model)
     mm_arg = pa.mmproj or cfg.mmproj
     mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)

@@ -25,6 +25,7 @@ from llamarig.gguf.ggml_types import TYPE_SIZES, row_size
 from llamarig.gguf.spec import LayerSpec, ModelSpec
 from llamarig.hardware.cpu import CpuFeatures
 from llamarig.hardware.cpu_buffers import host_weight_buffer
+from llamarig.i18n import _
 from llamarig.plan.config import ServerConfig
 
 #: llm_arch_supports_rs_rollback (src/llama-arch.cpp:1162-1180)
@@ -96,7 +97,7 @@ def resolve_context(spec: ModelSpec, cfg: ServerConfig) -> ContextLayout:
     else:
         n_ctx_seq = pad(n_ctx // n_par, 256)
         if n_ctx_seq == 0:
-            raise InputError("n_ctx_seq == 0: -c is too small for -np")
+            raise InputError(_("n_ctx_seq == 0: -c is too small for -np"))
         n_ctx = n_ctx_seq * n_par  # may round up (llama-context.cpp:298-305)
     slot = min(n_ctx_seq, n_ctx_train)
     if cfg.kv_unified_per_slot > 0:
@@ -167,8 +168,8 @@ def check_kv_types(spec: ModelSpec, cfg: ServerConfig) -> None:
             dim = ly.head_dim_k if which == "K" else ly.head_dim_v
             if dim % block:
                 raise InputError(
-                    f"{which} cache type {t} with block size {block} does not divide the head dim "
-                    f"{dim} of layer {ly.index}: llama-server refuses this model with -ct{which.lower()} {t}"
+                    _("{which} cache type {t} with block size {block} does not divide the head dim {dim} of "
+                      "layer {index}: llama-server refuses this model with -ct{lower} {t}").format(which=which, t=t, block=block, dim=dim, index=ly.index, lower=which.lower())
                 )
 
 
@@ -356,7 +357,7 @@ def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int
             for i, g in enumerate(gpu_names):
                 if b == g.upper():
                     return i
-            raise InputError(f"-ot {pat}={buft}: unknown buffer type (devices: CPU, {', '.join(gpu_names) or 'none'})")
+            raise InputError(_("-ot {pat}={buft}: unknown buffer type (devices: CPU, {gpu_names})").format(pat=pat, buft=buft, gpu_names=', '.join(gpu_names) or 'none'))
     if cfg.cpu_moe and re.search(FFN_EXPS_RE, name):
         return -1
     if cfg.n_cpu_moe:

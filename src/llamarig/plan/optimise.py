@@ -79,19 +79,19 @@ class Targets:
 
     def check(self) -> None:
         if self.ctx <= 0:
-            raise InputError(f"--target-ctx {self.ctx}: must be a positive number of tokens")
+            raise InputError(_("--target-ctx {ctx}: must be a positive number of tokens").format(ctx=self.ctx))
         if self.ctx > 16 * 1024 * 1024:
-            raise InputError(f"--target-ctx {self.ctx}: not plausible (more than 16M tokens)")
+            raise InputError(_("--target-ctx {ctx}: not plausible (more than 16M tokens)").format(ctx=self.ctx))
         if self.decode_tok_s is not None and not 0 < self.decode_tok_s <= 100_000:
-            raise InputError(f"--target-decode {self.decode_tok_s}: must be between 0 and 100000 tok/s")
+            raise InputError(_("--target-decode {decode_tok_s}: must be between 0 and 100000 tok/s").format(decode_tok_s=self.decode_tok_s))
         if self.headroom < 0:
-            raise InputError("--headroom must be >= 0")
+            raise InputError(_("--headroom must be >= 0"))
         if self.slots < 1 or self.slots > 256:
-            raise InputError(f"--slots {self.slots}: must be between 1 and 256")
+            raise InputError(_("--slots {slots}: must be between 1 and 256").format(slots=self.slots))
         if self.decode_depth is not None and not 0 <= self.decode_depth <= self.ctx:
-            raise InputError(f"--target-depth {self.decode_depth}: must be between 0 and --target-ctx {self.ctx}")
+            raise InputError(_("--target-depth {decode_depth}: must be between 0 and --target-ctx {ctx}").format(decode_depth=self.decode_depth, ctx=self.ctx))
         if self.acceptance is not None and not 0 <= self.acceptance < 1:
-            raise InputError(f"--acceptance {self.acceptance}: must be in [0, 1)")
+            raise InputError(_("--acceptance {acceptance}: must be in [0, 1)").format(acceptance=self.acceptance))
 
     @property
     def depth(self) -> int:
@@ -306,7 +306,8 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     t_start = time.perf_counter()
     targets.check()
     if targets.vision and inp.mmproj is None:
-        raise InputError("--vision: no mmproj to plan for (give --mmproj FILE|f16|bf16, or a catalogue model that has one)")
+        raise InputError(_("--vision: no mmproj to plan for (give --mmproj FILE|f16|bf16, or a catalogue model that "
+                           "has one)"))
     cal = cal or load_calibration()
     spec = inp.spec
     hw = inp.hardware
@@ -314,8 +315,8 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     slots = targets.slots
     n_ctx = targets.ctx * slots
     if spec.n_ctx_train and targets.ctx > spec.n_ctx_train:
-        raise InputError(f"--target-ctx {targets.ctx} is larger than the model's n_ctx_train {spec.n_ctx_train}: "
-                         "llama-server caps each slot there (server-context.cpp:1365-1368)")
+        raise InputError(_("--target-ctx {ctx} is larger than the model's n_ctx_train {n_ctx_train}: llama-server "
+                           "caps each slot there (server-context.cpp:1365-1368)").format(ctx=targets.ctx, n_ctx_train=spec.n_ctx_train))
     cfg0 = _set(base, n_ctx=n_ctx, n_parallel=slots, flash_attn="on")
     cfg0 = replace(cfg0, kv_unified=True if slots > 1 else None, fit=False,
                    set_flags=frozenset(cfg0.set_flags | {"fit"}))

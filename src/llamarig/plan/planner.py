@@ -64,8 +64,7 @@ def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[st
         else:
             unknown = [d for d in cfg.devices if d.upper() not in {n.upper() for n in names}]
             if unknown:
-                raise InputError(f"-dev {','.join(cfg.devices)}: unknown device(s) {', '.join(unknown)} "
-                                 f"(the given GPUs are {', '.join(names) or 'none'})")
+                raise InputError(_("-dev {devices}: unknown device(s) {unknown} (the given GPUs are {names})").format(devices=','.join(cfg.devices), unknown=', '.join(unknown), names=', '.join(names) or 'none'))
             # the model's device list follows the order of -dev (common/arg.cpp parse_device_list)
             pos = {n.upper(): i for i, n in enumerate(names)}
             keep = [pos[w] for w in wanted]
@@ -73,7 +72,7 @@ def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[st
     if cfg.split_mode == "none" and gpus:
         # single-GPU mode keeps only the main GPU (src/llama.cpp:288-301)
         if cfg.main_gpu >= len(gpus):
-            raise InputError(f"-mg {cfg.main_gpu}: invalid main GPU (devices: {', '.join(names)})")
+            raise InputError(_("-mg {main_gpu}: invalid main GPU (devices: {names})").format(main_gpu=cfg.main_gpu, names=', '.join(names)))
         names, gpus = [names[cfg.main_gpu]], [gpus[cfg.main_gpu]]
     free = [g.memory_bytes for g in gpus]
     if cfg.rpc:
@@ -207,9 +206,8 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     index = {n: i for i, n in enumerate(gpu_names)}
     missing = [n for n in d_names if n not in index]
     if missing:
-        raise InputError(f"-devd {','.join(cfg.devices_draft)}: the draft would use {', '.join(missing)}, which the "
-                         f"main model does not use ({', '.join(gpu_names) or 'CPU only'}); plan shows only the "
-                         "main model's devices (add them to -dev)")
+        raise InputError(_("-devd {devices_draft}: the draft would use {missing}, which the main model does not use "
+                           "({gpu_names}); plan shows only the main model's devices (add them to -dev)").format(devices_draft=','.join(cfg.devices_draft), missing=', '.join(missing), gpu_names=', '.join(gpu_names) or 'CPU only'))
     placement = M.place_layers(d, dcfg, d_names, d_free)
     ws = M.split_weights(d, dcfg, placement, [g.backend in ("CUDA", "ROCm") for g in d_gpus])
     how = (f"-ngld {dcfg.n_gpu_layers if dcfg.n_gpu_layers >= 0 else 'auto'}"

@@ -606,8 +606,8 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     n_ctx_eff = n_ctx or ctx.n_ctx_slot
     unknown = [g.name for g in hw.gpus if not g.bandwidth_gbs]
     if unknown:
-        raise InputError(f"speed: no memory bandwidth known for {', '.join(unknown)} (not in the GPU "
-                         "catalogue); use a catalogue name (`llamarig gpus`) to get speed figures")
+        raise InputError(_("speed: no memory bandwidth known for {unknown} (not in the GPU catalogue); use a "
+                           "catalogue name (`llamarig gpus`) to get speed figures").format(unknown=', '.join(unknown)))
     loads = device_loads(spec, cfg, hw, cal, host_bandwidth_gbs)
     sm = _split_mode(cfg, loads)
     window = spec.swa_window

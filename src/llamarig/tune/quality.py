@@ -29,6 +29,7 @@ from typing import Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
+from llamarig.i18n import _
 from llamarig.render.common import set_value
 from llamarig.tune.measure import prompt_text, start_owned
 
@@ -41,14 +42,14 @@ def parse_types(text: str) -> list[tuple[str, str]]:
         part = part.strip()
         if not part:
             continue
-        k, _, v = part.partition("/")
+        k, _sep, v = part.partition("/")
         v = v or k
         for t in (k, v):
             if t not in KV_CACHE_TYPES:
-                raise InputError(f"--types {part}: {t} is not a KV cache type ({', '.join(KV_CACHE_TYPES)})")
+                raise InputError(_("--types {part}: {t} is not a KV cache type ({kv_cache_types})").format(part=part, t=t, kv_cache_types=', '.join(KV_CACHE_TYPES)))
         out.append((k, v))
     if not out:
-        raise InputError("--types: give at least one KV cache type, e.g. q8_0,q4_0")
+        raise InputError(_("--types: give at least one KV cache type, e.g. q8_0,q4_0"))
     return out
 
 
@@ -80,9 +81,9 @@ def _post(srv: Any, path: str, body: dict[str, Any]) -> Any:
         return srv.post(path, body, timeout=600)
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace")[:300]
-        raise ServerError(f"llama-server answered {e.code} to {path}: {detail}") from None
+        raise ServerError(_("llama-server answered {code} to {path}: {detail}").format(code=e.code, path=path, detail=detail)) from None
     except (OSError, ValueError) as e:
-        raise ServerError(f"llama-server request {path} failed: {e}") from None
+        raise ServerError(_("llama-server request {path} failed: {error}").format(path=path, error=e)) from None
 
 
 def _run_type(binary: str, base: Sequence[str], k: str, v: str, prompts: list[str], positions: int, top_k: int,
@@ -91,7 +92,7 @@ def _run_type(binary: str, base: Sequence[str], k: str, v: str, prompts: list[st
     try:
         srv = start_owned(binary, args)
     except LlamarigError as e:
-        raise ServerError(f"KV {k}/{v}: {e}") from None
+        raise ServerError(_("KV {key}/{value}: {error}").format(key=k, value=v, error=e)) from None
     try:
         tok = _post(srv, "/tokenize", {"content": " the", "with_pieces": True})["tokens"]
         forced = int(tok[0]["id"] if isinstance(tok[0], dict) else tok[0])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError
+from llamarig.i18n import _
 from llamarig.render.common import is_flag
 
 #: a --try value meaning "the flag is not given" (a switch: "+" means given without a value)
@@ -75,10 +76,10 @@ def parse_dim(text: str) -> tuple[str, list[str]]:
     ``+`` means given and ``-`` absent: ``-kvu=+,-``."""
     flag, sep, vals = text.replace(" ", "=", 1).partition("=")
     if not flag.startswith("-") or not sep or not vals:
-        raise InputError(f"--try {text}: expected FLAG=V1,V2,... (e.g. -ub=64,128,256)")
+        raise InputError(_("--try {text}: expected FLAG=V1,V2,... (e.g. -ub=64,128,256)").format(text=text))
     values = [v.strip() for v in vals.split(",") if v.strip()]
     if not values:
-        raise InputError(f"--try {text}: no values")
+        raise InputError(_("--try {text}: no values").format(text=text))
     return flag, values
 
 
@@ -90,7 +91,7 @@ def space(dims: Sequence[tuple[str, Sequence[str]]]) -> list[Candidate]:
     """The cartesian product of the dimensions, in a stable order."""
     names = [d for d, _ in dims]
     out = []
-    for combo in itertools.product(*[list(v) for _, v in dims]):
+    for combo in itertools.product(*[list(v) for _d, v in dims]):
         out.append(Candidate(tuple((n, _value(v)) for n, v in zip(names, combo, strict=True))))
     return out
 
@@ -121,10 +122,10 @@ class TuneState:
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError) as e:
-                raise InputError(f"{path}: unreadable tune state ({e}); delete it or pass --restart") from None
+                raise InputError(_("{path}: unreadable tune state ({error}); delete it or pass --restart").format(path=path, error=e)) from None
             if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
-                raise InputError(f"{path}: tune state of a different search (model, flags, space or "
-                                 "objective changed); pass --restart to discard it or --state to use another file")
+                raise InputError(_("{path}: tune state of a different search (model, flags, space or objective changed); "
+                                   "pass --restart to discard it or --state to use another file").format(path=path))
             for m in data.get("measurements", []):
                 mm = Measurement(m["key"], int(m["rung"]), int(m["budget"]), float(m["score"]),
                                  dict(m.get("metrics", {})), m.get("error"), float(m.get("seconds", 0)))
@@ -155,7 +156,7 @@ def fingerprint(**parts: Any) -> str:
 
 def rung_budgets(min_budget: int, max_budget: int, eta: int) -> list[int]:
     if min_budget < 1 or max_budget < min_budget or eta < 2:
-        raise InputError("budgets: need 1 <= --min-runs <= --max-runs and --eta >= 2")
+        raise InputError(_("budgets: need 1 <= --min-runs <= --max-runs and --eta >= 2"))
     out = [min_budget]
     while out[-1] * eta < max_budget:
         out.append(out[-1] * eta)
@@ -206,7 +207,7 @@ def successive_halving(cands: Sequence[Candidate], measure: MeasureFn, *, min_bu
                        eta: int = 3, seed: int = 0, state: TuneState | None = None,
                        progress: ProgressFn | None = None) -> SearchResult:
     if not cands:
-        raise InputError("nothing to tune: every candidate was pruned by the planner")
+        raise InputError(_("nothing to tune: every candidate was pruned by the planner"))
     state = state or TuneState(None, "")
     budgets = rung_budgets(min_budget, max_budget, eta)
     # the number of measurements, for the progress bar
@@ -283,7 +284,7 @@ def score_of(objective: str, metrics: dict[str, float], weight: float = 0.5) -> 
     if objective == "weighted":
         d, p = max(metrics["decode_tok_s"], 1e-9), max(metrics["prefill_tok_s"], 1e-9)
         return math.exp(weight * math.log(d) + (1 - weight) * math.log(p))
-    raise InputError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
+    raise InputError(_("--objective {objective}: expected one of {objectives}").format(objective=objective, objectives=', '.join(OBJECTIVES)))
 
 
 #: the least relative noise assumed for a score, whatever a few requests showed: load on a shared
