@@ -389,10 +389,10 @@ def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: i
     errors = [f for f in findings if f.severity == "error"]
     for f in findings:
         if f.severity == "error" and not force:
-            click.echo(f"llamarig: error: {finding_line(f)}", err=True)
+            click.echo(_("llamarig: error: {message}").format(message=finding_line(f)), err=True)
         else:
-            extra = f" (--force: {what} anyway)" if f.severity == "error" else ""
-            click.echo(f"llamarig: warning: {finding_line(f)}{extra}", err=True)
+            extra = _(" (--force: {what} anyway)").format(what=what) if f.severity == "error" else ""
+            click.echo(_("llamarig: warning: {message}").format(message=finding_line(f) + extra), err=True)
     if errors and not force:
         label = res.schema.label() if res.schema is not None else "the bundled schema"
         raise LlamarigError(_("{n_errors} check error(s) in the llama-server command (flags of {label}): fix them, or "
@@ -436,11 +436,12 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
-            click.echo(f"llamarig: line {f.line}: [{f.rule}] {f.message}", err=True)
+            click.echo(_("llamarig: line {line}: [{rule}] {message}").format(line=f.line, rule=f.rule, message=f.message), err=True)
         raise LlamarigError(_("{n_errors} check error(s) in {from_script}: pass --fix to apply `llamarig check --fix` "
                               "repairs, or --force to render as is").format(n_errors=len(errors), from_script=from_script))
     for f in errors:
-        click.echo(f"llamarig: warning: line {f.line}: [{f.rule}] {f.message} (--force: render anyway)", err=True)
+        click.echo(_("llamarig: warning: line {line}: [{rule}] {message} (--force: render anyway)").format(
+            line=f.line, rule=f.rule, message=f.message), err=True)
     # the rendered command itself must pass `llamarig check` (cores: of this machine only with --detect)
     from llamarig.flags.rules import physical_cores
 
@@ -457,7 +458,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
                 p.chmod(p.stat().st_mode | 0o111)
         except OSError as e:
             raise InputError(_("{out}: cannot write: {error}").format(out=out, error=e.strerror or e)) from None
-        click.echo(f"wrote {out} ({fmt})", err=True)
+        click.echo(_("wrote {path} ({format})").format(path=out, format=fmt), err=True)
     else:
         click.echo(text, nl=False)
 
@@ -516,7 +517,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     detect = detect or not gpus
     res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, own=own_options())
     if res.plan is None and res.plan_note:
-        click.echo(f"llamarig: note: {res.plan_note}; launching without verification", err=True)
+        click.echo(_("llamarig: note: {note}; launching without verification").format(note=res.plan_note), err=True)
     args = list(res.args)
     if port is not None:
         from llamarig.render.common import set_value
@@ -574,14 +575,16 @@ def _launch_report(lr: Any, as_json: bool) -> None:
         if lr.rows:
             _verify_table(lr.rows)
     for r in bad:
-        click.echo(f"llamarig: warning: {r.device} {r.component}: planned {r.planned / 2**20:.2f} MiB, "
-                   f"allocated {r.actual_mib} MiB (tolerance ±{r.tolerance_mib:.3f} MiB, {r.method})", err=True)
+        click.echo(_("llamarig: warning: {device} {component}: planned {planned:.2f} MiB, allocated {actual} MiB "
+                     "(tolerance ±{tolerance:.3f} MiB, {method})").format(
+            device=r.device, component=r.component, planned=r.planned / 2**20, actual=r.actual_mib,
+            tolerance=r.tolerance_mib, method=r.method), err=True)
 
 
 def _foreground(lr: Any) -> None:
     from llamarig.launch import process as L
 
-    click.echo("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it", err=True)
+    click.echo(_("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it"), err=True)
     try:
         code = lr.proc.wait()
         lr.state_file.unlink(missing_ok=True)

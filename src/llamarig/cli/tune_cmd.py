@@ -71,7 +71,7 @@ def quality_prune(cands: list[Any], base: list[str], binary: str, floor: float
     if not pairs:
         return cands, [], {"rows": [], "note": "no quantized KV type among the candidates"}
     rep = run_quality(binary, base, pairs, n_prompts=4, prompt_words=64, depths=(),
-                      progress=lambda m: click.echo(f"quality probe: {m}", err=True))
+                      progress=lambda m: click.echo(_("quality probe: {message}").format(message=m), err=True))
     agree = {(r["type_k"], r["type_v"]): r["top1_agreement"] for r in rep["rows"]}
     kept, pruned = [], []
     for c in cands:
@@ -203,23 +203,24 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
         cands, space_desc = _default_space(objective, base, gpus, ram, detect)
         parsed_dims = [[d["dimension"], d["values"]] for d in space_desc]
         for d in space_desc:
-            click.echo(f"search space: {d['dimension']}: {', '.join(d['values'])} ({d['why']})", err=True)
-        click.echo(f"search space: {len(cands)} candidate(s) (the default for --objective {objective}; "
-                   "--try replaces it)", err=True)
+            click.echo(_("search space: {dimension}: {values} ({why})").format(
+                dimension=d["dimension"], values=", ".join(d["values"]), why=d["why"]), err=True)
+        click.echo(_("search space: {n} candidate(s) (the default for --objective {objective}; --try replaces it)").format(
+            n=len(cands), objective=objective), err=True)
     # a prompt of --depth tokens plus the generated ones must fit a slot
     need_ctx = depth + n_predict + 1 if depth else 0
     eff_min_ctx = max(min_ctx or 0, need_ctx) or None
     kept, pruned = prune(cands, base, gpus, ram, detect, parse_size(headroom, "mib") if headroom != "0" else 0,
                          eff_min_ctx)
     for c, why in pruned:
-        click.echo(f"pruned by the planner: {c.key}: {why}", err=True)
+        click.echo(_("pruned by the planner: {candidate}: {why}").format(candidate=c.key, why=why), err=True)
     quality: dict[str, Any] | None = None
     if quality_floor is not None:
         if not 0 <= quality_floor <= 1:
             raise InputError(_("--quality-floor {quality_floor}: a share of positions in [0, 1]").format(quality_floor=quality_floor))
         kept, q_pruned, quality = quality_prune(kept, base, res.binary, quality_floor)
         for c, why in q_pruned:
-            click.echo(f"pruned by quality: {c.key}: {why}", err=True)
+            click.echo(_("pruned by quality: {candidate}: {why}").format(candidate=c.key, why=why), err=True)
         pruned += q_pruned
     fp = S.fingerprint(binary=res.binary, base=base, dims=parsed_dims, objective=objective, weight=weight,
                        n_predict=n_predict, prompt_words=prompt_words, depth=depth, seed=seed, eta=eta,
@@ -230,7 +231,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
         sp.unlink()
     state = S.TuneState(sp, fp)
     if state.resumed:
-        click.echo(f"resuming: {state.resumed} measurement(s) read back from {sp}", err=True)
+        click.echo(_("resuming: {n} measurement(s) read back from {path}").format(n=state.resumed, path=sp), err=True)
     if not kept:
         raise InputError(_("nothing to tune: every candidate was pruned"))
     measure = ServerMeasure(res.binary, base, objective, weight, prompt_words, n_predict, min_decode, depth=depth)
@@ -242,8 +243,8 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
                 result = S.successive_halving(kept, measure, min_budget=min_runs, max_budget=max_runs, eta=eta,
                                               seed=seed, state=state, progress=progress)
     except KeyboardInterrupt:
-        click.echo(f"llamarig: interrupted; {len(state.measurements)} measurement(s) kept in {sp}: "
-                   "run the same command to resume", err=True)
+        click.echo(_("llamarig: interrupted; {n} measurement(s) kept in {path}: run the same command to resume").format(
+            n=len(state.measurements), path=sp), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     counts = {"server_starts": measure.launches, "requests_sent": measure.requests}
     report = _report(result, pruned, objective, res, base, gpus, ram, detect, calibration_out, sp, as_json, quality,
@@ -251,7 +252,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     if out and result.winner is not None:
         Path(out).write_text(report["launcher"])
         Path(out).chmod(0o755)
-        click.echo(f"wrote the winning launcher to {out}", err=True)
+        click.echo(_("wrote the winning launcher to {path}").format(path=out), err=True)
 
 
 def _exhaustive_resumable(cands: list[Any], measure: Any, budget: int, state: Any, progress: Any) -> Any:

@@ -160,7 +160,7 @@ class _V:
 
     def table(self, v: Any, where: str) -> dict[str, Any]:
         if not isinstance(v, dict):
-            raise self.err(where, f"expected a table/mapping, got {_tn(v)}")
+            raise self.err(where, _("expected a table/mapping, got {tn}").format(tn=_tn(v)))
         return v
 
     def known(self, d: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -168,8 +168,9 @@ class _V:
             if k not in allowed:
                 hint = _closest(str(k), allowed)
                 raise self.err(f"{where}.{k}" if where else str(k),
-                               "unknown key" + (f" (did you mean '{hint}'?)" if hint else "")
-                               + f"; allowed: {', '.join(sorted(allowed))}")
+                               _("unknown key{hint}; allowed: {allowed}").format(
+                                   hint=_(" (did you mean '{name}'?)").format(name=hint) if hint else "",
+                                   allowed=", ".join(sorted(allowed))))
 
     # none_ok=True is the only way to get None back: the overloads tell mypy so
     @overload
@@ -181,9 +182,9 @@ class _V:
         if v is None and none_ok:
             return None
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.err(where, f"expected an integer, got {_tn(v)} {v!r}")
+            raise self.err(where, _("expected an integer, got {tn} {value!r}").format(tn=_tn(v), value=v))
         if v < lo:
-            raise self.err(where, f"must be >= {lo}, got {v}")
+            raise self.err(where, _("must be >= {lo}, got {value}").format(lo=lo, value=v))
         return v
 
     @overload
@@ -195,9 +196,9 @@ class _V:
         if v is None and none_ok:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.err(where, f"expected a number, got {_tn(v)} {v!r}")
+            raise self.err(where, _("expected a number, got {tn} {value!r}").format(tn=_tn(v), value=v))
         if v < lo:
-            raise self.err(where, f"must be >= {lo}, got {v}")
+            raise self.err(where, _("must be >= {lo}, got {value}").format(lo=lo, value=v))
         return float(v)
 
     @overload
@@ -209,7 +210,7 @@ class _V:
         if v is None and none_ok:
             return None
         if not isinstance(v, bool):
-            raise self.err(where, f"expected true or false, got {_tn(v)} {v!r}")
+            raise self.err(where, _("expected true or false, got {tn} {value!r}").format(tn=_tn(v), value=v))
         return v
 
     @overload
@@ -221,14 +222,14 @@ class _V:
         if v is None and none_ok:
             return None
         if not isinstance(v, str) or not v:
-            raise self.err(where, f"expected a non-empty string, got {_tn(v)} {v!r}")
+            raise self.err(where, _("expected a non-empty string, got {tn} {value!r}").format(tn=_tn(v), value=v))
         return v
 
     def strs(self, v: Any, where: str) -> tuple[str, ...]:
         if isinstance(v, str):
             v = [v]
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise self.err(where, f"expected a list of strings, got {_tn(v)}")
+            raise self.err(where, _("expected a list of strings, got {tn}").format(tn=_tn(v)))
         return tuple(v)
 
 
@@ -304,7 +305,7 @@ def _tier(v: _V, name: str, raw: Any, base: TierConfig | None) -> TierConfig:
     d = v.table(raw, where)
     v.known(d, _TIER_KEYS, where)
     if base is None and "max_tokens" not in d:
-        raise v.err(where, "a new tier needs max_tokens")
+        raise v.err(where, _("a new tier needs max_tokens"))
     t = base or TierConfig(name, max_tokens=1)
     kw: dict[str, Any] = {}
     if "max_tokens" in d:
@@ -323,7 +324,7 @@ def _tier(v: _V, name: str, raw: Any, base: TierConfig | None) -> TierConfig:
         s = v.table(d["sampling"], f"{where}.sampling")
         for sk, sv in s.items():
             if not isinstance(sv, (int, float, str, bool, list)):
-                raise v.err(f"{where}.sampling.{sk}", f"expected a number, string, boolean or list, got {_tn(sv)}")
+                raise v.err(f"{where}.sampling.{sk}", _("expected a number, string, boolean or list, got {tn}").format(tn=_tn(sv)))
         kw["sampling"] = dict(s)
     if "long_output_max_tokens" in d:
         kw["long_output_max_tokens"] = v.int_(d["long_output_max_tokens"], f"{where}.long_output_max_tokens", lo=1, none_ok=True)
@@ -339,15 +340,15 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     v.known(d, _TOP, "")
     server = _simple_section(v, d.get("server"), "server", ServerConfig, _SERVER)
     if server.port > 65535:
-        raise v.err("server.port", f"must be <= 65535, got {server.port}")
+        raise v.err("server.port", _("must be <= 65535, got {port}").format(port=server.port))
     cron = _simple_section(v, d.get("cron"), "cron", CronConfig, _CRON)
     admission = _simple_section(v, d.get("admission"), "admission", AdmissionConfig, _ADMISSION)
     if admission.prompt_tokens not in ("backend", "estimate"):
-        raise v.err("admission.prompt_tokens", f"expected 'backend' or 'estimate', got {admission.prompt_tokens!r}")
+        raise v.err("admission.prompt_tokens", _("expected 'backend' or 'estimate', got {prompt_tokens!r}").format(prompt_tokens=admission.prompt_tokens))
     if not 0 < admission.safety <= 1:
-        raise v.err("admission.safety", f"must be in (0, 1], got {admission.safety}")
+        raise v.err("admission.safety", _("must be in (0, 1], got {safety}").format(safety=admission.safety))
     if admission.estimate_bytes_per_token <= 0:
-        raise v.err("admission.estimate_bytes_per_token", "must be > 0")
+        raise v.err("admission.estimate_bytes_per_token", _("must be > 0"))
     health = _simple_section(v, d.get("health"), "health", HealthConfig, _HEALTH)
 
     # tiers
@@ -356,18 +357,18 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     if "tiers" in d:
         for name, raw in v.table(d["tiers"], "tiers").items():
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
-                raise v.err(f"tiers.{name}", "a tier name is letters, digits, '_', '-' or '.'")
+                raise v.err(f"tiers.{name}", _("a tier name is letters, digits, '_', '-' or '.'"))
             tiers[str(name)] = _tier(v, str(name), raw, tiers.get(str(name)))
     if not tiers:
-        raise v.err("tiers", "no tiers defined (set inherit_default_tiers = true or add [tiers.NAME])")
+        raise v.err("tiers", _("no tiers defined (set inherit_default_tiers = true or add [tiers.NAME])"))
     for t in tiers.values():
         if t.reasoning_budget is not None and t.reasoning_budget >= t.max_tokens:
             raise v.err(f"tiers.{t.name}.reasoning_budget",
-                        f"{t.reasoning_budget} must be below max_tokens {t.max_tokens} "
-                        "(thinking tokens are generated tokens and count against n_predict)")
+                        _("{reasoning_budget} must be below max_tokens {max_tokens} (thinking tokens are generated "
+                          "tokens and count against n_predict)").format(reasoning_budget=t.reasoning_budget, max_tokens=t.max_tokens))
         if t.long_output_max_tokens is not None and t.long_output_max_tokens < t.max_tokens:
             raise v.err(f"tiers.{t.name}.long_output_max_tokens",
-                        f"{t.long_output_max_tokens} is below the tier's max_tokens {t.max_tokens}")
+                        _("{long_output_max_tokens} is below the tier's max_tokens {max_tokens}").format(long_output_max_tokens=t.long_output_max_tokens, max_tokens=t.max_tokens))
 
     @overload
     def tier_ref(name: Any, where: str, none_ok: Literal[False]) -> str: ...
@@ -380,8 +381,8 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         s = v.str_(name, where)
         if s not in tiers:
             hint = _closest(s, set(tiers))
-            raise v.err(where, f"unknown tier {s!r}" + (f" (did you mean '{hint}'?)" if hint else "")
-                        + f"; tiers: {', '.join(tiers)}")
+            raise v.err(where, _("unknown tier {tier!r}{hint}; tiers: {tiers}").format(
+                tier=s, hint=_(" (did you mean '{name}'?)").format(name=hint) if hint else "", tiers=", ".join(tiers)))
         return s
 
     # routing
@@ -407,7 +408,7 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         try:
             re.compile(pat)
         except re.error as e:
-            raise v.err(f"routing.system_patterns[{i}]", f"bad regular expression {pat!r}: {e}") from None
+            raise v.err(f"routing.system_patterns[{i}]", _("bad regular expression {pat!r}: {error}").format(pat=pat, error=e)) from None
     if "affinity_messages" in rraw:
         rkw["affinity_messages"] = v.int_(rraw["affinity_messages"], "routing.affinity_messages")
     aliases: dict[str, str] = {}
@@ -419,7 +420,7 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     # backends
     braw = d.get("backends", [])
     if not isinstance(braw, list):
-        raise v.err("backends", f"expected a list ([[backends]] in TOML), got {_tn(braw)}")
+        raise v.err("backends", _("expected a list ([[backends]] in TOML), got {tn}").format(tn=_tn(braw)))
     backends: list[BackendConfig] = []
     names: set[str] = set()
     for i, braw_i in enumerate(braw):
@@ -427,18 +428,18 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         b = v.table(braw_i, w)
         v.known(b, _BACKEND_KEYS, w)
         if "url" not in b:
-            raise v.err(w, "missing url")
+            raise v.err(w, _("missing url"))
         url = _check_url(v, b["url"], f"{w}.url")
         name = v.str_(b.get("name", f"b{i}"), f"{w}.name")
         if name in names:
-            raise v.err(f"{w}.name", f"duplicate backend name {name!r}")
+            raise v.err(f"{w}.name", _("duplicate backend name {name!r}").format(name=name))
         names.add(name)
         key = v.str_(b.get("api_key"), f"{w}.api_key", none_ok=True)
         if "api_key_env" in b:
             env = v.str_(b["api_key_env"], f"{w}.api_key_env")
             key = os.environ.get(env)
             if not key:
-                raise v.err(f"{w}.api_key_env", f"environment variable {env} is not set")
+                raise v.err(f"{w}.api_key_env", _("environment variable {env} is not set").format(env=env))
         backends.append(BackendConfig(
             url=url, name=name,
             pool_tokens=v.int_(b.get("pool_tokens"), f"{w}.pool_tokens", lo=1, none_ok=True),
@@ -452,7 +453,7 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     # keys
     kraw = d.get("keys", [])
     if not isinstance(kraw, list):
-        raise v.err("keys", f"expected a list ([[keys]] in TOML), got {_tn(kraw)}")
+        raise v.err("keys", _("expected a list ([[keys]] in TOML), got {tn}").format(tn=_tn(kraw)))
     keys: list[KeyConfig] = []
     for i, kraw_i in enumerate(kraw):
         w = f"keys[{i}]"
@@ -463,10 +464,10 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
             env = v.str_(kd["key_env"], f"{w}.key_env")
             raw_secret = os.environ.get(env)
             if not raw_secret:
-                raise v.err(f"{w}.key_env", f"environment variable {env} is not set")
+                raise v.err(f"{w}.key_env", _("environment variable {env} is not set").format(env=env))
         secret = v.str_(raw_secret, f"{w}.key")
         if len(secret) < 8:
-            raise v.err(f"{w}.key", "an API key must be at least 8 characters")
+            raise v.err(f"{w}.key", _("an API key must be at least 8 characters"))
         keys.append(KeyConfig(
             key=secret,
             name=v.str_(kd.get("name", f"key{i}"), f"{w}.name"),
@@ -482,7 +483,7 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
 def _check_url(v: _V, raw: Any, where: str) -> str:
     url = v.str_(raw, where)
     if not _URL.match(url):
-        raise v.err(where, f"expected http://host:port, got {url!r}")
+        raise v.err(where, _("expected http://host:port, got {url!r}").format(url=url))
     return url.rstrip("/")
 
 

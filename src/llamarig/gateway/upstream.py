@@ -82,7 +82,7 @@ class _Conn(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            r.fail(UpstreamPayloadError(f"invalid HTTP from the backend: {e}"))
+            r.fail(UpstreamPayloadError(_("invalid HTTP from the backend: {error}").format(error=e)))
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -95,9 +95,9 @@ class _Conn(asyncio.Protocol):
             return
         why = f"{type(exc).__name__}: {exc}" if exc else "connection closed"
         if not r.got_bytes:
-            r.fail(UpstreamConnectError(f"backend closed the connection before answering ({why})"))
+            r.fail(UpstreamConnectError(_("backend closed the connection before answering ({why})").format(why=why)))
         else:
-            r.fail(UpstreamPayloadError(f"response broke off: {why}"))
+            r.fail(UpstreamPayloadError(_("response broke off: {why}").format(why=why)))
 
     def pause_writing(self) -> None:  # request bodies are small: nothing to do
         pass

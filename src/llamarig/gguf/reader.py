@@ -104,12 +104,12 @@ class _Cursor:
         self.path = path
 
     def fail(self, problem: str) -> GGUFError:
-        return GGUFError(self.path, f"{problem} (at byte {self.off})")
+        return GGUFError(self.path, _("{problem} (at byte {off})").format(problem=problem, off=self.off))
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.off + n > self.end:
             raise self.fail(
-                f"truncated header: {what} needs {n} bytes but only {self.end - self.off} remain"
+                _("truncated header: {what} needs {n} bytes but only {left} remain").format(what=what, n=n, left=self.end - self.off)
             )
 
     def u32(self, what: str) -> int:
@@ -139,7 +139,7 @@ class _Cursor:
         # end makes the next unpack raise, or leaves off > end; then the checked walk below
         # finds the exact item for the error message.
         try:
-            for _ in range(count):
+            for _i in range(count):
                 off += 8 + unpack(buf, off)[0]
             if off <= end:
                 self.off = off
@@ -150,11 +150,11 @@ class _Cursor:
         for i in range(count):
             if off + 8 > end:
                 self.off = off
-                raise self.fail(f"truncated header: {what}[{i}] length")
+                raise self.fail(_("truncated header: {what}[{i}] length").format(what=what, i=i))
             off += 8 + unpack(buf, off)[0]
             if off > end:
                 self.off = off - 8
-                raise self.fail(f"truncated header: {what}[{i}] runs past the end of the file")
+                raise self.fail(_("truncated header: {what}[{i}] runs past the end of the file").format(what=what, i=i))
         self.off = off
 
     def value(self, vtype: int, what: str, depth: int = 0) -> Any:
@@ -162,13 +162,13 @@ class _Cursor:
             return self.string(what)
         if vtype == _ARRAY:
             if depth > 2:
-                raise self.fail(f"{what}: arrays nested more than 2 deep")
+                raise self.fail(_("{what}: arrays nested more than 2 deep").format(what=what))
             etype = self.u32(f"{what} element type")
             count = self.u64(f"{what} element count")
             return self.array(etype, count, what, depth)
         st = _SCALAR_STRUCT.get(vtype)
         if st is None:
-            raise self.fail(f"{what}: unknown value type {vtype}")
+            raise self.fail(_("{what}: unknown value type {vtype}").format(what=what, vtype=vtype))
         self.need(st.size, what)
         v = st.unpack_from(self.buf, self.off)[0]
         self.off += st.size
@@ -194,9 +194,9 @@ class _Cursor:
         if etype == _ARRAY:
             self.need(count * 12, f"{what} ({count} arrays)")
             if count > ARRAY_DECODE_LIMIT:
-                raise self.fail(f"{what}: {count} nested arrays is not a plausible GGUF header")
+                raise self.fail(_("{what}: {count} nested arrays is not a plausible GGUF header").format(what=what, count=count))
             return [self.value(_ARRAY, f"{what}[{i}]", depth + 1) for i in range(count)]
-        raise self.fail(f"{what}: unknown array element type {etype}")
+        raise self.fail(_("{what}: unknown array element type {etype}").format(what=what, etype=etype))
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
@@ -257,7 +257,7 @@ def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
         name = c.string(f"tensor[{i}] name")
         n_dims = c.u32(f"tensor '{name}' n_dims")
         if n_dims > MAX_DIMS:
-            raise c.fail(f"tensor '{name}' has {n_dims} dimensions (max {MAX_DIMS})")
+            raise c.fail(_("tensor '{name}' has {n_dims} dimensions (max {max_dims})").format(name=name, n_dims=n_dims, max_dims=MAX_DIMS))
         c.need(8 * n_dims, f"tensor '{name}' shape")
         shape = struct.unpack_from(f"<{n_dims}Q", buf, c.off)
         c.off += 8 * n_dims
