@@ -1,0 +1,94 @@
+"""The one-line errors speak the user's language (issue 15): with LANG=zh_CN.UTF-8 a bad model id,
+a truncated GGUF, an out-of-range -c, an unknown GPU, a missing log, a misused `--` and bad
+tune/bench arguments end with one Chinese line on stderr and the documented exit code
+(docs/exit-codes.md); under an English locale the same commands say it in English, with the same
+code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from tests.cli.test_answer_first import CJK, english_sentences
+
+from llamarig import i18n
+from llamarig.errors import ExitCode
+from llamarig.testing.synth import write_model
+
+MODEL = "qwen3.6-27b:iq4_nl"
+#: (name, argv with {gguf} / {truncated} / {header} / {missing} for files made per test, exit code,
+#: whether llamarig wrote the message itself: click's own texts ("Invalid value for '--lang'")
+#: keep click's English, only llamarig's frame around them is translated)
+CASES = [
+    ("unknown model id", ["plan", "nosuchmodel-xyz"], ExitCode.BAD_INPUT, True),
+    ("unknown quant", ["plan", "qwen3.6-27b:iq4_xx"], ExitCode.BAD_INPUT, True),
+    ("-c out of range", ["plan", MODEL, "-c", "99999999999"], ExitCode.BAD_INPUT, True),
+    ("unknown --gpu", ["plan", MODEL, "--gpu", "nosuchgpu"], ExitCode.BAD_INPUT, True),
+    ("bad --gpu VRAM", ["plan", MODEL, "--gpu", "rtx3090:lots"], ExitCode.BAD_INPUT, True),
+    ("flag plan does not know", ["plan", MODEL, "--bogus-flag"], ExitCode.BAD_INPUT, True),
+    ("plan -- without a model", ["plan", "--", "llama-server", "-c", "4096"], ExitCode.BAD_INPUT, True),
+    ("truncated GGUF data", ["inspect", "{truncated}"], ExitCode.BAD_INPUT, True),
+    ("truncated GGUF header", ["plan", "{header}"], ExitCode.BAD_INPUT, True),
+    ("missing log", ["logs", "{missing}"], ExitCode.BAD_INPUT, True),
+    ("missing launch script", ["check", "{missing}"], ExitCode.BAD_INPUT, True),
+    ("llamarig option after --", ["render", "{gguf}", "--", "--gpu", "rtx3090"], ExitCode.BAD_INPUT, True),
+    ("tune --try", ["tune", "--try", "bad", "{gguf}"], ExitCode.BAD_INPUT, True),
+    ("bench --url", ["bench", "--url", "foo"], ExitCode.BAD_INPUT, True),
+    ("bench unknown scenario", ["bench", "--url", "http://127.0.0.1:9", "--scenario", "nosuch"],
+     ExitCode.BAD_INPUT, True),
+    ("bad --lang", ["--lang", "fr", "plan", MODEL], ExitCode.BAD_INPUT, False),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("errors")
+    gguf = write_model(d / "model.gguf", "llama")
+    data = gguf.read_bytes()
+    (d / "truncated.gguf").write_bytes(data[: len(data) * 3 // 4])  # the header is whole, the data is not
+    (d / "header.gguf").write_bytes(data[:40])  # cut inside the metadata
+    return {"gguf": str(gguf), "truncated": str(d / "truncated.gguf"), "header": str(d / "header.gguf"),
+            "missing": str(d / "no-such.log")}
+
+
+@pytest.fixture
+def locale(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(var, raising=False)
+
+    def set_(which: str) -> None:
+        monkeypatch.setenv("LANG", "zh_CN.UTF-8" if which == "zh" else "C.UTF-8")
+        i18n.set_language(None)
+
+    yield set_
+    i18n.set_language(None)
+
+
+def _run(cli, files: dict[str, str], argv: list[str]) -> tuple[int, str]:
+    code, _out, err = cli(*(a.format(**files) for a in argv))
+    return code, err.strip()
+
+
+@pytest.mark.parametrize(("name", "argv", "code", "ours"), CASES, ids=[c[0] for c in CASES])
+def test_the_error_line_is_chinese_under_a_chinese_locale(name: str, argv: list[str], code: int, ours: bool,
+                                                          files, locale, cli) -> None:
+    locale("zh")
+    got, err = _run(cli, files, argv)
+    assert got == code, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("llamarig：错误："), err
+    body = err.removeprefix("llamarig：错误：")
+    if ours:
+        assert CJK.search(body), f"{name}: English left in {err!r}"
+        # what stays English is a flag, a number, a path or a quoted word, never a sentence
+        assert english_sentences(CJK.sub("\n", body)) == [], err
+
+
+@pytest.mark.parametrize(("name", "argv", "code", "ours"), CASES, ids=[c[0] for c in CASES])
+def test_the_same_errors_are_english_by_default(name: str, argv: list[str], code: int, ours: bool,
+                                                files, locale, cli) -> None:
+    locale("en")
+    got, err = _run(cli, files, argv)
+    assert got == code, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("llamarig: error: ") and not CJK.search(err), err
