@@ -92,3 +92,30 @@ def test_the_same_errors_are_english_by_default(name: str, argv: list[str], code
     assert got == code, err
     assert len(err.splitlines()) == 1, err
     assert err.startswith("llamarig: error: ") and not CJK.search(err), err
+
+
+def test_bench_request_errors_are_english_in_the_json_and_chinese_in_the_reports(locale) -> None:
+    """A failed request's error line: English in the bench JSON (``doc["errors"]``), the user's
+    language in this run's terminal and Markdown reports, also when one note wraps another."""
+    import io
+
+    from rich.console import Console
+
+    from llamarig.bench.records import note_text
+    from llamarig.bench.report import markdown, terminal
+    from llamarig.i18n import N_
+
+    locale("zh")
+    timeout = note_text(N_("timeout after {seconds} s"), seconds="30")
+    dead = note_text(N_("{n} consecutive failed requests (last: {error})"), n=3, error=timeout)
+    errors = [f"decode/d=0: {timeout}", note_text(N_("scenario cut short: {reason}"), reason=dead)]
+    assert errors == ["decode/d=0: timeout after 30 s",
+                      "scenario cut short: 3 consecutive failed requests (last: timeout after 30 s)"]
+    doc = {"kind": "bench", "target": {"url": "http://127.0.0.1:8080"}, "figures": [], "errors": errors,
+           "scenarios": []}
+    md = markdown(doc)
+    assert "decode/d=0: 30 秒后超时" in md
+    assert "场景提前结束：连续 3 个请求失败（最后一个：30 秒后超时）" in md
+    buf = io.StringIO()
+    terminal(doc, Console(file=buf, width=1000))
+    assert "30 秒后超时" in buf.getvalue() and "timeout after" not in buf.getvalue()
