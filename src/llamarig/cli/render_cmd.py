@@ -91,7 +91,7 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
     try:
         plan = build_plan(pa)
     except LlamarigError as e:
-        return None, None, f"plan: not computed ({e})"
+        return None, None, _("plan: not computed ({error})").format(error=e)
     speed = None
     note = ""
     try:
@@ -108,8 +108,8 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
 
             m, q = find_model(model)
             spec = build_spec(m, q)
-            note = (f"model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path "
-                    "(the figures are for the catalogue's header)")
+            note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
+                     "are for the catalogue's header)").format(model=model)
         speed = speed_report(spec, cfg, build_hardware(pa), n_ctx=plan.n_ctx_slot)
     except LlamarigError:
         speed = None
@@ -240,9 +240,9 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
             text = fix_text(parsed, readings, findings, schema)
             parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
                                                 origin=Path(from_script))
-            notes.append(f"input: {name}, repaired with `llamarig check --fix` ({n_before} error(s) before)")
+            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
         else:
-            notes.append(f"input: {name}")
+            notes.append(_("input: {name}").format(name=name))
         if not parsed.invocations:
             raise InputError(_("{name}: no llama-server command found").format(name=name))
         if not 1 <= invocation <= len(parsed.invocations):
@@ -271,7 +271,7 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     else:
         binary = _binary(server_bin, program)
         if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-            notes.append(f"binary: {binary} (the input's {program} is not here)")
+            notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
         schema = _schema(binary)
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
@@ -284,8 +284,8 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         _refuse_catalogue_names(args)
     args, changed = absolutize(args, schema, bases)
     if changed:
-        where = " or ".join(str(b) for b in bases)
-        notes.append(f"paths: relative {', '.join(changed)} made absolute (against {where})")
+        where = _(" or ").join(str(b) for b in bases)
+        notes.append(_("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
     res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema, wrappers=wrappers,
                    workdir=workdir)
     if want_plan:
