@@ -467,18 +467,19 @@ def _verify_table(rows: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="planned vs actual (llama-server -lv 4 buffer lines)", title_justify="left")
-    for c in ("device", "component", "planned MiB", "actual MiB", "diff MiB", "tolerance", "method", ""):
-        t.add_column(c, justify="right" if "MiB" in c or c == "tolerance" else "left")
+    t = Table(title=_("planned vs actual (llama-server -lv 4 buffer lines)"), title_justify="left")
+    for c, right in ((_("device"), False), (_("component"), False), (_("planned MiB"), True), (_("actual MiB"), True),
+                     (_("diff MiB"), True), (_("tolerance"), True), (_("method"), False), ("", False)):
+        t.add_column(c, justify="right" if right else "left")
     for r in rows:
         t.add_row(r.device, r.component, f"{r.planned / 2**20:.2f}",
                   "-" if r.actual_mib is None else f"{r.actual_mib:.2f}",
                   "-" if r.diff_mib is None else f"{r.diff_mib:+.2f}", f"±{r.tolerance_mib:.3f}", r.method,
-                  "[green]ok[/]" if r.ok else "[yellow]DIFFERS[/]")
+                  "[green]" + _("ok") + "[/]" if r.ok else "[yellow]" + _("DIFFERS") + "[/]")
     con = Console(stderr=False, highlight=False)
     con.print(t)
-    con.print("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f MiB "
-              "rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB")
+    con.print(_("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f MiB "
+                "rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB"))
 
 
 @click.command("launch", context_settings=_CTX)
@@ -570,8 +571,8 @@ def _launch_report(lr: Any, as_json: bool) -> None:
                                "verification": [r.to_json() for r in lr.rows], "verified": not bad and bool(lr.rows)},
                               indent=1))
     else:
-        click.echo(f"llama-server pid {lr.state.pid} healthy at {lr.url}; log {lr.state.log_path}; "
-                   f"state {lr.state_file}")
+        click.echo(_("llama-server pid {pid} healthy at {url}; log {log}; state {state}").format(
+            pid=lr.state.pid, url=lr.url, log=lr.state.log_path, state=lr.state_file))
         if lr.rows:
             _verify_table(lr.rows)
     for r in bad:
@@ -588,7 +589,7 @@ def _foreground(lr: Any) -> None:
     try:
         code = lr.proc.wait()
         lr.state_file.unlink(missing_ok=True)
-        click.echo(f"llama-server {exit_description(code)}", err=True)
+        click.echo(_("llama-server {exit_description}").format(exit_description=exit_description(code)), err=True)
         if code:
             sys.exit(ExitCode.ENVIRONMENT)
     except KeyboardInterrupt:

@@ -362,10 +362,11 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
         c = out["calibration"]
     if out.get("calibration") and "path" in out["calibration"]:
         c = out["calibration"]
-        con.print(f"speed-model calibration written to {c['path']}: predicts {c['predicted_decode_tok_s']:.1f} tok/s "
-                  f"for the winner at depth {c['depth']} (measured {c['measured_decode_tok_s']:.1f}); `llamarig plan` "
-                  "uses the state-directory file by default (LLAMARIG_CALIBRATION=builtin ignores it)")
-    con.print("winning launcher (llamarig render):")
+        con.print(_("speed-model calibration written to {path}: predicts {predicted:.1f} tok/s for the winner at "
+                    "depth {depth} (measured {measured:.1f}); `llamarig plan` uses the state-directory file by "
+                    "default (LLAMARIG_CALIBRATION=builtin ignores it)").format(
+            path=c["path"], predicted=c["predicted_decode_tok_s"], depth=c["depth"], measured=c["measured_decode_tok_s"]))
+    con.print(_("winning launcher (llamarig render):"))
     click.echo(out["launcher"], nl=False)
     return out
 

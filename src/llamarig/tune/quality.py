@@ -150,14 +150,16 @@ def render_report(rep: dict[str, Any]) -> None:
     from rich.table import Table  # lazy: as above
 
     con = Console(highlight=False)
-    t = Table(title=f"KV cache quality vs f16 ({rep['prompts']} prompts x {rep['positions_per_prompt']} positions, "
-              f"top-{rep['top_k']})", title_justify="left")
-    for c in ("K / V", "top-1 agreement", "KL mean (nats)", "KL max", "top-k overlap", "needle found", "needle = f16"):
-        t.add_column(c, justify="left" if c == "K / V" else "right")
+    t = Table(title=_("KV cache quality vs f16 ({prompts} prompts x {positions} positions, top-{top_k})").format(
+        prompts=rep["prompts"], positions=rep["positions_per_prompt"], top_k=rep["top_k"]), title_justify="left")
+    t.add_column("K / V", justify="left")
+    for c in (_("top-1 agreement"), _("KL mean (nats)"), _("KL max"), _("top-k overlap"), _("needle found"),
+              _("needle = f16")):
+        t.add_column(c, justify="right")
     for r in rep["rows"]:
         nd = r["needle"]
         t.add_row(f"{r['type_k']} / {r['type_v']}", f"{r['top1_agreement']:.1%}", f"{r['kl_mean']:.5f}",
                   f"{r['kl_max']:.5f}", f"{r['topk_overlap']:.1%}",
                   f"{sum(x['found'] for x in nd)}/{len(nd)}", f"{sum(x['same_as_f16'] for x in nd)}/{len(nd)}")
     con.print(t)
-    con.print("method: " + rep["method"], soft_wrap=True)
+    con.print(_("method: {method}").format(method=rep["method"]), soft_wrap=True)
