@@ -268,8 +268,8 @@ def render_html(doc: dict[str, Any]) -> str:
     inter = doc.get("interference") or {}
     if inter:
         parts.append(f"<h2>{_e(lab['interference_h'])}</h2><ul>")
-        parts += [f'<li class="warn">{_e(lab["missing"])}: {_e(m)}</li>' for m in inter.get("missing", [])]
-        parts += [f'<li class="warn">t={_e(e["t_s"])} s {_e(e["kind"])}: {_e(e["detail"])}</li>' for e in inter.get("events", [])[:50]]
+        parts += [f'<li class="warn">{_e(lab["missing"])}: {_e(local_text(m))}</li>' for m in inter.get("missing", [])]
+        parts += [f'<li class="warn">t={_e(e["t_s"])} s {_e(e["kind"])}: {_e(local_text(e["detail"]))}</li>' for e in inter.get("events", [])[:50]]
         rec = inter.get("reconciliation") or {}
         for k, v in (rec.get("counters") or {}).items():
             parts.append("<li>" + _e(_("/metrics {counter}: Δ {delta} vs ours {ours} (excess {excess})").format(

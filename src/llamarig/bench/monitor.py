@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamarig.bench.client import BenchClient
+from llamarig.bench.records import note_text
+from llamarig.i18n import N_
 
 _METRIC_RE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
@@ -133,7 +135,7 @@ def judge_slots(state: SlotRuleState, slots: list[dict[str, Any]], *, in_flight:
         if isinstance(tid, int) and tid >= 0 and isinstance(sid, int):
             prev = last_task.get(sid, -1)
             if prev > 100 and tid < prev // 2:
-                events.append(InterferenceEvent(t, "restart", f"slot {sid}: task ids went back from {prev} to {tid}", sid))
+                events.append(InterferenceEvent(t, "restart", note_text(N_("slot {slot}: task ids went back from {prev} to {now}"), slot=sid, prev=prev, now=tid), sid))
             last_task[sid] = tid
     busy = [s for s in slots if s.get("is_processing")]
     suspect: dict[int, int] = {}
@@ -148,14 +150,14 @@ def judge_slots(state: SlotRuleState, slots: list[dict[str, Any]], *, in_flight:
                 now = True
                 prev_too = prev_too or n == 2
             if n == 2:
-                events.append(InterferenceEvent(t, "foreign_slot", f"slot {sid} busy with task {s.get('id_task')} that llamarig did not start", sid))
+                events.append(InterferenceEvent(t, "foreign_slot", note_text(N_("slot {slot} busy with task {task} that llamarig did not start"), slot=sid, task=s.get("id_task")), sid))
     streak = 0
     if unpinned > 0 and len(busy) > in_flight:
         streak = state.excess_streak + 1
         if streak >= 3:
             now = True
         if streak == 3:
-            events.append(InterferenceEvent(t, "excess_processing", f"{len(busy)} slots busy but only {in_flight} llamarig requests in flight"))
+            events.append(InterferenceEvent(t, "excess_processing", note_text(N_("{busy} slots busy but only {in_flight} llamarig requests in flight"), busy=len(busy), in_flight=in_flight)))
     return SlotJudgement(SlotRuleState(suspect, streak, last_task), tuple(events), now, prev_too)
 
 
@@ -190,21 +192,21 @@ class Monitor:
             res = await self.client.get("/metrics", timeout=10)
         except Exception as e:  # noqa: BLE001 - any failure means "not available"
             self.metrics_available = False
-            self.metrics_reason = f"GET /metrics failed: {type(e).__name__}"
+            self.metrics_reason = note_text(N_("GET /metrics failed: {error}"), error=type(e).__name__)
             return None
         if res.status != 200 or not isinstance(res.body, str):
             self.metrics_available = False
             self.metrics_reason = (
-                f"GET /metrics answered HTTP {res.status} (llama-server needs --metrics)"
+                note_text(N_("GET /metrics answered HTTP {status} (llama-server needs --metrics)"), status=res.status)
                 if res.status in (404, 501)
-                else f"GET /metrics answered HTTP {res.status}"
+                else note_text(N_("GET /metrics answered HTTP {status}"), status=res.status)
             )
             return None
         self.metrics_available = True
         s = Scrape(self.client_time(), parse_metrics(res.body), res.headers.get("Process-Start-Time-Unix"))
         if self.scrapes and s.start_time and self.scrapes[-1].start_time and s.start_time != self.scrapes[-1].start_time:
             self.events.append(
-                InterferenceEvent(s.t, "restart", f"Process-Start-Time-Unix changed {self.scrapes[-1].start_time} -> {s.start_time}")
+                InterferenceEvent(s.t, "restart", note_text(N_("Process-Start-Time-Unix changed {before} -> {after}"), before=self.scrapes[-1].start_time, after=s.start_time))
             )
         self.max_deferred = max(self.max_deferred, s.values.get("requests_deferred", 0.0))
         self.scrapes.append(s)
@@ -221,7 +223,7 @@ class Monitor:
             res = await self.client.get("/slots", timeout=5)
         except Exception as e:  # noqa: BLE001
             self.poll_failures += 1
-            self.last_poll_error = f"GET /slots failed: {type(e).__name__}: {e}"
+            self.last_poll_error = note_text(N_("GET /slots failed: {error}"), error=f"{type(e).__name__}: {e}")
             if self.slots_available is None:
                 self.slots_available = False
                 self.slots_reason = self.last_poll_error
@@ -232,7 +234,8 @@ class Monitor:
         if res.status != 200 or not isinstance(res.body, list):
             self.slots_available = False
             self.slots_reason = (
-                f"GET /slots answered HTTP {res.status} (llama-server started with --no-slots, or not a llama-server)"
+                note_text(N_("GET /slots answered HTTP {status} (llama-server started with --no-slots, or not a "
+                             "llama-server)"), status=res.status)
             )
             return None
         self.slots_available = True

@@ -321,9 +321,9 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
             console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(more)}", highlight=False)
     inter = doc.get("interference") or {}
     for m in inter.get("missing", []):
-        console.print(f"[yellow]{escape(lab['missing'])}:[/] {escape(m)}", highlight=False)
+        console.print(f"[yellow]{escape(lab['missing'])}:[/] {escape(local_text(m))}", highlight=False)
     for ev in inter.get("events", [])[:10]:
-        console.print(f"[red]{escape(lab['interference'])}:[/] t={ev['t_s']} s {ev['kind']}: {escape(ev['detail'])}", highlight=False)
+        console.print(f"[red]{escape(lab['interference'])}:[/] t={ev['t_s']} s {ev['kind']}: {escape(local_text(ev['detail']))}", highlight=False)
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
         console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
@@ -404,8 +404,8 @@ def markdown(doc: dict[str, Any]) -> str:
     inter = doc.get("interference") or {}
     if inter.get("missing") or inter.get("events"):
         lines += ["", f"## {lab['interference_h']}", ""]
-        lines += [f"- {lab['missing']}: {m}" for m in inter.get("missing", [])]
-        lines += [f"- t={e['t_s']} s {e['kind']}: {e['detail']}" for e in inter.get("events", [])[:20]]
+        lines += [f"- {lab['missing']}: {local_text(m)}" for m in inter.get("missing", [])]
+        lines += [f"- t={e['t_s']} s {e['kind']}: {local_text(e['detail'])}" for e in inter.get("events", [])[:20]]
     if doc.get("errors"):
         lines += ["", f"## {lab['errors']}", ""] + [f"- {local_text(x)}" for x in doc["errors"][:50]]
     gpu = doc.get("gpu") or {}

@@ -269,15 +269,17 @@ async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dic
             r.total_slots = r.props.get("total_slots")
         else:
             r.is_llama = False
-            missing.append(f"/props (HTTP {props.status}): not a llama-server; llama-only fields are not sent")
+            missing.append(note_text(N_("/props (HTTP {status}): not a llama-server; llama-only fields are not sent"), status=props.status))
         if r.is_llama and r.total_slots is not None and cfg.slot is not None and cfg.slot >= int(r.total_slots):
             raise InputError(_("--slot {slot}: the server has {total_slots} slot(s) (0..{last})").format(slot=cfg.slot, total_slots=r.total_slots, last=int(r.total_slots) - 1))
         slots0 = await r.monitor.probe_slots()
         if slots0 is None:
-            missing.append(r.monitor.slots_reason + ": interference cannot be detected, samples are marked 'unknown'")
+            missing.append(note_text(N_("{reason}: interference cannot be detected, samples are marked 'unknown'"),
+                                  reason=r.monitor.slots_reason))
         first = await r.monitor.scrape()
         if first is None:
-            missing.append(r.monitor.metrics_reason + ": no counter reconciliation, no server-wide spec counters")
+            missing.append(note_text(N_("{reason}: no counter reconciliation, no server-wide spec counters"),
+                                  reason=r.monitor.metrics_reason))
         pre_busy = [s.get("id") for s in (slots0 or []) if s.get("is_processing")]
         gpu = GpuSampler(interval_s=cfg.gpu_interval_s)
         gpu.t0 = client.t0

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from llamarig.bench.monitor import SlotRuleState, judge_slots
+from llamarig.bench.records import note_text
+from llamarig.i18n import N_
 from llamarig.top.model import (
     Alert,
     Event,
@@ -148,7 +150,7 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
     if not raw.reachable:
         down_since = prev.down_since if prev and prev.down_since is not None else wall
         if prev is None or prev.down_since is None:
-            events.append(Event(wall, "down", name, f"{name} does not answer: {raw.error}", {"error": raw.error}))
+            events.append(Event(wall, "down", name, note_text(N_("{server} does not answer: {error}"), server=name, error=raw.error), {"error": raw.error}))
         alerts.append(Alert("down", name, {"seconds": round(wall - down_since), "error": raw.error}))
         memo = ServerMemo(t, False, prev.start_time if prev else None, prev.counters if prev else {},
                           prev.slots if prev else {}, rule, restarts, down_since, last_restart, False)
@@ -160,10 +162,11 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
     dt = (t - prev.t) if prev is not None and prev.reachable else None
     why_restart: list[str] = []
     if prev is not None and prev.down_since is not None:
-        events.append(Event(wall, "back", name, f"{name} answers again after {wall - prev.down_since:.0f} s",
+        events.append(Event(wall, "back", name, note_text(N_("{server} answers again after {seconds} s"), server=name, seconds=f"{wall - prev.down_since:.0f}"),
                             {"seconds": round(wall - prev.down_since)}))
     if prev is not None and raw.start_time is not None and prev.start_time is not None and raw.start_time != prev.start_time:
-        why_restart.append(f"/metrics Process-Start-Time-Unix changed from {prev.start_time:.0f} to {raw.start_time:.0f}")
+        why_restart.append(note_text(N_("/metrics Process-Start-Time-Unix changed from {before} to {after}"),
+                                       before=f"{prev.start_time:.0f}", after=f"{raw.start_time:.0f}"))
     counters = raw.metrics or {}
     if prev is not None and counters:
         back = _counters_back(prev.counters, counters)
@@ -186,7 +189,8 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
         sm, reprocessed = _reuse(sv, sm)
         if reprocessed:
             events.append(Event(wall, "reprocessed", name,
-                                f"slot {sid}: task {sv.id_task} reused {sv.cached or 0} of the {sm.prev_ctx} tokens the slot held",
+                                note_text(N_("slot {slot}: task {task} reused {cached} of the {held} tokens the slot held"),
+                                          slot=sid, task=sv.id_task, cached=sv.cached or 0, held=sm.prev_ctx),
                                 {"slot": sid, "cached": sv.cached or 0, "held": sm.prev_ctx}))
         if sm.reprocess_streak >= THRASH_STREAK:
             alerts.append(Alert("checkpoint_thrash", name, {"slot": sid, "streak": sm.reprocess_streak}))
@@ -209,7 +213,8 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
             alerts.append(Alert("foreign_work", name, {"busy": busy, "in_flight": in_flight}))
             if prev is None or not prev.foreign:
                 events.append(Event(wall, "foreign_work", name,
-                                    f"{busy} slots busy, {in_flight} requests in flight through the gateway"))
+                                    note_text(N_("{busy} slots busy, {in_flight} requests in flight through the gateway"),
+                                              busy=busy, in_flight=in_flight)))
     if why_restart:
         restarts += 1
         last_restart = wall
