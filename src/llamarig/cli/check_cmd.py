@@ -34,16 +34,17 @@ def read_input(path: str) -> tuple[str, str]:
         else:
             p = Path(path)
             if p.is_dir():
-                raise InputError(f"{path}: is a directory")
+                raise InputError(_("{path}: is a directory").format(path=path))
             with open(p, "rb") as f:
                 data = f.read(MAX_INPUT_BYTES + 1)
             name = path
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
+        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
     if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"{name}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB, not a launch script")
+        raise InputError(_("{name}: larger than {n} MiB, not a launch script").format(
+            name=name, n=MAX_INPUT_BYTES // (1024 * 1024)))
     if b"\x00" in data[:8192]:
-        raise InputError(f"{name}: binary data, not a command or script")
+        raise InputError(_("{name}: binary data, not a command or script").format(name=name))
     return data.decode("utf-8", errors="replace"), name
 
 
@@ -51,7 +52,7 @@ def get_schema(server_bin: str | None, bundled: bool, no_cache: bool = False,
                schema_build: int | None = None) -> Schema:
     if schema_build is not None:
         if server_bin:
-            raise InputError("give --server-bin or --schema-build, not both")
+            raise InputError(_("give --server-bin or --schema-build, not both"))
         return load_bundled(schema_build)
     if bundled:
         return load_bundled()
@@ -80,9 +81,9 @@ def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int 
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     if not parsed.invocations:
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
-                                "no llama-server command found (a program named llama-server, "
-                                "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
-                                "compose command: or llama-swap cmd:)", None, None))
+                                _("no llama-server command found (a program named llama-server, "
+                                  "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
+                                  "compose command: or llama-swap cmd:)"), None, None))
     return parsed, readings, findings
 
 
@@ -256,7 +257,7 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     from llamarig.flags.schema import bundled_provenance
 
     for build, n, how in bundled_provenance():
-        click.echo(f"{build:>6}  {n:>3} options  {how}")
+        click.echo(f"{build:>6}  {n:>3} " + _("options") + f"  {how}")
     ctx.exit(0)
 
 
@@ -349,7 +350,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
 
     lang = set_language(lang) if lang is not None else language()
     if not command:
-        raise InputError("give a file, - for stdin, or a llama-server command")
+        raise InputError(_("give a file, - for stdin, or a llama-server command"))
     base = None
     if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
         text, _kind = read_input(command[0])
@@ -363,7 +364,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             argv = ["llama-server"] + argv
         parsed = parse_argv(argv)
     if not parsed.invocations:
-        raise InputError("no llama-server command found in the input")
+        raise InputError(_("no llama-server command found in the input"))
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     loader = model_loader(model, base)
     from llamarig.flags.argv import read_invocation

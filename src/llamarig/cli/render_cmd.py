@@ -91,7 +91,7 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
     try:
         plan = build_plan(pa)
     except LlamarigError as e:
-        return None, None, f"plan: not computed ({e})"
+        return None, None, _("plan: not computed ({error})").format(error=e)
     speed = None
     note = ""
     try:
@@ -108,8 +108,8 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
 
             m, q = find_model(model)
             spec = build_spec(m, q)
-            note = (f"model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path "
-                    "(the figures are for the catalogue's header)")
+            note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path "
+                     "(the figures are for the catalogue's header)").format(model=model)
         speed = speed_report(spec, cfg, build_hardware(pa), n_ctx=plan.n_ctx_slot)
     except LlamarigError:
         speed = None
@@ -150,7 +150,7 @@ def _keep_script_command(inv: Any, script: Path, notes: list[str]) -> tuple[str 
     workdir = _script_dir(inv.cwd, script_dir)
     binary = _script_binary(inv.program, workdir, script_dir)
     if workdir:
-        how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"
+        how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"  # as written
         notes.append(_("directory: the script's {how} kept ({dir}): the server runs there").format(
             how=how, dir=workdir))
     if inv.wrappers:
@@ -198,13 +198,13 @@ def _refuse_catalogue_names(args: list[str]) -> None:
 
     model = get_value(args, "-m", "--model")
     if model and not Path(os.path.expanduser(model)).exists() and _is_catalogue_id(model):
-        raise InputError(f"-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download it "
-                         f"first, e.g. with `huggingface-cli download REPO FILE.gguf`, or give llama-server "
-                         f"`-hf REPO:QUANT`); `llamarig plan {model}` plans without the file")
+        raise InputError(_("-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download "
+                           "it first, e.g. with `huggingface-cli download REPO FILE.gguf`, or give llama-server "
+                           "`-hf REPO:QUANT`); `llamarig plan {model}` plans without the file").format(model=model))
     mm = get_value(args, "--mmproj", "-mm")
     if mm and mm.lower() in ("f16", "bf16", "catalogue", "auto", "default") and not Path(mm).exists():
-        raise InputError(f"--mmproj {mm}: plan's shorthand for the catalogue's projector, not a file: give the "
-                         "mmproj GGUF's path")
+        raise InputError(_("--mmproj {mm}: plan's shorthand for the catalogue's projector, not a file: give the "
+                           "mmproj GGUF's path").format(mm=mm))
 
 
 def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, server_bin: str | None,
@@ -228,7 +228,7 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         from llamarig.cli.check_cmd import get_schema, read_input, run_check
 
         if tokens:
-            raise InputError("give either --from-script FILE or a command, not both")
+            raise InputError(_("give either --from-script FILE or a command, not both"))
         text, name = read_input(from_script)
         schema = get_schema(server_bin, False)
         parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
@@ -240,13 +240,15 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
             text = fix_text(parsed, readings, findings, schema)
             parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
                                                 origin=Path(from_script))
-            notes.append(f"input: {name}, repaired with `llamarig check --fix` ({n_before} error(s) before)")
+            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(
+                name=name, n=n_before))
         else:
-            notes.append(f"input: {name}")
+            notes.append(_("input: {name}").format(name=name))
         if not parsed.invocations:
-            raise InputError(f"{name}: no llama-server command found")
+            raise InputError(_("{name}: no llama-server command found").format(name=name))
         if not 1 <= invocation <= len(parsed.invocations):
-            raise InputError(f"--invocation {invocation}: {name} has {len(parsed.invocations)} llama-server command(s)")
+            raise InputError(_("--invocation {k}: {name} has {n} llama-server command(s)").format(
+                k=invocation, name=name, n=len(parsed.invocations)))
         inv = parsed.invocations[invocation - 1]
         findings = [f for f in findings if f.invocation in (None, invocation - 1)]
         program, args = inv.program, [w.text for w in inv.args]
@@ -259,8 +261,8 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     else:
         program, args = _split(list(tokens))
         if not args:
-            raise InputError("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` "
-                             "or --from-script FILE")
+            raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` "
+                               "or --from-script FILE"))
     if kept_binary is not None:
         binary = kept_binary
         found, itself = _schema_binary(binary)
@@ -271,21 +273,23 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
     else:
         binary = _binary(server_bin, program)
         if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-            notes.append(f"binary: {binary} (the input's {program} is not here)")
+            notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
         schema = _schema(binary)
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
         if bad:
             cmd = click.get_current_context().info_name
-            raise InputError(f"{', '.join(bad)}: llamarig option(s) after the model (or after `--`) would be passed "
-                             f"to llama-server, which does not take them: put llamarig options before the model, "
-                             f"e.g. `llamarig {cmd} {bad[0]} ... MODEL.gguf [SERVER FLAGS]`")
+            raise InputError(_("{options}: llamarig option(s) after the model (or after `--`) would be passed "
+                               "to llama-server, which does not take them: put llamarig options before the model, "
+                               "e.g. `llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(
+                                   options=", ".join(bad), cmd=cmd, first=bad[0]))
     if not from_script:
         _refuse_catalogue_names(args)
     args, changed = absolutize(args, schema, bases)
     if changed:
-        where = " or ".join(str(b) for b in bases)
-        notes.append(f"paths: relative {', '.join(changed)} made absolute (against {where})")
+        where = _(" or ").join(str(b) for b in bases)
+        notes.append(_("paths: relative {paths} made absolute (against {where})").format(
+            paths=", ".join(changed), where=where))
     res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema, wrappers=wrappers,
                    workdir=workdir)
     if want_plan:
@@ -321,11 +325,12 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
     figures = list(res.notes) + figures
     nm = name or _default_name(res.args)
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", nm):
-        raise InputError(f"--name {nm}: use letters, digits, '-', '_', '.', '@' only")
+        raise InputError(_("--name {name}: use letters, digits, '-', '_', '.', '@' only").format(name=nm))
     for word in [res.binary, *res.args, *(f"{k}={v}" for k, v in res.env)]:
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
-            raise InputError(f"argument {one_line(word)}: contains a control character (newline, tab...): "
-                             "it cannot be rendered safely into a script, unit or YAML file")
+            raise InputError(_("argument {word}: contains a control character (newline, tab...): "
+                               "it cannot be rendered safely into a script, unit or YAML file").format(
+                                   word=one_line(word)))
     figures = [one_line(f, 1000) for f in figures]
     schema = res.schema if res.schema is not None else _schema(res.binary)
     # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
@@ -378,6 +383,7 @@ def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: i
     ``reported``: findings of the --from-script input printed already; not repeated."""
     from llamarig.render.argv import check_argv, finding_line
 
+    what = {"render": _("render"), "launch": _("launch")}.get(what, what)
     schema = res.schema
     if schema is None:  # resolve() always sets one; else check against the bundled one, as the error below says
         from llamarig.flags.schema import load_bundled
@@ -391,12 +397,13 @@ def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: i
         if f.severity == "error" and not force:
             click.echo(f"llamarig: error: {finding_line(f)}", err=True)
         else:
-            extra = f" (--force: {what} anyway)" if f.severity == "error" else ""
+            extra = _(" (--force: {what} anyway)").format(what=what) if f.severity == "error" else ""
             click.echo(f"llamarig: warning: {finding_line(f)}{extra}", err=True)
     if errors and not force:
-        label = res.schema.label() if res.schema is not None else "the bundled schema"
-        raise LlamarigError(f"{len(errors)} check error(s) in the llama-server command (flags of {label}): "
-                            f"fix them, or pass --force to {what} it as is")
+        label = res.schema.label() if res.schema is not None else _("the bundled schema")
+        raise LlamarigError(_("{n} check error(s) in the llama-server command (flags of {label}): "
+                              "fix them, or pass --force to {what} it as is").format(
+                                  n=len(errors), label=label, what=what))
 
 
 def _input_options(f: Any) -> Any:
@@ -436,17 +443,22 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
-            click.echo(f"llamarig: line {f.line}: [{f.rule}] {f.message}", err=True)
-        raise LlamarigError(f"{len(errors)} check error(s) in {from_script}: pass --fix to apply "
-                            "`llamarig check --fix` repairs, or --force to render as is")
+            click.echo("llamarig: " + _("line {line}: [{rule}] {message}").format(
+                line=f.line, rule=f.rule, message=f.message), err=True)
+        raise LlamarigError(_("{n} check error(s) in {file}: pass --fix to apply "
+                              "`llamarig check --fix` repairs, or --force to render as is").format(
+                                  n=len(errors), file=from_script))
     for f in errors:
-        click.echo(f"llamarig: warning: line {f.line}: [{f.rule}] {f.message} (--force: render anyway)", err=True)
+        click.echo("llamarig: warning: " + _("line {line}: [{rule}] {message}").format(
+            line=f.line, rule=f.rule, message=f.message) + _(" (--force: {what} anyway)").format(what=_("render")),
+            err=True)
     # the rendered command itself must pass `llamarig check` (cores: of this machine only with --detect)
     from llamarig.flags.rules import physical_cores
 
     check_final(res, res.args, force, "render", physical_cores() if detect else None, reported=errors)
     if res.plan is not None and not res.plan.fits and not force:
-        raise LlamarigError("the plan does not fit (" + "; ".join(res.plan.shortfalls()) + "): pass --force to render anyway")
+        raise LlamarigError(_("the plan does not fit ({short}): pass --force to render anyway").format(
+            short="; ".join(res.plan.shortfalls())))
     text = render_text(res, fmt, name, compose_backend, user)
     if out:
         p = Path(out)
@@ -455,8 +467,8 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
             if fmt == "bash":
                 p.chmod(p.stat().st_mode | 0o111)
         except OSError as e:
-            raise InputError(f"{out}: cannot write: {e.strerror or e}") from None
-        click.echo(f"wrote {out} ({fmt})", err=True)
+            raise InputError(_("{file}: cannot write: {error}").format(file=out, error=e.strerror or e)) from None
+        click.echo(_("wrote {file} ({format})").format(file=out, format=fmt), err=True)
     else:
         click.echo(text, nl=False)
 
@@ -465,18 +477,20 @@ def _verify_table(rows: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="planned vs actual (llama-server -lv 4 buffer lines)", title_justify="left")
-    for c in ("device", "component", "planned MiB", "actual MiB", "diff MiB", "tolerance", "method", ""):
-        t.add_column(c, justify="right" if "MiB" in c or c == "tolerance" else "left")
+    t = Table(title=_("planned vs actual (llama-server -lv 4 buffer lines)"), title_justify="left")
+    for c, right in ((_("device"), False), (_("component"), False), (_("planned MiB"), True),
+                     (_("actual MiB"), True), (_("diff MiB"), True), (_("tolerance"), True), (_("method"), False),
+                     ("", False)):
+        t.add_column(c, justify="right" if right else "left")
     for r in rows:
         t.add_row(r.device, r.component, f"{r.planned / 2**20:.2f}",
                   "-" if r.actual_mib is None else f"{r.actual_mib:.2f}",
                   "-" if r.diff_mib is None else f"{r.diff_mib:+.2f}", f"±{r.tolerance_mib:.3f}", r.method,
-                  "[green]ok[/]" if r.ok else "[yellow]DIFFERS[/]")
+                  "[green]" + _("ok") + "[/]" if r.ok else "[yellow]" + _("DIFFERS") + "[/]")
     con = Console(stderr=False, highlight=False)
     con.print(t)
-    con.print("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f MiB "
-              "rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB")
+    con.print(_("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the rounding of the log's "
+                "MiB figures (2 decimals: ±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB"))
 
 
 @click.command("launch", context_settings=_CTX)
@@ -515,7 +529,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     detect = detect or not gpus
     res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, own=own_options())
     if res.plan is None and res.plan_note:
-        click.echo(f"llamarig: note: {res.plan_note}; launching without verification", err=True)
+        click.echo("llamarig: note: " + _("{note}; launching without verification").format(note=res.plan_note), err=True)
     args = list(res.args)
     if port is not None:
         from llamarig.render.common import set_value
@@ -568,19 +582,21 @@ def _launch_report(lr: Any, as_json: bool) -> None:
                                "verification": [r.to_json() for r in lr.rows], "verified": not bad and bool(lr.rows)},
                               indent=1))
     else:
-        click.echo(f"llama-server pid {lr.state.pid} healthy at {lr.url}; log {lr.state.log_path}; "
-                   f"state {lr.state_file}")
+        click.echo(_("llama-server pid {pid} healthy at {url}; log {log}; state {state}").format(
+            pid=lr.state.pid, url=lr.url, log=lr.state.log_path, state=lr.state_file))
         if lr.rows:
             _verify_table(lr.rows)
     for r in bad:
-        click.echo(f"llamarig: warning: {r.device} {r.component}: planned {r.planned / 2**20:.2f} MiB, "
-                   f"allocated {r.actual_mib} MiB (tolerance ±{r.tolerance_mib:.3f} MiB, {r.method})", err=True)
+        click.echo("llamarig: warning: " + _("{device} {component}: planned {planned} MiB, allocated {actual} MiB "
+                                             "(tolerance ±{tol} MiB, {method})").format(
+            device=r.device, component=r.component, planned=f"{r.planned / 2**20:.2f}", actual=r.actual_mib,
+            tol=f"{r.tolerance_mib:.3f}", method=r.method), err=True)
 
 
 def _foreground(lr: Any) -> None:
     from llamarig.launch import process as L
 
-    click.echo("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it", err=True)
+    click.echo(_("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it"), err=True)
     try:
         code = lr.proc.wait()
         lr.state_file.unlink(missing_ok=True)
