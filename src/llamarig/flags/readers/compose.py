@@ -54,13 +54,14 @@ def read_compose(doc: Node, src: Y.Source, dotenv: dict[str, str] | None = None)
     return found
 
 
-_SPEC = "compose spec, Interpolation: https://github.com/compose-spec/compose-spec/blob/main/spec.md#interpolation"
+_SPEC_URL = "https://github.com/compose-spec/compose-spec/blob/main/spec.md#interpolation"
 
 
 def _missing_notes(ip: Interpolation, label: str, has_dotenv: bool) -> list[Note]:
     """One note per variable the service's values needed and ``.env`` does not set."""
     out: list[Note] = []
     seen: set[str] = set()
+    spec = _("compose spec, Interpolation: {url}").format(url=_SPEC_URL)
     where = _(".env next to the compose file") if has_dotenv else _("a .env file next to the compose file (none found)")
     for m in ip.missing:
         if m.name in seen:
@@ -69,19 +70,19 @@ def _missing_notes(ip: Interpolation, label: str, has_dotenv: bool) -> list[Note
         if m.invalid:
             out.append(Note("shell-syntax", m.line, _("services.{label}: `{name}` is not an interpolation docker "
                             "compose accepts (\"invalid interpolation format\"); {spec}").format(
-                                label=label, name=m.name, spec=_SPEC), Severity.ERROR))
+                                label=label, name=m.name, spec=spec), Severity.ERROR))
         elif m.required is not None:
             out.append(Note("unknown-variable", m.line, _("services.{label}: `${{{name}:?...}}` is not set in "
                             "{where}: docker compose refuses the file (\"required variable {name} is missing a "
                             "value: {required}\") unless the shell that runs it sets {name}; {spec}").format(
-                                label=label, name=m.name, where=where, required=m.required, spec=_SPEC),
+                                label=label, name=m.name, where=where, required=m.required, spec=spec),
                             Severity.ERROR))
         else:
             out.append(Note("unknown-variable", m.line, _("services.{label}: `${name}` has no default and is not "
                             "set in {where}: docker compose substitutes an empty string ('The \"{name}\" "
                             "variable is not set. Defaulting to a blank string.') unless the shell that runs "
                             "it sets {name}; checked as empty; {spec}").format(
-                                label=label, name=m.name, where=where, spec=_SPEC), Severity.WARNING))
+                                label=label, name=m.name, where=where, spec=spec), Severity.WARNING))
     return out
 
 
