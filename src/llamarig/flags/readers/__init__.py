@@ -19,6 +19,7 @@ processing: no command is run. Garbage in gives notes, never an exception.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
@@ -107,9 +108,9 @@ def _add_presets(parsed: Parsed, origin: Path) -> None:
                 p.label = _("{label} in {file} (--models-preset on line {line})").format(
                     label=p.label, file=path.name, line=inv.line)
                 parsed.invocations.append(p)
-            parsed.notes.extend(Note(n.kind, n.line, _("{file} line {line}: {message}").format(
-                file=path.name, line=n.line, message=n.message), n.severity,
-                                     None if n.invocation is None else n.invocation + base) for n in sub.notes)
+            parsed.notes.extend(replace(n, message=_("{file} line {line}: {message}").format(
+                file=path.name, line=n.line, message=n.message),
+                invocation=None if n.invocation is None else n.invocation + base) for n in sub.notes)
 
 
 def parse_argv(argv: list[str]) -> Parsed:

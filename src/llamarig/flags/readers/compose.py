@@ -70,7 +70,8 @@ def _missing_notes(ip: Interpolation, label: str, has_dotenv: bool) -> list[Note
         if m.invalid:
             out.append(Note("shell-syntax", m.line, _("services.{label}: `{name}` is not an interpolation docker "
                             "compose accepts (\"invalid interpolation format\"); {spec}").format(
-                                label=label, name=m.name, spec=spec), Severity.ERROR))
+                                label=label, name=m.name, spec=spec), Severity.ERROR,
+                            fix=_("write `${{NAME}}` or `${{NAME:-default}}`, and `$$` for a literal `$`").format()))
         elif m.required is not None:
             out.append(Note("unknown-variable", m.line, _("services.{label}: `${{{name}:?...}}` is not set in "
                             "{where}: docker compose refuses the file (\"required variable {name} is missing a "

@@ -82,7 +82,8 @@ def parse_preset(text: str) -> Parsed:
             notes.append(Note("shell-syntax", i,
                               _("line {line} is neither `[section]`, `key = value`, a comment nor blank: "
                                 "llama-server refuses the whole file (\"failed to parse server config file\", "
-                                "common/preset.cpp:228)").format(line=i), Severity.ERROR))
+                                "common/preset.cpp:228)").format(line=i), Severity.ERROR,
+                              fix=_("write it as `key = value` or `[section]`, or comment it out with `;` or `#`")))
             continue
         key, value, cut = m.group(1), m.group(2), m.group(3)
         if cut and re.search(r"[^ \t]" + re.escape(cut), ln[ln.index("=") + 1:]):

@@ -22,6 +22,7 @@ own template may add arguments of its own, which a values file cannot show.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
@@ -103,7 +104,7 @@ def read_kubernetes(doc: Node, src: Y.Source, cms: dict[str, list[tuple[str, str
 
 def _attach(n: Note) -> Note:
     """A note of the container, shown with its first invocation."""
-    return n if n.invocation is not None else Note(n.kind, n.line, n.message, n.severity, 0)
+    return n if n.invocation is not None else replace(n, invocation=0)
 
 
 def _merge(into: Found, more: Found) -> None:
@@ -112,7 +113,7 @@ def _merge(into: Found, more: Found) -> None:
     into[0].extend(more[0])
     for n in more[1]:
         into[1].append(n if n.invocation is None else
-                       Note(n.kind, n.line, n.message, n.severity, n.invocation + base))
+                       replace(n, invocation=n.invocation + base))
 
 
 def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: str
