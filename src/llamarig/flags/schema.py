@@ -153,7 +153,7 @@ class Schema:
         return hit
 
     def label(self) -> str:
-        b = f"build {self.build}" if self.build is not None else "unknown build"
+        b = f"build {self.build}" if self.build is not None else _("unknown build")
         return f"{self.source}: {b} ({self.origin})" if self.origin else f"{self.source}: {b}"
 
     def fingerprint(self) -> str:
@@ -418,8 +418,8 @@ def load_bundled(build: int | None = None) -> Schema:
     data = _bundled_json(pick)
     origin = f"llamarig/data/schemas/llama-server-{pick}.json"
     if build is not None and pick != build:
-        origin += f", the newest bundled build not newer than {build}" if pick < build else \
-            f", the oldest bundled build (none is as old as {build})"
+        origin += (_(", the newest bundled build not newer than {build}") if pick < build else
+                   _(", the oldest bundled build (none is as old as {build})")).format(build=build)
     return schema_from_json(data, "bundled", origin)
 
 
