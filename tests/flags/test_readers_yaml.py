@@ -264,3 +264,18 @@ spec:
     assert inv.argv[1:] == ["-c", "16384", "--api-key", "$(KEY)", "-a", "$(CTX)"]
     assert ("CTX", "16384", 17) in inv.env
     assert any("$(KEY)" in n.message for n in p.notes if n.kind == "unknown-variable")
+
+
+def test_a_syntax_note_carries_its_own_fix() -> None:
+    """A preset line that is not INI and a compose interpolation docker compose refuses are
+    shell-syntax findings, but "fix the quoting" is not their repair: the reader says what is."""
+    schema = load_bundled()
+    ini = "[a]\nmodel = x.gguf\nbogus line\n"
+    _r, fs = lint(parse_text(ini, "ini"), schema, Context(physical_cores=8))
+    assert [f.fix for f in fs if f.rule == "shell-syntax"] == [
+        "write it as `key = value` or `[section]`, or comment it out with `;` or `#`"]
+    compose = ("services:\n  llm:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"
+               "    command: [\"-m\", \"/m/a.gguf\", \"-c\", \"${1x}\"]\n")
+    _r, fs = lint(parse_text(compose, "yaml"), schema, Context(physical_cores=8))
+    assert [f.fix for f in fs if f.rule == "shell-syntax"] == [
+        "write `${NAME}` or `${NAME:-default}`, and `$$` for a literal `$`"]

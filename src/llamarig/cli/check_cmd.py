@@ -80,9 +80,9 @@ def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int 
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     if not parsed.invocations:
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
-                                "no llama-server command found (a program named llama-server, "
-                                "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
-                                "compose command: or llama-swap cmd:)", None, None))
+                                _("no llama-server command found (a program named llama-server, "
+                                  "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
+                                  "compose command: or llama-swap cmd:)"), None, None))
     return parsed, readings, findings
 
 
@@ -256,7 +256,7 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     from llamarig.flags.schema import bundled_provenance
 
     for build, n, how in bundled_provenance():
-        click.echo(f"{build:>6}  {n:>3} options  {how}")
+        click.echo(f"{build:>6}  {n:>3} " + _("options") + f"  {how}")
     ctx.exit(0)
 
 

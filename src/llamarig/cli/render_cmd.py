@@ -150,7 +150,7 @@ def _keep_script_command(inv: Any, script: Path, notes: list[str]) -> tuple[str 
     workdir = _script_dir(inv.cwd, script_dir)
     binary = _script_binary(inv.program, workdir, script_dir)
     if workdir:
-        how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"
+        how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"  # as written
         notes.append(_("directory: the script's {how} kept ({dir}): the server runs there").format(
             how=how, dir=workdir))
     if inv.wrappers:
@@ -378,6 +378,7 @@ def check_final(res: Resolved, args: list[str], force: bool, what: str, cores: i
     ``reported``: findings of the --from-script input printed already; not repeated."""
     from llamarig.render.argv import check_argv, finding_line
 
+    what = {"render": _("render"), "launch": _("launch")}.get(what, what)
     schema = res.schema
     if schema is None:  # resolve() always sets one; else check against the bundled one, as the error below says
         from llamarig.flags.schema import load_bundled

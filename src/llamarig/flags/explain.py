@@ -15,6 +15,7 @@ from llamarig.flags.argv import Reading, Use, int_of
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import Schema
 from llamarig.gguf.ggml_types import row_size
+from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -150,9 +151,9 @@ def memory_effects(r: Reading, spec: ModelSpec | None, lang: str = "en") -> dict
             n_att += 1
     except (KeyError, ValueError, ZeroDivisionError):
         return out
-    formula = (f"sum over {n_att} attention layers of (row(K) + row(V)) x {cells} cells"
-               " (src/llama-kv-cache.cpp)")
-    out["--ctx-size"] = t["kv"].format(size=fmt_bytes(total), tk=tk, tv=tv) + f" = {formula}"
+    formula = _("sum over {n} attention layers of (row(K) + row(V)) x {cells} cells").format(n=n_att, cells=cells)
+    out["--ctx-size"] = t["kv"].format(size=fmt_bytes(total), tk=tk, tv=tv) + " = " + formula + \
+        " (src/llama-kv-cache.cpp)"
     out["--cache-type-k"] = t["kv"].format(size=fmt_bytes(total), tk=tk, tv=tv)
     out["--cache-type-v"] = out["--cache-type-k"]
     if n_par:
@@ -162,14 +163,16 @@ def memory_effects(r: Reading, spec: ModelSpec | None, lang: str = "en") -> dict
     if rec and spec.recurrent is not None:
         rs = len(rec) * 4 * (spec.recurrent.n_embd_r + spec.recurrent.n_embd_s) * max(1, n_seq)
         out["--parallel"] = (out.get("--parallel", "") + "; " if "--parallel" in out else "") + t["rs"].format(
-            size=fmt_bytes(rs)) + f" = {len(rec)} layers x 4 B x (n_embd_r + n_embd_s) x {max(1, n_seq)} seqs"
+            size=fmt_bytes(rs)) + " = " + _("{n} layers x 4 B x (n_embd_r + n_embd_s) x {seqs} seqs").format(
+            n=len(rec), seqs=max(1, n_seq))
     specs = [x for u in r.all("--spec-type") for x in (u.value or "").split(",")]
     nextn = [lay for lay in spec.layers if lay.nextn]
     if "draft-mtp" in specs and nextn:
         tkd, tvd = val("--spec-draft-type-k") or "f16", val("--spec-draft-type-v") or "f16"
         mtp = sum((row_size(tkd, lay.n_embd_k_gqa) + row_size(tvd, lay.n_embd_v_gqa)) * n_ctx for lay in nextn)
-        out["--spec-type"] = t["mtp"].format(size=fmt_bytes(mtp), tk=tkd, tv=tvd) + \
-            f" = {len(nextn)} nextn layers x (row(K)+row(V)) x {n_ctx} (common/speculative.cpp)"
+        out["--spec-type"] = t["mtp"].format(size=fmt_bytes(mtp), tk=tkd, tv=tvd) + " = " + _(
+            "{n} nextn layers x (row(K)+row(V)) x {n_ctx}").format(n=len(nextn), n_ctx=n_ctx) + \
+            " (common/speculative.cpp)"
     out["--model"] = t["weights"].format(size=fmt_bytes(spec.weights_bytes))
     return out
 

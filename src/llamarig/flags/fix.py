@@ -256,7 +256,7 @@ def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], s
         for k, inv in enumerate(parsed.invocations):
             fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
             if fx.comments:
-                out += f"\n; llamarig: {inv.label}: the preset's keys as corrected options:\n"
+                out += "\n; llamarig: " + _("{label}: the preset's keys as corrected options:").format(label=inv.label) + "\n"
                 out += "".join(f"; {c.lstrip('# ')}\n" for c in fx.comments)
                 out += "".join(f";   {a}\n" for a in fx.args)
         return out

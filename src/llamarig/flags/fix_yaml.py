@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
+from llamarig.i18n import _
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
@@ -154,9 +155,10 @@ def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation]) -> str:
     if left:
         out = out.rstrip("\n") + "\n"
         for inv, fx in left:
-            out += (f"\n# llamarig: {parsed.kind} {inv.label or ''} (line {inv.line}): not held in one YAML node "
-                    "as written (built from a macro, a variable or a script): left as it is; the corrected "
-                    "command:\n")
+            out += "\n# llamarig: " + _("{kind} {label} (line {line}): not held in one YAML node as written "
+                                         "(built from a macro, a variable or a script): left as it is; the "
+                                         "corrected command:").format(kind=parsed.kind, label=inv.label or "",
+                                                                     line=inv.line) + "\n"
             out += "".join(f"# {c.lstrip('# ')}\n" for c in fx.comments)
             program = [] if inv.program.startswith("(") else [inv.program]  # `(entrypoint of IMAGE)`
             out += "#   " + " ".join(_shell(w) for w in program + [x for g in fx.groups for x in g]) + "\n"

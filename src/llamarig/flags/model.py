@@ -13,6 +13,7 @@ from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.parsed import Invocation
 from llamarig.flags.rules.context import Context
 from llamarig.gguf.spec import load_spec
+from llamarig.i18n import _
 
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
@@ -66,7 +67,8 @@ def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[
             spec, err = cache[path]
             return replace(ctx, model_spec=spec, model_error=err)
         if explicit_model:
-            raise InputError(f"{explicit_model}: model file not found (nor a catalogue id: see `llamarig models`)")
+            raise InputError(_("{model}: model file not found (nor a catalogue id: see `llamarig models`)").format(
+                model=explicit_model))
         return ctx
 
     return load

@@ -38,6 +38,7 @@ class Note:
     message: str
     severity: Severity = Severity.ERROR
     invocation: int | None = None  # index of the llama-server invocation concerned
+    fix: str | None = None  # the repair, when the kind's usual one does not fit (rules/script.py)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 
 from llamarig.binary import CACHE_ROOT, find_binary
 from llamarig.errors import InputError, ServerError
+from llamarig.i18n import _
 
 SCHEMA_FORMAT = 1
 PINNED_BUILD = 11434
@@ -152,7 +153,7 @@ class Schema:
         return hit
 
     def label(self) -> str:
-        b = f"build {self.build}" if self.build is not None else "unknown build"
+        b = f"build {self.build}" if self.build is not None else _("unknown build")
         return f"{self.source}: {b} ({self.origin})" if self.origin else f"{self.source}: {b}"
 
     def fingerprint(self) -> str:
@@ -191,7 +192,7 @@ def _opt_from_json(d: dict[str, Any]) -> Option:
 
 def schema_from_json(data: dict[str, Any], source: str, origin: str) -> Schema:
     if not isinstance(data, dict) or data.get("format") != SCHEMA_FORMAT:
-        raise InputError(f"{origin}: not a llamarig flag schema (format {SCHEMA_FORMAT})")
+        raise InputError(_("{origin}: not a llamarig flag schema (format {format})").format(origin=origin, format=SCHEMA_FORMAT))
     return Schema(
         options=tuple(_opt_from_json(o) for o in data["options"]),
         build=data.get("build"),
@@ -407,7 +408,7 @@ def load_bundled(build: int | None = None) -> Schema:
     else the pinned build."""
     builds = bundled_builds()
     if not builds:
-        raise InputError("no bundled llama-server schema found in llamarig/data/schemas")
+        raise InputError(_("no bundled llama-server schema found in {dir}").format(dir="llamarig/data/schemas"))
     if build is None:
         pick = PINNED_BUILD if PINNED_BUILD in builds else builds[-1]
     else:
@@ -417,8 +418,8 @@ def load_bundled(build: int | None = None) -> Schema:
     data = _bundled_json(pick)
     origin = f"llamarig/data/schemas/llama-server-{pick}.json"
     if build is not None and pick != build:
-        origin += f", the newest bundled build not newer than {build}" if pick < build else \
-            f", the oldest bundled build (none is as old as {build})"
+        origin += (_(", the newest bundled build not newer than {build}") if pick < build else
+                   _(", the oldest bundled build (none is as old as {build})")).format(build=build)
     return schema_from_json(data, "bundled", origin)
 
 
@@ -452,7 +453,8 @@ def schema_from_binary(binary: Path, timeout: float = 30, reference: Schema | No
     help_text = _run(binary, "--help", timeout)
     opts = parse_help(help_text)
     if len(opts) < 20:
-        raise ServerError(f"{binary} --help: does not look like llama-server's help ({len(opts)} options)")
+        raise ServerError(_("{binary} --help: does not look like llama-server's help ({n} options)").format(
+            binary=binary, n=len(opts)))
     version, build, commit = parse_version(_run(binary, "--version", timeout))
     inferred = False
     if not build:

@@ -19,6 +19,7 @@ from llamarig.errors import one_line
 from llamarig.flags.model import model_loader
 from llamarig.flags.readers import parse_argv
 from llamarig.flags.rules import Context, lint
+from llamarig.i18n import _
 from llamarig.render.common import flag_groups, is_flag
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def check_argv(argv: Sequence[str], schema: Schema, *, cores: int | None = None,
         except Exception:  # an unreadable model is the planner's and the server's to report
             return c
 
-    _, findings = lint(parse_argv(list(argv)), schema, ctx, safe_loader)
+    _parsed, findings = lint(parse_argv(list(argv)), schema, ctx, safe_loader)
     return findings
 
 
@@ -182,5 +183,5 @@ def finding_line(f: Finding) -> str:
     """One line for a finding: ``[rule] message (fix: ...)``."""
     text = f"[{f.rule}] {f.message}"
     if f.fix:
-        text += f" (fix: {f.fix})"
+        text += _(" (fix: {fix})").format(fix=f.fix)
     return one_line(text, 600)

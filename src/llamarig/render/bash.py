@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 
+from llamarig.i18n import _
 from llamarig.render.common import RenderSpec
 
 
@@ -32,11 +33,11 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
     out += _comment(spec.header())
     out += _comment([
         "",
-        f"usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)",
-        "  start       run in the background: PID file and log in $LLAMARIG_RUN_DIR",
-        "  stop        SIGTERM to the PID in the PID file only (after checking it is this",
-        "              llama-server), SIGKILL after 30 s",
-        "  foreground  exec the server in this shell (for systemd, containers, debugging)",
+        _("usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)").format(name=name),
+        "  start       " + _("run in the background: PID file and log in $LLAMARIG_RUN_DIR"),
+        "  stop        " + _("SIGTERM to the PID in the PID file only (after checking it is this"),
+        "              " + _("llama-server), SIGKILL after 30 s"),
+        "  foreground  " + _("exec the server in this shell (for systemd, containers, debugging)"),
         "",
     ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)))
     out += [
@@ -51,13 +52,13 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         f"START_TIMEOUT={start_timeout_s}",
         *env,
         "",
-        "# the llama-server command: one flag per line, nothing between the continued lines",
+        "# " + _("the llama-server command: one flag per line, nothing between the continued lines"),
         "run_llama_server() {",
         *cmd_lines,
         "}",
         "",
-        "# true when PID is alive and its command line starts with our binary (not a reused PID)",
-        "# (or, when a wrapper such as timeout stays the parent, runs it)",
+        "# " + _("true when PID is alive and its command line starts with our binary (not a reused PID)"),
+        "# " + _("(or, when a wrapper such as timeout stays the parent, runs it)"),
         "is_ours() {",
         '  local pid=$1 args',
         '  [[ "$pid" =~ ^[0-9]+$ ]] || return 1',
@@ -76,8 +77,8 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         "  pid=$(read_pid)",
         '  if is_ours "$pid"; then echo "$NAME: already running (pid $pid)"; return 0; fi',
         '  if [[ -f "$LOG_FILE" ]]; then mv -f "$LOG_FILE" "$LOG_FILE.1"; fi',
-        "  # a subshell that ignores SIGHUP (closing the terminal must not stop the server), then",
-        "  # execs llama-server: $! is llama-server's own pid",
+        "  # " + _("a subshell that ignores SIGHUP (closing the terminal must not stop the server), then"),
+        "  # " + _("execs llama-server: $! is llama-server's own pid"),
         '  ( trap "" HUP; run_llama_server ) >"$LOG_FILE" 2>&1 </dev/null &',
         "  pid=$!",
         '  echo "$pid" >"$PID_FILE"',

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamarig import __version__
+from llamarig.i18n import _, language
 from llamarig.units import fmt_bytes
 
 _NUM = re.compile(r"^-\d+(\.\d+)?$")
@@ -55,18 +56,29 @@ def flag_groups(args: Sequence[str], schema: Any = None) -> list[list[str]]:
 
 
 def flag_comment(tok: str, schema: Any) -> str:
-    """One short line saying what a flag does (first sentence of the build's --help)."""
+    """One short line saying what a flag does (first sentence of the build's --help; in Chinese,
+    explain's hand-written description, else the English help marked as such)."""
     if schema is None:
         return ""
     hit = schema.lookup(tok.split("=", 1)[0])
     if hit is None:
-        return "(not a flag of this llama-server build)"
+        return _("(not a flag of this llama-server build)")
     opt, positive = hit
-    text = opt.summary or opt.name
-    text = re.sub(r"\s+", " ", text)
+    text = re.sub(r"\s+", " ", opt.summary or opt.name)
+    if language() == "zh":
+        from llamarig.flags.explain import (  # lazy: only the Chinese comments need the table
+            TEXT,
+            ZH,
+        )
+
+        text = ZH.get(opt.name) or _short(text, 60) + TEXT["zh"]["fallback"]
     if not positive:
-        text = "disable: " + text
-    return text if len(text) <= 72 else text[:71] + "…"
+        text = _("disable: {what}").format(what=text)
+    return _short(text, 72)
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def get_value(args: Sequence[str], *names: str) -> str | None:
@@ -139,7 +151,7 @@ class RenderSpec:
 
     def header(self) -> list[str]:
         """Comment lines (without the comment marker) every output starts with."""
-        lines = [f"rendered by llamarig {self.version} (llamarig render)"]
+        lines = [_("rendered by llamarig {version} (llamarig render)").format(version=self.version)]
         if self.figures:
             lines.append("")
             lines.extend(self.figures)
@@ -148,12 +160,12 @@ class RenderSpec:
     def flag_table(self, arg_text: Any = None) -> list[str]:
         """Comment lines: each flag group with what it does, in command order."""
         fmt = arg_text or (lambda g: " ".join(g))
-        rows = [(fmt(g), flag_comment(g[0], self.schema) if is_flag(g[0]) else "(argument)")
+        rows = [(fmt(g), flag_comment(g[0], self.schema) if is_flag(g[0]) else _("(argument)"))
                 for g in self.groups()]
         if not rows:
             return []
-        width = min(40, max(len(a) for a, _ in rows))
-        out = ["flags, one per line in the command below (same order):"]
+        width = min(40, max(len(a) for a, _c in rows))
+        out = [_("flags, one per line in the command below (same order):")]
         for a, c in rows:
             out.append(f"  {a:<{width}}  {c}".rstrip() if c else f"  {a}")
         return out
@@ -161,28 +173,37 @@ class RenderSpec:
 
 def plan_figures(plan: Any, speed: Any = None) -> list[str]:
     """The plan's memory (and speed) figures as short comment lines, each with its method."""
-    out = ["plan (llamarig plan; weights/KV/recurrent exact from the GGUF header, compute modelled):"]
-    out.append(f"  n_ctx {plan.n_ctx}, {plan.n_parallel} slot(s) x {plan.n_ctx_slot} tokens, "
-               f"KV K {plan.cache_type_k} / V {plan.cache_type_v} = {plan.kv_bytes_per_token} B/token, "
-               f"n_ubatch {plan.n_ubatch}, flash attention {'on' if plan.flash_attn else 'off'}")
+    out = [_("plan (llamarig plan; weights/KV/recurrent exact from the GGUF header, compute modelled):")]
+    out.append("  " + _("n_ctx {n_ctx}, {n_par} slot(s) x {per} tokens, KV K {tk} / V {tv} = {bpt} B/token, "
+                        "n_ubatch {ub}, flash attention {fa}").format(
+        n_ctx=plan.n_ctx, n_par=plan.n_parallel, per=plan.n_ctx_slot, tk=plan.cache_type_k, tv=plan.cache_type_v,
+        bpt=plan.kv_bytes_per_token, ub=plan.n_ubatch, fa="on" if plan.flash_attn else "off"))
     comps = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
+    sep = _(", ")
     for d in plan.devices:
         parts = [f"{c} {fmt_bytes(d.get(c))}" for c in comps if d.get(c)]
-        cap = f" of {fmt_bytes(d.capacity)}" if d.capacity else ""
-        out.append(f"  {d.name} ({d.label}): {', '.join(parts) or 'nothing'}; total {fmt_bytes(d.total)}{cap}")
+        total = fmt_bytes(d.total)
+        line = (_("{device} ({label}): {parts}; total {total} of {capacity}") if d.capacity else
+                _("{device} ({label}): {parts}; total {total}"))
+        out.append("  " + line.format(device=d.name, label=d.label, parts=sep.join(parts) or _("nothing"),
+                                      total=total, capacity=fmt_bytes(d.capacity) if d.capacity else ""))
     h = plan.host
     parts = [f"{c} {fmt_bytes(h.get(c))}" for c in ("weights", "kv", "recurrent", "compute", "output",
                                                      "mmproj", "draft", "checkpoints", "cache_ram") if h.get(c)]
-    mm = " (weights mmap'd: page cache)" if h.mmap and h.get("weights") else ""
-    out.append(f"  host RAM: {', '.join(parts)}; total {fmt_bytes(h.total)} worst case{mm}")
-    out.append("  verdict: " + ("fits" if plan.fits else "DOES NOT FIT: " + "; ".join(plan.shortfalls())))
+    mm = _(" (weights mmap'd: page cache)") if h.mmap and h.get("weights") else ""
+    out.append("  " + _("host RAM: {parts}; total {total} worst case{mmap}").format(
+        parts=sep.join(parts), total=fmt_bytes(h.total), mmap=mm))
+    out.append("  " + (_("verdict: fits") if plan.fits else
+                       _("verdict: DOES NOT FIT: {short}").format(short="; ".join(plan.shortfalls()))))
     if speed is not None:
         try:
             pf = speed.prefill
-            line = (f"  speed (llamarig speed model, calibration: {speed.calibration}): decode "
-                    f"{speed.decode_tok_s:.1f} tok/s at depth 0 (bandwidth limit {speed.decode_limit_tok_s:.1f})")
+            line = "  " + _("speed (llamarig speed model, calibration: {cal}): decode {decode} tok/s at depth 0 "
+                            "(bandwidth limit {limit})").format(cal=speed.calibration,
+                                                                decode=f"{speed.decode_tok_s:.1f}",
+                                                                limit=f"{speed.decode_limit_tok_s:.1f}")
             if pf is not None:
-                line += f", prefill {pf.tok_s:.0f} tok/s"
+                line += _(", prefill {tok_s} tok/s").format(tok_s=f"{pf.tok_s:.0f}")
             out.append(line)
         except AttributeError:
             pass

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import PurePosixPath
 
+from llamarig.i18n import _
 from llamarig.render.argv import PathOption, map_paths
 from llamarig.render.common import RenderSpec, get_value, set_value
 
@@ -50,7 +51,7 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
     image = IMAGES.get(backend, backend)
     out = [("# " + ln).rstrip() for ln in s2.header()]
     out += [("# " + ln).rstrip() for ln in [
-        "", f"docker compose up -d   (image {image}: its entrypoint is /app/llama-server)", ""]
+        "", _("docker compose up -d   (image {image}: its entrypoint is /app/llama-server)").format(image=image), ""]
         + s2.flag_table()]
     out += ["services:", f"  {spec.name}:", f"    image: {image}", "    restart: unless-stopped",
             "    ports:", f"      - {_q(f'{publish_host}:{port}:{port}')}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from llamarig.i18n import _
 from llamarig.render.common import RenderSpec, set_value
 
 
@@ -23,7 +24,7 @@ def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | N
                     spec.wrappers)
     mid = model_id or spec.name
     out = [("# " + ln).rstrip() for ln in s2.header()]
-    out += [("# " + ln).rstrip() for ln in ["", "merge this entry under `models:` of your llama-swap config.yaml", ""]
+    out += [("# " + ln).rstrip() for ln in ["", _("merge this entry under `models:` of your llama-swap config.yaml"), ""]
             + s2.flag_table()]
     head = " ".join(_yaml_word(t) for t in (*spec.wrappers, spec.binary))
     out += ["models:", f"  {json.dumps(mid)}:", "    cmd: |", f"      {head}"]

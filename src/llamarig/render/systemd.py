@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from llamarig.i18n import _
 from llamarig.render.common import RenderSpec
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./$-]+$")
@@ -30,9 +31,10 @@ def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on
     out = [("# " + ln).rstrip() for ln in spec.header()]
     out += [("# " + ln).rstrip() for ln in [
         "",
-        f"install: sudo cp {spec.name}.service /etc/systemd/system/ && sudo systemctl daemon-reload",
-        f"         && sudo systemctl enable --now {spec.name}; logs: journalctl -u {spec.name} -f",
-        "stop/restart only this server: systemctl stop|restart " + spec.name + " (never killall)",
+        _("install: sudo cp {name}.service /etc/systemd/system/ && sudo systemctl daemon-reload").format(
+            name=spec.name),
+        _("         && sudo systemctl enable --now {name}; logs: journalctl -u {name} -f").format(name=spec.name),
+        _("stop/restart only this server: systemctl stop|restart {name} (never killall)").format(name=spec.name),
         "",
     ] + spec.flag_table()]
     out += [

@@ -19,6 +19,7 @@ processing: no command is run. Garbage in gives notes, never an exception.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
@@ -27,6 +28,7 @@ from llamarig.flags.readers.common import is_server_program
 from llamarig.flags.readers.ini import looks_like_preset, parse_preset
 from llamarig.flags.readers.systemd import parse_systemd
 from llamarig.flags.readers.yaml import parse_yaml
+from llamarig.i18n import _
 
 __all__ = [
     "Command", "Invocation", "Note", "Parsed", "Word",
@@ -103,10 +105,12 @@ def _add_presets(parsed: Parsed, origin: Path) -> None:
             sub = parse_preset(text.replace("\r\n", "\n"))
             base = len(parsed.invocations)
             for p in sub.invocations:
-                p.label = f"{p.label} in {path.name} (--models-preset on line {inv.line})"
+                p.label = _("{label} in {file} (--models-preset on line {line})").format(
+                    label=p.label, file=path.name, line=inv.line)
                 parsed.invocations.append(p)
-            parsed.notes.extend(Note(n.kind, n.line, f"{path.name} line {n.line}: {n.message}", n.severity,
-                                     None if n.invocation is None else n.invocation + base) for n in sub.notes)
+            parsed.notes.extend(replace(n, message=_("{file} line {line}: {message}").format(
+                file=path.name, line=n.line, message=n.message),
+                invocation=None if n.invocation is None else n.invocation + base) for n in sub.notes)
 
 
 def parse_argv(argv: list[str]) -> Parsed:

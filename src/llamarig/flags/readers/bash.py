@@ -138,7 +138,7 @@ class _Lexer:
                 break
         c = self.s[self.i] if self.i < self.n else "\n"
         if c in "\n#" or c in _OP_CHARS or (c in "<>" and not self.s.startswith("(", self.i + 1)):
-            self.problems.append((line, f"redirection `{op}` without a target"))
+            self.problems.append((line, _("redirection `{op}` without a target").format(op=op)))
             self.tokens.append(("redir", op, line, m.start(), self.i))
             return
         start = self.i
@@ -187,7 +187,7 @@ class _Lexer:
                 w_start = self.i
                 text, line, parts = self._read_word()
                 if self.i == w_start:  # an operator inside the array: bash's syntax error
-                    self.problems.append((self.line, f"unexpected `{c}` in the array assignment"))
+                    self.problems.append((self.line, _("unexpected `{c}` in the array assignment").format(c=c)))
                     self.i += 1
                     continue
                 m = _INDEX_RE.match(text)
@@ -195,7 +195,7 @@ class _Lexer:
                     text, parts = text[m.end():], None
                 elements.append(Word(text, line, s[w_start:self.i], w_start, self.i, parts))
         else:
-            self.problems.append((start_line, "unterminated array assignment `(`"))
+            self.problems.append((start_line, _("unterminated array assignment `(`")))
         self.arrays[start] = elements
         self.tokens.append(("word", head + "(" + " ".join(w.text for w in elements) + ")",
                             start_line, start, self.i))
@@ -239,7 +239,7 @@ class _Lexer:
             if c == "'":
                 end = s.find("'", self.i + 1)
                 if end < 0:
-                    self.problems.append((self.line, "unterminated single quote"))
+                    self.problems.append((self.line, _("unterminated single quote")))
                     end = self.n
                 chunk = s[self.i + 1:end]
                 parts.append((chunk, "'"))
@@ -295,7 +295,7 @@ class _Lexer:
                     parts.append((ch, '"'))
                     self.i += 1
                 if self.i >= self.n:
-                    self.problems.append((start_line, "unterminated double quote"))
+                    self.problems.append((start_line, _("unterminated double quote")))
                 self.i += 1
                 if len(parts) == opened:
                     parts.append(("", '"'))  # `""`: an empty word all the same
@@ -347,7 +347,7 @@ class _Lexer:
                 self.line += 1
             self.i += 1
         if depth:
-            self.problems.append((self.line, f"unterminated {open_}"))
+            self.problems.append((self.line, _("unterminated {open}").format(open=open_)))
         return s[start:self.i]
 
 
@@ -653,8 +653,9 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     def spend(n: int, line: int) -> bool:
         if budget[0] < n:
             if budget[0] >= 0:
-                notes.append(Note("not-followed", line, f"function calls and sourced files are followed for "
-                                  f"{_MAX_FOLLOWED} commands in all; the rest are not read", Severity.INFO))
+                notes.append(Note("not-followed", line, _("function calls and sourced files are followed for "
+                                  "{n} commands in all; the rest are not read").format(n=_MAX_FOLLOWED),
+                                  Severity.INFO))
                 budget[0] = -1
             return False
         budget[0] -= n
@@ -669,10 +670,13 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         seq = [replace(c, words=list(c.words)) for c in fn.seq[fn.first:fn.end + 1]]
         if fn.offset:
             seq[0] = replace(seq[0], words=seq[0].words[fn.offset:])
-        where = f" of {fn.file}" if fn.file else ""
-        label = f"function {fn.name}{where}, called on line {call.line}"
+        if fn.file:
+            label = _("function {name} of {file}, called on line {line}").format(
+                name=fn.name, file=fn.file, line=call.line)
+        else:
+            label = _("function {name}, called on line {line}").format(name=fn.name, line=call.line)
         if frame.label:
-            label += f" ({frame.label})"
+            label += _(" ({outer})").format(outer=frame.label)
         saved, saved_frame = scope.positional, frame
         scope.positional = [(w.text, w.line, w.opaque) for w in args]
         span = (fn.seq[fn.first].line, fn.seq[fn.end].end_line) if not fn.file and frame.here else None
@@ -690,32 +694,35 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         w = rest[0]
         target = _SCRIPT_DIR_RE.sub(lambda _m: str(origin.parent.resolve()) if origin else "$0", w.text)
         if w.opaque or "$" in target or "`" in target:
-            notes.append(Note("unknown-variable", cmd.line, f"`source {w.raw or w.text}`: the file's name is not "
-                              "known here; what it sets is not read", Severity.INFO))
+            notes.append(Note("unknown-variable", cmd.line, _("`source {file}`: the file's name is not "
+                              "known here; what it sets is not read").format(file=w.raw or w.text),
+                              Severity.INFO))
             return
         if origin is None:
-            notes.append(Note("source-not-read", cmd.line, f"`source {w.text}` is not read: the input is not a "
-                              "file, so there is no directory to find it in", Severity.INFO))
+            notes.append(Note("source-not-read", cmd.line, _("`source {file}` is not read: the input is not a "
+                              "file, so there is no directory to find it in").format(file=w.text),
+                              Severity.INFO))
             return
         path = Path(os.path.expanduser(target))
         if not path.is_absolute():
             path = origin.parent / path
         if not path.is_file():
-            notes.append(Note("source-missing", cmd.line, f"`source {w.text}`: {path} is not there: bash stops "
+            notes.append(Note("source-missing", cmd.line, _("`source {file}`: {path} is not there: bash stops "
                               "with \"No such file or directory\" (or goes on without what it sets); its "
-                              "variables and functions are not known here", Severity.WARNING))
+                              "variables and functions are not known here").format(file=w.text, path=path),
+                              Severity.WARNING))
             return
         key = path.resolve()
         if key in sourcing or len(sourcing) >= _MAX_SOURCE_DEPTH:
-            notes.append(Note("not-followed", cmd.line, f"`source {w.text}` is not read again: files source "
-                              f"each other {len(sourcing)} deep", Severity.INFO))
+            notes.append(Note("not-followed", cmd.line, _("`source {file}` is not read again: files source "
+                              "each other {n} deep").format(file=w.text, n=len(sourcing)), Severity.INFO))
             return
         try:
             with open(path, "rb") as f:
                 sub = f.read(_MAX_SOURCED_BYTES).decode("utf-8", errors="replace").replace("\r\n", "\n")
         except OSError as e:
-            notes.append(Note("source-missing", cmd.line, f"`source {w.text}`: cannot read {path}: "
-                              f"{e.strerror or e}", Severity.WARNING))
+            notes.append(Note("source-missing", cmd.line, _("`source {file}`: cannot read {path}: {error}").format(
+                file=w.text, path=path, error=e.strerror or e), Severity.WARNING))
             return
         sub_lex = _Lexer(sub)
         sub_cmds = _split_commands(sub_lex.run(), sub, sub_lex)
@@ -725,9 +732,10 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
         _mark_breaks(sub_cmds, sub_lines, 1)
         here = origin.parent.resolve()
         name = os.path.relpath(key, here) if key.is_relative_to(here) else str(path)
-        notes.extend(Note("shell-syntax", cmd.line, f"{name} line {ln}: {msg}: the shell would stop there",
-                          Severity.ERROR) for ln, msg in sub_lex.problems)
-        label = f"in {name}, sourced on line {cmd.line}" + (f" ({frame.label})" if frame.label else "")
+        notes.extend(Note("shell-syntax", cmd.line, _("{file} line {line}: {problem}: the shell would stop there").format(
+            file=name, line=ln, problem=msg), Severity.ERROR) for ln, msg in sub_lex.problems)
+        label = _("in {file}, sourced on line {line}").format(file=name, line=cmd.line) + (
+            _(" ({outer})").format(outer=frame.label) if frame.label else "")
         saved, saved_frame = scope.positional, frame
         if len(rest) > 1:
             scope.positional = [(x.text, x.line, x.opaque) for x in rest[1:]]
@@ -746,8 +754,8 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             seq = fn.seq[fn.first:fn.end + 1]
             if fn.offset:
                 seq = [replace(seq[0], words=seq[0].words[fn.offset:]), *seq[1:]]
-            frame = _Frame(fn.lines, fn.file, f"function {name}, never called here" + (
-                f" ({fn.file})" if fn.file else ""), fn.file == "", key=fn.line)
+            frame = _Frame(fn.lines, fn.file, _("function {name}, never called here").format(name=name) + (
+                _(" ({outer})").format(outer=fn.file) if fn.file else ""), fn.file == "", key=fn.line)
             run(seq, fn.src)
     frame = _Frame(lines)
     if keys != sorted(keys):  # in the text's order: a function never called sits where it is defined

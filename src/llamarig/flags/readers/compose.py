@@ -21,6 +21,7 @@ from llamarig.flags.readers.containers import Env, Found, container_invocations
 from llamarig.flags.readers.interpolate import Interpolation, read_env_file
 from llamarig.flags.readers.kubernetes import _attach, _merge
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
+from llamarig.i18n import _
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
@@ -53,31 +54,36 @@ def read_compose(doc: Node, src: Y.Source, dotenv: dict[str, str] | None = None)
     return found
 
 
-_SPEC = "compose spec, Interpolation: https://github.com/compose-spec/compose-spec/blob/main/spec.md#interpolation"
+_SPEC_URL = "https://github.com/compose-spec/compose-spec/blob/main/spec.md#interpolation"
 
 
 def _missing_notes(ip: Interpolation, label: str, has_dotenv: bool) -> list[Note]:
     """One note per variable the service's values needed and ``.env`` does not set."""
     out: list[Note] = []
     seen: set[str] = set()
-    where = ".env next to the compose file" if has_dotenv else "a .env file next to the compose file (none found)"
+    spec = _("compose spec, Interpolation: {url}").format(url=_SPEC_URL)
+    where = _(".env next to the compose file") if has_dotenv else _("a .env file next to the compose file (none found)")
     for m in ip.missing:
         if m.name in seen:
             continue
         seen.add(m.name)
         if m.invalid:
-            out.append(Note("shell-syntax", m.line, f"services.{label}: `{m.name}` is not an interpolation docker "
-                            f"compose accepts (\"invalid interpolation format\"); {_SPEC}", Severity.ERROR))
+            out.append(Note("shell-syntax", m.line, _("services.{label}: `{name}` is not an interpolation docker "
+                            "compose accepts (\"invalid interpolation format\"); {spec}").format(
+                                label=label, name=m.name, spec=spec), Severity.ERROR,
+                            fix=_("write `${{NAME}}` or `${{NAME:-default}}`, and `$$` for a literal `$`").format()))
         elif m.required is not None:
-            out.append(Note("unknown-variable", m.line, f"services.{label}: `${{{m.name}:?...}}` is not set in "
-                            f"{where}: docker compose refuses the file (\"required variable {m.name} is missing a "
-                            f"value: {m.required}\") unless the shell that runs it sets {m.name}; {_SPEC}",
+            out.append(Note("unknown-variable", m.line, _("services.{label}: `${{{name}:?...}}` is not set in "
+                            "{where}: docker compose refuses the file (\"required variable {name} is missing a "
+                            "value: {required}\") unless the shell that runs it sets {name}; {spec}").format(
+                                label=label, name=m.name, where=where, required=m.required, spec=spec),
                             Severity.ERROR))
         else:
-            out.append(Note("unknown-variable", m.line, f"services.{label}: `${m.name}` has no default and is not "
-                            f"set in {where}: docker compose substitutes an empty string ('The \"{m.name}\" "
-                            f"variable is not set. Defaulting to a blank string.') unless the shell that runs "
-                            f"it sets {m.name}; checked as empty; {_SPEC}", Severity.WARNING))
+            out.append(Note("unknown-variable", m.line, _("services.{label}: `${name}` has no default and is not "
+                            "set in {where}: docker compose substitutes an empty string ('The \"{name}\" "
+                            "variable is not set. Defaulting to a blank string.') unless the shell that runs "
+                            "it sets {name}; checked as empty; {spec}").format(
+                                label=label, name=m.name, where=where, spec=spec), Severity.WARNING))
     return out
 
 

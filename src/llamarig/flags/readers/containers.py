@@ -58,7 +58,8 @@ def container_invocations(entry: list[Word] | None, cmd: list[Word] | None, imag
         return argv_invocations(entry + (cmd or []), env, source, label, line)
     kind = image_kind(image)
     args = list(cmd or [])
-    shown = f"(entrypoint of {image or 'the image'})"
+    # in parentheses (fix_yaml.py tells it from a program by the "(")
+    shown = _("(entrypoint of {image})").format(image=image or _("the image"))
     if kind == "full":
         if args and args[0].text in ("--server", "-s"):
             return [_inv(shown, args[1:], env, source, label, line)], []

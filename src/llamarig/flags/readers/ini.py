@@ -26,6 +26,7 @@ import re
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
+from llamarig.i18n import _
 
 _HEADER_RE = re.compile(r"^\[[ \t]*([^\]]+?)[ \t]*\][ \t]*(?:[;#].*)?$")
 _KV_RE = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_.-]*)[ \t]*=[ \t]*([^;#\n]*?)[ \t]*(?:([;#]).*)?$")
@@ -65,9 +66,10 @@ def parse_preset(text: str) -> Parsed:
             current = m.group(1)
             if current in seen_at and sections.get(current):
                 notes.append(Note("preset-section-again", i,
-                                  f"section [{current}] is written again on line {i}: llama-server starts it "
-                                  f"over (common/preset.cpp:238), the keys set from line {seen_at[current]} on are "
-                                  "lost", Severity.WARNING))
+                                  _("section [{section}] is written again on line {line}: llama-server starts it "
+                                    "over (common/preset.cpp:238), the keys set from line {first} on are "
+                                    "lost").format(section=current, line=i, first=seen_at[current]),
+                                  Severity.WARNING))
             seen_at[current] = i
             sections[current] = {}
             if current not in order:
@@ -78,22 +80,25 @@ def parse_preset(text: str) -> Parsed:
         m = _KV_RE.match(ln)
         if not m:
             notes.append(Note("shell-syntax", i,
-                              f"line {i} is neither `[section]`, `key = value`, a comment nor blank: llama-server "
-                              "refuses the whole file (\"failed to parse server config file\", "
-                              "common/preset.cpp:228)", Severity.ERROR))
+                              _("line {line} is neither `[section]`, `key = value`, a comment nor blank: "
+                                "llama-server refuses the whole file (\"failed to parse server config file\", "
+                                "common/preset.cpp:228)").format(line=i), Severity.ERROR,
+                              fix=_("write it as `key = value` or `[section]`, or comment it out with `;` or `#`")))
             continue
         key, value, cut = m.group(1), m.group(2), m.group(3)
         if cut and re.search(r"[^ \t]" + re.escape(cut), ln[ln.index("=") + 1:]):
             notes.append(Note("value-truncated", i,
-                              f"`{key} = {ln.split('=', 1)[1].strip()}`: the value stops at the `{cut}` (a comment "
-                              f"starts at any `;` or `#`, common/preset.cpp:195-199), so llama-server reads "
-                              f"`{value}`", Severity.WARNING))
+                              _("`{key} = {written}`: the value stops at the `{cut}` (a comment "
+                                "starts at any `;` or `#`, common/preset.cpp:195-199), so llama-server reads "
+                                "`{value}`").format(key=key, written=ln.split("=", 1)[1].strip(), cut=cut,
+                                                    value=value), Severity.WARNING))
         sec = sections.setdefault(current, {})
         if current not in order:
             order.append(current)
         if key in sec:
-            notes.append(Note("preset-key-again", i, f"[{current}] `{key}` is set again on line {i} (first on line "
-                              f"{sec[key][0].line}): the last value counts", Severity.INFO))
+            notes.append(Note("preset-key-again", i, _("[{section}] `{key}` is set again on line {line} (first on "
+                              "line {first}): the last value counts").format(
+                                  section=current, key=key, line=i, first=sec[key][0].line), Severity.INFO))
             del sec[key]
         sec[key] = (Word(key, i), Word(value, i))
     glob = sections.get("*", {})

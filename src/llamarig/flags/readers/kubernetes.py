@@ -22,6 +22,7 @@ own template may add arguments of its own, which a values file cannot show.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
@@ -87,7 +88,7 @@ def read_kubernetes(doc: Node, src: Y.Source, cms: dict[str, list[tuple[str, str
             if not Y.is_map(c):
                 continue
             cname = Y.text_of(Y.get(c, "name")) or "?"
-            label = f"{kind}/{name} container {cname}"
+            label = _("{kind}/{name} container {container}").format(kind=kind, name=name, container=cname)
             env, known, env_notes = _container_env(c, cms, label)
             notes = list(env_notes)
             entry = _argv_list(Y.get(c, "command"), src, "command", label, notes)
@@ -103,7 +104,7 @@ def read_kubernetes(doc: Node, src: Y.Source, cms: dict[str, list[tuple[str, str
 
 def _attach(n: Note) -> Note:
     """A note of the container, shown with its first invocation."""
-    return n if n.invocation is not None else Note(n.kind, n.line, n.message, n.severity, 0)
+    return n if n.invocation is not None else replace(n, invocation=0)
 
 
 def _merge(into: Found, more: Found) -> None:
@@ -112,7 +113,7 @@ def _merge(into: Found, more: Found) -> None:
     into[0].extend(more[0])
     for n in more[1]:
         into[1].append(n if n.invocation is None else
-                       Note(n.kind, n.line, n.message, n.severity, n.invocation + base))
+                       replace(n, invocation=n.invocation + base))
 
 
 def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: str
@@ -133,7 +134,7 @@ def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: s
                 env.append((prefix + k, v, ln))
                 known[prefix + k] = v
         elif ref is not None or Y.get(src_node, "secretRef") is not None:
-            what = f"ConfigMap {cm}" if cm else "a Secret"
+            what = _("ConfigMap {name}").format(name=cm) if cm else _("a Secret")
             notes.append(Note("unknown-variable", Y.line(src_node),
                               _("{label}: the variables of {what} (envFrom) are not in this file: `$(NAME)` "
                                 "references to them are checked as written").format(label=label, what=what),
@@ -150,7 +151,7 @@ def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: s
             # downward API, a ConfigMap defined elsewhere: not known here
             ref = Y.get(vf, "configMapKeyRef")
             cm, key = Y.text_of(Y.get(ref, "name")), Y.text_of(Y.get(ref, "key"))
-            hit = next((v for k, v, _ in cms.get(cm or "", ()) if k == key), None) if ref is not None else None
+            hit = next((v for k, v, _ln in cms.get(cm or "", ()) if k == key), None) if ref is not None else None
             known[n] = hit
             env.append((n, hit or "", Y.line(item)))
             continue
@@ -258,7 +259,7 @@ def _image_of(node: Node) -> str | None:
 
 
 def _helm_block(node: Node, src: Y.Source, path: str, image: str) -> Found:
-    label = f"values {path}"
+    label = _("values {path}").format(path=path)
     notes: list[Note] = []
     entry = _argv_list(Y.get(node, "command"), src, "command", label, notes)
     args = _helm_args(Y.get(node, "args"), src, label, notes)

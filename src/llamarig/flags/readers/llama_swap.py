@@ -22,6 +22,7 @@ macro is reported on the macro's line.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
@@ -263,7 +264,7 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
         if inv is None:
             continue
         invocations.append(inv)
-        notes.extend(Note(n.kind, n.line, n.message, n.severity, k) for n in model_notes)
+        notes.extend(replace(n, invocation=k) for n in model_notes)
     return invocations, notes
 
 

@@ -14,6 +14,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from llamarig.flags.parsed import Word
+from llamarig.i18n import _
 
 
 @dataclass
@@ -114,14 +115,14 @@ def split_words(loc: Located) -> list[Word]:
             if c == "'":
                 end = s.find("'", i + 1)
                 if end < 0:
-                    raise ShellSyntaxError(i, "unterminated single quote")
+                    raise ShellSyntaxError(i, _("unterminated single quote"))
                 buf.append(s[i + 1:end])
                 i = end + 1
             elif c == '"':
                 i += 1
                 while True:
                     if i >= n:
-                        raise ShellSyntaxError(start, "unterminated double quote")
+                        raise ShellSyntaxError(start, _("unterminated double quote"))
                     ch = s[i]
                     if ch == '"':
                         i += 1

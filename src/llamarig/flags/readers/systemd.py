@@ -162,7 +162,8 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
                     env.pop(n, None)
                     env[n] = (n, v, ln)
             except ValueError:
-                notes.append(Note("shell-syntax", ln, "unbalanced quotes in Environment=", Severity.ERROR))
+                notes.append(Note("shell-syntax", ln, _("unbalanced quotes in {key}=").format(key="Environment"),
+                                  Severity.ERROR))
         elif key == "EnvironmentFile" and val:
             from_files.extend(_environment_file(val, origin, ln, notes))
     for fe in from_files:
@@ -185,7 +186,7 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
         try:
             words_text = shlex.split(v, comments=False)
         except ValueError:
-            notes.append(Note("shell-syntax", ln, f"unbalanced quotes in {key}=", Severity.ERROR))
+            notes.append(Note("shell-syntax", ln, _("unbalanced quotes in {key}=").format(key=key), Severity.ERROR))
             continue
         unknown: list[str] = []
         used: set[str] = set()
@@ -193,7 +194,7 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
         tmp_env: list[tuple[str, str, int]] = []
         idx = unwrap(words, tmp_env)[0]
         if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
-            label = key if not where else f"{key}= in {where}"
+            label = key if not where else _("{key}= in {file}").format(key=key, file=where)
             # a variable the command line expands is the unit's setting for systemd, not one for
             # llama-server to read (dead-env-var would have --fix remove it from Environment=)
             inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line, line_nos[-1],
@@ -272,7 +273,7 @@ def _cut(inv: Invocation, k: int, key: str, blank: int, ignored: list[tuple[str,
         try:
             inv.orphans.extend(_assign_lines(shlex.split(text, comments=False), raw, nos))
         except ValueError:
-            notes.append(Note("shell-syntax", nos[0], "unbalanced quotes", Severity.ERROR, k))
+            notes.append(Note("shell-syntax", nos[0], _("unbalanced quotes"), Severity.ERROR, k))
     inv.cut_line = blank
     first, last = ignored[0][1][0], ignored[-1][1][-1]
     n = len(inv.orphans)

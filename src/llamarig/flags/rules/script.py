@@ -14,7 +14,7 @@ from llamarig.i18n import N_, _
 
 def note_to_finding(n: Note) -> Finding:
     return Finding(n.kind, n.severity, n.line, None, n.message,
-                   _(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None, n.invocation, True)
+                   n.fix or (_(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None), n.invocation, True)
 
 
 _NOTE_FIX = {
