@@ -13,7 +13,7 @@ from llamarig.i18n import _
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
 from llamarig.plan.result import PlanInputs
-from llamarig.plan.speed import SpeedReport, kv_quality_short
+from llamarig.plan.speed import DEFAULT_PROMPT, SpeedReport, kv_quality_short
 from llamarig.units import GiB, fmt_bytes
 
 
@@ -45,6 +45,8 @@ def speed_table(rep: SpeedReport) -> Any:
         t.add_row(*row)
     parts: list[Any] = [t, Text(_("prefill: {rate:.0f} tok/s for a {n}-token prompt (-ub {ub})").format(
         rate=rep.prefill.tok_s, n=rep.prefill.prompt_tokens, ub=rep.prefill.n_ubatch))]
+    if rep.prefill.prompt_tokens != DEFAULT_PROMPT and rep.prefill.prompt_note:
+        parts.append(Text(rep.prefill.prompt_note, style="dim"))
     if rep.speculative:
         parts.append(Text("speculative: " + rep.speculative.formula, style="dim"))
     parts.append(Text("decode: " + rep.formula, style="dim"))
@@ -114,7 +116,8 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
             yes if c.meets_all else (no_fit if not c.fits else slow),
         )
     parts: list[Any] = [tab, Text(_("decode tok/s at depth 0 / target depth / target context (with speculative "
-                                    "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt; "
+                                    "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt (shorter when a slot "
+                                    "holds fewer tokens); "
                                     "free = free memory per GPU in device order (GiB); q = KV quality: ref = f16, "
                                     "~ref = q8_0 (about +0.01-0.02 perplexity), V4 = 8-bit K with 4-5 bit V, "
                                     "4bit = 4-5 bit K and V (measurable long-context recall loss); --json has the "

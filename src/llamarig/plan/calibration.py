@@ -76,6 +76,9 @@ class Calibration:
     hop_ms: float = 0.05
     acceptance: dict[str, float] = field(default_factory=dict)
     source: str = "built-in"
+    #: the llama-server threads (-tb) ``host_gflops`` was measured with (tune records it); None:
+    #: the figure is for whatever threads the plan uses (the built-in default)
+    host_threads: int | None = None
 
     def for_device(self, backend: str, gpu_id: str | None = None) -> Efficiency:
         if gpu_id and gpu_id in self.gpus:
@@ -123,6 +126,11 @@ def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calib
             if not isinstance(v, (int, float)) or v <= 0:
                 raise InputError(_("{source}: '{key}' must be a positive number").format(source=source, key=k))
             kw[k] = float(v)
+    if "host_threads" in data:
+        v = data["host_threads"]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(_("{source}: '{key}' must be a positive number").format(source=source, key="host_threads"))
+        kw["host_threads"] = v
     acc = dict(base.acceptance) if base else {}
     for k, v in (data.get("acceptance") or {}).items():
         if k.startswith("_"):
@@ -208,6 +216,11 @@ def _load_file(path: str, _mtime_ns: int, _size: int, how: str) -> Calibration:
     if isinstance(data, dict) and data.get("version", 1) != 1:
         raise InputError(_("calibration file {path}{how}: version {version} is not supported (1)").format(path=p, how=how, version=data.get('version')))
     return _parse(data, builtin(), f"calibration file {p}{how}")
+
+
+def calibration_from_json(data: dict[str, Any], source: str) -> Calibration:
+    """The built-in constants overridden by ``data`` (a calibration file's JSON object)."""
+    return _parse(data, builtin(), source)
 
 
 def user_calibration_json(backend: str, gpu: str | None, **values: float) -> dict[str, Any]:
@@ -364,7 +377,7 @@ def predict_point(p: dict[str, Any], cal: Calibration | None = None) -> PointRes
             raise ValueError(f"point {p['id']}: speculative point on a model without MTP layers")
     cfg = parse_server_args(args)
     depth = int(p.get("depth", 0))
-    rep = speed_report(spec, cfg, hw, cal=cal, acceptance=acc, prompt_tokens=int(p.get("prompt", 8192)),
+    rep = speed_report(spec, cfg, hw, cal=cal, acceptance=acc, prompt_tokens=int(p["prompt"]) if "prompt" in p else None,
                        depths=[depth], prompt_start=int(p.get("start", 0)), draft=draft)
     setting = f"KV {p.get('ctk', 'f16')}/{p.get('ctv', 'f16')}"
     if p["kind"] == "prefill":

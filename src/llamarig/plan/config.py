@@ -81,6 +81,11 @@ class ServerConfig:
     cpu_moe_draft: bool = False  # -cmoed
     n_cpu_moe_draft: int = 0  # -ncmoed
     hf_repo: str | None = None  # -hf (plan cannot download; build_inputs refuses it)
+    # -t / -tb: -1 = llama-server's default, the machine's physical cores (common/common.cpp:294-299,
+    # 205-232); -tb defaults to -t (common/common.cpp:1699-1700); <= 0 given = all logical CPUs
+    # (common/arg.cpp:1520-1537). Decode runs on -t threads, batches on -tb (src/llama-context.cpp:2612).
+    threads: int = -1
+    threads_batch: int = -1
     rpc: tuple[str, ...] = ()
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
@@ -330,6 +335,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "--spec-draft-cpu-moe": ("cpu_moe_draft", "true"),
     "--spec-draft-n-cpu-moe": ("n_cpu_moe_draft", "int0"),
     "--hf-repo": ("hf_repo", "path"),
+    "--threads": ("threads", "int"),
+    "--threads-batch": ("threads_batch", "int"),
 }
 
 

@@ -258,12 +258,47 @@ def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrat
     if host_read or nl[-1] or kv_per[-1] or swa_per[-1] or rec[-1] or not gpus:
         eff = cal.for_device("CPU")
         out.append(DeviceLoad(
-            name="CPU", label="host", backend="CPU", bandwidth_gbs=host_bw, tflops=cal.host_gflops / 1000,
+            name="CPU", label="host", backend="CPU", bandwidth_gbs=host_bw,
+            tflops=cal.host_gflops / 1000 * host_thread_scale(cfg, hw, cal)[0],
             eff=eff, n_layers=nl[-1], weights_read=host_read, weights_held=max(0, ws_all.host - embd),
             kv_per_depth=kv_per[-1], swa_per_cell=swa_per[-1], recurrent_rw=rec[-1],
             flops_share=host_read / params_total,
         ))
     return out
+
+
+def plan_threads(cfg: ServerConfig, hw: Hardware) -> tuple[int | None, int | None]:
+    """(-t, -tb) llama-server runs with: as given, else the physical cores (common/common.cpp:294-299
+    via common_cpu_get_num_math, :205-232) when the plan knows them (--detect), else None; -tb
+    defaults to -t (common/common.cpp:1699-1700). A value <= 0 means every logical CPU
+    (common/arg.cpp:1520-1537): the cores when known."""
+    def one(v: int) -> int | None:
+        return v if v > 0 else hw.cpu_cores
+
+    t = one(cfg.threads) if cfg.threads != -1 else hw.cpu_cores
+    tb = one(cfg.threads_batch) if cfg.threads_batch != -1 else t
+    return t, tb
+
+
+def host_thread_scale(cfg: ServerConfig, hw: Hardware, cal: Calibration) -> tuple[float, str]:
+    """(factor, why) on the host's matmul rate ``host_gflops`` for this plan's batch threads: a
+    calibration that records the threads it was measured with (``host_threads``, tune) is scaled
+    linearly to the plan's -tb (prefill is compute-bound: each thread multiplies its own rows,
+    ggml/src/ggml-cpu/ggml-cpu.c ggml_compute_forward_mul_mat), capped at the cores when known
+    (more threads than cores only share them). Decode is not scaled (memory-bound, see docs/speed.md)."""
+    if cal.host_threads is None:
+        return 1.0, ""
+    _t, tb = plan_threads(cfg, hw)
+    if tb is None:
+        return 1.0, _("host compute as calibrated at -tb {n} (this plan's thread count is unknown)").format(
+            n=cal.host_threads)
+    eff_tb = min(tb, hw.cpu_cores) if hw.cpu_cores else tb
+    eff_cal = min(cal.host_threads, hw.cpu_cores) if hw.cpu_cores else cal.host_threads
+    f = eff_tb / eff_cal
+    if f == 1.0:
+        return 1.0, ""
+    return f, _("host compute scaled x{f:.2g} from the calibration's -tb {a} to -tb {b} (linear in threads, "
+                "modelled)").format(f=f, a=cal.host_threads, b=tb)
 
 
 # ============================================================================ results
@@ -312,10 +347,11 @@ class Prefill:
     n_ubatch: int
     tok_s: float
     formula: str
+    prompt_note: str = ""  # which prompt length was used and why (prompt_length())
 
     def to_json(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "n_ubatch": self.n_ubatch,
-                "tok_s": round(self.tok_s, 1), "formula": self.formula}
+                "tok_s": round(self.tok_s, 1), "formula": self.formula, "prompt_note": self.prompt_note}
 
 
 @dataclass(frozen=True)
@@ -415,6 +451,29 @@ def decode_formula(loads: Sequence[DeviceLoad], split_mode: str) -> str:
 
 
 # ============================================================================ prefill
+
+#: the prompt length the prefill figure is for when the caller names none
+DEFAULT_PROMPT = 8192
+
+
+def prompt_length(n_ctx_slot: int, requested: int | None = None, start: int = 0) -> tuple[int, str]:
+    """(prompt tokens, why) for the prefill figure. llama-server refuses a prompt that is not
+    shorter than the slot's context (tools/server/server-context.cpp:3418: ``n_tokens >= n_ctx``
+    -> "exceeds the available context size"), so the default 8192 tokens become
+    ``n_ctx_slot - 1 - start`` when the slot holds fewer; a length the caller gives is kept, and
+    the note says when it does not fit."""
+    room = max(1, n_ctx_slot - 1 - start)
+    if requested is None:
+        if room >= DEFAULT_PROMPT:
+            return DEFAULT_PROMPT, _("{n}-token prompt (the default length; the slot holds {slot} tokens)").format(
+                n=DEFAULT_PROMPT, slot=n_ctx_slot)
+        return room, _("{n}-token prompt: the longest a slot of {slot} tokens accepts (llama-server refuses a "
+                       "prompt of n_ctx_slot tokens or more; the default is {default})").format(
+            n=room, slot=n_ctx_slot, default=DEFAULT_PROMPT)
+    if requested > room:
+        return requested, _("{n}-token prompt as asked; it does not fit a slot of {slot} tokens (llama-server "
+                            "would refuse it)").format(n=requested, slot=n_ctx_slot)
+    return requested, _("{n}-token prompt as asked").format(n=requested)
 
 
 def prefill(spec: ModelSpec, loads: Sequence[DeviceLoad], prompt: int, n_ubatch: int,
@@ -593,10 +652,12 @@ def speculative_bound(limit_seconds: float, n: int) -> float:
 def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calibration | None = None,
                  n_ctx: int | None = None, host_bandwidth_gbs: float | None = None,
                  acceptance: float | None = None, draft: ModelSpec | None = None,
-                 prompt_tokens: int = 8192, depths: Sequence[int] | None = None,
+                 prompt_tokens: int | None = None, depths: Sequence[int] | None = None,
                  prompt_start: int = 0, acceptance_ratio: float | None = None) -> SpeedReport:
     """Decode at several depths, prefill, speculative decoding (when configured).
 
+    ``prompt_tokens``: the prefill figure's prompt; None: 8192 tokens, or the longest prompt
+    the slot accepts when it holds fewer (prompt_length()).
     ``acceptance`` is the per-position probability a; ``acceptance_ratio`` (wins when given) is
     what llama-server reports, draft_n_accepted / draft_n, read as measured at this config's
     --spec-draft-n-max."""
@@ -621,7 +682,8 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
                                f"{b / GB:.2f} GB per token at depth {d}"))
     t0 = decode_seconds(loads, 0, window, cal, sm)
     tl0 = decode_seconds(loads, 0, window, cal, sm, limit=True)
-    pf = prefill(spec, loads, prompt_tokens, ctx.n_ubatch, cal, prompt_start)
+    n_prompt, prompt_note = prompt_length(n_ctx_eff, prompt_tokens, prompt_start)
+    pf = replace(prefill(spec, loads, n_prompt, ctx.n_ubatch, cal, prompt_start), prompt_note=prompt_note)
     spec_res = None
     if any(t.startswith("draft-") for t in cfg.spec_types) and (spec.nextn_layers or draft is not None):
         n = max(1, cfg.spec_draft_n_max)

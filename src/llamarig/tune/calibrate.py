@@ -45,10 +45,14 @@ def _with(cal: Calibration, backend: str, *, weights: float | None = None,
 
 
 def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_tok_s: float, base: Calibration | None = None,
-                    *, host_bandwidth_gbs: float | None = None, depth: int = 0) -> tuple[dict[str, Any], float]:
+                    *, host_bandwidth_gbs: float | None = None, depth: int = 0, prefill_tok_s: float | None = None,
+                    prompt_tokens: int | None = None, host_threads: int | None = None) -> tuple[dict[str, Any], float]:
     """(calibration JSON, predicted tok/s with it at ``depth``). ``base`` defaults to the built-in
     constants (never an earlier tune's file: a refit starts from the same point).
-    ``host_bandwidth_gbs``: the measured host bandwidth, recorded in the file."""
+    ``host_bandwidth_gbs``: the measured host bandwidth, recorded in the file.
+    ``prefill_tok_s`` at ``prompt_tokens`` (CPU only): the measured prefill, from which
+    ``host_gflops`` is solved (fit_host_gflops); ``host_threads``: the threads llama-server ran
+    batches on (recorded as ``host_threads``: plan scales the host's compute by its own -tb / this)."""
     cal = base or builtin()
     if host_bandwidth_gbs:
         cal = replace(cal, host_bandwidth_gbs=float(host_bandwidth_gbs))
@@ -103,11 +107,44 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
     if host_bandwidth_gbs:
         data["host_bandwidth_gbs"] = round(float(host_bandwidth_gbs), 3)
         data["_host"] = bw_note or "host_bandwidth_gbs: measured by llamarig tune (numpy copy, one thread, best of 3)"
+    if backend == "CPU" and prefill_tok_s and prompt_tokens:
+        cal_fit = _with(cal, backend, **fields)  # type: ignore[arg-type]
+        gf = fit_host_gflops(spec, cfg, hw, cal_fit, prefill_tok_s, prompt_tokens)
+        data["host_gflops"] = round(gf, 3)
+        data["_prefill"] = (f"host_gflops: solved so that the speed model predicts the measured prefill "
+                            f"{prefill_tok_s:.1f} tok/s of a {prompt_tokens}-token prompt at -ub {cfg.n_ubatch} "
+                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)")
+    threads = host_threads or (cfg.threads_batch if cfg.threads_batch > 0 else cfg.threads if cfg.threads > 0 else None)
+    if backend == "CPU" and threads:
+        data["host_threads"] = int(threads)
     data["_method"] = __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()
     if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
         data["_note"] = (f"the speed model cannot reproduce {measured_tok_s:.1f} tok/s with a plausible efficiency "
                          f"(best {p:.1f}): the bandwidth figure of the device is probably wrong")
     return data, p
+
+
+def fit_host_gflops(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, measured_tok_s: float,
+                    prompt_tokens: int) -> float:
+    """The ``host_gflops`` at which the speed model's prefill of ``prompt_tokens`` equals the
+    measured one (bisection on a log scale, 0.1-1e6 GFLOPS; prefill time falls monotonically with
+    it). Threads: the figure is for the calibrated run's -tb, so ``host_threads`` is unset here."""
+    base = replace(cal, host_threads=None)
+
+    def pf(g: float) -> float:
+        return speed_report(spec, cfg, hw, cal=replace(base, host_gflops=g), prompt_tokens=prompt_tokens,
+                            depths=[0]).prefill.tok_s
+
+    lo, hi = 0.1, 1e6
+    if pf(hi) < measured_tok_s:
+        return hi
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        if pf(mid) < measured_tok_s:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def write_calibration(path: Path, data: dict[str, Any]) -> None:

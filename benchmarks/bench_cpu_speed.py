@@ -1,0 +1,185 @@
+"""CPU decode and prefill: the speed model (uncalibrated, with the host measured, after tune's
+calibration) against `llamarig bench` on the real llama-server (benchmarks/RESULTS.md, "CPU speed
+model").
+
+For each synthetic model and thread count:
+
+1. **calibrate** as `llamarig tune` does: one tune measurement of the configuration
+   (llamarig.tune.measure.ServerMeasure: its own server start, one warm-up, ``--runs`` requests
+   of a ``--tune-depth``-token prompt, medians of llama-server's timings), then
+   llamarig.tune.calibrate.fit_calibration with the host bandwidth measured by
+   llamarig.plan.calibration.measure_host_bandwidth (what tune writes);
+2. **bench**: a second server start with the same flags, ``llamarig bench -s prefill,depth``
+   (llamarig.bench.runner.run_bench) at several prompt lengths and depths;
+3. **plan**: llamarig.plan.speed.speed_report for each bench point, with (a) the built-in
+   calibration (what `plan` says on an unknown machine), (b) the built-in calibration with the
+   measured host bandwidth (`plan --detect`), (c) the calibration of step 1.
+
+Run: ``.venv/bin/python benchmarks/bench_cpu_speed.py [--json out.json] [--quick]`` with
+LLAMARIG_SERVER_BIN set (scripts/get-llama-server --recipe portable). Needs no GPU. Prints a
+Markdown table (error = planned / measured - 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from llamarig.bench.runner import BenchConfig, run_bench
+from llamarig.gguf import load_spec
+from llamarig.hardware import Hardware
+from llamarig.launch.server import start_server
+from llamarig.plan.calibration import (
+    Calibration,
+    builtin,
+    calibration_from_json,
+    measure_host_bandwidth,
+)
+from llamarig.plan.config import parse_server_args
+from llamarig.plan.speed import speed_report
+from llamarig.testing.synth import write_model
+from llamarig.tune.calibrate import fit_calibration
+from llamarig.tune.measure import ServerMeasure
+from llamarig.tune.search import Candidate
+
+#: synthetic models: (name, architecture, shape)
+MODELS: list[tuple[str, str, dict[str, Any]]] = [
+    ("llama-f16-182MB", "llama", dict(n_layer=8, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_ff=2816,
+                                      n_ctx_train=8192)),
+    ("llama-q8_0-97MB", "llama", dict(n_layer=8, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_ff=2816,
+                                      n_ctx_train=8192, weight_type="q8_0")),
+    ("llama-f16-6MB", "llama", dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+                                    n_ctx_train=8192)),
+    ("qwen3moe-f16", "qwen3moe", dict(n_layer=4, n_embd=512, n_head=8, n_head_kv=2, head_dim=64, n_ff=1024,
+                                      n_expert=16, n_expert_used=2, n_ff_expert=1024, n_ctx_train=8192)),
+]
+
+
+def plan_points(spec: Any, args: list[str], cal: Calibration, prefill: dict[int, float],
+                depth: dict[int, float], n_predict: int) -> dict[str, dict[int, float]]:
+    cfg = parse_server_args(args)
+    hw = Hardware(())
+    out: dict[str, dict[int, float]] = {"prefill": {}, "decode": {}}
+    for n, _m in prefill.items():
+        out["prefill"][n] = speed_report(spec, cfg, hw, cal=cal, prompt_tokens=n, depths=[0]).prefill.tok_s
+    for d, _m in depth.items():
+        out["decode"][d] = speed_report(spec, cfg, hw, cal=cal, depths=[d + n_predict // 2]).by_depth[0].decode_tok_s
+    return out
+
+
+def figure(doc: dict[str, Any], name: str) -> float | None:
+    for f in doc.get("figures", []):
+        if f["name"] == name:
+            return float(f["value"])
+    return None
+
+
+def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: int, a: argparse.Namespace,
+             tmp: Path) -> dict[str, Any]:
+    path = tmp / f"{name}.gguf"
+    if not path.exists():
+        write_model(path, arch, **shape)
+    spec = load_spec(path)
+    args = ["-c", str(a.ctx), "-np", "1", "-fa", "on", "-ub", str(a.ub), "-t", str(threads)]
+    # 1. calibrate as tune does
+    host_bw = measure_host_bandwidth()
+    m = ServerMeasure(binary, args, objective="weighted", n_predict=a.n_predict, depth=a.tune_depth,
+                      log_dir=str(tmp))(Candidate((), "calibrate"), a.runs)
+    if m.error:
+        raise SystemExit(f"{name}: tune measurement failed: {m.error}")
+    cfg = parse_server_args(args)
+    d_tune = int(m.metrics["prompt_tokens"]) + a.n_predict // 2
+    data, _pred = fit_calibration(spec, cfg, Hardware(()), m.metrics["decode_tok_s"], host_bandwidth_gbs=host_bw,
+                                  depth=d_tune, prefill_tok_s=m.metrics["prefill_tok_s"],
+                                  prompt_tokens=int(m.metrics["prompt_tokens"]))
+    cal_tuned = calibration_from_json(data, "tune calibration")
+    # 2. bench
+    srv = start_server(binary, path, args, log_dir=tmp, threads=None)
+    try:
+        doc = run_bench(BenchConfig(url=srv.url, scenarios=("prefill", "depth"), prefill_lengths=tuple(a.lengths),
+                                    depths=tuple(a.depths), repeats=a.runs, n_predict=a.n_predict, warmup=1,
+                                    endpoint="completion"))
+    finally:
+        srv.stop()
+    host_bw2 = measure_host_bandwidth()
+
+    def _k(n: int) -> str:
+        return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+    prefill = {n: v for n in a.lengths if (v := figure(doc, f"prefill_tok_s_{_k(n)}_median")) is not None}
+    depth = {d: v for d in a.depths if (v := figure(doc, f"decode_tok_s_at_depth_{_k(d)}_median")) is not None}
+    base = builtin()
+    plans = {
+        "builtin": plan_points(spec, args, base, prefill, depth, a.n_predict),
+        "detect": plan_points(spec, args, replace(base, host_bandwidth_gbs=host_bw), prefill, depth, a.n_predict),
+        "tuned": plan_points(spec, args, cal_tuned, prefill, depth, a.n_predict),
+    }
+    return {"model": name, "arch": arch, "bytes": spec.weights_bytes, "threads": threads, "args": args,
+            "host_bw_gbs": [round(host_bw, 2), round(host_bw2, 2)], "load": os.getloadavg(),
+            "tune": {"metrics": m.metrics, "depth": d_tune, "calibration": data},
+            "measured": {"prefill": prefill, "decode": depth}, "planned": plans}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ["| model | -t | kind | point | measured tok/s | built-in | err | --detect | err | after tune | err |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        for kind, label in (("decode", "depth"), ("prefill", "prompt")):
+            for k, meas in r["measured"][kind].items():
+                cells = []
+                for p in ("builtin", "detect", "tuned"):
+                    v = r["planned"][p][kind][k]
+                    cells += [f"{v:.1f}", f"{(v / meas - 1) * 100:+.0f} %"]
+                out.append(f"| {r['model']} | {r['threads']} | {kind} | {label} {k} | {meas:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--models", nargs="+", default=[m[0] for m in MODELS])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048])
+    ap.add_argument("--depths", type=int, nargs="+", default=[0, 1024, 3072])
+    ap.add_argument("--tune-depth", type=int, default=256)
+    ap.add_argument("--n-predict", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--ub", type=int, default=512)
+    a = ap.parse_args()
+    binary = os.environ.get("LLAMARIG_SERVER_BIN")
+    if not binary:
+        print("set LLAMARIG_SERVER_BIN (scripts/get-llama-server --recipe portable)", file=sys.stderr)
+        return 2
+    rows = []
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench-cpu-speed-") as td:
+        for name, arch, shape in MODELS:
+            if name not in a.models:
+                continue
+            for t in a.threads:
+                r = run_case(binary, name, arch, shape, t, a, Path(td))
+                rows.append(r)
+                print(f"{name} -t {t}: done ({time.time() - t0:.0f} s, load {r['load'][0]:.1f})", file=sys.stderr)
+                if a.json:
+                    a.json.write_text(json.dumps(rows, indent=1, default=str))
+    print(table(rows))
+    errs = {p: [abs(r["planned"][p][k][x] / v - 1) for r in rows for k in ("decode", "prefill")
+                for x, v in r["measured"][k].items()] for p in ("builtin", "detect", "tuned")}
+    for p, e in errs.items():
+        if e:
+            print(f"{p}: median |error| {statistics.median(e) * 100:.0f} %, max {max(e) * 100:.0f} %, "
+                  f"{sum(x <= 0.15 for x in e)} of {len(e)} within 15 %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The host (CPU) side of the speed model without a server: the prefill prompt fits the slot,
+threads, the calibration keys tune writes, and the host path of experts kept in RAM
+(`--n-cpu-moe`, `-ot exps=CPU`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.plan.speed_helpers import cfg, hw, spec_of
+
+from llamarig.errors import InputError
+from llamarig.gguf import load_spec
+from llamarig.hardware import Hardware
+from llamarig.plan.calibration import builtin, calibration_from_json
+from llamarig.plan.speed import DEFAULT_PROMPT, plan_threads, prompt_length, speed_report
+from llamarig.testing.synth import write_model
+
+CAL = builtin()
+
+
+@pytest.mark.parametrize(("args", "slot", "prompt"), [
+    (("-c", "32768", "-np", "1"), 32768, DEFAULT_PROMPT),
+    (("-c", "4096", "-np", "1"), 4096, 4095),
+    # four slots without a unified cache: each holds n_ctx / 4 (llama-context.cpp n_ctx_seq)
+    (("-c", "8192", "-np", "4", "-no-kvu"), 2048, 2047),
+    # unified: one slot may use the whole context
+    (("-c", "8192", "-np", "4", "-kvu"), 8192, 8191),
+])
+def test_default_prefill_prompt_fits_the_slot(args, slot, prompt):
+    spec = spec_of("qwen3.6-27b:iq4_nl")
+    rep = speed_report(spec, cfg(*args), hw("rtx3090"), cal=CAL)
+    assert rep.by_depth[-1].depth == slot
+    assert rep.prefill.prompt_tokens == prompt
+    assert rep.prefill.prompt_tokens < slot  # llama-server refuses n_tokens >= n_ctx_slot
+    assert str(prompt) in rep.prefill.prompt_note
+    assert rep.to_json()["prefill"]["prompt_note"] == rep.prefill.prompt_note
+
+
+def test_prompt_length_rules():
+    assert prompt_length(100000) == (DEFAULT_PROMPT, prompt_length(100000)[1])
+    n, why = prompt_length(1000)
+    assert n == 999 and "1000" in why
+    n, why = prompt_length(1000, 5000)  # asked for: kept, and said not to fit
+    assert n == 5000 and "does not fit" in why
+    n, _why = prompt_length(1000, start=600)  # after 600 cached tokens, 399 more fit
+    assert n == 399
+
+
+def test_threads_are_read_and_default_to_cores():
+    c = cfg("-t", "3")
+    assert (c.threads, c.threads_batch) == (3, -1)
+    assert plan_threads(c, Hardware(())) == (3, 3)
+    assert plan_threads(cfg("-t", "3", "-tb", "6"), Hardware(())) == (3, 6)
+    assert plan_threads(cfg(), Hardware((), cpu_cores=8)) == (8, 8)
+    assert plan_threads(cfg(), Hardware(())) == (None, None)
+    assert plan_threads(cfg("-t", "0"), Hardware((), cpu_cores=4)) == (4, 4)
+
+
+def test_calibrated_host_compute_scales_with_batch_threads(tmp_path):
+    spec = load_spec(write_model(tmp_path / "m.gguf", "llama", n_layer=2, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512))
+    cal = calibration_from_json({"version": 1, "host_gflops": 50.0, "host_threads": 1}, "test")
+    one = speed_report(spec, cfg("-c", "2048", "-t", "1"), Hardware(()), cal=cal, prompt_tokens=512)
+    four = speed_report(spec, cfg("-c", "2048", "-t", "4"), Hardware(()), cal=cal, prompt_tokens=512)
+    # more threads: more compute; decode is memory-bound and unscaled
+    assert four.prefill.tok_s > 2 * one.prefill.tok_s
+    assert four.decode_tok_s == one.decode_tok_s
+    # threads above the cores only share them
+    capped = speed_report(spec, cfg("-c", "2048", "-t", "4"), Hardware((), cpu_cores=2), cal=cal, prompt_tokens=512)
+    two = speed_report(spec, cfg("-c", "2048", "-t", "2"), Hardware((), cpu_cores=2), cal=cal, prompt_tokens=512)
+    assert capped.prefill.tok_s == pytest.approx(two.prefill.tok_s)
+
+
+def test_bad_host_threads_is_a_one_line_error():
+    with pytest.raises(InputError, match="host_threads"):
+        calibration_from_json({"version": 1, "host_threads": 0}, "f.json")
+
+
+@pytest.mark.parametrize("args", [("--n-cpu-moe", "4"), ("-ot", "exps=CPU")])
+def test_experts_in_host_ram_decode_at_the_host_model(tmp_path, args):
+    """The CPU device that holds the experts uses the same host figures (bandwidth, CPU
+    efficiency) as a CPU-only plan: a calibration of the host changes its time alone."""
+    spec = load_spec(write_model(tmp_path / "moe.gguf", "qwen3moe", n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512, n_expert=8, n_expert_used=2, n_ff_expert=512))
+    c = cfg("-c", "4096", "-ngl", "99", *args)
+    rep = speed_report(spec, c, hw("rtx3090"), cal=CAL, depths=[0])
+    cpu = next(d for d in rep.devices if d.name == "CPU")
+    assert cpu.weights_read > 0 and cpu.eff == CAL.for_device("CPU")
+    assert cpu.bandwidth_gbs == CAL.host_bandwidth_gbs
+    fast = replace(CAL, host_bandwidth_gbs=CAL.host_bandwidth_gbs * 4)
+    rep2 = speed_report(spec, c, hw("rtx3090"), cal=fast, depths=[0])
+    t1, t2 = 1 / rep.decode_tok_s, 1 / rep2.decode_tok_s
+    host_s = cpu.weights_read / (CAL.host_bandwidth_gbs * 1e9 * cpu.eff.weights)
+    assert t1 - t2 == pytest.approx(host_s * 3 / 4, rel=1e-6)
