@@ -56,6 +56,8 @@ MODELS: list[tuple[str, str, dict[str, Any]]] = [
                                       n_ctx_train=8192)),
     ("llama-q8_0-97MB", "llama", dict(n_layer=8, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_ff=2816,
                                       n_ctx_train=8192, weight_type="q8_0")),
+    ("llama-f16-31MB", "llama", dict(n_layer=8, n_embd=512, n_head=8, n_head_kv=2, head_dim=64, n_ff=1536,
+                                     n_ctx_train=4096)),
     ("llama-f16-6MB", "llama", dict(n_layer=4, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
                                     n_ctx_train=8192)),
     ("qwen3moe-f16", "qwen3moe", dict(n_layer=4, n_embd=512, n_head=8, n_head_kv=2, head_dim=64, n_ff=1024,
@@ -91,8 +93,8 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
     args = ["-c", str(a.ctx), "-np", "1", "-fa", "on", "-ub", str(a.ub), "-t", str(threads)]
     # 1. calibrate as tune does
     host_bw = measure_host_bandwidth()
-    m = ServerMeasure(binary, args, objective="weighted", n_predict=a.n_predict, depth=a.tune_depth,
-                      log_dir=str(tmp))(Candidate((), "calibrate"), a.runs)
+    m = ServerMeasure(binary, ["-m", str(path), *args], objective="weighted", n_predict=a.n_predict, depth=a.tune_depth,
+                      log_dir=str(tmp))(Candidate(()), a.runs)
     if m.error:
         raise SystemExit(f"{name}: tune measurement failed: {m.error}")
     cfg = parse_server_args(args)
@@ -128,6 +130,34 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
             "measured": {"prefill": prefill, "decode": depth}, "planned": plans}
 
 
+def replan(rows: list[dict[str, Any]], tmp: Path) -> None:
+    """Recompute every row's plans from its recorded measurements (the tune metrics and host
+    bandwidth included): the speed model's constants can change without measuring again."""
+    for r in rows:
+        shape = next(m for m in MODELS if m[0] == r["model"])
+        path = tmp / f"{r['model']}.gguf"
+        if not path.exists():
+            write_model(path, shape[1], **shape[2])
+        spec = load_spec(path)
+        cfg = parse_server_args(r["args"])
+        tm = r["tune"]["metrics"]
+        n_predict = r["tune"]["depth"] - int(tm["prompt_tokens"])
+        data, _pred = fit_calibration(spec, cfg, Hardware(()), tm["decode_tok_s"], host_bandwidth_gbs=r["host_bw_gbs"][0],
+                                      depth=r["tune"]["depth"], prefill_tok_s=tm["prefill_tok_s"],
+                                      prompt_tokens=int(tm["prompt_tokens"]))
+        r["tune"]["calibration"] = data
+        meas = {k: {int(x): v for x, v in r["measured"][k].items()} for k in ("prefill", "decode")}
+        r["measured"] = meas
+        base = builtin()
+        r["planned"] = {
+            "builtin": plan_points(spec, r["args"], base, meas["prefill"], meas["decode"], n_predict * 2),
+            "detect": plan_points(spec, r["args"], replace(base, host_bandwidth_gbs=r["host_bw_gbs"][0]),
+                                  meas["prefill"], meas["decode"], n_predict * 2),
+            "tuned": plan_points(spec, r["args"], calibration_from_json(data, "tune"), meas["prefill"],
+                                 meas["decode"], n_predict * 2),
+        }
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     out = ["| model | -t | kind | point | measured tok/s | built-in | err | --detect | err | after tune | err |",
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -154,7 +184,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--ub", type=int, default=512)
+    ap.add_argument("--replan", type=Path, help="recompute the plans of a --json file (no measurement)")
     a = ap.parse_args()
+    if a.replan:
+        rows = json.loads(a.replan.read_text())
+        with tempfile.TemporaryDirectory(prefix="bench-cpu-speed-") as td:
+            replan(rows, Path(td))
+        summary(rows)
+        return 0
     binary = os.environ.get("LLAMARIG_SERVER_BIN")
     if not binary:
         print("set LLAMARIG_SERVER_BIN (scripts/get-llama-server --recipe portable)", file=sys.stderr)
@@ -171,6 +208,11 @@ def main() -> int:
                 print(f"{name} -t {t}: done ({time.time() - t0:.0f} s, load {r['load'][0]:.1f})", file=sys.stderr)
                 if a.json:
                     a.json.write_text(json.dumps(rows, indent=1, default=str))
+    summary(rows)
+    return 0
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
     print(table(rows))
     errs = {p: [abs(r["planned"][p][k][x] / v - 1) for r in rows for k in ("decode", "prefill")
                 for x, v in r["measured"][k].items()] for p in ("builtin", "detect", "tuned")}
@@ -178,7 +220,6 @@ def main() -> int:
         if e:
             print(f"{p}: median |error| {statistics.median(e) * 100:.0f} %, max {max(e) * 100:.0f} %, "
                   f"{sum(x <= 0.15 for x in e)} of {len(e)} within 15 %")
-    return 0
 
 
 if __name__ == "__main__":

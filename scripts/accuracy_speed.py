@@ -31,6 +31,7 @@ from llamarig.plan.calibration import (
     PointResult,
     _point_gpu,
     builtin,
+    builtin_data,
     evaluate_points,
     evidence_points,
     is_evidence,
@@ -542,6 +543,32 @@ def evidence_section(files: Sequence[Path]) -> list[str]:
     return lines
 
 
+def cpu_section() -> list[str]:
+    """The host (CPU) model's accuracy: measured against the real llama-server on this repository's
+    machine (benchmarks/bench_cpu_speed.py; the table is in benchmarks/RESULTS.md)."""
+    hu = builtin_data().get("host_uncalibrated") or {}
+    if not hu:
+        return []
+    cpu = builtin().for_device("CPU")
+
+    def rng(k: str, what: str) -> str:
+        r = hu.get(k) or {}
+        return (f"- {what}: measured decode x{r['decode'][0]:g}-x{r['decode'][1]:g} of the plan, prefill "
+                f"x{r['prefill'][0]:g}-x{r['prefill'][1]:g}")
+
+    return ["## CPU and host-side speed (the real llama-server on this repository's machine)", "",
+            "Measured with `benchmarks/bench_cpu_speed.py` (`llamarig bench` against the portable build,",
+            "synthetic models; table and method in benchmarks/RESULTS.md, \"CPU speed model\"). Without",
+            "`llamarig tune`'s calibration the plan carries these ranges (`speed.host_range` in `plan --json`):",
+            "", rng("builtin", "built-in host figures"), rng("measured_bandwidth", "host bandwidth measured (`plan --detect`)"),
+            "", f"Source: {hu.get('source', '')}.", "",
+            "After tune's calibration (host bandwidth measured, `weights`/`overhead_ms` solved from the",
+            "tuned decode, `host_gflops` from the tuned prefill, `host_threads` recorded): within +-15 % of",
+            "`llamarig bench` for prefill at other prompt lengths and decode near the tuned depth; decode",
+            f"far deeper than the tuned depth falls faster than the host attention term (attn_decode {cpu.attn_decode:g})",
+            "predicts once the KV cache outgrows the CPU caches (benchmarks/RESULTS.md).", ""]
+
+
 def render(ev: Evaluation | None = None, evidence: Sequence[Path] | None = None) -> str:
     ev = ev or evaluate()
     if evidence is None:
@@ -613,6 +640,7 @@ def render(ev: Evaluation | None = None, evidence: Sequence[Path] | None = None)
     if ev.prefill:
         lines += ["## Prefill", "", _summary(ev.prefill)[0], "", *_table(ev.prefill, False), ""]
     lines += evidence_section(evidence)
+    lines += cpu_section()
     lines += ["## Fitting procedure (what the LOO columns rerun)", "",
               f"- Decode, CUDA (points: {', '.join(ev.decode_fitted)}; not fitted: "
               + "; ".join(f"{k} - {v}" for k, v in EXCLUDED.items()) + "):",

@@ -93,3 +93,35 @@ def test_experts_in_host_ram_decode_at_the_host_model(tmp_path, args):
     t1, t2 = 1 / rep.decode_tok_s, 1 / rep2.decode_tok_s
     host_s = cpu.weights_read / (CAL.host_bandwidth_gbs * 1e9 * cpu.eff.weights)
     assert t1 - t2 == pytest.approx(host_s * 3 / 4, rel=1e-6)
+
+
+def test_uncalibrated_host_says_how_far_it_can_be_off(tmp_path):
+    spec = load_spec(write_model(tmp_path / "m.gguf", "llama", n_layer=2, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512))
+    c = cfg("-c", "2048", "-t", "1")
+    rep = speed_report(spec, c, Hardware(()), cal=CAL)
+    hr = rep.host_range
+    assert hr is not None and hr.prefill_tok_s is not None
+    assert hr.decode_tok_s[0] < rep.decode_tok_s < hr.decode_tok_s[1]
+    assert hr.prefill_tok_s[0] < hr.prefill_tok_s[1] < rep.prefill.tok_s  # built-in prefill is high here
+    assert "RESULTS.md" in hr.note and rep.to_json()["host_range"]["decode_tok_s"][0] == round(hr.decode_tok_s[0], 2)
+    # a measured bandwidth (plan --detect) has its own range
+    det = speed_report(spec, c, Hardware(()), cal=CAL, host_bandwidth_gbs=12.0).host_range
+    assert det is not None and "--detect" in det.note
+    # after tune's calibration of this host there is no range to give
+    tuned = calibration_from_json({"version": 1, "efficiency": [{"backend": "CPU", "weights": 0.3}],
+                                   "host_gflops": 80.0, "host_threads": 1}, "tune")
+    assert speed_report(spec, c, Hardware(()), cal=tuned).host_range is None
+
+
+def test_host_range_covers_only_the_host_share_of_a_gpu_plan(tmp_path):
+    spec = load_spec(write_model(tmp_path / "moe.gguf", "qwen3moe", n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512, n_expert=8, n_expert_used=2, n_ff_expert=512))
+    rep = speed_report(spec, cfg("-c", "4096", "-ngl", "99", "--n-cpu-moe", "4"), hw("rtx3090"), cal=CAL, depths=[0])
+    hr = rep.host_range
+    assert hr is not None and hr.prefill_tok_s is None  # batches of host weights run on the GPU
+    lo, hi = hr.decode_tok_s
+    assert lo < rep.decode_tok_s < hi
+    # the GPU's share is not widened: the range is narrower than the host ratios themselves
+    assert hi / lo < 1.22 / 0.18
+    assert speed_report(spec, cfg("-c", "4096", "-ngl", "99"), hw("rtx3090"), cal=CAL).host_range is None

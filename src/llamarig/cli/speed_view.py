@@ -54,6 +54,12 @@ def speed_table(rep: SpeedReport) -> Any:
     parts.append(Text("KV: " + rep.kv_note, style="dim"))
     if rep.depth_note:
         parts.append(Text(rep.depth_note, style="dim"))
+    if rep.host_range:
+        hr = rep.host_range
+        line = _("expect decode {lo:.1f}-{hi:.1f} tok/s at depth 0").format(lo=hr.decode_tok_s[0], hi=hr.decode_tok_s[1])
+        if hr.prefill_tok_s:
+            line += _(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])
+        parts.append(Text(line + _(": ") + hr.note, style="yellow"))
     for w in rep.warnings:
         warning = _("warning:")
         parts.append(Text.from_markup(f"[yellow]{escape(warning)}[/] {escape(w)}"))

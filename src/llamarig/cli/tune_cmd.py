@@ -313,8 +313,15 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
                     host_bw = measure_host_bandwidth()
                 # the mean depth while decoding: the prompt, then half the generated tokens
                 d = int(m.metrics.get("prompt_tokens", 0)) + n_predict // 2
+                # on the CPU the measured prefill sets the host's compute figure too; the threads it
+                # ran with are -tb/-t, else llama-server's default, this machine's physical cores
+                from llamarig.detect import cpu_cores
+
                 data, pred = fit_calibration(spec, cfg, hw, m.metrics["decode_tok_s"], host_bandwidth_gbs=host_bw,
-                                             depth=d)
+                                             depth=d, prefill_tok_s=m.metrics.get("prefill_tok_s"),
+                                             prompt_tokens=int(m.metrics.get("prompt_tokens") or 0) or None,
+                                             host_threads=None if (cfg.threads > 0 or cfg.threads_batch > 0)
+                                             else cpu_cores())
                 cp = Path(calibration_out) if calibration_out else state_dir() / "speed-calibration.json"
                 write_calibration(cp, data)
                 out["calibration"] = {"path": str(cp), "data": data, "predicted_decode_tok_s": pred,

@@ -48,6 +48,8 @@ from llamarig.plan.config import parse_server_args
 
 _FIELDS = ("weights", "kv", "overhead_ms", "prefill", "ubatch_half", "attn_prefill",
            "verify_per_token")
+#: efficiency fields a backend may leave out (then 0: the term is not modelled for it)
+_OPTIONAL = ("attn_decode",)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class Efficiency:
     attn_prefill: float
     verify_per_token: float
     source: str = ""
+    #: decode attention on the host: fraction of the host's matmul rate (host_gflops) that one
+    #: query row's attention reaches per KV cell (CPU only; 0 = not modelled)
+    attn_decode: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -89,8 +94,8 @@ class Calibration:
 
 
 def _eff(backend: str, d: dict[str, Any], base: Efficiency | None, source: str) -> Efficiency:
-    vals: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in _FIELDS}
-    for k in _FIELDS:
+    vals: dict[str, Any] = {} if base is None else {k: getattr(base, k) for k in _FIELDS + _OPTIONAL}
+    for k in _FIELDS + _OPTIONAL:
         if k in d:
             v = d[k]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (k != "overhead_ms" and k != "ubatch_half" and k != "verify_per_token" and v > 1.5):
@@ -229,7 +234,7 @@ def user_calibration_json(backend: str, gpu: str | None, **values: float) -> dic
     if gpu:
         entry["gpu"] = gpu
     for k, v in values.items():
-        if k not in _FIELDS:
+        if k not in _FIELDS + _OPTIONAL:
             raise ValueError(f"unknown efficiency field {k}")
         entry[k] = v
     return {"version": 1, "efficiency": [entry]}

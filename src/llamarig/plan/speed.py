@@ -34,7 +34,13 @@ from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.calibration import Calibration, Efficiency, builtin, load_calibration
+from llamarig.plan.calibration import (
+    Calibration,
+    Efficiency,
+    builtin,
+    builtin_data,
+    load_calibration,
+)
 from llamarig.plan.config import ServerConfig
 
 GB = 1e9
@@ -134,6 +140,9 @@ class DeviceLoad:
     flops_share: float  # fraction of the model's matmul FLOPs on this device
     kv_factor: float = 1.0  # KVPath factor
     kv_on_cpu: bool = False  # attention falls back to the CPU (K/V over PCIe)
+    attn_flops_per_depth: float = 0.0  # decode attention FLOPs per token of depth (full-attention layers here)
+    attn_flops_swa: float = 0.0  # the same per cell of the SWA layers here
+    decode_tflops: float = 0.0  # the host's matmul rate at the decode threads (-t); CPU only
 
     def bytes_at(self, depth: int, swa_window: int | None) -> int:
         swa_cells = min(depth, swa_window) if swa_window else 0
@@ -146,6 +155,12 @@ class DeviceLoad:
         if limit:
             return (self.weights_read + kv + self.recurrent_rw) / bw
         t = (self.weights_read + self.recurrent_rw) / (bw * self.eff.weights)
+        if self.eff.attn_decode > 0 and self.decode_tflops > 0:
+            # the host's attention for one query row is compute-bound per KV cell and query head
+            # (ggml/src/ggml-cpu/ops.cpp flash_attn_ext: a dot product, an online-softmax step and
+            # a V accumulation per cell, per head), not bound by the K/V bytes
+            flops = self.attn_flops_per_depth * depth + self.attn_flops_swa * swa_cells
+            t += flops / (self.decode_tflops * 1e12 * self.eff.attn_decode)
         if self.kv_on_cpu:
             t += kv / (cal.pcie_gbs * GB) + kv / (cal.host_bandwidth_gbs * GB * 0.5)
         else:
@@ -221,6 +236,8 @@ def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrat
     def layer_dev(il: int) -> int:
         return placement.layer_dev[il] if il < len(placement.layer_dev) else -1
 
+    attn_full = [0.0] * (n_dev + 1)
+    attn_swa = [0.0] * (n_dev + 1)
     kv_per = [0] * (n_dev + 1)  # index -1 -> last slot (CPU)
     swa_per = [0] * (n_dev + 1)
     rec = [0] * (n_dev + 1)
@@ -237,10 +254,13 @@ def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrat
             rec[kd] += 2 * rps // n_rec
         elif ly.n_head_kv:
             cell = M.kv_bytes_per_cell(ly, cfg.cache_type_k, cfg.cache_type_v, M.v_row_width(spec, ly, flash))
+            flops = 2.0 * ly.n_head * (ly.head_dim_k + ly.head_dim_v)  # QK and softmax x V, one query row
             if ly.kind == "swa":
                 swa_per[kd] += cell
+                attn_swa[kd] += flops
             else:
                 kv_per[kd] += cell
+                attn_full[kd] += flops
     params_total = sum(t.n_bytes for t in _read_weighted(spec).tensors if t.name != "token_embd.weight") or 1
     host_bw = host_bandwidth_gbs or cal.host_bandwidth_gbs
     out: list[DeviceLoad] = []
@@ -262,7 +282,8 @@ def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrat
             tflops=cal.host_gflops / 1000 * host_thread_scale(cfg, hw, cal)[0],
             eff=eff, n_layers=nl[-1], weights_read=host_read, weights_held=max(0, ws_all.host - embd),
             kv_per_depth=kv_per[-1], swa_per_cell=swa_per[-1], recurrent_rw=rec[-1],
-            flops_share=host_read / params_total,
+            flops_share=host_read / params_total, attn_flops_per_depth=attn_full[-1], attn_flops_swa=attn_swa[-1],
+            decode_tflops=cal.host_gflops / 1000 * host_thread_scale(cfg, hw, cal, decode=True)[0],
         ))
     return out
 
@@ -280,15 +301,18 @@ def plan_threads(cfg: ServerConfig, hw: Hardware) -> tuple[int | None, int | Non
     return t, tb
 
 
-def host_thread_scale(cfg: ServerConfig, hw: Hardware, cal: Calibration) -> tuple[float, str]:
+def host_thread_scale(cfg: ServerConfig, hw: Hardware, cal: Calibration, decode: bool = False) -> tuple[float, str]:
     """(factor, why) on the host's matmul rate ``host_gflops`` for this plan's batch threads: a
     calibration that records the threads it was measured with (``host_threads``, tune) is scaled
     linearly to the plan's -tb (prefill is compute-bound: each thread multiplies its own rows,
     ggml/src/ggml-cpu/ggml-cpu.c ggml_compute_forward_mul_mat), capped at the cores when known
-    (more threads than cores only share them). Decode is not scaled (memory-bound, see docs/speed.md)."""
+    (more threads than cores only share them). ``decode``: for the decode threads -t (the host's
+    decode attention); the weights' streaming is not scaled (memory-bound, see docs/speed.md)."""
     if cal.host_threads is None:
         return 1.0, ""
-    _t, tb = plan_threads(cfg, hw)
+    t, tb = plan_threads(cfg, hw)
+    if decode:
+        tb = t  # one-token batches run on -t (src/llama-context.cpp:2612)
     if tb is None:
         return 1.0, _("host compute as calibrated at -tb {n} (this plan's thread count is unknown)").format(
             n=cal.host_threads)
@@ -355,6 +379,22 @@ class Prefill:
 
 
 @dataclass(frozen=True)
+class HostRange:
+    """How far the host (CPU) figures of an uncalibrated plan can be off: the spread of measured /
+    planned that the built-in CPU constants gave against the real llama-server
+    (data/speed_calibration.json ``host_uncalibrated``, benchmarks/RESULTS.md "CPU speed model")."""
+
+    decode_tok_s: tuple[float, float]  # at depth 0
+    prefill_tok_s: tuple[float, float] | None  # None: prefill does not run on the host
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"decode_tok_s": [round(v, 2) for v in self.decode_tok_s],
+                "prefill_tok_s": [round(v, 1) for v in self.prefill_tok_s] if self.prefill_tok_s else None,
+                "note": self.note}
+
+
+@dataclass(frozen=True)
 class SpeedReport:
     decode_tok_s: float  # at depth 0, without speculative decoding
     decode_limit_tok_s: float
@@ -367,6 +407,7 @@ class SpeedReport:
     calibration: str
     warnings: tuple[str, ...] = ()
     depth_note: str = ""  # how far the figures at depth can be trusted (method note)
+    host_range: HostRange | None = None  # uncalibrated host figures: the range to expect
 
     @property
     def effective_decode_tok_s(self) -> float:
@@ -391,6 +432,7 @@ class SpeedReport:
                         for x in self.devices],
             "kv_note": self.kv_note,
             "depth_note": self.depth_note,
+            "host_range": self.host_range.to_json() if self.host_range else None,
             "formula": self.formula,
             "calibration": self.calibration,
             "warnings": list(self.warnings),
@@ -703,7 +745,50 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
         by_depth=tuple(rows), prefill=pf, speculative=spec_res, devices=tuple(loads), kv_note=note,
         formula=decode_formula(loads, sm), calibration=cal.source, warnings=tuple(warnings),
         depth_note=depth_note,
+        host_range=_host_range(loads, cal, t0, pf, window, host_bandwidth_gbs is not None),
     )
+
+
+def host_calibrated(cal: Calibration) -> bool:
+    """Whether the host's figures come from a measurement of llama-server on it (tune's file):
+    its CPU efficiency or host compute figure differs from the built-in one."""
+    base = builtin()
+    return cal.for_device("CPU") != base.for_device("CPU") or cal.host_gflops != base.host_gflops
+
+
+def _host_range(loads: Sequence[DeviceLoad], cal: Calibration, t0: float, pf: Prefill, window: int | None,
+                bandwidth_given: bool) -> HostRange | None:
+    """The range of an uncalibrated host's figures (HostRange); None when the host holds nothing
+    decode reads or a tune calibration covers it. The measured/planned ratios r of the host part
+    (data/speed_calibration.json ``host_uncalibrated``) apply to the host's share of the time:
+    t = t_other + t_host / r."""
+    host = next((x for x in loads if x.backend == "CPU"), None)
+    if host is None or host.bytes_at(0, window) <= 0 or host_calibrated(cal):
+        return None
+    data = builtin_data().get("host_uncalibrated") or {}
+    measured_bw = bandwidth_given or cal.host_bandwidth_gbs != builtin().host_bandwidth_gbs
+    key = "measured_bandwidth" if measured_bw else "builtin"
+    rng = data.get(key)
+    if not rng or t0 <= 0:
+        return None
+    cpu_only = all(x.backend == "CPU" for x in loads)
+    t_host = host.seconds_at(0, window, False, cal) + (host.eff.overhead_ms / 1000 if cpu_only else 0.0)
+    t_other = max(0.0, t0 - t_host)
+    lo, hi = (float(v) for v in rng["decode"])
+    dec = (1 / (t_other + t_host / lo), 1 / (t_other + t_host / hi))
+    pre = None
+    if cpu_only and pf.tok_s > 0:
+        plo, phi = (float(v) for v in rng["prefill"])
+        pre = (pf.tok_s * plo, pf.tok_s * phi)
+    what = (_("host bandwidth measured (plan --detect), CPU efficiencies built in") if measured_bw
+            else _("host bandwidth and compute built in (not measured)"))
+    note = _("host figures uncalibrated ({what}): against the real llama-server, measured decode was "
+             "x{dlo:.2g}-x{dhi:.2g} of the planned host part{pre}; `llamarig tune` on this machine calibrates "
+             "them ({source})").format(
+        what=what, dlo=lo, dhi=hi, source=data.get("source", "data/speed_calibration.json"),
+        pre=_(", prefill x{plo:.2g}-x{phi:.2g}").format(plo=float(rng["prefill"][0]), phi=float(rng["prefill"][1]))
+        if pre else "")
+    return HostRange(dec, pre, note)
 
 
 def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int | None, cal: Calibration,

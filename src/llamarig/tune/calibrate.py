@@ -13,7 +13,10 @@ predicts slower than measured, or 0.01 faster (a tiny model: the fixed overhead 
 efficiency is clamped; on the CPU, when the measured speed is faster than the copy bandwidth
 allows even at 1.5, the bandwidth is solved instead (an effective figure: a one-thread copy
 understates what several threads reach); then, if still off by more than 2 %, ``overhead_ms``
-is solved."""
+is solved. On the CPU, when the measured prefill is given, ``host_gflops`` is solved first (the
+host's effective matmul rate, at the threads of the run, recorded as ``host_threads``) so that
+the model predicts the measured prefill of the tuned prompt; the decode fit then includes the
+host's decode attention at that rate."""
 
 from __future__ import annotations
 
@@ -59,6 +62,10 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
     loads = device_loads(spec, cfg, hw, cal)
     backend = loads[0].backend if loads else "CPU"
     lo, hi = 0.01, 1.5
+    if backend == "CPU" and prefill_tok_s and prompt_tokens:
+        # the host's compute first: decode at depth includes the host's attention, which runs at it
+        cal = replace(cal, host_threads=None,
+                      host_gflops=fit_host_gflops(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens))
 
     def pred(*, weights: float | None = None, overhead_ms: float | None = None) -> float:
         return _predict(spec, cfg, hw, _with(cal, backend, weights=weights, overhead_ms=overhead_ms), depth)
