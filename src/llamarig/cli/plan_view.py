@@ -123,6 +123,13 @@ def verdict_lines(plan: Plan) -> list[str]:
                      "{limit:.0f}); prefill {pp:.0f} tok/s").format(
             d0=sp.by_depth[0].decode_tok_s * mult, dn=deep.decode_tok_s * mult, depth=deep.depth,
             limit=sp.decode_limit_tok_s, pp=sp.prefill.tok_s))
+        if sp.host_range is not None:  # an uncalibrated host: how far the figures can be off
+            hr = sp.host_range
+            pre = (_(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])
+                   if hr.prefill_tok_s else "")
+            out.append(_("host part not calibrated: expect decode {lo:.1f}-{hi:.1f} tok/s at depth 0{pre} (measured "
+                         "range, benchmarks/RESULTS.md; `llamarig tune` calibrates this machine)").format(
+                lo=hr.decode_tok_s[0], hi=hr.decode_tok_s[1], pre=pre))
         out.append(_("calibration: {source}").format(source=calibration_label(sp.calibration)))
     return out
 
