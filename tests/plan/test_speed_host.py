@@ -125,3 +125,24 @@ def test_host_range_covers_only_the_host_share_of_a_gpu_plan(tmp_path):
     # the GPU's share is not widened: the range is narrower than the host ratios themselves
     assert hi / lo < 1.22 / 0.18
     assert speed_report(spec, cfg("-c", "4096", "-ngl", "99"), hw("rtx3090"), cal=CAL).host_range is None
+
+
+def test_tune_fit_reproduces_decode_and_prefill_on_the_host(tmp_path):
+    from llamarig.tune.calibrate import fit_calibration
+
+    spec = load_spec(write_model(tmp_path / "m.gguf", "llama", n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512))
+    c = cfg("-c", "2048", "-t", "1", "-ub", "256")
+    data, pred = fit_calibration(spec, c, Hardware(()), 900.0, host_bandwidth_gbs=12.0, depth=272,
+                                 prefill_tok_s=4000.0, prompt_tokens=256)
+    assert data["host_threads"] == 1 and data["host_bandwidth_gbs"] == 12.0
+    cal = calibration_from_json(data, "tune")
+    rep = speed_report(spec, c, Hardware(()), cal=cal, prompt_tokens=256, depths=[272])
+    assert rep.by_depth[0].decode_tok_s == pytest.approx(900.0, rel=0.02) and pred == pytest.approx(900.0, rel=0.02)
+    assert rep.prefill.tok_s == pytest.approx(4000.0, rel=0.02)
+    assert rep.host_range is None
+    # the same file planned for -t 2: twice the host compute, the weights' streaming unchanged
+    rep2 = speed_report(spec, cfg("-c", "2048", "-t", "2", "-ub", "256"), Hardware(()), cal=cal, prompt_tokens=256,
+                        depths=[272])
+    assert rep2.prefill.tok_s > 1.5 * rep.prefill.tok_s
+    assert rep.by_depth[0].decode_tok_s < rep2.by_depth[0].decode_tok_s < 2 * rep.by_depth[0].decode_tok_s
