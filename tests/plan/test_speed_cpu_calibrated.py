@@ -10,7 +10,8 @@ start: prefill at another prompt length, decode at two other depths). The rounds
 best round. The plan with the
 calibration must be within +-15 % of every bench median. Both measurements share the machine's
 load, so the comparison means the same on a quiet or a busy machine; threads are pinned (-t 1),
-the prompts are seeded, every figure is a median after a warm-up. Not a timing assertion: a
+the prompts are seeded, every request follows a warm-up. A miss on a machine too busy to
+measure to 15 % (the two best rounds of a figure differ by more) is a skip that names the figures. Not a timing assertion: a
 ratio of two measurements, as plan-vs-log compares two memory figures.
 """
 
@@ -91,14 +92,16 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
                        f"{', '.join(f'{x:.0f}' for x in bench_runs[k])})" for k, v in measured.items())
     report += f"; tune rounds decode {[round(r['decode_tok_s']) for r in tune_runs]}"
     print(report)
-    # the test can only resolve +-15 % when the machine lets it measure that finely: the two best
-    # rounds of every figure (tune's included) must agree within the tolerance, else the load of
-    # other processes is larger than what is being checked and the comparison means nothing
+    missed = [k for k, v in measured.items() if abs(planned[k] / v - 1) > TOLERANCE]
+    if not missed:
+        return
+    # a miss only counts when the machine let the test measure that finely: the two best rounds of
+    # every figure (tune's included) agree within the tolerance. Otherwise the load of other
+    # processes is larger than what is being checked, and the comparison says nothing either way.
     series = {**bench_runs, "tune decode": [r["decode_tok_s"] for r in tune_runs],
               "tune prefill": [r["prefill_tok_s"] for r in tune_runs]}
     noisy = {k: v for k, v in series.items() if sorted(v)[-2] < (1 - TOLERANCE) * max(v)}
     if noisy:
         pytest.skip("machine too busy to resolve +-15 %: the two best rounds differ by more than that in "
                     + ", ".join(f"{k} {[round(x) for x in v]}" for k, v in noisy.items()) + f" ({report})")
-    for k, v in measured.items():
-        assert abs(planned[k] / v - 1) <= TOLERANCE, report
+    raise AssertionError(f"{', '.join(missed)} off by more than {TOLERANCE:.0%}: {report}")
