@@ -240,7 +240,9 @@ def test_draft_model_uses_draft_simple():
 
 def test_cpu_only_machine():
     inp = inputs("llama3.1-8b:q4_k_m")
-    res = optimise(inp, Targets(ctx=8192, decode_tok_s=5), host_bandwidth_gbs=50)
+    # 2 tok/s at depth 8192: the host's decode attention (about 4.3 GFLOP per token at 8K for an
+    # 8B llama) halves the 5.4 tok/s of depth 0 (docs/speed.md, "Host (CPU) side")
+    res = optimise(inp, Targets(ctx=8192, decode_tok_s=2), host_bandwidth_gbs=50)
     best = res.best
     assert best is not None and best.fits and res.verdict == "ok"
     assert [d.name for d in best.speed.devices] == ["CPU"]
