@@ -70,6 +70,11 @@ def test_calibrated_host_compute_scales_with_batch_threads(tmp_path):
     capped = speed_report(spec, cfg("-c", "2048", "-t", "4"), Hardware((), cpu_cores=2), cal=cal, prompt_tokens=512)
     two = speed_report(spec, cfg("-c", "2048", "-t", "2"), Hardware((), cpu_cores=2), cal=cal, prompt_tokens=512)
     assert capped.prefill.tok_s == pytest.approx(two.prefill.tok_s)
+    assert "host compute x4 (-tb 4 / calibrated -tb 1)" in four.prefill.formula
+    # no -t and no core count: the calibrated figure is used as is, and the plan says so
+    unknown = speed_report(spec, cfg("-c", "2048"), Hardware(()), cal=cal, prompt_tokens=512)
+    assert unknown.prefill.tok_s == pytest.approx(one.prefill.tok_s)
+    assert any("-tb 1" in w for w in unknown.warnings)
 
 
 def test_bad_host_threads_is_a_one_line_error():

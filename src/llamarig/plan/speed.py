@@ -726,6 +726,13 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     tl0 = decode_seconds(loads, 0, window, cal, sm, limit=True)
     n_prompt, prompt_note = prompt_length(n_ctx_eff, prompt_tokens, prompt_start)
     pf = replace(prefill(spec, loads, n_prompt, ctx.n_ubatch, cal, prompt_start), prompt_note=prompt_note)
+    if any(x.backend == "CPU" for x in loads):
+        scale, why = host_thread_scale(cfg, hw, cal)
+        if why and scale == 1.0:  # calibrated threads, but this plan's are unknown
+            warnings.append(why)
+        elif why:
+            pf = replace(pf, formula=pf.formula + f"; host compute x{scale:.3g} (-tb {plan_threads(cfg, hw)[1]} / "
+                                                  f"calibrated -tb {cal.host_threads})")
     spec_res = None
     if any(t.startswith("draft-") for t in cfg.spec_types) and (spec.nextn_layers or draft is not None):
         n = max(1, cfg.spec_draft_n_max)
