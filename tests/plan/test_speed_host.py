@@ -55,6 +55,7 @@ def test_threads_are_read_and_default_to_cores():
     assert plan_threads(cfg(), Hardware((), cpu_cores=8)) == (8, 8)
     assert plan_threads(cfg(), Hardware(())) == (None, None)
     assert plan_threads(cfg("-t", "0"), Hardware((), cpu_cores=4)) == (4, 4)
+    assert cfg("-t", "3", "-tb", "6").argv()[-4:] == ["-t", "3", "-tb", "6"]  # the plan's command keeps them
 
 
 def test_calibrated_host_compute_scales_with_batch_threads(tmp_path):

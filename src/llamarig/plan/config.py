@@ -139,6 +139,10 @@ class ServerConfig:
             out += ["-b", str(self.n_batch)]
         if "n_ubatch" in s:
             out += ["-ub", str(self.n_ubatch)]
+        if "threads" in s:
+            out += ["-t", str(self.threads)]
+        if "threads_batch" in s:
+            out += ["-tb", str(self.threads_batch)]
         if "n_gpu_layers" in s:
             ngl = {-1: "auto", -2: "all"}.get(self.n_gpu_layers, str(self.n_gpu_layers))
             out += ["-ngl", ngl]
