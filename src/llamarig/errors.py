@@ -44,6 +44,10 @@ class GGUFError(InputError):
         super().__init__(f"{self.path}: {self.problem}")
 
 
+class ModelNotFoundError(GGUFError):
+    """A model that is neither a file here nor a catalogue id (``no such file``)."""
+
+
 class UnknownNameError(InputError):
     """An unknown catalogue id, GPU name, scenario… with the closest known names."""
 

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from llamarig.errors import GGUFError, UnknownNameError
+from llamarig.errors import ModelNotFoundError, UnknownNameError
 from llamarig.gguf import load_spec
 from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
@@ -122,8 +122,8 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
         find_model(text)
     except UnknownNameError as e:
         hint = did_you_mean(e.suggestions)
-        raise GGUFError(text, _("no such file, and not a catalogue id{hint}").format(hint=hint)) from None
-    raise GGUFError(text, _("no such file"))  # pragma: no cover - find_model accepted what is_catalogue_id refused
+        raise ModelNotFoundError(text, _("no such file, and not a catalogue id{hint}").format(hint=hint)) from None
+    raise ModelNotFoundError(text, _("no such file"))  # pragma: no cover - find_model accepted what is_catalogue_id refused
 
 
 def _tensor(name: str, n_bytes: int) -> TensorInfo:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamarig.errors import GGUFError
+from llamarig.errors import GGUFError, ModelNotFoundError
 from llamarig.gguf.ggml_types import TYPE_SIZES, type_name
 from llamarig.i18n import _
 
@@ -205,7 +205,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     try:
         size = p.stat().st_size
     except FileNotFoundError:
-        raise GGUFError(p, _("no such file")) from None
+        raise ModelNotFoundError(p, _("no such file")) from None
     except OSError as e:
         raise GGUFError(p, _("cannot read: {error}").format(error=e.strerror or e)) from None
     if p.is_dir():

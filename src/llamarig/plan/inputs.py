@@ -35,11 +35,8 @@ class PlanArgs:
     overhead: int | None = None
     cpu_features: str | None = None
     cpu: CpuFeatures | None = None  # e.g. a server's system_info; beats cpu_features
-    as_json: bool = False
-    why: bool = False  # --why/-v: formulas and sources in the human output
     server_args: list[str] = field(default_factory=list)
     command: list[str] | None = None
-    help: bool = False
 
 
 
