@@ -28,7 +28,8 @@ def plan_model(model: str | None, args: Sequence[str] = (), *, gpus: Sequence[st
          mmproj: str | None = None, draft: str | None = None, cpu_features: str | None = None,
          detect: bool = False, command: Sequence[str] | None = None) -> Plan:
     """The plan `llamarig plan MODEL [ARGS]` prints: memory per device and host RAM, each figure
-    with its formula and method. ``model``: a GGUF path or a catalogue id (``models()``);
+    with its formula and method. ``model``: a GGUF path, a catalogue id (``models()``) or a remote
+    reference (``hf:OWNER/REPO:QUANT``, ``ms:OWNER/REPO:QUANT``, an https URL; header only);
     ``args``: llama-server flags in their own spellings; ``gpus``: catalogue names, optionally
     ``NAME:VRAM_GB``; ``ram``: e.g. "64G"; ``command``: a whole llama-server argv instead of args."""
     from llamarig.plan.inputs import PlanArgs, build_plan  # lazy: keeps import llamarig light
@@ -41,10 +42,13 @@ def plan_model(model: str | None, args: Sequence[str] = (), *, gpus: Sequence[st
 
 
 def inspect_model(path: str) -> ModelSpec:
-    """A GGUF's model as `llamarig inspect` shows it, from the header alone."""
+    """A GGUF's model as `llamarig inspect` shows it, from the header alone: a path, or a remote
+    reference (``hf:OWNER/REPO:QUANT``, ``ms:…``, an https URL), of which only the header is read."""
+    from llamarig.catalogue.models import resolve_model  # lazy: keeps import llamarig light
     from llamarig.gguf import load_spec  # lazy: keeps import llamarig light
+    from llamarig.hub.ref import is_remote  # lazy: keeps import llamarig light
 
-    return load_spec(path)
+    return resolve_model(path)[0] if is_remote(path) else load_spec(path)
 
 
 def check_text(text: str, *, kind: str | None = None, server_bin: str | None = None) -> list[Finding]:

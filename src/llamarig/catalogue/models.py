@@ -24,6 +24,7 @@ from llamarig.gguf import load_spec
 from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
+from llamarig.hub.ref import is_remote
 from llamarig.i18n import _, did_you_mean, unknown_name
 
 DEFAULT_QUANT = "Q4_K_M"
@@ -103,8 +104,10 @@ def is_catalogue_id(text: str) -> bool:
 
 
 def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
-    """MODEL as a GGUF path (split files too) or a catalogue id (``llamarig models``), for every
-    command that takes one: the spec, and the catalogue entry when it came from the catalogue.
+    """MODEL as a GGUF path (split files too), a remote reference (``hf:OWNER/REPO:QUANT``,
+    ``OWNER/REPO:QUANT``, ``ms:…``, an https URL: llamarig.hub reads only its header) or a
+    catalogue id (``llamarig models``), for every command that takes one: the spec, and the
+    catalogue entry when it came from the catalogue.
 
     An existing path always wins; a catalogue id is tried next; anything else is read as a path,
     so a missing file is a one-line ``no such file`` error (exit 2), with the closest catalogue
@@ -113,6 +116,10 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
     p = Path(text)
     if p.exists():
         return load_spec(p), None
+    if is_remote(text):
+        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub (0.3 s), only for remote references
+
+        return load_remote(text), None
     if is_catalogue_id(text):
         m, quant = find_model(text)  # UnknownNameError (exit 2) for an unknown quant
         return build_spec(m, quant), m

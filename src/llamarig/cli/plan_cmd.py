@@ -28,7 +28,9 @@ Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMA
   Every figure carries its formula. Exit 0 if it fits, 1 if it does not (the plan says by how
   much), 2 on bad input.
 
-  MODEL is a GGUF path or a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl.
+  MODEL is a GGUF path, a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl, or a
+  remote GGUF read by its header alone: hf:OWNER/REPO:QUANT (or OWNER/REPO:QUANT, as -hf
+  takes it), hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT (ModelScope), https://…/FILE.gguf.
 
 Plan options:
   --mmproj FILE|catalogue|f16|bf16|none   multimodal projector to plan for
@@ -56,6 +58,7 @@ llama-server flags understood (same spellings and defaults as llama-server):
 
 Examples:
   llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0
+  llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536
   llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
   llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
 """
@@ -145,6 +148,10 @@ def plan_cmd(args: tuple[str, ...]) -> None:
 
         set_language("en")
     inp = build_inputs(pa)
+    if inp.spec.remote is not None:  # what reading the remote header cost, on stderr
+        from llamarig.hub.resolve import describe
+
+        click.echo(describe(inp.spec.remote), err=True)
     cal = sa.calibration_obj()
     host_bw = sa.host_bandwidth_gbs
     # --detect measures the host's bandwidth, unless a calibration file (tune writes one)
