@@ -152,6 +152,9 @@ def _range(url: str, headers: dict[str, str], start: int, end: int, where: str,
                 raise NetworkError(_("{where}: the server's range answer has no usable Content-Range "
                                      "({value!r})").format(where=where, value=cr)) from None
             data = r.read()
+    except httpx2.RemoteProtocolError:
+        raise NetworkError(_("{where}: truncated answer: the server closed the connection before bytes "
+                             "{start}-{end} were complete").format(where=where, start=start, end=end - 1)) from None
     except httpx2.TransportError as e:
         raise unreachable(where, e) from None
     stats.bytes += len(data)

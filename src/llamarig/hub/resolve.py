@@ -52,6 +52,7 @@ def ms_endpoint() -> str:
 
 
 def _hf_list(ref: ModelRef, stats: fetch.FetchStats) -> Listing:
+    import httpx2  # lazy: with huggingface_hub, only for hf: references
     from huggingface_hub import HfApi  # lazy: huggingface_hub (0.3 s), only for hf: references
     from huggingface_hub.errors import (  # lazy: as above
         GatedRepoError,
@@ -77,7 +78,7 @@ def _hf_list(ref: ModelRef, stats: fetch.FetchStats) -> Listing:
         status = e.response.status_code if e.response is not None else "?"
         raise NetworkError(_("{ref}: {endpoint} answered HTTP {status}").format(
             ref=ref.text, endpoint=ep, status=status)) from None
-    except OSError as e:  # httpx2 transport errors, OfflineModeIsEnabled
+    except (OSError, httpx2.TransportError) as e:  # no route, refused, timeout; OfflineModeIsEnabled
         raise fetch.unreachable(ep, e) from None
     files = tuple(RepoFile(s.rfilename, s.size if s.lfs is None else s.lfs.size,
                            s.lfs.sha256 if s.lfs is not None else (s.blob_id or ""))

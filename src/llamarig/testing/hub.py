@@ -71,7 +71,14 @@ class LocalHub:
             def do_GET(self) -> None:  # noqa: N802
                 hub._serve(self, head=False)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                import sys
+
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up
+                    super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
