@@ -117,7 +117,7 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
     if p.exists():
         return load_spec(p), None
     if is_remote(text):
-        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub (0.3 s), only for remote references
+        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub, remote refs only
 
         return load_remote(text), None
     if is_catalogue_id(text):

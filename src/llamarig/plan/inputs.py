@@ -70,7 +70,7 @@ def _mmproj_from_spec(spec: ModelSpec, path: str, image_max_tokens: int = 0) -> 
 def repo_mmproj(model: str, image_max_tokens: int = 0) -> MMProjInfo | None:
     """For a hub reference: the repo's projector as llama-server's ``-hf`` picks it (it loads one
     by default, unless --no-mmproj), or None when the repo has none."""
-    from llamarig.hub.resolve import repo_mmproj as find  # lazy: huggingface_hub, only for hub references
+    from llamarig.hub.resolve import repo_mmproj as find  # lazy: huggingface_hub, remote refs only
 
     spec = find(model)
     return None if spec is None else _mmproj_from_spec(spec, spec.path, image_max_tokens)
@@ -83,7 +83,7 @@ def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
     if arg is None or arg.lower() == "none":
         return None
     if not Path(arg).exists() and is_remote(arg):
-        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub, only for remote references
+        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub, remote refs only
 
         return _mmproj_from_spec(load_remote(arg), arg, image_max_tokens)
     if Path(arg).exists() or arg.endswith(".gguf"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -73,8 +74,6 @@ class LocalHub:
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request: object, client_address: object) -> None:
-                import sys
-
                 if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up
                     super().handle_error(request, client_address)  # type: ignore[arg-type]
 
