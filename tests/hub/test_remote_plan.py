@@ -172,3 +172,18 @@ def test_no_network(hub: LocalHub, cli: Any, tmp_path: Path, monkeypatch: pytest
     got, out, err = cli("plan", "hf:acme/Tiny-GGUF:Q4_0", *GPU)
     assert got == 3 and "offline" in err and err.count("\n") == 1, err
     assert _no_cached_header(tmp_path)
+
+
+def test_models_lists_a_repos_quants(hub: LocalHub, hub_files: dict[str, Path], cli: Any) -> None:
+    code, out, err = cli("models", "hf:acme/Tiny-GGUF", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    got = {q["quant"]: q for q in doc["quants"]}
+    assert list(got) == ["Q4_0", "Q8_0", "F16", "BF16"]
+    assert got["Q8_0"]["bytes"] == hub_files["Tiny-Q8_0.gguf"].stat().st_size
+    split = [p for k, p in hub_files.items() if k.startswith("BF16/")]
+    assert got["BF16"]["bytes"] == sum(p.stat().st_size for p in split) and len(got["BF16"]["files"]) == 5
+    assert got["BF16"]["reference"] == "hf:acme/Tiny-GGUF:BF16"
+    code, out, err = cli("models", "hf:acme/Vision-GGUF")
+    assert code == 0 and "mmproj-F16.gguf" in out and "Q8_0" in out
+    assert not [r for r in hub.log.requests if "/resolve/" in r[1]]  # the listing alone

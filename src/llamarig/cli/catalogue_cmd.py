@@ -4,10 +4,11 @@ entry's details and sources with ``models ID`` / ``gpus ID``, every source with 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig.hub.ref import is_remote
 from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
@@ -51,13 +52,38 @@ def _model_json(m: CatalogueModel, bpw: dict[str, float]) -> dict[str, object]:
             "source": m.source}
 
 
+def _repo_models(ref: str, as_json: bool, console: Any) -> None:
+    from rich.markup import escape
+
+    from llamarig.hub.resolve import repo_quants
+
+    doc = repo_quants(ref)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    console.print(escape(_("{repo} at {commit} ({endpoint}): exact sizes from the hub's file listing; "
+                           "plan one with llamarig plan REFERENCE").format(
+        repo=doc["repo"], commit=doc["commit"][:12] or "-", endpoint=doc["endpoint"])), soft_wrap=True)
+    for q in doc["quants"]:
+        size = "?" if q["bytes"] is None else f"{q['bytes'] / 1e9:.2f} GB"
+        n = len(q["files"])
+        parts = _(" in {n} files").format(n=n) if n > 1 else ""
+        console.print(f"  {escape(q['quant'])}: {size}{parts}  {escape(q['reference'])}", soft_wrap=True)
+    for m in doc["mmproj"]:
+        size = "?" if m["bytes"] is None else f"{m['bytes'] / 1e9:.2f} GB"
+        console.print(f"  mmproj: {escape(m['file'])} {size}", soft_wrap=True)
+    if not doc["quants"]:
+        console.print(_("  no GGUF model files"))
+
+
 @click.command("models")
 @click.argument("model_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
 def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
     """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT).
-    `llamarig models ID` shows one entry with its sources."""
+    `llamarig models ID` shows one entry with its sources; `llamarig models hf:OWNER/REPO` (or
+    ms:OWNER/REPO) lists a repo's quants with their exact sizes, from the hub's file listing."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -66,6 +92,9 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
 
     bpw = bpw_table()
     console = Console()
+    if model_id and is_remote(model_id):
+        _repo_models(model_id, as_json, console)
+        return
     if model_id:
         m, _quant = find_model(model_id)
         if as_json:

@@ -279,3 +279,21 @@ def describe(remote: dict[str, Any]) -> str:
         ref=remote["reference"], files=remote["headers_fetched"] + remote["headers_cached"],
         bytes=remote["bytes_fetched"], share=share, size=remote["file_bytes"],
         requests=remote["requests"], seconds=remote["seconds"])
+
+
+def repo_quants(text: str, stats: fetch.FetchStats | None = None) -> dict[str, Any]:
+    """``llamarig models hf:OWNER/REPO``: the repo's model files by QUANT tag (splits as one), each
+    with its exact size as the hub lists it, and its projectors; nothing but the listing is read."""
+    ref = parse_ref(text)
+    if ref.hub == "url":
+        raise RemoteError(_("{ref}: a URL names one file; list a repo with hf:OWNER/REPO or ms:OWNER/REPO").format(ref=text))
+    lst = listing(ref, stats)
+    out = []
+    for tag, parts in quants(lst.files):
+        sizes = [f.size for f in parts]
+        out.append({"quant": tag, "files": [f.path for f in parts],
+                    "bytes": None if any(x is None for x in sizes) else sum(x or 0 for x in sizes),
+                    "reference": f"{ref.hub}:{lst.repo}:{tag}" if not tag.endswith(".gguf") else f"{ref.hub}:{lst.repo}/{parts[0].path}"})
+    mm = [{"file": f.path, "bytes": f.size} for f in lst.files if f.path.endswith(".gguf") and "mmproj" in f.path]
+    return {"repo": lst.repo, "hub": ref.hub, "endpoint": lst.endpoint, "commit": lst.commit,
+            "from_cache": lst.from_cache, "method": "exact (the hub's file listing)", "quants": out, "mmproj": mm}
