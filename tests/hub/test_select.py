@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from llamarig.hub.ref import is_remote, parse_ref
-from llamarig.hub.select import RepoFile, best_model, best_sibling, quant_bits, split_info, split_parts
+from llamarig.hub.select import (
+    RepoFile,
+    best_model,
+    best_sibling,
+    quant_bits,
+    split_info,
+    split_parts,
+)
 
 FILES = [RepoFile(p) for p in (
     "README.md",
