@@ -12,7 +12,8 @@ Endpoints (the ones huggingface_hub and modelscope_hub call):
 Errors carry the ``X-Error-Code`` header the Hub sends (RepoNotFound, GatedRepo, EntryNotFound),
 which huggingface_hub turns into its exception classes. Faults a real hub does not make on demand
 are switches: ``no_range`` (answer 200 with the whole file), ``truncate`` (send fewer bytes than
-the range asks for), ``html`` (answer every file with an HTML page), ``bytes_per_s`` (a slow link).
+the range asks for), ``html`` (answer every file with an HTML page), ``bytes_per_s`` and
+``latency_s`` (a slow, distant link).
 The ETag of a file is a hash of its name, size and first 64 KiB (not the sha256 of its content,
 which for the sparse 15 GB test files would take a minute to compute).
 """
@@ -56,6 +57,7 @@ class LocalHub:
         self.truncate = False
         self.html = False
         self.bytes_per_s: float | None = None
+        self.latency_s = 0.0  # added before every answer (a round trip to a distant hub)
         self.token = "hf_test_token"
         self._etags: dict[Path, str] = {}
         hub = self
@@ -133,6 +135,8 @@ class LocalHub:
         return repo
 
     def _serve(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        if self.latency_s:
+            time.sleep(self.latency_s)
         path = unquote(urlparse(h.path).path)
         self.log.requests.append((h.command, path, h.headers.get("Range", "")))
         m = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?$", path)
