@@ -226,3 +226,23 @@ class LocalHub:
             pass  # the client stopped reading (a 200 to a Range request)
         if self.truncate:
             h.close_connection = True
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m llamarig.testing.hub OWNER/REPO FILE.gguf...``: serve those files as one repo
+    until killed; prints the endpoint (for HF_ENDPOINT / MODELSCOPE_ENDPOINT) on the first line."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        raise SystemExit("usage: python -m llamarig.testing.hub OWNER/REPO FILE.gguf...")
+    hub = LocalHub()
+    hub.add_repo(args[0], {Path(a).name: Path(a) for a in args[1:]})
+    with hub:
+        print(hub.url, flush=True)
+        try:
+            hub._thread.join()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
