@@ -103,7 +103,8 @@ def test_url_and_hf_flag_in_command(hub: LocalHub, hub_files: dict[str, Path], c
     local = _plan(cli, local_path)
     url = f"{hub.url}/files/tiny.gguf"
     remote = _plan(cli, url)
-    remote["command"][2] = local_path
+    assert remote["command"][1:3] == ["-mu", url]  # llama-server downloads a URL with -mu
+    remote["command"][1:3] = ["-m", local_path]
     remote["model"] = local_path
     assert remote == local
     code, out, err = cli("plan", *GPU, "--json", "--", "llama-server", "-hf", "acme/Tiny-GGUF:Q8_0", "-c", "65536")

@@ -70,8 +70,26 @@ def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
     if is_server_program(first):
         return first, tokens[1:]
     if not first.startswith("-"):
-        return None, ["-m", first] + tokens[1:]
+        return None, _model_args(first) + tokens[1:]
     return None, tokens
+
+
+def _model_args(model: str) -> list[str]:
+    """MODEL as llama-server takes it: ``-m PATH``, or for a remote reference the flags with which
+    llama-server downloads that file itself (``-hf OWNER/REPO[:QUANT]`` [``-hff FILE``], ``-mu URL``)."""
+    from llamarig.hub.ref import is_remote, parse_ref
+
+    if Path(model).exists() or not is_remote(model):
+        return ["-m", model]
+    ref = parse_ref(model)
+    if ref.hub == "url":
+        return ["-mu", ref.url]
+    if ref.hub == "ms":
+        raise InputError(_("{model}: llama-server downloads from Hugging Face (or an HF_ENDPOINT mirror), not "
+                           "ModelScope: download the file first (`modelscope download {repo} FILE.gguf`) and give "
+                           "its path; `llamarig plan {model}` plans it without the download").format(
+            model=model, repo=ref.repo))
+    return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
 def _plan_args(args: list[str], gpus: tuple[str, ...], ram: str | None, detect: bool) -> PlanArgs:
@@ -258,6 +276,10 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
                 bases.insert(0, Path(workdir))
     else:
         program, args = _split(list(tokens))
+        if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
+            # the mirror the plan read the header from is where llama-server downloads it
+            # (common/common.cpp:1521 reads MODEL_ENDPOINT, else HF_ENDPOINT)
+            env.append(("HF_ENDPOINT", os.environ["HF_ENDPOINT"]))
         if not args:
             raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` or "
                                "--from-script FILE"))

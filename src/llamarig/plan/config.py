@@ -82,6 +82,7 @@ class ServerConfig:
     n_cpu_moe_draft: int = 0  # -ncmoed
     hf_repo: str | None = None  # -hf OWNER/REPO[:QUANT] (plan reads its header: llamarig.hub)
     hf_file: str | None = None  # -hff FILE inside the -hf repo
+    model_url: str | None = None  # -mu URL (llama-server downloads it)
     rpc: tuple[str, ...] = ()
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
@@ -112,6 +113,8 @@ class ServerConfig:
         m = model or self.model
         if self.hf_repo:  # llama-server downloads it (common/arg.cpp -hf, -hff)
             out += ["-hf", self.hf_repo] + (["-hff", self.hf_file] if self.hf_file else [])
+        elif m and m.startswith(("http://", "https://")):
+            out += ["-mu", m]
         elif m:
             out += ["-m", m]
         if self.mmproj:
@@ -334,6 +337,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "--spec-draft-n-cpu-moe": ("n_cpu_moe_draft", "int0"),
     "--hf-repo": ("hf_repo", "path"),
     "--hf-file": ("hf_file", "path"),
+    "--model-url": ("model_url", "path"),
 }
 
 

@@ -140,6 +140,8 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
             problems.append(_("{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
                               "{theirs} of the llama-server command is ignored").format(
                 what=what, mine=mine, flag=flag, theirs=theirs))
+    if cfg.model_url and not pa.model and not cfg.model and not hub_model:
+        hub_model = cfg.model_url  # -mu URL: plan reads its header
     model = pa.model or cfg.model or hub_model
     if not model:
         raise InputError(_("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command"))

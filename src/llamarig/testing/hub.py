@@ -2,8 +2,9 @@
 Hugging Face Hub and ModelScope do, on a loopback port, so ``llamarig.hub`` is tested through
 ``huggingface_hub`` (``HF_ENDPOINT`` pointed here) without the internet.
 
-Endpoints (the ones huggingface_hub and modelscope_hub call):
+Endpoints (the ones huggingface_hub, modelscope_hub and llama-server's ``-hf`` call):
   GET  /api/models/OWNER/REPO[/revision/REV]          model_info with ``siblings`` (size, lfs)
+  GET  /api/models/OWNER/REPO/refs, /tree/REV          branches and the file tree (llama-server)
   GET  /api/v1/models/OWNER/REPO/repo/files            ModelScope's file listing
   HEAD|GET /OWNER/REPO/resolve/REV/PATH                a file, with Range (206, Content-Range)
   HEAD|GET /models/OWNER/REPO/resolve/REV/PATH         the same, ModelScope's spelling
@@ -20,6 +21,7 @@ which for the sparse 15 GB test files would take a minute to compute).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -139,6 +141,19 @@ class LocalHub:
             time.sleep(self.latency_s)
         path = unquote(urlparse(h.path).path)
         self.log.requests.append((h.command, path, h.headers.get("Range", "")))
+        m = re.match(r"^/api/models/([^/]+/[^/]+)/(refs|tree/[^/]+)$", path)
+        if m:  # what llama-server's -hf asks (common/hf-cache.cpp get_repo_commit, get_repo_files)
+            repo = self._repo(h, m.group(1), head)
+            if repo is not None:
+                if m.group(2) == "refs":
+                    self._json(h, 200, {"branches": [{"name": "main", "ref": "refs/heads/main",
+                                                      "targetCommit": COMMIT}], "tags": [], "converts": []}, head)
+                else:
+                    self._json(h, 200, [{"type": "file", "path": k, "size": p.stat().st_size,
+                                         "oid": self.etag(p)[:40],
+                                         "lfs": {"oid": self.etag(p), "size": p.stat().st_size, "pointerSize": 134}}
+                                        for k, p in repo.files.items()], head)
+            return
         m = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?$", path)
         if m:
             repo = self._repo(h, m.group(1), head)
@@ -238,10 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     hub.add_repo(args[0], {Path(a).name: Path(a) for a in args[1:]})
     with hub:
         print(hub.url, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             hub._thread.join()
-        except KeyboardInterrupt:
-            pass
 
 
 if __name__ == "__main__":
