@@ -41,6 +41,7 @@ def hub(hub_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPa
         h.plain["tiny.gguf"] = hub_files["Tiny-Q8_0.gguf"]
         monkeypatch.setenv("HF_ENDPOINT", h.url)
         monkeypatch.setenv("MODELSCOPE_ENDPOINT", h.url)
+        monkeypatch.delenv("MODEL_ENDPOINT", raising=False)  # llama-server's -hf: MODEL_ENDPOINT, else HF_ENDPOINT
         monkeypatch.setenv("LLAMARIG_HEADER_CACHE", str(tmp_path / "headers"))
         for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
             monkeypatch.delenv(var, raising=False)
