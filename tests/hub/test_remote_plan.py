@@ -188,3 +188,15 @@ def test_models_lists_a_repos_quants(hub: LocalHub, hub_files: dict[str, Path], 
     code, out, err = cli("models", "hf:acme/Vision-GGUF")
     assert code == 0 and "mmproj-F16.gguf" in out and "Q8_0" in out
     assert not [r for r in hub.log.requests if "/resolve/" in r[1]]  # the listing alone
+
+
+def test_catalogue_sizes_refreshed_from_a_repo(hub: LocalHub, hub_files: dict[str, Path], cli: Any) -> None:
+    code, out, err = cli("models", "qwen3.6-27b", "--refresh", "hf:acme/Tiny-GGUF", "--json")
+    assert code == 0, err
+    rows = {r["quant"].upper(): r for r in json.loads(out)["quants"]}
+    q8 = rows["Q8_0"]
+    assert q8["repo_bytes"] == hub_files["Tiny-Q8_0.gguf"].stat().st_size
+    assert q8["difference"] == q8["repo_bytes"] - q8["catalogue_bytes"]
+    assert rows["IQ4_NL"]["repo_bytes"] is None and rows["F16"]["catalogue_bytes"] is None
+    code, out, err = cli("models", "qwen3.6-27b", "--refresh")
+    assert code == 2 and "names no repo" in err

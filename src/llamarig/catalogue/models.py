@@ -51,6 +51,29 @@ class CatalogueModel:
         return int(params * bits / 8), f"estimated: {self.entry.get('params_b')}B params x {bits} bits/weight ({quant})"
 
 
+def refresh_from_repo(m: CatalogueModel, bpw: dict[str, float], repo: str | None = None) -> dict[str, Any]:
+    """The catalogue's size of each quant next to the real file's, from the repo the entry names
+    (``"repo": "hf:OWNER/REPO"`` in data/models.json, or ``repo``): the hub's file listing, exact.
+    Nothing is rewritten; a quant the repo lacks, or the catalogue lacks, is listed with None."""
+    from llamarig.hub.resolve import repo_quants  # lazy: huggingface_hub, remote refs only
+
+    ref = repo or m.entry.get("repo")
+    if not ref:
+        raise UnknownNameError("repo for model", m.id, [], _("{id}: the catalogue entry names no repo "
+                                                             "(\"repo\": \"hf:OWNER/REPO\"); give one").format(id=m.id))
+    doc = repo_quants(ref)
+    real = {q["quant"].upper(): q for q in doc["quants"]}
+    rows = []
+    for quant in dict.fromkeys([*m.quants, *real]):
+        cat = m.file_bytes(quant, bpw) if quant in m.quants else None
+        r = real.get(quant.upper())
+        rows.append({"quant": quant, "catalogue_bytes": cat[0] if cat else None,
+                     "catalogue_source": cat[1] if cat else None,
+                     "repo_bytes": r["bytes"] if r else None, "reference": r["reference"] if r else None,
+                     "difference": (r["bytes"] - cat[0]) if (r and cat and r["bytes"] is not None) else None})
+    return {"id": m.id, "repo": ref, "commit": doc["commit"], "method": doc["method"], "quants": rows}
+
+
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
     return json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())

@@ -80,7 +80,10 @@ def _repo_models(ref: str, as_json: bool, console: Any) -> None:
 @click.argument("model_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
-def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
+@click.option("--refresh", "refresh", default=None, is_flag=False, flag_value="", metavar="[REPO]",
+              help="With ID: each quant's catalogue size next to the real file's, from the repo the entry "
+                   "names (or REPO, e.g. hf:OWNER/REPO), read from the hub's file listing.")
+def models_cmd(model_id: str | None, sources: bool, as_json: bool, refresh: str | None) -> None:
     """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT).
     `llamarig models ID` shows one entry with its sources; `llamarig models hf:OWNER/REPO` (or
     ms:OWNER/REPO) lists a repo's quants with their exact sizes, from the hub's file listing."""
@@ -94,6 +97,23 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
     console = Console()
     if model_id and is_remote(model_id):
         _repo_models(model_id, as_json, console)
+        return
+    if model_id and refresh is not None:
+        from llamarig.catalogue.models import refresh_from_repo
+
+        m, _quant = find_model(model_id)
+        doc = refresh_from_repo(m, bpw, refresh or None)
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+            return
+        console.print(escape(_("{id} against {repo} at {commit} (the hub's file listing, exact):").format(
+            id=m.id, repo=doc["repo"], commit=(doc["commit"] or "-")[:12])), soft_wrap=True)
+        for r in doc["quants"]:
+            cat = "-" if r["catalogue_bytes"] is None else f"{r['catalogue_bytes'] / 1e9:.2f} GB"
+            real = "-" if r["repo_bytes"] is None else f"{r['repo_bytes'] / 1e9:.2f} GB"
+            diff = "" if r["difference"] is None else f" ({r['difference'] / 1e9:+.2f} GB)"
+            console.print(_("  {quant}: catalogue {cat}, repo {real}{diff}").format(
+                quant=r["quant"].lower(), cat=cat, real=real, diff=diff), soft_wrap=True)
         return
     if model_id:
         m, _quant = find_model(model_id)
