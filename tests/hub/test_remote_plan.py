@@ -200,3 +200,22 @@ def test_catalogue_sizes_refreshed_from_a_repo(hub: LocalHub, hub_files: dict[st
     assert rows["IQ4_NL"]["repo_bytes"] is None and rows["F16"]["catalogue_bytes"] is None
     code, out, err = cli("models", "qwen3.6-27b", "--refresh")
     assert code == 2 and "names no repo" in err
+
+
+@pytest.mark.slow
+def test_27b_shaped_model_under_one_percent(hub: LocalHub, tmp_path: Path, cli: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's acceptance run: a Qwen3.6-27B-shaped file (851 tensors, a 151 936-token
+    tokenizer, 13.8 GiB sparse) planned for an RTX 3090 at 65 536 tokens from the hub equals the
+    plan of the file on disk, and fetches under 1 % of it (with the real 256 KiB first range)."""
+    from llamarig.hub import fetch
+    from llamarig.testing.bigheader import write_qwen36_like
+
+    monkeypatch.setattr(fetch, "FIRST_RANGE", 256 << 10)
+    p = write_qwen36_like(tmp_path / "Qwen3.6-27B-like-IQ4_NL.gguf")
+    hub.add_repo("acme/Qwen3.6-27B-like-GGUF", {p.name: p})
+    remote = _plan(cli, "hf:acme/Qwen3.6-27B-like-GGUF:IQ4_NL")
+    sent = hub.log.bytes_sent
+    local = _plan(cli, str(p))
+    _same_but_model(remote, local, ["-hf", "acme/Qwen3.6-27B-like-GGUF:IQ4_NL"], str(p))
+    assert read_header(p).header_bytes <= sent < p.stat().st_size / 100
