@@ -54,8 +54,9 @@ def plan_model(model: str | None, args: Sequence[str] = (), *, gpus: Sequence[st
                mmproj: str | None = None, draft: str | None = None, cpu_features: str | None = None,
                detect: bool = False, command: Sequence[str] | None = None) -> Plan:
     """The memory plan alone (no speed): memory per device and host RAM, each figure with its
-    formula and method. ``model``: a GGUF path or a catalogue id (``models()``); ``args``:
-    llama-server flags in their own spellings; ``gpus``: catalogue names, optionally
+    formula and method. ``model``: a GGUF path, a catalogue id (``models()``) or a remote
+    reference (``hf:OWNER/REPO:QUANT``, ``ms:OWNER/REPO:QUANT``, an https URL; header only);
+    ``args``: llama-server flags in their own spellings; ``gpus``: catalogue names, optionally
     ``NAME:VRAM_GB``; ``ram``: e.g. "64G"; ``command``: a whole llama-server argv instead of args."""
     from llamarig.app.planning import plan_args  # lazy: keeps import llamarig light
     from llamarig.plan.inputs import build_plan  # lazy: keeps import llamarig light
@@ -71,20 +72,21 @@ def plan_command(model: str | None = None, args: Sequence[str] = (), *, command:
                  acceptance: float | None = None) -> Plan:
     """What `llamarig plan` prints: the memory plan with its speed (``Plan.speed``) predicted
     on the settings llama-server runs after ``--fit``; render, launch and tune use the same."""
-    from llamarig.app.planning import (
-        plan_command as _plan_command,  # lazy: keeps import llamarig light
-    )
+    from llamarig.app import planning  # lazy: keeps import llamarig light
 
-    return _plan_command(model, args, command=command, gpus=gpus, ram=ram, detect=detect, mmproj=mmproj,
-                         draft=draft, cpu_features=cpu_features, calibration=calibration,
-                         host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance)
+    return planning.plan_command(model, args, command=command, gpus=gpus, ram=ram, detect=detect, mmproj=mmproj,
+                                 draft=draft, cpu_features=cpu_features, calibration=calibration,
+                                 host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance)
 
 
 def inspect_model(path: str) -> ModelSpec:
-    """A GGUF's model as `llamarig inspect` shows it, from the header alone."""
+    """A GGUF's model as `llamarig inspect` shows it, from the header alone: a path, or a remote
+    reference (``hf:OWNER/REPO:QUANT``, ``ms:…``, an https URL), of which only the header is read."""
+    from llamarig.catalogue.models import resolve_model  # lazy: keeps import llamarig light
     from llamarig.gguf import load_spec  # lazy: keeps import llamarig light
+    from llamarig.hub.ref import is_remote  # lazy: keeps import llamarig light
 
-    return load_spec(path)
+    return resolve_model(path)[0] if is_remote(path) else load_spec(path)
 
 
 def check(text: str, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
@@ -130,12 +132,11 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
     environment and the plan with its speed."""
-    from llamarig.app.command import (
-        resolve_command as _resolve,  # lazy: keeps import llamarig light
-    )
+    from llamarig.app import command  # lazy: keeps import llamarig light
 
-    return _resolve(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
-                    ram=ram, detect=detect, want_plan=want_plan, repair=repair, keep_script=keep_script)
+    return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                                   gpus=gpus, ram=ram, detect=detect, want_plan=want_plan, repair=repair,
+                                   keep_script=keep_script)
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,

@@ -60,6 +60,17 @@ class UnknownNameError(InputError):
         super().__init__(message or f"unknown {kind} '{name}'{hint}")
 
 
+class RemoteError(InputError):
+    """A model reference (hf:, ms:, a URL) that cannot be read: no such repo, a gated repo
+    without a token, no such quant or file, a truncated or non-GGUF answer."""
+
+
+class NetworkError(LlamarigError):
+    """A hub or server that cannot be reached, or one that does not serve byte ranges."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
 class ServerError(LlamarigError):
     """llama-server missing, failing to start, or unreachable."""
 

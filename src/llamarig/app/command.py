@@ -19,6 +19,7 @@ from llamarig.flags.argv import Command
 from llamarig.flags.findings import Finding
 from llamarig.flags.readers import is_server_program
 from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _
 from llamarig.plan.inputs import PlanArgs
 from llamarig.plan.result import Plan
@@ -66,8 +67,24 @@ def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
     if is_server_program(first):
         return first, tokens[1:]
     if not first.startswith("-"):
-        return None, ["-m", first] + tokens[1:]
+        return None, _model_args(first) + tokens[1:]
     return None, tokens
+
+
+def _model_args(model: str) -> list[str]:
+    """MODEL as llama-server takes it: ``-m PATH``, or for a remote reference the flags with which
+    llama-server downloads that file itself (``-hf OWNER/REPO[:QUANT]`` [``-hff FILE``], ``-mu URL``)."""
+    if Path(model).exists() or not is_remote(model):
+        return ["-m", model]
+    ref = parse_ref(model)
+    if ref.hub == "url":
+        return ["-mu", ref.url]
+    if ref.hub == "ms":
+        raise InputError(_("{model}: llama-server downloads from Hugging Face (or an HF_ENDPOINT mirror), not "
+                           "ModelScope: download the file first (`modelscope download {repo} FILE.gguf`) and give "
+                           "its path; `llamarig plan {model}` plans it without the download").format(
+            model=model, repo=ref.repo))
+    return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
 def _plan(args: list[str], gpus: Sequence[str], ram: str | None, detect: bool
@@ -211,6 +228,10 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                 bases.insert(0, Path(workdir))
     else:
         program, args = _split(list(tokens))
+        if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
+            # the mirror the plan read the header from is where llama-server downloads it
+            # (common/common.cpp:1521 reads MODEL_ENDPOINT, else HF_ENDPOINT)
+            env.append(("HF_ENDPOINT", os.environ["HF_ENDPOINT"]))
         if not args:
             raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` or "
                                "--from-script FILE"))

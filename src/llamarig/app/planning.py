@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from llamarig.plan.calibration import Calibration, load_calibration, measure_host_bandwidth
 from llamarig.plan.inputs import PlanArgs, build_inputs
 from llamarig.plan.planner import effective_inputs, make_plan
-from llamarig.plan.result import Plan
+from llamarig.plan.result import Plan, PlanInputs
 from llamarig.plan.speed import attach_speed
 from llamarig.units import parse_size
 
@@ -40,13 +40,14 @@ def host_bandwidth(pa: PlanArgs, cal: Calibration, given: float | None = None) -
 
 def plan_with_speed(pa: PlanArgs, *, calibration: Calibration | str | None = None,
                     host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
-                    speed: bool = True) -> Plan:
+                    speed: bool = True, inputs: PlanInputs | None = None) -> Plan:
     """The plan for ``pa`` with ``Plan.speed`` filled (unless ``speed`` is False). Errors are the
     LlamarigError tree: ModelNotFoundError for a model that is not there, GGUFError,
     UnknownNameError, InputError for bad flags. ``calibration``: a Calibration, a file,
     ``builtin``, or None (the file ``llamarig tune`` wrote, else built-in); with ``pa.detect``
-    and the built-in calibration the host's bandwidth is measured here."""
-    inp = build_inputs(pa)
+    and the built-in calibration the host's bandwidth is measured here. ``inputs``:
+    ``build_inputs(pa)`` when the caller already has it (it read a remote header once)."""
+    inp = inputs if inputs is not None else build_inputs(pa)
     plan = make_plan(inp)
     if not speed:
         return plan

@@ -33,7 +33,9 @@ Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMA
   Every figure carries its formula. Exit 0 if it fits, 1 if it does not (the plan says by how
   much), 2 on bad input.
 
-  MODEL is a GGUF path or a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl.
+  MODEL is a GGUF path, a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl, or a
+  remote GGUF read by its header alone: hf:OWNER/REPO:QUANT (or OWNER/REPO:QUANT, as -hf
+  takes it), hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT (ModelScope), https://…/FILE.gguf.
 
 Plan options:
   --mmproj FILE|catalogue|f16|bf16|none   multimodal projector to plan for
@@ -61,6 +63,7 @@ llama-server flags understood (same spellings and defaults as llama-server):
 
 Examples:
   llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0
+  llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536
   llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
   llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
 """
@@ -175,6 +178,11 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         from llamarig.i18n import set_language
 
         set_language("en")
+    inp = build_inputs(pa)
+    if inp.spec.remote is not None:  # what reading the remote header cost, on stderr
+        from llamarig.hub.resolve import describe
+
+        click.echo(describe(inp.spec.remote), err=True)
     cal = sa.calibration_obj()
     from rich.console import Console
 
@@ -182,7 +190,6 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         from llamarig.app.planning import host_bandwidth
         from llamarig.cli.speed_view import optimise_report
 
-        inp = build_inputs(pa)
         host_bw = host_bandwidth(pa, cal, sa.host_bandwidth_gbs)
         renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
         if view.as_json:
@@ -196,7 +203,8 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     from llamarig.cli.speed_view import speed_table
 
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
-    plan = plan_with_speed(pa, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance)
+    plan = plan_with_speed(pa, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
+                           inputs=inp)
     if view.as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:

@@ -81,7 +81,9 @@ class ServerConfig:
     override_tensor_draft: tuple[tuple[str, str], ...] = ()  # -otd
     cpu_moe_draft: bool = False  # -cmoed
     n_cpu_moe_draft: int = 0  # -ncmoed
-    hf_repo: str | None = None  # -hf (plan cannot download; build_inputs refuses it)
+    hf_repo: str | None = None  # -hf OWNER/REPO[:QUANT] (plan reads its header: llamarig.hub)
+    hf_file: str | None = None  # -hff FILE inside the -hf repo
+    model_url: str | None = None  # -mu URL (llama-server downloads it)
     rpc: tuple[str, ...] = ()
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
@@ -116,7 +118,11 @@ class ServerConfig:
         """The llama-server arguments that reproduce this config (explicit settings only)."""
         out: list[str] = []
         m = model or self.model
-        if m:
+        if self.hf_repo:  # llama-server downloads it (common/arg.cpp -hf, -hff)
+            out += ["-hf", self.hf_repo] + (["-hff", self.hf_file] if self.hf_file else [])
+        elif m and m.startswith(("http://", "https://")):
+            out += ["-mu", m]
+        elif m:
             out += ["-m", m]
         if self.mmproj:
             out += ["--mmproj", self.mmproj]
@@ -337,6 +343,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "--spec-draft-cpu-moe": ("cpu_moe_draft", "true"),
     "--spec-draft-n-cpu-moe": ("n_cpu_moe_draft", "int0"),
     "--hf-repo": ("hf_repo", "path"),
+    "--hf-file": ("hf_file", "path"),
+    "--model-url": ("model_url", "path"),
 }
 
 
