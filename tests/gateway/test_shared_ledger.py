@@ -1,0 +1,112 @@
+"""The shared ledger (Valkey/Redis) against a real server on a loopback port: replicas never
+overbook a pool between them, a crashed replica's reservations expire with its lease, and an
+unreachable store is refused with 503 ``ledger_unavailable``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from llamarig.gateway.admission import Admission, AdmitRequest, Pool, Rejected, Reservation
+from llamarig.gateway.shared_ledger import RedisLedger
+
+POOL = Pool(1000, 3, 1000, "t")
+
+
+def _replica(url: str, name: str, lease_s: float = 5.0) -> tuple[Admission, RedisLedger]:
+    led = RedisLedger(url, replica=name, lease_s=lease_s, timeout_s=1.0, prefix="t:")
+    adm = Admission(led, lambda t, aff, ex: None if "a" in ex or not led.fits("a", POOL, t) else "a",
+                    queue_size=64, queue_timeout_s=2.0, retry_after_s=1.0, total_slots=lambda: 3,
+                    pool_of=lambda name: POOL)
+    return adm, led
+
+
+async def _start(*pairs: tuple[Admission, RedisLedger]) -> None:
+    for adm, led in pairs:
+        await led.start(on_change=adm.pump, waiting=lambda adm=adm: adm.queued > 0)
+
+
+async def _store_state(led: RedisLedger) -> dict[str, Any]:
+    await led.refresh()
+    return led.describe()
+
+
+def test_replicas_share_one_pool_without_overbooking(store: Any) -> None:
+    async def main() -> None:
+        reps = [_replica(store.url, f"r{i}") for i in range(3)]
+        await _start(*reps)
+        rnd = random.Random(5)
+        held: list[int] = []
+
+        async def one(adm: Admission) -> None:
+            try:
+                r = await adm.acquire(AdmitRequest(rnd.randint(50, 700), "B", key=rnd.choice(["k", None]), key_limit=2))
+            except Rejected:
+                return
+            try:
+                held.append(sum(x.tokens for _a, led in reps for x in led.active.values()))
+                await asyncio.sleep(rnd.random() * 0.02)
+            finally:
+                adm.release(r)
+
+        tasks = [asyncio.ensure_future(one(rnd.choice(reps)[0])) for _ in range(200)]
+        for t in tasks[::7]:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for _adm, led in reps:
+            while led._outbox:
+                await asyncio.sleep(0.01)
+        st = await _store_state(reps[0][1])
+        assert max(held) <= POOL.pool_tokens and st["peak"]["a"] <= POOL.pool_tokens, (max(held), st["peak"])
+        assert reps[0][1].reserved == {"a": 0} and reps[0][1].in_flight == {"a": 0}
+        assert st["stats"]["made"] == st["stats"]["released"] > 20 and st["keys_in_flight"] == {}
+        assert len(held) == st["stats"]["made"]
+        for _adm, led in reps:
+            await led.close()
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_crashed_replicas_reservations_expire_with_its_lease(store: Any) -> None:
+    async def main() -> None:
+        a_adm, a = _replica(store.url, "crashy", lease_s=0.3)
+        b_adm, b = _replica(store.url, "steady")
+        await _start((a_adm, a), (b_adm, b))
+        r = await a_adm.acquire(AdmitRequest(800, "B"))
+        assert r.backend == "a"
+        for t in a._tasks:  # the replica dies: no heartbeat, no release
+            t.cancel()
+        assert await b_adm.try_acquire(AdmitRequest(800, "B")) is None  # the pool is held...
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        got: Reservation | None = None
+        while got is None:  # ...until the lease expires (an event, awaited with a bound)
+            assert loop.time() < end, "the dead replica's reservation never expired"
+            await asyncio.sleep(0.05)
+            got = await b_adm.try_acquire(AdmitRequest(800, "B"))
+        st = await _store_state(b)
+        assert st["stats"]["expired"] == 1 and [h["replica"] for h in st["replicas"]] == ["steady"]
+        b_adm.release(got)
+        await b.close()
+        await a._r.aclose()
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_store_unreachable_is_refused_with_503_and_releases_are_retried(store: Any) -> None:
+    async def main() -> None:
+        adm, led = _replica(store.url, "lonely")
+        await _start((adm, led))
+        r = await adm.acquire(AdmitRequest(100, "B"))
+        store.stop()
+        adm.release(r)  # cannot reach the store: kept to send later
+        with pytest.raises(Rejected) as e:
+            await adm.acquire(AdmitRequest(100, "B"))
+        assert (e.value.status, e.value.code, e.value.reason) == (503, "ledger_unavailable", "ledger_unavailable")
+        assert e.value.retry_after >= 1
+        d = led.describe()
+        assert d["reachable"] is False and d["last_error"] and d["pending_releases"] >= 1
+        assert adm.queued == 0 and not led.active
+        await led.close()
+    asyncio.run(asyncio.wait_for(main(), 60))
