@@ -110,3 +110,62 @@ def test_store_unreachable_is_refused_with_503_and_releases_are_retried(store: A
         assert adm.queued == 0 and not led.active
         await led.close()
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_status_gateway_status_and_top_show_who_holds_what(lt: Any, store: Any) -> None:
+    """Two in-process replicas on one store, one stream held on each (the fake's gate): every
+    replica's /gateway/status shows the shared totals and both holders; `gateway status` and
+    `top` say it in words."""
+    import aiohttp
+    from rich.console import Console
+
+    from llamarig.cli.gateway_cmd import status_footer
+    from llamarig.cli.top_view import replicas_part
+    from llamarig.top.derive import _gateway
+    from llamarig.top.model import Memo
+
+    gate = asyncio.Event()
+    fb = lt.fake(tokens=4, total_slots=4, n_ctx=8192, gate=gate)
+    cfg = {"admission": {"prompt_tokens": "estimate"}, "ledger": {"url": store.url, "lease_s": 5.0}}
+    gws = [lt.gateway({**cfg, "ledger": {**cfg["ledger"], "replica": f"g{i}"}}, backends=[fb.url]) for i in range(2)]
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "stream": True}
+
+    async def main() -> list[dict[str, Any]]:
+        async with aiohttp.ClientSession() as s:
+            async def one(gw: Any) -> bytes:
+                async with s.post(gw.url + "/v1/chat/completions", json=body) as r:
+                    return await r.read()
+
+            tasks = [asyncio.ensure_future(one(gw)) for gw in gws]
+            out: list[dict[str, Any]] = []
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 20
+            while True:
+                out = []
+                for gw in gws:
+                    async with s.get(gw.url + "/gateway/status") as r:
+                        out.append(await r.json())
+                if all(st["in_flight"] == 2 and len(st["ledger"]["replicas"]) == 2 for st in out):
+                    break
+                assert loop.time() < end, out
+                await asyncio.sleep(0.02)
+            gate.set()
+            await asyncio.gather(*tasks)
+            return out
+
+    sts = lt.run(main())
+    for st, me in zip(sts, ("g0", "g1")):
+        led = st["ledger"]
+        assert led["kind"] == "redis" and led["replica"] == me and led["reachable"]
+        assert [(h["replica"], h["requests"]) for h in led["replicas"]] == [("g0", 1), ("g1", 1)]
+        assert st["backends"][0]["in_flight"] == 2 and len(st["requests"]) == 1  # the shared total; its own
+        assert st["backends"][0]["reserved_tokens"] == sum(h["reserved_tokens"] for h in led["replicas"])
+    footer = "\n".join(status_footer(sts[0]))
+    assert "replica g0: 1 requests" in footer and "replica g1: 1 requests" in footer, footer
+    view, _w = _gateway(sts[0], 0.0, Memo())
+    assert view.ledger == "redis" and [r.replica for r in view.replicas] == ["g0", "g1"]
+    con = Console(width=120, record=True)
+    for part in replicas_part(view):
+        con.print(part)
+    text = con.export_text()
+    assert "seen from replica g0: 2 replicas" in text and "g1" in text and "b0" in text, text

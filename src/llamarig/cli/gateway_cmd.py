@@ -167,6 +167,16 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
         _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props or the "
           "config (pool_tokens)"),
     ]
+    led = st.get("ledger") or {}
+    if led.get("kind") not in (None, "local"):
+        lines.append(_("shared ledger {url} ({state}); this replica: {replica}; lease {lease} s").format(
+            url=led.get("url"), state=_("reachable") if led.get("reachable") else
+            _("UNREACHABLE: {error}").format(error=led.get("last_error")), replica=led.get("replica"),
+            lease=led.get("lease_s")))
+        for h in led.get("replicas") or ():
+            by = ", ".join(f"{b} {v.get('reserved_tokens', 0)}" for b, v in sorted((h.get("by_backend") or {}).items()))
+            lines.append("  " + _("replica {replica}: {n} requests, {tokens} tokens reserved ({by})").format(
+                replica=h.get("replica"), n=h.get("requests", 0), tokens=h.get("reserved_tokens", 0), by=by or "-"))
     safety = st.get("safety")
     if safety is not None and float(safety) < 1.0:
         lines.append(_("usable pool = pool × admission.safety ({safety})").format(safety=safety))
