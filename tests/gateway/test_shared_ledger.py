@@ -154,7 +154,7 @@ def test_status_gateway_status_and_top_show_who_holds_what(lt: Any, store: Any) 
             return out
 
     sts = lt.run(main())
-    for st, me in zip(sts, ("g0", "g1")):
+    for st, me in zip(sts, ("g0", "g1"), strict=True):
         led = st["ledger"]
         assert led["kind"] == "redis" and led["replica"] == me and led["reachable"]
         assert [(h["replica"], h["requests"]) for h in led["replicas"]] == [("g0", 1), ("g1", 1)]
