@@ -13,9 +13,9 @@ What lives in the store (every key under ``PREFIX``):
   reserved/in-flight ever seen (checked by the tests against the pool);
 - ``res`` (hash): one field per reservation, ``<replica>:<id>`` -> JSON
   ``[backend, tokens, key, tier, priority, unix time]``;
-- ``held:<replica>`` (set): that replica's reservation fields; ``replicas`` (set): replicas
-  that hold or held a lease; ``lease:<replica>``: the replica's lease, a key that expires
-  (``PX``) unless its heartbeat renews it;
+- ``held:<replica>`` (set): that replica's reservation fields; ``leases`` (sorted set): each
+  live replica with the store-clock time (ms, ``TIME``) its lease ends unless its heartbeat
+  renews it;
 - ``stats`` (hash): ``made``, ``released``, ``expired`` reservations (made = released + expired
   + those held now).
 
@@ -63,30 +63,29 @@ PREFIX = "llamarig:ledger:"
 
 _REAP = """
 local P = ARGV[1]
+local T = redis.call('TIME')
+local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
 local function reap()
-  local reps = redis.call('SMEMBERS', P .. 'replicas')
-  for _, rep in ipairs(reps) do
-    if redis.call('EXISTS', P .. 'lease:' .. rep) == 0 then
-      local held = redis.call('SMEMBERS', P .. 'held:' .. rep)
-      for _, f in ipairs(held) do
-        local rec = redis.call('HGET', P .. 'res', f)
-        if rec then
-          local v = cjson.decode(rec)
-          redis.call('HINCRBY', P .. 'counts', 'r:' .. v[1], -tonumber(v[2]))
-          redis.call('HINCRBY', P .. 'counts', 'n:' .. v[1], -1)
-          if v[3] ~= '' then redis.call('HINCRBY', P .. 'counts', 'k:' .. v[3], -1) end
-          redis.call('HDEL', P .. 'res', f)
-          redis.call('HINCRBY', P .. 'stats', 'expired', 1)
-        end
+  local dead = redis.call('ZRANGEBYSCORE', P .. 'leases', '-inf', NOW)
+  for _, rep in ipairs(dead) do
+    local held = redis.call('SMEMBERS', P .. 'held:' .. rep)
+    for _, f in ipairs(held) do
+      local rec = redis.call('HGET', P .. 'res', f)
+      if rec then
+        local v = cjson.decode(rec)
+        redis.call('HINCRBY', P .. 'counts', 'r:' .. v[1], -tonumber(v[2]))
+        redis.call('HINCRBY', P .. 'counts', 'n:' .. v[1], -1)
+        if v[3] ~= '' then redis.call('HINCRBY', P .. 'counts', 'k:' .. v[3], -1) end
+        redis.call('HDEL', P .. 'res', f)
+        redis.call('HINCRBY', P .. 'stats', 'expired', 1)
       end
-      redis.call('DEL', P .. 'held:' .. rep)
-      redis.call('SREM', P .. 'replicas', rep)
     end
+    redis.call('DEL', P .. 'held:' .. rep)
+    redis.call('ZREM', P .. 'leases', rep)
   end
 end
 local function renew(me, lease_ms)
-  redis.call('SET', P .. 'lease:' .. me, '1', 'PX', lease_ms)
-  redis.call('SADD', P .. 'replicas', me)
+  redis.call('ZADD', P .. 'leases', NOW + lease_ms, me)
 end
 """
 
@@ -154,11 +153,11 @@ return redis.call('HGETALL', P .. 'counts')
 #: ARGV: prefix
 _SNAPSHOT = _REAP + """
 reap()
-local reps = redis.call('SMEMBERS', P .. 'replicas')
 local alive = {}
-for _, rep in ipairs(reps) do
-  alive[#alive + 1] = rep
-  alive[#alive + 1] = redis.call('PTTL', P .. 'lease:' .. rep)
+local leases = redis.call('ZRANGE', P .. 'leases', 0, -1, 'WITHSCORES')
+for i = 1, #leases, 2 do
+  alive[#alive + 1] = leases[i]
+  alive[#alive + 1] = tonumber(leases[i + 1]) - NOW
 end
 return {redis.call('HGETALL', P .. 'counts'), redis.call('HGETALL', P .. 'res'), alive,
         redis.call('HGETALL', P .. 'stats')}
@@ -321,7 +320,7 @@ class RedisLedger:
                 await t
         with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
             if not self._outbox:
-                await self._r.delete(self.prefix + "lease:" + self.replica)
+                await self._r.zrem(self.prefix + "leases", self.replica)
         with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
             await self._r.aclose()
 
@@ -366,14 +365,14 @@ class RedisLedger:
 
     async def _heartbeat_loop(self) -> None:
         """Renew the lease (three times per lease) and read the totals; while requests wait
-        here, read them every 50 ms, so a release on another replica admits them soon."""
+        here, read them every 50 ms, so a release on another replica admits them soon (the
+        picker's view of the other replicas is only as fresh as the last script)."""
         while True:
-            beat = self.lease_s / 3
-            t_end = time.monotonic() + beat
-            while time.monotonic() < t_end:
-                await asyncio.sleep(min(0.05, beat))
-                if self._waiting():
-                    break
+            t_end = time.monotonic() + self.lease_s / 3
+            while time.monotonic() < t_end and not self._waiting():
+                await asyncio.sleep(min(0.05, self.lease_s / 3))
+            if self._waiting():
+                await asyncio.sleep(0.05)
             try:
                 await self._beat()
             except (RedisError, OSError, asyncio.TimeoutError) as e:
