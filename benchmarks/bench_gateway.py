@@ -31,7 +31,8 @@ A and B (``--reps``), each ``--seq`` non-streamed requests interleaved one direc
 the set-up (B: the three replicas in turn), so load drift hits both; added p50/p99 = target -
 direct of the same round, the median over rounds; CPU per request = scheduler runtime
 (/proc/PID/task/TID/schedstat) of the gateway processes over the round / requests, and of the
-store process separately.
+store process separately; idle CPU = the gateway processes' runtime over 3 s with no request
+(health checks; heartbeats), which the per-request figure includes for the round's duration.
 """
 
 from __future__ import annotations
@@ -301,6 +302,12 @@ def replicas_run(n: int, reps: int) -> dict[str, Any]:
                   "3 gateways, shared ledger (Valkey/Redis)": ([f"http://127.0.0.1:{p}" for p in pbs], b)}
         time.sleep(2)
         print(f"store: {store.binary}; load average {os.getloadavg()}", flush=True)
+        idle: dict[str, float] = {}
+        for name, (_urls, ps) in setups.items():  # background work (health checks, heartbeats)
+            c0 = sum(cpu_s(p.p.pid) for p in ps)
+            time.sleep(3)
+            idle[name] = (sum(cpu_s(p.p.pid) for p in ps) - c0) / 3 * 1000
+            print(f"{name}: idle CPU {idle[name]:.2f} ms/s", flush=True)
         for _ in range(reps):
             for name, (urls, ps) in setups.items():
                 c0 = sum(cpu_s(p.p.pid) for p in ps)
@@ -324,15 +331,15 @@ def replicas_run(n: int, reps: int) -> dict[str, Any]:
     def med(xs: list[float]) -> float:
         return sorted(xs)[len(xs) // 2]
 
-    lines = ["| set-up | added p50 ms | added p99 ms | gateway CPU ms/request | store CPU ms/request | rounds |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| set-up | added p50 ms | added p99 ms | gateway CPU ms/request | store CPU ms/request | rounds "
+             "| gateways' idle CPU ms/s |", "|---|---|---|---|---|---|---|"]
     for name, rs in rows.items():
         lines.append(f"| {name} | {fmt_ms(med([r['added_p50'] for r in rs]))} | "
                      f"{fmt_ms(med([r['added_p99'] for r in rs]))} | "
                      f"{med([r['gw_cpu_ms_per_req'] for r in rs]):.3f} | "
-                     f"{med([r['store_cpu_ms_per_req'] for r in rs]):.3f} | {len(rs)} |")
+                     f"{med([r['store_cpu_ms_per_req'] for r in rs]):.3f} | {len(rs)} | {idle[name]:.2f} |")
     print("\n".join(lines))
-    return {"rows": rows, "table": lines}
+    return {"rows": rows, "idle_cpu_ms_per_s": idle, "table": lines}
 
 
 def start_litellm(binary: str, port: int, backend: str, tmp: Path) -> Proc:
