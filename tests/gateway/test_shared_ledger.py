@@ -169,3 +169,29 @@ def test_status_gateway_status_and_top_show_who_holds_what(lt: Any, store: Any) 
         con.print(part)
     text = con.export_text()
     assert "seen from replica g0: 2 replicas" in text and "g1" in text and "b0" in text, text
+
+
+def test_a_release_on_one_replica_admits_a_request_queued_on_another(store: Any) -> None:
+    async def main() -> None:
+        a_adm, a = _replica(store.url, "ra")
+        b_adm, b = _replica(store.url, "rb")
+        b_adm.queue_timeout_s = 30.0
+        await _start((a_adm, a), (b_adm, b))
+        held = await a_adm.acquire(AdmitRequest(800, "B"))
+        waiter = asyncio.ensure_future(b_adm.acquire(AdmitRequest(800, "B")))
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        while b_adm.queued != 1:
+            assert loop.time() < end and not waiter.done()
+            await asyncio.sleep(0.01)
+        a_adm.release(held)  # on replica a: b learns it from the store (its poll while it has waiters)
+        r = await asyncio.wait_for(waiter, 10)
+        assert r.backend == "a" and b_adm.queued == 0 and list(b.active) == [r.id]
+        b_adm.release(r)
+        await a.close()
+        await b.close()
+        probe = RedisLedger(store.url, replica="probe", prefix="t:")
+        st = await _store_state(probe)
+        await probe.close()
+        assert st["stats"]["made"] == st["stats"]["released"] == 2 and not st["replicas"]
+    asyncio.run(asyncio.wait_for(main(), 60))

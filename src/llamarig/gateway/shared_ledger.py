@@ -212,6 +212,7 @@ class RedisLedger:
         self._snapshot_script = self._r.register_script(_SNAPSHOT)
         self._outbox: list[str] = []  # released here, not yet in the store
         self._wake = asyncio.Event()
+        self._nudge = asyncio.Event()  # the view refused a request: requests may wait here
         self._tasks: list[asyncio.Task[None]] = []
         self._on_change: Callable[[], None] = lambda: None
         self._waiting: Callable[[], bool] = lambda: False
@@ -251,9 +252,12 @@ class RedisLedger:
 
     # ------------------------------------------------------------------ ReservationLedger
     def fits(self, backend: str, pool: Pool, tokens: int) -> bool:
-        return (self.in_flight.get(backend, 0) < pool.slots
-                and tokens <= pool.slot_ctx
-                and self.reserved.get(backend, 0) + tokens <= pool.pool_tokens)
+        ok = (self.in_flight.get(backend, 0) < pool.slots
+              and tokens <= pool.slot_ctx
+              and self.reserved.get(backend, 0) + tokens <= pool.pool_tokens)
+        if not ok:
+            self._nudge.set()
+        return ok
 
     def claim(self, r: Reservation, pool: Pool | None) -> asyncio.Future[bool]:
         return asyncio.get_running_loop().create_task(self._do_claim(r, pool))
@@ -276,6 +280,8 @@ class RedisLedger:
             raise LedgerUnavailable(self.last_error) from None
         if int(ok):
             self.active[r.id] = r
+        else:
+            self._nudge.set()
         self._mirror(flat)
         return bool(int(ok))
 
@@ -366,11 +372,13 @@ class RedisLedger:
     async def _heartbeat_loop(self) -> None:
         """Renew the lease (three times per lease) and read the totals; while requests wait
         here, read them every 50 ms, so a release on another replica admits them soon (the
-        picker's view of the other replicas is only as fresh as the last script)."""
+        picker's view of the other replicas is only as fresh as the last script). Idle, it
+        sleeps until the next renewal or until the view says no to a request (``_nudge``)."""
         while True:
-            t_end = time.monotonic() + self.lease_s / 3
-            while time.monotonic() < t_end and not self._waiting():
-                await asyncio.sleep(min(0.05, self.lease_s / 3))
+            if not self._waiting():
+                self._nudge.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._nudge.wait(), self.lease_s / 3)
             if self._waiting():
                 await asyncio.sleep(0.05)
             try:
