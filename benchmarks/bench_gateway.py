@@ -25,9 +25,9 @@ share the cores, so absolute numbers are pessimistic; compare the rows.
     .venv/bin/python benchmarks/bench_gateway.py --replicas  # 1 gateway (in-process ledger) vs 3 sharing Valkey/Redis
 
 ``--replicas``: one fast fake backend, a real Valkey/Redis server on a loopback port (started and
-stopped by pid, llamarig.testing.store), and two set-ups in the same run: A = one gateway with the
-in-process ledger, B = three gateway processes sharing the ledger in the store. Rounds alternate
-A and B (``--reps``), each ``--seq`` non-streamed requests interleaved one direct / one through
+stopped by pid, llamarig.testing.store), and three set-ups in the same run: one gateway with the
+in-process ledger; one gateway with the ledger in the store (the store's cost alone); three
+gateway processes sharing the ledger in the store. Rounds alternate the set-ups (``--reps``), each ``--seq`` non-streamed requests interleaved one direct / one through
 the set-up (B: the three replicas in turn), so load drift hits both; added p50/p99 = target -
 direct of the same round, the median over rounds; CPU per request = scheduler runtime
 (/proc/PID/task/TID/schedstat) of the gateway processes over the round / requests, and of the
@@ -290,16 +290,18 @@ def replicas_run(n: int, reps: int) -> dict[str, Any]:
     bp = free_port()
     procs: list[Proc] = [start_backend(bp, 0, 64)]
     burl = f"http://127.0.0.1:{bp}"
-    rows: dict[str, list[dict[str, float]]] = {"1 gateway, in-process ledger": [],
-                                               "3 gateways, shared ledger (Valkey/Redis)": []}
+    names = ("1 gateway, in-process ledger", "1 gateway, shared ledger (Valkey/Redis)",
+             "3 gateways, shared ledger (Valkey/Redis)")
+    rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     try:
-        pa = free_port()
+        pa, p1 = free_port(), free_port()
         a = [start_replica(pa, burl, tmp, None, "solo")]
+        one = [start_replica(p1, burl, tmp, store.url, "alone")]
         pbs = [free_port() for _ in range(3)]
         b = [start_replica(p, burl, tmp, store.url, f"r{i}") for i, p in enumerate(pbs)]
-        procs += a + b
-        setups = {"1 gateway, in-process ledger": ([f"http://127.0.0.1:{pa}"], a),
-                  "3 gateways, shared ledger (Valkey/Redis)": ([f"http://127.0.0.1:{p}" for p in pbs], b)}
+        procs += a + one + b
+        setups = {names[0]: ([f"http://127.0.0.1:{pa}"], a), names[1]: ([f"http://127.0.0.1:{p1}"], one),
+                  names[2]: ([f"http://127.0.0.1:{p}" for p in pbs], b)}
         time.sleep(2)
         print(f"store: {store.binary}; load average {os.getloadavg()}", flush=True)
         idle: dict[str, float] = {}
