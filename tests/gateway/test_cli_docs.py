@@ -172,3 +172,9 @@ def test_ledger_option_errors_are_one_line() -> None:
                         "--ledger", "valkey://x", "--check"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--ledger" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+    # without the redis client (the gateway runs without it unless --ledger is given)
+    code = ("import sys; sys.modules['redis'] = None; sys.argv[0] = 'llamarig'; "
+            "from llamarig.cli.main import main; main()")
+    r = subprocess.run([sys.executable, "-c", code, "gateway", "--backend", "http://127.0.0.1:9", "--port", "0",
+                        "--ledger", "redis://127.0.0.1:9/0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "pip install 'llamarig[ledger]'" in r.stderr and "Traceback" not in r.stderr, r.stderr

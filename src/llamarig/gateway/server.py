@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from llamarig.errors import LlamarigError
+from llamarig.errors import LlamarigError, ServerError
 from llamarig.gateway import pipeline, reasons
 from llamarig.gateway.admission import Admission, Ledger, ReservationLedger
 from llamarig.gateway.backends import Backends
@@ -177,6 +177,9 @@ class Gateway:
             self.metrics.reloads.labels("error").inc()
             return False
         old = self.cfg
+        if new.ledger != old.ledger:
+            log.warning("config reload: ledger changes need a restart; keeping %s", self.ledger.describe().get("url", "local"))
+            new = replace(new, ledger=old.ledger)
         if (new.server.host, new.server.port) != (old.server.host, old.server.port):
             log.warning("config reload: host/port changes need a restart; keeping %s:%s", old.server.host, old.server.port)
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
@@ -415,7 +418,7 @@ def make_ledger(cfg: GatewayConfig) -> ReservationLedger:
     try:
         from llamarig.gateway.shared_ledger import RedisLedger  # lazy: needs redis (optional)
     except ImportError as e:
-        raise LlamarigError(_("--ledger needs the redis package: pip install 'llamarig[ledger]' ({error})").format(
+        raise ServerError(_("--ledger needs the redis package: pip install 'llamarig[ledger]' ({error})").format(
             error=e)) from None
     return RedisLedger(lc.url, replica=lc.replica, lease_s=lc.lease_s, timeout_s=lc.timeout_s)
 
