@@ -74,7 +74,7 @@ def _replica_cmd(cfg: Path, port: int, name: str, backends: list[str]) -> list[s
     return cmd
 
 
-def test_chaos_three_replicas_share_one_ledger(lt: Any, store: Any, tmp_path: Path) -> None:
+def test_chaos_three_replicas_share_one_ledger(store: Any, lt: Any, tmp_path: Path) -> None:
     rnd = random.Random(SEED)
     fa = lt.fake(tokens=30, token_interval_s=0.004, total_slots=4, n_ctx=16384)
     fb = lt.fake(tokens=30, token_interval_s=0.004, total_slots=4, n_ctx=16384)

@@ -112,7 +112,7 @@ def test_store_unreachable_is_refused_with_503_and_releases_are_retried(store: A
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def test_status_gateway_status_and_top_show_who_holds_what(lt: Any, store: Any) -> None:
+def test_status_gateway_status_and_top_show_who_holds_what(store: Any, lt: Any) -> None:
     """Two in-process replicas on one store, one stream held on each (the fake's gate): every
     replica's /gateway/status shows the shared totals and both holders; `gateway status` and
     `top` say it in words."""
