@@ -164,6 +164,8 @@ def test_status_gateway_status_and_top_show_who_holds_what(store: Any, lt: Any) 
     assert "replica g0: 1 requests" in footer and "replica g1: 1 requests" in footer, footer
     view, _w = _gateway(sts[0], 0.0, Memo())
     assert view.ledger == "redis" and [r.replica for r in view.replicas] == ["g0", "g1"]
+    j = view.to_json()["ledger"]
+    assert j["kind"] == "redis" and j["replica"] == "g0" and [r["requests"] for r in j["replicas"]] == [1, 1]
     con = Console(width=120, record=True)
     for part in replicas_part(view):
         con.print(part)
