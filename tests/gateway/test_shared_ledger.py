@@ -161,7 +161,7 @@ def test_status_gateway_status_and_top_show_who_holds_what(store: Any, lt: Any) 
         assert st["backends"][0]["in_flight"] == 2 and len(st["requests"]) == 1  # the shared total; its own
         assert st["backends"][0]["reserved_tokens"] == sum(h["reserved_tokens"] for h in led["replicas"])
     footer = "\n".join(status_footer(sts[0]))
-    assert "replica g0: 1 requests" in footer and "replica g1: 1 requests" in footer, footer
+    assert "replica g0: 1 requests" in footer and "replica g1: 1 requests" in footer and "0 queued" in footer, footer
     view, _w = _gateway(sts[0], 0.0, Memo())
     assert view.ledger == "redis" and [r.replica for r in view.replicas] == ["g0", "g1"]
     j = view.to_json()["ledger"]
@@ -196,4 +196,40 @@ def test_a_release_on_one_replica_admits_a_request_queued_on_another(store: Any)
         st = await _store_state(probe)
         await probe.close()
         assert st["stats"]["made"] == st["stats"]["released"] == 2 and not st["replicas"]
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_request_waiting_on_one_replica_keeps_newcomers_of_lower_priority_behind_it(store: Any) -> None:
+    """As one gateway serves its queue first, a new request on another replica does not go
+    ahead of one of the same or a better priority waiting anywhere: it queues, and is admitted
+    first-fit from there; a better-priority newcomer is admitted at once."""
+    async def main() -> None:
+        a_adm, a = _replica(store.url, "qa")
+        b_adm, b = _replica(store.url, "qb")
+        await _start((a_adm, a), (b_adm, b))
+        held = await a_adm.acquire(AdmitRequest(600, "B"))
+        big = a_adm.enqueue(AdmitRequest(600, "B", priority=0))  # waits on a: does not fit beside 600
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        while (await _store_state(b)).get("queued") != 1:
+            assert loop.time() < end
+            await asyncio.sleep(0.01)
+        assert await b_adm.try_acquire(AdmitRequest(300, "B", priority=10)) is None  # fits, but queues
+        assert await b_adm.try_acquire(AdmitRequest(300, "B", priority=0)) is None  # same priority: too
+        better = await b_adm.try_acquire(AdmitRequest(100, "B", priority=-1))
+        assert better is not None
+        late = await asyncio.wait_for(b_adm.acquire(AdmitRequest(300, "B", priority=10)), 10)  # first fit
+        st = await _store_state(b)
+        assert {h["replica"]: h["queued"] for h in st["replicas"]} == {"qa": 1, "qb": 0}
+        for r in (better, late):
+            b_adm.release(r)
+        a_adm.release(held)
+        assert await big.wait(10)
+        a_adm.release(big.take())
+        await a.close()
+        await b.close()
+        probe = RedisLedger(store.url, replica="probe", prefix="t:")
+        st = await _store_state(probe)
+        await probe.close()
+        assert st["queued"] == 0 and st["stats"]["made"] == st["stats"]["released"] == 4
     asyncio.run(asyncio.wait_for(main(), 60))

@@ -175,8 +175,9 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
             lease=led.get("lease_s")))
         for h in led.get("replicas") or ():
             by = ", ".join(f"{b} {v.get('reserved_tokens', 0)}" for b, v in sorted((h.get("by_backend") or {}).items()))
-            lines.append("  " + _("replica {replica}: {n} requests, {tokens} tokens reserved ({by})").format(
-                replica=h.get("replica"), n=h.get("requests", 0), tokens=h.get("reserved_tokens", 0), by=by or "-"))
+            lines.append("  " + _("replica {replica}: {n} requests, {tokens} tokens reserved ({by}), {q} queued").format(
+                replica=h.get("replica"), n=h.get("requests", 0), tokens=h.get("reserved_tokens", 0), by=by or "-",
+                q=h.get("queued", 0)))
     safety = st.get("safety")
     if safety is not None and float(safety) < 1.0:
         lines.append(_("usable pool = pool × admission.safety ({safety})").format(safety=safety))

@@ -129,7 +129,17 @@ class ReservationLedger(Protocol):
 
     def fits(self, backend: str, pool: Pool, tokens: int) -> bool: ...
 
-    def claim(self, r: Reservation, pool: Pool | None) -> asyncio.Future[bool]: ...
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
+        """Reserve ``r`` if it fits ``pool``. ``fresh``: a request not queued here; a shared
+        ledger also refuses it while a request of the same or a better priority waits on any
+        replica (the queue rule of :meth:`Admission.try_acquire`, over replicas)."""
+        ...
+
+    def queue_add(self, seq: int, priority: int) -> None:
+        """A request of ``priority`` started waiting here (``seq``: its place in this queue)."""
+
+    def queue_remove(self, seq: int) -> None:
+        """It stopped waiting (admitted, timed out, gone)."""
 
     def release(self, r: Reservation) -> bool: ...
 
@@ -155,8 +165,9 @@ class Ledger:
         self.in_flight: dict[str, int] = {}
         self.active: dict[int, Reservation] = {}
 
-    def claim(self, r: Reservation, pool: Pool | None) -> asyncio.Future[bool]:
-        """Reserve ``r`` if it fits ``pool`` (None: the caller checked); decided at once."""
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
+        """Reserve ``r`` if it fits ``pool`` (None: the caller checked); decided at once. The
+        queue is this process's own: ``fresh`` changes nothing here."""
         ok = pool is None or self.fits(r.backend, pool, r.tokens)
         if ok:
             self.reserve(r)
@@ -189,6 +200,12 @@ class Ledger:
 
     def total_in_flight(self) -> int:
         return sum(self.in_flight.values())
+
+    def queue_add(self, seq: int, priority: int) -> None:
+        return None
+
+    def queue_remove(self, seq: int) -> None:
+        return None
 
     async def start(self, on_change: Callable[[], None], waiting: Callable[[], bool]) -> None:
         return None
@@ -343,7 +360,7 @@ class Admission:
         return self.diagnose(req.tokens, req.exclude) if self.diagnose is not None else None
 
     # -- admission
-    def _try(self, req: AdmitRequest, exclude: frozenset[str] = frozenset()
+    def _try(self, req: AdmitRequest, exclude: frozenset[str] = frozenset(), fresh: bool = False
              ) -> tuple[Reservation, asyncio.Future[bool]] | None:
         """Pick a backend and claim ``req`` on it: (reservation, decision), or None when the
         picker finds no backend that fits now."""
@@ -352,7 +369,7 @@ class Admission:
             return None
         r = Reservation(next(self._ids), name, req.tokens, req.key, req.tier, req.priority, time.monotonic(),
                         key_limit=req.key_limit)
-        return r, self.ledger.claim(r, self.pool_of(name))
+        return r, self.ledger.claim(r, self.pool_of(name), fresh)
 
     def _unavailable(self, e: BaseException) -> Rejected:
         return self._reject(503, "ledger_unavailable", reasons.ledger_unavailable_message(str(e)),
@@ -400,7 +417,7 @@ class Admission:
             return None
         refused: frozenset[str] = frozenset()
         for _i in range(self.tries):
-            got = self._try(req, refused)
+            got = self._try(req, refused, fresh=True)
             if got is None:
                 return None
             r, d = got
@@ -427,6 +444,7 @@ class Admission:
         heapq.heappush(self._heap, w)
         self._queued += 1
         self._key_inc(req.key)
+        self.ledger.queue_add(w.seq, w.priority)
         timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
         w.timer = loop.call_later(timeout, self._expire, w)
         if ahead:
@@ -469,6 +487,7 @@ class Admission:
         self._key_dec(w.req.key)
         if w.timer is not None:
             w.timer.cancel()
+        self.ledger.queue_remove(w.seq)
         return True
 
     def _drop(self, w: _Waiter) -> None:
@@ -559,6 +578,7 @@ class Admission:
         self._queued -= 1
         if w.timer is not None:
             w.timer.cancel()
+        self.ledger.queue_remove(w.seq)
         w.fut.set_result(r)
 
     def reject_all(self, code: str, message: str) -> None:

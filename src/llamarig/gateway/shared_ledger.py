@@ -17,7 +17,13 @@ What lives in the store (every key under ``PREFIX``):
   live replica with the store-clock time (ms, ``TIME``) its lease ends unless its heartbeat
   renews it;
 - ``stats`` (hash): ``made``, ``released``, ``expired`` reservations (made = released + expired
-  + those held now).
+  + those held now);
+- ``queue`` (sorted set): every request waiting on some replica (``<replica>:<seq>``, score its
+  priority), ``queued:<replica>`` (set) that replica's. A claim for a request that is not
+  queued (``fresh``) is refused while one of the same or a better priority waits anywhere, as
+  one gateway serves its own queue first; queued requests are then admitted first-fit by their
+  own replica. The order among waiters on different replicas is each replica's own: a release
+  goes to whichever replica claims first.
 
 Every change is one Lua script (atomic in the server: "Redis guarantees the script's atomic
 execution", https://redis.io/docs/latest/develop/interact/programmability/eval-intro/):
@@ -81,6 +87,8 @@ local function reap()
       end
     end
     redis.call('DEL', P .. 'held:' .. rep)
+    for _, q in ipairs(redis.call('SMEMBERS', P .. 'queued:' .. rep)) do redis.call('ZREM', P .. 'queue', q) end
+    redis.call('DEL', P .. 'queued:' .. rep)
     redis.call('ZREM', P .. 'leases', rep)
   end
 end
@@ -89,18 +97,22 @@ local function renew(me, lease_ms)
 end
 """
 
-#: ARGV: prefix, replica, lease ms, field, backend, tokens, pool, slots, slot_ctx, key, key_limit, record
+#: ARGV: prefix, replica, lease ms, field, backend, tokens, pool, slots, slot_ctx, key, key_limit,
+#: record, fresh (1: not queued here), priority
 _CLAIM = _REAP + """
 local me, lease_ms, f, b = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local tokens, pool, slots, slot_ctx = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local key, key_limit = ARGV[10], tonumber(ARGV[11])
+local fresh, prio = tonumber(ARGV[13]), tonumber(ARGV[14])
 renew(me, lease_ms)
 reap()
 local C = P .. 'counts'
 local r = tonumber(redis.call('HGET', C, 'r:' .. b) or '0')
 local n = tonumber(redis.call('HGET', C, 'n:' .. b) or '0')
 local ok = 0
-if tokens <= slot_ctx and n < slots and r + tokens <= pool then
+if fresh == 1 and redis.call('ZCOUNT', P .. 'queue', '-inf', prio) > 0 then
+  ok = 0  -- a request of the same or a better priority waits on some replica: queue behind it
+elseif tokens <= slot_ctx and n < slots and r + tokens <= pool then
   ok = 1
   if key ~= '' and key_limit > 0 and tonumber(redis.call('HGET', C, 'k:' .. key) or '0') >= key_limit then
     ok = 0
@@ -143,6 +155,22 @@ reap()
 return {done, redis.call('HGETALL', C)}
 """
 
+#: ARGV: prefix, replica, then (op, member, priority) triples: op "+" waits, "-" stopped waiting
+_QUEUE = """
+local P, me = ARGV[1], ARGV[2]
+for i = 3, #ARGV, 3 do
+  local m = me .. ':' .. ARGV[i + 1]
+  if ARGV[i] == '+' then
+    redis.call('ZADD', P .. 'queue', tonumber(ARGV[i + 2]), m)
+    redis.call('SADD', P .. 'queued:' .. me, m)
+  else
+    redis.call('ZREM', P .. 'queue', m)
+    redis.call('SREM', P .. 'queued:' .. me, m)
+  end
+end
+return redis.call('ZCARD', P .. 'queue')
+"""
+
 #: ARGV: prefix, replica, lease ms
 _HEARTBEAT = _REAP + """
 renew(ARGV[2], tonumber(ARGV[3]))
@@ -160,7 +188,7 @@ for i = 1, #leases, 2 do
   alive[#alive + 1] = tonumber(leases[i + 1]) - NOW
 end
 return {redis.call('HGETALL', P .. 'counts'), redis.call('HGETALL', P .. 'res'), alive,
-        redis.call('HGETALL', P .. 'stats')}
+        redis.call('HGETALL', P .. 'stats'), redis.call('ZRANGE', P .. 'queue', 0, -1, 'WITHSCORES')}
 """
 
 
@@ -210,6 +238,8 @@ class RedisLedger:
         self._release = self._r.register_script(_RELEASE)
         self._heartbeat = self._r.register_script(_HEARTBEAT)
         self._snapshot_script = self._r.register_script(_SNAPSHOT)
+        self._queue = self._r.register_script(_QUEUE)
+        self._qops: list[tuple[str, int, int]] = []  # queue entries to add/remove in the store
         self._outbox: list[str] = []  # released here, not yet in the store
         self._wake = asyncio.Event()
         self._nudge = asyncio.Event()  # the view refused a request: requests may wait here
@@ -259,10 +289,18 @@ class RedisLedger:
             self._nudge.set()
         return ok
 
-    def claim(self, r: Reservation, pool: Pool | None) -> asyncio.Future[bool]:
-        return asyncio.get_running_loop().create_task(self._do_claim(r, pool))
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
+        return asyncio.get_running_loop().create_task(self._do_claim(r, pool, fresh))
 
-    async def _do_claim(self, r: Reservation, pool: Pool | None) -> bool:
+    def queue_add(self, seq: int, priority: int) -> None:
+        self._qops.append(("+", seq, priority))
+        self._wake.set()
+
+    def queue_remove(self, seq: int) -> None:
+        self._qops.append(("-", seq, 0))
+        self._wake.set()
+
+    async def _do_claim(self, r: Reservation, pool: Pool | None, fresh: bool) -> bool:
         if pool is None:
             raise LedgerUnavailable(f"no pool known for backend {r.backend}")
         f = self._field(r)
@@ -270,7 +308,7 @@ class RedisLedger:
         try:
             ok, flat = await self._claim(args=[
                 self.prefix, self.replica, self._lease_ms, f, r.backend, r.tokens, pool.pool_tokens,
-                pool.slots, pool.slot_ctx, r.key or "", r.key_limit, rec])
+                pool.slots, pool.slot_ctx, r.key or "", r.key_limit, rec, int(fresh), r.priority])
         except (RedisError, OSError, asyncio.TimeoutError) as e:
             # the script may have run: release the field (a no-op if it did not) so no answer
             # lost on the way back leaves a reservation behind a live lease
@@ -316,7 +354,7 @@ class RedisLedger:
         for r in list(self.active.values()):
             self.release(r)
         deadline = time.monotonic() + max(2.0, 2 * self.timeout_s)
-        while self._outbox and self.reachable and time.monotonic() < deadline:
+        while (self._outbox or self._qops) and self.reachable and time.monotonic() < deadline:
             self._wake.set()
             await asyncio.sleep(0.01)
         for t in self._tasks:
@@ -333,7 +371,7 @@ class RedisLedger:
     async def refresh(self) -> None:
         """Read who holds what from the store (``/gateway/status``)."""
         try:
-            counts, res, alive, stats = await self._snapshot_script(args=[self.prefix])
+            counts, res, alive, stats, queue = await self._snapshot_script(args=[self.prefix])
         except (RedisError, OSError, asyncio.TimeoutError) as e:
             self._unreachable(e)
             return
@@ -341,12 +379,16 @@ class RedisLedger:
         ttl = _pairs(alive)
         holders: dict[str, dict[str, Any]] = {
             rep: {"replica": rep, "lease_left_s": round(int(ms) / 1000, 3) if int(ms) >= 0 else None,
-                  "requests": 0, "reserved_tokens": 0, "by_backend": {}} for rep, ms in ttl.items()}
+                  "requests": 0, "reserved_tokens": 0, "by_backend": {}, "queued": 0} for rep, ms in ttl.items()}
+        for m in _pairs(queue):
+            rep = m.rsplit(":", 1)[0]
+            holders.setdefault(rep, {"replica": rep, "lease_left_s": None, "requests": 0, "reserved_tokens": 0,
+                                     "by_backend": {}, "queued": 0})["queued"] += 1
         for f, rec in _pairs(res).items():
             rep = f.rsplit(":", 1)[0]
             backend, tokens = json.loads(rec)[:2]
             h = holders.setdefault(rep, {"replica": rep, "lease_left_s": None, "requests": 0,
-                                         "reserved_tokens": 0, "by_backend": {}})
+                                         "reserved_tokens": 0, "by_backend": {}, "queued": 0})
             h["requests"] += 1
             h["reserved_tokens"] += int(tokens)
             by = h["by_backend"].setdefault(backend, {"requests": 0, "reserved_tokens": 0})
@@ -357,13 +399,14 @@ class RedisLedger:
             "replicas": sorted(holders.values(), key=lambda h: h["replica"]),
             "stats": {k: int(v) for k, v in _pairs(stats).items()},
             "keys_in_flight": {k[2:]: int(v) for k, v in c.items() if k.startswith("k:") and int(v)},
+            "queued": len(queue) // 2,
             "peak": {k[3:]: int(v) for k, v in c.items() if k.startswith("pr:")},
         }
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "redis", "url": redact(self.url), "replica": self.replica, "lease_s": self.lease_s,
                 "reachable": self.reachable, "last_error": self.last_error or None,
-                "pending_releases": len(self._outbox), **self._snapshot}
+                "pending_releases": len(self._outbox), "pending_queue_ops": len(self._qops), **self._snapshot}
 
     # ------------------------------------------------------------------ background
     async def _beat(self) -> None:
@@ -385,12 +428,23 @@ class RedisLedger:
                 await self._beat()
             except (RedisError, OSError, asyncio.TimeoutError) as e:
                 self._unreachable(e)
+            if self._waiting():
+                self._on_change()  # waiters here may fit now, or no longer wait behind another replica's
 
     async def _sender(self) -> None:
         """Send releases to the store in batches, retrying until it answers."""
         while True:
             await self._wake.wait()
             self._wake.clear()
+            while self._qops:
+                qbatch = self._qops[:256]
+                try:
+                    await self._queue(args=[self.prefix, self.replica, *(x for op in qbatch for x in op)])
+                except (RedisError, OSError, asyncio.TimeoutError) as e:
+                    self._unreachable(e)
+                    await asyncio.sleep(0.2)
+                    continue
+                del self._qops[:len(qbatch)]
             while self._outbox:
                 batch = self._outbox[:256]
                 try:
