@@ -76,8 +76,10 @@ def test_a_crashed_replicas_reservations_expire_with_its_lease(store: Any) -> No
         await _start((a_adm, a), (b_adm, b))
         r = await a_adm.acquire(AdmitRequest(800, "B"))
         assert r.backend == "a"
-        for t in a._tasks:  # the replica dies: no heartbeat, no release
+        for t in a._tasks:  # the replica dies: no heartbeat, no release...
             t.cancel()
+        again_adm, again = _replica(store.url, "crashy", lease_s=0.3)  # ...and comes back, same name
+        await _start((again_adm, again))
         assert await b_adm.try_acquire(AdmitRequest(800, "B")) is None  # the pool is held...
         loop = asyncio.get_running_loop()
         end = loop.time() + 10
@@ -87,9 +89,12 @@ def test_a_crashed_replicas_reservations_expire_with_its_lease(store: Any) -> No
             await asyncio.sleep(0.05)
             got = await b_adm.try_acquire(AdmitRequest(800, "B"))
         st = await _store_state(b)
-        assert st["stats"]["expired"] == 1 and [h["replica"] for h in st["replicas"]] == ["steady"]
+        # the dead incarnation's reservation expired although its name lives on
+        assert st["stats"]["expired"] == 1 and [h["replica"] for h in st["replicas"]] == ["crashy", "steady"]
+        assert st["replicas"][0]["member"] == again.member != a.member
         b_adm.release(got)
         await b.close()
+        await again.close()
         await a._r.aclose()
     asyncio.run(asyncio.wait_for(main(), 60))
 

@@ -11,15 +11,16 @@ What lives in the store (every key under ``PREFIX``):
 - ``counts`` (hash): ``r:<backend>`` reserved tokens, ``n:<backend>`` requests in flight,
   ``k:<api key name>`` requests in flight per key, ``pr:``/``pn:<backend>`` the highest
   reserved/in-flight ever seen (checked by the tests against the pool);
-- ``res`` (hash): one field per reservation, ``<replica>:<id>`` -> JSON
+- ``res`` (hash): one field per reservation, ``<member>:<id>`` -> JSON
   ``[backend, tokens, key, tier, priority, unix time]``;
-- ``held:<replica>`` (set): that replica's reservation fields; ``leases`` (sorted set): each
+- ``held:<member>`` (set): that replica's reservation fields; ``leases`` (sorted set): each
   live replica with the store-clock time (ms, ``TIME``) its lease ends unless its heartbeat
-  renews it;
+  renews it. A member is ``<replica name>/<random incarnation>``: a replica restarted under the
+  same name gets a new one, so its dead predecessor's lease still expires;
 - ``stats`` (hash): ``made``, ``released``, ``expired`` reservations (made = released + expired
   + those held now);
-- ``queue`` (sorted set): every request waiting on some replica (``<replica>:<seq>``, score its
-  priority), ``queued:<replica>`` (set) that replica's. A claim for a request that is not
+- ``queue`` (sorted set): every request waiting on some replica (``<member>:<seq>``, score its
+  priority), ``queued:<member>`` (set) that replica's. A claim for a request that is not
   queued (``fresh``) is refused while one of the same or a better priority waits anywhere, as
   one gateway serves its own queue first; queued requests are then admitted first-fit by their
   own replica. The order among waiters on different replicas is each replica's own: a release
@@ -54,6 +55,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -225,6 +227,10 @@ class RedisLedger:
                  timeout_s: float = 1.0, prefix: str = PREFIX) -> None:
         self.url = url
         self.replica = replica or default_replica()
+        #: this process's identity in the store: the name and a random incarnation, so a replica
+        #: restarted under the same name does not renew its dead predecessor's lease (whose
+        #: reservations must expire)
+        self.member = f"{self.replica}/{uuid.uuid4().hex[:8]}"
         self.lease_s = lease_s
         self.timeout_s = timeout_s
         self.prefix = prefix
@@ -255,7 +261,7 @@ class RedisLedger:
         return max(1, int(self.lease_s * 1000))
 
     def _field(self, r: Reservation) -> str:
-        return f"{self.replica}:{r.id}"
+        return f"{self.member}:{r.id}"
 
     def _mirror(self, flat: list[Any]) -> None:
         """Take the store's totals; a total that went down (another replica released) pumps."""
@@ -307,7 +313,7 @@ class RedisLedger:
         rec = json.dumps([r.backend, r.tokens, r.key or "", r.tier, r.priority, round(time.time(), 3)])
         try:
             ok, flat = await self._claim(args=[
-                self.prefix, self.replica, self._lease_ms, f, r.backend, r.tokens, pool.pool_tokens,
+                self.prefix, self.member, self._lease_ms, f, r.backend, r.tokens, pool.pool_tokens,
                 pool.slots, pool.slot_ctx, r.key or "", r.key_limit, rec, int(fresh), r.priority])
         except (RedisError, OSError, asyncio.TimeoutError) as e:
             # the script may have run: release the field (a no-op if it did not) so no answer
@@ -364,7 +370,7 @@ class RedisLedger:
                 await t
         with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
             if not self._outbox:
-                await self._r.zrem(self.prefix + "leases", self.replica)
+                await self._r.zrem(self.prefix + "leases", self.member)
         with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
             await self._r.aclose()
 
@@ -377,18 +383,21 @@ class RedisLedger:
             return
         self._mirror(counts)
         ttl = _pairs(alive)
-        holders: dict[str, dict[str, Any]] = {
-            rep: {"replica": rep, "lease_left_s": round(int(ms) / 1000, 3) if int(ms) >= 0 else None,
-                  "requests": 0, "reserved_tokens": 0, "by_backend": {}, "queued": 0} for rep, ms in ttl.items()}
+        def holder(member: str) -> dict[str, Any]:
+            return {"replica": member.rsplit("/", 1)[0], "member": member, "lease_left_s": None, "requests": 0,
+                    "reserved_tokens": 0, "by_backend": {}, "queued": 0}
+
+        holders: dict[str, dict[str, Any]] = {}
+        for member, ms in ttl.items():
+            holders[member] = holder(member)
+            holders[member]["lease_left_s"] = round(int(ms) / 1000, 3) if int(ms) >= 0 else None
         for m in _pairs(queue):
-            rep = m.rsplit(":", 1)[0]
-            holders.setdefault(rep, {"replica": rep, "lease_left_s": None, "requests": 0, "reserved_tokens": 0,
-                                     "by_backend": {}, "queued": 0})["queued"] += 1
+            member = m.rsplit(":", 1)[0]
+            holders.setdefault(member, holder(member))["queued"] += 1
         for f, rec in _pairs(res).items():
-            rep = f.rsplit(":", 1)[0]
+            member = f.rsplit(":", 1)[0]
             backend, tokens = json.loads(rec)[:2]
-            h = holders.setdefault(rep, {"replica": rep, "lease_left_s": None, "requests": 0,
-                                         "reserved_tokens": 0, "by_backend": {}, "queued": 0})
+            h = holders.setdefault(member, holder(member))
             h["requests"] += 1
             h["reserved_tokens"] += int(tokens)
             by = h["by_backend"].setdefault(backend, {"requests": 0, "reserved_tokens": 0})
@@ -396,7 +405,7 @@ class RedisLedger:
             by["reserved_tokens"] += int(tokens)
         c = _pairs(counts)
         self._snapshot = {
-            "replicas": sorted(holders.values(), key=lambda h: h["replica"]),
+            "replicas": sorted(holders.values(), key=lambda h: (h["replica"], h["member"])),
             "stats": {k: int(v) for k, v in _pairs(stats).items()},
             "keys_in_flight": {k[2:]: int(v) for k, v in c.items() if k.startswith("k:") and int(v)},
             "queued": len(queue) // 2,
@@ -404,13 +413,13 @@ class RedisLedger:
         }
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "redis", "url": redact(self.url), "replica": self.replica, "lease_s": self.lease_s,
+        return {"kind": "redis", "url": redact(self.url), "replica": self.replica, "member": self.member, "lease_s": self.lease_s,
                 "reachable": self.reachable, "last_error": self.last_error or None,
                 "pending_releases": len(self._outbox), "pending_queue_ops": len(self._qops), **self._snapshot}
 
     # ------------------------------------------------------------------ background
     async def _beat(self) -> None:
-        self._mirror(await self._heartbeat(args=[self.prefix, self.replica, self._lease_ms]))
+        self._mirror(await self._heartbeat(args=[self.prefix, self.member, self._lease_ms]))
 
     async def _heartbeat_loop(self) -> None:
         """Renew the lease (three times per lease) and read the totals; while requests wait
@@ -439,7 +448,7 @@ class RedisLedger:
             while self._qops:
                 qbatch = self._qops[:256]
                 try:
-                    await self._queue(args=[self.prefix, self.replica, *(x for op in qbatch for x in op)])
+                    await self._queue(args=[self.prefix, self.member, *(x for op in qbatch for x in op)])
                 except (RedisError, OSError, asyncio.TimeoutError) as e:
                     self._unreachable(e)
                     await asyncio.sleep(0.2)
@@ -449,7 +458,7 @@ class RedisLedger:
                 batch = self._outbox[:256]
                 try:
                     done, flat = await self._release(
-                        args=[self.prefix, self.replica, 0 if self._closing else self._lease_ms, *batch])
+                        args=[self.prefix, self.member, 0 if self._closing else self._lease_ms, *batch])
                 except (RedisError, OSError, asyncio.TimeoutError) as e:
                     self._unreachable(e)
                     await asyncio.sleep(0.2)
