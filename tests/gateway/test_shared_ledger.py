@@ -238,3 +238,41 @@ def test_a_request_waiting_on_one_replica_keeps_newcomers_of_lower_priority_behi
         await probe.close()
         assert st["queued"] == 0 and st["stats"]["made"] == st["stats"]["released"] == 4
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_gateway_answers_503_while_the_store_is_down_and_recovers(store: Any, lt: Any) -> None:
+    """Through HTTP: the store stopped, a request gets 503 ledger_unavailable with Retry-After
+    and the reason; the store back on its port, requests are admitted again."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from llamarig.testing.store import start_store
+
+    fb = lt.fake(tokens=2)
+    gw = lt.gateway({"admission": {"prompt_tokens": "estimate"},
+                     "ledger": {"url": store.url, "lease_s": 5.0, "timeout_s": 0.5}}, backends=[fb.url])
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+
+    def post() -> tuple[int, dict[str, str], dict[str, Any]]:
+        req = urllib.request.Request(gw.url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, dict(r.headers), json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), json.loads(e.read())
+
+    assert post()[0] == 200
+    store.stop()
+    status, headers, err = post()
+    assert status == 503 and int(headers["Retry-After"]) >= 1, (status, err)
+    assert err["error"]["code"] == "ledger_unavailable" and err["error"]["reason"] == "ledger_unavailable"
+    assert "unreachable" in err["error"]["message"]
+    back = start_store(port=store.port)  # the same port: the replica reconnects by itself
+    try:
+        assert post()[0] == 200
+        st = lt.call(gw.status)
+        assert st["ledger"]["reachable"] and st["rejected_by_reason"] == {"ledger_unavailable": 1}
+    finally:
+        back.stop()
