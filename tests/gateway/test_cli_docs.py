@@ -167,6 +167,13 @@ def test_replicas_compose_file_parses_and_each_gateway_command_checks() -> None:
     assert "[ledger]" in dockerfile
 
 
+def test_ledger_url_password_is_not_printed() -> None:
+    out = CliRunner().invoke(gateway_cmd, ["--backend", "http://127.0.0.1:9", "--ledger",
+                                           "redis://:s3cret-pw@10.0.0.9:6379/0", "--check"])
+    assert out.exit_code == 0 and "s3cret-pw" not in out.output
+    assert json.loads(out.output)["ledger"]["url"] == "redis://:***@10.0.0.9:6379/0"
+
+
 def test_ledger_option_errors_are_one_line() -> None:
     r = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway", "--backend", "http://127.0.0.1:9",
                         "--ledger", "valkey://x", "--check"], capture_output=True, text=True, timeout=60)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
+from urllib.parse import urlsplit, urlunsplit
 
 from llamarig.errors import InputError
 from llamarig.i18n import _
@@ -574,6 +575,15 @@ def with_overrides(cfg: GatewayConfig, *, backends: list[str] | None = None, hos
     return replace(cfg, server=server, backends=bes)
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, as ``***`` (redis://:secret@host:6379/0)."""
+    u = urlsplit(url)
+    if u.password is None:
+        return url
+    host = (u.hostname or "") + (f":{u.port}" if u.port else "")
+    return urlunsplit((u.scheme, f"{u.username or ''}:***@{host}", u.path, u.query, u.fragment))
+
+
 def dataclass_dict(obj: Any) -> Any:
     """A JSON-able view of a config dataclass (keys masked)."""
     if hasattr(obj, "__dataclass_fields__"):
@@ -582,6 +592,8 @@ def dataclass_dict(obj: Any) -> Any:
             val = getattr(obj, f.name)
             if f.name in ("key", "api_key") and val:
                 val = "***"
+            elif isinstance(obj, LedgerConfig) and f.name == "url" and val:
+                val = redact_url(val)
             out[f.name] = dataclass_dict(val)
         return out
     if isinstance(obj, Mapping):

@@ -58,12 +58,12 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from llamarig.gateway.admission import LedgerUnavailable, Pool, Reservation
+from llamarig.gateway.config import redact_url
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -202,16 +202,6 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def redact(url: str) -> str:
-    """The store's URL without a password."""
-    u = urlsplit(url)
-    if u.password is None:
-        return url
-    host = u.hostname or ""
-    netloc = (f"{u.username}:***@" if u.username else ":***@") + host + (f":{u.port}" if u.port else "")
-    return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
-
-
 def default_replica() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -282,7 +272,7 @@ class RedisLedger:
 
     def _unreachable(self, e: BaseException) -> None:
         if self.reachable or not self.last_error:
-            log.warning("shared ledger %s unreachable: %s", redact(self.url), e)
+            log.warning("shared ledger %s unreachable: %s", redact_url(self.url), e)
         self.reachable = False
         self.last_error = f"{type(e).__name__}: {e}"
 
@@ -413,7 +403,7 @@ class RedisLedger:
         }
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "redis", "url": redact(self.url), "replica": self.replica, "member": self.member, "lease_s": self.lease_s,
+        return {"kind": "redis", "url": redact_url(self.url), "replica": self.replica, "member": self.member, "lease_s": self.lease_s,
                 "reachable": self.reachable, "last_error": self.last_error or None,
                 "pending_releases": len(self._outbox), "pending_queue_ops": len(self._qops), **self._snapshot}
 
