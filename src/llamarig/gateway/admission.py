@@ -556,6 +556,9 @@ class Admission:
     def _pump_resume(self, w: _Waiter, r: Reservation, it: Any, d: asyncio.Future[bool]) -> None:
         w.asking = False
         self._settle(w, r, d)
+        if not d.cancelled() and d.exception() is not None:
+            self._pump_end()  # the ledger cannot decide now: the rest of this pass could not either
+            return
         self._pump_from(it)
 
     def _pump_end(self) -> None:
