@@ -267,6 +267,8 @@ def test_gateway_answers_503_while_the_store_is_down_and_recovers(store: Any, lt
     store.stop()
     status, headers, err = post()
     assert status == 503 and int(headers["Retry-After"]) >= 1, (status, err)
+    with urllib.request.urlopen(gw.url + "/metrics", timeout=30) as r:
+        assert "llamarig_gateway_ledger_up 0.0" in r.read().decode()
     assert err["error"]["code"] == "ledger_unavailable" and err["error"]["reason"] == "ledger_unavailable"
     assert "unreachable" in err["error"]["message"]
     back = start_store(port=store.port)  # the same port: the replica reconnects by itself

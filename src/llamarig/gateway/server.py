@@ -307,6 +307,9 @@ class Gateway:
         queued = self.admission.queued_by_tier()
         for t in self.cfg.tiers:
             m.queue_length.labels(t).set(queued.get(t, 0))
+        led = self.ledger.describe()
+        m.ledger_up.set(0 if led.get("reachable") is False else 1)
+        m.ledger_pending.set(int(led.get("pending_releases") or 0))
         for s in self.backends.states.values():
             m.up.labels(s.name).set(1 if s.healthy else 0)
             m.reserved.labels(s.name).set(self.ledger.reserved.get(s.name, 0))
