@@ -162,10 +162,6 @@ def port_in_use(host: str, port: int) -> bool:
 # ---------------------------------------------------------------------------- launch
 
 
-def _has(args: Sequence[str], *names: str) -> bool:
-    return any(a.split("=", 1)[0] in names for a in args)
-
-
 def likely_causes(argv: Sequence[str], log: str) -> list[str]:
     """Why a server did not start: known log messages, then `llamarig check` errors."""
     out = []
@@ -212,11 +208,12 @@ class Launched:
 
 def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
     a = [x for x in args]
-    if not _has(a, "--host"):
+    cmd = Command.parse(a, program=False)
+    if not cmd.has("--host"):
         a += ["--host", host]
-    if not _has(a, "--port"):
+    if not cmd.has("--port"):
         a += ["--port", str(port)]
-    if verbose_log and not _has(a, "-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose"):
+    if verbose_log and not cmd.has("--verbosity", "--verbose"):
         # buffer sizes are libllama INFO lines, shown at verbosity 4 (common/log.cpp:532-540)
         a += ["-lv", "4"]
     return [binary] + a
