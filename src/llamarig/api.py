@@ -238,9 +238,10 @@ def top_snapshot(url: str, *, interval_s: float = 1.0, api_key: str | None = Non
 
 
 def gateway_config(path: str | Path | None = None, *, backends: Sequence[str] = (), host: str | None = None,
-                   port: int | None = None) -> GatewayConfig:
+                   port: int | None = None, ledger: str | None = None, replica: str | None = None) -> GatewayConfig:
     """`llamarig gateway --check`: the gateway's configuration (a TOML/YAML file, else the
-    built-in defaults) with the command line's overrides, validated."""
+    built-in defaults) with the command line's overrides, validated; ``ledger``:
+    ``redis://HOST:PORT/DB`` to share admission with other replicas, ``replica`` its name."""
     from llamarig.gateway.config import (  # lazy: keeps import light
         build_config,
         load_config,
@@ -248,7 +249,8 @@ def gateway_config(path: str | Path | None = None, *, backends: Sequence[str] = 
     )
 
     base = load_config(path) if path is not None else build_config(None, "built-in defaults")
-    return with_overrides(base, backends=list(backends) or None, host=host, port=port)
+    return with_overrides(base, backends=list(backends) or None, host=host, port=port, ledger=ledger,
+                          replica=replica)
 
 
 def serve_gateway(cfg: GatewayConfig) -> None:
