@@ -357,7 +357,8 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     cuda_q = None
     if any(g.backend == "CUDA" for g in gpus) and (M.TYPE_SIZES[cfg.cache_type_k][0] > 1 or M.TYPE_SIZES[cfg.cache_type_v][0] > 1):
         cuda_q = (cfg.cache_type_k, cfg.cache_type_v)
-    est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q)
+    est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q,
+                           cache_types=(cfg.cache_type_k, cfg.cache_type_v))
     gpu_with_layers = [i for i in range(n_dev) if layers_on[i] or placement.output_dev == i]
     # several GPUs, everything offloaded, layer split: the scheduler keeps 4 copies of each
     # stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py)
@@ -391,7 +392,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         host_c = (spec.n_embd or 0) * min(ctx.n_ctx, ctx.n_ubatch) * 4 * 2
         add(-1, "compute", host_c, "pinned host staging: 2 x n_embd x n_ubatch x 4 B", "modelled")
     else:
-        add(-1, "compute", est.bytes, est.formula, "modelled")
+        add(-1, "compute", est.bytes, est.formula, est.method)
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
     add(-1, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} x n_seq_max {ctx.n_parallel} x 4 B")
 
