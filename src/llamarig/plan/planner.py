@@ -241,9 +241,10 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
-                            gpu=bool(gpu_js) and d.mtp_sidecar)
+                            gpu=bool(gpu_js) and d.mtp_sidecar,
+                            cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
     add(index[d_names[gpu_js[0]]] if gpu_js else -1, "draft", dest.bytes,
-        "draft model context compute: " + dest.formula, "modelled")
+        "draft model context compute: " + dest.formula, dest.method if not gpu_js else "modelled")
     return on_dev
 
 
@@ -412,8 +413,9 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         add(-1, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
             "MTP context logits n_vocab x n_parallel x 4 B")
         mdev = placement.layer_dev[mtp[0].layer] if kv_on_gpu else -1
-        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0)
-        add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula, "modelled",
+        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
+                                cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
+        add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula, dest.method,
             target=host if mdev < 0 else None)
     draft_w = [0] * n_dev
     if inp.draft is not None:

@@ -35,7 +35,14 @@ class GraphParams:
 
 
 def is_qwen35(spec: ModelSpec) -> bool:
+    """A qwen35 / qwen35moe trunk this module can replay."""
     return spec.architecture in ("qwen35", "qwen35moe") and spec.recurrent is not None and not spec.mtp_sidecar
+
+
+def has_mtp_graph(spec: ModelSpec) -> bool:
+    """A qwen35 / qwen35moe file with one MTP (nextn) block: its draft context runs graph_mtp
+    (a sidecar file too: it holds the block and the head, qwen35.cpp:36)."""
+    return spec.architecture in ("qwen35", "qwen35moe") and sum(1 for ly in spec.layers if ly.nextn) == 1
 
 
 class _Builder:
@@ -309,15 +316,11 @@ class _Builder:
         return g.mul_mat(self.w(f"{il}.wo", hd * H, e), att)
 
     # ------------------------------------------------------------------ the whole graph
-    def build(self) -> Graph:
+    def attn_inputs(self, a: dict[str, Tensor]) -> int:
+        """build_attn_inp_kv_impl (llama-graph.cpp:2910-2934): K/V row indices, the KQ mask and
+        the Hadamard rotations of a quantized cache (llama-kv-cache.cpp:321-357); returns the
+        attention head size."""
         g, s, p = self.g, self.s, self.p
-        e = s.n_embd or 0
-        r = s.recurrent
-        assert r is not None
-        inpL = self.inp_embd()
-        # build_inp_mem_hybrid (llama-graph.cpp:3719-3728): recurrent then attention inputs
-        a: dict[str, Tensor] = {}
-        a["s_copy"] = g.input((p.n_rs,), "i32", "rs_s_copy")
         a["k_idxs"] = g.input((p.n_tokens,), "i64", "k_idxs")
         v_gqa = max((ly.n_embd_v_gqa for ly in s.layers if ly.kind != "recurrent"), default=0)
         a["v_idxs"] = g.input((p.n_tokens if p.flash_attn else p.n_tokens * v_gqa,), "i64", "v_idxs")
@@ -331,6 +334,18 @@ class _Builder:
             a["k_rot"] = g.input((n_rot, n_rot), "f32", "k_rot")
         if p.type_v not in QUANTIZED_SKIP and hdk % 64 == 0 and hdk:
             a["v_rot"] = g.input((64, 64), "f32", "v_rot")
+        return hdk
+
+    def build(self) -> Graph:
+        g, s, p = self.g, self.s, self.p
+        e = s.n_embd or 0
+        r = s.recurrent
+        assert r is not None
+        inpL = self.inp_embd()
+        # build_inp_mem_hybrid (llama-graph.cpp:3719-3728): recurrent then attention inputs
+        a: dict[str, Tensor] = {}
+        a["s_copy"] = g.input((p.n_rs,), "i32", "rs_s_copy")
+        hdk = self.attn_inputs(a)
         a["pos"] = g.input((p.n_tokens * 4,), "i32", "inp_pos")
         out_ids = g.input((p.n_outputs,), "i32", "out_ids")
         for ly in s.layers:
@@ -369,9 +384,50 @@ class _Builder:
         return g
 
 
-def compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int = 32) -> int:
-    """ggml-alloc's buffer size for the qwen35 prompt graph of ``p``."""
-    return allocate(_Builder(spec, p).build(), alignment).size
+    def build_mtp(self) -> Graph:
+        """The MTP draft context's graph (LLM_GRAPH_TYPE_DECODER_MTP: qwen35.cpp:499-640,
+        qwen35moe.cpp:551-735): the embeddings of the next tokens and the target's hidden
+        state, both normed, concatenated and projected, one full-attention block, the shared
+        head."""
+        g, s, p = self.g, self.s, self.p
+        e, N = s.n_embd or 0, p.n_tokens
+        ly = next(x for x in s.layers if x.nextn)
+        il = ly.index
+        tokens = g.input((N,), "i32", "inp_tokens")
+        h = g.input((e, N), "f32", "mtp_h_input")
+        tok = g.get_rows(self.w("token_embd", e, s.n_vocab or 0), tokens)
+        a: dict[str, Tensor] = {}
+        a["pos"] = g.input((N * 4,), "i32", "inp_pos")
+        out_ids = g.input((p.n_outputs,), "i32", "out_ids")
+        hdk = self.attn_inputs(a)
+        a[f"k{il}"] = g.external((hdk * ly.n_head_kv, p.n_kv, p.n_stream), p.type_k)
+        a[f"v{il}"] = g.external((hdk * ly.n_head_kv, p.n_kv, p.n_stream), p.type_v)
+        h_norm = self.norm(h, "hnorm")
+        e_norm = self.norm(tok, "enorm")
+        cat = g.concat(e_norm, h_norm, 0)
+        cur = g.mul_mat(self.w("eh_proj", 2 * e, e), cat)
+        inpSA = cur
+        cur = self.norm(cur, f"{il}.attn_norm")
+        cur = self.layer_attn(cur, il, a)
+        cur = g.binary("ADD", cur, inpSA)
+        ffn_res = cur
+        post = self.norm(cur, f"{il}.attn_post_norm")
+        cur = self.ffn_moe(post, il) if s.n_expert else self.ffn_dense(post, il, s.n_ff or 0)
+        cur = g.binary("ADD", cur, ffn_res)
+        cur = self.norm(cur, "head_norm")
+        cur.flags |= FLAG_OUTPUT  # t_h_nextn
+        cur = g.get_rows(cur, out_ids)
+        logits = g.mul_mat(self.w("output", e, s.n_vocab or 0), cur)
+        logits.flags |= FLAG_OUTPUT
+        g.expand(logits)
+        return g
+
+
+def compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int = 32, mtp: bool = False) -> int:
+    """ggml-alloc's buffer size for the qwen35 prompt graph of ``p`` (``mtp``: the MTP draft
+    context's graph)."""
+    b = _Builder(spec, p)
+    return allocate(b.build_mtp() if mtp else b.build(), alignment).size
 
 
 def graph_params(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, type_k: str, type_v: str) -> GraphParams:
