@@ -22,6 +22,10 @@ cache for iSWA models). On top of that, the peak phase:
 The per-token coefficients were fitted to the real llama-server's ``sched_reserve: CPU compute
 buffer size`` lines over n_embd, n_ff, n_head, n_head_kv, experts and n_ubatch
 (tests/plan/test_against_server.py checks them within 5 %). This figure is *modelled*.
+
+qwen35 / qwen35moe (gated delta net + attention) and their MTP draft context are not modelled
+this way: :mod:`llamarig.plan.qwen35_graph` rebuilds llama.cpp's graph and replays ggml-alloc,
+which gives the CPU backend's figure exactly (the phase model was 5-62 % off there).
 """
 
 from __future__ import annotations
