@@ -89,7 +89,7 @@ def test_replay_equals_the_logged_buffer(model: str, args: str, logged: float, s
 def test_mtp_draft_replay_equals_the_logged_buffer(synth_model) -> None:
     """The MTP draft context of the same run: 54.02 MiB logged (its KV is separate)."""
     spec = load_spec(synth_model("qwen35", **SHAPES["qwen35-q36mtp"]))
-    argv = "-c 4096 -np 1 --spec-type draft-mtp --spec-draft-n-max 3 -ctk f32 -ctv f32".split()
+    argv = ["-c", "4096", "-np", "1", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "-ctk", "f32", "-ctv", "f32"]
     plan = make_plan(PlanInputs(spec, parse_server_args(argv), Hardware()))
     from llamarig.plan.memory import mtp_kv_layers, resolve_context
 
