@@ -11,7 +11,7 @@ it (:mod:`llamarig.plan.ggml_graph`), so the compute buffer is llama.cpp's own f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, _contig_nb, allocate
@@ -424,10 +424,16 @@ class _Builder:
 
 
 def compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int = 32, mtp: bool = False) -> int:
-    """ggml-alloc's buffer size for the qwen35 prompt graph of ``p`` (``mtp``: the MTP draft
-    context's graph)."""
-    b = _Builder(spec, p)
-    return allocate(b.build_mtp() if mtp else b.build(), alignment).size
+    """The compute buffer ``sched_reserve`` ends with (``mtp``: the MTP draft context's): it
+    reserves the prompt graph of ``p``, then the one-token-per-sequence graph, then the prompt
+    graph again (llama-context.cpp:667-732), and ggml-alloc only ever grows the buffer
+    (ggml-alloc.c:906-940), so the buffer is the larger of the two graphs' high-water marks."""
+    tg = replace(p, n_tokens=p.n_seqs, n_outputs=p.n_seqs)
+    sizes = []
+    for q in (p, tg):
+        b = _Builder(spec, q)
+        sizes.append(allocate(b.build_mtp() if mtp else b.build(), alignment).size)
+    return max(sizes)
 
 
 def graph_params(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, type_k: str, type_v: str) -> GraphParams:
