@@ -85,7 +85,7 @@ class _Builder:
         return inp0
 
     def ffn_dense(self, cur: Tensor, il: int, n_ff: int, prefix: str = "ffn") -> Tensor:
-        """build_ffn SILU + PAR (llama-graph.cpp:1793-1990): up, gate, swiglu_split, down."""
+        """build_ffn SILU + PAR (llama-graph.cpp:1799-1998): up, gate, swiglu_split, down."""
         g, e = self.g, self.s.n_embd or 0
         tmp = g.mul_mat(self.w(f"{il}.{prefix}_up", e, n_ff), cur)
         gate = g.mul_mat(self.w(f"{il}.{prefix}_gate", e, n_ff), cur)
@@ -241,7 +241,7 @@ class _Builder:
 
     def layer_attn(self, cur: Tensor, il: int, a: dict[str, Tensor]) -> Tensor:
         """build_layer_attn (qwen35.cpp:268-347) and build_attn / build_attn_mha
-        (llama-graph.cpp:2940-3030, 2691-2826) on the unified KV cache."""
+        (llama-graph.cpp:2943-3030, 2691-2826) on the unified KV cache."""
         g, s, p = self.g, self.s, self.p
         ly = s.layers[il]
         e = s.n_embd or 0
