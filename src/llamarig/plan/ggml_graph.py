@@ -17,7 +17,7 @@ computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import prod
 
 #: element sizes (bytes) of the types a compute graph allocates; quantized types only appear as
@@ -254,11 +254,9 @@ class _Hn:
     offset: int = -1
 
 
-@dataclass
+@dataclass(frozen=True)
 class AllocResult:
-    size: int
-    #: the tensors alive when the buffer reached its size (for the formula text)
-    peak_names: list[str] = field(default_factory=list)
+    size: int  # the buffer ggml_gallocr_reserve_n sizes: the allocator's high-water mark
 
 
 def _same_layout(a: Tensor, b: Tensor) -> bool:
