@@ -222,7 +222,7 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         "qwen35 / qwen35moe compute buffers (and their MTP draft context's) are not modelled but",
         "replayed: llama.cpp's graph rebuilt tensor by tensor and ggml-alloc run over it",
         "(`llamarig.plan.qwen35_graph`), so on the CPU backend they are *exact*, held to the log's",
-        "rounding over 29 runs, 20 of them with Qwen3.6-27B / Qwen3.5-35B-A3B head counts (K/V f16,",
+        "rounding over 33 runs, 24 of them with Qwen3.6-27B / Qwen3.5-35B-A3B head counts (K/V f16,",
         "q8_0, q4_0, f32, bf16; -np 1-8; -ub 64-4096; flash attention on/off; MTP). The fitted",
         "delta-net phase used before was 5-25 % off on most of them and 62 % at -ub 64 with f32 K/V",
         "(flash attention casts the whole f32 cache to f16, llama-graph.cpp:2727-2733; the phase",

@@ -81,6 +81,10 @@ HYBRID_GRID = [
     ("qwen35moe-a3b", "-c 4096 -np 3 -ub 128 -ctk q8_0 -fa off"),
     ("qwen35moe-a3b", "-c 4096 -np 8 -kvu"),
     ("qwen35moe-a3bmtp", "-c 4096 -np 2 -ub 256 --spec-type draft-mtp -ctk q8_0 -ctv q8_0"),
+    ("qwen35-q36", "-c 8192"),  # -np unset: 4 slots, unified KV
+    ("qwen35-q36", "-c 4096 -b 128 -ub 512"),  # n_ubatch clipped to n_batch
+    ("qwen35moe-a3b", "-c 2048 -np 7 -ub 100 -ctk q5_1 -ctv iq4_nl"),  # 100 -> 105 tokens
+    ("qwen35-q36mtp", "-c 4096 -b 2048 -ub 2048 --spec-type draft-mtp --spec-draft-n-max 8 -fa off -np 1"),
     ("qwen35", "-c 4096 -np 5 -ub 1024 -ctk f32 -ctv f32"),
     ("qwen35moe", "-c 4096 -np 7 -ub 512 -ctk bf16 -ctv bf16 -fa off"),
 ]
