@@ -189,8 +189,8 @@ def published_log_cases() -> list[Case]:
                                                     "--spec-draft-n-max", "2"]), Hardware((parse_gpu_arg("rtx3090"),))))
         out.append(Case(f"Qwen3.8-27B, RTX 3090 (Vulkan), {' '.join(args)} -ub 2048, MTP n_max 2", "MTP context (KV + compute)",
                         p.devices[0].get("draft") / MiB, logs[lid]["figures"][0]["reported"],
-                        "modelled (KV exact, compute one fitted constant)", src(lid),
-                        "in-sample (C_MTP_GPU_FFN fitted on the -ub 2048 compute)"))
+                        "KV exact, compute replayed (graph + ggml-alloc)", src(lid),
+                        "out-of-sample (nothing fitted)"))
     q38 = build_spec(*find_model("qwen3.8-27b"))
     cfg = parse_server_args(["-c", "262144", "-b", "4096", "-ub", "1024", "-np", "1", "--spec-type", "draft-mtp",
                              "--spec-draft-n-max", "2"])
@@ -201,7 +201,7 @@ def published_log_cases() -> list[Case]:
                     "exact", src(pr)))
     out.append(Case("Qwen3.6-27B MTP block, RTX 5090, -ub 1024, n_ctx 262144", "MTP context compute",
                     estimate_compute(q38, ctx, 1, layers="mtp", gpu=True).bytes / MiB,
-                    logs[pr]["figures"][1]["reported"], "modelled (attention phase)", src(pr)))
+                    logs[pr]["figures"][1]["reported"], "replayed (graph + ggml-alloc)", src(pr)))
     return out
 
 
@@ -262,9 +262,10 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         "a row). At the pinned build the mask is reserved in f16 (src/llama-graph.cpp:38-40) and every GPU",
         "copies the same inputs: the plan gives no premium, and says why. On the 2024 Command-R log the",
         "plan with the copies is +12 % (that build's graph differs again). The MTP draft context on a GPU",
-        "is the largest of its attention, FFN and output phases (the mask is freed before the FFN): one",
-        "constant fitted at -ub 2048 (the three in-sample rows), checked out-of-sample at -ub 1024 with a",
-        "512 MiB mask (PR #25465). gpt-oss-20b with --n-cpu-moe 99: the catalogue's tensor types (experts",
+        "is no longer a phase model with a constant fitted on the -ub 2048 rows: its graph (qwen35.cpp",
+        "graph_mtp) and ggml-alloc are replayed as on the CPU, with nothing fitted, and the three Vulkan",
+        "rows (-ub 2048) and the CUDA row of PR #25465 (-ub 1024, a 512 MiB mask) come out within",
+        "0.01 MiB. gpt-oss-20b with --n-cpu-moe 99: the catalogue's tensor types (experts",
         "MXFP4, other matrices Q8_0, the only standard assignment that adds up to the published file) keep",
         "1242 MiB on the GPU; the b6699 log quoted in issue 14 was not found, so there is no row for it.",
         f"Largest out-of-sample error of the modelled (non-exact) rows: {oos_err:.1f} %.",
