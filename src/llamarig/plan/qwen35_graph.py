@@ -34,15 +34,25 @@ class GraphParams:
     type_v: str
 
 
+def _separate_qkv(spec: ModelSpec) -> bool:
+    """The attention layers carry attn_q / attn_k / attn_v (as conversion writes them): the graph
+    built here. A fused attn_qkv there would add three conts (llama-graph.cpp:1700-1738), a
+    graph this module does not build, so such a file keeps the phase model."""
+    attn = {ly.index for ly in spec.layers if ly.kind != "recurrent"}
+    return not any(t.name == f"blk.{i}.attn_qkv.weight" for t in spec.tensors for i in attn)
+
+
 def is_qwen35(spec: ModelSpec) -> bool:
     """A qwen35 / qwen35moe trunk this module can replay."""
-    return spec.architecture in ("qwen35", "qwen35moe") and spec.recurrent is not None and not spec.mtp_sidecar
+    return (spec.architecture in ("qwen35", "qwen35moe") and spec.recurrent is not None and not spec.mtp_sidecar
+            and _separate_qkv(spec))
 
 
 def has_mtp_graph(spec: ModelSpec) -> bool:
     """A qwen35 / qwen35moe file with one MTP (nextn) block: its draft context runs graph_mtp
     (a sidecar file too: it holds the block and the head, qwen35.cpp:36)."""
-    return spec.architecture in ("qwen35", "qwen35moe") and sum(1 for ly in spec.layers if ly.nextn) == 1
+    return (spec.architecture in ("qwen35", "qwen35moe") and sum(1 for ly in spec.layers if ly.nextn) == 1
+            and _separate_qkv(spec))
 
 
 class _Builder:
