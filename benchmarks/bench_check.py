@@ -141,7 +141,7 @@ def main() -> None:
         curve([float(x) for x in ns.sizes.split(",")], ns.timeout, ns.shape, ns.repeat)
         return
     sys.path.insert(0, str(ROOT / "src"))
-    from llamarig.cli.check_cmd import get_schema, read_input, run_check, to_json
+    from llamarig.app.check import check, get_schema, read_input
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "script.sh"
@@ -156,8 +156,9 @@ def main() -> None:
             t0 = time.perf_counter()
             text, _ = read_input(str(path))
             s = get_schema(None, False)
-            parsed, _, findings = run_check(text, s, cores=6)
-            json.dumps(to_json(parsed, findings, s))
+            report = check(text, schema=s, cores=6)
+            parsed, findings = report.parsed, report.findings
+            json.dumps(report.to_json())
             inproc.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
             n_findings, n_inv = len(findings), len(parsed.invocations)

@@ -22,6 +22,17 @@ share the cores, so absolute numbers are pessimistic; compare the rows.
     .venv/bin/python benchmarks/bench_gateway.py [--litellm /tmp/litellm-venv/bin/litellm] [--out results.json]
     .venv/bin/python benchmarks/bench_gateway.py --floor   # vs bare aiohttp and llamarig-http proxies
     .venv/bin/python benchmarks/bench_gateway.py --lone    # CPU per paced token: bare stream proxy vs gateway
+    .venv/bin/python benchmarks/bench_gateway.py --replicas  # 1 gateway (in-process ledger) vs 3 sharing Valkey/Redis
+
+``--replicas``: one fast fake backend, a real Valkey/Redis server on a loopback port (started and
+stopped by pid, llamarig.testing.store), and three set-ups in the same run: one gateway with the
+in-process ledger; one gateway with the ledger in the store (the store's cost alone); three
+gateway processes sharing the ledger in the store. Rounds alternate the set-ups (``--reps``), each ``--seq`` non-streamed requests interleaved one direct / one through
+the set-up (B: the three replicas in turn), so load drift hits both; added p50/p99 = target -
+direct of the same round, the median over rounds; CPU per request = scheduler runtime
+(/proc/PID/task/TID/schedstat) of the gateway processes over the round / requests, and of the
+store process separately; idle CPU = the gateway processes' runtime over 3 s with no request
+(health checks; heartbeats), which the per-request figure includes for the round's duration.
 """
 
 from __future__ import annotations
@@ -243,6 +254,96 @@ def start_gateway(port: int, backend: str, prompt_tokens: str, tmp: Path) -> Pro
                 f"http://127.0.0.1:{port}/health")
 
 
+def start_replica(port: int, backend: str, tmp: Path, ledger: str | None, replica: str) -> Proc:
+    cfg = tmp / f"gw-{replica}-{port}.toml"
+    led = f'[ledger]\nurl = "{ledger}"\nreplica = "{replica}"\n' if ledger else ""
+    cfg.write_text(f'[server]\nport = {port}\n[admission]\nprompt_tokens = "estimate"\nqueue_size = 4096\n'
+                   f'[[backends]]\nurl = "{backend}"\n[tiers.B]\nmax_tokens = 64\n{led}')
+    return Proc([PY, "-m", "llamarig.cli.main", "gateway", "--config", str(cfg), "--log-level", "warning"],
+                f"http://127.0.0.1:{port}/health")
+
+
+async def nonstream_rotating(direct: str, targets: list[str], n: int) -> tuple[list[float], list[float]]:
+    """Like nonstream_paired, the target requests going to ``targets`` in turn."""
+    d: list[float] = []
+    t: list[float] = []
+    body = {"model": "fake", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        for i in range(n + 20):
+            for url, out in ((direct, d), (targets[i % len(targets)], t)):
+                t0 = time.perf_counter()
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                if i >= 20:
+                    out.append(time.perf_counter() - t0)
+    return d, t
+
+
+def replicas_run(n: int, reps: int) -> dict[str, Any]:
+    """One gateway with the in-process ledger vs three sharing a real Valkey/Redis, one run."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from llamarig.testing.store import start_store
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    store = start_store()
+    bp = free_port()
+    procs: list[Proc] = [start_backend(bp, 0, 64)]
+    burl = f"http://127.0.0.1:{bp}"
+    names = ("1 gateway, in-process ledger", "1 gateway, shared ledger (Valkey/Redis)",
+             "3 gateways, shared ledger (Valkey/Redis)")
+    rows: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    try:
+        pa, p1 = free_port(), free_port()
+        a = [start_replica(pa, burl, tmp, None, "solo")]
+        one = [start_replica(p1, burl, tmp, store.url, "alone")]
+        pbs = [free_port() for _ in range(3)]
+        b = [start_replica(p, burl, tmp, store.url, f"r{i}") for i, p in enumerate(pbs)]
+        procs += a + one + b
+        setups = {names[0]: ([f"http://127.0.0.1:{pa}"], a), names[1]: ([f"http://127.0.0.1:{p1}"], one),
+                  names[2]: ([f"http://127.0.0.1:{p}" for p in pbs], b)}
+        time.sleep(2)
+        print(f"store: {store.binary}; load average {os.getloadavg()}", flush=True)
+        idle: dict[str, float] = {}
+        for name, (_urls, ps) in setups.items():  # background work (health checks, heartbeats)
+            c0 = sum(cpu_s(p.p.pid) for p in ps)
+            time.sleep(3)
+            idle[name] = (sum(cpu_s(p.p.pid) for p in ps) - c0) / 3 * 1000
+            print(f"{name}: idle CPU {idle[name]:.2f} ms/s", flush=True)
+        for _ in range(reps):
+            for name, (urls, ps) in setups.items():
+                c0 = sum(cpu_s(p.p.pid) for p in ps)
+                s0 = cpu_s(store.proc.pid)
+                d, t = asyncio.run(nonstream_rotating(burl, urls, n))
+                c1 = sum(cpu_s(p.p.pid) for p in ps)
+                s1 = cpu_s(store.proc.pid)
+                row = {"added_p50": pct(t, 50) - pct(d, 50), "added_p99": pct(t, 99) - pct(d, 99),
+                       "direct_p50": pct(d, 50), "p50": pct(t, 50),
+                       "gw_cpu_ms_per_req": (c1 - c0) / len(t) * 1000,
+                       "store_cpu_ms_per_req": (s1 - s0) / len(t) * 1000}
+                rows[name].append(row)
+                print(f"{name}: added p50 {fmt_ms(row['added_p50'])} ms, p99 {fmt_ms(row['added_p99'])} ms, "
+                      f"gateway CPU {row['gw_cpu_ms_per_req']:.3f} ms/request, store CPU "
+                      f"{row['store_cpu_ms_per_req']:.3f} ms/request", flush=True)
+    finally:
+        for p in procs:
+            p.stop()
+        store.stop()
+
+    def med(xs: list[float]) -> float:
+        return sorted(xs)[len(xs) // 2]
+
+    lines = ["| set-up | added p50 ms | added p99 ms | gateway CPU ms/request | store CPU ms/request | rounds "
+             "| gateways' idle CPU ms/s |", "|---|---|---|---|---|---|---|"]
+    for name, rs in rows.items():
+        lines.append(f"| {name} | {fmt_ms(med([r['added_p50'] for r in rs]))} | "
+                     f"{fmt_ms(med([r['added_p99'] for r in rs]))} | "
+                     f"{med([r['gw_cpu_ms_per_req'] for r in rs]):.3f} | "
+                     f"{med([r['store_cpu_ms_per_req'] for r in rs]):.3f} | {len(rs)} | {idle[name]:.2f} |")
+    print("\n".join(lines))
+    return {"rows": rows, "idle_cpu_ms_per_s": idle, "table": lines}
+
+
 def start_litellm(binary: str, port: int, backend: str, tmp: Path) -> Proc:
     cfg = tmp / "litellm.yaml"
     cfg.write_text("model_list:\n  - model_name: fake\n    litellm_params:\n      model: openai/fake\n"
@@ -385,6 +486,9 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--lone", action="store_true",
                     help="only CPU per paced streamed token at 1 and 16 streams: bare streaming proxy vs the gateway")
+    ap.add_argument("--replicas", action="store_true",
+                    help="only 1 gateway (in-process ledger) vs 3 replicas sharing a real Valkey/Redis ledger")
+    ap.add_argument("--reps", type=int, default=3, help="--replicas: alternating rounds")
     ap.add_argument("--floor", action="store_true",
                     help="only compare the gateway with a bare aiohttp proxy (non-streamed, interleaved)")
     a = ap.parse_args()
@@ -393,6 +497,11 @@ def main() -> None:
         return
     if a.floor:
         floor_run(a.seq)
+        return
+    if a.replicas:
+        res = replicas_run(a.seq, a.reps)
+        if a.out:
+            Path(a.out).write_text(json.dumps(res, indent=2))
         return
     levels = [int(x) for x in a.levels.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-gw-"))

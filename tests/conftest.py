@@ -30,6 +30,13 @@ os.environ["LLAMARIG_CPU_FEATURES"] = "neon" if os.uname().machine in ("aarch64"
 for _var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES", "LANG"):
     os.environ.pop(_var, None)
 os.environ["LANG"] = "C.UTF-8"
+#: no test reaches the internet: a model reference (hf:, ms:, -hf in a script) goes to a closed
+#: loopback port unless a test's local hub (tests/hub/conftest.py) sets its own endpoint. Set
+#: before huggingface_hub is imported: it reads HF_ENDPOINT once, for its own requests too.
+for _var in ("HF_ENDPOINT", "MODELSCOPE_ENDPOINT", "MODEL_ENDPOINT"):
+    os.environ[_var] = "http://127.0.0.1:9"
+for _var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MODELSCOPE_API_TOKEN", "HF_HUB_OFFLINE"):
+    os.environ.pop(_var, None)
 
 
 def tagged_processes() -> list[tuple[int, str]]:
@@ -89,6 +96,12 @@ def _build_bin_dir() -> Path:
         [str(ROOT / "scripts" / "get-llama-server"), "--recipe", "portable"], check=True, capture_output=True, text=True
     )
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(autouse=True)
+def _private_header_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remote GGUF headers (llamarig.hub) are cached per test, never in ~/.cache/llamarig."""
+    monkeypatch.setenv("LLAMARIG_HEADER_CACHE", str(tmp_path_factory.mktemp("headers")))
 
 
 @pytest.fixture(autouse=True)

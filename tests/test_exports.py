@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_exported_members() -> None:
     from llamarig import _LAZY
 
-    assert set(_LAZY) | {"GGUFError", "InputError", "LlamarigError", "ServerError", "UnknownNameError",
-                         "__version__"} == set(llamarig.__all__)
+    assert set(_LAZY) | {"GGUFError", "InputError", "LlamarigError", "ModelNotFoundError", "ServerError",
+                         "UnknownNameError", "__version__"} == set(llamarig.__all__)
     for name in llamarig.__all__:
         assert getattr(llamarig, name) is not None, name
     public = {n for n in dir(llamarig) if not n.startswith("_")}

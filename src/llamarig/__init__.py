@@ -1,7 +1,9 @@
 """llamarig: llama-server deployments as engineering, not folklore.
 
-The public API: ``plan_model``, ``inspect_model``, ``check_text``, ``models``, ``gpus``,
-``bench_server`` (llamarig.api),
+The public API: one function per command (llamarig.api: ``plan_command``, ``plan_model``,
+``inspect_model``, ``check``, ``check_text``, ``fix_report``, ``explain_report``,
+``resolve_command``, ``render_command``, ``launch_command``, ``tune_command``, ``models``,
+``gpus``, ``bench_server``),
 the result types and the error tree. Names are loaded on first use (PEP 562 ``__getattr__``) so
 that ``import llamarig`` and the CLI's start-up stay cheap (no gguf/numpy/rich import for
 ``llamarig --help``); tests/test_exports.py guards the list.
@@ -12,7 +14,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from llamarig.errors import GGUFError, InputError, LlamarigError, ServerError, UnknownNameError
+from llamarig.errors import (
+    GGUFError,
+    InputError,
+    LlamarigError,
+    ModelNotFoundError,
+    ServerError,
+    UnknownNameError,
+)
 
 __version__ = "0.1.0"
 
@@ -20,6 +29,13 @@ __version__ = "0.1.0"
 _LAZY = {
     "plan_model": "llamarig.api", "inspect_model": "llamarig.api", "check_text": "llamarig.api",
     "models": "llamarig.api", "gpus": "llamarig.api", "bench_server": "llamarig.api",
+    "plan_command": "llamarig.api", "check": "llamarig.api", "fix_report": "llamarig.api",
+    "explain_report": "llamarig.api", "resolve_command": "llamarig.api", "render_command": "llamarig.api",
+    "launch_command": "llamarig.api", "tune_command": "llamarig.api", "compare_bench": "llamarig.api",
+    "logs_report": "llamarig.api", "stop_server": "llamarig.api", "quality_report": "llamarig.api",
+    "top_snapshot": "llamarig.api", "gateway_config": "llamarig.api", "serve_gateway": "llamarig.api",
+    "CheckReport": "llamarig.app.check", "FixResult": "llamarig.app.check", "Resolved": "llamarig.app.command",
+    "TuneResult": "llamarig.app.tune", "TuneSettings": "llamarig.app.tune", "Command": "llamarig.flags.argv",
     "Plan": "llamarig.plan.result", "PlanInputs": "llamarig.plan.result", "DevicePlan": "llamarig.plan.result",
     "HostPlan": "llamarig.plan.result", "Line": "llamarig.plan.result",
     "ModelSpec": "llamarig.gguf.spec", "Hardware": "llamarig.hardware.types", "GPU": "llamarig.hardware.types",
@@ -29,13 +45,43 @@ _LAZY = {
 }
 
 __all__ = [
-    "CpuFeatures", "DevicePlan", "Finding", "GGUFError", "GPU", "Hardware", "HostPlan", "InputError", "Line",
-    "LlamarigError", "ModelSpec", "Plan", "PlanInputs", "ServerConfig", "ServerError", "Severity", "UnknownNameError",
-    "__version__", "bench_server", "check_text", "gpus", "inspect_model", "make_plan", "models", "plan_model",
+    "CheckReport", "Command", "CpuFeatures", "DevicePlan", "Finding", "FixResult", "GGUFError", "GPU", "Hardware",
+    "HostPlan", "InputError", "Line", "LlamarigError", "ModelNotFoundError", "ModelSpec", "Plan", "PlanInputs",
+    "Resolved", "ServerConfig", "ServerError", "Severity", "TuneResult", "TuneSettings", "UnknownNameError",
+    "__version__", "bench_server", "check", "check_text", "compare_bench", "explain_report", "fix_report",
+    "gateway_config", "gpus", "inspect_model", "launch_command", "logs_report", "make_plan", "models",
+    "plan_command", "plan_model", "quality_report", "render_command", "resolve_command", "serve_gateway",
+    "stop_server", "top_snapshot", "tune_command",
 ]
 
 if TYPE_CHECKING:
-    from llamarig.api import bench_server, check_text, gpus, inspect_model, models, plan_model
+    from llamarig.api import (
+        bench_server,
+        check,
+        check_text,
+        compare_bench,
+        explain_report,
+        fix_report,
+        gateway_config,
+        gpus,
+        inspect_model,
+        launch_command,
+        logs_report,
+        models,
+        plan_command,
+        plan_model,
+        quality_report,
+        render_command,
+        resolve_command,
+        serve_gateway,
+        stop_server,
+        top_snapshot,
+        tune_command,
+    )
+    from llamarig.app.check import CheckReport, FixResult
+    from llamarig.app.command import Resolved
+    from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.flags.argv import Command
     from llamarig.flags.findings import Finding, Severity
     from llamarig.gguf.spec import ModelSpec
     from llamarig.hardware.cpu import CpuFeatures

@@ -44,6 +44,10 @@ class GGUFError(InputError):
         super().__init__(f"{self.path}: {self.problem}")
 
 
+class ModelNotFoundError(GGUFError):
+    """A model that is neither a file here nor a catalogue id (``no such file``)."""
+
+
 class UnknownNameError(InputError):
     """An unknown catalogue id, GPU name, scenario… with the closest known names."""
 
@@ -54,6 +58,17 @@ class UnknownNameError(InputError):
         hint = f" (did you mean: {', '.join(self.suggestions)}?)" if self.suggestions else ""
         # ``message``: the same sentence in the user's language (llamarig.i18n.unknown_name)
         super().__init__(message or f"unknown {kind} '{name}'{hint}")
+
+
+class RemoteError(InputError):
+    """A model reference (hf:, ms:, a URL) that cannot be read: no such repo, a gated repo
+    without a token, no such quant or file, a truncated or non-GGUF answer."""
+
+
+class NetworkError(LlamarigError):
+    """A hub or server that cannot be reached, or one that does not serve byte ranges."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 class ServerError(LlamarigError):

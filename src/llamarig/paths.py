@@ -10,6 +10,8 @@ from pathlib import Path
 ENV_STATE_DIR = "LLAMARIG_STATE_DIR"
 #: environment variable: the cache root of scripts/get-llama-server
 ENV_CACHE = "LLAMARIG_CACHE"
+#: environment variable: where remote GGUF headers are cached (llamarig.hub)
+ENV_HEADER_CACHE = "LLAMARIG_HEADER_CACHE"
 
 
 def state_dir() -> Path:
@@ -24,3 +26,9 @@ def state_dir() -> Path:
 def cache_root() -> Path:
     """``$LLAMARIG_CACHE``, else ``~/.cache/llamarig`` (scripts/get-llama-server's builds)."""
     return Path(os.environ.get(ENV_CACHE, Path.home() / ".cache" / "llamarig"))
+
+
+def header_cache_dir() -> Path:
+    """``$LLAMARIG_HEADER_CACHE``, else ``cache_root()/headers``: remote GGUF headers (llamarig.hub)."""
+    env = os.environ.get(ENV_HEADER_CACHE)
+    return Path(env) if env else cache_root() / "headers"

@@ -5,6 +5,7 @@ top-level packages; production code never imports llamarig.testing."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "llamarig"
@@ -12,12 +13,13 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "llamarig"
 #: lowest first; a package may import its own layer and those below (docs/architecture.md)
 LAYERS: list[set[str]] = [
     {"units", "errors", "paths", "procs", "logformat", "binary", "i18n", "data", "locale", "__init__", "__main__"},
-    {"gguf", "hardware"},
+    {"gguf", "hardware", "hub"},
     {"catalogue", "detect"},
     {"flags"},
     {"plan"},
     {"render", "launch"},
     {"bench", "tune", "gateway", "top"},
+    {"app"},
     {"testing"},
     {"api"},
     {"cli"},
@@ -107,3 +109,44 @@ def test_no_cycle_between_packages() -> None:
 
     for n in sorted(graph):
         visit(n)
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, node.lineno))
+            if node.module == "llamarig.cli":
+                out += [(f"llamarig.cli.{a.name}", node.lineno) for a in node.names]
+    return out
+
+
+def test_no_command_module_imports_another() -> None:
+    """A command's module (cli/*_cmd.py) parses options, calls the library (llamarig.app, the
+    use cases) and prints; what two commands share lives in the library or in cli/options.py,
+    never in another command's module."""
+    bad = []
+    for f in sorted((SRC / "cli").glob("*_cmd.py")):
+        for mod, line in _imports(f):
+            if mod.startswith("llamarig.cli.") and mod.split(".")[2].endswith("_cmd") and mod.split(".")[2] != f.stem:
+                bad.append(f"cli/{f.name}:{line}: imports {mod}")
+    assert not bad, "command modules importing each other:\n" + "\n".join(bad)
+
+
+#: a library module that points its reader to the CLI's code (an import, a module path, a file)
+_NAMES_CLI = re.compile(r"llamarig\.cli\b|\bcli/\w+\.py")
+
+
+def test_library_never_names_the_cli() -> None:
+    """Library code (everything outside cli/) neither imports the CLI nor sends its reader there:
+    the use cases live in the library, so that is where a reader is pointed."""
+    bad = []
+    for f in sorted(SRC.rglob("*.py")):
+        rel = f.relative_to(SRC)
+        if rel.parts[0] == "cli" or rel.name == "__main__.py":
+            continue
+        text = f.read_text()
+        bad += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in _NAMES_CLI.finditer(text)]
+    assert not bad, "library modules naming the CLI:\n" + "\n".join(bad)

@@ -170,7 +170,8 @@ def test_gateway_errors_speak_chinese(lang) -> None:
               reasons.Blocked(reasons.NO_BACKEND, {"backends": 2, "healthy_backends": 0}), None]
     texts = [reasons.queue_timeout_message(2.0, b) for b in blocks]
     texts += [reasons.queue_full_message(8, 8, b) for b in blocks]
-    texts += [reasons.key_limit_message("team-a", 4, 4), reasons.shutting_down_message()]
+    texts += [reasons.key_limit_message("team-a", 4, 4), reasons.shutting_down_message(),
+              reasons.ledger_unavailable_message("ConnectionError: refused")]
     texts += [reasons.backend_problem_line("a", "http://127.0.0.1:8080", k, "HTTP 503", 2.0, 5.0)
               for k in reasons.PROBLEMS if k != reasons.ERROR]
     texts += [reasons.label(r) for r in reasons.REASONS]

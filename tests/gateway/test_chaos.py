@@ -93,9 +93,9 @@ def test_chaos_no_reservation_leaks(lt: Any) -> None:
     freed: Counter[int] = Counter()
     reserve, release = gw.ledger.reserve, gw.ledger.release
 
-    def counted_reserve(r: Any) -> Any:
+    def counted_reserve(r: Any, *a: Any) -> Any:
         made[r.id] += 1
-        return reserve(r)
+        return reserve(r, *a)
 
     def counted_release(r: Any) -> bool:
         ok = release(r)

@@ -143,3 +143,45 @@ def test_sighup_reload_in_the_cli(tmp_path: Path, lt: object) -> None:
         _, err = p.communicate(timeout=15)
     assert "config reload failed, keeping the running config" in err and "not valid YAML" in err
     assert "Traceback" not in err
+
+
+def test_replicas_compose_file_parses_and_each_gateway_command_checks() -> None:
+    """The "Several replicas" compose file (no container runtime here): it parses, Valkey is a
+    service, and every gateway's command passes `llamarig gateway ... --check` with the shared
+    ledger set."""
+    import yaml
+
+    (compose,) = [b for b in blocks("yaml") if "valkey/valkey" in b]
+    doc = yaml.safe_load(compose)
+    services = doc["services"]
+    assert services["valkey"]["image"].startswith("valkey/valkey")
+    gws = {n: s for n, s in services.items() if s.get("command", [])[:2] == ["llamarig", "gateway"]}
+    assert len(gws) == 3
+    for name, svc in gws.items():
+        out = CliRunner().invoke(gateway_cmd, [*svc["command"][2:], "--check"])
+        assert out.exit_code == 0, out.output
+        cfg = json.loads(out.output)
+        assert cfg["ledger"]["url"] == "redis://valkey:6379/0" and cfg["ledger"]["replica"] == name
+        assert [b["url"] for b in cfg["backends"]] == ["http://10.0.0.5:8080", "http://10.0.0.6:8080"]
+    (dockerfile,) = blocks("dockerfile")
+    assert "[ledger]" in dockerfile
+
+
+def test_ledger_url_password_is_not_printed() -> None:
+    out = CliRunner().invoke(gateway_cmd, ["--backend", "http://127.0.0.1:9", "--ledger",
+                                           "redis://:s3cret-pw@10.0.0.9:6379/0", "--check"])
+    assert out.exit_code == 0 and "s3cret-pw" not in out.output
+    assert json.loads(out.output)["ledger"]["url"] == "redis://:***@10.0.0.9:6379/0"
+
+
+def test_ledger_option_errors_are_one_line() -> None:
+    r = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "gateway", "--backend", "http://127.0.0.1:9",
+                        "--ledger", "valkey://x", "--check"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--ledger" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    # without the redis client (the gateway runs without it unless --ledger is given)
+    code = ("import sys; sys.modules['redis'] = None; sys.argv[0] = 'llamarig'; "
+            "from llamarig.cli.main import main; main()")
+    r = subprocess.run([sys.executable, "-c", code, "gateway", "--backend", "http://127.0.0.1:9", "--port", "0",
+                        "--ledger", "redis://127.0.0.1:9/0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and "pip install 'llamarig[ledger]'" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -329,3 +329,50 @@ def test_props_and_slots_pass_through_and_bench_sees_a_llama_server(lt: Any, syn
     decoded = [r for r in doc["requests"] if r["scenario"] == "decode"]
     assert len(decoded) == 2 and all(r["status"] == 200 for r in decoded)
     assert lt.call(lambda: gw.ledger.total_reserved()) == 0
+
+
+def test_two_replicas_share_the_real_servers_pool(store: Any, lt: Any, synth_model: Any, llama_server: Any) -> None:
+    """Two gateways on one Valkey/Redis ledger in front of one real llama-server (-c 1024 -np 2
+    -kvu): both read the pool from its /props; 1000 tokens held on replica g1 keep a request on
+    replica g0 waiting (g0 alone holds nothing: only the shared pool is full) until g1 releases;
+    then it is answered by the server. The ledger returns to zero."""
+    from llamarig.gateway.admission import AdmitRequest
+
+    srv = llama_server(synth_model("llama"), "-c", "1024", "-np", "2", "-kvu")
+    cfg = {"tiers": {"B": {"max_tokens": 8}}, "admission": {"queue_timeout_s": 60},
+           "ledger": {"url": store.url, "lease_s": 5.0}}
+    g0, g1 = (lt.gateway({**cfg, "ledger": {**cfg["ledger"], "replica": f"g{i}"}}, backends=[srv.url]) for i in range(2))
+    assert lt.call(lambda: (g0.backends.pool_of("b0"), g1.backends.pool_of("b0")))[0].pool_tokens == 1024
+    held = lt.run(g1.admission.acquire(AdmitRequest(1000, "B")))
+
+    async def main() -> tuple[int, dict[str, Any], dict[str, Any]]:
+        async with aiohttp.ClientSession() as s:
+            async def one() -> int:
+                body = {"messages": MSG, "max_tokens": 8, "ignore_eos": True}
+                async with s.post(g0.url + "/v1/chat/completions", json=body) as r:
+                    await r.read()
+                    assert r.status == 200
+                    return int(r.headers["X-Llamarig-Reserved"])
+
+            t = asyncio.ensure_future(one())
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 60
+            while True:  # g0 queues it: the shared pool is full (awaited as an event, bounded)
+                async with s.get(g0.url + "/gateway/status") as r:
+                    waiting = await r.json()
+                if waiting["queue"]["length"] == 1:
+                    break
+                assert loop.time() < end and not t.done(), waiting
+                await asyncio.sleep(0.01)
+            g1.admission.release(held)  # in this loop: the gateways run in it
+            reserved = await asyncio.wait_for(t, 60)
+            async with s.get(g1.url + "/gateway/status") as r:
+                final = await r.json()
+            return reserved, waiting, final
+
+    reserved, waiting, final = lt.run(main(), timeout=120)
+    assert waiting["reserved_tokens"] == 1000 and waiting["requests"] == []  # all of it g1's
+    assert [h["replica"] for h in waiting["ledger"]["replicas"] if h["requests"]] == ["g1"]
+    assert reserved > 1024 - 1000  # it did not fit beside the 1000 held on g1
+    led = final["ledger"]
+    assert final["reserved_tokens"] == 0 and led["stats"]["made"] == led["stats"]["released"] == 2

@@ -35,7 +35,7 @@ def test_fit_moves_dense_layers_to_cpu_single_gpu() -> None:
     spec, _ = _spec("qwen3.6-27b:q8_0")
     hw = Hardware((parse_gpu_arg("rtx3090"),))
     p = make_plan(PlanInputs(spec, parse_server_args(["-c", "8192"]), hw))
-    cfg = p.extra["effective_cfg"]
+    cfg = p.effective_cfg
     n = cfg.n_gpu_layers
     assert 0 < n < spec.n_layer_main + 1
     assert p.fits and p.devices[0].free >= 1024 * MiB
@@ -55,7 +55,7 @@ def test_fit_target_counts_the_mmproj() -> None:
     hw = Hardware((parse_gpu_arg("rtx3090"),))
     mm = catalogue_mmproj(m, "f16")
     p = make_plan(PlanInputs(spec, parse_server_args(["-c", "140000"]), hw, mm))
-    n = p.extra["effective_cfg"].n_gpu_layers
+    n = p.effective_cfg.n_gpu_layers
     assert n < spec.n_layer_main + 1
     # server-context.cpp:1174-1196: the mmproj is added to the margin, so 1024 MiB stay free
     # after it; with n + 1 layers they would not
@@ -69,7 +69,7 @@ def test_explicit_ngl_keeps_placement_and_does_not_fit() -> None:
     hw = Hardware((parse_gpu_arg("rtx3090"),))
     p = make_plan(PlanInputs(spec, parse_server_args(["-c", "8192", "-ngl", "99"]), hw))
     assert not p.fits
-    assert "effective_cfg" not in p.extra or p.extra["effective_cfg"].n_gpu_layers == 99
+    assert p.effective_cfg is None or p.effective_cfg.n_gpu_layers == 99
     assert any("-ngl 99 given" in n for n in p.notes)
 
 
@@ -85,7 +85,7 @@ def test_fit_two_gpus_fills_back_to_front() -> None:
     spec, _ = _spec("qwen3.6-27b:q8_0")
     hw = Hardware((parse_gpu_arg("4060ti"), parse_gpu_arg("4060ti")))
     p = make_plan(PlanInputs(spec, parse_server_args(["-c", "65536"]), hw))
-    cfg = p.extra["effective_cfg"]
+    cfg = p.effective_cfg
     ts = cfg.tensor_split
     assert len(ts) == 2 and sum(ts) == cfg.n_gpu_layers
     assert all(d.free >= 1024 * MiB for d in p.devices)
@@ -108,7 +108,7 @@ def test_fit_moe_moves_experts_not_layers() -> None:
     spec, _ = _spec("qwen3-30b-a3b:q8_0")
     hw = Hardware((parse_gpu_arg("4060ti"),))
     p = make_plan(PlanInputs(spec, parse_server_args(["-c", "8192", "-np", "1"]), hw))
-    cfg = p.extra["effective_cfg"]
+    cfg = p.effective_cfg
     assert cfg.n_gpu_layers == spec.n_layer_main + 1  # every layer's dense part on the GPU
     assert cfg.override_tensor and all("ffn_" in pat for pat, _ in cfg.override_tensor)
     assert p.fits and p.devices[0].free >= 1024 * MiB
@@ -190,7 +190,7 @@ def test_effective_inputs_carry_fitted_layers() -> None:
     spec, _ = _spec("qwen3.6-27b:q8_0")
     inp = PlanInputs(spec, parse_server_args(["-c", "8192"]), Hardware((parse_gpu_arg("rtx3090"),)))
     p = make_plan(inp)
-    assert effective_inputs(inp, p).cfg.n_gpu_layers == p.extra["effective_cfg"].n_gpu_layers
+    assert effective_inputs(inp, p).cfg.n_gpu_layers == p.effective_cfg.n_gpu_layers
 
 
 def test_contradictions(capsys) -> None:

@@ -139,15 +139,18 @@ def test_agent_slots_use_unified_kv():
     assert "-np 2" in cmd and "-kvu" in cmd and "-c 65536" in cmd
 
 
-def test_extract_speed_args_leaves_the_rest():
-    from llamarig.cli.speed_view import extract_speed_args
+def test_plan_options_leave_the_server_flags():
+    from llamarig.cli.plan_cmd import split_args
 
-    sa, rest = extract_speed_args(["qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--target-ctx", "105000",
-                                   "--target-decode=40", "--headroom", "512MiB", "--vision", "-ctk", "q4_0",
-                                   "--", "llama-server", "--slots", "2"])
+    pa, _view, sa = split_args(["qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--target-ctx", "105000",
+                                "--target-decode=40", "--headroom", "512MiB", "--vision", "-ctk", "q4_0",
+                                "-a", "--agent", "--", "llama-server", "--slots", "2"])
     assert sa.target_ctx == 105000 and sa.target_decode == 40 and sa.headroom == 512 << 20 and sa.vision
     assert sa.wants_optimiser
-    assert rest == ["qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "-ctk", "q4_0", "--", "llama-server", "--slots", "2"]
+    # `-a` (--alias) takes the next word whatever it looks like, as llama-server reads it
+    assert not sa.agent and pa.server_args == ["-ctk", "q4_0", "-a", "--agent"]
+    assert pa.model == "qwen3.6-27b:iq4_nl" and pa.gpus == ["rtx3090"]
+    assert pa.command == ["llama-server", "--slots", "2"]
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -159,10 +162,10 @@ def test_extract_speed_args_leaves_the_rest():
     (["--headroom", "lots"], "not a size"),
 ])
 def test_bad_speed_args(argv, msg):
-    from llamarig.cli.speed_view import extract_speed_args
+    from llamarig.cli.plan_cmd import split_args
 
     with pytest.raises(InputError, match=msg):
-        extract_speed_args(argv)
+        split_args(argv)
 
 
 def test_contradicting_flags():

@@ -18,7 +18,7 @@ import yaml
 from tests.cli.test_answer_first import CJK, english_sentences
 
 from llamarig import i18n
-from llamarig.cli.check_cmd import run_check
+from llamarig.app.check import check
 from llamarig.flags.schema import load_bundled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +73,9 @@ def test_check_speaks_chinese_on_every_reader(name: str, zh: None, cli) -> None:
     assert code in (0, 1), err
     assert CJK.search(out) and english(out) == [], english(out)
     # the notes and findings themselves (a table may wrap them), and the invocations' labels
-    parsed, _readings, findings = run_check(Path(path).read_text(), load_bundled(), cores=6,
-                                            base_dir=Path(path).parent, origin=Path(path))
+    report = check(Path(path).read_text(), schema=load_bundled(), cores=6, base_dir=Path(path).parent,
+                   origin=Path(path))
+    parsed, findings = report.parsed, report.findings
     texts = [f.message for f in findings] + [f.fix or "" for f in findings]
     texts += [inv.label or "" for inv in parsed.invocations]
     assert [t for t in texts if english(t)] == []

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamarig.cli.check_cmd import run_check
+from llamarig.app.check import check
+from llamarig.flags.argv import Command
 from llamarig.flags.schema import load_bundled
 from llamarig.render.bash import render_bash
-from llamarig.render.common import RenderSpec, flag_groups, get_value, set_value, uses_mlock
+from llamarig.render.common import RenderSpec, uses_mlock
 from llamarig.render.compose import render_compose
 from llamarig.render.llamaswap import render_llamaswap
 from llamarig.render.systemd import render_systemd, systemd_quote
@@ -35,16 +36,19 @@ def spec(**kw: object) -> RenderSpec:
 
 
 def _errors(text: str, kind: str | None = None) -> list:
-    parsed, _, findings = run_check(text, SCHEMA, kind=kind, cores=8)
+    rep = check(text, schema=SCHEMA, kind=kind, cores=8)
+    parsed, findings = rep.parsed, rep.findings
     assert parsed.invocations, text
     return [f for f in findings if f.severity == "error"]
 
 
 def test_flag_groups_and_values() -> None:
-    g = flag_groups(["-m", "a.gguf", "--jinja", "-ts", "3,1", "--rope-scale", "-1.5", "-c", "1"], SCHEMA)
-    assert g == [["-m", "a.gguf"], ["--jinja"], ["-ts", "3,1"], ["--rope-scale", "-1.5"], ["-c", "1"]]
-    assert get_value(["--port", "1", "--port=2"], "--port") == "2"
-    assert set_value(["--port", "1", "-c", "5"], ("--port",), "${PORT}") == ["-c", "5", "--port", "${PORT}"]
+    cmd = Command.parse(["-m", "a.gguf", "--jinja", "-ts", "3,1", "--rope-scale", "-1.5", "-c", "1"], SCHEMA)
+    assert cmd.groups() == [["-m", "a.gguf"], ["--jinja"], ["-ts", "3,1"], ["--rope-scale", "-1.5"], ["-c", "1"]]
+    # llama-server has no --opt=value syntax (common/arg.cpp): `--port=2` is one unknown word
+    assert Command.parse(["--port", "1", "--port=2"], SCHEMA).get("--port") == "1"
+    assert Command.parse(["--port", "1", "-c", "5"], SCHEMA).set("--port", "${PORT}").server_args() == \
+        ["-c", "5", "--port", "${PORT}"]
     assert uses_mlock(ARGS) and not uses_mlock(["--load-mode", "mmap"])
 
 
@@ -316,7 +320,8 @@ def test_rendered_paths_are_absolute(synth_model, with_bin: Path, cli, tmp_path:
         outs[fmt] = out
         assert "made absolute (against " in out
     for fmt in ("bash", "systemd", "llama-swap"):
-        parsed, _, findings = run_check(outs[fmt], SCHEMA)
+        rep = check(outs[fmt], schema=SCHEMA)
+        parsed, findings = rep.parsed, rep.findings
         argv = parsed.invocations[0].argv
         for flag, value in want.items():
             assert argv[argv.index(flag) + 1] == value, (fmt, flag, argv)
@@ -399,7 +404,7 @@ def test_script_errors_are_reported_once_and_refused_by_launch(synth_model, with
 
 def test_compose_image_follows_the_devices_named() -> None:
     """-dev CUDA1,CUDA0 with no --gpu given: the CUDA image, not the CPU one."""
-    from llamarig.cli.render_cmd import compose_backend_for
+    from llamarig.app.render import compose_backend_for
 
     assert compose_backend_for(["-m", "m.gguf", "--device", "CUDA1,CUDA0"], None) == "cuda"
     assert compose_backend_for(["-m", "m.gguf", "-dev", "Vulkan0"], None) == "vulkan"

@@ -239,3 +239,13 @@ def test_cpu_fit_faster_than_the_copy_bandwidth(synth_model) -> None:
     assert data["host_bandwidth_gbs"] > 0.5 and "effective" in data["_host"] and "_note" not in data
     cal = _parse(data, builtin(), "t")
     assert speed_report(spec, cfg, Hardware(), cal=cal, depths=[10]).by_depth[0].decode_tok_s == pytest.approx(3000, rel=0.02)
+
+
+def test_apply_removes_every_spelling_of_a_tried_option() -> None:
+    """A tried -ub replaces --ubatch-size 512 written in the base (the option, not the spelling),
+    and a flag's value is never taken for an option."""
+    from llamarig.tune.search import Candidate
+
+    c = Candidate((("-ub", "256"),))
+    base = ["-m", "a.gguf", "--ubatch-size", "512", "-a", "-ub", "-c", "4096"]
+    assert c.apply(base) == ["-m", "a.gguf", "-a", "-ub", "-c", "4096", "-ub", "256"]

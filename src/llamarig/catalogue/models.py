@@ -19,11 +19,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from llamarig.errors import GGUFError, UnknownNameError
+from llamarig.errors import ModelNotFoundError, UnknownNameError
 from llamarig.gguf import load_spec
 from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
+from llamarig.hub.ref import is_remote
 from llamarig.i18n import _, did_you_mean, unknown_name
 
 DEFAULT_QUANT = "Q4_K_M"
@@ -48,6 +49,29 @@ class CatalogueModel:
         bits = bpw.get(quant, 4.85)
         params = float(self.entry.get("params_b", 0)) * 1e9
         return int(params * bits / 8), f"estimated: {self.entry.get('params_b')}B params x {bits} bits/weight ({quant})"
+
+
+def refresh_from_repo(m: CatalogueModel, bpw: dict[str, float], repo: str | None = None) -> dict[str, Any]:
+    """The catalogue's size of each quant next to the real file's, from the repo the entry names
+    (``"repo": "hf:OWNER/REPO"`` in data/models.json, or ``repo``): the hub's file listing, exact.
+    Nothing is rewritten; a quant the repo lacks, or the catalogue lacks, is listed with None."""
+    from llamarig.hub.resolve import repo_quants  # lazy: huggingface_hub, remote refs only
+
+    ref = repo or m.entry.get("repo")
+    if not ref:
+        raise UnknownNameError("repo for model", m.id, [], _("{id}: the catalogue entry names no repo "
+                                                             "(\"repo\": \"hf:OWNER/REPO\"); give one").format(id=m.id))
+    doc = repo_quants(ref)
+    real = {q["quant"].upper(): q for q in doc["quants"]}
+    rows = []
+    for quant in dict.fromkeys([*m.quants, *real]):
+        cat = m.file_bytes(quant, bpw) if quant in m.quants else None
+        r = real.get(quant.upper())
+        rows.append({"quant": quant, "catalogue_bytes": cat[0] if cat else None,
+                     "catalogue_source": cat[1] if cat else None,
+                     "repo_bytes": r["bytes"] if r else None, "reference": r["reference"] if r else None,
+                     "difference": (r["bytes"] - cat[0]) if (r and cat and r["bytes"] is not None) else None})
+    return {"id": m.id, "repo": ref, "commit": doc["commit"], "method": doc["method"], "quants": rows}
 
 
 @lru_cache(maxsize=1)
@@ -103,8 +127,10 @@ def is_catalogue_id(text: str) -> bool:
 
 
 def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
-    """MODEL as a GGUF path (split files too) or a catalogue id (``llamarig models``), for every
-    command that takes one: the spec, and the catalogue entry when it came from the catalogue.
+    """MODEL as a GGUF path (split files too), a remote reference (``hf:OWNER/REPO:QUANT``,
+    ``OWNER/REPO:QUANT``, ``ms:…``, an https URL: llamarig.hub reads only its header) or a
+    catalogue id (``llamarig models``), for every command that takes one: the spec, and the
+    catalogue entry when it came from the catalogue.
 
     An existing path always wins; a catalogue id is tried next; anything else is read as a path,
     so a missing file is a one-line ``no such file`` error (exit 2), with the closest catalogue
@@ -113,6 +139,10 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
     p = Path(text)
     if p.exists():
         return load_spec(p), None
+    if is_remote(text):
+        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub, remote refs only
+
+        return load_remote(text), None
     if is_catalogue_id(text):
         m, quant = find_model(text)  # UnknownNameError (exit 2) for an unknown quant
         return build_spec(m, quant), m
@@ -122,8 +152,8 @@ def resolve_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
         find_model(text)
     except UnknownNameError as e:
         hint = did_you_mean(e.suggestions)
-        raise GGUFError(text, _("no such file, and not a catalogue id{hint}").format(hint=hint)) from None
-    raise GGUFError(text, _("no such file"))  # pragma: no cover - find_model accepted what is_catalogue_id refused
+        raise ModelNotFoundError(text, _("no such file, and not a catalogue id{hint}").format(hint=hint)) from None
+    raise ModelNotFoundError(text, _("no such file"))  # pragma: no cover - find_model accepted what is_catalogue_id refused
 
 
 def _tensor(name: str, n_bytes: int) -> TensorInfo:

@@ -4,10 +4,11 @@ entry's details and sources with ``models ID`` / ``gpus ID``, every source with 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig.hub.ref import is_remote
 from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
@@ -51,13 +52,41 @@ def _model_json(m: CatalogueModel, bpw: dict[str, float]) -> dict[str, object]:
             "source": m.source}
 
 
+def _repo_models(ref: str, as_json: bool, console: Any) -> None:
+    from rich.markup import escape
+
+    from llamarig.hub.resolve import repo_quants
+
+    doc = repo_quants(ref)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    console.print(escape(_("{repo} at {commit} ({endpoint}): exact sizes from the hub's file listing; "
+                           "plan one with llamarig plan REFERENCE").format(
+        repo=doc["repo"], commit=doc["commit"][:12] or "-", endpoint=doc["endpoint"])), soft_wrap=True)
+    for q in doc["quants"]:
+        size = "?" if q["bytes"] is None else f"{q['bytes'] / 1e9:.2f} GB"
+        n = len(q["files"])
+        parts = _(" in {n} files").format(n=n) if n > 1 else ""
+        console.print(f"  {escape(q['quant'])}: {size}{parts}  {escape(q['reference'])}", soft_wrap=True)
+    for m in doc["mmproj"]:
+        size = "?" if m["bytes"] is None else f"{m['bytes'] / 1e9:.2f} GB"
+        console.print(f"  mmproj: {escape(m['file'])} {size}", soft_wrap=True)
+    if not doc["quants"]:
+        console.print(_("  no GGUF model files"))
+
+
 @click.command("models")
 @click.argument("model_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
-def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
+@click.option("--refresh", "refresh", default=None, is_flag=False, flag_value="", metavar="[REPO]",
+              help="With ID: each quant's catalogue size next to the real file's, from the repo the entry "
+                   "names (or REPO, e.g. hf:OWNER/REPO), read from the hub's file listing.")
+def models_cmd(model_id: str | None, sources: bool, as_json: bool, refresh: str | None) -> None:
     """List the built-in model catalogue (usable wherever a GGUF path is: MODEL:QUANT).
-    `llamarig models ID` shows one entry with its sources."""
+    `llamarig models ID` shows one entry with its sources; `llamarig models hf:OWNER/REPO` (or
+    ms:OWNER/REPO) lists a repo's quants with their exact sizes, from the hub's file listing."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -66,6 +95,26 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool) -> None:
 
     bpw = bpw_table()
     console = Console()
+    if model_id and is_remote(model_id):
+        _repo_models(model_id, as_json, console)
+        return
+    if model_id and refresh is not None:
+        from llamarig.catalogue.models import refresh_from_repo
+
+        m, _quant = find_model(model_id)
+        doc = refresh_from_repo(m, bpw, refresh or None)
+        if as_json:
+            click.echo(json.dumps(doc, indent=2))
+            return
+        console.print(escape(_("{id} against {repo} at {commit} (the hub's file listing, exact):").format(
+            id=m.id, repo=doc["repo"], commit=(doc["commit"] or "-")[:12])), soft_wrap=True)
+        for r in doc["quants"]:
+            cat = "-" if r["catalogue_bytes"] is None else f"{r['catalogue_bytes'] / 1e9:.2f} GB"
+            real = "-" if r["repo_bytes"] is None else f"{r['repo_bytes'] / 1e9:.2f} GB"
+            diff = "" if r["difference"] is None else f" ({r['difference'] / 1e9:+.2f} GB)"
+            console.print(_("  {quant}: catalogue {cat}, repo {real}{diff}").format(
+                quant=r["quant"].lower(), cat=cat, real=real, diff=diff), soft_wrap=True)
+        return
     if model_id:
         m, _quant = find_model(model_id)
         if as_json:

@@ -5,120 +5,28 @@ from __future__ import annotations
 
 import gc
 import json
+import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
-from llamarig.errors import ExitCode, InputError, LlamarigError
-from llamarig.flags.argv import Reading
-from llamarig.flags.model import model_loader
-from llamarig.flags.preset import preset_invocation
-from llamarig.flags.readers import Parsed, parse_argv, parse_text
-from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
-from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.app.check import (
+    check,
+    dump_json,
+    explain,
+    fix,
+    get_schema,
+    read_input,
+)
+from llamarig.errors import ExitCode, InputError
+from llamarig.flags.readers import Parsed
+from llamarig.flags.rules import Finding
+from llamarig.flags.schema import Schema
 from llamarig.i18n import _, set_language
-from llamarig.plan.inputs import plan_for_check
-
-MAX_INPUT_BYTES = 4 * 1024 * 1024
-
-
-def read_input(path: str) -> tuple[str, str]:
-    """(text, display name). Unreadable input is an InputError (exit 2)."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-            name = "<stdin>"
-        else:
-            p = Path(path)
-            if p.is_dir():
-                raise InputError(_("{path}: is a directory").format(path=path))
-            with open(p, "rb") as f:
-                data = f.read(MAX_INPUT_BYTES + 1)
-            name = path
-    except OSError as e:
-        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError(_("{name}: larger than {limit} MiB, not a launch script").format(name=name, limit=MAX_INPUT_BYTES // (1024 * 1024)))
-    if b"\x00" in data[:8192]:
-        raise InputError(_("{name}: binary data, not a command or script").format(name=name))
-    return data.decode("utf-8", errors="replace"), name
-
-
-def get_schema(server_bin: str | None, bundled: bool, no_cache: bool = False,
-               schema_build: int | None = None) -> Schema:
-    if schema_build is not None:
-        if server_bin:
-            raise InputError(_("give --server-bin or --schema-build, not both"))
-        return load_bundled(schema_build)
-    if bundled:
-        return load_bundled()
-    return load_schema(server_bin, cache=not no_cache)
-
 
 _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled build older than N "
                       "(`llamarig check --list-schemas` lists them).")
-
-
-def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int | None = None,
-              model: str | None = None, base_dir: Path | None = None, gpus: tuple[str, ...] = (),
-              ram: str | None = None, need_ctx: int | None = None, origin: Path | None = None
-              ) -> tuple[Parsed, list[Reading], list[Finding]]:
-    """``origin``: the file ``text`` was read from (its sourced files, drop-ins, .env are read too)."""
-    parsed = parse_text(text, kind, origin)
-    ram_bytes = None
-    if ram:
-        from llamarig.units import parse_size
-
-        ram_bytes = parse_size(ram, "g")
-    ctx = Context(physical_cores=cores or physical_cores(),
-                  cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
-                  ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
-    gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
-    readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
-    if not parsed.invocations:
-        findings.append(Finding("no-invocation", Severity.INFO, 1, None,
-                                _("no llama-server command found (a program named llama-server, "
-                                  "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
-                                  "compose command: or llama-swap cmd:)"), None, None))
-    return parsed, readings, findings
-
-
-def to_json(parsed: Parsed, findings: list[Finding], schema: Schema) -> dict[str, Any]:
-    return {
-        "invocations": [
-            {"argv": inv.argv, "line": inv.line, "end_line": inv.end_line, "source": inv.source,
-             "label": inv.label or None, "background": inv.background,
-             "env": [{"name": n, "value": v, "line": ln} for n, v, ln in inv.env],
-             "cut_off": [{"word": w.text, "line": w.line} for w in inv.orphans],
-             "cut_line": inv.cut_line}
-            for inv in parsed.invocations
-        ],
-        "findings": [f.to_json() for f in findings],
-        "schema": {"source": schema.source, "build": schema.build, "origin": schema.origin},
-    }
-
-
-#: above this many invocations + findings, --json writes one of each per line: json.dumps with
-#: an indent runs Python's encoder, not the C one, and is a fifth of a large file's time
-_COMPACT_ABOVE = 2000
-
-
-def dump_json(data: dict[str, Any]) -> str:
-    """``data`` as indented JSON, or, when its lists are long, one list item per line (the same
-    JSON value, encoded by the C encoder)."""
-    if len(data["invocations"]) + len(data["findings"]) <= _COMPACT_ABOVE:
-        return json.dumps(data, ensure_ascii=False, indent=1)
-    parts = []
-    for key, value in data.items():
-        if isinstance(value, list):
-            items = ",\n  ".join(json.dumps(v, ensure_ascii=False) for v in value)
-            parts.append(f' {json.dumps(key)}: [\n  {items}\n ]' if value else f' {json.dumps(key)}: []')
-        else:
-            parts.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
-    return "{\n" + ",\n".join(parts) + "\n}"
 
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -200,35 +108,6 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
         con.print(t)
 
 
-def _settings(argv: list[str]) -> dict[str, str]:
-    """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
-    types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
-    from llamarig.plan.config import parse_server_args
-
-    try:
-        cfg = parse_server_args(argv, strict=False)
-    except LlamarigError as e:
-        return {"error": str(e)}
-    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4  # server.cpp:168-173: -np unset -> 4 unified slots
-    unified = cfg.kv_unified if cfg.n_parallel > 0 else True
-    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
-    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
-    return {
-        _("slots (-np)"): f"{slots}" + (_(" (unified KV)") if unified and slots > 1 else ""),
-        _("context per slot"): str(per_slot) if per_slot else _("the model's training context"),
-        _("KV cache K / V"): f"{cfg.cache_type_k} / {cfg.cache_type_v}",
-        "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
-        "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),
-        _("flash attention"): cfg.flash_attn,
-    }
-
-
-def behaviour_changes(before: list[str], after: list[str]) -> list[tuple[str, str, str]]:
-    """(what, before, after) for every setting a fix changes in the running server."""
-    a, b = _settings(before), _settings(after)
-    return [(k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-
-
 def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tuple[str, str]]:
     """The answer first: how many errors and warnings, and for each command what llama-server
     really receives when the script cuts it off."""
@@ -300,33 +179,27 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
         gc.enable()
 
 
-def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: bool, kind: str,
+def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fix: bool, kind: str,
            cores: int | None, model: str | None, gpus: tuple[str, ...], ram: str | None,
            need_ctx: int | None) -> None:
-    base = Path(file).parent if file != "-" else None
-    parsed, readings, findings = run_check(text, schema, kind=None if kind == "auto" else kind,
-                                           cores=cores, model=model, base_dir=base, gpus=gpus, ram=ram,
-                                           need_ctx=need_ctx, origin=Path(file) if file != "-" else None)
-    if fix:
-        from llamarig.flags.fix import fix_text
-
-        fixed = fix_text(parsed, readings, findings, schema)
-        click.echo(fixed, nl=False)
+    origin = Path(file) if file != "-" else None
+    report = check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
+                   base_dir=origin.parent if origin else None, gpus=gpus, ram=ram, need_ctx=need_ctx,
+                   origin=origin, name=name)
+    if do_fix:
+        fixed = fix(report)
+        click.echo(fixed.text, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
-        after = parse_text(fixed, None if kind == "auto" else kind, Path(file) if file != "-" else None)
-        after.invocations = [preset_invocation(i, schema) if i.preset is not None else i for i in after.invocations]
-        for k, (inv_a, inv_b) in enumerate(zip(parsed.invocations, after.invocations, strict=False)):
-            changes = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
-            if changes:
-                click.echo(_("llamarig: the fixed command {k} (line {line}) runs the server differently:").format(
-                    k=k + 1, line=inv_b.line), err=True)
-                for what, before, now in changes:
-                    click.echo(f"  {what}: {before} -> {now}", err=True)
+        for k, line, changes in fixed.changes:
+            click.echo(_("llamarig: the fixed command {k} (line {line}) runs the server differently:").format(
+                k=k + 1, line=line), err=True)
+            for what, before, now in changes:
+                click.echo(f"  {what}: {before} -> {now}", err=True)
     elif as_json:
-        click.echo(dump_json(to_json(parsed, findings, schema)))
+        click.echo(dump_json(report.to_json()))
     else:
-        render_human(parsed, findings, schema, name)
-    if any(f.severity == "error" for f in findings):
+        render_human(report.parsed, report.findings, report.schema, name)
+    if report.errors:
         sys.exit(ExitCode.PROBLEMS)
 
 
@@ -344,52 +217,29 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
                 command: tuple[str, ...]) -> None:
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
     after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
-    from llamarig.flags.explain import TEXT, explain_rows
+    from llamarig.flags.explain import TEXT
     from llamarig.i18n import language
 
     lang = set_language(lang) if lang is not None else language()
     if not command:
         raise InputError(_("give a file, - for stdin, or a llama-server command"))
-    base = None
+    origin: Path | None = None
     if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
         text, _kind = read_input(command[0])
-        parsed = parse_text(text, origin=Path(command[0]) if command[0] != "-" else None)
-        base = Path(command[0]).parent if command[0] != "-" else None
+        origin = Path(command[0]) if command[0] != "-" else None
     elif len(command) == 1 and " " in command[0]:
-        parsed = parse_text(command[0])
+        text = command[0]
     else:
         argv = list(command)
         if argv and argv[0].startswith("-"):
             argv = ["llama-server"] + argv
-        parsed = parse_argv(argv)
-    if not parsed.invocations:
-        raise InputError(_("no llama-server command found in the input"))
+        text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
-    loader = model_loader(model, base)
-    from llamarig.flags.argv import read_invocation
-    from llamarig.flags.rules import lint_invocation
-
-    out: list[dict[str, Any]] = []
+    report = check(text, schema=schema, origin=origin, base_dir=origin.parent if origin else None, model=model)
+    if not report.parsed.invocations:
+        raise InputError(_("no llama-server command found in the input"))
+    out = explain(report, model=model, base_dir=origin.parent if origin else None, lang=lang)
     t = TEXT[lang]
-    severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
-    for k, inv in enumerate(parsed.invocations):
-        ctx = loader(inv, Context(physical_cores=physical_cores()))
-        r = read_invocation(inv, schema, k)
-        rows = explain_rows(r, schema, ctx.model_spec, lang)
-        _readings, fs = lint_invocation(inv, schema, k, ctx)
-        notes: dict[int, list[str]] = {}
-        for f in fs:
-            if f.use is not None and f.severity in ("error", "warning"):
-                notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
-                    severity=severity_word[f.severity], rule=f.rule))
-        cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        rows = [replace(row, effect=_("; ").join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
-                                              + [x for x in [row.effect] if x] + notes.get(i, [])))
-                for i, row in enumerate(rows)]
-        out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
-                    "cut_line": inv.cut_line if inv.orphans else None,
-                    "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
-                             for i, row in enumerate(rows)]})
     if as_json:
         click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
                                "lang": lang}, ensure_ascii=False, indent=1))

@@ -23,17 +23,22 @@ from llamarig.i18n import _
               help="llama-server URL (repeatable); replaces the config's backends.")
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8000).")
+@click.option("--ledger", default=None, metavar="redis://HOST:PORT/DB",
+              help="Share the admission ledger with other replicas through Valkey/Redis (default: in process).")
+@click.option("--replica", default=None, metavar="NAME",
+              help="This replica's name in the shared ledger (default HOST-PID).")
 @click.option("--check", is_flag=True, help="Validate the configuration, print it as JSON and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.pass_context
 def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str, ...], host: str | None,
-                port: int | None, check: bool, log_level: str) -> None:
+                port: int | None, ledger: str | None, replica: str | None, check: bool, log_level: str) -> None:
     """Run the OpenAI-compatible gateway in front of llama-server.
 
     \b
     llamarig gateway --backend http://127.0.0.1:8080 --port 8000
     llamarig gateway --config gateway.toml
+    llamarig gateway --backend http://10.0.0.5:8080 --ledger redis://10.0.0.9:6379/0
     llamarig gateway status --url http://127.0.0.1:8000
 
     See docs/gateway.md for the config reference.
@@ -45,7 +50,8 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
     if port is not None and not 0 <= port <= 65535:
         raise InputError(_("--port: {port} is not a port number").format(port=port))
     base = load_config(config_path) if config_path else build_config(None, "built-in defaults")
-    overrides: dict[str, Any] = {"backends": list(backends) or None, "host": host, "port": port}
+    overrides: dict[str, Any] = {"backends": list(backends) or None, "host": host, "port": port,
+                                 "ledger": ledger, "replica": replica}
     cfg = with_overrides(base, **overrides)
     if check:
         click.echo(json.dumps(dataclass_dict(cfg), indent=2, ensure_ascii=False))
@@ -161,6 +167,17 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
         _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props or the "
           "config (pool_tokens)"),
     ]
+    led = st.get("ledger") or {}
+    if led.get("kind") not in (None, "local"):
+        lines.append(_("shared ledger {url} ({state}); this replica: {replica}; lease {lease} s").format(
+            url=led.get("url"), state=_("reachable") if led.get("reachable") else
+            _("UNREACHABLE: {error}").format(error=led.get("last_error")), replica=led.get("replica"),
+            lease=led.get("lease_s")))
+        for h in led.get("replicas") or ():
+            by = ", ".join(f"{b} {v.get('reserved_tokens', 0)}" for b, v in sorted((h.get("by_backend") or {}).items()))
+            lines.append("  " + _("replica {replica}: {n} requests, {tokens} tokens reserved ({by}), {q} queued").format(
+                replica=h.get("replica"), n=h.get("requests", 0), tokens=h.get("reserved_tokens", 0), by=by or "-",
+                q=h.get("queued", 0)))
     safety = st.get("safety")
     if safety is not None and float(safety) < 1.0:
         lines.append(_("usable pool = pool × admission.safety ({safety})").format(safety=safety))

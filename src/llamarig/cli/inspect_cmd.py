@@ -114,15 +114,22 @@ def inspect_cmd(model: str, as_json: bool, tensors: bool) -> None:
     """Read MODEL's GGUF header (split files too) without touching tensor data.
 
     MODEL is a GGUF path or a catalogue id (`llamarig models`); a catalogue id is described
-    from its built-in entry, no file read.
+    from its built-in entry, no file read. A remote GGUF (hf:OWNER/REPO:QUANT, OWNER/REPO:QUANT,
+    hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT, https://…/FILE.gguf) is read by its header
+    alone, over HTTP range requests, and cached (docs/plan.md).
 
     \b
     Examples:
       llamarig inspect Qwen3.6-27B-IQ4_NL.gguf
       llamarig inspect model-00001-of-00003.gguf --json
       llamarig inspect qwen3.6-27b:iq4_nl
+      llamarig inspect hf:unsloth/Qwen3-8B-GGUF:Q4_K_M
     """
     spec = resolve_model(model)
+    if spec.remote is not None:  # what reading the remote header cost, on stderr
+        from llamarig.hub.resolve import describe
+
+        click.echo(describe(spec.remote), err=True)
     if as_json:
         click.echo(json.dumps(spec.to_json(with_tensors=tensors), indent=2))
     else:

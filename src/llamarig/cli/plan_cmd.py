@@ -7,7 +7,9 @@ plan takes llama-server's own flag spellings, so its arguments are parsed here (
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +22,9 @@ from llamarig.plan.inputs import (
 )
 from llamarig.units import parse_size
 
+if TYPE_CHECKING:
+    from llamarig.cli.speed_view import SpeedArgs
+
 PLAN_HELP = """\
 Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]
 
@@ -28,7 +33,9 @@ Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMA
   Every figure carries its formula. Exit 0 if it fits, 1 if it does not (the plan says by how
   much), 2 on bad input.
 
-  MODEL is a GGUF path or a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl.
+  MODEL is a GGUF path, a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl, or a
+  remote GGUF read by its header alone: hf:OWNER/REPO:QUANT (or OWNER/REPO:QUANT, as -hf
+  takes it), hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT (ModelScope), https://…/FILE.gguf.
 
 Plan options:
   --mmproj FILE|catalogue|f16|bf16|none   multimodal projector to plan for
@@ -56,22 +63,41 @@ llama-server flags understood (same spellings and defaults as llama-server):
 
 Examples:
   llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0
+  llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536
   llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
   llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
 """
 
 
-def _server_flag_takes_value(tok: str) -> bool:
-    from llamarig.plan.config import flag_takes_value
+@dataclass
+class PlanView:
+    """How ``llamarig plan`` prints (not what it plans)."""
 
-    return flag_takes_value(tok)
+    as_json: bool = False
+    why: bool = False  # --why/-v: formulas and sources in the human output
+    help: bool = False
+
+
+def _n_values(tok: str) -> int:
+    """How many words a llama-server flag takes (the flag schema, as llama-server reads argv)."""
+    from llamarig.flags.argv import Command
+
+    cmd = Command.parse([tok], program=False)
+    a = cmd.args[0]
+    return a.opt.n_values if a.opt is not None and a.positive else 0
 
 
 _OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features", "--lang"}
 
 
-def split_args(args: list[str]) -> PlanArgs:
+def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
+    """plan's own options (memory, speed and output), the MODEL, and the llama-server flags,
+    each with the words it takes, so a flag's value is never read as an option of plan's."""
+    from llamarig.cli.speed_view import SPEED_VALUE, speed_args, speed_option
+
     out = PlanArgs()
+    view = PlanView()
+    speed: dict[str, Any] = {}
     i = 0
     while i < len(args):
         a = args[i]
@@ -79,7 +105,17 @@ def split_args(args: list[str]) -> PlanArgs:
             out.command = args[i + 1:]
             break
         key, eq, val = a.partition("=") if a.startswith("--") else (a, "", "")
-        if key in _OWN_VALUE:
+        if key in SPEED_VALUE:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise InputError(_("{tok}: missing value").format(tok=a))
+                val = args[i + 1]
+                i += 1
+            field, value = speed_option(key, val)
+            speed[field] = value
+        elif a in ("--vision", "--agent"):
+            speed[a[2:]] = True
+        elif key in _OWN_VALUE:
             if not eq:
                 if i + 1 >= len(args):
                     raise InputError(_("{a}: missing value").format(a=a))
@@ -104,11 +140,11 @@ def split_args(args: list[str]) -> PlanArgs:
         elif a == "--detect":
             out.detect = True
         elif a == "--json":
-            out.as_json = True
+            view.as_json = True
         elif a == "--why":
-            out.why = True
+            view.why = True
         elif a in ("-h", "--help"):
-            out.help = True
+            view.help = True
         elif not a.startswith("-") and out.model is None and Path(a).name.startswith("llama-server") \
                 and out.command is None:
             # `plan --json -- llama-server ...`: click drops the `--` after an option of plan's own,
@@ -118,12 +154,11 @@ def split_args(args: list[str]) -> PlanArgs:
         elif not a.startswith("-") and out.model is None:
             out.model = a
         else:
-            out.server_args.append(a)
-            if _server_flag_takes_value(a) and i + 1 < len(args):
-                out.server_args.append(args[i + 1])
-                i += 1
+            n = _n_values(a)
+            out.server_args += args[i:i + 1 + n]
+            i += n
         i += 1
-    return out
+    return out, view, speed_args(speed)
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -133,55 +168,51 @@ def split_args(args: list[str]) -> PlanArgs:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def plan_cmd(args: tuple[str, ...]) -> None:
     """Predict memory per device for a llama-server launch (llamarig plan --help)."""
-    from llamarig.cli.speed_view import SPEED_HELP, extract_speed_args
+    from llamarig.cli.speed_view import SPEED_HELP
 
-    sa, rest = extract_speed_args(list(args))
-    pa = split_args(rest)
-    if pa.help or (not args):
+    pa, view, sa = split_args(list(args))
+    if view.help or (not args):
         click.echo(PLAN_HELP + "\n" + SPEED_HELP)
         return
-    if pa.as_json:  # --json is English on every machine (llamarig.i18n): notes and warnings too
+    if view.as_json:  # --json is English on every machine (llamarig.i18n): notes and warnings too
         from llamarig.i18n import set_language
 
         set_language("en")
     inp = build_inputs(pa)
-    cal = sa.calibration_obj()
-    host_bw = sa.host_bandwidth_gbs
-    # --detect measures the host's bandwidth, unless a calibration file (tune writes one)
-    # already recorded the bandwidth its efficiencies were solved against
-    if host_bw is None and pa.detect and cal.source == "built-in":
-        from llamarig.plan.calibration import measure_host_bandwidth
+    if inp.spec.remote is not None:  # what reading the remote header cost, on stderr
+        from llamarig.hub.resolve import describe
 
-        host_bw = measure_host_bandwidth()
+        click.echo(describe(inp.spec.remote), err=True)
+    cal = sa.calibration_obj()
     from rich.console import Console
 
     if sa.wants_optimiser:
+        from llamarig.app.planning import host_bandwidth
         from llamarig.cli.speed_view import optimise_report
 
+        host_bw = host_bandwidth(pa, cal, sa.host_bandwidth_gbs)
         renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
-        if pa.as_json:
+        if view.as_json:
             click.echo(json.dumps(js, indent=2))
         else:
             Console().print(renderable)
         if code:
             raise click.exceptions.Exit(code)
         return
+    from llamarig.app.planning import plan_with_speed
     from llamarig.cli.speed_view import speed_table
-    from llamarig.plan.planner import effective_inputs, make_plan
-    from llamarig.plan.speed import attach_speed
 
-    plan = make_plan(inp)
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
-    plan = attach_speed(plan, effective_inputs(inp, plan), cal=cal, host_bandwidth_gbs=host_bw,
-                        acceptance_ratio=sa.acceptance)
-    if pa.as_json:
+    plan = plan_with_speed(pa, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
+                           inputs=inp)
+    if view.as_json:
         click.echo(json.dumps(plan.to_json(), indent=2))
     else:
         from llamarig.cli import plan_view
 
         console = Console()
-        plan_view.render(plan, console, why=pa.why)
-        if plan.speed is not None and pa.why:
+        plan_view.render(plan, console, why=view.why)
+        if plan.speed is not None and view.why:
             console.print(speed_table(plan.speed))
     if not plan.fits:
         raise click.exceptions.Exit(1)

@@ -4,7 +4,6 @@ Rendering and option parsing live here, the numbers in llamarig.plan.speed / pla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +211,7 @@ Speed and optimiser options (docs/speed.md):
   --host-bandwidth GBS      host memory bandwidth for layers in RAM / CPU-only plans
 """
 
-_SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom", "--slots",
+SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom", "--slots",
                 "--acceptance", "--calibration", "--host-bandwidth"}
 
 
@@ -224,53 +223,32 @@ def _num(flag: str, v: str, kind: type) -> float:
     return x
 
 
-def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
-    """Take the speed options out of ``plan``'s arguments (up to ``--``); the rest is returned in
-    order for the memory plan's parser."""
+def speed_option(key: str, val: str) -> tuple[str, Any]:
+    """(SpeedArgs field, value) of one speed option with a value (``--target-ctx 105000``)."""
     from llamarig.units import parse_size
 
-    vals: dict[str, Any] = {}
-    rest: list[str] = []
-    i = 0
-    a = list(args)
-    while i < len(a):
-        tok = a[i]
-        if tok == "--":
-            rest.extend(a[i:])
-            break
-        key, eq, val = tok.partition("=") if tok.startswith("--") else (tok, "", "")
-        if key in _SPEED_VALUE:
-            if not eq:
-                if i + 1 >= len(a):
-                    raise InputError(_("{tok}: missing value").format(tok=tok))
-                val = a[i + 1]
-                i += 1
-            if key == "--target-ctx":
-                vals["target_ctx"] = int(_num(key, val.replace("_", ""), int))
-            elif key == "--target-decode":
-                vals["target_decode"] = float(_num(key, val, float))
-            elif key == "--target-depth":
-                vals["target_depth"] = int(_num(key, val, int))
-            elif key == "--headroom":
-                vals["headroom"] = parse_size(val, "gib")
-            elif key == "--slots":
-                vals["slots"] = int(_num(key, val, int))
-            elif key == "--acceptance":
-                vals["acceptance"] = float(_num(key, val, float))
-            elif key == "--calibration":
-                vals["calibration"] = val
-            elif key == "--host-bandwidth":
-                bw = float(_num(key, val, float))
-                if not 0 < bw < 100_000:
-                    raise InputError(_("--host-bandwidth {val}: expected GB/s, e.g. 40").format(val=val))
-                vals["host_bandwidth_gbs"] = bw
-        elif tok == "--vision":
-            vals["vision"] = True
-        elif tok == "--agent":
-            vals["agent"] = True
-        else:
-            rest.append(tok)
-        i += 1
+    if key == "--target-ctx":
+        return "target_ctx", int(_num(key, val.replace("_", ""), int))
+    if key == "--target-decode":
+        return "target_decode", float(_num(key, val, float))
+    if key == "--target-depth":
+        return "target_depth", int(_num(key, val, int))
+    if key == "--headroom":
+        return "headroom", parse_size(val, "gib")
+    if key == "--slots":
+        return "slots", int(_num(key, val, int))
+    if key == "--acceptance":
+        return "acceptance", float(_num(key, val, float))
+    if key == "--calibration":
+        return "calibration", val
+    bw = float(_num(key, val, float))  # --host-bandwidth
+    if not 0 < bw < 100_000:
+        raise InputError(_("--host-bandwidth {val}: expected GB/s, e.g. 40").format(val=val))
+    return "host_bandwidth_gbs", bw
+
+
+def speed_args(vals: dict[str, Any]) -> SpeedArgs:
+    """SpeedArgs from the options read, checked."""
     sa = SpeedArgs(**vals)
     if sa.target_decode is not None and sa.target_decode <= 0:
         raise InputError(_("--target-decode {target_decode:g}: must be > 0 tok/s").format(target_decode=sa.target_decode))
@@ -278,4 +256,4 @@ def extract_speed_args(args: Sequence[str]) -> tuple[SpeedArgs, list[str]]:
         raise InputError(_("--target-ctx {target_ctx}: must be a positive number of tokens").format(target_ctx=sa.target_ctx))
     if sa.slots is not None and sa.slots <= 0:
         raise InputError(_("--slots {slots}: must be >= 1").format(slots=sa.slots))
-    return sa, rest
+    return sa

@@ -201,6 +201,23 @@ def gateway_part(snap: Snapshot, full: bool) -> list[Any]:
             out.append(Text(_("... and {n} more (v: gateway view)").format(n=len(g.requests) - len(rows)), style="dim"))
     else:
         out.append(Text("  " + _("no request in flight"), style="dim"))
+    if g.ledger != "local":
+        out.extend(replicas_part(g))
+    return out
+
+
+def replicas_part(g: Any) -> list[Any]:
+    """The shared ledger: every replica, what it holds per backend, its lease (gone: reaped)."""
+    out: list[Any] = [Text(_("shared ledger ({kind}), seen from replica {replica}: {n} replicas").format(
+        kind=g.ledger, replica=g.replica or "?", n=len(g.replicas)), style="bold")]
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for c in (_("replica"), _("requests"), _("reserved"), _("by backend"), _("lease")):
+        t.add_column(c, no_wrap=True, overflow="ellipsis")
+    for r in g.replicas:
+        by = ", ".join(f"{b} {n}" for b, n in sorted(r.by_backend.items())) or "-"
+        lease = _("{s} s left").format(s=f"{r.lease_left_s:.1f}") if r.lease_left_s is not None else _("expired")
+        t.add_row(r.replica, str(r.requests), str(r.reserved_tokens), by, lease)
+    out.append(t)
     return out
 
 

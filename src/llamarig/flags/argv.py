@@ -13,7 +13,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.history import history_note
@@ -368,3 +370,154 @@ def kv_unified(r: Reading) -> bool:
     when ``-np`` is left at auto (tools/server/server.cpp)."""
     kvu = r.last("--kv-unified")
     return kvu.positive if kvu else r.last("--parallel") is None
+
+
+# ----------------------------------------------------------------------------- Command
+
+
+def _is_number_word(text: str) -> bool:
+    return re.fullmatch(r"-\d+(\.\d+)?", text) is not None
+
+
+def looks_like_option(text: str) -> bool:
+    """A word llama-server's parser treats as an option (a dash, not a negative number)."""
+    return text.startswith("-") and text != "-" and not _is_number_word(text)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One option of a :class:`Command` as written: the spelling and the values it takes.
+    ``opt`` is the schema's option (None: a word the build does not know)."""
+
+    spelling: str
+    values: tuple[str, ...] = ()
+    opt: Option | None = None
+    positive: bool = True
+
+    @property
+    def name(self) -> str:
+        """The option's canonical name (the word itself, ``_`` -> ``-``, for an unknown one)."""
+        if self.opt is not None:
+            return self.opt.name
+        return self.spelling.replace("_", "-") if self.spelling.startswith("--") else self.spelling
+
+    @property
+    def value(self) -> str | None:
+        return self.values[0] if self.values else None
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (self.spelling, *self.values)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A llama-server command parsed once against the flag schema, the way common/arg.cpp
+    ``parse_cli_args`` walks it: each option takes as many words as the build says (a value
+    option the next word whatever it looks like), ``--`` spellings read ``_`` as ``-``, there is
+    no ``--opt=value`` syntax (such a word is one unknown argument). An unknown option keeps the
+    value-looking words after it (folklore flags: as many as FOLKLORE says), so it can be shown,
+    moved or dropped whole. The one argv reader of llamarig: the planner
+    (:meth:`llamarig.plan.config.ServerConfig.from_command`), render, launch and tune read and edit
+    commands through it."""
+
+    program: str | None
+    args: tuple[Arg, ...]
+    schema: Schema = field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, argv: Sequence[str], schema: Schema | None = None, *, program: bool | None = None) -> Command:
+        """``argv`` with its program (``program=True``), without (False), or either (None: a
+        first word that is not an option is the program)."""
+        sch = schema if schema is not None else _bundled()
+        words = list(argv)
+        prog: str | None = None
+        if words and (program or (program is None and not looks_like_option(words[0]))):
+            prog, words = words[0], words[1:]
+        out: list[Arg] = []
+        i = 0
+        while i < len(words):
+            t = words[i]
+            hit = sch.lookup(t)
+            if hit is not None:
+                opt, positive = hit
+                n = opt.n_values if positive else 0
+                out.append(Arg(t, tuple(words[i + 1:i + 1 + n]), opt, positive))
+                i += 1 + n
+                continue
+            n = 0
+            if looks_like_option(t):
+                lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
+                if lore is not None:
+                    n = 1 if lore.takes_value else 0
+                elif i + 1 < len(words) and not looks_like_option(words[i + 1]):
+                    n = 1
+                n = min(n, len(words) - i - 1)
+            out.append(Arg(t, tuple(words[i + 1:i + 1 + n])))
+            i += 1 + n
+        return cls(prog, tuple(out), sch)
+
+    # -- reading
+
+    def _key(self, name: str) -> str:
+        hit = self.schema.lookup(name)
+        if hit is not None:
+            return hit[0].name
+        return name.replace("_", "-") if name.startswith("--") else name
+
+    def all(self, *names: str) -> list[Arg]:
+        """Every use of the options ``names`` (any spellings, negations included), in order."""
+        keys = {self._key(n) for n in names}
+        return [a for a in self.args if a.name in keys]
+
+    def last(self, *names: str) -> Arg | None:
+        hit = self.all(*names)
+        return hit[-1] if hit else None
+
+    def has(self, *names: str) -> bool:
+        return self.last(*names) is not None
+
+    def get(self, *names: str) -> str | None:
+        """The value of the last use of ``names`` (llama-server: the last one wins); None when
+        not given or given without a value."""
+        a = self.last(*names)
+        return a.value if a is not None else None
+
+    def enabled(self, name: str) -> bool | None:
+        """A flag or bool pair: True / False as last written (a negation is False), None unset."""
+        a = self.last(name)
+        return None if a is None else a.positive
+
+    # -- editing (each returns a new Command)
+
+    def without(self, *names: str) -> Command:
+        keys = {self._key(n) for n in names}
+        return Command(self.program, tuple(a for a in self.args if a.name not in keys), self.schema)
+
+    def set(self, name: str, *values: str) -> Command:
+        """Every use of the option dropped, one ``name values...`` appended (``name`` as spelled)."""
+        hit = self.schema.lookup(name)
+        arg = Arg(name, tuple(values), hit[0] if hit else None, hit[1] if hit else True)
+        return Command(self.program, (*self.without(name).args, arg), self.schema)
+
+    def with_program(self, program: str | None) -> Command:
+        return Command(program, self.args, self.schema)
+
+    def groups(self) -> list[list[str]]:
+        """``[["-m", "a.gguf"], ["-fa", "on"], ["--jinja"]]``: one list per option."""
+        return [list(a.words) for a in self.args]
+
+    def server_args(self) -> list[str]:
+        """What llama-server receives (the program excluded)."""
+        return [w for a in self.args for w in a.words]
+
+    def to_argv(self) -> list[str]:
+        return ([self.program] if self.program is not None else []) + self.server_args()
+
+
+@cache
+def _bundled() -> Schema:
+    """The bundled schema of the pinned build, read once per process."""
+    from llamarig.flags.schema import load_bundled  # lazy: the schema file is read on first use
+
+    return load_bundled()

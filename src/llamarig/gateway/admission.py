@@ -19,18 +19,28 @@ the inner result and swallows a cancellation that arrives after its inner future
 is how a request admitted and cancelled in the same loop turn used to end holding its
 reservation. Deadlines are timer callbacks that reject a waiter only while it is still queued.
 ``Ledger.release`` and ``Admission.release`` are idempotent.
+
+The ledger is behind one interface, :class:`ReservationLedger`: :class:`Ledger` (in this process,
+the default) or ``llamarig.gateway.shared_ledger.RedisLedger`` (several gateway replicas sharing
+one pool through Valkey/Redis). Admission asks it for a reservation with ``claim()``, which
+returns a future decision: the in-process ledger decides at once (a future already done, so
+nothing here suspends and the single-loop reasoning above holds unchanged); a shared ledger
+decides in the store, atomically, and the decision arrives later. A decision that arrives after
+its caller or waiter has left is released at once (:meth:`Admission._late`), so that gap leaks
+nothing either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from llamarig.gateway import reasons
 from llamarig.gateway.errors import BackendError
@@ -98,15 +108,72 @@ class Reservation:
     priority: int
     admitted_at: float
     released: bool = False
+    key_limit: int = 0  # the key's limit of requests in flight (a shared ledger checks it over replicas)
+
+
+class LedgerUnavailable(Exception):
+    """The ledger cannot decide (a shared store is unreachable); admission answers 503."""
+
+
+class ReservationLedger(Protocol):
+    """What admission needs from a ledger; :class:`Ledger` (in process) and
+    ``shared_ledger.RedisLedger`` (Valkey/Redis, shared by replicas) implement it.
+
+    ``reserved``/``in_flight`` are per backend, over every replica sharing the ledger, as this
+    replica last saw them (the picker's view; the claim itself is checked where the ledger
+    lives); ``active`` holds this replica's own reservations."""
+
+    reserved: dict[str, int]
+    in_flight: dict[str, int]
+    active: dict[int, Reservation]
+
+    def fits(self, backend: str, pool: Pool, tokens: int) -> bool: ...
+
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
+        """Reserve ``r`` if it fits ``pool``. ``fresh``: a request not queued here; a shared
+        ledger also refuses it while a request of the same or a better priority waits on any
+        replica (the queue rule of :meth:`Admission.try_acquire`, over replicas)."""
+        ...
+
+    def queue_add(self, seq: int, priority: int) -> None:
+        """A request of ``priority`` started waiting here (``seq``: its place in this queue)."""
+
+    def queue_remove(self, seq: int) -> None:
+        """It stopped waiting (admitted, timed out, gone)."""
+
+    def release(self, r: Reservation) -> bool: ...
+
+    def total_reserved(self) -> int: ...
+
+    def total_in_flight(self) -> int: ...
+
+    async def start(self, on_change: Callable[[], None], waiting: Callable[[], bool]) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def refresh(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
 
 
 class Ledger:
-    """Reserved tokens and in-flight requests per backend. ``release`` is idempotent."""
+    """Reserved tokens and in-flight requests per backend, in this process (one gateway).
+    ``release`` is idempotent."""
 
     def __init__(self) -> None:
         self.reserved: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
         self.active: dict[int, Reservation] = {}
+
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
+        """Reserve ``r`` if it fits ``pool`` (None: the caller checked); decided at once. The
+        queue is this process's own: ``fresh`` changes nothing here."""
+        ok = pool is None or self.fits(r.backend, pool, r.tokens)
+        if ok:
+            self.reserve(r)
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(ok)
+        return fut
 
     def fits(self, backend: str, pool: Pool, tokens: int) -> bool:
         return (self.in_flight.get(backend, 0) < pool.slots
@@ -133,6 +200,24 @@ class Ledger:
 
     def total_in_flight(self) -> int:
         return sum(self.in_flight.values())
+
+    def queue_add(self, seq: int, priority: int) -> None:
+        return None
+
+    def queue_remove(self, seq: int) -> None:
+        return None
+
+    async def start(self, on_change: Callable[[], None], waiting: Callable[[], bool]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def refresh(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "local"}
 
 
 @dataclass
@@ -162,6 +247,7 @@ class _Waiter:
     gone: bool = field(compare=False, default=False)  # left the queue (admitted, dropped, rejected)
     taken: bool = field(compare=False, default=False)  # the reservation passed to the caller or released
     timer: asyncio.TimerHandle | None = field(compare=False, default=None)
+    asking: bool = field(compare=False, default=False)  # a claim for it is being decided
 
 
 class Ticket:
@@ -209,11 +295,16 @@ class Ticket:
 class Admission:
     """Admit now, or queue (bounded, by priority then arrival) until admitted or the deadline."""
 
-    def __init__(self, ledger: Ledger, picker: Picker, *, queue_size: int, queue_timeout_s: float,
+    def __init__(self, ledger: ReservationLedger, picker: Picker, *, queue_size: int, queue_timeout_s: float,
                  retry_after_s: float, total_slots: Callable[[], int],
-                 any_backend: Callable[[], bool] = lambda: True, diagnose: Diagnose | None = None) -> None:
+                 any_backend: Callable[[], bool] = lambda: True, diagnose: Diagnose | None = None,
+                 pool_of: Callable[[str], Pool | None] = lambda name: None, tries: int = 3) -> None:
         self.ledger = ledger
         self.picker = picker
+        self.pool_of = pool_of  # the pool a claim is checked against (None: the picker's word)
+        self.tries = tries  # backends tried when a shared ledger refuses the one picked
+        self._pumping = False
+        self._pump_again = False
         self.queue_size = queue_size
         self.queue_timeout_s = queue_timeout_s
         self.retry_after_s = retry_after_s
@@ -269,15 +360,49 @@ class Admission:
         return self.diagnose(req.tokens, req.exclude) if self.diagnose is not None else None
 
     # -- admission
-    def _try(self, req: AdmitRequest) -> Reservation | None:
-        name = self.picker(req.tokens, req.affinity, req.exclude)
+    def _try(self, req: AdmitRequest, exclude: frozenset[str] = frozenset(), fresh: bool = False
+             ) -> tuple[Reservation, asyncio.Future[bool]] | None:
+        """Pick a backend and claim ``req`` on it: (reservation, decision), or None when the
+        picker finds no backend that fits now."""
+        name = self.picker(req.tokens, req.affinity, req.exclude | exclude)
         if name is None:
             return None
-        r = Reservation(next(self._ids), name, req.tokens, req.key, req.tier, req.priority, time.monotonic())
-        return self.ledger.reserve(r)
+        r = Reservation(next(self._ids), name, req.tokens, req.key, req.tier, req.priority, time.monotonic(),
+                        key_limit=req.key_limit)
+        return r, self.ledger.claim(r, self.pool_of(name), fresh)
 
-    def try_acquire(self, req: AdmitRequest) -> Reservation | None:
-        """Admit now without queueing, or None (synchronous). Rejected for no backend / key limit."""
+    def _unavailable(self, e: BaseException) -> Rejected:
+        return self._reject(503, "ledger_unavailable", reasons.ledger_unavailable_message(str(e)),
+                            reasons.LEDGER_UNAVAILABLE, {"error": str(e)})
+
+    def _late(self, r: Reservation, d: asyncio.Future[bool]) -> None:
+        """A decision that arrived after its caller left: give back what it granted."""
+        if not d.cancelled() and d.exception() is None and d.result():
+            self.ledger.release(r)
+
+    async def _decided(self, r: Reservation, d: asyncio.Future[bool]) -> bool:
+        """The claim's decision; the caller's cancellation while it is decided releases it later."""
+        if not d.done():
+            try:
+                await asyncio.shield(d)
+            except asyncio.CancelledError:
+                if not d.done() or d.cancelled():
+                    d.add_done_callback(functools.partial(self._late, r))
+                    raise
+                self._late(r, d)
+                raise
+            except Exception:  # noqa: BLE001 - the decision's own error, read from d below
+                pass
+        e = d.exception()
+        if e is not None:
+            if isinstance(e, LedgerUnavailable):
+                raise self._unavailable(e)
+            raise e
+        return d.result()
+
+    async def try_acquire(self, req: AdmitRequest) -> Reservation | None:
+        """Admit now without queueing, or None. Rejected for no backend / key limit / a shared
+        ledger out of reach. With the in-process ledger this never suspends."""
         if not self.any_backend():
             b = self.blocked(req)
             details = dict(b.details) if b is not None and b.reason == reasons.NO_BACKEND else {}
@@ -290,10 +415,17 @@ class Admission:
         # serve the queue first: only skip it when nobody of equal or higher priority waits
         if self._heap and any(not w.gone and w.priority <= req.priority for w in self._heap):
             return None
-        r = self._try(req)
-        if r is not None:
-            self._key_inc(req.key)
-        return r
+        refused: frozenset[str] = frozenset()
+        for _i in range(self.tries):
+            got = self._try(req, refused, fresh=True)
+            if got is None:
+                return None
+            r, d = got
+            if await self._decided(r, d):
+                self._key_inc(req.key)
+                return r
+            refused |= {r.backend}  # another replica filled it since this one last looked
+        return None
 
     def enqueue(self, req: AdmitRequest, deadline: float | None = None) -> Ticket:
         """Queue ``req`` (after ``try_acquire`` said no): a Ticket, or Rejected(queue_full). The
@@ -312,6 +444,7 @@ class Admission:
         heapq.heappush(self._heap, w)
         self._queued += 1
         self._key_inc(req.key)
+        self.ledger.queue_add(w.seq, w.priority)
         timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
         w.timer = loop.call_later(timeout, self._expire, w)
         if ahead:
@@ -321,7 +454,7 @@ class Admission:
     async def acquire(self, req: AdmitRequest, deadline: float | None = None) -> Reservation:
         """A reservation, or Rejected. Cancelling the caller never leaks a reservation, even when
         the cancellation arrives in the loop turn in which the request was admitted."""
-        r = self.try_acquire(req)
+        r = await self.try_acquire(req)
         if r is not None:
             return r
         t = self.enqueue(req, deadline)
@@ -354,6 +487,7 @@ class Admission:
         self._key_dec(w.req.key)
         if w.timer is not None:
             w.timer.cancel()
+        self.ledger.queue_remove(w.seq)
         return True
 
     def _drop(self, w: _Waiter) -> None:
@@ -384,27 +518,71 @@ class Admission:
 
     def pump(self) -> None:
         """Admit queued requests that fit now, in priority order (first fit). Each admitted
-        waiter's ticket owns its reservation from here until ``take()`` or ``abandon()``."""
+        waiter's ticket owns its reservation from here until ``take()`` or ``abandon()``.
+
+        Synchronous while the ledger decides at once; when a decision is pending, the pass goes
+        on from the decision's callback (waiters stay in order) and a pump asked for meanwhile
+        runs after it."""
+        if self._pumping:
+            self._pump_again = True
+            return
         if not self._heap:
             return
-        kept: list[_Waiter] = []
-        for w in sorted(self._heap):
-            if w.gone:
-                continue
-            if w.fut.done():  # cancelled from outside: no longer waiting
-                self._drop(w)
-                continue
-            r = self._try(w.req)
-            if r is None:
-                kept.append(w)
-                continue
-            w.gone = True
-            self._queued -= 1
-            if w.timer is not None:
-                w.timer.cancel()
-            w.fut.set_result(r)
-        heapq.heapify(kept)
-        self._heap = kept
+        self._pumping = True
+        self._pump_from(iter(sorted(self._heap)))
+
+    def _pump_from(self, it: Any) -> None:
+        try:
+            for w in it:
+                if w.gone or w.asking:
+                    continue
+                if w.fut.done():  # cancelled from outside: no longer waiting
+                    self._drop(w)
+                    continue
+                got = self._try(w.req)
+                if got is None:
+                    continue
+                r, d = got
+                if not d.done():
+                    w.asking = True
+                    d.add_done_callback(functools.partial(self._pump_resume, w, r, it))
+                    return
+                self._settle(w, r, d)
+        except BaseException:
+            self._pump_end()
+            raise
+        self._pump_end()
+
+    def _pump_resume(self, w: _Waiter, r: Reservation, it: Any, d: asyncio.Future[bool]) -> None:
+        w.asking = False
+        self._settle(w, r, d)
+        if not d.cancelled() and d.exception() is not None:
+            self._pump_end()  # the ledger cannot decide now: the rest of this pass could not either
+            return
+        self._pump_from(it)
+
+    def _pump_end(self) -> None:
+        self._heap = [w for w in self._heap if not w.gone]
+        heapq.heapify(self._heap)
+        self._pumping = False
+        if self._pump_again:
+            self._pump_again = False
+            self.pump()
+
+    def _settle(self, w: _Waiter, r: Reservation, d: asyncio.Future[bool]) -> None:
+        """A queued waiter's claim was decided: hand the reservation to its ticket, or give it
+        back when the waiter left meanwhile (its key count went back when it left)."""
+        if d.cancelled() or d.exception() is not None or not d.result():
+            return  # not now (or the store out of reach): it stays queued until its deadline
+        if w.gone or w.fut.done():
+            self.ledger.release(r)
+            return
+        w.gone = True
+        self._queued -= 1
+        if w.timer is not None:
+            w.timer.cancel()
+        self.ledger.queue_remove(w.seq)
+        w.fut.set_result(r)
 
     def reject_all(self, code: str, message: str) -> None:
         """Fail every waiter (shutdown)."""

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from llamarig.gateway import reasons
-from llamarig.gateway.admission import Ledger, Pool, pool_from_props
+from llamarig.gateway.admission import Pool, ReservationLedger, pool_from_props
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
 from llamarig.i18n import _
@@ -81,7 +81,7 @@ def classify(e: BaseException) -> tuple[str, str]:
     return reasons.ERROR, f"{type(e).__name__}: {e}"
 
 
-def choose_backend(states: Iterable[BackendState], ledger: Ledger, tokens: int,
+def choose_backend(states: Iterable[BackendState], ledger: ReservationLedger, tokens: int,
                    affinity: str | None = None, exclude: frozenset[str] = frozenset()) -> str | None:
     """The backend for a request of ``tokens`` (prompt + max_tokens), or None if none fits now.
 
@@ -136,7 +136,7 @@ class Affinity:
 class Backends:
     """The backend set: states, health loop, upstream session."""
 
-    def __init__(self, cfg: GatewayConfig, ledger: Ledger, session: aiohttp.ClientSession) -> None:
+    def __init__(self, cfg: GatewayConfig, ledger: ReservationLedger, session: aiohttp.ClientSession) -> None:
         self.cfg = cfg
         self.ledger = ledger
         self.session = session
@@ -166,6 +166,11 @@ class Backends:
     def pick(self, tokens: int, affinity: str | None, exclude: frozenset[str]) -> str | None:
         pref = self.affinity.get(affinity)
         return choose_backend(self.states.values(), self.ledger, tokens, pref, exclude)
+
+    def pool_of(self, name: str) -> Pool | None:
+        """The pool of backend ``name`` as last read (a shared ledger checks claims against it)."""
+        st = self.states.get(name)
+        return st.pool if st is not None else None
 
     def blocked(self, tokens: int, exclude: frozenset[str]) -> reasons.Blocked | None:
         """Why a request of ``tokens`` fits no backend now (None: one fits)."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
+from urllib.parse import urlsplit, urlunsplit
 
 from llamarig.errors import InputError
 from llamarig.i18n import _
@@ -120,6 +121,17 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class LedgerConfig:
+    """Where admission's ledger lives: this process (``url`` None), or a Valkey/Redis server
+    that several replicas share (llamarig.gateway.shared_ledger)."""
+
+    url: str | None = None  # redis://HOST:PORT/DB (rediss:// for TLS)
+    lease_s: float = 10.0  # a dead replica's reservations expire this long after its last heartbeat
+    timeout_s: float = 1.0  # per store round trip; past it a claim is refused (503)
+    replica: str | None = None  # this replica's name in the store (default HOST-PID)
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     server: ServerConfig
     backends: tuple[BackendConfig, ...]
@@ -130,6 +142,7 @@ class GatewayConfig:
     health: HealthConfig
     keys: tuple[KeyConfig, ...] = ()
     source: str | None = None  # path it was read from
+    ledger: LedgerConfig = LedgerConfig()
 
 
 #: the 307K-context MTP field report's TIER table (B/C1/C2/D) plus A and V (llamarig defaults).
@@ -296,7 +309,10 @@ _KEY_KEYS = {"key", "key_env", "name", "tier", "priority", "max_concurrent"}
 _ROUTING_KEYS = {"default_tier", "tier_header", "vision_tier", "agent_tier", "tools_mean_agent",
                  "agent_headers", "agent_user_agents", "system_patterns", "model_aliases",
                  "affinity_messages"}
-_TOP = {"server", "backends", "tiers", "inherit_default_tiers", "routing", "cron", "admission", "health", "keys"}
+_LEDGER = {"url": "str?", "lease_s": "num", "timeout_s": "num", "replica": "str?"}
+_TOP = {"server", "backends", "tiers", "inherit_default_tiers", "routing", "cron", "admission", "health", "keys",
+        "ledger"}
+_LEDGER_URL = re.compile(r"^rediss?://[^/\s]+(/\d+)?/?$")
 _URL = re.compile(r"^https?://[^/\s]+(/[^\s]*)?$")
 
 
@@ -350,6 +366,11 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
     if admission.estimate_bytes_per_token <= 0:
         raise v.err("admission.estimate_bytes_per_token", _("must be > 0"))
     health = _simple_section(v, d.get("health"), "health", HealthConfig, _HEALTH)
+    ledger = _simple_section(v, d.get("ledger"), "ledger", LedgerConfig, _LEDGER)
+    if ledger.url is not None:
+        _check_ledger_url(v, ledger.url, "ledger.url")
+    if ledger.lease_s <= 0 or ledger.timeout_s <= 0:
+        raise v.err("ledger", _("lease_s and timeout_s must be > 0"))
 
     # tiers
     inherit = v.bool_(d.get("inherit_default_tiers", True), "inherit_default_tiers")
@@ -477,7 +498,13 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
         ))
     return GatewayConfig(server=server, backends=tuple(backends), tiers=tiers, routing=routing,
                          cron=cron, admission=admission, health=health, keys=tuple(keys),
-                         source=source)
+                         source=source, ledger=ledger)
+
+
+def _check_ledger_url(v: _V, url: str, where: str) -> str:
+    if not _LEDGER_URL.match(url):
+        raise v.err(where, _("expected redis://HOST:PORT/DB (Valkey or Redis), got {url!r}").format(url=url))
+    return url
 
 
 def _check_url(v: _V, raw: Any, where: str) -> str:
@@ -528,9 +555,13 @@ def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
 
 
 def with_overrides(cfg: GatewayConfig, *, backends: list[str] | None = None, host: str | None = None,
-                   port: int | None = None) -> GatewayConfig:
-    """Apply command-line overrides (``--backend``, ``--host``, ``--port``)."""
+                   port: int | None = None, ledger: str | None = None, replica: str | None = None) -> GatewayConfig:
+    """Apply command-line overrides (``--backend``, ``--host``, ``--port``, ``--ledger``, ``--replica``)."""
     v = _V("command line")
+    if ledger is not None:
+        cfg = replace(cfg, ledger=replace(cfg.ledger, url=_check_ledger_url(v, ledger, "--ledger")))
+    if replica is not None:
+        cfg = replace(cfg, ledger=replace(cfg.ledger, replica=replica))
     server = cfg.server
     if host is not None:
         server = replace(server, host=host)
@@ -544,6 +575,15 @@ def with_overrides(cfg: GatewayConfig, *, backends: list[str] | None = None, hos
     return replace(cfg, server=server, backends=bes)
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, as ``***`` (redis://:secret@host:6379/0)."""
+    u = urlsplit(url)
+    if u.password is None:
+        return url
+    host = (u.hostname or "") + (f":{u.port}" if u.port else "")
+    return urlunsplit((u.scheme, f"{u.username or ''}:***@{host}", u.path, u.query, u.fragment))
+
+
 def dataclass_dict(obj: Any) -> Any:
     """A JSON-able view of a config dataclass (keys masked)."""
     if hasattr(obj, "__dataclass_fields__"):
@@ -552,6 +592,8 @@ def dataclass_dict(obj: Any) -> Any:
             val = getattr(obj, f.name)
             if f.name in ("key", "api_key") and val:
                 val = "***"
+            elif isinstance(obj, LedgerConfig) and f.name == "url" and val:
+                val = redact_url(val)
             out[f.name] = dataclass_dict(val)
         return out
     if isinstance(obj, Mapping):

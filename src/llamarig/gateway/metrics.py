@@ -45,6 +45,10 @@ class GatewayMetrics:
         self.errors = Counter(p + "upstream_errors", "Upstream failures", ["backend", "kind"], registry=r)
         self.clamped = Counter(p + "clamped", "Requests whose max_tokens was lowered", ["tier"], registry=r)
         self.reloads = Counter(p + "config_reloads", "Config reloads by result", ["result"], registry=r)
+        self.ledger_up = Gauge(p + "ledger_up", "1 if the admission ledger can decide (a shared store is reachable)",
+                               registry=r)
+        self.ledger_pending = Gauge(p + "ledger_pending_releases", "Releases not yet written to the shared store",
+                                    registry=r)
 
         self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
 

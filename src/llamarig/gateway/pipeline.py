@@ -259,7 +259,7 @@ async def admit(gw: Gateway, call: Call) -> Reservation:
     synchronously, so the reservation always has exactly one owner."""
     adm = gw.admission
     assert adm is not None
-    r = adm.try_acquire(call.areq)  # the common case: no waiting
+    r = await adm.try_acquire(call.areq)  # the common case: no waiting
     if r is not None:
         return r
     ka = call.cfg.admission.keepalive_s

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from llamarig.i18n import N_, _
 
 if TYPE_CHECKING:
-    from llamarig.gateway.admission import Ledger
+    from llamarig.gateway.admission import ReservationLedger as Ledger
     from llamarig.gateway.backends import BackendState
 
 SLOTS_BUSY = "slots_busy"
@@ -32,6 +32,7 @@ QUEUE_TIMEOUT = "queue_timeout"
 KEY_LIMIT = "key_limit"
 NO_BACKEND = "no_backend"
 SHUTTING_DOWN = "shutting_down"
+LEDGER_UNAVAILABLE = "ledger_unavailable"
 
 #: reason code -> a short label (``llamarig gateway status``: "429s by reason: slots busy 3")
 REASONS: dict[str, str] = {
@@ -43,6 +44,7 @@ REASONS: dict[str, str] = {
     KEY_LIMIT: N_("key concurrency limit"),
     NO_BACKEND: N_("no backend"),
     SHUTTING_DOWN: N_("shutting down"),
+    LEDGER_UNAVAILABLE: N_("shared ledger unreachable"),
 }
 
 
@@ -148,6 +150,11 @@ def queue_full_message(queued: int, limit: int, b: Blocked | None) -> str:
 def key_limit_message(key: str, count: int, limit: int) -> str:
     return _("API key '{key}' is at its concurrency limit: {count} of {limit} requests in flight or "
              "queued").format(key=key, count=count, limit=limit)
+
+
+def ledger_unavailable_message(error: str) -> str:
+    return _("the shared admission ledger is unreachable ({error}); refusing rather than overbooking "
+             "the KV pool of backends other gateway replicas share").format(error=error)
 
 
 def shutting_down_message() -> str:

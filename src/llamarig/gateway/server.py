@@ -28,9 +28,9 @@ from typing import Any
 
 import aiohttp
 
-from llamarig.errors import LlamarigError
+from llamarig.errors import LlamarigError, ServerError
 from llamarig.gateway import pipeline, reasons
-from llamarig.gateway.admission import Admission, Ledger
+from llamarig.gateway.admission import Admission, Ledger, ReservationLedger
 from llamarig.gateway.backends import Backends
 from llamarig.gateway.config import (
     GatewayConfig,
@@ -62,7 +62,7 @@ class Gateway:
         self.cfg = cfg
         self.config_path = config_path
         self.overrides = overrides or {}
-        self.ledger = Ledger()
+        self.ledger: ReservationLedger = make_ledger(cfg)
         self.metrics = GatewayMetrics()
         self.reqlog = RequestLog(cfg.server.request_log, cfg.server.log_content)
         self.session: aiohttp.ClientSession | None = None
@@ -117,8 +117,11 @@ class Gateway:
         self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
                                    queue_timeout_s=a.queue_timeout_s, retry_after_s=a.retry_after_s,
                                    total_slots=self.backends.total_slots, any_backend=self.backends.any_healthy,
-                                   diagnose=self.backends.blocked)
+                                   diagnose=self.backends.blocked, pool_of=self.backends.pool_of,
+                                   tries=max(1, len(self.backends.states)))
         self.backends.on_change.append(self.admission.pump)
+        adm = self.admission
+        await self.ledger.start(on_change=adm.pump, waiting=lambda: adm.queued > 0)
         # the first check, before listening: bounded (each of its requests has health.timeout_s);
         # a backend that fails it is not waited for (the health loop keeps checking it), and
         # Backends.startup_lines() says what it found (the CLI prints them)
@@ -142,6 +145,7 @@ class Gateway:
             self.admission.reject_all("shutting_down", reasons.shutting_down_message())
         if self.backends:
             await self.backends.stop()
+        await self.ledger.close()
         if self.upstream is not None:
             self.upstream.close()
         if self.session:
@@ -173,6 +177,9 @@ class Gateway:
             self.metrics.reloads.labels("error").inc()
             return False
         old = self.cfg
+        if new.ledger != old.ledger:
+            log.warning("config reload: ledger changes need a restart; keeping %s", self.ledger.describe().get("url", "local"))
+            new = replace(new, ledger=old.ledger)
         if (new.server.host, new.server.port) != (old.server.host, old.server.port):
             log.warning("config reload: host/port changes need a restart; keeping %s:%s", old.server.host, old.server.port)
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
@@ -300,6 +307,9 @@ class Gateway:
         queued = self.admission.queued_by_tier()
         for t in self.cfg.tiers:
             m.queue_length.labels(t).set(queued.get(t, 0))
+        led = self.ledger.describe()
+        m.ledger_up.set(0 if led.get("reachable") is False else 1)
+        m.ledger_pending.set(int(led.get("pending_releases") or 0))
         for s in self.backends.states.values():
             m.up.labels(s.name).set(1 if s.healthy else 0)
             m.reserved.labels(s.name).set(self.ledger.reserved.get(s.name, 0))
@@ -337,6 +347,7 @@ class Gateway:
             "health": {"interval_s": cfg.health.interval_s, "timeout_s": cfg.health.timeout_s},
             "tiers": {n: dataclass_dict(t) for n, t in cfg.tiers.items()},
             "keys": [k.name for k in cfg.keys], "affinity_entries": len(self.backends.affinity),
+            "ledger": self.ledger.describe(),
         }
 
     def requests_in_flight(self, *, now: float) -> list[dict[str, Any]]:
@@ -348,6 +359,7 @@ class Gateway:
 
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)
+        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica
         return json_response(200, self.status())
 
     async def _slots(self, request: Request) -> Response | StreamResponse:
@@ -399,6 +411,19 @@ class Gateway:
     def port(self) -> int:
         """The port actually bound (useful with port 0)."""
         return self.http.port
+
+
+def make_ledger(cfg: GatewayConfig) -> ReservationLedger:
+    """The in-process ledger, or the shared one in Valkey/Redis when ``ledger.url`` is set."""
+    lc = cfg.ledger
+    if lc.url is None:
+        return Ledger()
+    try:
+        from llamarig.gateway.shared_ledger import RedisLedger  # lazy: needs redis (optional)
+    except ImportError as e:
+        raise ServerError(_("--ledger needs the redis package: pip install 'llamarig[ledger]' ({error})").format(
+            error=e)) from None
+    return RedisLedger(lc.url, replica=lc.replica, lease_s=lc.lease_s, timeout_s=lc.timeout_s)
 
 
 class Runner:

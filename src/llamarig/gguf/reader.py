@@ -8,7 +8,10 @@ plan. This reader walks the same format (gguf-py/gguf/gguf_reader.py, ggml/src/g
   (element type and count), string arrays by walking their length prefixes;
 - validates every count and length against the bytes left in the file before using it, so a
   truncated or hostile header gives a ``GGUFError`` with the offset, never a huge allocation;
-- never reads tensor data: tensor extents are checked against the file size only.
+- never reads tensor data: tensor extents are checked against the file size only;
+- parses a prefix of a file as well as the whole file (``parse_header``): when the prefix ends
+  before the tensor table does, it raises ``HeaderIncomplete`` with the bytes it needs, so a
+  remote reader (llamarig.hub) can fetch a longer range and try again.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamarig.errors import GGUFError
+from llamarig.errors import GGUFError, ModelNotFoundError
 from llamarig.gguf.ggml_types import TYPE_SIZES, type_name
 from llamarig.i18n import _
 
@@ -75,9 +78,18 @@ class TensorInfo:
     offset: int  # absolute offset in its file
 
 
+class HeaderIncomplete(Exception):
+    """The bytes given end before the header does; ``needed`` bytes from the start are required
+    (at least; the next field may ask for more)."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"header needs at least {needed} bytes")
+        self.needed = needed
+
+
 @dataclass(frozen=True)
 class GGUFHeader:
-    path: Path
+    path: Path | str  # a local path, or the reference a remote header was read from
     version: int
     file_size: int
     alignment: int
@@ -85,6 +97,8 @@ class GGUFHeader:
     metadata: dict[str, Any] = field(repr=False)
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     warnings: tuple[str, ...] = ()
+    #: where the tensor table ends: the bytes a reader needs to parse this header
+    header_bytes: int = 0
 
 
 _TYPE_LABEL = {
@@ -95,18 +109,27 @@ _TYPE_LABEL = {
 
 
 class _Cursor:
-    __slots__ = ("buf", "off", "end", "path")
+    __slots__ = ("buf", "off", "end", "limit", "path")
 
-    def __init__(self, buf: memoryview | bytes, path: Path) -> None:
+    def __init__(self, buf: memoryview | bytes, path: Path | str, limit: int | None = None) -> None:
         self.buf = buf
         self.off = 0
         self.end = len(buf)
+        #: the file's size; more than ``end`` when ``buf`` is only a prefix of the file
+        self.limit = self.end if limit is None else limit
         self.path = path
+
+    def more(self, upto: int) -> None:
+        """Raise HeaderIncomplete when ``buf`` is a prefix and the file has ``upto`` bytes."""
+        if self.end < upto <= self.limit:
+            raise HeaderIncomplete(upto)
 
     def fail(self, problem: str) -> GGUFError:
         return GGUFError(self.path, _("{problem} (at byte {off})").format(problem=problem, off=self.off))
 
     def need(self, n: int, what: str) -> None:
+        if n >= 0:
+            self.more(self.off + n)
         if n < 0 or self.off + n > self.end:
             raise self.fail(
                 _("truncated header: {what} needs {n} bytes but only {left} remain").format(what=what, n=n, left=self.end - self.off)
@@ -150,9 +173,11 @@ class _Cursor:
         for i in range(count):
             if off + 8 > end:
                 self.off = off
+                self.more(off + 8)
                 raise self.fail(_("truncated header: {what}[{i}] length").format(what=what, i=i))
             off += 8 + unpack(buf, off)[0]
             if off > end:
+                self.more(off)
                 self.off = off - 8
                 raise self.fail(_("truncated header: {what}[{i}] runs past the end of the file").format(what=what, i=i))
         self.off = off
@@ -205,7 +230,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     try:
         size = p.stat().st_size
     except FileNotFoundError:
-        raise GGUFError(p, _("no such file")) from None
+        raise ModelNotFoundError(p, _("no such file")) from None
     except OSError as e:
         raise GGUFError(p, _("cannot read: {error}").format(error=e.strerror or e)) from None
     if p.is_dir():
@@ -227,8 +252,23 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         mm.close()
 
 
-def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
-    c = _Cursor(buf, p)
+def parse_header(buf: bytes | memoryview, size: int, where: Path | str) -> GGUFHeader:
+    """Parse a header from ``buf``, the first bytes of a GGUF file of ``size`` bytes (the whole
+    file or a prefix of it). Raises HeaderIncomplete when ``buf`` ends before the tensor table
+    does, GGUFError when the header is bad."""
+    if size < 24:
+        raise GGUFError(where, _("not a GGUF file: only {size} bytes").format(size=size))
+    magic = bytes(buf[:4])
+    if len(magic) < 4:
+        raise HeaderIncomplete(24)
+    if magic != GGUF_MAGIC:
+        raise GGUFError(where, _("not a GGUF file: magic is {magic!r}, expected b'GGUF'").format(magic=magic))
+    with memoryview(buf) as view:
+        return _parse(view, where, size)
+
+
+def _parse(buf: memoryview, p: Path | str, size: int) -> GGUFHeader:
+    c = _Cursor(buf, p, size)
     c.off = 4
     version = c.u32("version")
     if version not in SUPPORTED_VERSIONS:
@@ -265,6 +305,7 @@ def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
         offset = c.u64(f"tensor '{name}' offset")
         raw.append((name, ttype, tuple(shape), offset))
 
+    header_bytes = c.off
     data_offset = (c.off + alignment - 1) // alignment * alignment
     tensors: list[TensorInfo] = []
     for name, ttype, shape, offset in raw:
@@ -297,4 +338,5 @@ def _parse(buf: memoryview, p: Path, size: int) -> GGUFHeader:
         metadata=metadata,
         tensors=tuple(tensors),
         warnings=tuple(warnings),
+        header_bytes=header_bytes,
     )

@@ -154,6 +154,8 @@ class ModelSpec:
     mtp_sidecar: bool = False
     warnings: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: for a header read over HTTP (llamarig.hub): where from, bytes and requests, seconds, cache
+    remote: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def tensor_count(self) -> int:
@@ -217,6 +219,8 @@ class ModelSpec:
             "source": self.source,
             "warnings": list(self.warnings),
         }
+        if self.remote is not None:
+            d["remote"] = dict(self.remote)
         if with_tensors:
             d["tensors"] = [
                 {"name": t.name, "type": t.ggml_type, "shape": list(t.shape), "bytes": t.n_bytes}

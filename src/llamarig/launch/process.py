@@ -17,19 +17,19 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
+from llamarig.flags.argv import Command
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
 from llamarig.i18n import _
 from llamarig.launch.server import health, log_tail
 from llamarig.paths import state_dir
 from llamarig.plan.logparse import VerifyRow, compare
 from llamarig.procs import exit_description
-from llamarig.render.common import get_value
 
 if TYPE_CHECKING:
     from llamarig.plan.result import Plan
@@ -162,10 +162,6 @@ def port_in_use(host: str, port: int) -> bool:
 # ---------------------------------------------------------------------------- launch
 
 
-def _has(args: Sequence[str], *names: str) -> bool:
-    return any(a.split("=", 1)[0] in names for a in args)
-
-
 def likely_causes(argv: Sequence[str], log: str) -> list[str]:
     """Why a server did not start: known log messages, then `llamarig check` errors."""
     out = []
@@ -212,11 +208,12 @@ class Launched:
 
 def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
     a = [x for x in args]
-    if not _has(a, "--host"):
+    cmd = Command.parse(a, program=False)
+    if not cmd.has("--host"):
         a += ["--host", host]
-    if not _has(a, "--port"):
+    if not cmd.has("--port"):
         a += ["--port", str(port)]
-    if verbose_log and not _has(a, "-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose"):
+    if verbose_log and not cmd.has("--verbosity", "--verbose"):
         # buffer sizes are libllama INFO lines, shown at verbosity 4 (common/log.cpp:532-540)
         a += ["-lv", "4"]
     return [binary] + a
@@ -224,24 +221,27 @@ def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_
 
 def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: str | None = None,
           port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
-          force: bool = False, replan: Callable[[CpuFeatures], Plan] | None = None) -> Launched:
+          force: bool = False, replan: Callable[[CpuFeatures], Plan] | None = None,
+          env: Mapping[str, str] | None = None) -> Launched:
     """Start llama-server detached (own session), wait for /health, verify against ``plan``.
 
     Raises ServerError (exit 3) for a missing binary, a port in use, or a server that exits or
     does not become healthy (with the last log lines and likely causes); LlamarigError (exit 1)
     for a plan that does not fit unless ``force``. ``replan(cpu)``: the plan again for the CPU
     features the server's own ``system_info`` line names, when they differ from the plan's (its
-    AMX / CPU_REPACK buffers depend on the build, not only on the CPU)."""
+    AMX / CPU_REPACK buffers depend on the build, not only on the CPU). ``env``: variables the
+    server gets on top of this process's environment (a script's ``export``/``Environment=``)."""
     if plan is not None and not plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): not launching (use --force to launch anyway)").format(
             shortfalls="; ".join(plan.shortfalls())))
     if not (Path(binary).is_file() and os.access(binary, os.X_OK)):
         raise ServerError(_("{binary}: llama-server binary not found or not executable").format(binary=binary))
-    model = get_value(args, "-m", "--model")
+    cmd = Command.parse(args, program=False)
+    model = cmd.get("--model")
     if model and not Path(model).is_file():
         raise InputError(_("-m {model}: model file not found").format(model=model))
-    host = host or get_value(args, "--host") or "127.0.0.1"
-    pv = port if port is not None else get_value(args, "--port")
+    host = host or cmd.get("--host") or "127.0.0.1"
+    pv = port if port is not None else cmd.get("--port")
     try:
         port = int(pv) if pv is not None else 8080
     except ValueError:
@@ -264,7 +264,7 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
     with open(log_path, "wb") as logf:
         try:
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, env={**os.environ, **env} if env else None)
         except OSError as e:
             raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
     st = LaunchState(proc.pid, proc_start_ticks(proc.pid), tuple(argv), binary, bind_host, port,

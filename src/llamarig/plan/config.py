@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from llamarig.errors import InputError
+from llamarig.flags.argv import Command, looks_like_option
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import load_bundled
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
@@ -80,7 +81,9 @@ class ServerConfig:
     override_tensor_draft: tuple[tuple[str, str], ...] = ()  # -otd
     cpu_moe_draft: bool = False  # -cmoed
     n_cpu_moe_draft: int = 0  # -ncmoed
-    hf_repo: str | None = None  # -hf (plan cannot download; build_inputs refuses it)
+    hf_repo: str | None = None  # -hf OWNER/REPO[:QUANT] (plan reads its header: llamarig.hub)
+    hf_file: str | None = None  # -hff FILE inside the -hf repo
+    model_url: str | None = None  # -mu URL (llama-server downloads it)
     rpc: tuple[str, ...] = ()
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
@@ -102,6 +105,12 @@ class ServerConfig:
     def rollback_spec(self) -> bool:
         return any(t in ROLLBACK_SPEC_TYPES for t in self.spec_types)
 
+    @classmethod
+    def from_command(cls, cmd: Command, base: ServerConfig | None = None, strict: bool = False) -> ServerConfig:
+        """The settings a parsed llama-server command runs with (over ``base``'s); ``strict``:
+        a flag the planner does not read, or a stray word, is an InputError."""
+        return _from_command(cmd, base, strict)
+
     def with_(self, **kw: object) -> ServerConfig:
         return replace(self, **kw)  # type: ignore[arg-type]
 
@@ -109,7 +118,11 @@ class ServerConfig:
         """The llama-server arguments that reproduce this config (explicit settings only)."""
         out: list[str] = []
         m = model or self.model
-        if m:
+        if self.hf_repo:  # llama-server downloads it (common/arg.cpp -hf, -hff)
+            out += ["-hf", self.hf_repo] + (["-hff", self.hf_file] if self.hf_file else [])
+        elif m and m.startswith(("http://", "https://")):
+            out += ["-mu", m]
+        elif m:
             out += ["-m", m]
         if self.mmproj:
             out += ["--mmproj", self.mmproj]
@@ -330,6 +343,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "--spec-draft-cpu-moe": ("cpu_moe_draft", "true"),
     "--spec-draft-n-cpu-moe": ("n_cpu_moe_draft", "int0"),
     "--hf-repo": ("hf_repo", "path"),
+    "--hf-file": ("hf_file", "path"),
+    "--model-url": ("model_url", "path"),
 }
 
 
@@ -386,11 +401,19 @@ def flag_takes_value(tok: str) -> bool:
 
 def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
                       strict: bool = False) -> ServerConfig:
-    """Parse llama-server arguments into a ServerConfig (later flags override earlier ones).
+    """Parse llama-server arguments into a ServerConfig (later flags override earlier ones):
+    :meth:`ServerConfig.from_command` on ``Command.parse(argv)``.
 
-    ``strict``: unknown flags are errors (the direct ``llamarig plan ... -c N`` form);
-    otherwise they are skipped and listed in ``ignored`` (a pasted llama-server command).
+    ``strict``: ``argv`` has no program and unknown flags are errors (the direct ``llamarig plan
+    ... -c N`` form); otherwise a first word that is not an option is the program, and unknown
+    flags are skipped and listed in ``ignored`` (a pasted llama-server command).
     """
+    schema = _schema()
+    cmd = Command.parse(argv, schema, program=False if strict else None)  # type: ignore[arg-type]
+    return ServerConfig.from_command(cmd, base=base, strict=strict)
+
+
+def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool = False) -> ServerConfig:
     cfg = base or ServerConfig()
     vals: dict[str, object] = {}
     set_flags = set(cfg.set_flags)
@@ -399,10 +422,9 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     spec_types = list(cfg.spec_types)
     ots = list(cfg.override_tensor)
     otds = list(cfg.override_tensor_draft)
-    i = 0
-    args = list(argv)
-    while i < len(args):
-        tok = args[i]
+    schema = cmd.schema
+    for arg in cmd.args:
+        tok = arg.spelling
         name = _norm(tok)
         advice = _removed_advice(tok)
         if advice is not None:
@@ -414,37 +436,25 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             if name in ("--no-mmap", "--mlock"):
                 vals["load_mode"] = "none" if name == "--no-mmap" else "mlock"
                 set_flags.add("load_mode")
-            i += 1
             continue
         found = _option(tok)
         if found is None:
-            if name.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", name):
+            if looks_like_option(tok):
                 if strict:
                     raise InputError(
                         _("{tok}: not a llama-server flag that plan understands (paste a whole command after '--' "
                           "to have unrelated flags ignored)").format(tok=tok)
                     )
-                schema = _schema()
-                hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
-                if hit is not None:
+                if arg.opt is not None or schema is None:
                     ignored.append(tok)
-                    i += hit[0].n_values  # the schema knows how many values it takes
                 else:
-                    if schema is not None:
-                        problems.append(
-                            _("{flag}: not a llama-server flag of build {build}: llama-server would refuse to start "
-                              "('error: invalid argument: {flag}', common/arg.cpp:830)").format(
-                                flag=tok, build=schema.build))  # type: ignore[attr-defined]
-                    else:
-                        ignored.append(tok)
-                    # skip its value, if the next token is not a flag
-                    if i + 1 < len(args) and (not args[i + 1].startswith("-")
-                                              or re.fullmatch(r"-\d+(\.\d+)?", args[i + 1])):
-                        i += 1
+                    problems.append(
+                        _("{flag}: not a llama-server flag of build {build}: llama-server would refuse to start "
+                          "('error: invalid argument: {flag}', common/arg.cpp:830)").format(
+                            flag=tok, build=schema.build))
             elif strict:
                 # a stray word (in a pasted command the first token is the binary itself)
                 raise InputError(_("'{tok}': unexpected argument (llama-server takes no positional arguments)").format(tok=tok))
-            i += 1
             continue
         fld, kind, positive, n_values = found
         if kind == "bool":
@@ -453,12 +463,9 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
             kind = "false" if positive else "true"
         value = ""
         if n_values:
-            if i + 1 >= len(args):
+            if len(arg.values) < n_values:
                 raise InputError(_("{tok}: missing value").format(tok=tok))
-            value = args[i + 1]
-            i += 2
-        else:
-            i += 1
+            value = arg.values[0]
         set_flags.add(fld)
         if kind in ("int", "int0", "int1", "ngl"):
             tail = _int_tail_problem(tok, value)

@@ -14,6 +14,7 @@ from llamarig.errors import GGUFError, InputError
 from llamarig.gguf import load_spec
 from llamarig.hardware.cpu import CpuFeatures, parse_cpu_features
 from llamarig.hardware.types import Hardware
+from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
@@ -35,11 +36,8 @@ class PlanArgs:
     overhead: int | None = None
     cpu_features: str | None = None
     cpu: CpuFeatures | None = None  # e.g. a server's system_info; beats cpu_features
-    as_json: bool = False
-    why: bool = False  # --why/-v: formulas and sources in the human output
     server_args: list[str] = field(default_factory=list)
     command: list[str] | None = None
-    help: bool = False
 
 
 
@@ -55,12 +53,24 @@ def _load_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
 
 
 def _mmproj_from_file(path: str, image_max_tokens: int = 0) -> MMProjInfo:
+    return _mmproj_from_spec(load_spec(path), path, image_max_tokens)
+
+
+def _mmproj_from_spec(spec: ModelSpec, path: str, image_max_tokens: int = 0) -> MMProjInfo:
     from llamarig.plan.mmproj import mmproj_info_from_spec  # lazy: 4 ms, off the --help path
 
-    spec = load_spec(path)
     if spec.projector is None:
         raise GGUFError(path, _("is not an mmproj file (general.architecture is not 'clip')"))
     return mmproj_info_from_spec(spec, Path(path).name, image_max_tokens or None)
+
+
+def repo_mmproj(model: str, image_max_tokens: int = 0) -> MMProjInfo | None:
+    """For a hub reference: the repo's projector as llama-server's ``-hf`` picks it (it loads one
+    by default, unless --no-mmproj), or None when the repo has none."""
+    from llamarig.hub.resolve import repo_mmproj as find  # lazy: huggingface_hub, remote refs only
+
+    spec = find(model)
+    return None if spec is None else _mmproj_from_spec(spec, spec.path, image_max_tokens)
 
 
 def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
@@ -69,6 +79,10 @@ def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
 
     if arg is None or arg.lower() == "none":
         return None
+    if not Path(arg).exists() and is_remote(arg):
+        from llamarig.hub.resolve import load_remote  # lazy: huggingface_hub, remote refs only
+
+        return _mmproj_from_spec(load_remote(arg), arg, image_max_tokens)
     if Path(arg).exists() or arg.endswith(".gguf"):
         return _mmproj_from_file(arg, image_max_tokens)
     kind = arg.lower()
@@ -107,15 +121,15 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
         cfg = parse_server_args(pa.command, strict=False)
     cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
     problems: list[str] = []
+    hub_model: str | None = None
     if cfg.hf_repo:
         # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
-        # sets model.path to the downloaded primary file); plan cannot download
+        # sets model.path to the downloaded primary file)
         if cfg.model:
             raise InputError(_("-m {model} and -hf {hf_repo} together: llama-server would load the file downloaded for "
-                               "-hf, not -m; drop one (plan reads local GGUFs and catalogue ids only)").format(model=cfg.model, hf_repo=cfg.hf_repo))
-        if not pa.model:
-            raise InputError(_("-hf {hf_repo}: plan cannot download from Hugging Face; give the GGUF path (-m) or a "
-                               "catalogue id (`llamarig models`)").format(hf_repo=cfg.hf_repo))
+                               "-hf, not -m; drop one").format(model=cfg.model, hf_repo=cfg.hf_repo))
+        if not pa.model:  # plan reads the header of what -hf names (llamarig.hub)
+            hub_model = f"hf:{cfg.hf_repo.split(':')[0]}/{cfg.hf_file}" if cfg.hf_file else f"hf:{cfg.hf_repo}"
     for what, mine, theirs in (("MODEL", pa.model, cfg.model), ("--mmproj", pa.mmproj, cfg.mmproj),
                                ("--draft", pa.draft, cfg.draft_model)):
         if mine and theirs and mine != theirs:
@@ -123,23 +137,34 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
             problems.append(_("{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
                               "{theirs} of the llama-server command is ignored").format(
                 what=what, mine=mine, flag=flag, theirs=theirs))
-    model = pa.model or cfg.model
+    if cfg.model_url and not pa.model and not cfg.model and not hub_model:
+        hub_model = cfg.model_url  # -mu URL: plan reads its header
+    model = pa.model or cfg.model or hub_model
     if not model:
         raise InputError(_("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command"))
     spec, cat = _load_model(model)
     mm_arg = pa.mmproj or cfg.mmproj
-    mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
+    if mm_arg is None and is_remote(model) and not Path(model).exists() and parse_ref(model).hub != "url":
+        # llama-server -hf fetches and loads it by itself: nothing to add to the command
+        mmproj = repo_mmproj(model, cfg.image_max_tokens)
+    else:
+        mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
     draft = None
     d_arg = pa.draft or cfg.draft_model
     if d_arg:
         draft = _load_model(d_arg)[0]
-    shown_model = model
-    if cat is not None and not Path(model).exists():
+    shown_model: str | None = model
+    hf_repo, hf_file = cfg.hf_repo, cfg.hf_file
+    if is_remote(model) and not Path(model).exists():
+        ref = parse_ref(model)
+        if ref.hub != "url":  # llama-server -hf OWNER/REPO[:QUANT] [-hff FILE] names it
+            shown_model, hf_repo, hf_file = None, ref.hf_repo_arg, ref.file or None
+    elif cat is not None and not Path(model).exists():
         shown_model = f"<{spec.name or cat.id}-{spec.path.split(':')[-1].upper()}.gguf>"
     shown_mm = None if mm_arg in (None, "none") else mm_arg
     if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
         shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
-    cfg = replace(cfg, model=shown_model, mmproj=shown_mm, draft_model=d_arg,
+    cfg = replace(cfg, model=shown_model, hf_repo=hf_repo, hf_file=hf_file, mmproj=shown_mm, draft_model=d_arg,
                   problems=(*cfg.problems, *problems))
     hw = build_hardware(pa)
     return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, notes=tuple(gpu_notes(pa)))

@@ -94,7 +94,7 @@ def _mib(n: int) -> str:
 def effective_inputs(inp: PlanInputs, plan: Plan) -> PlanInputs:
     """``inp`` with the settings llama-server would really run after --fit (the layers and
     experts it moved, the context it chose): what the speed model should see."""
-    cfg = plan.extra.get("effective_cfg")
+    cfg = plan.effective_cfg
     return replace(inp, cfg=cfg) if isinstance(cfg, ServerConfig) else inp
 
 
@@ -121,11 +121,11 @@ def make_plan(inp: PlanInputs) -> Plan:
     out = fo.plan
     ngl_note = f"-ngl {fo.cfg.n_gpu_layers}:"
     kept = tuple(n for n in out.notes if not n.startswith(ngl_note) or fo.cfg is cfg)
-    extra = dict(out.extra, effective_cfg=fo.cfg)
+    extra = dict(out.extra)
     if fo.cfg.n_ctx != cfg.n_ctx:
         extra["n_ctx_source"] = f"--fit: lowered from {plan.n_ctx}"
     return replace(out, notes=(*inp.notes, *fo.notes, *[n for n in kept if n not in inp.notes]),
-                   warnings=(*out.warnings, *fo.warnings), command=plan.command, extra=extra)
+                   warnings=(*out.warnings, *fo.warnings), command=plan.command, extra=extra, effective_cfg=fo.cfg)
 
 
 #: GPU backends whose device has a pinned host buffer type (ggml_backend_dev_host_buffer_type)

@@ -154,6 +154,9 @@ class Plan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     speed: Any = None  # filled by the speed model (plan/speed.py)
+    #: the settings llama-server runs after --fit moved layers or lowered the context (a
+    #: llamarig.plan.config.ServerConfig; None: --fit changed nothing): what the speed model sees
+    effective_cfg: Any = field(default=None, compare=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

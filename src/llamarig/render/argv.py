@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from llamarig.catalogue.models import is_catalogue_id
 from llamarig.errors import one_line
+from llamarig.flags.argv import Command
 from llamarig.flags.model import model_loader
 from llamarig.flags.readers import parse_argv
 from llamarig.flags.rules import Context, lint
 from llamarig.i18n import _
-from llamarig.render.common import flag_groups, is_flag
+from llamarig.render.common import is_flag
 
 if TYPE_CHECKING:
     from llamarig.flags.findings import Finding
@@ -79,7 +80,7 @@ def map_paths(args: Sequence[str], schema: Any, fn: Callable[[PathOption, str], 
     """``args`` with every local path value ``v`` of a path option replaced by ``fn(option, v)``
     (each item of a comma-separated list; the FNAME of FNAME:SCALE items)."""
     out: list[str] = []
-    for g in flag_groups(args, schema):
+    for g in Command.parse(args, schema, program=False).groups():
         po = path_option(g[0], schema) if is_flag(g[0]) and "=" not in g[0] else None
         if po is None or len(g) < 2:
             out += g
@@ -114,7 +115,7 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
         q = os.path.expanduser(p)
         if not os.path.isabs(q):
             base = next((b for b in bases if (b / q).exists()), None)
-            if base is None and po.name in ("--model", "-m") and _is_catalogue_id(q):
+            if base is None and po.name in ("--model", "-m") and catalogue_id(q):
                 return p
             q = os.path.normpath(os.path.join(os.path.abspath(base or bases[0]), q))
         if q != p and po.name not in changed:
@@ -124,7 +125,8 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
     return map_paths(args, schema, fix), changed
 
 
-def _is_catalogue_id(text: str) -> bool:
+def catalogue_id(text: str) -> bool:
+    """Whether ``text`` names a catalogue model (never raises: without the catalogue, a path is a path)."""
     try:
         return bool(is_catalogue_id(text))
     except Exception:  # the catalogue is the planner's: without it, a path is a path
@@ -152,7 +154,7 @@ def misplaced_options(args: Sequence[str], schema: Any, own: Iterable[str]) -> l
     this llama-server does not know, and those that are always llamarig's (-o, --ram, --gpu, ...)."""
     own_set = set(own)
     bad: list[str] = []
-    for g in flag_groups(args, schema):
+    for g in Command.parse(args, schema, program=False).groups():
         key = g[0].split("=", 1)[0]
         if not is_flag(key) or key not in own_set:
             continue

@@ -9,50 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamarig import __version__
+from llamarig.flags.argv import Command, looks_like_option
 from llamarig.i18n import _, language
 from llamarig.units import fmt_bytes
 
-_NUM = re.compile(r"^-\d+(\.\d+)?$")
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
 MLOCK_MODES = ("mlock", "mmap+mlock")
 
 
 def is_flag(tok: str) -> bool:
-    return tok.startswith("-") and tok != "-" and not _NUM.match(tok)
-
-
-def _n_values(tok: str, schema: Any) -> int | None:
-    if schema is None:
-        return None
-    hit = schema.lookup(tok.split("=", 1)[0])
-    if hit is None:
-        return None
-    opt, _ = hit
-    return 0 if "=" in tok else opt.n_values
-
-
-def flag_groups(args: Sequence[str], schema: Any = None) -> list[list[str]]:
-    """``["-m", "a.gguf", "-fa", "on", "--jinja"]`` -> ``[["-m", "a.gguf"], ["-fa", "on"], ["--jinja"]]``.
-
-    The schema of the installed build says how many values an option takes; without it (or for
-    an unknown option) every following non-flag token is taken as a value."""
-    out: list[list[str]] = []
-    i = 0
-    args = list(args)
-    while i < len(args):
-        tok = args[i]
-        n = _n_values(tok, schema)
-        if n is not None:
-            out.append(args[i:i + 1 + n])
-            i += 1 + n
-            continue
-        grp = [tok]
-        i += 1
-        while i < len(args) and not is_flag(args[i]):
-            grp.append(args[i])
-            i += 1
-        out.append(grp)
-    return out
+    return looks_like_option(tok)
 
 
 def flag_comment(tok: str, schema: Any) -> str:
@@ -81,36 +47,8 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def get_value(args: Sequence[str], *names: str) -> str | None:
-    """Last value of any of ``names`` (llama-server: the last occurrence wins)."""
-    val = None
-    for i, a in enumerate(args):
-        key, eq, v = a.partition("=")
-        if key in names:
-            if eq:
-                val = v
-            elif i + 1 < len(args):
-                val = args[i + 1]
-    return val
-
-
-def set_value(args: Sequence[str], names: Sequence[str], value: str) -> list[str]:
-    """Replace every occurrence of the option (any spelling) by one ``names[0] value`` at the end."""
-    out: list[str] = []
-    i = 0
-    args = list(args)
-    while i < len(args):
-        key, eq, _ = args[i].partition("=")
-        if key in names:
-            i += 1 if eq else 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out + [names[0], value]
-
-
-def uses_mlock(args: Sequence[str]) -> bool:
-    lm = get_value(args, "-lm", "--load-mode")
+def uses_mlock(args: Sequence[str], schema: Any = None) -> bool:
+    lm = Command.parse(args, schema, program=False).get("--load-mode")
     return lm in MLOCK_MODES
 
 
@@ -130,9 +68,13 @@ class RenderSpec:
     #: the directory the input ran it in (its `cd DIR`, WorkingDirectory=), absolute
     workdir: str | None = None
 
+    def command(self) -> Command:
+        """What llama-server receives, parsed against the build's flags (the program excluded)."""
+        return Command.parse(self.args, self.schema, program=False)
+
     @property
     def port(self) -> int:
-        v = get_value(self.args, "--port")
+        v = self.command().get("--port")
         try:
             return int(v) if v else 8080  # llama-server's default port (common/common.h)
         except ValueError:
@@ -140,14 +82,14 @@ class RenderSpec:
 
     @property
     def host(self) -> str:
-        return get_value(self.args, "--host") or "127.0.0.1"  # default host (common/common.h)
+        return self.command().get("--host") or "127.0.0.1"  # default host (common/common.h)
 
     @property
     def mlock(self) -> bool:
-        return uses_mlock(self.args)
+        return uses_mlock(self.args, self.schema)
 
     def groups(self) -> list[list[str]]:
-        return flag_groups(self.args, self.schema)
+        return self.command().groups()
 
     def header(self) -> list[str]:
         """Comment lines (without the comment marker) every output starts with."""

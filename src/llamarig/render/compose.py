@@ -11,9 +11,10 @@ import json
 import os
 from pathlib import PurePosixPath
 
+from llamarig.flags.argv import Command
 from llamarig.i18n import _
 from llamarig.render.argv import PathOption, map_paths
-from llamarig.render.common import RenderSpec, get_value, set_value
+from llamarig.render.common import RenderSpec
 
 IMAGES = {
     "cpu": "ghcr.io/ggml-org/llama.cpp:server",
@@ -45,8 +46,8 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
     port = spec.port
     host = spec.host
     publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else host
-    args = set_value(args, ("--host",), "0.0.0.0")  # inside the container; published below
-    args = set_value(args, ("--port",), str(port))
+    # inside the container; published below
+    args = Command.parse(args, spec.schema, program=False).set("--host", "0.0.0.0").set("--port", str(port)).server_args()
     s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version)
     image = IMAGES.get(backend, backend)
     out = [("# " + ln).rstrip() for ln in s2.header()]
@@ -80,4 +81,4 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
     return "\n".join(out) + "\n"
 
 
-__all__ = ["IMAGES", "render_compose", "get_value"]
+__all__ = ["IMAGES", "render_compose"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from llamarig.i18n import _
-from llamarig.render.common import RenderSpec, set_value
+from llamarig.render.common import RenderSpec
 
 
 def _yaml_word(t: str) -> str:
@@ -18,8 +18,7 @@ def _yaml_word(t: str) -> str:
 
 
 def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | None = None) -> str:
-    args = set_value(spec.args, ("--port",), "${PORT}")
-    args = set_value(args, ("--host",), "127.0.0.1")
+    args = spec.command().set("--port", "${PORT}").set("--host", "127.0.0.1").server_args()
     s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
                     spec.wrappers)
     mid = model_id or spec.name

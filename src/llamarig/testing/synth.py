@@ -167,9 +167,14 @@ _FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 _BLOCK = {"q8_0": 32, "q4_0": 32}
 
 
+#: tensors per file when write_model writes a split model (0: one file); set for one call
+_split_max_tensors = 0
+
+
 class _Builder:
     def __init__(self, path: Path, arch: str, shape: SynthShape) -> None:
-        self.w = GGUFWriter(str(path), arch)
+        # gguf-py writes NAME-0000i-of-0000n.gguf with split.* keys, as llama.cpp's gguf-split does
+        self.w = GGUFWriter(str(path), arch, split_max_tensors=_split_max_tensors)
         self.arch = arch
         self.shape = shape
         self.rng = np.random.default_rng(shape.seed)
@@ -557,8 +562,12 @@ def default_shape(arch: str) -> SynthShape:
     return ARCHITECTURES[arch][1]
 
 
-def write_model(path: str | Path, arch: str, shape: SynthShape | None = None, **overrides: object) -> Path:
+def write_model(path: str | Path, arch: str, shape: SynthShape | None = None, *, split_max_tensors: int = 0,
+                **overrides: object) -> Path:
     """Write a synthetic GGUF of ``arch`` to ``path`` and return the path.
+
+    ``split_max_tensors``: write a split model of that many tensors per file
+    (``NAME-00001-of-0000N.gguf`` …) and return the first part's path.
 
     ``overrides`` replace fields of the architecture's default shape (or of ``shape``), e.g.
     ``write_model(p, "gemma3", n_layer=6, swa_window=64)``. Raises KeyError for an unknown
@@ -581,7 +590,15 @@ def write_model(path: str | Path, arch: str, shape: SynthShape | None = None, **
         raise ValueError(f"n_rot ({s.rotary_dim}) must be even and at most head_dim ({s.head_dim})")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fn(p, s)
+    global _split_max_tensors
+    _split_max_tensors = split_max_tensors
+    try:
+        fn(p, s)
+    finally:
+        _split_max_tensors = 0
+    if split_max_tensors:
+        parts = sorted(p.parent.glob(f"{p.stem}-*-of-*.gguf"))
+        return parts[0] if parts else p
     return p
 
 

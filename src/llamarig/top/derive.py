@@ -30,6 +30,7 @@ from llamarig.top.model import (
     GpuView,
     Memo,
     Raw,
+    ReplicaView,
     ReservationView,
     ServerMemo,
     ServerRaw,
@@ -291,12 +292,21 @@ def _gateway(status: Mapping[str, Any], t: float, memo: Memo) -> tuple[GatewayVi
     pools = [_int(b.get("pool_tokens")) for b in status.get("backends") or () if isinstance(b, Mapping) and b.get("healthy")]
     pool = sum(p for p in pools if p) if any(pools) else None
     up = status.get("uptime_s")
+    led_raw = status.get("ledger")
+    led: Mapping[str, Any] = led_raw if isinstance(led_raw, Mapping) else {}
+    replicas = tuple(
+        ReplicaView(str(h.get("replica")), _int(h.get("requests")) or 0, _int(h.get("reserved_tokens")) or 0,
+                    float(h["lease_left_s"]) if isinstance(h.get("lease_left_s"), (int, float)) else None,
+                    {str(b): _int(v.get("reserved_tokens")) or 0 for b, v in (h.get("by_backend") or {}).items()
+                     if isinstance(v, Mapping)})
+        for h in led.get("replicas") or () if isinstance(h, Mapping))
     view = GatewayView(
         uptime_s=float(up) if isinstance(up, (int, float)) else None, in_flight=_int(status.get("in_flight")) or 0,
         reserved_tokens=_int(status.get("reserved_tokens")) or 0, pool_tokens=pool,
         queue_length=_int(q.get("length")) or 0, queue_by_priority=dict(q.get("by_priority") or {}),
         queue_by_tier=dict(q.get("by_tier") or {}), requests=reqs, rejected_429=n429,
-        rejected_429_per_min=per_min, window_s=span)
+        rejected_429_per_min=per_min, window_s=span, ledger=str(led.get("kind") or "local"),
+        replica=led.get("replica") if isinstance(led.get("replica"), str) else None, replicas=replicas)
     return view, window
 
 

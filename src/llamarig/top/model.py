@@ -166,6 +166,22 @@ class ReservationView:
 
 
 @dataclass(frozen=True)
+class ReplicaView:
+    """One gateway replica sharing the admission ledger, and what it holds (its lease: None when
+    it has none, i.e. it died and its reservations are being reaped)."""
+
+    replica: str
+    requests: int
+    reserved_tokens: int
+    lease_left_s: float | None
+    by_backend: Mapping[str, int]  # backend -> reserved tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {"replica": self.replica, "requests": self.requests, "reserved_tokens": self.reserved_tokens,
+                "lease_left_s": self.lease_left_s, "by_backend": dict(self.by_backend)}
+
+
+@dataclass(frozen=True)
 class GatewayView:
     uptime_s: float | None
     in_flight: int
@@ -178,9 +194,15 @@ class GatewayView:
     rejected_429: int
     rejected_429_per_min: float | None  # over the window below
     window_s: float | None
+    ledger: str = "local"  # where the reservations live: "local" (this gateway) or "redis" (shared)
+    replica: str | None = None  # the replica answering, with a shared ledger
+    replicas: tuple[ReplicaView, ...] = ()  # every replica sharing the ledger
 
     def to_json(self) -> dict[str, Any]:
+        shared = {"ledger": {"kind": self.ledger, "replica": self.replica,
+                             "replicas": [r.to_json() for r in self.replicas]}} if self.ledger != "local" else {}
         return {
+            **shared,
             "uptime_s": self.uptime_s, "in_flight": self.in_flight, "reserved_tokens": self.reserved_tokens,
             "pool_tokens": self.pool_tokens, "queue": {"length": self.queue_length,
                                                        "by_priority": dict(self.queue_by_priority),

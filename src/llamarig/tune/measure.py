@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarig.errors import LlamarigError
+from llamarig.flags.argv import Command
 from llamarig.launch.server import start_server
-from llamarig.render.common import get_value
 from llamarig.tune.search import Candidate, Measurement, median, score_of, score_spread
 
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
@@ -91,7 +91,7 @@ class ServerMeasure:
 
     @staticmethod
     def _slots(args: Sequence[str]) -> int:
-        v = get_value(list(args), "-np", "--parallel")
+        v = Command.parse(args, program=False).get("--parallel")
         try:
             n = int(v) if v is not None else -1
         except ValueError:

@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
+from llamarig.flags.argv import Command
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
 from llamarig.i18n import _
-from llamarig.render.common import set_value
 from llamarig.tune.measure import prompt_text, start_owned
 
 NEEDLE = 73914
@@ -88,7 +88,7 @@ def _post(srv: Any, path: str, body: dict[str, Any]) -> Any:
 
 def _run_type(binary: str, base: Sequence[str], k: str, v: str, prompts: list[str], positions: int, top_k: int,
               needles: list[str]) -> dict[str, Any]:
-    args = set_value(set_value(list(base), ("-ctk", "--cache-type-k"), k), ("-ctv", "--cache-type-v"), v)
+    args = Command.parse(base, program=False).set("-ctk", k).set("-ctv", v).server_args()
     try:
         srv = start_owned(binary, args)
     except LlamarigError as e:

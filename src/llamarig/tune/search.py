@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError
+from llamarig.flags.argv import Command
 from llamarig.i18n import _
-from llamarig.render.common import is_flag
 
 #: a --try value meaning "the flag is not given" (a switch: "+" means given without a value)
 ABSENT = "-"
@@ -53,22 +53,11 @@ class Candidate:
         return out
 
     def apply(self, base: Sequence[str]) -> list[str]:
-        """``base`` with this candidate's flags: every earlier occurrence of a tried flag (same
-        spelling) is removed, then the candidate's flags are appended (llama-server: last wins)."""
+        """``base`` with this candidate's flags: every earlier use of a tried option (any of its
+        spellings, negations included, with its values) is removed, then the candidate's flags
+        are appended (llama-server: the last one wins anyway)."""
         tried = {f for f, _ in self.flags}
-        out: list[str] = []
-        i = 0
-        base = list(base)
-        while i < len(base):
-            key = base[i].split("=", 1)[0]
-            if key in tried:
-                i += 1
-                if "=" not in base[i - 1] and i < len(base) and not is_flag(base[i]):
-                    i += 1
-                continue
-            out.append(base[i])
-            i += 1
-        return out + self.args()
+        return Command.parse(base, program=False).without(*tried).server_args() + self.args()
 
 
 def parse_dim(text: str) -> tuple[str, list[str]]:

@@ -1,6 +1,6 @@
 """The default search space of ``llamarig tune`` (no ``--try``): built from the goal, the model
 and the machine, kept small (a CPU test machine must get through it), then pruned by the
-planner like any other space (llamarig.cli.tune_cmd.prune: nothing that cannot fit is launched).
+planner like any other space (llamarig.app.tune.prune: nothing that cannot fit is launched).
 
 Dimensions, and when each is included:
 

@@ -1,0 +1,239 @@
+"""``check``: the one check pipeline (read, parse, lint with the cores, the planner and the
+model loader, the no-invocation finding), used by ``llamarig check``, ``explain``, ``render
+--from-script`` and :func:`llamarig.check_text` alike; ``fix`` and ``explain`` on its result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from llamarig.errors import InputError, LlamarigError
+from llamarig.flags.argv import Reading, read_invocation
+from llamarig.flags.explain import explain_rows
+from llamarig.flags.fix import fix_text
+from llamarig.flags.model import model_loader
+from llamarig.flags.preset import preset_invocation
+from llamarig.flags.readers import Parsed, parse_text
+from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
+from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.i18n import _
+from llamarig.plan.config import parse_server_args
+from llamarig.plan.inputs import plan_for_check
+from llamarig.units import parse_size
+
+MAX_INPUT_BYTES = 4 * 1024 * 1024
+
+
+def read_input(path: str) -> tuple[str, str]:
+    """(text, display name) of a file, or of standard input for ``-``. Unreadable input is an
+    InputError (exit 2): a directory, a file over 4 MiB, binary data."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+            name = "<stdin>"
+        else:
+            p = Path(path)
+            if p.is_dir():
+                raise InputError(_("{path}: is a directory").format(path=path))
+            with open(p, "rb") as f:
+                data = f.read(MAX_INPUT_BYTES + 1)
+            name = path
+    except OSError as e:
+        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(_("{name}: larger than {limit} MiB, not a launch script").format(name=name, limit=MAX_INPUT_BYTES // (1024 * 1024)))
+    if b"\x00" in data[:8192]:
+        raise InputError(_("{name}: binary data, not a command or script").format(name=name))
+    return data.decode("utf-8", errors="replace"), name
+
+
+def get_schema(server_bin: str | None = None, bundled: bool = False, no_cache: bool = False,
+               schema_build: int | None = None) -> Schema:
+    """The flags to check against: a bundled build (``schema_build``, or the pinned one with
+    ``bundled``), else the binary's (``server_bin``, ``$LLAMARIG_SERVER_BIN``, PATH, the cache)."""
+    if schema_build is not None:
+        if server_bin:
+            raise InputError(_("give --server-bin or --schema-build, not both"))
+        return load_bundled(schema_build)
+    if bundled:
+        return load_bundled()
+    return load_schema(server_bin, cache=not no_cache)
+
+
+@dataclass
+class CheckReport:
+    """What ``llamarig check`` found in one input: its commands, how llama-server reads each,
+    the findings (errors, warnings, info), the schema they were judged against."""
+
+    parsed: Parsed
+    readings: list[Reading]
+    findings: list[Finding]
+    schema: Schema
+    name: str = "<text>"
+    kind: str | None = None
+    origin: Path | None = field(default=None, repr=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == Severity.ERROR]
+
+    def to_json(self) -> dict[str, Any]:
+        """``llamarig check --json`` (docs/check.md)."""
+        return {
+            "invocations": [
+                {"argv": inv.argv, "line": inv.line, "end_line": inv.end_line, "source": inv.source,
+                 "label": inv.label or None, "background": inv.background,
+                 "env": [{"name": n, "value": v, "line": ln} for n, v, ln in inv.env],
+                 "cut_off": [{"word": w.text, "line": w.line} for w in inv.orphans],
+                 "cut_line": inv.cut_line}
+                for inv in self.parsed.invocations
+            ],
+            "findings": [f.to_json() for f in self.findings],
+            "schema": {"source": self.schema.source, "build": self.schema.build, "origin": self.schema.origin},
+        }
+
+
+def check(text: str, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
+          cores: int | None = None, model: str | None = None, base_dir: Path | None = None,
+          gpus: tuple[str, ...] | list[str] = (), ram: str | None = None, need_ctx: int | None = None,
+          origin: Path | None = None, name: str = "<text>") -> CheckReport:
+    """`llamarig check`'s findings for a launch script, unit, compose/YAML file, preset INI or
+    command line, against ``schema`` (else ``server_bin``'s flags, else the bundled schema of the
+    pinned build). ``cores``: physical cores of the target machine (default this one); ``model``:
+    a GGUF instead of -m; ``gpus``/``ram``: add the memory verdict; ``origin``: the file ``text``
+    was read from (its sourced files, drop-ins, .env are read too)."""
+    if schema is None:
+        schema = load_schema(server_bin) if server_bin else load_bundled()
+    parsed = parse_text(text, kind, origin)
+    ram_bytes = None
+    if ram:
+        ram_bytes = parse_size(ram, "g")
+    ctx = Context(physical_cores=cores or physical_cores(),
+                  cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
+                  ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
+    gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
+    readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
+    if not parsed.invocations:
+        findings.append(Finding("no-invocation", Severity.INFO, 1, None,
+                                _("no llama-server command found (a program named llama-server, "
+                                  "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
+                                  "compose command: or llama-swap cmd:)"), None, None))
+    return CheckReport(parsed, readings, findings, schema, name, kind, origin)
+
+
+def check_file(path: str, **options: Any) -> CheckReport:
+    """:func:`check` on a file (``-``: standard input), with the file's directory for its
+    relative paths and sourced files."""
+    text, name = read_input(path)
+    origin = Path(path) if path != "-" else None
+    return check(text, base_dir=origin.parent if origin else None, origin=origin, name=name, **options)
+
+
+#: above this many invocations + findings, --json writes one of each per line: json.dumps with
+#: an indent runs Python's encoder, not the C one, and is a fifth of a large file's time
+_COMPACT_ABOVE = 2000
+
+
+def dump_json(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, or, when its lists are long, one list item per line (the same
+    JSON value, encoded by the C encoder)."""
+    if len(data["invocations"]) + len(data["findings"]) <= _COMPACT_ABOVE:
+        return json.dumps(data, ensure_ascii=False, indent=1)
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list):
+            items = ",\n  ".join(json.dumps(v, ensure_ascii=False) for v in value)
+            parts.append(f' {json.dumps(key)}: [\n  {items}\n ]' if value else f' {json.dumps(key)}: []')
+        else:
+            parts.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n" + ",\n".join(parts) + "\n}"
+
+
+# ----------------------------------------------------------------------------- fix
+
+
+def settings(argv: list[str]) -> dict[str, str]:
+    """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
+    types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
+
+    try:
+        cfg = parse_server_args(argv, strict=False)
+    except LlamarigError as e:
+        return {"error": str(e)}
+    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4  # server.cpp:168-173: -np unset -> 4 unified slots
+    unified = cfg.kv_unified if cfg.n_parallel > 0 else True
+    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
+    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
+    return {
+        _("slots (-np)"): f"{slots}" + (_(" (unified KV)") if unified and slots > 1 else ""),
+        _("context per slot"): str(per_slot) if per_slot else _("the model's training context"),
+        _("KV cache K / V"): f"{cfg.cache_type_k} / {cfg.cache_type_v}",
+        "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
+        "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),
+        _("flash attention"): cfg.flash_attn,
+    }
+
+
+def behaviour_changes(before: list[str], after: list[str]) -> list[tuple[str, str, str]]:
+    """(what, before, after) for every setting a fix changes in the running server."""
+    a, b = settings(before), settings(after)
+    return [(k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """The repaired text, and for each command whose running server changes, (index, line,
+    [(what, before, after)])."""
+
+    text: str
+    changes: tuple[tuple[int, int, tuple[tuple[str, str, str], ...]], ...] = ()
+
+
+def fix(report: CheckReport) -> FixResult:
+    """`llamarig check --fix`: the input with every repairable finding repaired, and what that
+    changes in the server each command runs."""
+
+    fixed = fix_text(report.parsed, report.readings, report.findings, report.schema)
+    after = parse_text(fixed, report.kind, report.origin)
+    after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
+    changes = []
+    for k, (inv_a, inv_b) in enumerate(zip(report.parsed.invocations, after.invocations, strict=False)):
+        ch = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
+        if ch:
+            changes.append((k, inv_b.line, tuple(ch)))
+    return FixResult(fixed, tuple(changes))
+
+
+# ----------------------------------------------------------------------------- explain
+
+
+def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | None = None,
+            lang: str = "en") -> list[dict[str, Any]]:
+    """`llamarig explain`: for each command of a checked input, every flag with what it does,
+    its default, its effect on this model, and whether it reaches llama-server; the check
+    findings of each flag are noted on its row (the report's, not a second lint)."""
+
+    loader = model_loader(model, base_dir)
+    out: list[dict[str, Any]] = []
+    severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
+    for k, inv in enumerate(report.parsed.invocations):
+        ctx = loader(inv, Context(physical_cores=physical_cores()))
+        r = report.readings[k] if k < len(report.readings) else read_invocation(inv, report.schema, k)
+        rows = explain_rows(r, report.schema, ctx.model_spec, lang)
+        notes: dict[int, list[str]] = {}
+        for f in report.findings:
+            if f.invocation == k and f.use is not None and f.severity in ("error", "warning"):
+                notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
+                    severity=severity_word[f.severity], rule=f.rule))
+        cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
+        rows = [replace(row, effect=_("; ").join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
+                                              + [x for x in [row.effect] if x] + notes.get(i, [])))
+                for i, row in enumerate(rows)]
+        out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
+                    "cut_line": inv.cut_line if inv.orphans else None,
+                    "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
+                             for i, row in enumerate(rows)]})
+    return out

@@ -1,0 +1,289 @@
+"""``resolve_command``: what render, launch, tune and quality start from. A MODEL with flags,
+a whole llama-server command, or a command taken from a script/unit/compose/llama-swap file
+(checked first, optionally repaired), becomes the binary, the final llama-server args (relative
+paths made absolute), the environment and the plan with its speed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamarig.app.check import check, fix, get_schema, read_input
+from llamarig.app.planning import plan_args, plan_with_speed
+from llamarig.binary import find_binary
+from llamarig.errors import InputError, LlamarigError
+from llamarig.flags.argv import Command
+from llamarig.flags.findings import Finding
+from llamarig.flags.readers import is_server_program
+from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.hub.ref import is_remote, parse_ref
+from llamarig.i18n import _
+from llamarig.plan.inputs import PlanArgs
+from llamarig.plan.result import Plan
+from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
+
+
+@dataclass
+class Resolved:
+    binary: str
+    args: list[str]
+    env: list[tuple[str, str]] = field(default_factory=list)
+    plan: Plan | None = None
+    plan_note: str = ""  # why there is no plan (the planner's error), or a note on its input
+    plan_error: LlamarigError | None = None  # the planner's error, typed
+    findings: list[Finding] = field(default_factory=list)  # check findings of a --from-script input
+    notes: list[str] = field(default_factory=list)  # comment lines about the input
+    schema: Schema | None = None  # flag schema of `binary` (else the bundled one)
+    plan_args: PlanArgs | None = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
+    wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
+    workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
+
+    @property
+    def speed(self) -> Any:
+        """The plan's speed report (None without a plan or when speed cannot be predicted)."""
+        return self.plan.speed if self.plan is not None else None
+
+    def command(self) -> Command:
+        """The final llama-server args, parsed against the binary's flags."""
+        return Command.parse(self.args, self.schema, program=False)
+
+
+def _binary(explicit: str | None, program: str | None) -> str:
+    if explicit:
+        return os.path.abspath(find_binary("llama-server", explicit))
+    if program and ("/" in program) and Path(program).is_file():
+        return str(Path(program).resolve())
+    return os.path.abspath(str(find_binary("llama-server")).strip())
+
+
+def _split(tokens: list[str]) -> tuple[str | None, list[str]]:
+    """(program or None, llama-server args) from ``MODEL flags``, ``llama-server flags`` or ``flags``."""
+    if not tokens:
+        return None, []
+    first = tokens[0]
+    if is_server_program(first):
+        return first, tokens[1:]
+    if not first.startswith("-"):
+        return None, _model_args(first) + tokens[1:]
+    return None, tokens
+
+
+def _model_args(model: str) -> list[str]:
+    """MODEL as llama-server takes it: ``-m PATH``, or for a remote reference the flags with which
+    llama-server downloads that file itself (``-hf OWNER/REPO[:QUANT]`` [``-hff FILE``], ``-mu URL``)."""
+    if Path(model).exists() or not is_remote(model):
+        return ["-m", model]
+    ref = parse_ref(model)
+    if ref.hub == "url":
+        return ["-mu", ref.url]
+    if ref.hub == "ms":
+        raise InputError(_("{model}: llama-server downloads from Hugging Face (or an HF_ENDPOINT mirror), not "
+                           "ModelScope: download the file first (`modelscope download {repo} FILE.gguf`) and give "
+                           "its path; `llamarig plan {model}` plans it without the download").format(
+            model=model, repo=ref.repo))
+    return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
+
+
+def _plan(args: list[str], gpus: Sequence[str], ram: str | None, detect: bool
+          ) -> tuple[Plan | None, str, LlamarigError | None, PlanArgs]:
+    """(plan with speed, note, error, the PlanArgs behind it) for a final llama-server args."""
+    pa = plan_args(command=["llama-server", *args], gpus=gpus, ram=ram, detect=detect)
+    try:
+        plan = plan_with_speed(pa)
+    except LlamarigError as e:
+        return None, _("plan: not computed ({error})").format(error=e), e, pa
+    note = ""
+    model = plan.model
+    if model.startswith("<") and model.endswith(".gguf>"):
+        m = Command.parse(args, program=False).get("--model") or model
+        note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
+                 "are for the catalogue's header)").format(model=m)
+    return plan, note, None, pa
+
+
+def _script_dir(cwd: str | None, script_dir: Path) -> str | None:
+    """The directory a script runs llama-server in (its last ``cd DIR``, a unit's
+    WorkingDirectory=), absolute: ``~`` is this user's home, a relative one is taken from the
+    script's directory; None when it does not say or names a variable."""
+    if not cwd or "$" in cwd or "`" in cwd:
+        return None
+    d = os.path.expanduser(cwd)
+    return os.path.normpath(d if os.path.isabs(d) else os.path.join(script_dir, d))
+
+
+def _script_binary(program: str, workdir: str | None, script_dir: Path) -> str:
+    """The script's own program, as the output runs it: a bare name stays a name (looked up on
+    PATH, as the script does), ``~`` is expanded, a relative path is joined to the directory the
+    script runs it in (its ``cd``), else to the script's directory."""
+    if "/" not in program:
+        return program
+    p = os.path.expanduser(program)
+    if not os.path.isabs(p):
+        p = os.path.normpath(os.path.join(workdir or str(script_dir), p))
+    return p
+
+
+def _keep_script_command(inv: Any, script: Path, notes: list[str]) -> tuple[str | None, list[str], str | None]:
+    """(the script's binary, its wrappers, its directory) for the rendered output, each with a
+    note saying it was kept. A command inside a container (compose, Kubernetes, Helm, docker
+    run) names a path of the image: (None, [], None), the binary is then found here."""
+    if inv.source not in ("shell", "systemd", "llama-swap") or not is_server_program(inv.program):
+        return None, [], None
+    script_dir = script.parent.resolve()
+    workdir = _script_dir(inv.cwd, script_dir)
+    binary = _script_binary(inv.program, workdir, script_dir)
+    if workdir:
+        how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"  # as written
+        notes.append(_("directory: the script's {how} kept ({dir}): the server runs there").format(
+            how=how, dir=workdir))
+    if inv.wrappers:
+        notes.append(_("wrappers: the script's `{words}` kept in front of the server").format(
+            words=" ".join(inv.wrappers)))
+    where = "" if binary == inv.program else f" ({binary})"
+    notes.append(_("binary: the script's {program}{where} kept").format(program=inv.program, where=where))
+    return binary, list(inv.wrappers), workdir
+
+
+def _schema_binary(binary: str) -> tuple[str | None, bool]:
+    """A binary on this machine whose flags stand for ``binary``'s, and whether it is ``binary``
+    itself (the file, or the name's PATH hit); else the one llamarig finds
+    (``$LLAMARIG_SERVER_BIN``, PATH, the build cache), or None."""
+    import shutil  # lazy: only for a script that names its own binary
+
+    if "/" in binary and Path(binary).is_file():
+        return binary, True
+    hit = shutil.which(binary) if "/" not in binary else None
+    if hit:
+        return hit, True
+    try:
+        return _binary(None, None), False
+    except LlamarigError:
+        return None, False
+
+
+def _refuse_catalogue_names(args: list[str]) -> None:
+    """A launcher runs llama-server, which needs files: a catalogue id as -m, or plan's
+    --mmproj f16/bf16/catalogue shorthand, is refused (not written as a relative path)."""
+    cmd = Command.parse(args, program=False)
+    model = cmd.get("--model")
+    if model and not Path(os.path.expanduser(model)).exists() and catalogue_id(model):
+        raise InputError(_("-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download it "
+                           "first, e.g. with `huggingface-cli download REPO FILE.gguf`, or give llama-server `-hf "
+                           "REPO:QUANT`); `llamarig plan {model}` plans without the file").format(model=model))
+    mm = cmd.get("--mmproj")
+    if mm and mm.lower() in ("f16", "bf16", "catalogue", "auto", "default") and not Path(mm).exists():
+        raise InputError(_("--mmproj {mm}: plan's shorthand for the catalogue's projector, not a file: give the "
+                           "mmproj GGUF's path").format(mm=mm))
+
+
+def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
+                    server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
+                    detect: bool = False, want_plan: bool = True, repair: bool = False,
+                    own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False) -> Resolved:
+    """The binary, the final llama-server args (relative paths made absolute), env and plan.
+    ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
+    instead (its ``invocation``-th command; checked, and with ``repair`` fixed first).
+    ``own``: the calling command's option spellings (``command_name``'s); one of them among the
+    server flags (written after the model) that llama-server does not know is an InputError.
+    ``keep_script`` (render): a --from-script command keeps its own binary, wrappers and
+    directory."""
+    env: list[tuple[str, str]] = []
+    findings: list[Finding] = []
+    notes: list[str] = []
+    bases = [Path.cwd()]
+    program: str | None  # the input's program word (None: MODEL or flags only)
+    kept_binary: str | None = None
+    wrappers: list[str] = []
+    workdir: str | None = None
+    if from_script:
+        if tokens:
+            raise InputError(_("give either --from-script FILE or a command, not both"))
+        text, name = read_input(from_script)
+        schema = get_schema(server_bin, False)
+        report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
+        n_before = len(report.errors)
+        if repair and n_before:
+            text = fix(report).text
+            report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
+        parsed, findings = report.parsed, report.findings
+        if repair and n_before:
+            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
+        else:
+            notes.append(_("input: {name}").format(name=name))
+        if not parsed.invocations:
+            raise InputError(_("{name}: no llama-server command found").format(name=name))
+        if not 1 <= invocation <= len(parsed.invocations):
+            raise InputError(_("--invocation {invocation}: {name} has {n_invocations} llama-server command(s)").format(invocation=invocation, name=name, n_invocations=len(parsed.invocations)))
+        inv = parsed.invocations[invocation - 1]
+        findings = [f for f in findings if f.invocation in (None, invocation - 1)]
+        program, args = inv.program, [w.text for w in inv.args]
+        env = [(n, v) for n, v, _line in inv.env]
+        bases.append(Path(from_script).parent.resolve())
+        if keep_script and not server_bin:
+            kept_binary, wrappers, workdir = _keep_script_command(inv, Path(from_script), notes)
+            if workdir:  # the server runs there: its relative paths are there
+                bases.insert(0, Path(workdir))
+    else:
+        program, args = _split(list(tokens))
+        if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
+            # the mirror the plan read the header from is where llama-server downloads it
+            # (common/common.cpp:1521 reads MODEL_ENDPOINT, else HF_ENDPOINT)
+            env.append(("HF_ENDPOINT", os.environ["HF_ENDPOINT"]))
+        if not args:
+            raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` or "
+                               "--from-script FILE"))
+    if kept_binary is not None:
+        binary = kept_binary
+        found, itself = _schema_binary(binary)
+        schema = schema_of(found) if found else schema_of(binary)
+        if not itself:
+            notes.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
+                schema=schema.label(), binary=binary))
+    else:
+        binary = _binary(server_bin, program)
+        if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
+            notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
+        schema = schema_of(binary)
+    if own and not from_script:
+        bad = misplaced_options(args, schema, own)
+        if bad:
+            cmd = command_name
+            raise InputError(_("{bad}: llamarig option(s) after the model (or after `--`) would be passed to "
+                               "llama-server, which does not take them: put llamarig options before the model, e.g. "
+                               "`llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(bad=', '.join(bad), cmd=cmd, first=bad[0]))
+    if not from_script:
+        _refuse_catalogue_names(args)
+    args, changed = absolutize(args, schema, bases)
+    if changed:
+        where = _(" or ").join(str(b) for b in bases)
+        notes.append(_("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
+    res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema, wrappers=wrappers,
+                   workdir=workdir)
+    if want_plan:
+        res.plan, res.plan_note, res.plan_error, res.plan_args = _plan(args, gpus, ram, detect)
+    return res
+
+
+def schema_of(binary: str) -> Schema:
+    """The flags of ``binary`` (its --help, cached), else the bundled schema of the pinned build."""
+    try:
+        return load_schema(binary)
+    except LlamarigError:
+        return load_bundled()
+
+
+def final_findings(res: Resolved, args: Sequence[str] | None = None, cores: int | None = None,
+                   reported: Sequence[Finding] = ()) -> list[Finding]:
+    """`llamarig check`'s errors and warnings on the final command (binary + ``args``, default
+    ``res.args``), against the binary's flags; ``reported``: findings of the --from-script input
+    already shown, not repeated. render and launch refuse a command with errors unless forced."""
+    schema = res.schema
+    if schema is None:  # resolve_command() always sets one; else check against the bundled one
+        schema = load_bundled()
+    seen = {(f.rule, f.flag, f.severity) for f in reported}
+    return [f for f in check_argv([res.binary, *(res.args if args is None else args)], schema, cores=cores)
+            if (f.rule, f.flag, f.severity) not in seen and f.severity in ("error", "warning")]
+

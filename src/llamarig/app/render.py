@@ -1,0 +1,81 @@
+"""``render_command``: a resolved llama-server command as a bash launcher, a systemd unit, a
+docker compose service or a llama-swap entry (docs/render.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from llamarig.app.command import Resolved, schema_of
+from llamarig.errors import InputError, one_line
+from llamarig.flags.argv import Command
+from llamarig.i18n import _
+from llamarig.plan.result import Plan
+from llamarig.render.argv import absolutize, working_directory
+from llamarig.render.bash import render_bash
+from llamarig.render.common import RenderSpec, plan_figures
+from llamarig.render.compose import render_compose
+from llamarig.render.llamaswap import render_llamaswap
+from llamarig.render.systemd import render_systemd
+
+FORMATS = ("bash", "systemd", "compose", "llama-swap")
+
+
+def default_name(args: Sequence[str]) -> str:
+    """llama-server-PORT (the port the command serves on, llama-server's 8080 by default)."""
+    return f"llama-server-{Command.parse(args, program=False).get('--port') or '8080'}"
+
+
+def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
+                   compose_backend: str | None = None, user: str | None = None) -> str:
+    """`llamarig render`: ``res`` (:func:`llamarig.app.command.resolve_command`) as a bash
+    launcher, a systemd unit, a docker compose service or a llama-swap entry, with the plan's
+    figures and every flag explained as comments. ``name``: the service/script name (default
+    llama-server-PORT); ``compose_backend``: the image (default: the devices' backend)."""
+    if fmt not in FORMATS:
+        raise InputError(_("--format {fmt}: expected one of {formats}").format(fmt=fmt, formats=", ".join(FORMATS)))
+    figures = plan_figures(res.plan, res.plan.speed) if res.plan is not None else []
+    if res.plan_note:
+        figures = [res.plan_note] + figures
+    figures = list(res.notes) + figures
+    nm = name or default_name(res.args)
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", nm):
+        raise InputError(_("--name {nm}: use letters, digits, '-', '_', '.', '@' only").format(nm=nm))
+    for word in [res.binary, *res.args, *(f"{k}={v}" for k, v in res.env)]:
+        if any(ord(c) < 32 or ord(c) == 127 for c in word):
+            raise InputError(_("argument {word}: contains a control character (newline, tab...): it cannot be rendered "
+                               "safely into a script, unit or YAML file").format(word=one_line(word)))
+    figures = [one_line(f, 1000) for f in figures]
+    schema = res.schema if res.schema is not None else schema_of(res.binary)
+    # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
+    args, _unused = absolutize(res.args, schema, [Path.cwd()])
+    if fmt == "compose" and (res.wrappers or res.workdir):
+        figures.append(_("the script's wrappers and directory are not kept: the image runs its own llama-server"))
+    elif fmt == "llama-swap" and res.workdir:
+        figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
+    spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema,
+                      wrappers=tuple(res.wrappers), workdir=res.workdir)
+    if fmt == "bash":
+        return render_bash(spec)
+    if fmt == "systemd":
+        return render_systemd(spec, user=user, working_dir=working_directory(args, schema))
+    if fmt == "compose":
+        backend = compose_backend or compose_backend_for(args, res.plan)
+        return render_compose(spec, backend)
+    return render_llamaswap(spec)
+
+
+def compose_backend_for(args: Sequence[str], plan: Plan | None) -> str:
+    """The image a compose service needs: the backend of the devices the command names
+    (-dev CUDA1,CUDA0 / ROCm0 / Vulkan0), else of the plan's GPUs, else cpu."""
+    devices = Command.parse(args, program=False).get("--device") or ""
+    names = [d.strip().upper() for d in devices.split(",") if d.strip()]
+    if plan is not None:
+        names += [d.name.upper() for d in plan.devices]
+    for prefix, backend in (("CUDA", "cuda"), ("ROCM", "rocm"), ("VULKAN", "vulkan")):
+        if any(n.startswith(prefix) for n in names):
+            return backend
+    return "cpu"
+
+

@@ -1,0 +1,70 @@
+"""What several commands share: click options, context settings, and how a command's check
+findings are reported before it renders or launches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from llamarig.errors import LlamarigError
+from llamarig.flags.findings import Finding
+from llamarig.i18n import _
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: the server's flags follow the command's own options, untouched by click
+CTX = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def input_options(f: F) -> F:
+    """The options every command that takes a llama-server command has (render, launch, tune,
+    quality): --from-script, --invocation, --server-bin, --gpu, --ram, --detect."""
+    for opt in reversed([
+        click.option("--from-script", type=str, default=None, metavar="FILE",
+                     help="Take the command from a script, systemd unit, compose or llama-swap file (checked first)."),
+        click.option("--invocation", type=int, default=1, show_default=True,
+                     help="Which llama-server command of --from-script."),
+        click.option("--server-bin", type=str, default=None, help="llama-server binary (default: the command's, PATH, build cache)."),
+        click.option("--gpu", "gpus", multiple=True, help="GPU for the plan (repeatable, `llamarig gpus`)."),
+        click.option("--ram", type=str, default=None, help="Host RAM for the plan, e.g. 64G."),
+        click.option("--detect", is_flag=True, help="Read GPUs/RAM of this machine for the plan."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def own_options() -> list[str]:
+    """Every spelling of the running llamarig command's own options (click's context)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    out: list[str] = []
+    for p in ctx.command.params:
+        if isinstance(p, click.Option):
+            out += [*p.opts, *p.secondary_opts]
+    return out
+
+
+def command_name() -> str:
+    ctx = click.get_current_context(silent=True)
+    return (ctx.info_name or "") if ctx is not None else ""
+
+
+def refuse_or_warn(findings: Sequence[Finding], force: bool, what: str, label: str) -> None:
+    """Each error and warning of the final command on one stderr line; with errors, a
+    LlamarigError (exit 1) unless ``force`` (then they are warnings). ``label``: the schema."""
+    from llamarig.render.argv import finding_line  # lazy: render's argv helpers
+
+    word = {"render": _("render"), "launch": _("launch")}.get(what, what)
+    errors = [f for f in findings if f.severity == "error"]
+    for f in findings:
+        if f.severity == "error" and not force:
+            click.echo(_("llamarig: error: {message}").format(message=finding_line(f)), err=True)
+        else:
+            extra = _(" (--force: {what} anyway)").format(what=word) if f.severity == "error" else ""
+            click.echo(_("llamarig: warning: {message}").format(message=finding_line(f) + extra), err=True)
+    if errors and not force:
+        raise LlamarigError(_("{n_errors} check error(s) in the llama-server command (flags of {label}): fix them, or "
+                              "pass --force to {what} it as is").format(n_errors=len(errors), label=label, what=word))
