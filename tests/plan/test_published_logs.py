@@ -84,7 +84,8 @@ def test_the_plan_of_three_4090s_says_why_the_first_gpu_has_no_premium() -> None
 def test_mtp_context_on_a_gpu_at_ub_2048(log: str, args: list[str]) -> None:
     p = plan_model("qwen3.8-27b:q5_k_m", [*args, "-b", "2048", "-ub", "2048", "--spec-type", "draft-mtp",
                                            "--spec-draft-n-max", "2"], gpus=["rtx3090"])
-    assert p.devices[0].lines["draft"].bytes / MiB == pytest.approx(_reported(log, 0), abs=0.1)
+    # KV exact + the replayed MTP graph (nothing fitted on these runs any more)
+    assert p.devices[0].lines["draft"].bytes / MiB == pytest.approx(_reported(log, 0), abs=0.02)
 
 
 def test_pr25465_mtp_context_at_262k_ub_1024_out_of_sample() -> None:
@@ -95,8 +96,9 @@ def test_pr25465_mtp_context_at_262k_ub_1024_out_of_sample() -> None:
     kv = sum(x.bytes for x in M.mtp_kv_layers(spec, ctx, cfg))
     assert kv / MiB == _reported("pr25465-mtp-262k", 0)
     est = estimate_compute(spec, ctx, 1, layers="mtp", gpu=True)
-    assert est.bytes / MiB == pytest.approx(_reported("pr25465-mtp-262k", 1), rel=0.03)
-    assert "attention phase" in est.formula.split(";")[0]
+    # the replayed graph (nothing fitted): within the log's rounding of the CUDA figure
+    assert est.bytes / MiB == pytest.approx(_reported("pr25465-mtp-262k", 1), abs=0.01)
+    assert "replayed" in est.formula
 
 
 # ------------------------------------------------------------------ item 5: gpt-oss with --n-cpu-moe

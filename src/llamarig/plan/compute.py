@@ -22,6 +22,10 @@ cache for iSWA models). On top of that, the peak phase:
 The per-token coefficients were fitted to the real llama-server's ``sched_reserve: CPU compute
 buffer size`` lines over n_embd, n_ff, n_head, n_head_kv, experts and n_ubatch
 (tests/plan/test_against_server.py checks them within 5 %). This figure is *modelled*.
+
+qwen35 / qwen35moe (gated delta net + attention) and their MTP draft context are not modelled
+this way: :mod:`llamarig.plan.qwen35_graph` rebuilds llama.cpp's graph and replays ggml-alloc,
+which gives the CPU backend's figure exactly (the phase model was 5-62 % off there).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llamarig.gguf.spec import ModelSpec
+from llamarig.plan import qwen35_graph as Q35
 from llamarig.plan.memory import ContextLayout
 from llamarig.units import MiB
 
@@ -42,6 +47,9 @@ C_ATTN_NOFA = -250
 class ComputeEstimate:
     bytes: int
     formula: str
+    #: "exact" where the buffer is ggml-alloc replayed on llama.cpp's own graph
+    #: (:mod:`llamarig.plan.qwen35_graph`), "modelled" for the calibrated phases below
+    method: str = "modelled"
 
 
 def _masks(ctx: ContextLayout, n_t: int, base_cells: int, swa_cells: int | None, fa: bool) -> int:
@@ -107,12 +115,40 @@ def _mtp_gpu(spec: ModelSpec, ctx: ContextLayout, n_t: int, n_out: int, masks: i
 
 def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
                      cuda_quant_kv: tuple[str, str] | None = None,
-                     layers: str = "main", gpu: bool = False) -> ComputeEstimate:
+                     layers: str = "main", gpu: bool = False,
+                     cache_types: tuple[str, str] = ("f16", "f16"), replay: bool = True) -> ComputeEstimate:
     """Compute buffer of a context whose layers all sit on one backend.
 
     ``layers='mtp'`` models the MTP draft context (one nextn block: fewer live tensors); with
-    ``gpu`` the GPU allocation of that context (:func:`_mtp_gpu`).
+    ``gpu`` the GPU allocation of that context (:func:`_mtp_gpu`). qwen35 / qwen35moe trunks are
+    not modelled but replayed: their graph and ggml-alloc (:mod:`llamarig.plan.qwen35_graph`)
+    give llama.cpp's own figure; ``cache_types`` (K, V) decide the f16 casts and Hadamard
+    rotations of their attention layers. ``replay=False`` keeps the phase model for them (figures
+    published by other builds, whose graphs differ: scripts/accuracy.py).
     """
+    if layers == "mtp" and replay and Q35.has_mtp_graph(spec):
+        # on a GPU the same graph and allocator: the published Vulkan (520.06 MiB) and CUDA
+        # (648.03 MiB) MTP figures of docs/accuracy.md come out within 0.01 MiB, with nothing
+        # fitted; still "modelled" there, as no GPU server is checked live
+        p = Q35.graph_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
+        b = Q35.compute_bytes(spec, p, mtp=True)
+        return ComputeEstimate(b, (f"ggml-alloc replayed on the {spec.architecture} MTP draft graph ({p.n_seqs} sequence(s) x "
+                                   f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), "
+                                   f"{p.n_outputs} output(s), K {p.type_k} / V {p.type_v}): {b / MiB:.2f} MiB"),
+                               "modelled" if gpu else "exact")
+    if layers == "main" and replay and Q35.is_qwen35(spec):
+        p = Q35.graph_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
+        b = Q35.compute_bytes(spec, p)
+        conv = 0
+        if ctx.flash_attn and cuda_quant_kv:
+            ly = next(x for x in spec.layers if x.kind != "recurrent")
+            conv = (ctx.n_ctx_seq if not ctx.kv_unified else ctx.n_ctx) * ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) * 2
+        formula = (f"ggml-alloc replayed on the {spec.architecture} prompt graph ({p.n_seqs} sequence(s) x "
+                   f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), {p.n_outputs} "
+                   f"output(s), K {p.type_k} / V {p.type_v}, n_rs_seq {p.n_rs_seq}, flash attention "
+                   f"{'on' if p.flash_attn else 'off'}): {b / MiB:.2f} MiB"
+                   + (f" + f16 K/V conversion {conv / MiB:.2f} MiB (CUDA memory pool)" if conv else ""))
+        return ComputeEstimate(b + conv, formula, "exact")
     n_t = min(ctx.n_ctx, ctx.n_ubatch)
     n_out = min(n_t, max(1, n_outputs_max))
     fa = ctx.flash_attn

@@ -241,9 +241,10 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
-                            gpu=bool(gpu_js) and d.mtp_sidecar)
+                            gpu=bool(gpu_js) and d.mtp_sidecar,
+                            cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
     add(index[d_names[gpu_js[0]]] if gpu_js else -1, "draft", dest.bytes,
-        "draft model context compute: " + dest.formula, "modelled")
+        "draft model context compute: " + dest.formula, dest.method if not gpu_js else "modelled")
     return on_dev
 
 
@@ -357,7 +358,8 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     cuda_q = None
     if any(g.backend == "CUDA" for g in gpus) and (M.TYPE_SIZES[cfg.cache_type_k][0] > 1 or M.TYPE_SIZES[cfg.cache_type_v][0] > 1):
         cuda_q = (cfg.cache_type_k, cfg.cache_type_v)
-    est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q)
+    est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q,
+                           cache_types=(cfg.cache_type_k, cfg.cache_type_v))
     gpu_with_layers = [i for i in range(n_dev) if layers_on[i] or placement.output_dev == i]
     # several GPUs, everything offloaded, layer split: the scheduler keeps 4 copies of each
     # stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py)
@@ -391,7 +393,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         host_c = (spec.n_embd or 0) * min(ctx.n_ctx, ctx.n_ubatch) * 4 * 2
         add(-1, "compute", host_c, "pinned host staging: 2 x n_embd x n_ubatch x 4 B", "modelled")
     else:
-        add(-1, "compute", est.bytes, est.formula, "modelled")
+        add(-1, "compute", est.bytes, est.formula, est.method)
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
     add(-1, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} x n_seq_max {ctx.n_parallel} x 4 B")
 
@@ -411,8 +413,9 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         add(-1, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
             "MTP context logits n_vocab x n_parallel x 4 B")
         mdev = placement.layer_dev[mtp[0].layer] if kv_on_gpu else -1
-        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0)
-        add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula, "modelled",
+        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
+                                cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
+        add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula, dest.method,
             target=host if mdev < 0 else None)
     draft_w = [0] * n_dev
     if inp.draft is not None:
