@@ -19,6 +19,8 @@ class ExitCode(IntEnum):
 
 def one_line(text: str, limit: int = 300) -> str:
     """Make untrusted text (names read from a file) safe for a one-line message."""
+    if len(text) <= limit and text.isprintable():
+        return text  # as it is (a llamarig.i18n.Message stays one)
     out = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else "?" for c in text)
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
@@ -41,7 +43,7 @@ class GGUFError(InputError):
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
         self.problem = one_line(problem)
-        super().__init__(f"{self.path}: {self.problem}")
+        super().__init__(self.path + ": " + self.problem)  # + keeps a llamarig.i18n.Message one
 
 
 class UnknownNameError(InputError):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from llamarig.i18n import _
+from llamarig.cli.lang import _
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from llamarig import i18n
+from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.flags.argv import Reading
 from llamarig.flags.model import model_loader
@@ -19,7 +21,7 @@ from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_argv, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.i18n import _, set_language
+from llamarig.i18n import set_language
 from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
@@ -80,7 +82,7 @@ def run_check(text: str, schema: Schema, *, kind: str | None = None, cores: int 
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     if not parsed.invocations:
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
-                                _("no llama-server command found (a program named llama-server, "
+                                i18n._("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
     return parsed, readings, findings
@@ -192,9 +194,9 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
         # drop the rest of the finding
         t.add_column(_("finding"), overflow="fold")
         for f in fs:
-            msg = escape(f.message)
+            msg = escape(localize(f.message))
             if f.fix:
-                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(f.fix)}"
+                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(localize(f.fix))}"
             t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{severity.get(f.severity, f.severity)}[/]",
                       escape(f.rule), msg)
         con.print(t)
@@ -243,7 +245,7 @@ def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tu
                                               program=inv.program), "red"))
     first = next((f for f in findings if f.severity == "error"), None)
     if first is not None and not any(inv.orphans for inv in parsed.invocations):
-        out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(first.message, 160)),
+        out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(localize(first.message), 160)),
                     "red"))
     if not parsed.invocations:
         out.append((_("no llama-server command found"), "yellow"))
@@ -286,8 +288,6 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     """Lint a llama-server command, bash script, systemd unit, docker-compose, Kubernetes/Helm,
     llama-swap or --models-preset INI file (FILE, or - for stdin; the files it sources, its
     drop-ins or .env next to it are read too). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
-    if as_json and not fix:  # --json is English on every machine (llamarig.i18n): the messages too
-        set_language("en")
     text, name = read_input(file)
     schema = get_schema(server_bin, bundled, no_cache, schema_build)
     # the objects a check makes (words, invocations, findings) live until it ends and hold no
@@ -310,7 +310,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: 
     if fix:
         from llamarig.flags.fix import fix_text
 
-        fixed = fix_text(parsed, readings, findings, schema)
+        fixed = fix_text(parsed, readings, findings, schema, lang())
         click.echo(fixed, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
         after = parse_text(fixed, None if kind == "auto" else kind, Path(file) if file != "-" else None)
@@ -321,7 +321,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, fix: 
                 click.echo(_("llamarig: the fixed command {k} (line {line}) runs the server differently:").format(
                     k=k + 1, line=inv_b.line), err=True)
                 for what, before, now in changes:
-                    click.echo(f"  {what}: {before} -> {now}", err=True)
+                    click.echo(f"  {what}: {localize(before)} -> {localize(now)}", err=True)
     elif as_json:
         click.echo(dump_json(to_json(parsed, findings, schema)))
     else:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
+from llamarig.cli.lang import _
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.i18n import _
 from llamarig.plan.inputs import (
     PlanArgs,
     build_inputs,
@@ -140,10 +140,6 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     if pa.help or (not args):
         click.echo(PLAN_HELP + "\n" + SPEED_HELP)
         return
-    if pa.as_json:  # --json is English on every machine (llamarig.i18n): notes and warnings too
-        from llamarig.i18n import set_language
-
-        set_language("en")
     inp = build_inputs(pa)
     cal = sa.calibration_obj()
     host_bw = sa.host_bandwidth_gbs

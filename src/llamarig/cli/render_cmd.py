@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig import i18n
+from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError, LlamarigError, one_line
-from llamarig.i18n import _
 from llamarig.procs import exit_description
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
     try:
         plan = build_plan(pa)
     except LlamarigError as e:
-        return None, None, _("plan: not computed ({error})").format(error=e)
+        return None, None, i18n._("plan: not computed ({error})").format(error=e)
     speed = None
     note = ""
     try:
@@ -108,7 +109,7 @@ def _plan(args: list[str], gpus: tuple[str, ...], ram: str | None,
 
             m, q = find_model(model)
             spec = build_spec(m, q)
-            note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
+            note = i18n._("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
                      "are for the catalogue's header)").format(model=model)
         speed = speed_report(spec, cfg, build_hardware(pa), n_ctx=plan.n_ctx_slot)
     except LlamarigError:
@@ -151,13 +152,13 @@ def _keep_script_command(inv: Any, script: Path, notes: list[str]) -> tuple[str 
     binary = _script_binary(inv.program, workdir, script_dir)
     if workdir:
         how = f"`cd {inv.cwd}`" if inv.source == "shell" else f"WorkingDirectory={inv.cwd}"  # as written
-        notes.append(_("directory: the script's {how} kept ({dir}): the server runs there").format(
+        notes.append(i18n._("directory: the script's {how} kept ({dir}): the server runs there").format(
             how=how, dir=workdir))
     if inv.wrappers:
-        notes.append(_("wrappers: the script's `{words}` kept in front of the server").format(
+        notes.append(i18n._("wrappers: the script's `{words}` kept in front of the server").format(
             words=" ".join(inv.wrappers)))
     where = "" if binary == inv.program else f" ({binary})"
-    notes.append(_("binary: the script's {program}{where} kept").format(program=inv.program, where=where))
+    notes.append(i18n._("binary: the script's {program}{where} kept").format(program=inv.program, where=where))
     return binary, list(inv.wrappers), workdir
 
 
@@ -240,9 +241,9 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
             text = fix_text(parsed, readings, findings, schema)
             parsed, readings, findings = run_check(text, schema, base_dir=Path(from_script).parent,
                                                 origin=Path(from_script))
-            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
+            notes.append(i18n._("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
         else:
-            notes.append(_("input: {name}").format(name=name))
+            notes.append(i18n._("input: {name}").format(name=name))
         if not parsed.invocations:
             raise InputError(_("{name}: no llama-server command found").format(name=name))
         if not 1 <= invocation <= len(parsed.invocations):
@@ -266,12 +267,12 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         found, itself = _schema_binary(binary)
         schema = _schema(found) if found else _schema(binary)
         if not itself:
-            notes.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
+            notes.append(i18n._("flags: checked against {schema} ({binary} is not on this machine)").format(
                 schema=schema.label(), binary=binary))
     else:
         binary = _binary(server_bin, program)
         if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-            notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
+            notes.append(i18n._("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
         schema = _schema(binary)
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
@@ -284,8 +285,8 @@ def resolve(tokens: tuple[str, ...], from_script: str | None, invocation: int, s
         _refuse_catalogue_names(args)
     args, changed = absolutize(args, schema, bases)
     if changed:
-        where = _(" or ").join(str(b) for b in bases)
-        notes.append(_("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
+        where = i18n.join(i18n._(" or "), [str(b) for b in bases])
+        notes.append(i18n._("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
     res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema, wrappers=wrappers,
                    workdir=workdir)
     if want_plan:
@@ -311,7 +312,7 @@ def _default_name(args: list[str]) -> str:
 
 
 def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str | None = None,
-                user: str | None = None) -> str:
+                user: str | None = None, comments_lang: str | None = None) -> str:
     from llamarig.render.argv import absolutize, working_directory
     from llamarig.render.common import RenderSpec, plan_figures
 
@@ -331,11 +332,11 @@ def render_text(res: Resolved, fmt: str, name: str | None, compose_backend: str 
     # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
     args, _unused = absolutize(res.args, schema, [Path.cwd()])
     if fmt == "compose" and (res.wrappers or res.workdir):
-        figures.append(_("the script's wrappers and directory are not kept: the image runs its own llama-server"))
+        figures.append(i18n._("the script's wrappers and directory are not kept: the image runs its own llama-server"))
     elif fmt == "llama-swap" and res.workdir:
-        figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
+        figures.append(i18n._("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
     spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema,
-                      wrappers=tuple(res.wrappers), workdir=res.workdir)
+                      wrappers=tuple(res.wrappers), workdir=res.workdir, lang=comments_lang or lang())
     if fmt == "bash":
         from llamarig.render.bash import render_bash
 
@@ -449,7 +450,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     check_final(res, res.args, force, "render", physical_cores() if detect else None, reported=errors)
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
-            shortfalls="; ".join(res.plan.shortfalls())))
+            shortfalls="; ".join(localize(res.plan.shortfalls()))))
     text = render_text(res, fmt, name, compose_backend, user)
     if out:
         p = Path(out)
@@ -501,11 +502,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
     warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
     port in use / start failed."""
-    from llamarig.i18n import set_language
     from llamarig.launch import process as L
-
-    if as_json:  # --json is English on every machine (llamarig.i18n)
-        set_language("en")
 
     if not detach:
         # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start
@@ -557,7 +554,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     try:
         _launch_report(lr, as_json)
     except KeyboardInterrupt:
-        click.echo(L.stop(state_file=lr.state_file), err=True)
+        click.echo(localize(L.stop(state_file=lr.state_file)), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     if detach:
         return
@@ -594,7 +591,7 @@ def _foreground(lr: Any) -> None:
         if code:
             sys.exit(ExitCode.ENVIRONMENT)
     except KeyboardInterrupt:
-        click.echo(L.stop(state_file=lr.state_file), err=True)
+        click.echo(localize(L.stop(state_file=lr.state_file)), err=True)
         sys.exit(ExitCode.INTERRUPTED)
 
 
@@ -608,4 +605,4 @@ def stop_cmd(port: int | None, state_file: str | None, timeout_s: float) -> None
     time and command line must still match the state file). Exit 0, 2 when there is no state."""
     from llamarig.launch import process as L
 
-    click.echo(L.stop(port, Path(state_file) if state_file else None, timeout_s))
+    click.echo(localize(L.stop(port, Path(state_file) if state_file else None, timeout_s)))

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
+from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.render_cmd import _CTX, _input_options, render_text, resolve
 from llamarig.errors import ExitCode, InputError, LlamarigError
-from llamarig.i18n import _
 from llamarig.render.common import flag_groups
 
 
@@ -37,7 +37,7 @@ def prune(cands: list[Any], base: list[str], gpus: tuple[str, ...], ram: str | N
         args = c.apply(base)
         plan, _speed, note = _plan(args, gpus, ram, detect)
         if plan is None:
-            if _("no such file") in note or "not found" in note:  # the GGUF is missing
+            if "no such file" in note or "not found" in note:  # the GGUF is missing (the note is English)
                 raise InputError(note)
             pruned.append((c, note))
             continue
@@ -178,11 +178,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     """Find the best settings by measurement: candidates pruned by the planner, then successive
     halving over real llama-server runs. Resumable (Ctrl-C, then the same command). Exit 0,
     2 bad input, 3 server problems, 130 interrupted (state kept)."""
-    from llamarig.i18n import set_language
     from llamarig.paths import state_dir
-
-    if as_json:  # --json is English on every machine (llamarig.i18n): the plan's notes too
-        set_language("en")
     from llamarig.tune import search as S
     from llamarig.tune.measure import ServerMeasure
     from llamarig.units import parse_size
@@ -289,7 +285,8 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
         # the launcher keeps every flag the user gave (--host/--port too: tune measured on its own
         # loopback ports) and changes only the searched ones
         launch_args = winner.apply(list(res.args))
-        out["launcher"] = render_text(Resolved(res.binary, launch_args, res.env, plan, speed, note), "bash", None)
+        out["launcher"] = render_text(Resolved(res.binary, launch_args, res.env, plan, speed, note), "bash", None,
+                                      comments_lang="en" if as_json else None)
         out["winner_args"] = args
         out["launcher_args"] = launch_args
         m = final[winner.key]
@@ -387,11 +384,8 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
                 gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Measure what a quantized KV cache changes: next-token distributions against f16 KV
     (top-1 agreement, KL divergence over the returned top-k) and a needle at several depths."""
-    from llamarig.i18n import set_language
     from llamarig.tune.quality import parse_types, render_report, run_quality
 
-    if as_json:  # --json is English on every machine (llamarig.i18n)
-        set_language("en")
     res = resolve(command, from_script, invocation, server_bin, gpus, ram, detect, want_plan=False)
     kv = parse_types(types_)
     try:
@@ -404,8 +398,8 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
         raise InputError(_("--prompts, --top-k and --prompt-words must be >= 1"))
     rep = run_quality(res.binary, _strip_host_port(res.args), kv, n_prompts=n_prompts, prompt_words=prompt_words,
                       top_k=top_k, needle_words=needle_words, depths=ds,
-                      progress=lambda msg: click.echo(msg, err=True))
+                      progress=lambda msg: click.echo(localize(msg), err=True))
     if as_json:
         click.echo(json.dumps(rep, indent=1))
     else:
-        render_report(rep)
+        render_report(rep, lang())
