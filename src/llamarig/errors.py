@@ -54,7 +54,7 @@ class UnknownNameError(InputError):
         self.name = name
         self.suggestions = list(suggestions or [])
         hint = f" (did you mean: {', '.join(self.suggestions)}?)" if self.suggestions else ""
-        # ``message``: the same sentence in the user's language (llamarig.i18n.unknown_name)
+        # ``message``: the same sentence as a catalogue Message (llamarig.i18n.unknown_name)
         super().__init__(message or f"unknown {kind} '{name}'{hint}")
 
 

@@ -199,7 +199,7 @@ def test_error_messages_are_in_the_gateways_language_codes_are_not(lt: Any) -> N
                         backends=[fb.url], lang=lang)
         u = gw.url + "/v1/chat/completions"
         auth = {"Authorization": "Bearer sk-alice-12345"}
-        for (st, _, body), code in ((post(u, {"messages": MSG}), "invalid_api_key"),
+        for (_st, _, body), code in ((post(u, {"messages": MSG}), "invalid_api_key"),
                                     (post(u, {"messages": [{"role": "user", "content": "x" * 5000}]}, auth),
                                      "body_too_large"),
                                     (post(u, {"messages": MSG, "model": "gpt-9"}, auth), "model_not_found")):

@@ -2,8 +2,8 @@
 it: the headline (decode, prefill, TTFT, concurrency, speculative acceptance, each with its unit
 and n), findings, inline SVG plots (decode vs depth, prefill vs length, concurrency curve,
 per-request distributions, GPU telemetry and busy slots over time), then the full figure table
-whose rows cite numbered method footnotes (each method text once). Labels follow the language
-(llamarig.i18n); the page declares it (``lang``) and a font stack with common CJK fonts."""
+whose rows cite numbered method footnotes (each method text once). Labels and notes are in the
+``lang`` the caller gives (llamarig.i18n); the page declares it (``lang``) and a font stack with common CJK fonts."""
 
 from __future__ import annotations
 

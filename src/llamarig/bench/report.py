@@ -2,7 +2,7 @@
 schema validation. The terminal and the Markdown report open with the headline (the figures a
 user asks for first: decode, prefill, TTFT, concurrency, speculative acceptance, each with its
 unit and n), then the full table, whose rows refer to numbered footnotes that state each
-distinct method once. Labels follow the language (llamarig.i18n); the JSON never does."""
+distinct method once. Labels and notes are in the ``lang`` the caller gives (llamarig.i18n); the JSON never changes."""
 
 from __future__ import annotations
 
