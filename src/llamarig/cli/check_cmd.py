@@ -157,7 +157,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     for k, inv in enumerate(parsed.invocations):
         lines_at = f"{inv.line}" + (f"-{inv.end_line}" if inv.end_line != inv.line else "")
         head = _("invocation {k}: line {lines} {program}{label} receives {n} argument(s)").format(
-            k=k + 1, lines=lines_at, program=inv.program, label=f" [{inv.label}]" if inv.label else "",
+            k=k + 1, lines=lines_at, program=inv.program, label=" [" + inv.label + "]" if inv.label else "",
             n=len(inv.args))
         if inv.orphans:
             head += _(", {n} cut off at line {line}").format(n=len(inv.orphans), line=inv.cut_line)

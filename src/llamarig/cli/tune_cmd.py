@@ -354,7 +354,7 @@ def _report(result: Any, pruned: list[Any], objective: str, res: Any, base: list
     if result.decision:
         from rich.markup import escape  # lazy: rich only for the human report
 
-        con.print(escape(result.decision), style="dim" if not result.tied else "yellow")
+        con.print(escape(localize(result.decision)), style="dim" if not result.tied else "yellow")
     if out.get("calibration") and "path" in out["calibration"]:
         c = out["calibration"]
     if out.get("calibration") and "path" in out["calibration"]:
