@@ -25,8 +25,9 @@ for a person (render's file comments, bench's Markdown and HTML reports) takes t
 
 Text built from messages stays a Message: ``msg + "x"``, ``"x" + msg`` and :func:`join` give a
 composite Message whose parts are localized one by one; ``_("{a}; {b}").format(a=m1, b=m2)``
-localizes ``m1`` and ``m2``. An f-string, ``"; ".join(...)``, ``%`` or ``str`` methods
-(``.strip()``...) give a plain English ``str``: library code does not build text that way.
+localizes ``m1`` and ``m2``; ``_("; ").join(items)`` is a composite too. An f-string,
+``"; ".join(...)`` with a plain separator, ``%`` or other ``str`` methods (``.strip()``...) give a
+plain English ``str``: library code does not build text that way.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class Message(str):
         if not isinstance(other, str):
             return NotImplemented
         return Message.concat((other, *self._pieces()))
+
+    def join(self, items: Iterable[str]) -> Message:  # type: ignore[override]
+        """``_("; ").join(parts)``: a composite Message (the separator is translated too)."""
+        return join(self, items)
 
     def _pieces(self) -> tuple[str, ...]:
         return self.parts if self.parts is not None else (self,)
@@ -184,7 +189,8 @@ def translate(msgid: str, lang: str) -> str:
 
 def localize(value: Any, lang: str) -> Any:
     """``value`` for a person reading ``lang``: a Message as its text in that language (a plain
-    ``str``); a plain ``str`` and anything else unchanged; lists, tuples and dicts item by item."""
+    ``str``); a plain ``str`` and anything else unchanged; an error (a field ``.format(error=e)``)
+    as its message; lists, tuples and dicts item by item."""
     if isinstance(value, Message):
         if value.parts is not None:
             return "".join(localize(p, lang) for p in value.parts)
@@ -197,6 +203,8 @@ def localize(value: Any, lang: str) -> Any:
                            **{k: localize(v, lang) for k, v in value.fields.items()})
     if isinstance(value, str):
         return value
+    if isinstance(value, BaseException):  # an error given as a field: its message
+        return localize(str(value), lang) if len(value.args) == 1 else value
     if isinstance(value, list):
         return [localize(v, lang) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
@@ -218,12 +226,8 @@ class Localized(str):
         return self
 
     def format(self, *args: Any, **fields: Any) -> str:  # type: ignore[override]
-        return str.format(self, *(_local_field(a, self.lang) for a in args),
-                          **{k: _local_field(v, self.lang) for k, v in fields.items()})
-
-
-def _local_field(value: Any, lang: str) -> Any:
-    return localize(str(value) if isinstance(value, BaseException) else value, lang)
+        return str.format(self, *(localize(a, self.lang) for a in args),
+                          **{k: localize(v, self.lang) for k, v in fields.items()})
 
 
 def translator(lang: str) -> Callable[[str], str]:

@@ -166,7 +166,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     receives, environment, fix_head, none = _("receives:"), _("environment:"), _("fix:"), _("no findings")
     gap = "" if receives.endswith("：") else " "  # a full-width colon carries its own space
     for k, inv in enumerate(parsed.invocations):
-        shown = " ".join(_q(a) for a in inv.argv)
+        shown = " ".join(_q(localize(a)) for a in inv.argv)
         lines = [f"[dim]{escape(receives)}[/dim]{gap}{escape(_clip(shown))}"]
         if inv.orphans:
             cut = " ".join(_q(w.text) for w in inv.orphans)

@@ -26,8 +26,6 @@ def lang() -> str:
 def localize(value: Any) -> Any:
     """A library value (a Message, an error, a list of them) in the CLI's language; an error
     as its message."""
-    if isinstance(value, BaseException):
-        value = str(value)
     return i18n.localize(value, lang())
 
 
