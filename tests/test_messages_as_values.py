@@ -70,6 +70,9 @@ def test_message_values_keep_their_parts() -> None:
     both = "a: " + err + "; " + fits  # + on either side stays a Message
     assert both == "a: unknown model 'x'; fits" and localize(both, "zh") == "a: 未知的模型：'x'; 放得下"
     assert localize(join(_("; "), [fits, err]), "zh") == "放得下；未知的模型：'x'"
+    assert localize(_("; ").join([fits, err]), "zh") == "放得下；未知的模型：'x'"  # Message.join: the same
+    failed = _("plan: not computed ({error})").format(error=LlamarigError(_("fits")))  # an error as a field
+    assert failed == "plan: not computed (fits)" and "放得下" in localize(failed, "zh")
     assert json.dumps({"m": both}) == '{"m": "a: unknown model \'x\'; fits"}'
     for copied in (pickle.loads(pickle.dumps(both)), copy.deepcopy(both)):
         assert localize(copied, "zh") == localize(both, "zh")
