@@ -37,6 +37,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from llamarig.errors import InputError, UnknownNameError
@@ -54,18 +55,27 @@ class Message(str):
     ``msgid``, ``args``/``fields`` (what ``.format`` was given) and ``parts`` (a composite made
     by ``+`` or :func:`join`) let :func:`localize` write it in another language."""
 
+    # the class holds the defaults, an instance only what it has (a finding's message is one of
+    # many: benchmarks/RESULTS.md)
     msgid: str
-    own: Mapping[str, str]
-    args: tuple[Any, ...]
-    fields: Mapping[str, Any]
-    parts: tuple[str, ...] | None
-    formatted: bool
+    own: Mapping[str, str] = MappingProxyType({})
+    args: tuple[Any, ...] = ()
+    fields: Mapping[str, Any] = MappingProxyType({})
+    parts: tuple[str, ...] | None = None
+    formatted: bool = False
 
     def __new__(cls, msgid: str, fields: Mapping[str, Any] | None = None, args: tuple[Any, ...] = ()) -> Message:
-        formatted = fields is not None or bool(args)
-        self = super().__new__(cls, str.format(msgid, *args, **(fields or {})) if formatted else msgid)
-        self.msgid, self.args, self.fields, self.parts, self.formatted = msgid, args, dict(fields or {}), None, formatted
-        self.own = {}
+        if fields is None and not args:
+            self = super().__new__(cls, msgid)
+        else:
+            fields = fields if fields is not None else {}
+            self = super().__new__(cls, str.format(msgid, *args, **fields))
+            self.formatted = True
+            if fields:
+                self.fields = fields
+            if args:
+                self.args = args
+        self.msgid = msgid
         return self
 
     @classmethod
@@ -81,15 +91,14 @@ class Message(str):
         """The parts one after the other (each a Message or a plain str)."""
         ps = tuple(p for p in parts if p != "")
         self = super().__new__(cls, "".join(str.__str__(p) for p in ps))
-        self.msgid, self.args, self.fields, self.parts, self.formatted = "", (), {}, ps, False
-        self.own = {}
+        self.msgid, self.parts = "", ps
         return self
 
     def format(self, *args: Any, **fields: Any) -> Message:  # type: ignore[override]
         """The message with its placeholders filled; the fields stay values (a Message field
         is localized with it)."""
         if self.parts is not None:  # a composite: format its text as English, like str would
-            return Message(str(self), fields, args)
+            return Message(str.__str__(self), fields, args)
         return Message(self.msgid, fields, args)
 
     def __add__(self, other: str) -> Message:  # type: ignore[override]
@@ -127,7 +136,7 @@ class Message(str):
             return (Message.concat, (self.parts,))
         if self.own:
             return (_given, (self.msgid, dict(self.own)))
-        return (Message, (self.msgid, self.fields if self.formatted else None, self.args))
+        return (Message, (self.msgid, dict(self.fields) if self.formatted else None, self.args))
 
 
 def _given(english: str, texts: dict[str, str]) -> Message:
