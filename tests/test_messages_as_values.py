@@ -99,3 +99,14 @@ def test_no_language_switch_outside_the_cli() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module == "llamarig.i18n":
                 bad += [f"{rel}:{node.lineno}: imports {a.name}" for a in node.names if a.name in banned]
     assert bad == []
+
+
+def test_the_cli_takes_its_underscore_from_cli_lang() -> None:
+    """A cli/ module that imported the library's ``_`` would print English Messages to a Chinese
+    reader: cli/ translates with ``llamarig.cli.lang._`` (library values it prints: ``localize``)."""
+    bad = []
+    for path in sorted((SRC / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "llamarig.i18n":
+                bad += [f"cli/{path.name}:{node.lineno}" for a in node.names if a.name == "_"]
+    assert bad == []
