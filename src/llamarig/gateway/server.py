@@ -115,6 +115,7 @@ class Gateway:
         self.upstream = UpstreamPool()
         self.upstream_tls = AiohttpUpstream(self.session)
         self.backends = Backends(self.cfg, self.ledger, self.session)
+        self.backends.lang = self.lang
         a = self.cfg.admission
         self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
                                    queue_timeout_s=a.queue_timeout_s, retry_after_s=a.retry_after_s,
