@@ -386,7 +386,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         rows = [replace(row, effect=_("; ").join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
                                               + [x for x in [row.effect] if x] + notes.get(i, [])))
                 for i, row in enumerate(rows)]
-        out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
+        out.append({"argv": localize(inv.argv), "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
                     "cut_line": inv.cut_line if inv.orphans else None,
                     "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
                              for i, row in enumerate(rows)]})
