@@ -19,6 +19,8 @@ class ExitCode(IntEnum):
 
 def one_line(text: str, limit: int = 300) -> str:
     """Make untrusted text (names read from a file) safe for a one-line message."""
+    if len(text) <= limit and text.isprintable():
+        return text  # as it is (a llamarig.i18n.Message stays one)
     out = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else "?" for c in text)
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
@@ -41,7 +43,7 @@ class GGUFError(InputError):
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
         self.problem = one_line(problem)
-        super().__init__(f"{self.path}: {self.problem}")
+        super().__init__(self.path + ": " + self.problem)  # + keeps a llamarig.i18n.Message one
 
 
 class ModelNotFoundError(GGUFError):
@@ -56,7 +58,7 @@ class UnknownNameError(InputError):
         self.name = name
         self.suggestions = list(suggestions or [])
         hint = f" (did you mean: {', '.join(self.suggestions)}?)" if self.suggestions else ""
-        # ``message``: the same sentence in the user's language (llamarig.i18n.unknown_name)
+        # ``message``: the same sentence as a catalogue Message (llamarig.i18n.unknown_name)
         super().__init__(message or f"unknown {kind} '{name}'{hint}")
 
 

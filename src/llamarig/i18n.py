@@ -1,32 +1,44 @@
 """The message catalogue: every sentence a person reads, in English or Chinese.
 
 Messages are marked in the code with ``_("...")`` (``{name}`` placeholders, filled with
-``.format(...)`` after translation, so numbers, flag names and formulas stay as they are). The
-Chinese texts live in ``llamarig/locale/zh_CN/LC_MESSAGES/llamarig.po`` (gettext), compiled to the
-``.mo`` next to it by ``scripts/messages compile`` (Babel); at run time the standard library's
-``gettext`` reads the ``.mo``. tests/test_messages.py fails when a marked message has no Chinese,
-or when the ``.mo`` is older than the ``.po``.
+``.format(...)``, so numbers, flag names and formulas stay as they are). The Chinese texts live
+in ``llamarig/locale/zh_CN/LC_MESSAGES/llamarig.po`` (gettext), compiled to the ``.mo`` next to
+it by ``scripts/messages compile`` (Babel); at run time the standard library's ``gettext`` reads
+the ``.mo``. tests/test_messages.py fails when a marked message has no Chinese, or when the
+``.mo`` is older than the ``.po``.
 
-The language: ``--lang zh|en`` (``set_language``), else ``$LLAMARIG_LANG``, else the locale
-(``LC_ALL``, ``LC_MESSAGES``, ``LANG``: ``zh_CN.UTF-8`` -> Chinese), else English.
+Messages are values. In the library ``_("...")`` makes a :class:`Message`: a ``str`` whose
+value is the English text, which also carries its msgid and its fields. So every library result
+(check's ``Finding.message`` and fix, the planner's notes and warnings, an error's message,
+bench's notes) is English wherever it is used as a string: in ``str()``, in comparisons, in
+``--json`` (the same words on every machine), to a library caller. Nothing in the library reads
+a process-wide language, and nothing switches one around a computation.
 
-Library text (check's findings, the planner's notes and warnings, the logs findings) is written
-in the current language when it is made: ``Finding.message``, ``Plan.notes``/``warnings`` and the
-logs document's findings read in the user's language. ``--json`` output never changes with the
-language: the CLI builds what it prints as JSON in English (``in_language("en")``, or choosing
-English before it computes), so a script that reads the JSON sees the same words on every
-machine. explain is the one exception: its ``--json`` carries the language it was asked for
-(``"lang"`` in the document), since its rows are the explanation itself.
+A person's language is chosen once, by the CLI (``--lang zh|en``, else ``$LLAMARIG_LANG``, else
+the locale: ``LC_ALL``, ``LC_MESSAGES``, ``LANG``; ``zh_CN.UTF-8`` -> Chinese, else English;
+:func:`set_language`), and applied where text is shown: :func:`localize` turns a Message into
+its text in a language (the msgid translated, its fields localized in turn, then formatted); a
+plain ``str`` comes back as it is. ``cli/`` localizes every library value it prints, and its own
+``_`` (the command line's own) translates at once. A library function that writes a whole document
+for a person (render's file comments, bench's Markdown and HTML reports) takes the language as a
+``lang`` argument.
+
+Text built from messages stays a Message: ``msg + "x"``, ``"x" + msg`` and :func:`join` give a
+composite Message whose parts are localized one by one; ``_("{a}; {b}").format(a=m1, b=m2)``
+localizes ``m1`` and ``m2``; ``_("; ").join(items)`` is a composite too. An f-string,
+``"; ".join(...)`` with a plain separator, ``%`` or other ``str`` methods (``.strip()``...) give a
+plain English ``str``: library code does not build text that way.
 """
 
 from __future__ import annotations
 
 import gettext
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from llamarig.errors import InputError, UnknownNameError
 
@@ -36,6 +48,109 @@ DOMAIN = "llamarig"
 LANGUAGES = {"en": None, "zh": "zh_CN"}
 
 _chosen: str | None = None
+
+
+class Message(str):
+    """A catalogue message as a value: ``str(m)`` and ``m == "..."`` are the English text;
+    ``msgid``, ``args``/``fields`` (what ``.format`` was given) and ``parts`` (a composite made
+    by ``+`` or :func:`join`) let :func:`localize` write it in another language."""
+
+    # the class holds the defaults, an instance only what it has (a finding's message is one of
+    # many: benchmarks/RESULTS.md)
+    msgid: str
+    own: Mapping[str, str] = MappingProxyType({})
+    args: tuple[Any, ...] = ()
+    fields: Mapping[str, Any] = MappingProxyType({})
+    parts: tuple[str, ...] | None = None
+    formatted: bool = False
+
+    def __new__(cls, msgid: str, fields: Mapping[str, Any] | None = None, args: tuple[Any, ...] = ()) -> Message:
+        if fields is None and not args:
+            self = super().__new__(cls, msgid)
+        else:
+            fields = fields if fields is not None else {}
+            self = super().__new__(cls, str.format(msgid, *args, **fields))
+            self.formatted = True
+            if fields:
+                self.fields = fields
+            if args:
+                self.args = args
+        self.msgid = msgid
+        return self
+
+    @classmethod
+    def given(cls, english: str, **texts: str) -> Message:
+        """A text that is not in the catalogue, with its translations given here (``zh="..."``;
+        a language without one gets the English)."""
+        self = cls(english)
+        self.own = {k: v for k, v in texts.items() if v}
+        return self
+
+    @classmethod
+    def concat(cls, parts: Iterable[str]) -> Message:
+        """The parts one after the other (each a Message or a plain str)."""
+        ps = tuple(p for p in parts if p != "")
+        self = super().__new__(cls, "".join(str.__str__(p) for p in ps))
+        self.msgid, self.parts = "", ps
+        return self
+
+    def format(self, *args: Any, **fields: Any) -> Message:  # type: ignore[override]
+        """The message with its placeholders filled; the fields stay values (a Message field
+        is localized with it)."""
+        if self.parts is not None:  # a composite: format its text as English, like str would
+            return Message(str.__str__(self), fields, args)
+        return Message(self.msgid, fields, args)
+
+    def __add__(self, other: str) -> Message:  # type: ignore[override]
+        if not isinstance(other, str):
+            return NotImplemented
+        return Message.concat((*self._pieces(), *(other._pieces() if isinstance(other, Message) else (other,))))
+
+    def __radd__(self, other: str) -> Message:
+        if not isinstance(other, str):
+            return NotImplemented
+        return Message.concat((other, *self._pieces()))
+
+    def join(self, items: Iterable[str]) -> Message:  # type: ignore[override]
+        """``_("; ").join(parts)``: a composite Message (the separator is translated too)."""
+        return join(self, items)
+
+    def _pieces(self) -> tuple[str, ...]:
+        return self.parts if self.parts is not None else (self,)
+
+    def __str__(self) -> Message:  # type: ignore[override]
+        # itself, so that str(err) of an error made from a Message still localizes
+        return self
+
+    def __repr__(self) -> str:
+        return f"Message({str.__repr__(self)})"
+
+    def __copy__(self) -> Message:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Message:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.parts is not None:
+            return (Message.concat, (self.parts,))
+        if self.own:
+            return (_given, (self.msgid, dict(self.own)))
+        return (Message, (self.msgid, dict(self.fields) if self.formatted else None, self.args))
+
+
+def _given(english: str, texts: dict[str, str]) -> Message:
+    return Message.given(english, **texts)
+
+
+def join(sep: str, items: Iterable[str]) -> Message:
+    """``sep.join(items)`` as a composite Message (``sep`` and each item may be a Message)."""
+    parts: list[str] = []
+    for i, item in enumerate(items):
+        if i:
+            parts.append(sep)
+        parts.append(item)
+    return Message.concat(parts)
 
 
 def language_from_env(env: dict[str, str] | None = None) -> str:
@@ -48,29 +163,23 @@ def language_from_env(env: dict[str, str] | None = None) -> str:
     return "en"
 
 
+def check_language(lang: str) -> str:
+    """``lang`` if there is a catalogue for it; else an InputError."""
+    if lang not in LANGUAGES:
+        raise InputError(_("--lang {lang}: expected one of {languages}").format(lang=lang, languages=", ".join(LANGUAGES)))
+    return lang
+
+
 def set_language(lang: str | None) -> str:
-    """Choose the language for this process (None: from the environment). Returns it."""
+    """The CLI's choice of the language a person reads (None: from the environment). Returns
+    it. Only ``cli/`` calls this; library code takes a ``lang`` argument where it needs one."""
     global _chosen
-    if lang is not None and lang not in LANGUAGES:
-        raise InputError(_("--lang {lang}: expected one of {languages}").format(lang=lang, languages=', '.join(LANGUAGES)))
-    _chosen = lang
+    _chosen = check_language(lang) if lang is not None else None
     return language()
 
 
-@contextmanager
-def in_language(lang: str) -> Iterator[None]:
-    """Within the block, messages are made in ``lang`` (e.g. the English JSON beside a Chinese
-    terminal report)."""
-    global _chosen
-    before = _chosen
-    set_language(lang)
-    try:
-        yield
-    finally:
-        _chosen = before
-
-
 def language() -> str:
+    """The language chosen by :func:`set_language`, else the environment's."""
     return _chosen or language_from_env()
 
 
@@ -82,23 +191,82 @@ def _translations(lang: str) -> gettext.NullTranslations:
     return gettext.translation(DOMAIN, localedir=str(LOCALE_DIR), languages=[loc], fallback=True)
 
 
+def translate(msgid: str, lang: str) -> str:
+    """The catalogue's text for ``msgid`` in ``lang`` (``msgid`` itself when there is none)."""
+    return _translations(lang).gettext(msgid) if lang != "en" else msgid
+
+
+def localize(value: Any, lang: str) -> Any:
+    """``value`` for a person reading ``lang``: a Message as its text in that language (a plain
+    ``str``); a plain ``str`` and anything else unchanged; an error (a field ``.format(error=e)``)
+    as its message; lists, tuples and dicts item by item."""
+    if isinstance(value, Message):
+        if value.parts is not None:
+            return "".join(localize(p, lang) for p in value.parts)
+        if value.own:
+            return value.own.get(lang, value.msgid)
+        text = translate(value.msgid, lang)
+        if not value.formatted:
+            return text
+        return text.format(*(localize(a, lang) for a in value.args),
+                           **{k: localize(v, lang) for k, v in value.fields.items()})
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseException):  # an error given as a field: its message
+        return localize(str(value), lang) if len(value.args) == 1 else value
+    if isinstance(value, list):
+        return [localize(v, lang) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(localize(v, lang) for v in value)
+    if isinstance(value, dict):
+        return {k: localize(v, lang) for k, v in value.items()}
+    return value
+
+
+class Localized(str):
+    """Text already in ``lang`` (from :func:`translator`); ``.format`` localizes the values it is
+    given into the same language, so a Message field reads in it too."""
+
+    lang: str
+
+    def __new__(cls, text: str, lang: str) -> Localized:
+        self = super().__new__(cls, text)
+        self.lang = lang
+        return self
+
+    def format(self, *args: Any, **fields: Any) -> str:  # type: ignore[override]
+        return str.format(self, *(localize(a, self.lang) for a in args),
+                          **{k: localize(v, self.lang) for k, v in fields.items()})
+
+
+def translator(lang: str) -> Callable[[str], str]:
+    """A ``_`` for code that writes a whole document for a person in ``lang`` (the CLI, bench's
+    reports): ``_("...")`` is the catalogue's text in ``lang`` at once. Written as
+    ``_ = translator(lang)`` so that the catalogue's extraction still finds each ``_("...")``."""
+    def tr(message: str) -> str:
+        return Localized(translate(message, lang), lang)
+    return tr
+
+
 def _(message: str) -> str:
-    """``message`` in the current language (itself when there is no translation)."""
-    return _translations(language()).gettext(message)
+    """``message`` as a :class:`Message` (English; :func:`localize` writes it in a language).
+    Typed ``str``: a Message is one, and lists of messages stay ``list[str]``."""
+    return Message(message)
 
 
 def did_you_mean(suggestions: list[str]) -> str:
-    """`` (did you mean: a, b?)`` in the current language; empty without suggestions."""
+    """`` (did you mean: a, b?)``; empty without suggestions."""
     return _(" (did you mean: {names}?)").format(names=", ".join(suggestions)) if suggestions else ""
 
 
 def unknown_name(kind: str, name: str, suggestions: list[str] | None = None) -> UnknownNameError:
-    """An UnknownNameError whose message is in the current language (``kind`` already is)."""
+    """An UnknownNameError whose message is a Message (``kind`` may be one too)."""
     sugg = list(suggestions or [])
     return UnknownNameError(kind, name, sugg, _("unknown {kind} '{name}'{hint}").format(
         kind=kind, name=name, hint=did_you_mean(sugg)))
 
 
 def N_(message: str) -> str:
-    """Mark a message for the catalogue without translating it here (module-level tables)."""
+    """Mark a message for the catalogue without making a Message here (module-level tables);
+    ``_(TABLE[key])`` makes it one where it is used."""
     return message

@@ -147,34 +147,32 @@ def test_html_headline_then_plots_then_table_each_method_once(english) -> None:
 
 
 def test_html_declares_language_charset_and_cjk_fonts(chinese) -> None:
-    page = render_html(_doc())
+    page = render_html(_doc(), "zh")
     assert '<meta charset="utf-8">' in page and '<html lang="zh-CN">' in page
     for font in ("Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei"):
         assert f'"{font}"' in FONT_STACK
     assert f"font-family:{FONT_STACK}" in page and FONT_STACK.endswith("sans-serif")
-    i18n.set_language("en")
     assert '<html lang="en">' in render_html(_doc())
 
 
 def test_lang_zh_renders_chinese_headings(chinese, tmp_path: Path) -> None:
     doc = _doc()
-    md = markdown(doc)
+    md = markdown(doc, "zh")
     assert md.startswith("# llamarig bench 报告")
     assert md.index("## 要点") < md.index("## 指标") < md.index("### 测法")
     assert "- **解码**：67.8 tok/s（中位数，p10 65.5 · p90 69.2，n=5）" in md
     assert "**冷 prefill（256 token）**：816 tok/s" in md and "**投机解码接受率（接受 ÷ 草稿）**：0.620" in md
     assert "| 指标 | 数值 | N | 测法 |" in md
     assert "- ¹ 5 个请求 × 128 token，串行流式。" + DECODE in md  # the Chinese summary before the method
-    page = render_html(doc)
+    page = render_html(doc, "zh")
     assert "<h2>要点</h2>" in page and "<h2>图表</h2>" in page and "<th>测法</th>" in page
     assert "冷 prefill 速度与 prompt 长度" in page and ">并发<" in page  # plot titles from the catalogue
     buf = io.StringIO()
-    terminal(doc, Console(file=buf, width=160))
+    terminal(doc, Console(file=buf, width=160), lang="zh")
     out = buf.getvalue().splitlines()
     assert out[1].strip().startswith("解码：67.8 tok/s（中位数")
     # the JSON never changes with the language
     write_json(doc, tmp_path / "zh.json")
-    i18n.set_language("en")
     write_json(doc, tmp_path / "en.json")
     assert (tmp_path / "zh.json").read_bytes() == (tmp_path / "en.json").read_bytes()
 

@@ -142,9 +142,9 @@ def test_logs_and_reports_speak_chinese(lang, cli, tmp_path: Path) -> None:
     assert code == 0 and "n_ctx_slot = 95232" in out
     _chinese(out)
     doc = logs_document(SEED_LOG, FIXTURES / "seed000_optimized.sh")
-    _chinese(markdown(doc))
+    _chinese(markdown(doc, "zh"))
     buf = io.StringIO()
-    terminal(doc, Console(file=buf, width=1000))
+    terminal(doc, Console(file=buf, width=1000), lang="zh")
     _chinese(buf.getvalue())
 
 
@@ -175,8 +175,8 @@ def test_gateway_errors_speak_chinese(lang) -> None:
     texts += [reasons.backend_problem_line("a", "http://127.0.0.1:8080", k, "HTTP 503", 2.0, 5.0)
               for k in reasons.PROBLEMS if k != reasons.ERROR]
     texts += [reasons.label(r) for r in reasons.REASONS]
-    for t in texts:
-        _chinese(t)
+    for t in texts:  # Messages: English values, Chinese for a Chinese reader (the gateway's lang)
+        _chinese(i18n.localize(t, "zh"))
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -203,9 +203,9 @@ def test_bench_notes_are_english_in_the_json_and_chinese_in_the_reports(lang) ->
     assert note == "depth 4096 skipped: listed twice"
     doc = {"kind": "bench", "target": {"url": "http://127.0.0.1:8080"}, "figures": [], "errors": [],
            "scenarios": [{"name": "depth", "notes": [note]}]}
-    md = markdown(doc)
+    md = markdown(doc, "zh")
     assert "深度 4096 跳过：重复列出" in md and note not in md
     buf = io.StringIO()
-    terminal(doc, Console(file=buf, width=1000))
+    terminal(doc, Console(file=buf, width=1000), lang="zh")
     assert "深度 4096 跳过：重复列出" in buf.getvalue()
     _chinese(md)

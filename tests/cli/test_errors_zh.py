@@ -108,7 +108,7 @@ def test_bench_request_errors_are_english_in_the_json_and_chinese_in_the_reports
     locale("zh")
     timeout = note_text(N_("timeout after {seconds} s"), seconds="30")
     dead = note_text(N_("{n} consecutive failed requests (last: {error})"), n=3, error=timeout)
-    errors = [f"decode/d=0: {timeout}", note_text(N_("scenario cut short: {reason}"), reason=dead)]
+    errors = ["decode/d=0: " + timeout, note_text(N_("scenario cut short: {reason}"), reason=dead)]
     assert errors == ["decode/d=0: timeout after 30 s",
                       "scenario cut short: 3 consecutive failed requests (last: timeout after 30 s)"]
     missing = note_text(N_("{reason}: interference cannot be detected, samples are marked 'unknown'"),
@@ -117,11 +117,11 @@ def test_bench_request_errors_are_english_in_the_json_and_chinese_in_the_reports
     doc = {"kind": "bench", "target": {"url": "http://127.0.0.1:8080"}, "figures": [], "errors": errors,
            "scenarios": [], "interference": {"missing": [missing],
                                              "events": [{"t_s": 1.5, "kind": "foreign_slot", "detail": event}]}}
-    md = markdown(doc)
+    md = markdown(doc, "zh")
     assert "decode/d=0: 30 秒后超时" in md
     assert "场景提前结束：连续 3 个请求失败（最后一个：30 秒后超时）" in md
     assert "GET /slots 失败：TimeoutError: ：无法检测干扰" in md and "槽位 1 正在处理任务 77" in md
     assert "interference cannot" not in md and "did not start" not in md
     buf = io.StringIO()
-    terminal(doc, Console(file=buf, width=1000))
+    terminal(doc, Console(file=buf, width=1000), lang="zh")
     assert "30 秒后超时" in buf.getvalue() and "timeout after" not in buf.getvalue()

@@ -125,17 +125,12 @@ def test_two_comments_sharing_a_continuation_line_both_stay_whole() -> None:
 
 
 def test_chinese_fix_comments_wrap_between_characters_at_100_columns() -> None:
-    from llamarig import i18n
     from llamarig.flags.fix import _cells
 
-    i18n.set_language("zh")
-    try:
-        schema = load_bundled()
-        parsed = parse_text(FIXTURE.read_text())
-        readings, findings = lint(parsed, schema)
-        fixed = fix_text(parsed, readings, findings, schema)
-    finally:
-        i18n.set_language(None)
+    schema = load_bundled()
+    parsed = parse_text(FIXTURE.read_text())
+    readings, findings = lint(parsed, schema)
+    fixed = fix_text(parsed, readings, findings, schema, "zh")
     comments = [ln for ln in fixed.splitlines() if ln.startswith(("# llamarig", "#   ")) and "killall" not in ln]
     joined = " ".join(ln.removeprefix("#   ") for ln in comments)
     assert "不支持的缓存类型" in joined and "iq4_nl, q5_0, q5_1" in joined

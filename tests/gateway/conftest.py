@@ -52,13 +52,13 @@ class LoopThread:
         return fb
 
     def gateway(self, data: dict[str, Any] | None = None, *, backends: list[str] | None = None,
-                config_path: str | None = None) -> Gateway:
+                config_path: str | None = None, lang: str = "en") -> Gateway:
         from llamarig.gateway.config import load_config
 
         cfg = load_config(config_path) if config_path else build_config(data or {}, "test")
         overrides = {"backends": backends, "port": 0}
         cfg = with_overrides(cfg, **overrides)
-        gw = Gateway(cfg, config_path=config_path, overrides=overrides)
+        gw = Gateway(cfg, config_path=config_path, overrides=overrides, lang=lang)
         self.run(gw.start(port=0))
         gw.url = f"http://127.0.0.1:{gw.port}"  # type: ignore[attr-defined]
         self._cleanups.append(gw.runner.cleanup)

@@ -187,6 +187,26 @@ def test_pool_full_gives_429_with_retry_after(lt: Any) -> None:
     assert reserved(lt, gw) == 0
 
 
+def test_error_messages_are_in_the_gateways_language_codes_are_not(lt: Any) -> None:
+    """`llamarig --lang zh gateway`: the bodies' ``message`` in Chinese (docs/gateway.md#language),
+    ``code`` as always; the same gateway in English says it in English."""
+    import re
+
+    fb = lt.fake(tokens=2)
+    cjk = re.compile(r"[\u4e00-\u9fff]")
+    for lang in ("zh", "en"):
+        gw = lt.gateway({"server": {"max_body_bytes": 2000}, "keys": [{"key": "sk-alice-12345", "name": "alice"}]},
+                        backends=[fb.url], lang=lang)
+        u = gw.url + "/v1/chat/completions"
+        auth = {"Authorization": "Bearer sk-alice-12345"}
+        for (_st, _, body), code in ((post(u, {"messages": MSG}), "invalid_api_key"),
+                                    (post(u, {"messages": [{"role": "user", "content": "x" * 5000}]}, auth),
+                                     "body_too_large"),
+                                    (post(u, {"messages": MSG, "model": "gpt-9"}, auth), "model_not_found")):
+            err = json.loads(body)["error"]
+            assert err["code"] == code and bool(cjk.search(err["message"])) == (lang == "zh"), (lang, err)
+
+
 def test_bad_input_gets_openai_errors_and_gateway_keeps_serving(lt: Any) -> None:
     fb = lt.fake(tokens=2)
     gw = lt.gateway({"server": {"max_body_bytes": 2000},

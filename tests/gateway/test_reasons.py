@@ -268,13 +268,11 @@ def test_blocked_picks_the_real_cause() -> None:
 def test_messages_are_translated_reason_codes_are_not() -> None:
     blk = reasons.Blocked("slots_busy", {"busy_slots": 4, "slots": 4, "reserved_tokens": 436, "pool_tokens": 307200,
                                          "need_tokens": 109})
-    en = reasons.queue_timeout_message(2.0, blk)
-    i18n.set_language("zh")
-    zh = reasons.queue_timeout_message(2.0, blk)
+    en = reasons.queue_timeout_message(2.0, blk)  # a Message: English, Chinese through localize
+    zh = i18n.localize(en, "zh")
     assert zh != en and all(n in zh for n in ("2.0", "4", "436", "307200", "109"))
-    assert reasons.label("slots_busy") != "slots busy"
+    assert i18n.localize(reasons.label("slots_busy"), "zh") != "slots busy"
     assert reasons.label("no_such_reason") == "no_such_reason"
-    i18n.set_language("en")
     assert reasons.label("slots_busy") == "slots busy"
 
 

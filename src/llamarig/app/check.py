@@ -19,7 +19,7 @@ from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.inputs import plan_for_check
 from llamarig.units import parse_size
@@ -192,11 +192,10 @@ class FixResult:
     changes: tuple[tuple[int, int, tuple[tuple[str, str, str], ...]], ...] = ()
 
 
-def fix(report: CheckReport) -> FixResult:
-    """`llamarig check --fix`: the input with every repairable finding repaired, and what that
-    changes in the server each command runs."""
-
-    fixed = fix_text(report.parsed, report.readings, report.findings, report.schema)
+def fix(report: CheckReport, lang: str = "en") -> FixResult:
+    """`llamarig check --fix`: the input with every repairable finding repaired (its comments in
+    ``lang``), and what that changes in the server each command runs."""
+    fixed = fix_text(report.parsed, report.readings, report.findings, report.schema, lang)
     after = parse_text(fixed, report.kind, report.origin)
     after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
     changes = []
@@ -229,10 +228,12 @@ def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | N
                 notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
                     severity=severity_word[f.severity], rule=f.rule))
         cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        rows = [replace(row, effect=_("; ").join(([cut] if i < len(r.uses) and not r.uses[i].passed else [])
-                                              + [x for x in [row.effect] if x] + notes.get(i, [])))
+        # the rows are the explanation itself: written in ``lang``
+        rows = [replace(row, effect=localize(_("; ").join(
+                    ([cut] if i < len(r.uses) and not r.uses[i].passed else [])
+                    + [x for x in [row.effect] if x] + notes.get(i, [])), lang))
                 for i, row in enumerate(rows)]
-        out.append({"argv": inv.argv, "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
+        out.append({"argv": localize(inv.argv, lang), "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
                     "cut_line": inv.cut_line if inv.orphans else None,
                     "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
                              for i, row in enumerate(rows)]})

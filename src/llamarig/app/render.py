@@ -28,11 +28,12 @@ def default_name(args: Sequence[str]) -> str:
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
-                   compose_backend: str | None = None, user: str | None = None) -> str:
+                   compose_backend: str | None = None, user: str | None = None, lang: str = "en") -> str:
     """`llamarig render`: ``res`` (:func:`llamarig.app.command.resolve_command`) as a bash
     launcher, a systemd unit, a docker compose service or a llama-swap entry, with the plan's
     figures and every flag explained as comments. ``name``: the service/script name (default
-    llama-server-PORT); ``compose_backend``: the image (default: the devices' backend)."""
+    llama-server-PORT); ``compose_backend``: the image (default: the devices' backend); ``lang``:
+    the language of the comments (what programs read stays as it is)."""
     if fmt not in FORMATS:
         raise InputError(_("--format {fmt}: expected one of {formats}").format(fmt=fmt, formats=", ".join(FORMATS)))
     figures = plan_figures(res.plan, res.plan.speed) if res.plan is not None else []
@@ -55,7 +56,7 @@ def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
     elif fmt == "llama-swap" and res.workdir:
         figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
     spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema,
-                      wrappers=tuple(res.wrappers), workdir=res.workdir)
+                      wrappers=tuple(res.wrappers), workdir=res.workdir, lang=lang)
     if fmt == "bash":
         return render_bash(spec)
     if fmt == "systemd":

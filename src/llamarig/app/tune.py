@@ -208,11 +208,12 @@ def _exhaustive_resumable(cands: list[Any], measure: Any, budget: int, state: An
 
 def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, gpus: Sequence[str] = (),
                  ram: str | None = None, detect: bool = False, notify: Notify = _quiet,
-                 progress: Progress | None = None) -> TuneResult:
+                 progress: Progress | None = None, lang: str = "en") -> TuneResult:
     """`llamarig tune` on a resolved command: prune, measure, pick the winner, write its
     launcher and the speed calibration. ``notify``: the search space, pruned candidates,
     resumed measurements (one line each); ``progress(done, total, what)``: each measurement.
-    Raises TuneInterrupted on Ctrl-C (the state is kept; the same call resumes)."""
+    Raises TuneInterrupted on Ctrl-C (the state is kept; the same call resumes). ``lang``: the
+    language of the winning launcher's comments."""
     st = settings
     st.validate()
     base = base_args(res)
@@ -266,12 +267,12 @@ def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, gpus
         raise TuneInterrupted(len(state.measurements), sp) from None
     out = TuneResult(result, pruned, st.objective, sp, quality=quality, space=space_desc,
                      counts={"server_starts": measure.launches, "requests_sent": measure.requests})
-    _finish(out, res, base, gpus, ram, detect, st)
+    _finish(out, res, base, gpus, ram, detect, st, lang)
     return out
 
 
 def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str], ram: str | None, detect: bool,
-            st: TuneSettings) -> None:
+            st: TuneSettings, lang: str = "en") -> None:
     """The winner's launcher (every flag the user gave, the searched ones changed) and the
     speed calibration fitted to its measured decode speed."""
     winner = out.search.winner
@@ -286,7 +287,7 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
     # the launcher keeps every flag the user gave (--host/--port too: tune measured on its own
     # loopback ports) and changes only the searched ones
     launch_args = winner.apply(list(res.args))
-    out.launcher = render_command(Resolved(res.binary, launch_args, res.env, plan, note), "bash")
+    out.launcher = render_command(Resolved(res.binary, launch_args, res.env, plan, note), "bash", lang=lang)
     out.winner_args = args
     out.launcher_args = launch_args
     m = {x.key: x for x in out.search.final()}[winner.key]

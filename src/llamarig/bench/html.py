@@ -2,8 +2,8 @@
 it: the headline (decode, prefill, TTFT, concurrency, speculative acceptance, each with its unit
 and n), findings, inline SVG plots (decode vs depth, prefill vs length, concurrency curve,
 per-request distributions, GPU telemetry and busy slots over time), then the full figure table
-whose rows cite numbered method footnotes (each method text once). Labels follow the language
-(llamarig.i18n); the page declares it (``lang``) and a font stack with common CJK fonts."""
+whose rows cite numbered method footnotes (each method text once). Labels and notes are in the
+``lang`` the caller gives (llamarig.i18n); the page declares it (``lang``) and a font stack with common CJK fonts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from llamarig.bench.records import local_text
 from llamarig.bench.report import (
     fmt_value,
     footnotes,
@@ -21,7 +20,7 @@ from llamarig.bench.report import (
     method_stat,
     report_title,
 )
-from llamarig.i18n import _, language
+from llamarig.i18n import localize, translator
 
 COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096")
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 560, 300, 60, 20, 30, 44
@@ -152,7 +151,8 @@ def _series_from_scenarios(doc: dict[str, Any], key: str) -> list[dict[str, Any]
     return []
 
 
-def plots(doc: dict[str, Any]) -> list[str]:
+def plots(doc: dict[str, Any], lang: str = "en") -> list[str]:
+    _ = translator(lang)
     out: list[str] = []
     depth = _series_from_scenarios(doc, "decode_vs_depth") or (doc.get("series") or {}).get("decode_vs_depth", [])
     if depth:
@@ -203,10 +203,10 @@ def plots(doc: dict[str, Any]) -> list[str]:
     return [p for p in out if p]
 
 
-def _headline_html(doc: dict[str, Any]) -> str:
-    lab = labels()
+def _headline_html(doc: dict[str, Any], lang: str) -> str:
+    lab = labels(lang)
     cards = []
-    for h in headline(doc):
+    for h in headline(doc, lang):
         value = _e(h.value)
         if h.unit and h.value.endswith(" " + h.unit):
             value = f'{_e(h.value[:-len(h.unit) - 1])} <span class="u">{_e(h.unit)}</span>'
@@ -220,16 +220,17 @@ def _headline_html(doc: dict[str, Any]) -> str:
     return f'<h2>{_e(lab["headline"])}</h2><div class="head">' + "".join(cards) + "</div>"
 
 
-def _table_html(figures: list[dict[str, Any]]) -> list[str]:
-    lab = labels()
-    fn = footnotes(figures)
+def _table_html(figures: list[dict[str, Any]], lang: str) -> list[str]:
+    _ = translator(lang)
+    lab = labels(lang)
+    fn = footnotes(figures, lang)
     parts = [f"<h2>{_e(lab['figures'])}</h2><table><tr><th>{_e(lab['figure'])}</th><th>{_e(lab['value'])}</th><th>{_e(lab['unit'])}</th>"
              f"<th>N</th><th>p10 / p90</th><th>{_e(lab['method'])}</th></tr>"]
     for f, (m, note) in zip(figures, fn.refs, strict=True):
         sp = f.get("spread") or {}
         unit = f.get("unit", "")
         spread = f"{fmt_value(sp.get('p10'), unit)} / {fmt_value(sp.get('p90'), unit)}" if sp and f.get("n", 0) > 1 else ""
-        ref = f'{_e(method_stat(str(f.get("method", ""))))}<sup><a href="#m{m}">{m}</a></sup>'
+        ref = f'{_e(method_stat(str(f.get("method", "")), lang))}<sup><a href="#m{m}">{m}</a></sup>'
         if note:
             ref += f' <span class="note">⚠<sup><a href="#m{note}">{note}</a></sup></span>'
         parts.append(f'<tr id="f-{_e(f["name"])}"><td>{_e(f["name"])}</td><td class=v>{_e(fmt_value(f.get("value"), unit))}</td>'
@@ -243,28 +244,33 @@ def _table_html(figures: list[dict[str, Any]]) -> list[str]:
     return parts
 
 
-def render_html(doc: dict[str, Any]) -> str:
+def render_html(doc: dict[str, Any], lang: str = "en") -> str:
     """Headline, findings, plots, then the table with its method footnotes, notes, interference
-    and errors."""
-    lab = labels()
-    title = report_title(doc)
-    lang = "zh-CN" if language() == "zh" else "en"
-    parts = ["<!DOCTYPE html>", f'<html lang="{lang}"><head><meta charset="utf-8">',
+    and errors; in ``lang`` (llamarig.i18n)."""
+    _ = translator(lang)
+
+    def local_text(value: Any) -> str:
+        return str(localize(value, lang))
+
+    lab = labels(lang)
+    title = report_title(doc, lang)
+    html_lang = "zh-CN" if lang == "zh" else "en"
+    parts = ["<!DOCTYPE html>", f'<html lang="{html_lang}"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{_e(title)}</title><style>{CSS}</style></head><body>", f"<h1>{_e(title)}</h1>"]
-    parts += [f'<p class="meta">{_e(m)}</p>' for m in meta_lines(doc)]
-    parts.append(_headline_html(doc))
+    parts += [f'<p class="meta">{_e(m)}</p>' for m in meta_lines(doc, lang)]
+    parts.append(_headline_html(doc, lang))
     if doc.get("findings"):
-        parts.append(f"<h2>{_e(lab['findings'])}</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in doc["findings"]) + "</ul>")
-    ps = plots(doc)
+        parts.append(f"<h2>{_e(lab['findings'])}</h2><ul>" + "".join(f"<li>{_e(local_text(x))}</li>" for x in doc["findings"]) + "</ul>")
+    ps = plots(doc, lang)
     if ps:
         parts.append(f'<h2>{_e(lab["plots"])}</h2><div class="plots">' + "".join(ps) + "</div>")
     if doc.get("figures"):
-        parts += _table_html(doc["figures"])
+        parts += _table_html(doc["figures"], lang)
     notes = [(sc["name"], n) for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
     if notes:
         parts.append(f"<h2>{_e(lab['notes'])}</h2><ul>"
-                     + "".join(f"<li>{_e(sc)}: {_e(n)}</li>" for sc, n in notes[:100]) + "</ul>")
+                     + "".join(f"<li>{_e(sc)}: {_e(local_text(n))}</li>" for sc, n in notes[:100]) + "</ul>")
     inter = doc.get("interference") or {}
     if inter:
         parts.append(f"<h2>{_e(lab['interference_h'])}</h2><ul>")

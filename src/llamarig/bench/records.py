@@ -187,29 +187,8 @@ def single_figure(
     )
 
 
-#: a note's English text -> the same note in the language it was made in, for this process's
-#: reports: the JSON keeps the English (it never changes with the language), the terminal and
-#: Markdown reports show the user's language. Bounded: a run makes a few dozen notes.
-_LOCAL: dict[str, str] = {}
-_LOCAL_MAX = 10_000
-
-
 def note_text(msgid: str, words: tuple[str, ...] = (), **fields: Any) -> str:
-    """A scenario note from a catalogue message (marked ``N_``): the English text, remembered
-    with its translation for :func:`local_text`. ``words``: the fields that are themselves
-    catalogue words ("length", "depth"), translated in the local text."""
-    english = msgid.format(**fields)
-    if len(_LOCAL) < _LOCAL_MAX:
-        local = {k: _(v) if k in words else local_text(v) if isinstance(v, str) else v for k, v in fields.items()}
-        _LOCAL[english] = _(msgid).format(**local)
-    return english
-
-
-def local_text(english: str) -> str:
-    """A note as the reports show it: in the user's language when this process made it. A line
-    that contains such a note (an error line "scenario/label: <note>") gets the note translated."""
-    if english in _LOCAL:
-        return _LOCAL[english]
-    for en in sorted((k for k in _LOCAL if k and k in english), key=len, reverse=True):
-        english = english.replace(en, _LOCAL[en])
-    return english
+    """A scenario note from a catalogue message (marked ``N_``), as a Message: English in the
+    JSON, in the reader's language in the reports (llamarig.i18n.localize). ``words``: the fields
+    that are themselves catalogue words ("length", "depth"), made Messages too."""
+    return _(msgid).format(**{k: _(v) if k in words else v for k, v in fields.items()})

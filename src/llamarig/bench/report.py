@@ -2,7 +2,7 @@
 schema validation. The terminal and the Markdown report open with the headline (the figures a
 user asks for first: decode, prefill, TTFT, concurrency, speculative acceptance, each with its
 unit and n), then the full table, whose rows refer to numbered footnotes that state each
-distinct method once. Labels follow the language (llamarig.i18n); the JSON never does."""
+distinct method once. Labels and notes are in the ``lang`` the caller gives (llamarig.i18n); the JSON never changes."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-from llamarig.bench.records import local_text
 from llamarig.errors import InputError
-from llamarig.i18n import N_, _, language
+from llamarig.i18n import N_, _, localize, translator
 
 NOTES_SHOWN = 10  # scenario notes (skipped points, rejected samples) printed per scenario
 
@@ -77,8 +76,9 @@ def method_key(method: str) -> str:
     return _STAT_PREFIX.sub("", method)
 
 
-def method_stat(method: str) -> str:
-    """The statistic of a figure, in the current language ('' when its method names none)."""
+def method_stat(method: str, lang: str = "en") -> str:
+    """The statistic of a figure, in ``lang`` ('' when its method names none)."""
+    _ = translator(lang)
     m = _STAT_PREFIX.match(method)
     return _(_STAT_WORDS[m.group(1)]) if m else ""
 
@@ -86,9 +86,10 @@ def method_stat(method: str) -> str:
 _SUP = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
-def labels() -> dict[str, str]:
-    """Headings and column names in the current language (looked up once per rendering; Babel
-    does not extract messages written inside f-strings)."""
+def labels(lang: str = "en") -> dict[str, str]:
+    """Headings and column names in ``lang`` (looked up once per rendering; Babel does not
+    extract messages written inside f-strings)."""
+    _ = translator(lang)
     return {
         "headline": _("Headline"), "findings": _("Findings"), "figures": _("Figures"), "plots": _("Plots"),
         "methods_h": _("Methods"), "methods": _("methods"), "notes": _("Notes (skipped points, rejected samples)"),
@@ -112,8 +113,7 @@ class Footnotes:
     refs: list[tuple[int, int | None]]
 
 
-def footnotes(figures: Sequence[dict[str, Any]], lang: str | None = None) -> Footnotes:
-    lang = lang or language()
+def footnotes(figures: Sequence[dict[str, Any]], lang: str = "en") -> Footnotes:
     texts: list[tuple[str, bool]] = []
     index: dict[tuple[str, bool], int] = {}
 
@@ -129,7 +129,7 @@ def footnotes(figures: Sequence[dict[str, Any]], lang: str | None = None) -> Foo
         text = method_key(str(f.get("method", "")))
         if lang == "zh" and f.get("method_zh"):
             text = f"{f['method_zh']}。{text}"
-        note = str(f.get("note") or "")
+        note = localize(f.get("note") or "", lang)
         refs.append((number(text, False), number(note, True) if note else None))
     return Footnotes(texts, refs)
 
@@ -147,15 +147,18 @@ class HeadItem:
     warn: bool = False
     figure: str = ""  # the figure's name (the HTML links the card to its table row)
     unit: str = ""  # the unit that ends ``value`` (the HTML sets it smaller)
+    lang: str = "en"  # the language of label, detail and note
 
     def line(self) -> str:
+        _ = translator(self.lang)
         text = _("{label}: {value} ({detail})").format(label=self.label, value=self.value, detail=self.detail)
         return f"{text} — {self.note}" if self.note else text
 
 
-def _detail(f: dict[str, Any], stat: str | None = None, what: str = "") -> str:
+def _detail(f: dict[str, Any], stat: str | None = None, what: str = "", lang: str = "en") -> str:
     """``median, p10 … · p90 …, n=5``; ``stat`` is the statistic's label (default: median; ""
     for a single derived value); ``what`` (context) follows after a semicolon."""
+    _ = translator(lang)
     n = f.get("n", 0)
     sp = f.get("spread") or {}
     unit = f.get("unit", "")
@@ -169,19 +172,26 @@ def _detail(f: dict[str, Any], stat: str | None = None, what: str = "") -> str:
     return _("{a}; {b}").format(a=body, b=what) if what else body
 
 
-def _item(label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
+def _item_in(label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "", lang: str = "en") -> HeadItem:
+    _ = translator(lang)
     if f.get("value") is None:  # the reason is the detail
-        return HeadItem(label=label, value="—", detail=str(f.get("note") or _("no valid sample")), figure=f["name"])
+        return HeadItem(label=label, value="—", detail=localize(f.get("note") or _("no valid sample"), lang),
+                        figure=f["name"], lang=lang)
     unit = f.get("unit", "")
-    return HeadItem(label=label, value=value_with_unit(f.get("value"), unit), detail=_detail(f, stat, what),
-                    note=str(f.get("note") or ""), figure=f["name"], unit=unit)
+    return HeadItem(label=label, value=value_with_unit(f.get("value"), unit), detail=_detail(f, stat, what, lang),
+                    note=localize(f.get("note") or "", lang), figure=f["name"], unit=unit, lang=lang)
 
 
-def headline(doc: dict[str, Any]) -> list[HeadItem]:
+def headline(doc: dict[str, Any], lang: str = "en") -> list[HeadItem]:
     """The figures a user asks for first, in this order: decode (median and spread), prefill at
     each measured length, TTFT (warm, then that of the decode requests), decode vs depth,
     concurrency (the most streams, against one), speculative acceptance, then problems
-    (failed requests, an aborted run, interference)."""
+    (failed requests, an aborted run, interference); in ``lang``."""
+    _ = translator(lang)
+
+    def _item(label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
+        return _item_in(label, f, stat=stat, what=what, lang=lang)
+
     figs = {f["name"]: f for f in doc.get("figures", [])}
     order = [f["name"] for f in doc.get("figures", [])]
     out: list[HeadItem] = []
@@ -218,7 +228,8 @@ def headline(doc: dict[str, Any]) -> list[HeadItem]:
             detail += _(", {pct} % slower").format(pct=fmt_value(float(drop), "%")) if drop >= 0 else \
                 _(", {pct} % faster").format(pct=fmt_value(float(-drop), "%"))
         out.append(HeadItem(_("decode vs depth"), f"{fmt_value(a['value'], 'tok/s')} → {value_with_unit(b['value'], 'tok/s')}",
-                            detail, note=str(b.get("note") or a.get("note") or ""), figure=b["name"], unit="tok/s"))
+                            detail, note=localize(b.get("note") or a.get("note") or "", lang), figure=b["name"],
+                            unit="tok/s", lang=lang))
     elif depth:
         out.append(_item(_("decode at depth {depth}").format(depth=fmt_value((depth[0].get("params") or {}).get("depth_median"), "tokens")),
                          depth[0]))
@@ -244,27 +255,35 @@ def headline(doc: dict[str, Any]) -> list[HeadItem]:
             out.append(_item(label, figs[name], stat=stat))
     errors = doc.get("errors") or []
     if errors:
-        out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"), warn=True))
+        out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"), warn=True,
+                            lang=lang))
     if doc.get("aborted"):
-        out.append(HeadItem(_("run aborted"), "—", local_text(str(doc["aborted"])), warn=True))
+        out.append(HeadItem(_("run aborted"), "—", localize(doc["aborted"], lang), warn=True, lang=lang))
     ev = figs.get("interference_events")
     if ev is not None:
         polls = (ev.get("params") or {}).get("polls")
         n_ev = ev.get("value")
         detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
-        out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail, note=str(ev.get("note") or ""),
-                            warn=bool(n_ev), figure="interference_events", unit="events"))
+        out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail,
+                            note=localize(ev.get("note") or "", lang), warn=bool(n_ev), figure="interference_events",
+                            unit="events", lang=lang))
     return out
 
 
-def headline_lines(doc: dict[str, Any]) -> list[str]:
-    return [h.line() for h in headline(doc)]
+def headline_lines(doc: dict[str, Any], lang: str = "en") -> list[str]:
+    return [h.line() for h in headline(doc, lang)]
 
 
 # ------------------------------------------------------------------------- terminal
-def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = ()) -> None:
+def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = (),
+             lang: str = "en") -> None:
     """Headline first, then the findings, ``after_headline`` (logs: the request timeline), the
-    figure table with method references, the numbered methods, notes and problems."""
+    figure table with method references, the numbered methods, notes and problems; in ``lang``."""
+    _ = translator(lang)
+
+    def local_text(value: Any) -> str:
+        return str(localize(value, lang))
+
     t = doc.get("target", {})
     head = f"[bold]{doc.get('kind', 'bench')}[/] {escape(str(t.get('url') or doc.get('source', {}).get('path', '')))}"
     if t.get("build_info"):
@@ -272,8 +291,8 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     if t.get("model"):
         head += f"  model {escape(Path(str(t['model'])).name)}"
     console.print(head)
-    lab = labels()
-    for h in headline(doc):
+    lab = labels(lang)
+    for h in headline(doc, lang):
         line = _("{label}: {value} ({detail})").format(label=f"[bold]{escape(h.label)}[/]", value=escape(h.value),
                                                         detail=f"[dim]{escape(h.detail)}[/]")
         if h.note:
@@ -285,7 +304,7 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
         heading = _("{heading}:").format(heading=lab["findings"])
         console.print(f"[bold]{escape(heading)}[/]")
     for f in doc.get("findings", []):
-        console.print(f"• {escape(f)}", highlight=False)
+        console.print(f"• {escape(local_text(f))}", highlight=False)
     for r in after_headline:
         console.print(r)
     # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
@@ -298,7 +317,7 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     table.add_column("p10 … p90", no_wrap=True)
     table.add_column(lab["method"], justify="right", no_wrap=True)
     figures = doc.get("figures", [])
-    fn = footnotes(figures)
+    fn = footnotes(figures, lang)
     for f, (m, note) in zip(figures, fn.refs, strict=True):
         ref = f"[{m}]" + (f" [yellow]![{note}][/]" if note else "")
         table.add_row(escape(f["name"]), fmt_value(f.get("value"), f.get("unit", "")), f.get("unit", ""), str(f.get("n", "")),
@@ -335,8 +354,9 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
 
 
 # ------------------------------------------------------------------------- markdown
-def meta_lines(doc: dict[str, Any]) -> list[str]:
-    """What was measured (target, log, run, client), one plain line each."""
+def meta_lines(doc: dict[str, Any], lang: str = "en") -> list[str]:
+    """What was measured (target, log, run, client), one plain line each, in ``lang``."""
+    _ = translator(lang)
     t = doc.get("target") or {}
     out = []
     if t:
@@ -356,7 +376,8 @@ def meta_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def report_title(doc: dict[str, Any]) -> str:
+def report_title(doc: dict[str, Any], lang: str = "en") -> str:
+    _ = translator(lang)
     return _("llamarig {kind} report").format(kind=doc.get("kind", "bench"))
 
 
@@ -364,14 +385,19 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "/").replace("\n", " ")
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def markdown(doc: dict[str, Any], lang: str = "en") -> str:
     """Headline, then the table (指标 | 数值 | N | 测法 in Chinese, as in the 307K-context MTP field
     report, tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) whose rows cite numbered method
-    footnotes, then the footnotes, notes, interference, findings and errors."""
-    lab = labels()
-    lines = [f"# {report_title(doc)}", ""]
-    lines += [f"- {m}" for m in meta_lines(doc)]
-    heads = headline(doc)
+    footnotes, then the footnotes, notes, interference, findings and errors; in ``lang``."""
+    _ = translator(lang)
+
+    def local_text(value: Any) -> str:
+        return str(localize(value, lang))
+
+    lab = labels(lang)
+    lines = [f"# {report_title(doc, lang)}", ""]
+    lines += [f"- {m}" for m in meta_lines(doc, lang)]
+    heads = headline(doc, lang)
     if heads:
         lines += ["", f"## {lab['headline']}", ""]
         for h in heads:
@@ -380,10 +406,10 @@ def markdown(doc: dict[str, Any]) -> str:
                 text += f" — {h.note}"
             lines.append(f"- {'⚠ ' if h.warn else ''}{_md_cell(text)}")
     if doc.get("findings"):
-        lines += ["", f"## {lab['findings']}", ""] + [f"- {x}" for x in doc["findings"]]
+        lines += ["", f"## {lab['findings']}", ""] + [f"- {local_text(x)}" for x in doc["findings"]]
     figures = doc.get("figures", [])
     if figures:
-        fn = footnotes(figures)
+        fn = footnotes(figures, lang)
         lines += ["", f"## {lab['figures']}", "",
                   f"| {lab['figure']} | {lab['value']} | N | {lab['method']} |", "|---|---|---|---|"]
         for f, (m, note) in zip(figures, fn.refs, strict=True):
@@ -391,7 +417,7 @@ def markdown(doc: dict[str, Any]) -> str:
             sp = _spread_text(f)
             if sp:
                 val += f" ({sp})"
-            ref = f"{method_stat(str(f.get('method', '')))} {sup(m)}".strip()
+            ref = f"{method_stat(str(f.get('method', '')), lang)} {sup(m)}".strip()
             if note:
                 ref += f" ⚠{sup(note)}"
             lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {_md_cell(ref)} |")

@@ -174,7 +174,7 @@ class Runner:
             self.done += 1
             self.progress(f"{scenario}: {label}", self.done, max(self.planned, self.done))
         if s.error:
-            self.errors.append(f"{scenario}/{label}: {s.error}")
+            self.errors.append(f"{scenario}/{label}: " + s.error)
             if s.error.startswith("connection error") or s.status in (502, 503):
                 self._consecutive_conn_errors += 1
                 if self._consecutive_conn_errors >= 3:

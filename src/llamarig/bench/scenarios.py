@@ -103,7 +103,7 @@ def annotate_contamination(r: Runner, res: ScenarioResult) -> None:
             return
         tag = f"{bad} of {len(mine)} samples ran while foreign work was on the server (see interference)"
     for i, f in enumerate(res.figures):
-        note = f"{f.note}; {tag}" if f.note else tag
+        note = f.note + "; " + tag if f.note else tag
         res.figures[i] = Figure(**{**f.__dict__, "note": note})
 
 
@@ -141,7 +141,7 @@ def _errors(res: ScenarioResult, samples: list[RequestSample]) -> None:
         if s.error.startswith("not sent: "):
             continue  # summarised once by the runner ("scenario cut short")
         if s.error:
-            res.errors.append(f"request {s.seq} ({s.label}): {s.error}")
+            res.errors.append(f"request {s.seq} ({s.label}): " + s.error)
         elif not s.valid:
             res.notes.append(note_text(N_("request {seq} ({label}) rejected: {why}"), seq=s.seq, label=s.label,
                                        why=s.reject_reason))

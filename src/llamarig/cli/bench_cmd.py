@@ -11,8 +11,9 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from llamarig.cli.lang import _, lang
 from llamarig.errors import ExitCode, InputError
-from llamarig.i18n import _, unknown_name
+from llamarig.i18n import unknown_name
 
 EXIT_DOC = "Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable."
 
@@ -49,7 +50,8 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
 
     if json_path:
         write_json(doc, json_path)
-    for path, text in ((md_path, markdown(doc) if md_path else ""), (html_path, render_html(doc) if html_path else "")):
+    for path, text in ((md_path, markdown(doc, lang()) if md_path else ""),
+                       (html_path, render_html(doc, lang()) if html_path else "")):
         if path:
             try:
                 path.write_text(text, encoding="utf-8")
@@ -147,7 +149,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             doc = run_bench(cfg, progress)
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
-        terminal(doc, out)
+        terminal(doc, out, lang=lang())
     if doc.get("errors") or doc.get("aborted"):
         sys.exit(ExitCode.PROBLEMS)
 
@@ -196,13 +198,8 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
 
     from llamarig.bench.logparse import logs_document
     from llamarig.bench.report import fmt_value, terminal
-    from llamarig.i18n import _, in_language, language
 
-    doc = logs_document(file, script)
-    if json_path and language() != "en":  # the JSON is English on every machine (llamarig.i18n)
-        with in_language("en"):
-            _write_outputs(logs_document(file, script), json_path, None, None)
-        json_path = None
+    doc = logs_document(file, script)  # English: the JSON's words never change with the language
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
@@ -224,4 +221,4 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
             t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
                         ("slot", "task", "depth", "prompt_tokens", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")))
         timeline.append(t)
-    terminal(doc, con, after_headline=timeline)  # the headline first, then the per-request timeline
+    terminal(doc, con, after_headline=timeline, lang=lang())  # the headline first, then the per-request timeline

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig.cli.lang import _, localize
 from llamarig.hub.ref import is_remote
-from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool, refresh: str 
         console.print(f"[bold]{m.id}[/] ({m.arch}) {escape(m.name)}")
         for q in m.quants:
             size, source = m.file_bytes(q, bpw)
-            console.print(f"  {q.lower()}: {size / 1e9:.2f} GB — {escape(source)}", soft_wrap=False)
+            console.print(f"  {q.lower()}: {size / 1e9:.2f} GB — {escape(localize(source))}", soft_wrap=False)
         console.print(_("  mmproj: {mmproj}").format(mmproj=_mmproj(m)))
         console.print(escape(_("sources: {source}").format(source=m.source)))
         return
@@ -158,7 +158,7 @@ def _finish(console: Console, t: Table, rows: list[tuple[list[str], str]], sourc
     if sources:
         t.add_column(_("source"), overflow="fold")
     for cells, source in rows:
-        t.add_row(*cells, *([escape(source)] if sources else []))
+        t.add_row(*cells, *([escape(localize(source))] if sources else []))
     console.print(t)
     if not sources:
         console.print(f"[dim]{escape(hint)}[/]")

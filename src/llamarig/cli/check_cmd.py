@@ -11,19 +11,13 @@ from pathlib import Path
 
 import click
 
-from llamarig.app.check import (
-    check,
-    dump_json,
-    explain,
-    fix,
-    get_schema,
-    read_input,
-)
+from llamarig.app.check import check, dump_json, explain, fix, get_schema, read_input
+from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
 from llamarig.flags.rules import Finding
 from llamarig.flags.schema import Schema
-from llamarig.i18n import _, set_language
+from llamarig.i18n import set_language
 
 _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled build older than N "
                       "(`llamarig check --list-schemas` lists them).")
@@ -63,7 +57,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     for k, inv in enumerate(parsed.invocations):
         lines_at = f"{inv.line}" + (f"-{inv.end_line}" if inv.end_line != inv.line else "")
         head = _("invocation {k}: line {lines} {program}{label} receives {n} argument(s)").format(
-            k=k + 1, lines=lines_at, program=inv.program, label=f" [{inv.label}]" if inv.label else "",
+            k=k + 1, lines=lines_at, program=inv.program, label=" [" + inv.label + "]" if inv.label else "",
             n=len(inv.args))
         if inv.orphans:
             head += _(", {n} cut off at line {line}").format(n=len(inv.orphans), line=inv.cut_line)
@@ -72,7 +66,7 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
     receives, environment, fix_head, none = _("receives:"), _("environment:"), _("fix:"), _("no findings")
     gap = "" if receives.endswith("：") else " "  # a full-width colon carries its own space
     for k, inv in enumerate(parsed.invocations):
-        shown = " ".join(_q(a) for a in inv.argv)
+        shown = " ".join(_q(localize(a)) for a in inv.argv)
         lines = [f"[dim]{escape(receives)}[/dim]{gap}{escape(_clip(shown))}"]
         if inv.orphans:
             cut = " ".join(_q(w.text) for w in inv.orphans)
@@ -100,9 +94,9 @@ def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: 
         # drop the rest of the finding
         t.add_column(_("finding"), overflow="fold")
         for f in fs:
-            msg = escape(f.message)
+            msg = escape(localize(f.message))
             if f.fix:
-                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(f.fix)}"
+                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(localize(f.fix))}"
             t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{severity.get(f.severity, f.severity)}[/]",
                       escape(f.rule), msg)
         con.print(t)
@@ -122,7 +116,7 @@ def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tu
                                               program=inv.program), "red"))
     first = next((f for f in findings if f.severity == "error"), None)
     if first is not None and not any(inv.orphans for inv in parsed.invocations):
-        out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(first.message, 160)),
+        out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(localize(first.message), 160)),
                     "red"))
     if not parsed.invocations:
         out.append((_("no llama-server command found"), "yellow"))
@@ -165,8 +159,6 @@ def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: in
     """Lint a llama-server command, bash script, systemd unit, docker-compose, Kubernetes/Helm,
     llama-swap or --models-preset INI file (FILE, or - for stdin; the files it sources, its
     drop-ins or .env next to it are read too). Exit 1 when an error is found, 0 otherwise, 2 for unreadable input."""
-    if as_json and not fix:  # --json is English on every machine (llamarig.i18n): the messages too
-        set_language("en")
     text, name = read_input(file)
     schema = get_schema(server_bin, bundled, no_cache, schema_build)
     # the objects a check makes (words, invocations, findings) live until it ends and hold no
@@ -187,14 +179,14 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                    base_dir=origin.parent if origin else None, gpus=gpus, ram=ram, need_ctx=need_ctx,
                    origin=origin, name=name)
     if do_fix:
-        fixed = fix(report)
+        fixed = fix(report, lang())
         click.echo(fixed.text, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
         for k, line, changes in fixed.changes:
             click.echo(_("llamarig: the fixed command {k} (line {line}) runs the server differently:").format(
                 k=k + 1, line=line), err=True)
             for what, before, now in changes:
-                click.echo(f"  {what}: {before} -> {now}", err=True)
+                click.echo(f"  {localize(what)}: {localize(before)} -> {localize(now)}", err=True)
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
+from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import InputError, ServerError
-from llamarig.i18n import _
 
 
 @click.group("gateway", invoke_without_command=True)
@@ -62,13 +62,13 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
     def ready(gw: Any) -> None:
         # what the first health check found, one line per backend, then where it listens
         for line in gw.backends.startup_lines():
-            click.echo(line, err=True)
+            click.echo(localize(line), err=True)
         names = ", ".join(f"{b.name}={b.url}" for b in cfg.backends)
         click.echo(_("llamarig gateway listening on {url} (backends: {backends}; tiers: {tiers})").format(
             url=f"http://{cfg.server.host}:{gw.port}", backends=names, tiers=", ".join(cfg.tiers)), err=True)
 
     try:
-        serve(cfg, config_path=config_path, overrides=overrides, ready=ready)
+        serve(cfg, config_path=config_path, overrides=overrides, ready=ready, lang=lang())
     except OSError as e:
         raise ServerError(_("cannot listen on {host}:{port}: {error}").format(host=cfg.server.host, port=cfg.server.port, error=e.strerror or e)) from None
 
@@ -148,7 +148,7 @@ def status_table(url: str, st: Mapping[str, Any], table_cls: Any) -> Any:
         problem = problem_text(b["problem"], b.get("problem_detail") or "", timeout) if b.get("problem") else ""
         cells = (b["name"], b["url"], health, pool_cell(b, safety), slots, _known_or_configured(b, "slot_ctx"),
                  problem or b.get("last_error") or "")
-        t.add_row(*(Text(str(c)) for c in cells))  # no rich markup in names, URLs, errors
+        t.add_row(*(Text(str(localize(c))) for c in cells))  # no rich markup in names, URLs, errors
     return t
 
 
@@ -159,7 +159,7 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
     q = st["queue"]
     by = ", ".join(f"{k}={v}" for k, v in q["by_tier"].items()) or "-"
     counts: Mapping[str, int] = st.get("rejected_by_reason") or st.get("rejected") or {}
-    rejected = ", ".join(f"{label(k)} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    rejected = ", ".join(f"{localize(label(k))} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     lines = [
         _("queue: {length}/{size} waiting (by tier: {by}); deadline {timeout} s; Retry-After now {retry} s").format(
             length=q["length"], size=q["size"], by=by, timeout=q["timeout_s"], retry=st["retry_after_s"]),

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from llamarig.cli.lang import localize
 from llamarig.gguf import ModelSpec
 from llamarig.units import fmt_bytes
 
@@ -103,7 +104,7 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
             lt.add_row(rng, str(n), kind, shape)
         console.print(lt)
     for w in spec.warnings:
-        console.print(f"[yellow]warning:[/] {escape(w)}")
+        console.print(f"[yellow]warning:[/] {escape(localize(w))}")
 
 
 @click.command("inspect")

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from llamarig import __version__
+from llamarig.cli.lang import _
 from llamarig.errors import ExitCode, LlamarigError
-from llamarig.i18n import _
 
 #: command name -> ("module:attribute", short help). Modules are imported on first use.
 COMMANDS: dict[str, tuple[str, str]] = {

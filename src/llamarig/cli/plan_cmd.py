@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig.cli.lang import _
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.i18n import _
 from llamarig.plan.inputs import (
     PlanArgs,
     build_inputs,
@@ -174,10 +174,6 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     if view.help or (not args):
         click.echo(PLAN_HELP + "\n" + SPEED_HELP)
         return
-    if view.as_json:  # --json is English on every machine (llamarig.i18n): notes and warnings too
-        from llamarig.i18n import set_language
-
-        set_language("en")
     inp = build_inputs(pa)
     if inp.spec.remote is not None:  # what reading the remote header cost, on stderr
         from llamarig.hub.resolve import describe

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.speed_view import calibration_label
-from llamarig.i18n import N_, _
 from llamarig.plan.result import HOST_GROWTH
 from llamarig.units import MiB, fmt_bytes
 
@@ -219,9 +219,9 @@ def render(plan: Plan, console: Console, *, why: bool = False) -> None:
     note, warning = _("note:"), _("warning:")
     gap = "" if note.endswith("：") else " "  # a full-width colon carries its own space
     for n in plan.notes:
-        console.print(f"[cyan]{note}[/]{gap}{escape(n)}")
+        console.print(f"[cyan]{note}[/]{gap}{escape(localize(n))}")
     for w in plan.warnings:
-        console.print(f"[yellow]{warning}[/]{gap}{escape(w)}")
+        console.print(f"[yellow]{warning}[/]{gap}{escape(localize(w))}")
     if why:
         render_formulas(plan, console)
     console.print(escape(_("command: {command}").format(command=" ".join(plan.command))), soft_wrap=True)

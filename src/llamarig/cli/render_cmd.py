@@ -18,9 +18,9 @@ import click
 
 from llamarig.app.command import final_findings, resolve_command
 from llamarig.app.render import FORMATS, render_command
+from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import CTX, command_name, input_options, own_options, refuse_or_warn
 from llamarig.errors import ExitCode, InputError, LlamarigError
-from llamarig.i18n import _
 from llamarig.procs import exit_description
 
 
@@ -60,8 +60,8 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
                    _schema_label(res))
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
-            shortfalls="; ".join(res.plan.shortfalls())))
-    text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user)
+            shortfalls="; ".join(localize(res.plan.shortfalls()))))
+    text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang())
     if out:
         p = Path(out)
         try:
@@ -112,11 +112,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
     warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
     port in use / start failed."""
-    from llamarig.i18n import set_language
     from llamarig.launch import process as L
-
-    if as_json:  # --json is English on every machine (llamarig.i18n)
-        set_language("en")
 
     if not detach:
         # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start
@@ -141,7 +137,7 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     try:
         _launch_report(lr, as_json)
     except KeyboardInterrupt:
-        click.echo(L.stop(state_file=lr.state_file), err=True)
+        click.echo(localize(L.stop(state_file=lr.state_file)), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     if detach:
         return
@@ -182,7 +178,7 @@ def _foreground(lr: Any) -> None:
         if code:
             sys.exit(ExitCode.ENVIRONMENT)
     except KeyboardInterrupt:
-        click.echo(L.stop(state_file=lr.state_file), err=True)
+        click.echo(localize(L.stop(state_file=lr.state_file)), err=True)
         sys.exit(ExitCode.INTERRUPTED)
 
 
@@ -196,4 +192,4 @@ def stop_cmd(port: int | None, state_file: str | None, timeout_s: float) -> None
     time and command line must still match the state file). Exit 0, 2 when there is no state."""
     from llamarig.launch import process as L
 
-    click.echo(L.stop(port, Path(state_file) if state_file else None, timeout_s))
+    click.echo(localize(L.stop(port, Path(state_file) if state_file else None, timeout_s)))

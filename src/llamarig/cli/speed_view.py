@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llamarig.cli.lang import _, localize
 from llamarig.errors import InputError
-from llamarig.i18n import _
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
 from llamarig.plan.result import PlanInputs
@@ -47,21 +47,21 @@ def speed_table(rep: SpeedReport) -> Any:
     if rep.prefill.prompt_tokens != DEFAULT_PROMPT and rep.prefill.prompt_note:
         parts.append(Text(rep.prefill.prompt_note, style="dim"))
     if rep.speculative:
-        parts.append(Text("speculative: " + rep.speculative.formula, style="dim"))
-    parts.append(Text("decode: " + rep.formula, style="dim"))
-    parts.append(Text("prefill: " + rep.prefill.formula, style="dim"))
-    parts.append(Text("KV: " + rep.kv_note, style="dim"))
+        parts.append(Text(localize("speculative: " + rep.speculative.formula), style="dim"))
+    parts.append(Text(localize("decode: " + rep.formula), style="dim"))
+    parts.append(Text(localize("prefill: " + rep.prefill.formula), style="dim"))
+    parts.append(Text(localize("KV: " + rep.kv_note), style="dim"))
     if rep.depth_note:
-        parts.append(Text(rep.depth_note, style="dim"))
+        parts.append(Text(localize(rep.depth_note), style="dim"))
     if rep.host_range:
         hr = rep.host_range
         line = _("expect decode {lo:.1f}-{hi:.1f} tok/s at depth 0").format(lo=hr.decode_tok_s[0], hi=hr.decode_tok_s[1])
         if hr.prefill_tok_s:
             line += _(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])
-        parts.append(Text(line + _(": ") + hr.note, style="yellow"))
+        parts.append(Text(line + _(": ") + localize(hr.note), style="yellow"))
     for w in rep.warnings:
         warning = _("warning:")
-        parts.append(Text.from_markup(f"[yellow]{escape(warning)}[/] {escape(w)}"))
+        parts.append(Text.from_markup(f"[yellow]{escape(warning)}[/] {escape(localize(w))}"))
     parts.append(Text(_("calibration: {source}").format(source=calibration_label(rep.calibration)), style="dim"))
     return Group(*parts)
 
@@ -135,9 +135,9 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         parts.append(Text(" ".join(best.plan.command)))
         parts.append(Text(_("physical limit at depth 0: {limit:.0f} tok/s (bandwidth / bytes per token); predicted "
                             "{rate:.0f} tok/s").format(limit=best.speed.decode_limit_tok_s, rate=best.speed.decode_tok_s)))
-        parts.append(Text("KV: " + best.speed.kv_note))
+        parts.append(Text(localize("KV: " + best.speed.kv_note)))
         if best.speed.depth_note:
-            parts.append(Text(best.speed.depth_note, style="dim"))
+            parts.append(Text(localize(best.speed.depth_note), style="dim"))
         if t.decode_tok_s:
             sp = best.speed.speculative
             deep = best.speed.at_depth(t.ctx).decode_tok_s * (sp.speedup if sp else 1.0)
@@ -145,18 +145,18 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
                 parts.append(Text(_("note: with the context full ({ctx} tokens) decode falls to about {rate:.0f} "
                                     "tok/s, below the target; --target-depth N judges the target at depth N (now "
                                     "{depth})").format(ctx=t.ctx, rate=deep, depth=t.depth), style="yellow"))
-        parts.append(Text(_("decode formula: ") + best.speed.formula, style="dim"))
+        parts.append(Text(_("decode formula: ") + localize(best.speed.formula), style="dim"))
         if best.speed.speculative:
-            parts.append(Text("speculative: " + best.speed.speculative.formula, style="dim"))
-        parts.append(Text(_("prefill formula: ") + best.speed.prefill.formula, style="dim"))
+            parts.append(Text(localize("speculative: " + best.speed.speculative.formula), style="dim"))
+        parts.append(Text(_("prefill formula: ") + localize(best.speed.prefill.formula), style="dim"))
     if res.verdict == "unlikely":
         parts.append(Text("\n" + _("Not predicted as asked (possible, but the model says no):"), style="bold yellow"))
         for r in res.reasons:
-            parts.append(Text("  - " + r))
+            parts.append(Text("  - " + localize(r)))
     elif res.verdict != "ok":
         parts.append(Text("\n" + _("Impossible as asked:"), style="bold red"))
         for r in res.reasons:
-            parts.append(Text("  - " + r))
+            parts.append(Text("  - " + localize(r)))
     parts.append(Text("\n" + _("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
         n=res.evaluated, ms=res.elapsed_s * 1000, source=calibration_label(best.speed.calibration) if best else ""),
         style="dim"))

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
+from llamarig.cli.lang import _
 from llamarig.errors import ExitCode, InputError
-from llamarig.i18n import _, set_language
+from llamarig.i18n import set_language
 
 
 @click.command("top")

@@ -14,8 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from llamarig.bench.records import local_text
-from llamarig.i18n import _
+from llamarig.cli.lang import _, localize
 from llamarig.top.model import Alert, ServerView, SlotView, Snapshot
 
 SORTS = ("id", "busy", "rate")
@@ -272,7 +271,7 @@ def event_lines(snap: Snapshot, n: int) -> list[Text]:
     out = []
     for e in snap.events[-n:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.wall))
-        out.append(Text(f"{stamp} {e.server}: {e.kind}: {local_text(e.detail)}", style="red" if e.kind in ("restart", "down") else ""))
+        out.append(Text(f"{stamp} {e.server}: {e.kind}: {localize(e.detail)}", style="red" if e.kind in ("restart", "down") else ""))
     return out
 
 

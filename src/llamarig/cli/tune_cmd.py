@@ -12,9 +12,9 @@ import click
 
 from llamarig.app.command import resolve_command
 from llamarig.app.tune import TuneInterrupted, TuneResult, TuneSettings, base_args, tune_command
+from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import CTX, input_options
 from llamarig.errors import ExitCode, InputError
-from llamarig.i18n import _
 
 
 class _Progress:
@@ -94,10 +94,6 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     """Find the best settings by measurement: candidates pruned by the planner, then successive
     halving over real llama-server runs. Resumable (Ctrl-C, then the same command). Exit 0,
     2 bad input, 3 server problems, 130 interrupted (state kept)."""
-    from llamarig.i18n import set_language
-
-    if as_json:  # --json is English on every machine (llamarig.i18n): the plan's notes too
-        set_language("en")
     from llamarig.units import parse_size
 
     res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
@@ -110,7 +106,8 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     try:
         with _Progress() as progress:
             result = tune_command(res, settings, gpus=gpus, ram=ram, detect=detect,
-                                  notify=lambda msg: click.echo(msg, err=True), progress=progress)
+                                  notify=lambda msg: click.echo(localize(msg), err=True), progress=progress,
+                                  lang="en" if as_json else lang())
     except TuneInterrupted as e:
         click.echo(_("llamarig: interrupted; {n} measurement(s) kept in {path}: run the same command to resume").format(
             n=e.measurements, path=e.state_file), err=True)
@@ -165,7 +162,7 @@ def _report(res: TuneResult, as_json: bool) -> None:
     if result.decision:
         from rich.markup import escape  # lazy: rich only for the human report
 
-        con.print(escape(result.decision), style="dim" if not result.tied else "yellow")
+        con.print(escape(localize(result.decision)), style="dim" if not result.tied else "yellow")
     if out.get("calibration") and "path" in out["calibration"]:
         c = out["calibration"]
     if out.get("calibration") and "path" in out["calibration"]:
@@ -194,11 +191,8 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
                 gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Measure what a quantized KV cache changes: next-token distributions against f16 KV
     (top-1 agreement, KL divergence over the returned top-k) and a needle at several depths."""
-    from llamarig.i18n import set_language
     from llamarig.tune.quality import parse_types, render_report, run_quality
 
-    if as_json:  # --json is English on every machine (llamarig.i18n)
-        set_language("en")
     res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
                           ram=ram, detect=detect, want_plan=False)
     kv = parse_types(types_)
@@ -212,8 +206,8 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
         raise InputError(_("--prompts, --top-k and --prompt-words must be >= 1"))
     rep = run_quality(res.binary, base_args(res), kv, n_prompts=n_prompts, prompt_words=prompt_words,
                       top_k=top_k, needle_words=needle_words, depths=ds,
-                      progress=lambda msg: click.echo(msg, err=True))
+                      progress=lambda msg: click.echo(localize(msg), err=True))
     if as_json:
         click.echo(json.dumps(rep, indent=1))
     else:
-        render_report(rep)
+        render_report(rep, lang())

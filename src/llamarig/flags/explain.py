@@ -15,7 +15,7 @@ from llamarig.flags.argv import Reading, Use, int_of
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import Schema
 from llamarig.gguf.ggml_types import row_size
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -114,7 +114,11 @@ def _pad(x: int, n: int = 256) -> int:
 
 
 def memory_effects(r: Reading, spec: ModelSpec | None, lang: str = "en") -> dict[str, str]:
-    """Memory numbers (with formulas) keyed by the option they belong to."""
+    """Memory numbers (with formulas) keyed by the option they belong to, in ``lang``."""
+    return {k: localize(v, lang) for k, v in _memory_effects(r, spec, lang).items()}
+
+
+def _memory_effects(r: Reading, spec: ModelSpec | None, lang: str) -> dict[str, str]:
     t = TEXT[lang]
     out: dict[str, str] = {}
     if spec is None:

@@ -15,7 +15,7 @@ from llamarig.flags.argv import FALSY, Reading, Use
 from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Severity
 from llamarig.flags.parsed import Command, Invocation, Parsed
 from llamarig.flags.schema import Schema
-from llamarig.i18n import _
+from llamarig.i18n import Message, _, localize
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
 
@@ -40,8 +40,10 @@ class FixedInvocation:
     groups: list[list[str]] = field(default_factory=list)  # the same, word by word, unquoted
 
 
-def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], schema: Schema) -> FixedInvocation:
-    """The corrected argument list of one invocation and the comments explaining the changes."""
+def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], schema: Schema,
+                   lang: str = "en") -> FixedInvocation:
+    """The corrected argument list of one invocation and the comments explaining the changes (in
+    ``lang``)."""
     actions: dict[int, list[Finding]] = {}
     dropped_env: set[str] = set()
     comments: list[str] = []
@@ -53,7 +55,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
         if f.action.action == "drop-env":
             dropped_env.update(f.action.args)
             comments.append("# llamarig: " + _("removed {what}: {why}").format(what=f.action.args[0],
-                                                                               why=_short(f.message)))
+                                                                               why=_short(f.message, lang)))
             continue
         if f.use is not None:
             actions.setdefault(f.use, []).append(f)
@@ -72,7 +74,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
             f = kinds["drop"]
             if f.rule != "duplicate-flag":
                 comments.append("# llamarig: " + _("removed {what}: {why}").format(what=f"`{_show(u)}`",
-                                                                                   why=_short(f.message)))
+                                                                                   why=_short(f.message, lang)))
             continue
         if "replace" in kinds:
             f = kinds["replace"]
@@ -80,7 +82,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
             target = schema.lookup(new[0])
             if target is not None and target[0].name in present:
                 comments.append("# llamarig: " + _("removed `{what}` (`{flag}` is already set): {why}").format(
-                    what=_show(u), flag=target[0].name, why=_short(f.message)))
+                    what=_show(u), flag=target[0].name, why=_short(f.message, lang)))
                 continue
             if target is not None:
                 present.add(target[0].name)
@@ -101,7 +103,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
             f = kinds["set-value"]
             new_v = fixes["set-value"].args[0]
             if values and values[0] != new_v:
-                comments.append(f"# llamarig: `{spelling} {values[0]}` -> `{spelling} {new_v}`: {_short(f.message)}")
+                comments.append(f"# llamarig: `{spelling} {values[0]}` -> `{spelling} {new_v}`: {_short(f.message, lang)}")
                 values = [new_v] + values[1:]
         if "add-value" in kinds:
             new_v = fixes["add-value"].args[0]
@@ -140,7 +142,7 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     raw_of.update({w.text: w.written for w in inv.intended_args if w.written})  # llama-swap `${PORT}`
     written = {w.text: w.written for w in inv.intended_args if w.written}
     return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
-                           [w for c in _dedupe(comments) for w in _wrap(c)], dropped_env,
+                           [w for c in _dedupe(comments) for w in _wrap(localize(c, lang))], dropped_env,
                            [[written.get(x, x) for x in g] for g in final])
 
 
@@ -156,13 +158,16 @@ def _show(u: Use) -> str:
     return " ".join([u.spelling] + [v.text for v in u.values])
 
 
-def _short(msg: str) -> str:
-    """The finding's message for a fix comment, whole (a cut comment cut a flag name in half:
-    'iq4_n...'); long ones are wrapped over several comment lines by _wrap."""
-    for note in {CUT_OFF_NOTE, _(CUT_OFF_NOTE)}:
-        if msg.endswith(note):
-            return msg[: -len(note)].rstrip()
-    return msg
+def _short(msg: str, lang: str) -> str:
+    """The finding's message for a fix comment in ``lang``, whole (a cut comment cut a flag name
+    in half: 'iq4_n...'); long ones are wrapped over several comment lines by _wrap."""
+    if isinstance(msg, Message) and msg.parts and msg.parts[-1] == CUT_OFF_NOTE:
+        return localize(Message.concat(msg.parts[:-1]), lang).rstrip()
+    text = localize(msg, lang)
+    for note in {CUT_OFF_NOTE, localize(_(CUT_OFF_NOTE), lang)}:
+        if text.endswith(note):
+            return text[: -len(note)].rstrip()
+    return text
 
 
 #: the pieces a comment may be broken between: one wide (CJK) character, a run of other
@@ -237,35 +242,37 @@ def _prefix(inv: Invocation, lines: list[str], dropped_env: set[str]) -> str:
     return head.rstrip()
 
 
-def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], schema: Schema) -> str:
-    """The whole input, corrected."""
+def fix_text(parsed: Parsed, readings: list[Reading], findings: list[Finding], schema: Schema,
+             lang: str = "en") -> str:
+    """The whole input, corrected; its comments in ``lang`` (llamarig.i18n)."""
     by_inv: dict[int, list[Finding]] = {}
     for f in findings:
         if f.invocation is not None:
             by_inv.setdefault(f.invocation, []).append(f)
     if parsed.kind in ("shell", "systemd"):
-        return _fix_lines(parsed, readings, by_inv, schema)
+        return _fix_lines(parsed, readings, by_inv, schema, lang)
     if parsed.kind in ("compose", "kubernetes", "helm-values", "llama-swap", "yaml"):
         from llamarig.flags.fix_yaml import fix_yaml  # lazy: YAML inputs only
 
-        fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+        fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema, lang)
                  for k, inv in enumerate(parsed.invocations)]
-        return fix_yaml("\n".join(parsed.lines), parsed, fixed)
+        return fix_yaml("\n".join(parsed.lines), parsed, fixed, lang)
     if parsed.kind == "models-preset":  # the file as written (still INI), the repairs as comments
         out = "\n".join(parsed.lines).rstrip("\n") + "\n"
         for k, inv in enumerate(parsed.invocations):
-            fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+            fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema, lang)
             if fx.comments:
-                out += "\n; llamarig: " + _("{label}: the preset's keys as corrected options:").format(label=inv.label) + "\n"
+                out += "\n; llamarig: " + localize(_("{label}: the preset's keys as corrected options:").format(
+                    label=inv.label), lang) + "\n"
                 out += "".join(f"; {c.lstrip('# ')}\n" for c in fx.comments)
                 out += "".join(f";   {a}\n" for a in fx.args)
         return out
     blocks = []
     for k, inv in enumerate(parsed.invocations):
-        fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema)
+        fx = fix_invocation(inv, readings[k], by_inv.get(k, []), schema, lang)
         head = ("# " + _("{kind} {label}: corrected command").format(kind=parsed.kind, label=inv.label) if inv.label
                 else "# " + _("corrected command"))
-        blocks.append("\n".join([head, *fx.comments, _join(inv.program, fx.args, False)]))
+        blocks.append("\n".join([localize(head, lang), *fx.comments, _join(inv.program, fx.args, False)]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -282,7 +289,8 @@ def _join(head: str, args: list[str], background: bool, indent: str = "  ",
     return "\n".join(parts)
 
 
-def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[Finding]], schema: Schema) -> str:
+def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[Finding]], schema: Schema,
+               lang: str) -> str:
     lines = parsed.lines
     replace: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
     notes_at: dict[int, list[str]] = {}
@@ -292,7 +300,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
     for cmd in parsed.commands:
         if cmd.words:
             by_last.setdefault(cmd.words[-1].line, cmd)
-    fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema) for k, inv in enumerate(parsed.invocations)]
+    fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema, lang) for k, inv in enumerate(parsed.invocations)]
     for k, inv in enumerate(parsed.invocations):
         if not inv.written_here:  # another file's, or a function body shared by its calls: as written
             continue
@@ -303,7 +311,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         if inv.orphans:
             end = max(end, _orphan_end(by_last, inv) - 1)
         kept_comments = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
-        warn = [w for f in by_inv.get(k, []) if f.rule == "public-no-api-key" for w in _wrap(f"# llamarig: {f.message}")]
+        warn = [w for f in by_inv.get(k, []) if f.rule == "public-no-api-key" for w in _wrap("# llamarig: " + localize(f.message, lang))]
         if parsed.kind == "systemd":
             head = lines[start][: lines[start].find(inv.program) + len(inv.program)] if inv.program in lines[start] else f"ExecStart={inv.program}"
             body = _join(head.rstrip(), fx.args, False)
@@ -320,9 +328,9 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         replace[start] = (end, text)
     for n in parsed.notes:
         if n.kind == "kill-by-name":
-            notes_at.setdefault(n.line - 1, []).append(
+            notes_at.setdefault(n.line - 1, []).append(localize(
                 "# llamarig: " + _("killall matches every process with this name; prefer "
-                                   "`kill \"$(cat server.pid)\"` or `pkill -x NAME -u \"$USER\"` and wait for the exit"))
+                                   "`kill \"$(cat server.pid)\"` or `pkill -x NAME -u \"$USER\"` and wait for the exit"), lang))
     if parsed.kind == "systemd":
         dropped = {n for fx in fixed for n in fx.dropped_env}
         for i, ln in enumerate(lines):
@@ -331,7 +339,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
                 for name in dropped:
                     new = re.sub(rf"(\s|=)\"?{re.escape(name)}=[^\s\"]*\"?", r"\1", new)
                 if new != ln:
-                    replace[i] = (i, "# llamarig: " + _("was `{line}`").format(line=ln.strip()) + (f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
+                    replace[i] = (i, "# llamarig: " + localize(_("was `{line}`").format(line=ln.strip()), lang) + (f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
     out: list[str] = []
     i = 0
     while i < len(lines):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
@@ -123,8 +123,9 @@ def _render(slot: _Slot, text: str, prefix: list[str], groups: list[list[str]]) 
     return json.dumps(" ".join(lines), ensure_ascii=False)
 
 
-def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation]) -> str:
-    """The YAML file with every invocation's node rewritten (see the module docstring)."""
+def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation], lang: str = "en") -> str:
+    """The YAML file with every invocation's node rewritten (see the module docstring); comments in
+    ``lang``."""
     slots = _slots(text)
     edits: list[tuple[int, int, str]] = []  # (start, end, new text)
     comments_at: dict[int, list[str]] = {}  # offset of a key's line -> comment lines
@@ -155,10 +156,10 @@ def fix_yaml(text: str, parsed: Parsed, fixed: list[FixedInvocation]) -> str:
     if left:
         out = out.rstrip("\n") + "\n"
         for inv, fx in left:
-            out += "\n# llamarig: " + _("{kind} {label} (line {line}): not held in one YAML node as written "
+            out += "\n# llamarig: " + localize(_("{kind} {label} (line {line}): not held in one YAML node as written "
                                          "(built from a macro, a variable or a script): left as it is; the "
                                          "corrected command:").format(kind=parsed.kind, label=inv.label or "",
-                                                                     line=inv.line) + "\n"
+                                                                     line=inv.line), lang) + "\n"
             out += "".join(f"# {c.lstrip('# ')}\n" for c in fx.comments)
             program = [] if inv.program.startswith("(") else [inv.program]  # `(entrypoint of IMAGE)`
             out += "#   " + " ".join(_shell(w) for w in program + [x for g in fx.groups for x in g]) + "\n"

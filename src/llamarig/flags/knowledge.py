@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llamarig.i18n import N_, language
+from llamarig.i18n import N_, Message
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,10 @@ class Folklore:
     replace: tuple[str, ...] = ()
     zh: str = ""
 
-    def advice(self) -> str:
-        """The intent and the real way, in the current language (the Chinese ``zh`` when there
-        is one)."""
-        if language() == "zh" and self.zh:
-            return self.zh
-        return f"intent: {self.intent}. Real way: {self.real}"
+    def advice(self) -> Message:
+        """The intent and the real way (English; the Chinese ``zh`` when there is one, through
+        llamarig.i18n.localize)."""
+        return Message.given(f"intent: {self.intent}. Real way: {self.real}", zh=self.zh)
 
 
 # Flags seen in users' scripts (the field reports in tests/fixtures/seeds, guides, other tools),

@@ -23,7 +23,7 @@ from llamarig.gateway import reasons
 from llamarig.gateway.admission import Pool, ReservationLedger, pool_from_props
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -145,6 +145,7 @@ class Backends:
         self.on_change: list[Any] = []  # callbacks after health/pool changes (admission pump)
         self._task: asyncio.Task[None] | None = None
         self._metrics_cache: dict[str, tuple[float, str]] = {}
+        self.lang = "en"  # the language of the lines it logs (the gateway's, llamarig.gateway.server)
 
     # -- config
     def apply_config(self, cfg: GatewayConfig) -> None:
@@ -254,7 +255,7 @@ class Backends:
             st.last_check = time.time()
         if st.healthy != was:
             if st.healthy:
-                log.info("%s", self.line(st))
+                log.info("%s", localize(self.line(st), self.lang))
             self._changed()  # an ejection was logged by mark_failure
 
     def line(self, st: BackendState, *, startup: bool = False) -> str:

@@ -169,7 +169,7 @@ class _V:
         self.source = source
 
     def err(self, where: str, msg: str) -> InputError:
-        return InputError(f"{self.source}: {where}: {msg}")
+        return InputError(f"{self.source}: " + where + ": " + msg)  # + keeps Messages (llamarig.i18n)
 
     def table(self, v: Any, where: str) -> dict[str, Any]:
         if not isinstance(v, dict):

@@ -47,7 +47,7 @@ from llamarig.gateway.tiers import (
     validate_body,
 )
 from llamarig.gateway.upstream import UpstreamConnectError, UpstreamPayloadError
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 from llamarig.units import MiB
 
 if TYPE_CHECKING:
@@ -335,10 +335,10 @@ async def admit_and_connect(gw: Gateway, call: Call) -> StreamResponse | None:
             gw.metrics.rejected.labels(call.d.tier, e.reason, e.code).inc()
             call.rec.update(status=e.status, outcome=f"rejected:{e.code}", reason=e.reason, details=e.details)
             call.outcome = f"rejected:{e.code}"
-            log.info("%s %s (%s) tier %s: %s", e.status, e.code, e.reason, call.d.tier, e.message)
+            log.info("%s %s (%s) tier %s: %s", e.status, e.code, e.reason, call.d.tier, localize(e.message, gw.lang))
             if call.resp is not None:  # keep-alive comments already sent: say it in the stream
                 with contextlib.suppress(*CLIENT_GONE):
-                    await call.resp.write(error_event(e.message, e.code, body=e.body()))
+                    await call.resp.write(error_event(e.message, e.code, body=localize(e.body(), gw.lang)))
                 return call.resp
             raise
         call.backend = call.res.backend

@@ -1,5 +1,6 @@
 """Why a request was not admitted: a machine-readable reason code, the numbers behind it, and the
-sentence a person reads (from the message catalogue, in the gateway's language).
+sentence a person reads (a catalogue Message: English, written in the gateway's language when
+an error body is sent, llamarig.gateway.server.Gateway.lang).
 
 A rejection (llamarig.gateway.errors.Rejected) carries ``code`` (what happened to the request:
 ``queue_timeout``, ``queue_full``, ``key_limit``, ``no_backend``, ``shutting_down``) and

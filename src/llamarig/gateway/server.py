@@ -44,7 +44,7 @@ from llamarig.gateway.metrics import GatewayMetrics, RequestLog
 from llamarig.gateway.pipeline import authenticate, parse_json, read_body
 from llamarig.gateway.tiers import CHAT, NATIVE, OAI_COMPLETION
 from llamarig.gateway.upstream import AiohttpUpstream, UpstreamPool
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -58,8 +58,10 @@ class Gateway:
     """One gateway: config, ledger, admission queue, backends, metrics, the HTTP server."""
 
     def __init__(self, cfg: GatewayConfig, *, config_path: str | None = None,
-                 overrides: dict[str, Any] | None = None) -> None:
+                 overrides: dict[str, Any] | None = None, lang: str = "en") -> None:
         self.cfg = cfg
+        #: the language of the error bodies' ``message`` (docs/gateway.md#language)
+        self.lang = lang
         self.config_path = config_path
         self.overrides = overrides or {}
         self.ledger: ReservationLedger = make_ledger(cfg)
@@ -104,7 +106,7 @@ class Gateway:
         msg = (_("request body of {size} bytes exceeds the limit of {limit} bytes").format(size=content_length, limit=limit)
                if content_length is not None else
                _("request body exceeds the limit of {limit} bytes").format(limit=limit))
-        return json_response(413, RequestError(413, msg, code="body_too_large").body())
+        return json_response(413, localize(RequestError(413, msg, code="body_too_large").body(), self.lang))
 
     async def _on_startup(self) -> None:
         conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
@@ -113,6 +115,7 @@ class Gateway:
         self.upstream = UpstreamPool()
         self.upstream_tls = AiohttpUpstream(self.session)
         self.backends = Backends(self.cfg, self.ledger, self.session)
+        self.backends.lang = self.lang
         a = self.cfg.admission
         self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
                                    queue_timeout_s=a.queue_timeout_s, retry_after_s=a.retry_after_s,
@@ -207,9 +210,9 @@ class Gateway:
                 return await fn(request)
             except RequestError as e:
                 self.metrics.bad_requests.labels(str(e.status)).inc()
-                return json_response(e.status, e.body())
+                return json_response(e.status, localize(e.body(), self.lang))
             except Rejected as e:
-                return json_response(e.status, e.body(), {"Retry-After": str(e.retry_after)})
+                return json_response(e.status, localize(e.body(), self.lang), {"Retry-After": str(e.retry_after)})
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a bug must not take the gateway down or leak a traceback
@@ -442,11 +445,11 @@ class Runner:
 
 
 def serve(cfg: GatewayConfig, *, config_path: str | None = None, overrides: dict[str, Any] | None = None,
-          ready: Callable[[Gateway], None] | None = None) -> None:
-    """Run a gateway until SIGINT/SIGTERM (the CLI entry)."""
+          ready: Callable[[Gateway], None] | None = None, lang: str = "en") -> None:
+    """Run a gateway until SIGINT/SIGTERM (the CLI entry); error messages in ``lang``."""
 
     async def main() -> None:
-        gw = Gateway(cfg, config_path=config_path, overrides=overrides)
+        gw = Gateway(cfg, config_path=config_path, overrides=overrides, lang=lang)
         runner = await gw.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

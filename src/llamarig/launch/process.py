@@ -190,7 +190,7 @@ def likely_causes(argv: Sequence[str], log: str) -> list[str]:
         except LlamarigError:
             schema = load_bundled()
         _, findings = lint(parse_argv(list(argv)), schema)
-        out += [f"check [{f.rule}]: {f.message}" for f in findings if f.severity == "error"]
+        out += [f"check [{f.rule}]: " + f.message for f in findings if f.severity == "error"]
     except Exception as e:  # the diagnosis must never hide the real failure
         out.append(f"(llamarig check could not run: {e})")
     return out

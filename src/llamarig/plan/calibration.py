@@ -460,7 +460,7 @@ def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[
         try:
             find_gpu(gpu)
         except InputError as e:
-            raise InputError(f"{source}: {e}") from None
+            raise InputError(f"{source}: " + str(e)) from None  # + keeps the Message (llamarig.i18n)
     build = str((doc.get("server") or {}).get("version", "")).splitlines()
     build_s = next((ln for ln in build if "version" in ln), build[0] if build else "unknown build")
     out: list[dict[str, Any]] = []

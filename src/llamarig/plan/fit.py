@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from llamarig.i18n import _
+from llamarig.i18n import _, join
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.units import MiB
@@ -264,7 +264,7 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
     out = plan_for(final_cfg)
     m_all = hp_ngl + 1
     n_gpu = final_cfg.n_gpu_layers
-    per = ", ".join(_("{n} on {device}").format(n=x.n_layer, device=names[i]) for i, x in enumerate(ngl))
+    per = join(", ", (_("{n} on {device}").format(n=x.n_layer, device=names[i]) for i, x in enumerate(ngl)))
     n_cpu = m_all - n_gpu
     n_exp_cpu = sum(1 for pat, buft in final_cfg.override_tensor
                     if buft == "CPU" and any(re.search(pat, t.name) for t in spec.tensors))

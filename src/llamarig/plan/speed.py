@@ -823,7 +823,7 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
             phrase = _("kv {kv:g} is assumed ({backend}: no measured point at depth)").format(kv=x.eff.kv,
                                                                                                backend=x.backend)
         groups.setdefault(phrase, []).append(x.name)
-    parts = [f"{', '.join(names)} {phrase}" for phrase, names in groups.items()]
+    parts = [", ".join(names) + " " + phrase for phrase, names in groups.items()]  # + keeps the Message
     return _("decode at depth: ") + _("; ").join(parts)
 
 

@@ -183,7 +183,7 @@ def check_argv(argv: Sequence[str], schema: Schema, *, cores: int | None = None,
 
 def finding_line(f: Finding) -> str:
     """One line for a finding: ``[rule] message (fix: ...)``."""
-    text = f"[{f.rule}] {f.message}"
+    text = "[" + f.rule + "] " + f.message  # + keeps the Message (llamarig.i18n)
     if f.fix:
         text += _(" (fix: {fix})").format(fix=f.fix)
     return one_line(text, 600)

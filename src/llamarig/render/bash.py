@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import shlex
 
-from llamarig.i18n import _
+from llamarig.i18n import _, localize
 from llamarig.render.common import RenderSpec
 
 
-def _comment(lines: list[str]) -> list[str]:
-    return [("# " + ln).rstrip() for ln in lines]
+def _comment(lines: list[str], lang: str) -> list[str]:
+    return [("# " + ln).rstrip() for ln in localize(lines, lang)]
 
 
 def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.local/state/llamarig}",
@@ -30,7 +30,7 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         cmd_lines.insert(0, f"  cd {q(spec.workdir)}")
     env = [f"export {k}={q(v)}" for k, v in spec.env]
     out: list[str] = ["#!/usr/bin/env bash"]
-    out += _comment(spec.header())
+    out += _comment(spec.header(), spec.lang)
     out += _comment([
         "",
         _("usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)").format(name=name),
@@ -39,7 +39,7 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         "              " + _("llama-server), SIGKILL after 30 s"),
         "  foreground  " + _("exec the server in this shell (for systemd, containers, debugging)"),
         "",
-    ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)))
+    ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)), spec.lang)
     out += [
         "set -euo pipefail",
         "",
@@ -139,4 +139,4 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         '  *) echo "usage: $0 [start|stop|restart|status|foreground]" >&2; exit 2 ;;',
         "esac",
     ]
-    return "\n".join(out) + "\n"
+    return "\n".join(spec.local(out)) + "\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 from llamarig import __version__
 from llamarig.flags.argv import Command, looks_like_option
-from llamarig.i18n import _, language
+from llamarig.i18n import _, join, localize
 from llamarig.units import fmt_bytes
 
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
@@ -21,17 +21,17 @@ def is_flag(tok: str) -> bool:
     return looks_like_option(tok)
 
 
-def flag_comment(tok: str, schema: Any) -> str:
-    """One short line saying what a flag does (first sentence of the build's --help; in Chinese,
-    explain's hand-written description, else the English help marked as such)."""
+def flag_comment(tok: str, schema: Any, lang: str = "en") -> str:
+    """One short line saying what a flag does, in ``lang`` (first sentence of the build's
+    --help; in Chinese, explain's hand-written description, else the English help marked as such)."""
     if schema is None:
         return ""
     hit = schema.lookup(tok.split("=", 1)[0])
     if hit is None:
-        return _("(not a flag of this llama-server build)")
+        return localize(_("(not a flag of this llama-server build)"), lang)
     opt, positive = hit
     text = re.sub(r"\s+", " ", opt.summary or opt.name)
-    if language() == "zh":
+    if lang == "zh":
         from llamarig.flags.explain import (  # lazy: only the Chinese comments need the table
             TEXT,
             ZH,
@@ -39,7 +39,7 @@ def flag_comment(tok: str, schema: Any) -> str:
 
         text = ZH.get(opt.name) or _short(text, 60) + TEXT["zh"]["fallback"]
     if not positive:
-        text = _("disable: {what}").format(what=text)
+        text = localize(_("disable: {what}").format(what=text), lang)
     return _short(text, 72)
 
 
@@ -67,6 +67,8 @@ class RenderSpec:
     wrappers: tuple[str, ...] = ()
     #: the directory the input ran it in (its `cd DIR`, WorkingDirectory=), absolute
     workdir: str | None = None
+    #: the language of the file's comments (llamarig.i18n)
+    lang: str = "en"
 
     def command(self) -> Command:
         """What llama-server receives, parsed against the build's flags (the program excluded)."""
@@ -92,29 +94,33 @@ class RenderSpec:
         return self.command().groups()
 
     def header(self) -> list[str]:
-        """Comment lines (without the comment marker) every output starts with."""
+        """Comment lines (without the comment marker) every output starts with, in ``lang``."""
         lines = [_("rendered by llamarig {version} (llamarig render)").format(version=self.version)]
         if self.figures:
             lines.append("")
             lines.extend(self.figures)
-        return lines
+        return self.local(lines)
+
+    def local(self, lines: Sequence[str]) -> list[str]:
+        """``lines`` (Messages or text) in the file's language."""
+        return [localize(ln, self.lang) for ln in lines]
 
     def flag_table(self, arg_text: Any = None) -> list[str]:
         """Comment lines: each flag group with what it does, in command order."""
         fmt = arg_text or (lambda g: " ".join(g))
-        rows = [(fmt(g), flag_comment(g[0], self.schema) if is_flag(g[0]) else _("(argument)"))
-                for g in self.groups()]
+        rows = [(fmt(g), flag_comment(g[0], self.schema, self.lang) if is_flag(g[0])
+                 else localize(_("(argument)"), self.lang)) for g in self.groups()]
         if not rows:
             return []
         width = min(40, max(len(a) for a, _c in rows))
-        out = [_("flags, one per line in the command below (same order):")]
+        out = [localize(_("flags, one per line in the command below (same order):"), self.lang)]
         for a, c in rows:
             out.append(f"  {a:<{width}}  {c}".rstrip() if c else f"  {a}")
         return out
 
 
 def plan_figures(plan: Any, speed: Any = None) -> list[str]:
-    """The plan's memory (and speed) figures as short comment lines, each with its method."""
+    """The plan's memory (and speed) figures as short comment lines (Messages), each with its method."""
     out = [_("plan (llamarig plan; weights/KV/recurrent exact from the GGUF header, compute modelled):")]
     out.append("  " + _("n_ctx {n_ctx}, {n_par} slot(s) x {per} tokens, KV K {tk} / V {tv} = {bpt} B/token, "
                         "n_ubatch {ub}, flash attention {fa}").format(
@@ -127,16 +133,16 @@ def plan_figures(plan: Any, speed: Any = None) -> list[str]:
         total = fmt_bytes(d.total)
         line = (_("{device} ({label}): {parts}; total {total} of {capacity}") if d.capacity else
                 _("{device} ({label}): {parts}; total {total}"))
-        out.append("  " + line.format(device=d.name, label=d.label, parts=sep.join(parts) or _("nothing"),
+        out.append("  " + line.format(device=d.name, label=d.label, parts=join(sep, parts) if parts else _("nothing"),
                                       total=total, capacity=fmt_bytes(d.capacity) if d.capacity else ""))
     h = plan.host
     parts = [f"{c} {fmt_bytes(h.get(c))}" for c in ("weights", "kv", "recurrent", "compute", "output",
                                                      "mmproj", "draft", "checkpoints", "cache_ram") if h.get(c)]
     mm = _(" (weights mmap'd: page cache)") if h.mmap and h.get("weights") else ""
     out.append("  " + _("host RAM: {parts}; total {total} worst case{mmap}").format(
-        parts=sep.join(parts), total=fmt_bytes(h.total), mmap=mm))
+        parts=join(sep, parts), total=fmt_bytes(h.total), mmap=mm))
     out.append("  " + (_("verdict: fits") if plan.fits else
-                       _("verdict: DOES NOT FIT: {short}").format(short="; ".join(plan.shortfalls()))))
+                       _("verdict: DOES NOT FIT: {short}").format(short=join("; ", plan.shortfalls()))))
     if speed is not None:
         try:
             pf = speed.prefill

@@ -48,12 +48,13 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
     publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else host
     # inside the container; published below
     args = Command.parse(args, spec.schema, program=False).set("--host", "0.0.0.0").set("--port", str(port)).server_args()
-    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version)
+    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
+                    lang=spec.lang)
     image = IMAGES.get(backend, backend)
     out = [("# " + ln).rstrip() for ln in s2.header()]
-    out += [("# " + ln).rstrip() for ln in [
+    out += [("# " + ln).rstrip() for ln in spec.local([
         "", _("docker compose up -d   (image {image}: its entrypoint is /app/llama-server)").format(image=image), ""]
-        + s2.flag_table()]
+        + s2.flag_table())]
     out += ["services:", f"  {spec.name}:", f"    image: {image}", "    restart: unless-stopped",
             "    ports:", f"      - {_q(f'{publish_host}:{port}:{port}')}"]
     if mounts:
@@ -78,7 +79,7 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
     out += ["    healthcheck:",
             f'      test: ["CMD", "curl", "-f", "http://localhost:{port}/health"]',
             "      interval: 30s", "      timeout: 5s", "      start_period: 600s", "      retries: 3"]
-    return "\n".join(out) + "\n"
+    return "\n".join(spec.local(out)) + "\n"
 
 
 __all__ = ["IMAGES", "render_compose"]

@@ -20,11 +20,11 @@ def _yaml_word(t: str) -> str:
 def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | None = None) -> str:
     args = spec.command().set("--port", "${PORT}").set("--host", "127.0.0.1").server_args()
     s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
-                    spec.wrappers)
+                    spec.wrappers, lang=spec.lang)
     mid = model_id or spec.name
     out = [("# " + ln).rstrip() for ln in s2.header()]
-    out += [("# " + ln).rstrip() for ln in ["", _("merge this entry under `models:` of your llama-swap config.yaml"), ""]
-            + s2.flag_table()]
+    out += [("# " + ln).rstrip() for ln in spec.local(["", _("merge this entry under `models:` of your llama-swap config.yaml"), ""]
+            + s2.flag_table())]
     head = " ".join(_yaml_word(t) for t in (*spec.wrappers, spec.binary))
     out += ["models:", f"  {json.dumps(mid)}:", "    cmd: |", f"      {head}"]
     for g in s2.groups():
@@ -34,4 +34,4 @@ def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | N
         out += [f"      - {json.dumps(f'{k}={v}')}" for k, v in spec.env]
     if ttl:
         out.append(f"    ttl: {ttl}")
-    return "\n".join(out) + "\n"
+    return "\n".join(spec.local(out)) + "\n"

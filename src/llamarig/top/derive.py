@@ -20,7 +20,7 @@ from typing import Any
 
 from llamarig.bench.monitor import SlotRuleState, judge_slots
 from llamarig.bench.records import note_text
-from llamarig.i18n import N_
+from llamarig.i18n import N_, join
 from llamarig.top.model import (
     Alert,
     Event,
@@ -219,7 +219,7 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
     if why_restart:
         restarts += 1
         last_restart = wall
-        events.append(Event(wall, "restart", name, "; ".join(why_restart)))
+        events.append(Event(wall, "restart", name, join("; ", why_restart)))
     if last_restart is not None and wall - last_restart <= RESTART_ALERT_S:
         alerts.append(Alert("restart", name, {"seconds": round(wall - last_restart)}))
 

@@ -30,7 +30,7 @@ from typing import Any
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
-from llamarig.i18n import _
+from llamarig.i18n import _, translator
 from llamarig.tune.measure import prompt_text, start_owned
 
 NEEDLE = 73914
@@ -145,9 +145,12 @@ def run_quality(binary: str, base_args: Sequence[str], types: list[tuple[str, st
             "method": " ".join(__doc__.split("Method (printed with every report):", 1)[1].split())}
 
 
-def render_report(rep: dict[str, Any]) -> None:
+def render_report(rep: dict[str, Any], lang: str = "en") -> None:
+    """The report on the terminal, in ``lang`` (llamarig.i18n)."""
     from rich.console import Console  # lazy: rich (40 ms), only to print (not --json)
     from rich.table import Table  # lazy: as above
+
+    _ = translator(lang)
 
     con = Console(highlight=False)
     t = Table(title=_("KV cache quality vs f16 ({prompts} prompts x {positions} positions, top-{top_k})").format(

@@ -995,7 +995,7 @@ def _unknown_notes(unknown: list[Unknown], k: int) -> list[Note]:
             continue
         seen.add(u.name)
         if u.default:
-            msg = f"`{u.name}`: {u.why}"
+            msg = f"`{u.name}`: " + u.why
         else:
             msg = _("`{name}`: {why}; its value is not known here, checked as written").format(name=u.name, why=u.why)
         out.append(Note("unknown-variable", u.line, msg, Severity.INFO, k))

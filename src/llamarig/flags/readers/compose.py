@@ -104,7 +104,7 @@ def _words(node: Node | None, src: Y.Source, where: str, notes: list[Note], ip: 
     try:
         return split_words(ip.located(Y.locate(node, src)))
     except ShellSyntaxError as e:
-        notes.append(Note("shell-syntax", Y.line(node), f"{where}: {e}", Severity.ERROR))
+        notes.append(Note("shell-syntax", Y.line(node), f"{where}: " + str(e), Severity.ERROR))
         return None
 
 

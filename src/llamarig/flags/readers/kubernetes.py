@@ -214,7 +214,7 @@ def _argv_list(node: Node | None, src: Y.Source, key: str, label: str, notes: li
         try:
             return split_words(Y.locate(node, src))
         except ShellSyntaxError as e:
-            notes.append(Note("shell-syntax", Y.line(node), f"{label}: {key}: {e}", Severity.ERROR))
+            notes.append(Note("shell-syntax", Y.line(node), f"{label}: {key}: " + str(e), Severity.ERROR))
             return []
     return None
 
