@@ -85,7 +85,9 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
         e = (lo + hi) / 2
     fields["weights"] = round(e, 6)
     p = pred(weights=e)
-    if host_bandwidth_gbs and backend == "CPU" and p < 0.98 * measured_tok_s:
+    # the fitted figures reproduce the measurement to 0.5 %: a plan with this file must give back
+    # what was measured (tests/tune/test_tune_server.py holds it to 2 %)
+    if host_bandwidth_gbs and backend == "CPU" and p < 0.995 * measured_tok_s:
         # faster than the measured copy bandwidth allows even at efficiency 1.5: the one-thread
         # numpy copy understates what llama.cpp's threads reach; solve the bandwidth instead
         blo, bhi = float(host_bandwidth_gbs), 10000.0
@@ -103,7 +105,7 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
         p = pred(weights=e)
     else:
         bw_note = ""
-    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
+    if abs(p - measured_tok_s) > 0.005 * measured_tok_s:
         # solve overhead_ms: 1/measured = 1/pred - old_overhead + new_overhead
         old = cal.for_device(backend).overhead_ms / 1000
         new = max(0.0, 1 / measured_tok_s - (1 / p - old))
