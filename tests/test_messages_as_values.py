@@ -110,3 +110,21 @@ def test_the_cli_takes_its_underscore_from_cli_lang() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "llamarig.i18n":
                 bad += [f"cli/{path.name}:{node.lineno}" for a in node.names if a.name == "_"]
     assert bad == []
+
+
+def test_joined_messages_keep_their_language() -> None:
+    """A list of Messages joined into another (the plan's shortfalls in check's memory finding,
+    the per-slot basis) reads Chinese throughout: joined with _("; "), not a plain "; "."""
+    import llamarig
+    from llamarig.i18n import localize
+
+    rep = llamarig.check("llama-server -m qwen3.6-27b:iq4_nl -c 65536 -np 2 -ngl 99 --fit off\n",
+                         gpus=["rtx3090:8"], cores=6)
+    memory = [f for f in rep.findings if f.rule == "memory"]
+    assert memory and "short by" in memory[0].message
+    zh = localize(memory[0].message, "zh")
+    assert "short by" not in zh and "does not fit" not in zh, zh
+    rep = llamarig.check("llama-server -m qwen3.6-27b:iq4_nl -c 16384 -np 2\n", cores=6)
+    slot = [f for f in rep.findings if f.rule == "per-slot-ctx"]
+    assert slot and "; below 16384" in slot[0].message
+    assert "; " not in localize(slot[0].message, "zh")

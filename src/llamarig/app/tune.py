@@ -136,7 +136,7 @@ def prune(cands: Sequence[Any], base: Sequence[str], gpus: Sequence[str], ram: s
             pruned.append((c, _("plan: not computed ({error})").format(error=e)))
             continue
         if not plan.fits:
-            pruned.append((c, _("does not fit: {shortfalls}").format(shortfalls="; ".join(plan.shortfalls()))))
+            pruned.append((c, _("does not fit: {shortfalls}").format(shortfalls=_("; ").join(plan.shortfalls()))))
             continue
         short = [d for d in plan.devices if d.free is not None and d.capacity and d.free < headroom]
         if short:

@@ -60,7 +60,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
                    _schema_label(res))
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
-            shortfalls="; ".join(localize(res.plan.shortfalls()))))
+            shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
     text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang())
     if out:
         p = Path(out)

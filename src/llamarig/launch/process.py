@@ -233,7 +233,7 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
     server gets on top of this process's environment (a script's ``export``/``Environment=``)."""
     if plan is not None and not plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): not launching (use --force to launch anyway)").format(
-            shortfalls="; ".join(plan.shortfalls())))
+            shortfalls=_("; ").join(plan.shortfalls())))
     if not (Path(binary).is_file() and os.access(binary, os.X_OK)):
         raise ServerError(_("{binary}: llama-server binary not found or not executable").format(binary=binary))
     cmd = Command.parse(args, program=False)

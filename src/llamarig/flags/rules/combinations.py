@@ -181,7 +181,7 @@ def slot_context(s: Subject) -> list[Finding]:
                            _("`-np {n_par}` without `--kv-unified` splits `-c {n_ctx}` into {n_par} slots of "
                              "{per} tokens each (GGML_PAD(n_ctx/n_parallel, 256)); a request longer than that "
                              "fails or is truncated").format(n_par=n_par, n_ctx=n_ctx, per=per)
-                           + ("; " + basis if sev == Severity.WARNING else ""),
+                           + (_("; ") + basis if sev == Severity.WARNING else ""),
                            _("add `--kv-unified` to share one pool, or raise -c") if sev == Severity.WARNING else None,
                            k, np_use.passed if np_use else True))
     if ctx.need_ctx and n_ctx and (unified or not n_par or n_par == 1) and n_ctx < ctx.need_ctx and c_use:

@@ -39,7 +39,7 @@ def memory_plan(s: Subject) -> list[Finding]:
             if used is not None:
                 parts.append(_("{device}: {used} needed").format(device=label, used=fmt_bytes(used))
                              + (_(", {free} left").format(free=fmt_bytes(free)) if free is not None else ""))
-        detail = "; ".join(parts)
+        detail = _("; ").join(parts)
     except Exception:  # pragma: no cover - result shape changed
         detail = ""
     if plan.fits:
@@ -49,5 +49,5 @@ def memory_plan(s: Subject) -> list[Finding]:
                         None, k)]
     return [finding("memory", Severity.WARNING, inv.line, None,
                     _("memory plan (llamarig plan): does not fit: {short}. {detail}{mm_note}").format(
-                        short="; ".join(plan.shortfalls()), detail=detail, mm_note=mm_note),
+                        short=_("; ").join(plan.shortfalls()), detail=detail, mm_note=mm_note),
                     _("lower -c, quantize the KV cache (-ctk/-ctv q8_0 or q4_0), or offload fewer layers"), k)]
