@@ -167,19 +167,7 @@ async def nonstream(url: str, n: int, model: str) -> list[float]:
 
 async def nonstream_paired(direct: str, target: str, n: int, model: str) -> tuple[list[float], list[float]]:
     """Alternate one request direct, one through the target: machine-load drift hits both."""
-    d: list[float] = []
-    t: list[float] = []
-    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
-    async with aiohttp.ClientSession(headers=AUTH) as s:
-        for i in range(n + 20):
-            for url, out in ((direct, d), (target, t)):
-                t0 = time.perf_counter()
-                async with s.post(url + "/v1/chat/completions", json=body) as r:
-                    await r.read()
-                    assert r.status == 200, r.status
-                if i >= 20:
-                    out.append(time.perf_counter() - t0)
-    return d, t
+    return await nonstream_rotating(direct, [target], n, model)
 
 
 async def streams(url: str, level: int, total: int, model: str) -> dict[str, Any]:
@@ -263,11 +251,13 @@ def start_replica(port: int, backend: str, tmp: Path, ledger: str | None, replic
                 f"http://127.0.0.1:{port}/health")
 
 
-async def nonstream_rotating(direct: str, targets: list[str], n: int) -> tuple[list[float], list[float]]:
-    """Like nonstream_paired, the target requests going to ``targets`` in turn."""
+async def nonstream_rotating(direct: str, targets: list[str], n: int,
+                             model: str = "fake") -> tuple[list[float], list[float]]:
+    """Alternate one request direct, one through a target, the targets in turn; the first 20
+    pairs are a warm-up, not counted."""
     d: list[float] = []
     t: list[float] = []
-    body = {"model": "fake", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 64}
     async with aiohttp.ClientSession(headers=AUTH) as s:
         for i in range(n + 20):
             for url, out in ((direct, d), (targets[i % len(targets)], t)):

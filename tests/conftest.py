@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from llamarig import i18n
 from llamarig.testing.server import RunningServer, start_server
 from llamarig.testing.synth import write_model
 
@@ -227,3 +228,15 @@ def cli(capsys: pytest.CaptureFixture[str]):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def chinese_locale(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The locale says Chinese (what a user in China has: LANG=zh_CN.UTF-8), no --lang; the
+    process language is chosen from it and forgotten after the test."""
+    for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    i18n.set_language(None)
+    yield
+    i18n.set_language(None)

@@ -15,22 +15,11 @@ from pathlib import Path
 import pytest
 
 import llamarig
-from llamarig import i18n
 from llamarig.errors import LlamarigError
 from llamarig.i18n import Message, _, join, localize
 
 SRC = Path(llamarig.__file__).resolve().parent
 CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
-
-
-@pytest.fixture
-def chinese_locale(monkeypatch: pytest.MonkeyPatch):
-    for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
-    i18n.set_language(None)
-    yield
-    i18n.set_language(None)
 
 
 def test_a_finding_is_english_and_localizes_to_chinese(chinese_locale) -> None:

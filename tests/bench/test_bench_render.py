@@ -78,14 +78,8 @@ def english(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def chinese(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The locale says Chinese (what a user in China has), no --lang."""
-    for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
-    i18n.set_language(None)
-    yield
-    i18n.set_language(None)
+def chinese(chinese_locale: None) -> None:
+    """The locale says Chinese (tests/conftest.py chinese_locale)."""
 
 
 def test_headline_says_the_figures_users_ask_for_first(english) -> None:

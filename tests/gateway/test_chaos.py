@@ -21,13 +21,11 @@ from collections import Counter
 from typing import Any
 
 import aiohttp
+from tests.gateway.chaos import PATHS, body, finish, headers
 
 SEED = 20240611
 N_REQUESTS = 320
 CONCURRENCY = 16
-REQUEST_TIMEOUT_S = 30.0  # per request: far above any legitimate wait (queue timeout 0.4 s)
-KEYS = {"sk-chaos-alice": "alice", "sk-chaos-bob-1": "bob"}  # bob: at most 2 in flight + queued
-PATHS = ("/v1/chat/completions", "/v1/completions", "/completion")
 TIERS = (None, "B", "C1", "C2", "D", "A")
 # chaos events, fired when the request with this index is about to start
 KILL_A, RESTART_A, PAUSE_B, RESUME_B = 70, 130, 190, 250
@@ -35,32 +33,6 @@ KILL_A, RESTART_A, PAUSE_B, RESUME_B = 70, 130, 190, 250
 #: flight and queued ones together: the release of one admits the next as the next one's client
 #: is gone, the race of the keep-alive admission leak)
 CLIENT_CRASH = (150, 235, 300)
-
-
-def _body(rnd: random.Random, path: str, stream: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"stream": stream}
-    if path == "/v1/chat/completions":
-        body["messages"] = [{"role": "user", "content": "hello " * rnd.randint(1, 40)}]
-    else:
-        body["prompt"] = "once upon a time " * rnd.randint(1, 40)
-    r = rnd.random()
-    field = "n_predict" if path == "/completion" else "max_tokens"
-    if r < 0.6:
-        body[field] = rnd.randint(1, 9000)
-    elif r < 0.7 and path == "/completion":
-        body[field] = -1
-    return body
-
-
-def _headers(rnd: random.Random) -> dict[str, str]:
-    key = "sk-chaos-bob-1" if rnd.random() < 0.2 else "sk-chaos-alice"
-    h = {"Authorization": f"Bearer {key}"}
-    tier = rnd.choice(TIERS)
-    if tier is not None:
-        h["x-llamarig-tier"] = tier
-    if rnd.random() < 0.15:
-        h["x-llamarig-source"] = "cron-nightly"
-    return h
 
 
 def _stream_ended(data: bytes) -> bool:
@@ -112,8 +84,8 @@ def test_chaos_no_reservation_leaks(lt: Any) -> None:
         cut = None
         if rnd.random() < 0.22:  # the client hangs up: soon, after the headers, or mid-stream
             cut = rnd.choice(["soon", "headers", "mid"]) if stream else rnd.choice(["soon", "headers"])
-        plans.append({"i": i, "path": path, "stream": stream, "body": _body(rnd, path, stream),
-                      "headers": _headers(rnd), "cut": cut, "cut_after_s": rnd.random() * 0.03,
+        plans.append({"i": i, "path": path, "stream": stream, "body": body(rnd, path, stream),
+                      "headers": headers(rnd, TIERS), "cut": cut, "cut_after_s": rnd.random() * 0.03,
                       "cut_chunks": rnd.randint(1, 4)})
 
     outcomes: dict[int, str] = {}
@@ -147,20 +119,7 @@ def test_chaos_no_reservation_leaks(lt: Any) -> None:
     async def client(s: aiohttp.ClientSession, p: dict[str, Any], sem: asyncio.Semaphore) -> None:
         try:
             task = running[p["i"]] = asyncio.ensure_future(one(s, p))
-            if p["cut"] == "soon":
-                done, _ = await asyncio.wait({task}, timeout=p["cut_after_s"])
-                if not done:
-                    task.cancel()
-                    outcomes[p["i"]] = "cut"
-            try:
-                await asyncio.wait_for(task, REQUEST_TIMEOUT_S)
-            except asyncio.CancelledError:
-                if outcomes.get(p["i"]) != "cut":
-                    raise
-            except asyncio.TimeoutError:
-                outcomes[p["i"]] = "hang"
-            except (aiohttp.ClientError, OSError) as e:
-                outcomes[p["i"]] = f"client_error:{type(e).__name__}"
+            await finish(task, p, outcomes)
         finally:
             running.pop(p["i"], None)
             sem.release()

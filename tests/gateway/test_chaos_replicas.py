@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 import redis.asyncio as aioredis
+from tests.gateway.chaos import KEYS, PATHS, body, finish, headers
 
 from llamarig.gateway.shared_ledger import PREFIX
 from llamarig.launch.server import free_port
@@ -37,33 +38,9 @@ from llamarig.launch.server import free_port
 SEED = 20261204
 N_REQUESTS = 240
 CONCURRENCY = 12
-REQUEST_TIMEOUT_S = 30.0
 LEASE_S = 1.0
 KILL_B0, RESTART_B0, KILL_R2 = 60, 110, 150
-PATHS = ("/v1/chat/completions", "/v1/completions", "/completion")
 TIERS = (None, "B", "C1", "D", "A")
-KEYS = ("sk-chaos-alice", "sk-chaos-bob-1")
-
-
-def _body(rnd: random.Random, path: str, stream: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"stream": stream}
-    if path == "/v1/chat/completions":
-        body["messages"] = [{"role": "user", "content": "hello " * rnd.randint(1, 40)}]
-    else:
-        body["prompt"] = "once upon a time " * rnd.randint(1, 40)
-    if rnd.random() < 0.6:
-        body["n_predict" if path == "/completion" else "max_tokens"] = rnd.randint(1, 9000)
-    return body
-
-
-def _headers(rnd: random.Random) -> dict[str, str]:
-    h = {"Authorization": f"Bearer {KEYS[1] if rnd.random() < 0.2 else KEYS[0]}"}
-    tier = rnd.choice(TIERS)
-    if tier is not None:
-        h["x-llamarig-tier"] = tier
-    if rnd.random() < 0.15:
-        h["x-llamarig-source"] = "cron-nightly"
-    return h
 
 
 def _replica_cmd(cfg: Path, port: int, name: str, backends: list[str]) -> list[str]:
@@ -99,8 +76,8 @@ def test_chaos_three_replicas_share_one_ledger(store: Any, lt: Any, tmp_path: Pa
             path = rnd.choice(PATHS)
             stream = rnd.random() < 0.6
             cut = rnd.choice(["soon", "headers"]) if rnd.random() < 0.2 else None
-            plans.append({"i": i, "path": path, "stream": stream, "body": _body(rnd, path, stream),
-                          "headers": _headers(rnd), "cut": cut, "cut_after_s": rnd.random() * 0.03,
+            plans.append({"i": i, "path": path, "stream": stream, "body": body(rnd, path, stream),
+                          "headers": headers(rnd, TIERS), "cut": cut, "cut_after_s": rnd.random() * 0.03,
                           "replica": rnd.randrange(3)})
         outcomes: dict[int, str] = {}
         statuses: Counter[int] = Counter()
@@ -160,21 +137,7 @@ def test_chaos_three_replicas_share_one_ledger(store: Any, lt: Any, tmp_path: Pa
 
                 async def client(p: dict[str, Any], url: str) -> None:
                     try:
-                        task = asyncio.ensure_future(one(p, url))
-                        if p["cut"] == "soon":
-                            done, _ = await asyncio.wait({task}, timeout=p["cut_after_s"])
-                            if not done:
-                                task.cancel()
-                                outcomes[p["i"]] = "cut"
-                        try:
-                            await asyncio.wait_for(task, REQUEST_TIMEOUT_S)
-                        except asyncio.CancelledError:
-                            if outcomes.get(p["i"]) != "cut":
-                                raise
-                        except asyncio.TimeoutError:
-                            outcomes[p["i"]] = "hang"
-                        except (aiohttp.ClientError, OSError) as e:
-                            outcomes[p["i"]] = f"client_error:{type(e).__name__}"
+                        await finish(asyncio.ensure_future(one(p, url)), p, outcomes)
                     finally:
                         sem.release()
 

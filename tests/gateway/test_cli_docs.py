@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamarig.cli.gateway_cmd import gateway_cmd
+from llamarig.errors import InputError
 from llamarig.gateway.config import load_config
 from llamarig.testing.server import free_port
 
@@ -172,6 +173,15 @@ def test_ledger_url_password_is_not_printed() -> None:
                                            "redis://:s3cret-pw@10.0.0.9:6379/0", "--check"])
     assert out.exit_code == 0 and "s3cret-pw" not in out.output
     assert json.loads(out.output)["ledger"]["url"] == "redis://:***@10.0.0.9:6379/0"
+
+
+def test_ledger_url_port_must_be_a_port() -> None:
+    for url in ("redis://10.0.0.9:99999/0", "redis://10.0.0.9:x/0"):
+        out = CliRunner().invoke(gateway_cmd, ["--backend", "http://127.0.0.1:9", "--ledger", url, "--check"])
+        assert isinstance(out.exception, InputError) and "redis://HOST:PORT/DB" in str(out.exception), out.output
+        assert out.exception.exit_code == 2
+    out = CliRunner().invoke(gateway_cmd, ["--backend", "http://127.0.0.1:9", "--ledger", "redis://valkey/0", "--check"])
+    assert out.exit_code == 0, out.output  # the port defaults to 6379, as the redis client says
 
 
 def test_ledger_option_errors_are_one_line() -> None:

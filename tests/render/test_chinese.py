@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.cli.test_answer_first import CJK, english_sentences
 
-from llamarig import i18n
 from llamarig.app.check import check
 from llamarig.flags.schema import load_bundled
 from llamarig.i18n import localize
@@ -51,14 +49,9 @@ def english(text: str) -> list[str]:
 
 
 @pytest.fixture
-def zh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+def zh(chinese_locale: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Chinese locale (tests/conftest.py) on a wide terminal: a finding is never wrapped."""
     monkeypatch.setenv("COLUMNS", "1000")
-    i18n.set_language(None)
-    yield
-    i18n.set_language(None)
 
 
 def test_the_detector_sees_english_after_chinese() -> None:

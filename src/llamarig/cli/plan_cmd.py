@@ -105,22 +105,17 @@ def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
             out.command = args[i + 1:]
             break
         key, eq, val = a.partition("=") if a.startswith("--") else (a, "", "")
+        if (key in SPEED_VALUE or key in _OWN_VALUE) and not eq:
+            if i + 1 >= len(args):
+                raise InputError(_("{tok}: missing value").format(tok=a))
+            val = args[i + 1]
+            i += 1
         if key in SPEED_VALUE:
-            if not eq:
-                if i + 1 >= len(args):
-                    raise InputError(_("{tok}: missing value").format(tok=a))
-                val = args[i + 1]
-                i += 1
             field, value = speed_option(key, val)
             speed[field] = value
         elif a in ("--vision", "--agent"):
             speed[a[2:]] = True
         elif key in _OWN_VALUE:
-            if not eq:
-                if i + 1 >= len(args):
-                    raise InputError(_("{a}: missing value").format(a=a))
-                val = args[i + 1]
-                i += 1
             if key == "--gpu":
                 out.gpus.append(val)
             elif key == "--mmproj":

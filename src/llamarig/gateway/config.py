@@ -502,7 +502,12 @@ def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> Ga
 
 
 def _check_ledger_url(v: _V, url: str, where: str) -> str:
-    if not _LEDGER_URL.match(url):
+    try:
+        ok = _LEDGER_URL.match(url) is not None
+        urlsplit(url).port  # noqa: B018 - raises for a port that is not a number in 0-65535
+    except ValueError:
+        ok = False
+    if not ok:
         raise v.err(where, _("expected redis://HOST:PORT/DB (Valkey or Redis), got {url!r}").format(url=url))
     return url
 

@@ -381,11 +381,7 @@ class _Builder:
                 cur = self.layer_linear(cur, il, a)
             else:
                 cur = self.layer_attn(cur, il, a)
-            cur = g.binary("ADD", cur, inpSA)
-            ffn_res = cur
-            post = self.norm(cur, f"{il}.attn_post_norm")
-            cur = self.ffn_moe(post, il) if s.n_expert else self.ffn_dense(post, il, s.n_ff or 0)
-            inpL = g.binary("ADD", cur, ffn_res)
+            inpL = self.residual_ffn(cur, inpSA, il)
         cur = self.norm(inpL, "output_norm")
         cur.flags |= FLAG_OUTPUT  # t_h_nextn
         cur = g.get_rows(cur, out_ids)
@@ -395,6 +391,15 @@ class _Builder:
         g.expand(logits)
         return g
 
+    def residual_ffn(self, cur: Tensor, inp_sa: Tensor, il: int) -> Tensor:
+        """The second half of every block, trunk and MTP alike (qwen35.cpp, qwen35moe.cpp): the
+        attention's residual, the post-attention norm, the FFN (or MoE) and its residual."""
+        g, s = self.g, self.s
+        cur = g.binary("ADD", cur, inp_sa)
+        ffn_res = cur
+        post = self.norm(cur, f"{il}.attn_post_norm")
+        cur = self.ffn_moe(post, il) if s.n_expert else self.ffn_dense(post, il, s.n_ff or 0)
+        return g.binary("ADD", cur, ffn_res)
 
     def build_mtp(self) -> Graph:
         """The MTP draft context's graph (LLM_GRAPH_TYPE_DECODER_MTP: qwen35.cpp:499-640,
@@ -421,11 +426,7 @@ class _Builder:
         inpSA = cur
         cur = self.norm(cur, f"{il}.attn_norm")
         cur = self.layer_attn(cur, il, a)
-        cur = g.binary("ADD", cur, inpSA)
-        ffn_res = cur
-        post = self.norm(cur, f"{il}.attn_post_norm")
-        cur = self.ffn_moe(post, il) if s.n_expert else self.ffn_dense(post, il, s.n_ff or 0)
-        cur = g.binary("ADD", cur, ffn_res)
+        cur = self.residual_ffn(cur, inpSA, il)
         cur = self.norm(cur, "head_norm")
         cur.flags |= FLAG_OUTPUT  # t_h_nextn
         cur = g.get_rows(cur, out_ids)

@@ -387,11 +387,12 @@ class HostRange:
     decode_tok_s: tuple[float, float]  # at depth 0
     prefill_tok_s: tuple[float, float] | None  # None: prefill does not run on the host
     note: str
+    source: str = ""  # the measurements behind the range, in full (the note names where they are)
 
     def to_json(self) -> dict[str, Any]:
         return {"decode_tok_s": [round(v, 2) for v in self.decode_tok_s],
                 "prefill_tok_s": [round(v, 1) for v in self.prefill_tok_s] if self.prefill_tok_s else None,
-                "note": self.note}
+                "note": self.note, "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -792,10 +793,10 @@ def _host_range(loads: Sequence[DeviceLoad], cal: Calibration, t0: float, pf: Pr
     note = _("host figures uncalibrated ({what}): against the real llama-server, measured decode was "
              "x{dlo:.2g}-x{dhi:.2g} of the planned host part{pre}; `llamarig tune` on this machine calibrates "
              "them ({source})").format(
-        what=what, dlo=lo, dhi=hi, source=data.get("source", "data/speed_calibration.json"),
+        what=what, dlo=lo, dhi=hi, source="benchmarks/RESULTS.md, \"CPU speed model\"",
         pre=_(", prefill x{plo:.2g}-x{phi:.2g}").format(plo=float(rng["prefill"][0]), phi=float(rng["prefill"][1]))
         if pre else "")
-    return HostRange(dec, pre, note)
+    return HostRange(dec, pre, note, str(data.get("source", "data/speed_calibration.json")))
 
 
 def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int | None, cal: Calibration,
