@@ -46,7 +46,7 @@ from llamarig.plan.calibration import (
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.speed import speed_report
 from llamarig.testing.synth import write_model
-from llamarig.tune.calibrate import fit_calibration
+from llamarig.tune.calibrate import CALIBRATION_DEEP_RUNS, calibration_deep_depth, fit_calibration
 from llamarig.tune.measure import ServerMeasure
 from llamarig.tune.search import Candidate
 
@@ -99,9 +99,17 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
         raise SystemExit(f"{name}: tune measurement failed: {m.error}")
     cfg = parse_server_args(args)
     d_tune = int(m.metrics["prompt_tokens"]) + a.n_predict // 2
-    data, _pred = fit_calibration(spec, cfg, Hardware(()), m.metrics["decode_tok_s"], host_bandwidth_gbs=host_bw,
-                                  depth=d_tune, prefill_tok_s=m.metrics["prefill_tok_s"],
-                                  prompt_tokens=int(m.metrics["prompt_tokens"]))
+    # tune's second decode measurement, deeper (llamarig.app.tune._finish)
+    d_deep = calibration_deep_depth(a.ctx, a.tune_depth, a.n_predict)
+    deep = None
+    if d_deep:
+        md = ServerMeasure(binary, ["-m", str(path), *args], objective="decode", n_predict=a.n_predict, depth=d_deep,
+                           log_dir=str(tmp))(Candidate(()), CALIBRATION_DEEP_RUNS)
+        if md.error:
+            raise SystemExit(f"{name}: deep tune measurement failed: {md.error}")
+        deep = {"metrics": md.metrics, "depth": int(md.metrics["prompt_tokens"]) + a.n_predict // 2}
+    tune = {"metrics": m.metrics, "depth": d_tune, "deep": deep}
+    data = calibrate(spec, cfg, tune, host_bw)
     cal_tuned = calibration_from_json(data, "tune calibration")
     # 2. bench
     srv = start_server(binary, path, args, log_dir=tmp, threads=None)
@@ -126,8 +134,21 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
     }
     return {"model": name, "arch": arch, "bytes": spec.weights_bytes, "threads": threads, "args": args,
             "host_bw_gbs": [round(host_bw, 2), round(host_bw2, 2)], "load": os.getloadavg(),
-            "tune": {"metrics": m.metrics, "depth": d_tune, "calibration": data},
+            "tune": {**tune, "calibration": data},
             "measured": {"prefill": prefill, "decode": depth}, "planned": plans}
+
+
+def calibrate(spec: Any, cfg: Any, tune: dict[str, Any], host_bw: float) -> dict[str, Any]:
+    """The calibration tune writes from its measurements (llamarig.app.tune._finish): the fastest
+    request of each (``*_best``; a recording without them: the medians)."""
+    tm = tune["metrics"]
+    deep = tune.get("deep")
+    data, _pred = fit_calibration(
+        spec, cfg, Hardware(()), tm.get("decode_tok_s_best") or tm["decode_tok_s"], host_bandwidth_gbs=host_bw,
+        depth=tune["depth"], prefill_tok_s=tm.get("prefill_tok_s_best") or tm["prefill_tok_s"],
+        prompt_tokens=int(tm["prompt_tokens"]),
+        deep_tok_s=deep["metrics"].get("decode_tok_s_best") if deep else None, deep_depth=deep["depth"] if deep else None)
+    return data
 
 
 def replan(rows: list[dict[str, Any]], tmp: Path) -> None:
@@ -142,9 +163,7 @@ def replan(rows: list[dict[str, Any]], tmp: Path) -> None:
         cfg = parse_server_args(r["args"])
         tm = r["tune"]["metrics"]
         n_predict = r["tune"]["depth"] - int(tm["prompt_tokens"])
-        data, _pred = fit_calibration(spec, cfg, Hardware(()), tm["decode_tok_s"], host_bandwidth_gbs=r["host_bw_gbs"][0],
-                                      depth=r["tune"]["depth"], prefill_tok_s=tm["prefill_tok_s"],
-                                      prompt_tokens=int(tm["prompt_tokens"]))
+        data = calibrate(spec, cfg, r["tune"], r["host_bw_gbs"][0])
         r["tune"]["calibration"] = data
         meas = {k: {int(x): v for x, v in r["measured"][k].items()} for k in ("prefill", "decode")}
         r["measured"] = meas
@@ -199,6 +218,12 @@ def main() -> int:
     rows = []
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-cpu-speed-") as td:
+        # every model is written (and synced) before the first measurement: a model file written
+        # just before a server maps it is still being flushed to disk while it is measured
+        for name, arch, shape in MODELS:
+            if name in a.models:
+                write_model(Path(td) / f"{name}.gguf", arch, **shape)
+        os.sync()
         for name, arch, shape in MODELS:
             if name not in a.models:
                 continue

@@ -3,8 +3,9 @@ measures on the same machine (issue 23, part 3).
 
 Two measurements of one configuration in one test run, on one machine: first **calibrate** as
 `llamarig tune` does (llamarig.tune.measure.ServerMeasure: its own server start, one warm-up,
-a 256-token prompt, one request per round; llamarig.tune.calibrate.fit_calibration with the host
-bandwidth measured by numpy), then **bench** (llamarig.bench.runner.run_bench, a second server
+a 256-token prompt, one request per round, and a second decode measurement at tune's deeper
+calibration depth, llamarig.tune.calibrate.calibration_deep_depth; llamarig.tune.calibrate.fit_calibration
+with the host bandwidth measured by numpy), then **bench** (llamarig.bench.runner.run_bench, a second server
 start: prefill at another prompt length, decode at two other depths). The rounds alternate
 (calibrate, bench, calibrate, ...) so that both sample the same load; each side's figure is its
 best round. The plan with the
@@ -27,7 +28,7 @@ from llamarig.hardware import Hardware
 from llamarig.plan.calibration import calibration_from_json, measure_host_bandwidth
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.speed import speed_report
-from llamarig.tune.calibrate import fit_calibration
+from llamarig.tune.calibrate import calibration_deep_depth, fit_calibration
 from llamarig.tune.measure import ServerMeasure
 from llamarig.tune.search import Candidate
 
@@ -60,6 +61,9 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
              "decode at 1024": "decode_tok_s_at_depth_1k_median"}
     srv = llama_server(path, *ARGS, threads=None)
     tune_runs: list[dict] = []
+    deep_runs: list[dict] = []
+    d_deep = calibration_deep_depth(2048, 256, N_PREDICT)  # the slot is -c 2048 (-np 1)
+    assert d_deep is not None and d_deep > 1024
     bench_runs: dict[str, list[float]] = {k: [] for k in names}
     bws = []
     # calibrate and bench in alternating rounds, so that both sample the same load
@@ -69,6 +73,10 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
                           depth=256, log_dir=str(tmp_path))(Candidate(()), 1)
         assert m.error is None, m.error
         tune_runs.append(m.metrics)
+        m = ServerMeasure(str(server_bin), ["-m", str(path), *ARGS], objective="decode", n_predict=N_PREDICT,
+                          depth=d_deep, log_dir=str(tmp_path))(Candidate(()), 1)
+        assert m.error is None, m.error
+        deep_runs.append(m.metrics)
         doc = run_bench(BenchConfig(url=srv.url, **bench_cfg))  # type: ignore[arg-type]
         for k, fig in names.items():
             bench_runs[k].append(_fig(doc, fig))
@@ -77,11 +85,18 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
     tm = {k: max(r[k] for r in tune_runs) for k in ("decode_tok_s", "prefill_tok_s")}
     tm["prompt_tokens"] = statistics.median(r["prompt_tokens"] for r in tune_runs)
     depth = int(tm["prompt_tokens"]) + N_PREDICT // 2
+    deep_tok_s = max(r["decode_tok_s"] for r in deep_runs)
+    deep_depth = int(statistics.median(r["prompt_tokens"] for r in deep_runs)) + N_PREDICT // 2
     data, pred = fit_calibration(spec, cfg, hw, tm["decode_tok_s"], host_bandwidth_gbs=max(bws), depth=depth,
-                                 prefill_tok_s=tm["prefill_tok_s"], prompt_tokens=int(tm["prompt_tokens"]))
+                                 prefill_tok_s=tm["prefill_tok_s"], prompt_tokens=int(tm["prompt_tokens"]),
+                                 deep_tok_s=deep_tok_s, deep_depth=deep_depth)
     assert pred == pytest.approx(tm["decode_tok_s"], rel=0.02)
     assert data["host_threads"] == 1 and data["host_gflops"] > 0
     cal = calibration_from_json(data, "tune calibration")
+    # both decode measurements are reproduced (attn_decode solved from the deeper one)
+    assert "attn_decode" in data["efficiency"][0]
+    assert speed_report(spec, cfg, hw, cal=cal, depths=[deep_depth]).by_depth[0].decode_tok_s == pytest.approx(
+        deep_tok_s, rel=0.02)
     measured = {k: max(v) for k, v in bench_runs.items()}
     planned = {"prefill 512": speed_report(spec, cfg, hw, cal=cal, prompt_tokens=512, depths=[0]).prefill.tok_s,
                "decode at 128": speed_report(spec, cfg, hw, cal=cal,
@@ -90,7 +105,8 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
                                               depths=[1024 + N_PREDICT // 2]).by_depth[0].decode_tok_s}
     report = ", ".join(f"{k}: planned {planned[k]:.1f} measured {v:.1f} ({planned[k] / v - 1:+.0%}; rounds "
                        f"{', '.join(f'{x:.0f}' for x in bench_runs[k])})" for k, v in measured.items())
-    report += f"; tune rounds decode {[round(r['decode_tok_s']) for r in tune_runs]}"
+    report += (f"; tune rounds decode {[round(r['decode_tok_s']) for r in tune_runs]}, at depth {deep_depth} "
+               f"{[round(r['decode_tok_s']) for r in deep_runs]}")
     print(report)
     missed = [k for k, v in measured.items() if abs(planned[k] / v - 1) > TOLERANCE]
     if not missed:
@@ -99,7 +115,8 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
     # every figure (tune's included) agree within the tolerance. Otherwise the load of other
     # processes is larger than what is being checked, and the comparison says nothing either way.
     series = {**bench_runs, "tune decode": [r["decode_tok_s"] for r in tune_runs],
-              "tune prefill": [r["prefill_tok_s"] for r in tune_runs]}
+              "tune prefill": [r["prefill_tok_s"] for r in tune_runs],
+              "tune decode deep": [r["decode_tok_s"] for r in deep_runs]}
     noisy = {k: v for k, v in series.items() if sorted(v)[-2] < (1 - TOLERANCE) * max(v)}
     if noisy:
         pytest.skip("machine too busy to resolve +-15 %: the two best rounds differ by more than that in "

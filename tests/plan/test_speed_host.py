@@ -152,3 +152,27 @@ def test_tune_fit_reproduces_decode_and_prefill_on_the_host(tmp_path):
                         depths=[272])
     assert rep2.prefill.tok_s > 1.5 * rep.prefill.tok_s
     assert rep.by_depth[0].decode_tok_s < rep2.by_depth[0].decode_tok_s < 2 * rep.by_depth[0].decode_tok_s
+
+
+def test_tune_fit_at_two_depths_reproduces_both(tmp_path):
+    """A second decode measurement deeper in the context sets the host's attention cost per KV
+    cell (attn_decode): the plan gives back both measured decodes and the prefill."""
+    from llamarig.tune.calibrate import calibration_deep_depth, fit_calibration
+
+    spec = load_spec(write_model(tmp_path / "m.gguf", "llama", n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512))
+    c = cfg("-c", "4096", "-t", "1", "-ub", "256")
+    assert calibration_deep_depth(4096, 256, 32) == 2048
+    assert calibration_deep_depth(2048, 256, 64) == 1983  # the longest prompt the slot holds
+    assert calibration_deep_depth(500, 256, 64) is None  # not twice as deep: no second measurement
+    out = {}
+    for deep in (400.0, 550.0):  # attention slower / faster per cell
+        data, pred = fit_calibration(spec, c, Hardware(()), 1200.0, host_bandwidth_gbs=12.0, depth=272,
+                                     prefill_tok_s=4000.0, prompt_tokens=256, deep_tok_s=deep, deep_depth=2064)
+        cal = calibration_from_json(data, "tune")
+        rep = speed_report(spec, c, Hardware(()), cal=cal, prompt_tokens=256, depths=[272, 2064])
+        assert [d.decode_tok_s for d in rep.by_depth] == pytest.approx([1200.0, deep], rel=0.02)
+        assert rep.prefill.tok_s == pytest.approx(4000.0, rel=0.02)
+        assert "depth 2064" in data["efficiency"][0]["source"]
+        out[deep] = data["efficiency"][0]["attn_decode"]
+    assert out[400.0] < out[550.0]  # slower at depth: a lower attention rate

@@ -24,7 +24,12 @@ from llamarig.plan.config import ServerConfig
 from llamarig.plan.inputs import build_hardware
 from llamarig.plan.result import Plan
 from llamarig.tune import search as S
-from llamarig.tune.calibrate import fit_calibration, write_calibration
+from llamarig.tune.calibrate import (
+    CALIBRATION_DEEP_RUNS,
+    calibration_deep_depth,
+    fit_calibration,
+    write_calibration,
+)
 from llamarig.tune.measure import ServerMeasure
 from llamarig.tune.space import candidates, default_dimensions, describe
 from llamarig.units import fmt_bytes
@@ -303,19 +308,38 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
         cfg = ServerConfig.from_command(Command.parse(["llama-server", *args]))
         spec = load_spec(plan.model)
         host_bw = None
+        deep: S.Measurement | None = None
+        d_deep = None
         if not hw.gpus:  # the CPU's bandwidth is this machine's: measure it and record it
             host_bw = measure_host_bandwidth()
+            # a second decode deeper in the context: the host's decode attention per KV cell
+            d_deep = calibration_deep_depth(plan.n_ctx_slot, st.depth or int(m.metrics.get("prompt_tokens", 0)),
+                                            st.n_predict)
+            if d_deep:
+                deep = ServerMeasure(res.binary, base, "decode", st.weight, st.prompt_words, st.n_predict,
+                                     depth=d_deep)(winner, CALIBRATION_DEEP_RUNS)
+                if deep.error or not deep.metrics.get("decode_tok_s_best"):
+                    deep = None
         # the mean depth while decoding: the prompt, then half the generated tokens
         d = int(m.metrics.get("prompt_tokens", 0)) + st.n_predict // 2
+        # the fastest request of the winner's (other processes only slow a request down); older
+        # state files have medians only
+        dec = m.metrics.get("decode_tok_s_best") or m.metrics["decode_tok_s"]
+        pre = m.metrics.get("prefill_tok_s_best") or m.metrics.get("prefill_tok_s")
         # on the CPU the measured prefill sets the host's compute figure too; the threads it ran
         # with are -tb/-t, else llama-server's default, this machine's cores
-        data, pred = fit_calibration(spec, cfg, hw, m.metrics["decode_tok_s"], host_bandwidth_gbs=host_bw, depth=d,
-                                     prefill_tok_s=m.metrics.get("prefill_tok_s"),
+        data, pred = fit_calibration(spec, cfg, hw, dec, host_bandwidth_gbs=host_bw, depth=d,
+                                     prefill_tok_s=pre,
                                      prompt_tokens=int(m.metrics.get("prompt_tokens") or 0) or None,
-                                     host_threads=None if (cfg.threads > 0 or cfg.threads_batch > 0) else cpu_cores())
+                                     host_threads=None if (cfg.threads > 0 or cfg.threads_batch > 0) else cpu_cores(),
+                                     deep_tok_s=deep.metrics["decode_tok_s_best"] if deep else None,
+                                     deep_depth=int(deep.metrics["prompt_tokens"]) + st.n_predict // 2 if deep else None)
         cp = Path(st.calibration_out) if st.calibration_out else state_dir() / "speed-calibration.json"
         write_calibration(cp, data)
         out.calibration = {"path": str(cp), "data": data, "predicted_decode_tok_s": pred,
-                           "measured_decode_tok_s": m.metrics["decode_tok_s"], "depth": d}
+                           "measured_decode_tok_s": dec, "depth": d}
+        if deep:
+            out.calibration["deep"] = {"depth": int(deep.metrics["prompt_tokens"]) + st.n_predict // 2,
+                                       "measured_decode_tok_s": deep.metrics["decode_tok_s_best"]}
     except LlamarigError as e:
         out.calibration = {"error": str(e)}

@@ -171,6 +171,10 @@ def _report(res: TuneResult, as_json: bool) -> None:
                     "depth {depth} (measured {measured:.1f}); `llamarig plan` uses the state-directory file by "
                     "default (LLAMARIG_CALIBRATION=builtin ignores it)").format(
             path=c["path"], predicted=c["predicted_decode_tok_s"], depth=c["depth"], measured=c["measured_decode_tok_s"]))
+        if c.get("deep"):
+            con.print(_("the host's decode attention per KV cell is calibrated from a second measurement: "
+                        "{measured:.1f} tok/s at depth {depth}").format(measured=c["deep"]["measured_decode_tok_s"],
+                                                                         depth=c["deep"]["depth"]))
     con.print(_("winning launcher (llamarig render):"))
     click.echo(out["launcher"], nl=False)
 

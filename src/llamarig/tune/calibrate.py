@@ -21,7 +21,7 @@ host's decode attention at that rate."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,33 +39,128 @@ def _predict(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration,
 
 
 def _with(cal: Calibration, backend: str, *, weights: float | None = None,
-          overhead_ms: float | None = None) -> Calibration:
+          overhead_ms: float | None = None, attn_decode: float | None = None) -> Calibration:
     """``cal`` with the efficiency of ``backend`` changed in the fields given (not None)."""
     eff = cal.for_device(backend)
     eff = replace(eff, weights=eff.weights if weights is None else weights,
-                  overhead_ms=eff.overhead_ms if overhead_ms is None else overhead_ms)
+                  overhead_ms=eff.overhead_ms if overhead_ms is None else overhead_ms,
+                  attn_decode=eff.attn_decode if attn_decode is None else attn_decode)
     return replace(cal, backends={**cal.backends, backend: eff})
+
+
+#: the depth (prompt tokens) of tune's second decode measurement on the CPU, and its requests after
+#: the warm-up: deep enough that the host's attention is a large share of the time (on the 2-core
+#: machine of benchmarks/RESULTS.md, 25-60 % at 2048 tokens), short enough to prefill quickly
+CALIBRATION_DEEP_DEPTH = 2048
+CALIBRATION_DEEP_RUNS = 2
+
+
+def calibration_deep_depth(n_ctx_slot: int, depth: int, n_predict: int) -> int | None:
+    """The prompt length of the second decode measurement: CALIBRATION_DEEP_DEPTH, or the longest
+    prompt the slot holds with ``n_predict`` generated tokens; None when that is not at least
+    twice the first measurement's ``depth`` (two depths that close cannot separate the
+    attention's cost per KV cell from the rest)."""
+    d = min(CALIBRATION_DEEP_DEPTH, n_ctx_slot - n_predict - 1)
+    return d if d >= max(2 * depth, 64) else None
+
+
+#: the range attn_decode is solved in (calibration.py accepts efficiencies up to 1.5)
+ATTN_DECODE_RANGE = (1e-4, 1.5)
 
 
 def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_tok_s: float, base: Calibration | None = None,
                     *, host_bandwidth_gbs: float | None = None, depth: int = 0, prefill_tok_s: float | None = None,
-                    prompt_tokens: int | None = None, host_threads: int | None = None) -> tuple[dict[str, Any], float]:
+                    prompt_tokens: int | None = None, host_threads: int | None = None,
+                    deep_tok_s: float | None = None, deep_depth: int | None = None) -> tuple[dict[str, Any], float]:
     """(calibration JSON, predicted tok/s with it at ``depth``). ``base`` defaults to the built-in
     constants (never an earlier tune's file: a refit starts from the same point).
     ``host_bandwidth_gbs``: the measured host bandwidth, recorded in the file.
     ``prefill_tok_s`` at ``prompt_tokens`` (CPU only): the measured prefill, from which
     ``host_gflops`` is solved (fit_host_gflops); ``host_threads``: the threads llama-server ran
-    batches on (recorded as ``host_threads``: plan scales the host's compute by its own -tb / this)."""
+    batches on (recorded as ``host_threads``: plan scales the host's compute by its own -tb / this).
+    ``deep_tok_s`` at ``deep_depth`` (CPU only, deeper than ``depth``): a second measured decode,
+    from which the host's decode attention ``attn_decode`` is solved (the decode fit at ``depth``
+    is redone for each trial value, so both measurements are reproduced)."""
     cal = base or builtin()
     if host_bandwidth_gbs:
         cal = replace(cal, host_bandwidth_gbs=float(host_bandwidth_gbs))
     loads = device_loads(spec, cfg, hw, cal)
     backend = loads[0].backend if loads else "CPU"
-    lo, hi = 0.01, 1.5
     if backend == "CPU" and prefill_tok_s and prompt_tokens:
         # the host's compute first: decode at depth includes the host's attention, which runs at it
         cal = replace(cal, host_threads=None,
                       host_gflops=fit_host_gflops(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens))
+    def decode_fit(cal: Calibration) -> tuple[_Fit, str]:
+        fit = _fit_decode(spec, cfg, hw, cal, backend, measured_tok_s, depth, host_bandwidth_gbs)
+        if not (backend == "CPU" and deep_tok_s and deep_depth and deep_depth > depth):
+            return fit, ""
+        lo, hi = ATTN_DECODE_RANGE
+
+        def deep(a: float) -> tuple[_Fit, float]:
+            f = _fit_decode(spec, cfg, hw, _with(cal, backend, attn_decode=a), backend, measured_tok_s, depth,
+                            host_bandwidth_gbs)
+            return f, _predict(spec, cfg, hw, f.cal, deep_depth)
+
+        if deep(hi)[1] < deep_tok_s:  # slower at depth than measured even with the fastest attention
+            a = hi
+        elif deep(lo)[1] > deep_tok_s:
+            a = lo
+        else:
+            for _ in range(40):
+                mid = (lo * hi) ** 0.5
+                if deep(mid)[1] < deep_tok_s:
+                    lo = mid
+                else:
+                    hi = mid
+            a = (lo * hi) ** 0.5
+        fit, p_deep = deep(a)
+        fit.fields["attn_decode"] = round(a, 6)
+        return fit, (f"; attn_decode solved from a second measured decode, {deep_tok_s:.2f} tok/s at depth "
+                     f"{deep_depth} (the plan gives {p_deep:.2f})")
+
+    fit, attn_note = decode_fit(cal)
+    if backend == "CPU" and prefill_tok_s and prompt_tokens:
+        # the host's compute again with the fitted decode figures (prefill reads the weights once
+        # per micro-batch at them), then the decode fit once more at that compute rate (the host's
+        # decode attention runs at it)
+        cal = replace(cal, host_gflops=fit_host_gflops(spec, cfg, hw, fit.cal, prefill_tok_s, prompt_tokens))
+        fit, attn_note = decode_fit(cal)
+    fields, cal, p = fit.fields, fit.cal, fit.predicted
+    host_bandwidth_gbs = fit.host_bandwidth_gbs
+    src = f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s at depth {depth}{attn_note}"
+    data: dict[str, Any] = {"version": 1, "efficiency": [{"backend": backend, **fields, "source": src}]}
+    if host_bandwidth_gbs:
+        data["host_bandwidth_gbs"] = round(float(host_bandwidth_gbs), 3)
+        data["_host"] = fit.bw_note or "host_bandwidth_gbs: measured by llamarig tune (numpy copy, one thread, best of 3)"
+    if backend == "CPU" and prefill_tok_s and prompt_tokens:
+        data["host_gflops"] = round(cal.host_gflops, 3)
+        data["_prefill"] = (f"host_gflops: solved so that the speed model predicts the measured prefill "
+                            f"{prefill_tok_s:.1f} tok/s of a {prompt_tokens}-token prompt at -ub {cfg.n_ubatch} "
+                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)")
+    threads = host_threads or (cfg.threads_batch if cfg.threads_batch > 0 else cfg.threads if cfg.threads > 0 else None)
+    if backend == "CPU" and threads:
+        data["host_threads"] = int(threads)
+    data["_method"] = __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()
+    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
+        data["_note"] = (f"the speed model cannot reproduce {measured_tok_s:.1f} tok/s with a plausible efficiency "
+                         f"(best {p:.1f}): the bandwidth figure of the device is probably wrong")
+    return data, p
+
+
+@dataclass
+class _Fit:
+    fields: dict[str, float]  # the efficiency fields solved (weights, maybe overhead_ms)
+    cal: Calibration  # the calibration with them (and a solved host bandwidth)
+    predicted: float  # tok/s at the fitted depth
+    host_bandwidth_gbs: float | None
+    bw_note: str
+
+
+def _fit_decode(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, backend: str,
+                measured_tok_s: float, depth: int, host_bandwidth_gbs: float | None) -> _Fit:
+    """Solve ``weights`` (then the host bandwidth, then ``overhead_ms``) so that the plan gives
+    ``measured_tok_s`` at ``depth`` (the module docstring's method)."""
+    lo, hi = 0.01, 1.5
 
     def pred(*, weights: float | None = None, overhead_ms: float | None = None) -> float:
         return _predict(spec, cfg, hw, _with(cal, backend, weights=weights, overhead_ms=overhead_ms), depth)
@@ -110,27 +205,8 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
         old = cal.for_device(backend).overhead_ms / 1000
         new = max(0.0, 1 / measured_tok_s - (1 / p - old))
         fields["overhead_ms"] = round(new * 1000, 6)
-    p = pred(**fields)
-    src = f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s at depth {depth}"
-    data: dict[str, Any] = {"version": 1, "efficiency": [{"backend": backend, **fields, "source": src}]}
-    if host_bandwidth_gbs:
-        data["host_bandwidth_gbs"] = round(float(host_bandwidth_gbs), 3)
-        data["_host"] = bw_note or "host_bandwidth_gbs: measured by llamarig tune (numpy copy, one thread, best of 3)"
-    if backend == "CPU" and prefill_tok_s and prompt_tokens:
-        cal_fit = _with(cal, backend, **fields)  # type: ignore[arg-type]
-        gf = fit_host_gflops(spec, cfg, hw, cal_fit, prefill_tok_s, prompt_tokens)
-        data["host_gflops"] = round(gf, 3)
-        data["_prefill"] = (f"host_gflops: solved so that the speed model predicts the measured prefill "
-                            f"{prefill_tok_s:.1f} tok/s of a {prompt_tokens}-token prompt at -ub {cfg.n_ubatch} "
-                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)")
-    threads = host_threads or (cfg.threads_batch if cfg.threads_batch > 0 else cfg.threads if cfg.threads > 0 else None)
-    if backend == "CPU" and threads:
-        data["host_threads"] = int(threads)
-    data["_method"] = __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()
-    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
-        data["_note"] = (f"the speed model cannot reproduce {measured_tok_s:.1f} tok/s with a plausible efficiency "
-                         f"(best {p:.1f}): the bandwidth figure of the device is probably wrong")
-    return data, p
+    cal = _with(cal, backend, **fields)  # type: ignore[arg-type]
+    return _Fit(fields, cal, _predict(spec, cfg, hw, cal, depth), host_bandwidth_gbs, bw_note)
 
 
 def fit_host_gflops(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, measured_tok_s: float,
