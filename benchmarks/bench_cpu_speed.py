@@ -5,10 +5,11 @@ model").
 For each synthetic model and thread count:
 
 1. **calibrate** as `llamarig tune` does: one tune measurement of the configuration
-   (llamarig.tune.measure.ServerMeasure: its own server start, one warm-up, ``--runs`` requests
-   of a ``--tune-depth``-token prompt, medians of llama-server's timings), then
-   llamarig.tune.calibrate.fit_calibration with the host bandwidth measured by
-   llamarig.plan.calibration.measure_host_bandwidth (what tune writes);
+   (llamarig.tune.measure.ServerMeasure: its own server start, one warm-up, ``--tune-runs`` requests
+   of a ``--tune-depth``-token prompt, llama-server's timings), a second one of tune's deeper
+   decode (llamarig.tune.calibrate.calibration_deep_depth, CALIBRATION_DEEP_RUNS requests), then
+   llamarig.tune.calibrate.fit_calibration on the fastest request of each, with the host
+   bandwidth measured by llamarig.plan.calibration.measure_host_bandwidth (what tune writes);
 2. **bench**: a second server start with the same flags, ``llamarig bench -s prefill,depth``
    (llamarig.bench.runner.run_bench) at several prompt lengths and depths;
 3. **plan**: llamarig.plan.speed.speed_report for each bench point, with (a) the built-in
@@ -33,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from llamarig.app.tune import TuneSettings
 from llamarig.bench.runner import BenchConfig, run_bench
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
@@ -94,13 +96,13 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
     # 1. calibrate as tune does
     host_bw = measure_host_bandwidth()
     m = ServerMeasure(binary, ["-m", str(path), *args], objective="weighted", n_predict=a.n_predict, depth=a.tune_depth,
-                      log_dir=str(tmp))(Candidate(()), a.runs)
+                      log_dir=str(tmp))(Candidate(()), a.tune_runs)
     if m.error:
         raise SystemExit(f"{name}: tune measurement failed: {m.error}")
     cfg = parse_server_args(args)
     d_tune = int(m.metrics["prompt_tokens"]) + a.n_predict // 2
     # tune's second decode measurement, deeper (llamarig.app.tune._finish)
-    d_deep = calibration_deep_depth(a.ctx, a.tune_depth, a.n_predict)
+    d_deep = calibration_deep_depth(a.ctx, a.tune_depth, a.n_predict, m.metrics["prefill_tok_s"])
     deep = None
     if d_deep:
         md = ServerMeasure(binary, ["-m", str(path), *args], objective="decode", n_predict=a.n_predict, depth=d_deep,
@@ -200,13 +202,16 @@ def main() -> int:
     ap.add_argument("--depths", type=int, nargs="+", default=[0, 1024, 3072])
     ap.add_argument("--tune-depth", type=int, default=256)
     ap.add_argument("--n-predict", type=int, default=32)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="bench repeats per point (medians)")
+    ap.add_argument("--tune-runs", type=int, default=TuneSettings.max_runs,
+                    help="requests of the tune measurement (tune's winner gets --max-runs, default %(default)s)")
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--ub", type=int, default=512)
-    ap.add_argument("--replan", type=Path, help="recompute the plans of a --json file (no measurement)")
+    ap.add_argument("--replan", type=Path, nargs="+",
+                    help="recompute the plans of --json files (no measurement); several: one summary of all")
     a = ap.parse_args()
     if a.replan:
-        rows = json.loads(a.replan.read_text())
+        rows = [r for f in a.replan for r in json.loads(f.read_text())]
         with tempfile.TemporaryDirectory(prefix="bench-cpu-speed-") as td:
             replan(rows, Path(td))
         summary(rows)
@@ -245,6 +250,14 @@ def summary(rows: list[dict[str, Any]]) -> None:
         if e:
             print(f"{p}: median |error| {statistics.median(e) * 100:.0f} %, max {max(e) * 100:.0f} %, "
                   f"{sum(x <= 0.15 for x in e)} of {len(e)} within 15 %")
+    # measured / planned per kind: what data/speed_calibration.json "host_uncalibrated" records
+    for p in ("builtin", "detect", "tuned"):
+        parts = []
+        for k in ("decode", "prefill"):
+            q = sorted(v / r["planned"][p][k][x] for r in rows for x, v in r["measured"][k].items())
+            if q:
+                parts.append(f"{k} x{q[0]:.2f} - x{statistics.median(q):.2f} - x{q[-1]:.2f}")
+        print(f"{p}: measured / planned, min - median - max: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

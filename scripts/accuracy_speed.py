@@ -563,10 +563,14 @@ def cpu_section() -> list[str]:
             "", rng("builtin", "built-in host figures"), rng("measured_bandwidth", "host bandwidth measured (`plan --detect`)"),
             "", f"Source: {hu.get('source', '')}.", "",
             "After tune's calibration (host bandwidth measured, `weights`/`overhead_ms` solved from the",
-            "tuned decode, `host_gflops` from the tuned prefill, `host_threads` recorded): within +-15 % of",
-            "`llamarig bench` for prefill at other prompt lengths and decode near the tuned depth; decode",
-            f"far deeper than the tuned depth falls faster than the host attention term (attn_decode {cpu.attn_decode:g})",
-            "predicts once the KV cache outgrows the CPU caches (benchmarks/RESULTS.md).", ""]
+            "tuned decode, `attn_decode` from a second decode deep in the context (built in: "
+            f"{cpu.attn_decode:g}), `host_gflops`",
+            "from the tuned prefill, `host_threads` recorded): 24-25 of 30 bench points within +-15 % in",
+            "the quiet runs (prefill at 128-2048 tokens 15 of 15, decode at depths 0-3072 9-10 of 15). The",
+            "misses: decode of the models with 4 KV heads far from both calibrated depths (their attention",
+            "cost per cell doubles beyond about 2048 cells: planned 13-20 % off), and shallow decode of the",
+            "smallest models and a 16-expert qwen3moe, whose measurements themselves move by more than",
+            "15 % from request to request on this machine (benchmarks/RESULTS.md).", ""]
 
 
 def render(ev: Evaluation | None = None, evidence: Sequence[Path] | None = None) -> str:

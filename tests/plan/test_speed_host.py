@@ -12,7 +12,7 @@ from tests.plan.speed_helpers import cfg, hw, spec_of
 from llamarig.errors import InputError
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan.calibration import builtin, calibration_from_json
+from llamarig.plan.calibration import builtin, builtin_data, calibration_from_json
 from llamarig.plan.speed import DEFAULT_PROMPT, plan_threads, prompt_length, speed_report
 from llamarig.testing.synth import write_model
 
@@ -129,7 +129,8 @@ def test_host_range_covers_only_the_host_share_of_a_gpu_plan(tmp_path):
     lo, hi = hr.decode_tok_s
     assert lo < rep.decode_tok_s < hi
     # the GPU's share is not widened: the range is narrower than the host ratios themselves
-    assert hi / lo < 1.22 / 0.18
+    r = builtin_data()["host_uncalibrated"]["builtin"]["decode"]
+    assert hi / lo < r[1] / r[0]
     assert speed_report(spec, cfg("-c", "4096", "-ngl", "99"), hw("rtx3090"), cal=CAL).host_range is None
 
 
@@ -165,6 +166,11 @@ def test_tune_fit_at_two_depths_reproduces_both(tmp_path):
     assert calibration_deep_depth(4096, 256, 32) == 2048
     assert calibration_deep_depth(2048, 256, 64) == 1983  # the longest prompt the slot holds
     assert calibration_deep_depth(500, 256, 64) is None  # not twice as deep: no second measurement
+    # about 20 s of prefill at the first measurement's speed, 2048-32768 tokens, within the slot
+    assert calibration_deep_depth(65536, 256, 32, prefill_tok_s=1000.0) == 20000
+    assert calibration_deep_depth(65536, 256, 32, prefill_tok_s=20.0) == 2048
+    assert calibration_deep_depth(262144, 256, 32, prefill_tok_s=5000.0) == 32768
+    assert calibration_deep_depth(4096, 256, 32, prefill_tok_s=1000.0) == 4063
     out = {}
     for deep in (400.0, 550.0):  # attention slower / faster per cell
         data, pred = fit_calibration(spec, c, Hardware(()), 1200.0, host_bandwidth_gbs=12.0, depth=272,

@@ -314,7 +314,7 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
             host_bw = measure_host_bandwidth()
             # a second decode deeper in the context: the host's decode attention per KV cell
             d_deep = calibration_deep_depth(plan.n_ctx_slot, st.depth or int(m.metrics.get("prompt_tokens", 0)),
-                                            st.n_predict)
+                                            st.n_predict, m.metrics.get("prefill_tok_s"))
             if d_deep:
                 deep = ServerMeasure(res.binary, base, "decode", st.weight, st.prompt_words, st.n_predict,
                                      depth=d_deep)(winner, CALIBRATION_DEEP_RUNS)

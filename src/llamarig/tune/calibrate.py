@@ -48,19 +48,26 @@ def _with(cal: Calibration, backend: str, *, weights: float | None = None,
     return replace(cal, backends={**cal.backends, backend: eff})
 
 
-#: the depth (prompt tokens) of tune's second decode measurement on the CPU, and its requests after
-#: the warm-up: deep enough that the host's attention is a large share of the time (on the 2-core
-#: machine of benchmarks/RESULTS.md, 25-60 % at 2048 tokens), short enough to prefill quickly
-CALIBRATION_DEEP_DEPTH = 2048
-CALIBRATION_DEEP_RUNS = 2
+#: tune's second decode measurement on the CPU: its prompt is as long as the host prefills in
+#: about CALIBRATION_DEEP_SECONDS (at the first measurement's prefill speed), at least
+#: CALIBRATION_DEEP_MIN and at most CALIBRATION_DEEP_MAX tokens, and never longer than the slot
+#: holds; CALIBRATION_DEEP_RUNS requests after the warm-up. Deep, because the plan's decode
+#: table runs to the whole context and the host's attention cost per cell can grow with depth
+#: (benchmarks/RESULTS.md, "CPU speed model"); bounded, because every request prefills it.
+CALIBRATION_DEEP_SECONDS = 20.0
+CALIBRATION_DEEP_MIN = 2048
+CALIBRATION_DEEP_MAX = 32768
+CALIBRATION_DEEP_RUNS = 3
 
 
-def calibration_deep_depth(n_ctx_slot: int, depth: int, n_predict: int) -> int | None:
-    """The prompt length of the second decode measurement: CALIBRATION_DEEP_DEPTH, or the longest
-    prompt the slot holds with ``n_predict`` generated tokens; None when that is not at least
-    twice the first measurement's ``depth`` (two depths that close cannot separate the
-    attention's cost per KV cell from the rest)."""
-    d = min(CALIBRATION_DEEP_DEPTH, n_ctx_slot - n_predict - 1)
+def calibration_deep_depth(n_ctx_slot: int, depth: int, n_predict: int, prefill_tok_s: float | None = None) -> int | None:
+    """The prompt length of the second decode measurement (the constants above); None when it is
+    not at least twice the first measurement's ``depth`` (two depths that close cannot separate
+    the attention's cost per KV cell from the rest)."""
+    target = CALIBRATION_DEEP_MIN
+    if prefill_tok_s:
+        target = int(min(CALIBRATION_DEEP_MAX, max(CALIBRATION_DEEP_MIN, prefill_tok_s * CALIBRATION_DEEP_SECONDS)))
+    d = min(target, n_ctx_slot - n_predict - 1)
     return d if d >= max(2 * depth, 64) else None
 
 
