@@ -11,6 +11,7 @@ it (:mod:`llamarig.plan.ggml_graph`), so the compute buffer is llama.cpp's own f
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -467,13 +468,50 @@ def compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int = 32, mtp: boo
     return hit
 
 
-def _compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int, mtp: bool) -> int:
+_BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def _period_cut(spec: ModelSpec) -> tuple[ModelSpec, ModelSpec] | None:
+    """Two cut-down copies of a trunk whose layers repeat with a period P (qwen35: three
+    recurrent layers, then one attention layer): 2P and 3P layers (the MTP block kept). ggml-alloc
+    reaches its steady state within the first periods, so when both cuts give the same buffer the
+    full trunk gives it too (checked on 360 configurations of three catalogue models: K/V types,
+    -ub 1-4096, 4K-256K cells); None when the layers do not repeat or are too few to cut."""
+    main = [ly for ly in spec.layers if not ly.nextn]
+    by_block: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+    for t in spec.tensors:  # what a layer's share of the graph depends on: its tensors' shapes
+        m = _BLOCK.match(t.name)
+        if m:
+            by_block.setdefault(int(m.group(1)), []).append((m.group(2), tuple(t.shape)))
+    shapes = [(replace(ly, index=0), sorted(by_block.get(ly.index, []))) for ly in main]
+    for period in range(1, 9):
+        if len(main) < 4 * period:
+            return None
+        if all(shapes[i] == shapes[i % period] for i in range(len(main))):
+            nextn = tuple(ly for ly in spec.layers if ly.nextn)
+            return (replace(spec, layers=tuple(main[:2 * period]) + nextn),
+                    replace(spec, layers=tuple(main[:3 * period]) + nextn))
+    return None
+
+
+def _replay(spec: ModelSpec, p: GraphParams, alignment: int, mtp: bool) -> int:
     tg = replace(p, n_tokens=p.n_seqs, n_outputs=p.n_seqs)
     sizes = []
     for q in (p, tg):
         b = _Builder(spec, q)
         sizes.append(allocate(b.build_mtp() if mtp else b.build(), alignment).size)
     return max(sizes)
+
+
+def _compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int, mtp: bool) -> int:
+    """The trunk's buffer from two short replays when its layers repeat and the two agree (about
+    a fifth of the work of a 64-layer replay), else the full replay."""
+    cut = None if mtp else _period_cut(spec)
+    if cut is not None:
+        a, b = (_replay(c, p, alignment, mtp) for c in cut)
+        if a == b:
+            return a
+    return _replay(spec, p, alignment, mtp)
 
 
 def graph_params(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, type_k: str, type_v: str) -> GraphParams:
