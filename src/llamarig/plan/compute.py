@@ -149,11 +149,16 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
                 f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), {p.n_outputs} "
                 f"output(s), K {p.type_k} / V {p.type_v}"
                 + ("" if mtp else f", n_rs_seq {p.n_rs_seq}, flash attention {'on' if p.flash_attn else 'off'}") + ")")
+        # MoE graphs: CUDA's graph_optimize adds allocation dependencies for its fused MoE ops
+        # (ggml-cuda.cu:4604-4700), which keep tensors alive longer; not replayed, so modelled
+        moe = bool(spec.n_expert)
         return ComputeEstimate(
             dev, f"ggml-backend's scheduler and ggml-alloc replayed on the {what} for one CUDA GPU (compute "
                  f"capability {cuda_cc // 100}.{cuda_cc % 100 // 10}; inputs and the token embeddings' get_rows on the "
-                 f"CPU, their copies and flash attention's f16 K/V copies in the GPU buffer): {dev / MiB:.2f} MiB",
-            "exact", host)
+                 f"CPU, their copies and flash attention's f16 K/V copies in the GPU buffer): {dev / MiB:.2f} MiB"
+                 + ("; the allocation dependencies CUDA adds for its fused MoE ops (ggml-cuda.cu:4604-4700) are not "
+                    "replayed" if moe else ""),
+            "modelled" if moe else "exact", host)
     if layers == "mtp" and replay and Q35.has_mtp_graph(spec):
         # on a GPU the same graph and allocator: the published Vulkan (520.06 MiB) and CUDA
         # (648.03 MiB) MTP figures of docs/accuracy.md come out within 0.01 MiB, with nothing
