@@ -23,7 +23,9 @@ def test_cut_replay_equals_the_full_replay(model_id):
     for ub, kv, n_kv, n_rs, n_seqs in CASES:
         p = Q.GraphParams(n_tokens=ub * n_seqs, n_seqs=n_seqs, n_outputs=n_seqs, n_kv=n_kv, n_stream=1, n_rs=n_rs,
                           n_rs_seq=0, flash_attn=True, type_k=kv, type_v=kv)
-        assert Q._compute_bytes(spec, p, 32, False) == Q._replay(spec, p, 32, False), (ub, kv, n_kv)
+        assert Q.compute_bytes(spec, p, 32, False) == Q._replay(spec, p, 32, False), (ub, kv, n_kv)
+        # one CUDA GPU: the scheduled graph's two buffers (CUDA0, CUDA_Host) likewise
+        assert Q.compute_buffers(spec, p, 900) == Q._compute_buffers(spec, p, 900, False), (ub, kv, n_kv)
 
 
 def test_a_trunk_that_does_not_repeat_is_replayed_whole():
