@@ -47,6 +47,7 @@ from llamarig.catalogue.models import find_model
 from llamarig.detect import detect
 from llamarig.errors import LlamarigError
 from llamarig.gguf.reader import read_header
+from llamarig.gguf.spec import spec_from_headers
 from llamarig.launch.server import start_server
 from llamarig.plan.logparse import parse_memory_log
 from llamarig.testing.synth import SynthShape, default_shape, write_model
@@ -123,6 +124,31 @@ def server_version(binary: str) -> str:
     return (r.stdout + r.stderr).strip()
 
 
+def gpu_memory(pid: int) -> dict[str, Any] | None:
+    """What nvidia-smi says the server process holds (MiB) and the whole GPU's use: the buffers the
+    log names plus the CUDA context, cuBLAS workspaces and ggml's CUDA memory pool, which grows with
+    the batches seen. None without nvidia-smi (the CPU smoke run)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        apps = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10, check=False).stdout
+        gpu = subprocess.run([smi, "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out: dict[str, Any] = {"process_mib": None}
+    for ln in apps.splitlines():
+        parts = [x.strip() for x in ln.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid) and parts[1].isdigit():
+            out["process_mib"] = int(parts[1])
+    first = gpu.splitlines()[0].split(",") if gpu.strip() else []
+    if len(first) == 2 and all(x.strip().isdigit() for x in first):
+        out["gpu_used_mib"], out["gpu_total_mib"] = int(first[0]), int(first[1])
+    return out
+
+
 def kept_lines(log: str) -> list[str]:
     return [ln.rstrip() for ln in log.splitlines() if any(k in ln for k in KEEP)]
 
@@ -165,12 +191,16 @@ def one_run(args: argparse.Namespace, model_id: str, synth: dict[str, Any], path
         with start_server(args.server_bin, path, argv, threads=args.threads, log_dir=work / "logs",
                           timeout=600) as srv:
             measure(srv, 16, 4, 256, n_vocab - 8)  # warm-up, discarded
+            entry["gpu_memory_after_load"] = gpu_memory(srv.proc.pid)
             for d in depths:
                 if time.monotonic() > deadline:
                     entry["measurements"].append({"depth": d, "skipped": "time budget"})
                     continue
                 try:
-                    entry["measurements"].append(measure(srv, d, args.n_predict, 256, n_vocab - 8))
+                    m = measure(srv, d, args.n_predict, 256, n_vocab - 8)
+                    if (g := gpu_memory(srv.proc.pid)) is not None:
+                        m["gpu_memory"] = g  # after this depth: the CUDA pool has grown to its batches
+                    entry["measurements"].append(m)
                 except (OSError, ValueError) as e:  # HTTPError is an OSError
                     entry["measurements"].append({"depth": d, "error": str(e)})
             log = srv.log
@@ -185,19 +215,27 @@ def one_run(args: argparse.Namespace, model_id: str, synth: dict[str, Any], path
     return entry
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    t_start = time.monotonic()
-    deadline = t_start + args.budget_s
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="llamarig-evidence-"))
+def run_key(model_id: str, kv: str, ub: int, n_mtp: int) -> tuple[str, str, int, int]:
+    return (model_id, kv, ub, n_mtp)
+
+
+def done_keys(doc: dict[str, Any]) -> set[tuple[str, str, int, int]]:
+    """The runs of a file that were measured (no error): --resume does not repeat them."""
+    return {run_key(r["model"], r["cache_type_k"], int(r["n_ubatch"]), int((r.get("spec") or {}).get("n_max", 0)))
+            for r in doc.get("runs", []) if "error" not in r}
+
+
+def save(doc: dict[str, Any], out: Path) -> None:
+    """Write the file after every run (a GPU lease can end mid-way): a temporary file, then rename."""
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(out)
+
+
+def write_models(args: argparse.Namespace, work: Path) -> dict[str, tuple[str, SynthShape, Path, dict[str, Any]]]:
+    """Each model's synthetic GGUF in ``work`` (reused when its shape stamp matches)."""
+    made = {}
     work.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {
-        "kind": KIND, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "smoke": args.smoke, "gpu": gpu_id(args.gpu, args.smoke), "backend": args.backend, "machine": machine(),
-        "server": {"binary": str(args.server_bin), "version": server_version(args.server_bin)},
-        "method": "synthetic GGUFs with the catalogue models' shapes (llamarig.testing.synth, tiled random "
-                  "weights); one /completion per depth with that many prompt token ids, cache_prompt off; "
-                  "prefill and decode are llama-server's timings (prompt_per_second, predicted_per_second)",
-        "runs": [], "skipped": []}
     for model_id in args.models:
         arch, shape = shape_for(model_id, args.weights, args.smoke)
         path = work / f"{model_id.replace(':', '_')}-{shape.weight_type}.gguf"
@@ -208,16 +246,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             write_model(path, arch, shape)
             stamp.write_text(want)
         hdr = read_header(path)
-        n_vocab = len(hdr.metadata.get("tokenizer.ggml.tokens", [])) or 256
         synth = {"path": str(path), "arch": arch, "bytes": path.stat().st_size,
                  "tensor_bytes": sum(x.n_bytes for x in hdr.tensors), "tensors": len(hdr.tensors),
+                 "n_vocab": spec_from_headers([hdr]).n_vocab or 256,
                  "shape": asdict(shape) | {"extra_tokens": []}, "write_s": round(time.monotonic() - t, 1)}
+        made[model_id] = (arch, shape, path, synth)
+    return made
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.monotonic()
+    deadline = t_start + args.budget_s
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="llamarig-evidence-"))
+    work.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    previous: dict[str, Any] | None = None
+    if args.resume and out.is_file():
+        previous = json.loads(out.read_text())
+        if previous.get("kind") != KIND or previous.get("server", {}).get("version") != server_version(args.server_bin):
+            raise LlamarigError(f"{out}: not an evidence file of this llama-server build; cannot --resume it")
+    doc: dict[str, Any] = {
+        "kind": KIND, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "smoke": args.smoke, "gpu": gpu_id(args.gpu, args.smoke), "backend": args.backend, "machine": machine(),
+        "server": {"binary": str(args.server_bin), "version": server_version(args.server_bin)},
+        "method": "synthetic GGUFs with the catalogue models' shapes (llamarig.testing.synth, tiled random "
+                  "weights); one /completion per depth with that many prompt token ids, cache_prompt off; "
+                  "prefill and decode are llama-server's timings (prompt_per_second, predicted_per_second)",
+        "runs": [], "skipped": []}
+    if previous is not None:  # --resume: keep what was measured, try the rest again
+        doc["created"], doc["resumed"] = previous.get("created", doc["created"]), doc["created"]
+        doc["runs"] = [r for r in previous.get("runs", []) if "error" not in r]
+    done = done_keys(doc)
+    for model_id, (_arch, shape, path, synth) in write_models(args, work).items():
+        n_vocab = int(synth.pop("n_vocab"))
         depths = sorted(set(args.depths))
         ctx = max(depths) + args.n_predict + 512
         plan = [(ub, kv, 0) for ub in args.ub for kv in args.kv]  # every K/V type at the first -ub first
         if shape.nextn_layers and args.mtp > 0:  # the MTP step: drafting + batched verification
             plan.append((args.ub[0], args.kv[-1], args.mtp))
         for ub, kv, n_mtp in plan:
+            if run_key(model_id, kv, ub, n_mtp) in done:
+                continue
             if time.monotonic() > deadline:
                 doc["skipped"].append({"model": model_id, "kv": kv, "ub": ub, "mtp": n_mtp, "why": "time budget"})
                 continue
@@ -227,6 +296,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 argv += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_mtp)]
             doc["runs"].append(one_run(args, model_id, synth, path, argv, kv, ub, ctx, n_mtp, depths, n_vocab,
                                        deadline, work))
+            doc["elapsed_s"] = round(time.monotonic() - t_start, 1)
+            save(doc, out)
     doc["elapsed_s"] = round(time.monotonic() - t_start, 1)
     return doc
 
@@ -254,9 +325,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (tests)")
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting runs after this (default 540)")
     ap.add_argument("--workdir", help="where the synthetic GGUFs and logs go (default: a temporary directory)")
-    ap.add_argument("--out", default="gpu-evidence.json", help="the evidence file (default gpu-evidence.json)")
+    ap.add_argument("--out", default="gpu-evidence.json",
+                    help="the evidence file (default gpu-evidence.json), written again after every run")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue --out: keep its measured runs, do the rest (same llama-server build only)")
+    ap.add_argument("--write-only", action="store_true",
+                    help="only write the synthetic GGUFs into --workdir (e.g. while the server builds), then exit")
     a = ap.parse_args(argv)
-    if not a.server_bin:
+    if not a.server_bin and not a.write_only:
         ap.error("--server-bin (or $LLAMARIG_SERVER_BIN) is required")
     a.models = [m.strip() for m in (a.models or ",".join(SMOKE_MODELS if a.smoke else DEFAULT_MODELS)).split(",")
                 if m.strip()]
@@ -272,12 +348,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.write_only:
+        if not a.workdir:
+            print("gpu_evidence: --write-only needs --workdir", file=sys.stderr)
+            return 2
+        for model_id, (_a, _s, path, synth) in write_models(a, Path(a.workdir)).items():
+            print(f"{model_id}: {path} ({synth['bytes']} bytes, {synth['write_s']} s)")
+        return 0
     try:
         doc = run(a)
     except LlamarigError as e:
         print(f"gpu_evidence: {e}", file=sys.stderr)
         return 1
-    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    save(doc, Path(a.out))
     ok = sum(1 for r in doc["runs"] if "error" not in r)
     print(f"wrote {a.out}: {ok} of {len(doc['runs'])} runs measured, {len(doc['skipped'])} skipped "
           f"(time budget), {doc['elapsed_s']} s")

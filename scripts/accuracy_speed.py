@@ -511,18 +511,24 @@ def _miss_notes(ev: Evaluation) -> list[str]:
 
 
 def evidence_section(files: Sequence[Path]) -> list[str]:
-    """Every GPU evidence file's points predicted with the built-in constants: out-of-sample (the
-    constants were not fitted to them)."""
+    """Every GPU evidence file's points predicted twice: with the built-in constants, and with the
+    CUDA backend's defaults alone (no GPU-specific entry: what plan said before the evidence, so
+    out-of-sample). A built-in GPU entry fitted to a file names it in its source: that file's
+    built-in column is then in-sample."""
     import json  # lazy: only here
 
-    lines = ["## GPU evidence files (out-of-sample)", "",
+    cal = builtin()
+    lines = ["## GPU evidence files", "",
              "Files written by `benchmarks/gpu_evidence.py` on a GPU machine (synthetic GGUFs with the",
-             "catalogue models' shapes; see benchmarks/RESULTS.md), predicted with the built-in constants.",
+             "catalogue models' shapes; see benchmarks/RESULTS.md), predicted with the built-in constants",
+             "and with the CUDA defaults alone (no entry for that GPU: out-of-sample, what plan said before",
+             "the file existed). A built-in GPU entry fitted to a file makes that file's built-in column",
+             "in-sample; the entry's source names the file.",
              "On an NVIDIA machine: `python benchmarks/gpu_evidence.py --server-bin /path/to/llama-server",
-             "--gpu rtx4090 --out benchmarks/evidence/rtx4090-b<build>.json` (under 10 minutes; it writes the",
-             "-lv 4 buffer lines and llama-server's prefill / decode timings at depths 0, 8K and 32K for f16,",
-             "q8_0 and q4_0 K/V at -ub 512 and 2048); `llamarig plan --calibration FILE` fits that GPU's",
-             "efficiencies to it.",
+             "--gpu rtx4090 --out benchmarks/evidence/rtx4090-b<build>.json` (under 10 minutes on a fast GPU; it",
+             "writes the -lv 4 buffer lines and llama-server's prefill / decode timings at depths 0, 8K and 32K",
+             "for f16, q8_0 and q4_0 K/V at -ub 512 and 2048); `llamarig plan --calibration FILE` fits that",
+             "GPU's efficiencies to it.",
              ""]
     if not files:
         return lines + ["None yet: no GPU machine was available when the kit was written (the kit's CPU",
@@ -533,12 +539,25 @@ def evidence_section(files: Sequence[Path]) -> list[str]:
         if not is_evidence(doc):
             continue
         rel = Path(f).resolve().relative_to(ROOT) if Path(f).resolve().is_relative_to(ROOT) else Path(f)
-        res = [predict_point(p) for p in evidence_points(doc, str(rel))]
-        lines += [f"### {rel}", "", f"GPU {doc.get('gpu')}, server `{str(doc['server'].get('version', '')).splitlines()[0] if doc.get('server') else ''}`, "
-                  f"{len(res)} points.", "", "| id | kind | setting | measured tok/s | predicted | error |",
-                  "|---|---|---|---:|---:|---:|"]
-        lines += [f"| {r.id} | {r.kind} | {r.setting} | {r.measured:.1f} | {r.predicted:.1f} | {_pct(r.error)} |"
-                  for r in res]
+        gpu = doc.get("gpu")
+        entry = cal.gpus.get(gpu) if isinstance(gpu, str) else None
+        generic = replace(cal, gpus={k: v for k, v in cal.gpus.items() if k != gpu})
+        fitted_here = entry is not None and f"to {rel}" in entry.source
+        kind = ("in-sample: the built-in entry for this GPU was fitted to this file" if fitted_here else
+                "a built-in entry for this GPU exists, fitted to other measurements" if entry is not None else
+                "no built-in entry for this GPU: both columns are the CUDA defaults")
+        pts = evidence_points(doc, str(rel))
+        res = [predict_point(p) for p in pts]
+        gen = [predict_point(p, generic) for p in pts]
+        errs = sorted(abs(r.error) for r in res)
+        gerrs = sorted(abs(r.error) for r in gen)
+        lines += [f"### {rel}", "", f"GPU {gpu}, server `{str(doc['server'].get('version', '')).splitlines()[0] if doc.get('server') else ''}`, "
+                  f"{len(res)} points; built-in column: {kind}. Median |error|: built-in "
+                  f"{statistics.median(errs) * 100:.1f} %, CUDA defaults {statistics.median(gerrs) * 100:.1f} %.", "",
+                  "| id | kind | setting | measured tok/s | built-in | error | CUDA defaults | error |",
+                  "|---|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.id} | {r.kind} | {r.setting} | {r.measured:.1f} | {r.predicted:.1f} | {_pct(r.error)} | "
+                  f"{g.predicted:.1f} | {_pct(g.error)} |" for r, g in zip(res, gen, strict=True)]
         lines.append("")
     return lines
 

@@ -84,12 +84,12 @@ def test_readme_plan_answers_in_its_first_lines_at_80_columns(which: str, lang, 
     assert code == 0 and len(lines) <= 45, len(lines)
     head = "\n".join(lines[:4])
     if which == "en":
-        assert lines[0].startswith("fits: CUDA0 (RTX 3090)") and "1.24-1.41 GiB free" in lines[0]
-        assert lines[1] == "free is a range: the file size and compute buffer are estimates"
+        assert lines[0].startswith("fits: CUDA0 (RTX 3090)") and "1.29-1.38 GiB free" in lines[0]
+        assert lines[1] == "free is a range: the file size is an estimate"
     else:
-        assert lines[0].startswith("放得下：CUDA0 (RTX 3090)") and "剩 1.24-1.41 GiB" in lines[0]
-        assert lines[1] == "剩余是一个范围：文件大小和计算缓冲是估算值"
-    assert "736.77 MiB" in head  # host RAM at start
+        assert lines[0].startswith("放得下：CUDA0 (RTX 3090)") and "剩 1.29-1.38 GiB" in lines[0]
+        assert lines[1] == "剩余是一个范围：文件大小是估算值"
+    assert "859.54 MiB" in head  # host RAM at start
     assert max(len(ln) for ln in lines[:2]) <= 80  # verdict lines are not wrapped mid-figure
 
 

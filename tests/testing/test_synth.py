@@ -281,3 +281,19 @@ def test_mtp_sidecar_holds_only_the_mtp_block(tmp_path: Path) -> None:
     expected = {t.name for t in full.tensors if t.name in keep or t.name.startswith("blk.4.")}
     assert {t.name for t in side.tensors} == expected
     assert side.weights_bytes < full.weights_bytes
+
+
+@pytest.mark.parametrize("wtype", ["q4_0", "f16"])
+def test_sparse_fill_is_the_same_file_without_its_data(tmp_path: Path, wtype: str) -> None:
+    """fill="sparse": the header byte for byte as the tiled file, the same length, the tensor data
+    a hole (zeros, no disk blocks for a large model)."""
+    kw: dict[str, object] = dict(nextn_layers=1, weight_type=wtype, n_vocab=4096)
+    tiled = write_model(tmp_path / "t.gguf", "qwen35", fill="tiled", **kw)
+    sparse = write_model(tmp_path / "s.gguf", "qwen35", fill="sparse", **kw)
+    t, s = tiled.read_bytes(), sparse.read_bytes()
+    assert len(t) == len(s)
+    head = len(t) - sum((x.n_bytes + 31) // 32 * 32 for x in load_spec(tiled).tensors)  # data, 32-aligned
+    assert s[:head] == t[:head]
+    assert s[head:] == bytes(len(s) - head) != t[head:]
+    assert [(x.name, x.ggml_type, x.shape) for x in load_spec(sparse).tensors] == \
+        [(x.name, x.ggml_type, x.shape) for x in load_spec(tiled).tensors]

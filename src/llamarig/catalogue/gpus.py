@@ -22,6 +22,14 @@ def _norm(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s)
 
 
+def _cc(v: str | None) -> int | None:
+    """"9.0" -> 900 (major x 100 + minor x 10, as ggml-cuda's cc)."""
+    if not v:
+        return None
+    major, minor = str(v).split(".")
+    return int(major) * 100 + int(minor) * 10
+
+
 @lru_cache(maxsize=1)
 def load_gpus() -> tuple[GPU, ...]:
     data = json.loads(resources.files("llamarig.data").joinpath("gpus.json").read_text())
@@ -34,6 +42,7 @@ def load_gpus() -> tuple[GPU, ...]:
             unified_memory=bool(e.get("unified_memory", False)),
             system_memory_bytes=int(e["system_memory_mib"]) * MiB if e.get("system_memory_mib") else None,
             source=e.get("source", ""), aliases=tuple(e.get("aliases", ())),
+            compute_capability=_cc(e.get("compute_capability")),
         ))
     return tuple(out)
 

@@ -61,10 +61,12 @@ def _short_name(d: DevicePlan) -> str:
     return f"{d.name} ({label})" if label and label != d.name else d.name
 
 
-def _estimated_parts(d: DevicePlan) -> str:
-    """The components whose figures carry a range, e.g. 'file size, compute'."""
+def _estimated_parts(d: DevicePlan) -> tuple[str, int]:
+    """The components whose figures carry a range, e.g. 'file size and compute buffer', and how
+    many they are."""
     names = {"weights": _("file size"), "compute": _("compute buffer")}
-    return _(" and ").join(names.get(c, c) for c, ln in d.lines.items() if ln.spread)
+    parts = [names.get(c, c) for c, ln in d.lines.items() if ln.spread]
+    return _(" and ").join(parts), len(parts)
 
 
 def verdict_lines(plan: Plan) -> list[str]:
@@ -72,12 +74,15 @@ def verdict_lines(plan: Plan) -> list[str]:
     out: list[str] = []
     parts = []
     estimated: list[str] = []
+    n_estimated = 0
     for d in plan.devices:
         if not d.capacity:
             parts.append(_("{dev} {used} (capacity unknown)").format(dev=_short_name(d), used=_gib(d.total)))
         elif d.uncertainty and d.free_range is not None:
             lo, hi = d.free_range
-            estimated.append(_estimated_parts(d))
+            what_d, n_d = _estimated_parts(d)
+            estimated.append(what_d)
+            n_estimated = max(n_estimated, n_d)
             if lo >= 0:
                 parts.append(_("{dev} {used} of {cap}, {range} free").format(
                     dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), range=_gib_range(lo, hi)))
@@ -105,8 +110,13 @@ def verdict_lines(plan: Plan) -> list[str]:
     out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host])))
     if estimated:  # why the free memory is a range, on its own line (the verdict line stays short)
         what = estimated[0] if len(set(estimated)) == 1 else _("; ").join(dict.fromkeys(estimated))
-        out.append((_("free is a range: the {what} are estimates; check with the real GGUF or a -lv 4 log") if maybe
-                    else _("free is a range: the {what} are estimates")).format(what=what))
+        if len(set(estimated)) == 1 and n_estimated == 1:
+            line = (_("free is a range: the {what} is an estimate; check with the real GGUF or a -lv 4 log") if maybe
+                    else _("free is a range: the {what} is an estimate"))
+        else:
+            line = (_("free is a range: the {what} are estimates; check with the real GGUF or a -lv 4 log") if maybe
+                    else _("free is a range: the {what} are estimates"))
+        out.append(line.format(what=what))
     if parts:
         out.append(host)
     grow = h.growth

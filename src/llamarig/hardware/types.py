@@ -24,6 +24,9 @@ class GPU:
     source: str = ""
     aliases: tuple[str, ...] = ()
     detected: bool = False
+    #: CUDA compute capability x 100 (+ minor x 10): 900 for 9.0; picks the flash-attention kernel
+    #: and with it what a FLASH_ATTN_EXT node allocates (llamarig.plan.cuda_fattn)
+    compute_capability: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -31,6 +34,8 @@ class GPU:
             "memory": self.memory_bytes, "bandwidth_gbs": self.bandwidth_gbs,
             "fp16_tflops": self.fp16_tflops, "overhead": self.overhead_bytes,
             "unified_memory": self.unified_memory, "source": self.source,
+            **({"compute_capability": f"{self.compute_capability // 100}.{self.compute_capability % 100 // 10}"}
+               if self.compute_capability else {}),
         }
 
 

@@ -16,8 +16,11 @@ cache for iSWA models). On top of that, the peak phase:
   (2 + n_rs_seq) copies of the per-sequence SSM state;
 - attention without flash attention: KQ [n_kv, n_tokens, n_head] f32 (softmax runs in place)
   plus (4 n_embd + 3 n_head*d_k + n_kv_head*(d_k + d_v) - 250) f32 per token;
-- CUDA with flash attention and a quantized KV cache: K and V of one layer converted to f16
-  for prompt batches (ggml-cuda/fattn.cu need_f16_K/V).
+- CUDA with flash attention and a quantized KV cache: the f16 copies of one layer's K and V
+  that the prompt batch's kernel needs; at build 11434 they are part of the FLASH_ATTN_EXT
+  node's own allocation in the compute buffer (the CUDA buffer type's get_alloc_size,
+  ggml-cuda.cu:903-907, fattn.cu:725-760; :mod:`llamarig.plan.cuda_fattn`), added whole here
+  (an upper bound: what overlaps depends on the graph).
 
 The per-token coefficients were fitted to the real llama-server's ``sched_reserve: CPU compute
 buffer size`` lines over n_embd, n_ff, n_head, n_head_kv, experts and n_ubatch
@@ -25,7 +28,11 @@ buffer size`` lines over n_embd, n_ff, n_head, n_head_kv, experts and n_ubatch
 
 qwen35 / qwen35moe (gated delta net + attention) and their MTP draft context are not modelled
 this way: :mod:`llamarig.plan.qwen35_graph` rebuilds llama.cpp's graph and replays ggml-alloc,
-which gives the CPU backend's figure exactly (the phase model was 5-62 % off there).
+which gives the CPU backend's figure exactly (the phase model was 5-62 % off there). With every
+layer and the output on one CUDA GPU the replay goes through ggml-backend's scheduler too
+(:func:`llamarig.plan.ggml_graph.schedule`) and gives both the GPU's and the pinned host
+(CUDA_Host) compute buffer; on the H200 evidence (benchmarks/evidence/h200-*.json) both come out
+to the logged 0.01 MiB in every run.
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ class ComputeEstimate:
     #: "exact" where the buffer is ggml-alloc replayed on llama.cpp's own graph
     #: (:mod:`llamarig.plan.qwen35_graph`), "modelled" for the calibrated phases below
     method: str = "modelled"
+    #: a scheduled replay on one CUDA GPU (``cuda_cc``): the pinned host (CUDA_Host) compute
+    #: buffer next to ``bytes`` (the GPU's); None elsewhere
+    host_bytes: int | None = None
 
 
 def _masks(ctx: ContextLayout, n_t: int, base_cells: int, swa_cells: int | None, fa: bool) -> int:
@@ -116,7 +126,8 @@ def _mtp_gpu(spec: ModelSpec, ctx: ContextLayout, n_t: int, n_out: int, masks: i
 def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
                      cuda_quant_kv: tuple[str, str] | None = None,
                      layers: str = "main", gpu: bool = False,
-                     cache_types: tuple[str, str] = ("f16", "f16"), replay: bool = True) -> ComputeEstimate:
+                     cache_types: tuple[str, str] = ("f16", "f16"), replay: bool = True,
+                     cuda_cc: int | None = None) -> ComputeEstimate:
     """Compute buffer of a context whose layers all sit on one backend.
 
     ``layers='mtp'`` models the MTP draft context (one nextn block: fewer live tensors); with
@@ -124,8 +135,30 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     not modelled but replayed: their graph and ggml-alloc (:mod:`llamarig.plan.qwen35_graph`)
     give llama.cpp's own figure; ``cache_types`` (K, V) decide the f16 casts and Hadamard
     rotations of their attention layers. ``replay=False`` keeps the phase model for them (figures
-    published by other builds, whose graphs differ: scripts/accuracy.py).
+    published by other builds, whose graphs differ: scripts/accuracy.py). ``cuda_cc``: the whole
+    context (every layer, the output layer, the KV cache) sits on one CUDA GPU of that compute
+    capability (900 for 9.0): the qwen35 replays then run through ggml-backend's scheduler and
+    give the GPU's buffer and the pinned host one (``host_bytes``).
     """
+    if cuda_cc is not None and replay and ((layers == "mtp" and Q35.has_mtp_graph(spec))
+                                           or (layers == "main" and Q35.is_qwen35(spec))):
+        mtp = layers == "mtp"
+        p = Q35.graph_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
+        dev, host = Q35.compute_buffers(spec, p, cuda_cc, mtp=mtp)
+        what = (f"{spec.architecture} {'MTP draft' if mtp else 'prompt'} graph ({p.n_seqs} sequence(s) x "
+                f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), {p.n_outputs} "
+                f"output(s), K {p.type_k} / V {p.type_v}"
+                + ("" if mtp else f", n_rs_seq {p.n_rs_seq}, flash attention {'on' if p.flash_attn else 'off'}") + ")")
+        # MoE graphs: CUDA's graph_optimize adds allocation dependencies for its fused MoE ops
+        # (ggml-cuda.cu:4604-4700), which keep tensors alive longer; not replayed, so modelled
+        moe = bool(spec.n_expert)
+        return ComputeEstimate(
+            dev, f"ggml-backend's scheduler and ggml-alloc replayed on the {what} for one CUDA GPU (compute "
+                 f"capability {cuda_cc // 100}.{cuda_cc % 100 // 10}; inputs and the token embeddings' get_rows on the "
+                 f"CPU, their copies and flash attention's f16 K/V copies in the GPU buffer): {dev / MiB:.2f} MiB"
+                 + ("; the allocation dependencies CUDA adds for its fused MoE ops (ggml-cuda.cu:4604-4700) are not "
+                    "replayed" if moe else ""),
+            "modelled" if moe else "exact", host)
     if layers == "mtp" and replay and Q35.has_mtp_graph(spec):
         # on a GPU the same graph and allocator: the published Vulkan (520.06 MiB) and CUDA
         # (648.03 MiB) MTP figures of docs/accuracy.md come out within 0.01 MiB, with nothing
@@ -147,8 +180,9 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
                    f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), {p.n_outputs} "
                    f"output(s), K {p.type_k} / V {p.type_v}, n_rs_seq {p.n_rs_seq}, flash attention "
                    f"{'on' if p.flash_attn else 'off'}): {b / MiB:.2f} MiB"
-                   + (f" + f16 K/V conversion {conv / MiB:.2f} MiB (CUDA memory pool)" if conv else ""))
-        return ComputeEstimate(b + conv, formula, "exact")
+                   + (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (in the FA node's allocation, "
+                      "fattn.cu:725-760; added whole: an upper bound)" if conv else ""))
+        return ComputeEstimate(b + conv, formula, "modelled" if conv else "exact")
     n_t = min(ctx.n_ctx, ctx.n_ubatch)
     n_out = min(n_t, max(1, n_outputs_max))
     fa = ctx.flash_attn
@@ -205,7 +239,8 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     out_phase = logits + 2 * e * n_out * F32
     formula = (f"KQ mask{'s' if swa else ''} {masks / MiB:.2f} MiB ({'f16' if fa else 'f32'} n_kv {base}"
                f"{f' + SWA {swa}' if swa else ''} x n_ubatch {n_t}) + peak phase {phase / MiB:.2f} MiB ({phase_name})"
-               + (f" + f16 K/V conversion {conv / MiB:.2f} MiB (CUDA memory pool on the first prompt, not in the compute buffer line)" if conv else ""))
+               + (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (part of the FA node's allocation "
+                  "in the compute buffer, fattn.cu:725-760; added whole: an upper bound)" if conv else ""))
     if out_phase > layer_total:
         return ComputeEstimate(int(out_phase),
                                f"output phase {out_phase / MiB:.2f} MiB: logits {logits / MiB:.2f} MiB (n_vocab {spec.n_vocab} x "
@@ -214,6 +249,61 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     # small logits stay additive: the CPU calibration above was fitted with them added
     total = layer_total + logits
     return ComputeEstimate(int(total), formula + f" + logits {logits / MiB:.2f} MiB (n_vocab x {n_out} outputs)")
+
+
+# ============================================================================ the host compute buffer
+
+#: llm_arch_supports_mixed_batch (src/llama-arch.cpp:1182-1194): the architectures without the
+#: mixed-batch input branch of build_inp_embd
+NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"})
+
+
+def host_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int,
+                cache_types: tuple[str, str] = ("f16", "f16")) -> ComputeEstimate:
+    """The CPU backend's compute buffer (``CUDA_Host compute buffer size`` with a CUDA GPU) when
+    the layers run on the GPU: ggml-backend's scheduler puts every graph input on the CPU
+    (ggml-backend.cpp:1084-1089) and the token embeddings' get_rows with them (the embeddings stay
+    in host memory; GET_ROWS is never offloaded, ggml-cuda.cu:5739-5758). A tensor the GPU reads
+    gets a dependency view that ggml-alloc never releases (ggml-backend.cpp:1660-1666), so these
+    stay alive together: the token ids, the embeddings input, the get_rows output and, for
+    architectures with the mixed-batch branch (llama-graph.cpp:2469-2486), its token ids, slots
+    and a copy of its embeddings input (the input itself is freed after the copy and its get_rows
+    reuses the place); the KQ mask(s), positions, K/V row indices, output ids, the Hadamard
+    rotations of a quantized cache (llama-kv-cache.cpp:321-357) and the recurrent state's row
+    copy ids. The qwen35 replay through the scheduler gives this exactly (the H200 evidence); for
+    other architectures it is this sum (their own extra inputs are not counted)."""
+    n_t = min(ctx.n_ctx, ctx.n_ubatch)
+    n_out = min(n_t, max(1, n_outputs_max))
+    e = spec.n_embd or 0
+    mixed = spec.architecture not in NO_MIXED_BATCH
+    act = (4 if mixed else 2) * e * n_t * F32
+    small = n_t * 4 + (n_t * 4 + n_t * 8 if mixed else 0) + n_t * 4 + n_out * 4
+    has_attn = any(ly.kind != "recurrent" for ly in spec.layers)
+    masks = _mask_bytes(ctx, n_t, spec) if has_attn else 0
+    rot = 0
+    if has_attn:
+        att = [ly for ly in spec.layers if ly.kind != "recurrent"]
+        v_gqa = max(ly.n_embd_v_gqa for ly in att)
+        caches = 2 if ctx.swa_cells else 1
+        small += caches * (n_t * 8 + (n_t * 8 if ctx.flash_attn else n_t * v_gqa * 8))
+        hdk = max(ly.head_dim_k for ly in att)
+        if hdk and hdk % 64 == 0:
+            if cache_types[0] not in ("f32", "f16", "bf16"):
+                n_rot = 64
+                while hdk % (2 * n_rot) == 0:
+                    n_rot *= 2
+                rot += n_rot * n_rot * F32
+            if cache_types[1] not in ("f32", "f16", "bf16"):
+                rot += 64 * 64 * F32
+    if spec.recurrent is not None:
+        small += max(1, ctx.n_parallel) * 4
+    total = act + masks + small + rot
+    return ComputeEstimate(
+        total,
+        f"graph inputs and the token embeddings' get_rows, kept on the CPU: {4 if mixed else 2} x n_embd {e} x "
+        f"{n_t} x 4 B ({'tokens and mixed-batch embeddings' if mixed else 'embeddings input and get_rows'}) "
+        f"+ KQ mask(s) {masks / MiB:.2f} MiB + Hadamard rotations {rot / MiB:.2f} MiB + ids/positions "
+        f"{small / MiB:.2f} MiB = {total / MiB:.2f} MiB")
 
 
 # ============================================================================ pipeline parallelism

@@ -17,6 +17,7 @@ computed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 
@@ -34,6 +35,13 @@ INPLACE_OPS = frozenset({
 FLAG_INPUT = 1
 FLAG_OUTPUT = 2
 
+#: the two backends of a scheduled graph (:func:`schedule`), in ggml-backend's priority order:
+#: the GPU first, the CPU last (llama.cpp adds the CPU backend last, src/llama-context.cpp)
+GPU = 0
+CPU = 1
+#: ggml_is_view_op (ggml/src/ggml-backend.cpp): the scheduler passes skip them
+VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+
 
 @dataclass(eq=False)
 class Tensor:
@@ -48,6 +56,10 @@ class Tensor:
     external: bool = False
     flags: int = 0
     name: str = ""
+    #: an external tensor's buffer: the backend it sits in (:data:`GPU` or :data:`CPU`), and
+    #: whether that buffer holds weights (ggml's GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+    backend: int = -1
+    weight: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -92,10 +104,11 @@ class Graph:
         t.flags |= FLAG_INPUT
         return t
 
-    def external(self, ne: tuple[int, ...] | list[int], type_: str = "f32", name: str = "") -> Tensor:
+    def external(self, ne: tuple[int, ...] | list[int], type_: str = "f32", name: str = "",
+                 backend: int = GPU, weight: bool = False) -> Tensor:
         n = _ne4(ne)
         return Tensor("NONE", n, type_, _contig_nb(n, type_) if type_ in TYPE_SIZE else (1, 1, 1, 1),
-                      external=True, name=name)
+                      external=True, name=name, backend=backend, weight=weight)
 
     def view(self, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...] | None = None, offs: int = 0,
              op: str = "VIEW") -> Tensor:
@@ -252,22 +265,38 @@ class _Hn:
     n_views: int = 0
     allocated: bool = False
     offset: int = -1
+    buffer: int = 0
 
 
 @dataclass(frozen=True)
 class AllocResult:
-    size: int  # the buffer ggml_gallocr_reserve_n sizes: the allocator's high-water mark
+    size: int  # the buffer ggml_gallocr_reserve_n sizes: the allocator's high-water mark (buffer 0)
+    #: every buffer's high-water mark (a scheduled graph: :data:`GPU`, :data:`CPU`)
+    sizes: tuple[int, ...] = ()
 
 
 def _same_layout(a: Tensor, b: Tensor) -> bool:
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
 
 
-def allocate(graph: Graph, alignment: int = 32, trace: list[tuple[str, str, int, int, int]] | None = None) -> AllocResult:
-    """ggml_gallocr_alloc_graph_impl (ggml-alloc.c:718-823) on one buffer: the size
-    ggml_gallocr_reserve_n gives it (the dynamic allocator's high-water mark)."""
-    alloc = _DynAllocator(alignment)
+#: a buffer type's get_alloc_size: (buffer id, tensor) -> bytes
+AllocSize = Callable[[int, Tensor], int]
+
+
+def allocate(graph: Graph, alignment: int = 32, trace: list[tuple[str, str, int, int, int]] | None = None, *,
+             node_buffer: dict[int, int] | None = None, alignments: tuple[int, ...] | None = None,
+             alloc_size: AllocSize | None = None) -> AllocResult:
+    """ggml_gallocr_alloc_graph_impl (ggml-alloc.c:718-823): the size ggml_gallocr_reserve_n
+    gives each buffer (the dynamic allocators' high-water marks).
+
+    One buffer by default. A scheduled graph (:func:`schedule`) passes ``node_buffer`` (id of a
+    tensor -> its buffer, the scheduler's node and leaf backend ids), one alignment per buffer
+    and the buffer types' ``alloc_size`` (ggml_backend_buft_get_alloc_size: the CUDA buffer type
+    makes a FLASH_ATTN_EXT node larger, :func:`llamarig.plan.cuda_fattn.alloc_size`)."""
+    aligns = alignments or (alignment,)
+    allocs = [_DynAllocator(a) for a in aligns]
     hn: dict[int, _Hn] = {}
+    bufmap = node_buffer or {}
 
     def h(t: Tensor) -> _Hn:
         x = hn.get(id(t))
@@ -275,10 +304,13 @@ def allocate(graph: Graph, alignment: int = 32, trace: list[tuple[str, str, int,
             x = hn[id(t)] = _Hn()
         return x
 
+    def size_of(buf: int, t: Tensor) -> int:
+        return alloc_size(buf, t) if alloc_size is not None else t.nbytes
+
     def is_allocated(t: Tensor) -> bool:
         return t.external or h(t).allocated
 
-    def allocate_node(node: Tensor) -> None:
+    def allocate_node(node: Tensor, buf: int) -> None:
         if is_allocated(node) or node.is_view():
             return
         hnode = h(node)
@@ -296,44 +328,50 @@ def allocate(graph: Graph, alignment: int = 32, trace: list[tuple[str, str, int,
                     continue
                 if p.n_children == 1 and p.n_views == 0:
                     hnode.offset = p.offset
+                    hnode.buffer = p.buffer
                     p.allocated = False
-                    _free_extra(node, parent, p.offset)
+                    _free_extra(node, parent, p)
                     return
-        hnode.offset = alloc.alloc(node.nbytes)
+        hnode.buffer = buf
+        hnode.offset = allocs[buf].alloc(size_of(buf, node))
         if trace is not None:
-            trace.append(("A", node.name or node.op, hnode.offset, node.nbytes, alloc.max_size))
+            trace.append(("A", node.name or node.op, hnode.offset, size_of(buf, node), allocs[buf].max_size))
 
-    def _free_extra(node: Tensor, parent: Tensor, off: int) -> None:
-        ps = alloc._align(parent.nbytes)
-        ns = alloc._align(node.nbytes)
+    def _free_extra(node: Tensor, parent: Tensor, p: _Hn) -> None:
+        al = allocs[p.buffer]
+        ps = al._align(size_of(p.buffer, parent))
+        ns = al._align(size_of(p.buffer, node))
         if ps > ns:
-            alloc.free(off + ns, ps - ns)
+            al.free(p.offset + ns, ps - ns)
 
     def free_node(node: Tensor) -> None:
         if node.flags & FLAG_OUTPUT:
             return
         x = h(node)
-        alloc.free(x.offset, node.nbytes)
+        allocs[x.buffer].free(x.offset, size_of(x.buffer, node))
         if trace is not None:
-            trace.append(("F", node.name or node.op, x.offset, node.nbytes, alloc.max_size))
+            trace.append(("F", node.name or node.op, x.offset, size_of(x.buffer, node), allocs[x.buffer].max_size))
         x.allocated = False
 
+    def buf_of(t: Tensor) -> int:
+        return bufmap.get(id(t), 0)
+
     for leaf in graph.leafs:
-        allocate_node(leaf)
+        allocate_node(leaf, buf_of(leaf))
     for node in graph.nodes:
         if node.is_view() and node.op != "NONE":
             assert node.view_src is not None
             h(node.view_src).n_views += 1
         if node.flags & FLAG_INPUT:
-            allocate_node(node)
+            allocate_node(node, buf_of(node))
         for s in node.src:
             h(s).n_children += 1
             if s.flags & FLAG_INPUT:
-                allocate_node(s)
+                allocate_node(s, buf_of(node))
     for node in graph.nodes:
         for parent in node.src:
-            allocate_node(parent)
-        allocate_node(node)
+            allocate_node(parent, buf_of(node))
+        allocate_node(node, buf_of(node))
         for parent in node.src:
             p = h(parent)
             p.n_children -= 1
@@ -347,4 +385,146 @@ def allocate(graph: Graph, alignment: int = 32, trace: list[tuple[str, str, int,
                         free_node(vs)
                 elif p.allocated:
                     free_node(parent)
-    return AllocResult(alloc.max_size)
+    sizes = tuple(a.max_size for a in allocs)
+    return AllocResult(sizes[0], sizes)
+
+
+# ======================================================================== ggml-backend's scheduler
+
+
+@dataclass
+class Scheduled:
+    """The graph ggml_backend_sched allocates (its ``graph_copy``) and every tensor's buffer."""
+
+    graph: Graph
+    node_buffer: dict[int, int]
+    #: what the scheduler copied from one backend to the other (the split inputs)
+    copies: list[Tensor]
+
+
+def _offload(node: Tensor) -> bool:
+    """ggml_backend_cuda_device_offload_op (ggml-cuda.cu:5739-5758): a batch of at least
+    op_offload_min_batch_size (32) rows; GET_ROWS never."""
+    if node.op == "GET_ROWS":
+        return False
+    if node.op == "MUL_MAT":
+        n = node.ne[1]
+    elif node.op in ("MUL_MAT_ID", "ROPE"):
+        n = node.ne[2]
+    else:
+        n = node.ne[1] * node.ne[2] * node.ne[3]
+    return n >= 32
+
+
+def schedule(graph: Graph) -> Scheduled:
+    """ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp:1215-1745) for one GPU backend
+    and the CPU, with one copy of the inputs (no pipeline parallelism): which backend runs every
+    node, where the graph splits, and the copy of each tensor a split reads from the other
+    backend. The GPU is assumed to run every op of the graph (the qwen35 graphs' ops all have
+    CUDA kernels); an external tensor's buffer is ``Tensor.backend``.
+
+    The result is the graph ggml-alloc sees: per split, for every input a dependency view of the
+    source (so the source is never freed, ggml-backend.cpp:1660-1666) and the copy, allocated at
+    the split's start; then the split's nodes, their sources replaced by the copies."""
+    be: dict[int, int] = {}
+
+    def bid(t: Tensor) -> int:
+        return be.get(id(t), -1)
+
+    # pass 1 (ggml_backend_sched_backend_id_from_cur, ggml-backend.cpp:1059-1120)
+    def from_cur(t: Tensor) -> int:
+        if t.external:
+            return t.backend
+        if t.view_src is not None and t.view_src.external:
+            return t.view_src.backend
+        if t.flags & FLAG_INPUT:
+            return CPU
+        if t.op not in ("ROPE", "FLASH_ATTN_EXT"):
+            for s in t.src:
+                if s.external and s.weight:
+                    if s.backend == CPU and _offload(t):
+                        return GPU
+                    return s.backend
+        return -1
+
+    for leaf in graph.leafs:
+        be[id(leaf)] = from_cur(leaf)
+    for node in graph.nodes:
+        b = from_cur(node)
+        if b != -1:
+            be[id(node)] = b
+    # pass 2: expand the GPU down and up (skipping the CPU), then the rest down and up
+    order = [n for n in graph.nodes if n.op not in VIEW_OPS]
+    for seq, skip_cpu in ((order, True), (order[::-1], True), (order, False), (order[::-1], False)):
+        cur = -1
+        for node in seq:
+            b = bid(node)
+            if b != -1:
+                cur = -1 if (skip_cpu and b == CPU) else b
+            elif cur != -1:
+                be[id(node)] = cur
+    # pass 3: a node still unassigned goes where most of its sources are (first backend on a tie)
+    for node in order:
+        if bid(node) == -1:
+            best, best_n = -1, -1
+            for b in (GPU, CPU):
+                n = sum(1 for s in node.src if (bid(s) if bid(s) != -1 else
+                                                 (bid(s.view_src) if s.view_src is not None else -1)) == b)
+                if n > best_n:
+                    best, best_n = b, n
+            be[id(node)] = best
+    # pass 4: views and unassigned sources
+    for node in graph.nodes:
+        if node.view_src is not None and bid(node) == -1:
+            be[id(node)] = bid(node.view_src)
+        for s in node.src:
+            if bid(s) == -1:
+                be[id(s)] = bid(s.view_src) if s.view_src is not None else bid(node)
+        if bid(node) == -1:
+            be[id(node)] = GPU
+    # pass 5: splits and their inputs (ggml-backend.cpp:1440-1540)
+    splits: list[tuple[int, list[Tensor], list[Tensor]]] = []  # backend, inputs, nodes
+    copies: dict[tuple[int, int], Tensor] = {}
+    made: list[Tensor] = []
+    cur = -1
+    for node in graph.nodes:
+        if node.op in VIEW_OPS:
+            if not splits:
+                splits.append((-1, [], []))
+            splits[-1][2].append(node)
+            continue
+        b = bid(node)
+        if not splits or (splits[-1][0] != b and splits[-1][0] != -1):
+            splits.append((b, [], []))
+        elif splits[-1][0] == -1:
+            splits[-1] = (b, splits[-1][1], splits[-1][2])
+        cur = b
+        new_src = []
+        for s in node.src:
+            sb = bid(s)
+            if sb != cur:
+                key = (id(s), cur)
+                cp = copies.get(key)
+                if cp is None:
+                    cp = Tensor("NONE", s.ne, s.type, s.nb, name=f"{s.name or s.op}#copy")
+                    copies[key] = cp
+                    be[id(cp)] = cur
+                    splits[-1][1].append(s)
+                    made.append(cp)
+                new_src.append(cp)
+            else:
+                new_src.append(s)
+        node.src = tuple(new_src)
+        splits[-1][2].append(node)
+    out = Graph()
+    out.leafs = list(graph.leafs)
+    for b, inputs, nodes in splits:
+        for s in inputs:
+            base = s.view_src if s.view_src is not None else s
+            dep = Tensor("VIEW", s.ne, s.type, s.nb, (s,), view_src=base, view_offs=s.view_offs,
+                         external=base.external)
+            be[id(dep)] = bid(s)
+            out.nodes.append(dep)
+            out.nodes.append(copies[(id(s), b)])
+        out.nodes.extend(nodes)
+    return Scheduled(out, be, made)

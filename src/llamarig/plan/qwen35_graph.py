@@ -11,12 +11,24 @@ it (:mod:`llamarig.plan.ggml_graph`), so the compute buffer is llama.cpp's own f
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from llamarig.gguf.spec import ModelSpec
-from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, _contig_nb, allocate
+from llamarig.plan import cuda_fattn
+from llamarig.plan.ggml_graph import (
+    CPU,
+    FLAG_OUTPUT,
+    GPU,
+    Graph,
+    Tensor,
+    _contig_nb,
+    allocate,
+    schedule,
+)
 from llamarig.plan.memory import ContextLayout
 
 QUANTIZED_SKIP = {"f32", "f16", "bf16"}
@@ -68,7 +80,11 @@ class _Builder:
         """A weight (external: the model's buffers)."""
         t = self.W.get(name)
         if t is None:
-            t = self.W[name] = self.g.external(ne, "f16", name)
+            # the token embeddings stay in host memory whatever -ngl says (llama.cpp's input layer
+            # is on the CPU, src/llama-model.cpp); every other weight is on the GPU for a
+            # scheduled graph (:func:`compute_buffers`)
+            t = self.W[name] = self.g.external(ne, "f16", name, backend=CPU if name == "token_embd" else GPU,
+                                               weight=True)
         return t
 
     # ------------------------------------------------------------------ common pieces
@@ -436,10 +452,15 @@ class _Builder:
         return g
 
 
-#: id(spec) -> (a weak reference to the spec, {(params, alignment, mtp): bytes}): a replay costs
-#: 20-50 ms, and the optimiser and --fit ask for the same graph many times (84 plans of one
+#: id(spec) -> (a weak reference to the spec, {(params, alignment, mtp, cuda cc): sizes}): a replay
+#: costs 20-50 ms, and the optimiser and --fit ask for the same graph many times (84 plans of one
 #: qwen35 model needed 12 distinct graphs); an entry goes with its spec
-_MEMO: dict[int, tuple[weakref.ref[ModelSpec], dict[tuple[GraphParams, int, bool], int]]] = {}
+_MEMO: dict[int, tuple[weakref.ref[ModelSpec], dict[tuple[GraphParams, int, bool, int | None], tuple[int, int]]]] = {}
+
+#: buffer alignments: ggml_backend_cuda_buffer_type_get_alignment (ggml-cuda.cu:896-900) and
+#: the CPU / CUDA_Host buffer types' TENSOR_ALIGNMENT (ggml-cuda.cu:1306-1320 reuses the CPU's)
+CUDA_ALIGNMENT = 128
+HOST_ALIGNMENT = 32
 
 
 def _forget(key: int) -> Callable[[weakref.ref[ModelSpec]], None]:
@@ -449,31 +470,110 @@ def _forget(key: int) -> Callable[[weakref.ref[ModelSpec]], None]:
     return drop
 
 
-def compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int = 32, mtp: bool = False) -> int:
-    """The compute buffer ``sched_reserve`` ends with (``mtp``: the MTP draft context's): it
-    reserves the prompt graph of ``p``, then the one-token-per-sequence graph, then the prompt
-    graph again (llama-context.cpp:667-732), and ggml-alloc only ever grows the buffer
-    (ggml-alloc.c:906-940), so the buffer is the larger of the two graphs' high-water marks.
-    Remembered per spec object: the same graph is replayed once."""
-    key = id(spec)
-    entry = _MEMO.get(key)
+def _memo(spec: ModelSpec, key: tuple[GraphParams, int, bool, int | None],
+          make: Callable[[], tuple[int, int]]) -> tuple[int, int]:
+    k = id(spec)
+    entry = _MEMO.get(k)
     if entry is None or entry[0]() is not spec:
-        entry = (weakref.ref(spec, _forget(key)), {})
-        _MEMO[key] = entry
+        entry = (weakref.ref(spec, _forget(k)), {})
+        _MEMO[k] = entry
     memo = entry[1]
-    hit = memo.get((p, alignment, mtp))
+    hit = memo.get(key)
     if hit is None:
-        hit = memo[(p, alignment, mtp)] = _compute_bytes(spec, p, alignment, mtp)
+        hit = memo[key] = make()
     return hit
 
 
-def _compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int, mtp: bool) -> int:
+_BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def _period_cut(spec: ModelSpec) -> tuple[ModelSpec, ModelSpec] | None:
+    """Two cut-down copies of a trunk whose layers repeat with a period P (qwen35: three
+    recurrent layers, then one attention layer): 2P and 3P layers (the MTP block kept). ggml-alloc
+    reaches its steady state within the first periods, so when both cuts give the same buffer the
+    full trunk gives it too (checked on 360 configurations of three catalogue models: K/V types,
+    -ub 1-4096, 4K-256K cells); None when the layers do not repeat or are too few to cut."""
+    main = [ly for ly in spec.layers if not ly.nextn]
+    by_block: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+    for t in spec.tensors:  # what a layer's share of the graph depends on: its tensors' shapes
+        m = _BLOCK.match(t.name)
+        if m:
+            by_block.setdefault(int(m.group(1)), []).append((m.group(2), tuple(t.shape)))
+    shapes = [(replace(ly, index=0), sorted(by_block.get(ly.index, []))) for ly in main]
+    for period in range(1, 9):
+        if len(main) < 4 * period:
+            return None
+        if all(shapes[i] == shapes[i % period] for i in range(len(main))):
+            nextn = tuple(ly for ly in spec.layers if ly.nextn)
+            return (replace(spec, layers=tuple(main[:2 * period]) + nextn),
+                    replace(spec, layers=tuple(main[:3 * period]) + nextn))
+    return None
+
+
+_T = TypeVar("_T")
+
+
+def _cut_or_full(spec: ModelSpec, mtp: bool, replay: Callable[[ModelSpec], _T]) -> _T:
+    """``replay`` of the trunk cut to 2 and 3 periods when its layers repeat and the two agree
+    (about a fifth of the work of a 64-layer replay), else of the whole trunk."""
+    cut = None if mtp else _period_cut(spec)
+    if cut is not None:
+        a, b = (replay(c) for c in cut)
+        if a == b:
+            return a
+    return replay(spec)
+
+
+def compute_bytes(spec: ModelSpec, p: GraphParams, alignment: int = 32, mtp: bool = False) -> int:
+    """The compute buffer ``sched_reserve`` ends with (``mtp``: the MTP draft context's) when
+    the whole graph runs on one backend (the CPU): it reserves the prompt graph of ``p``, then
+    the one-token-per-sequence graph, then the prompt graph again (llama-context.cpp:667-732),
+    and ggml-alloc only ever grows the buffer (ggml-alloc.c:906-940), so the buffer is the
+    larger of the two graphs' high-water marks. Remembered per spec object: the same graph is
+    replayed once."""
+    return _memo(spec, (p, alignment, mtp, None),
+                 lambda: (_cut_or_full(spec, mtp, lambda s: _replay(s, p, alignment, mtp)), 0))[0]
+
+
+def _replay(spec: ModelSpec, p: GraphParams, alignment: int, mtp: bool) -> int:
     tg = replace(p, n_tokens=p.n_seqs, n_outputs=p.n_seqs)
     sizes = []
     for q in (p, tg):
         b = _Builder(spec, q)
         sizes.append(allocate(b.build_mtp() if mtp else b.build(), alignment).size)
     return max(sizes)
+
+
+def compute_buffers(spec: ModelSpec, p: GraphParams, cuda_cc: int, mtp: bool = False) -> tuple[int, int]:
+    """The two compute buffers of a context whose every layer and output layer sit on one CUDA
+    GPU (compute capability ``cuda_cc``, 900 for 9.0): (the GPU's ``CUDA0 compute buffer
+    size``, the ``CUDA_Host compute buffer size``). The graph goes through ggml-backend's
+    scheduler (:func:`llamarig.plan.ggml_graph.schedule`): the inputs and the token embeddings'
+    get_rows run on the CPU (the embeddings stay in host memory and CUDA never takes GET_ROWS,
+    ggml-cuda.cu:5739-5758), the GPU gets copies of what it reads from them; then ggml-alloc
+    with the CUDA buffer type's alignment and FLASH_ATTN_EXT size
+    (:mod:`llamarig.plan.cuda_fattn`). Prompt graph and one-token graph, the larger of each
+    buffer, as :func:`compute_bytes`."""
+    return _memo(spec, (p, CUDA_ALIGNMENT, mtp, cuda_cc),
+                 lambda: _cut_or_full(spec, mtp, lambda s: _compute_buffers(s, p, cuda_cc, mtp)))
+
+
+def _compute_buffers(spec: ModelSpec, p: GraphParams, cuda_cc: int, mtp: bool) -> tuple[int, int]:
+    tg = replace(p, n_tokens=p.n_seqs, n_outputs=p.n_seqs)
+
+    def size(buf: int, t: Tensor) -> int:
+        if buf == GPU and t.op == "FLASH_ATTN_EXT":
+            return cuda_fattn.alloc_size(cuda_cc, t)
+        return t.nbytes
+
+    gpu = host = 0
+    for q in (p, tg):
+        b = _Builder(spec, q)
+        sch = schedule(b.build_mtp() if mtp else b.build())
+        r = allocate(sch.graph, node_buffer=sch.node_buffer, alignments=(CUDA_ALIGNMENT, HOST_ALIGNMENT),
+                     alloc_size=size)
+        gpu, host = max(gpu, r.sizes[GPU]), max(host, r.sizes[CPU])
+    return gpu, host
 
 
 def graph_params(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, type_k: str, type_v: str) -> GraphParams:

@@ -266,6 +266,8 @@ def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrat
     out: list[DeviceLoad] = []
     for i, g in enumerate(gpus):
         eff = cal.for_device(g.backend, g.id)
+        if eff.kv_by_type:  # this GPU reads these K/V types at their own measured rate
+            eff = replace(eff, kv=eff.kv_for(cfg.cache_type_k, cfg.cache_type_v))
         path = kv_path(g.backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
         out.append(DeviceLoad(
             name=names[i], label=g.name, backend=g.backend, bandwidth_gbs=float(g.bandwidth_gbs or 0.0),
@@ -799,6 +801,14 @@ def _host_range(loads: Sequence[DeviceLoad], cal: Calibration, t0: float, pf: Pr
     return HostRange(dec, pre, note, str(data.get("source", "data/speed_calibration.json")))
 
 
+def _short_source(source: str) -> str:
+    """The file a calibration source names (benchmarks/evidence/...), else its first words."""
+    for word in source.replace(":", " ").split():
+        if word.startswith("benchmarks/") and word.endswith(".json"):
+            return word
+    return source[:60]
+
+
 def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int | None, cal: Calibration,
                 split_mode: str, type_k: str = "f16", type_v: str = "f16") -> str:
     """What the decode figures at depth rest on: the KV read efficiency of each device that reads
@@ -811,15 +821,19 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
     measured = type_k in KV_MEASURED_TYPES and type_v in KV_MEASURED_TYPES
     groups: dict[str, list[str]] = {}  # phrase -> device names
     for x in kv_devs:
-        ref = base.for_device(x.backend, next((k for k, e in base.gpus.items() if e is x.eff), None))
-        if x.eff.kv != ref.kv:
+        ref = base.for_device(x.backend, next((k for k, e in base.gpus.items() if e.source == x.eff.source), None))
+        if x.eff.kv_by_type and x.eff.source == ref.source and (type_k != "f16" or type_v != "f16"):
+            phrase = _("kv {kv:g} for K {type_k} / V {type_v}, measured on this GPU ({source})").format(
+                kv=x.eff.kv, type_k=type_k, type_v=type_v, source=_short_source(ref.source))
+        elif x.eff.kv != ref.kv:
             phrase = _("kv {kv:g} from {source}").format(kv=x.eff.kv, source=cal.source)
         elif x.backend == "CUDA" and measured:
             phrase = _("kv {kv:g} fitted to four published f16 decodes at 30-45K depth (RTX 3090 / 4090; "
                        "docs/accuracy-speed.md)").format(kv=x.eff.kv)
         elif x.backend == "CUDA":
             phrase = _("kv {kv:g} is fitted on f16 K/V; K {type_k} / V {type_v} is assumed to read as fast "
-                       "(no published CUDA figure at depth)").format(kv=x.eff.kv, type_k=type_k, type_v=type_v)
+                       "(not measured on this GPU; on an H200 quantized K/V read 9-21 times slower per byte than "
+                       "f16, docs/accuracy-speed.md)").format(kv=x.eff.kv, type_k=type_k, type_v=type_v)
         else:
             phrase = _("kv {kv:g} is assumed ({backend}: no measured point at depth)").format(kv=x.eff.kv,
                                                                                                backend=x.backend)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from gguf.constants import GGMLQuantizationType
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.gguf_writer import GGUFWriter
 from gguf.quants import quantize
 
@@ -82,7 +82,9 @@ class SynthShape:
     # weights
     weight_type: str = "f16"  # f32, f16, bf16, q8_0, q4_0 (2-D/3-D weights; norms stay f32)
     #: "random": every weight drawn; "tiled": 64 random rows per tensor, repeated (full-size
-    #: shapes in seconds, same tensor table and bytes; speed and buffers do not depend on values)
+    #: shapes in seconds, same tensor table and bytes; speed and buffers do not depend on values);
+    #: "sparse": the header only, the tensor data a hole of the right size (the file is truncated
+    #: to its full length, so it takes no disk space): for what reads headers (plan), not a server
     fill: str = "random"
     #: pad the vocabulary to this many tokens (filler tokens; 0 = the small synthetic vocabulary),
     #: so the embeddings and output head have a real model's size
@@ -210,6 +212,9 @@ class _Builder:
         the quantization block falls back to F16, as llama-quantize does.
         """
         np_shape = tuple(reversed(shape))
+        if self.shape.fill == "sparse":
+            self._hole(name, shape, f32 or norm or len(shape) == 1)
+            return
         if data is None and self.shape.fill == "tiled" and not (f32 or norm or len(shape) == 1):
             self._tiled(name, shape)
             return
@@ -237,6 +242,16 @@ class _Builder:
     def _qtype_for(self, ne0: int) -> GGMLQuantizationType:
         block = _BLOCK.get(self.shape.weight_type)
         return GGMLQuantizationType.F16 if block and ne0 % block != 0 else self.qtype
+
+    def _hole(self, name: str, shape: tuple[int, ...], f32: bool) -> None:
+        """The tensor's entry only (type and size as :meth:`tensor` writes them); its data is
+        the hole :meth:`finish` leaves."""
+        qt = GGMLQuantizationType.F32 if f32 else self._qtype_for(shape[0])
+        n = 1
+        for d in shape:
+            n *= d
+        block, type_size = GGML_QUANT_SIZES[qt]
+        self.w.add_tensor_info(name, tuple(reversed(shape)), np.dtype(np.float32), n // block * type_size, raw_dtype=qt)
 
     def _tiled(self, name: str, shape: tuple[int, ...]) -> None:
         """64 random rows of ``shape[0]`` weights, quantized once and repeated to every row."""
@@ -351,6 +366,14 @@ class _Builder:
         w = self.w
         w.write_header_to_file()
         w.write_kv_data_to_file()
+        if self.shape.fill == "sparse":
+            w.write_ti_data_to_file()
+            assert w.fout is not None
+            for fout, tensors in zip(w.fout, w.tensors, strict=True):
+                start = GGUFWriter.ggml_pad(fout.tell(), w.data_alignment)
+                fout.truncate(start + sum(GGUFWriter.ggml_pad(ti.nbytes, w.data_alignment) for ti in tensors.values()))
+            w.close()
+            return
         w.write_tensors_to_file()
         w.close()
 
