@@ -168,7 +168,10 @@ def test_tune_fit_at_two_depths_reproduces_both(tmp_path):
     assert calibration_deep_depth(500, 256, 64) is None  # not twice as deep: no second measurement
     # about 20 s of prefill at the first measurement's speed, 2048-32768 tokens, within the slot
     assert calibration_deep_depth(65536, 256, 32, prefill_tok_s=1000.0) == 20000
-    assert calibration_deep_depth(65536, 256, 32, prefill_tok_s=20.0) == 2048
+    # a slow host: 20 s of prefill is 400 tokens, not twice the first depth: no deep measurement
+    # (tune would otherwise spend minutes per request)
+    assert calibration_deep_depth(65536, 256, 32, prefill_tok_s=20.0) is None
+    assert calibration_deep_depth(65536, 256, 32, prefill_tok_s=40.0) == 800
     assert calibration_deep_depth(262144, 256, 32, prefill_tok_s=5000.0) == 32768
     assert calibration_deep_depth(4096, 256, 32, prefill_tok_s=1000.0) == 4063
     out = {}

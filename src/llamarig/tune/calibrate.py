@@ -49,9 +49,11 @@ def _with(cal: Calibration, backend: str, *, weights: float | None = None,
 
 
 #: tune's second decode measurement on the CPU: its prompt is as long as the host prefills in
-#: about CALIBRATION_DEEP_SECONDS (at the first measurement's prefill speed), at least
-#: CALIBRATION_DEEP_MIN and at most CALIBRATION_DEEP_MAX tokens, and never longer than the slot
-#: holds; CALIBRATION_DEEP_RUNS requests after the warm-up. Deep, because the plan's decode
+#: about CALIBRATION_DEEP_SECONDS (at the first measurement's prefill speed; CALIBRATION_DEEP_MIN
+#: when that is unknown), at most CALIBRATION_DEEP_MAX tokens, and never longer than the slot
+#: holds; CALIBRATION_DEEP_RUNS requests after the warm-up. A host too slow to prefill twice the
+#: first depth in that time gets no second measurement (tune stays bounded; the calibration is
+#: then the one-depth fit). Deep, because the plan's decode
 #: table runs to the whole context and the host's attention cost per cell can grow with depth
 #: (benchmarks/RESULTS.md, "CPU speed model"); bounded, because every request prefills it.
 CALIBRATION_DEEP_SECONDS = 20.0
@@ -66,7 +68,7 @@ def calibration_deep_depth(n_ctx_slot: int, depth: int, n_predict: int, prefill_
     the attention's cost per KV cell from the rest)."""
     target = CALIBRATION_DEEP_MIN
     if prefill_tok_s:
-        target = int(min(CALIBRATION_DEEP_MAX, max(CALIBRATION_DEEP_MIN, prefill_tok_s * CALIBRATION_DEEP_SECONDS)))
+        target = int(min(CALIBRATION_DEEP_MAX, prefill_tok_s * CALIBRATION_DEEP_SECONDS))
     d = min(target, n_ctx_slot - n_predict - 1)
     return d if d >= max(2 * depth, 64) else None
 
