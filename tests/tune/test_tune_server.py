@@ -78,11 +78,15 @@ def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli)
     from llamarig.plan.calibration import load_calibration
 
     assert load_calibration(cal).source.startswith("calibration file")
-    # a second run reads every measurement back: nothing is launched again
+    # the CPU calibration's deep decode: one more start, counted apart from the search's
+    assert res["calibration"]["deep"]["depth"] > res["calibration"]["depth"]
+    assert res["counts"]["calibration_server_starts"] == 1 and res["counts"]["calibration_requests_sent"] == 4
+    # a second run reads every measurement back, the deep one too: nothing is launched again
     code, stdout, err = cli(*argv)
     again = json.loads(stdout)
     assert code == 0 and again["search"]["measured"] == 0 and "resuming" in err
     assert again["counts"] == {"server_starts": 0, "requests_sent": 0}
+    assert again["calibration"]["deep"] == res["calibration"]["deep"]
     code, _, err = cli("tune", "--depth", "2000", "--try", "-t=1", str(model), "-c", "1024", "-np", "1")
     assert code == 2 and "every candidate was pruned" in err  # 2000 + 32 tokens do not fit a 1024 slot
 

@@ -6,7 +6,7 @@ resumably; the winner gets a launcher and, for single-stream objectives, a speed
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -272,12 +272,17 @@ def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, gpus
         raise TuneInterrupted(len(state.measurements), sp) from None
     out = TuneResult(result, pruned, st.objective, sp, quality=quality, space=space_desc,
                      counts={"server_starts": measure.launches, "requests_sent": measure.requests})
-    _finish(out, res, base, gpus, ram, detect, st, lang)
+    _finish(out, res, base, gpus, ram, detect, st, lang, state)
     return out
 
 
+#: the tune state's rung for the CPU calibration's deep decode measurement (the search's rungs are
+#: 0, 1, ...): a resumed tune reads it back instead of measuring it again
+DEEP_RUNG = -1
+
+
 def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str], ram: str | None, detect: bool,
-            st: TuneSettings, lang: str = "en") -> None:
+            st: TuneSettings, lang: str = "en", state: S.TuneState | None = None) -> None:
     """The winner's launcher (every flag the user gave, the searched ones changed) and the
     speed calibration fitted to its measured decode speed."""
     winner = out.search.winner
@@ -316,8 +321,17 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
             d_deep = calibration_deep_depth(plan.n_ctx_slot, st.depth or int(m.metrics.get("prompt_tokens", 0)),
                                             st.n_predict, m.metrics.get("prefill_tok_s"))
             if d_deep:
-                deep = ServerMeasure(res.binary, base, "decode", st.weight, st.prompt_words, st.n_predict,
-                                     depth=d_deep)(winner, CALIBRATION_DEEP_RUNS)
+                deep = state.get(winner.key, DEEP_RUNG) if state is not None else None
+                if deep is None or deep.metrics.get("depth_asked") != d_deep:
+                    dm = ServerMeasure(res.binary, base, "decode", st.weight, st.prompt_words, st.n_predict,
+                                       depth=d_deep)
+                    deep = dm(winner, CALIBRATION_DEEP_RUNS)
+                    deep = replace(deep, rung=DEEP_RUNG, metrics={**deep.metrics, "depth_asked": d_deep})
+                    if state is not None and not deep.error:
+                        state.add(deep)
+                    # counted apart from the search's: one more start and its requests
+                    out.counts["calibration_server_starts"] = dm.launches
+                    out.counts["calibration_requests_sent"] = dm.requests
                 if deep.error or not deep.metrics.get("decode_tok_s_best"):
                     deep = None
         # the mean depth while decoding: the prompt, then half the generated tokens

@@ -130,14 +130,14 @@ def _report(res: TuneResult, as_json: bool) -> None:
         click.echo(json.dumps(out, indent=1, default=str))
         return
     con = Console(highlight=False)
-    unit = {"decode": "decode tok/s", "prefill": "prefill tok/s", "ttft": "-TTFT ms", "weighted": "decode^w·prefill^(1-w)",
-            "throughput": "aggregate tok/s"}[objective]
+    unit = {"decode": _("decode tok/s"), "prefill": _("prefill tok/s"), "ttft": "-TTFT ms",
+            "weighted": "decode^w·prefill^(1-w)", "throughput": _("aggregate tok/s")}[objective]
     t = Table(title=f"tune: {result.method}", title_justify="left")
-    t.add_column("candidate")
+    t.add_column(_("candidate"))
     for i, b in enumerate(result.budgets[:len(result.rungs)]):
-        t.add_column(f"rung {i + 1} ({b} req): {unit}", justify="right")
-    t.add_column("decode tok/s", justify="right")
-    t.add_column("prefill tok/s", justify="right")
+        t.add_column(_("rung {n} ({requests} req): {unit}").format(n=i + 1, requests=b, unit=unit), justify="right")
+    t.add_column(_("decode tok/s"), justify="right")
+    t.add_column(_("prefill tok/s"), justify="right")
     keys = [m.key for m in result.rungs[0]] if result.rungs else []
     for k in keys:
         cells = []
@@ -150,15 +150,20 @@ def _report(res: TuneResult, as_json: bool) -> None:
         t.add_row(k + star, *cells, f"{last.metrics.get('decode_tok_s', math.nan):.1f}" if last and last.metrics else "",
                   f"{last.metrics.get('prefill_tok_s', math.nan):.1f}" if last and last.metrics else "")
     con.print(t)
-    sent = f", {counts['requests_sent']} completion requests sent, warm-ups included" if counts else ""
-    con.print(f"{result.measured + result.reused} measurement(s): {result.measured} new ({result.launches} server "
-              f"start(s){sent}), {result.reused} read back from {sp}; {result.cost} scored requests. Scores are "
-              "medians of llama-server's own timings (predicted_per_second / prompt_per_second / prompt_ms; "
-              "throughput: generated tokens of -np concurrent requests / wall time) after one warm-up request")
+    sent = _(", {n} completion requests sent, warm-ups included").format(n=counts["requests_sent"]) if counts else ""
+    con.print(_("{total} measurement(s): {new} new ({starts} server start(s){sent}), {reused} read back from {path}; "
+                "{cost} scored requests. Scores are medians of llama-server's own timings (predicted_per_second / "
+                "prompt_per_second / prompt_ms; throughput: generated tokens of -np concurrent requests / wall "
+                "time) after one warm-up request").format(
+        total=result.measured + result.reused, new=result.measured, starts=result.launches, sent=sent,
+        reused=result.reused, path=sp, cost=result.cost))
+    if counts.get("calibration_server_starts"):
+        con.print(_("the calibration's deep decode measurement: {starts} server start(s), {n} requests").format(
+            starts=counts["calibration_server_starts"], n=counts.get("calibration_requests_sent", 0)))
     if winner is None:
-        con.print("[red]no candidate ran successfully[/]")
+        con.print("[red]" + _("no candidate ran successfully") + "[/]")
         return
-    con.print(f"[bold]winner:[/] {winner.key}" + (" [yellow](a tie)[/]" if result.tied else ""))
+    con.print("[bold]" + _("winner:") + f"[/] {winner.key}" + (" [yellow]" + _("(a tie)") + "[/]" if result.tied else ""))
     if result.decision:
         from rich.markup import escape  # lazy: rich only for the human report
 
