@@ -4,6 +4,7 @@ and plain URLs against a local hub, compared with the same files on disk."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,25 @@ def test_27b_shaped_model_under_one_percent(hub: LocalHub, tmp_path: Path, cli: 
     local = _plan(cli, str(p))
     _same_but_model(remote, local, ["-hf", "acme/Qwen3.6-27B-like-GGUF:IQ4_NL"], str(p))
     assert read_header(p).header_bytes <= sent < p.stat().st_size / 100
+
+
+def test_header_cache_is_bounded_and_keeps_the_recently_used(hub: LocalHub, cli: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """$LLAMARIG_HEADER_CACHE_MB bounds the cache: past it the least recently used headers go
+    (a plan that reads a cached header counts as a use), the one just written always stays, and
+    a plan of an evicted file simply reads its header again."""
+    cache = tmp_path / "headers"
+    _plan(cli, "hf:acme/Tiny-GGUF:Q4_0")
+    one = sorted(cache.glob("*.header"))
+    assert len(one) == 1
+    monkeypatch.setenv("LLAMARIG_HEADER_CACHE_MB", str(1.5 * one[0].stat().st_size / (1 << 20)))  # room for one
+    os.utime(one[0], (1, 1))  # long unused
+    resolve._memo.clear()
+    _plan(cli, "hf:acme/Tiny-GGUF:Q8_0")
+    left = sorted(cache.glob("*.header"))
+    assert len(left) == 1 and left != one  # the old one went, the new one stayed
+    assert len(list(cache.glob("*.json"))) == 1  # with its record
+    resolve._memo.clear()
+    hub.log.requests.clear()
+    _plan(cli, "hf:acme/Tiny-GGUF:Q4_0")  # evicted: read over HTTP again, and planned the same
+    assert [r for r in hub.log.requests if "/resolve/" in r[1]]

@@ -9,6 +9,7 @@ header that no longer parses is ignored and read again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +30,11 @@ from llamarig.paths import header_cache_dir
 FIRST_RANGE = 256 << 10
 #: seconds to wait for a hub or server
 TIMEOUT = 30.0
+#: the header cache's bound (MiB of header bytes; ``$LLAMARIG_HEADER_CACHE_MB`` changes it): past
+#: it the least recently used headers go, so a long-lived machine's cache cannot grow without end
+#: (a 27B model's header is about 10 MB: this keeps about 50 of them)
+CACHE_MAX_MIB = 512
+ENV_CACHE_MAX = "LLAMARIG_HEADER_CACHE_MB"
 
 
 @dataclass
@@ -63,6 +69,8 @@ def cache_get(etag: str, size: int, where: str) -> GGUFHeader | None:
         meta = json.loads(base.with_suffix(".json").read_text())
     except (OSError, ValueError):
         return None
+    with contextlib.suppress(OSError):
+        os.utime(base.with_suffix(".header"))  # last use: what eviction keeps
     if meta.get("size") != size or meta.get("etag") != etag:
         return None
     try:
@@ -84,8 +92,44 @@ def cache_put(etag: str, size: int, header: GGUFHeader, data: bytes, source: str
             tmp = base.with_suffix(suffix + f".{os.getpid()}.tmp")
             tmp.write_bytes(content)
             os.replace(tmp, base.with_suffix(suffix))
+        evict(d, keep=base.with_suffix(".header"))
     except OSError:
         pass  # a read-only cache only costs the next plan a fetch
+
+
+def cache_limit() -> int:
+    """The header cache's bound in bytes (``$LLAMARIG_HEADER_CACHE_MB``, else CACHE_MAX_MIB)."""
+    try:
+        mib = float(os.environ.get(ENV_CACHE_MAX, CACHE_MAX_MIB))
+    except ValueError:
+        mib = CACHE_MAX_MIB
+    return int(max(0.0, mib) * (1 << 20))
+
+
+def evict(d: Path, keep: Path | None = None) -> list[Path]:
+    """Drop the least recently used headers (and their records) until the cache's headers fit
+    :func:`cache_limit`; ``keep`` (the header just written) stays whatever its size. One pass
+    over the directory: linear in the number of entries. Returns the headers dropped."""
+    entries = []
+    for f in d.glob("*.header"):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        entries.append((st.st_mtime, st.st_size, f))
+    total, limit = sum(e[1] for e in entries), cache_limit()
+    dropped = []
+    for _mtime, size, f in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        if keep is not None and f == keep:
+            continue
+        for suffix in (".header", ".json"):
+            with contextlib.suppress(OSError):
+                f.with_suffix(suffix).unlink()
+        total -= size
+        dropped.append(f)
+    return dropped
 
 
 def index_get(name: str) -> Any:
