@@ -262,8 +262,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     previous: dict[str, Any] | None = None
     if args.resume and out.is_file():
-        previous = json.loads(out.read_text())
-        if previous.get("kind") != KIND or previous.get("server", {}).get("version") != server_version(args.server_bin):
+        try:
+            previous = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            raise LlamarigError(f"{out}: not readable as JSON ({e}); cannot --resume it") from None
+        if not isinstance(previous, dict) or previous.get("kind") != KIND or previous.get("server", {}).get("version") != server_version(args.server_bin):
             raise LlamarigError(f"{out}: not an evidence file of this llama-server build; cannot --resume it")
     doc: dict[str, Any] = {
         "kind": KIND, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

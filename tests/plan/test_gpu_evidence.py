@@ -166,3 +166,14 @@ def test_calibration_file_kv_by_type_is_checked(tmp_path):
     f.write_text(json.dumps({"version": 1, "efficiency": [{"backend": "CUDA", "kv_by_type": {"q9_9": 0.3}}]}))
     with pytest.raises(InputError, match="kv_by_type.q9_9"):
         load_calibration(f)
+
+
+@pytest.mark.parametrize("content, words", [("{garbled", "not readable as JSON"), ("[1]", "not an evidence file")])
+def test_resume_of_a_bad_file_is_one_line(server_bin, tmp_path, content, words):
+    out = tmp_path / "ev.json"
+    out.write_text(content)
+    r = subprocess.run([sys.executable, str(KIT), "--server-bin", str(server_bin), "--smoke", "--models", "llama3.1-8b",
+                        "--workdir", str(tmp_path / "w"), "--out", str(out), "--resume"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and words in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and out.read_text() == content  # nothing overwritten

@@ -132,7 +132,7 @@ def _report(res: TuneResult, as_json: bool) -> None:
     con = Console(highlight=False)
     unit = {"decode": _("decode tok/s"), "prefill": _("prefill tok/s"), "ttft": "-TTFT ms",
             "weighted": "decode^w·prefill^(1-w)", "throughput": _("aggregate tok/s")}[objective]
-    t = Table(title=f"tune: {result.method}", title_justify="left")
+    t = Table(title="tune: " + localize(result.method), title_justify="left")
     t.add_column(_("candidate"))
     for i, b in enumerate(result.budgets[:len(result.rungs)]):
         t.add_column(_("rung {n} ({requests} req): {unit}").format(n=i + 1, requests=b, unit=unit), justify="right")

@@ -235,9 +235,10 @@ def successive_halving(cands: Sequence[Candidate], measure: MeasureFn, *, min_bu
             break
         keep = {m.key for m in ranked[:max(1, math.ceil(len(alive) / eta))] if m.error is None} or {ranked[0].key}
         alive = [c for c in alive if c.key in keep]
-    winner, tied, why = decide(rungs[-1], cands) if rungs else (None, [], "nothing measured")
-    method = (f"successive halving: eta {eta}, budgets {budgets} requests per rung, seed {seed}; "
-              f"{len(cands)} candidate(s) after planner pruning; {why}")
+    winner, tied, why = decide(rungs[-1], cands) if rungs else (None, [], _("nothing measured"))
+    method = _("successive halving: eta {eta}, budgets {budgets} requests per rung, seed {seed}; "
+               "{n} candidate(s) after planner pruning; {why}").format(eta=eta, budgets=budgets, seed=seed,
+                                                                      n=len(cands), why=why)
     return SearchResult(winner, rungs, budgets, measured, reused, cost, measured, method, tied, why)
 
 
@@ -253,7 +254,8 @@ def exhaustive(cands: Sequence[Candidate], measure: MeasureFn, budget: int,
     ranked = _rank(ms)
     winner, tied, why = decide(ranked, cands)
     return SearchResult(winner, [ranked], [budget], len(ms), 0, budget * len(ms), len(ms),
-                        f"exhaustive: {len(cands)} candidate(s) x {budget} requests; {why}", tied, why)
+                        _("exhaustive: {n} candidate(s) x {budget} requests; {why}").format(
+                            n=len(cands), budget=budget, why=why), tied, why)
 
 
 # ------------------------------------------------------------------------------ objective
@@ -306,18 +308,18 @@ def decide(ranked: Sequence[Measurement], cands: Sequence[Candidate]) -> tuple[C
     first value of each dimension), not the luckiest measurement."""
     ok = [m for m in ranked if m.error is None]
     if not ok:
-        return None, [], "every candidate failed"
+        return None, [], _("every candidate failed")
     best = ok[0]
     tied = [m for m in ok if best.score - m.score <= noise_of(best) + noise_of(m)]
     order = {c.key: i for i, c in enumerate(cands)}
     keep = min(tied, key=lambda m: order.get(m.key, 1 << 30))
     winner = next((c for c in cands if c.key == keep.key), None)
     if len(tied) == 1:
-        return winner, [], (f"{best.key} leads by more than the measured noise "
-                            f"(+-{noise_of(best):.3g} and +-{noise_of(ok[1]):.3g})" if len(ok) > 1 else "one candidate")
-    return winner, [m.key for m in tied], (
-        f"tie: {', '.join(m.key for m in tied)} differ by less than their measured noise; keeping {keep.key} "
-        "(listed first: the simpler setting)")
+        return winner, [], (_("{key} leads by more than the measured noise (+-{a:.3g} and +-{b:.3g})").format(
+            key=best.key, a=noise_of(best), b=noise_of(ok[1])) if len(ok) > 1 else _("one candidate"))
+    return winner, [m.key for m in tied], _(
+        "tie: {keys} differ by less than their measured noise; keeping {keep} (listed first: the simpler "
+        "setting)").format(keys=", ".join(m.key for m in tied), keep=keep.key)
 
 
 def median(xs: Sequence[float]) -> float:
