@@ -582,14 +582,15 @@ def cpu_section() -> list[str]:
             "", rng("builtin", "built-in host figures"), rng("measured_bandwidth", "host bandwidth measured (`plan --detect`)"),
             "", f"Source: {hu.get('source', '')}.", "",
             "After tune's calibration (host bandwidth measured, `weights`/`overhead_ms` solved from the",
-            "tuned decode, `attn_decode` from a second decode deep in the context (built in: "
-            f"{cpu.attn_decode:g}), `host_gflops`",
-            "from the tuned prefill, `host_threads` recorded): 24-25 of 30 bench points within +-15 % in",
-            "the quiet runs (prefill at 128-2048 tokens 15 of 15, decode at depths 0-3072 9-10 of 15). The",
-            "misses: decode of the models with 4 KV heads far from both calibrated depths (their attention",
-            "cost per cell doubles beyond about 2048 cells: planned 13-20 % off), and shallow decode of the",
-            "smallest models and a 16-expert qwen3moe, whose measurements themselves move by more than",
-            "15 % from request to request on this machine (benchmarks/RESULTS.md).", ""]
+            "tuned decode, `attn_decode` and `attn_decode_depths` from a depth ladder of four decodes up to",
+            f"about 20 s of prefill (built in: `attn_decode` {cpu.attn_decode:g}), `host_gflops` from the tuned",
+            "prefill, `attn_prefill` from the ladder's prefills, `host_threads` recorded): 28-29 of 30 bench",
+            "points within +-15 % in each of four quiet runs (115 of 120; prefill 60 of 60, decode at",
+            "1024-3584 tokens 40 of 40, max 13 %, also at depths and prompt lengths between the ladder's).",
+            "Every miss is a decode at depth 0 of the three smallest models (6 and 31 MB, a 16-expert",
+            "qwen3moe, 0.3-5 ms per token): the 31 MB model decodes at about 190 or about 300 tok/s",
+            "depending on the server start, and a second bench from a fresh start disagreed with the first",
+            "by up to 60 % (benchmarks/RESULTS.md).", ""]
 
 
 def render(ev: Evaluation | None = None, evidence: Sequence[Path] | None = None) -> str:

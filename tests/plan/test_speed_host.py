@@ -177,7 +177,7 @@ def test_tune_fit_at_two_depths_reproduces_both(tmp_path):
     out = {}
     for deep in (400.0, 550.0):  # attention slower / faster per cell
         data, pred = fit_calibration(spec, c, Hardware(()), 1200.0, host_bandwidth_gbs=12.0, depth=272,
-                                     prefill_tok_s=4000.0, prompt_tokens=256, deep_tok_s=deep, deep_depth=2064)
+                                     prefill_tok_s=4000.0, prompt_tokens=256, deep=[(2064, deep)])
         cal = calibration_from_json(data, "tune")
         rep = speed_report(spec, c, Hardware(()), cal=cal, prompt_tokens=256, depths=[272, 2064])
         assert [d.decode_tok_s for d in rep.by_depth] == pytest.approx([1200.0, deep], rel=0.02)
@@ -185,3 +185,88 @@ def test_tune_fit_at_two_depths_reproduces_both(tmp_path):
         assert "depth 2064" in data["efficiency"][0]["source"]
         out[deep] = data["efficiency"][0]["attn_decode"]
     assert out[400.0] < out[550.0]  # slower at depth: a lower attention rate
+    assert "attn_decode_depths" not in data["efficiency"][0]  # one deep point: one rate
+
+
+def test_tune_depth_ladder_reproduces_every_rung_and_bends(tmp_path):
+    """tune's depth ladder (calibration_ladder): decodes at several depths whose cost per KV cell
+    grows with depth (as measured on this machine's 4-KV-head models, benchmarks/RESULTS.md "CPU
+    speed model"). The plan gives back every measured decode, interpolates the attention's time
+    between them, extends it beyond the deepest with the last segment's slope, and a deeper rung
+    measured faster than the last one (noise) is held flat, never faster."""
+    from llamarig.plan.calibration import Efficiency
+    from llamarig.tune.calibrate import calibration_ladder, fit_calibration
+
+    assert calibration_ladder(4096, 272, 32, prefill_tok_s=1000.0) == [1015, 2031, 3047, 4063]
+    assert calibration_ladder(4096, 800, 32, prefill_tok_s=1000.0) == [2031, 3047, 4063]  # >= 2 x 800
+    assert calibration_ladder(500, 256, 64) == []
+    spec = load_spec(write_model(tmp_path / "m.gguf", "llama", n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512))
+    c = cfg("-c", "8192", "-t", "1", "-ub", "256")
+    # ms per token: 1.0 at 272, then the attention's cost per cell doubling beyond 2048 cells
+    ms = {272: 1.0, 1040: 1.6, 2064: 2.4, 3088: 4.0, 4112: 5.6}
+    measured = [(d, 1000 / v) for d, v in ms.items() if d > 272]
+    data, _ = fit_calibration(spec, c, Hardware(()), 1000.0, host_bandwidth_gbs=12.0, depth=272,
+                              prefill_tok_s=4000.0, prompt_tokens=256, deep=measured)
+    eff = data["efficiency"][0]
+    assert [p[0] for p in eff["attn_decode_depths"]] == [1040, 2064, 3088, 4112]
+    assert "4 measured decodes" in eff["source"]
+    cal = calibration_from_json(data, "tune")
+    depths = [272, 1040, 1552, 2064, 3088, 4112, 6160]
+    got = {d.depth: 1000 / d.decode_tok_s for d in speed_report(spec, c, Hardware(()), cal=cal, depths=depths).by_depth}
+    for d, v in ms.items():
+        assert got[d] == pytest.approx(v, rel=0.02)
+    assert got[1552] == pytest.approx(2.0, rel=0.02)  # halfway between two rungs
+    assert got[6160] == pytest.approx(8.8, rel=0.02)  # 2048 cells beyond at the last slope (1.6 ms / 1024)
+    # a deeper rung measured faster than the one before: held flat (the attention never gets cheaper)
+    noisy = [(1040, 1000 / 1.6), (2064, 1000 / 1.5)]
+    data, _ = fit_calibration(spec, c, Hardware(()), 1000.0, host_bandwidth_gbs=12.0, depth=272,
+                              prefill_tok_s=4000.0, prompt_tokens=256, deep=noisy)
+    cal = calibration_from_json(data, "tune")
+    rep = speed_report(spec, c, Hardware(()), cal=cal, depths=[1040, 2064])
+    assert rep.by_depth[1].decode_tok_s <= rep.by_depth[0].decode_tok_s * 1.0001
+    # Efficiency.attn_cells: the time through (0, 0) and each (d, d / e)
+    e = Efficiency("CPU", 1, 1, 0, 1, 1, 1, 0, attn_decode=0.5, attn_decode_depths=((100, 0.5), (200, 0.25)))
+    assert [e.attn_cells(x) for x in (0, 50, 100, 150, 200, 300)] == pytest.approx([0, 100, 200, 500, 800, 1400])
+    assert Efficiency("CPU", 1, 1, 0, 1, 1, 1, 0, attn_decode=0.5).attn_cells(300) == pytest.approx(600)
+
+
+def test_tune_fits_the_host_prefill_attention_from_the_ladder(tmp_path):
+    """The ladder's rungs extend each other, so each one's first request prefills the new tokens
+    after the cached ones: from those the host's prefill attention (attn_prefill) is solved, with
+    host_gflops from the prompt's prefill; the plan gives both back."""
+    from llamarig.tune.calibrate import fit_calibration
+
+    spec = load_spec(write_model(tmp_path / "m.gguf", "llama", n_layer=4, n_embd=256, n_head=4, n_head_kv=2,
+                                 head_dim=64, n_ff=512))
+    c = cfg("-c", "8192", "-t", "1", "-ub", "512")
+    out = {}
+    for deep_pf in (1500.0, 2000.0):  # attention slower / faster in prefill
+        data, _ = fit_calibration(spec, c, Hardware(()), 1000.0, host_bandwidth_gbs=12.0, depth=272,
+                                  prefill_tok_s=4000.0, prompt_tokens=256, deep=[(1040, 600.0)],
+                                  deep_prefill=[(1031, 1016, deep_pf)])
+        cal = calibration_from_json(data, "tune")
+        assert speed_report(spec, c, Hardware(()), cal=cal, prompt_tokens=256, depths=[0]).prefill.tok_s == \
+            pytest.approx(4000.0, rel=0.02)
+        assert speed_report(spec, c, Hardware(()), cal=cal, prompt_tokens=1016, prompt_start=1031,
+                            depths=[0]).prefill.tok_s == pytest.approx(deep_pf, rel=0.02)
+        assert "attn_prefill solved" in data["_prefill"]
+        out[deep_pf] = data["efficiency"][0]["attn_prefill"]
+    assert out[1500.0] < out[2000.0]
+    # without deeper prefills attn_prefill stays the built-in one
+    data, _ = fit_calibration(spec, c, Hardware(()), 1000.0, host_bandwidth_gbs=12.0, depth=272,
+                              prefill_tok_s=4000.0, prompt_tokens=256)
+    assert "attn_prefill" not in data["efficiency"][0]
+
+
+@pytest.mark.parametrize("bad", ["x", [[100]], [[0, 0.5]], [[100, 0]], [[100, 2.0]], [[200, 0.5], [100, 0.5]],
+                                 [[100, 0.5], [200, 1.5]], [[100.5, 0.5]], [[True, 0.5]]])
+def test_attn_decode_depths_must_be_plausible(bad):
+    """A calibration file's ``attn_decode_depths`` is [[cells, efficiency], ...], cells ascending,
+    the time never falling with depth: anything else is one clear error naming the key."""
+    from llamarig.errors import InputError
+
+    eff = {"backend": "CPU", "weights": 0.5, "kv": 1, "overhead_ms": 0.1, "prefill": 0.5, "ubatch_half": 64,
+           "attn_prefill": 0.5, "verify_per_token": 0.1, "attn_decode": 0.5, "attn_decode_depths": bad}
+    with pytest.raises(InputError, match="attn_decode_depths"):
+        calibration_from_json({"version": 1, "efficiency": [eff]}, "f.json")

@@ -79,8 +79,12 @@ def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli)
 
     assert load_calibration(cal).source.startswith("calibration file")
     # the CPU calibration's deep decode: one more start, counted apart from the search's
-    assert res["calibration"]["deep"]["depth"] > res["calibration"]["depth"]
-    assert res["counts"]["calibration_server_starts"] == 1 and res["counts"]["calibration_requests_sent"] == 4
+    deep = res["calibration"]["deep"]
+    assert deep[0]["depth"] > res["calibration"]["depth"]
+    assert [x["depth"] for x in deep] == sorted({x["depth"] for x in deep})  # a ladder, ascending
+    # one start: a warm-up, then 3 requests at each rung (each rung's prompt extends the last)
+    assert res["counts"]["calibration_server_starts"] == 1
+    assert res["counts"]["calibration_requests_sent"] == 1 + 3 * len(deep)
     # a second run reads every measurement back, the deep one too: nothing is launched again
     code, stdout, err = cli(*argv)
     again = json.loads(stdout)
@@ -114,11 +118,22 @@ def test_default_space_then_plan_uses_the_calibration(synth_model, env: Path, cl
     assert code == 0, err
     speed = json.loads(stdout)["speed"]
     assert speed["calibration"].startswith(f"calibration file {state_file}")
-    rows = speed["by_depth"]
-    # seconds per token are linear in depth: interpolate between the first two depth rows
-    (d0, t0), (d1, t1) = [(r["depth"], 1 / r["decode_tok_s"]) for r in rows[:2]]
-    predicted = 1 / (t0 + (t1 - t0) * (cal["depth"] - d0) / (d1 - d0))
+    # the plan at the measured depth (the depth table's rows are 0 and the context: the ladder's
+    # measured points make the time piecewise linear between them, so the rows cannot be interpolated)
+    from llamarig.flags.argv import Command
+    from llamarig.gguf import load_spec
+    from llamarig.hardware import Hardware
+    from llamarig.plan.calibration import load_calibration
+    from llamarig.plan.config import ServerConfig
+    from llamarig.plan.speed import speed_report
+
+    rep = speed_report(load_spec(model), ServerConfig.from_command(Command.parse(["llama-server", *res["winner_args"]])),
+                       Hardware(()), cal=load_calibration(state_file), depths=[cal["depth"]])
+    predicted = rep.by_depth[0].decode_tok_s
     assert predicted == pytest.approx(measured, rel=0.02), (predicted, measured, cal["data"])
+    assert speed["by_depth"][0]["decode_tok_s"] == pytest.approx(
+        speed_report(load_spec(model), ServerConfig.from_command(Command.parse(["llama-server", *res["winner_args"]])),
+                     Hardware(()), cal=load_calibration(state_file), depths=[0]).by_depth[0].decode_tok_s, rel=1e-6)
     code, stdout, _ = cli("plan", "--ram", "16G", "--", "llama-server", *res["winner_args"])
     assert f"calibration: calibration file {state_file}" in stdout.replace("\n", "")
 

@@ -26,11 +26,12 @@ from llamarig.plan.result import Plan
 from llamarig.tune import search as S
 from llamarig.tune.calibrate import (
     CALIBRATION_DEEP_RUNS,
-    calibration_deep_depth,
+    CALIBRATION_DEEP_SECONDS,
+    calibration_ladder,
     fit_calibration,
     write_calibration,
 )
-from llamarig.tune.measure import ServerMeasure
+from llamarig.tune.measure import DepthLadder, ServerMeasure, ladder_prefills
 from llamarig.tune.space import candidates, default_dimensions, describe
 from llamarig.units import fmt_bytes
 
@@ -276,9 +277,33 @@ def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, gpus
     return out
 
 
-#: the tune state's rung for the CPU calibration's deep decode measurement (the search's rungs are
-#: 0, 1, ...): a resumed tune reads it back instead of measuring it again
+#: the tune state's rungs for the CPU calibration's deep decode measurements (the search's rungs
+#: are 0, 1, ...; the ladder's are -1, -2, ...): a resumed tune reads them back instead of
+#: measuring them again
 DEEP_RUNG = -1
+
+
+def _deep_rungs(out: TuneResult, res: Resolved, base: list[str], winner: Any, ladder: Sequence[int],
+                st: TuneSettings, state: S.TuneState | None) -> tuple[list[S.Measurement], str | None]:
+    """The winner's decode at each depth of ``ladder`` (llamarig.tune.measure.DepthLadder, one
+    server start), read back from the tune state when it holds all of them; and the error that
+    cut the ladder short, if any (the depths measured before it are used)."""
+    if not ladder:
+        return [], None
+    kept = [state.get(winner.key, DEEP_RUNG - i) if state is not None else None for i in range(len(ladder))]
+    if all(x is not None and x.metrics.get("depth_asked") == d for x, d in zip(kept, ladder, strict=True)):
+        return [x for x in kept if x is not None], None
+    dl = DepthLadder(res.binary, winner.apply(base), ladder, CALIBRATION_DEEP_RUNS, st.n_predict,
+                     budget_s=4 * CALIBRATION_DEEP_SECONDS, key=winner.key)
+    got, err = dl()
+    got = [replace(x, rung=DEEP_RUNG - i) for i, x in enumerate(got)]
+    if state is not None:
+        for x in got:
+            state.add(x)
+    # counted apart from the search's: one more start and its requests
+    out.counts["calibration_server_starts"] = dl.launches
+    out.counts["calibration_requests_sent"] = dl.requests
+    return got, err
 
 
 def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str], ram: str | None, detect: bool,
@@ -313,27 +338,18 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
         cfg = ServerConfig.from_command(Command.parse(["llama-server", *args]))
         spec = load_spec(plan.model)
         host_bw = None
-        deep: S.Measurement | None = None
-        d_deep = None
+        deep: list[tuple[int, float]] = []
+        deep_prefill: list[tuple[int, int, float]] = []
+        deep_err = None
         if not hw.gpus:  # the CPU's bandwidth is this machine's: measure it and record it
             host_bw = measure_host_bandwidth()
-            # a second decode deeper in the context: the host's decode attention per KV cell
-            d_deep = calibration_deep_depth(plan.n_ctx_slot, st.depth or int(m.metrics.get("prompt_tokens", 0)),
-                                            st.n_predict, m.metrics.get("prefill_tok_s"))
-            if d_deep:
-                deep = state.get(winner.key, DEEP_RUNG) if state is not None else None
-                if deep is None or deep.metrics.get("depth_asked") != d_deep:
-                    dm = ServerMeasure(res.binary, base, "decode", st.weight, st.prompt_words, st.n_predict,
-                                       depth=d_deep)
-                    deep = dm(winner, CALIBRATION_DEEP_RUNS)
-                    deep = replace(deep, rung=DEEP_RUNG, metrics={**deep.metrics, "depth_asked": d_deep})
-                    if state is not None and not deep.error:
-                        state.add(deep)
-                    # counted apart from the search's: one more start and its requests
-                    out.counts["calibration_server_starts"] = dm.launches
-                    out.counts["calibration_requests_sent"] = dm.requests
-                if deep.error or not deep.metrics.get("decode_tok_s_best"):
-                    deep = None
+            # decodes deeper in the context: the host's decode attention per KV cell, at several depths
+            ladder = calibration_ladder(plan.n_ctx_slot, st.depth or int(m.metrics.get("prompt_tokens", 0)),
+                                        st.n_predict, m.metrics.get("prefill_tok_s"))
+            rungs, deep_err = _deep_rungs(out, res, base, winner, ladder, st, state)
+            deep = [(int(x.metrics["depth_asked"]) + st.n_predict // 2, x.metrics["decode_tok_s_best"])
+                    for x in rungs if x.metrics.get("decode_tok_s_best")]
+            deep_prefill = ladder_prefills(rungs)
         # the mean depth while decoding: the prompt, then half the generated tokens
         d = int(m.metrics.get("prompt_tokens", 0)) + st.n_predict // 2
         # the fastest request of the winner's (other processes only slow a request down); older
@@ -346,14 +362,14 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
                                      prefill_tok_s=pre,
                                      prompt_tokens=int(m.metrics.get("prompt_tokens") or 0) or None,
                                      host_threads=None if (cfg.threads > 0 or cfg.threads_batch > 0) else cpu_cores(),
-                                     deep_tok_s=deep.metrics["decode_tok_s_best"] if deep else None,
-                                     deep_depth=int(deep.metrics["prompt_tokens"]) + st.n_predict // 2 if deep else None)
+                                     deep=deep, deep_prefill=deep_prefill)
         cp = Path(st.calibration_out) if st.calibration_out else state_dir() / "speed-calibration.json"
         write_calibration(cp, data)
         out.calibration = {"path": str(cp), "data": data, "predicted_decode_tok_s": pred,
                            "measured_decode_tok_s": dec, "depth": d}
         if deep:
-            out.calibration["deep"] = {"depth": int(deep.metrics["prompt_tokens"]) + st.n_predict // 2,
-                                       "measured_decode_tok_s": deep.metrics["decode_tok_s_best"]}
+            out.calibration["deep"] = [{"depth": d, "measured_decode_tok_s": v} for d, v in deep]
+        if deep_err:
+            out.calibration["deep_error"] = deep_err
     except LlamarigError as e:
         out.calibration = {"error": str(e)}

@@ -158,7 +158,7 @@ def _report(res: TuneResult, as_json: bool) -> None:
         total=result.measured + result.reused, new=result.measured, starts=result.launches, sent=sent,
         reused=result.reused, path=sp, cost=result.cost))
     if counts.get("calibration_server_starts"):
-        con.print(_("the calibration's deep decode measurement: {starts} server start(s), {n} requests").format(
+        con.print(_("the calibration's deep decode measurements: {starts} server start(s), {n} requests").format(
             starts=counts["calibration_server_starts"], n=counts.get("calibration_requests_sent", 0)))
     if winner is None:
         con.print("[red]" + _("no candidate ran successfully") + "[/]")
@@ -177,9 +177,15 @@ def _report(res: TuneResult, as_json: bool) -> None:
                     "default (LLAMARIG_CALIBRATION=builtin ignores it)").format(
             path=c["path"], predicted=c["predicted_decode_tok_s"], depth=c["depth"], measured=c["measured_decode_tok_s"]))
         if c.get("deep"):
-            con.print(_("the host's decode attention per KV cell is calibrated from a second measurement: "
-                        "{measured:.1f} tok/s at depth {depth}").format(measured=c["deep"]["measured_decode_tok_s"],
-                                                                         depth=c["deep"]["depth"]))
+            con.print(_("the host's decode attention per KV cell is calibrated from decodes deeper in the context: "
+                        "{points}").format(points=_(", ").join(
+                            _("{measured:.1f} tok/s at depth {depth}").format(measured=x["measured_decode_tok_s"],
+                                                                             depth=x["depth"]) for x in c["deep"])))
+        if c.get("deep_error"):
+            from rich.markup import escape  # lazy: rich only for the human report
+
+            con.print("[yellow]" + _("the deep decode measurements stopped early: {error}").format(
+                error=escape(c["deep_error"])) + "[/]")
     con.print(_("winning launcher (llamarig render):"))
     click.echo(out["launcher"], nl=False)
 

@@ -13,6 +13,10 @@ An efficiency is the fraction of a device's peak figure that llama.cpp reaches:
 - ``ubatch_half``: micro-batch size at which prefill reaches half its saturated throughput
 - ``attn_prefill``: attention FLOPs efficiency relative to ``prefill`` (long-prompt slowdown)
 - ``verify_per_token``: extra cost of verifying one more drafted token, relative to one decode step
+- ``attn_decode`` (CPU): the host's decode attention per KV cell, as a fraction of its matmul rate;
+  ``attn_decode_depths`` ([[cells, efficiency], ...], tune's depth ladder): the same measured at
+  several depths, the attention's time running through each (Efficiency.attn_cells)
+- ``kv_by_type``: ``kv`` for particular K/V cache types ({type: efficiency})
 
 User file format (JSON, see docs/speed.md)::
 
@@ -70,11 +74,39 @@ class Efficiency:
     #: slower per byte than f16 (the decode kernel dequantizes every element); types not named
     #: read at ``kv``
     kv_by_type: tuple[tuple[str, float], ...] = ()
+    #: ``attn_decode`` measured at several depths ((cells, efficiency), ascending; tune's depth
+    #: ladder on the CPU): the efficiency is the average over the first ``cells`` cells, so the
+    #: attention's time is piecewise linear in the cells through the measured points (attn_cells);
+    #: empty: ``attn_decode`` at every depth
+    attn_decode_depths: tuple[tuple[int, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["kv_by_type"] = dict(self.kv_by_type)
+        out["attn_decode_depths"] = [list(p) for p in self.attn_decode_depths]
         return out
+
+    def attn_cells(self, cells: float) -> float:
+        """``cells`` KV cells of host decode attention in units of cells at full rate (time =
+        FLOPs per cell x this / the host's rate): ``cells / attn_decode``, or, with measured depths,
+        the line through (0, 0) and each (d, d / efficiency at d), extended beyond the deepest
+        point with its last segment's slope (a host whose cost per cell grows with depth is then
+        planned at the deepest measured rate, not at the average)."""
+        if self.attn_decode <= 0 or cells <= 0:
+            return 0.0
+        pts = self.attn_decode_depths
+        if not pts:
+            return cells / self.attn_decode
+        x0, y0 = 0.0, 0.0
+        for d, e in pts:
+            x1, y1 = float(d), d / e
+            if cells <= x1:
+                return y0 + (y1 - y0) * (cells - x0) / (x1 - x0)
+            x0, y0 = x1, y1
+        if len(pts) == 1:
+            return cells * y0 / x0
+        xp, yp = float(pts[-2][0]), pts[-2][0] / pts[-2][1]
+        return y0 + (y0 - yp) / (x0 - xp) * (cells - x0)
 
     def kv_for(self, type_k: str, type_v: str) -> float:
         """The K/V read efficiency for these cache types: each type's own (``kv_by_type``, else
@@ -134,7 +166,29 @@ def _eff(backend: str, d: dict[str, Any], base: Efficiency | None, source: str) 
             raise InputError(_("{source}: efficiency '{key}' = {value!r} is not a plausible number").format(
                 source=source, key=f"kv_by_type.{t}", value=v))
         by[str(t).lower()] = float(v)
-    return Efficiency(backend=backend, source=d.get("source", source), kv_by_type=tuple(sorted(by.items())), **vals)
+    depths = base.attn_decode_depths if base is not None else ()
+    if "attn_decode_depths" in d:
+        depths = _attn_depths(d["attn_decode_depths"], source)
+    return Efficiency(backend=backend, source=d.get("source", source), kv_by_type=tuple(sorted(by.items())),
+                      attn_decode_depths=depths, **vals)
+
+
+def _attn_depths(raw: Any, source: str) -> tuple[tuple[int, float], ...]:
+    """``attn_decode_depths``: [[cells, efficiency], ...], cells ascending positive integers,
+    efficiencies in (0, 1.5], the attention's time never falling with depth."""
+    out: list[tuple[int, float]] = []
+    ok = isinstance(raw, list)
+    for p in raw if ok else ():
+        if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
+                and isinstance(p[1], (int, float)) and not isinstance(p[1], bool) and p[0] > 0 and 0 < p[1] <= 1.5
+                and (not out or (p[0] > out[-1][0] and p[0] / p[1] >= out[-1][0] / out[-1][1] * (1 - 1e-9)))):
+            ok = False
+            break
+        out.append((int(p[0]), float(p[1])))
+    if not ok:
+        raise InputError(_("{source}: efficiency '{key}' = {value!r} is not a plausible number").format(
+            source=source, key="attn_decode_depths", value=raw))
+    return tuple(out)
 
 
 def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calibration:

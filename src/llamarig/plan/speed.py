@@ -159,8 +159,10 @@ class DeviceLoad:
             # the host's attention for one query row is compute-bound per KV cell and query head
             # (ggml/src/ggml-cpu/ops.cpp flash_attn_ext: a dot product, an online-softmax step and
             # a V accumulation per cell, per head), not bound by the K/V bytes
-            flops = self.attn_flops_per_depth * depth + self.attn_flops_swa * swa_cells
-            t += flops / (self.decode_tflops * 1e12 * self.eff.attn_decode)
+            # (tune's depth ladder: the measured cost per cell can grow with depth, Efficiency.attn_cells)
+            flops = (self.attn_flops_per_depth * self.eff.attn_cells(depth)
+                     + self.attn_flops_swa * self.eff.attn_cells(swa_cells))
+            t += flops / (self.decode_tflops * 1e12)
         if self.kv_on_cpu:
             t += kv / (cal.pcie_gbs * GB) + kv / (cal.host_bandwidth_gbs * GB * 0.5)
         else:
@@ -488,8 +490,13 @@ def decode_formula(loads: Sequence[DeviceLoad], split_mode: str) -> str:
         kv = f" + KV {x.kv_per_depth} B x depth" if x.kv_per_depth else ""
         swa = f" + SWA {x.swa_per_cell} B x min(depth, window)" if x.swa_per_cell else ""
         rec = f" + recurrent r/w {x.recurrent_rw / 2**20:.1f} MiB" if x.recurrent_rw else ""
+        attn = ""
+        if x.eff.attn_decode > 0 and x.decode_tflops > 0 and (x.attn_flops_per_depth or x.attn_flops_swa):
+            eff = (f"the efficiency tune measured at {len(x.eff.attn_decode_depths)} depths, interpolated"
+                   if x.eff.attn_decode_depths else f"{x.eff.attn_decode:g}")
+            attn = f" + attention {x.attn_flops_per_depth / 1e3:.1f} kFLOP x depth / ({x.decode_tflops * 1e3:.3g} GFLOPS x {eff})"
         parts.append(f"{x.name}: (weights {x.weights_read / GB:.2f} GB{rec}) / ({x.bandwidth_gbs:g} GB/s x "
-                     f"{x.eff.weights:g}){kv}{swa} / ({x.bandwidth_gbs:g} GB/s x {x.eff.kv:g})")
+                     f"{x.eff.weights:g}){kv}{swa} / ({x.bandwidth_gbs:g} GB/s x {x.eff.kv:g}){attn}")
     op = " max " if split_mode in ("row", "tensor") else " + "
     return ("t(depth) = " + op.join(f"[{p}]" for p in parts) +
             " + per-token overhead; tok/s = 1 / t; limit: same bytes at efficiency 1, no overhead")
@@ -825,6 +832,13 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
         if x.eff.kv_by_type and x.eff.source == ref.source and (type_k != "f16" or type_v != "f16"):
             phrase = _("kv {kv:g} for K {type_k} / V {type_v}, measured on this GPU ({source})").format(
                 kv=x.eff.kv, type_k=type_k, type_v=type_v, source=_short_source(ref.source))
+        elif x.backend == "CPU" and x.eff.attn_decode_depths:
+            pts = x.eff.attn_decode_depths
+            phrase = _("the host's attention measured by llamarig tune at depths {first}-{last} "
+                       "({n} points, interpolated)").format(first=pts[0][0], last=pts[-1][0], n=len(pts))
+            if deepest > pts[-1][0]:
+                phrase += _("; deeper than {last} it is extended at the last measured cost per cell, which "
+                            "can grow further (docs/speed.md)").format(last=pts[-1][0])
         elif x.eff.kv != ref.kv:
             phrase = _("kv {kv:g} from {source}").format(kv=x.eff.kv, source=cal.source)
         elif x.backend == "CUDA" and measured:

@@ -16,11 +16,17 @@ understates what several threads reach); then, if still off by more than 2 %, ``
 is solved. On the CPU, when the measured prefill is given, ``host_gflops`` is solved first (the
 host's effective matmul rate, at the threads of the run, recorded as ``host_threads``) so that
 the model predicts the measured prefill of the tuned prompt; the decode fit then includes the
-host's decode attention at that rate."""
+host's decode attention at that rate. On the CPU, decodes measured deeper in the context (tune's
+depth ladder) set the host's decode attention: ``attn_decode`` from the first, and the average
+efficiency at each further depth (``attn_decode_depths``), so that every measured decode is given
+back; the prefills measured on the way up the ladder set the host's prefill attention
+``attn_prefill``."""
 
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,32 +44,34 @@ def _predict(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration,
     return speed_report(spec, cfg, hw, cal=cal, depths=[depth]).by_depth[0].decode_tok_s
 
 
-def _with(cal: Calibration, backend: str, *, weights: float | None = None,
-          overhead_ms: float | None = None, attn_decode: float | None = None) -> Calibration:
-    """``cal`` with the efficiency of ``backend`` changed in the fields given (not None)."""
+def _with(cal: Calibration, backend: str, **changes: Any) -> Calibration:
+    """``cal`` with the efficiency of ``backend`` changed in the fields given (those not None)."""
     eff = cal.for_device(backend)
-    eff = replace(eff, weights=eff.weights if weights is None else weights,
-                  overhead_ms=eff.overhead_ms if overhead_ms is None else overhead_ms,
-                  attn_decode=eff.attn_decode if attn_decode is None else attn_decode)
+    eff = replace(eff, **{k: v for k, v in changes.items() if v is not None})
     return replace(cal, backends={**cal.backends, backend: eff})
 
 
-#: tune's second decode measurement on the CPU: its prompt is as long as the host prefills in
-#: about CALIBRATION_DEEP_SECONDS (at the first measurement's prefill speed; CALIBRATION_DEEP_MIN
-#: when that is unknown), at most CALIBRATION_DEEP_MAX tokens, and never longer than the slot
-#: holds; CALIBRATION_DEEP_RUNS requests after the warm-up. A host too slow to prefill twice the
-#: first depth in that time gets no second measurement (tune stays bounded; the calibration is
-#: then the one-depth fit). Deep, because the plan's decode
-#: table runs to the whole context and the host's attention cost per cell can grow with depth
-#: (benchmarks/RESULTS.md, "CPU speed model"); bounded, because every request prefills it.
+#: tune's deep decode measurements on the CPU (a depth ladder, llamarig.tune.measure.DepthLadder):
+#: the deepest prompt is as long as the host prefills in about CALIBRATION_DEEP_SECONDS (at the
+#: first measurement's prefill speed; CALIBRATION_DEEP_MIN when that is unknown), at most
+#: CALIBRATION_DEEP_MAX tokens, and never longer than the slot holds; the ladder has
+#: CALIBRATION_LADDER_RUNGS rungs evenly spaced up to it (none shallower than twice the first
+#: measurement's depth), CALIBRATION_DEEP_RUNS requests at each. One server start: each rung's
+#: prompt extends the previous one (the prompt cache prefills only the new tokens), so the whole
+#: ladder prefills about as much as its deepest prompt once. A host too slow to prefill twice the
+#: first depth in that time gets no deep measurement (tune stays bounded; the calibration is then
+#: the one-depth fit). Deep, because the plan's decode table runs to the whole context; several
+#: depths, because the host's attention cost per cell can grow with depth, so that a line through
+#: two depths misses the middle by up to 20 % (benchmarks/RESULTS.md, "CPU speed model").
 CALIBRATION_DEEP_SECONDS = 20.0
 CALIBRATION_DEEP_MIN = 2048
 CALIBRATION_DEEP_MAX = 32768
 CALIBRATION_DEEP_RUNS = 3
+CALIBRATION_LADDER_RUNGS = 4
 
 
 def calibration_deep_depth(n_ctx_slot: int, depth: int, n_predict: int, prefill_tok_s: float | None = None) -> int | None:
-    """The prompt length of the second decode measurement (the constants above); None when it is
+    """The prompt length of the deepest decode measurement (the constants above); None when it is
     not at least twice the first measurement's ``depth`` (two depths that close cannot separate
     the attention's cost per KV cell from the rest)."""
     target = CALIBRATION_DEEP_MIN
@@ -73,6 +81,17 @@ def calibration_deep_depth(n_ctx_slot: int, depth: int, n_predict: int, prefill_
     return d if d >= max(2 * depth, 64) else None
 
 
+def calibration_ladder(n_ctx_slot: int, depth: int, n_predict: int, prefill_tok_s: float | None = None) -> list[int]:
+    """The prompt lengths of the deep decode measurements, ascending: CALIBRATION_LADDER_RUNGS
+    evenly spaced up to calibration_deep_depth, those shallower than twice ``depth`` left out
+    (empty: no deep measurement)."""
+    deepest = calibration_deep_depth(n_ctx_slot, depth, n_predict, prefill_tok_s)
+    if deepest is None:
+        return []
+    n = CALIBRATION_LADDER_RUNGS
+    return sorted({r for r in (deepest * k // n for k in range(1, n + 1)) if r >= max(2 * depth, 64)})
+
+
 #: the range attn_decode is solved in (calibration.py accepts efficiencies up to 1.5)
 ATTN_DECODE_RANGE = (1e-4, 1.5)
 
@@ -80,63 +99,85 @@ ATTN_DECODE_RANGE = (1e-4, 1.5)
 def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_tok_s: float, base: Calibration | None = None,
                     *, host_bandwidth_gbs: float | None = None, depth: int = 0, prefill_tok_s: float | None = None,
                     prompt_tokens: int | None = None, host_threads: int | None = None,
-                    deep_tok_s: float | None = None, deep_depth: int | None = None) -> tuple[dict[str, Any], float]:
+                    deep: Sequence[tuple[int, float]] = (),
+                    deep_prefill: Sequence[tuple[int, int, float]] = ()) -> tuple[dict[str, Any], float]:
     """(calibration JSON, predicted tok/s with it at ``depth``). ``base`` defaults to the built-in
     constants (never an earlier tune's file: a refit starts from the same point).
     ``host_bandwidth_gbs``: the measured host bandwidth, recorded in the file.
     ``prefill_tok_s`` at ``prompt_tokens`` (CPU only): the measured prefill, from which
     ``host_gflops`` is solved (fit_host_gflops); ``host_threads``: the threads llama-server ran
     batches on (recorded as ``host_threads``: plan scales the host's compute by its own -tb / this).
-    ``deep_tok_s`` at ``deep_depth`` (CPU only, deeper than ``depth``): a second measured decode,
-    from which the host's decode attention ``attn_decode`` is solved (the decode fit at ``depth``
-    is redone for each trial value, so both measurements are reproduced)."""
+    ``deep`` (CPU only): decodes measured deeper than ``depth``, (depth, tok/s) ascending: from
+    the first the host's decode attention ``attn_decode`` is solved (the decode fit at ``depth`` is
+    redone for each trial value, so both measurements are reproduced), from each further one the
+    attention's average efficiency at its depth (``attn_decode_depths``: the attention's time
+    through every measured depth, Efficiency.attn_cells). ``deep_prefill`` (CPU only, with
+    ``prefill_tok_s``): prefills measured deeper in the context, (cached tokens, new tokens, tok/s)
+    (the ladder's rungs extending each other): the host's prefill attention ``attn_prefill`` is
+    solved from them (the median of each one's value), alternating with ``host_gflops`` until both
+    settle, so that the plan gives back the prompt's prefill and, in the median, the deeper ones."""
     cal = base or builtin()
     if host_bandwidth_gbs:
         cal = replace(cal, host_bandwidth_gbs=float(host_bandwidth_gbs))
     loads = device_loads(spec, cfg, hw, cal)
     backend = loads[0].backend if loads else "CPU"
+    prefill_note = ""
     if backend == "CPU" and prefill_tok_s and prompt_tokens:
         # the host's compute first: decode at depth includes the host's attention, which runs at it
-        cal = replace(cal, host_threads=None,
-                      host_gflops=fit_host_gflops(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens))
-    def decode_fit(cal: Calibration) -> tuple[_Fit, str]:
-        fit = _fit_decode(spec, cfg, hw, cal, backend, measured_tok_s, depth, host_bandwidth_gbs)
-        if not (backend == "CPU" and deep_tok_s and deep_depth and deep_depth > depth):
-            return fit, ""
-        lo, hi = ATTN_DECODE_RANGE
+        cal, prefill_note = _fit_prefill(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens, deep_prefill)
+    rungs = [(int(d), float(v)) for d, v in deep if d > depth and v > 0] if backend == "CPU" else []
 
-        def deep(a: float) -> tuple[_Fit, float]:
+    def decode_fit(cal: Calibration) -> tuple[_Fit, str]:
+        cal = _with(cal, backend, attn_decode_depths=())
+        fit = _fit_decode(spec, cfg, hw, cal, backend, measured_tok_s, depth, host_bandwidth_gbs)
+        if not rungs:
+            return fit, ""
+        d1, v1 = rungs[0]
+
+        def first(a: float) -> tuple[_Fit, float]:
             f = _fit_decode(spec, cfg, hw, _with(cal, backend, attn_decode=a), backend, measured_tok_s, depth,
                             host_bandwidth_gbs)
-            return f, _predict(spec, cfg, hw, f.cal, deep_depth)
+            return f, _predict(spec, cfg, hw, f.cal, d1)
 
-        if deep(hi)[1] < deep_tok_s:  # slower at depth than measured even with the fastest attention
-            a = hi
-        elif deep(lo)[1] > deep_tok_s:
-            a = lo
-        else:
-            for _ in range(40):
-                mid = (lo * hi) ** 0.5
-                if deep(mid)[1] < deep_tok_s:
-                    lo = mid
-                else:
-                    hi = mid
-            a = (lo * hi) ** 0.5
-        fit, p_deep = deep(a)
+        a = _solve(lambda x: first(x)[1], v1, *ATTN_DECODE_RANGE)
+        fit, p1 = first(a)
         fit.fields["attn_decode"] = round(a, 6)
-        return fit, (f"; attn_decode solved from a second measured decode, {deep_tok_s:.2f} tok/s at depth "
-                     f"{deep_depth} (the plan gives {p_deep:.2f})")
+        got = [(d1, v1, p1)]
+        knots: list[tuple[int, float]] = [(d1, round(a, 6))]
+        for d, v in rungs[1:]:
+            # the attention's time never falls with depth: at most flat from the last point
+            pd, pe = knots[-1]
+            hi = min(ATTN_DECODE_RANGE[1], pe * d / pd)
+
+            def at(e: float, d: int = d) -> float:
+                return _predict(spec, cfg, hw, _with(fit.cal, backend, attn_decode_depths=(*knots, (d, e))), d)
+
+            e = round(_solve(at, v, ATTN_DECODE_RANGE[0], hi), 6)
+            e = min(e, hi)
+            knots.append((d, e))
+            got.append((d, v, at(e)))
+        if len(knots) > 1:
+            fit.cal = _with(fit.cal, backend, attn_decode_depths=tuple(knots))
+            fit.fields["attn_decode_depths"] = [list(k) for k in knots]
+        shown = ", ".join(f"{v:.2f} tok/s at depth {d} (the plan gives {p:.2f})" for d, v, p in got)
+        what = "a second measured decode" if len(got) == 1 else f"{len(got)} measured decodes deeper in the context"
+        return fit, f"; attn_decode solved from {what}: {shown}"
 
     fit, attn_note = decode_fit(cal)
     if backend == "CPU" and prefill_tok_s and prompt_tokens:
         # the host's compute again with the fitted decode figures (prefill reads the weights once
         # per micro-batch at them), then the decode fit once more at that compute rate (the host's
         # decode attention runs at it)
-        cal = replace(cal, host_gflops=fit_host_gflops(spec, cfg, hw, fit.cal, prefill_tok_s, prompt_tokens))
+        # (only the prefill figures are taken from the refit: the decode fit starts again from the
+        # calibration it started from the first time)
+        c2, prefill_note = _fit_prefill(spec, cfg, hw, fit.cal, prefill_tok_s, prompt_tokens, deep_prefill)
+        cal = _with(replace(cal, host_gflops=c2.host_gflops), backend, attn_prefill=c2.for_device(backend).attn_prefill)
         fit, attn_note = decode_fit(cal)
     fields, cal, p = fit.fields, fit.cal, fit.predicted
     host_bandwidth_gbs = fit.host_bandwidth_gbs
     src = f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s at depth {depth}{attn_note}"
+    if prefill_note:
+        fields["attn_prefill"] = round(cal.for_device(backend).attn_prefill, 6)
     data: dict[str, Any] = {"version": 1, "efficiency": [{"backend": backend, **fields, "source": src}]}
     if host_bandwidth_gbs:
         data["host_bandwidth_gbs"] = round(float(host_bandwidth_gbs), 3)
@@ -145,7 +186,8 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
         data["host_gflops"] = round(cal.host_gflops, 3)
         data["_prefill"] = (f"host_gflops: solved so that the speed model predicts the measured prefill "
                             f"{prefill_tok_s:.1f} tok/s of a {prompt_tokens}-token prompt at -ub {cfg.n_ubatch} "
-                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)")
+                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)"
+                            f"{prefill_note}")
     threads = host_threads or (cfg.threads_batch if cfg.threads_batch > 0 else cfg.threads if cfg.threads > 0 else None)
     if backend == "CPU" and threads:
         data["host_threads"] = int(threads)
@@ -156,9 +198,25 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
     return data, p
 
 
+def _solve(pred: Callable[[float], float], target: float, lo: float, hi: float, steps: int = 40) -> float:
+    """The value in [lo, hi] at which ``pred`` (tok/s, rising with it) gives ``target``
+    (bisection on a log scale; clamped to the range's end when it cannot)."""
+    if pred(hi) < target:  # slower than measured even at the fastest
+        return hi
+    if pred(lo) > target:
+        return lo
+    for _ in range(steps):
+        mid = (lo * hi) ** 0.5
+        if pred(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5
+
+
 @dataclass
 class _Fit:
-    fields: dict[str, float]  # the efficiency fields solved (weights, maybe overhead_ms)
+    fields: dict[str, Any]  # the efficiency fields solved (weights, maybe overhead_ms, attn_decode...)
     cal: Calibration  # the calibration with them (and a solved host bandwidth)
     predicted: float  # tok/s at the fitted depth
     host_bandwidth_gbs: float | None
@@ -218,6 +276,31 @@ def _fit_decode(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrati
     return _Fit(fields, cal, _predict(spec, cfg, hw, cal, depth), host_bandwidth_gbs, bw_note)
 
 
+def _fit_prefill(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, prefill_tok_s: float,
+                 prompt_tokens: int, deep_prefill: Sequence[tuple[int, int, float]]) -> tuple[Calibration, str]:
+    """``cal`` with ``host_gflops`` solved from the prompt's prefill and, given deeper prefills,
+    the CPU's ``attn_prefill`` from them (fit_calibration's docstring); and a note saying so."""
+    cal = replace(cal, host_threads=None, host_gflops=fit_host_gflops(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens))
+    deep = [(int(s), int(n), float(v)) for s, n, v in deep_prefill if n > 0 and v > 0]
+    if not deep:
+        return cal, ""
+    for _ in range(4):
+        vals = []
+        for start, n, v in deep:
+            def pf(a: float, start: int = start, n: int = n, c: Calibration = cal) -> float:
+                return speed_report(spec, cfg, hw, cal=_with(c, "CPU", attn_prefill=a), prompt_tokens=n,
+                                    prompt_start=start, depths=[0]).prefill.tok_s
+            vals.append(_solve(pf, v, *ATTN_PREFILL_RANGE))
+        cal = _with(cal, "CPU", attn_prefill=statistics.median(vals))
+        cal = replace(cal, host_gflops=fit_host_gflops(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens))
+    shown = ", ".join(f"{v:.1f} tok/s for {n} tokens after {start}" for start, n, v in deep)
+    return cal, f"; attn_prefill solved from prefills deeper in the context: {shown}"
+
+
+#: the range attn_prefill is solved in
+ATTN_PREFILL_RANGE = (0.01, 1.5)
+
+
 def fit_host_gflops(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibration, measured_tok_s: float,
                     prompt_tokens: int) -> float:
     """The ``host_gflops`` at which the speed model's prefill of ``prompt_tokens`` equals the
@@ -229,16 +312,7 @@ def fit_host_gflops(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calib
         return speed_report(spec, cfg, hw, cal=replace(base, host_gflops=g), prompt_tokens=prompt_tokens,
                             depths=[0]).prefill.tok_s
 
-    lo, hi = 0.1, 1e6
-    if pf(hi) < measured_tok_s:
-        return hi
-    for _ in range(60):
-        mid = (lo * hi) ** 0.5
-        if pf(mid) < measured_tok_s:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return _solve(pf, measured_tok_s, 0.1, 1e6, steps=60)
 
 
 def write_calibration(path: Path, data: dict[str, Any]) -> None:
