@@ -6,8 +6,9 @@ For each synthetic model and thread count:
 
 1. **calibrate** as `llamarig tune` does: one tune measurement of the configuration
    (llamarig.tune.measure.ServerMeasure: its own server start, one warm-up, ``--tune-runs`` requests
-   of a ``--tune-depth``-token prompt, llama-server's timings), a second one of tune's deeper
-   decode (llamarig.tune.calibrate.calibration_deep_depth, CALIBRATION_DEEP_RUNS requests), then
+   of a ``--tune-depth``-token prompt, llama-server's timings), tune's deeper decodes (a depth
+   ladder in one more server start: llamarig.tune.calibrate.calibration_ladder,
+   llamarig.tune.measure.DepthLadder, CALIBRATION_DEEP_RUNS requests per rung), then
    llamarig.tune.calibrate.fit_calibration on the fastest request of each, with the host
    bandwidth measured by llamarig.plan.calibration.measure_host_bandwidth (what tune writes);
 2. **bench**: a second server start with the same flags, ``llamarig bench -s prefill,depth``
@@ -48,8 +49,13 @@ from llamarig.plan.calibration import (
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.speed import speed_report
 from llamarig.testing.synth import write_model
-from llamarig.tune.calibrate import CALIBRATION_DEEP_RUNS, calibration_deep_depth, fit_calibration
-from llamarig.tune.measure import ServerMeasure
+from llamarig.tune.calibrate import (
+    CALIBRATION_DEEP_RUNS,
+    CALIBRATION_DEEP_SECONDS,
+    calibration_ladder,
+    fit_calibration,
+)
+from llamarig.tune.measure import DepthLadder, ServerMeasure
 from llamarig.tune.search import Candidate
 
 #: synthetic models: (name, architecture, shape)
@@ -101,33 +107,20 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
         raise SystemExit(f"{name}: tune measurement failed: {m.error}")
     cfg = parse_server_args(args)
     d_tune = int(m.metrics["prompt_tokens"]) + a.n_predict // 2
-    # tune's second decode measurement, deeper (llamarig.app.tune._finish)
-    d_deep = calibration_deep_depth(a.ctx, a.tune_depth, a.n_predict, m.metrics["prefill_tok_s"])
-    deep = None
-    if d_deep:
-        md = ServerMeasure(binary, ["-m", str(path), *args], objective="decode", n_predict=a.n_predict, depth=d_deep,
-                           log_dir=str(tmp))(Candidate(()), CALIBRATION_DEEP_RUNS)
-        if md.error:
-            raise SystemExit(f"{name}: deep tune measurement failed: {md.error}")
-        deep = {"metrics": md.metrics, "depth": int(md.metrics["prompt_tokens"]) + a.n_predict // 2}
-    tune = {"metrics": m.metrics, "depth": d_tune, "deep": deep}
+    # tune's deep decode measurements, a depth ladder in one server start (llamarig.app.tune._finish)
+    ladder = calibration_ladder(a.ctx, a.tune_depth, a.n_predict, m.metrics["prefill_tok_s"])
+    rungs, err = DepthLadder(binary, ["-m", str(path), *args], ladder, CALIBRATION_DEEP_RUNS, a.n_predict,
+                             budget_s=4 * CALIBRATION_DEEP_SECONDS, log_dir=str(tmp))()
+    if err:
+        raise SystemExit(f"{name}: deep tune measurement failed: {err}")
+    deep = [{"metrics": x.metrics, "depth": int(x.metrics["depth_asked"]) + a.n_predict // 2} for x in rungs]
+    tune = {"metrics": m.metrics, "depth": d_tune, "ladder": deep}
     data = calibrate(spec, cfg, tune, host_bw)
     cal_tuned = calibration_from_json(data, "tune calibration")
-    # 2. bench
-    srv = start_server(binary, path, args, log_dir=tmp, threads=None)
-    try:
-        doc = run_bench(BenchConfig(url=srv.url, scenarios=("prefill", "depth"), prefill_lengths=tuple(a.lengths),
-                                    depths=tuple(a.depths), repeats=a.runs, n_predict=a.n_predict, warmup=1,
-                                    endpoint="completion"))
-    finally:
-        srv.stop()
+    # 2. bench (--bench-twice: again, from a fresh server start: how far the machine agrees with itself)
+    benches = [bench_once(binary, path, args, a, tmp) for _ in range(2 if a.bench_twice else 1)]
     host_bw2 = measure_host_bandwidth()
-
-    def _k(n: int) -> str:
-        return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-    prefill = {n: v for n in a.lengths if (v := figure(doc, f"prefill_tok_s_{_k(n)}_median")) is not None}
-    depth = {d: v for d in a.depths if (v := figure(doc, f"decode_tok_s_at_depth_{_k(d)}_median")) is not None}
+    prefill, depth = benches[0]
     base = builtin()
     plans = {
         "builtin": plan_points(spec, args, base, prefill, depth, a.n_predict),
@@ -137,19 +130,42 @@ def run_case(binary: str, name: str, arch: str, shape: dict[str, Any], threads: 
     return {"model": name, "arch": arch, "bytes": spec.weights_bytes, "threads": threads, "args": args,
             "host_bw_gbs": [round(host_bw, 2), round(host_bw2, 2)], "load": os.getloadavg(),
             "tune": {**tune, "calibration": data},
-            "measured": {"prefill": prefill, "decode": depth}, "planned": plans}
+            "measured": {"prefill": prefill, "decode": depth}, "planned": plans,
+            **({"measured_again": {"prefill": benches[1][0], "decode": benches[1][1]}} if len(benches) > 1 else {})}
+
+
+def bench_once(binary: str, path: Path, args: list[str], a: argparse.Namespace,
+               tmp: Path) -> tuple[dict[int, float], dict[int, float]]:
+    """One server start and `llamarig bench` on it: (prefill by prompt length, decode by depth), medians."""
+    srv = start_server(binary, path, args, log_dir=tmp, threads=None)
+    try:
+        doc = run_bench(BenchConfig(url=srv.url, scenarios=("prefill", "depth"), prefill_lengths=tuple(a.lengths),
+                                    depths=tuple(a.depths), repeats=a.runs, n_predict=a.n_predict, warmup=1,
+                                    endpoint="completion"))
+    finally:
+        srv.stop()
+
+    def _k(n: int) -> str:
+        return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+    prefill = {n: v for n in a.lengths if (v := figure(doc, f"prefill_tok_s_{_k(n)}_median")) is not None}
+    depth = {d: v for d in a.depths if (v := figure(doc, f"decode_tok_s_at_depth_{_k(d)}_median")) is not None}
+    return prefill, depth
 
 
 def calibrate(spec: Any, cfg: Any, tune: dict[str, Any], host_bw: float) -> dict[str, Any]:
     """The calibration tune writes from its measurements (llamarig.app.tune._finish): the fastest
-    request of each (``*_best``; a recording without them: the medians)."""
+    request of each (``*_best``; a recording without them: the medians). Recordings of tune's
+    earlier one-deep-depth calibration (``deep``) are fitted with that one depth."""
     tm = tune["metrics"]
-    deep = tune.get("deep")
+    rungs = tune.get("ladder") or ([tune["deep"]] if tune.get("deep") else [])
+    deep = [(r["depth"], r["metrics"].get("decode_tok_s_best") or r["metrics"]["decode_tok_s"]) for r in rungs]
+    deep_prefill = [(int(m["prefill_start"]), int(m["prefill_n"]), m["prefill_tok_s"])
+                    for m in (r["metrics"] for r in tune.get("ladder") or []) if m.get("prefill_tok_s")]
     data, _pred = fit_calibration(
         spec, cfg, Hardware(()), tm.get("decode_tok_s_best") or tm["decode_tok_s"], host_bandwidth_gbs=host_bw,
         depth=tune["depth"], prefill_tok_s=tm.get("prefill_tok_s_best") or tm["prefill_tok_s"],
-        prompt_tokens=int(tm["prompt_tokens"]),
-        deep_tok_s=deep["metrics"].get("decode_tok_s_best") if deep else None, deep_depth=deep["depth"] if deep else None)
+        prompt_tokens=int(tm["prompt_tokens"]), deep=deep, deep_prefill=deep_prefill)
     return data
 
 
@@ -169,6 +185,8 @@ def replan(rows: list[dict[str, Any]], tmp: Path) -> None:
         r["tune"]["calibration"] = data
         meas = {k: {int(x): v for x, v in r["measured"][k].items()} for k in ("prefill", "decode")}
         r["measured"] = meas
+        if "measured_again" in r:
+            r["measured_again"] = {k: {int(x): v for x, v in r["measured_again"][k].items()} for k in ("prefill", "decode")}
         base = builtin()
         r["planned"] = {
             "builtin": plan_points(spec, r["args"], base, meas["prefill"], meas["decode"], n_predict * 2),
@@ -207,6 +225,8 @@ def main() -> int:
                     help="requests of the tune measurement (tune's winner gets --max-runs, default %(default)s)")
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--ub", type=int, default=512)
+    ap.add_argument("--bench-twice", action="store_true",
+                    help="bench each model again from a fresh server start (the machine's own agreement)")
     ap.add_argument("--replan", type=Path, nargs="+",
                     help="recompute the plans of --json files (no measurement); several: one summary of all")
     a = ap.parse_args()
@@ -250,6 +270,12 @@ def summary(rows: list[dict[str, Any]]) -> None:
         if e:
             print(f"{p}: median |error| {statistics.median(e) * 100:.0f} %, max {max(e) * 100:.0f} %, "
                   f"{sum(x <= 0.15 for x in e)} of {len(e)} within 15 %")
+    # the second bench from a fresh server start against the first: what no model can beat
+    again = [abs(r["measured_again"][k][x] / v - 1) for r in rows if "measured_again" in r for k in ("decode", "prefill")
+             for x, v in r["measured"][k].items() if x in r["measured_again"][k]]
+    if again:
+        print(f"bench again (a fresh server start) vs bench: median |difference| {statistics.median(again) * 100:.0f} %, "
+              f"max {max(again) * 100:.0f} %, {sum(x <= 0.15 for x in again)} of {len(again)} within 15 %")
     # measured / planned per kind: what data/speed_calibration.json "host_uncalibrated" records
     for p in ("builtin", "detect", "tuned"):
         parts = []
