@@ -270,3 +270,24 @@ def test_attn_decode_depths_must_be_plausible(bad):
            "attn_prefill": 0.5, "verify_per_token": 0.1, "attn_decode": 0.5, "attn_decode_depths": bad}
     with pytest.raises(InputError, match="attn_decode_depths"):
         calibration_from_json({"version": 1, "efficiency": [eff]}, "f.json")
+
+
+def test_a_calibration_files_source_reads_in_the_users_language(tmp_path, capsys):
+    """The calibration line names the file in the user's language (it was English under
+    --lang zh); --json keeps the English."""
+    import contextlib
+    import json
+
+    from llamarig.cli.main import main
+
+    model = write_model(tmp_path / "m.gguf", "llama", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, head_dim=32,
+                        n_ff=256)
+    f = tmp_path / "cal.json"
+    f.write_text(json.dumps({"version": 1, "efficiency": [{"backend": "CPU", "weights": 0.4}]}))
+    with contextlib.suppress(SystemExit):
+        main(["--lang", "zh", "plan", str(model), "-c", "1024", "--calibration", str(f)])
+    out = capsys.readouterr().out.replace("\n", "")
+    assert f"速度校准：校准文件 {f}" in out
+    with contextlib.suppress(SystemExit):
+        main(["plan", str(model), "-c", "1024", "--calibration", str(f), "--json"])
+    assert json.loads(capsys.readouterr().out)["speed"]["calibration"] == f"calibration file {f}"

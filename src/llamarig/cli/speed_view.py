@@ -18,8 +18,9 @@ from llamarig.units import GiB, fmt_bytes
 
 def calibration_label(source: str) -> str:
     """A calibration's source in the user's language ("built-in (llamarig/data/...)" -> "内置 (...)")."""
-    builtin = _("built-in")
-    return source.replace("built-in", builtin, 1)
+    if "built-in" not in source:
+        return source  # a catalogue Message (a calibration file) is written in the language by format()
+    return source.replace("built-in", _("built-in"), 1)
 
 
 def speed_table(rep: SpeedReport) -> Any:

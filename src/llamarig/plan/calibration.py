@@ -304,7 +304,7 @@ def _load_file(path: str, _mtime_ns: int, _size: int, how: str) -> Calibration:
         data = calibration_from_evidence(data, f"GPU evidence file {p}")
     if isinstance(data, dict) and data.get("version", 1) != 1:
         raise InputError(_("calibration file {path}{how}: version {version} is not supported (1)").format(path=p, how=how, version=data.get('version')))
-    return _parse(data, builtin(), f"calibration file {p}{how}")
+    return _parse(data, builtin(), _("calibration file {path}{how}").format(path=p, how=how))
 
 
 def calibration_from_json(data: dict[str, Any], source: str) -> Calibration:
