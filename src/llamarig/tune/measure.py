@@ -41,8 +41,9 @@ def measure_text(i: int, n_words: int) -> str:
     ``n_words`` words of llamarig bench's seeded filler (llamarig.bench.prompts.filler_text), so
     that a tune measurement and a bench run send the same kind of text. A repetitive prompt is not
     neutral: on a mixture-of-experts model it keeps routing to the same experts, whose weights then
-    stay in the CPU's caches (a synthetic qwen3moe decoded 10-30 % faster after the 20-word cycle of
-    prompt_text than after this filler, benchmarks/RESULTS.md "CPU speed model")."""
+    stay in the CPU's caches (one server with a synthetic qwen3moe decoded 478-559 tok/s greedily
+    after the 20-word cycle of prompt_text, 382-448 after prose with the default sampling:
+    benchmarks/RESULTS.md "CPU speed model")."""
     return f"{_WORDS[i % len(_WORDS)]} {i}: {filler_text(n_words, 1000 + i)}"
 
 
