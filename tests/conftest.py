@@ -230,13 +230,24 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return run
 
 
-@pytest.fixture
-def chinese_locale(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The locale says Chinese (what a user in China has: LANG=zh_CN.UTF-8), no --lang; the
-    process language is chosen from it and forgotten after the test."""
+def _locale(monkeypatch: pytest.MonkeyPatch, lang: str) -> Iterator[None]:
+    """The locale says ``lang`` (LANG), no --lang nor LLAMARIG_LANG/LC_*; the process language
+    is chosen from it and forgotten after the test."""
     for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    monkeypatch.setenv("LANG", lang)
     i18n.set_language(None)
     yield
     i18n.set_language(None)
+
+
+@pytest.fixture
+def chinese_locale(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The locale says Chinese (what a user in China has: LANG=zh_CN.UTF-8)."""
+    yield from _locale(monkeypatch, "zh_CN.UTF-8")
+
+
+@pytest.fixture
+def english_locale(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The locale says nothing but C.UTF-8: English."""
+    yield from _locale(monkeypatch, "C.UTF-8")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,13 +67,8 @@ def _doc() -> dict:
 
 
 @pytest.fixture
-def english(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in ("LLAMARIG_LANG", "LC_ALL", "LC_MESSAGES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("LANG", "C.UTF-8")
-    i18n.set_language(None)
-    yield
-    i18n.set_language(None)
+def english(english_locale: None) -> None:
+    """The locale says English (tests/conftest.py english_locale)."""
 
 
 @pytest.fixture

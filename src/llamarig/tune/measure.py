@@ -47,6 +47,17 @@ def measure_text(i: int, n_words: int) -> str:
     return f"{_WORDS[i % len(_WORDS)]} {i}: {filler_text(n_words, 1000 + i)}"
 
 
+def prompt_tokens(srv: Any, i: int, n: int) -> list[int]:
+    """Exactly ``n`` token ids of request ``i``'s text (measure_text), tokenized by the server's
+    own /tokenize and repeated to length."""
+    toks = list(srv.post("/tokenize", {"content": measure_text(i, n), "add_special": False}).get("tokens") or [])
+    if not toks:
+        raise ValueError("/tokenize returned no tokens")
+    while len(toks) < n:
+        toks += toks
+    return toks[:n]
+
+
 def prompt_text(i: int, n_words: int) -> str:
     head = f"{_WORDS[i % len(_WORDS)]} {i}"
     body = " ".join(_WORDS[(i * 7 + k) % len(_WORDS)] for k in range(n_words))
@@ -77,15 +88,9 @@ class ServerMeasure:
     requests: int = 0  # completion requests sent by this object, warm-ups included
 
     def _prompt(self, srv: Any, i: int) -> Any:
-        text = measure_text(i, self.depth if self.depth else self.prompt_words)
         if not self.depth:
-            return text
-        toks = list(srv.post("/tokenize", {"content": text, "add_special": False}).get("tokens") or [])
-        if not toks:
-            raise ValueError("/tokenize returned no tokens")
-        while len(toks) < self.depth:
-            toks += toks
-        return toks[:self.depth]
+            return measure_text(i, self.prompt_words)
+        return prompt_tokens(srv, i, self.depth)
 
     def _one(self, srv: Any, i: int) -> dict[str, Any]:
         body: dict[str, Any] = {"prompt": self._prompt(srv, i), "n_predict": self.n_predict,
@@ -195,14 +200,6 @@ class DepthLadder:
     launches: int = 0
     requests: int = 0
 
-    def _tokens(self, srv: Any, n: int) -> list[int]:
-        toks = list(srv.post("/tokenize", {"content": measure_text(7, n), "add_special": False}).get("tokens") or [])
-        if not toks:
-            raise ValueError("/tokenize returned no tokens")
-        while len(toks) < n:
-            toks += toks
-        return toks[:n]
-
     def _one(self, srv: Any, prompt: list[int]) -> dict[str, Any]:
         self.requests += 1
         body = {"prompt": prompt, "n_predict": self.n_predict, "ignore_eos": True, "cache_prompt": True, "seed": 1}
@@ -221,7 +218,7 @@ class DepthLadder:
         out: list[Measurement] = []
         err: str | None = None
         try:
-            toks = self._tokens(srv, depths[-1])
+            toks = prompt_tokens(srv, 7, depths[-1])
             self._one(srv, toks[:depths[0]])  # warm-up
             for d in depths:
                 t_rung = time.monotonic()
