@@ -11,11 +11,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamarig.cli.lang import _, lang
+from llamarig.cli.help import Command, Group
+from llamarig.cli.lang import N_, _, lang
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import unknown_name
 
-EXIT_DOC = "Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable."
+EXIT_DOC = N_("Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable.")
 
 
 def _int_list(value: str, what: str, ctx: bool = False) -> tuple[int, ...]:
@@ -59,39 +60,42 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
                 raise InputError(_("{path}: cannot write: {error}").format(path=path, error=e.strerror or e)) from e
 
 
-@click.group("bench", invoke_without_command=True, epilog=EXIT_DOC)
-@click.option("--url", help="Base URL of the llama-server (or OpenAI-compatible server), e.g. http://127.0.0.1:8080.")
-@click.option("--scenario", "-s", "scenarios", multiple=True,
+@click.group("bench", cls=Group, invoke_without_command=True, epilog=EXIT_DOC, examples=(
+    "llamarig bench --url http://127.0.0.1:8080 --json run.json",
+    "llamarig bench --url http://127.0.0.1:8080 -s decode,prefill,depth --lengths 1k,8k --html run.html",
+    "llamarig bench compare ub2048.json ub4096.json"))
+@click.option("--url", metavar="URL", help="Base URL of the llama-server (or OpenAI-compatible server), e.g. http://127.0.0.1:8080.")
+@click.option("--scenario", "-s", "scenarios", metavar="LIST", multiple=True,
               help="decode, prefill, ttft, depth, concurrency, spec, workload (comma-separated or repeated). Default: decode.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the full report (figures, requests, interference) as JSON.")
 @click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown report: the headline, then the figure table with numbered method footnotes (指标 | 数值 | 测法 with --lang zh).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML report: the headline, plots, then the figure table with method footnotes.")
 @click.option("--k", type=int, default=5, show_default=True, help="Measured requests per decode/spec run.")
 @click.option("--n-predict", "-n", type=int, default=128, show_default=True, help="Tokens generated per request (ignore_eos).")
-@click.option("--prompts", "prompt_set", default="synthetic", show_default=True,
+@click.option("--prompts", "prompt_set", metavar="NAME|FILE", default="synthetic", show_default=True,
               help="Prompt set: synthetic, tetris (the RTX 3090 field report's), notes (summarisation), mixed, or a FILE.jsonl of chat requests.")
 @click.option("--endpoint", type=click.Choice(["chat", "completion"]), default="chat", show_default=True,
               help="chat: /v1/chat/completions (template applied); completion: raw /completion (contents joined).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature sent with chat requests (default: the server's).")
 @click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests run first and excluded.")
-@click.option("--lengths", default="1k,8k,32k", show_default=True,
+@click.option("--lengths", metavar="LIST", default="1k,8k,32k", show_default=True,
               help="Cold prefill prompt lengths in tokens (1k = 1024); 'ctx' (or 'max') = the longest prompt that fits the slot "
                    "context. Lengths that do not fit are skipped, and the output says which and why.")
 @click.option("--repeats", "-r", type=int, default=3, show_default=True, help="Repeats per prefill length / depth / warm TTFT.")
-@click.option("--depths", default="0,8k,32k", show_default=True,
+@click.option("--depths", metavar="LIST", default="0,8k,32k", show_default=True,
               help="Context depths for the depth scenario; 'ctx' (or 'max') = the deepest that fits the slot context with "
                    "-n generated tokens. Depths that do not fit are skipped, and the output says which and why.")
-@click.option("--concurrency", "conc", default="1,2,4", show_default=True, help="Parallel stream counts.")
+@click.option("--concurrency", "conc", metavar="LIST", default="1,2,4", show_default=True, help="Parallel stream counts.")
 @click.option("--ttft-prefix", type=int, default=2048, show_default=True, help="Shared prefix length (tokens) for warm TTFT.")
-@click.option("--slot", default="0", show_default=True, help="Pin serial scenarios to this slot (id_slot), or 'none'.")
-@click.option("--baseline-url", help="spec: the same model without speculation, for the speed-up.")
+@click.option("--slot", metavar="ID", default="0", show_default=True, help="Pin serial scenarios to this slot (id_slot), or 'none'.")
+@click.option("--baseline-url", metavar="URL", help="spec: the same model without speculation, for the speed-up.")
 @click.option("--workload", type=click.Path(dir_okay=False, path_type=Path), help="JSONL of chat requests to replay (scenario workload).")
 @click.option("--strict", is_flag=True, help="Abort (exit 1) as soon as a slot is busy with work llamarig did not start.")
 @click.option("--wait-ready", type=float, default=60.0, show_default=True, help="Seconds to wait while the server answers 503 (loading).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Per-request timeout in seconds.")
 @click.option("--poll-interval", type=float, default=0.2, show_default=True, help="Seconds between /slots polls.")
-@click.option("--api-key", envvar="LLAMARIG_API_KEY", help="Bearer token (or $LLAMARIG_API_KEY).")
+@click.option("--api-key", metavar="KEY", envvar="LLAMARIG_API_KEY", help="Bearer token (or $LLAMARIG_API_KEY).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table (files only).")
 @click.pass_context
 def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], json_path: Path | None, md_path: Path | None,
@@ -101,14 +105,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
               api_key: str | None, quiet: bool) -> None:
     """Measure a running llama-server: decode, cold prefill, warm TTFT, depth, concurrency,
     speculative acceptance, workload replay; with interference detection and the method on
-    every number.
-
-    \b
-    Examples:
-      llamarig bench --url http://127.0.0.1:8080 --json run.json
-      llamarig bench --url http://127.0.0.1:8080 -s decode,prefill,depth --lengths 1k,8k --html run.html
-      llamarig bench compare ub2048.json ub4096.json
-    """
+    every number."""
     if ctx.invoked_subcommand is not None:
         return
     from llamarig.bench.prompts import PROMPT_SETS
@@ -176,7 +173,8 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
             raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=e.strerror or e)) from e
 
 
-@click.command("logs", epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.")
+@click.command("logs", cls=Command, epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.",
+               examples=("llamarig logs /tmp/llama-server.log --html log.html",))
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write figures, timeline and findings as JSON.")
 @click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown report: the headline, then the figure table with numbered method footnotes (指标 | 数值 | 测法 with --lang zh).")
@@ -187,12 +185,7 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
 def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool,
              script: Path | None) -> None:
     """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
-    per-request timeline, decode vs depth, checkpoint RAM and plain-language findings.
-
-    \b
-    Example:
-      llamarig logs /tmp/llama-server.log --html log.html
-    """
+    per-request timeline, decode vs depth, checkpoint RAM and plain-language findings."""
     from rich.markup import escape
     from rich.table import Table
 

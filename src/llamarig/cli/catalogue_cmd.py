@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig.cli.help import Command
 from llamarig.cli.lang import _, localize
 from llamarig.hub.ref import is_remote
 from llamarig.units import fmt_bytes
@@ -76,7 +77,7 @@ def _repo_models(ref: str, as_json: bool, console: Any) -> None:
         console.print(_("  no GGUF model files"))
 
 
-@click.command("models")
+@click.command("models", cls=Command)
 @click.argument("model_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
@@ -185,7 +186,7 @@ def _gpu_line(g: GPU, short: bool = False) -> list[str]:
             f"{g.fp16_tflops:g}" if g.fp16_tflops else "-"]
 
 
-@click.command("gpus")
+@click.command("gpus", cls=Command)
 @click.argument("gpu_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")

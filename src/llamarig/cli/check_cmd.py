@@ -12,14 +12,15 @@ from pathlib import Path
 import click
 
 from llamarig.app.check import check, dump_json, explain, fix, get_schema, read_input
-from llamarig.cli.lang import _, lang, localize
+from llamarig.cli.help import Command, lang_option
+from llamarig.cli.lang import N_, _, lang, localize
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
 from llamarig.flags.rules import Finding
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
 
-_SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled build older than N "
+_SCHEMA_BUILD_HELP = N_("Use a bundled schema: build N, or the newest bundled build older than N "
                       "(`llamarig check --list-schemas` lists them).")
 
 
@@ -133,9 +134,9 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     ctx.exit(0)
 
 
-@click.command("check")
+@click.command("check", cls=Command)
 @click.argument("file", type=str)
-@click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
+@click.option("--server-bin", metavar="PATH", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build, not a binary.")
 @click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
 @click.option("--list-schemas", is_flag=True, is_eager=True, expose_value=False, callback=_list_schemas,
@@ -145,12 +146,12 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.option("--format", "kind", type=click.Choice(["auto", "shell", "systemd", "yaml", "ini"]), default="auto",
               show_default=True, help="Input format.")
 @click.option("--cores", type=int, default=None, help="Physical cores of the target machine (default: this one).")
-@click.option("--model", type=str, default=None,
+@click.option("--model", metavar="MODEL", type=str, default=None,
               help="GGUF (or, for the memory plan, a catalogue id) to use instead of -m.")
 @click.option("--no-cache", is_flag=True, help="Re-read the binary's --help instead of the cached schema.")
-@click.option("--gpu", "gpus", multiple=True, help="GPU of the target machine (repeatable, `llamarig gpus`): "
+@click.option("--gpu", "gpus", metavar="GPU", multiple=True, help="GPU of the target machine (repeatable, `llamarig gpus`): "
               "adds the memory verdict of `llamarig plan`.")
-@click.option("--ram", type=str, default=None, help="Host RAM of the target machine for the memory plan, e.g. 64G.")
+@click.option("--ram", metavar="SIZE", type=str, default=None, help="Host RAM of the target machine for the memory plan, e.g. 64G.")
 @click.option("--need-ctx", type=click.IntRange(min=1), default=None,
               help="Tokens one request needs (prompt + output): checked against the per-slot context.")
 def check_cmd(file: str, server_bin: str | None, bundled: bool, schema_build: int | None, as_json: bool,
@@ -195,14 +196,13 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         sys.exit(ExitCode.PROBLEMS)
 
 
-@click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
+@click.command("explain", cls=Command, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--server-bin", metavar="PATH", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
 @click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
-@click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
-              help="Language of the explanations (default: llamarig --lang, $LLAMARIG_LANG, else the locale).")
+@lang_option(N_("Language of the explanations (default: llamarig --lang, $LLAMARIG_LANG, else the locale)."))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--model", type=str, default=None, help="GGUF for memory effects instead of -m.")
+@click.option("--model", metavar="MODEL", type=str, default=None, help="GGUF for memory effects instead of -m.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None, lang: str | None, as_json: bool,
                 model: str | None,

@@ -12,16 +12,20 @@ from typing import Any
 
 import click
 
+from llamarig.cli.help import Group
 from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import InputError, ServerError
 
 
-@click.group("gateway", invoke_without_command=True)
+@click.group("gateway", cls=Group, invoke_without_command=True, examples=(
+    "llamarig gateway --backend http://127.0.0.1:8080 --port 8000", "llamarig gateway --config gateway.toml",
+    "llamarig gateway --backend http://10.0.0.5:8080 --ledger redis://10.0.0.9:6379/0",
+    "llamarig gateway status --url http://127.0.0.1:8000"))
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="TOML (.toml) or YAML config file; reloaded on SIGHUP or when it changes.")
 @click.option("--backend", "backends", multiple=True, metavar="URL",
               help="llama-server URL (repeatable); replaces the config's backends.")
-@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+@click.option("--host", metavar="HOST", default=None, help="Bind address (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8000).")
 @click.option("--ledger", default=None, metavar="redis://HOST:PORT/DB",
               help="Share the admission ledger with other replicas through Valkey/Redis (default: in process).")
@@ -29,20 +33,12 @@ from llamarig.errors import InputError, ServerError
               help="This replica's name in the shared ledger (default HOST-PID).")
 @click.option("--check", is_flag=True, help="Validate the configuration, print it as JSON and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              show_default=True)
+              show_default=True, help="How much the gateway logs on stderr.")
 @click.pass_context
 def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str, ...], host: str | None,
                 port: int | None, ledger: str | None, replica: str | None, check: bool, log_level: str) -> None:
-    """Run the OpenAI-compatible gateway in front of llama-server.
-
-    \b
-    llamarig gateway --backend http://127.0.0.1:8080 --port 8000
-    llamarig gateway --config gateway.toml
-    llamarig gateway --backend http://10.0.0.5:8080 --ledger redis://10.0.0.9:6379/0
-    llamarig gateway status --url http://127.0.0.1:8000
-
-    See docs/gateway.md for the config reference.
-    """
+    """Run the OpenAI-compatible gateway in front of llama-server. See docs/gateway.md for the config
+    reference."""
     if ctx.invoked_subcommand is not None:
         return
     from llamarig.gateway.config import build_config, dataclass_dict, load_config, with_overrides
@@ -74,8 +70,8 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
 
 
 @gateway_cmd.command("status")
-@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The gateway's URL.")
-@click.option("--api-key", envvar="LLAMARIG_GATEWAY_KEY", default=None, help="Key, if the gateway has keys (env LLAMARIG_GATEWAY_KEY).")
+@click.option("--url", metavar="URL", default="http://127.0.0.1:8000", show_default=True, help="The gateway's URL.")
+@click.option("--api-key", metavar="KEY", envvar="LLAMARIG_GATEWAY_KEY", default=None, help="Key, if the gateway has keys (env LLAMARIG_GATEWAY_KEY).")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
 def status_cmd(url: str, api_key: str | None, as_json: bool) -> None:
     """Show the live state of a running gateway: backends, pools, reservations, queue."""

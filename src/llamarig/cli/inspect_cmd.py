@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from llamarig.cli.help import Command
 from llamarig.cli.lang import localize
 from llamarig.gguf import ModelSpec
 from llamarig.units import fmt_bytes
@@ -107,7 +108,9 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {escape(localize(w))}")
 
 
-@click.command("inspect")
+@click.command("inspect", cls=Command, examples=(
+    "llamarig inspect Qwen3.6-27B-IQ4_NL.gguf", "llamarig inspect model-00001-of-00003.gguf --json",
+    "llamarig inspect qwen3.6-27b:iq4_nl", "llamarig inspect hf:unsloth/Qwen3-8B-GGUF:Q4_K_M"))
 @click.argument("model", type=str)  # not click.Path: load_spec gives the one-line errors (exit 2)
 @click.option("--json", "as_json", is_flag=True, help="Print the ModelSpec as JSON (docs/inspect.md).")
 @click.option("--tensors", is_flag=True, help="With --json: include the tensor table.")
@@ -117,15 +120,7 @@ def inspect_cmd(model: str, as_json: bool, tensors: bool) -> None:
     MODEL is a GGUF path or a catalogue id (`llamarig models`); a catalogue id is described
     from its built-in entry, no file read. A remote GGUF (hf:OWNER/REPO:QUANT, OWNER/REPO:QUANT,
     hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT, https://…/FILE.gguf) is read by its header
-    alone, over HTTP range requests, and cached (docs/plan.md).
-
-    \b
-    Examples:
-      llamarig inspect Qwen3.6-27B-IQ4_NL.gguf
-      llamarig inspect model-00001-of-00003.gguf --json
-      llamarig inspect qwen3.6-27b:iq4_nl
-      llamarig inspect hf:unsloth/Qwen3-8B-GGUF:Q4_K_M
-    """
+    alone, over HTTP range requests, and cached (docs/plan.md)."""
     spec = resolve_model(model)
     if spec.remote is not None:  # what reading the remote header cost, on stderr
         from llamarig.hub.resolve import describe

@@ -10,30 +10,31 @@ from typing import Any
 import click
 
 from llamarig import __version__
-from llamarig.cli.lang import _
+from llamarig.cli.help import CLICK_WORDS, Group, lang_option, usage_error_text
+from llamarig.cli.lang import N_, _
 from llamarig.errors import ExitCode, LlamarigError
 
 #: command name -> ("module:attribute", short help). Modules are imported on first use.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "inspect": ("llamarig.cli.inspect_cmd:inspect_cmd", "Read a GGUF header: architecture, layers, KV shape, tensors."),
-    "plan": ("llamarig.cli.plan_cmd:plan_cmd", "Predict memory per device (and speed) for a llama-server launch."),
-    "models": ("llamarig.cli.catalogue_cmd:models_cmd", "List the built-in model catalogue."),
-    "gpus": ("llamarig.cli.catalogue_cmd:gpus_cmd", "List the built-in GPU catalogue."),
-    "check": ("llamarig.cli.check_cmd:check_cmd", "Lint a llama-server command or script against the real flag schema."),
-    "explain": ("llamarig.cli.check_cmd:explain_cmd", "Explain every flag of a llama-server command."),
-    "bench": ("llamarig.cli.bench_cmd:bench_cmd", "Measure a running llama-server, with the method on every number."),
-    "logs": ("llamarig.cli.bench_cmd:logs_cmd", "Parse llama-server logs into timelines and findings."),
-    "gateway": ("llamarig.cli.gateway_cmd:gateway_cmd", "Run the tiered, KV-pool-aware OpenAI-compatible gateway."),
-    "render": ("llamarig.cli.render_cmd:render_cmd", "Render a plan or command as bash, systemd, compose or llama-swap."),
-    "launch": ("llamarig.cli.render_cmd:launch_cmd", "Start llama-server, wait healthy, verify allocations against the plan."),
-    "stop": ("llamarig.cli.render_cmd:stop_cmd", "Stop the llama-server that `llamarig launch` started."),
-    "tune": ("llamarig.cli.tune_cmd:tune_cmd", "Find the best config by measurement under constraints."),
-    "top": ("llamarig.cli.top_cmd:top_cmd", "Watch a llama-server or gateway live: slots, rates, pool, GPU, alerts."),
-    "quality": ("llamarig.cli.tune_cmd:quality_cmd", "Measure KV-cache quantization quality against f16 KV."),
+    "inspect": ("llamarig.cli.inspect_cmd:inspect_cmd", N_("Read a GGUF header: architecture, layers, KV shape, tensors.")),
+    "plan": ("llamarig.cli.plan_cmd:plan_cmd", N_("Predict memory per device (and speed) for a llama-server launch.")),
+    "models": ("llamarig.cli.catalogue_cmd:models_cmd", N_("List the built-in model catalogue.")),
+    "gpus": ("llamarig.cli.catalogue_cmd:gpus_cmd", N_("List the built-in GPU catalogue.")),
+    "check": ("llamarig.cli.check_cmd:check_cmd", N_("Lint a llama-server command or script against the real flag schema.")),
+    "explain": ("llamarig.cli.check_cmd:explain_cmd", N_("Explain every flag of a llama-server command.")),
+    "bench": ("llamarig.cli.bench_cmd:bench_cmd", N_("Measure a running llama-server, with the method on every number.")),
+    "logs": ("llamarig.cli.bench_cmd:logs_cmd", N_("Parse llama-server logs into timelines and findings.")),
+    "gateway": ("llamarig.cli.gateway_cmd:gateway_cmd", N_("Run the tiered, KV-pool-aware OpenAI-compatible gateway.")),
+    "render": ("llamarig.cli.render_cmd:render_cmd", N_("Render a plan or command as bash, systemd, compose or llama-swap.")),
+    "launch": ("llamarig.cli.render_cmd:launch_cmd", N_("Start llama-server, wait healthy, verify allocations against the plan.")),
+    "stop": ("llamarig.cli.render_cmd:stop_cmd", N_("Stop the llama-server that `llamarig launch` started.")),
+    "tune": ("llamarig.cli.tune_cmd:tune_cmd", N_("Find the best config by measurement under constraints.")),
+    "top": ("llamarig.cli.top_cmd:top_cmd", N_("Watch a llama-server or gateway live: slots, rates, pool, GPU, alerts.")),
+    "quality": ("llamarig.cli.tune_cmd:quality_cmd", N_("Measure KV-cache quantization quality against f16 KV.")),
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(self.commands))
 
@@ -53,17 +54,13 @@ class LazyGroup(click.Group):
         cmd: click.Command = getattr(mod, attr)
         return cmd
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, COMMANDS[n][1]) for n in sorted(COMMANDS) if self.get_command(ctx, n)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+    def short_help_of(self, name: str, cmd: click.Command) -> str:
+        return _(COMMANDS[name][1]) if name in COMMANDS else super().short_help_of(name, cmd)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="llamarig")
-@click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
-              help="Language of the output (default: $LLAMARIG_LANG, else the locale, e.g. LANG=zh_CN.UTF-8).")
+@click.group("llamarig", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="llamarig", help=CLICK_WORDS[1])
+@lang_option()
 def cli(lang: str | None) -> None:
     """llamarig: plan, check, launch, measure and guard llama.cpp llama-server deployments.
 
@@ -90,7 +87,7 @@ def main(argv: list[str] | None = None) -> Any:
             click.echo(e.ctx.get_help())
             sys.exit(ExitCode.OK)
         where = e.ctx.command_path if e.ctx is not None else "llamarig"
-        msg = " ".join(e.format_message().split())
+        msg = usage_error_text(e)
         click.echo(_("llamarig: error: {message} (see `{command} --help`)").format(message=msg, command=where), err=True)
         sys.exit(ExitCode.BAD_INPUT)
     except click.ClickException as e:

@@ -26,9 +26,9 @@ def input_options(f: F) -> F:
                      help="Take the command from a script, systemd unit, compose or llama-swap file (checked first)."),
         click.option("--invocation", type=int, default=1, show_default=True,
                      help="Which llama-server command of --from-script."),
-        click.option("--server-bin", type=str, default=None, help="llama-server binary (default: the command's, PATH, build cache)."),
-        click.option("--gpu", "gpus", multiple=True, help="GPU for the plan (repeatable, `llamarig gpus`)."),
-        click.option("--ram", type=str, default=None, help="Host RAM for the plan, e.g. 64G."),
+        click.option("--server-bin", metavar="PATH", type=str, default=None, help="llama-server binary (default: the command's, PATH, build cache)."),
+        click.option("--gpu", "gpus", metavar="GPU", multiple=True, help="GPU for the plan (repeatable, `llamarig gpus`)."),
+        click.option("--ram", metavar="SIZE", type=str, default=None, help="Host RAM for the plan, e.g. 64G."),
         click.option("--detect", is_flag=True, help="Read GPUs/RAM of this machine for the plan."),
     ]):
         f = opt(f)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from llamarig.cli.lang import _
+from llamarig.cli.help import Command, HelpPage
+from llamarig.cli.lang import N_, _
+from llamarig.cli.speed_view import SPEED_ROWS
 from llamarig.errors import InputError, UnknownNameError
 from llamarig.plan.inputs import (
     PlanArgs,
@@ -25,48 +27,46 @@ from llamarig.units import parse_size
 if TYPE_CHECKING:
     from llamarig.cli.speed_view import SpeedArgs
 
-PLAN_HELP = """\
-Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]
-
-  Predict memory per device (weights, KV, recurrent state, compute, mmproj, draft, other)
-  and host RAM for a llama-server launch, from the GGUF header (or a catalogue entry) alone.
-  Every figure carries its formula. Exit 0 if it fits, 1 if it does not (the plan says by how
-  much), 2 on bad input.
-
-  MODEL is a GGUF path, a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl, or a
-  remote GGUF read by its header alone: hf:OWNER/REPO:QUANT (or OWNER/REPO:QUANT, as -hf
-  takes it), hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT (ModelScope), https://…/FILE.gguf.
-
-Plan options:
-  --mmproj FILE|catalogue|f16|bf16|none   multimodal projector to plan for
-  --draft FILE|ID                         a separate draft model (-md)
-  --gpu NAME[:VRAM_GB]                    a GPU, repeatable, in device order (`llamarig gpus`)
-  --detect                                read GPUs (nvidia-smi), CPU cores, CPU features
-                                          (/proc/cpuinfo) and RAM here
-  --cpu-features LIST                     the CPU llama-server runs on, e.g. avx2 or
-                                          avx512f,avx512_vnni,amx_int8 or neon,dotprod,i8mm
-                                          (decides AMX / CPU_REPACK weight buffers; default:
-                                          x86-64 with AVX2, no AVX-512/AMX)
-  --ram SIZE                              host RAM, e.g. 64G
-  --overhead SIZE                         per-GPU driver/context overhead (default: catalogue)
-  --why                                   every figure's formula and source, and the speed table
-  --lang en|zh                            language of the output (default: the locale)
-  --json                                  machine-readable output (docs/plan.md)
-  -h, --help                              this text
-
-llama-server flags understood (same spellings and defaults as llama-server):
-  -c/--ctx-size, -np/--parallel, -kvu/--kv-unified, -no-kvu/--no-kv-unified,
-  --kv-unified-per-slot, -ctk/-ctv, -ctkd/-ctvd, -fa, -b/-ub, -ngl, -sm, -ts, -mg,
-  --n-cpu-moe, -cmoe, -ot, -nkvo, --swa-full, --cache-ram, --ctx-checkpoints,
-  --checkpoint-min-step, --spec-type, --spec-draft-n-max, --load-mode, --fit, -fitt,
-  -fitc, --no-mmproj-offload, -dev, --rpc, -md, -ngld, -devd, -otd, -cmoed, -ncmoed
-
-Examples:
-  llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0
-  llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536
-  llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
-  llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
-"""
+PLAN_HELP = HelpPage(
+    usage=N_("MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]"),
+    paragraphs=(
+        N_("Predict memory per device (weights, KV, recurrent state, compute, mmproj, draft, other) and host RAM "
+           "for a llama-server launch, from the GGUF header (or a catalogue entry) alone. Every figure carries "
+           "its formula. Exit 0 if it fits, 1 if it does not (the plan says by how much), 2 on bad input."),
+        N_("MODEL is a GGUF path, a catalogue id (`llamarig models`), e.g. qwen3.6-27b:iq4_nl, or a remote GGUF "
+           "read by its header alone: hf:OWNER/REPO:QUANT (or OWNER/REPO:QUANT, as -hf takes it), "
+           "hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT (ModelScope), https://…/FILE.gguf."),
+    ),
+    sections=(
+        (N_("Plan options"), (
+            ("--mmproj FILE|catalogue|f16|bf16|none", N_("multimodal projector to plan for")),
+            ("--draft FILE|ID", N_("a separate draft model (-md)")),
+            ("--gpu NAME[:VRAM_GB]", N_("a GPU, repeatable, in device order (`llamarig gpus`)")),
+            ("--detect", N_("read GPUs (nvidia-smi), CPU cores, CPU features (/proc/cpuinfo) and RAM here")),
+            ("--cpu-features LIST", N_("the CPU llama-server runs on, e.g. avx2 or avx512f,avx512_vnni,amx_int8 or "
+                                       "neon,dotprod,i8mm (decides AMX / CPU_REPACK weight buffers; default: x86-64 "
+                                       "with AVX2, no AVX-512/AMX)")),
+            ("--ram SIZE", N_("host RAM, e.g. 64G")),
+            ("--overhead SIZE", N_("per-GPU driver/context overhead (default: catalogue)")),
+            ("--why", N_("every figure's formula and source, and the speed table")),
+            ("--lang en|zh", N_("language of the output (default: the locale)")),
+            ("--json", N_("machine-readable output (docs/plan.md)")),
+            ("-h, --help", N_("this text")),
+        )),
+        (N_("Speed and optimiser options (docs/speed.md)"), SPEED_ROWS),
+        (N_("llama-server flags understood (same spellings and defaults as llama-server)"),
+         "-c/--ctx-size, -np/--parallel, -kvu/--kv-unified, -no-kvu/--no-kv-unified, --kv-unified-per-slot, "
+         "-ctk/-ctv, -ctkd/-ctvd, -fa, -b/-ub, -ngl, -sm, -ts, -mg, --n-cpu-moe, -cmoe, -ot, -nkvo, --swa-full, "
+         "--cache-ram, --ctx-checkpoints, --checkpoint-min-step, --spec-type, --spec-draft-n-max, --load-mode, "
+         "--fit, -fitt, -fitc, --no-mmproj-offload, -dev, --rpc, -md, -ngld, -devd, -otd, -cmoed, -ncmoed"),
+    ),
+    examples=(
+        "llamarig plan qwen3.6-27b:iq4_nl --mmproj f16 --gpu rtx3090 -c 105000 -np 1 -ctk q4_0 -ctv q4_0",
+        "llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536",
+        "llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536",
+        "llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on",
+    ),
+)
 
 
 @dataclass
@@ -158,16 +158,14 @@ def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
 
 # ------------------------------------------------------------------------------- rendering
 
-@click.command("plan", context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+@click.command("plan", cls=Command, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
                                           "help_option_names": [], "allow_interspersed_args": False})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def plan_cmd(args: tuple[str, ...]) -> None:
     """Predict memory per device for a llama-server launch (llamarig plan --help)."""
-    from llamarig.cli.speed_view import SPEED_HELP
-
     pa, view, sa = split_args(list(args))
     if view.help or (not args):
-        click.echo(PLAN_HELP + "\n" + SPEED_HELP)
+        click.echo(PLAN_HELP.render("llamarig plan"), nl=False)
         return
     inp = build_inputs(pa)
     if inp.spec.remote is not None:  # what reading the remote header cost, on stderr

@@ -18,19 +18,21 @@ import click
 
 from llamarig.app.command import final_findings, resolve_command
 from llamarig.app.render import FORMATS, render_command
+from llamarig.cli.help import Command
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import CTX, command_name, input_options, own_options, refuse_or_warn
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.procs import exit_description
 
 
-@click.command("render", context_settings=CTX)
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="bash", show_default=True)
-@click.option("--out", "-o", type=str, default=None, help="Write to FILE (bash: made executable) instead of stdout.")
-@click.option("--name", type=str, default=None, help="Service/script name (default llama-server-PORT).")
+@click.command("render", cls=Command, context_settings=CTX)
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="bash", show_default=True,
+              help="What to write.")
+@click.option("--out", "-o", metavar="FILE", type=str, default=None, help="Write to FILE (bash: made executable) instead of stdout.")
+@click.option("--name", metavar="NAME", type=str, default=None, help="Service/script name (default llama-server-PORT).")
 @click.option("--compose-backend", type=click.Choice(["cpu", "cuda", "vulkan", "rocm"]), default=None,
               help="Image for --format compose (default: cuda when the plan has CUDA GPUs, else cpu).")
-@click.option("--user", type=str, default=None, help="systemd User= of the service.")
+@click.option("--user", metavar="USER", type=str, default=None, help="systemd User= of the service.")
 @click.option("--force", is_flag=True, help="Render even when the input has check errors or the plan does not fit.")
 @click.option("--fix", is_flag=True, help="With --from-script: apply `llamarig check --fix` repairs first.")
 @input_options
@@ -94,13 +96,13 @@ def _verify_table(rows: list[Any]) -> None:
                 "rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB"))
 
 
-@click.command("launch", context_settings=CTX)
+@click.command("launch", cls=Command, context_settings=CTX)
 @click.option("--detach", "-d", is_flag=True, help="Return once healthy and verified; stop it with `llamarig stop`.")
-@click.option("--host", type=str, default=None, help="--host for llama-server (default: the command's, else 127.0.0.1).")
+@click.option("--host", metavar="HOST", type=str, default=None, help="--host for llama-server (default: the command's, else 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="--port for llama-server (default: the command's, else 8080).")
 @click.option("--force", is_flag=True, help="Launch even when the command has check errors or the plan does not fit.")
 @click.option("--timeout", "timeout_s", type=float, default=600, show_default=True, help="Seconds to wait for /health.")
-@click.option("--log", "log_path", type=str, default=None, help="Log file (default: the state directory).")
+@click.option("--log", "log_path", metavar="FILE", type=str, default=None, help="Log file (default: the state directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
 @input_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -182,9 +184,9 @@ def _foreground(lr: Any) -> None:
         sys.exit(ExitCode.INTERRUPTED)
 
 
-@click.command("stop")
+@click.command("stop", cls=Command)
 @click.option("--port", type=int, default=None, help="Port of the server `llamarig launch` started.")
-@click.option("--state", "state_file", type=str, default=None, help="A launch state file.")
+@click.option("--state", "state_file", metavar="FILE", type=str, default=None, help="A launch state file.")
 @click.option("--timeout", "timeout_s", type=float, default=30, show_default=True,
               help="Seconds to wait after SIGTERM before SIGKILL.")
 def stop_cmd(port: int | None, state_file: str | None, timeout_s: float) -> None:

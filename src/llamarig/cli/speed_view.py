@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llamarig.cli.lang import _, localize
+from llamarig.cli.lang import N_, _, localize
 from llamarig.errors import InputError
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
@@ -205,21 +205,21 @@ class SpeedArgs:
                        vision=self.vision, agent=self.agent, acceptance=self.acceptance)
 
 
-SPEED_HELP = """\
-Speed and optimiser options (docs/speed.md):
-  --target-ctx N            tokens every slot must hold; searches KV types, -ub, -ts, -ngl, MTP
-  --target-decode T         decode tok/s wanted (at --target-depth, default the target context)
-  --target-depth N          context depth at which --target-decode is judged
-  --headroom SIZE           free memory to keep on every GPU (default 1GiB)
-  --slots N                 parallel slots (-np N -kvu)
-  --vision                  the mmproj must be loaded
-  --agent                   rank by prefill speed (long prompts) before KV quality
-  --acceptance R            llama-server's draft acceptance, draft_n_accepted / draft_n, at
-                            --spec-draft-n-max (default 3; default R per family)
-  --calibration FILE        speed calibration file (default: the one `llamarig tune` wrote, else
-                            built-in; `--calibration builtin` ignores tune's file)
-  --host-bandwidth GBS      host memory bandwidth for layers in RAM / CPU-only plans
-"""
+#: plan's speed and optimiser options, for its help page (cli/plan_cmd.py)
+SPEED_ROWS = (
+    ("--target-ctx N", N_("tokens every slot must hold; searches KV types, -ub, -ts, -ngl, MTP")),
+    ("--target-decode T", N_("decode tok/s wanted (at --target-depth, default the target context)")),
+    ("--target-depth N", N_("context depth at which --target-decode is judged")),
+    ("--headroom SIZE", N_("free memory to keep on every GPU (default 1GiB)")),
+    ("--slots N", N_("parallel slots (-np N -kvu)")),
+    ("--vision", N_("the mmproj must be loaded")),
+    ("--agent", N_("rank by prefill speed (long prompts) before KV quality")),
+    ("--acceptance R", N_("llama-server's draft acceptance, draft_n_accepted / draft_n, at --spec-draft-n-max "
+                          "(default 3; default R per family)")),
+    ("--calibration FILE", N_("speed calibration file (default: the one `llamarig tune` wrote, else built-in; "
+                              "`--calibration builtin` ignores tune's file)")),
+    ("--host-bandwidth GBS", N_("host memory bandwidth for layers in RAM / CPU-only plans")),
+)
 
 SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom", "--slots",
                 "--acceptance", "--calibration", "--host-bandwidth"}

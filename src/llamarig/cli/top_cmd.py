@@ -13,16 +13,19 @@ from typing import Any
 
 import click
 
-from llamarig.cli.lang import _
+from llamarig.cli.help import Command, lang_option
+from llamarig.cli.lang import N_, _
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import set_language
 
 
-@click.command("top")
+@click.command("top", cls=Command, examples=(
+    "llamarig top --url http://127.0.0.1:8080", "llamarig top --url http://127.0.0.1:8080 --once --json",
+    "llamarig top --url http://127.0.0.1:8000"))
 @click.option("--url", required=True, metavar="URL", help="A llama-server, or a llamarig gateway (its backends are shown).")
 @click.option("--interval", type=float, default=1.0, show_default=True, metavar="S",
               help="Seconds between refreshes (0.2 to 3600); rates are deltas over it.")
-@click.option("--api-key", envvar="LLAMARIG_API_KEY", default=None,
+@click.option("--api-key", metavar="KEY", envvar="LLAMARIG_API_KEY", default=None,
               help="Bearer key for the server or the gateway (env LLAMARIG_API_KEY).")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit (takes two readings, --interval apart).")
 @click.option("--json", "as_json", is_flag=True,
@@ -31,17 +34,11 @@ from llamarig.i18n import set_language
 @click.option("--no-metrics", is_flag=True,
               help="Do not read /metrics (each read resets llama-server's two averaging gauges).")
 @click.option("--no-gpu", is_flag=True, help="Do not read the GPUs (NVML).")
-@click.option("--lang", type=click.Choice(["en", "zh"]), default=None, help="Language of the screen.")
+@lang_option(N_("Language of the screen."))
 def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json: bool, timeout: float,
             no_metrics: bool, no_gpu: bool, lang: str | None) -> None:
     """Watch a llama-server (or a llamarig gateway) live: slots, rates, pool, reservations, GPU,
-    alerts. Read-only GETs with timeouts; keys: q quits, s sorts, v switches views, p pauses.
-
-    \b
-    llamarig top --url http://127.0.0.1:8080
-    llamarig top --url http://127.0.0.1:8080 --once --json
-    llamarig top --url http://127.0.0.1:8000      # a gateway: its backends and reservations
-    """
+    alerts. Read-only GETs with timeouts; keys: q quits, s sorts, v switches views, p pauses."""
     if lang is not None:
         set_language(lang)
     if not url.startswith(("http://", "https://")):

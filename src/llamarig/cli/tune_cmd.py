@@ -12,6 +12,7 @@ import click
 
 from llamarig.app.command import resolve_command
 from llamarig.app.tune import TuneInterrupted, TuneResult, TuneSettings, base_args, tune_command
+from llamarig.cli.help import Command
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import CTX, input_options
 from llamarig.errors import ExitCode, InputError
@@ -57,33 +58,33 @@ class _Progress:
             self.con.print(f"{done}/{total} {escape(msg)}")
 
 
-@click.command("tune", context_settings=CTX)
+@click.command("tune", cls=Command, context_settings=CTX)
 @click.option("--try", "dims", multiple=True, metavar="FLAG=V1,V2,...",
               help="A dimension of the search (repeatable), e.g. --try -ub=64,128,256 --try -t=1,2. "
                    "Without --try: a default space built from the objective (docs/tune.md).")
 @click.option("--objective", type=click.Choice(["decode", "prefill", "ttft", "weighted", "throughput"]),
-              default="decode", show_default=True)
+              default="decode", show_default=True, help="What the search maximises.")
 @click.option("--weight", type=float, default=0.5, show_default=True,
               help="weighted: decode^w x prefill^(1-w).")
 @click.option("--min-ctx", type=int, default=None, help="Constraint: tokens per slot (from the plan).")
 @click.option("--min-decode", type=float, default=None, help="Constraint: measured decode tok/s.")
-@click.option("--headroom", type=str, default="0", show_default=True, help="Constraint: VRAM left free per GPU, e.g. 512M.")
+@click.option("--headroom", metavar="SIZE", type=str, default="0", show_default=True, help="Constraint: VRAM left free per GPU, e.g. 512M.")
 @click.option("--quality-floor", type=float, default=None,
               help="Constraint: min top-1 agreement with f16 KV (llamarig quality) for a KV type, e.g. 0.95.")
 @click.option("--min-runs", type=int, default=1, show_default=True, help="Requests per candidate at the first rung.")
 @click.option("--max-runs", type=int, default=9, show_default=True, help="Requests per candidate at the last rung.")
 @click.option("--eta", type=int, default=3, show_default=True, help="Keep the best 1/eta at each rung.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for prompts and sampling.")
 @click.option("--n-predict", type=int, default=32, show_default=True, help="Tokens decoded per request.")
 @click.option("--prompt-words", type=int, default=64, show_default=True, help="Prompt length in words.")
 @click.option("--depth", type=int, default=None,
               help="Prompt of exactly N tokens (decode at depth N; replaces --prompt-words).")
 @click.option("--exhaustive", is_flag=True, help="Measure every candidate with --max-runs (the reference).")
-@click.option("--state", "state_file", type=str, default=None, help="Resumable state file (default: state dir).")
+@click.option("--state", "state_file", metavar="FILE", type=str, default=None, help="Resumable state file (default: state dir).")
 @click.option("--restart", is_flag=True, help="Discard a state file of a different or earlier search.")
-@click.option("--calibration-out", type=str, default=None, help="Where to write the speed-model calibration.")
-@click.option("--out", "-o", type=str, default=None, help="Write the winning bash launcher to FILE.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--calibration-out", metavar="FILE", type=str, default=None, help="Where to write the speed-model calibration.")
+@click.option("--out", "-o", metavar="FILE", type=str, default=None, help="Write the winning bash launcher to FILE.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @input_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int | None, min_decode: float | None,
@@ -190,15 +191,15 @@ def _report(res: TuneResult, as_json: bool) -> None:
     click.echo(out["launcher"], nl=False)
 
 
-@click.command("quality", context_settings=CTX)
-@click.option("--types", "types_", type=str, default="q8_0,q4_0", show_default=True,
+@click.command("quality", cls=Command, context_settings=CTX)
+@click.option("--types", "types_", metavar="LIST", type=str, default="q8_0,q4_0", show_default=True,
               help="KV cache types to compare with f16 (K and V set alike; or K/V like q8_0/q4_0).")
 @click.option("--prompts", "n_prompts", type=int, default=8, show_default=True, help="Prompts in the probe set.")
 @click.option("--prompt-words", type=int, default=200, show_default=True, help="Words per prompt.")
 @click.option("--top-k", type=int, default=10, show_default=True, help="n_probs: top-k returned per position.")
 @click.option("--needle-words", type=int, default=400, show_default=True, help="Haystack length for the needle test.")
-@click.option("--depths", type=str, default="0.1,0.5,0.9", show_default=True, help="Needle depths (fractions).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--depths", metavar="LIST", type=str, default="0.1,0.5,0.9", show_default=True, help="Needle depths (fractions).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @input_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, needle_words: int, depths: str,

@@ -1,0 +1,443 @@
+"""Text that fits the terminal, in both languages: the one layout mechanism of every view.
+
+- :func:`wrap` breaks text at the width in terminal cells (a Chinese character takes two): at
+  spaces, and between Chinese characters, never inside an English word, a flag, a number or a
+  path; no line starts with a closing mark (，。）…) or ends with an opening one (（“). A token
+  wider than the width alone is broken after ``/`` or ``,`` (a path, a list), only then by cells.
+- :func:`shorten_middle` shortens a path or an id from the middle (``/data/…/model.gguf``): the
+  views do that where a column is narrow; ``--json`` always has the whole value.
+- :class:`Sheet` is a table that knows when it can no longer be one: while every column keeps
+  its whole identifiers (flags, rule ids, numbers, metric names, header labels) and each prose
+  column keeps its minimum width, it prints as a table with the prose wrapped inside its
+  column; below that it prints one block per row: the row's key columns on the first line, then
+  one ``label: text`` line per other column, wrapped with a hanging indent.
+
+Everything here is pure text layout (rich ``Text`` lines); what the cells say comes from the
+views, in the user's language.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from rich.cells import cell_len
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
+#: may not begin a line (closing marks and sentence punctuation, both widths)
+NO_START = frozenset("，。、；：！？）」』》】〉〕…—％,.;:!?)]}%”’·～")
+#: may not end a line (opening marks)
+NO_END = frozenset("（「『《【〈〔([{“‘")
+#: where a token wider than the line may be broken, best first (after the character)
+SOFT_BREAKS = ("/", ",", "=", ":", "|", "-", "_", ".")
+
+
+def cells(text: str) -> int:
+    """The width of ``text`` in terminal cells."""
+    return cell_len(text)
+
+
+def is_wide(ch: str) -> bool:
+    """A character that takes two cells (Chinese, full-width punctuation)."""
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def has_wide(text: str) -> bool:
+    return any(is_wide(c) for c in text)
+
+
+_TOKEN = re.compile(r"\s+|[^\s]")
+
+
+def _atoms(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the unbreakable pieces of ``text`` and of its blank runs: a run of
+    non-blank narrow characters is one piece (a word, a flag, a number, a path), each wide
+    character is one; closing marks join the piece before them, opening marks the one after."""
+    pieces: list[list[int]] = []
+    kinds: list[str] = []  # "s" blank, "w" wide, "n" narrow run
+    for m in _TOKEN.finditer(text):
+        ch = m.group()
+        kind = "s" if ch[0].isspace() else ("w" if is_wide(ch) else "n")
+        if kind == "n" and kinds and kinds[-1] == "n":
+            pieces[-1][1] = m.end()
+            continue
+        pieces.append([m.start(), m.end()])
+        kinds.append(kind)
+    out: list[list[int]] = []
+    out_kinds: list[str] = []
+    glue_next = False
+    for (s, e), kind in zip(pieces, kinds, strict=True):
+        first = text[s]
+        joins_prev = out and out_kinds[-1] != "s" and kind != "s" and (first in NO_START or glue_next)
+        if joins_prev:
+            out[-1][1] = e
+        else:
+            out.append([s, e])
+            out_kinds.append(kind)
+        glue_next = kind != "s" and text[e - 1] in NO_END
+    return [(s, e) for s, e in out]
+
+
+def _split_long(text: str, width: int) -> list[str]:
+    """A token wider than ``width`` in pieces of at most ``width`` cells, broken after a
+    separator where there is one (a path after ``/``, a list after ``,``), else by cells."""
+    out: list[str] = []
+    rest = text
+    while cells(rest) > width:
+        fit = 0
+        used = 0
+        for i, ch in enumerate(rest):
+            used += cells(ch)
+            if used > width:
+                break
+            fit = i + 1
+        fit = max(fit, 1)
+        cut = fit
+        for sep in SOFT_BREAKS:
+            k = rest.rfind(sep, 0, fit)
+            if k >= fit // 3:
+                cut = k + 1
+                break
+        out.append(rest[:cut])
+        rest = rest[cut:]
+    if rest:
+        out.append(rest)
+    return out
+
+
+#: a blank that does not break (one cell wide, like a blank; see :func:`keep_together`)
+KEEP = "\ue000"
+_CODE = re.compile(r"`[^`\n]+`")
+
+
+def keep_together(text: str, groups: re.Pattern[str] | str = _CODE) -> str:
+    """``text`` with the blanks inside each match of ``groups`` (default: a `code span`) made
+    unbreakable: :data:`KEEP`, the same length, so offsets into it are offsets into ``text``."""
+    return re.sub(groups, lambda m: m.group(0).replace(" ", KEEP), text)
+
+
+def line_spans(text: str, width: int, first: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) of each line of one paragraph (no newlines) wrapped at ``width`` cells
+    (``first``: the first line's width when it differs). Blanks at a break are dropped; a
+    `code span` is not broken at its blanks."""
+    text = keep_together(text)
+    width = max(1, width)
+    limit = max(1, first if first is not None else width)
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    end = 0
+    used = 0
+    for s, e in _atoms(text):
+        piece = text[s:e]
+        if piece.isspace():
+            if start is not None:
+                used += cells(piece)
+            continue
+        w = cells(piece)
+        if start is not None and used + w <= limit:
+            end, used = e, used + w
+            continue
+        if start is not None:
+            spans.append((start, end))
+            limit = width
+        if w <= limit:
+            start, end, used = s, e, w
+            continue
+        # wider than a line on its own: in pieces (after / or , where possible)
+        pos = s
+        parts = _split_long(piece, limit)
+        for part in parts[:-1]:
+            spans.append((pos, pos + len(part)))
+            pos += len(part)
+            limit = width
+        start, end, used = pos, e, cells(parts[-1])
+    if start is not None:
+        spans.append((start, end))
+    return spans or [(0, 0)]
+
+
+def wrap(text: str, width: int, indent: str = "", first_indent: str | None = None) -> list[str]:
+    """``text`` in lines of at most ``width`` cells (newlines kept): the first line starts with
+    ``first_indent`` (default ``indent``), the others with ``indent``."""
+    lead = indent if first_indent is None else first_indent
+    out: list[str] = []
+    for para in text.split("\n"):
+        p_first = lead if not out else indent
+        for i, (s, e) in enumerate(line_spans(para, width - cells(indent), width - cells(p_first))):
+            out.append((p_first if i == 0 else indent) + para[s:e])
+    return out
+
+
+def wrap_text(text: Text, width: int, indent: str = "", first_indent: str | None = None) -> list[Text]:
+    """:func:`wrap` for styled text: each line keeps the styles of its characters."""
+    lead = indent if first_indent is None else first_indent
+    out: list[Text] = []
+    offset = 0
+    for para in text.plain.split("\n"):
+        p_first = lead if not out else indent
+        for i, (s, e) in enumerate(line_spans(para, width - cells(indent), width - cells(p_first))):
+            line = Text(p_first if i == 0 else indent)
+            line.append_text(text[offset + s:offset + e])
+            out.append(line)
+        offset += len(para) + 1
+    return out
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, the middle replaced by "…" (a path keeps its
+    file name: ``/data/models/…/Qwen3.6-27B-IQ4_NL.gguf``)."""
+    if cells(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    room = width - 1
+    head_room = max(1, room // 3)
+    tail = _take_cells(text[::-1], room - head_room)[::-1]
+    slash = tail.find("/")
+    if 0 < slash < len(tail) // 2:  # start the tail at a directory boundary
+        tail = tail[slash:]
+    head = _take_cells(text, room - cells(tail))
+    return head + "…" + tail
+
+
+def _take_cells(text: str, width: int) -> str:
+    used = 0
+    for i, ch in enumerate(text):
+        used += cells(ch)
+        if used > width:
+            return text[:i]
+    return text
+
+
+# ------------------------------------------------------------------------------ the sheet
+
+
+Justify = Literal["left", "right"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a :class:`Sheet`.
+
+    ``prose``: its text may wrap (at spaces and between Chinese characters) and the column may
+    be as narrow as ``min_width``; otherwise every cell is shown whole on one line (flags, rule
+    ids, numbers, metric names). ``path``: a long value is shortened from the middle rather than
+    wrapped. ``key``: the column names the row (the first line of a block when stacked).
+    ``ratio``: the share of the room left that a prose column takes.
+    """
+
+    header: str
+    justify: Justify = "left"
+    prose: bool = False
+    min_width: int = 16
+    path: bool = False
+    key: bool = False
+    ratio: int = 1
+    style: str = ""
+
+
+@dataclass
+class _Row:
+    cells: list[Text]
+    style: str
+
+
+@dataclass
+class Sheet:
+    """A table at the widths where its columns stay readable, one block per row below."""
+
+    columns: Sequence[Column]
+    title: str | Text | None = None
+    gap: int = 2
+    header_style: str = "bold"
+    rule: bool = True
+    #: the label / text separator of a stacked block (default: "：" for Chinese labels, else ": ")
+    sep: str | None = None
+    #: a blank line between stacked blocks
+    spaced: bool = False
+    rows: list[_Row] = field(default_factory=list)
+
+    def add_row(self, *cells: str | Text, style: str = "") -> None:
+        texts = [c if isinstance(c, Text) else Text(c) for c in cells]
+        texts += [Text("") for _ in range(len(self.columns) - len(texts))]
+        self.rows.append(_Row(texts, style))
+
+    # -------------------------------------------------------------------- measuring
+
+    def _natural(self, i: int) -> int:
+        col = self.columns[i]
+        widest = max((max((cells(ln) for ln in r.cells[i].plain.split("\n")), default=0) for r in self.rows),
+                     default=0)
+        return max(cells(col.header), widest)
+
+    def widths(self, width: int) -> list[int] | None:
+        """The column widths of the table at ``width`` cells, or None when it must stack."""
+        natural = [self._natural(i) for i in range(len(self.columns))]
+        fixed = [i for i, c in enumerate(self.columns) if not c.prose]
+        flexible = [i for i, c in enumerate(self.columns) if c.prose]
+        out = list(natural)
+        gaps = self.gap * (len(self.columns) - 1)
+        room = width - gaps - sum(natural[i] for i in fixed)
+        # a path column gives up room first (shortened from the middle), down to its minimum
+        for i in fixed:
+            need = sum(natural[j] for j in flexible) - room
+            col = self.columns[i]
+            floor = max(col.min_width, cells(col.header))
+            if need <= 0:
+                break
+            if col.path and natural[i] > floor:
+                give = min(natural[i] - floor, need)
+                out[i] -= give
+                room += give
+        mins = {j: max(cells(self.columns[j].header), min(natural[j], self.columns[j].min_width)) for j in flexible}
+        if room < sum(mins.values()):
+            return None
+        want = sum(natural[j] for j in flexible)
+        if want <= room:
+            return out
+        # share the room by ratio, never below a column's minimum nor above its natural width
+        left = room
+        pending = list(flexible)
+        while pending:
+            total_ratio = sum(self.columns[j].ratio for j in pending)
+            settled = False
+            for j in list(pending):
+                share = left * self.columns[j].ratio // total_ratio
+                if share <= mins[j] or natural[j] <= share:
+                    out[j] = mins[j] if share <= mins[j] else natural[j]
+                    left -= out[j]
+                    pending.remove(j)
+                    settled = True
+                    break
+            if not settled:
+                for k, j in enumerate(pending):
+                    share = left * self.columns[j].ratio // total_ratio
+                    out[j] = share if k < len(pending) - 1 else left - sum(out[x] for x in pending[:-1])
+                break
+        return out
+
+    # -------------------------------------------------------------------- rendering
+
+    def lines(self, width: int) -> list[Text]:
+        """The sheet as lines of at most ``width`` cells."""
+        out: list[Text] = []
+        if self.title is not None:
+            title = self.title if isinstance(self.title, Text) else Text(self.title)
+            out += wrap_text(title, width)
+        ws = self.widths(width)
+        if ws is None:
+            out += self._stacked(width)
+        else:
+            out += self._table(ws)
+        return out
+
+    def _cell_lines(self, cell: Text, col: Column, w: int) -> list[Text]:
+        if col.path and not col.prose and cells(cell.plain) > w:
+            short = Text(shorten_middle(cell.plain, w))
+            if cell.spans:
+                short.stylize(cell.spans[0].style)
+            return [short]
+        if col.prose:
+            return wrap_text(cell, w)
+        return [cell[s:s + len(part)] for s, part in _line_offsets(cell.plain)]
+
+    def _table(self, ws: list[int]) -> list[Text]:
+        out: list[Text] = []
+        heads = [Text(c.header, style=self.header_style) for c in self.columns]
+        out.append(self._join([[h] for h in heads], ws, ""))
+        if self.rule:
+            out.append(Text("─" * (sum(ws) + self.gap * (len(ws) - 1)), style="dim"))
+        for row in self.rows:
+            parts = [self._cell_lines(c, col, w) for c, col, w in zip(row.cells, self.columns, ws, strict=True)]
+            height = max(len(p) for p in parts)
+            for k in range(height):
+                out.append(self._join([[p[k]] if k < len(p) else [Text("")] for p in parts], ws, row.style))
+        return out
+
+    def _join(self, parts: list[list[Text]], ws: list[int], style: str) -> Text:
+        line = Text(style=style)
+        last = max((i for i, p in enumerate(parts) if p[0].plain), default=0)
+        for i, (p, w, col) in enumerate(zip(parts, ws, self.columns, strict=True)):
+            cell = p[0].copy()
+            pad = w - cells(cell.plain)
+            if col.justify == "right":
+                cell = Text(" " * pad) + cell
+            elif i < last:
+                cell.append(" " * pad)
+            if col.style:
+                cell.stylize(col.style)
+            line.append_text(cell)
+            if i < last:
+                line.append(" " * self.gap)
+        line.rstrip()
+        return line
+
+    def _stacked(self, width: int) -> list[Text]:
+        out: list[Text] = []
+        keys = [i for i, c in enumerate(self.columns) if c.key] or [0]
+        for n, row in enumerate(self.rows):
+            if self.spaced and n:
+                out.append(Text(""))
+            head = Text(style=row.style)
+            for i in keys:
+                cell = row.cells[i]
+                if not cell.plain:
+                    continue
+                if head.plain:
+                    head.append("  ")
+                col = self.columns[i]
+                room = max(24, width - cells(head.plain))
+                piece = Text(shorten_middle(cell.plain, room)) if col.path else cell.copy()
+                if col.path and cell.spans:
+                    piece.stylize(cell.spans[0].style)
+                head.append_text(piece)
+            head.stylize("bold", 0, len(head.plain))
+            out += wrap_text(head, width, indent="    ", first_indent="")
+            for i, col in enumerate(self.columns):
+                if i in keys or not row.cells[i].plain.strip():
+                    continue
+                out += self._field(col, row.cells[i], width, row.style)
+        return out
+
+    def _field(self, col: Column, cell: Text, width: int, style: str) -> list[Text]:
+        sep = self.sep if self.sep is not None else ("：" if has_wide(col.header) else ": ")
+        label = Text(col.header + sep, style="dim")
+        value = cell.copy()
+        if col.path:
+            value = Text(shorten_middle(cell.plain, width - 2 - cells(label.plain)))
+        body = Text(style=style)
+        body.append_text(label)
+        body.append_text(value)
+        hang = " " * (2 + cells(label.plain))
+        if cells(hang) > width // 3:
+            hang = "      "
+        return wrap_text(body, width, indent=hang, first_indent="  ")
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from self.lines(options.max_width)
+
+
+def _line_offsets(text: str) -> Iterator[tuple[int, str]]:
+    pos = 0
+    for part in text.split("\n"):
+        yield pos, part
+        pos += len(part) + 1
+
+
+def print_lines(console: Console, lines: Iterable[Text | str]) -> None:
+    """Lines already laid out for the console's width, printed as they are (never re-wrapped)."""
+    for ln in lines:
+        console.print(ln, soft_wrap=True, highlight=False)
+
+
+def console_width(default: int = 80) -> int:
+    """The terminal's width (``COLUMNS`` first, as rich and click read it), else ``default``."""
+    import shutil
+
+    return shutil.get_terminal_size((default, 24)).columns
