@@ -191,6 +191,28 @@ def _translations(lang: str) -> gettext.NullTranslations:
     return gettext.translation(DOMAIN, localedir=str(LOCALE_DIR), languages=[loc], fallback=True)
 
 
+#: llama-server's own --help texts of the pinned build (summaries and worded defaults), translated
+SERVER_DOMAIN = "llama-server"
+
+
+@cache
+def _server_translations(lang: str) -> gettext.NullTranslations:
+    loc = LANGUAGES.get(lang)
+    if loc is None:
+        return gettext.NullTranslations()
+    return gettext.translation(SERVER_DOMAIN, localedir=str(LOCALE_DIR), languages=[loc], fallback=True)
+
+
+def server_text(text: str, lang: str) -> str | None:
+    """llama-server's own help text (an option's summary or its default in words) in ``lang``;
+    None when the table (locale/*/llama-server.po, the pinned build's options) has none: the
+    caller shows the English original, marked as such."""
+    if lang == "en" or not text:
+        return text
+    out = _server_translations(lang).gettext(text)
+    return out if out != text or not any(c.isalpha() for c in text) else None
+
+
 def translate(msgid: str, lang: str) -> str:
     """The catalogue's text for ``msgid`` in ``lang`` (``msgid`` itself when there is none)."""
     return _translations(lang).gettext(msgid) if lang != "en" else msgid
@@ -270,3 +292,33 @@ def N_(message: str) -> str:
     """Mark a message for the catalogue without making a Message here (module-level tables);
     ``_(TABLE[key])`` makes it one where it is used."""
     return message
+
+
+#: errno -> what the operating system's message says, as a catalogue message (the OS writes
+#: its messages in English whatever the locale: "读不了：No such file or directory")
+ERRNO_TEXT = {
+    "ENOENT": N_("no such file or directory"), "EACCES": N_("permission denied"),
+    "EPERM": N_("operation not permitted"), "EISDIR": N_("is a directory"),
+    "ENOTDIR": N_("a part of the path is not a directory"), "ENOSPC": N_("no space left on the device"),
+    "EROFS": N_("read-only file system"), "EEXIST": N_("already exists"), "ENAMETOOLONG": N_("file name too long"),
+    "ELOOP": N_("too many symbolic links"), "EMFILE": N_("too many open files"), "EIO": N_("input/output error"),
+    "ENOEXEC": N_("not an executable file"), "ETXTBSY": N_("text file busy"),
+    "ECONNREFUSED": N_("connection refused"), "ECONNRESET": N_("connection reset by the peer"),
+    "ETIMEDOUT": N_("timed out"), "EHOSTUNREACH": N_("host unreachable"), "ENETUNREACH": N_("network unreachable"),
+    "EADDRINUSE": N_("address already in use"), "EADDRNOTAVAIL": N_("address not available on this machine"),
+    "EPIPE": N_("broken pipe"), "ENOMEM": N_("out of memory"),
+}
+
+
+def os_error(e: BaseException) -> str:
+    """What an OSError says, as a Message for the known errno classes (the OS's own English
+    text otherwise); the ``error`` field of "cannot read: {error}" and its kind."""
+    import errno
+
+    code = getattr(e, "errno", None)
+    name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
+    if name in ERRNO_TEXT:
+        return _(ERRNO_TEXT[name])
+    if isinstance(e, TimeoutError):
+        return _(ERRNO_TEXT["ETIMEDOUT"])
+    return getattr(e, "strerror", None) or str(e)

@@ -19,7 +19,7 @@ from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.i18n import _, localize
+from llamarig.i18n import _, localize, os_error
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.inputs import plan_for_check
 from llamarig.units import parse_size
@@ -42,7 +42,7 @@ def read_input(path: str) -> tuple[str, str]:
                 data = f.read(MAX_INPUT_BYTES + 1)
             name = path
     except OSError as e:
-        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
+        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=os_error(e))) from e
     if len(data) > MAX_INPUT_BYTES:
         raise InputError(_("{name}: larger than {limit} MiB, not a launch script").format(name=name, limit=MAX_INPUT_BYTES // (1024 * 1024)))
     if b"\x00" in data[:8192]:
@@ -227,11 +227,10 @@ def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | N
             if f.invocation == k and f.use is not None and f.severity in ("error", "warning"):
                 notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
                     severity=severity_word[f.severity], rule=f.rule))
-        cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        # the rows are the explanation itself: written in ``lang``
-        rows = [replace(row, effect=localize(_("; ").join(
-                    ([cut] if i < len(r.uses) and not r.uses[i].passed else [])
-                    + [x for x in [row.effect] if x] + notes.get(i, [])), lang))
+        # the rows are the explanation itself: written in ``lang``; a flag cut off from the
+        # command says so once, in "reaches_server" (the view marks it, the invocation's
+        # "cut_line" says where), not in every row's effect
+        rows = [replace(row, effect=localize(_("; ").join([x for x in [row.effect] if x] + notes.get(i, [])), lang))
                 for i, row in enumerate(rows)]
         out.append({"argv": localize(inv.argv, lang), "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
                     "cut_line": inv.cut_line if inv.orphans else None,

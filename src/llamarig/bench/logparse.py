@@ -33,7 +33,7 @@ from typing import Any
 from llamarig import __version__
 from llamarig.bench.records import Figure, single_figure, stat_figures
 from llamarig.errors import InputError
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 from llamarig.logformat import (
     RE_BUILD,
     RE_CREATED,
@@ -351,7 +351,7 @@ def read_log(path: Path) -> str:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES)
     except OSError as e:
-        raise InputError(_("{path}: cannot read log: {error}").format(path=path, error=e.strerror or e)) from e
+        raise InputError(_("{path}: cannot read log: {error}").format(path=path, error=os_error(e))) from e
     if size > MAX_BYTES:
         data = data[: data.rfind(b"\n") + 1]
     if b"\x00" in data[:4096]:
@@ -522,7 +522,7 @@ def script_findings(p: LogParse, script: Path) -> list[str]:
     try:
         text = script.read_text(errors="replace")
     except OSError as e:
-        raise InputError(_("--script {script}: cannot read: {error}").format(script=script, error=e.strerror or e)) from None
+        raise InputError(_("--script {script}: cannot read: {error}").format(script=script, error=os_error(e))) from None
     parsed = parse_text(text)
     if not parsed.invocations:
         raise InputError(_("--script {script}: no llama-server command found").format(script=script))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError
-from llamarig.i18n import _, unknown_name
+from llamarig.i18n import _, os_error, unknown_name
 
 #: the RTX 3090 field report's long code-generation prompt (tests/fixtures/seeds/000_3d5d35932c1dd60e.txt), verbatim.
 TETRIS_PROMPT = """你是一名资深的软件工程师，请写一个单文件 HTML 俄罗斯方块游戏，要求：
@@ -109,7 +109,7 @@ def load_workload(path: Path) -> list[ChatPrompt]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as e:
-        raise InputError(_("{path}: cannot read workload file: {error}").format(path=path, error=e.strerror or e)) from e
+        raise InputError(_("{path}: cannot read workload file: {error}").format(path=path, error=os_error(e))) from e
     out: list[ChatPrompt] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamarig.errors import InputError
-from llamarig.i18n import N_, _, localize, translator
+from llamarig.i18n import N_, _, localize, os_error, translator
 
 NOTES_SHOWN = 10  # scenario notes (skipped points, rejected samples) printed per scenario
 
@@ -444,14 +444,14 @@ def write_json(doc: dict[str, Any], path: Path) -> None:
     try:
         path.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     except OSError as e:
-        raise InputError(_("{path}: cannot write: {error}").format(path=path, error=e.strerror or e)) from e
+        raise InputError(_("{path}: cannot write: {error}").format(path=path, error=os_error(e))) from e
 
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=e.strerror or e)) from e
+        raise InputError(_("{path}: cannot read: {error}").format(path=path, error=os_error(e))) from e
     except ValueError as e:
         raise InputError(_("{path}: not JSON: {error}").format(path=path, error=e)) from e
     if not isinstance(doc, dict) or not isinstance(doc.get("figures"), list):

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from llamarig.cli.help import Command, Group
 from llamarig.cli.lang import N_, _, lang
 from llamarig.errors import ExitCode, InputError
-from llamarig.i18n import unknown_name
+from llamarig.i18n import os_error, unknown_name
 
 EXIT_DOC = N_("Exit codes: 0 ok; 1 requests failed, run aborted, or --strict saw interference; 2 bad input; 3 server unreachable.")
 
@@ -57,7 +57,7 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
             try:
                 path.write_text(text, encoding="utf-8")
             except OSError as e:
-                raise InputError(_("{path}: cannot write: {error}").format(path=path, error=e.strerror or e)) from e
+                raise InputError(_("{path}: cannot write: {error}").format(path=path, error=os_error(e))) from e
 
 
 @click.group("bench", cls=Group, invoke_without_command=True, epilog=EXIT_DOC, examples=(
@@ -170,7 +170,7 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
         try:
             json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         except OSError as e:
-            raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=e.strerror or e)) from e
+            raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=os_error(e))) from e
 
 
 @click.command("logs", cls=Command, epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.",

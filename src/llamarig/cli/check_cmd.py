@@ -15,113 +15,11 @@ from llamarig.app.check import check, dump_json, explain, fix, get_schema, read_
 from llamarig.cli.help import Command, lang_option
 from llamarig.cli.lang import N_, _, lang, localize
 from llamarig.errors import ExitCode, InputError
-from llamarig.flags.readers import Parsed
-from llamarig.flags.rules import Finding
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
 
 _SCHEMA_BUILD_HELP = N_("Use a bundled schema: build N, or the newest bundled build older than N "
                       "(`llamarig check --list-schemas` lists them).")
-
-
-_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _q(word: str) -> str:
-    import shlex
-
-    return word if word and all(c.isalnum() or c in "-_./:=,+@%~${}" for c in word) else shlex.quote(word)
-
-
-def _clip(text: str, n: int = 600) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def render_human(parsed: Parsed, findings: list[Finding], schema: Schema, name: str) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    con = Console(highlight=False, soft_wrap=False)
-    for line, style in verdict_lines(parsed, findings, name):
-        con.print(f"[{style}]{escape(line)}[/]" if style else escape(line))
-    con.print(escape(_("{kind}, {n} llama-server invocation(s); flags checked against {schema}").format(
-        kind=parsed.kind, n=len(parsed.invocations), schema=schema.label())), style="dim")
-    groups: list[tuple[str, list[Finding]]] = []
-    by_inv: dict[int | None, list[Finding]] = {}
-    for f in findings:  # grouped once: a file of many commands stays linear
-        by_inv.setdefault(f.invocation, []).append(f)
-    general = by_inv.get(None, [])
-    script_head = _("the script")
-    if general:
-        groups.append((script_head, general))
-    for k, inv in enumerate(parsed.invocations):
-        lines_at = f"{inv.line}" + (f"-{inv.end_line}" if inv.end_line != inv.line else "")
-        head = _("invocation {k}: line {lines} {program}{label} receives {n} argument(s)").format(
-            k=k + 1, lines=lines_at, program=inv.program, label=" [" + inv.label + "]" if inv.label else "",
-            n=len(inv.args))
-        if inv.orphans:
-            head += _(", {n} cut off at line {line}").format(n=len(inv.orphans), line=inv.cut_line)
-        groups.append((head, by_inv.get(k, [])))
-    argv_of = {}
-    receives, environment, fix_head, none = _("receives:"), _("environment:"), _("fix:"), _("no findings")
-    gap = "" if receives.endswith("：") else " "  # a full-width colon carries its own space
-    for k, inv in enumerate(parsed.invocations):
-        shown = " ".join(_q(localize(a)) for a in inv.argv)
-        lines = [f"[dim]{escape(receives)}[/dim]{gap}{escape(_clip(shown))}"]
-        if inv.orphans:
-            cut = " ".join(_q(w.text) for w in inv.orphans)
-            cut_head = _("cut off (lines {first}-{last}):").format(first=inv.orphans[0].line, last=inv.orphans[-1].line)
-            lines.append(f"[dim]{escape(cut_head)}[/dim]{gap}[red]{escape(_clip(cut))}[/red]")
-        if inv.env:
-            lines.append(f"[dim]{escape(environment)}[/dim]{gap}"
-                         + escape(" ".join(f"{n}={v}" for n, v, _line in inv.env)))
-        argv_of[k] = lines
-    severity = {"error": _("error"), "warning": _("warning"), "info": _("info")}
-    for gi, (head, fs) in enumerate(groups):
-        con.print()
-        con.rule(f"[bold]{escape(head)}[/bold]", align="left")
-        k = gi - (1 if general else 0)
-        for ln in argv_of.get(k, []) if not (general and gi == 0) else []:
-            con.print("  " + ln)
-        if not fs:
-            con.print(f"  [green]{escape(none)}[/green]")
-            continue
-        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-        t.add_column(_("line"), justify="right", no_wrap=True)
-        t.add_column(_("severity"), no_wrap=True)
-        t.add_column(_("rule"), no_wrap=True)
-        # fold, never cut: a Chinese sentence has no blanks to wrap at, and an ellipsis would
-        # drop the rest of the finding
-        t.add_column(_("finding"), overflow="fold")
-        for f in fs:
-            msg = escape(localize(f.message))
-            if f.fix:
-                msg += f"\n[green]{escape(fix_head)}[/green]{gap}{escape(localize(f.fix))}"
-            t.add_row(str(f.line), f"[{_STYLE.get(f.severity, '')}]{severity.get(f.severity, f.severity)}[/]",
-                      escape(f.rule), msg)
-        con.print(t)
-
-
-def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tuple[str, str]]:
-    """The answer first: how many errors and warnings, and for each command what llama-server
-    really receives when the script cuts it off."""
-    n = {sev: sum(1 for f in findings if f.severity == sev) for sev in ("error", "warning", "info")}
-    style = "bold red" if n["error"] else ("yellow" if n["warning"] else "bold green")
-    out = [(_("{name}: {errors} error(s), {warnings} warning(s), {info} info").format(
-        name=name, errors=n["error"], warnings=n["warning"], info=n["info"]), style)]
-    for k, inv in enumerate(parsed.invocations):
-        if inv.orphans:
-            out.append((_("command {k} (line {line}) is cut off at line {cut}: {words} word(s) after it never reach "
-                          "{program}").format(k=k + 1, line=inv.line, cut=inv.cut_line, words=len(inv.orphans),
-                                              program=inv.program), "red"))
-    first = next((f for f in findings if f.severity == "error"), None)
-    if first is not None and not any(inv.orphans for inv in parsed.invocations):
-        out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(localize(first.message), 160)),
-                    "red"))
-    if not parsed.invocations:
-        out.append((_("no llama-server command found"), "yellow"))
-    return out
 
 
 def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -191,7 +89,11 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:
-        render_human(report.parsed, report.findings, report.schema, name)
+        from rich.console import Console
+
+        from llamarig.cli import check_view
+
+        check_view.render(report.parsed, report.findings, report.schema, name, Console(highlight=False))
     if report.errors:
         sys.exit(ExitCode.PROBLEMS)
 
@@ -209,7 +111,6 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
                 command: tuple[str, ...]) -> None:
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
     after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
-    from llamarig.flags.explain import TEXT
     from llamarig.i18n import language
 
     lang = set_language(lang) if lang is not None else language()
@@ -231,47 +132,12 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
     out = explain(report, model=model, base_dir=origin.parent if origin else None, lang=lang)
-    t = TEXT[lang]
     if as_json:
         click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
                                "lang": lang}, ensure_ascii=False, indent=1))
         return
-    from rich import box
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
-    con = Console(highlight=False)
-    for inv_out in out:
-        title = escape(_("line {line}: {program} ({schema})").format(
-            line=inv_out["line"], program=inv_out["argv"][0], schema=schema.label()))
-        # no outer border and flags never broken: at 80 columns the explanations get the room
-        tab = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, expand=True,
-                    show_edge=False, pad_edge=False)
-        tab.add_column(t["flag"], no_wrap=True)
-        tab.add_column(t["value"], overflow="fold", ratio=3, min_width=10)
-        tab.add_column(t["what"], overflow="fold", ratio=7)
-        # below 100 columns the default joins "what it does": five columns leave each one too narrow
-        narrow = con.width < 100
-        if not narrow:
-            tab.add_column(t["default"], overflow="fold", ratio=2)
-        tab.add_column(t["effect"], overflow="fold", ratio=5 if narrow else 4)
-        if inv_out["cut_line"]:
-            n_cut = sum(1 for row in inv_out["rows"] if not row["reaches_server"])
-            con.print(escape(_("the command is cut off at line {line}: the {n} flag(s) marked below never reach "
-                               "llama-server (as `llamarig check` reports)").format(line=inv_out["cut_line"], n=n_cut)),
-                      style="bold red")
-        for row in inv_out["rows"]:
-            style = "" if row["known"] else "bold red"
-            if not row["reaches_server"]:
-                style = "dim red"
-            if narrow:
-                what = row["what"]
-                default = _("default {value}").format(value=row["default"])
-                if row["default"] and not any(w in what for w in ("default", "默认")):
-                    what += _(" ({default})").format(default=default)
-                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(what), escape(row["effect"]), style=style)
-            else:
-                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
-                            escape(row["default"]), escape(row["effect"]), style=style)
-        con.print(tab)
+    from llamarig.cli import explain_view
+
+    explain_view.render(out, schema, Console(highlight=False))

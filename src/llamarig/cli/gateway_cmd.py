@@ -15,6 +15,7 @@ import click
 from llamarig.cli.help import Group
 from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import InputError, ServerError
+from llamarig.i18n import os_error
 
 
 @click.group("gateway", cls=Group, invoke_without_command=True, examples=(
@@ -66,7 +67,7 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
     try:
         serve(cfg, config_path=config_path, overrides=overrides, ready=ready, lang=lang())
     except OSError as e:
-        raise ServerError(_("cannot listen on {host}:{port}: {error}").format(host=cfg.server.host, port=cfg.server.port, error=e.strerror or e)) from None
+        raise ServerError(_("cannot listen on {host}:{port}: {error}").format(host=cfg.server.host, port=cfg.server.port, error=os_error(e))) from None
 
 
 @gateway_cmd.command("status")

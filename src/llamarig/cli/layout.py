@@ -35,7 +35,7 @@ NO_START = frozenset("，。、；：！？）」』》】〉〕…—％,.;:!?)
 #: may not end a line (opening marks)
 NO_END = frozenset("（「『《【〈〔([{“‘")
 #: where a token wider than the line may be broken, best first (after the character)
-SOFT_BREAKS = ("/", ",", "=", ":", "|", "-", "_", ".")
+SOFT_BREAKS = ("/", ",", ";", "=", ":", "|", "-", "_", ".")
 
 
 def cells(text: str) -> int:
@@ -240,12 +240,24 @@ class Column:
     key: bool = False
     ratio: int = 1
     style: str = ""
+    #: the label of this column's line in a stacked block (default: the header)
+    label: str | None = None
 
 
 @dataclass
 class _Row:
     cells: list[Text]
     style: str
+    tag: Text = field(default_factory=Text)
+
+    def first(self) -> Text:
+        """The first cell with the tag after it (the table's view of the row's name)."""
+        if not self.tag.plain:
+            return self.cells[0]
+        out = self.cells[0].copy()
+        out.append("" if has_wide(self.tag.plain[:1]) else " ")
+        out.append_text(self.tag)
+        return out
 
 
 @dataclass
@@ -263,17 +275,23 @@ class Sheet:
     spaced: bool = False
     rows: list[_Row] = field(default_factory=list)
 
-    def add_row(self, *cells: str | Text, style: str = "") -> None:
+    def add_row(self, *cells: str | Text, style: str = "", tag: str | Text = "") -> None:
+        """A row; ``tag`` (a short mark, e.g. "(not passed)") follows the row's name: after
+        its first cell in the table, at the end of the first line of its block."""
         texts = [c if isinstance(c, Text) else Text(c) for c in cells]
         texts += [Text("") for _ in range(len(self.columns) - len(texts))]
-        self.rows.append(_Row(texts, style))
+        tag_text = tag if isinstance(tag, Text) else Text(tag)
+        self.rows.append(_Row(texts, style, tag_text))
 
     # -------------------------------------------------------------------- measuring
 
+    def _cell(self, row: _Row, i: int) -> Text:
+        return row.first() if i == 0 else row.cells[i]
+
     def _natural(self, i: int) -> int:
         col = self.columns[i]
-        widest = max((max((cells(ln) for ln in r.cells[i].plain.split("\n")), default=0) for r in self.rows),
-                     default=0)
+        widest = max((max((cells(ln) for ln in self._cell(r, i).plain.split("\n")), default=0)
+                      for r in self.rows), default=0)
         return max(cells(col.header), widest)
 
     def widths(self, width: int) -> list[int] | None:
@@ -354,7 +372,8 @@ class Sheet:
         if self.rule:
             out.append(Text("─" * (sum(ws) + self.gap * (len(ws) - 1)), style="dim"))
         for row in self.rows:
-            parts = [self._cell_lines(c, col, w) for c, col, w in zip(row.cells, self.columns, ws, strict=True)]
+            parts = [self._cell_lines(self._cell(row, i), col, w) for i, (col, w) in enumerate(zip(self.columns, ws,
+                                                                                                   strict=True))]
             height = max(len(p) for p in parts)
             for k in range(height):
                 out.append(self._join([[p[k]] if k < len(p) else [Text("")] for p in parts], ws, row.style))
@@ -398,6 +417,9 @@ class Sheet:
                     piece.stylize(cell.spans[0].style)
                 head.append_text(piece)
             head.stylize("bold", 0, len(head.plain))
+            if row.tag.plain:
+                head.append("" if has_wide(row.tag.plain[:1]) else " ")
+                head.append_text(row.tag)
             out += wrap_text(head, width, indent="    ", first_indent="")
             for i, col in enumerate(self.columns):
                 if i in keys or not row.cells[i].plain.strip():
@@ -406,8 +428,8 @@ class Sheet:
         return out
 
     def _field(self, col: Column, cell: Text, width: int, style: str) -> list[Text]:
-        sep = self.sep if self.sep is not None else ("：" if has_wide(col.header) else ": ")
-        label = Text(col.header + sep, style="dim")
+        sep = self.sep if self.sep is not None else ("：" if has_wide(col.label or col.header) else ": ")
+        label = Text((col.label or col.header) + sep, style="dim")
         value = cell.copy()
         if col.path:
             value = Text(shorten_middle(cell.plain, width - 2 - cells(label.plain)))
@@ -430,10 +452,48 @@ def _line_offsets(text: str) -> Iterator[tuple[int, str]]:
         pos += len(part) + 1
 
 
+def print_wrapped(console: Console, text: str | Text, indent: str = "", first_indent: str | None = None,
+                  style: str = "") -> None:
+    """``text`` wrapped at the console's width by :func:`wrap_text` (rich's own wrapping puts a
+    Chinese run that does not fit the rest of the line on the next line, whole)."""
+    t = text if isinstance(text, Text) else Text(text, style=style)
+    print_lines(console, wrap_text(t, console.width, indent=indent, first_indent=first_indent))
+
+
 def print_lines(console: Console, lines: Iterable[Text | str]) -> None:
     """Lines already laid out for the console's width, printed as they are (never re-wrapped)."""
     for ln in lines:
         console.print(ln, soft_wrap=True, highlight=False)
+
+
+def stream_width(err: bool = False) -> int | None:
+    """The width to wrap plain text at on stdout (stderr with ``err``): the terminal's when it is
+    one, ``COLUMNS`` when set; None for a pipe or a file (one message stays one line for grep
+    and logs)."""
+    import os
+    import sys
+
+    stream = sys.stderr if err else sys.stdout
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def echo(text: str, err: bool = False) -> None:
+    """``click.echo`` of a message that wraps at the terminal's width (continuation lines
+    indented by two), a single line when the stream is not a terminal."""
+    import click
+
+    width = stream_width(err)
+    if width is None:
+        click.echo(text, err=err)
+        return
+    for line in text.split("\n"):
+        click.echo("\n".join(wrap(line, width, indent="  ")) if cells(line) > width else line, err=err)
 
 
 def console_width(default: int = 80) -> int:

@@ -12,6 +12,7 @@ import click
 from llamarig import __version__
 from llamarig.cli.help import CLICK_WORDS, Group, lang_option, usage_error_text
 from llamarig.cli.lang import N_, _
+from llamarig.cli.layout import echo
 from llamarig.errors import ExitCode, LlamarigError
 
 #: command name -> ("module:attribute", short help). Modules are imported on first use.
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> Any:
     try:
         return cli.main(args=argv, prog_name="llamarig", standalone_mode=False)
     except LlamarigError as e:
-        click.echo(_("llamarig: error: {message}").format(message=e), err=True)
+        echo(_("llamarig: error: {message}").format(message=e), err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
@@ -88,10 +89,10 @@ def main(argv: list[str] | None = None) -> Any:
             sys.exit(ExitCode.OK)
         where = e.ctx.command_path if e.ctx is not None else "llamarig"
         msg = usage_error_text(e)
-        click.echo(_("llamarig: error: {message} (see `{command} --help`)").format(message=msg, command=where), err=True)
+        echo(_("llamarig: error: {message} (see `{command} --help`)").format(message=msg, command=where), err=True)
         sys.exit(ExitCode.BAD_INPUT)
     except click.ClickException as e:
-        click.echo(_("llamarig: error: {message}").format(message=" ".join(e.format_message().split())), err=True)
+        echo(_("llamarig: error: {message}").format(message=" ".join(e.format_message().split())), err=True)
         sys.exit(ExitCode.BAD_INPUT)
     except click.exceptions.Abort:
         click.echo(_("llamarig: interrupted"), err=True)

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from llamarig.cli.lang import _, localize
+from llamarig.cli.layout import echo
 from llamarig.errors import LlamarigError
 from llamarig.flags.findings import Finding
 
@@ -61,10 +62,10 @@ def refuse_or_warn(findings: Sequence[Finding], force: bool, what: str, label: s
     errors = [f for f in findings if f.severity == "error"]
     for f in findings:
         if f.severity == "error" and not force:
-            click.echo(_("llamarig: error: {message}").format(message=localize(finding_line(f))), err=True)
+            echo(_("llamarig: error: {message}").format(message=localize(finding_line(f))), err=True)
         else:
             extra = _(" (--force: {what} anyway)").format(what=word) if f.severity == "error" else ""
-            click.echo(_("llamarig: warning: {message}").format(message=localize(finding_line(f)) + extra), err=True)
+            echo(_("llamarig: warning: {message}").format(message=localize(finding_line(f)) + extra), err=True)
     if errors and not force:
         raise LlamarigError(_("{n_errors} check error(s) in the llama-server command (flags of {label}): fix them, or "
                               "pass --force to {what} it as is").format(n_errors=len(errors), label=label, what=word))

@@ -22,6 +22,7 @@ from llamarig.cli.help import Command
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import CTX, command_name, input_options, own_options, refuse_or_warn
 from llamarig.errors import ExitCode, InputError, LlamarigError
+from llamarig.i18n import os_error
 from llamarig.procs import exit_description
 
 
@@ -71,7 +72,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
             if fmt == "bash":
                 p.chmod(p.stat().st_mode | 0o111)
         except OSError as e:
-            raise InputError(_("{out}: cannot write: {error}").format(out=out, error=e.strerror or e)) from None
+            raise InputError(_("{out}: cannot write: {error}").format(out=out, error=os_error(e))) from None
         click.echo(_("wrote {path} ({format})").format(path=out, format=fmt), err=True)
     else:
         click.echo(text, nl=False)

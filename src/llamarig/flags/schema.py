@@ -53,7 +53,20 @@ VALUE_KINDS = ("int", "float", "enum", "kvtype", "csv_enum", "int_auto_all", "st
 _NEG_RE = re.compile(r"^--?no-|^-(nkvo|nr|nocb)$")
 _SPELL_RE = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9._+-]*")
 _ENV_RE = re.compile(r"^\(env: ([A-Za-z0-9_]+)\)$")
-_DEFAULT_RE = re.compile(r"default:\s*([^,;)\n]+)")
+_QUOTED_DEFAULT_RE = re.compile(r"default:\s*(?:'([^']*)'|\"([^\"]*)\")(\s*\([^()]*\))?")
+_DEFAULT_RE = re.compile(r"default:\s*([^,()]+?)\s*(?:[,)]|;\s|$)")
+_ENV_NOTE_RE = re.compile(r"\(env: [A-Za-z0-9_]+\)")
+
+
+def default_of(help_text: str) -> str | None:
+    """The default a help text states: ``(default: enabled)``, ``default: 'auto' (detect from
+    template)`` -> "auto (detect from template)", ``default: 1024\\n(env: ...)`` -> "1024"."""
+    flat = " ".join(_ENV_NOTE_RE.sub("", help_text).split())
+    m = _QUOTED_DEFAULT_RE.search(flat)
+    if m:
+        return ((m.group(1) or m.group(2) or "") + (m.group(3) or "")).strip() or None
+    m = _DEFAULT_RE.search(flat)
+    return m.group(1).strip().strip("'\"") or None if m else None
 _VERSION_RE = re.compile(r"version:\s*(\S+)\s*\(build\s+(\d+),\s*commit\s+([^)\s]+)\)")
 _VERSION_RE2 = re.compile(r"version:\s*(\d+)\s*\(([^)\s]+)\)")
 
@@ -153,8 +166,14 @@ class Schema:
         return hit
 
     def label(self) -> str:
-        b = f"build {self.build}" if self.build is not None else _("unknown build")
-        return f"{self.source}: {b} ({self.origin})" if self.origin else f"{self.source}: {b}"
+        """Where the flags come from, for a person: "bundled: build 11434 (llamarig/data/...)"
+        (a Message: the words localize, the build and the path stay)."""
+        source = {"bundled": _("bundled schema"), "binary": _("binary"), "cache": _("cached schema"),
+                  "reference": _("reference schema")}.get(self.source, self.source)
+        b = _("build {build}").format(build=self.build) if self.build is not None else _("unknown build")
+        if self.origin:
+            return _("{source}: {build} ({origin})").format(source=source, build=b, origin=self.origin)
+        return _("{source}: {build}").format(source=source, build=b)
 
     def fingerprint(self) -> str:
         """Hash of every spelling and value hint: equal flag sets give equal fingerprints."""
@@ -184,6 +203,8 @@ def _opt_to_json(o: Option) -> dict[str, Any]:
 
 def _opt_from_json(d: dict[str, Any]) -> Option:
     kw = dict(d)
+    if kw.get("help"):  # schemas written before default_of read "1024 (env: LLAMA_ARG_FIT_TARGET"
+        kw["default"] = default_of(kw["help"]) or kw.get("default")
     for k in ("spellings", "negations", "allowed"):
         if k in kw and kw[k] is not None:
             kw[k] = tuple(kw[k])
@@ -315,8 +336,7 @@ def parse_help(text: str) -> list[Option]:
         am = re.search(r"allowed values:\s*([a-z0-9_, ]+)", help_text)
         if am and not allowed:
             allowed = tuple(v.strip() for v in am.group(1).split(",") if v.strip())
-        dm = _DEFAULT_RE.search(help_text.replace("\n", " "))
-        default = dm.group(1).strip().strip("'\"") if dm else None
+        default = default_of(help_text)
         flat = " ".join(help_text.split())
         removed = "has been removed" in flat
         deprecated = "DEPRECATED" in flat

@@ -35,7 +35,7 @@ import httptools
 
 from llamarig.errors import ServerError
 from llamarig.gateway.http import Headers
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 from llamarig.units import MiB
 
 #: bytes buffered for the reader before the socket stops being read
@@ -293,7 +293,7 @@ class UpstreamPool:
         except asyncio.TimeoutError:
             raise
         except OSError as e:
-            raise UpstreamConnectError(_("cannot connect to {host}:{port}: {error}").format(host=key[0], port=key[1], error=e.strerror or e)) from None
+            raise UpstreamConnectError(_("cannot connect to {host}:{port}: {error}").format(host=key[0], port=key[1], error=os_error(e))) from None
         return proto
 
     async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None, *,

@@ -25,7 +25,7 @@ from typing import Any
 
 from llamarig.errors import GGUFError, ModelNotFoundError
 from llamarig.gguf.ggml_types import TYPE_SIZES, type_name
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -232,7 +232,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     except FileNotFoundError:
         raise ModelNotFoundError(p, _("no such file")) from None
     except OSError as e:
-        raise GGUFError(p, _("cannot read: {error}").format(error=e.strerror or e)) from None
+        raise GGUFError(p, _("cannot read: {error}").format(error=os_error(e))) from None
     if p.is_dir():
         raise GGUFError(p, _("is a directory, not a GGUF file"))
     if size < 24:
@@ -244,7 +244,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
                 raise GGUFError(p, _("not a GGUF file: magic is {magic!r}, expected b'GGUF'").format(magic=magic))
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
-        raise GGUFError(p, _("cannot read: {error}").format(error=e.strerror or e)) from None
+        raise GGUFError(p, _("cannot read: {error}").format(error=os_error(e))) from None
     try:
         with memoryview(mm) as buf:
             return _parse(buf, p, size)

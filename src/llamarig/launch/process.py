@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 from llamarig.launch.server import health, log_tail
 from llamarig.paths import state_dir
 from llamarig.plan.logparse import VerifyRow, compare
@@ -266,7 +266,7 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, **env} if env else None)
         except OSError as e:
-            raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
+            raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=os_error(e))) from None
     st = LaunchState(proc.pid, proc_start_ticks(proc.pid), tuple(argv), binary, bind_host, port,
                      str(log_path), time.time())
     sf = write_state(st)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.errors import ServerError
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 from llamarig.procs import exit_description
 
 
@@ -130,7 +130,7 @@ def start_server(
                                 env={**os.environ, **env} if env else None)
     except OSError as e:
         log_file.close()
-        raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
+        raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=os_error(e))) from None
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
     try:
         return _wait_healthy(srv, timeout)

@@ -46,7 +46,7 @@ from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, GiB, Hardware
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 from llamarig.paths import state_dir
 from llamarig.plan.config import parse_server_args
 
@@ -285,7 +285,7 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
     except FileNotFoundError:
         raise InputError(_("calibration file {path}{how}: not found").format(path=p, how=how)) from None
     except OSError as e:
-        raise InputError(_("calibration file {path}{how}: not readable ({error})").format(path=p, how=how, error=e.strerror or e)) from None
+        raise InputError(_("calibration file {path}{how}: not readable ({error})").format(path=p, how=how, error=os_error(e))) from None
     return _load_file(str(p.resolve()), st.st_mtime_ns, st.st_size, how)
 
 

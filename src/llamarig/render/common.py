@@ -10,7 +10,7 @@ from typing import Any
 
 from llamarig import __version__
 from llamarig.flags.argv import Command, looks_like_option
-from llamarig.i18n import _, join, localize
+from llamarig.i18n import _, join, localize, server_text
 from llamarig.units import fmt_bytes
 
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
@@ -23,7 +23,8 @@ def is_flag(tok: str) -> bool:
 
 def flag_comment(tok: str, schema: Any, lang: str = "en") -> str:
     """One short line saying what a flag does, in ``lang`` (first sentence of the build's
-    --help; in Chinese, explain's hand-written description, else the English help marked as such)."""
+    --help; in another language its translation from the table of the pinned build's options,
+    else the English help in quotes)."""
     if schema is None:
         return ""
     hit = schema.lookup(tok.split("=", 1)[0])
@@ -31,20 +32,19 @@ def flag_comment(tok: str, schema: Any, lang: str = "en") -> str:
         return localize(_("(not a flag of this llama-server build)"), lang)
     opt, positive = hit
     text = re.sub(r"\s+", " ", opt.summary or opt.name)
-    if lang == "zh":
-        from llamarig.flags.explain import (  # lazy: only the Chinese comments need the table
-            TEXT,
-            ZH,
-        )
-
-        text = ZH.get(opt.name) or _short(text, 60) + TEXT["zh"]["fallback"]
+    if lang != "en":
+        text = server_text(text, lang) or "“" + _short(text, 60) + "”"
     if not positive:
         text = localize(_("disable: {what}").format(what=text), lang)
     return _short(text, 72)
 
 
 def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n - 1] + "…"
+    """``text`` in at most ``n`` characters, cut at a blank (never inside a word) with "…"."""
+    if len(text) <= n:
+        return text
+    cut = text.rfind(" ", 0, n - 1)
+    return text[:cut if cut > n // 2 else n - 1].rstrip(" ,;:") + "…"
 
 
 def uses_mlock(args: Sequence[str], schema: Any = None) -> bool:

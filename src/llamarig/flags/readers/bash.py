@@ -29,7 +29,7 @@ from llamarig.flags.readers.common import (
     wrapper_words,
 )
 from llamarig.flags.readers.shell_vars import Scope, Unknown, expand_word
-from llamarig.i18n import _
+from llamarig.i18n import _, os_error
 
 # ----------------------------------------------------------------------------- lexer
 
@@ -722,7 +722,7 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
                 sub = f.read(_MAX_SOURCED_BYTES).decode("utf-8", errors="replace").replace("\r\n", "\n")
         except OSError as e:
             notes.append(Note("source-missing", cmd.line, _("`source {file}`: cannot read {path}: {error}").format(
-                file=w.text, path=path, error=e.strerror or e), Severity.WARNING))
+                file=w.text, path=path, error=os_error(e)), Severity.WARNING))
             return
         sub_lex = _Lexer(sub)
         sub_cmds = _split_commands(sub_lex.run(), sub, sub_lex)

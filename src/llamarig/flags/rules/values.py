@@ -37,7 +37,8 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
     res: list[Finding] = []
 
     def bad(msg: str, fix: str | None, action: Fix | None) -> None:
-        res.append(finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} {v}`: " + msg, fix, k, u.passed,
+        res.append(finding("invalid-value", Severity.ERROR, u.line, sp,
+                           _("`{given}`: {problem}").format(given=f"{sp} {v}", problem=msg), fix, k, u.passed,
                            action, u.index))
 
     if opt.removed or "$" in v:  # `$VAR`, `$(cmd)`, llama-swap `${PORT}`: known only at run time
