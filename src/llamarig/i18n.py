@@ -288,6 +288,13 @@ def unknown_name(kind: str, name: str, suggestions: list[str] | None = None) -> 
         kind=kind, name=name, hint=did_you_mean(sugg)))
 
 
+def data_text(text: str) -> str:
+    """A text of a data file (a catalogue entry's name or source) as a Message: English as a
+    value, written in a person's language where the catalogue has it (scripts/messages extracts
+    these texts from src/llamarig/data/)."""
+    return Message(text) if text else text
+
+
 def N_(message: str) -> str:
     """Mark a message for the catalogue without making a Message here (module-level tables);
     ``_(TABLE[key])`` makes it one where it is used."""

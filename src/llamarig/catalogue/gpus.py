@@ -11,7 +11,7 @@ from importlib import resources
 
 from llamarig.errors import InputError, UnknownNameError
 from llamarig.hardware.types import GPU
-from llamarig.i18n import _, unknown_name
+from llamarig.i18n import _, data_text, unknown_name
 from llamarig.units import GiB, MiB
 
 
@@ -41,7 +41,7 @@ def load_gpus() -> tuple[GPU, ...]:
             fp16_tflops=e.get("fp16_tflops"), overhead_bytes=int(e.get("overhead_mib", 0)) * MiB,
             unified_memory=bool(e.get("unified_memory", False)),
             system_memory_bytes=int(e["system_memory_mib"]) * MiB if e.get("system_memory_mib") else None,
-            source=e.get("source", ""), aliases=tuple(e.get("aliases", ())),
+            source=data_text(e.get("source", "")), aliases=tuple(e.get("aliases", ())),
             compute_capability=_cc(e.get("compute_capability")),
         ))
     return tuple(out)

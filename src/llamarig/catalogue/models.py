@@ -25,7 +25,7 @@ from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
 from llamarig.hub.ref import is_remote
-from llamarig.i18n import _, did_you_mean, unknown_name
+from llamarig.i18n import _, data_text, did_you_mean, unknown_name
 
 DEFAULT_QUANT = "Q4_K_M"
 
@@ -43,12 +43,14 @@ class CatalogueModel:
         q = self.quants.get(quant, {})
         if q.get("bytes") and q.get("spread"):
             # a size whose reading is uncertain: labelled an estimate, with its range
-            return int(q["bytes"]), f"estimated: {int(q['bytes']):,} B +-{float(q['spread']):.1%} ({q.get('source', '')})"
+            return int(q["bytes"]), _("estimated: {bytes:,} B +-{spread:.1%} ({source})").format(
+                bytes=int(q["bytes"]), spread=float(q["spread"]), source=data_text(q.get("source", "")))
         if q.get("bytes"):
-            return int(q["bytes"]), str(q.get("source", "catalogue"))
+            return int(q["bytes"]), data_text(str(q.get("source", "catalogue")))
         bits = bpw.get(quant, 4.85)
         params = float(self.entry.get("params_b", 0)) * 1e9
-        return int(params * bits / 8), f"estimated: {self.entry.get('params_b')}B params x {bits} bits/weight ({quant})"
+        return int(params * bits / 8), _("estimated: {params}B params x {bits} bits/weight ({quant})").format(
+            params=self.entry.get("params_b"), bits=bits, quant=quant)
 
 
 def refresh_from_repo(m: CatalogueModel, bpw: dict[str, float], repo: str | None = None) -> dict[str, Any]:
@@ -86,8 +88,9 @@ def load_models() -> dict[str, CatalogueModel]:
     out = {}
     for mid, e in raw.items():
         base = raw[e["alias_of"]] if "alias_of" in e else e
-        out[mid] = CatalogueModel(mid, e.get("name", mid), base["arch"], base,
-                                  base.get("quants", {}), e.get("source", base.get("source", "")))
+        # names and sources are data-file texts with a translation in the catalogue (scripts/messages)
+        out[mid] = CatalogueModel(mid, data_text(e.get("name", mid)), base["arch"], base,
+                                  base.get("quants", {}), data_text(e.get("source", base.get("source", ""))))
     return out
 
 
@@ -238,8 +241,8 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
             return TensorInfo(name=name, ggml_type=t, shape=shape, n_bytes=tensor_bytes(t, shape), offset=-1)
 
         tensors = tuple(typed(n, shape) for n, shape in params)
-        size_source = (f"{size_source}; tensor bytes from their types ({sum(t.n_bytes for t in tensors):,} B of "
-                       f"tensors, the rest of the file is metadata)")
+        size_source = _("{source}; tensor bytes from their types ({n:,} B of tensors, the rest of the file is "
+                        "metadata)").format(source=size_source, n=sum(t.n_bytes for t in tensors))
     else:
         sizes = [(n, math.prod(shape)) for n, shape in params]
         total_params = sum(v for _, v in sizes)
@@ -259,7 +262,7 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
         rope=RopeSpec(None, None, None, None, None), n_expert=n_exp,
         n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=ff_exp or None,
         tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors), file_bytes=file_bytes,
-        warnings=(f"catalogue entry: weights {size_source}; shapes: {m.source}",),
+        warnings=(_("catalogue entry: weights {size}; shapes: {shapes}").format(size=size_source, shapes=m.source),),
         metadata={"catalogue": True, "size_source": size_source, "size_spread": _size_spread(m, quant)},
     )
 
@@ -296,5 +299,6 @@ def catalogue_mmproj(m: CatalogueModel, kind: str) -> MMProjInfo | None:
         label=f"{m.id} mmproj {k}", weights_bytes=int(item["bytes"]),
         compute_fa_on=int(mm.get("compute_fa_on_mib", 0)) * MiB,
         compute_fa_off=int(mm.get("compute_fa_off_mib", 0)) * MiB,
-        source=f"weights: {item.get('source', '')}; compute: {mm.get('compute_source', '')}",
+        source=_("weights: {weights}; compute: {compute}").format(weights=data_text(item.get("source", "")),
+                                                                   compute=data_text(mm.get("compute_source", ""))),
     )

@@ -7,15 +7,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich.text import Text
 
 from llamarig.cli.help import Command
 from llamarig.cli.lang import _, localize
+from llamarig.cli.layout import Column, Sheet, cells, labelled, print_wrapped
 from llamarig.hub.ref import is_remote
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.hardware.types import GPU
@@ -77,6 +78,60 @@ def _repo_models(ref: str, as_json: bool, console: Any) -> None:
         console.print(_("  no GGUF model files"))
 
 
+def _entry(m: CatalogueModel, bpw: dict[str, float], console: Console) -> None:
+    """One model with each quant's size and where it comes from, then its sources."""
+    print_wrapped(console, Text.assemble((m.id, "bold"), f" ({m.arch}) ", localize(m.name)))
+    for q in m.quants:
+        size, source = m.file_bytes(q, bpw)
+        print_wrapped(console, labelled(f"{q.lower()}:", _("{size} GB — {source}").format(
+            size=f"{size / 1e9:.2f}", source=localize(source))), indent="      ", first_indent="  ")
+    print_wrapped(console, _("  mmproj: {mmproj}").format(mmproj=_mmproj(m)).strip(), indent="      ",
+                  first_indent="  ")
+    print_wrapped(console, _("sources: {source}").format(source=localize(m.source)), indent="  ")
+
+
+def _refreshed(model_id: str, refresh: str, bpw: dict[str, float], as_json: bool, console: Console) -> None:
+    """``models ID --refresh``: each quant's catalogue size next to the repo's file."""
+    from llamarig.catalogue.models import find_model, refresh_from_repo
+
+    m, _quant = find_model(model_id)
+    doc = refresh_from_repo(m, bpw, refresh or None)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    print_wrapped(console, _("{id} against {repo} at {commit} (the hub's file listing, exact):").format(
+        id=m.id, repo=doc["repo"], commit=(doc["commit"] or "-")[:12]), indent="  ")
+    for r in doc["quants"]:
+        cat = "-" if r["catalogue_bytes"] is None else f"{r['catalogue_bytes'] / 1e9:.2f} GB"
+        real = "-" if r["repo_bytes"] is None else f"{r['repo_bytes'] / 1e9:.2f} GB"
+        diff = "" if r["difference"] is None else f" ({r['difference'] / 1e9:+.2f} GB)"
+        print_wrapped(console, _("  {quant}: catalogue {cat}, repo {real}{diff}").format(
+            quant=r["quant"].lower(), cat=cat, real=real, diff=diff).strip(), indent="      ", first_indent="  ")
+
+
+def _model_list(sources: bool, console: Console) -> None:
+    """Every model on one line (its quants cut at a whole quant with "…" where the line ends;
+    ``models ID`` has them all); with ``sources``, one block per model below the table width."""
+    from llamarig.catalogue.models import bpw_table, load_models
+
+    bpw = bpw_table()
+    models = load_models()
+    print_wrapped(console, _("built-in models: llamarig plan ID:QUANT (file size in GB; ~ = estimated from bits per "
+                             "weight)"), indent="  ")
+    rows = [[m.id, m.arch, _quants(m, bpw), _mmproj(m)] for m in models.values()]
+    heads = [_("id"), _("architecture"), _("quants (GB)"), "mmproj"]
+    cols = [Column(heads[0], key=True), Column(heads[1], key=True), Column(heads[2], prose=sources, min_width=24),
+            Column(heads[3])]
+    if not sources:
+        width = [max(cells(x) for x in [h] + [r[i] for r in rows]) for i, h in enumerate(heads)]
+        room = console.width - sum(width[i] for i in (0, 1, 3)) - 3 * 2  # 2 columns between each
+        for r in rows:
+            if cells(r[2]) > room:
+                r[2] = _truncate(r[2], max(room, 8))
+    _finish(console, cols, [(r, m.source) for r, m in zip(rows, models.values(), strict=True)], sources,
+            _("every quant with its size and sources: llamarig models ID; all sources: --sources"))
+
+
 @click.command("models", cls=Command)
 @click.argument("model_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
@@ -89,80 +144,38 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool, refresh: str 
     `llamarig models ID` shows one entry with its sources; `llamarig models hf:OWNER/REPO` (or
     ms:OWNER/REPO) lists a repo's quants with their exact sizes, from the hub's file listing."""
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     from llamarig.catalogue.models import bpw_table, find_model, load_models
 
-    bpw = bpw_table()
-    console = Console()
+    console = Console(highlight=False)
     if model_id and is_remote(model_id):
         _repo_models(model_id, as_json, console)
-        return
-    if model_id and refresh is not None:
-        from llamarig.catalogue.models import refresh_from_repo
-
-        m, _quant = find_model(model_id)
-        doc = refresh_from_repo(m, bpw, refresh or None)
-        if as_json:
-            click.echo(json.dumps(doc, indent=2))
-            return
-        console.print(escape(_("{id} against {repo} at {commit} (the hub's file listing, exact):").format(
-            id=m.id, repo=doc["repo"], commit=(doc["commit"] or "-")[:12])), soft_wrap=True)
-        for r in doc["quants"]:
-            cat = "-" if r["catalogue_bytes"] is None else f"{r['catalogue_bytes'] / 1e9:.2f} GB"
-            real = "-" if r["repo_bytes"] is None else f"{r['repo_bytes'] / 1e9:.2f} GB"
-            diff = "" if r["difference"] is None else f" ({r['difference'] / 1e9:+.2f} GB)"
-            console.print(_("  {quant}: catalogue {cat}, repo {real}{diff}").format(
-                quant=r["quant"].lower(), cat=cat, real=real, diff=diff), soft_wrap=True)
-        return
-    if model_id:
+    elif model_id and refresh is not None:
+        _refreshed(model_id, refresh, bpw_table(), as_json, console)
+    elif model_id:
         m, _quant = find_model(model_id)
         if as_json:
-            click.echo(json.dumps(_model_json(m, bpw), indent=2))
-            return
-        console.print(f"[bold]{m.id}[/] ({m.arch}) {escape(m.name)}")
-        for q in m.quants:
-            size, source = m.file_bytes(q, bpw)
-            console.print(f"  {q.lower()}: {size / 1e9:.2f} GB — {escape(localize(source))}", soft_wrap=False)
-        console.print(_("  mmproj: {mmproj}").format(mmproj=_mmproj(m)))
-        console.print(escape(_("sources: {source}").format(source=m.source)))
-        return
-    models = load_models()
-    if as_json:
-        click.echo(json.dumps([_model_json(m, bpw) for m in models.values()], indent=2))
-        return
-    from rich.cells import cell_len
-
-    console.print(escape(_("built-in models: llamarig plan ID:QUANT (file size in GB; ~ = estimated from bits per "
-                           "weight)")))
-    t = Table(box=None, pad_edge=False, show_edge=False)
-    # one line per model: the quants that do not fit the terminal end in "…" (`models ID` lists
-    # them all, with sizes and sources); the other columns keep their whole width
-    rows = [[m.id, m.arch, _quants(m, bpw), _mmproj(m)] for m in models.values()]
-    heads = [_("id"), _("architecture"), _("quants (GB)"), "mmproj"]
-    width = [max(cell_len(x) for x in [h] + [r[i] for r in rows]) for i, h in enumerate(heads)]
-    room = console.width - sum(width[i] for i in (0, 1, 3)) - 3 * 2  # 2 columns between each
-    for r in rows:
-        if not sources and cell_len(r[2]) > room:
-            r[2] = _truncate(r[2], room)
-    for i, h in enumerate(heads):
-        t.add_column(h, no_wrap=i != 2 or not sources, overflow="fold")
-    _finish(console, t, [(r, m.source) for r, m in zip(rows, models.values(), strict=True)],
-            sources, _("every quant with its size and sources: llamarig models ID; all sources: --sources"))
+            click.echo(json.dumps(_model_json(m, bpw_table()), indent=2))
+        else:
+            _entry(m, bpw_table(), console)
+    elif as_json:
+        click.echo(json.dumps([_model_json(m, bpw_table()) for m in load_models().values()], indent=2))
+    else:
+        _model_list(sources, console)
 
 
-def _finish(console: Console, t: Table, rows: list[tuple[list[str], str]], sources: bool, hint: str) -> None:
-    """Rows (with their source column under --sources), then the hint where sources are."""
-    from rich.markup import escape
-
+def _finish(console: Console, cols: list[Column], rows: list[tuple[list[str], str]], sources: bool,
+            hint: str) -> None:
+    """The sheet (with a source column under --sources: a block per entry where it does not fit),
+    then the hint where the sources are."""
     if sources:
-        t.add_column(_("source"), overflow="fold")
-    for cells, source in rows:
-        t.add_row(*cells, *([escape(localize(source))] if sources else []))
-    console.print(t)
+        cols = [*cols, Column(_("source"), prose=True, min_width=30)]
+    sheet = Sheet(cols, rule=False)
+    for cells_, source in rows:
+        sheet.add_row(*cells_, *([localize(source)] if sources else []))
+    console.print(sheet)
     if not sources:
-        console.print(f"[dim]{escape(hint)}[/]")
+        print_wrapped(console, hint, indent="  ", style="dim")
 
 
 def _short_name(name: str) -> str:
@@ -194,28 +207,24 @@ def gpus_cmd(gpu_id: str | None, sources: bool, as_json: bool) -> None:
     """List the built-in GPU catalogue (for --gpu NAME[:VRAM_GB]). `llamarig gpus ID` shows one
     entry with its sources."""
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     from llamarig.catalogue.gpus import find_gpu, load_gpus
 
-    console = Console()
+    console = Console(highlight=False)
     if gpu_id:
         g = find_gpu(gpu_id)
         if as_json:
             click.echo(json.dumps(g.to_json(), indent=2))
             return
-        console.print("  ".join(_gpu_line(g)))
-        console.print(escape(_("sources: {source}").format(source=g.source)))
+        print_wrapped(console, "  ".join(_gpu_line(g)), indent="  ")
+        print_wrapped(console, _("sources: {source}").format(source=localize(g.source)), indent="  ")
         return
     gpus = load_gpus()
     if as_json:
         click.echo(json.dumps([g.to_json() for g in gpus], indent=2))
         return
-    t = Table(title=_("built-in GPUs: llamarig plan --gpu ID[:VRAM_GB]"), title_justify="left", box=None,
-              pad_edge=False, show_edge=False)
-    for c, wrap in ((_("id"), False), (_("name"), True), (_("memory"), False), (_("bandwidth"), False),
-                    (_("FP16 TFLOPS"), False)):
-        t.add_column(c, no_wrap=not wrap, overflow="fold")
-    _finish(console, t, [(_gpu_line(g, short=True), g.source) for g in gpus], sources,
+    print_wrapped(console, _("built-in GPUs: llamarig plan --gpu ID[:VRAM_GB]"), indent="  ")
+    cols = [Column(_("id"), key=True), Column(_("name"), key=True), Column(_("memory"), justify="right"),
+            Column(_("bandwidth"), justify="right"), Column(_("FP16 TFLOPS"), justify="right")]
+    _finish(console, cols, [(_gpu_line(g, short=True), g.source) for g in gpus], sources,
             _("sources of an entry: llamarig gpus ID; of all: --sources"))

@@ -29,7 +29,15 @@ from typing import Any
 import click
 
 from llamarig.cli.lang import N_, _
-from llamarig.cli.layout import KEEP, cells, console_width, has_wide, keep_together, wrap
+from llamarig.cli.layout import (
+    KEEP,
+    cells,
+    command_lines,
+    console_width,
+    has_wide,
+    keep_together,
+    wrap,
+)
 
 #: the widest help, whatever the terminal (click's own default: 80 columns, 2 of margin)
 MAX_WIDTH = 80
@@ -128,23 +136,6 @@ class HelpFormatter(click.HelpFormatter):
     def write_heading(self, heading: str) -> None:
         colon = "：" if any(cells(c) == 2 for c in heading) else ":"
         self.write(f"{'':>{self.current_indent}}{heading}{colon}\n")
-
-
-def command_lines(line: str, width: int) -> list[str]:
-    """A verbatim line (an example command) as it is when it fits ``width``, else broken at
-    blanks into shell continuation lines (`` \\``, the next indented by four)."""
-    if cells(line) <= width:
-        return [line]
-    lead = line[:len(line) - len(line.lstrip())]
-    words = line.split()
-    joined: list[str] = []
-    for w in words:  # a flag and its value stay on one line
-        if joined and joined[-1].startswith("-") and " " not in joined[-1] and not w.startswith("-"):
-            joined[-1] += KEEP + w
-        else:
-            joined.append(w)
-    out = wrap(" ".join(joined), width - 2, indent=lead + "    ", first_indent=lead)
-    return [ln.replace(KEEP, " ") + " \\" for ln in out[:-1]] + [out[-1].replace(KEEP, " ")]
 
 
 def _paragraphs(text: str) -> list[str]:

@@ -8,11 +8,11 @@ from collections import Counter
 
 import click
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from llamarig.cli.help import Command
-from llamarig.cli.lang import localize
+from llamarig.cli.lang import N_, _, localize
+from llamarig.cli.layout import Column, Sheet, labelled, print_wrapped
 from llamarig.gguf import ModelSpec
 from llamarig.units import fmt_bytes
 
@@ -43,69 +43,97 @@ def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, str, str]]:
             )
             if same:
                 continue
-        kind = a.kind + (" (MTP/nextn)" if a.nextn else "")
+        kind = _(KINDS.get(a.kind, a.kind)) + (" (MTP/nextn)" if a.nextn else "")
         if a.kind == "recurrent":
-            shape = "recurrent state (no KV)"
+            shape = _("recurrent state (no KV)")
         else:
-            shape = f"{a.n_head} heads, {a.n_head_kv} KV heads × {a.head_dim_k}/{a.head_dim_v}"
+            shape = _("{heads} heads, {kv} KV heads × {k}/{v}").format(
+                heads=a.n_head, kv=a.n_head_kv, k=a.head_dim_k, v=a.head_dim_v)
         rng = f"{start}" if i - 1 == start else f"{start}–{i - 1}"
         rows.append((rng, i - start, kind, shape))
         start = i
     return rows
 
 
-def render_spec(spec: ModelSpec, console: Console) -> None:
-    t = Table(title=escape(spec.path), show_header=False, title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
-    t.add_row("architecture", escape(spec.architecture + (f"  ({spec.name})" if spec.name else "")))
+#: layer kinds, as the tables say them
+KINDS = {"attention": N_("attention"), "recurrent": N_("recurrent"), "swa": N_("sliding window")}
+
+
+def _model_rows(spec: ModelSpec) -> list[tuple[str, str]]:
+    """(field, value) of a language model's shape: layers, sizes, context, recurrent state, experts, RoPE."""
+    kinds = Counter(ly.kind for ly in spec.layers if not ly.nextn)
+    blocks = _(", ").join(_("{n} {kind}").format(n=n, kind=_(KINDS.get(k, k))) for k, n in kinds.items())
+    if spec.nextn_layers:
+        blocks += _(", ") + _("{n} MTP/nextn").format(n=spec.nextn_layers)
+    rows = [(_("layers"), _("{n} blocks: {kinds}").format(n=spec.n_layer, kinds=blocks)),
+            ("n_embd / n_ff / n_vocab", f"{_v(spec.n_embd)} / {_v(spec.n_ff)} / {_v(spec.n_vocab)}"),
+            ("n_ctx_train", _v(spec.n_ctx_train))]
+    if spec.swa_window:
+        rows.append((_("sliding window"), _("{n} tokens").format(n=spec.swa_window)))
+    if spec.recurrent:
+        r = spec.recurrent
+        n_rec = kinds.get("recurrent", 0)
+        per_seq = 4 * (r.n_embd_r + r.n_embd_s) * n_rec
+        rows.append((_("recurrent state"), _(
+            "conv {conv}, inner {inner}, state {state}, groups {groups}, dt_rank {rank}: {size} per sequence "
+            "(= 4 B × (n_embd_r {r} + n_embd_s {s}) × {n} layers)").format(
+            conv=r.conv_kernel, inner=r.inner_size, state=r.state_size, groups=r.group_count, rank=r.time_step_rank,
+            size=fmt_bytes(per_seq), r=r.n_embd_r, s=r.n_embd_s, n=n_rec)))
+    if spec.n_expert:
+        rows.append((_("experts"), _("{used} of {n} used, expert n_ff {ff}").format(
+            used=spec.n_expert_used, n=spec.n_expert, ff=_v(spec.n_ff_expert))))
+    if isinstance(spec.rope.freq_base, (int, float)) and spec.rope.freq_base:
+        rope = _("base {base:g}, dims {dims}").format(base=spec.rope.freq_base, dims=_v(spec.rope.dimension_count))
+        if spec.rope.scaling_type:
+            rope += _(", scaling {kind} ×{factor}").format(kind=spec.rope.scaling_type,
+                                                          factor=_v(spec.rope.scaling_factor))
+        rows.append(("RoPE", rope))
+    return rows
+
+
+def _rows(spec: ModelSpec) -> list[tuple[str, str]]:
+    """(field, value) of everything the header says, for a person."""
+    rows = [(_("architecture"), spec.architecture + (f"  ({spec.name})" if spec.name else ""))]
     if spec.source == "catalogue":
-        t.add_row("source", "catalogue entry (no file read): shapes and sizes from the built-in "
-                  "catalogue, tensors are per-layer aggregates (llamarig models)")
+        rows.append((_("source"), _("catalogue entry (no file read): shapes and sizes from the built-in catalogue, "
+                                    "tensors are per-layer aggregates (llamarig models)")))
     if spec.projector is not None:
         pj = spec.projector
-        t.add_row("projector", f"{escape(_v(pj.projector_type))}  vision={pj.has_vision} audio={pj.has_audio}")
-        t.add_row("vision encoder", f"{_v(pj.n_layer)} layers, n_embd {_v(pj.n_embd)}, "
-                  f"image {_v(pj.image_size)}px, patch {_v(pj.patch_size)}")
+        rows.append((_("projector"), f"{_v(pj.projector_type)}  vision={pj.has_vision} audio={pj.has_audio}"))
+        rows.append((_("vision encoder"), _("{n} layers, n_embd {embd}, image {image}px, patch {patch}px").format(
+            n=_v(pj.n_layer), embd=_v(pj.n_embd), image=_v(pj.image_size), patch=_v(pj.patch_size))))
     else:
-        kinds = Counter(ly.kind for ly in spec.layers if not ly.nextn)
-        t.add_row("layers", f"{spec.n_layer} blocks: " + ", ".join(f"{n} {k}" for k, n in kinds.items())
-                  + (f", {spec.nextn_layers} MTP/nextn" if spec.nextn_layers else ""))
-        t.add_row("n_embd / n_ff / n_vocab", f"{_v(spec.n_embd)} / {_v(spec.n_ff)} / {_v(spec.n_vocab)}")
-        t.add_row("n_ctx_train", _v(spec.n_ctx_train))
-        if spec.swa_window:
-            t.add_row("sliding window", f"{spec.swa_window} tokens")
-        if spec.recurrent:
-            r = spec.recurrent
-            per_seq = 4 * (r.n_embd_r + r.n_embd_s) * kinds.get("recurrent", 0)
-            t.add_row("recurrent state", f"conv {r.conv_kernel}, inner {r.inner_size}, state {r.state_size}, "
-                      f"groups {r.group_count}, dt_rank {r.time_step_rank}: "
-                      f"{fmt_bytes(per_seq)} per sequence (= 4 B × (n_embd_r {r.n_embd_r} + n_embd_s {r.n_embd_s}) × {kinds.get('recurrent', 0)} layers)")
-        if spec.n_expert:
-            t.add_row("experts", f"{spec.n_expert_used} of {spec.n_expert} used, expert n_ff {_v(spec.n_ff_expert)}")
-        if isinstance(spec.rope.freq_base, (int, float)) and spec.rope.freq_base:
-            t.add_row("rope", f"base {spec.rope.freq_base:g}, dims {_v(spec.rope.dimension_count)}"
-                      + (f", scaling {escape(str(spec.rope.scaling_type))} ×{_v(spec.rope.scaling_factor)}"
-                         if spec.rope.scaling_type else ""))
+        rows += _model_rows(spec)
     types: Counter[str] = Counter()
     for tensor in spec.tensors:
         types[tensor.ggml_type] += tensor.n_bytes
-    t.add_row("weights", f"{fmt_bytes(spec.weights_bytes)} in {spec.tensor_count} tensors ("
-              + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in types.most_common(4)) + ")")
+    rows.append((_("weights"), _("{size} in {n} tensors ({types})").format(
+        size=fmt_bytes(spec.weights_bytes), n=spec.tensor_count,
+        types=", ".join(f"{k} {fmt_bytes(v)}" for k, v in types.most_common(4)))))
     if spec.source == "catalogue":
-        t.add_row("file", f"{fmt_bytes(spec.file_bytes)} ({_v(spec.metadata.get('size_source'))})")
+        rows.append((_("file"), _("{size} ({source})").format(size=fmt_bytes(spec.file_bytes),
+                                                             source=localize(spec.metadata.get("size_source")))))
     else:
-        t.add_row("file", f"{fmt_bytes(spec.file_bytes)} in {len(spec.files)} file(s)")
+        rows.append((_("file"), _("{size} in {n} file(s)").format(size=fmt_bytes(spec.file_bytes), n=len(spec.files))))
+    return rows
+
+
+def render_spec(spec: ModelSpec, console: Console) -> None:
+    """The header as two sheets (fields, then layer shapes by run), then its warnings."""
+    t = Sheet([Column(_("field"), key=True), Column(_("value"), prose=True, min_width=30)], title=Text(spec.path),
+              rule=False)
+    for field, value in _rows(spec):
+        t.add_row(Text(field, style="bold"), str(value))
     console.print(t)
     if spec.layers:
-        lt = Table(title="layer shapes", title_justify="left")
-        for col in ("layers", "count", "kind", "shape"):
-            lt.add_column(col)
+        lt = Sheet([Column(_("layers"), key=True), Column(_("count"), justify="right"), Column(_("kind")),
+                    Column(_("shape"), prose=True, min_width=20)], title=_("layer shapes"))
         for rng, n, kind, shape in _layer_runs(spec):
             lt.add_row(rng, str(n), kind, shape)
         console.print(lt)
+    warning = _("warning:")
     for w in spec.warnings:
-        console.print(f"[yellow]warning:[/] {escape(localize(w))}")
+        print_wrapped(console, labelled(warning, localize(w), "yellow"), indent="  ")
 
 
 @click.command("inspect", cls=Command, examples=(

@@ -189,6 +189,24 @@ def wrap_text(text: Text, width: int, indent: str = "", first_indent: str | None
     return out
 
 
+def command_lines(line: str, width: int) -> list[str]:
+    """A verbatim line (an example command) as it is when it fits ``width``, else broken at
+    blanks into shell continuation lines (`` \\``, the next indented by four): a flag keeps its
+    value on its line, a ``<placeholder with blanks>`` stays whole."""
+    if cells(line) <= width:
+        return [line]
+    lead = line[:len(line) - len(line.lstrip())]
+    words = line.split()
+    joined: list[str] = []
+    for w in words:  # a flag and its value stay on one line
+        if joined and joined[-1].startswith("-") and " " not in joined[-1] and not w.startswith("-"):
+            joined[-1] += KEEP + w
+        else:
+            joined.append(w)
+    out = wrap(keep_together(" ".join(joined), r"<[^<>]*>"), width - 2, indent=lead + "    ", first_indent=lead)
+    return [ln.replace(KEEP, " ") + " \\" for ln in out[:-1]] + [out[-1].replace(KEEP, " ")]
+
+
 def shorten_middle(text: str, width: int) -> str:
     """``text`` in at most ``width`` cells, the middle replaced by "…" (a path keeps its
     file name: ``/data/models/…/Qwen3.6-27B-IQ4_NL.gguf``)."""
@@ -294,6 +312,18 @@ class Sheet:
                       for r in self.rows), default=0)
         return max(cells(col.header), widest)
 
+    def _longest(self, i: int, cap: int = 40) -> int:
+        """The widest unbreakable piece of column ``i`` (at most ``cap``: a longer URL or path may
+        break after its slashes)."""
+        best = 0
+        for r in self.rows:
+            text = keep_together(self._cell(r, i).plain)
+            for para in text.split("\n"):
+                for s, e in _atoms(para):
+                    if not para[s:e].isspace():
+                        best = max(best, min(cap, cells(para[s:e])))
+        return best
+
     def widths(self, width: int) -> list[int] | None:
         """The column widths of the table at ``width`` cells, or None when it must stack."""
         natural = [self._natural(i) for i in range(len(self.columns))]
@@ -313,7 +343,10 @@ class Sheet:
                 give = min(natural[i] - floor, need)
                 out[i] -= give
                 room += give
-        mins = {j: max(cells(self.columns[j].header), min(natural[j], self.columns[j].min_width)) for j in flexible}
+        # a prose column is never narrower than its longest word (a flag, an identifier, a number
+        # with its unit): below that the table would break words, and it stacks instead
+        mins = {j: max(cells(self.columns[j].header), min(natural[j], self.columns[j].min_width), self._longest(j))
+                for j in flexible}
         if room < sum(mins.values()):
             return None
         want = sum(natural[j] for j in flexible)
@@ -428,7 +461,8 @@ class Sheet:
         return out
 
     def _field(self, col: Column, cell: Text, width: int, style: str) -> list[Text]:
-        sep = self.sep if self.sep is not None else ("：" if has_wide(col.label or col.header) else ": ")
+        chinese = any(has_wide(c.label or c.header) for c in self.columns)
+        sep = self.sep if self.sep is not None else ("：" if chinese else ": ")
         label = Text((col.label or col.header) + sep, style="dim")
         value = cell.copy()
         if col.path:
@@ -452,33 +486,42 @@ def _line_offsets(text: str) -> Iterator[tuple[int, str]]:
         pos += len(part) + 1
 
 
-def print_wrapped(console: Console, text: str | Text, indent: str = "", first_indent: str | None = None,
+def labelled(label: str, text: str, style: str = "") -> Text:
+    """``label`` then ``text`` (a full-width colon carries its own space)."""
+    out = Text()
+    out.append(label, style=style)
+    out.append("" if label.endswith("：") else " ")
+    out.append(text)
+    return out
+
+
+def print_wrapped(console: Console, text: str | Text, indent: str = "", first_indent: str = "",
                   style: str = "") -> None:
-    """``text`` wrapped at the console's width by :func:`wrap_text` (rich's own wrapping puts a
-    Chinese run that does not fit the rest of the line on the next line, whole)."""
+    """``text`` wrapped at the console's width by :func:`wrap_text`, its continuation lines
+    indented by ``indent`` (rich's own wrapping puts a Chinese run that does not fit the rest of
+    the line on the next line, whole)."""
     t = text if isinstance(text, Text) else Text(text, style=style)
     print_lines(console, wrap_text(t, console.width, indent=indent, first_indent=first_indent))
 
 
 def print_lines(console: Console, lines: Iterable[Text | str]) -> None:
     """Lines already laid out for the console's width, printed as they are (never re-wrapped)."""
-    for ln in lines:
-        console.print(ln, soft_wrap=True, highlight=False)
+    for ln in lines:  # a plain str is text too, not rich markup ("[...]" in a command)
+        console.print(ln if isinstance(ln, Text) else Text(ln), soft_wrap=True, highlight=False)
 
 
 def stream_width(err: bool = False) -> int | None:
-    """The width to wrap plain text at on stdout (stderr with ``err``): the terminal's when it is
-    one, ``COLUMNS`` when set; None for a pipe or a file (one message stays one line for grep
-    and logs)."""
+    """The width to wrap plain text at on stdout (stderr with ``err``): the terminal's when the
+    stream is one; None for a pipe or a file (a message stays one line for grep and logs)."""
     import os
     import sys
 
     stream = sys.stderr if err else sys.stdout
-    cols = os.environ.get("COLUMNS", "")
-    if cols.isdigit() and int(cols) > 0:
-        return int(cols)
     try:
-        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+        if not stream.isatty():
+            return None
+        cols = os.environ.get("COLUMNS", "")
+        return int(cols) if cols.isdigit() and int(cols) > 0 else os.get_terminal_size(stream.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -493,7 +536,8 @@ def echo(text: str, err: bool = False) -> None:
         click.echo(text, err=err)
         return
     for line in text.split("\n"):
-        click.echo("\n".join(wrap(line, width, indent="  ")) if cells(line) > width else line, err=err)
+        click.echo("\n".join(wrap(line, width, indent="  ", first_indent="")) if cells(line) > width else line,
+                   err=err)
 
 
 def console_width(default: int = 80) -> int:

@@ -7,9 +7,20 @@ formulas stay as they are in both languages.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rich.text import Text
 
 from llamarig.cli.lang import N_, _, localize
+from llamarig.cli.layout import (
+    Column,
+    Sheet,
+    cells,
+    command_lines,
+    labelled,
+    print_lines,
+    print_wrapped,
+)
 from llamarig.cli.speed_view import calibration_label
 from llamarig.plan.result import HOST_GROWTH
 from llamarig.units import MiB, fmt_bytes
@@ -168,46 +179,37 @@ def suggestions(plan: Plan) -> list[str]:
     return out
 
 
-def _table(title: str, rows: list[tuple[str, int, str]], total: list[tuple[str, str]]) -> Any:
-    from rich.cells import cell_len
-    from rich.table import Table
-
-    # as wide as its title: a long GPU name ("CUDA0 (NVIDIA GeForce RTX 4060 Ti 16GB)") wrapped
-    # inside the narrow table
-    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False, min_width=cell_len(title))
-    t.add_column(_("component"), no_wrap=True)
-    t.add_column(_("size"), justify="right", no_wrap=True)
-    t.add_column(_("method"), no_wrap=True)
+def _table(title: str, rows: list[tuple[str, int, str]], total: list[tuple[str, str]]) -> Sheet:
+    """One device's (or the host's) memory: component, size, how it was obtained; totals in bold."""
+    t = Sheet([Column(_("component"), key=True), Column(_("size"), justify="right"), Column(_("method"))],
+              title=Text(title), rule=False)
     for label, b, method in rows:
         t.add_row("  " + label, fmt_bytes(b), method)
     for label, value in total:
-        t.add_row(f"  [bold]{label}[/]", f"[bold]{value}[/]", "")
+        t.add_row("  " + label, value, "", style="bold")
     return t
 
 
-def render(plan: Plan, console: Console, *, why: bool = False) -> None:
-    """The verdict, the tables, the notes; formulas with ``why``."""
-    from rich.markup import escape
-
-    lines = verdict_lines(plan)
-    style = "bold green" if plan.fits else "bold red"
-    console.print(f"[{style}]{escape(lines[0])}[/]")
-    for text in lines[1:]:
-        console.print(escape(text))
-    console.print(escape(_("{model} ({arch}): n_ctx {n_ctx}, {slots} slot(s), {kv_mode} ({per_slot} tokens per "
-                           "slot), K {k} / V {v}, flash attention {fa}, n_ubatch {ub}").format(
+def _summary(plan: Plan) -> str:
+    return _("{model} ({arch}): n_ctx {n_ctx}, {slots} slot(s), {kv_mode} ({per_slot} tokens per "
+             "slot), K {k} / V {v}, flash attention {fa}, n_ubatch {ub}").format(
         model=plan.model, arch=plan.architecture, n_ctx=plan.n_ctx, slots=plan.n_parallel,
         kv_mode=_("unified KV") if plan.kv_unified else _("KV split per slot"), per_slot=plan.n_ctx_slot,
-        k=plan.cache_type_k, v=plan.cache_type_v, fa=_("on") if plan.flash_attn else _("off"), ub=plan.n_ubatch)))
-    for d in plan.devices:
-        rows = [(_(label), d.lines[c].bytes, _(METHODS.get(d.lines[c].method, d.lines[c].method)))
-                for c, label in DEVICE_ROWS if c in d.lines and d.lines[c].bytes]
-        total = [(_("total"), fmt_bytes(d.total))]
-        if d.capacity:
-            free = d.free or 0
-            total += [(_("capacity"), fmt_bytes(d.capacity)),
-                      (_("free") if free >= 0 else _("short"), fmt_bytes(abs(free)))]
-        console.print(_table(_device_name(d), rows, total))
+        k=plan.cache_type_k, v=plan.cache_type_v, fa=_("on") if plan.flash_attn else _("off"), ub=plan.n_ubatch)
+
+
+def _device_table(d: DevicePlan) -> Sheet:
+    rows = [(_(label), d.lines[c].bytes, _(METHODS.get(d.lines[c].method, d.lines[c].method)))
+            for c, label in DEVICE_ROWS if c in d.lines and d.lines[c].bytes]
+    total = [(_("total"), fmt_bytes(d.total))]
+    if d.capacity:
+        free = d.free or 0
+        total += [(_("capacity"), fmt_bytes(d.capacity)),
+                  (_("free") if free >= 0 else _("short"), fmt_bytes(abs(free)))]
+    return _table(_device_name(d), rows, total)
+
+
+def _host_table(plan: Plan) -> Sheet:
     h = plan.host
     rows = []
     for c, label in HOST_ROWS:
@@ -225,39 +227,57 @@ def render(plan: Plan, console: Console, *, why: bool = False) -> None:
     total = [(_("total (worst case)"), fmt_bytes(h.total))]
     if h.capacity:
         total += [(_("capacity"), fmt_bytes(h.capacity)), (_("free"), fmt_bytes(h.free or 0))]
-    console.print(_table(_("host RAM"), rows, total))
+    return _table(_("host RAM"), rows, total)
+
+
+def print_command(console: Console, label: str, argv: list[str] | tuple[str, ...]) -> None:
+    """A command to copy: on the label's line when it fits, else under it in shell continuation
+    lines (never cut: `--json` has it too)."""
+    one = labelled(label, " ".join(argv))
+    if cells(one.plain) <= console.width:
+        print_lines(console, [one])
+    else:
+        print_lines(console, [label, *command_lines("  " + " ".join(argv), console.width)])
+
+
+def render(plan: Plan, console: Console, *, why: bool = False) -> None:
+    """The verdict, the tables, the notes; formulas with ``why``."""
+    lines = verdict_lines(plan)
+    print_wrapped(console, lines[0], indent="  ", style="bold green" if plan.fits else "bold red")
+    for text in lines[1:]:
+        print_wrapped(console, text, indent="  ")
+    print_wrapped(console, _summary(plan), indent="  ")
+    for d in plan.devices:
+        console.print(_device_table(d))
+    console.print(_host_table(plan))
     note, warning = _("note:"), _("warning:")
-    gap = "" if note.endswith("：") else " "  # a full-width colon carries its own space
     for n in plan.notes:
-        console.print(f"[cyan]{note}[/]{gap}{escape(localize(n))}")
+        print_wrapped(console, labelled(note, localize(n), "cyan"), indent="  ")
     for w in plan.warnings:
-        console.print(f"[yellow]{warning}[/]{gap}{escape(localize(w))}")
+        print_wrapped(console, labelled(warning, localize(w), "yellow"), indent="  ")
     if why:
         render_formulas(plan, console)
-    console.print(escape(_("command: {command}").format(command=" ".join(plan.command))), soft_wrap=True)
+    print_command(console, _("command:"), list(plan.command))
     if not why:
-        more = _("formulas and sources: add --why; everything: --json")
-        console.print(f"[dim]{escape(more)}[/]")
+        print_wrapped(console, _("formulas and sources: add --why; everything: --json"), style="dim")
 
 
 def render_formulas(plan: Plan, console: Console) -> None:
     """Every figure's formula and source (``--why``)."""
-    from rich.markup import escape
-
-    title = _("how each figure was obtained")
-    console.print(f"[bold]{title}[/]")
-    console.print(escape(_("KV per token (full-attention layers): {b} B").format(b=plan.kv_bytes_per_token)))
+    print_wrapped(console, _("how each figure was obtained"), style="bold")
+    print_wrapped(console, _("KV per token (full-attention layers): {b} B").format(b=plan.kv_bytes_per_token),
+                  indent="  ")
     if plan.recurrent_bytes_per_seq:
-        console.print(escape(_("recurrent state per sequence: {rs}; one context checkpoint {ck:.3f} MiB").format(
-            rs=fmt_bytes(plan.recurrent_bytes_per_seq), ck=plan.checkpoint_bytes / MiB)))
+        print_wrapped(console, _("recurrent state per sequence: {rs}; one context checkpoint {ck:.3f} MiB").format(
+            rs=fmt_bytes(plan.recurrent_bytes_per_seq), ck=plan.checkpoint_bytes / MiB), indent="  ")
     for d in plan.devices:
         for c, label in DEVICE_ROWS:
             ln = d.lines.get(c)
             if ln and ln.bytes:
-                line = _("{where} {what}: {formula}").format(where=d.name, what=_(label), formula=ln.formula)
-                console.print("  " + escape(line))  # formulas stay English
+                print_wrapped(console, _("{where} {what}: {formula}").format(
+                    where=d.name, what=_(label), formula=localize(ln.formula)), indent="      ", first_indent="  ")
     for c, label in HOST_ROWS:
         ln = plan.host.lines.get(c)
         if ln and ln.bytes:
-            line = _("{where} {what}: {formula}").format(where=_("host"), what=_(label), formula=ln.formula)
-            console.print("  " + escape(line))
+            print_wrapped(console, _("{where} {what}: {formula}").format(
+                where=_("host"), what=_(label), formula=localize(ln.formula)), indent="      ", first_indent="  ")

@@ -17,7 +17,12 @@ from llamarig.units import GiB, fmt_bytes
 
 
 def calibration_label(source: str) -> str:
-    """A calibration's source in the user's language ("built-in (llamarig/data/...)" -> "内置 (...)")."""
+    """A calibration's source in the user's language ("built-in (llamarig/data/...)" -> "内置（...）")."""
+    import re
+
+    m = re.fullmatch(r"built-in \((.*)\)", str(source))
+    if m:
+        return _("built-in ({path})").format(path=m.group(1))
     if "built-in" not in source:
         return source  # a catalogue Message (a calibration file) is written in the language by format()
     return source.replace("built-in", _("built-in"), 1)
