@@ -224,7 +224,8 @@ def gpus_cmd(gpu_id: str | None, sources: bool, as_json: bool) -> None:
         click.echo(json.dumps([g.to_json() for g in gpus], indent=2))
         return
     print_wrapped(console, _("built-in GPUs: llamarig plan --gpu ID[:VRAM_GB]"), indent="  ")
-    cols = [Column(_("id"), key=True), Column(_("name"), key=True), Column(_("memory"), justify="right"),
+    cols = [Column(_("id"), key=True), Column(_("name"), key=True, prose=True, min_width=12),
+            Column(_("memory"), justify="right"),
             Column(_("bandwidth"), justify="right"), Column(_("FP16 TFLOPS"), justify="right")]
     _finish(console, cols, [(_gpu_line(g, short=True), g.source) for g in gpus], sources,
             _("sources of an entry: llamarig gpus ID; of all: --sources"))
