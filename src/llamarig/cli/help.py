@@ -165,6 +165,8 @@ def _extras(text: str) -> str:
     for item in text.split("; "):
         key, sep, value = item.partition(": ")
         if sep and key == "default":
+            if any(c.isalpha() for c in value) and has_wide(_("default: {value}")):
+                value = f"`{value}`"  # a word among Chinese: a value to type, as written
             items.append(_("default: {value}").format(value=value))
         elif sep and key == "env var":
             items.append(_("env var: {value}").format(value=value))
@@ -245,7 +247,9 @@ class Command(click.Command):
 
 
 def _usage_words(pieces: list[str]) -> list[str]:
-    words = {"[OPTIONS]": _("[OPTIONS]"), "COMMAND [ARGS]...": _("COMMAND [ARGS]...")}
+    """click's usage placeholders in the CLI's language ([OPTIONS], COMMAND [ARGS]...)."""
+    words = {"[OPTIONS]": _("[OPTIONS]"), "COMMAND [ARGS]...": _("COMMAND [ARGS]..."),
+             "[COMMAND] [ARGS]...": _("[COMMAND] [ARGS]..."), "[COMMAND]...": _("[LLAMA-SERVER COMMAND]...")}
     return [words.get(p, p) for p in pieces]
 
 
