@@ -374,11 +374,11 @@ def analyse(p: LogParse) -> dict[str, Any]:
              "(n_gen − 1) ÷ t, older builds n ÷ t)")
     if dec:
         figs += stat_figures("log_decode_tok_s", [r.eval_tok_s for r in dec if r.eval_tok_s is not None], "tok/s", m_dec, stats=("median", "p10", "max"),
-                             scenario="logs", method_zh="日志 eval time 行的 tokens per second")
+                             scenario="logs", method_zh=f"{src} 中 'eval time = … tokens per second' 行的速度（服务器自己算的数：构建 11434 为 (n_gen − 1) ÷ t，旧构建为 n ÷ t）")
     pre = [r for r in reqs if r.prompt_tok_s is not None]
     figs += [] if not pre else stat_figures("log_prefill_tok_s", [r.prompt_tok_s for r in pre if r.prompt_tok_s is not None], "tok/s",
                          f"'prompt eval time = … tokens per second' lines of {src}; only tokens actually processed (cached tokens excluded)",
-                         stats=("median", "max"), scenario="logs", method_zh="日志 prompt eval time 行（不含缓存命中的 token）")
+                         stats=("median", "max"), scenario="logs", method_zh=f"{src} 中 'prompt eval time = … tokens per second' 行的速度；只算实际处理的 token（不含缓存命中的）")
     depth_pts = sorted(((r.depth, r.eval_tok_s) for r in dec if r.depth is not None and r.eval_tok_s is not None),
                        key=lambda x: x[0])
     seen: set[str] = set()
@@ -393,7 +393,7 @@ def analyse(p: LogParse) -> dict[str, Any]:
                 "(depth = task.n_tokens from the 'new prompt' line, else 'stop processing' n_tokens − generated + 1)",
                 samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
                 params={"depth": r.depth, "slot": r.slot, "task": r.task, "prompt_eval_n": r.prompt_eval_n, "cached": r.cached},
-                method_zh=f"第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 token",
+                method_zh=f"{src} 第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 token（深度 = 'new prompt' 行的 task.n_tokens，没有时取 'stop processing' 行的 n_tokens − 生成数 + 1）",
             ))
     if len(depth_pts) >= 2:
         (d0, v0), (d1, v1) = depth_pts[0], depth_pts[-1]
@@ -420,16 +420,16 @@ def analyse(p: LogParse) -> dict[str, Any]:
         ram = kept * size
         figs.append(single_figure("checkpoint_size_mib", size, "MiB",
                                   f"'created context checkpoint K of N (… size = S MiB)' lines of {src}: median S",
-                                  samples=ck.sizes_mib, scenario="logs", method_zh="日志 created context checkpoint 行的 size"))
+                                  samples=ck.sizes_mib, scenario="logs", method_zh=f"{src} 中 'created context checkpoint K of N (… size = S MiB)' 行的 S 的中位数"))
         figs.append(single_figure("checkpoints_kept", float(kept), "checkpoints",
                                   f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
                                   scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit,
                                                            "created": ck.created, "erased": ck.erased},
-                                  method_zh="每个槽位最后一行 created context checkpoint K of N 的 K，减去之后 erased invalidated 的行数"))
+                                  method_zh=f"{src} 中每个槽位最后一行 'created context checkpoint K of N' 的 K，减去之后 'erased invalidated' 的行数"))
         figs.append(single_figure("checkpoint_host_ram_mib", ram, "MiB",
                                   "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint data, tools/server/server-common.h)",
                                   scenario="logs", params={"checkpoints_kept": kept, "checkpoint_size_mib": size},
-                                  method_zh="保留的 checkpoint 数 × 每个大小（主机内存）"))
+                                  method_zh="保留的检查点数 × 检查点大小的中位数（检查点在主机内存中：server_prompt_checkpoint 数据，tools/server/server-common.h）"))
         line = _("each context checkpoint is {size} MiB; {kept} kept → {ram} of host RAM").format(
             size=f"{size:.1f}" if size >= 1 else f"{size:.3f}", kept=kept,
             ram=_gib(ram) if size >= 1 else f"{ram:.3f} MiB")
@@ -468,7 +468,7 @@ def analyse(p: LogParse) -> dict[str, Any]:
         figs.append(single_figure("log_spec_acceptance", acc, "ratio",
                                   f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
                                   samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs",
-                                  method_zh="日志 draft acceptance 行：Σ accepted ÷ Σ generated"))
+                                  method_zh=f"{src} 中 'draft acceptance = … (A accepted / G generated)' 行：Σ accepted ÷ Σ generated"))
     budgets = sorted({b for _, b in p.reasoning_budgets})
     if UNLIMITED_BUDGET in budgets:
         at = next(n for n, b in p.reasoning_budgets if b == UNLIMITED_BUDGET)

@@ -127,8 +127,8 @@ def footnotes(figures: Sequence[dict[str, Any]], lang: str = "en") -> Footnotes:
     refs = []
     for f in figures:
         text = method_key(str(f.get("method", "")))
-        if lang == "zh" and f.get("method_zh"):
-            text = f"{f['method_zh']}。{text}"
+        if lang == "zh" and f.get("method_zh"):  # the whole method in Chinese, not a label before the English
+            text = str(f["method_zh"])
         note = localize(f.get("note") or "", lang)
         refs.append((number(text, False), number(note, True) if note else None))
     return Footnotes(texts, refs)

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from llamarig.cli.help import Command, Group
 from llamarig.cli.lang import N_, _, lang
+from llamarig.cli.layout import print_wrapped
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import os_error, unknown_name
 
@@ -109,8 +110,8 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     if ctx.invoked_subcommand is not None:
         return
     from llamarig.bench.prompts import PROMPT_SETS
-    from llamarig.bench.report import terminal
     from llamarig.bench.runner import BenchConfig, run_bench
+    from llamarig.cli import report_view
 
     if not url:
         raise InputError(_("--url is required (e.g. --url http://127.0.0.1:8080)"))
@@ -146,7 +147,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             doc = run_bench(cfg, progress)
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
-        terminal(doc, out, lang=lang())
+        report_view.render(doc, out, lang())
     if doc.get("errors") or doc.get("aborted"):
         sys.exit(ExitCode.PROBLEMS)
 
@@ -186,32 +187,19 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
              script: Path | None) -> None:
     """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
     per-request timeline, decode vs depth, checkpoint RAM and plain-language findings."""
-    from rich.markup import escape
-    from rich.table import Table
-
     from llamarig.bench.logparse import logs_document
-    from llamarig.bench.report import fmt_value, terminal
+    from llamarig.cli import report_view
 
     doc = logs_document(file, script)  # English: the JSON's words never change with the language
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
-    con = Console()
+    con = Console(highlight=False)
     src = doc["source"]
     head = _("{path}: {lines} lines, {recognised} recognised, {skipped} skipped, {requests} requests").format(
         path=src["path"], lines=src["lines"], recognised=src["recognised"], skipped=src["skipped"],
         requests=src["requests"])
     if src.get("build"):
         head += _(", build {build}").format(build=src["build"])
-    con.print(escape(head), highlight=False)
-    timeline = []
-    if doc["timeline"]:
-        t = Table(header_style="bold", title=_("requests (timeline)"))
-        for col in (_("slot"), _("task"), _("depth"), _("prompt"), _("cached"), _("processed"), _("prefill tok/s"),
-                    _("generated"), _("decode tok/s")):
-            t.add_column(col, justify="right")
-        for r in doc["timeline"]:
-            t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
-                        ("slot", "task", "depth", "prompt_tokens", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")))
-        timeline.append(t)
-    terminal(doc, con, after_headline=timeline, lang=lang())  # the headline first, then the per-request timeline
+    print_wrapped(con, head, indent="  ")
+    report_view.render(doc, con, lang())  # the headline first, then the per-request timeline

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.text import Text
 
-from llamarig.cli.lang import _, localize
+from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, Sheet, print_lines, print_wrapped, wrap_text
 
 if TYPE_CHECKING:
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from llamarig.flags.schema import Schema
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+#: what a checked file is (Parsed.kind)
+KINDS = {"shell": N_("shell script"), "systemd": N_("systemd unit"), "compose": N_("docker compose file"),
+         "llama-swap": N_("llama-swap config"), "models-preset": N_("models preset (INI)"), "argv": N_("command"),
+         "yaml": N_("YAML file")}
 
 
 def _q(word: str) -> str:
@@ -103,7 +107,8 @@ def render(parsed: Parsed, findings: list[Finding], schema: Schema, name: str, c
     for line, style in verdict_lines(parsed, findings, name):
         print_wrapped(console, line, indent="  ", style=style)
     print_wrapped(console, _("{kind}, {n} llama-server invocation(s); flags checked against {schema}").format(
-        kind=parsed.kind, n=len(parsed.invocations), schema=schema.label()), indent="  ", style="dim")
+        kind=_(KINDS[parsed.kind]) if parsed.kind in KINDS else parsed.kind, n=len(parsed.invocations),
+        schema=schema.label()), indent="  ", style="dim")
     by_inv: dict[int | None, list[Finding]] = {}
     for f in findings:  # grouped once: a file of many commands stays linear
         by_inv.setdefault(f.invocation, []).append(f)

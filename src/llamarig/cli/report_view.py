@@ -1,0 +1,134 @@
+"""The terminal report of ``llamarig bench`` and ``llamarig logs``: the headline first, the
+findings, the request timeline (logs), then the figures with a numbered method per figure, the
+notes and problems. Tables are layout.Sheets: at 80 columns the timeline and the figures become
+one block per request and per figure instead of cutting metric names and headers; every method
+and note is wrapped, never cut. The words come from bench.report (labels, headline, footnotes)
+in the user's language; the document (``--json``) stays English."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from llamarig.bench.report import NOTES_SHOWN, fmt_value, footnotes, headline, labels
+from llamarig.cli.lang import N_, _, localize
+from llamarig.cli.layout import Column, Sheet, labelled, print_wrapped
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+#: unit words of the figures, as a person reads them (symbols like tok/s and MiB stay)
+UNITS = {"checkpoints": N_("checkpoints"), "ratio": N_("ratio"), "tokens": N_("tokens"), "requests": N_("requests"),
+         "tokens/step": N_("tokens/step"), "prompt tokens": N_("prompt tokens")}
+
+#: the timeline's columns: (doc key, heading)
+TIMELINE = (("slot", "slot"), ("task", "task"), ("depth", "depth"), ("prompt_tokens", "prompt"),
+            ("cached", "cached"), ("prompt_eval_n", "processed"), ("prefill_tok_s", "prefill tok/s"),
+            ("eval_n", "generated"), ("decode_tok_s", "decode tok/s"))
+
+
+def timeline(doc: dict[str, Any]) -> Sheet | None:
+    """logs: one row per request (a block per request where nine columns do not fit)."""
+    if not doc.get("timeline"):
+        return None
+    heads = {"slot": _("slot"), "task": _("task"), "depth": _("depth"), "prompt": _("prompt"), "cached": _("cached"),
+             "processed": _("processed"), "prefill tok/s": _("prefill tok/s"), "generated": _("generated"),
+             "decode tok/s": _("decode tok/s")}
+    cols = [Column(heads[h], justify="right", key=k in ("slot", "task")) for k, h in TIMELINE]
+    t = Sheet(cols, title=Text(_("requests (timeline)"), style="bold"))
+    for r in doc["timeline"]:
+        t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k, _h in TIMELINE))
+    return t
+
+
+def _spread(f: dict[str, Any]) -> str:
+    s = f.get("spread") or {}
+    if not s or f.get("n", 0) < 2 or s.get("p10") is None or s.get("p90") is None:
+        return ""
+    unit = f.get("unit", "")
+    return f"{fmt_value(s['p10'], unit)} … {fmt_value(s['p90'], unit)}"
+
+
+def figures(doc: dict[str, Any], lang: str) -> tuple[Sheet, list[tuple[str, bool]]]:
+    """The figures (name, value, unit, N, p10 … p90, method reference) and the numbered methods."""
+    lab = labels(lang)
+    sheet = Sheet([Column(lab["figure"], key=True), Column(lab["value"], justify="right"), Column(lab["unit"]),
+                   Column("N", justify="right"), Column("p10 … p90"), Column(lab["method"], justify="right")])
+    figs = doc.get("figures", [])
+    fn = footnotes(figs, lang)
+    for f, (m, note) in zip(figs, fn.refs, strict=True):
+        ref = Text(f"[{m}]")
+        if note:
+            ref.append(f" ![{note}]", style="yellow")
+        unit = f.get("unit", "")
+        sheet.add_row(f["name"], fmt_value(f.get("value"), unit), _(UNITS[unit]) if unit in UNITS else unit,
+                      str(f.get("n", "")), _spread(f), ref)
+    return sheet, fn.texts
+
+
+def _head(doc: dict[str, Any]) -> Text:
+    t = doc.get("target", {})
+    head = Text.assemble((str(doc.get("kind", "bench")), "bold"), " ",
+                         str(t.get("url") or doc.get("source", {}).get("path", "")))
+    if t.get("build_info"):
+        head.append("  " + _("build {build}").format(build=t["build_info"]))
+    if t.get("model"):
+        head.append("  " + _("model {m}").format(m=Path(str(t["model"])).name))
+    return head
+
+
+def _headline(doc: dict[str, Any], console: Console, lang: str) -> None:
+    for h in headline(doc, lang):
+        line = Text(h.line(), style="yellow" if h.warn else "")
+        print_wrapped(console, line, indent="    ", first_indent="! " if h.warn else "  ")
+
+
+def _problems(doc: dict[str, Any], console: Console, lang: str) -> None:
+    """Notes, missing figures, interference, GPU telemetry, errors and an abort, one wrapped line each."""
+    lab = labels(lang)
+    for sc in doc.get("scenarios", []):
+        notes = sc.get("notes") or []
+        for n in notes[:NOTES_SHOWN]:
+            print_wrapped(console, labelled(sc["name"] + ":", localize(n), "cyan"), indent="  ")
+        if len(notes) > NOTES_SHOWN:
+            more = _("… {n} more notes in the JSON (scenarios[].notes)").format(n=len(notes) - NOTES_SHOWN)
+            print_wrapped(console, labelled(sc["name"] + ":", more, "cyan"), indent="  ")
+    inter = doc.get("interference") or {}
+    for m in inter.get("missing", []):
+        print_wrapped(console, labelled(lab["missing"] + _(": "), localize(m), "yellow"), indent="  ")
+    for ev in inter.get("events", [])[:10]:
+        print_wrapped(console, labelled(lab["interference"] + _(": "),
+                                        f"t={ev['t_s']} s {ev['kind']}: {localize(ev['detail'])}", "red"), indent="  ")
+    gpu = doc.get("gpu") or {}
+    if gpu and not gpu.get("available"):
+        print_wrapped(console, lab["gpu_na"].format(reason=localize(gpu.get("reason"))), indent="  ", style="dim")
+    for e in doc.get("errors", [])[:20]:
+        print_wrapped(console, labelled(lab["error"] + _(": "), localize(e), "red"), indent="  ")
+    if doc.get("aborted"):
+        print_wrapped(console, labelled(lab["aborted"] + _(": "), localize(doc["aborted"]), "red"),
+                      indent="  ")
+
+
+def render(doc: dict[str, Any], console: Console, lang: str) -> None:
+    """The whole report (see the module)."""
+    lab = labels(lang)
+    if doc.get("kind") != "logs":  # logs: the command's own first line names the log
+        print_wrapped(console, _head(doc), indent="  ")
+    _headline(doc, console, lang)
+    if doc.get("findings"):
+        print_wrapped(console, _("{heading}:").format(heading=lab["findings"]), style="bold")
+    for f in doc.get("findings", []):
+        print_wrapped(console, "• " + localize(f), indent="  ")
+    t = timeline(doc)
+    if t is not None:
+        console.print(t)
+    if doc.get("figures"):
+        sheet, methods = figures(doc, lang)
+        console.print(sheet)
+        print_wrapped(console, _("{heading}:").format(heading=lab["methods"]), style="bold")
+        for i, (text, is_note) in enumerate(methods, 1):
+            mark = Text(f"![{i}]" if is_note else f"[{i}]", style="yellow" if is_note else "")
+            print_wrapped(console, Text.assemble(mark, " ", text), indent="      ", first_indent="  ")
+    _problems(doc, console, lang)
