@@ -149,12 +149,13 @@ def test_lang_zh_renders_chinese_headings(chinese, tmp_path: Path) -> None:
     assert md.startswith("# llamarig bench 报告")
     assert md.index("## 要点") < md.index("## 指标") < md.index("### 测法")
     assert "- **解码**：67.8 tok/s（中位数，p10 65.5 · p90 69.2，n=5）" in md
-    assert "**冷 prefill（256 token）**：816 tok/s" in md and "**投机解码接受率（接受 ÷ 草稿）**：0.620" in md
+    assert "**冷启动预填充（256 token）**：816 tok/s" in md and "**投机解码接受率（接受 ÷ 草稿）**：0.620" in md
     assert "| 指标 | 数值 | N | 测法 |" in md
-    assert "- ¹ 5 个请求 × 128 token，串行流式。" + DECODE in md  # the Chinese summary before the method
+    # a figure's Chinese method stands alone (it says what the English one says; no English after it)
+    assert "- ¹ 5 个请求 × 128 token，串行流式" in md and DECODE not in md
     page = render_html(doc, "zh")
     assert "<h2>要点</h2>" in page and "<h2>图表</h2>" in page and "<th>测法</th>" in page
-    assert "冷 prefill 速度与 prompt 长度" in page and ">并发<" in page  # plot titles from the catalogue
+    assert "冷启动预填充速度与提示词长度" in page and ">并发<" in page  # plot titles from the catalogue
     buf = io.StringIO()
     terminal(doc, Console(file=buf, width=160), lang="zh")
     out = buf.getvalue().splitlines()
@@ -187,8 +188,8 @@ def test_logs_cli_in_chinese(seeds_dir: Path, tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert out.index("解码（日志）：37.1 tok/s") < out.index("请求（时间线）")
     md = m.read_text()
-    assert md.index("## 要点") < md.index("## 结论") < md.index("## 指标")
-    assert "**prefill（日志）**：722 tok/s（中位数" in md
+    assert md.index("## 要点") < md.index("## 检查结果") < md.index("## 指标")
+    assert "**预填充（日志）**：722 tok/s（中位数" in md
     assert '<html lang="zh-CN">' in h.read_text()
     assert json.loads(j.read_text())["figures"][0]["name"] == "log_decode_tok_s_median"
 

@@ -90,6 +90,10 @@ def _slot_text(cfg: BenchConfig) -> str:
     return f"pinned to slot {cfg.slot} (id_slot)" if cfg.slot is not None else "not pinned to a slot"
 
 
+def _slot_text_zh(cfg: BenchConfig) -> str:
+    return f"固定在槽位 {cfg.slot}（id_slot）" if cfg.slot is not None else "不固定槽位"
+
+
 def annotate_contamination(r: Runner, res: ScenarioResult) -> None:
     """Say, on every figure of the scenario, how many of its samples overlapped foreign work."""
     mine = [s for s in r.samples if s.scenario == res.name and not s.warmup and s.ok]
@@ -120,7 +124,9 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
         f"{cfg.k} {cfg.endpoint} requests ('{cfg.prompt_set}' prompts, seed {cfg.seed}) × max_tokens={cfg.n_predict} with "
         f"ignore_eos, streamed serially to {CHAT if cfg.endpoint == 'chat' else COMPLETION} {_slot_text(cfg)}; {cfg.warmup} warm-up request(s) excluded"
     )
-    zh = f"{cfg.k} 个请求 × {cfg.n_predict} token，串行流式，timings 的 (predicted_n−1)/predicted_ms"
+    zh = (f"{cfg.k} 个 {cfg.endpoint} 请求（'{cfg.prompt_set}' 提示词，种子 {cfg.seed}）× max_tokens={cfg.n_predict}，"
+          f"ignore_eos，串行流式发到 {CHAT if cfg.endpoint == 'chat' else COMPLETION}，{_slot_text_zh(cfg)}；"
+          f"{cfg.warmup} 个预热请求不计入；速度 = (timings.predicted_n − 1) ÷ timings.predicted_ms（服务器时钟，由原始字段重算）")
     params = {"k": cfg.k, "n_predict": cfg.n_predict, "prompt_set": cfg.prompt_set}
     no_timings = "" if any(s.timings for s in ok) or not ok else "the server sent no timings (not llama-server?): see decode_client_tok_s"
     res.figures += stat_figures("decode_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
@@ -128,7 +134,8 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
                                 note=no_timings)
     res.figures += stat_figures("decode_client_tok_s", [s.client_decode_tok_s for s in ok if s.client_decode_tok_s],
                                 "tok/s", f"{what}; {CLIENT_FORMULA}", stats=("median", "p10", "max"),
-                                scenario="decode", params=params, method_zh="客户端时钟：首个到最后一个含 token 的 SSE 块")
+                                scenario="decode", params=params,
+                                method_zh="同上请求；客户端速度 = (predicted_n − 1) ÷（最后一个与第一个含 token 的 SSE 块之间的时间，perf_counter）")
     res.figures += stat_figures("decode_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
                                 f"{what}; time from sending the request to the first SSE chunk with non-empty content or reasoning_content",
                                 stats=("median",), scenario="decode", params=params)
@@ -251,7 +258,9 @@ async def scenario_prefill(r: Runner, res: ScenarioResult) -> None:
             f"cache_prompt=false, n_predict=1, {_slot_text(cfg)}; a sample counts only if timings.cache_n == 0 and "
             f"timings.prompt_n equals the /tokenize length; rate = timings.prompt_n ÷ timings.prompt_ms"
         )
-        zh = "cache_prompt=false + 唯一前缀盐，仅计 cache_n==0 且 prompt_n 等于 /tokenize 长度的样本；prompt_n/prompt_ms"
+        zh = (f"{cfg.repeats} 个 /completion 请求，提示词约 {length} token（唯一前缀盐之后接带种子的填充文本），"
+              f"cache_prompt=false，n_predict=1，{_slot_text_zh(cfg)}；只计 timings.cache_n == 0 且 timings.prompt_n 等于 "
+              f"/tokenize 长度的样本；速度 = timings.prompt_n ÷ timings.prompt_ms")
         res.figures += stat_figures(f"prefill_tok_s_{_k(length)}", [s.prefill_tok_s for s in ok if s.prefill_tok_s],
                                     "tok/s", what, stats=("median", "p10", "max"), scenario="prefill", params=params, method_zh=zh)
         res.figures += stat_figures(f"prefill_ttft_ms_{_k(length)}", [s.t_first_chunk_s * 1000 for s in ok if s.t_first_chunk_s is not None],
@@ -312,7 +321,9 @@ async def scenario_ttft(r: Runner, res: ScenarioResult) -> None:
     res.figures += stat_figures("ttft_warm_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
                                 f"{what}; client time from send to the first token-bearing SSE chunk",
                                 stats=("median", "p90", "max"), scenario="ttft", params=params,
-                                method_zh="同槽位 id_slot，每次在上一个 prompt 后追加新问题；客户端首 token 时间")
+                                method_zh=f"先用约 {cfg.ttft_prefix} token 的提示词填好槽位，再发 {cfg.repeats} 个 /completion 请求，"
+                                          f"每个 = 上一个提示词 + 一个新问题（只追加，像聊天一样），cache_prompt=true，{_slot_text_zh(cfg)}；"
+                                          "timings.cache_n 小于上一个提示词 − 8 的样本剔除；客户端从发出请求到第一个含 token 的 SSE 块的时间")
     res.figures += stat_figures("ttft_warm_prompt_ms", [ms for s in ok if (ms := s.timings.get("prompt_ms")) is not None],
                                 "ms", f"{what}; server timings.prompt_ms", stats=("median",), scenario="ttft", params=params)
     _errors(res, samples)
@@ -345,7 +356,9 @@ async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
         )
         res.figures += stat_figures(f"decode_tok_s_at_depth_{_k(d)}", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
                                     "tok/s", what, stats=("median", "p10"), scenario="depth", params=params,
-                                    method_zh="不同上下文深度下的解码速度，深度 = cache_n + prompt_n")
+                                    method_zh=f"{cfg.repeats} 个 /completion 请求，提示词约 {d} token（第一个填满槽位，其余命中缓存），"
+                                              f"n_predict={cfg.n_predict}，ignore_eos，{_slot_text_zh(cfg)}；深度 = timings.cache_n + "
+                                              "timings.prompt_n；速度 = (timings.predicted_n − 1) ÷ timings.predicted_ms")
         vals = [s.server_decode_tok_s for s in ok if s.server_decode_tok_s]
         if vals:
             series.append({"depth": depth_median, "tok_s": statistics.median(vals)})
@@ -396,7 +409,9 @@ async def scenario_concurrency(r: Runner, res: ScenarioResult) -> None:
             f"concurrency_{n}_aggregate_tok_s", agg, "tok/s",
             f"median over N={len(aggs)} rounds of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned; "
             "per round Σ timings.predicted_n ÷ (last token chunk of any stream − first request sent); rounds with a failed request excluded",
-            samples=aggs, scenario="concurrency", params=params, method_zh="并发总吞吐：每轮 Σpredicted_n ÷ 墙钟时间，取各轮中位数",
+            samples=aggs, scenario="concurrency", params=params,
+            method_zh=f"{len(aggs)} 轮的中位数，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位；"
+                      "每轮 Σ timings.predicted_n ÷（任一流的最后一个 token 块 − 第一个请求发出）；有请求失败的轮次不计",
             note="" if aggs else "no complete round"))
         res.figures += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
                                     "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency", params=params)
@@ -437,7 +452,9 @@ async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
         "spec_acceptance", da / dn if dn else None, "ratio",
         f"{what}; Σ timings.draft_n_accepted ({da}) ÷ Σ timings.draft_n ({dn}) over requests that drafted",
         samples=[s.timings.get("draft_n_accepted", 0) / s.timings["draft_n"] for s in with_draft],
-        scenario="spec", note=note, method_zh="Σdraft_n_accepted ÷ Σdraft_n（timings）",
+        scenario="spec", note=note,
+        method_zh=f"{cfg.k} 个 {cfg.endpoint} 请求（'{cfg.prompt_set}'）× max_tokens={cfg.n_predict}，串行，{_slot_text_zh(cfg)}；"
+                  f"在有草稿的请求上 Σ timings.draft_n_accepted（{da}）÷ Σ timings.draft_n（{dn}）",
         params={"draft_n": dn, "draft_n_accepted": da},
     ))
     if before and after:
