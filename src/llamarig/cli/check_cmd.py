@@ -25,10 +25,17 @@ _SCHEMA_BUILD_HELP = N_("Use a bundled schema: build N, or the newest bundled bu
 def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from llamarig.flags.schema import bundled_provenance
+    from rich.console import Console
 
+    from llamarig.cli.layout import Column, Sheet
+    from llamarig.flags.schema import bundled_provenance
+    from llamarig.i18n import data_text
+
+    sheet = Sheet([Column(_("build"), justify="right", key=True), Column(_("flag count"), justify="right", key=True),
+                   Column(_("how it was made"), prose=True, min_width=40)], rule=False)
     for build, n, how in bundled_provenance():
-        click.echo(f"{build:>6}  {n:>3} " + _("options") + f"  {how}")
+        sheet.add_row(str(build), str(n), localize(data_text(how)))
+    Console(highlight=False).print(sheet)
     ctx.exit(0)
 
 

@@ -334,10 +334,10 @@ def _unknown(schema: Schema, t: str, use: Use, lore: Folklore | None, k: int | N
     near = closest(schema, t)
     # when other bundled builds accept the spelling, say when it came or went (flags/history.py)
     when = history_note(schema, t)
-    when = "; " + when if when else ""
+    when = _("; ") + when if when else ""
     missing = _("`{flag}` does not exist in this llama-server (error: invalid argument: {flag})").format(flag=t)
     if lore is not None:
-        msg: str = missing + when + "; " + lore.advice()
+        msg: str = missing + when + _("; ") + lore.advice()
         if lore.replace:
             v = use.value or ""
             new = tuple(a.replace("{v}", v) for a in lore.replace)

@@ -140,7 +140,7 @@ def _row(u: Use, schema: Schema, effects: dict[str, str], lang: str, t: dict[str
     if u.opt is None:
         lore = FOLKLORE.get(u.spelling) or FOLKLORE.get(u.spelling.replace("_", "-"))
         if lore is not None:
-            what = f"{t['unknown']}: " + (lore.zh if lang == "zh" and lore.zh else lore.real)
+            what = localize(_("{a}: {b}"), lang).format(a=t["unknown"], b=lore.zh if lang == "zh" and lore.zh else lore.real)
         else:
             what = t["unknown"]
         return Row(u.spelling, value, what, "", "", u.line, False)

@@ -181,7 +181,7 @@ def _cells(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-def _wrap(comment: str, width: int = 100) -> list[str]:
+def _wrap(comment: str, width: int = 80) -> list[str]:
     """A '# ...' comment over lines of at most ``width`` terminal columns, never breaking a word
     (Chinese text, which has no blanks, breaks between characters)."""
     if _cells(comment) <= width:
@@ -328,9 +328,9 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         replace[start] = (end, text)
     for n in parsed.notes:
         if n.kind == "kill-by-name":
-            notes_at.setdefault(n.line - 1, []).append(localize(
+            notes_at.setdefault(n.line - 1, []).append("\n".join(_wrap(localize(
                 "# llamarig: " + _("killall matches every process with this name; prefer "
-                                   "`kill \"$(cat server.pid)\"` or `pkill -x NAME -u \"$USER\"` and wait for the exit"), lang))
+                                   "`kill \"$(cat server.pid)\"` or `pkill -x NAME -u \"$USER\"` and wait for the exit"), lang))))
     if parsed.kind == "systemd":
         dropped = {n for fx in fixed for n in fx.dropped_env}
         for i, ln in enumerate(lines):
@@ -344,7 +344,10 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
     i = 0
     while i < len(lines):
         if i in notes_at:
-            out.extend(n for n in notes_at[i] if not (out and out[-1] == n) and lines[i - 1:i] != [n])
+            for note in notes_at[i]:  # a note (maybe wrapped over lines) not already right above
+                k = note.count("\n") + 1
+                if "\n".join(out[-k:]) != note and "\n".join(lines[max(0, i - k):i]) != note:
+                    out.append(note)
         if i in replace:
             end, text = replace[i]
             out.append(text)

@@ -85,7 +85,7 @@ FOLKLORE: dict[str, Folklore] = {
         "leaves MiB free per device", zh="vLLM 参数；llama-server 用 `--fit on --fit-target MiB`"),
     "--tensor-parallel-size": Folklore("tensor parallelism (vLLM)",
                                        "`-sm tensor` (needs flash attention) or `-sm layer`",
-                                       zh="vLLM 的张量并行；llama-server 用 `-sm tensor`（需开 flash attention）或 `-sm layer`"),
+                                       zh="vLLM 的张量并行；llama-server 用 `-sm tensor`（需开启 Flash Attention）或 `-sm layer`"),
     "--max-model-len": Folklore("context length (vLLM)", "`-c/--ctx-size N`", replace=("--ctx-size", "{v}"),
                                 zh="vLLM 的上下文长度；llama-server 用 `-c/--ctx-size N`"),
     "--max-seq-len": Folklore("context length", "`-c/--ctx-size N`", replace=("--ctx-size", "{v}"),
