@@ -43,7 +43,9 @@ class GGUFError(InputError):
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
         self.problem = one_line(problem)
-        super().__init__(self.path + ": " + self.problem)  # + keeps a llamarig.i18n.Message one
+        from llamarig.i18n import _  # lazy: llamarig.i18n imports this module
+
+        super().__init__(_("{path}: {problem}").format(path=self.path, problem=self.problem))
 
 
 class ModelNotFoundError(GGUFError):

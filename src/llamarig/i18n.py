@@ -329,3 +329,18 @@ def os_error(e: BaseException) -> str:
     if isinstance(e, TimeoutError):
         return _(ERRNO_TEXT["ETIMEDOUT"])
     return getattr(e, "strerror", None) or str(e)
+
+
+def error_text(e: BaseException) -> str:
+    """What went wrong, for a person: an OS error's kind as a catalogue message (a connection
+    refused, a timeout, a missing file), else the exception's class and message."""
+    inner = getattr(e, "os_error", None)  # aiohttp's connection errors wrap the OSError
+    if isinstance(inner, OSError):
+        return os_error(inner)
+    if isinstance(e, (OSError, TimeoutError)):
+        return os_error(e)
+    import asyncio
+
+    if isinstance(e, asyncio.TimeoutError):
+        return _(ERRNO_TEXT["ETIMEDOUT"])
+    return f"{type(e).__name__}: {e}"

@@ -30,7 +30,7 @@ from llamarig.bench.gpu import GpuSampler, energy_joules
 from llamarig.bench.monitor import InterferenceEvent, Monitor, Tracker, reconcile
 from llamarig.bench.records import Figure, note_text, single_figure
 from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
-from llamarig.i18n import N_, _, unknown_name
+from llamarig.i18n import N_, _, error_text, unknown_name
 
 SCHEMA_VERSION = 1
 
@@ -213,7 +213,7 @@ async def wait_ready(client: BenchClient, wait_s: float) -> dict[str, Any]:
             res = await client.get("/health", timeout=5)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             conn_failures += 1
-            last = f"{type(e).__name__}: {e}"
+            last = error_text(e)
             if conn_failures >= 2:
                 raise ServerError(_("cannot reach {url}: {last}").format(url=client.url, last=last)) from None
             await asyncio.sleep(0.5)

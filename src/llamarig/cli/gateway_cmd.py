@@ -15,7 +15,7 @@ import click
 from llamarig.cli.help import Group
 from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import InputError, ServerError
-from llamarig.i18n import os_error
+from llamarig.i18n import error_text, os_error
 
 
 @click.group("gateway", cls=Group, invoke_without_command=True, examples=(
@@ -87,7 +87,7 @@ def status_cmd(url: str, api_key: str | None, as_json: bool) -> None:
             url=url, status=e.code, body=e.read()[:200].decode("utf-8", "replace"))) from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         raise ServerError(_("{url}: cannot reach the gateway: {error}").format(
-            url=url, error=getattr(e, "reason", e))) from None
+            url=url, error=error_text(_reason(e)))) from None
     if as_json:
         click.echo(json.dumps(st, indent=2, ensure_ascii=False))
         return
@@ -98,6 +98,12 @@ def status_cmd(url: str, api_key: str | None, as_json: bool) -> None:
     con.print(status_table(url, st, Table))
     for line in status_footer(st):
         con.print(line, markup=False, highlight=False)
+
+
+def _reason(e: BaseException) -> BaseException:
+    """urllib's URLError carries the OSError that says why."""
+    reason = getattr(e, "reason", None)
+    return reason if isinstance(reason, BaseException) else e
 
 
 def pool_cell(b: Mapping[str, Any], safety: float) -> str:

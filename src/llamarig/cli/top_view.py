@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from llamarig.cli.lang import _, localize
+from llamarig.cli.lang import N_, _, localize
 from llamarig.top.model import Alert, ServerView, SlotView, Snapshot
 
 SORTS = ("id", "busy", "rate")
@@ -267,11 +267,18 @@ def method_lines(snap: Snapshot) -> list[Text]:
     return [Text(ln, style="dim") for ln in lines]
 
 
+#: event kinds, as a person reads them
+EVENT_KINDS = {"down": N_("down"), "up": N_("back up"), "restart": N_("restarted")}
+
+
 def event_lines(snap: Snapshot, n: int) -> list[Text]:
     out = []
     for e in snap.events[-n:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.wall))
-        out.append(Text(f"{stamp} {e.server}: {e.kind}: {localize(e.detail)}", style="red" if e.kind in ("restart", "down") else ""))
+        kind = _(EVENT_KINDS[e.kind]) if e.kind in EVENT_KINDS else e.kind
+        out.append(Text(_("{stamp} {server}: {kind}: {detail}").format(stamp=stamp, server=localize(e.server), kind=kind,
+                                                                     detail=localize(e.detail)),
+                        style="red" if e.kind in ("restart", "down") else ""))
     return out
 
 

@@ -278,8 +278,8 @@ def _parse(buf: memoryview, p: Path | str, size: int) -> GGUFHeader:
     n_tensors = c.u64("tensor count")
     n_kv = c.u64("metadata count")
     # each KV needs at least a key length (8) + a value type (4) + 1 byte; each tensor info 8+4+4+8
-    c.need(n_kv * 13, f"{n_kv} metadata entries")
-    c.need(n_tensors * 24, f"{n_tensors} tensor infos")
+    c.need(n_kv * 13, _("{n} metadata entries").format(n=n_kv))
+    c.need(n_tensors * 24, _("{n} tensor infos").format(n=n_tensors))
 
     metadata: dict[str, Any] = {}
     warnings: list[str] = []

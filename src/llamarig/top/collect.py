@@ -21,17 +21,18 @@ import aiohttp
 
 from llamarig.bench.client import BenchClient, HTTPResult
 from llamarig.bench.monitor import parse_metrics
+from llamarig.i18n import data_text, error_text
 from llamarig.top import derive
 from llamarig.top.gpu import Nvml, is_local, remote_reading
 from llamarig.top.model import GpuReading, Raw, ServerRaw, Snapshot
 
+#: the name of the one server top watches (a Message: "server" in --json, 服务器 on a Chinese screen)
+SERVER = data_text("server")
+
 
 def _why(e: BaseException) -> str:
-    if isinstance(e, asyncio.TimeoutError):
-        return "timeout"
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return "connection refused" if isinstance(e.os_error, ConnectionRefusedError) else f"cannot connect: {e.os_error}"
-    return f"{type(e).__name__}: {e}"
+    """Why a GET failed: a catalogue message for a timeout or a connection error (i18n.error_text)."""
+    return error_text(e)
 
 
 def split_backend_metrics(text: str) -> dict[str, dict[str, float]]:
@@ -133,7 +134,7 @@ class Collector:
         health = got["/health"]
         if isinstance(health, BaseException):
             self.props = {}  # read again when it is back: it may be another build or model
-            return ServerRaw("server", self.url, False, error=_why(health))
+            return ServerRaw(SERVER, self.url, False, error=_why(health))
         pr = got.get("/props")
         if isinstance(pr, HTTPResult) and pr.status == 200 and isinstance(pr.body, dict):
             self.props = pr.body
@@ -158,7 +159,7 @@ class Collector:
                 m_err = _status_hint("/metrics", m.status) + (" (llama-server needs --metrics)" if m.status in (404, 501) else "")
         elif isinstance(m, BaseException):
             m_err = f"GET /metrics: {_why(m)}"
-        return ServerRaw("server", self.url, True, health=health.status, slots=slots, slots_error=slots_err,
+        return ServerRaw(SERVER, self.url, True, health=health.status, slots=slots, slots_error=slots_err,
                          metrics=metrics, metrics_error=m_err, start_time=start, uptime_s=uptime,
                          props=self.props or None)
 
