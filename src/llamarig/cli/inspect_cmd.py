@@ -109,7 +109,8 @@ def _rows(spec: ModelSpec) -> list[tuple[str, str]]:
         types[tensor.ggml_type] += tensor.n_bytes
     rows.append((_("weights"), _("{size} in {n} tensors ({types})").format(
         size=fmt_bytes(spec.weights_bytes), n=spec.tensor_count,
-        types=", ".join(f"{k} {fmt_bytes(v)}" for k, v in types.most_common(4)))))
+        types=", ".join((_("catalogue") if k == "catalogue" else k) + " " + fmt_bytes(v)
+                        for k, v in types.most_common(4)))))
     if spec.source == "catalogue":
         rows.append((_("file"), _("{size} ({source})").format(size=fmt_bytes(spec.file_bytes),
                                                              source=localize(spec.metadata.get("size_source")))))

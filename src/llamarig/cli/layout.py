@@ -111,6 +111,9 @@ def _split_long(text: str, width: int) -> list[str]:
     return out
 
 
+#: a path or a URL: one token with a slash (kept whole when it is wider than the line)
+_PATH = re.compile(r"[（(“'\"`]?(?:https?://|\.{0,2}/|~/)?[\w.@%+=:~-]*/[\w./@%+=:~#?&-]*[)”'\"`]?")
+
 #: a blank that does not break (one cell wide, like a blank; see :func:`keep_together`)
 KEEP = "\ue000"
 _CODE = re.compile(r"`[^`\n]+`")
@@ -148,6 +151,11 @@ def line_spans(text: str, width: int, first: int | None = None) -> list[tuple[in
             limit = width
         if w <= limit:
             start, end, used = s, e, w
+            continue
+        if _PATH.fullmatch(piece.rstrip("，。；：）,.;:)")):
+            # a path or URL wider than the line: alone on its line, whole (copied as it is; a
+            # table cell shortens it from the middle instead)
+            start, end, used = s, e, limit
             continue
         # wider than a line on its own: in pieces (after / or , where possible)
         pos = s

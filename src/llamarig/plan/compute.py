@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llamarig.gguf.spec import ModelSpec
+from llamarig.i18n import _, join
 from llamarig.plan import qwen35_graph as Q35
 from llamarig.plan.memory import ContextLayout
 from llamarig.units import MiB
@@ -362,25 +363,26 @@ def pipeline_parallel(*, n_devices: int, n_gpu_layers: int, n_layer_all: int, sp
     n_layer_all + 1 when everything is offloaded); ``backends``: the model devices' backends."""
     why: list[str] = []
     if n_devices <= 1:
-        why.append(f"{n_devices} model device(s)")
+        why.append(_("{n} model device(s)").format(n=n_devices))
     if n_gpu_layers <= n_layer_all:
-        why.append(f"-ngl {n_gpu_layers} <= n_layer {n_layer_all} (not every layer and the output layer offloaded)")
+        why.append(_("-ngl {ngl} <= n_layer {n} (not every layer and the output layer offloaded)").format(
+            ngl=n_gpu_layers, n=n_layer_all))
     if split_mode != "layer":
         why.append(f"-sm {split_mode}")
     if not offload_kqv:
         why.append("-nkvo")
     if tensor_overrides:
-        why.append("tensor overrides (-ot/--n-cpu-moe/--cpu-moe)")
+        why.append(_("tensor overrides (-ot/--n-cpu-moe/--cpu-moe)"))
     bad = sorted({b for b in backends if b != "CPU" and b not in PP_CAPABLE_BACKENDS})
     if bad:
-        why.append(f"backend(s) without async compute + events: {', '.join(bad)}")
+        why.append(_("backend(s) without async compute + events: {names}").format(names=", ".join(bad)))
     if why:
-        return PipelineParallel(False, 1, "pipeline parallelism off: " + "; ".join(why)
-                                + " (llama-context.cpp:431-457)")
-    return PipelineParallel(True, GGML_SCHED_MAX_COPIES,
-                            f"pipeline parallelism on: {n_devices} devices, all {n_layer_all} layers + output offloaded, "
-                            f"-sm layer, KV offloaded, no tensor overrides -> sched n_copies = GGML_SCHED_MAX_COPIES "
-                            f"{GGML_SCHED_MAX_COPIES} (llama-context.cpp:431-457, ggml-backend.cpp:2028)")
+        return PipelineParallel(False, 1, _("pipeline parallelism off: {why} (llama-context.cpp:431-457)").format(
+            why=join(_("; "), why)))
+    return PipelineParallel(True, GGML_SCHED_MAX_COPIES, _(
+        "pipeline parallelism on: {n} devices, all {layers} layers + output offloaded, -sm layer, KV offloaded, no "
+        "tensor overrides -> sched n_copies = GGML_SCHED_MAX_COPIES {copies} (llama-context.cpp:431-457, "
+        "ggml-backend.cpp:2028)").format(n=n_devices, layers=n_layer_all, copies=GGML_SCHED_MAX_COPIES))
 
 
 def _mask_bytes(ctx: ContextLayout, n_t: int, spec: ModelSpec) -> int:

@@ -179,13 +179,14 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
     # ---------------------------------------------------------------- preconditions (fit.cpp:463-486)
     why = ""
     if cfg.n_gpu_layers != -1:
-        why = f"-ngl {cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else 'all'} given (fit.cpp:463-465)"
+        why = _("{flags} given (fit.cpp:{lines})").format(
+            flags=f"-ngl {cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else 'all'}", lines="463-465")
     elif nd > 1 and any(x != 0 for x in cfg.tensor_split[:nd]):
-        why = "-ts given (fit.cpp:470-475)"
+        why = _("{flags} given (fit.cpp:{lines})").format(flags="-ts", lines="470-475")
     elif nd > 1 and cfg.split_mode == "row":
         why = "-sm row (fit.cpp:477-479)"
     elif cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn:
-        why = "-ot/--cpu-moe/--n-cpu-moe/--n-cpu-ffn given (fit.cpp:484-486)"
+        why = _("{flags} given (fit.cpp:{lines})").format(flags="-ot/--cpu-moe/--n-cpu-moe/--n-cpu-ffn", lines="484-486")
     if why:
         if any(free[i] - u < margins[i] for i, u in enumerate(used(cur_plan))):
             notes.append(_("--fit does not move layers to the CPU: {why}; the plan keeps your placement").format(why=why))

@@ -32,7 +32,7 @@ from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
-from llamarig.i18n import _
+from llamarig.i18n import _, join
 from llamarig.plan import memory as M
 from llamarig.plan.calibration import (
     Calibration,
@@ -104,9 +104,9 @@ def kv_quality_short(type_k: str, type_v: str) -> str:
     4bit (4-5 bit K); the full sentence is kv_quality_note()."""
     full = ("f16", "bf16", "f32")
     if type_k in full and type_v in full:
-        return "ref"
+        return _("ref")
     if type_k == "q8_0" and type_v in (*full, "q8_0"):
-        return "~ref"
+        return "~" + _("ref")
     if type_k in (*full, "q8_0"):
         return "V4"
     return "4bit"
@@ -485,21 +485,25 @@ def decode_seconds(loads: Sequence[DeviceLoad], depth: int, swa_window: int | No
 
 
 def decode_formula(loads: Sequence[DeviceLoad], split_mode: str) -> str:
+    """The decode time per token as a formula (a Message: its words translate, its symbols and
+    numbers stay)."""
     parts = []
     for x in loads:
-        kv = f" + KV {x.kv_per_depth} B x depth" if x.kv_per_depth else ""
-        swa = f" + SWA {x.swa_per_cell} B x min(depth, window)" if x.swa_per_cell else ""
-        rec = f" + recurrent r/w {x.recurrent_rw / 2**20:.1f} MiB" if x.recurrent_rw else ""
+        kv = _(" + KV {b} B x depth").format(b=x.kv_per_depth) if x.kv_per_depth else ""
+        swa = _(" + SWA {b} B x min(depth, window)").format(b=x.swa_per_cell) if x.swa_per_cell else ""
+        rec = _(" + recurrent r/w {mib:.1f} MiB").format(mib=x.recurrent_rw / 2**20) if x.recurrent_rw else ""
         attn = ""
         if x.eff.attn_decode > 0 and x.decode_tflops > 0 and (x.attn_flops_per_depth or x.attn_flops_swa):
-            eff = (f"the efficiency tune measured at {len(x.eff.attn_decode_depths)} depths, interpolated"
+            eff = (_("the efficiency tune measured at {n} depths, interpolated").format(n=len(x.eff.attn_decode_depths))
                    if x.eff.attn_decode_depths else f"{x.eff.attn_decode:g}")
-            attn = f" + attention {x.attn_flops_per_depth / 1e3:.1f} kFLOP x depth / ({x.decode_tflops * 1e3:.3g} GFLOPS x {eff})"
-        parts.append(f"{x.name}: (weights {x.weights_read / GB:.2f} GB{rec}) / ({x.bandwidth_gbs:g} GB/s x "
-                     f"{x.eff.weights:g}){kv}{swa} / ({x.bandwidth_gbs:g} GB/s x {x.eff.kv:g}){attn}")
+            attn = _(" + attention {k:.1f} kFLOP x depth / ({g:.3g} GFLOPS x {eff})").format(
+                k=x.attn_flops_per_depth / 1e3, g=x.decode_tflops * 1e3, eff=eff)
+        parts.append(_("{name}: (weights {w:.2f} GB{rec}) / ({bw:g} GB/s x {ew:g}){kv}{swa} / ({bw:g} GB/s x {ek:g})"
+                       "{attn}").format(name=x.name, w=x.weights_read / GB, rec=rec, bw=x.bandwidth_gbs,
+                                        ew=x.eff.weights, kv=kv, swa=swa, ek=x.eff.kv, attn=attn))
     op = " max " if split_mode in ("row", "tensor") else " + "
-    return ("t(depth) = " + op.join(f"[{p}]" for p in parts) +
-            " + per-token overhead; tok/s = 1 / t; limit: same bytes at efficiency 1, no overhead")
+    return _("t(depth) = {terms} + per-token overhead; tok/s = 1 / t; limit: same bytes at efficiency 1, no "
+             "overhead").format(terms=join(op, ["[" + p + "]" for p in parts]))
 
 
 # ============================================================================ prefill
@@ -561,9 +565,9 @@ def prefill(spec: ModelSpec, loads: Sequence[DeviceLoad], prompt: int, n_ubatch:
         t_tok += attn_flops * a_share / (rate * x.eff.attn_prefill)
         t_tok += x.weights_read / (x.bandwidth_gbs * GB * x.eff.weights) / ub if x.bandwidth_gbs else 0.0
     tok_s = 1 / t_tok if t_tok > 0 else 0.0
-    formula = (f"t/token = 2 x {params / 1e9:.2f} G active params / (TFLOPS x eff x ub/(ub + ub_half)) + "
-               f"attention 4 x heads x head_dim x avg depth {avg_depth:.0f} / (rate x attn eff) + "
-               f"weights / bandwidth / ub (ub {ub})")
+    formula = _("t/token = 2 x {params:.2f} G active params / (TFLOPS x eff x ub/(ub + ub_half)) + attention 4 x "
+                "heads x head_dim x avg depth {depth:.0f} / (rate x attn eff) + weights / bandwidth / ub (ub {ub})").format(
+        params=params / 1e9, depth=avg_depth, ub=ub)
     return Prefill(prompt, ub, tok_s, formula)
 
 
@@ -680,13 +684,15 @@ def speculative(spec: ModelSpec, loads: Sequence[DeviceLoad], base_seconds: floa
     step = verify_s + n * draft_s + catch_s
     tok_s = e / step if step > 0 else 0.0
     base = 1 / base_seconds if base_seconds > 0 else 0.0
-    what = ("draft model" if kind == "draft" else
-            "MTP GGUF (nextn layer + output head)" if mtp_file else "MTP head (nextn layer + output head)")
-    catch = f" + MTP catch-up {catch_s * 1000:.2f} ms" if catch_s else ""
-    formula = (f"tokens/step = 1 + n x ratio = 1 + {n} x {ratio:.3f} = {e:.2f} (ratio = llama-server's "
-               f"draft_n_accepted / draft_n; per-position a = {a:.2f}); step = verify {verify_s * 1000:.1f} ms "
-               f"(decode x (1 + {gpu.eff.verify_per_token:g} x n)) + n x draft {draft_s * 1000:.2f} ms "
-               f"({what} {dbytes / GB:.2f} GB){catch}; tok/s = tokens/step / step")
+    what = (_("draft model") if kind == "draft" else
+            _("MTP GGUF (nextn layer + output head)") if mtp_file else _("MTP head (nextn layer + output head)"))
+    catch = _(" + MTP catch-up {ms:.2f} ms").format(ms=catch_s * 1000) if catch_s else ""
+    formula = _("tokens/step = 1 + n x ratio = 1 + {n} x {ratio:.3f} = {e:.2f} (ratio = llama-server's "
+                "draft_n_accepted / draft_n; per-position a = {a:.2f}); step = verify {verify:.1f} ms "
+                "(decode x (1 + {per:g} x n)) + n x draft {draft:.2f} ms ({what} {gb:.2f} GB){catch}; tok/s = "
+                "tokens/step / step").format(n=n, ratio=ratio, e=e, a=a, verify=verify_s * 1000,
+                                             per=gpu.eff.verify_per_token, draft=draft_s * 1000, what=what,
+                                             gb=dbytes / GB, catch=catch)
     return Speculative(kind, n, a, src, e, draft_s * 1000, verify_s * 1000, tok_s,
                        tok_s / base if base else 0.0, formula, ratio, catch_s * 1000)
 
@@ -741,8 +747,9 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
         if why and scale == 1.0:  # calibrated threads, but this plan's are unknown
             warnings.append(why)
         elif why:
-            pf = replace(pf, formula=pf.formula + f"; host compute x{scale:.3g} (-tb {plan_threads(cfg, hw)[1]} / "
-                                                  f"calibrated -tb {cal.host_threads})")
+            pf = replace(pf, formula=pf.formula + _("; host compute x{scale:.3g} (-tb {tb} / calibrated -tb "
+                                                    "{cal})").format(scale=scale, tb=plan_threads(cfg, hw)[1],
+                                                                     cal=cal.host_threads))
     spec_res = None
     if any(t.startswith("draft-") for t in cfg.spec_types) and (spec.nextn_layers or draft is not None):
         n = max(1, cfg.spec_draft_n_max)
