@@ -53,10 +53,10 @@ def speed_table(rep: SpeedReport) -> Any:
     if rep.prefill.prompt_tokens != DEFAULT_PROMPT and rep.prefill.prompt_note:
         parts.append(Text(rep.prefill.prompt_note, style="dim"))
     if rep.speculative:
-        parts.append(Text(localize("speculative: " + rep.speculative.formula), style="dim"))
-    parts.append(Text(localize("decode: " + rep.formula), style="dim"))
-    parts.append(Text(localize("prefill: " + rep.prefill.formula), style="dim"))
-    parts.append(Text(localize("KV: " + rep.kv_note), style="dim"))
+        parts.append(Text(_("speculative formula: ") + localize(rep.speculative.formula), style="dim"))
+    parts.append(Text(_("decode formula: ") + localize(rep.formula), style="dim"))
+    parts.append(Text(_("prefill formula: ") + localize(rep.prefill.formula), style="dim"))
+    parts.append(Text("KV" + _(": ") + localize(rep.kv_note), style="dim"))
     if rep.depth_note:
         parts.append(Text(localize(rep.depth_note), style="dim"))
     if rep.host_range:
@@ -118,7 +118,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         frees = [d.free for d in c.plan.devices if d.free is not None and d.capacity]
         tab.add_row(
             str(i), c.cfg.cache_type_k if c.cfg.cache_type_k == c.cfg.cache_type_v else f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}",
-            kv_quality_short(c.cfg.cache_type_k, c.cfg.cache_type_v),
+            localize(kv_quality_short(c.cfg.cache_type_k, c.cfg.cache_type_v)),
             str(c.plan.n_ubatch),
             ((ts + extra).strip() or default) + (f" MTP n={sp.n_max}" if sp else ""),
             ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
@@ -141,7 +141,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         parts.append(Text(" ".join(best.plan.command)))
         parts.append(Text(_("physical limit at depth 0: {limit:.0f} tok/s (bandwidth / bytes per token); predicted "
                             "{rate:.0f} tok/s").format(limit=best.speed.decode_limit_tok_s, rate=best.speed.decode_tok_s)))
-        parts.append(Text(localize("KV: " + best.speed.kv_note)))
+        parts.append(Text("KV" + _(": ") + localize(best.speed.kv_note)))
         if best.speed.depth_note:
             parts.append(Text(localize(best.speed.depth_note), style="dim"))
         if t.decode_tok_s:
@@ -153,7 +153,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
                                     "{depth})").format(ctx=t.ctx, rate=deep, depth=t.depth), style="yellow"))
         parts.append(Text(_("decode formula: ") + localize(best.speed.formula), style="dim"))
         if best.speed.speculative:
-            parts.append(Text(localize("speculative: " + best.speed.speculative.formula), style="dim"))
+            parts.append(Text(_("speculative formula: ") + localize(best.speed.speculative.formula), style="dim"))
         parts.append(Text(_("prefill formula: ") + localize(best.speed.prefill.formula), style="dim"))
     if res.verdict == "unlikely":
         parts.append(Text("\n" + _("Not predicted as asked (possible, but the model says no):"), style="bold yellow"))

@@ -266,7 +266,7 @@ def _offload_search(inp: PlanInputs, cfg: ServerConfig, headroom: int) -> tuple[
             c = _set(cfg, n_cpu_moe=mid)
             p = _plan(inp, c)
             if _fits(p, headroom)[0]:
-                best = (c, p, f"--n-cpu-moe {mid}: experts of the first {mid} layers in host RAM")
+                best = (c, p, _("--n-cpu-moe {n}: experts of the first {n} layers in host RAM").format(n=mid))
                 hi = mid - 1
             else:
                 lo = mid + 1
@@ -278,7 +278,7 @@ def _offload_search(inp: PlanInputs, cfg: ServerConfig, headroom: int) -> tuple[
         c = _set(cfg, n_gpu_layers=mid)
         p = _plan(inp, c)
         if _fits(p, headroom)[0]:
-            best = (c, p, f"-ngl {mid}: {spec.n_layer + 1 - mid} layer(s) on the CPU")
+            best = (c, p, _("-ngl {n}: {cpu} layer(s) on the CPU").format(n=mid, cpu=spec.n_layer + 1 - mid))
             lo = mid + 1
         else:
             hi = mid - 1
@@ -350,13 +350,13 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                     evaluated += 1
                     if left == 0:
                         c, p = _repair_split(inp, _set(cfg, split_mode="layer"), list(counts), targets.headroom)
-                        layouts.append((c, p, "-ts fills the fastest GPU first (least time per token with -sm layer)"))
+                        layouts.append((c, p, _("-ts fills the fastest GPU first (least time per token with -sm layer)")))
                     bal = balanced_split(inp)
                     c = _set(cfg, split_mode="layer", tensor_split=bal)
-                    layouts.append((c, _plan(inp, c), "-ts proportional to bandwidth (equal time per GPU)"))
-                    layouts.append((cfg, _plan(inp, cfg), "llama.cpp default split (proportional to free memory)"))
+                    layouts.append((c, _plan(inp, c), _("-ts proportional to bandwidth (equal time per GPU)")))
+                    layouts.append((cfg, _plan(inp, cfg), _("llama.cpp default split (proportional to free memory)")))
                 else:
-                    layouts.append((cfg, _plan(inp, cfg), "all layers on the GPU" if hw.gpus else "CPU only"))
+                    layouts.append((cfg, _plan(inp, cfg), _("all layers on the GPU") if hw.gpus else _("CPU only")))
                 evaluated += len(layouts)
                 if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
                     start = layouts[0][0]
