@@ -161,12 +161,13 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
     figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
     import json
 
-    from llamarig.bench.compare import compare_docs, compare_json, print_compare
+    from llamarig.bench.compare import compare_docs, compare_json
     from llamarig.bench.report import read_json
+    from llamarig.cli import report_view
 
     da, db = read_json(a), read_json(b)
     rows = compare_docs(da, db)
-    print_compare(rows, Console(), str(a), str(b))
+    report_view.comparison(rows, Console(highlight=False), str(a), str(b))
     if json_path:
         try:
             json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -132,3 +132,28 @@ def render(doc: dict[str, Any], console: Console, lang: str) -> None:
             mark = Text(f"![{i}]" if is_note else f"[{i}]", style="yellow" if is_note else "")
             print_wrapped(console, Text.assemble(mark, " ", text), indent="      ", first_indent="  ")
     _problems(doc, console, lang)
+
+
+#: bench compare's verdicts (bench.compare.Row.verdict), as a person reads them
+VERDICTS = {"noise unknown (N<2)": N_("noise unknown (N<2)"), "within noise": N_("within noise"),
+            "only in A": N_("only in A"), "only in B": N_("only in B"), "no value": N_("no value"),
+            "B better": N_("B better"), "B worse": N_("B worse"), "B higher": N_("B higher"), "B lower": N_("B lower")}
+
+
+def comparison(rows: list[Any], console: Console, label_a: str, label_b: str) -> None:
+    """``bench compare``: one row per figure (a block per figure where it does not fit), then
+    how Δ and the noise band are computed."""
+    print_wrapped(console, f"A = {label_a}   B = {label_b}", indent="  ", style="bold")
+    t = Sheet([Column(_("figure"), key=True), Column(_("unit")), Column("A", justify="right"),
+               Column("B", justify="right"), Column("Δ %", justify="right"), Column(_("noise %"), justify="right"),
+               Column(_("verdict"), prose=True, min_width=8)])
+    for r in rows:
+        color = {"B better": "green", "B worse": "red"}.get(r.verdict, "")
+        unit = _(UNITS[r.unit]) if r.unit in UNITS else r.unit
+        t.add_row(r.name, unit, fmt_value(r.a, r.unit), fmt_value(r.b, r.unit),
+                  "—" if r.delta_pct is None else f"{r.delta_pct:+.1f}",
+                  "—" if r.band_pct is None else f"{r.band_pct:.1f}",
+                  Text(_(VERDICTS[r.verdict]) if r.verdict in VERDICTS else r.verdict, style=color))
+    console.print(t)
+    print_wrapped(console, _("Δ = (B − A) ÷ |A|; noise = ± band in %, the larger of A's and B's (p90 − p10) ÷ 2 ÷ "
+                             "value; a verdict only outside it."), indent="  ", style="dim")
