@@ -57,7 +57,8 @@ def test_message_values_keep_their_parts() -> None:
     assert isinstance(fits, Message) and fits == "fits" and str(fits) == "fits"
     assert err == "unknown model 'x'" and localize(err, "zh") == "未知的模型：'x'"  # a Message field too
     both = "a: " + err + "; " + fits  # + on either side stays a Message
-    assert both == "a: unknown model 'x'; fits" and localize(both, "zh") == "a: 未知的模型：'x'; 放得下"
+    # a plain separator between parts ("; ") is written in the reader's language; "a: " is text
+    assert both == "a: unknown model 'x'; fits" and localize(both, "zh") == "a: 未知的模型：'x'；放得下"
     assert localize(join(_("; "), [fits, err]), "zh") == "放得下；未知的模型：'x'"
     assert localize(_("; ").join([fits, err]), "zh") == "放得下；未知的模型：'x'"  # Message.join: the same
     failed = _("plan: not computed ({error})").format(error=LlamarigError(_("fits")))  # an error as a field

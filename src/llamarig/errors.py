@@ -43,9 +43,7 @@ class GGUFError(InputError):
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
         self.problem = one_line(problem)
-        from llamarig.i18n import _  # lazy: llamarig.i18n imports this module
-
-        super().__init__(_("{path}: {problem}").format(path=self.path, problem=self.problem))
+        super().__init__(self.path + (": " + self.problem))  # a Message stays one; its ": " localizes
 
 
 class ModelNotFoundError(GGUFError):

@@ -32,6 +32,7 @@ plain English ``str``: library code does not build text that way.
 
 from __future__ import annotations
 
+import errno
 import gettext
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -223,8 +224,9 @@ def localize(value: Any, lang: str) -> Any:
     ``str``); a plain ``str`` and anything else unchanged; an error (a field ``.format(error=e)``)
     as its message; lists, tuples and dicts item by item."""
     if isinstance(value, Message):
-        if value.parts is not None:
-            return "".join(localize(p, lang) for p in value.parts)
+        if value.parts is not None:  # a plain separator between parts is written in the language too
+            return "".join(translate(p, lang) if p in SEPARATORS and not isinstance(p, Message) else localize(p, lang)
+                           for p in value.parts)
         if value.own:
             return value.own.get(lang, value.msgid)
         text = translate(value.msgid, lang)
@@ -243,6 +245,11 @@ def localize(value: Any, lang: str) -> Any:
     if isinstance(value, dict):
         return {k: localize(v, lang) for k, v in value.items()}
     return value
+
+
+#: the separators library code puts between Messages (``msg + ": " + detail``): a composite's
+#: plain separator is written in the reader's language (``：``, ``；``, ``，``)
+SEPARATORS = frozenset({": ", "; ", ", "})
 
 
 class Localized(str):
@@ -320,8 +327,6 @@ ERRNO_TEXT = {
 def os_error(e: BaseException) -> str:
     """What an OSError says, as a Message for the known errno classes (the OS's own English
     text otherwise); the ``error`` field of "cannot read: {error}" and its kind."""
-    import errno
-
     code = getattr(e, "errno", None)
     name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
     if name in ERRNO_TEXT:
@@ -339,7 +344,7 @@ def error_text(e: BaseException) -> str:
         return os_error(inner)
     if isinstance(e, (OSError, TimeoutError)):
         return os_error(e)
-    import asyncio
+    import asyncio  # lazy: only to tell asyncio's timeout (Python < 3.11) from the others
 
     if isinstance(e, asyncio.TimeoutError):
         return _(ERRNO_TEXT["ETIMEDOUT"])

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import shlex
 
-from llamarig.i18n import _, localize
+from llamarig.i18n import _
 from llamarig.render.common import RenderSpec
-
-
-def _comment(lines: list[str], lang: str) -> list[str]:
-    return [("# " + ln).rstrip() for ln in localize(lines, lang)]
 
 
 def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.local/state/llamarig}",
@@ -30,8 +26,8 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         cmd_lines.insert(0, f"  cd {q(spec.workdir)}")
     env = [f"export {k}={q(v)}" for k, v in spec.env]
     out: list[str] = ["#!/usr/bin/env bash"]
-    out += _comment(spec.header(), spec.lang)
-    out += _comment([
+    out += spec.comments(spec.header())
+    out += spec.comments([
         "",
         _("usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)").format(name=name),
         "  start       " + _("run in the background: PID file and log in $LLAMARIG_RUN_DIR"),
@@ -39,7 +35,7 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         "              " + _("llama-server), SIGKILL after 30 s"),
         "  foreground  " + _("exec the server in this shell (for systemd, containers, debugging)"),
         "",
-    ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)), spec.lang)
+    ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)))
     out += [
         "set -euo pipefail",
         "",
@@ -52,13 +48,13 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         f"START_TIMEOUT={start_timeout_s}",
         *env,
         "",
-        "# " + _("the llama-server command: one flag per line, nothing between the continued lines"),
+        *spec.comments([_("the llama-server command: one flag per line, nothing between the continued lines")]),
         "run_llama_server() {",
         *cmd_lines,
         "}",
         "",
-        "# " + _("true when PID is alive and its command line starts with our binary (not a reused PID)"),
-        "# " + _("(or, when a wrapper such as timeout stays the parent, runs it)"),
+        *spec.comments([_("true when PID is alive and its command line starts with our binary (not a reused PID)"),
+                        _("(or, when a wrapper such as timeout stays the parent, runs it)")]),
         "is_ours() {",
         '  local pid=$1 args',
         '  [[ "$pid" =~ ^[0-9]+$ ]] || return 1',
@@ -77,8 +73,9 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         "  pid=$(read_pid)",
         '  if is_ours "$pid"; then echo "$NAME: already running (pid $pid)"; return 0; fi',
         '  if [[ -f "$LOG_FILE" ]]; then mv -f "$LOG_FILE" "$LOG_FILE.1"; fi',
-        "  # " + _("a subshell that ignores SIGHUP (closing the terminal must not stop the server), then"),
-        "  # " + _("execs llama-server: $! is llama-server's own pid"),
+        *("  " + c for c in spec.comments([
+            _("a subshell that ignores SIGHUP (closing the terminal must not stop the server), then"),
+            _("execs llama-server: $! is llama-server's own pid")])),
         '  ( trap "" HUP; run_llama_server ) >"$LOG_FILE" 2>&1 </dev/null &',
         "  pid=$!",
         '  echo "$pid" >"$PID_FILE"',

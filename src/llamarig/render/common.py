@@ -10,7 +10,8 @@ from typing import Any
 
 from llamarig import __version__
 from llamarig.flags.argv import Command, looks_like_option
-from llamarig.i18n import _, join, localize, server_text
+from llamarig.i18n import N_, _, join, localize, server_text
+from llamarig.text import wrap
 from llamarig.units import fmt_bytes
 
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
@@ -101,6 +102,15 @@ class RenderSpec:
             lines.extend(self.figures)
         return self.local(lines)
 
+    def comments(self, lines: Sequence[str]) -> list[str]:
+        """``lines`` as ``# `` comment lines in the file's language, each wrapped at 80 columns
+        (its continuation indented under it): the one comment writer of every format."""
+        out: list[str] = []
+        for ln in self.local(lines):
+            lead = ln[:len(ln) - len(ln.lstrip(" "))]
+            out += [("# " + x).rstrip() for x in wrap(ln.strip(), 78, indent=lead + "    ", first_indent=lead)]
+        return out
+
     def local(self, lines: Sequence[str]) -> list[str]:
         """``lines`` (Messages or text) in the file's language."""
         return [localize(ln, self.lang) for ln in lines]
@@ -119,6 +129,12 @@ class RenderSpec:
         return out
 
 
+#: a plan's components, as the file's comments name them
+COMPONENTS = {"weights": N_("weights"), "kv": N_("KV cache"), "recurrent": N_("recurrent state"),
+              "compute": N_("compute buffer"), "mmproj": N_("mmproj"), "draft": N_("draft / MTP"), "other": N_("other"),
+              "output": N_("output buffer"), "checkpoints": N_("ctx checkpoints"), "cache_ram": N_("prompt cache")}
+
+
 def plan_figures(plan: Any, speed: Any = None) -> list[str]:
     """The plan's memory (and speed) figures as short comment lines (Messages), each with its method."""
     out = [_("plan (llamarig plan; weights/KV/recurrent exact from the GGUF header, compute modelled):")]
@@ -129,15 +145,16 @@ def plan_figures(plan: Any, speed: Any = None) -> list[str]:
     comps = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
     sep = _(", ")
     for d in plan.devices:
-        parts = [f"{c} {fmt_bytes(d.get(c))}" for c in comps if d.get(c)]
+        parts = [_("{what} {size}").format(what=_(COMPONENTS[c]), size=fmt_bytes(d.get(c))) for c in comps if d.get(c)]
         total = fmt_bytes(d.total)
         line = (_("{device} ({label}): {parts}; total {total} of {capacity}") if d.capacity else
                 _("{device} ({label}): {parts}; total {total}"))
         out.append("  " + line.format(device=d.name, label=d.label, parts=join(sep, parts) if parts else _("nothing"),
                                       total=total, capacity=fmt_bytes(d.capacity) if d.capacity else ""))
     h = plan.host
-    parts = [f"{c} {fmt_bytes(h.get(c))}" for c in ("weights", "kv", "recurrent", "compute", "output",
-                                                     "mmproj", "draft", "checkpoints", "cache_ram") if h.get(c)]
+    parts = [_("{what} {size}").format(what=_(COMPONENTS[c]), size=fmt_bytes(h.get(c)))
+             for c in ("weights", "kv", "recurrent", "compute", "output", "mmproj", "draft", "checkpoints", "cache_ram")
+             if h.get(c)]
     mm = _(" (weights mmap'd: page cache)") if h.mmap and h.get("weights") else ""
     out.append("  " + _("host RAM: {parts}; total {total} worst case{mmap}").format(
         parts=join(sep, parts), total=fmt_bytes(h.total), mmap=mm))

@@ -51,10 +51,10 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
     s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
                     lang=spec.lang)
     image = IMAGES.get(backend, backend)
-    out = [("# " + ln).rstrip() for ln in s2.header()]
-    out += [("# " + ln).rstrip() for ln in spec.local([
+    out = s2.comments(s2.header())
+    out += spec.comments([
         "", _("docker compose up -d   (image {image}: its entrypoint is /app/llama-server)").format(image=image), ""]
-        + s2.flag_table())]
+        + s2.flag_table())
     out += ["services:", f"  {spec.name}:", f"    image: {image}", "    restart: unless-stopped",
             "    ports:", f"      - {_q(f'{publish_host}:{port}:{port}')}"]
     if mounts:

@@ -22,9 +22,9 @@ def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | N
     s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
                     spec.wrappers, lang=spec.lang)
     mid = model_id or spec.name
-    out = [("# " + ln).rstrip() for ln in s2.header()]
-    out += [("# " + ln).rstrip() for ln in spec.local(["", _("merge this entry under `models:` of your llama-swap config.yaml"), ""]
-            + s2.flag_table())]
+    out = s2.comments(s2.header())
+    out += spec.comments(["", _("merge this entry under `models:` of your llama-swap config.yaml"), ""]
+            + s2.flag_table())
     head = " ".join(_yaml_word(t) for t in (*spec.wrappers, spec.binary))
     out += ["models:", f"  {json.dumps(mid)}:", "    cmd: |", f"      {head}"]
     for g in s2.groups():

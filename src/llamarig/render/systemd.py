@@ -28,15 +28,15 @@ def _env_quote(k: str, v: str) -> str:
 
 def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on-failure",
                    working_dir: str | None = None) -> str:
-    out = [("# " + ln).rstrip() for ln in spec.header()]
-    out += [("# " + ln).rstrip() for ln in spec.local([
+    out = spec.comments(spec.header())
+    out += spec.comments([
         "",
         _("install: sudo cp {name}.service /etc/systemd/system/ && sudo systemctl daemon-reload").format(
             name=spec.name),
         _("         && sudo systemctl enable --now {name}; logs: journalctl -u {name} -f").format(name=spec.name),
         _("stop/restart only this server: systemctl stop|restart {name} (never killall)").format(name=spec.name),
         "",
-    ] + spec.flag_table())]
+    ] + spec.flag_table())
     out += [
         "[Unit]",
         f"Description=llama-server {spec.name} (rendered by llamarig {spec.version})",
