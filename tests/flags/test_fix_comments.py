@@ -124,8 +124,8 @@ def test_two_comments_sharing_a_continuation_line_both_stay_whole() -> None:
     assert joined.count("iq4_nl, q5_0, q5_1") == 2, fixed
 
 
-def test_chinese_fix_comments_wrap_between_characters_at_100_columns() -> None:
-    from llamarig.flags.fix import _cells
+def test_chinese_fix_comments_wrap_between_characters_at_80_columns() -> None:
+    from llamarig.text import cells as _cells
 
     schema = load_bundled()
     parsed = parse_text(FIXTURE.read_text())
@@ -134,4 +134,4 @@ def test_chinese_fix_comments_wrap_between_characters_at_100_columns() -> None:
     comments = [ln for ln in fixed.splitlines() if ln.startswith(("# llamarig", "#   ")) and "killall" not in ln]
     joined = " ".join(ln.removeprefix("#   ") for ln in comments)
     assert "不支持的缓存类型" in joined and "iq4_nl, q5_0, q5_1" in joined
-    assert all(_cells(ln) <= 100 for ln in comments), [ln for ln in comments if _cells(ln) > 100]
+    assert all(_cells(ln) <= 80 for ln in comments), [ln for ln in comments if _cells(ln) > 80]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import unicodedata
 from dataclasses import dataclass, field
 
 from llamarig.flags.argv import FALSY, Reading, Use
@@ -16,6 +15,7 @@ from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Severity
 from llamarig.flags.parsed import Command, Invocation, Parsed
 from llamarig.flags.schema import Schema
 from llamarig.i18n import Message, _, localize
+from llamarig.text import cells, wrap
 
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./~${}\-]+$")
 
@@ -172,35 +172,10 @@ def _short(msg: str, lang: str) -> str:
 
 #: the pieces a comment may be broken between: one wide (CJK) character, a run of other
 #: non-blank characters (a word, a flag name: never broken), a run of blanks
-_PIECE_RE = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]"
-                       r"|[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]+|\s+")
-
-
-def _cells(text: str) -> int:
-    """Terminal columns of ``text``: wide (CJK, full-width) characters take two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def _wrap(comment: str, width: int = 80) -> list[str]:
-    """A '# ...' comment over lines of at most ``width`` terminal columns, never breaking a word
-    (Chinese text, which has no blanks, breaks between characters)."""
-    if _cells(comment) <= width:
-        return [comment]
-    lines: list[str] = []
-    line = ""
-    for piece in _PIECE_RE.findall(comment):
-        if piece.isspace():
-            if line:
-                line += " "
-            continue
-        if line and _cells(line + piece) > width:
-            lines.append(line.rstrip())
-            line = "#   " + piece
-        else:
-            line += piece
-    if line.strip():
-        lines.append(line.rstrip())
-    return lines or [comment]
+    """A '# ...' comment over lines of at most ``width`` terminal columns (llamarig.text: never
+    inside a word; Chinese breaks between characters), continued on '#   ' lines."""
+    return wrap(comment, width, indent="#   ", first_indent="") if cells(comment) > width else [comment]
 
 
 def _dedupe(items: list[str]) -> list[str]:
