@@ -158,51 +158,51 @@ class Sheet:
     def widths(self, width: int) -> list[int] | None:
         """The column widths of the table at ``width`` cells, or None when it must stack."""
         natural = [self._natural(i) for i in range(len(self.columns))]
-        fixed = [i for i, c in enumerate(self.columns) if not c.prose]
         flexible = [i for i, c in enumerate(self.columns) if c.prose]
         out = list(natural)
-        gaps = self.gap * (len(self.columns) - 1)
-        room = width - gaps - sum(natural[i] for i in fixed)
-        # a path column gives up room first (shortened from the middle), down to its minimum
-        for i in fixed:
-            need = sum(natural[j] for j in flexible) - room
-            col = self.columns[i]
-            floor = max(col.min_width, cells(col.header))
-            if need <= 0:
-                break
-            if col.path and natural[i] > floor:
-                give = min(natural[i] - floor, need)
-                out[i] -= give
-                room += give
+        room = width - self.gap * (len(self.columns) - 1) - sum(n for i, n in enumerate(natural) if i not in flexible)
+        room += self._shrink_paths(out, natural, sum(natural[j] for j in flexible) - room)
         # a prose column is never narrower than its longest word (a flag, an identifier, a number
         # with its unit): below that the table would break words, and it stacks instead
         mins = {j: max(cells(self.columns[j].header), min(natural[j], self.columns[j].min_width), self._longest(j))
                 for j in flexible}
         if room < sum(mins.values()):
             return None
-        want = sum(natural[j] for j in flexible)
-        if want <= room:
-            return out
-        # share the room by ratio, never below a column's minimum nor above its natural width
-        left = room
-        pending = list(flexible)
-        while pending:
-            total_ratio = sum(self.columns[j].ratio for j in pending)
-            settled = False
-            for j in list(pending):
-                share = left * self.columns[j].ratio // total_ratio
-                if share <= mins[j] or natural[j] <= share:
-                    out[j] = mins[j] if share <= mins[j] else natural[j]
-                    left -= out[j]
-                    pending.remove(j)
-                    settled = True
-                    break
-            if not settled:
-                for k, j in enumerate(pending):
-                    share = left * self.columns[j].ratio // total_ratio
-                    out[j] = share if k < len(pending) - 1 else left - sum(out[x] for x in pending[:-1])
-                break
+        if sum(natural[j] for j in flexible) > room:
+            self._share(out, natural, mins, flexible, room)
         return out
+
+    def _shrink_paths(self, out: list[int], natural: list[int], need: int) -> int:
+        """Give up to ``need`` cells of the path columns (shortened from the middle, down to
+        their minimum); return how many were given."""
+        given = 0
+        for i, col in enumerate(self.columns):
+            floor = max(col.min_width, cells(col.header))
+            if given >= need:
+                break
+            if col.path and not col.prose and natural[i] > floor:
+                give = min(natural[i] - floor, need - given)
+                out[i] -= give
+                given += give
+        return given
+
+    def _share(self, out: list[int], natural: list[int], mins: dict[int, int], flexible: list[int],
+               room: int) -> None:
+        """The room of the prose columns shared by ratio, never below a column's minimum nor
+        above its natural width (those settle first, the others share what is left)."""
+        left, pending = room, list(flexible)
+        while pending:
+            total = sum(self.columns[j].ratio for j in pending)
+            shares = {j: left * self.columns[j].ratio // total for j in pending}
+            settled = next((j for j in pending if shares[j] <= mins[j] or natural[j] <= shares[j]), None)
+            if settled is None:
+                for j in pending[:-1]:
+                    out[j] = shares[j]
+                out[pending[-1]] = left - sum(out[x] for x in pending[:-1])
+                return
+            out[settled] = mins[settled] if shares[settled] <= mins[settled] else natural[settled]
+            left -= out[settled]
+            pending.remove(settled)
 
     # -------------------------------------------------------------------- rendering
 

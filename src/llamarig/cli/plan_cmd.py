@@ -7,6 +7,7 @@ plan takes llama-server's own flag spellings, so its arguments are parsed here (
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +88,44 @@ def _n_values(tok: str) -> int:
     return a.opt.n_values if a.opt is not None and a.positive else 0
 
 
-_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features", "--lang"}
+def _set_lang(_pa: PlanArgs, val: str) -> None:
+    from llamarig.i18n import set_language
+
+    set_language(val)
+
+
+def _add_gpu(pa: PlanArgs, val: str) -> None:
+    pa.gpus.append(val)
+
+
+#: plan's own options that take a value: option -> what it sets
+_OWN_VALUE: dict[str, Callable[[PlanArgs, str], None]] = {
+    "--gpu": _add_gpu,
+    "--mmproj": lambda pa, v: setattr(pa, "mmproj", v),
+    "--draft": lambda pa, v: setattr(pa, "draft", v),
+    "--ram": lambda pa, v: setattr(pa, "ram", parse_size(v, "g")),
+    "--overhead": lambda pa, v: setattr(pa, "overhead", parse_size(v, "mib")),
+    "--model-id": lambda pa, v: None,
+    "--cpu-features": lambda pa, v: setattr(pa, "cpu_features", v),
+    "--lang": _set_lang,
+}
+
+
+def _flag(a: str, out: PlanArgs, view: PlanView, speed: dict[str, Any]) -> bool:
+    """plan's own options without a value; False when ``a`` is none of them."""
+    if a in ("--vision", "--agent"):
+        speed[a[2:]] = True
+    elif a == "--detect":
+        out.detect = True
+    elif a == "--json":
+        view.as_json = True
+    elif a == "--why":
+        view.why = True
+    elif a in ("-h", "--help"):
+        view.help = True
+    else:
+        return False
+    return True
 
 
 def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
@@ -113,33 +151,10 @@ def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
         if key in SPEED_VALUE:
             field, value = speed_option(key, val)
             speed[field] = value
-        elif a in ("--vision", "--agent"):
-            speed[a[2:]] = True
         elif key in _OWN_VALUE:
-            if key == "--gpu":
-                out.gpus.append(val)
-            elif key == "--mmproj":
-                out.mmproj = val
-            elif key == "--draft":
-                out.draft = val
-            elif key == "--ram":
-                out.ram = parse_size(val, "g")
-            elif key == "--overhead":
-                out.overhead = parse_size(val, "mib")
-            elif key == "--cpu-features":
-                out.cpu_features = val
-            elif key == "--lang":
-                from llamarig.i18n import set_language
-
-                set_language(val)
-        elif a == "--detect":
-            out.detect = True
-        elif a == "--json":
-            view.as_json = True
-        elif a == "--why":
-            view.why = True
-        elif a in ("-h", "--help"):
-            view.help = True
+            _OWN_VALUE[key](out, val)
+        elif _flag(a, out, view, speed):
+            pass
         elif not a.startswith("-") and out.model is None and Path(a).name.startswith("llama-server") \
                 and out.command is None:
             # `plan --json -- llama-server ...`: click drops the `--` after an option of plan's own,

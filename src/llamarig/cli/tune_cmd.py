@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.text import Text
 
 from llamarig.app.command import resolve_command
 from llamarig.app.tune import TuneInterrupted, TuneResult, TuneSettings, base_args, tune_command
 from llamarig.cli.help import Command
 from llamarig.cli.lang import _, lang, localize
+from llamarig.cli.layout import Column, Sheet, print_wrapped
 from llamarig.cli.options import CTX, input_options
 from llamarig.errors import ExitCode, InputError
 
@@ -120,74 +122,82 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
         click.echo(_("wrote the winning launcher to {path}").format(path=out), err=True)
 
 
+def _rungs(res: TuneResult) -> Sheet:
+    """Every candidate's score at each rung, then its last decode and prefill (★ the winner)."""
+    result = res.search
+    unit = {"decode": _("decode tok/s"), "prefill": _("prefill tok/s"), "ttft": "-TTFT ms",
+            "weighted": "decode^w·prefill^(1-w)", "throughput": _("aggregate tok/s")}[res.objective]
+    cols = [Column(_("candidate"), key=True)]
+    cols += [Column(_("rung {n} ({requests} req): {unit}").format(n=i + 1, requests=b, unit=unit), justify="right")
+             for i, b in enumerate(result.budgets[:len(result.rungs)])]
+    cols += [Column(_("decode tok/s"), justify="right"), Column(_("prefill tok/s"), justify="right")]
+    t = Sheet(cols, title=Text(_("tune: {method}").format(method=localize(result.method)), style="bold"))
+    for k in [m.key for m in result.rungs[0]] if result.rungs else []:
+        cells: list[str] = []
+        last = None
+        for r in result.rungs:
+            mm = next((x for x in r if x.key == k), None)
+            cells.append("" if mm is None else (_("error: {e}").format(e=(mm.error or "")[:40]) if mm.error
+                                               else f"{mm.score:.1f}"))
+            last = mm or last
+        m = last.metrics if last and last.metrics else {}
+        star = " ★" if result.winner is not None and k == result.winner.key else ""
+        t.add_row(k + star, *cells, f"{m.get('decode_tok_s', math.nan):.1f}" if m else "",
+                  f"{m.get('prefill_tok_s', math.nan):.1f}" if m else "")
+    return t
+
+
+def _calibration(c: dict[str, Any], con: Any) -> None:
+    """What tune wrote for the speed model, and its deep decode points."""
+    print_wrapped(con, _("speed-model calibration written to {path}: predicts {predicted:.1f} tok/s for the winner "
+                         "at depth {depth} (measured {measured:.1f}); `llamarig plan` uses the state-directory file "
+                         "by default (LLAMARIG_CALIBRATION=builtin ignores it)").format(
+        path=c["path"], predicted=c["predicted_decode_tok_s"], depth=c["depth"],
+        measured=c["measured_decode_tok_s"]), indent="  ")
+    if c.get("deep"):
+        print_wrapped(con, _("the host's decode attention per KV cell is calibrated from decodes deeper in the "
+                             "context: {points}").format(points=_(", ").join(
+                                 _("{measured:.1f} tok/s at depth {depth}").format(
+                                     measured=x["measured_decode_tok_s"], depth=x["depth"]) for x in c["deep"])),
+                      indent="  ")
+    if c.get("deep_error"):
+        print_wrapped(con, _("the deep decode measurements stopped early: {error}").format(error=c["deep_error"]),
+                      indent="  ", style="yellow")
+
+
 def _report(res: TuneResult, as_json: bool) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    result, objective, sp, counts = res.search, res.objective, res.state_file, res.counts
-    winner = result.winner
+    result, counts = res.search, res.counts
     out = res.to_json()
     if as_json:
         click.echo(json.dumps(out, indent=1, default=str))
         return
     con = Console(highlight=False)
-    unit = {"decode": _("decode tok/s"), "prefill": _("prefill tok/s"), "ttft": "-TTFT ms",
-            "weighted": "decode^w·prefill^(1-w)", "throughput": _("aggregate tok/s")}[objective]
-    t = Table(title="tune: " + localize(result.method), title_justify="left")
-    t.add_column(_("candidate"))
-    for i, b in enumerate(result.budgets[:len(result.rungs)]):
-        t.add_column(_("rung {n} ({requests} req): {unit}").format(n=i + 1, requests=b, unit=unit), justify="right")
-    t.add_column(_("decode tok/s"), justify="right")
-    t.add_column(_("prefill tok/s"), justify="right")
-    keys = [m.key for m in result.rungs[0]] if result.rungs else []
-    for k in keys:
-        cells = []
-        last = None
-        for r in result.rungs:
-            mm = next((x for x in r if x.key == k), None)
-            cells.append("" if mm is None else ("error: " + (mm.error or "")[:40] if mm.error else f"{mm.score:.1f}"))
-            last = mm or last
-        star = " ★" if winner is not None and k == winner.key else ""
-        t.add_row(k + star, *cells, f"{last.metrics.get('decode_tok_s', math.nan):.1f}" if last and last.metrics else "",
-                  f"{last.metrics.get('prefill_tok_s', math.nan):.1f}" if last and last.metrics else "")
-    con.print(t)
+    con.print(_rungs(res))
     sent = _(", {n} completion requests sent, warm-ups included").format(n=counts["requests_sent"]) if counts else ""
-    con.print(_("{total} measurement(s): {new} new ({starts} server start(s){sent}), {reused} read back from {path}; "
-                "{cost} scored requests. Scores are medians of llama-server's own timings (predicted_per_second / "
-                "prompt_per_second / prompt_ms; throughput: generated tokens of -np concurrent requests / wall "
-                "time) after one warm-up request").format(
+    print_wrapped(con, _("{total} measurement(s): {new} new ({starts} server start(s){sent}), {reused} read back from "
+                         "{path}; {cost} scored requests. Scores are medians of llama-server's own timings "
+                         "(predicted_per_second / prompt_per_second / prompt_ms; throughput: generated tokens of -np "
+                         "concurrent requests / wall time) after one warm-up request").format(
         total=result.measured + result.reused, new=result.measured, starts=result.launches, sent=sent,
-        reused=result.reused, path=sp, cost=result.cost))
+        reused=result.reused, path=res.state_file, cost=result.cost), indent="  ")
     if counts.get("calibration_server_starts"):
-        con.print(_("the calibration's deep decode measurements: {starts} server start(s), {n} requests").format(
-            starts=counts["calibration_server_starts"], n=counts.get("calibration_requests_sent", 0)))
+        print_wrapped(con, _("the calibration's deep decode measurements: {starts} server start(s), {n} requests").format(
+            starts=counts["calibration_server_starts"], n=counts.get("calibration_requests_sent", 0)), indent="  ")
+    winner = result.winner
     if winner is None:
-        con.print("[red]" + _("no candidate ran successfully") + "[/]")
+        print_wrapped(con, _("no candidate ran successfully"), style="red")
         return
-    con.print("[bold]" + _("winner:") + f"[/] {winner.key}" + (" [yellow]" + _("(a tie)") + "[/]" if result.tied else ""))
+    head = Text.assemble((_("winner:"), "bold"), " " + winner.key)
+    if result.tied:
+        head.append(" " + _("(a tie)"), style="yellow")
+    print_wrapped(con, head, indent="  ")
     if result.decision:
-        from rich.markup import escape  # lazy: rich only for the human report
-
-        con.print(escape(localize(result.decision)), style="dim" if not result.tied else "yellow")
+        print_wrapped(con, localize(result.decision), indent="  ", style="yellow" if result.tied else "dim")
     if out.get("calibration") and "path" in out["calibration"]:
-        c = out["calibration"]
-    if out.get("calibration") and "path" in out["calibration"]:
-        c = out["calibration"]
-        con.print(_("speed-model calibration written to {path}: predicts {predicted:.1f} tok/s for the winner at "
-                    "depth {depth} (measured {measured:.1f}); `llamarig plan` uses the state-directory file by "
-                    "default (LLAMARIG_CALIBRATION=builtin ignores it)").format(
-            path=c["path"], predicted=c["predicted_decode_tok_s"], depth=c["depth"], measured=c["measured_decode_tok_s"]))
-        if c.get("deep"):
-            con.print(_("the host's decode attention per KV cell is calibrated from decodes deeper in the context: "
-                        "{points}").format(points=_(", ").join(
-                            _("{measured:.1f} tok/s at depth {depth}").format(measured=x["measured_decode_tok_s"],
-                                                                             depth=x["depth"]) for x in c["deep"])))
-        if c.get("deep_error"):
-            from rich.markup import escape  # lazy: rich only for the human report
-
-            con.print("[yellow]" + _("the deep decode measurements stopped early: {error}").format(
-                error=escape(c["deep_error"])) + "[/]")
-    con.print(_("winning launcher (llamarig render):"))
+        _calibration(out["calibration"], con)
+    print_wrapped(con, _("winning launcher (llamarig render):"))
     click.echo(out["launcher"], nl=False)
 
 
