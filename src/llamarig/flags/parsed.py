@@ -74,6 +74,10 @@ class Invocation:
     #: a --models-preset section: its (key, value) pairs as written, [*]'s first; the argv is
     #: made from them with the build's options (llamarig.flags.preset)
     preset: list[tuple[Word, Word]] | None = None
+    #: the inference server it starts: "llama-server", or another engine's (llamarig.flags.engines:
+    #: "fastllm", "vllm", "sglang", "ollama", "lmstudio"), whose commands are kept in
+    #: ``Parsed.others`` and never judged against llama-server's flags
+    engine: str = "llama-server"
 
     @property
     def argv(self) -> list[str]:
@@ -106,4 +110,6 @@ class Parsed:
     notes: list[Note]
     commands: list[Command] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    #: commands of other inference servers (``Invocation.engine`` names which)
+    others: list[Invocation] = field(default_factory=list)
 
