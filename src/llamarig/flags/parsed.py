@@ -90,7 +90,7 @@ class Invocation:
 
 
 @dataclass
-class Command:
+class ShellCommand:
     """A simple shell command."""
 
     words: list[Word]
@@ -108,7 +108,7 @@ class Parsed:
     kind: str  # shell | systemd | compose | llama-swap
     invocations: list[Invocation]
     notes: list[Note]
-    commands: list[Command] = field(default_factory=list)
+    commands: list[ShellCommand] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     #: commands of other inference servers (``Invocation.engine`` names which)
     others: list[Invocation] = field(default_factory=list)
