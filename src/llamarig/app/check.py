@@ -121,7 +121,7 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                   ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
-    if not parsed.invocations and not parsed.others:
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "

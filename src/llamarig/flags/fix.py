@@ -12,6 +12,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from llamarig.flags.argv import FALSY, Reading, Use
+from llamarig.flags.engines.fastllm import fix_fastllm, read_fastllm, translate_fastllm
 from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Fix, Severity
 from llamarig.flags.parsed import Invocation, Parsed, ShellCommand
 from llamarig.flags.schema import Schema
@@ -339,6 +340,12 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
         above = _comments_above(lines, start)
         header = _dedupe_comments([*kept, *fixed[k].comments, *warn], above)
         replace[start] = (end, "\n".join([*header, _command_text(parsed, inv, fixed[k], lines, start)]))
+    for inv in parsed.others:
+        if inv.written_here:
+            start, end = _span(inv, by_last)
+            kept = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
+            kept += [f"# {moved[n]}" for n in range(start + 1, end + 2) if n in moved]
+            replace[start] = (end, "\n".join([*kept, _engine_text(inv, lines, lang)]))
     notes_at = _kill_notes(parsed, lang)
     if parsed.kind == "systemd":
         _systemd_env(lines, replace, {n for fx in fixed for n in fx.dropped_env}, lang)
@@ -373,6 +380,39 @@ def _command_text(parsed: Parsed, inv: Invocation, fx: FixedInvocation, lines: l
         return _join(head.rstrip(), fx.args, False)
     return _join(_prefix(inv, lines, fx.dropped_env), fx.args, inv.background and inv.tail is None,
                  redirects=inv.redirects) + (inv.tail or "")
+
+
+def _engine_text(inv: Invocation, lines: list[str], lang: str) -> str:
+    """Another engine's command rewritten: its words joined again, one option per line, and for
+    FastLLM its flags repaired against its parser and its llama-server equivalent below it."""
+    if inv.engine == "fastllm":
+        groups, said = fix_fastllm(inv)
+        uses = read_fastllm(inv)[1]
+    else:
+        groups, said, uses = _option_groups([w.text for w in inv.intended_args]), [], []
+    raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
+    args = [" ".join(raw_of.get(x) or quote(x) for x in g) for g in groups]
+    head = " ".join([_prefix(inv, lines, set()), *args[:1]]) if inv.engine == "fastllm" else _prefix(inv, lines, set())
+    args = args[1:] if inv.engine == "fastllm" else args
+    comments = [w for c in said for w in _wrap(localize("# llamarig: " + c, lang))]
+    out = [*comments, _join(head, args, inv.background and inv.tail is None, redirects=inv.redirects)
+           + (inv.tail or "")]
+    if uses:
+        tr = translate_fastllm(uses)
+        out += _wrap("# llamarig: " + localize(_("the llama-server equivalent ({model}):").format(model=tr.model), lang))
+        out.append("#   " + tr.command())
+    return "\n".join(out)
+
+
+def _option_groups(words: list[str]) -> list[list[str]]:
+    """Words grouped one option (with the words after it that are no option) per group."""
+    groups: list[list[str]] = []
+    for w in words:
+        if groups and not w.startswith("-"):
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    return groups
 
 
 def _fragment_block(inv: Invocation, fx: FixedInvocation, others: bool, lang: str) -> str:

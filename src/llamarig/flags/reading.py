@@ -16,14 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from llamarig.flags.engines import ENGINES
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, LineNote, Note, Parsed
 from llamarig.flags.readers import parse_text
 from llamarig.flags.readers.common import ends_with_backslash
 from llamarig.flags.readers.paste import scan
-from llamarig.i18n import _
+from llamarig.i18n import N_, _
 
-__all__ = ["LineNote", "ScriptReading", "read_script", "reading_of"]
+__all__ = ["LineNote", "ScriptReading", "read_script", "reading_of", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +168,47 @@ def _break(first: int, nxt: int, lines: list[str], cut: int | None) -> list[Line
         msg = _("line {line} is blank after the `\\` on line {before}: it ends the command, and line {next} "
                 "runs as a command of its own").format(line=gap, before=first, next=nxt)
     return [LineNote(gap, "gap-after-backslash", between, msg, between)]
+
+
+#: the kinds of garbled lines, grouped as check's verdict names them
+_GROUPS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("paste-prose",), N_("{n} line(s) of prose lost their `#` (lines {lines})")),
+    (("missing-backslash", "gap-after-backslash", "comment-after-backslash"),
+     N_("{n} line(s) cut the command: a `\\` lost, or a blank, comment or `\\ #` after one (lines {lines})")),
+    (("paste-fence",), N_("{n} code-block label(s) (lines {lines})")),
+    (("paste-bullet", "paste-numbered", "paste-prompt"), N_("{n} list marker(s) or prompt(s) (lines {lines})")),
+    (("paste-fullwidth", "paste-quotes", "paste-dash", "paste-prose-tail"),
+     N_("{n} line(s) with typography or prose inside the command (lines {lines})")),
+)
+
+
+def verdict(parsed: Parsed) -> list[str]:
+    """The answer first, for check: what a chat did to the text (its garbled lines by kind) and
+    which commands are other engines' (catalogue messages)."""
+    out: list[str] = []
+    by_kind: dict[str, list[int]] = {}
+    for n in parsed.line_notes:
+        by_kind.setdefault(n.kind, []).append(n.line)
+    parts = []
+    for kinds, text in _GROUPS:
+        lines = sorted({ln for k in kinds for ln in by_kind.get(k, [])})
+        if lines:
+            parts.append(_(text).format(n=len(lines), lines=_few(lines)))
+    if parts and any(k.startswith("paste-") for k in by_kind):
+        out.append(_("pasted from a chat and garbled: {parts}; `llamarig check --fix` writes it as meant").format(
+            parts=_("; ").join(parts)))
+    elif parts:
+        out.append(_("the commands are cut: {parts}; `llamarig check --fix` joins them").format(parts=_("; ").join(parts)))
+    for inv in parsed.others:
+        sub = inv.args[0].text if inv.args else ""
+        out.append(_("line {line}: `{command}` is {engine}, not llama-server (its flags and llama-server equivalent "
+                     "are below)").format(line=inv.line, command=f"{inv.program} {sub}".strip(),
+                                          engine=ENGINES[inv.engine].name))
+    return out
+
+
+def _few(lines: list[int]) -> str:
+    """Line numbers as a short list: the first five and the last."""
+    if len(lines) <= 6:
+        return ", ".join(str(n) for n in lines)
+    return ", ".join(str(n) for n in lines[:5]) + f", …, {lines[-1]}"
