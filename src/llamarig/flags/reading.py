@@ -99,7 +99,7 @@ def reading_of(received: Parsed, meant: Parsed | None = None, line_notes: tuple[
     why: list[str] = []
     ambiguous: list[int] = []
     if loose:
-        why.append(_("lines {lines} are llama-server flags with no command to join them to").format(
+        why.append(_("line(s) {lines}: llama-server flags with no command to join them to").format(
             lines=", ".join(_span(f.line, f.end_line) for f in loose)))
         ambiguous.extend(ln for f in loose for ln in range(f.line, f.end_line + 1))
     if not servers:
