@@ -197,3 +197,9 @@ def test_large_garbled_paste_finishes_with_every_command() -> None:
     prose = [f for f in rep.findings if f.rule == "paste-prose"]
     assert len(prose) == 8 * n
     assert sum(1 for f in rep.findings if f.rule == "missing-backslash") == 12 * n
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MANIFEST))
+def test_fix_of_a_paste_is_idempotent(name: str) -> None:
+    once = fix(check(_text(name), schema=load_bundled(), cores=6)).text
+    assert fix(check(once, schema=load_bundled(), cores=6)).text == once

@@ -336,7 +336,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
             replace[start] = (end, "\n".join([*kept, block]))
             continue
         warn = [w for f in by_inv.get(k, []) if f.rule == "public-no-api-key"
-                for w in _wrap("# llamarig: " + localize(f.message, lang))]
+                for w in _wrap("# llamarig: " + _short(f.message, lang))]
         above = _comments_above(lines, start)
         header = _dedupe_comments([*kept, *fixed[k].comments, *warn], above)
         replace[start] = (end, "\n".join([*header, _command_text(parsed, inv, fixed[k], lines, start)]))
@@ -345,7 +345,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
             start, end = _span(inv, by_last)
             kept = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
             kept += [f"# {moved[n]}" for n in range(start + 1, end + 2) if n in moved]
-            replace[start] = (end, "\n".join([*kept, _engine_text(inv, lines, lang)]))
+            replace[start] = (end, "\n".join([*kept, _engine_text(inv, lines, lang, _has_equivalent(lines, end))]))
     notes_at = _kill_notes(parsed, lang)
     if parsed.kind == "systemd":
         _systemd_env(lines, replace, {n for fx in fixed for n in fx.dropped_env}, lang)
@@ -382,7 +382,18 @@ def _command_text(parsed: Parsed, inv: Invocation, fx: FixedInvocation, lines: l
                  redirects=inv.redirects) + (inv.tail or "")
 
 
-def _engine_text(inv: Invocation, lines: list[str], lang: str) -> str:
+def _has_equivalent(lines: list[str], end: int) -> bool:
+    """Whether the comment lines after line ``end`` (0-based) hold a llama-server equivalent an
+    earlier --fix wrote (it stays: a second --fix changes nothing)."""
+    j = end + 1
+    while j < len(lines) and lines[j].startswith("#"):
+        if lines[j].startswith("#   llama-server "):
+            return True
+        j += 1
+    return False
+
+
+def _engine_text(inv: Invocation, lines: list[str], lang: str, has_equivalent: bool = False) -> str:
     """Another engine's command rewritten: its words joined again, one option per line, and for
     FastLLM its flags repaired against its parser and its llama-server equivalent below it."""
     if inv.engine == "fastllm":
@@ -397,7 +408,7 @@ def _engine_text(inv: Invocation, lines: list[str], lang: str) -> str:
     comments = [w for c in said for w in _wrap(localize("# llamarig: " + c, lang))]
     out = [*comments, _join(head, args, inv.background and inv.tail is None, redirects=inv.redirects)
            + (inv.tail or "")]
-    if uses:
+    if uses and not has_equivalent:
         tr = translate_fastllm(uses)
         out += _wrap("# llamarig: " + localize(_("the llama-server equivalent ({model}):").format(model=tr.model), lang))
         out.append("#   " + tr.command())
