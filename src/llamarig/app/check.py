@@ -17,6 +17,7 @@ from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
+from llamarig.flags.reading import ScriptReading, read_script
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.i18n import _, localize
@@ -75,6 +76,9 @@ class CheckReport:
     name: str = "<text>"
     kind: str | None = None
     origin: Path | None = field(default=None, repr=False)
+    #: the commands the shell really runs and the one meant (llamarig.flags.reading); ``parsed``
+    #: is its meant text's reading
+    reading: ScriptReading | None = field(default=None, repr=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -107,7 +111,8 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
     was read from (its sourced files, drop-ins, .env are read too)."""
     if schema is None:
         schema = load_schema(server_bin) if server_bin else load_bundled()
-    parsed = parse_text(text, kind, origin)
+    reading = read_script(text, kind, origin)
+    parsed = reading.parsed if reading.parsed is not None else parse_text(text, kind, origin)
     ram_bytes = None
     if ram:
         ram_bytes = parse_size(ram, "g")
@@ -116,12 +121,12 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                   ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
-    if not parsed.invocations:
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
-    return CheckReport(parsed, readings, findings, schema, name, kind, origin)
+    return CheckReport(parsed, readings, findings, schema, name, kind, origin, reading)
 
 
 def check_file(path: str, **options: Any) -> CheckReport:
@@ -190,6 +195,9 @@ class FixResult:
 
     text: str
     changes: tuple[tuple[int, int, tuple[tuple[str, str, str], ...]], ...] = ()
+    #: lines of flags with no command before them in a text that has commands: --fix cannot tell
+    #: which one they are for (it writes them, corrected, as comments) and asks (exit code 4)
+    unplaced: tuple[int, ...] = ()
 
 
 def fix(report: CheckReport, lang: str = "en") -> FixResult:
@@ -199,11 +207,15 @@ def fix(report: CheckReport, lang: str = "en") -> FixResult:
     after = parse_text(fixed, report.kind, report.origin)
     after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
     changes = []
-    for k, (inv_a, inv_b) in enumerate(zip(report.parsed.invocations, after.invocations, strict=False)):
+    servers = [inv for inv in report.parsed.invocations if inv.source != "fragment"]
+    for k, (inv_a, inv_b) in enumerate(zip(servers, after.invocations, strict=False)):
         ch = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
-    return FixResult(fixed, tuple(changes))
+    loose = [inv for inv in report.parsed.invocations if inv.source == "fragment"]
+    unplaced = tuple(ln for inv in loose for ln in range(inv.line, inv.end_line + 1)) \
+        if loose and (servers or report.parsed.others) else ()
+    return FixResult(fixed, tuple(changes), unplaced)
 
 
 # ----------------------------------------------------------------------------- explain

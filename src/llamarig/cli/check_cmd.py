@@ -11,10 +11,11 @@ from pathlib import Path
 
 import click
 
-from llamarig.app.check import check, dump_json, explain, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, check, dump_json, explain, fix, get_schema, read_input
 from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
+from llamarig.flags.reading import verdict
 from llamarig.flags.rules import Finding
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
@@ -118,7 +119,8 @@ def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tu
     if first is not None and not any(inv.orphans for inv in parsed.invocations):
         out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(localize(first.message), 160)),
                     "red"))
-    if not parsed.invocations:
+    out += [(localize(v), "yellow") for v in verdict(parsed)]
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         out.append((_("no llama-server command found"), "yellow"))
     return out
 
@@ -187,12 +189,35 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                 k=k + 1, line=line), err=True)
             for what, before, now in changes:
                 click.echo(f"  {localize(what)}: {localize(before)} -> {localize(now)}", err=True)
+        if fixed.unplaced:
+            click.echo(_("llamarig: which command are the flags on lines {lines} for? --fix cannot tell: they are "
+                         "written as comments; move them into the command they belong to").format(
+                             lines=", ".join(str(n) for n in fixed.unplaced)), err=True)
+            sys.exit(ExitCode.NEEDS_ANSWER)
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:
         render_human(report.parsed, report.findings, report.schema, name)
     if report.errors:
         sys.exit(ExitCode.PROBLEMS)
+
+
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+    """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
+    be explained in their place."""
+    from llamarig.flags.engines import ENGINES
+    from llamarig.flags.engines.fastllm import translation_of
+
+    lines = []
+    for inv in report.parsed.others:
+        tr = translation_of(inv, model)
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
+               if tr is not None else ""))
+        if tr is not None:
+            lines.append(tr.command())
+    return check("\n".join(lines), schema=schema, model=model) if lines else report
 
 
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -228,6 +253,8 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     report = check(text, schema=schema, origin=origin, base_dir=origin.parent if origin else None, model=model)
+    if not report.parsed.invocations and report.parsed.others:
+        report = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
     out = explain(report, model=model, base_dir=origin.parent if origin else None, lang=lang)
