@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
+    from llamarig.app.explain import ExplainReport
     from llamarig.app.command import Resolved
     from llamarig.app.tune import TuneResult, TuneSettings
     from llamarig.catalogue.models import CatalogueModel
@@ -118,11 +119,14 @@ def fix_report(report: CheckReport) -> FixResult:
     return fix(report)
 
 
-def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en") -> list[dict[str, Any]]:
-    """`llamarig explain --json`'s rows: every flag of each command, in ``lang`` (en or zh)."""
-    from llamarig.app.check import explain  # lazy: keeps import llamarig light
+def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en", gpus: Sequence[str] = (),
+                   ram: str | None = None) -> ExplainReport:
+    """`llamarig explain`: every flag of each command, in ``lang`` (en or zh), its effect priced
+    on what llama-server receives (``ExplainReport.to_json()`` is ``explain --json``)."""
+    from llamarig.app.explain import explain  # lazy: keeps import llamarig light
 
-    return explain(report, model=model, base_dir=report.origin.parent if report.origin else None, lang=lang)
+    return explain(report, model=model, base_dir=report.origin.parent if report.origin else None, lang=lang,
+                   gpus=gpus, ram=ram)
 
 
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,

@@ -1,25 +1,25 @@
 """``check``: the one check pipeline (read, parse, lint with the cores, the planner and the
 model loader, the no-invocation finding), used by ``llamarig check``, ``explain``, ``render
---from-script`` and :func:`llamarig.check_text` alike; ``fix`` and ``explain`` on its result."""
+--from-script`` and :func:`llamarig.check_text` alike; ``fix`` on its result, and the pair every
+view prices (:func:`what_runs`: what llama-server receives, what was meant)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError
-from llamarig.flags.argv import Reading, read_invocation
-from llamarig.flags.explain import explain_rows
+from llamarig.flags.argv import Command, Reading
 from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
-from llamarig.i18n import _, localize
+from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.inputs import plan_for_check
 from llamarig.units import parse_size
@@ -124,6 +124,31 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
     return CheckReport(parsed, readings, findings, schema, name, kind, origin)
 
 
+@dataclass(frozen=True)
+class WhatRuns:
+    """One command of a checked input as two argvs (program first): what llama-server receives,
+    and what its author meant (the words a broken continuation cut off put back). Every view
+    prices ``received`` and shows what ``meant`` would change (docs/explain.md, docs/logs.md)."""
+
+    index: int  # the command's place among the input's llama-server commands
+    line: int
+    received: tuple[str, ...]
+    meant: tuple[str, ...]
+    cut_line: int | None = None  # where the command is cut off (None: nothing is)
+
+    @property
+    def same(self) -> bool:
+        return self.received == self.meant
+
+
+def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
+    """The ``k``-th command of ``report`` as the pair every view works from. The one place that
+    reads the pair out of the readers' result."""
+    inv = report.parsed.invocations[k]
+    meant = (inv.program, *(w.text for w in inv.intended_args))
+    return WhatRuns(k, inv.line, tuple(inv.argv), meant, inv.cut_line if inv.orphans else None)
+
+
 def check_file(path: str, **options: Any) -> CheckReport:
     """:func:`check` on a file (``-``: standard input), with the file's directory for its
     relative paths and sourced files."""
@@ -159,8 +184,11 @@ def settings(argv: list[str]) -> dict[str, str]:
     """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
     types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
 
+    cmd = Command.parse(argv)
+    # the KV types as written: a type llama-server rejects is still what the command says
+    type_k, type_v = cmd.get("--cache-type-k") or "f16", cmd.get("--cache-type-v") or "f16"
     try:
-        cfg = parse_server_args(argv, strict=False)
+        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
     except LlamarigError as e:
         return {"error": str(e)}
     slots = cfg.n_parallel if cfg.n_parallel > 0 else 4  # server.cpp:168-173: -np unset -> 4 unified slots
@@ -170,7 +198,7 @@ def settings(argv: list[str]) -> dict[str, str]:
     return {
         _("slots (-np)"): f"{slots}" + (_(" (unified KV)") if unified and slots > 1 else ""),
         _("context per slot"): str(per_slot) if per_slot else _("the model's training context"),
-        _("KV cache K / V"): f"{cfg.cache_type_k} / {cfg.cache_type_v}",
+        _("KV cache K / V"): f"{type_k} / {type_v}",
         "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
         "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),
         _("flash attention"): cfg.flash_attn,
@@ -204,37 +232,3 @@ def fix(report: CheckReport, lang: str = "en") -> FixResult:
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
     return FixResult(fixed, tuple(changes))
-
-
-# ----------------------------------------------------------------------------- explain
-
-
-def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | None = None,
-            lang: str = "en") -> list[dict[str, Any]]:
-    """`llamarig explain`: for each command of a checked input, every flag with what it does,
-    its default, its effect on this model, and whether it reaches llama-server; the check
-    findings of each flag are noted on its row (the report's, not a second lint)."""
-
-    loader = model_loader(model, base_dir)
-    out: list[dict[str, Any]] = []
-    severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
-    for k, inv in enumerate(report.parsed.invocations):
-        ctx = loader(inv, Context(physical_cores=physical_cores()))
-        r = report.readings[k] if k < len(report.readings) else read_invocation(inv, report.schema, k)
-        rows = explain_rows(r, report.schema, ctx.model_spec, lang)
-        notes: dict[int, list[str]] = {}
-        for f in report.findings:
-            if f.invocation == k and f.use is not None and f.severity in ("error", "warning"):
-                notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
-                    severity=severity_word[f.severity], rule=f.rule))
-        cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        # the rows are the explanation itself: written in ``lang``
-        rows = [replace(row, effect=localize(_("; ").join(
-                    ([cut] if i < len(r.uses) and not r.uses[i].passed else [])
-                    + [x for x in [row.effect] if x] + notes.get(i, [])), lang))
-                for i, row in enumerate(rows)]
-        out.append({"argv": localize(inv.argv, lang), "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
-                    "cut_line": inv.cut_line if inv.orphans else None,
-                    "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
-                             for i, row in enumerate(rows)]})
-    return out
