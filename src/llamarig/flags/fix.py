@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from llamarig.flags.argv import FALSY, Reading, Use
 from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Severity
-from llamarig.flags.parsed import Command, Invocation, Parsed
+from llamarig.flags.parsed import Invocation, Parsed, ShellCommand
 from llamarig.flags.schema import Schema
 from llamarig.i18n import Message, _, localize
 
@@ -296,7 +296,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
     notes_at: dict[int, list[str]] = {}
     # the command whose last word is on a line (the first one), for _orphan_end: one pass, not
     # one per invocation
-    by_last: dict[int, Command] = {}
+    by_last: dict[int, ShellCommand] = {}
     for cmd in parsed.commands:
         if cmd.words:
             by_last.setdefault(cmd.words[-1].line, cmd)
@@ -356,7 +356,7 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
     return text if text.endswith("\n") else text + "\n"
 
 
-def _orphan_end(by_last: dict[int, Command], inv: Invocation) -> int:
+def _orphan_end(by_last: dict[int, ShellCommand], inv: Invocation) -> int:
     last = inv.orphans[-1].line if inv.orphans else inv.end_line
     cmd = by_last.get(last)
     if cmd is not None:

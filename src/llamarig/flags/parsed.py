@@ -74,6 +74,10 @@ class Invocation:
     #: a --models-preset section: its (key, value) pairs as written, [*]'s first; the argv is
     #: made from them with the build's options (llamarig.flags.preset)
     preset: list[tuple[Word, Word]] | None = None
+    #: the inference server it starts: "llama-server", or another engine's (llamarig.flags.engines:
+    #: "fastllm", "vllm", "sglang", "ollama", "lmstudio"), whose commands are kept in
+    #: ``Parsed.others`` and never judged against llama-server's flags
+    engine: str = "llama-server"
 
     @property
     def argv(self) -> list[str]:
@@ -86,7 +90,7 @@ class Invocation:
 
 
 @dataclass
-class Command:
+class ShellCommand:
     """A simple shell command."""
 
     words: list[Word]
@@ -104,6 +108,8 @@ class Parsed:
     kind: str  # shell | systemd | compose | llama-swap
     invocations: list[Invocation]
     notes: list[Note]
-    commands: list[Command] = field(default_factory=list)
+    commands: list[ShellCommand] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    #: commands of other inference servers (``Invocation.engine`` names which)
+    others: list[Invocation] = field(default_factory=list)
 
