@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
+from llamarig.flags.reading import ScriptReading, read_script, reading_of
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.i18n import _
@@ -75,6 +77,13 @@ class CheckReport:
     name: str = "<text>"
     kind: str | None = None
     origin: Path | None = field(default=None, repr=False)
+    text: str = field(default="", repr=False)  # the input as read (the pair is read from it)
+
+    @cached_property
+    def reading(self) -> ScriptReading:
+        """The received and the meant commands of the input (flags.reading), read when a view
+        asks for the pair (:func:`what_runs`), not on every check."""
+        return read_script(self.text, self.kind, self.origin) if self.text else reading_of(self.parsed)
 
     @property
     def errors(self) -> list[Finding]:
@@ -121,7 +130,7 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
-    return CheckReport(parsed, readings, findings, schema, name, kind, origin)
+    return CheckReport(parsed, readings, findings, schema, name, kind, origin, text)
 
 
 @dataclass(frozen=True)
@@ -142,10 +151,17 @@ class WhatRuns:
 
 
 def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
-    """The ``k``-th command of ``report`` as the pair every view works from. The one place that
-    reads the pair out of the readers' result."""
+    """The ``k``-th llama-server command of ``report`` as the pair every view works from: the
+    argv it receives, and the argv meant for it (the readers' :class:`ScriptReading`: the
+    command as a person reads the text, its cut-off words put back). The one place that turns
+    the readers' result into the pair."""
     inv = report.parsed.invocations[k]
-    meant = (inv.program, *(w.text for w in inv.intended_args))
+    servers = [id(i) for i in report.parsed.invocations if i.source != "fragment"]
+    reading = report.reading
+    meant_inv = None
+    if id(inv) in servers and len(reading.meant_each) == len(servers):
+        meant_inv = reading.meant_each[servers.index(id(inv))]
+    meant = tuple(meant_inv.argv) if meant_inv is not None else (inv.program, *(w.text for w in inv.intended_args))
     return WhatRuns(k, inv.line, tuple(inv.argv), meant, inv.cut_line if inv.orphans else None)
 
 

@@ -134,6 +134,8 @@ def summary_lines(pr: PricedRuns) -> list[str]:
         elif pr.meant.kv_bytes is not None and runs.kv_bytes is not None:
             parts.append(_("KV {runs} -> {meant}").format(runs=fmt_bytes(runs.kv_bytes),
                                                           meant=fmt_bytes(pr.meant.kv_bytes)))
+        elif pr.meant.kv_bytes is not None:
+            parts.append(_("KV {size}").format(size=fmt_bytes(pr.meant.kv_bytes)))
         if parts:
             out.append(_("as meant (the flags cut off at line {line} put back): {changes}").format(
                 line=pair.cut_line, changes=join(_("; "), parts)))

@@ -115,11 +115,27 @@ def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[
     return Priced(tuple(argv), plan), notes
 
 
+#: the options that name the model llama-server loads; without one it starts as a router that
+#: loads none (tools/server/server.cpp:150-153)
+MODEL_OPTIONS = ("--model", "--hf-repo", "--docker-repo", "--model-url")
+
+
+def loads_model(argv: Sequence[str]) -> bool:
+    """Whether llama-server started with ``argv`` (program first) loads a model at all."""
+    return Command.parse(list(argv), program=True).has(*MODEL_OPTIONS)
+
+
 def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
           base_dir: Path | None = None, speed: bool = False) -> PricedRuns:
     """``pair`` priced: the plan of what llama-server receives, and of what was meant when that
-    differs, with the settings the meant command would change."""
-    runs, notes = price_argv(pair.received, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    differs, with the settings the meant command would change. A received command without a
+    model (its ``-m`` cut off) loads none: it is not priced as if it did, whatever ``model``."""
+    if loads_model(pair.received) or not loads_model(pair.meant):
+        runs, notes = price_argv(pair.received, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    else:
+        runs, notes = Priced(pair.received, error=LlamarigError(_(
+            "llama-server receives no model (-m): it starts as a router that loads none "
+            "(tools/server/server.cpp:150-153)"))), []
     if pair.same:
         return PricedRuns(pair, runs, None, (), tuple(notes))
     meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
