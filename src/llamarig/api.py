@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
-    from llamarig.app.explain import ExplainReport
     from llamarig.app.command import Resolved
+    from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.flags.findings import Finding
