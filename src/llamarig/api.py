@@ -202,12 +202,14 @@ def compare_bench(a: str | Path, b: str | Path) -> dict[str, Any]:
     return compare_json(read_json(Path(a)), read_json(Path(b)))
 
 
-def logs_report(path: str | Path, script: str | Path | None = None) -> dict[str, Any]:
+def logs_report(path: str | Path, script: str | Path | None = None, *, model: str | None = None,
+                gpus: Sequence[str] = (), ram: str | None = None) -> dict[str, Any]:
     """`llamarig logs FILE --json`: a llama-server log as figures, a per-request timeline and
-    findings (``script``: the launch script, to compare what was meant with what ran)."""
-    from llamarig.bench.logparse import logs_document  # lazy: keeps import llamarig light
+    findings (``script``: the launch script, to compare what was meant with what ran; with
+    ``gpus`` (and ``model`` instead of its -m) also with the plan of what ran)."""
+    from llamarig.app.logs import logs_document  # lazy: keeps import llamarig light
 
-    return logs_document(Path(path), Path(script) if script is not None else None)
+    return logs_document(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
 
 
 def stop_server(port: int | None = None, state_file: str | Path | None = None, timeout_s: float = 30) -> str:

@@ -196,6 +196,39 @@ def dump_json(data: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- fix
 
 
+@dataclass(frozen=True)
+class SlotLayout:
+    """How a command shares its context: slots, one pool or one per slot, the context as given
+    (0: unset, the model's training context) and the cells one slot holds (0: unknown here)."""
+
+    slots: int
+    unified: bool
+    n_ctx: int
+    per_slot: int
+
+    @property
+    def streams(self) -> int:
+        """KV streams: one shared pool, or one per slot."""
+        return 1 if self.unified else self.slots
+
+
+def slot_layout(argv: list[str]) -> SlotLayout | None:
+    """The slots and context of a llama-server argv (program optional), llama-server's defaults
+    where unset: -np unset is 4 slots sharing one pool (server.cpp:168-173), -c is padded to 256
+    and split per slot without a shared pool (llama-context.cpp:290-305). None when the command
+    cannot be read."""
+    cmd = Command.parse(argv)
+    try:
+        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
+    except LlamarigError:
+        return None
+    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4
+    unified = bool(cfg.kv_unified) if cfg.n_parallel > 0 else True
+    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
+    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
+    return SlotLayout(slots, unified, cfg.n_ctx, per_slot)
+
+
 def settings(argv: list[str]) -> dict[str, str]:
     """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
     types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
@@ -207,13 +240,11 @@ def settings(argv: list[str]) -> dict[str, str]:
         cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
     except LlamarigError as e:
         return {"error": str(e)}
-    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4  # server.cpp:168-173: -np unset -> 4 unified slots
-    unified = cfg.kv_unified if cfg.n_parallel > 0 else True
-    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
-    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
+    lay = slot_layout(argv)
+    assert lay is not None  # the same reading as above
     return {
-        _("slots (-np)"): f"{slots}" + (_(" (unified KV)") if unified and slots > 1 else ""),
-        _("context per slot"): str(per_slot) if per_slot else _("the model's training context"),
+        _("slots (-np)"): f"{lay.slots}" + (_(" (unified KV)") if lay.unified and lay.slots > 1 else ""),
+        _("context per slot"): str(lay.per_slot) if lay.per_slot else _("the model's training context"),
         _("KV cache K / V"): f"{type_k} / {type_v}",
         "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
         "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),

@@ -17,6 +17,7 @@ from llamarig.catalogue.models import is_catalogue_id
 from llamarig.errors import LlamarigError
 from llamarig.flags.argv import Command
 from llamarig.i18n import _
+from llamarig.plan.inputs import PlanArgs
 from llamarig.plan.result import Plan
 
 
@@ -100,16 +101,26 @@ def _inputs(argv: Sequence[str], model: str | None, base_dir: Path | None
     return model, cmd.to_argv(), mmproj, notes
 
 
+def plan_args_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
+                 base_dir: Path | None = None) -> tuple[PlanArgs | None, list[str]]:
+    """The planner's inputs for one llama-server argv (program first), and the notes on how its
+    files were found; None when there is no model to plan (-m is not on this machine)."""
+    m, args, mmproj, notes = _inputs(argv, model, base_dir)
+    if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
+        return None, []
+    return plan_args(m, command=args, gpus=gpus, ram=ram, mmproj=mmproj), notes
+
+
 def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
                base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
     """The plan of one llama-server argv (program first), as ``llamarig plan`` makes it for the
     same command (``model``: a GGUF or catalogue id instead of ``-m``), and the notes on how its
     files were found."""
-    m, args, mmproj, notes = _inputs(argv, model, base_dir)
-    if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
-        return Priced(tuple(argv)), []
+    pa, notes = plan_args_of(argv, model=model, gpus=gpus, ram=ram, base_dir=base_dir)
+    if pa is None:
+        return Priced(tuple(argv)), notes
     try:
-        plan = plan_with_speed(plan_args(m, command=args, gpus=gpus, ram=ram, mmproj=mmproj), speed=speed)
+        plan = plan_with_speed(pa, speed=speed)
     except LlamarigError as e:
         return Priced(tuple(argv), error=e), notes
     return Priced(tuple(argv), plan), notes
