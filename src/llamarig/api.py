@@ -132,20 +132,22 @@ def explain_report(report: CheckReport, *, model: str | None = None, lang: str =
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
                     detect: bool = False, want_plan: bool = True, repair: bool = False,
-                    keep_script: bool = False) -> Resolved:
+                    keep_script: bool = False, allow_no_binary: bool = False) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
-    environment and the plan with its speed."""
+    environment and the plan with its speed (``allow_no_binary``: for render, the bundled
+    schema stands in when there is no llama-server here)."""
     from llamarig.app import command  # lazy: keeps import llamarig light
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    gpus=gpus, ram=ram, detect=detect, want_plan=want_plan, repair=repair,
-                                   keep_script=keep_script)
+                                   keep_script=keep_script, allow_no_binary=allow_no_binary)
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,
                    user: str | None = None) -> str:
-    """`llamarig render`: a bash launcher, systemd unit, compose service or llama-swap entry."""
+    """`llamarig render`: a bash launcher, systemd unit, compose service, llama-swap entry or
+    llama-server router preset."""
     from llamarig.app.render import render_command as _render  # lazy: keeps import llamarig light
 
     return _render(res, fmt, name=name, compose_backend=compose_backend, user=user)

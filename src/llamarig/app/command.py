@@ -14,13 +14,13 @@ from typing import Any
 from llamarig.app.check import check, fix, get_schema, read_input
 from llamarig.app.planning import plan_args, plan_with_speed
 from llamarig.binary import find_binary
-from llamarig.errors import InputError, LlamarigError
+from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.flags.findings import Finding
 from llamarig.flags.readers import is_server_program
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hub.ref import is_remote, parse_ref
-from llamarig.i18n import _
+from llamarig.i18n import _, join
 from llamarig.plan.inputs import PlanArgs
 from llamarig.plan.result import Plan
 from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
@@ -115,11 +115,14 @@ def _script_dir(cwd: str | None, script_dir: Path) -> str | None:
 
 
 def _script_binary(program: str, workdir: str | None, script_dir: Path) -> str:
-    """The script's own program, as the output runs it: a bare name stays a name (looked up on
-    PATH, as the script does), ``~`` is expanded, a relative path is joined to the directory the
-    script runs it in (its ``cd``), else to the script's directory."""
+    """The script's own program, as the output runs it, absolute: a bare name is the file PATH
+    finds here (the script finds it the same way; a unit's ExecStart= and llama-swap look only
+    in their own search path), else stays a name; ``~`` is expanded, a relative path is joined to
+    the directory the script runs it in (its ``cd``), else to the script's directory."""
     if "/" not in program:
-        return program
+        import shutil  # lazy: only for a script that names its binary bare
+
+        return shutil.which(program) or program
     p = os.path.expanduser(program)
     if not os.path.isabs(p):
         p = os.path.normpath(os.path.join(workdir or str(script_dir), p))
@@ -182,14 +185,16 @@ def _refuse_catalogue_names(args: list[str]) -> None:
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
                     detect: bool = False, want_plan: bool = True, repair: bool = False,
-                    own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False) -> Resolved:
+                    own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
+                    allow_no_binary: bool = False) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first).
     ``own``: the calling command's option spellings (``command_name``'s); one of them among the
     server flags (written after the model) that llama-server does not know is an InputError.
     ``keep_script`` (render): a --from-script command keeps its own binary, wrappers and
-    directory."""
+    directory. ``allow_no_binary`` (render): without a llama-server here, the bundled schema and
+    the program's name stand in (a note says so), instead of a ServerError."""
     env: list[tuple[str, str]] = []
     findings: list[Finding] = []
     notes: list[str] = []
@@ -205,14 +210,19 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         schema = get_schema(server_bin, False)
         report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
         n_before = len(report.errors)
-        if repair and n_before:
-            text = fix(report).text
-            report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
-        parsed, findings = report.parsed, report.findings
-        if repair and n_before:
-            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
+        n_warnings = sum(1 for f in report.findings if f.severity == "warning")
+        fixed = fix(report) if repair else None  # `llamarig check --fix`, the same repairs
+        if fixed is not None and fixed.text != text:
+            report = check(fixed.text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
+            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s), {w} warning(s) "
+                           "before)").format(name=name, n=n_before, w=n_warnings))
+            for _k, line, changes in fixed.changes:
+                notes.append(_("the fix changes what the server at line {line} runs: {changes}").format(
+                    line=line, changes=join(_("; "), [_("{what} {before} -> {after}").format(
+                        what=w, before=b, after=a) for w, b, a in changes])))
         else:
             notes.append(_("input: {name}").format(name=name))
+        parsed, findings = report.parsed, report.findings
         if not parsed.invocations:
             raise InputError(_("{name}: no llama-server command found").format(name=name))
         if not 1 <= invocation <= len(parsed.invocations):
@@ -221,11 +231,14 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         findings = [f for f in findings if f.invocation in (None, invocation - 1)]
         program, args = inv.program, [w.text for w in inv.args]
         env = [(n, v) for n, v, _line in inv.env]
-        bases.append(Path(from_script).parent.resolve())
+        # the script's relative paths are the script's: from its `cd DIR` (or WorkingDirectory=),
+        # else from its directory, never from wherever render runs
+        bases = [Path(from_script).parent.resolve()]
         if keep_script and not server_bin:
             kept_binary, wrappers, workdir = _keep_script_command(inv, Path(from_script), notes)
-            if workdir:  # the server runs there: its relative paths are there
-                bases.insert(0, Path(workdir))
+        script_cwd = workdir or _script_dir(inv.cwd, bases[0])
+        if script_cwd:  # the server runs there: its relative paths are there
+            bases = [Path(script_cwd)]
     else:
         program, args = _split(list(tokens))
         if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
@@ -243,10 +256,22 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
             notes.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
                 schema=schema.label(), binary=binary))
     else:
-        binary = _binary(server_bin, program)
-        if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-            notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
-        schema = schema_of(binary)
+        try:
+            binary = _binary(server_bin, program)
+        except ServerError:
+            if server_bin or not allow_no_binary:
+                raise
+            # render writes a file for another machine: the bundled schema stands for the flags,
+            # and the output names the program for the user to point at the real binary
+            binary = Path(program).name if program else "llama-server"
+            notes.append(_("binary: no llama-server on this machine: the output runs `{name}` (found on PATH, or "
+                           "write its absolute path there); flags checked against the bundled schema of build "
+                           "{build}").format(name=binary, build=load_bundled().build))
+            schema = load_bundled()
+        else:
+            if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
+                notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
+            schema = schema_of(binary)
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
         if bad:
