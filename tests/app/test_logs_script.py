@@ -33,11 +33,13 @@ def test_logs_state_fits_result_and_the_free_memory_it_implies(which: str) -> No
     # what really ran, priced: f16 K/V with 4 slots (the q2_K and -np 1 never reached it)
     assert "what ran" in text and "K/V f16/f16" in text and "KV 5.81 GiB" in text
     assert "the plan of what ran predicts" in text
-    if which == "restored":
-        assert "--cache-type-k q2_K --cache-type-v q2_K --parallel 1 never reached the server (cut off at line 10)" in text
-        assert "--reasoning-budget 768" in text and "never reached llama-server (cut off at line 10)" in text
-    else:  # as pasted its command loads no model: the log is evidence the meant one ran
-        assert "loads no model" in text and "read as the command meant" in text
+    # the cut-off flags are named, and the log's own evidence agrees (slot id 1: not -np 1)
+    cut = 10 if which == "restored" else 11  # as pasted, a blank line sits before the first prose line
+    assert f"--cache-type-k q2_K --cache-type-v q2_K --parallel 1 never reached the server (cut off at line {cut})" in text
+    assert "--reasoning-budget 768" in text and f"never reached llama-server (cut off at line {cut})" in text
+    assert "the log agrees: slot id 1 (line 419) needs at least 2 slots, more than the script's -np 1" in text
+    if which == "as pasted":  # its command loads no model: read as the author's file ran it
+        assert "loads no model" in text and "prose lines as the comments they were" in text
 
 
 def test_the_decode_the_plan_predicts_is_near_the_logged_one() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +76,9 @@ class CheckReport:
     name: str = "<text>"
     kind: str | None = None
     origin: Path | None = field(default=None, repr=False)
-    text: str = field(default="", repr=False)  # the input as read (the pair is read from it)
-
-    @cached_property
-    def reading(self) -> ScriptReading:
-        """The received and the meant commands of the input (flags.reading), read when a view
-        asks for the pair (:func:`what_runs`), not on every check."""
-        return read_script(self.text, self.kind, self.origin) if self.text else reading_of(self.parsed)
+    #: the commands the shell really runs and the one meant (llamarig.flags.reading); ``parsed``
+    #: is its meant text's reading
+    reading: ScriptReading | None = field(default=None, repr=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -116,7 +111,8 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
     was read from (its sourced files, drop-ins, .env are read too)."""
     if schema is None:
         schema = load_schema(server_bin) if server_bin else load_bundled()
-    parsed = parse_text(text, kind, origin)
+    reading = read_script(text, kind, origin)
+    parsed = reading.parsed if reading.parsed is not None else parse_text(text, kind, origin)
     ram_bytes = None
     if ram:
         ram_bytes = parse_size(ram, "g")
@@ -125,12 +121,12 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                   ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
-    if not parsed.invocations:
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
-    return CheckReport(parsed, readings, findings, schema, name, kind, origin, text)
+    return CheckReport(parsed, readings, findings, schema, name, kind, origin, reading)
 
 
 @dataclass(frozen=True)
@@ -152,17 +148,18 @@ class WhatRuns:
 
 def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
     """The ``k``-th llama-server command of ``report`` as the pair every view works from: the
-    argv it receives, and the argv meant for it (the readers' :class:`ScriptReading`: the
-    command as a person reads the text, its cut-off words put back). The one place that turns
-    the readers' result into the pair."""
+    argv the shell really gives it (the text as written, ``ScriptReading.received``) and the
+    argv meant (``ScriptReading.meant_each``: the text as a person reads it, garbled lines
+    repaired and cut-off words put back). The one place that turns the readers' result into the
+    pair; commands are matched by the line of their program."""
     inv = report.parsed.invocations[k]
-    servers = [id(i) for i in report.parsed.invocations if i.source != "fragment"]
-    reading = report.reading
-    meant_inv = None
-    if id(inv) in servers and len(reading.meant_each) == len(servers):
-        meant_inv = reading.meant_each[servers.index(id(inv))]
+    reading = report.reading if report.reading is not None else reading_of(report.parsed)
+    got = next((i for i in reading.received if i.line == inv.line and i.source != "fragment"), None)
+    meant_inv = next((i for i in reading.meant_each if i.line == inv.line), None)
+    received = tuple(got.argv) if got is not None else tuple(inv.argv)
     meant = tuple(meant_inv.argv) if meant_inv is not None else (inv.program, *(w.text for w in inv.intended_args))
-    return WhatRuns(k, inv.line, tuple(inv.argv), meant, inv.cut_line if inv.orphans else None)
+    cut = got.cut_line if got is not None and got.orphans else (inv.cut_line if inv.orphans else None)
+    return WhatRuns(k, inv.line, received, meant, cut)
 
 
 def check_file(path: str, **options: Any) -> CheckReport:

@@ -21,7 +21,7 @@ from llamarig.app.runs import Priced, loads_model, plan_args_of, price_argv
 from llamarig.bench.logparse import UNLIMITED_BUDGET, LogParse
 from llamarig.bench.logparse import logs_document as parse_document
 from llamarig.errors import InputError, LlamarigError
-from llamarig.flags.argv import Command
+from llamarig.flags.argv import Command, int_of
 from llamarig.i18n import _, join
 from llamarig.plan.inputs import build_inputs
 from llamarig.plan.planner import effective_inputs, make_plan
@@ -196,6 +196,11 @@ def ran_findings(p: LogParse, a: Against) -> list[str]:
     if never:
         out.append(_("the script's {flags} never reached the server{cut}: they are not what ran").format(
             flags=" ".join(never), cut=_cut(a.pair)))
+    meant_np = Command.parse(list(a.pair.meant), program=True).get("--parallel")
+    top = max(p.requests, key=lambda r: r.slot, default=None)
+    if top is not None and meant_np is not None and not argv.has("--parallel") and top.slot >= (int_of(meant_np) or 0):
+        out.append(_("the log agrees: slot id {id} (line {line}) needs at least {n} slots, more than the script's "
+                     "-np {np}").format(id=top.slot, line=top.line, n=top.slot + 1, np=meant_np))
     timed = [r for r in p.requests if r.eval_tok_s is not None and r.depth]
     if timed:
         r = max(timed, key=lambda x: x.depth or 0)
@@ -205,6 +210,24 @@ def ran_findings(p: LogParse, a: Against) -> list[str]:
                          "predicts {pred:.1f} tok/s there (modelled)").format(
                 logged=r.eval_tok_s, depth=r.depth, task=r.task, pred=pred))
     return out
+
+
+def _as_the_file_had_it(report: CheckReport, pair: WhatRuns) -> tuple[WhatRuns, int | None]:
+    """A pasted script whose command loads no model (a chat dropped the ``\\`` and ``#`` of
+    its lines): the command as the author's file ran it, its prose lines being comments there,
+    which end the command (the first one after it); the meant command when no prose line cuts
+    it. Returns the pair to read the log against and the line where the text as pasted cuts."""
+    cut = pair.cut_line
+    reading = report.reading
+    meant = next((i for i in reading.meant_each if i.line == pair.line), None) if reading is not None else None
+    prose = sorted(n.line for n in reading.line_notes if n.kind == "paste-prose" and n.line > pair.line) \
+        if reading is not None else []
+    if meant is None or not prose:
+        return WhatRuns(pair.index, pair.line, pair.meant, pair.meant), cut
+    ran = (meant.program, *(w.text for w in meant.args if w.line < prose[0]))
+    if not loads_model(ran) or ran == pair.meant:
+        return WhatRuns(pair.index, pair.line, pair.meant, pair.meant), cut
+    return WhatRuns(pair.index, pair.line, ran, pair.meant, prose[0]), cut
 
 
 def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[str] = (),
@@ -220,10 +243,14 @@ def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[str
     pair = what_runs(report, 0)
     head: list[str] = []
     if not loads_model(pair.received) and loads_model(pair.meant):
-        # a log of a model serving is not from a command that loads none: the meant one ran
+        # a log of a model serving is not from a command that loads none
+        pair, line = _as_the_file_had_it(report, pair)
         head.append(_("{script}'s command as written loads no model (its -m is cut off at line {cut}), yet the log "
-                      "shows one serving: it is read as the command meant").format(script=script, cut=pair.cut_line))
-        pair = WhatRuns(pair.index, pair.line, pair.meant, pair.meant)
+                      "shows one serving: it is read as the command meant").format(script=script, cut=line)
+                    if pair.same else
+                    _("{script}'s command as written loads no model (its -m is cut off at line {cut}), yet the log "
+                      "shows one serving: read with its prose lines as the comments they were (a chat drops the "
+                      "#), the command ends at line {end}").format(script=script, cut=line, end=pair.cut_line))
     a = Against(script, report, pair, model, tuple(gpus), ram)
 
     def compare(p: LogParse) -> list[str]:

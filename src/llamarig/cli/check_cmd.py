@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from llamarig.app.check import check, dump_json, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, check, dump_json, fix, get_schema, read_input
 from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
+from llamarig.flags.reading import verdict
 from llamarig.flags.rules import Finding
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
@@ -122,7 +123,8 @@ def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tu
     if first is not None and not any(inv.orphans for inv in parsed.invocations):
         out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(localize(first.message), 160)),
                     "red"))
-    if not parsed.invocations:
+    out += [(localize(v), "yellow") for v in verdict(parsed)]
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         out.append((_("no llama-server command found"), "yellow"))
     return out
 
@@ -199,6 +201,24 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         sys.exit(ExitCode.PROBLEMS)
 
 
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+    """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
+    be explained in their place."""
+    from llamarig.flags.engines import ENGINES
+    from llamarig.flags.engines.fastllm import translation_of
+
+    lines = []
+    for inv in report.parsed.others:
+        tr = translation_of(inv, model)
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
+               if tr is not None else ""))
+        if tr is not None:
+            lines.append(tr.command())
+    return check("\n".join(lines), schema=schema, model=model) if lines else report
+
+
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--server-bin", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
@@ -246,6 +266,8 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
     report = check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    if not report.parsed.invocations and report.parsed.others:
+        report = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
     result = explain(report, model=model, base_dir=base_dir, lang=lang, gpus=gpus, ram=ram)

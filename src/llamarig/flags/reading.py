@@ -13,38 +13,18 @@ would change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from llamarig.flags.parsed import Invocation, Parsed
+from llamarig.flags.engines import ENGINES
+from llamarig.flags.findings import Severity
+from llamarig.flags.parsed import Invocation, LineNote, Note, Parsed
 from llamarig.flags.readers import parse_text
-from llamarig.i18n import _
+from llamarig.flags.readers.common import ends_with_backslash
+from llamarig.flags.readers.paste import scan
+from llamarig.i18n import N_, _
 
-__all__ = ["LineNote", "ScriptReading", "read_script", "reading_of"]
-
-
-@dataclass(frozen=True)
-class LineNote:
-    """One line of the text that is not what its author meant, and what it is.
-
-    ``line``: its 1-based number in the text. ``kind``: what it is, also the id of the check
-    finding that names it (docs/check.md): ``paste-prose`` (prose that lost its ``#``: bash runs
-    its first word as a command), ``paste-no-backslash`` (a line of a command that lost its
-    trailing ``\\``, so the command ends there), ``paste-fence`` (a code block's label or fence
-    left by the chat: ``bash``, ``运行``, ``plaintext``, a line of backquotes), ``paste-bullet``,
-    ``paste-numbered`` (a list marker before a command), ``paste-prompt`` (a leading ``$``
-    prompt), ``paste-fullwidth`` (full-width spaces or punctuation in a command), ``paste-quotes``
-    (smart quotes), ``paste-dash`` (a dash the chat turned ``--`` into), ``paste-prose-tail``
-    (prose after the flags on a command line). ``text``: the line as written. ``message``: what
-    bash does with it and what was meant (a catalogue message). ``repaired``: the line as the
-    meant text has it (a comment for prose, the command without its list marker...), or None
-    when the meant text drops it (a fence label)."""
-
-    line: int
-    kind: str
-    text: str
-    message: str
-    repaired: str | None
+__all__ = ["LineNote", "ScriptReading", "read_script", "reading_of", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -70,8 +50,12 @@ class ScriptReading:
 
     ``line_notes``: one :class:`LineNote` per line that is not what was meant, in line order.
     ``others``: commands of other inference servers in the text (FastLLM ``ftllm``, vLLM,
-    SGLang, Ollama, LM Studio), read like llama-server's (``Invocation.engine`` names the
-    engine; their flags are never judged as llama-server's).
+    SGLang, Ollama, LM Studio), as meant, read like llama-server's (``Invocation.engine`` names
+    the engine; their flags are never judged as llama-server's).
+
+    ``parsed``: the text as meant, as the readers read it: what check lints. Its invocations
+    are the meant commands with the words the shell (of the repaired text) gives them as
+    ``args`` and the rest of what was meant as ``orphans``; its notes include one per line note.
     """
 
     received: tuple[Invocation, ...]
@@ -81,6 +65,7 @@ class ScriptReading:
     ambiguous_lines: tuple[int, ...] = ()
     line_notes: tuple[LineNote, ...] = ()
     others: tuple[Invocation, ...] = ()
+    parsed: Parsed | None = field(default=None, compare=False, repr=False)
 
     @property
     def meant_argv(self) -> list[str] | None:
@@ -126,10 +111,104 @@ def reading_of(received: Parsed, meant: Parsed | None = None, line_notes: tuple[
     meant_one = each[0] if len(each) == 1 and not loose else None
     return ScriptReading(tuple(received.invocations), meant_one, each, tuple(why) if meant_one is None else (),
                          tuple(sorted(set(ambiguous))) if meant_one is None else (), line_notes,
-                         tuple(received.others))
+                         tuple(_meant_of(inv) for inv in src.others), src)
+
+
+#: how bad each kind of garbled line is: an error where the command does not get what was meant
+_SEVERITY = {"paste-prose": Severity.WARNING, "paste-fence": Severity.WARNING}
 
 
 def read_script(text: str, kind: str | None = None, origin: Path | None = None) -> ScriptReading:
     """The received and the meant commands of a launch text (a script, a unit, a YAML file, a
-    command line), and a note per garbled line."""
-    return reading_of(parse_text(text, kind, origin))
+    command line), and a note per garbled line. ``kind`` forces a format (llamarig.flags.readers
+    .parse_text); ``origin``: the file the text was read from."""
+    text = text.replace("\r\n", "\n").replace("\x00", "")
+    received = parse_text(text, kind, origin)
+    if received.kind != "shell":
+        return reading_of(received)
+    repaired = scan(text)
+    meant = parse_text(repaired.text, "shell", origin) if repaired.notes else received
+    notes = sorted([*repaired.notes, *_breaks(meant, repaired.lines)], key=lambda n: n.line)
+    meant.line_notes = notes
+    meant.notes.extend(Note(n.kind, n.line, n.message, _SEVERITY.get(n.kind, Severity.ERROR)) for n in notes)
+    return reading_of(received, meant, tuple(notes))
+
+
+def _breaks(parsed: Parsed, lines: list[str]) -> list[LineNote]:
+    """Each place a meant command is cut after its first cut (which its ``continuation-broken``
+    note names): a line of it that lost its ``\\``, a blank or comment line after a ``\\``."""
+    out: list[LineNote] = []
+    for inv in [*parsed.invocations, *parsed.others]:
+        if inv.source == "fragment" or not inv.orphans:
+            continue
+        at = sorted({inv.line, *(w.line for w in inv.intended_args)})
+        for first, nxt in zip(at, at[1:], strict=False):
+            out.extend(_break(first, nxt, lines, inv.cut_line))
+    return out
+
+
+def _break(first: int, nxt: int, lines: list[str], cut: int | None) -> list[LineNote]:
+    """The note on the line where the command on line ``first`` stops before line ``nxt``, if
+    it does (none at ``cut``, the first cut)."""
+    text = lines[first - 1] if 0 < first <= len(lines) else ""
+    if not ends_with_backslash(text):
+        if first == cut:
+            return []
+        return [LineNote(first, "missing-backslash", text, _(
+            "line {line} lost its trailing `\\`: the command ends there, and line {next} runs as a command of "
+            "its own").format(line=first, next=nxt), text)]
+    gap = first + 1
+    if gap >= nxt or gap == cut:
+        return []
+    between = lines[gap - 1] if gap <= len(lines) else ""
+    if between.strip():
+        msg = _("line {line} is a comment after the `\\` on line {before}: it ends the command, and line {next} "
+                "runs as a command of its own").format(line=gap, before=first, next=nxt)
+    else:
+        msg = _("line {line} is blank after the `\\` on line {before}: it ends the command, and line {next} "
+                "runs as a command of its own").format(line=gap, before=first, next=nxt)
+    return [LineNote(gap, "gap-after-backslash", between, msg, between)]
+
+
+#: the kinds of garbled lines, grouped as check's verdict names them
+_GROUPS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("paste-prose",), N_("{n} line(s) of prose lost their `#` (lines {lines})")),
+    (("missing-backslash", "gap-after-backslash", "comment-after-backslash"),
+     N_("{n} line(s) cut the command: a `\\` lost, or a blank, comment or `\\ #` after one (lines {lines})")),
+    (("paste-fence",), N_("{n} code-block label(s) (lines {lines})")),
+    (("paste-bullet", "paste-numbered", "paste-prompt"), N_("{n} list marker(s) or prompt(s) (lines {lines})")),
+    (("paste-fullwidth", "paste-quotes", "paste-dash", "paste-prose-tail"),
+     N_("{n} line(s) with typography or prose inside the command (lines {lines})")),
+)
+
+
+def verdict(parsed: Parsed) -> list[str]:
+    """The answer first, for check: what a chat did to the text (its garbled lines by kind) and
+    which commands are other engines' (catalogue messages)."""
+    out: list[str] = []
+    by_kind: dict[str, list[int]] = {}
+    for n in parsed.line_notes:
+        by_kind.setdefault(n.kind, []).append(n.line)
+    parts = []
+    for kinds, text in _GROUPS:
+        lines = sorted({ln for k in kinds for ln in by_kind.get(k, [])})
+        if lines:
+            parts.append(_(text).format(n=len(lines), lines=_few(lines)))
+    if parts and any(k.startswith("paste-") for k in by_kind):
+        out.append(_("pasted from a chat and garbled: {parts}; `llamarig check --fix` writes it as meant").format(
+            parts=_("; ").join(parts)))
+    elif parts:
+        out.append(_("the commands are cut: {parts}; `llamarig check --fix` joins them").format(parts=_("; ").join(parts)))
+    for inv in parsed.others:
+        sub = inv.args[0].text if inv.args else ""
+        out.append(_("line {line}: `{command}` is {engine}, not llama-server (its flags and llama-server equivalent "
+                     "are below)").format(line=inv.line, command=f"{inv.program} {sub}".strip(),
+                                          engine=ENGINES[inv.engine].name))
+    return out
+
+
+def _few(lines: list[int]) -> str:
+    """Line numbers as a short list: the first five and the last."""
+    if len(lines) <= 6:
+        return ", ".join(str(n) for n in lines)
+    return ", ".join(str(n) for n in lines[:5]) + f", …, {lines[-1]}"

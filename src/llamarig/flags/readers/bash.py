@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from llamarig.flags.engines import ENGINES, engine_of
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, ShellCommand, Word
 from llamarig.flags.readers.bash_lexer import Lexer, split_commands
@@ -152,8 +153,11 @@ class _Interpreter:
         # long as the script)
         self.exported: dict[str, tuple[str, str, int]] = {}
         self.invocations: list[Invocation] = []
+        self.others: list[Invocation] = []  # other engines' commands (llamarig.flags.engines)
         self.last_inv: Invocation | None = None
-        self.last_k = -1  # index of last_inv in invocations (a list.index per orphan line is quadratic)
+        #: index of last_inv in invocations (a list.index per orphan line is quadratic); None for
+        #: another engine's command
+        self.last_k: int | None = None
         self.prev: ShellCommand | None = None
         self.functions: set[str] = set()  # shell functions defined so far
         self.bodies: dict[str, _Function] = {}  # those with a `{ ... }` body, followed where they are called
@@ -245,10 +249,13 @@ class _Interpreter:
         # llama-server and given llama-server's arguments
         by_name = cmd.words[c.idx].opaque and re.search(r"llama|server", prog, re.I) is not None \
             and looks_like_server_args(rest)
+        engine = None if calls_function else engine_of(prog, rest)
         if calls_function and prog in self.bodies:
             self.follow_call(self.bodies[prog], cmd, rest)
         elif (not calls_function and (is_server_call(prog, rest) or by_name)) or docker is not None:
             self._server(cmd, src, c, docker)
+        elif engine is not None:
+            self._engine(cmd, src, c, engine)
         elif prog.startswith("-"):
             self._flag_line(cmd, src, c)
         elif cmd.terminator in ("\n", ";", ""):
@@ -323,6 +330,22 @@ class _Interpreter:
             inv.cut_line = cmd.comment_break
         self._add(inv, cmd.line, c.unknown)
 
+    def _engine(self, cmd: ShellCommand, src: str, c: _Call, engine: str) -> None:
+        """A command of another inference server (FastLLM, vLLM...): kept apart, its flags
+        never judged as llama-server's; lines of flags after it whose ``\\`` was lost are its
+        cut-off words."""
+        prog_word = cmd.words[c.idx]
+        inv = Invocation(
+            program=prog_word.text, args=list(cmd.words[c.idx + 1:]), line=_written_on(cmd, prog_word),
+            end_line=cmd.end_line, env=[*self.exported.values(), *c.env], background=cmd.terminator == "&",
+            source="shell", redirects=list(cmd.redirects), head=_head_text(src, prog_word, prog_word),
+            tail=_tail_text(src, cmd), wrappers=wrapper_words(cmd.words[c.start:], c.idx - c.start), cwd=self.cwd,
+            label=self.frame.label, written_here=self.frame.here, engine=engine)
+        if cmd.comment_break is not None:
+            inv.cut_line = cmd.comment_break
+        self.others.append(inv)
+        self.last_inv, self.last_k = inv, None
+
     def _add(self, inv: Invocation, line: int, unknown: list[Unknown]) -> None:
         self.invocations.append(inv)
         self.last_inv, self.last_k = inv, len(self.invocations) - 1
@@ -334,7 +357,7 @@ class _Interpreter:
     def _flag_line(self, cmd: ShellCommand, src: str, c: _Call) -> None:
         """A command whose first word is an option: the rest of a command whose ``\\`` was lost
         (its words are cut off), more of a fragment, or a fragment of its own."""
-        adjacent = self.last_inv is not None and self.prev is not None and _adjacent(self.prev, cmd)
+        adjacent = self.last_inv is not None and self.prev is not None and self._adjacent(self.prev, cmd)
         if adjacent and self.last_inv is not None and self.last_inv.source == "fragment":
             self.last_inv.args.extend(cmd.words[c.idx:])
             self.last_inv.end_line = cmd.end_line
@@ -364,18 +387,36 @@ class _Interpreter:
         last.orphans.extend(cmd.words[c.idx:])
         if last.cut_line is None:
             last.cut_line = prev.comment_break or prev.end_line
-        self.notes.append(Note(
-            "orphan-flags", cmd.line,
-            _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
-              "{lines} never reach llama-server (started on line {start})").format(
-                word=cmd.words[c.idx].text, n=len(cmd.words) - c.idx, start=last.line,
-                lines=cmd.line if cmd.end_line == cmd.line else f"{cmd.line}-{cmd.end_line}"),
-            Severity.ERROR, self.last_k))
+        lines = cmd.line if cmd.end_line == cmd.line else f"{cmd.line}-{cmd.end_line}"
+        word, n = cmd.words[c.idx].text, len(cmd.words) - c.idx
+        if last.engine in ENGINES:
+            msg = _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
+                    "{lines} never reach {program} (started on line {start})").format(
+                        word=word, n=n, start=last.line, lines=lines, program=last.program)
+        else:
+            msg = _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
+                    "{lines} never reach llama-server (started on line {start})").format(
+                        word=word, n=n, start=last.line, lines=lines)
+        self.notes.append(Note("orphan-flags", cmd.line, msg, Severity.ERROR, self.last_k))
         if cmd.terminator == "&":
             last.background = True
         last.redirects.extend(cmd.redirects)
         if last.tail is not None:
             last.tail = _tail_text(src, cmd)
+
+    def _adjacent(self, prev: ShellCommand, cmd: ShellCommand) -> bool:
+        """``cmd`` follows ``prev`` with only blank and comment lines between them: a line of
+        flags there was meant for the command before."""
+        if prev.terminator not in ("\n", "&", ";"):
+            return False
+        lines = self.frame.lines
+        base = self.first_line if lines is self.lines else 1
+        for ln in range(prev.end_line + 1, cmd.line):
+            idx = ln - base
+            text = lines[idx].strip() if 0 <= idx < len(lines) else ""
+            if text and not text.startswith("#"):
+                return False
+        return True
 
     # -- functions and sourced files
 
@@ -519,13 +560,15 @@ class _Interpreter:
         for k, inv in enumerate(invocations):
             if inv.cut_line is not None and inv.orphans:
                 notes.append(_cut_note(inv, k, other.get(k, self.lines), self.first_line if k not in other else 1))
+        notes.extend(_cut_note(inv, None, self.lines, self.first_line) for inv in self.others
+                     if inv.cut_line is not None and inv.orphans)
         # a bare assignment of a variable the script expands is a shell variable, not environment
         # (unless a later `export NAME` exports it)
         shell_only = {(n, ln) for n, ln in self.bare if n in self.scope.used and n not in self.really_exported}
         if shell_only:
             for inv in invocations:
                 inv.env = [e for e in inv.env if (e[0], e[2]) not in shell_only]
-        return Parsed("shell", invocations, notes, cmds, self.lines)
+        return Parsed("shell", invocations, notes, cmds, self.lines, self.others)
 
 
 #: builtins that change the reading: `export`, `shift`, `source`/`.`, `cd`/`pushd`
@@ -782,10 +825,6 @@ def _tail_text(src: str, cmd: ShellCommand) -> str | None:
     return "" if tail == "\\" else tail
 
 
-def _adjacent(prev: ShellCommand, cmd: ShellCommand) -> bool:
-    return prev.terminator in ("\n", "&", ";") and cmd.line - prev.end_line <= 3
-
-
 def _mark_breaks(cmds: list[ShellCommand], lines: list[str], first_line: int) -> None:
     """Find commands ended by a comment or blank line right after a ``\\`` line."""
     for cmd in cmds:
@@ -800,7 +839,7 @@ def _mark_breaks(cmds: list[ShellCommand], lines: list[str], first_line: int) ->
             cmd.comment_break = cmd.end_line
 
 
-def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Note:
+def _cut_note(inv: Invocation, k: int | None, lines: list[str], first_line: int) -> Note:
     cut = inv.cut_line or inv.end_line
     idx = cut - first_line
     text = lines[idx].strip() if 0 <= idx < len(lines) else ""
@@ -810,13 +849,20 @@ def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Not
     elif not text:
         why = _("line {cut} is blank: after the `\\` on line {before} the empty line ends the command").format(
             cut=cut, before=cut - 1)
+    elif re.search(r"\\[ \t]+#", lines[idx] if 0 <= idx < len(lines) else ""):
+        why = _("line {cut} ends with `\\ #…`: `\\ ` is an escaped blank, so ` #` and the comment's words are "
+                "arguments, and as the line does not end with `\\` the newline ends the command").format(cut=cut)
     elif re.search(r"\\[ \t]+$", lines[idx] if 0 <= idx < len(lines) else ""):
         why = _("line {cut} ends with `\\` followed by spaces: the backslash escapes a space, not the "
                 "newline").format(cut=cut)
     else:
         why = _("line {cut} does not end with `\\`, so the newline ends the command").format(cut=cut)
     n = len(inv.orphans)
-    return Note("continuation-broken", cut,
-                _("the llama-server command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
-                  "after it are never passed to llama-server").format(start=inv.line, cut=cut, why=why, n=n),
-                Severity.ERROR, k)
+    if inv.engine in ENGINES:
+        msg = _("the {engine} command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
+                "after it are never passed to {program}").format(
+                    engine=ENGINES[inv.engine].name, start=inv.line, cut=cut, why=why, n=n, program=inv.program)
+    else:
+        msg = _("the llama-server command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
+                "after it are never passed to llama-server").format(start=inv.line, cut=cut, why=why, n=n)
+    return Note("continuation-broken", cut, msg, Severity.ERROR, k)

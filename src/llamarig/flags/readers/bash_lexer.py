@@ -81,6 +81,8 @@ class Lexer:
         self.parts: dict[int, tuple[Part, ...]] = {}
         #: word start offset -> the elements of a `NAME=(...)` array assignment
         self.arrays: dict[int, list[Word]] = {}
+        #: (first, last) line of each here-document's body (its delimiter line included)
+        self.heredoc_spans: list[tuple[int, int]] = []
 
     # -- the token stream
 
@@ -125,6 +127,7 @@ class Lexer:
             self._skip_heredocs()
 
     def _skip_heredocs(self) -> None:
+        first = self.line
         for delim, strip in self.heredocs:
             while self.i < self.n:
                 end = self.s.find("\n", self.i)
@@ -135,6 +138,8 @@ class Lexer:
                 if (body.lstrip("\t") if strip else body) == delim:
                     break
         self.heredocs = []
+        if self.line > first:
+            self.heredoc_spans.append((first, self.line - 1))
 
     def _skip_gap(self) -> bool:
         """Skip blanks and ``\\``-newlines; whether any were skipped."""
