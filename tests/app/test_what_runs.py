@@ -77,3 +77,12 @@ def test_explain_file_then_options(order: str, capsys: pytest.CaptureFixture[str
         main(argv)
     d = json.loads(capsys.readouterr().out)
     assert d["invocations"][0]["runs"]["kv_bytes"] == 16 * 105216 * 4096
+
+
+def test_check_memory_prices_what_runs() -> None:
+    """check --gpu priced the meant command (q2_K: no plan at all); it prices what runs, and says
+    what the cut-off words would change."""
+    rep = check(RUN105K.read_text(encoding="utf-8"), origin=RUN105K, base_dir=SEEDS, gpus=["rtx3090"], model=MODEL)
+    mem = next(f for f in rep.findings if f.rule == "memory")
+    assert mem.message.startswith("memory plan (llamarig plan): fits. CUDA0 (NVIDIA GeForce RTX 3090): 22.67 GiB")
+    assert "as meant (the words cut off at line 10 put back): no plan: --cache-type-k q2_K" in mem.message
