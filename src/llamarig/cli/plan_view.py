@@ -70,6 +70,16 @@ def _estimated_parts(d: DevicePlan) -> tuple[str, int]:
     return _(" and ").join(parts), len(parts)
 
 
+def _host_line(plan: Plan) -> str:
+    """Host RAM at start: of its capacity, short, or not checked."""
+    h = plan.host
+    if not h.capacity:
+        return _("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(h.start_total))
+    if (h.free_at_start or 0) >= 0:
+        return _("host RAM {used} of {cap} at start").format(used=_gib(h.start_total), cap=_gib(h.capacity))
+    return _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
+
+
 def verdict_lines(plan: Plan) -> list[str]:
     """The answer: fits or not, free or short per device, host RAM, and what to change."""
     out: list[str] = []
@@ -96,14 +106,7 @@ def verdict_lines(plan: Plan) -> list[str]:
         else:
             parts.append(_("{dev} short by {short}").format(dev=_short_name(d), short=_gib(-(d.free or 0))))
     h = plan.host
-    start = h.start_total
-    if h.capacity:
-        if (h.free_at_start or 0) >= 0:
-            host = _("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity))
-        else:
-            host = _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
-    else:
-        host = _("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start))
+    host = _host_line(plan)
     maybe = any(d.uncertainty and d.free_range is not None and d.free_range[0] < 0 for d in plan.devices)
     qual = fit_qualifier(plan)  # layers in host RAM, host RAM unchecked: "fits" says so
     head = localize(qual.verdict(plan.fits)) if plan.fits and (qual.qualified or not maybe) else (

@@ -151,18 +151,13 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         if best.speed.speculative:
             parts.append(Text(localize("speculative: " + best.speed.speculative.formula), style="dim"))
         parts.append(Text(_("prefill formula: ") + localize(best.speed.prefill.formula), style="dim"))
-    if res.verdict == "maybe":
-        parts.append(Text("\n" + _("Maybe: the targets are met only if this holds (not measured):"), style="bold yellow"))
-        for r in res.reasons:
-            parts.append(Text("  - " + localize(r)))
-    elif res.verdict == "unlikely":
-        parts.append(Text("\n" + _("Not predicted as asked (possible, but the model says no):"), style="bold yellow"))
-        for r in res.reasons:
-            parts.append(Text("  - " + localize(r)))
-    elif res.verdict != "ok":
-        parts.append(Text("\n" + _("Impossible as asked:"), style="bold red"))
-        for r in res.reasons:
-            parts.append(Text("  - " + localize(r)))
+    heads = {"maybe": (_("Maybe: the targets are met only if this holds (not measured):"), "bold yellow"),
+             "unlikely": (_("Not predicted as asked (possible, but the model says no):"), "bold yellow"),
+             "impossible": (_("Impossible as asked:"), "bold red")}
+    if res.verdict in heads:
+        head_text, style = heads[res.verdict]
+        parts.append(Text("\n" + head_text, style=style))
+        parts += [Text("  - " + localize(r)) for r in res.reasons]
     parts.append(Text("\n" + _("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
         n=res.evaluated, ms=res.elapsed_s * 1000, source=calibration_label(best.speed.calibration) if best else ""),
         style="dim"))

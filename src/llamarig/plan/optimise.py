@@ -403,11 +403,12 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
         uniq.append(cand)
     best = uniq[0] if uniq else None
     reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
-    verdict = "ok" if best is not None and best.meets_all else "impossible"
-    if best is not None and best.meets_all and best.verdict.word == "maybe":
-        verdict = "maybe"  # met only if what nobody measured holds: say which (plan.verdict)
-        reasons = [a.message for a in best.verdict.assumptions]
-    if verdict not in ("ok", "maybe"):
+    verdict = best.verdict.word if best is not None and best.meets_all else "impossible"
+    if verdict in ("yes", "maybe"):
+        # "maybe": met only if what nobody measured holds; the reasons name it (plan.verdict)
+        verdict = "ok" if verdict == "yes" else "maybe"
+        reasons = [a.message for a in best.verdict.assumptions] if best is not None else reasons
+    else:
         bound = _decode_bound(uniq, targets)
         if bound is not None:
             verdict = "unlikely" if bound[0] >= (targets.decode_tok_s or 0) else "impossible"
