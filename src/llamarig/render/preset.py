@@ -3,20 +3,20 @@
 
 How the pinned build reads it (file:line in its source tree):
 
-- ``parse_ini_from_file`` (common/preset.cpp:168-251): ``[section]`` headers, ``key = value``
+- ``parse_ini_from_file`` (common/preset.cpp:170-249): ``[section]`` headers, ``key = value``
   lines, ``;`` or ``#`` comments; a value ends at whitespace followed by ``;`` or ``#`` and at the
   line's end, so such a value cannot be written (refused here);
-- ``load_from_ini`` (:297-365): a key is an option's spelling without its dashes or its
+- ``load_from_ini`` (:285-348): a key is an option's spelling without its dashes or its
   environment variable; ``version`` is skipped; an unknown key makes llama-server refuse the
   file ("option 'KEY' not recognized in preset"); ``[*]`` is the global preset, cascaded under
-  every model (tools/server/server-models.cpp:717-720); a flag with a negation takes
-  true/false (``parse_bool_arg`` :275-284, ``to_args`` :38-78 writes the negative spelling for a
+  every model (tools/server/server-models.cpp:719-721); a flag with a negation takes
+  true/false (``parse_bool_arg`` :268-277, ``to_args`` :37-79 writes the negative spelling for a
   false value);
 - the router gives each model its own host, port and alias (the section's name), and drops the
   API key, SSL and ``--models-*`` options from a preset (``unset_reserved_args`` and
-  ``update_args``, tools/server/server-models.cpp:479-527): those belong on the router's own
+  ``update_args``, tools/server/server-models.cpp:479-538): those belong on the router's own
   command line, which this file says in a comment;
-- ``load-on-startup``, ``stop-timeout`` are preset-only options (common/arg.cpp:4767-4795).
+- ``load-on-startup``, ``stop-timeout`` are preset-only options (common/arg.cpp:4767-4792).
 
 The rendered file holds one model: its section carries the model's options, ``[*]`` the ones
 about the machine (threads, devices, offload, flash attention, load mode, metrics, logging), so
@@ -47,7 +47,7 @@ MACHINE_OPTIONS = frozenset({
     "--rpc", "--load-mode", "--lazy-mode", "--flash-attn", "--kv-offload", "--op-offload", "--metrics", "--props",
     "--slots", "--cont-batching", "--offline", "--verbosity", "--log-prefix", "--log-timestamps", "--log-jsonl",
     "--perf", "--warmup"})
-#: what a value cannot hold in this INI (common/preset.cpp:185-200): a comment start after a
+#: what a value cannot hold in this INI (common/preset.cpp:189-202): a comment start after a
 #: blank, a newline, blanks at either end
 _BAD_VALUE = re.compile(r"(^[;#])|(\s[;#])|[\r\n]|^\s|\s$")
 
@@ -87,7 +87,7 @@ def _entries(args: list[Arg]) -> list[tuple[str, str, Arg]]:
             value = _value(uses[-1])  # llama-server: the last one wins
         if _BAD_VALUE.search(value):
             raise InputError(_("{flag} {value}: a --models-preset value cannot start or end with a blank, hold a "
-                               "newline, or a ';' or '#' after a blank (common/preset.cpp:185-200)").format(
+                               "newline, or a ';' or '#' after a blank (common/preset.cpp:189-202)").format(
                 flag=first.spelling, value=value))
         out.append((key, value, first))
     return out
@@ -114,7 +114,7 @@ def render_preset(spec: RenderSpec, name: str, load_on_startup: bool = True, pat
     unknown = [a.spelling for a in cmd.args if a.opt is None]
     if unknown:
         raise InputError(_("{flags}: not flags of this llama-server: a --models-preset file with them is refused "
-                           "(common/preset.cpp:328)").format(flags=", ".join(unknown)))
+                           "(common/preset.cpp:329)").format(flags=", ".join(unknown)))
     router = [a for a in cmd.args if a.name in ROUTER_OPTIONS]
     rest = [a for a in cmd.args if a.name not in ROUTER_OPTIONS and a.name != "--alias"]
     machine = _entries([a for a in rest if a.name in MACHINE_OPTIONS])
@@ -126,7 +126,7 @@ def render_preset(spec: RenderSpec, name: str, load_on_startup: bool = True, pat
     out += ["; " + ln if ln else ";" for ln in spec.local([
         "",
         _("start the router with this file (host, port, API key and SSL stay on its command line: the router sets "
-          "each model's own, tools/server/server-models.cpp:479-527):"),
+          "each model's own, tools/server/server-models.cpp:479-538):"),
         "  " + start,
         _("then ask for model \"{name}\" (the section below) at /v1/chat/completions; GET /models lists it").format(
             name=name),
@@ -141,7 +141,7 @@ def render_preset(spec: RenderSpec, name: str, load_on_startup: bool = True, pat
     out.append(f"[{name}]")
     out += _lines(spec, model)
     if load_on_startup:
-        out.append("; " + spec.local([_("preset-only: load it when the router starts (common/arg.cpp:4767-4795)")])[0])
+        out.append("; " + spec.local([_("preset-only: load it when the router starts (common/arg.cpp:4767-4792)")])[0])
         out.append("load-on-startup = true")
     return "\n".join(out) + "\n"
 
