@@ -86,3 +86,20 @@ def test_check_memory_prices_what_runs() -> None:
     mem = next(f for f in rep.findings if f.rule == "memory")
     assert mem.message.startswith("memory plan (llamarig plan): fits. CUDA0 (NVIDIA GeForce RTX 3090): 22.67 GiB")
     assert "as meant (the words cut off at line 10 put back): no plan: --cache-type-k q2_K" in mem.message
+
+
+def test_explain_the_script_as_pasted() -> None:
+    """As pasted out of the chat (tests/fixtures/seeds/000_run105k_pasted.sh: the comment lines
+    lost their `#`, most lines their `\\`), bash runs `./llama3-server` with no argument at all:
+    llama-server then loads no model, so nothing is priced as if it did; the meant command (every
+    flag, read as a person reads it) would not start (q2_K)."""
+    path = SEEDS / "000_run105k_pasted.sh"
+    rep = explain(_report(path), model=MODEL, base_dir=SEEDS, gpus=["rtx3090"])
+    cmd = rep.commands[0]
+    assert cmd.priced is not None
+    assert cmd.priced.pair.received == ("./llama3-server",)
+    assert cmd.priced.runs.plan is None and "loads none" in str(cmd.priced.runs.error)
+    assert "--parallel" in cmd.priced.pair.meant and "--reasoning-budget" in cmd.priced.pair.meant
+    assert cmd.priced.meant is not None and "q2_K" in str(cmd.priced.meant.error)
+    text = "\n".join(cmd.summary)
+    assert "not priced: llama-server receives no model (-m)" in text and "would not start" in text
