@@ -220,7 +220,10 @@ def fit_qualifier(plan: Plan) -> FitQualifier:
     n_layers = host_layers + gpu_layers + 1 if loads else 0
     host_layers += 1 if loads and host_layers and not gpu_layers else 0
     host_weights = sum(x.weights_read for x in loads if x.backend == "CPU")
-    holds_model = bool(host_layers or host_weights) or plan.host.get("kv") > 0
+    # without speed figures (a GPU of unknown bandwidth) the count is unknown: --fit having set
+    # -ngl still says the host holds layers
+    fit_ngl = getattr(plan.effective_cfg, "n_gpu_layers", -1) if not loads else -1
+    holds_model = bool(host_layers or host_weights or fit_ngl >= 0) or plan.host.get("kv") > 0
     unchecked = plan.host.start_total if plan.host.capacity is None and holds_model else None
     by_fit = plan.effective_cfg is not None and bool(host_layers)
     return FitQualifier(host_layers, n_layers, by_fit, unchecked)
