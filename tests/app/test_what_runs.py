@@ -103,3 +103,10 @@ def test_explain_the_script_as_pasted() -> None:
     assert cmd.priced.meant is not None and "q2_K" in str(cmd.priced.meant.error)
     text = "\n".join(cmd.summary)
     assert "not priced: llama-server receives no model (-m)" in text and "would not start" in text
+
+
+def test_explain_two_files_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from llamarig.errors import InputError
+
+    with pytest.raises(InputError, match="give one file"):
+        main(["explain", str(RUN105K), str(RUN105K)])

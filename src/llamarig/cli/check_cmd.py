@@ -246,6 +246,8 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     if len(command) > 1 and _is_input(command[0]):
         # `explain FILE --model X`: the options after a file are explain's own (a file takes none)
         sub = explain_cmd.make_context(ctx.info_name or "explain", [*command[1:], command[0]], parent=ctx.parent)
+        if tuple(sub.params["command"]) != (command[0],):
+            raise InputError(_("give one file (or - for stdin), then explain's own options"))
         given = {k: v for k, v in ctx.params.items() if v not in (None, False, ()) and k != "command"}
         ctx.invoke(explain_cmd, **{**sub.params, **given})
         return
