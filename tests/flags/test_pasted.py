@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,28 @@ def test_fixed_pasted_script_starts_real_server(synth_model, llama_server, real_
     model = synth_model("llama", n_embd=128, n_head=4, n_head_kv=2, head_dim=32)
     srv = llama_server(model, *args)
     assert srv.get("/props") is not None
+
+
+def test_fix_asks_which_command_unplaced_flags_are_for() -> None:
+    """Flags before the only command, or after a real command (not prose) that follows it: --fix
+    cannot tell where they go, writes them as comments, names the lines and exits 4."""
+    text = "--port 8080 --metrics\nllama-server -m m.gguf -c 4096\nsleep 3\n--parallel 2\n"
+    p = subprocess.run([sys.executable, "-m", "llamarig.cli.main", "check", "-", "--bundled", "--fix"], input=text,
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 4, p.stderr
+    assert "lines 1, 4" in p.stderr
+    assert re.search(r"(?m)^llama-server \\$", p.stdout) and "#   --parallel 2" in p.stdout
+    assert not re.search(r"(?m)^--", p.stdout)
+
+
+def test_large_garbled_paste_finishes_with_every_command() -> None:
+    """About 4 MiB of the pasted script, one copy after another: read in one linear pass, every
+    copy one meant command, every garbled line named (assertions on the result, not on time)."""
+    one = _text("seed000_user_final.pasted.sh")
+    n = (4 * 1024 * 1024 - 1024) // len(one.encode("utf-8"))
+    rep = check(one * n, schema=load_bundled(), cores=6)
+    assert len(rep.parsed.invocations) == n and not rep.parsed.others
+    assert rep.reading is not None and len(rep.reading.meant_each) == n
+    prose = [f for f in rep.findings if f.rule == "paste-prose"]
+    assert len(prose) == 8 * n
+    assert sum(1 for f in rep.findings if f.rule == "missing-backslash") == 12 * n

@@ -262,6 +262,9 @@ class FixResult:
 
     text: str
     changes: tuple[tuple[int, int, tuple[tuple[str, str, str], ...]], ...] = ()
+    #: lines of flags with no command before them in a text that has commands: --fix cannot tell
+    #: which one they are for (it writes them, corrected, as comments) and asks (exit code 4)
+    unplaced: tuple[int, ...] = ()
 
 
 def fix(report: CheckReport, lang: str = "en") -> FixResult:
@@ -271,8 +274,12 @@ def fix(report: CheckReport, lang: str = "en") -> FixResult:
     after = parse_text(fixed, report.kind, report.origin)
     after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
     changes = []
-    for k, (inv_a, inv_b) in enumerate(zip(report.parsed.invocations, after.invocations, strict=False)):
+    servers = [inv for inv in report.parsed.invocations if inv.source != "fragment"]
+    for k, (inv_a, inv_b) in enumerate(zip(servers, after.invocations, strict=False)):
         ch = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
-    return FixResult(fixed, tuple(changes))
+    loose = [inv for inv in report.parsed.invocations if inv.source == "fragment"]
+    unplaced = tuple(ln for inv in loose for ln in range(inv.line, inv.end_line + 1)) \
+        if loose and (servers or report.parsed.others) else ()
+    return FixResult(fixed, tuple(changes), unplaced)

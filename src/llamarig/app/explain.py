@@ -152,11 +152,12 @@ def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | N
     severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
     commands = []
     for k, inv in enumerate(report.parsed.invocations):
-        pair = what_runs(report, k)
-        pr = price(pair, model=model, gpus=gpus, ram=ram, base_dir=base_dir)
-        if model is not None and isinstance(pr.runs.error, (GGUFError, UnknownNameError)):
+        # a fragment (flags with no command in front, source "fragment") starts nothing: no figures
+        pr = price(what_runs(report, k), model=model, gpus=gpus, ram=ram, base_dir=base_dir) \
+            if inv.source != "fragment" else None
+        if pr is not None and model is not None and isinstance(pr.runs.error, (GGUFError, UnknownNameError)):
             raise pr.runs.error  # the model the user named cannot be read: bad input, not a row
-        effects = plan_effects(pr.runs.plan, lang) if pr.runs.plan is not None else {}
+        effects = plan_effects(pr.runs.plan, lang) if pr is not None and pr.runs.plan is not None else {}
         r = report.readings[k] if k < len(report.readings) else read_invocation(inv, report.schema, k)
         notes: dict[int, list[str]] = {}
         for f in report.findings:
@@ -171,8 +172,8 @@ def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | N
             rows.append(Row(row.flag, row.value, row.what, row.default,
                             localize(join(_("; "), parts + notes.get(i, [])), lang), row.line, row.known,
                             row.reaches_server))
-        summary = tuple(localize(s, lang) for s in summary_lines(pr))
-        plan_model = pr.runs.plan.model if pr.runs.plan is not None else None
+        summary = tuple(localize(s, lang) for s in summary_lines(pr)) if pr is not None else ()
+        plan_model = pr.runs.plan.model if pr is not None and pr.runs.plan is not None else None
         commands.append(ExplainedCommand(tuple(localize(list(inv.argv), lang)), inv.line, tuple(rows), plan_model,
                                          inv.cut_line if inv.orphans else None, summary, pr))
     return ExplainReport(tuple(commands), report.schema, lang)

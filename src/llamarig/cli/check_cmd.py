@@ -193,6 +193,11 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                 k=k + 1, line=line), err=True)
             for what, before, now in changes:
                 click.echo(f"  {localize(what)}: {localize(before)} -> {localize(now)}", err=True)
+        if fixed.unplaced:
+            click.echo(_("llamarig: which command are the flags on lines {lines} for? --fix cannot tell: they are "
+                         "written as comments; move them into the command they belong to").format(
+                             lines=", ".join(str(n) for n in fixed.unplaced)), err=True)
+            sys.exit(ExitCode.NEEDS_ANSWER)
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:

@@ -420,10 +420,10 @@ def _fragment_block(inv: Invocation, fx: FixedInvocation, others: bool, lang: st
     llama-server command of their own (it would have no model)."""
     lines = [_span_text(inv.line, inv.end_line)]
     if others:
-        head = _("lines {lines} are llama-server flags with no command to join them to: which command are they "
+        head = _("line(s) {lines}: llama-server flags with no command to join them to: which command are they "
                  "for? Corrected, they are:")
     else:
-        head = _("lines {lines} are llama-server flags with no command here to join them to; corrected, they "
+        head = _("line(s) {lines}: llama-server flags with no command here to join them to; corrected, they "
                  "are (add them to your llama-server command):")
     out = _wrap("# llamarig: " + localize(head.format(lines=lines[0]), lang))
     out += fx.comments

@@ -99,7 +99,7 @@ def reading_of(received: Parsed, meant: Parsed | None = None, line_notes: tuple[
     why: list[str] = []
     ambiguous: list[int] = []
     if loose:
-        why.append(_("lines {lines} are llama-server flags with no command to join them to").format(
+        why.append(_("line(s) {lines}: llama-server flags with no command to join them to").format(
             lines=", ".join(_span(f.line, f.end_line) for f in loose)))
         ambiguous.extend(ln for f in loose for ln in range(f.line, f.end_line + 1))
     if not servers:
@@ -174,7 +174,7 @@ def _break(first: int, nxt: int, lines: list[str], cut: int | None) -> list[Line
 _GROUPS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("paste-prose",), N_("{n} line(s) of prose lost their `#` (lines {lines})")),
     (("missing-backslash", "gap-after-backslash", "comment-after-backslash"),
-     N_("{n} line(s) cut the command: a `\\` lost, or a blank, comment or `\\ #` after one (lines {lines})")),
+     N_("{n} line(s) where a command breaks (a `\\` lost, or a blank, comment or `\\ #` after one: lines {lines})")),
     (("paste-fence",), N_("{n} code-block label(s) (lines {lines})")),
     (("paste-bullet", "paste-numbered", "paste-prompt"), N_("{n} list marker(s) or prompt(s) (lines {lines})")),
     (("paste-fullwidth", "paste-quotes", "paste-dash", "paste-prose-tail"),
@@ -209,6 +209,5 @@ def verdict(parsed: Parsed) -> list[str]:
 
 def _few(lines: list[int]) -> str:
     """Line numbers as a short list: the first five and the last."""
-    if len(lines) <= 6:
-        return ", ".join(str(n) for n in lines)
-    return ", ".join(str(n) for n in lines[:5]) + f", …, {lines[-1]}"
+    shown = [str(n) for n in lines] if len(lines) <= 6 else [*(str(n) for n in lines[:5]), "…", str(lines[-1])]
+    return _(", ").join(shown)

@@ -64,25 +64,8 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
         return None
     i += 1
     env: list[tuple[str, str, int]] = []
-    while i < len(words):
-        t = words[i].text
-        if t.startswith("-"):
-            if "=" in t:
-                name, _, val = t.partition("=")
-                if name in ("-e", "--env"):
-                    n, _, v = val.partition("=")
-                    env.append((n, v, words[i].line))
-                i += 1
-                continue
-            if t in _DOCKER_VALUE_OPTS:
-                if t in ("-e", "--env") and i + 1 < len(words):
-                    n, _, v = words[i + 1].text.partition("=")
-                    env.append((n, v, words[i].line))
-                i += 2
-                continue
-            i += 1
-            continue
-        break
+    while i < len(words) and words[i].text.startswith("-"):
+        i += _docker_option(words, i, env)
     if i >= len(words):
         return None
     image = words[i].text
@@ -93,6 +76,22 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
         return j, env
     return None
 
+
+def _docker_option(words: list[Word], i: int, env: list[tuple[str, str, int]]) -> int:
+    """One option of ``docker run`` (an ``-e NAME=value`` noted in ``env``): how many words it takes."""
+    t = words[i].text
+    name, eq, val = t.partition("=")
+    if eq:
+        if name in ("-e", "--env"):
+            n, _eq, v = val.partition("=")
+            env.append((n, v, words[i].line))
+        return 1
+    if t not in _DOCKER_VALUE_OPTS:
+        return 1
+    if t in ("-e", "--env") and i + 1 < len(words):
+        n, _eq, v = words[i + 1].text.partition("=")
+        env.append((n, v, words[i].line))
+    return 2
 
 
 # ----------------------------------------------------------------------------- scripts
@@ -722,33 +721,40 @@ def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
         if store:
             scope.assign(name, [(m.group(3), w.line, False)], w.line, append=plus)
         return w
-    skip = len(name) + int(plus) + 1
-    vparts: list[tuple[str, str]] = []
-    for text, q in w.parts:
-        if skip >= len(text):
-            skip -= len(text)
-            continue
-        vparts.append((text[skip:], q))
-        skip = 0
-    subst = any(q == "`" for _, q in vparts)
+    vparts = _value_parts(w.parts, len(name) + int(plus) + 1)
     got = expand_word(Word(m.group(3), w.line, parts=tuple(vparts)), scope, inner, split=False)
     value = got[0].text if got else ""
     if store:
-        if subst:
-            here = scope.script_dir and _SCRIPT_DIR_RE.fullmatch(value)
-            if here:  # SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)": the script's directory
-                scope.assign(name, [(scope.script_dir or "", w.line, False)], w.line)
-            else:
-                scope.assign(name, None, w.line,
-                             why=_("set on line {line} from a command substitution").format(line=w.line))
-        else:
-            scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
-                         unknown=inner)
+        _store(scope, name, plus, value, w.line, bool(got) and got[0].opaque, any(q == "`" for _, q in vparts), inner)
     else:
         unknown.extend(inner)
     if value == m.group(3):
         return w
     return Word(f"{name}{'+' if plus else ''}={value}", w.line, w.raw, w.start, w.end)
+
+
+def _value_parts(parts: tuple[tuple[str, str], ...], skip: int) -> list[tuple[str, str]]:
+    """The pieces of an assignment word after its ``NAME=`` (``skip`` characters)."""
+    out: list[tuple[str, str]] = []
+    for text, q in parts:
+        if skip >= len(text):
+            skip -= len(text)
+            continue
+        out.append((text[skip:], q))
+        skip = 0
+    return out
+
+
+def _store(scope: Scope, name: str, plus: bool, value: str, line: int, opaque: bool, subst: bool,
+           inner: list[Unknown]) -> None:
+    """A variable set from an expanded value: the script's directory for SCRIPT_DIR="$(cd
+    "$(dirname "$0")" && pwd)", not known for another command substitution."""
+    if not subst:
+        scope.assign(name, [(value, line, opaque)], line, append=plus, unknown=inner)
+    elif scope.script_dir and _SCRIPT_DIR_RE.fullmatch(value):
+        scope.assign(name, [(scope.script_dir or "", line, False)], line)
+    else:
+        scope.assign(name, None, line, why=_("set on line {line} from a command substitution").format(line=line))
 
 
 def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> list[Word]:
