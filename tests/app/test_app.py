@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import llamarig
+from llamarig.render.common import comment_text
 from llamarig.testing.synth import write_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +42,9 @@ def test_check_report_is_the_cli_document(cli) -> None:
     assert rep.to_json() == json.loads(out) and (code == 1) == bool(rep.errors)
 
 
-_SPEED = re.compile(r"decode (?P<decode>[\d.]+) tok/s at depth 0 \(bandwidth limit (?P<limit>[\d.]+)\), "
-                    r"prefill (?P<prefill>\d+) tok/s")
+#: render's comments carry plan's headline decode line (llamarig.plan.verdict.decode_headline)
+_SPEED = re.compile(r"decode (?P<decode>[\d.]+) tok/s at depth 0, [\d.]+ at depth \d+ \(modelled; physical limit "
+                    r"(?P<limit>[\d.]+)\); prefill (?P<prefill>\d+) tok/s")
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +65,13 @@ def test_render_and_plan_give_the_same_speed(gpu: str | None, offload_model: Pat
         assert any("--fit would place 3 of 5 layers" in n for n in plan["notes"]), plan["notes"]
     code, script, err = cli("render", *gpu_args, str(offload_model), "-c", "4096")
     assert code == 0, err
-    m = _SPEED.search(script)
+    m = _SPEED.search(comment_text(script))
     assert m, script
     # the CLI's plan is the library's (its JSON rounds to 0.01), whose figures render prints
     p = llamarig.plan_command(str(offload_model), ["-c", "4096"], gpus=[gpu] if gpu else [], calibration="builtin")
     assert p.to_json() == plan
     assert m["decode"] == f"{p.speed.decode_tok_s:.1f}"
-    assert m["limit"] == f"{p.speed.decode_limit_tok_s:.1f}"
+    assert m["limit"] == f"{p.speed.decode_limit_tok_s:.0f}"
     assert m["prefill"] == f"{p.speed.prefill.tok_s:.0f}"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from llamarig.app.check import check, dump_json, explain, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, check, dump_json, fix, get_schema, read_input
 from llamarig.cli.help import Command, lang_option
 from llamarig.cli.lang import N_, _, lang, localize
 from llamarig.errors import ExitCode, InputError
@@ -93,6 +93,11 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                 k=k + 1, line=line), err=True)
             for what, before, now in changes:
                 click.echo(f"  {localize(what)}: {localize(before)} -> {localize(now)}", err=True)
+        if fixed.unplaced:
+            click.echo(_("llamarig: which command are the flags on lines {lines} for? --fix cannot tell: they are "
+                         "written as comments; move them into the command they belong to").format(
+                             lines=_(", ").join(str(n) for n in fixed.unplaced)), err=True)
+            sys.exit(ExitCode.NEEDS_ANSWER)
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:
@@ -105,26 +110,58 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         sys.exit(ExitCode.PROBLEMS)
 
 
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+    """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
+    be explained in their place."""
+    from llamarig.flags.engines import ENGINES
+    from llamarig.flags.engines.fastllm import translation_of
+
+    lines = []
+    for inv in report.parsed.others:
+        tr = translation_of(inv, model)
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
+               if tr is not None else ""))
+        if tr is not None:
+            lines.append(tr.command())
+    return check("\n".join(lines), schema=schema, model=model) if lines else report
+
+
 @click.command("explain", cls=Command, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--server-bin", metavar="PATH", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
 @click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
 @lang_option(N_("Language of the explanations (default: llamarig --lang, $LLAMARIG_LANG, else the locale)."))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--model", metavar="MODEL", type=str, default=None, help="GGUF for memory effects instead of -m.")
+@click.option("--model", metavar="MODEL", type=str, default=None,
+              help="GGUF (or catalogue id) for the memory effects instead of -m.")
+@click.option("--gpu", "gpus", metavar="GPU", multiple=True, help="GPU of the target machine (repeatable, "
+              "`llamarig gpus`): the figures are then the plan's on it, after --fit.")
+@click.option("--ram", metavar="SIZE", type=str, default=None, help="Host RAM of the target machine, e.g. 64G.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None, lang: str | None, as_json: bool,
-                model: str | None,
+@click.pass_context
+def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schema_build: int | None,
+                lang: str | None, as_json: bool, model: str | None, gpus: tuple[str, ...], ram: str | None,
                 command: tuple[str, ...]) -> None:
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
-    after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
+    after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`). The memory
+    figures are the plan of what llama-server really receives."""
     from llamarig.i18n import language
 
+    if len(command) > 1 and _is_input(command[0]):
+        # `explain FILE --model X`: the options after a file are explain's own (a file takes none)
+        sub = explain_cmd.make_context(ctx.info_name or "explain", [*command[1:], command[0]], parent=ctx.parent)
+        if tuple(sub.params["command"]) != (command[0],):
+            raise InputError(_("give one file (or - for stdin), then explain's own options"))
+        given = {k: v for k, v in ctx.params.items() if v not in (None, False, ()) and k != "command"}
+        ctx.invoke(explain_cmd, **{**sub.params, **given})
+        return
     lang = set_language(lang) if lang is not None else language()
     if not command:
         raise InputError(_("give a file, - for stdin, or a llama-server command"))
     origin: Path | None = None
-    if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
+    if len(command) == 1 and _is_input(command[0]):
         text, _kind = read_input(command[0])
         origin = Path(command[0]) if command[0] != "-" else None
     elif len(command) == 1 and " " in command[0]:
@@ -135,16 +172,24 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             argv = ["llama-server"] + argv
         text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
-    report = check(text, schema=schema, origin=origin, base_dir=origin.parent if origin else None, model=model)
+    base_dir = origin.parent if origin else None
+    report = check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    if not report.parsed.invocations and report.parsed.others:
+        report = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
-    out = explain(report, model=model, base_dir=origin.parent if origin else None, lang=lang)
+    from llamarig.app.explain import explain
+
+    result = explain(report, model=model, base_dir=base_dir, lang=lang, gpus=gpus, ram=ram)
     if as_json:
-        click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
-                               "lang": lang}, ensure_ascii=False, indent=1))
+        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
         return
     from rich.console import Console
 
     from llamarig.cli import explain_view
 
-    explain_view.render(out, schema, Console(highlight=False))
+    explain_view.render(result, Console(highlight=False))
+
+
+def _is_input(word: str) -> bool:
+    return word == "-" or Path(word).is_file()

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, Sheet, print_lines, print_wrapped, wrap_text
+from llamarig.flags.reading import verdict
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,7 +55,8 @@ def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tu
     if first is not None and not any(inv.orphans for inv in parsed.invocations):
         out.append((_("first error, line {line}: {message}").format(line=first.line, message=localize(first.message)),
                     "red"))
-    if not parsed.invocations:
+    out += [(localize(v), "yellow") for v in verdict(parsed)]
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         out.append((_("no llama-server command found"), "yellow"))
     return out
 

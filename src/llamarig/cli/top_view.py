@@ -268,7 +268,8 @@ def method_lines(snap: Snapshot) -> list[Text]:
 
 
 #: event kinds, as a person reads them
-EVENT_KINDS = {"down": N_("down"), "up": N_("back up"), "restart": N_("restarted")}
+EVENT_KINDS = {"down": N_("down"), "back": N_("back"), "restart": N_("restart"), "reprocessed": N_("reprocessed"),
+               "foreign_work": N_("foreign work")}
 
 
 def event_lines(snap: Snapshot, n: int) -> list[Text]:

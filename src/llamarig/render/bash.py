@@ -29,10 +29,10 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
     out += spec.comments(spec.header())
     out += spec.comments([
         "",
-        _("usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)").format(name=name),
-        "  start       " + _("run in the background: PID file and log in $LLAMARIG_RUN_DIR"),
-        "  stop        " + _("SIGTERM to the PID in the PID file only (after checking it is this"),
-        "              " + _("llama-server), SIGKILL after 30 s"),
+        _("usage: {name}.sh [start|stop|restart|status|foreground]").format(name=name),
+        "  start       " + _("run in the background (the default): PID file and log in $LLAMARIG_RUN_DIR"),
+        "  stop        " + _("SIGTERM to the PID in the PID file only (after checking it is this llama-server), "
+                             "SIGKILL after 30 s"),
         "  foreground  " + _("exec the server in this shell (for systemd, containers, debugging)"),
         "",
     ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)))

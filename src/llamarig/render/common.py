@@ -11,7 +11,9 @@ from typing import Any
 from llamarig import __version__
 from llamarig.flags.argv import Command, looks_like_option
 from llamarig.i18n import N_, _, join, localize, server_text
-from llamarig.text import wrap
+from llamarig.plan.speed import SpeedReport
+from llamarig.plan.verdict import decode_headline, fit_qualifier
+from llamarig.text import cells, wrap
 from llamarig.units import fmt_bytes
 
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
@@ -104,11 +106,14 @@ class RenderSpec:
 
     def comments(self, lines: Sequence[str]) -> list[str]:
         """``lines`` as ``# `` comment lines in the file's language, each wrapped at 80 columns
-        (its continuation indented under it): the one comment writer of every format."""
+        (its continuation indented under it; a table row's under its text column): the one
+        comment writer of every format."""
         out: list[str] = []
         for ln in self.local(lines):
             lead = ln[:len(ln) - len(ln.lstrip(" "))]
-            out += [("# " + x).rstrip() for x in wrap(ln.strip(), 78, indent=lead + "    ", first_indent=lead)]
+            row = _TABLE_ROW.match(ln)
+            hang = " " * cells(row.group(1)) if row and cells(row.group(1)) <= 46 else lead + "    "
+            out += [("# " + x).rstrip() for x in wrap(ln.strip(), 78, indent=hang, first_indent=lead)]
         return out
 
     def local(self, lines: Sequence[str]) -> list[str]:
@@ -128,6 +133,16 @@ class RenderSpec:
             out.append(f"  {a:<{width}}  {c}".rstrip() if c else f"  {a}")
         return out
 
+
+def comment_text(text: str) -> str:
+    """The comments (``#``, an INI's ``;``) of a rendered file as one running text (they wrap at 80 columns: a phrase
+    may sit across two lines), blanks collapsed; for reading them back, as tests do."""
+    return " ".join(" ".join(ln.strip()[1:].split()) for ln in text.splitlines()
+                    if ln.lstrip()[:1] in ("#", ";"))
+
+
+#: a comment line laid out as a table row: a key, two blanks or more, its text
+_TABLE_ROW = re.compile(r"( *\S+(?: \S+)*? {2,})\S")
 
 #: a plan's components, as the file's comments name them
 COMPONENTS = {"weights": N_("weights"), "kv": N_("KV cache"), "recurrent": N_("recurrent state"),
@@ -158,18 +173,14 @@ def plan_figures(plan: Any, speed: Any = None) -> list[str]:
     mm = _(" (weights mmap'd: page cache)") if h.mmap and h.get("weights") else ""
     out.append("  " + _("host RAM: {parts}; total {total} worst case{mmap}").format(
         parts=join(sep, parts), total=fmt_bytes(h.total), mmap=mm))
-    out.append("  " + (_("verdict: fits") if plan.fits else
+    qual = fit_qualifier(plan)  # "fits" qualified as plan's headline qualifies it (plan.verdict)
+    out.append("  " + (_("verdict: {verdict}").format(verdict=qual.verdict(True)) if plan.fits else
                        _("verdict: DOES NOT FIT: {short}").format(short=join("; ", plan.shortfalls()))))
-    if speed is not None:
-        try:
-            pf = speed.prefill
-            line = "  " + _("speed (llamarig speed model, calibration: {cal}): decode {decode} tok/s at depth 0 "
-                            "(bandwidth limit {limit})").format(cal=speed.calibration,
-                                                                decode=f"{speed.decode_tok_s:.1f}",
-                                                                limit=f"{speed.decode_limit_tok_s:.1f}")
-            if pf is not None:
-                line += _(", prefill {tok_s} tok/s").format(tok_s=f"{pf.tok_s:.0f}")
-            out.append(line)
-        except AttributeError:
-            pass
+    if plan.fits:
+        out += ["  " + x for x in qual.lines(None)]
+    if isinstance(speed, SpeedReport) and speed.by_depth:
+        head = decode_headline(speed)
+        line = "  " + _("speed (llamarig speed model, calibration: {cal}):").format(cal=speed.calibration)
+        out.append(line)
+        out += ["    " + x for x in head.lines(speed.prefill.tok_s)]
     return out

@@ -31,9 +31,10 @@ def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on
     out = spec.comments(spec.header())
     out += spec.comments([
         "",
-        _("install: sudo cp {name}.service /etc/systemd/system/ && sudo systemctl daemon-reload").format(
-            name=spec.name),
-        _("         && sudo systemctl enable --now {name}; logs: journalctl -u {name} -f").format(name=spec.name),
+        _("install:"),
+        f"  sudo cp {spec.name}.service /etc/systemd/system/",
+        f"  sudo systemctl daemon-reload && sudo systemctl enable --now {spec.name}",
+        _("logs: journalctl -u {name} -f").format(name=spec.name),
         _("stop/restart only this server: systemctl stop|restart {name} (never killall)").format(name=spec.name),
         "",
     ] + spec.flag_table())
