@@ -310,6 +310,22 @@ class Sheet:
         yield from self.lines(options.max_width)
 
 
+@dataclass
+class Para:
+    """A paragraph that wraps at the console's width by :func:`wrap_text` when printed (a rich
+    renderable: it can sit in a Group next to a :class:`Sheet`), continued with ``indent``."""
+
+    text: Text
+    indent: str = "  "
+
+    @classmethod
+    def of(cls, text: str, style: str = "", indent: str = "  ") -> Para:
+        return cls(Text(text, style=style), indent)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from wrap_text(self.text, options.max_width, indent=self.indent, first_indent="")
+
+
 def _line_offsets(text: str) -> Iterator[tuple[int, str]]:
     pos = 0
     for part in text.split("\n"):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarig.cli.lang import N_, _, localize
+from llamarig.cli.layout import Column, Para, Sheet, labelled
 from llamarig.errors import InputError
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
@@ -29,48 +30,53 @@ def calibration_label(source: str) -> str:
 
 
 def speed_table(rep: SpeedReport) -> Any:
-    """A rich renderable for the human ``plan`` output: decode by depth, limit, prefill,
-    speculative decoding, and the formulas."""
+    """A rich renderable for ``plan --why``: decode by depth, limit, prefill, speculative
+    decoding (a table, stacked where the terminal is narrow), then the formulas and notes."""
     from rich.console import Group
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
 
-    t = Table(title=_("speed (predicted; limit = bandwidth / bytes at efficiency 1)"), title_justify="left",
-              show_edge=False)
-    for c in (_("depth"), _("decode tok/s"), _("limit tok/s"), _("bytes per token")):
-        t.add_column(c, justify="right")
+    return Group(_depth_sheet(rep), *_speed_notes(rep))
+
+
+def _depth_sheet(rep: SpeedReport) -> Sheet:
+    cols = [Column(_("depth"), justify="right", key=True), Column(_("decode tok/s"), justify="right"),
+            Column(_("limit tok/s"), justify="right"), Column(_("bytes per token"), justify="right")]
     if rep.speculative:
-        t.add_column(_("with {kind} n={n}").format(kind=rep.speculative.kind.upper(), n=rep.speculative.n_max),
-                     justify="right")
+        cols.append(Column(_("with {kind} n={n}").format(kind=rep.speculative.kind.upper(), n=rep.speculative.n_max),
+                           justify="right"))
+    sheet = Sheet(cols, title=_("speed (predicted; limit = bandwidth / bytes at efficiency 1)"))
     for d in rep.by_depth:
         row = [str(d.depth), f"{d.decode_tok_s:.1f}", f"{d.limit_tok_s:.1f}", f"{d.bytes_per_token / GB:.2f} GB"]
         if rep.speculative:
             row.append(f"{d.decode_tok_s * rep.speculative.speedup:.1f}")
-        t.add_row(*row)
-    parts: list[Any] = [t, Text(_("prefill: {rate:.0f} tok/s for a {n}-token prompt (-ub {ub})").format(
+        sheet.add_row(*row)
+    return sheet
+
+
+def _speed_notes(rep: SpeedReport) -> list[Para]:
+    """Prefill, the formulas, the KV and depth notes, the expected range, the warnings, the
+    calibration: one paragraph each, wrapped at the terminal's width."""
+    out = [Para.of(_("prefill: {rate:.0f} tok/s for a {n}-token prompt (-ub {ub})").format(
         rate=rep.prefill.tok_s, n=rep.prefill.prompt_tokens, ub=rep.prefill.n_ubatch))]
+    dim = []
     if rep.prefill.prompt_tokens != DEFAULT_PROMPT and rep.prefill.prompt_note:
-        parts.append(Text(rep.prefill.prompt_note, style="dim"))
+        dim.append(localize(rep.prefill.prompt_note))
     if rep.speculative:
-        parts.append(Text(_("speculative formula: ") + localize(rep.speculative.formula), style="dim"))
-    parts.append(Text(_("decode formula: ") + localize(rep.formula), style="dim"))
-    parts.append(Text(_("prefill formula: ") + localize(rep.prefill.formula), style="dim"))
-    parts.append(Text("KV" + _(": ") + localize(rep.kv_note), style="dim"))
+        dim.append(_("speculative formula: ") + localize(rep.speculative.formula))
+    dim += [_("decode formula: ") + localize(rep.formula), _("prefill formula: ") + localize(rep.prefill.formula),
+            "KV" + _(": ") + localize(rep.kv_note)]
     if rep.depth_note:
-        parts.append(Text(localize(rep.depth_note), style="dim"))
+        dim.append(localize(rep.depth_note))
+    out += [Para.of(x, "dim") for x in dim]
     if rep.host_range:
         hr = rep.host_range
         line = _("expect decode {lo:.1f}-{hi:.1f} tok/s at depth 0").format(lo=hr.decode_tok_s[0], hi=hr.decode_tok_s[1])
         if hr.prefill_tok_s:
             line += _(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])
-        parts.append(Text(line + _(": ") + localize(hr.note), style="yellow"))
+        out.append(Para.of(line + _(": ") + localize(hr.note), "yellow"))
     for w in rep.warnings:
-        warning = _("warning:")
-        parts.append(Text.from_markup(f"[yellow]{escape(warning)}[/] {escape(localize(w))}"))
-    parts.append(Text(_("calibration: {source}").format(source=calibration_label(rep.calibration)), style="dim"))
-    return Group(*parts)
-
+        out.append(Para(labelled(_("warning:"), localize(w), "yellow")))
+    out.append(Para.of(_("calibration: {source}").format(source=calibration_label(rep.calibration)), "dim"))
+    return out
 
 
 # ============================================================================ report
