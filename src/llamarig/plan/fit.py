@@ -19,7 +19,7 @@ into full layers front to back, then part of one more layer (fit.cpp:735-928).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from llamarig.i18n import _, join
@@ -276,6 +276,21 @@ class _Layers:
 
     def mem(self, ngl: list[_Ngl], ob: list[str]) -> list[int]:
         return self.tr.used(self.tr.plan(self.cfg_for(ngl, ob)))
+
+
+def trial_config(inp: PlanInputs, device_names: Sequence[str], n_ctx: int,
+                 trial: Sequence[tuple[int, int, int]]) -> ServerConfig:
+    """The settings of one of fit's dry runs as its trace logs it ((n_layer, n_part,
+    overflow_type) per device, llamarig.plan.fit_log.FitTrial) at context ``n_ctx``: what the plan
+    must measure the same as llama-server did. A device whose first partial layer overflows by
+    a fraction (UP, GATE, ATTN) sends it to the next device (fit.cpp:817-822)."""
+    nd = len(device_names)
+    tr = _Trials(inp, lambda i, c: NotImplemented, nd, [0] * nd, [0] * nd,
+                 inp.spec.n_layer_main + (inp.spec.nextn_layers if inp.cfg.mtp else 0), list(device_names))
+    ngl = [_Ngl(n, p, ov) for n, p, ov in trial]
+    ob = [device_names[i + 1] if ov in (_UP, _GATE, _ATTN) and i < nd - 1 else "CPU"
+          for i, (_n, _p, ov) in enumerate(trial)]
+    return _Layers(tr, inp.cfg.with_(n_ctx=n_ctx)).cfg_for(ngl, ob)
 
 
 def _place_layers(tr: _Trials, out: FitOutcome) -> FitOutcome:

@@ -19,6 +19,7 @@ _PROJECTED = re.compile(r"common_params_fit_impl:\s+- (\S+) \((.*?)\):\s+(\d+) t
                         r"vs\. target of\s+(\d+)")
 _LAYERS = re.compile(r"common_params_fit_impl:\s+- (\S+) \((.*?)\):\s+(\d+) layers(?: \(\s*(\d+) overflowing\))?,"
                      r"\s+(-?\d+) MiB used,\s+(-?\d+) MiB free")
+_TRIAL = re.compile(r"id=(\d+), n_layer=\s*(\d+), n_part=\s*(\d+), overflow_type=(\d+), mem=\s*(-?\d+) MiB")
 _CTX = re.compile(r"common_params_fit_impl: context size reduced from (\d+) to (\d+)")
 _GAVE_UP = re.compile(r"failed to fit params to free device memory: (.*)")
 _NO_CHANGE = re.compile(r"common_params_fit_impl: (?:.*no changes needed|targets for free memory can be met on all devices)")
@@ -42,6 +43,15 @@ class DeviceFit:
 
 
 @dataclass(frozen=True)
+class FitTrial:
+    """One dry run of fit's layer search (fit.cpp:598-606): per device (n_layer, n_part,
+    overflow_type) and the memory it measured, MiB rounded down."""
+
+    layers: tuple[tuple[int, int, int], ...]
+    mem_mib: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class FitLog:
     """``--fit``'s decisions as the log shows them."""
 
@@ -56,6 +66,7 @@ class FitLog:
     #: what loaded: n_ctx and (offloaded, of) layers
     n_ctx: int | None = None
     offloaded: tuple[int, int] | None = None
+    trials: tuple[FitTrial, ...] = ()
 
     def layers(self) -> tuple[int, ...] | None:
         """Layers per device in device order, when fit placed them."""
@@ -74,9 +85,22 @@ def parse_fit_log(text: str) -> FitLog:
     placed: list[str] = []  # the layer lines come back to front (fit.cpp:676-729)
     ctx_to = gave_up = None
     no_change = False
+    trials: list[FitTrial] = []
+    rows: list[tuple[tuple[int, int, int], int]] = []
     for line in text.splitlines():
         if "common_" not in line:
             continue
+        m = _TRIAL.search(line)
+        if m:
+            i, n_layer, n_part, ov, mem = (int(x) for x in m.groups())
+            if i == 0 and rows:
+                trials.append(FitTrial(tuple(r for r, _ in rows), tuple(x for _, x in rows)))
+                rows = []
+            rows.append(((n_layer, n_part, ov), mem))
+            continue
+        if "memory for test allocation" in line and rows:
+            trials.append(FitTrial(tuple(r for r, _ in rows), tuple(x for _, x in rows)))
+            rows = []
         m = _PROJECTED.search(line)
         if m:
             name = m.group(1)
@@ -102,10 +126,12 @@ def parse_fit_log(text: str) -> FitLog:
             gave_up = m.group(1).strip()
             continue
         no_change = no_change or bool(_NO_CHANGE.search(line))
+    if rows:
+        trials.append(FitTrial(tuple(r for r, _ in rows), tuple(x for _, x in rows)))
     m_ctx = _N_CTX.search(text)
     m_off = _OFFLOADED.search(text)
     return FitLog("common_params_fit_impl" in text or "common_fit_params" in text, no_change, ctx_to, gave_up,
                   tuple(devs[n] for n in order + placed[::-1]),
                   int(m_ctx.group(1)) if m_ctx else None,
-                  (int(m_off.group(1)), int(m_off.group(2))) if m_off else None)
+                  (int(m_off.group(1)), int(m_off.group(2))) if m_off else None, tuple(trials))
 
