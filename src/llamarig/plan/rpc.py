@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from llamarig.errors import InputError
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _
-from llamarig.units import GiB, fmt_bytes, parse_size
+from llamarig.units import GiB, MiB, fmt_bytes, parse_size
 
 #: a size as ``--rpc-device`` takes it: 24G, 24GiB, 16000M, 512MiB (a bare number is GiB)
 _SIZE = re.compile(r"\s*[0-9]*\.?[0-9]+\s*([kKmMgGtT]i?[bB]?)?\s*")
@@ -113,6 +113,16 @@ def rpc_devices(endpoints: Sequence[str], described: Sequence[GPU], notes: list[
                        "{size} each (describe them with --rpc-device HOST:PORT=rtx3090 or =64G, or give -ts)").format(
             endpoints=",".join(unknown), size=fmt_bytes(guess)))
     return out
+
+
+def loopback_descriptions(rpc: str | None, described: Sequence[str], memory: int) -> list[str]:
+    """``--rpc-device`` texts for the ``--rpc`` endpoints on this machine (127.0.0.1, localhost)
+    that ``described`` leaves out: an rpc-server here offers its CPU device with ``memory``, this
+    machine's RAM (ggml-cpu.cpp:365-381)."""
+    have = {d.partition("=")[0].strip() for d in described}
+    eps = [e.strip() for e in (rpc or "").split(",") if e.strip()]
+    return [f"{e}=cpu:{memory // MiB}M" for e in eps
+            if e not in have and e.partition(":")[0] in ("127.0.0.1", "localhost")]
 
 
 def describe(g: GPU) -> str:
