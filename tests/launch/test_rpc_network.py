@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from llamarig.plan.inputs import PlanArgs, build_inputs
-from llamarig.plan.network import _devices, _step, network_model
+from llamarig.plan.network import network_model, step_traffic
 from llamarig.plan.planner import make_plan
 from llamarig.testing.netproxy import DelayProxy
 
@@ -82,7 +82,7 @@ def test_prefill_traffic_is_the_model_plus_the_graph(proxied):
     r, t = _traffic(srv, proxies, "a " * 100, 1)
     n = r["tokens_evaluated"]
     plan = make_plan(inp)
-    step = _step(inp.spec, plan, _devices(inp.spec, plan.effective_cfg or inp.cfg, plan), "prefill", n, 0, 1)
+    step = step_traffic(inp.spec, plan.effective_cfg or inp.cfg, plan, n, 0)
     for got, want in zip(t, step.stages, strict=True):
         extra_up = got.up - want.up
         assert 0 < extra_up < 2 * step.graph_bytes, (got, want, step.graph_bytes)

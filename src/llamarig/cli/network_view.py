@@ -33,8 +33,9 @@ def parse_link(text: str) -> Link:
 
 
 def network_report(inp: PlanInputs, plan: Plan, links: list[Link], depth: int | None) -> NetworkReport | None:
-    tok_s = plan.speed.decode_tok_s if plan.speed is not None else None
-    return network_model(inp.spec, plan.effective_cfg or inp.cfg, plan, depth=depth, links=links or LINKS,
+    d = plan.n_ctx_slot // 2 if depth is None else depth
+    tok_s = plan.speed.at_depth(d).decode_tok_s if plan.speed is not None and plan.speed.by_depth else None
+    return network_model(inp.spec, plan.effective_cfg or inp.cfg, plan, depth=d, links=links or LINKS,
                          decode_tok_s=tok_s)
 
 

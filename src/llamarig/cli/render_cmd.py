@@ -71,17 +71,28 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
     text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang())
+    from llamarig.app.render import rpc_units
+
+    units = rpc_units(res, name=name, lang=lang()) if fmt == "systemd" else []
     if out:
-        p = Path(out)
-        try:
-            p.write_text(text)
-            if fmt == "bash":
-                p.chmod(p.stat().st_mode | 0o111)
-        except OSError as e:
-            raise InputError(_("{out}: cannot write: {error}").format(out=out, error=e.strerror or e)) from None
-        click.echo(_("wrote {path} ({format})").format(path=out, format=fmt), err=True)
+        _write(Path(out), text, fmt)
+        for fname, unit in units:  # each rpc-server's unit beside the coordinator's
+            _write(Path(out).with_name(fname), unit, fmt)
     else:
         click.echo(text, nl=False)
+        for fname, unit in units:
+            click.echo("\n" + _("# ---- {file}: install it on the rpc-server's host ----").format(file=fname))
+            click.echo(unit, nl=False)
+
+
+def _write(p: Path, text: str, fmt: str) -> None:
+    try:
+        p.write_text(text)
+        if fmt == "bash":
+            p.chmod(p.stat().st_mode | 0o111)
+    except OSError as e:
+        raise InputError(_("{out}: cannot write: {error}").format(out=p, error=e.strerror or e)) from None
+    click.echo(_("wrote {path} ({format})").format(path=p, format=fmt), err=True)
 
 
 def _verify_table(rows: list[Any]) -> None:

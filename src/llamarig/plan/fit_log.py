@@ -78,60 +78,72 @@ class FitLog:
         return {d.description: d for d in self.devices}
 
 
+class _Reader:
+    """One pass over fit's trace lines, one method per kind of line."""
+
+    def __init__(self) -> None:
+        self.devs: dict[str, DeviceFit] = {}
+        self.order: list[str] = []  # device order: the projected lines come in it (fit.cpp:332-347)
+        self.placed: list[str] = []  # the layer lines come back to front (fit.cpp:676-729)
+        self.ctx_to: int | None = None
+        self.gave_up: str | None = None
+        self.no_change = False
+        self.trials: list[FitTrial] = []
+        self.rows: list[tuple[tuple[int, int, int], int]] = []
+
+    def line(self, line: str) -> None:
+        for rx, handle in ((_TRIAL, self.trial), (_PROJECTED, self.projected), (_LAYERS, self.layers),
+                           (_CTX, self.ctx), (_GAVE_UP, self.give_up)):
+            m = rx.search(line)
+            if m:
+                handle(m)
+                return
+        if "memory for test allocation" in line:
+            self.flush()
+        self.no_change = self.no_change or bool(_NO_CHANGE.search(line))
+
+    def flush(self) -> None:
+        if self.rows:
+            self.trials.append(FitTrial(tuple(r for r, _ in self.rows), tuple(x for _, x in self.rows)))
+            self.rows = []
+
+    def trial(self, m: re.Match[str]) -> None:
+        i, n_layer, n_part, ov, mem = (int(x) for x in m.groups())
+        if i == 0:
+            self.flush()
+        self.rows.append(((n_layer, n_part, ov), mem))
+
+    def projected(self, m: re.Match[str]) -> None:
+        name = m.group(1)
+        if name not in self.devs:
+            self.order.append(name)
+        self.devs[name] = DeviceFit(name, m.group(2).strip(), int(m.group(3)), int(m.group(4)), int(m.group(6)))
+
+    def layers(self, m: re.Match[str]) -> None:
+        name = m.group(1)
+        old = self.devs.get(name) or DeviceFit(name, m.group(2).strip())
+        if name not in self.devs:
+            self.placed.append(name)
+        self.devs[name] = DeviceFit(old.name, old.description, old.total_mib, old.used_mib, old.target_mib,
+                                    int(m.group(3)), int(m.group(4) or 0))
+
+    def ctx(self, m: re.Match[str]) -> None:
+        self.ctx_to = int(m.group(2))
+
+    def give_up(self, m: re.Match[str]) -> None:
+        self.gave_up = m.group(1).strip()
+
+
 def parse_fit_log(text: str) -> FitLog:
     """Read fit's trace and the loaded n_ctx / offloaded layers from a ``-lv 4`` log."""
-    devs: dict[str, DeviceFit] = {}
-    order: list[str] = []  # device order: the projected lines come in it (fit.cpp:332-347)
-    placed: list[str] = []  # the layer lines come back to front (fit.cpp:676-729)
-    ctx_to = gave_up = None
-    no_change = False
-    trials: list[FitTrial] = []
-    rows: list[tuple[tuple[int, int, int], int]] = []
+    r = _Reader()
     for line in text.splitlines():
-        if "common_" not in line:
-            continue
-        m = _TRIAL.search(line)
-        if m:
-            i, n_layer, n_part, ov, mem = (int(x) for x in m.groups())
-            if i == 0 and rows:
-                trials.append(FitTrial(tuple(r for r, _ in rows), tuple(x for _, x in rows)))
-                rows = []
-            rows.append(((n_layer, n_part, ov), mem))
-            continue
-        if "memory for test allocation" in line and rows:
-            trials.append(FitTrial(tuple(r for r, _ in rows), tuple(x for _, x in rows)))
-            rows = []
-        m = _PROJECTED.search(line)
-        if m:
-            name = m.group(1)
-            if name not in devs:
-                order.append(name)
-            devs[name] = DeviceFit(name, m.group(2).strip(), int(m.group(3)), int(m.group(4)), int(m.group(6)))
-            continue
-        m = _LAYERS.search(line)
-        if m:
-            name = m.group(1)
-            old = devs.get(name) or DeviceFit(name, m.group(2).strip())
-            if name not in devs:
-                placed.append(name)
-            devs[name] = DeviceFit(old.name, old.description, old.total_mib, old.used_mib, old.target_mib,
-                                   int(m.group(3)), int(m.group(4) or 0))
-            continue
-        m = _CTX.search(line)
-        if m:
-            ctx_to = int(m.group(2))
-            continue
-        m = _GAVE_UP.search(line)
-        if m:
-            gave_up = m.group(1).strip()
-            continue
-        no_change = no_change or bool(_NO_CHANGE.search(line))
-    if rows:
-        trials.append(FitTrial(tuple(r for r, _ in rows), tuple(x for _, x in rows)))
+        if "common_" in line:
+            r.line(line)
+    r.flush()
     m_ctx = _N_CTX.search(text)
     m_off = _OFFLOADED.search(text)
-    return FitLog("common_params_fit_impl" in text or "common_fit_params" in text, no_change, ctx_to, gave_up,
-                  tuple(devs[n] for n in order + placed[::-1]),
+    return FitLog("common_params_fit_impl" in text or "common_fit_params" in text, r.no_change, r.ctx_to, r.gave_up,
+                  tuple(r.devs[n] for n in r.order + r.placed[::-1]),
                   int(m_ctx.group(1)) if m_ctx else None,
-                  (int(m_off.group(1)), int(m_off.group(2))) if m_off else None, tuple(trials))
-
+                  (int(m_off.group(1)), int(m_off.group(2))) if m_off else None, tuple(r.trials))

@@ -44,6 +44,7 @@ from llamarig.plan import memory as M
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import Plan
 from llamarig.plan.rpc import UNKNOWN_RPC_SHARE
+from llamarig.units import fmt_bytes
 
 #: sizeof(rpc_tensor) (ggml-rpc.cpp:37-57, packed; GGML_MAX_SRC 10, GGML_MAX_NAME 64)
 RPC_TENSOR = 296
@@ -209,11 +210,22 @@ def network_model(spec: ModelSpec, cfg: ServerConfig, plan: Plan, depth: int | N
         notes.append(_("the output layer is on an rpc-server: every token's logits ({kib} KiB) come back over the "
                        "network; a local GPU (or -ngl below all) keeps them here").format(
             kib=spec.n_vocab * 4 * n_seq // 1024 if spec.n_vocab else 0))
+    if plan.checkpoint_bytes and any(x.endpoint and x.layers for x in devs):
+        notes.append(_("context checkpoints (hybrid and sliding-window models): each one llama-server takes while "
+                       "a prompt is processed reads the recurrent state / window of the layers on the rpc-servers "
+                       "back, up to {size} per checkpoint").format(size=fmt_bytes(plan.checkpoint_bytes)))
     if cfg.cache_ram_mib != 0:
         notes.append(_("--cache-ram (8192 MiB by default) keeps each replaced prompt in host RAM: when a request "
                        "replaces a slot, its KV cells come back from every rpc-server once (--cache-ram 0 "
                        "avoids it)"))
     return NetworkReport(dec, pre, d, costs, tuple(notes))
+
+
+def step_traffic(spec: ModelSpec, cfg: ServerConfig, plan: Plan, n_tokens: int, depth: int,
+                 n_outputs: int = 1, what: str = "step") -> Step:
+    """The traffic of one graph run of ``n_tokens`` at ``depth`` (a decode step: 1 token; a
+    prefill ubatch: up to n_ubatch)."""
+    return _step(spec, plan, _devices(spec, cfg, plan), what, n_tokens, depth, n_outputs)
 
 
 def _n_kv(plan: Plan, depth: int, n_tokens: int) -> int:

@@ -100,7 +100,9 @@ def rpc_devices(endpoints: Sequence[str], described: Sequence[GPU], notes: list[
                            "--rpc)").format(endpoints=", ".join(stray), rpc=",".join(endpoints) or _("(none)")))
     out: list[RpcDevice] = []
     unknown = []
-    for ep in endpoints:
+    # a repeated endpoint is one registry, its devices counted once (ggml-rpc.cpp:2303-2345;
+    # observed with the binary: tests/flags/test_rpc_rules.py)
+    for ep in dict.fromkeys(endpoints):
         gs = by_ep.get(ep)
         if not gs:
             unknown.append(ep)
