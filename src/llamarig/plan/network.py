@@ -199,7 +199,8 @@ def network_model(spec: ModelSpec, cfg: ServerConfig, plan: Plan, depth: int | N
     n_seq = 1  # one request decoding: one token per step
     dec = _step(spec, plan, devs, "decode", n_seq, d, n_outputs=n_seq)
     ub = plan.n_ubatch
-    pre = _step(spec, plan, devs, "prefill", ub, d, n_outputs=1)
+    # a prompt's ubatches before its last return no logits (n_outputs 0); the last one does
+    pre = _step(spec, plan, devs, "prefill", ub, d, n_outputs=0)
     costs = tuple(LinkCost(lk, dec.seconds(lk) * 1e3, pre.seconds(lk, graph=True) * 1e3,
                            None if not decode_tok_s else 1 / (1 / decode_tok_s + dec.seconds(lk)))
                   for lk in links)
@@ -250,10 +251,12 @@ def _step(spec: ModelSpec, plan: Plan, devs: list[_Device], what: str, n: int, d
         graph += CMD + 12 + (8 + RPC_TENSOR) * TENSORS_PER_LAYER * max(1, len(x.layers))
         nxt = devs[active[k + 1]] if k + 1 < len(active) else None
         down, trips = 0, 1
-        if x.output:
+        if x.output and n_outputs:
             down = ANSWER + (spec.n_vocab or 0) * 4 * n_outputs
             up += GET_REQUEST
             parts = (*parts, ("logits back", (spec.n_vocab or 0) * 4 * n_outputs))
+        elif x.output:
+            trips = 0  # nothing to read back: the next ubatch follows
         elif nxt is not None and nxt.endpoint == x.endpoint:
             up += COPY_REQUEST  # the next device is on the same server: copied there
             down = ANSWER + 1
@@ -286,7 +289,7 @@ def _inputs(spec: ModelSpec, plan: Plan, x: _Device, n: int, n_kv: int, n_output
         for kind in sorted(kinds & {"attention", "swa"}):
             cells = n_kv if kind == "attention" else min(n_kv, _swa_cells(spec, plan, n))
             out += [(f"{kind} K cell ids", 8 * n), (f"{kind} V cell ids", 8 * n), (f"{kind} KQ mask", cells * n * mask)]
-    if x.output:
+    if x.output and n_outputs:
         out.append(("output ids", 4 * n_outputs))
     return tuple(out)
 

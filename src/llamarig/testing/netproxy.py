@@ -27,9 +27,14 @@ class Traffic:
 
     up: int
     down: int
+    #: answers: bursts from the rpc-server after llama-server sent something (its waits, at most)
+    turns: int = 0
+    #: how late the proxy delivered, summed over every chunk (its own scheduling, seconds)
+    late_s: float = 0.0
 
     def __sub__(self, other: Traffic) -> Traffic:
-        return Traffic(self.up - other.up, self.down - other.down)
+        return Traffic(self.up - other.up, self.down - other.down, self.turns - other.turns,
+                       self.late_s - other.late_s)
 
 
 class DelayProxy:
@@ -45,6 +50,9 @@ class DelayProxy:
         self.port = 0
         self._up = 0
         self._down = 0
+        self._turns = 0
+        self._late = 0.0
+        self._last_up = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -56,7 +64,7 @@ class DelayProxy:
         return f"127.0.0.1:{self.port}"
 
     def snapshot(self) -> Traffic:
-        return Traffic(self._up, self._down)
+        return Traffic(self._up, self._down, self._turns, self._late)
 
     def start(self) -> int:
         self._thread = threading.Thread(target=self._run, name=f"delay-proxy-{self.upstream[1]}", daemon=True)
@@ -137,6 +145,8 @@ class DelayProxy:
                     self._up += len(data)
                 else:
                     self._down += len(data)
+                    self._turns += self._last_up
+                self._last_up = up
                 queue.put_nowait((time.monotonic(), data))
             await queue.join()
         finally:
@@ -153,6 +163,7 @@ class DelayProxy:
             wait = due - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+            self._late += max(0.0, time.monotonic() - due)
             dst.write(data)
             await dst.drain()
             queue.task_done()
