@@ -105,6 +105,10 @@ KEEP = "\ue000"
 _CODE = re.compile(r"`[^`\n]+`")
 
 
+#: a number and its unit ("319.79 MiB", "40 tok/s"): never on two lines
+_QUANTITY = re.compile(r"(?<![\w.])\d[\d.,]* (?:[KMGT]i?B|B|GB/s|tok/s|ms|s|%|token|tokens)(?![\w/])")
+
+
 def keep_together(text: str, groups: re.Pattern[str] | str = _CODE) -> str:
     """``text`` with the blanks inside each match of ``groups`` (default: a `code span`) made
     unbreakable: :data:`KEEP`, the same length, so offsets into it are offsets into ``text``."""
@@ -115,7 +119,7 @@ def line_spans(text: str, width: int, first: int | None = None) -> list[tuple[in
     """(start, end) of each line of one paragraph (no newlines) wrapped at ``width`` cells
     (``first``: the first line's width when it differs). Blanks at a break are dropped; a
     `code span` is not broken at its blanks."""
-    text = keep_together(text)
+    text = keep_together(keep_together(text), _QUANTITY)
     width = max(1, width)
     limit = max(1, first if first is not None else width)
     spans: list[tuple[int, int]] = []

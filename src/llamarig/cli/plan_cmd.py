@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,11 @@ PLAN_HELP = HelpPage(
             ("--cpu-features LIST", N_("the CPU llama-server runs on, e.g. avx2 or avx512f,avx512_vnni,amx_int8 or "
                                        "neon,dotprod,i8mm (decides AMX / CPU_REPACK weight buffers; default: x86-64 "
                                        "with AVX2, no AVX-512/AMX)")),
+            ("--rpc-device HOST:PORT=SPEC", N_("what an rpc-server of --rpc brings: a GPU (=rtx3090, =rtx3090:20) "
+                                               "or its CPU device's RAM (=64G); repeatable")),
+            ("--link 1gbe|2.5gbe|10gbe|GBIT[:RTT_MS]", N_("the network to the rpc-servers (repeatable; default the "
+                                                           "three)")),
+            ("--depth N", N_("context depth of the network figures")),
             ("--ram SIZE", N_("host RAM, e.g. 64G")),
             ("--overhead SIZE", N_("per-GPU driver/context overhead (default: catalogue)")),
             ("--why", N_("every figure's formula and source, and the speed table")),
@@ -66,6 +71,8 @@ PLAN_HELP = HelpPage(
         "llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536",
         "llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536",
         "llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on",
+        "llamarig plan qwen3.6-27b:q8_0 --rpc-device 192.168.1.20:50052=rtx3090 --gpu rtx3090 "
+        "--rpc 192.168.1.20:50052 -c 65536 --link 2.5gbe",
     ),
 )
 
@@ -77,6 +84,8 @@ class PlanView:
     as_json: bool = False
     why: bool = False  # --why/-v: formulas and sources in the human output
     help: bool = False
+    links: list[str] = field(default_factory=list)  # --link: the network to the rpc-servers
+    depth: int | None = None  # --depth: context depth of the network figures
 
 
 def _n_values(tok: str) -> int:
@@ -88,25 +97,28 @@ def _n_values(tok: str) -> int:
     return a.opt.n_values if a.opt is not None and a.positive else 0
 
 
-def _set_lang(_pa: PlanArgs, val: str) -> None:
+def _set_lang(_pa: PlanArgs, _view: PlanView, val: str) -> None:
     from llamarig.i18n import set_language
 
     set_language(val)
 
 
-def _add_gpu(pa: PlanArgs, val: str) -> None:
-    pa.gpus.append(val)
+def _set_depth(_pa: PlanArgs, view: PlanView, val: str) -> None:
+    view.depth = _depth(val)
 
 
 #: plan's own options that take a value: option -> what it sets
-_OWN_VALUE: dict[str, Callable[[PlanArgs, str], None]] = {
-    "--gpu": _add_gpu,
-    "--mmproj": lambda pa, v: setattr(pa, "mmproj", v),
-    "--draft": lambda pa, v: setattr(pa, "draft", v),
-    "--ram": lambda pa, v: setattr(pa, "ram", parse_size(v, "g")),
-    "--overhead": lambda pa, v: setattr(pa, "overhead", parse_size(v, "mib")),
-    "--model-id": lambda pa, v: None,
-    "--cpu-features": lambda pa, v: setattr(pa, "cpu_features", v),
+_OWN_VALUE: dict[str, Callable[[PlanArgs, PlanView, str], None]] = {
+    "--gpu": lambda pa, _v, val: pa.gpus.append(val),
+    "--rpc-device": lambda pa, _v, val: pa.rpc_devices.append(val),
+    "--link": lambda _pa, view, val: view.links.append(val),
+    "--depth": _set_depth,
+    "--mmproj": lambda pa, _v, val: setattr(pa, "mmproj", val),
+    "--draft": lambda pa, _v, val: setattr(pa, "draft", val),
+    "--ram": lambda pa, _v, val: setattr(pa, "ram", parse_size(val, "g")),
+    "--overhead": lambda pa, _v, val: setattr(pa, "overhead", parse_size(val, "mib")),
+    "--model-id": lambda pa, _v, val: None,
+    "--cpu-features": lambda pa, _v, val: setattr(pa, "cpu_features", val),
     "--lang": _set_lang,
 }
 
@@ -152,7 +164,7 @@ def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
             field, value = speed_option(key, val)
             speed[field] = value
         elif key in _OWN_VALUE:
-            _OWN_VALUE[key](out, val)
+            _OWN_VALUE[key](out, view, val)
         elif _flag(a, out, view, speed):
             pass
         elif not a.startswith("-") and out.model is None and Path(a).name.startswith("llama-server") \
@@ -169,6 +181,16 @@ def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
             i += n
         i += 1
     return out, view, speed_args(speed)
+
+
+def _depth(val: str) -> int:
+    try:
+        n = int(val)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise InputError(_("--depth {val}: expected a number of tokens (0 or more)").format(val=val))
+    return n
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -209,13 +231,18 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
     plan = plan_with_speed(pa, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
                            inputs=inp)
+    from llamarig.cli.network_view import network_report, parse_link, render_network
+
+    net = network_report(inp, plan, [parse_link(x) for x in view.links], view.depth)
     if view.as_json:
-        click.echo(json.dumps(plan.to_json(), indent=2))
+        click.echo(json.dumps({**plan.to_json(), **({"network": net.to_json()} if net else {})}, indent=2))
     else:
         from llamarig.cli import plan_view
 
         console = Console()
         plan_view.render(plan, console, why=view.why)
+        if net is not None:
+            render_network(net, console)
         if plan.speed is not None and view.why:
             console.print(speed_table(plan.speed))
     if not plan.fits:
