@@ -97,6 +97,27 @@ def _split_long(text: str, width: int) -> list[str]:
     return out
 
 
+def _split_kept(text: str, first: int, width: int) -> list[str]:
+    """A `code span` wider than the line in lines broken at its blanks (each piece keeps its
+    trailing blank; a word wider than the line on its own is cut by :func:`_split_long`)."""
+    words = re.findall(KEEP + r"*[^" + KEEP + r"]+" + KEEP + "*", text) or [text]
+    out: list[str] = []
+    line, limit = "", first
+    for w in words:
+        if line and cells(line + w.rstrip(KEEP)) > limit:
+            out.append(line)
+            line, limit = "", width
+        if not line and cells(w.rstrip(KEEP)) > limit:
+            pieces = _split_long(w, limit)
+            out += pieces[:-1]
+            line, limit = pieces[-1], width
+            continue
+        line += w
+    if line:
+        out.append(line)
+    return out
+
+
 #: a path or a URL: one token with a slash (kept whole when it is wider than the line)
 _PATH = re.compile(r"[（(“'\"`]?(?:https?://|\.{0,2}/|~/)?[\w.@%+=:~-]*/[\w./@%+=:~#?&-]*[)”'\"`]?")
 
@@ -106,7 +127,7 @@ _CODE = re.compile(r"`[^`\n]+`")
 
 
 #: a number and its unit ("319.79 MiB", "40 tok/s"): never on two lines
-_QUANTITY = re.compile(r"(?<![\w.])\d[\d.,]* (?:[KMGT]i?B|B|GB/s|tok/s|ms|s|%|token|tokens)(?![\w/])")
+_QUANTITY = re.compile(r"(?<![\w.])\d[\d.,]* (?:[KMGT]i?B|B|GB/s|TB/s|tok/s|ms|s|%|token|tokens|TFLOPS|TOPS|Gbps|MHz|W)(?![\w/])")
 
 
 def keep_together(text: str, groups: re.Pattern[str] | str = _CODE) -> str:
@@ -147,9 +168,10 @@ def line_spans(text: str, width: int, first: int | None = None) -> list[tuple[in
             # table cell shortens it from the middle instead)
             start, end, used = s, e, limit
             continue
-        # wider than a line on its own: in pieces (after / or , where possible)
+        # wider than a line on its own: a `code span` at its blanks, else in pieces (after / or ,
+        # where possible)
         pos = s
-        parts = _split_long(piece, limit)
+        parts = _split_kept(piece, limit, width) if KEEP in piece else _split_long(piece, limit)
         for part in parts[:-1]:
             spans.append((pos, pos + len(part)))
             pos += len(part)
@@ -168,8 +190,14 @@ def wrap(text: str, width: int, indent: str = "", first_indent: str | None = Non
     for para in text.split("\n"):
         p_first = lead if not out else indent
         for i, (s, e) in enumerate(line_spans(para, width - cells(indent), width - cells(p_first))):
-            out.append((p_first if i == 0 else indent) + para[s:e])
+            out.append(hang(p_first if i == 0 else indent, para[s:e], width) + para[s:e])
     return out
+
+
+def hang(indent: str, line: str, width: int) -> str:
+    """The indent of a wrapped line: none for a line (a long path or URL on its own) that fits
+    the width only without it."""
+    return "" if indent and cells(indent + line) > width >= cells(line) else indent
 
 
 def command_lines(line: str, width: int) -> list[str]:

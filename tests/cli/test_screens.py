@@ -75,6 +75,8 @@ def test_every_command_has_a_help_screen() -> None:
     ("x" * 81, "en", True),  # wider than 80
     ("/a/very/long/path/" + "x" * 90, "en", False),  # a path alone on its line
     ("中" * 41, "zh", True),  # 82 cells
+    ("--format preset 时为模型在路由中的名字", "zh", False),  # a flag's value
+    ("每个预填充 ubatch 多 65 ms", "zh", True),  # the glossary's 物理批
 ])
 def test_the_checker(line: str, lang: str, found: bool) -> None:
     assert bool(screens.problems(line, 80, lang)) == found, screens.problems(line, 80, lang)

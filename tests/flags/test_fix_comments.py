@@ -20,7 +20,7 @@ def test_fix_comments_are_whole_and_wrapped() -> None:
     comments = [ln for ln in fixed.splitlines() if ln.startswith(("# llamarig", "#   "))]
     assert not any(ln.rstrip().endswith("...") for ln in comments), comments
     joined = " ".join(ln[1:].strip() for ln in comments)  # a comment's lines read as one sentence
-    assert "iq4_nl, q5_0, q5_1" in joined  # the whole list of allowed KV types
+    assert "`iq4_nl`, `q5_0`, `q5_1`" in joined  # the whole list of allowed KV types
     assert all(len(ln) <= 80 or " " not in ln[2:] for ln in comments)  # fits 80 columns (issue 33)
 
 
@@ -121,7 +121,7 @@ def test_two_comments_sharing_a_continuation_line_both_stay_whole() -> None:
     readings, findings = lint(parsed, schema)
     fixed = fix_text(parsed, readings, findings, schema)
     joined = " ".join(ln.removeprefix("#   ") for ln in fixed.splitlines())
-    assert joined.count("iq4_nl, q5_0, q5_1") == 2, fixed
+    assert joined.count("`iq4_nl`, `q5_0`, `q5_1`") == 2, fixed
 
 
 def test_chinese_fix_comments_wrap_between_characters_at_80_columns() -> None:
@@ -133,5 +133,5 @@ def test_chinese_fix_comments_wrap_between_characters_at_80_columns() -> None:
     fixed = fix_text(parsed, readings, findings, schema, "zh")
     comments = [ln for ln in fixed.splitlines() if ln.startswith(("# llamarig", "#   ")) and "killall" not in ln]
     joined = " ".join(ln.removeprefix("#   ") for ln in comments)
-    assert "不支持的缓存类型" in joined and "iq4_nl, q5_0, q5_1" in joined
+    assert "不支持的缓存类型" in joined and "`iq4_nl`, `q5_0`, `q5_1`" in joined
     assert all(_cells(ln) <= 80 for ln in comments), [ln for ln in comments if _cells(ln) > 80]

@@ -32,6 +32,7 @@ from llamarig.text import (  # the line-breaking rule, shared with the library (
     _atoms,
     cells,
     command_lines,
+    hang,
     has_wide,
     is_wide,
     keep_together,
@@ -57,7 +58,7 @@ def wrap_text(text: Text, width: int, indent: str = "", first_indent: str | None
     for para in text.plain.split("\n"):
         p_first = lead if not out else indent
         for i, (s, e) in enumerate(line_spans(para, width - cells(indent), width - cells(p_first))):
-            line = Text(p_first if i == 0 else indent)
+            line = Text(hang(p_first if i == 0 else indent, para[s:e], width))
             line.append_text(text[offset + s:offset + e])
             out.append(line)
         offset += len(para) + 1
@@ -194,15 +195,18 @@ class Sheet:
         while pending:
             total = sum(self.columns[j].ratio for j in pending)
             shares = {j: left * self.columns[j].ratio // total for j in pending}
-            settled = next((j for j in pending if shares[j] <= mins[j] or natural[j] <= shares[j]), None)
-            if settled is None:
+            # a column its share cannot hold settles at its minimum first (the minimums fit the
+            # room: widths() checked), then one whose text is narrower than its share
+            settled = [j for j in pending if shares[j] <= mins[j]] or [j for j in pending if natural[j] <= shares[j]]
+            if not settled:
                 for j in pending[:-1]:
                     out[j] = shares[j]
                 out[pending[-1]] = left - sum(out[x] for x in pending[:-1])
                 return
-            out[settled] = mins[settled] if shares[settled] <= mins[settled] else natural[settled]
-            left -= out[settled]
-            pending.remove(settled)
+            for j in settled:
+                out[j] = mins[j] if shares[j] <= mins[j] else natural[j]
+                left -= out[j]
+                pending.remove(j)
 
     # -------------------------------------------------------------------- rendering
 
@@ -307,7 +311,7 @@ class Sheet:
         return wrap_text(body, width, indent=hang, first_indent="  ")
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from self.lines(options.max_width)
+        yield from _as_laid_out(self.lines(options.max_width))
 
 
 @dataclass
@@ -323,7 +327,15 @@ class Para:
         return cls(Text(text, style=style), indent)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from wrap_text(self.text, options.max_width, indent=self.indent, first_indent="")
+        yield from _as_laid_out(wrap_text(self.text, options.max_width, indent=self.indent, first_indent=""))
+
+
+def _as_laid_out(lines: list[Text]) -> list[Text]:
+    """Lines already fitted to the width, for rich to print as they are: never wrapped again
+    (a path or URL wider than the terminal stays whole, the terminal folds it) nor cut."""
+    for ln in lines:
+        ln.no_wrap, ln.overflow = True, "ignore"
+    return lines
 
 
 def _line_offsets(text: str) -> Iterator[tuple[int, str]]:

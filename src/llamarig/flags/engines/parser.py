@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from llamarig.flags.parsed import Word
+from llamarig.i18n import _
 
 __all__ = ["EngineOption", "EngineParser", "EngineUse", "load_parser"]
 
@@ -80,7 +81,9 @@ class EngineParser:
     @property
     def label(self) -> str:
         """``ftllm server 0.1.7.1 (tools/fastllm_pytools/util.py, commit 46079d59)``."""
-        return f"{self.release} ({self.parser.split(':')[0]}, commit {self.commit[:8]})"
+        return _("{release} ({source}, commit {commit})").format(release=self.release,
+                                                                 source=self.parser.split(':')[0],
+                                                                 commit=self.commit[:8])
 
     def lookup(self, word: str) -> tuple[EngineOption | None, str | None, str]:
         """The option ``word`` names (argparse: exactly, ``--opt=value``, or a unique prefix of

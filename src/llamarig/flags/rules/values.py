@@ -48,25 +48,25 @@ def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
         if v not in allowed:
             sug = KV_TYPE_FIXES.get(v.lower()) or (v.lower() if v.lower() in allowed else None)
             bad(_("unsupported cache type (error while handling argument: Unsupported cache type: {value}); "
-                  "allowed: {allowed}").format(value=v, allowed=", ".join(allowed)),
+                  "allowed: {allowed}").format(value=v, allowed=_values(allowed)),
                 _("use `{fixed}`").format(fixed=f"{sp} {sug}") if sug
-                else _("use one of {allowed}").format(allowed=", ".join(allowed)),
+                else _("use one of {allowed}").format(allowed=_values(allowed)),
                 Fix("set-value", (sug or "q8_0",)))
     elif kind == "enum":
         allowed = opt.allowed or ()
         if v not in allowed:
             near = difflib.get_close_matches(v, allowed, n=1, cutoff=0.5)
-            bad(_("invalid value; allowed: {allowed}").format(allowed=", ".join(allowed)),
+            bad(_("invalid value; allowed: {allowed}").format(allowed=_values(allowed)),
                 _("use `{fixed}`").format(fixed=f"{sp} {near[0]}") if near
-                else _("use one of {allowed}").format(allowed=", ".join(allowed)),
+                else _("use one of {allowed}").format(allowed=_values(allowed)),
                 Fix("set-value", (near[0],)) if near else Fix("drop"))
     elif kind == "csv_enum":
         allowed = opt.allowed or ()
         badv = [p for p in v.split(",") if p.strip() not in allowed]
         if badv:
             bad(_("unknown value(s) {values}; allowed: {allowed}").format(values=", ".join(badv),
-                                                                           allowed=", ".join(allowed)),
-                _("use values from {allowed}").format(allowed=", ".join(allowed)), Fix("drop"))
+                                                                           allowed=_values(allowed)),
+                _("use values from {allowed}").format(allowed=_values(allowed)), Fix("drop"))
     elif kind in ("int", "int_auto_all"):
         if kind == "int_auto_all" and v in ("auto", "all"):
             return res
@@ -125,3 +125,9 @@ def _int_limits(u: Use, opt: Option, n: int, k: int | None) -> list[Finding]:
                         _("use `{fixed}`").format(fixed=f"{sp} -1"),
                         k, u.passed, Fix("set-value", ("-1",)), u.index)]
     return []
+
+
+def _values(allowed: tuple[str, ...] | list[str]) -> str:
+    """llama-server's accepted values, each as code (words such as `enabled` stay as they are
+    in a Chinese sentence)."""
+    return ", ".join(f"`{a}`" for a in allowed)
