@@ -35,6 +35,7 @@ from __future__ import annotations
 import errno
 import gettext
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -232,8 +233,8 @@ def localize(value: Any, lang: str) -> Any:
         text = translate(value.msgid, lang)
         if not value.formatted:
             return text
-        return text.format(*(localize(a, lang) for a in value.args),
-                           **{k: localize(v, lang) for k, v in value.fields.items()})
+        return fill(text, lang, tuple(localize(a, lang) for a in value.args),
+                    {k: localize(v, lang) for k, v in value.fields.items()})
     if isinstance(value, str):
         return value
     if isinstance(value, BaseException):  # an error given as a field: its message
@@ -264,8 +265,60 @@ class Localized(str):
         return self
 
     def format(self, *args: Any, **fields: Any) -> str:
-        return str.format(self, *(localize(a, self.lang) for a in args),
-                          **{k: localize(v, self.lang) for k, v in fields.items()})
+        return fill(str(self), self.lang, tuple(localize(a, self.lang) for a in args),
+                    {k: localize(v, self.lang) for k, v in fields.items()})
+
+
+#: Chinese punctuation that carries its own spacing (no blank next to it)
+_WIDE_PUNCT = "（）：，。；、！？“”《》【】"
+_CJK_CHAR = re.compile(r"[\u3400-\u9fff]")
+_LATIN = re.compile(r"[A-Za-z0-9%`]")
+
+
+def _joint(before: str, after: str) -> tuple[str, str]:
+    """The seam between a template's text and a value in Chinese: a blank between Chinese and
+    Latin letters or digits, none next to full-width punctuation (``槽位数（-np）为 4``,
+    ``-b / -ub 为 2048``)."""
+    if not before or not after:
+        return before, after
+    if before.endswith(" ") and after[0] in _WIDE_PUNCT:
+        return before.rstrip(" "), after
+    if before[-1] in _WIDE_PUNCT and after.startswith(" "):
+        return before, after.lstrip(" ")
+    if (_LATIN.match(before[-1]) and _CJK_CHAR.match(after[0])) or (_CJK_CHAR.match(before[-1])
+                                                                    and _LATIN.match(after[0])):
+        return before + " ", after
+    return before, after
+
+
+def fill(template: str, lang: str, args: tuple[Any, ...], fields: Mapping[str, Any]) -> str:
+    """``template.format(*args, **fields)``; in Chinese the seams between the template and each
+    value follow the spacing rule of docs/zh/glossary.md (see :func:`_joint`)."""
+    if lang != "zh":
+        return template.format(*args, **fields)
+    import string
+
+    pieces: list[str] = []
+    auto = 0
+    try:
+        for literal, name, spec, conv in string.Formatter().parse(template):
+            if literal:
+                pieces.append(literal)
+            if name is None:
+                continue
+            if name == "":
+                name, auto = str(auto), auto + 1
+            if "{" in (spec or ""):
+                return template.format(*args, **fields)  # a nested field: as str.format does
+            one = "{" + name + ("!" + conv if conv else "") + (":" + spec if spec else "") + "}"
+            pieces.append(one.format(*args, **fields))
+    except (ValueError, IndexError, KeyError):
+        return template.format(*args, **fields)
+    out = pieces[:1]
+    for p in pieces[1:]:
+        out[-1], p = _joint(out[-1], p)
+        out.append(p)
+    return "".join(out)
 
 
 def translator(lang: str) -> Callable[[str], str]:

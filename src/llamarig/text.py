@@ -126,6 +126,9 @@ KEEP = "\ue000"
 _CODE = re.compile(r"`[^`\n]+`")
 
 
+#: two short values around a slash ("K / V", "f16 / f16", "2048 / 512"): never on two lines
+_PAIR = re.compile(r"(?<!\S)[\w.-]{1,12} / [\w.-]{1,12}(?!\S)")
+
 #: a number and its unit ("319.79 MiB", "40 tok/s"): never on two lines
 _QUANTITY = re.compile(r"(?<![\w.])\d[\d.,]* (?:[KMGT]i?B|B|GB/s|TB/s|tok/s|ms|s|%|token|tokens|TFLOPS|TOPS|Gbps|MHz|W)(?![\w/])")
 
@@ -140,7 +143,7 @@ def line_spans(text: str, width: int, first: int | None = None) -> list[tuple[in
     """(start, end) of each line of one paragraph (no newlines) wrapped at ``width`` cells
     (``first``: the first line's width when it differs). Blanks at a break are dropped; a
     `code span` is not broken at its blanks."""
-    text = keep_together(keep_together(text), _QUANTITY)
+    text = keep_together(keep_together(keep_together(text), _QUANTITY), _PAIR)
     width = max(1, width)
     limit = max(1, first if first is not None else width)
     spans: list[tuple[int, int]] = []

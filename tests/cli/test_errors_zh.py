@@ -120,7 +120,7 @@ def test_bench_request_errors_are_english_in_the_json_and_chinese_in_the_reports
     md = markdown(doc, "zh")
     assert "decode/d=0: 30 秒后超时" in md
     assert "场景提前结束：连续 3 个请求失败（最后一个：30 秒后超时）" in md
-    assert "GET /slots 失败：TimeoutError: ：无法检测干扰" in md and "槽位 1 正在处理任务 77" in md
+    assert "GET /slots 失败：TimeoutError:：无法检测干扰" in md and "槽位 1 正在处理任务 77" in md
     assert "interference cannot" not in md and "did not start" not in md
     buf = io.StringIO()
     terminal(doc, Console(file=buf, width=1000), lang="zh")

@@ -109,3 +109,19 @@ def test_para_wraps_at_the_console_width() -> None:
     con.print(Para.of(ZH + ZH))
     text = con.export_text()
     assert all(cells(ln) <= 50 for ln in text.splitlines()) and len(text.splitlines()) > 2
+
+
+@pytest.mark.parametrize(("template", "fields", "want"), [
+    ("{what}为 {value}", {"what": "KV 缓存 K / V", "value": "f16 / f16"}, "KV 缓存 K / V 为 f16 / f16"),
+    ("{what}由 {runs} 改为 {meant}", {"what": "槽位数（-np）", "runs": "4（统一 KV）", "meant": "1"},
+     "槽位数（-np）由 4（统一 KV）改为 1"),
+    ("第 {line} 行：{rate:.1f} tok/s", {"line": 3, "rate": 2.345}, "第 3 行：2.3 tok/s"),
+    ("{name}的上下文", {"name": "qwen3"}, "qwen3 的上下文"),
+])
+def test_chinese_seams_follow_the_glossary(template: str, fields: dict, want: str) -> None:
+    """A value next to Chinese text: a blank before Latin letters and digits, none next to
+    full-width punctuation (docs/zh/glossary.md, 写法)."""
+    from llamarig.i18n import fill
+
+    assert fill(template, "zh", (), fields) == want
+    assert fill(template, "en", (), fields) == template.format(**fields)

@@ -115,7 +115,8 @@ _RUNS_KEYS = 3
 
 
 def _describe(st: dict[str, str]) -> str:
-    return join(_(", "), [k + " " + v for k, v in list(st.items())[:_RUNS_KEYS] if k != "error"])
+    return join(_(", "), [_("{what} {value}").format(what=k, value=v) for k, v in list(st.items())[:_RUNS_KEYS]
+                          if k != "error"])
 
 
 def summary_lines(pr: PricedRuns) -> list[str]:

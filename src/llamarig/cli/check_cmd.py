@@ -92,7 +92,8 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
             click.echo(_("llamarig: the fixed command {k} (line {line}) runs the server differently:").format(
                 k=k + 1, line=line), err=True)
             for what, before, now in changes:
-                click.echo(f"  {localize(what)}: {localize(before)} -> {localize(now)}", err=True)
+                click.echo("  " + _("{what}: {before} -> {after}").format(
+                    what=localize(what), before=localize(before), after=localize(now)), err=True)
         if fixed.unplaced:
             click.echo(_("llamarig: which command are the flags on lines {lines} for? --fix cannot tell: they are "
                          "written as comments; move them into the command they belong to").format(

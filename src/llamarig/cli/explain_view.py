@@ -68,7 +68,7 @@ def render(result: ExplainReport, console: Console) -> None:
             n_cut = sum(1 for row in cmd.rows if not row.reaches_server)
             print_wrapped(console, _("the command is cut off at line {line}: the {n} flag(s) marked {mark} never "
                                      "reach llama-server (as `llamarig check` reports)").format(
-                line=cmd.cut_line, n=n_cut, mark=_("(not passed)")), style="bold red")
+                line=cmd.cut_line, n=n_cut, mark=_("(not passed)")), indent="  ", style="bold red")
         for line in cmd.summary:  # what runs, priced, and what the meant command would change
             print_wrapped(console, line, indent="  ")
         console.print(sheet(cmd, title))

@@ -215,7 +215,7 @@ class Sheet:
         out: list[Text] = []
         if self.title is not None:
             title = self.title if isinstance(self.title, Text) else Text(self.title)
-            out += wrap_text(title, width)
+            out += wrap_text(title, width, indent="  ", first_indent="")
         ws = self.widths(width)
         if ws is None:
             out += self._stacked(width)
