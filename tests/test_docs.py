@@ -1,4 +1,5 @@
-"""Run the documented examples: every ```bash test block in README*.md and docs/*.md.
+"""Run the documented examples: every ```bash test block in README*.md, docs/*.md and the
+Chinese pages docs/zh/*.md.
 
 Each block runs with bash -e in a fresh temporary directory, with the virtualenv's bin first on
 PATH and $LLAMARIG_SERVER_BIN set, so the examples work exactly as a user would type them.
@@ -20,7 +21,7 @@ BLOCK = re.compile(r"^```bash test\n(.*?)^```", re.S | re.M)
 
 def _blocks() -> list[tuple[str, str]]:
     out = []
-    for doc in sorted([*ROOT.glob("README*.md"), *ROOT.glob("docs/*.md")]):
+    for doc in sorted([*ROOT.glob("README*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("docs/zh/*.md")]):
         for i, m in enumerate(BLOCK.finditer(doc.read_text())):
             out.append((f"{doc.relative_to(ROOT)}#{i + 1}", m.group(1)))
     return out

@@ -321,13 +321,27 @@ class Para:
 
     text: Text
     indent: str = "  "
+    first_indent: str = ""
 
     @classmethod
-    def of(cls, text: str, style: str = "", indent: str = "  ") -> Para:
-        return cls(Text(text, style=style), indent)
+    def of(cls, text: str, style: str = "", indent: str = "  ", first_indent: str = "") -> Para:
+        return cls(Text(text, style=style), indent, first_indent)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from _as_laid_out(wrap_text(self.text, options.max_width, indent=self.indent, first_indent=""))
+        yield from _as_laid_out(wrap_text(self.text, options.max_width, indent=self.indent,
+                                          first_indent=self.first_indent))
+
+
+@dataclass
+class CommandText:
+    """A command to copy (a rich renderable): as it is where it fits the console, else broken at
+    blanks into shell continuation lines (:func:`command_lines`), never wrapped mid-word."""
+
+    command: str
+    style: str = ""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from _as_laid_out([Text(ln, style=self.style) for ln in command_lines(self.command, options.max_width)])
 
 
 def _as_laid_out(lines: list[Text]) -> list[Text]:

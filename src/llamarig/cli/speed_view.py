@@ -4,14 +4,17 @@ Rendering and option parsing live here, the numbers in llamarig.plan.speed / pla
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.text import Text
+
 from llamarig.cli.lang import N_, _, localize
-from llamarig.cli.layout import Column, Para, Sheet, labelled
+from llamarig.cli.layout import Column, CommandText, Para, Sheet, labelled
 from llamarig.errors import InputError
 from llamarig.plan.calibration import Calibration, load_calibration
-from llamarig.plan.optimise import GB, Targets, optimise
+from llamarig.plan.optimise import GB, Candidate, Targets, optimise
 from llamarig.plan.result import PlanInputs
 from llamarig.plan.speed import DEFAULT_PROMPT, SpeedReport, kv_quality_short
 from llamarig.units import GiB, fmt_bytes
@@ -91,88 +94,92 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
     """(rich renderable, JSON dict, exit code) for ``llamarig plan --target-*``. Exit 0 when the
     winner meets every target, 1 when it does not: verdict ``impossible`` (above a physical bound, or
     nothing fits) or ``unlikely`` (predicted below the target, under the bound); an answer, not an
-    error."""
+    error. The candidates are a table where the terminal is wide enough, one block each where
+    it is not (cli/layout.py); every note wraps at the terminal's width."""
     from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
 
     res = optimise(inp, targets, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs)
-    t = targets
+    parts: list[Any] = [_candidates(res.candidates[:show], targets), Para.of(_(
+        "decode tok/s at depth 0 / target depth / target context (with speculative decoding when the layout shows "
+        "MTP n); prefill tok/s for an 8192-token prompt (shorter when a slot holds fewer tokens); free = free "
+        "memory per GPU in device order (GiB); q = KV quality: ref = f16, ~ref = q8_0 (about +0.01-0.02 "
+        "perplexity), V4 = 8-bit K with 4-5 bit V, 4bit = 4-5 bit K and V (measurable long-context recall loss); "
+        "--json has the full note per candidate"), "dim")]
+    if res.best is not None:
+        parts += _winner(res.best, res.verdict, targets)
+    parts += _verdict(res.verdict, res.reasons)
+    parts += [Text(""), Para.of(_("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
+        n=res.evaluated, ms=res.elapsed_s * 1000,
+        source=calibration_label(res.best.speed.calibration) if res.best else ""), "dim")]
+    return Group(*parts), res.to_json(), 0 if res.verdict in ("ok", "maybe") else 1
+
+
+def _candidates(cands: Sequence[Candidate], t: Targets) -> Sheet:
     title = (_("llamarig plan: targets ctx {ctx} x {slots} slot(s)").format(ctx=t.ctx, slots=t.slots)
              + (_(", decode >= {rate:g} tok/s at depth {depth}").format(rate=t.decode_tok_s, depth=t.depth)
                 if t.decode_tok_s else "")
              + _(", headroom {size}").format(size=fmt_bytes(t.headroom)))
-    from rich import box
-
-    tab = Table(title=title, show_lines=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
-    layout = _("layout")
-    cols = (("#", "right"), ("KV", "left"), ("q", "left"), ("-ub", "right"), (layout, "left"), (_("free"), "right"),
-            ("@0", "right"), (f"@{t.depth}", "right"), (f"@{t.ctx}", "right"), (_("prefill"), "right"),
-            (_("ok"), "left"))
-    for col, just in cols:
-        tab.add_column(col, justify=just, no_wrap=col != layout, overflow="fold",  # type: ignore[arg-type]
-                       min_width=9 if col == layout else None)
-    default = _("default")
+    cols = [Column("#", justify="right", key=True), Column("KV", key=True), Column("q"), Column("-ub", justify="right"),
+            Column(_("layout"), prose=True, min_width=9), Column(_("free"), justify="right"),
+            Column("@0", justify="right"), Column(f"@{t.depth}", justify="right"),
+            Column(f"@{t.ctx}", justify="right"), Column(_("prefill"), justify="right"), Column(_("ok"))]
+    sheet = Sheet(cols, title=title)
     words = {"yes": _("yes"), "maybe": _("maybe"), "no fit": _("no fit"), "slow": _("slow")}
-    for i, c in enumerate(res.candidates[:show], 1):
-        s = c.speed
-        sp = s.speculative
-        eff = sp.speedup if sp else 1.0
-        ts = ("-ts " + ",".join(f"{x:g}" for x in c.cfg.tensor_split)) if c.cfg.tensor_split else ""
-        extra = f" --n-cpu-moe {c.cfg.n_cpu_moe}" if c.cfg.n_cpu_moe else ""
-        if c.cfg.n_gpu_layers >= 0 and "n_gpu_layers" in c.cfg.set_flags:
-            extra += f" -ngl {c.cfg.n_gpu_layers}"
+    for i, c in enumerate(cands, 1):
+        s, cfg = c.speed, c.cfg
+        eff = s.speculative.speedup if s.speculative else 1.0
         frees = [d.free for d in c.plan.devices if d.free is not None and d.capacity]
-        tab.add_row(
-            str(i), c.cfg.cache_type_k if c.cfg.cache_type_k == c.cfg.cache_type_v else f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}",
-            localize(kv_quality_short(c.cfg.cache_type_k, c.cfg.cache_type_v)),
-            str(c.plan.n_ubatch),
-            ((ts + extra).strip() or default) + (f" MTP n={sp.n_max}" if sp else ""),
+        sheet.add_row(
+            str(i), cfg.cache_type_k if cfg.cache_type_k == cfg.cache_type_v else f"{cfg.cache_type_k}/{cfg.cache_type_v}",
+            localize(kv_quality_short(cfg.cache_type_k, cfg.cache_type_v)), str(c.plan.n_ubatch), _layout(c),
             ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
             _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
             _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
-            words.get(c.verdict.word, c.verdict.word),
-        )
-    parts: list[Any] = [tab, Text(_("decode tok/s at depth 0 / target depth / target context (with speculative "
-                                    "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt (shorter when a slot "
-                                    "holds fewer tokens); "
-                                    "free = free memory per GPU in device order (GiB); q = KV quality: ref = f16, "
-                                    "~ref = q8_0 (about +0.01-0.02 perplexity), V4 = 8-bit K with 4-5 bit V, "
-                                    "4bit = 4-5 bit K and V (measurable long-context recall loss); --json has the "
-                                    "full note per candidate"), style="dim")]
-    best = res.best
-    if best is not None:
-        head = (_("Winning command ({layout}):") if res.verdict in ("ok", "maybe") else
-                _("Closest command ({layout}):")).format(layout=best.layout)
-        parts.append(Text("\n" + head, style="bold"))
-        parts.append(Text(" ".join(best.plan.command)))
-        parts.append(Text(_("physical limit at depth 0: {limit:.0f} tok/s (bandwidth / bytes per token); predicted "
-                            "{rate:.0f} tok/s").format(limit=best.speed.decode_limit_tok_s, rate=best.speed.decode_tok_s)))
-        parts.append(Text("KV" + _(": ") + localize(best.speed.kv_note)))
-        if best.speed.depth_note:
-            parts.append(Text(localize(best.speed.depth_note), style="dim"))
-        if t.decode_tok_s:
-            sp = best.speed.speculative
-            deep = best.speed.at_depth(t.ctx).decode_tok_s * (sp.speedup if sp else 1.0)
-            if deep < t.decode_tok_s:
-                parts.append(Text(_("note: with the context full ({ctx} tokens) decode falls to about {rate:.0f} "
-                                    "tok/s, below the target; --target-depth N judges the target at depth N (now "
-                                    "{depth})").format(ctx=t.ctx, rate=deep, depth=t.depth), style="yellow"))
-        parts.append(Text(_("decode formula: ") + localize(best.speed.formula), style="dim"))
-        if best.speed.speculative:
-            parts.append(Text(_("speculative formula: ") + localize(best.speed.speculative.formula), style="dim"))
-        parts.append(Text(_("prefill formula: ") + localize(best.speed.prefill.formula), style="dim"))
+            words.get(c.verdict.word, c.verdict.word))
+    return sheet
+
+
+def _layout(c: Candidate) -> str:
+    """A candidate's placement flags (-ts, --n-cpu-moe, -ngl), "default" without any, and MTP."""
+    cfg, sp = c.cfg, c.speed.speculative
+    parts = [("-ts " + ",".join(f"{x:g}" for x in cfg.tensor_split)) if cfg.tensor_split else "",
+             f"--n-cpu-moe {cfg.n_cpu_moe}" if cfg.n_cpu_moe else "",
+             f"-ngl {cfg.n_gpu_layers}" if cfg.n_gpu_layers >= 0 and "n_gpu_layers" in cfg.set_flags else ""]
+    return (" ".join(p for p in parts if p) or _("default")) + (f" MTP n={sp.n_max}" if sp else "")
+
+
+def _winner(best: Candidate, verdict: str, t: Targets) -> list[Any]:
+    """The winning (or closest) command, its limit and notes, and the formulas."""
+    speed = best.speed
+    head = (_("Winning command ({layout}):") if verdict in ("ok", "maybe") else
+            _("Closest command ({layout}):")).format(layout=best.layout)
+    out: list[Any] = [Text(""), Para.of(head, "bold"), CommandText(" ".join(best.plan.command)),
+                      Para.of(_("physical limit at depth 0: {limit:.0f} tok/s (bandwidth / bytes per token); "
+                                "predicted {rate:.0f} tok/s").format(limit=speed.decode_limit_tok_s,
+                                                                     rate=speed.decode_tok_s)),
+                      Para.of("KV" + _(": ") + localize(speed.kv_note))]
+    if speed.depth_note:
+        out.append(Para.of(localize(speed.depth_note), "dim"))
+    deep = speed.at_depth(t.ctx).decode_tok_s * (speed.speculative.speedup if speed.speculative else 1.0)
+    if t.decode_tok_s and deep < t.decode_tok_s:
+        out.append(Para.of(_("note: with the context full ({ctx} tokens) decode falls to about {rate:.0f} tok/s, "
+                             "below the target; --target-depth N judges the target at depth N (now {depth})").format(
+            ctx=t.ctx, rate=deep, depth=t.depth), "yellow"))
+    out.append(Para.of(_("decode formula: ") + localize(speed.formula), "dim"))
+    if speed.speculative:
+        out.append(Para.of(_("speculative formula: ") + localize(speed.speculative.formula), "dim"))
+    out.append(Para.of(_("prefill formula: ") + localize(speed.prefill.formula), "dim"))
+    return out
+
+
+def _verdict(verdict: str, reasons: Sequence[str]) -> list[Any]:
     heads = {"maybe": (_("Maybe: the targets are met only if this holds (not measured):"), "bold yellow"),
              "unlikely": (_("Not predicted as asked (possible, but the model says no):"), "bold yellow"),
              "impossible": (_("Impossible as asked:"), "bold red")}
-    if res.verdict in heads:
-        head_text, style = heads[res.verdict]
-        parts.append(Text("\n" + head_text, style=style))
-        parts += [Text("  - " + localize(r)) for r in res.reasons]
-    parts.append(Text("\n" + _("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
-        n=res.evaluated, ms=res.elapsed_s * 1000, source=calibration_label(best.speed.calibration) if best else ""),
-        style="dim"))
-    return Group(*parts), res.to_json(), 0 if res.verdict in ("ok", "maybe") else 1
+    if verdict not in heads:
+        return []
+    head_text, style = heads[verdict]
+    return [Text(""), Para.of(head_text, style)] + [Para.of("- " + localize(r), indent="    ", first_indent="  ") for r in reasons]
 
 
 # ============================================================================ CLI glue
