@@ -33,6 +33,7 @@ class FakeBehaviour:
     die_after: int | None = None  # abort the connection after this many streamed tokens
     loading: bool = False  # /health answers 503 {"message":"Loading model"}
     n_ctx: int = 4096
+    n_ctx_train: int = 262144  # /v1/models meta (a slot context equal to it is the training-context cap)
     total_slots: int = 4
     #: a paused backend: while this event is not set, streams hold after ``gate_after`` tokens
     #: and whole answers are not sent (tests drive the timing by events, not sleeps); None: never
@@ -131,7 +132,9 @@ class FakeBackend:
                                   "is_sleeping": False})
 
     async def models(self, q: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake", "aliases": ["fake-alias"], "object": "model"}]})
+        meta = {"n_ctx": self.b.n_ctx, "n_ctx_train": self.b.n_ctx_train}
+        return web.json_response({"object": "list", "data": [{"id": "fake", "aliases": ["fake-alias"], "object": "model",
+                                                              "meta": meta}]})
 
     async def metrics(self, q: web.Request) -> web.Response:
         text = ("# HELP llamacpp:requests_processing Number of requests processing.\n"

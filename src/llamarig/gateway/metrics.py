@@ -45,6 +45,20 @@ class GatewayMetrics:
         self.errors = Counter(p + "upstream_errors", "Upstream failures", ["backend", "kind"], registry=r)
         self.clamped = Counter(p + "clamped", "Requests whose max_tokens was lowered", ["tier"], registry=r)
         self.reloads = Counter(p + "config_reloads", "Config reloads by result", ["result"], registry=r)
+        self.server_pool = Gauge(p + "server_pool_tokens", "KV pool of the backend as llama-server has it "
+                                 "(its log, or /props: a lower bound when pool_exact is 0)", ["backend"], registry=r)
+        self.pool_exact = Gauge(p + "pool_exact", "1 if the pool is known, 0 if only a lower bound is", ["backend"],
+                                registry=r)
+        self.mismatch = Gauge(p + "pool_mismatch", "1: the config sets more than the server has (clamped); "
+                              "-1: less (kept); 0: agrees", ["backend", "field"], registry=r)
+        self.cells = Gauge(p + "kv_cells_in_use", "KV cells the backend's slots hold (GET /slots)", ["backend"],
+                           registry=r)
+        self.decode_rate = Gauge(p + "decode_tokens_per_second", "Measured decode rate per stream", ["backend"],
+                                 registry=r)
+        self.group_reserved = Gauge(p + "group_reserved_tokens", "Tokens reserved by a tier or cron", ["group", "backend"],
+                                    registry=r)
+        self.group_in_flight = Gauge(p + "group_in_flight", "Requests in flight of a tier or cron", ["group", "backend"],
+                                     registry=r)
         self.ledger_up = Gauge(p + "ledger_up", "1 if the admission ledger can decide (a shared store is reachable)",
                                registry=r)
         self.ledger_pending = Gauge(p + "ledger_pending_releases", "Releases not yet written to the shared store",
@@ -114,9 +128,17 @@ class RequestLog:
     text only when ``log_content`` is set."""
 
     def __init__(self, path: str | None, log_content: bool = False) -> None:
-        self.path = path
+        self.path: str | None = None
         self.log_content = log_content
         self._fh: TextIO | None = None
+        self.reopen(path, log_content)
+
+    def reopen(self, path: str | None, log_content: bool) -> None:
+        """Write to ``path`` from now on (a reload changed it); None: no log."""
+        if (path, log_content) == (self.path, self.log_content) and (self._fh is not None) == bool(path):
+            return
+        self.close()
+        self.path, self.log_content = path, log_content
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
