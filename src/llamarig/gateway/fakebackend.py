@@ -168,22 +168,31 @@ class FakeBackend:
         n = _n(body, b.tokens)
         timings = {"prompt_n": 5, "cache_n": 0, "predicted_n": n, "prompt_ms": 1.0, "predicted_ms": 1.0}
         if not body.get("stream"):
-            if b.gate is not None:
-                await b.gate.wait()
-            self.stats.completed += 1
-            text = "tok" * n
-            if kind == "chat":
-                out = {"choices": [{"finish_reason": "length", "index": 0, "message": {"role": "assistant", "content": text}}],
-                       "created": int(time.time()), "id": "chatcmpl-fake", "model": "fake", "object": "chat.completion",
-                       "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}, "timings": timings}
-            elif kind == "cmpl":
-                out = {"choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "length"}],
-                       "created": int(time.time()), "id": "cmpl-fake", "model": "fake", "object": "text_completion",
-                       "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}, "timings": timings}
-            else:
-                out = {"content": text, "stop": True, "generation_settings": {"n_predict": body.get("n_predict")},
-                       "tokens_predicted": n, "timings": timings}
-            return web.json_response(out)
+            return await self._whole(body, kind, n, timings)
+        return await self._stream(q, kind, n, timings)
+
+    async def _whole(self, body: dict[str, Any], kind: str, n: int, timings: dict[str, Any]) -> web.Response:
+        if self.b.gate is not None:
+            await self.b.gate.wait()
+        self.stats.completed += 1
+        text = "tok" * n
+        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+        out: dict[str, Any]
+        if kind == "chat":
+            out = {"choices": [{"finish_reason": "length", "index": 0, "message": {"role": "assistant", "content": text}}],
+                   "created": int(time.time()), "id": "chatcmpl-fake", "model": "fake", "object": "chat.completion",
+                   "usage": usage, "timings": timings}
+        elif kind == "cmpl":
+            out = {"choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "length"}],
+                   "created": int(time.time()), "id": "cmpl-fake", "model": "fake", "object": "text_completion",
+                   "usage": usage, "timings": timings}
+        else:
+            out = {"content": text, "stop": True, "generation_settings": {"n_predict": body.get("n_predict")},
+                   "tokens_predicted": n, "timings": timings}
+        return web.json_response(out)
+
+    async def _stream(self, q: web.Request, kind: str, n: int, timings: dict[str, Any]) -> web.StreamResponse:
+        b = self.b
         chunk = {"chat": _CHUNK_CHAT, "cmpl": _CHUNK_CMPL, "native": _CHUNK_NATIVE}[kind]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(q)
@@ -201,24 +210,26 @@ class FakeBackend:
                 await resp.write(chunk)
                 if b.token_interval_s:
                     await asyncio.sleep(b.token_interval_s)
-            if kind == "native":
-                final = {"content": "", "stop": True, "timings": timings, "tokens_predicted": n}
-                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-            else:
-                obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-                final = {"choices": [{"finish_reason": "length", "index": 0, "delta": {}}], "object": obj,
-                         "id": "x", "model": "fake", "created": 0, "timings": timings}
-                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+            await resp.write(_final(kind, n, timings))
             await resp.write_eof()
             done = True
             self.stats.completed += 1
             return resp
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
         finally:
             self.stats.active -= 1
             if not done and not (b.die_after is not None):
                 self.stats.client_closed += 1
+
+
+def _final(kind: str, n: int, timings: dict[str, Any]) -> bytes:
+    """The last event of a stream: the native final chunk, or the OpenAI one and [DONE]."""
+    if kind == "native":
+        final = {"content": "", "stop": True, "timings": timings, "tokens_predicted": n}
+        return b"data: " + json.dumps(final).encode() + b"\n\n"
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    final = {"choices": [{"finish_reason": "length", "index": 0, "delta": {}}], "object": obj,
+             "id": "x", "model": "fake", "created": 0, "timings": timings}
+    return b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n"
 
 
 def main() -> None:

@@ -87,20 +87,22 @@ def relabel_backend_metrics(texts: Mapping[str, str]) -> str:
     meta: dict[str, list[str]] = {}
     samples: dict[str, list[str]] = {}
     order: list[str] = []
+
+    def family(name: str) -> None:
+        if name not in samples:
+            meta.setdefault(name, [])
+            samples[name] = []
+            order.append(name)
+
     for backend, text in texts.items():
         esc = backend.replace("\\", "\\\\").replace('"', '\\"')
         fam = ""
         for line in text.splitlines():
-            if not line.strip():
-                continue
             if line.startswith("#"):
                 parts = line.split(None, 3)
                 if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
                     fam = parts[2]
-                    if fam not in meta:
-                        meta[fam] = []
-                        samples[fam] = []
-                        order.append(fam)
+                    family(fam)
                     if line not in seen_meta:
                         seen_meta.add(line)
                         meta[fam].append(line)
@@ -109,17 +111,10 @@ def relabel_backend_metrics(texts: Mapping[str, str]) -> str:
             if not m:
                 continue
             name, _, labels, rest = m.groups()
-            lab = f'backend="{esc}"' + (f",{labels}" if labels else "")
             key = fam if fam and name.startswith(fam) else name
-            if key not in samples:
-                meta.setdefault(key, [])
-                samples[key] = []
-                order.append(key)
-            samples[key].append(f"{name}{{{lab}}}{rest}")
-    out: list[str] = []
-    for fam in order:
-        out.extend(meta.get(fam, []))
-        out.extend(samples.get(fam, []))
+            family(key)
+            samples[key].append(f'{name}{{backend="{esc}"' + (f",{labels}" if labels else "") + f"}}{rest}")
+    out = [x for f in order for x in (*meta.get(f, []), *samples.get(f, []))]
     return "\n".join(out) + ("\n" if out else "")
 
 
