@@ -98,7 +98,7 @@ def test_queue_priority_deadline_and_limits() -> None:
         adm.release(rk)
         assert adm.per_key == {}
         # no backend at all -> 503
-        adm.any_backend = lambda: False
+        adm.any_backend = lambda allowed: False
         with pytest.raises(Rejected) as e4:
             await adm.acquire(AdmitRequest(10, "B"))
         assert e4.value.status == 503

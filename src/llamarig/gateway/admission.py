@@ -315,7 +315,8 @@ class Admission:
     """Admit now, or queue (bounded, by priority then arrival) until admitted or the deadline."""
 
     def __init__(self, ledger: ReservationLedger, picker: Picker, *, queue_size: int, queue_timeout_s: float,
-                 retry_after_s: float = 1.0, any_backend: Callable[[], bool] = lambda: True,
+                 retry_after_s: float = 1.0,
+                 any_backend: Callable[[frozenset[str] | None], bool] = lambda allowed: True,
                  diagnose: Diagnose | None = None, pool_of: Callable[[str], Pool | None] = lambda name: None,
                  tries: int = 3, estimator: Estimator | None = None) -> None:
         self.ledger = ledger
@@ -425,8 +426,8 @@ class Admission:
         return d.result()
 
     def _refuse_early(self, req: AdmitRequest) -> None:
-        """Rejected when no backend is up or the key is at its limit."""
-        if not self.any_backend():
+        """Rejected when no backend (on the request's route) is up, or the key is at its limit."""
+        if not self.any_backend(req.backends):
             b = self.blocked(req)
             details = dict(b.details) if b is not None and b.reason == reasons.NO_BACKEND else {}
             raise self._reject(503, "no_backend", reasons.cause(Blocked(reasons.NO_BACKEND, details)),

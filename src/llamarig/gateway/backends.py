@@ -230,8 +230,9 @@ class Backends:
     def healthy(self) -> list[BackendState]:
         return [s for s in self.states.values() if s.healthy and not s.removed]
 
-    def any_healthy(self) -> bool:
-        return any(s.healthy and not s.removed for s in self.states.values())
+    def any_healthy(self, allowed: frozenset[str] | None = None) -> bool:
+        """A backend is up (among ``allowed``, a tier's route; None: any)."""
+        return any(s.healthy and not s.removed and (allowed is None or s.name in allowed) for s in self.states.values())
 
     def max_slot_ctx(self, allowed: frozenset[str] | None = None) -> int | None:
         vals = [s.pool.slot_ctx for s in self.healthy() if s.pool and (allowed is None or s.name in allowed)]
@@ -332,7 +333,9 @@ class Backends:
         st.n_ctx_train = facts.n_ctx_train
         st.models = _model_names(models)
         old, st.pool = st.pool, pool
+        st.progress.unsupported = False  # ask /slots again: the server may have been restarted with it
         if old is not None and (old.pool_tokens, old.slots, old.slot_ctx) != (pool.pool_tokens, pool.slots, pool.slot_ctx):
+            st.progress = BackendProgress()  # other settings: other rates
             log.warning("%s", localize(reasons.pool_changed_line(st.name, old.pool_tokens, pool.pool_tokens,
                                                                  pool.source, pool.slots, pool.slot_ctx), self.lang))
         self._say_once(st, pool)
@@ -409,10 +412,12 @@ class Backends:
         try:
             status, data = await self._get(st, "/slots")
             slots = read_slots(json.loads(data)) if status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return
-        if slots is None:
-            st.progress.unsupported = status in (404, 501) or status == 200
+        except ValueError:  # not JSON: not llama-server's /slots
+            status, slots = 200, None
+        if slots is None:  # --no-slots (501), no such endpoint, or not a list: stop asking
+            st.progress.unsupported = status in (200, 404, 501)
             return
         mine = [r for r in self.ledger.active.values() if r.backend == st.name]
         st.progress.observe(slots, time.monotonic(), mine)

@@ -166,7 +166,9 @@ class FakeBackend:
             return web.json_response({"error": {"code": b.status, "message": f"fake error {b.status}",
                                                 "type": "server_error"}}, status=b.status)
         n = _n(body, b.tokens)
-        timings = {"prompt_n": 5, "cache_n": 0, "predicted_n": n, "prompt_ms": 1.0, "predicted_ms": 1.0}
+        # the time it spends, as llama-server reports it (a paced fake: token_interval_s per token)
+        timings = {"prompt_n": 5, "cache_n": 0, "predicted_n": n, "prompt_ms": 1.0,
+                   "predicted_ms": max(1.0, n * b.token_interval_s * 1000.0)}
         if not body.get("stream"):
             return await self._whole(body, kind, n, timings)
         return await self._stream(q, kind, n, timings)
