@@ -52,6 +52,7 @@ def pool_json(st: BackendState) -> dict[str, Any] | None:
 def backend_json(st: BackendState, ledger: ReservationLedger) -> dict[str, Any]:
     p = st.pool
     prog = st.progress
+    rate = prog.rate(time.monotonic())
     return {
         "name": st.name, "url": st.cfg.url, "healthy": st.healthy, "removed": st.removed,
         "pool_tokens": p.pool_tokens if p else None, "slots": p.slots if p else None,
@@ -61,7 +62,7 @@ def backend_json(st: BackendState, ledger: ReservationLedger) -> dict[str, Any]:
         "configured": {"pool_tokens": st.cfg.pool_tokens, "slots": st.cfg.slots, "slot_ctx": st.cfg.slot_ctx,
                        "unified": st.cfg.unified, "log": st.cfg.log},
         "reserved_tokens": ledger.reserved.get(st.name, 0), "in_flight": ledger.in_flight.get(st.name, 0),
-        "decode_tok_s": _round(prog.decode.value), "decode_source": prog.decode.source or None,
+        "decode_tok_s": _round(rate.value), "decode_source": rate.source or None,
         "prefill_tok_s": _round(prog.prefill.value),
         "models": st.models, "last_error": st.last_error or None, "consecutive_failures": st.fails,
         "problem": st.problem or None, "problem_detail": st.problem_detail or None,
@@ -184,5 +185,6 @@ def _backend_gauges(m: GatewayMetrics, s: BackendState, ledger: ReservationLedge
     cells = s.progress.cells
     if cells is not None:
         m.cells.labels(s.name).set(cells)
-    if s.progress.decode.value is not None:
-        m.decode_rate.labels(s.name).set(s.progress.decode.value)
+    rate = s.progress.rate(time.monotonic()).value
+    if rate is not None:
+        m.decode_rate.labels(s.name).set(rate)
