@@ -307,11 +307,11 @@ class Gateway:
 
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)
-        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica
         every = self.cfg.health.slots_interval_s
         if every > 0:
             await self.backends.refresh_slots(every)  # slots held, progress, cells in use: fresh
-        return json_response(200, self.status())
+        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica (last: nothing
+        return json_response(200, self.status())  # runs between it and the snapshot)
 
     async def _slots(self, request: Request) -> Response | StreamResponse:
         """GET /gateway/slots: every backend's ``/slots`` (request text removed) and what its
