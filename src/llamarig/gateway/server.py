@@ -314,15 +314,16 @@ class Gateway:
         return json_response(200, self.status())  # runs between it and the snapshot)
 
     async def _slots(self, request: Request) -> Response | StreamResponse:
-        """GET /gateway/slots: every backend's ``/slots`` (request text removed) and what its
-        ``/props`` said, fetched now with the health timeout; read-only (``llamarig top``)."""
+        """GET /gateway/slots: every backend's ``/slots`` (request text removed), what its
+        ``/props`` said and the pool derived from it (``/gateway/status``'s ``backends[].pool``),
+        fetched now with the health timeout; read-only (``llamarig top``)."""
         authenticate(request, self.cfg)
         session = self.clients.session
         timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
 
         async def one(st: Any) -> dict[str, Any]:
             out: dict[str, Any] = {"name": st.name, "url": st.cfg.url, "healthy": st.healthy,
-                                   "props": st.props, "slots": None, "error": None}
+                                   "props": st.props, "pool": gwstatus.pool_json(st), "slots": None, "error": None}
             try:
                 async with session.get(st.cfg.url + "/slots", timeout=timeout, headers=st.headers()) as r:
                     body = await r.read()
