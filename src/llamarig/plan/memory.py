@@ -371,6 +371,16 @@ def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int
     return None
 
 
+def tensor_overrides(spec: ModelSpec, cfg: ServerConfig, gpu_names: Sequence[str]) -> dict[str, int]:
+    """The tensors -ot / --cpu-moe / --n-cpu-moe / --n-cpu-ffn move: name -> device (-1 = CPU)."""
+    out = {}
+    for t in spec.tensors:
+        d = _override_dev(t.name, cfg, gpu_names)
+        if d is not None:
+            out[t.name] = d
+    return out
+
+
 def cuda_alloc_bytes(t: object) -> int:
     """Bytes a weight tensor takes in a CUDA/ROCm buffer: quantized matrices get their last row
     padded to a multiple of MATRIX_ROW_PADDING = 512 elements, and every tensor is aligned to
