@@ -626,6 +626,11 @@ def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     p = replay_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
     sizes = buffers(spec, p, setup, mtp)
     names = ", ".join(b.name for b in setup.backends)
+    host_weights = any(d < 0 for d in placement.layer_dev) or any(d < 0 for d in overrides.values())
+    offload = host_weights and any(g.backend == "CUDA" for g in gpus)
     formula = (f"ggml-backend's scheduler and ggml-alloc replayed on the {_replay_what(spec, p, mtp)} over {names}"
-               + (f", {n_copies} copies of every split input and graph input (pipeline parallelism)" if n_copies > 1 else ""))
+               + (f", {n_copies} copies of every split input and graph input (pipeline parallelism)" if n_copies > 1 else "")
+               + ("; op offload: ops whose weights stay in host memory run on the GPU for batches of 32 rows or more "
+                  "and copy the weight into its compute buffer (ggml-backend.cpp:1100-1118, ggml-cuda.cu:5754-5758)"
+                  if offload else ""))
     return DeviceCompute(sizes[:-1], sizes[-1], _replay_method(spec, gpus, placement, overrides), formula, n_copies)

@@ -74,7 +74,7 @@ class Tensor:
 
     __slots__ = ("op", "ne", "type", "nb", "src", "view_src", "view_offs", "external", "flags", "name",
                  "backend", "weight", "size", "pin",
-                 "be", "n_children", "n_views", "allocated", "offset", "buffer", "stamp")
+                 "be", "n_children", "n_views", "allocated", "offset", "buffer", "asize", "stamp")
 
     def __init__(self, op: str, ne: Ne, type_: str, nb: Ne, src: tuple[Tensor, ...] = (),
                  view_src: Tensor | None = None, view_offs: int = 0, external: bool = False, flags: int = 0,
@@ -105,6 +105,8 @@ class Tensor:
         self.allocated = False
         self.offset = -1
         self.buffer = 0
+        #: the bytes ggml-alloc gave it in its buffer (get_alloc_size), -1 before
+        self.asize = -1
         self.stamp = 0
 
     @property
@@ -125,16 +127,28 @@ class Tensor:
 _ES = {name: (size if block == 1 else 1) for name, (block, size) in TYPE_SIZES.items()}
 
 
-def _contig_nb(ne: Sequence[int], type_: str) -> Ne:
-    es = _ES.get(type_, 1)
-    nb1 = es * ne[0]
-    nb2 = nb1 * ne[1]
-    return (es, nb1, nb2, nb2 * ne[2])
+_NB: dict[tuple[Ne, str], Ne] = {}
+
+
+def _contig_nb(ne: Ne, type_: str) -> Ne:
+    """A contiguous tensor's strides (remembered: graphs repeat a few shapes many times)."""
+    key = (ne, type_)
+    nb = _NB.get(key)
+    if nb is None:
+        es = _ES.get(type_, 1)
+        nb1 = es * ne[0]
+        nb2 = nb1 * ne[1]
+        nb = _NB[key] = (es, nb1, nb2, nb2 * ne[2])
+        if len(_NB) > 1 << 16:
+            _NB.clear()
+    return nb
 
 
 def _ne4(ne: Sequence[int]) -> Ne:
     n = len(ne)
-    return (int(ne[0]), int(ne[1]) if n > 1 else 1, int(ne[2]) if n > 2 else 1, int(ne[3]) if n > 3 else 1)
+    if n == 4:
+        return ne if type(ne) is tuple else (ne[0], ne[1], ne[2], ne[3])  # type: ignore[return-value]
+    return (ne[0], ne[1] if n > 1 else 1, ne[2] if n > 2 else 1, 1)
 
 
 class Graph:
@@ -150,7 +164,10 @@ class Graph:
     def new(self, op: str, ne: Sequence[int], type_: str = "f32", src: tuple[Tensor, ...] = (),
             name: str = "") -> Tensor:
         n = _ne4(ne)
-        return Tensor(op, n, type_, _contig_nb(n, type_), src, name=name)
+        t = Tensor(op, n, type_, _contig_nb(n, type_), src)
+        if name:
+            t.name = name
+        return t
 
     def input(self, ne: Sequence[int], type_: str, name: str = "") -> Tensor:
         return Tensor("NONE", _ne4(ne), type_, _contig_nb(_ne4(ne), type_), flags=FLAG_INPUT, name=name)
@@ -168,13 +185,11 @@ class Graph:
         if nb is None:
             nbv = _contig_nb(n, a.type)
         else:
-            es = element_size(a.type) if a.type in TYPE_SIZES else 1
+            k = len(nb)
             nb1 = nb[0]
-            nb2 = nb[1] if len(nb) > 1 else nb1 * n[1]
-            nb3 = nb[2] if len(nb) > 2 else nb2 * n[2]
-            nbv = (es, nb1, nb2, nb3)
-        return Tensor(op, n, a.type, nbv, (a,), view_src=base, view_offs=a.view_offs + offs,
-                      external=base.external)
+            nb2 = nb[1] if k > 1 else nb1 * n[1]
+            nbv = (_ES.get(a.type, 1), nb1, nb2, nb[2] if k > 2 else nb2 * n[2])
+        return Tensor(op, n, a.type, nbv, (a,), base, a.view_offs + offs, base.external)
 
     def reshape(self, a: Tensor, *ne: int) -> Tensor:
         return self.view(a, ne, op="RESHAPE")
@@ -186,8 +201,8 @@ class Graph:
             ne[ax] = a.ne[i]
             nb[ax] = a.nb[i]
         base = a.view_src if a.view_src is not None else a
-        return Tensor("PERMUTE", _ne4(ne), a.type, (nb[0], nb[1], nb[2], nb[3]), (a,), view_src=base,
-                      view_offs=a.view_offs, external=base.external)
+        return Tensor("PERMUTE", (ne[0], ne[1], ne[2], ne[3]), a.type, (nb[0], nb[1], nb[2], nb[3]), (a,), base,
+                      a.view_offs, base.external)
 
     def transpose(self, a: Tensor) -> Tensor:
         return self.permute(a, 1, 0, 2, 3)
@@ -196,17 +211,18 @@ class Graph:
         """ggml_view_tensor of ``a`` as the result of an op that writes into ``a`` (cpy, set_rows,
         an *_inplace op)."""
         base = a.view_src if a.view_src is not None else a
-        return Tensor(op, a.ne, a.type, a.nb, src, view_src=base, view_offs=a.view_offs, external=base.external)
+        return Tensor(op, a.ne, a.type, a.nb, src, base, a.view_offs, base.external)
 
     # -------------------------------------------------------------------- ops
     def unary(self, a: Tensor, op: str = "UNARY") -> Tensor:
-        return self.new(op, a.ne, a.type, (a,))
+        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a,))
 
     def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
-        return self.new(op, a.ne, a.type, (a, b))
+        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a, b))
 
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
-        return self.new("MUL_MAT", (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b))
+        ne = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
+        return Tensor("MUL_MAT", ne, "f32", _contig_nb(ne, "f32"), (a, b))
 
     def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
         return self.new("GET_ROWS", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), "i32" if a.type == "i32" else "f32", (a, b))
@@ -333,7 +349,12 @@ class _GAlloc:
         self.alloc_size = alloc_size
 
     def size_of(self, buf: int, t: Tensor) -> int:
-        return self.alloc_size(buf, t) if self.alloc_size is not None else t.nbytes
+        """get_alloc_size of ``t`` in buffer ``buf``; remembered (a tensor lives in one buffer)."""
+        a = t.asize
+        if a < 0:
+            f = self.alloc_size
+            a = t.asize = f(buf, t) if f is not None else t.nbytes
+        return a
 
     def allocate_node(self, node: Tensor, buf: int) -> None:
         """ggml_gallocr_allocate_node (ggml-alloc.c:623-689)."""
@@ -390,12 +411,15 @@ def _reset(graph: Graph) -> None:
     for t in graph.leafs:
         t.n_children = t.n_views = 0
         t.allocated = False
+        t.asize = -1
     for node in graph.nodes:
         node.n_children = node.n_views = 0
         node.allocated = False
+        node.asize = -1
         for s in node.src:
             s.n_children = s.n_views = 0
             s.allocated = False
+            s.asize = -1
         if node.view_src is not None:
             node.view_src.n_children = node.view_src.n_views = 0
             node.view_src.allocated = False
@@ -429,10 +453,12 @@ def allocate(graph: Graph, alignment: int = 32, *, node_buffer: Sequence[int] | 
             s.n_children += 1
             if s.flags & FLAG_INPUT:
                 ga.allocate_node(s, b)
+    allocate_node, release = ga.allocate_node, ga.release_parents
     for node, b in zip(nodes, nbuf, strict=True):
         for parent in node.src:
-            ga.allocate_node(parent, b)
-        ga.allocate_node(node, b)
-        ga.release_parents(node)
+            if not (parent.allocated or parent.external or parent.view_src is not None):
+                allocate_node(parent, b)
+        allocate_node(node, b)
+        release(node)
     sizes = tuple(a.max_size for a in ga.allocs)
     return AllocResult(sizes[0], sizes)

@@ -197,11 +197,13 @@ class _Sched:
             if node.be != cur or (splits[-1][1] and self._weight_elsewhere(node, cur)):
                 cur = node.be
                 splits.append((cur, [], []))
-            node.src = tuple(self._input(s, cur, splits[-1][1], copies) for s in node.src)
+            if any(s.be != cur for s in node.src):
+                node.src = tuple(self._input(s, cur, splits[-1][1], copies) for s in node.src)
             splits[-1][2].append(node)
         return splits, copies
 
-    def _weight_elsewhere(self, node: Tensor, cur: int) -> bool:
+    @staticmethod
+    def _weight_elsewhere(node: Tensor, cur: int) -> bool:
         return any(s.weight and s.backend != cur for s in node.src)
 
     def _input(self, s: Tensor, cur: int, inputs: list[Tensor], copies: dict[tuple[int, int], list[Tensor]]) -> Tensor:

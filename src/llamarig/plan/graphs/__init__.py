@@ -5,6 +5,8 @@ qwen3, qwen3moe, gemma3 (:mod:`.transformer`), qwen35 / qwen35moe and their MTP 
 
 from __future__ import annotations
 
+import weakref
+
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan.ggml_graph import Graph
 from llamarig.plan.graphs import qwen35, transformer
@@ -13,9 +15,33 @@ from llamarig.plan.graphs.base import GraphParams, Layout
 __all__ = ["GraphParams", "Layout", "build_graph", "supports", "supports_mtp"]
 
 
+_SUPPORT: dict[int, tuple[weakref.ref[ModelSpec], tuple[bool, bool]]] = {}
+
+
+def _support(spec: ModelSpec) -> tuple[bool, bool]:
+    """(trunk, MTP draft) support, worked out once per spec object."""
+    k = id(spec)
+    hit = _SUPPORT.get(k)
+    if hit is not None and hit[0]() is spec:
+        return hit[1]
+    out = (_supports(spec), _supports_mtp(spec))
+    _SUPPORT[k] = (weakref.ref(spec, lambda _r, k=k: _SUPPORT.pop(k, None)), out)  # type: ignore[misc]
+    return out
+
+
 def supports(spec: ModelSpec) -> bool:
     """A trunk this package can rebuild: one of the architectures above, as written by
     llama.cpp's converter (separate Q/K/V weights; no MTP-only sidecar)."""
+    return _support(spec)[0]
+
+
+def supports_mtp(spec: ModelSpec) -> bool:
+    """A qwen35 / qwen35moe file with one MTP (nextn) block: its draft context runs graph_mtp
+    (a sidecar file too: it holds the block and the head, qwen35.cpp:36)."""
+    return _support(spec)[1]
+
+
+def _supports(spec: ModelSpec) -> bool:
     if spec.mtp_sidecar or not spec.n_embd or not spec.n_vocab:
         return False
     if spec.architecture in transformer.ARCHS:
@@ -25,9 +51,7 @@ def supports(spec: ModelSpec) -> bool:
     return False
 
 
-def supports_mtp(spec: ModelSpec) -> bool:
-    """A qwen35 / qwen35moe file with one MTP (nextn) block: its draft context runs graph_mtp
-    (a sidecar file too: it holds the block and the head, qwen35.cpp:36)."""
+def _supports_mtp(spec: ModelSpec) -> bool:
     return (spec.architecture in qwen35.ARCHS and sum(1 for ly in spec.layers if ly.nextn) == 1
             and qwen35.separate_qkv(spec) and bool(spec.n_embd) and bool(spec.n_vocab))
 

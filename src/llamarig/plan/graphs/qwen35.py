@@ -16,8 +16,8 @@ def separate_qkv(spec: ModelSpec) -> bool:
     """The attention layers carry attn_q / attn_k / attn_v (as conversion writes them): the graph
     built here. A fused attn_qkv there would add three conts (llama-graph.cpp:1700-1738), a
     graph this module does not build."""
-    attn = {ly.index for ly in spec.layers if ly.kind != "recurrent"}
-    return not any(t.name == f"blk.{i}.attn_qkv.weight" for t in spec.tensors for i in attn)
+    names = {t.name for t in spec.tensors}
+    return not any(f"blk.{ly.index}.attn_qkv.weight" in names for ly in spec.layers if ly.kind != "recurrent")
 
 
 class Qwen35Builder(Builder):
