@@ -147,7 +147,7 @@ def _contig_nb(ne: Ne, type_: str) -> Ne:
 def _ne4(ne: Sequence[int]) -> Ne:
     n = len(ne)
     if n == 4:
-        return ne if type(ne) is tuple else (ne[0], ne[1], ne[2], ne[3])  # type: ignore[return-value]
+        return ne if type(ne) is tuple else (ne[0], ne[1], ne[2], ne[3])
     return (ne[0], ne[1] if n > 1 else 1, ne[2] if n > 2 else 1, 1)
 
 

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan import cuda_fattn
 from llamarig.plan.ggml_graph import Tensor, allocate
@@ -65,8 +66,8 @@ def graph_params(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, type_k
 
 # ------------------------------------------------------------------------ one replay
 
-#: types whose CUDA allocation is their bytes (no quantized row padding)
-_PLAIN = frozenset({"f32", "f16", "bf16", "i32", "i64", "i8", "i16", "f64"})
+#: types whose CUDA allocation is their bytes: not quantized (no row padding)
+_PLAIN = frozenset(name for name, (block, _size) in TYPE_SIZES.items() if block == 1)
 
 
 def _alloc_size(backends: tuple[Backend, ...]) -> Callable[[int, Tensor], int] | None:

@@ -87,6 +87,8 @@ class DeviceRow:
     logged_mib: float
     method: str
     tolerance_mib: float
+    #: the device's place in --rpc (the plan's device order); -1 for the host
+    index: int = -1
 
     @property
     def ok(self) -> bool:
@@ -135,8 +137,8 @@ def device_rows(plan: Plan, log_text: str) -> list[DeviceRow]:
     exact, else within :data:`MODELLED`."""
     logged = _logged(parse_memory_log(log_text))
     rows = []
-    sides = [(_device(d.name), d.lines) for d in plan.devices] + [("host", plan.host.lines)]
-    for dev, lines in sides:
+    sides = [(i, _device(d.name), d.lines) for i, d in enumerate(plan.devices)] + [(-1, "host", plan.host.lines)]
+    for index, dev, lines in sides:
         for comp in ("weights", "kv", "recurrent", "compute", "draft"):
             line = lines.get(comp)
             planned = line.bytes / MiB if line is not None else 0.0
@@ -146,5 +148,5 @@ def device_rows(plan: Plan, log_text: str) -> list[DeviceRow]:
             method = line.method if line is not None else "not planned"
             exact = comp in ("weights", "kv", "recurrent") or method == "exact"
             tol = ROUND * max(1, n_lines) if exact else MODELLED * got + 0.02
-            rows.append(DeviceRow(dev, comp, planned, got, method, tol))
+            rows.append(DeviceRow(dev, comp, planned, got, method, tol, index))
     return rows

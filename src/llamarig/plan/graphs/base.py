@@ -17,8 +17,9 @@ from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import LayerSpec, ModelSpec
 from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, _contig_nb
 
-#: the K/V types llama.cpp does not rotate (llama-kv-cache.cpp:321-355: only quantized caches)
-UNROTATED = frozenset({"f32", "f16", "bf16"})
+#: the K/V types llama.cpp does not rotate (llama-kv-cache.cpp:321-355: only quantized caches,
+#: ggml_is_quantized: a block of more than one element)
+UNROTATED = frozenset(name for name, (block, _size) in TYPE_SIZES.items() if block == 1)
 #: llm_arch_supports_mixed_batch (src/llama-arch.cpp:1182-1194): the architectures without the
 #: mixed-batch input branch of build_inp_embd
 NO_MIXED_BATCH = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"})
