@@ -9,7 +9,8 @@ every rpc-server's buffers are named RPC0[HOST:PORT], so the endpoint names the 
 the same command with the same CPU features (the log's system_info). Every device's weights, KV,
 recurrent state, compute and MTP context (KV + compute) are listed planned vs logged, beside the
 compute the plan gave before the scheduled replay (the calibrated phase model plus pipeline copies,
-``--before``: recomputed with the replay switched off, not a stored figure).
+``--before``: recomputed with the replay switched off, not a stored figure). A case with a
+separate draft model (-md) lists its weights, KV and context compute under the MTP/draft column.
 
 Run:  .venv/bin/python benchmarks/bench_rpc_grid.py [--before] [--out FILE]
 (LLAMARIG_SERVER_BIN, else scripts/get-llama-server --recipe portable)
@@ -32,7 +33,7 @@ from llamarig.plan import planner
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.testing.rpc import rpc_argument, rpc_server_binary, start_rpc_servers
-from llamarig.testing.rpc_grid import GRID, SHAPES, DeviceRow, device_rows
+from llamarig.testing.rpc_grid import GRID, SHAPES, DeviceRow, device_rows, draft_shapes
 from llamarig.testing.server import start_server
 from llamarig.testing.synth import write_model
 
@@ -48,22 +49,29 @@ def _server_bin() -> Path:
     return Path(out.stdout.strip().splitlines()[-1]) / "llama-server"
 
 
-def run_case(binary: Path, work: Path, shape: str, n_rpc: int, args: str, before: bool
-             ) -> tuple[list[DeviceRow], dict[tuple[str, str], float]]:
+def _model(work: Path, shape: str) -> Path:
     arch, kw = SHAPES[shape]
     path = work / f"{shape}.gguf"
     if not path.exists():
         write_model(path, arch, **kw)
+    return path
+
+
+def run_case(binary: Path, work: Path, shape: str, n_rpc: int, args: str, before: bool
+             ) -> tuple[list[DeviceRow], dict[tuple[str, str], float]]:
+    path = _model(work, shape)
+    drafts = {name: _model(work, name) for name in draft_shapes(args)}
     rigs = start_rpc_servers(rpc_server_binary(binary), n_rpc, log_dir=work)
     try:
-        argv = [*args.split(), "--rpc", rpc_argument(rigs)]
+        argv = [*args.format(**{k: str(v) for k, v in drafts.items()}).split(), "--rpc", rpc_argument(rigs)]
         srv = start_server(binary, path, ["-lv", "4", *argv], log_dir=work)
         srv.stop()
     finally:
         for r in rigs:
             r.stop()
     line = system_info_line(srv.log)
-    inp = PlanInputs(load_spec(path), parse_server_args(argv), Hardware(cpu=from_system_info(line) if line else None))
+    inp = PlanInputs(load_spec(path), parse_server_args(argv), Hardware(cpu=from_system_info(line) if line else None),
+                     draft=load_spec(next(iter(drafts.values()))) if drafts else None)
     rows = device_rows(make_plan(inp), srv.log)
     old: dict[tuple[str, str], float] = {}
     if before:

@@ -15,7 +15,7 @@ from llamarig.hardware.cpu import from_system_info, system_info_line
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.testing.rpc import rpc_argument
-from llamarig.testing.rpc_grid import GRID, SHAPES, case_id, device_rows
+from llamarig.testing.rpc_grid import GRID, SHAPES, case_id, device_rows, draft_shapes
 
 pytestmark = pytest.mark.server
 
@@ -31,11 +31,13 @@ def test_every_device_matches_the_log(shape: str, n_rpc: int, args: str, rpc_ser
                                       synth_model) -> None:
     arch, kw = SHAPES[shape]
     path = synth_model(arch, **kw)
+    drafts = {name: synth_model(SHAPES[name][0], **SHAPES[name][1]) for name in draft_shapes(args)}
     rigs = rpc_servers(n_rpc)
-    argv = [*args.split(), "--rpc", rpc_argument(rigs)]
+    argv = [*args.format(**{k: str(v) for k, v in drafts.items()}).split(), "--rpc", rpc_argument(rigs)]
     srv = llama_server(path, "-lv", "4", *argv)
     srv.stop()
-    plan = make_plan(PlanInputs(load_spec(path), parse_server_args(argv), _hw(srv.log)))
+    draft = load_spec(next(iter(drafts.values()))) if drafts else None
+    plan = make_plan(PlanInputs(load_spec(path), parse_server_args(argv), _hw(srv.log), draft=draft))
     rows = device_rows(plan, srv.log)
     # every rpc-server that holds a layer logged its compute buffer, and the host its own
     assert {r.device for r in rows if r.component == "compute"} >= {"host"}, rows

@@ -247,6 +247,24 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # the draft model's own llama_context reserves its compute buffer like the target's (the
     # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
+    # RPC servers, CUDA GPUs or the CPU: its graph replayed on its own devices (plan/compute.py)
+    pp = pipeline_parallel(
+        n_devices=len(d_gpus), n_gpu_layers=placement.n_gpu_layers, n_layer_all=len(d.layers), split_mode=split,
+        offload_kqv=not cfg.no_kv_offload, tensor_overrides=bool(dcfg.override_tensor or dcfg.cpu_moe or dcfg.n_cpu_moe),
+        backends=tuple(g.backend for g in d_gpus))
+    rb = replayed_buffers(d, ctx, ctx.n_parallel, placement=placement, gpus=d_gpus,
+                          overrides=M.tensor_overrides(d, dcfg, placement.devices), n_copies=pp.n_copies,
+                          full_offload=dcfg.n_gpu_layers < 0 or dcfg.n_gpu_layers > d.n_layer,
+                          cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
+                          split_mode=split, kv_on_cpu=cfg.no_kv_offload)
+    if rb is not None:
+        for j, name in enumerate(d_names):
+            if rb.devices[j]:
+                add(index[name], "draft", rb.devices[j], f"draft model context compute: {rb.formula}: "
+                    f"{_mib(rb.devices[j])} on {name}", rb.method)
+        add(-1, "draft", rb.host, f"draft model context compute: {rb.formula}: {_mib(rb.host)} on the CPU backend",
+            rb.method)
+        return on_dev
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
                             gpu=bool(gpu_js) and d.mtp_sidecar,

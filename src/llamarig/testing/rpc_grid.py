@@ -37,6 +37,8 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen35-mtp": ("qwen35", dict(_BASE, n_layer=5, nextn_layers=1, **_SSM)),
     "qwen3moe": ("qwen3moe", dict(_BASE, n_layer=4, n_expert=8, n_expert_used=2, n_ff_expert=256)),
     "qwen35moe": ("qwen35moe", dict(_BASE, n_layer=4, n_expert=8, n_expert_used=2, n_ff_expert=256, **_SSM)),
+    # a separate draft model (-md {llama-draft}): narrower, 4 layers
+    "llama-draft": ("llama", dict(_BASE, n_embd=128, n_head=2, n_head_kv=1, n_layer=4)),
 }
 
 #: (shape, rpc-servers, llama-server flags): 2 and 3 devices; the default split and -ts; partial
@@ -70,7 +72,14 @@ GRID: list[tuple[str, int, str]] = [
     ("qwen3moe", 3, "-c 4096 --n-cpu-moe 2"),
     ("qwen35moe", 2, "-c 4096 -np 2 -ub 256"),
     ("qwen35moe", 2, "-c 4096 -ts 1,2 --n-cpu-moe 1"),
+    ("llama", 2, "-c 4096 -np 2 -md {llama-draft}"),
+    ("llama", 3, "-c 4096 -md {llama-draft} -ngld 3"),
 ]
+
+
+def draft_shapes(args: str) -> list[str]:
+    """The shapes a case's arguments name as ``{shape}`` (a -md draft model's file)."""
+    return re.findall(r"\{([\w-]+)\}", args)
 
 
 def case_id(shape: str, n_rpc: int, args: str) -> str:
@@ -124,6 +133,8 @@ def _logged(mem: ServerMemoryLog) -> dict[tuple[str, str], tuple[float, int]]:
     put("kv", tgt.kv_buffers)
     put("recurrent", tgt.rs_buffers)
     put("compute", [(dev, tgt.compute_mib(dev)) for dev in dict.fromkeys(d for d, _ in tgt.compute)])
+    if len(mem.model_weights) > 1:  # a draft model's weights (-md): its own load_tensors lines
+        put("draft", list(mem.model_weights[1]))
     if mem.draft is not None:
         put("draft", mem.draft.kv_buffers)
         put("draft", [(dev, mem.draft.compute_mib(dev)) for dev in dict.fromkeys(d for d, _ in mem.draft.compute)])
