@@ -46,7 +46,8 @@ def test_cut_and_memo_equal_the_full_replay(model_id: str, kind: str, splits: tu
     devs = tuple(cuda_backend(f"CUDA{i}", 890) if kind == "cuda" else Backend(f"RPC{i}") for i in range(n_dev))
     lay = _layout(n_main, spec.n_layer, splits, cpu_first, n_dev)
     setup = R.Setup(lay, (*devs, Backend("CPU")), n_copies)
-    assert R.cut_layouts(spec, lay) is not None  # every case takes the shortcut
+    if model_id.startswith(("qwen3.6-27b", "llama", "qwen3-")):  # a short period and long stretches: cut
+        assert R.cut_layouts(spec, lay) is not None
     for p in PARAMS:
         if spec.architecture == "gemma3":
             p = GraphParams(**{**p.__dict__, "n_kv_swa": 2048})

@@ -250,7 +250,10 @@ def cut_layouts(spec: ModelSpec, lay: Layout, sized: bool = False) -> tuple[Layo
             size = n if n < (m1 + 2) * period else m * period + n % period
             keep += range(start, start + size)
         cuts.append(replace(lay, keep=tuple(keep)))
-    return cuts[0], cuts[1]
+    a, b = cuts
+    if a.keep is not None and b.keep is not None and len(a.keep) + len(b.keep) >= len(classes):
+        return None  # the two cuts would cost more than the whole trunk
+    return a, b
 
 
 # ------------------------------------------------------------------------ the memo
