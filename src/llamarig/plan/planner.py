@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from llamarig.errors import InputError
@@ -14,6 +14,7 @@ from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.compute import (
+    DeviceCompute,
     estimate_compute,
     host_inputs,
     host_pipeline_extra,
@@ -194,6 +195,17 @@ def _host_weights(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, ho
     return Line(sum(b for _, b in parts), formula, "exact", tuple(parts))
 
 
+def _add_replayed(add: Callable[..., None], rb: DeviceCompute, names: Sequence[str], comp: str, what: str,
+                  always: Collection[int] = (), host: dict[str, Line] | None = None) -> None:
+    """A context's replayed compute buffers as plan lines: each device's (when it has one, or
+    holds layers) and the CPU backend's."""
+    for i, name in enumerate(names):
+        if rb.devices[i] or i in always:
+            add(i, comp, rb.devices[i], f"{what}{rb.formula}: {_mib(rb.devices[i])} on {name}", rb.method)
+    add(-1, comp, rb.host, f"{what}{rb.formula}: {_mib(rb.host)} on the CPU backend (graph inputs, the token "
+        "embeddings' rows, layers kept on the CPU)", rb.method, target=host)
+
+
 def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, gpu_names: list[str],
                  add: Callable[..., None]) -> list[int]:
     """A separate draft model (-md): its own layer placement from -ngld, -devd (default: follows
@@ -258,12 +270,8 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
                           cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
                           split_mode=split, kv_on_cpu=cfg.no_kv_offload)
     if rb is not None:
-        for j, name in enumerate(d_names):
-            if rb.devices[j]:
-                add(index[name], "draft", rb.devices[j], f"draft model context compute: {rb.formula}: "
-                    f"{_mib(rb.devices[j])} on {name}", rb.method)
-        add(-1, "draft", rb.host, f"draft model context compute: {rb.formula}: {_mib(rb.host)} on the CPU backend",
-            rb.method)
+        _add_replayed(lambda i, *a, **k: add(index[d_names[i]] if i >= 0 else -1, *a, **k), rb, d_names, "draft",
+                      "draft model context compute: ")
         return on_dev
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
@@ -413,11 +421,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     scheduled = est is not None and est.host_bytes is not None
     est_method = (est.method if not cc_note else "modelled") if est is not None and scheduled else "modelled"
     if rb is not None:
-        for i in range(n_dev):
-            if rb.devices[i] or i in gpu_with_layers:
-                add(i, "compute", rb.devices[i], f"{rb.formula}: {_mib(rb.devices[i])} on {gpu_names[i]}", rb.method)
-        add(-1, "compute", rb.host, f"{rb.formula}: {_mib(rb.host)} on the CPU backend (graph inputs, the token "
-            "embeddings' get_rows, layers kept on the CPU)", rb.method)
+        _add_replayed(add, rb, gpu_names, "compute", "", gpu_with_layers)
     elif gpu_with_layers:
         assert est is not None
         for i in gpu_with_layers:
@@ -472,12 +476,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         mb = replayed_buffers(spec, ctx, ctx.n_parallel, cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
                               mtp=True, **replay_kw)  # type: ignore[arg-type]
         if mb is not None:
-            for i in range(n_dev):
-                if mb.devices[i]:
-                    add(i, "draft", mb.devices[i], f"MTP context compute: {mb.formula}: {_mib(mb.devices[i])} on "
-                        f"{gpu_names[i]}", mb.method)
-            add(-1, "draft", mb.host, f"MTP context compute: {mb.formula}: {_mib(mb.host)} on the CPU backend",
-                mb.method, target=host)
+            _add_replayed(add, mb, gpu_names, "draft", "MTP context compute: ", host=host)
         else:
             dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
                                     cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
