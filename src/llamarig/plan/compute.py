@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU
 from llamarig.plan import graphs
-from llamarig.plan.ggml_sched import Backend, cuda_backend
+from llamarig.plan.ggml_sched import CUDA_ALIGNMENT, Backend, cuda_backend
 from llamarig.plan.graphs import GraphParams, Layout
 from llamarig.plan.memory import ContextLayout, Placement
 from llamarig.plan.replay import Setup, buffers
@@ -548,9 +548,9 @@ def host_pipeline_extra(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int,
 # per device. Each device's compute buffer is then its own high-water mark, not one figure for
 # all of them plus estimated copies.
 
-#: the devices whose compute buffers are replayed: an RPC server (a remote CPU backend: its buffer
-#: type answers alignment, size and alloc size from the server's CPU buffer type,
-#: ggml-rpc.cpp:820-921) and a CUDA GPU
+#: the devices whose compute buffers are replayed: a CUDA GPU, and a device behind an rpc-server
+#: (its buffer type answers alignment, size and alloc size from the server's buffer type,
+#: ggml-rpc.cpp:820-921): the server's CPU device, or a CUDA GPU there
 REPLAYED_BACKENDS = frozenset({"RPC", "CUDA"})
 #: the compute capability taken for a CUDA GPU the catalogue has none for (Ada, 8.9)
 DEFAULT_CUDA_CC = 890
@@ -572,11 +572,21 @@ class DeviceCompute:
     n_copies: int
 
 
+def _backend(i: int, g: GPU, default_cc: int) -> Backend:
+    """A device's backend as the scheduler sees it: a CUDA GPU (its buffer type's alignment and
+    sizes, op offload); a device behind an rpc-server sizes tensors with the remote buffer type
+    (ggml-rpc.cpp:820-921: alignment and get_alloc_size are the server's) but takes no op over
+    (the RPC backend has no offload_op, ggml-rpc.cpp:2264); an rpc-server's CPU device is a CPU."""
+    if g.backend == "CUDA":
+        return cuda_backend(f"CUDA{i}", g.compute_capability or default_cc)
+    if g.buffer_backend == "CUDA":
+        return Backend(g.name, CUDA_ALIGNMENT, None, g.compute_capability or default_cc)
+    return Backend(g.name)
+
+
 def _backends(gpus: Sequence[GPU], default_cc: int) -> tuple[Backend, ...]:
-    out = [cuda_backend(f"CUDA{i}", g.compute_capability or default_cc) if g.backend == "CUDA" else Backend(g.name)
-           for i, g in enumerate(gpus)]
     host = "CUDA_Host" if any(g.backend == "CUDA" for g in gpus) else "CPU"
-    return (*out, Backend(host))
+    return (*(_backend(i, g, default_cc) for i, g in enumerate(gpus)), Backend(host))
 
 
 def _whole_on_one_gpu(spec: ModelSpec, gpus: Sequence[GPU], placement: Placement, overrides: Mapping[str, int]) -> bool:
@@ -587,7 +597,7 @@ def _whole_on_one_gpu(spec: ModelSpec, gpus: Sequence[GPU], placement: Placement
 
 
 def _replay_method(spec: ModelSpec, gpus: Sequence[GPU], placement: Placement, overrides: Mapping[str, int]) -> str:
-    if all(g.backend == "RPC" for g in gpus):
+    if all(g.backend == "RPC" and g.buffer_backend in ("RPC", "CPU") for g in gpus):
         return "exact"
     exact = (spec.architecture == "qwen35" and gpus[0].compute_capability is not None
              and _whole_on_one_gpu(spec, gpus, placement, overrides))
@@ -608,9 +618,11 @@ def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     then pins every layer's norms to the layer's device). None when not covered."""
     if not (graphs.supports_mtp(spec) if mtp else graphs.supports(spec)):
         return None
-    if any(g.backend not in REPLAYED_BACKENDS for g in gpus) or split_mode not in ("layer", "none") or kv_on_cpu:
+    if (any(g.backend not in REPLAYED_BACKENDS or g.buffer_backend not in ("RPC", "CPU", "CUDA") for g in gpus)
+            or split_mode not in ("layer", "none") or kv_on_cpu):
         return None
-    if spec.n_expert and any(g.backend == "CUDA" for g in gpus) and not _whole_on_one_gpu(spec, gpus, placement, overrides):
+    if (spec.n_expert and any(g.buffer_backend == "CUDA" for g in gpus)
+            and not _whole_on_one_gpu(spec, gpus, placement, overrides)):
         # CUDA's graph_optimize keeps MoE tensors alive for its fused ops (ggml-cuda.cu:4604-4700), not
         # replayed: with experts copied in from host memory that is a second copy alive (-50 % on the
         # Qwen3-30B-A3B --n-cpu-moe row of docs/accuracy.md); the phase model keeps those
