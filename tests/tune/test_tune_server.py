@@ -44,7 +44,13 @@ def test_halving_finds_the_exhaustive_winner_on_a_real_server(synth_model, serve
     ex = S.exhaustive(cands, ex_meas, 4)
     assert sh.winner is not None and ex.winner is not None
     scores = {m.key: round(m.score) for m in ex.rungs[0]}
-    assert sh.winner.key == ex.winner.key == "-ub 256", (sh.to_json(), scores)
+    # on a busy machine four requests may measure so noisily that exhaustive search calls a tie and
+    # keeps the candidate listed first among the tied (search.decide, docs/tune.md): then halving's
+    # winner must be among the candidates exhaustive could not tell from its best
+    ex_set = {ex.winner.key, *ex.tied}
+    assert "-ub 256" in ex_set and sh.winner.key in ex_set, (sh.to_json(), ex.to_json(), scores)
+    if len(ex_set) == 1:
+        assert sh.winner.key == ex.winner.key == "-ub 256", (sh.to_json(), scores)
     assert all(m.metrics["prompt_tokens"] == 128 for m in ex.rungs[0])  # --depth: exactly 128 tokens
     # honest counts: rungs of 4 x 1 and 2 x 2 requests (each measurement: one start, one warm-up)
     assert [len(r) for r in sh.rungs] == [4, 2]
@@ -131,9 +137,10 @@ def test_default_space_then_plan_uses_the_calibration(synth_model, env: Path, cl
                        Hardware(()), cal=load_calibration(state_file), depths=[cal["depth"]])
     predicted = rep.by_depth[0].decode_tok_s
     assert predicted == pytest.approx(measured, rel=0.02), (predicted, measured, cal["data"])
+    # --json rounds tok/s to 2 decimals: equal to that rounding, whatever the speed's size
     assert speed["by_depth"][0]["decode_tok_s"] == pytest.approx(
         speed_report(load_spec(model), ServerConfig.from_command(Command.parse(["llama-server", *res["winner_args"]])),
-                     Hardware(()), cal=load_calibration(state_file), depths=[0]).by_depth[0].decode_tok_s, rel=1e-6)
+                     Hardware(()), cal=load_calibration(state_file), depths=[0]).by_depth[0].decode_tok_s, abs=0.0051)
     code, stdout, _ = cli("plan", "--ram", "16G", "--", "llama-server", *res["winner_args"])
     assert f"calibration: calibration file {state_file}" in stdout.replace("\n", "")
 
