@@ -63,9 +63,9 @@ def _repo_models(ref: str, as_json: bool, console: Any) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
-    console.print(escape(_("{repo} at {commit} ({endpoint}): exact sizes from the hub's file listing; "
-                           "plan one with llamarig plan REFERENCE").format(
-        repo=doc["repo"], commit=doc["commit"][:12] or "-", endpoint=doc["endpoint"])), soft_wrap=True)
+    print_wrapped(console, _("{repo} at {commit} ({endpoint}): exact sizes from the hub's file listing; "
+                             "plan one with llamarig plan REFERENCE").format(
+        repo=doc["repo"], commit=doc["commit"][:12] or "-", endpoint=doc["endpoint"]), indent="  ")
     for q in doc["quants"]:
         size = "?" if q["bytes"] is None else f"{q['bytes'] / 1e9:.2f} GB"
         n = len(q["files"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from llamarig.cli.lang import _, localize
+from llamarig.cli.layout import print_wrapped
 from llamarig.errors import InputError
 from llamarig.plan.network import ETHERNET_PAYLOAD, LINKS, Link, NetworkReport, network_model
 from llamarig.plan.result import Plan, PlanInputs
@@ -40,17 +41,18 @@ def network_report(inp: PlanInputs, plan: Plan, links: list[Link], depth: int | 
 
 
 def render_network(rep: NetworkReport, console: Any) -> None:
-    console.print(localize(_("network (RPC; bytes exact at build 11434, the link's rate and round trip given): "
-                             "decode at depth {depth}, prefill per ubatch of {ub}").format(
-        depth=rep.depth, ub=rep.prefill.n_tokens)))
-    for s in rep.decode.stages:
-        console.print(localize(_("  {device}: decode {up} up, {down} down, {trips} round trip(s) per token").format(
-            device=s.device, up=fmt_bytes(s.up), down=fmt_bytes(s.down), trips=s.round_trips)), highlight=False)
+    """The network section: what crosses per decoded token and device, the cost on each link,
+    the notes; each line wrapped at the terminal's width by the shared layout."""
+    print_wrapped(console, localize(_("network (RPC; bytes exact at build 11434, the link's rate and round trip "
+                                      "given): decode at depth {depth}, prefill per ubatch of {ub}").format(
+        depth=rep.depth, ub=rep.prefill.n_tokens)), indent="  ")
+    lines = [_("{device}: decode {up} up, {down} down, {trips} round trip(s) per token").format(
+        device=s.device, up=fmt_bytes(s.up), down=fmt_bytes(s.down), trips=s.round_trips) for s in rep.decode.stages]
     for c in rep.costs:
-        tok = "" if c.decode_tok_s is None else localize(_(" ({tok:.1f} tok/s with the modelled compute)").format(
-            tok=c.decode_tok_s))
-        console.print(localize(_("  {link} ({rtt:.2f} ms round trip): +{dec:.2f} ms per decoded token{tok}; "
-                                 "+{pre:.0f} ms per prefill ubatch").format(
-            link=c.link.name, rtt=c.link.rtt_s * 1e3, dec=c.decode_ms, tok=tok, pre=c.prefill_ms)), highlight=False)
-    for n in rep.notes:
-        console.print("  " + localize(n), highlight=False)
+        tok = "" if c.decode_tok_s is None else _(" ({tok:.1f} tok/s with the modelled compute)").format(
+            tok=c.decode_tok_s)
+        lines.append(_("{link} ({rtt:.2f} ms round trip): +{dec:.2f} ms per decoded token{tok}; "
+                       "+{pre:.0f} ms per prefill ubatch").format(
+            link=c.link.name, rtt=c.link.rtt_s * 1e3, dec=c.decode_ms, tok=tok, pre=c.prefill_ms))
+    for line in [*lines, *rep.notes]:
+        print_wrapped(console, localize(line), indent="    ", first_indent="  ")

@@ -115,8 +115,11 @@ def _verify_table(rows: list[Any]) -> None:
                   "[green]" + _("ok") + "[/]" if r.ok else "[yellow]" + _("DIFFERS") + "[/]")
     con = Console(stderr=False, highlight=False)
     con.print(t)
-    con.print(_("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f MiB "
-                "rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB"))
+    from llamarig.cli.layout import print_wrapped
+
+    print_wrapped(con, _("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f "
+                         "MiB rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB"),
+                  indent="  ")
 
 
 @click.command("launch", cls=Command, context_settings=CTX)
