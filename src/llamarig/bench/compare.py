@@ -14,9 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from llamarig.bench.records import HIGHER_IS_BETTER_UNITS, LOWER_IS_BETTER_UNITS
 from llamarig.bench.report import fmt_value
-
-HIGHER_IS_BETTER_UNITS = ("tok/s", "tok/J", "ratio", "×", "tokens/step")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
         else:
             better = (delta > 0) == (unit in HIGHER_IS_BETTER_UNITS)
             verdict = "B better" if better else "B worse"
-            if unit not in HIGHER_IS_BETTER_UNITS and unit not in ("ms", "s"):
+            if unit not in HIGHER_IS_BETTER_UNITS + LOWER_IS_BETTER_UNITS:
                 verdict = "B higher" if delta > 0 else "B lower"
         rows.append(Row(name, unit, va, vb, delta, band, verdict))
     return rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from llamarig.errors import InputError
 from llamarig.i18n import N_, _, localize, translator
@@ -58,7 +59,8 @@ def _spread_text(f: dict[str, Any]) -> str:
 
 
 _STAT_PREFIX = re.compile(
-    r"^(median|10th percentile|90th percentile|maximum \(best request\)|minimum|mean) over N=\d+ requests; "
+    r"^(median|10th percentile|90th percentile|(?:maximum|minimum)(?: \((?:best|worst) request\))?|mean) "
+    r"over N=\d+ requests; "
 )
 #: the statistic a figure row shows next to its method footnote (the prefix stat_figures writes)
 _STAT_WORDS = {
@@ -66,6 +68,10 @@ _STAT_WORDS = {
     "10th percentile": N_("10th percentile"),
     "90th percentile": N_("90th percentile"),
     "maximum (best request)": N_("maximum (best request)"),
+    "maximum (worst request)": N_("maximum (worst request)"),
+    "maximum": N_("maximum"),
+    "minimum (best request)": N_("minimum (best request)"),
+    "minimum (worst request)": N_("minimum (worst request)"),
     "minimum": N_("minimum"),
     "mean": N_("mean"),
 }
@@ -278,35 +284,75 @@ def headline_lines(doc: dict[str, Any], lang: str = "en") -> list[str]:
 def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = (),
              lang: str = "en") -> None:
     """Headline first, then the findings, ``after_headline`` (logs: the request timeline), the
-    figure table with method references, the numbered methods, notes and problems; in ``lang``."""
-    _ = translator(lang)
+    figure table with method references, the numbered methods, notes and problems; in ``lang``.
+    Everything is a ``Text`` (styles, never markup), so no text of the document is read as markup."""
+    for part in terminal_parts(doc, after_headline, lang):
+        console.print(part, highlight=False)
 
-    def local_text(value: Any) -> str:
-        return str(localize(value, lang))
 
-    t = doc.get("target", {})
-    head = f"[bold]{doc.get('kind', 'bench')}[/] {escape(str(t.get('url') or doc.get('source', {}).get('path', '')))}"
-    if t.get("build_info"):
-        head += f"  build {escape(str(t['build_info']))}"
-    if t.get("model"):
-        head += f"  model {escape(Path(str(t['model'])).name)}"
-    console.print(head)
-    lab = labels(lang)
-    for h in headline(doc, lang):
-        line = _("{label}: {value} ({detail})").format(label=f"[bold]{escape(h.label)}[/]", value=escape(h.value),
-                                                        detail=f"[dim]{escape(h.detail)}[/]")
-        if h.note:
-            line += f" [yellow]— {escape(h.note)}[/]"
-        console.print(f"[red]![/] {line}" if h.warn else f"  {line}", highlight=False)
+def terminal_parts(doc: dict[str, Any], after_headline: Iterable[RenderableType] = (),
+                   lang: str = "en") -> list[RenderableType]:
+    """What :func:`terminal` prints, in order."""
+    parts: list[RenderableType] = [_title_text(doc)]
+    parts += [_headline_text(h, lang) for h in headline(doc, lang)]
     # the findings answer the question (what ran, what never arrived): right under the headline,
     # as in the Markdown and HTML reports, not after the tables
-    if doc.get("findings"):
-        heading = _("{heading}:").format(heading=lab["findings"])
-        console.print(f"[bold]{escape(heading)}[/]")
-    for f in doc.get("findings", []):
-        console.print(f"• {escape(local_text(f))}", highlight=False)
-    for r in after_headline:
-        console.print(r)
+    parts += _findings_texts(doc, lang)
+    parts += list(after_headline)
+    parts += _figures_parts(doc, lang)
+    parts += _problem_texts(doc, lang)
+    return parts
+
+
+def _title_text(doc: dict[str, Any]) -> Text:
+    t = doc.get("target", {})
+    head = Text(str(doc.get("kind", "bench")), style="bold")
+    head.append(" " + str(t.get("url") or doc.get("source", {}).get("path", "")))
+    if t.get("build_info"):
+        head.append(f"  build {t['build_info']}")
+    if t.get("model"):
+        head.append(f"  model {Path(str(t['model'])).name}")
+    return head
+
+
+def _headline_text(h: HeadItem, lang: str) -> Text:
+    _ = translator(lang)
+    line = Text.assemble(("! ", "red") if h.warn else "  ")
+    for piece, style in _fields_in(_("{label}: {value} ({detail})"), label=(h.label, "bold"), value=(h.value, ""),
+                                   detail=(h.detail, "dim")):
+        line.append(piece, style=style)
+    if h.note:
+        line.append(f" — {h.note}", style="yellow")
+    return line
+
+
+def _fields_in(template: str, **fields: tuple[str, str]) -> list[tuple[str, str]]:
+    """``template`` (a translated message with ``{name}`` fields) cut into (text, style) pieces,
+    each field with its own style: the order of the fields follows the language."""
+    out: list[tuple[str, str]] = []
+    for literal, name, _spec, _conv in string.Formatter().parse(template):
+        if literal:
+            out.append((literal, ""))
+        if name is not None:
+            out.append(fields[name])
+    return out
+
+
+def _findings_texts(doc: dict[str, Any], lang: str) -> list[Text]:
+    if not doc.get("findings"):
+        return []
+    _ = translator(lang)
+    out = [Text(_("{heading}:").format(heading=labels(lang)["findings"]), style="bold")]
+    return out + [Text(f"• {localize(f, lang)}") for f in doc["findings"]]
+
+
+def _figures_parts(doc: dict[str, Any], lang: str) -> list[RenderableType]:
+    """The figure table (each row cites its method and note footnotes), then the footnotes."""
+    figures = doc.get("figures", [])
+    if not figures:
+        return []
+    _ = translator(lang)
+    lab = labels(lang)
     # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
     # at); every other column keeps its width, so N and the method reference never vanish
     table = Table(show_lines=False, header_style="bold", show_edge=False)
@@ -316,41 +362,41 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     table.add_column("N", justify="right", no_wrap=True)
     table.add_column("p10 … p90", no_wrap=True)
     table.add_column(lab["method"], justify="right", no_wrap=True)
-    figures = doc.get("figures", [])
     fn = footnotes(figures, lang)
     for f, (m, note) in zip(figures, fn.refs, strict=True):
-        ref = f"[{m}]" + (f" [yellow]![{note}][/]" if note else "")
-        table.add_row(escape(f["name"]), fmt_value(f.get("value"), f.get("unit", "")), f.get("unit", ""), str(f.get("n", "")),
-                      _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), escape(ref))
-    if figures:
-        console.print(table)
-        heading = _("{heading}:").format(heading=lab["methods"])
-        console.print(f"[bold]{escape(heading)}[/]")
+        ref = Text(f"[{m}]")
+        if note:
+            ref.append(f" ![{note}]", style="yellow")
+        table.add_row(Text(f["name"]), fmt_value(f.get("value"), f.get("unit", "")), Text(f.get("unit", "")),
+                      str(f.get("n", "")), _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), ref)
+    parts: list[RenderableType] = [table, Text(_("{heading}:").format(heading=lab["methods"]), style="bold")]
     for i, (text, is_note) in enumerate(fn.texts, 1):
-        if is_note:
-            console.print(f"  [yellow]![{i}][/] {escape(text)}", highlight=False)
-        else:
-            console.print(f"  [{i}] {text}", highlight=False, markup=False)
+        parts.append(Text.assemble("  ", (f"![{i}]", "yellow"), f" {text}") if is_note else Text(f"  [{i}] {text}"))
+    return parts
+
+
+def _problem_texts(doc: dict[str, Any], lang: str) -> list[Text]:
+    """Scenario notes, what was missing, interference events, GPU, errors, an aborted run."""
+    _ = translator(lang)
+    lab = labels(lang)
+    out: list[Text] = []
     for sc in doc.get("scenarios", []):
-        notes = sc.get("notes") or []
-        for n in notes[:NOTES_SHOWN]:
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(local_text(n))}", highlight=False)
+        notes = [str(localize(n, lang)) for n in sc.get("notes") or []]
         if len(notes) > NOTES_SHOWN:
-            more = _("… {n} more notes in the JSON (scenarios[].notes)").format(n=len(notes) - NOTES_SHOWN)
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(more)}", highlight=False)
+            notes = notes[:NOTES_SHOWN] + [_("… {n} more notes in the JSON (scenarios[].notes)").format(
+                n=len(notes) - NOTES_SHOWN)]
+        out += [Text.assemble((f"{sc['name']}:", "cyan"), f" {n}") for n in notes]
     inter = doc.get("interference") or {}
-    for m in inter.get("missing", []):
-        console.print(f"[yellow]{escape(lab['missing'])}:[/] {escape(local_text(m))}", highlight=False)
-    for ev in inter.get("events", [])[:10]:
-        console.print(f"[red]{escape(lab['interference'])}:[/] t={ev['t_s']} s {ev['kind']}: {escape(local_text(ev['detail']))}", highlight=False)
+    out += [Text.assemble((f"{lab['missing']}:", "yellow"), f" {localize(m, lang)}") for m in inter.get("missing", [])]
+    out += [Text.assemble((f"{lab['interference']}:", "red"), f" t={ev['t_s']} s {ev['kind']}: {localize(ev['detail'], lang)}")
+            for ev in inter.get("events", [])[:10]]
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
-        console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
-                      highlight=False)
-    for e in doc.get("errors", [])[:20]:
-        console.print(f"[red]{escape(lab['error'])}:[/] {escape(local_text(e))}", highlight=False)
+        out.append(Text(lab["gpu_na"].format(reason=gpu.get("reason")), style="dim"))
+    out += [Text.assemble((f"{lab['error']}:", "red"), f" {localize(e, lang)}") for e in doc.get("errors", [])[:20]]
     if doc.get("aborted"):
-        console.print(f"[red]{escape(lab['aborted'])}:[/] {escape(local_text(doc['aborted']))}", highlight=False)
+        out.append(Text.assemble((f"{lab['aborted']}:", "red"), f" {localize(doc['aborted'], lang)}"))
+    return out
 
 
 # ------------------------------------------------------------------------- markdown
