@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
     from llamarig.app.command import Resolved
     from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.bench.logs import LogsReport
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.flags.findings import Finding
     from llamarig.flags.schema import Schema
@@ -198,12 +199,13 @@ def compare_bench(a: str | Path, b: str | Path) -> dict[str, Any]:
     return compare_json(read_json(Path(a)), read_json(Path(b)))
 
 
-def logs_report(path: str | Path, script: str | Path | None = None) -> dict[str, Any]:
-    """`llamarig logs FILE --json`: a llama-server log as figures, a per-request timeline and
-    findings (``script``: the launch script, to compare what was meant with what ran)."""
-    from llamarig.bench.logparse import logs_document  # lazy: keeps import llamarig light
+def logs_report(path: str | Path, script: str | Path | None = None) -> LogsReport:
+    """`llamarig logs FILE`: a llama-server log as figures, a per-request timeline and findings
+    (``script``: the launch script, to compare what was meant with what ran); ``to_json()`` is
+    ``--json``."""
+    from llamarig.bench.logs import logs_report as report  # lazy: keeps import llamarig light
 
-    return logs_document(Path(path), Path(script) if script is not None else None)
+    return report(Path(path), Path(script) if script is not None else None)
 
 
 def stop_server(port: int | None = None, state_file: str | Path | None = None, timeout_s: float = 30) -> str:

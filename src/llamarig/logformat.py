@@ -75,6 +75,13 @@ RE_CTX_EXCEEDED = re.compile(r"decode: Context size has been exceeded")
 #: the text of that error, as the client and send_error see it
 CTX_EXCEEDED = "Context size has been exceeded."
 RE_PROGRESS = re.compile(rf"prompt processing progress, n_(?:tokens|past) = (\d+), batch\.n_tokens = (\d+), progress = {NUM}")
+#: the timestamp llama-server's log puts first: minutes.seconds.milliseconds.microseconds since the
+#: start (common/log.cpp:128-133)
+RE_TIMESTAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) [IWEDT] ")
+#: "new prompt, n_ctx_slot = 95232, ..." (tools/server/server-context.cpp, update_slots)
+RE_CTX_SLOT = re.compile(r"\bn_ctx_slot = (\d+)")
+#: "reasoning-budget: activated, budget=2147483647 tokens" (common/reasoning-budget.cpp)
+RE_BUDGET = re.compile(r"reasoning-budget: activated, budget=(\d+)")
 #: lines we recognise as llama-server/llama.cpp output without extracting data from them
 RE_KNOWN = re.compile(
     r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] |\t[a-z_]+ = |\s*(?:[0-9.]+\s+[IWEDT]\s+)?(?:srv\s|slot\s|cmn\s|main:|llama_|llm_load|load|print_info|common_|ggml_|gguf|system_info|"

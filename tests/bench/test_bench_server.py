@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from llamarig.bench.html import render_html
-from llamarig.bench.logparse import logs_document, parse_log_text
+from llamarig.bench.logparse import parse_log_text
+from llamarig.bench.logs import logs_report
 from llamarig.bench.runner import FIT_CTX, BenchConfig, InterferenceError, run_bench
 from llamarig.cli.main import main
 
@@ -238,7 +239,7 @@ def test_cli_outputs_and_real_log(np2_server, tmp_path: Path, validate_doc, caps
     # `llamarig logs` on this real server's log (build 11434 format)
     log = tmp_path / "server.log"
     log.write_text(np2_server.log)
-    ldoc = logs_document(log)
+    ldoc = logs_report(log).to_json()
     validate_doc(ldoc)
     assert ldoc["source"]["requests"] >= 3
     assert ldoc["source"]["skipped"] <= 5
@@ -299,7 +300,7 @@ def test_hybrid_model_warm_ttft_and_checkpoint_log(llama_server, synth_model, tm
     assert all(r["expected_prompt_tokens"] - 8 <= r["timings"]["cache_n"] < r["expected_prompt_tokens"] + 1 for r in warm)
     log = tmp_path / "hybrid.log"
     log.write_text(srv.log)
-    ldoc = logs_document(log)
+    ldoc = logs_report(log).to_json()
     validate_doc(ldoc)
     f = figs(ldoc)
     assert f["checkpoints_kept"]["value"] >= 1 and f["checkpoint_size_mib"]["value"] > 0

@@ -188,6 +188,17 @@ def _item_in(label: str, f: dict[str, Any], *, stat: str | None = None, what: st
                     note=localize(f.get("note") or "", lang), figure=f["name"], unit=unit, lang=lang)
 
 
+def _concurrency_words(f: dict[str, Any], lang: str) -> str:
+    """Which concurrency a decode median holds (``llamarig logs``: requests that decoded alone and
+    with others active), when it mixes both or holds only parallel ones; "" otherwise."""
+    _ = translator(lang)
+    p = f.get("params") or {}
+    if not p.get("parallel"):
+        return ""
+    return _("{alone} alone, {parallel} with others active (up to {most} at once)").format(
+        alone=p.get("alone", 0), parallel=p["parallel"], most=p.get("max_concurrency", "?"))
+
+
 def headline(doc: dict[str, Any], lang: str = "en") -> list[HeadItem]:
     """The figures a user asks for first, in this order: decode (median and spread), prefill at
     each measured length, TTFT (warm, then that of the decode requests), decode vs depth,
@@ -204,7 +215,7 @@ def headline(doc: dict[str, Any], lang: str = "en") -> list[HeadItem]:
     for name, label in (("decode_tok_s_median", _("decode")), ("log_decode_tok_s_median", _("decode (from the log)")),
                         ("workload_decode_tok_s_median", _("decode (your workload)"))):
         if name in figs:
-            out.append(_item(label, figs[name]))
+            out.append(_item(label, figs[name], what=_concurrency_words(figs[name], lang)))
     for name in order:
         m = re.fullmatch(r"prefill_tok_s_(\w+?)_median", name)
         if m:

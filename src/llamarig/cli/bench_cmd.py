@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamarig.cli.lang import _, lang
+from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import unknown_name
 
@@ -193,13 +193,12 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     Example:
       llamarig logs /tmp/llama-server.log --html log.html
     """
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.text import Text
 
-    from llamarig.bench.logparse import logs_document
-    from llamarig.bench.report import fmt_value, terminal
+    from llamarig.bench.logs import logs_report
+    from llamarig.bench.report import terminal
 
-    doc = logs_document(file, script)  # English: the JSON's words never change with the language
+    doc = logs_report(file, script).to_json()  # English: the JSON's words never change with the language
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
@@ -210,15 +209,39 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
         requests=src["requests"])
     if src.get("build"):
         head += _(", build {build}").format(build=src["build"])
-    con.print(escape(head), highlight=False)
-    timeline = []
-    if doc["timeline"]:
-        t = Table(header_style="bold", title=_("requests (timeline)"))
-        for col in (_("slot"), _("task"), _("depth"), _("prompt"), _("cached"), _("processed"), _("prefill tok/s"),
-                    _("generated"), _("decode tok/s")):
-            t.add_column(col, justify="right")
-        for r in doc["timeline"]:
-            t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
-                        ("slot", "task", "depth", "prompt_tokens", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")))
-        timeline.append(t)
+    con.print(Text(head), highlight=False)
+    timeline = _timeline_parts(doc["timeline"]) if doc["timeline"] else []
     terminal(doc, con, after_headline=timeline, lang=lang())  # the headline first, then the per-request timeline
+
+
+def _timeline_parts(rows: list[dict[str, Any]]) -> list[Any]:
+    """The per-request table: depth and cache, rates, how many requests were active at once and
+    how each ended; a decode rate from a progress line (a request that ended early) is marked ~."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from llamarig.bench.logs import outcome_words
+    from llamarig.bench.report import fmt_value
+
+    words = outcome_words()
+    t = Table(header_style="bold", title=_("requests (timeline)"), box=box.SIMPLE_HEAD, pad_edge=False,
+              padding=(0, 1), collapse_padding=True)
+    for col in (_("slot"), _("task"), _("depth"), _("cached"), _("new"), _("prefill tok/s"), _("gen"),
+                _("decode tok/s"), _("at once")):
+        t.add_column(col, justify="right")
+    t.add_column(_("outcome"), min_width=9)
+    approx = False
+    for r in rows:
+        cells = [fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
+                 ("slot", "task", "depth", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")]
+        if r.get("decode_from") == "progress":
+            cells[-1], approx = "~" + cells[-1], True
+        outcome = r.get("outcome")
+        cells += [str(r.get("concurrency") or 1), localize(words.get(outcome, outcome)) if outcome else "—"]
+        t.add_row(*(Text(c) for c in cells), style="yellow" if outcome in ("context_exceeded", "error", "cancelled") else "")
+    parts: list[Any] = [t]
+    if approx:
+        parts.append(Text(_("~ decode so far, from the last progress line (n_gen, tg) of a request that did not "
+                            "finish"), style="dim"))
+    return parts

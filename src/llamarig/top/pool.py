@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from llamarig.bench.logparse import server_starts
 from llamarig.flags.argv import Command
-from llamarig.logformat import MEM_SLOTS, SRV_CTX_CAPPED, SRV_CTX_TRAIN_CAPPED
 from llamarig.top.model import PoolHint, PoolView, SlotView
 
 #: busy slots holding this share of a unified pool: near full
@@ -39,20 +39,13 @@ NO_HINT = PoolHint()
 
 
 def hint_from_log(text: str, detail: str = "") -> PoolHint | None:
-    """The pool from llama-server's start-up lines (the last start in ``text``): the
-    ``initializing`` line gives the slots, one slot's context and whether the cache is unified;
-    a capping line before it gives the per-sequence size the cap cut down."""
-    seq: int | None = None
-    found: PoolHint | None = None
-    for line in text.splitlines():
-        if (m := SRV_CTX_CAPPED.search(line)) or (m := SRV_CTX_TRAIN_CAPPED.search(line)):
-            seq = max(seq or 0, int(m.group(1)))
-        elif (m := MEM_SLOTS.search(line)) is not None:
-            n_slots, slot_ctx, unified = int(m.group(1)), int(m.group(2)), m.group(3) == "true"
-            per_seq = max(seq or 0, slot_ctx)
-            found = PoolHint(per_seq if unified else per_seq * n_slots, unified, "log", detail)
-            seq = None
-    return found
+    """The pool from llama-server's start-up lines (the last start in ``text``), read as
+    ``llamarig logs`` reads them (bench.logparse.server_starts)."""
+    starts = server_starts(text)
+    if not starts:
+        return None
+    st = starts[-1]
+    return PoolHint(st.pool_tokens, st.kv_unified, "log", detail)
 
 
 def hint_from_argv(argv: Sequence[str], slot_ctx: int | None, detail: str = "") -> PoolHint:
