@@ -126,7 +126,7 @@ def test_real_run_reads_headline_first(ttft_depth_concurrency_doc) -> None:
     assert md.index("## Headline") < md.index("## Figures")
     head = md[md.index("## Headline"):md.index("## Figures")]
     assert "**warm TTFT**:" in head and " ms (median" in head and "n=2; cached prefix ~256 tokens" in head
-    assert "**decode vs depth**:" in head and "**2 parallel streams, aggregate**:" in head and "tok/s" in head
+    assert "**decode vs depth**:" in head and "**2 parallel streams, steady-state decode**:" in head and "tok/s" in head
     methods = {method_key(f["method"]) for f in doc["figures"]}
     assert len(methods) < len(doc["figures"])  # siblings (median, p10, p90, max) share their method
     for m in methods:
@@ -322,3 +322,39 @@ def test_server_stopping_mid_run_keeps_what_was_measured(llama_server, synth_mod
     assert any("cut short: 3 consecutive failed requests" in e for e in doc["errors"])
     assert doc["aborted"].startswith("server unreachable after scenario 'decode'")
     assert [s["name"] for s in doc["scenarios"]] == ["decode"]
+
+
+def test_concurrency_is_the_steady_state_of_the_parallel_streams(llama_server, synth_model, validate_doc) -> None:
+    """Four streams on four slots: the concurrency figure is the rate of all four while all were
+    decoding (every decoding slot gains a token per step), not their tokens over a round that also
+    holds prefill and queueing (the report's 49.6 tok/s for four streams of about 28 each)."""
+    srv = llama_server(synth_model("llama", n_ctx_train=8192), "-c", "8192", "-np", "4", "-kvu", "--metrics")
+    doc = run_bench(BenchConfig(url=srv.url, scenarios=("concurrency",), concurrency=(4,), repeats=2, n_predict=96,
+                                warmup=1))
+    validate_doc(doc)
+    f = figs(doc)
+    agg, whole = f["concurrency_4_aggregate_tok_s"], f["concurrency_4_round_tok_s"]
+    assert agg["params"]["steady_rounds"] == 2 and agg["n"] == 2 and whole["n"] == 2
+    assert all(w > 0 for w in agg["params"]["window_s"]) and all(t > 0 for t in agg["params"]["tokens_in_window"])
+    assert "steady state" in agg["method"] and "prefill" in whole["method"]
+    per = f["concurrency_4_per_stream_tok_s_median"]["value"]
+    # four streams decoding together: about four times one stream's rate (a factor of two of slack)
+    assert agg["value"] >= 0.5 * 4 * per, (agg["value"], per)
+    streams = [r for r in doc["requests"] if r["scenario"] == "concurrency" and not r["warmup"]]
+    assert len(streams) == 8 and all(r["timings"]["predicted_n"] == 96 for r in streams)
+    ttft = [n for n in f if n.startswith("concurrency_4_ttft_")]
+    assert ttft and all(("_cold_" in n or "_warm_" in n) for n in ttft)
+
+
+def test_ttft_says_cold_or_warm(llama_server, synth_model) -> None:
+    """The same decode run twice: the first answers from prompts the server has not seen, the
+    second from its prompt cache; the two TTFTs never share a figure, and each says how many
+    prompt tokens were cached."""
+    srv = llama_server(synth_model("llama"), "-c", "2048", "-np", "1", "--metrics")
+    cfg = BenchConfig(url=srv.url, scenarios=("decode",), k=3, n_predict=16, warmup=0, prompt_set="tetris")
+    first, second = figs(run_bench(cfg)), figs(run_bench(cfg))
+    cold = first["decode_ttft_cold_ms_median"]
+    assert "decode_ttft_warm_ms_median" not in first or first["decode_ttft_warm_ms_median"]["n"] < 3
+    assert cold["params"]["cached_tokens_median"] < cold["params"]["prompt_tokens_median"] / 2
+    warm = second.get("decode_ttft_warm_ms_median")
+    assert warm is not None and warm["params"]["cached_tokens_median"] >= warm["params"]["prompt_tokens_median"] / 2, second.keys()

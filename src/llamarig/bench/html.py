@@ -164,9 +164,11 @@ def plots(doc: dict[str, Any], lang: str = "en") -> list[str]:
                               _("prompt tokens"), "tok/s", points_only=doc.get("kind") == "logs"))
     conc = _series_from_scenarios(doc, "concurrency")
     if conc:
-        out.append(line_chart(_("Concurrency"), [(_("aggregate tok/s"), [(p["streams"], p["aggregate_tok_s"]) for p in conc]),
-                                           (_("per-stream tok/s"), [(p["streams"], p["per_stream_tok_s"]) for p in conc])],
-                              _("parallel streams"), "tok/s"))
+        out.append(line_chart(_("Concurrency"), [
+            (_("steady-state tok/s, all streams"), [(p["streams"], p["aggregate_tok_s"]) for p in conc
+                                                    if p.get("aggregate_tok_s") is not None]),
+            (_("per-stream tok/s"), [(p["streams"], p["per_stream_tok_s"]) for p in conc])],
+            _("parallel streams"), "tok/s"))
     by_unit: dict[tuple[str, str], list[tuple[str, list[float]]]] = {}
     seen: set[tuple[float, ...]] = set()
     for f in doc.get("figures", []):

@@ -201,90 +201,142 @@ def _concurrency_words(f: dict[str, Any], lang: str) -> str:
 
 def headline(doc: dict[str, Any], lang: str = "en") -> list[HeadItem]:
     """The figures a user asks for first, in this order: decode (median and spread), prefill at
-    each measured length, TTFT (warm, then that of the decode requests), decode vs depth,
-    concurrency (the most streams, against one), speculative acceptance, then problems
-    (failed requests, an aborted run, interference); in ``lang``."""
-    _ = translator(lang)
+    each measured length, TTFT (warm, then that of the decode requests, cold and warm apart),
+    decode vs depth, concurrency (the most streams, against the fewest), speculative acceptance,
+    then problems (failed requests, an aborted run, interference); in ``lang``."""
+    h = _Head(doc, lang)
+    return h.decode() + h.prefill() + h.ttft() + h.depth() + h.concurrency() + h.spec() + h.problems()
 
-    def _item(label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
-        return _item_in(label, f, stat=stat, what=what, lang=lang)
 
-    figs = {f["name"]: f for f in doc.get("figures", [])}
-    order = [f["name"] for f in doc.get("figures", [])]
-    out: list[HeadItem] = []
-    for name, label in (("decode_tok_s_median", _("decode")), ("log_decode_tok_s_median", _("decode (from the log)")),
-                        ("workload_decode_tok_s_median", _("decode (your workload)"))):
-        if name in figs:
-            out.append(_item(label, figs[name], what=_concurrency_words(figs[name], lang)))
-    for name in order:
-        m = re.fullmatch(r"prefill_tok_s_(\w+?)_median", name)
-        if m:
-            out.append(_item(_("prefill at {length} tokens").format(length=m.group(1)), figs[name]))
-    for name, label in (("log_prefill_tok_s_median", _("prefill (from the log)")),
-                        ("workload_prefill_tok_s_median", _("prefill (your workload)"))):
-        if name in figs:
-            out.append(_item(label, figs[name]))
-    if "ttft_warm_ms_median" in figs:
-        prefix = (doc.get("config") or {}).get("ttft_prefix")
-        what = _("cached prefix ~{tokens} tokens").format(tokens=prefix) if prefix else ""
-        out.append(_item(_("warm TTFT"), figs["ttft_warm_ms_median"], what=what))
-    for name, label in (("decode_ttft_ms_median", _("TTFT (decode requests)")),
-                        ("workload_ttft_ms_median", _("TTFT (your workload)"))):
-        if name in figs:
-            out.append(_item(label, figs[name]))
-    depth = [figs[n] for n in order if re.fullmatch(r"decode_tok_s_at_depth_\w+?_median", n)]
-    depth = [f for f in depth if f.get("value") is not None]
-    if len(depth) >= 2:
+class _Head:
+    """The headline's sections over one document's figures."""
+
+    def __init__(self, doc: dict[str, Any], lang: str) -> None:
+        self.doc, self.lang, self._ = doc, lang, translator(lang)
+        self.figs = {f["name"]: f for f in doc.get("figures", [])}
+        self.order = [f["name"] for f in doc.get("figures", [])]
+
+    def item(self, label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
+        return _item_in(label, f, stat=stat, what=what, lang=self.lang)
+
+    def named(self, pairs: Iterable[tuple[str, str]]) -> list[HeadItem]:
+        return [self.item(label, self.figs[name]) for name, label in pairs if name in self.figs]
+
+    def decode(self) -> list[HeadItem]:
+        _ = self._
+        return [self.item(label, self.figs[name], what=_concurrency_words(self.figs[name], self.lang))
+                for name, label in (("decode_tok_s_median", _("decode")),
+                                    ("log_decode_tok_s_median", _("decode (from the log)")),
+                                    ("workload_decode_tok_s_median", _("decode (your workload)"))) if name in self.figs]
+
+    def prefill(self) -> list[HeadItem]:
+        _ = self._
+        out = [self.item(_("prefill at {length} tokens").format(length=m.group(1)), self.figs[name])
+               for name in self.order if (m := re.fullmatch(r"prefill_tok_s_(\w+?)_median", name))]
+        return out + self.named((("log_prefill_tok_s_median", _("prefill (from the log)")),
+                                 ("workload_prefill_tok_s_median", _("prefill (your workload)"))))
+
+    def ttft(self) -> list[HeadItem]:
+        """Warm TTFT on the cached prefix, then the TTFT of the decode requests and of a workload,
+        cold and warm apart, each with the prompt tokens the cache served."""
+        _ = self._
+        out: list[HeadItem] = []
+        if "ttft_warm_ms_median" in self.figs:
+            prefix = (self.doc.get("config") or {}).get("ttft_prefix")
+            what = _("cached prefix ~{tokens} tokens").format(tokens=prefix) if prefix else ""
+            out.append(self.item(_("warm TTFT"), self.figs["ttft_warm_ms_median"], what=what))
+        labels = {("decode", "cold"): _("TTFT, cold (decode requests)"), ("decode", "warm"): _("TTFT, warm (decode requests)"),
+                  ("decode", ""): _("TTFT (decode requests)"), ("workload", "cold"): _("TTFT, cold (your workload)"),
+                  ("workload", "warm"): _("TTFT, warm (your workload)"), ("workload", ""): _("TTFT (your workload)")}
+        for (base, state), label in labels.items():
+            f = self.figs.get(f"{base}_ttft_{state}_ms_median" if state else f"{base}_ttft_ms_median")
+            if f is not None:
+                out.append(self.item(label, f, what=_cached_words(f, self.lang)))
+        return out
+
+    def depth(self) -> list[HeadItem]:
+        _ = self._
+        depth = [self.figs[n] for n in self.order if re.fullmatch(r"decode_tok_s_at_depth_\w+?_median", n)]
+        depth = [f for f in depth if f.get("value") is not None]
+        if len(depth) == 1:
+            d = (depth[0].get("params") or {}).get("depth_median")
+            return [self.item(_("decode at depth {depth}").format(depth=fmt_value(d, "tokens")), depth[0])]
+        if not depth:
+            return []
         a, b = depth[0], depth[-1]
         da = (a.get("params") or {}).get("depth_median")
         db = (b.get("params") or {}).get("depth_median")
-        drop = figs.get("decode_depth_drop_pct", {}).get("value")
+        drop = self.figs.get("decode_depth_drop_pct", {}).get("value")
         detail = _("median at depth {a} → {b} tokens, n={n} each").format(
             a=fmt_value(da, "tokens"), b=fmt_value(db, "tokens"), n=min(a.get("n", 0), b.get("n", 0)))
         if drop is not None:
             detail += _(", {pct} % slower").format(pct=fmt_value(float(drop), "%")) if drop >= 0 else \
                 _(", {pct} % faster").format(pct=fmt_value(float(-drop), "%"))
-        out.append(HeadItem(_("decode vs depth"), f"{fmt_value(a['value'], 'tok/s')} → {value_with_unit(b['value'], 'tok/s')}",
-                            detail, note=localize(b.get("note") or a.get("note") or "", lang), figure=b["name"],
-                            unit="tok/s", lang=lang))
-    elif depth:
-        out.append(_item(_("decode at depth {depth}").format(depth=fmt_value((depth[0].get("params") or {}).get("depth_median"), "tokens")),
-                         depth[0]))
-    conc = sorted(((int(m.group(1)), figs[n]) for n in order if (m := re.fullmatch(r"concurrency_(\d+)_aggregate_tok_s", n))),
-                  key=lambda p: p[0])
-    if conc:
+        return [HeadItem(_("decode vs depth"), f"{fmt_value(a['value'], 'tok/s')} → {value_with_unit(b['value'], 'tok/s')}",
+                         detail, note=localize(b.get("note") or a.get("note") or "", self.lang), figure=b["name"],
+                         unit="tok/s", lang=self.lang)]
+
+    def concurrency(self) -> list[HeadItem]:
+        """The steady-state decode of the most streams, per stream, the whole round (prefill and
+        queueing in), and the fewest streams for comparison."""
+        _ = self._
+        conc = sorted(((int(m.group(1)), self.figs[n]) for n in self.order
+                       if (m := re.fullmatch(r"concurrency_(\d+)_aggregate_tok_s", n))), key=lambda p: p[0])
+        if not conc:
+            return []
         streams, f = conc[-1]
-        per = figs.get(f"concurrency_{streams}_per_stream_tok_s_median", {}).get("value")
+        per = self.figs.get(f"concurrency_{streams}_per_stream_tok_s_median", {}).get("value")
+        whole = self.figs.get(f"concurrency_{streams}_round_tok_s", {}).get("value")
         context = [_("{value} per stream").format(value=value_with_unit(per, "tok/s"))] if per is not None else []
+        if whole is not None:
+            context.append(_("whole round with prefill and queueing {value}").format(value=value_with_unit(whole, "tok/s")))
         if len(conc) > 1 and conc[0][1].get("value") is not None:
             one = value_with_unit(conc[0][1]["value"], "tok/s")
             context.append(_("1 stream: {value}").format(value=one) if conc[0][0] == 1 else
                            _("{streams} streams: {value}").format(streams=conc[0][0], value=one))
-        joined = _("{a}; {b}").format(a=context[0], b=context[1]) if len(context) == 2 else "".join(context)
-        out.append(_item(_("{streams} parallel streams, aggregate").format(streams=streams), f,
-                         stat=_("median over rounds"), what=joined))
-    for name, label, stat in (("spec_acceptance", _("speculative acceptance (accepted ÷ drafted)"), ""),
-                              ("log_spec_acceptance", _("speculative acceptance (from the log)"), ""),
-                              ("spec_mean_acceptance_length", _("mean acceptance length"), ""),
-                              ("spec_decode_tok_s_median", _("decode with speculation"), None),
-                              ("spec_speedup", _("speed-up over the baseline"), "")):
-        if name in figs:
-            out.append(_item(label, figs[name], stat=stat))
-    errors = doc.get("errors") or []
-    if errors:
-        out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"), warn=True,
-                            lang=lang))
-    if doc.get("aborted"):
-        out.append(HeadItem(_("run aborted"), "—", localize(doc["aborted"], lang), warn=True, lang=lang))
-    ev = figs.get("interference_events")
-    if ev is not None:
-        polls = (ev.get("params") or {}).get("polls")
-        n_ev = ev.get("value")
-        detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
-        out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail,
-                            note=localize(ev.get("note") or "", lang), warn=bool(n_ev), figure="interference_events",
-                            unit="events", lang=lang))
-    return out
+        joined = context[0] if context else ""
+        for c in context[1:]:
+            joined = _("{a}; {b}").format(a=joined, b=c)
+        return [self.item(_("{streams} parallel streams, steady-state decode").format(streams=streams), f,
+                          stat=_("median over rounds"), what=joined)]
+
+    def spec(self) -> list[HeadItem]:
+        _ = self._
+        return [self.item(label, self.figs[name], stat=stat) for name, label, stat in (
+            ("spec_acceptance", _("speculative acceptance (accepted ÷ drafted)"), ""),
+            ("log_spec_acceptance", _("speculative acceptance (from the log)"), ""),
+            ("spec_mean_acceptance_length", _("mean acceptance length"), ""),
+            ("spec_decode_tok_s_median", _("decode with speculation"), None),
+            ("spec_speedup", _("speed-up over the baseline"), "")) if name in self.figs]
+
+    def problems(self) -> list[HeadItem]:
+        _, lang, doc = self._, self.lang, self.doc
+        out: list[HeadItem] = []
+        errors = doc.get("errors") or []
+        if errors:
+            out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"),
+                                warn=True, lang=lang))
+        if doc.get("aborted"):
+            out.append(HeadItem(_("run aborted"), "—", localize(doc["aborted"], lang), warn=True, lang=lang))
+        ev = self.figs.get("interference_events")
+        if ev is not None:
+            polls = (ev.get("params") or {}).get("polls")
+            n_ev = ev.get("value")
+            detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
+            out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail,
+                                note=localize(ev.get("note") or "", lang), warn=bool(n_ev), figure="interference_events",
+                                unit="events", lang=lang))
+        return out
+
+
+def _cached_words(f: dict[str, Any], lang: str) -> str:
+    """How much of the prompt the cache served, for a TTFT: ``{cached} of {prompt} prompt tokens cached``."""
+    p = f.get("params") or {}
+    if p.get("cached_tokens_median") is None:
+        return ""
+    _ = translator(lang)
+    return _("{cached} of {prompt} prompt tokens cached (medians)").format(
+        cached=fmt_value(float(p["cached_tokens_median"]), "tokens"), prompt=fmt_value(float(p["prompt_tokens_median"]), "tokens"))
 
 
 def headline_lines(doc: dict[str, Any], lang: str = "en") -> list[str]:
