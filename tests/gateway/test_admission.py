@@ -13,27 +13,10 @@ from llamarig.gateway.admission import (
     Ledger,
     Pool,
     Rejected,
-    pool_from_props,
 )
 from llamarig.gateway.backends import Affinity, BackendState, choose_backend
 from llamarig.gateway.config import BackendConfig
 from llamarig.gateway.errors import BackendError
-
-PROPS = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 4}
-
-
-def test_pool_from_props() -> None:
-    p = pool_from_props(PROPS, pool_tokens=None, slots=None, slot_ctx=None, unified=True)
-    assert (p.pool_tokens, p.slots, p.slot_ctx, p.source) == (8192, 4, 8192, "props")
-    p = pool_from_props(PROPS, pool_tokens=None, slots=None, slot_ctx=None, unified=False)
-    assert p.pool_tokens == 4 * 8192 and p.slot_ctx == 8192
-    # seed 004: -c 307200 -np 4 -kvu, slot capped at n_ctx_train 262144 -> pool from config
-    p = pool_from_props({"default_generation_settings": {"n_ctx": 262144}, "total_slots": 4},
-                        pool_tokens=307200, slots=None, slot_ctx=None, unified=True, safety=0.9)
-    assert p.pool_tokens == 276480 and p.slot_ctx == 262144 and p.source == "props+config"
-    with pytest.raises(BackendError, match="n_ctx"):  # a ServerError of the project's error tree
-        pool_from_props({}, pool_tokens=None, slots=None, slot_ctx=None, unified=True)
-    assert pool_from_props(None, pool_tokens=100, slots=2, slot_ctx=50, unified=True).source == "config"
 
 
 def test_ledger_fits_and_idempotent_release() -> None:
@@ -78,8 +61,8 @@ def _admission(pool: int = 1000, slots: int = 2, **kw: object) -> tuple[Admissio
     st = _state("a", pool, slots)
     opts = {"queue_size": 8, "queue_timeout_s": 5.0, "retry_after_s": 1.0}
     opts.update(kw)
-    adm = Admission(led, lambda t, aff, ex: choose_backend([st], led, t, None, ex),
-                    total_slots=lambda: slots, **opts)  # type: ignore[arg-type]
+    adm = Admission(led, lambda req, ex: choose_backend([st], led, req.tokens, None, ex, shares=req.shares),
+                    **opts)  # type: ignore[arg-type]
     return adm, led, st
 
 
@@ -115,7 +98,7 @@ def test_queue_priority_deadline_and_limits() -> None:
         adm.release(rk)
         assert adm.per_key == {}
         # no backend at all -> 503
-        adm.any_backend = lambda: False
+        adm.any_backend = lambda allowed: False
         with pytest.raises(Rejected) as e4:
             await adm.acquire(AdmitRequest(10, "B"))
         assert e4.value.status == 503

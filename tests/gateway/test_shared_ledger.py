@@ -18,9 +18,8 @@ POOL = Pool(1000, 3, 1000, "t")
 
 def _replica(url: str, name: str, lease_s: float = 5.0) -> tuple[Admission, RedisLedger]:
     led = RedisLedger(url, replica=name, lease_s=lease_s, timeout_s=1.0, prefix="t:")
-    adm = Admission(led, lambda t, aff, ex: None if "a" in ex or not led.fits("a", POOL, t) else "a",
-                    queue_size=64, queue_timeout_s=2.0, retry_after_s=1.0, total_slots=lambda: 3,
-                    pool_of=lambda name: POOL)
+    adm = Admission(led, lambda req, ex: None if "a" in ex or not led.fits("a", POOL, req.tokens) else "a",
+                    queue_size=64, queue_timeout_s=2.0, retry_after_s=1.0, pool_of=lambda name: POOL)
     return adm, led
 
 
