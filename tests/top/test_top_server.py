@@ -79,6 +79,14 @@ def test_gateway_shows_reservations_and_foreign_work(np2: Any, long_request: Any
     assert any(s["decode_tok_s"] and s["decode_tok_s"] > 0 for s in doc["slots"])
     assert doc["servers"][0]["reserved_tokens"] == r["reserved_tokens"]
     assert not [a for a in doc["alerts"] if a["kind"] == "foreign_work"]
+    # the slot the request holds, under the request log's id; the pool as the gateway has it
+    st = get_json(gw + "/gateway/status")
+    assert r["id"] == str(st["requests"][0]["id"])
+    assert r["slot"] == decoding_slot(np2.url) == st["requests"][0]["slot"]
+    held = [s for s in doc["slots"] if s["state"] == "busy"]
+    assert held[0]["request"] == r["id"]
+    pool = doc["servers"][0]["pool"]
+    assert pool["source"] == "gateway" and pool["tokens"] == st["backends"][0]["pool"]["server_tokens"]
     code, text, _ = cli("top", "--url", gw, "--once", "--interval", "0.5")
     assert text.startswith("gateway: 1/1 up") and "reserved" in text
 

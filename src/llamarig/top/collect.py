@@ -205,14 +205,16 @@ class Collector:
 
 
 def gateway_pool_hint(b: Mapping[str, Any]) -> PoolHint:
-    """One backend's KV pool as ``/gateway/status`` gives it: ``pool`` (``tokens``, ``unified``,
-    ``source``) where the gateway says, else ``pool_tokens`` (shared by the backend's slots, the
-    gateway's ``unified`` setting telling whether it was read as one pool)."""
+    """One backend's KV pool as ``/gateway/status`` gives it: ``pool.server_tokens`` (the cells the
+    server has, from its log or ``/props``: gateway/pool.py) with ``pool.unified``; else the pool the
+    gateway admits against (``pool_tokens``, after its safety fraction)."""
     p = b.get("pool")
-    if isinstance(p, Mapping) and isinstance(p.get("tokens"), int):
-        unified = p.get("unified")
-        src = str(p.get("source") or "")
-        return PoolHint(p["tokens"], unified if isinstance(unified, bool) else None, "gateway", src)
+    if isinstance(p, Mapping):
+        tokens = p.get("server_tokens") if isinstance(p.get("server_tokens"), int) else p.get("tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            unified = p.get("unified")
+            how = [str(x) for x in (p.get("server_source") or p.get("source"), p.get("server_bound")) if x]
+            return PoolHint(tokens, unified if isinstance(unified, bool) else None, "gateway", ", ".join(how))
     tokens = b.get("pool_tokens")
     if not isinstance(tokens, int) or isinstance(tokens, bool):
         return NO_HINT

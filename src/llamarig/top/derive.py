@@ -413,10 +413,10 @@ def _rejections(status: Mapping[str, Any], t: float,
 
 
 def _request(r: Mapping[str, Any]) -> ReservationView:
-    """One admitted request of ``/gateway/status``: its id (the request log's), backend, tier,
-    priority, key name, reservation, age, the slot it holds and the tokens it generated."""
-    progress = r.get("progress")
-    generated = _int(progress.get("generated")) if isinstance(progress, Mapping) else _int(r.get("generated"))
+    """One admitted request of ``/gateway/status`` (gateway/status.py request_json): its id (the
+    request log's), backend, tier, priority, key name, reservation, age, the slot it holds and the
+    tokens it generated."""
+    generated = _int(r.get("generated_tokens"))
     return ReservationView(str(r.get("id")), str(r.get("backend")), str(r.get("tier")), _int(r.get("priority")) or 0,
                            r.get("key") if isinstance(r.get("key"), str) else None,
                            _int(r.get("reserved_tokens")) or 0, float(r.get("age_s") or 0.0),
