@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
     from llamarig.app.command import Resolved
     from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.bench.compare import Comparison
     from llamarig.bench.logs import LogsReport
+    from llamarig.bench.result import BenchReport
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.flags.findings import Finding
     from llamarig.flags.schema import Schema
@@ -182,21 +184,22 @@ def gpus() -> tuple[GPU, ...]:
     return load_gpus()
 
 
-def bench_server(url: str, **config: Any) -> dict[str, Any]:
-    """`llamarig bench --url URL`: the measurement document (docs/bench.md), every figure with its
-    method. ``config``: fields of llamarig.bench.runner.BenchConfig (scenarios, k, n_predict, ...)."""
+def bench_server(url: str, **config: Any) -> BenchReport:
+    """`llamarig bench --url URL`: the measurement (docs/bench.md), every figure with its method;
+    ``to_json()`` is the ``--json`` document. ``config``: fields of llamarig.bench.runner.BenchConfig
+    (scenarios, k, n_predict, ...)."""
     from llamarig.bench.runner import BenchConfig, run_bench  # lazy: keeps import llamarig light
 
     return run_bench(BenchConfig(url=url, **config))
 
 
-def compare_bench(a: str | Path, b: str | Path) -> dict[str, Any]:
+def compare_bench(a: str | Path, b: str | Path) -> Comparison:
     """`llamarig bench compare A B --json`: two bench (or logs) documents figure by figure, with
     a noise band from each figure's spread."""
-    from llamarig.bench.compare import compare_json  # lazy: keeps import llamarig light
+    from llamarig.bench.compare import compare  # lazy: keeps import llamarig light
     from llamarig.bench.report import read_json  # lazy: keeps import llamarig light
 
-    return compare_json(read_json(Path(a)), read_json(Path(b)))
+    return compare(read_json(Path(a)), read_json(Path(b)))
 
 
 def logs_report(path: str | Path, script: str | Path | None = None) -> LogsReport:

@@ -25,7 +25,7 @@ def figs(doc: dict) -> dict[str, dict]:
 
 
 def test_decode_agrees_with_server_timings_and_log(np2_server, validate_doc) -> None:
-    doc = run_bench(BenchConfig(url=np2_server.url, scenarios=("decode",), k=4, n_predict=48, warmup=1))
+    doc = run_bench(BenchConfig(url=np2_server.url, scenarios=("decode",), k=4, n_predict=48, warmup=1)).to_json()
     validate_doc(doc)
     f = figs(doc)
     med = f["decode_tok_s_median"]
@@ -49,7 +49,7 @@ def test_decode_agrees_with_server_timings_and_log(np2_server, validate_doc) -> 
 
 def test_cold_prefill_is_cold_and_validation_catches_cache(np2_server) -> None:
     cfg = BenchConfig(url=np2_server.url, scenarios=("prefill",), prefill_lengths=(64, 256), repeats=2, warmup=1)
-    doc = run_bench(cfg)
+    doc = run_bench(cfg).to_json()
     pre = [r for r in doc["requests"] if r["scenario"] == "prefill"]
     assert len(pre) == 5
     for r in pre:
@@ -62,7 +62,7 @@ def test_cold_prefill_is_cold_and_validation_catches_cache(np2_server) -> None:
     assert "cache_prompt=false" in f["prefill_tok_s_256_median"]["method"]
     # the same scenario with the prompt cache left on (and no salt): the validation rejects hits
     warm = run_bench(BenchConfig(url=np2_server.url, scenarios=("prefill",), prefill_lengths=(256,), repeats=2,
-                                 warmup=0, prefill_cache_prompt=True, prefill_salt=False))
+                                 warmup=0, prefill_cache_prompt=True, prefill_salt=False)).to_json()
     wr = [r for r in warm["requests"] if r["scenario"] == "prefill"]
     assert any(r["timings"]["cache_n"] > 0 for r in wr)
     rejected = [r for r in wr if not r["valid"]]
@@ -76,7 +76,7 @@ def ttft_depth_concurrency_doc(np2_server) -> dict:
     checks (always run) and the HTML-in-Chromium check (skipped without Chromium)."""
     cfg = BenchConfig(url=np2_server.url, scenarios=("ttft", "depth", "concurrency"), ttft_prefix=256, repeats=2,
                       depths=(0, 600, FIT_CTX, 4096), concurrency=(1, 2), n_predict=24)
-    return run_bench(cfg)
+    return run_bench(cfg).to_json()
 
 
 def test_warm_ttft_depth_concurrency(np2_server, ttft_depth_concurrency_doc, validate_doc, tmp_path: Path) -> None:
@@ -190,11 +190,11 @@ def test_interference_detected_and_strict(np2_server, validate_doc) -> None:
     try:
         _wait_slot_busy(np2_server.url, 1)
         cfg = BenchConfig(url=np2_server.url, scenarios=("decode",), k=6, n_predict=64, slot=0, poll_interval_s=0.05)
-        doc = run_bench(cfg)
+        doc = run_bench(cfg).to_json()
         _wait_slot_busy(np2_server.url, 1)
         with pytest.raises(InterferenceError, match="slot 1"):
             run_bench(BenchConfig(url=np2_server.url, scenarios=("decode",), k=6, n_predict=64, slot=0,
-                                  poll_interval_s=0.05, strict=True))
+                                  poll_interval_s=0.05, strict=True)).to_json()
     finally:
         stop.set()
         t.join(timeout=300)
@@ -254,7 +254,7 @@ def test_spec_acceptance_and_missing_endpoints(llama_server, synth_model, tmp_pa
     prompts = tmp_path / "abc.jsonl"
     prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "a b c a b c a b c a b c a b c"}]}) + "\n")
     doc = run_bench(BenchConfig(url=srv.url, scenarios=("spec", "workload"), k=2, n_predict=64, temperature=0.0,
-                                endpoint="completion", prompt_set=str(prompts), baseline_url=base.url, workload=prompts))
+                                endpoint="completion", prompt_set=str(prompts), baseline_url=base.url, workload=prompts)).to_json()
     validate_doc(doc)
     f = figs(doc)["spec_acceptance"]
     measured = [r for r in doc["requests"] if not r["warmup"] and r["scenario"] == "spec" and "target" not in r["extra"]]
@@ -294,7 +294,7 @@ def test_hybrid_model_warm_ttft_and_checkpoint_log(llama_server, synth_model, tm
     """Qwen3.6-like hybrid (gated delta net): the cache is reused only via context checkpoints;
     warm TTFT still works append-only, and the server's trace log yields checkpoint records."""
     srv = llama_server(synth_model("qwen35"), "-c", "2048", "-np", "1", "-lv", "4", "--checkpoint-min-step", "64")
-    doc = run_bench(BenchConfig(url=srv.url, scenarios=("ttft",), ttft_prefix=300, repeats=2))
+    doc = run_bench(BenchConfig(url=srv.url, scenarios=("ttft",), ttft_prefix=300, repeats=2)).to_json()
     warm = [r for r in doc["requests"] if not r["warmup"]]
     assert all(r["valid"] for r in warm), [r["reject_reason"] for r in warm]
     assert all(r["expected_prompt_tokens"] - 8 <= r["timings"]["cache_n"] < r["expected_prompt_tokens"] + 1 for r in warm)
@@ -316,7 +316,7 @@ def test_server_stopping_mid_run_keeps_what_was_measured(llama_server, synth_mod
             srv.stop()
 
     doc = run_bench(BenchConfig(url=srv.url, scenarios=("decode", "prefill"), k=20, n_predict=16,
-                                prefill_lengths=(64,), wait_ready_s=2), progress)
+                                prefill_lengths=(64,), wait_ready_s=2), progress).to_json()
     dec = figs(doc)["decode_tok_s_median"]
     assert dec["n"] == 3 and dec["value"] > 0
     assert any("cut short: 3 consecutive failed requests" in e for e in doc["errors"])
@@ -330,7 +330,7 @@ def test_concurrency_is_the_steady_state_of_the_parallel_streams(llama_server, s
     holds prefill and queueing (the report's 49.6 tok/s for four streams of about 28 each)."""
     srv = llama_server(synth_model("llama", n_ctx_train=8192), "-c", "8192", "-np", "4", "-kvu", "--metrics")
     doc = run_bench(BenchConfig(url=srv.url, scenarios=("concurrency",), concurrency=(4,), repeats=2, n_predict=96,
-                                warmup=1))
+                                warmup=1)).to_json()
     validate_doc(doc)
     f = figs(doc)
     agg, whole = f["concurrency_4_aggregate_tok_s"], f["concurrency_4_round_tok_s"]
@@ -352,7 +352,7 @@ def test_ttft_says_cold_or_warm(llama_server, synth_model) -> None:
     prompt tokens were cached."""
     srv = llama_server(synth_model("llama"), "-c", "2048", "-np", "1", "--metrics")
     cfg = BenchConfig(url=srv.url, scenarios=("decode",), k=3, n_predict=16, warmup=0, prompt_set="tetris")
-    first, second = figs(run_bench(cfg)), figs(run_bench(cfg))
+    first, second = figs(run_bench(cfg).to_json()), figs(run_bench(cfg).to_json())
     cold = first["decode_ttft_cold_ms_median"]
     assert "decode_ttft_warm_ms_median" not in first or first["decode_ttft_warm_ms_median"]["n"] < 3
     assert cold["params"]["cached_tokens_median"] < cold["params"]["prompt_tokens_median"] / 2

@@ -27,6 +27,7 @@ from llamarig.bench.logparse import (
     read_log,
 )
 from llamarig.bench.records import Figure, single_figure, stat_figures
+from llamarig.bench.result import SCHEMA_VERSION
 from llamarig.errors import InputError
 from llamarig.i18n import _
 
@@ -52,8 +53,6 @@ class LogsReport:
     series: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        from llamarig.bench.runner import SCHEMA_VERSION  # lazy: runner pulls aiohttp (0.2 s)
-
         return {"schema_version": SCHEMA_VERSION, "kind": "logs", "tool": f"llamarig {__version__}",
                 "source": dict(self.source), "figures": [f.to_json() for f in self.figures],
                 "findings": list(self.findings), "timeline": [dict(t) for t in self.timeline],

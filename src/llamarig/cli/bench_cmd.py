@@ -137,7 +137,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     out = Console()
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
-        doc = run_bench(cfg)
+        doc = run_bench(cfg).to_json()
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True) as prog:
@@ -146,7 +146,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             def progress(label: str, done: int, total: int) -> None:
                 prog.update(task, description=label[:40], completed=done, total=total)
 
-            doc = run_bench(cfg, progress)
+            doc = run_bench(cfg, progress).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
         terminal(doc, out, lang=lang())
@@ -163,15 +163,15 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
     figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
     import json
 
-    from llamarig.bench.compare import compare_docs, compare_json, print_compare
+    from llamarig.bench.compare import compare, print_compare
     from llamarig.bench.report import read_json
 
     da, db = read_json(a), read_json(b)
-    rows = compare_docs(da, db)
-    print_compare(rows, Console(), str(a), str(b))
+    result = compare(da, db)
+    print_compare(list(result.rows), Console(), str(a), str(b))
     if json_path:
         try:
-            json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            json_path.write_text(json.dumps(result.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         except OSError as e:
             raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=e.strerror or e)) from e
 
