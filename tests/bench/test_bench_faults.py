@@ -164,4 +164,5 @@ def test_gpu_telemetry_with_a_fake_nvidia_smi(fake_server: Fake, tmp_path, monke
     gpu = doc["gpu"]
     assert gpu["available"] and gpu["samples"][0]["power_w"] == 250.0 and gpu["samples"][0]["temp_c"] == 47
     f = [x for x in doc["figures"] if x["name"] == "energy_tokens_per_joule"][0]
-    assert f["value"] > 0 and "power.draw" in f["method"]
+    assert f["value"] > 0 and "nvidia-smi" in f["method"] and "power" in f["method"]
+    assert gpu["source"] == "nvidia-smi --query-gpu (client machine)"

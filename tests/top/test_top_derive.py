@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from llamarig.bench.gpu import GpuRaw, GpuReading, GpuTelemetry, Nvml, is_local
 from llamarig.cli.top_view import ViewState, plain
 from llamarig.testing.server import free_port
-from llamarig.top.derive import build, gpu_raw
-from llamarig.top.gpu import Nvml, is_local
-from llamarig.top.model import GpuReading, PoolHint, Raw, ServerRaw, Snapshot
+from llamarig.top.derive import build
+from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
 
 NO_GPU = GpuReading(False, "test", "no_nvml")
 NO_HINT = PoolHint()
@@ -205,7 +205,7 @@ def test_gateway_rejections_per_minute_and_reservations() -> None:
 
 def test_tokens_per_joule_from_the_energy_counter() -> None:
     def gpu(e: float) -> GpuReading:
-        return GpuReading(True, "", "", (gpu_raw(0, "RTX 3090", power_w=300.0, energy_j=e, mem_used_mib=20000.0,
+        return GpuReading(True, "", "", (GpuRaw(0, "RTX 3090", power_w=300.0, energy_j=e, mem_used_mib=20000.0,
                                                  mem_total_mib=24576.0, temp_c=60.0, sm_clock_mhz=1800.0),))
 
     _, b = run(raw(0, [slot(0, busy=True, task=1, dec=0)], gpu=gpu(1000.0)),
@@ -236,6 +236,9 @@ def test_screens_fit_80_columns_in_both_languages() -> None:
 def test_nvml_absent_is_one_line_and_local_urls() -> None:
     r = Nvml().read()
     assert r.available or (r.reason and "\n" not in r.reason and r.reason_kind == "no_nvml")
+    # one telemetry source for top and bench: NVML, else nvidia-smi, else one line saying both
+    t = GpuTelemetry().read()
+    assert t.available or (t.reason and "\n" not in t.reason and ("NVML" in t.reason or "nvml" in t.reason.lower()))
     assert is_local("http://127.0.0.1:8080") and is_local("http://localhost:1") and is_local("http://[::1]:8080")
     assert not is_local("http://192.0.2.7:8080")  # TEST-NET-1 (RFC 5737): never this machine
 

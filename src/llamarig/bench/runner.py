@@ -26,7 +26,7 @@ import aiohttp
 
 from llamarig import __version__
 from llamarig.bench.client import BenchClient, RequestSample
-from llamarig.bench.gpu import GpuSampler, energy_joules
+from llamarig.bench.gpu import GpuSampler, energy_joules, is_local
 from llamarig.bench.monitor import InterferenceEvent, Monitor, Scrape, Tracker, reconcile
 from llamarig.bench.records import Figure, note_text, single_figure
 from llamarig.bench.result import BenchReport, Interference, Scenario, Target
@@ -245,11 +245,6 @@ def client_machine() -> dict[str, Any]:
     }
 
 
-def _is_local(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    return host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
-
-
 # ---------------------------------------------------------------------- the run
 @dataclass
 class _Preflight:
@@ -385,14 +380,15 @@ def _interference(r: Runner, pre: _Preflight, events: list[InterferenceEvent], l
 
 def _energy_figures(r: Runner, gpu: GpuSampler) -> list[Figure]:
     tokens = sum(s.predicted_n or 0 for s in r.samples if s.ok and s.extra.get("target") is None)
-    joules = energy_joules(gpu.samples)
-    if not gpu.to_json()["available"] or not joules:
+    energy = energy_joules(gpu.samples) if gpu.to_json()["available"] else None
+    if not energy or not energy[0]:
         return []
+    joules, how = energy
     return [single_figure(
         "energy_tokens_per_joule", tokens / joules, "tok/J",
-        f"generated tokens of all our requests ({tokens}, from timings.predicted_n) ÷ energy = trapezoidal ∫ nvidia-smi "
-        "power.draw dt over the run, summed over GPUs; client-machine GPUs"
-        + ("" if _is_local(r.cfg.url) else " (server is remote: this is NOT the server's energy)"),
+        f"generated tokens of all our requests ({tokens}, from timings.predicted_n) ÷ energy over the run, summed "
+        f"over GPUs ({how}; {gpu.to_json()['source']})"
+        + ("" if is_local(r.cfg.url) else " (server is remote: this is NOT the server's energy)"),
         scenario="gpu", params={"tokens": tokens, "joules": joules, "gpu_samples": len(gpu.samples)})]
 
 

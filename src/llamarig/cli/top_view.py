@@ -270,7 +270,7 @@ def gpu_part(snap: Snapshot) -> list[Any]:
     g = snap.gpu
     if not g.available:
         reason = {
-            "no_nvml": _("GPU: no NVML on this machine ({reason})"),
+            "no_nvml": _("GPU: no NVML and no nvidia-smi on this machine ({reason})"),
             "remote": _("GPU: the server runs on another machine; this machine's GPUs are not shown"),
             "off": _("GPU: not read (--no-gpu)"),
         }.get(g.reason_kind, _("GPU: not available ({reason})"))

@@ -20,11 +20,11 @@ from typing import Any
 import aiohttp
 
 from llamarig.bench.client import BenchClient, HTTPResult
+from llamarig.bench.gpu import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.bench.monitor import parse_metrics
 from llamarig.top import derive
-from llamarig.top.gpu import Nvml, is_local, remote_reading
 from llamarig.top.local import pool_hint
-from llamarig.top.model import GpuReading, PoolHint, Raw, ServerRaw, Snapshot
+from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
 from llamarig.top.pool import NO_HINT
 
 
@@ -67,7 +67,7 @@ class Collector:
         self.props: dict[str, Any] = {}
         self.prev: Snapshot | None = None
         self.want_gpu = gpu
-        self.nvml: Nvml | None = None
+        self.telemetry: GpuTelemetry | None = None
         self.local: bool | None = None
 
     async def __aenter__(self) -> Collector:
@@ -76,8 +76,8 @@ class Collector:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.client.__aexit__(*exc)
-        if self.nvml is not None:
-            self.nvml.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
 
     async def _get(self, path: str) -> HTTPResult | BaseException:
         try:
@@ -124,9 +124,9 @@ class Collector:
             return GpuReading(False, "no server answered yet: whether it runs on this machine is not known", "unknown")
         if not self._local(tuple(s.url for s in servers)):
             return remote_reading()
-        if self.nvml is None:
-            self.nvml = Nvml()
-        return self.nvml.read()
+        if self.telemetry is None:
+            self.telemetry = GpuTelemetry()
+        return self.telemetry.read()
 
     # ------------------------------------------------------------------ a llama-server
     async def _server_round(self) -> ServerRaw:

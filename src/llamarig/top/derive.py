@@ -26,7 +26,6 @@ from llamarig.top.model import (
     Alert,
     Event,
     GatewayView,
-    GpuRaw,
     GpuReading,
     GpuView,
     Memo,
@@ -515,9 +514,3 @@ def _held_slots(gateway: GatewayView | None, prev: Snapshot | None) -> dict[str,
 
 def prev_t(memo: Memo) -> float:
     return max(m.t for m in memo.servers.values())
-
-
-def gpu_raw(index: int, name: str, **kw: float | None) -> GpuRaw:
-    """A GpuRaw with absent fields as None (for tests and the NVML reader)."""
-    fields = ("mem_used_mib", "mem_total_mib", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz", "util_pct", "energy_j")
-    return GpuRaw(index, name, *(kw.get(f) for f in fields))

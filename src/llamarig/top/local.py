@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from llamarig.bench.gpu import is_local
 from llamarig.flags.argv import Command
-from llamarig.top.gpu import is_local
 from llamarig.top.model import PoolHint
 from llamarig.top.pool import NO_HINT, hint_from_argv, hint_from_log
 

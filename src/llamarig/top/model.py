@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamarig.bench.gpu import GpuRaw, GpuReading
 from llamarig.bench.monitor import SlotRuleState
 
 # ---------------------------------------------------------------------------------- inputs
@@ -46,28 +47,6 @@ class ServerRaw:
     uptime_s: float | None = None  # from start_time, where the server runs on this machine
     props: Mapping[str, Any] | None = None
     pool_hint: PoolHint = PoolHint()
-
-
-@dataclass(frozen=True)
-class GpuRaw:
-    index: int
-    name: str
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    power_w: float | None
-    temp_c: float | None
-    sm_clock_mhz: float | None
-    mem_clock_mhz: float | None
-    util_pct: float | None
-    energy_j: float | None  # the driver's total energy counter (Volta and later), None if absent
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    available: bool
-    reason: str = ""  # why not (no NVML, not this machine); English, for --json
-    reason_kind: str = ""  # "no_nvml" | "remote" | "nvml_error" (the view translates)
-    gpus: tuple[GpuRaw, ...] = ()
 
 
 @dataclass(frozen=True)
