@@ -498,55 +498,66 @@ def markdown(doc: dict[str, Any], lang: str = "en") -> str:
     """Headline, then the table (指标 | 数值 | N | 测法 in Chinese, as in the 307K-context MTP field
     report, tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) whose rows cite numbered method
     footnotes, then the footnotes, notes, interference, findings and errors; in ``lang``."""
-    _ = translator(lang)
-
-    def local_text(value: Any) -> str:
-        return str(localize(value, lang))
-
-    lab = labels(lang)
     lines = [f"# {report_title(doc, lang)}", ""]
     lines += [f"- {m}" for m in meta_lines(doc, lang)]
-    heads = headline(doc, lang)
-    if heads:
-        lines += ["", f"## {lab['headline']}", ""]
-        for h in heads:
-            text = _("{label}: {value} ({detail})").format(label=f"**{h.label}**", value=h.value, detail=h.detail)
-            if h.note:
-                text += f" — {h.note}"
-            lines.append(f"- {'⚠ ' if h.warn else ''}{_md_cell(text)}")
-    if doc.get("findings"):
-        lines += ["", f"## {lab['findings']}", ""] + [f"- {local_text(x)}" for x in doc["findings"]]
+    lines += _md_headline(doc, lang) + _md_findings(doc, lang) + _md_figures(doc, lang) + _md_problems(doc, lang)
+    return "\n".join(lines) + "\n"
+
+
+def _md_section(title: str, items: list[str]) -> list[str]:
+    return ["", f"## {title}", "", *items] if items else []
+
+
+def _md_headline(doc: dict[str, Any], lang: str) -> list[str]:
+    _ = translator(lang)
+    items = []
+    for h in headline(doc, lang):
+        text = _("{label}: {value} ({detail})").format(label=f"**{h.label}**", value=h.value, detail=h.detail)
+        if h.note:
+            text += f" — {h.note}"
+        items.append(f"- {'⚠ ' if h.warn else ''}{_md_cell(text)}")
+    return _md_section(labels(lang)["headline"], items)
+
+
+def _md_findings(doc: dict[str, Any], lang: str) -> list[str]:
+    return _md_section(labels(lang)["findings"], [f"- {localize(x, lang)}" for x in doc.get("findings") or []])
+
+
+def _md_figures(doc: dict[str, Any], lang: str) -> list[str]:
+    """The figure table (each row cites its method and note footnotes), then the footnotes."""
     figures = doc.get("figures", [])
-    if figures:
-        fn = footnotes(figures, lang)
-        lines += ["", f"## {lab['figures']}", "",
-                  f"| {lab['figure']} | {lab['value']} | N | {lab['method']} |", "|---|---|---|---|"]
-        for f, (m, note) in zip(figures, fn.refs, strict=True):
-            val = value_with_unit(f.get("value"), f.get("unit", ""))
-            sp = _spread_text(f)
-            if sp:
-                val += f" ({sp})"
-            ref = f"{method_stat(str(f.get('method', '')), lang)} {sup(m)}".strip()
-            if note:
-                ref += f" ⚠{sup(note)}"
-            lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {_md_cell(ref)} |")
-        lines += ["", f"### {lab['methods_h']}", ""]
-        for i, (text, is_note) in enumerate(fn.texts, 1):
-            lines.append(f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text))
-    notes = [f"- {sc['name']}: {local_text(n)}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
-    if notes:
-        lines += ["", f"## {lab['notes']}", ""] + notes[:50]
+    if not figures:
+        return []
+    _ = translator(lang)
+    lab = labels(lang)
+    fn = footnotes(figures, lang)
+    lines = ["", f"## {lab['figures']}", "", f"| {lab['figure']} | {lab['value']} | N | {lab['method']} |",
+             "|---|---|---|---|"]
+    for f, (m, note) in zip(figures, fn.refs, strict=True):
+        val = value_with_unit(f.get("value"), f.get("unit", ""))
+        sp = _spread_text(f)
+        val += f" ({sp})" if sp else ""
+        ref = f"{method_stat(str(f.get('method', '')), lang)} {sup(m)}".strip() + (f" ⚠{sup(note)}" if note else "")
+        lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {_md_cell(ref)} |")
+    lines += ["", f"### {lab['methods_h']}", ""]
+    lines += [f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text)
+              for i, (text, is_note) in enumerate(fn.texts, 1)]
+    return lines
+
+
+def _md_problems(doc: dict[str, Any], lang: str) -> list[str]:
+    """Scenario notes, interference, errors, GPU telemetry missing."""
+    lab = labels(lang)
+    notes = [f"- {sc['name']}: {localize(n, lang)}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
     inter = doc.get("interference") or {}
-    if inter.get("missing") or inter.get("events"):
-        lines += ["", f"## {lab['interference_h']}", ""]
-        lines += [f"- {lab['missing']}: {local_text(m)}" for m in inter.get("missing", [])]
-        lines += [f"- t={e['t_s']} s {e['kind']}: {local_text(e['detail'])}" for e in inter.get("events", [])[:20]]
-    if doc.get("errors"):
-        lines += ["", f"## {lab['errors']}", ""] + [f"- {local_text(x)}" for x in doc["errors"][:50]]
+    inter_items = [f"- {lab['missing']}: {localize(m, lang)}" for m in inter.get("missing", [])]
+    inter_items += [f"- t={e['t_s']} s {e['kind']}: {localize(e['detail'], lang)}" for e in inter.get("events", [])[:20]]
+    lines = _md_section(lab["notes"], notes[:50]) + _md_section(lab["interference_h"], inter_items)
+    lines += _md_section(lab["errors"], [f"- {localize(x, lang)}" for x in (doc.get("errors") or [])[:50]])
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
         lines += ["", lab["gpu_na"].format(reason=gpu.get("reason"))]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:
@@ -571,4 +582,5 @@ def read_json(path: Path) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     text = resources.files("llamarig").joinpath("data/bench.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    doc: dict[str, Any] = json.loads(text)
+    return doc

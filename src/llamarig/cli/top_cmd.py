@@ -142,6 +142,23 @@ def _interactive(url: str, interval: float, opts: dict[str, Any]) -> None:
             termios.tcsetattr(fd, termios.TCSADRAIN, old)
 
 
+def _on_keys(pressed: str, vs: Any) -> tuple[Any, bool, bool]:
+    """The keys read at once: (view state, quit, refresh now)."""
+    quit_ = refresh = False
+    if pressed.startswith("\x1b"):
+        return vs, quit_, refresh  # an escape sequence (arrows, function keys): not ours
+    for k in pressed.lower():
+        if k == "q":
+            return vs, True, refresh
+        if k == "s":
+            vs = vs.next_sort()
+        elif k == "v":
+            vs = vs.next_view()
+        elif k == "p":
+            vs, refresh = vs.toggle_pause(), True
+    return vs, quit_, refresh
+
+
 async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None) -> None:
     from rich.console import Console
     from rich.live import Live
@@ -155,11 +172,10 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
     if fd is not None:
         loop.add_reader(fd, lambda: keys.put_nowait(os.read(fd, 32).decode(errors="replace")))
     vs = ViewState()
-    console = Console()
     snap = None
     try:
         async with Collector(url, **opts) as c:
-            with Live(Text(_("connecting to {url} ...").format(url=url)), console=console, screen=True,
+            with Live(Text(_("connecting to {url} ...").format(url=url)), console=Console(), screen=True,
                       auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
                 next_at = loop.time()
                 while True:
@@ -172,18 +188,11 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
                         pressed = await asyncio.wait_for(keys.get(), timeout=max(0.05, next_at - loop.time()))
                     except asyncio.TimeoutError:
                         continue
-                    if pressed.startswith("\x1b"):
-                        continue  # an escape sequence (arrows, function keys): not ours
-                    for k in pressed:
-                        if k in "qQ":
-                            return
-                        if k in "sS":
-                            vs = vs.next_sort()
-                        elif k in "vV":
-                            vs = vs.next_view()
-                        elif k in "pP":
-                            vs = vs.toggle_pause()
-                            next_at = loop.time()
+                    vs, quit_, refresh = _on_keys(pressed, vs)
+                    if quit_:
+                        return
+                    if refresh:
+                        next_at = loop.time()
     finally:
         if fd is not None:
             with contextlib.suppress(Exception):

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from llamarig.bench.gpu import GpuReading
 from llamarig.bench.monitor import SlotRuleState, judge_slots
 from llamarig.bench.records import note_text
 from llamarig.i18n import N_, join
@@ -26,7 +27,6 @@ from llamarig.top.model import (
     Alert,
     Event,
     GatewayView,
-    GpuReading,
     GpuView,
     Memo,
     PoolView,
