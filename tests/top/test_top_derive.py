@@ -283,3 +283,14 @@ def test_cli_errors_are_one_line(cli: Any) -> None:
     doc = json.loads(out)
     assert code == 3 and doc["servers"][0]["state"] == "down" and doc["slots"] == []
     assert doc["servers"][0]["error"] == "connection refused" and doc["alerts"][0]["kind"] == "down"
+
+
+def test_names_from_a_server_are_never_markup() -> None:
+    """A backend or key named like rich markup shows as written (rows showed '[yellow]![2][/]')."""
+    req = {"id": "req-[b]7[/b]", "backend": "[red]b0[/]", "tier": "B", "priority": 0, "key": "[bold]k[/]",
+           "reserved_tokens": 10, "age_s": 1.0, "slot": 0}
+    status = {"in_flight": 1, "reserved_tokens": 10, "requests": [req],
+              "backends": [{"name": "[red]b0[/]", "healthy": True, "pool_tokens": 4096, "in_flight": 1}]}
+    (snap,) = run(raw(0, [slot(0, busy=True)], status=status, name="[red]b0[/]"))
+    text = plain(snap, width=160)
+    assert "[red]b0[/]" in text and "req-[b]7[/b]" in text and "[bold]k[/]" in text

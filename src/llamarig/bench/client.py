@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from llamarig.bench.records import note_text
+from llamarig.bench.records import Json, note_text
 from llamarig.errors import ServerError
 from llamarig.i18n import N_, _
 
@@ -44,8 +44,8 @@ class RequestSample:
     n_token_chunks: int = 0
     status: int | None = None
     error: str = ""
-    timings: dict[str, Any] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # the server's timings: numbers only
+    usage: dict[str, Json] = field(default_factory=dict)
     tokens_cached: int | None = None
     tokens_evaluated: int | None = None
     slot_used: int | None = None
@@ -53,7 +53,7 @@ class RequestSample:
     valid: bool = True
     reject_reason: str = ""
     contaminated: bool | None = None  # None: unknown (no /slots)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
     #: (send -> chunk arrival in s, tokens generated so far): timings.predicted_n of each chunk when
     #: the request asked for timings_per_token, else the count of token-bearing chunks
     token_times: list[tuple[float, int]] = field(default_factory=list)
@@ -67,9 +67,10 @@ class RequestSample:
     @property
     def predicted_n(self) -> int | None:
         v = self.timings.get("predicted_n")
-        if v is None:
-            v = self.usage.get("completion_tokens")
-        return int(v) if v is not None else None
+        if v is not None:
+            return int(v)
+        u = self.usage.get("completion_tokens")
+        return int(u) if isinstance(u, (int, float)) else None
 
     @property
     def server_decode_tok_s(self) -> float | None:
@@ -314,7 +315,7 @@ def _apply_chunk(obj: dict[str, Any], s: RequestSample, now: float, chat: bool) 
         s.t_last_s = now
     timings = obj.get("timings")
     if isinstance(timings, dict):
-        s.timings = timings
+        s.timings = {k: v for k, v in timings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         pn = timings.get("predicted_n")
         if isinstance(pn, int) and has_token:
             s.tokens_from_timings = True

@@ -12,7 +12,7 @@ the same concurrency and at clearly different depths.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from llamarig.bench.logparse import (
     parse_log_text,
     read_log,
 )
-from llamarig.bench.records import Figure, single_figure, stat_figures
+from llamarig.bench.records import Figure, Json, single_figure, stat_figures
 from llamarig.bench.result import SCHEMA_VERSION
 from llamarig.errors import InputError
 from llamarig.i18n import _
@@ -46,11 +46,11 @@ class LogsReport:
     its method), ``findings`` (catalogue Messages: English in ``to_json()``, the reader's language
     on the screen), one ``timeline`` row per request, and the plot ``series``."""
 
-    source: dict[str, Any]
+    source: Mapping[str, Json]
     figures: tuple[Figure, ...]
     findings: tuple[str, ...]
-    timeline: tuple[dict[str, Any], ...]
-    series: dict[str, Any] = field(default_factory=dict)
+    timeline: tuple[Mapping[str, Json], ...]
+    series: Mapping[str, Json] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "logs", "tool": f"llamarig {__version__}",
@@ -72,7 +72,7 @@ def logs_report(path: Path, script: Path | None = None) -> LogsReport:
 
         findings = script_findings(p, script) + findings
     start = p.starts[-1] if p.starts else None
-    source = {"path": str(path), "lines": p.lines, "recognised": p.recognised, "skipped": p.skipped,
+    source: dict[str, Json] = {"path": str(path), "lines": p.lines, "recognised": p.recognised, "skipped": p.skipped,
               "empty": p.empty, "build": p.build, "truncated_tail": p.truncated_tail, "requests": len(p.requests),
               "orphan_timings": p.orphan_timings,
               "server": None if start is None else {"line": start.line, "n_slots": start.n_slots,

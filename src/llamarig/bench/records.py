@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from llamarig.i18n import _
+
+#: a JSON value: the free-form parts of a figure (its spread, its parameters) and of a document
+Json: TypeAlias = "str | int | float | bool | None | Sequence[Json] | Mapping[str, Json]"
 
 PERCENTILE_METHOD = "linear interpolation between closest ranks (NumPy default, type 7)"
 
@@ -60,9 +63,9 @@ class Figure:
     method: str
     n: int
     samples: tuple[float, ...] = ()
-    spread: dict[str, Any] = field(default_factory=dict)
+    spread: Mapping[str, Json] = field(default_factory=dict)
     scenario: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Json] = field(default_factory=dict)
     note: str = ""
     method_zh: str = ""
 
@@ -79,7 +82,7 @@ class Figure:
         if self.scenario:
             d["scenario"] = self.scenario
         if self.params:
-            d["params"] = self.params
+            d["params"] = dict(self.params)
         if self.note:
             d["note"] = self.note
         if self.method_zh:

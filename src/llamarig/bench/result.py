@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
 
 from llamarig import __version__
 from llamarig.bench.client import RequestSample
 from llamarig.bench.monitor import InterferenceEvent
-from llamarig.bench.records import Figure
-
-#: a JSON value (free-form parts of a document: a server's own /props, the run's options)
-Json: TypeAlias = "str | int | float | bool | None | Sequence[Json] | Mapping[str, Json]"
+from llamarig.bench.records import Figure, Json
 
 SCHEMA_VERSION = 1
 

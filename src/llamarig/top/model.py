@@ -13,6 +13,7 @@ from typing import Any
 
 from llamarig.bench.gpu import GpuRaw, GpuReading
 from llamarig.bench.monitor import SlotRuleState
+from llamarig.bench.records import Json
 
 # ---------------------------------------------------------------------------------- inputs
 
@@ -275,7 +276,7 @@ class Alert:
 
     kind: str
     server: str
-    values: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, Json] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "server": self.server, **dict(self.values)}
@@ -290,7 +291,7 @@ class Event:
     kind: str
     server: str
     detail: str  # a Message (English in --json, localized on the screen)
-    values: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, Json] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"t_unix": round(self.wall, 3), "kind": self.kind, "server": self.server, "detail": self.detail,
