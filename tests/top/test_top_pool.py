@@ -175,3 +175,37 @@ def test_a_cancelled_request_is_an_event(kvu: Any) -> None:
     snap = asyncio.run(watch())
     assert snap.servers[0].endings == {"cancelled": 1}
     assert "cancelled after" in next(e.detail for e in snap.events if e.kind == "cancelled")
+
+
+@pytest.mark.server
+def test_a_request_cancelled_through_the_gateway_is_an_event_with_its_id(np2: Any, gateway: Any,
+                                                                          long_request: Any) -> None:
+    """Through the gateway: a client that goes away ends its request; top names the request by the
+    gateway's id (the request log's) and the slot it held."""
+    from tests.top.helpers import stop_pid
+
+    gw = gateway(np2.url)
+    client = long_request(gw, 50000)
+
+    async def watch() -> tuple[str, Snapshot]:
+        async with Collector(gw, timeout_s=5) as c:
+            snap = await c.snapshot()
+            for _ in range(2000):
+                held = [r for r in (snap.gateway.requests if snap.gateway else ()) if r.slot is not None]
+                if held and any(v.busy and (v.n_decoded or 0) > 0 for v in snap.slots):
+                    break
+                await asyncio.sleep(0.05)
+                snap = await c.snapshot()
+            rid = held[0].id
+            stop_pid(client)
+            for _ in range(2000):
+                if any(e.kind in ("cancelled", "ended_early") for e in snap.events):
+                    return rid, snap
+                await asyncio.sleep(0.05)
+                snap = await c.snapshot()
+            raise AssertionError("no ending event")
+
+    rid, snap = asyncio.run(watch())
+    ev = next(e for e in snap.events if e.kind in ("cancelled", "ended_early"))
+    assert ev.values["request"] == rid, (ev.to_json(), rid)
+    assert ev.kind == "cancelled" and "cancelled after" in ev.detail, ev.to_json()

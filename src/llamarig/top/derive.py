@@ -255,8 +255,7 @@ def _ending(prev: SlotMemo | None, now: SlotView) -> str | None:
     return "cancelled" if now.ctx_used else "cleared"
 
 
-def _endings(name: str, views: list[SlotView], prev: ServerMemo | None, requests: Mapping[int, str],
-             out: _Out) -> dict[str, int]:
+def _endings(name: str, views: list[SlotView], prev: ServerMemo | None, out: _Out) -> dict[str, int]:
     """Count how the tasks that left their slots since the last reading ended; the early ends are
     events. Tasks whose caches were cleared at once while the pool was near full (or two or more at
     once: llama-server ends every busy slot when a decode finds no cell, server-context.cpp:4040)
@@ -273,7 +272,7 @@ def _endings(name: str, views: list[SlotView], prev: ServerMemo | None, requests
         kind = "context_exceeded" if how == "cleared" and overflow else ("ended_early" if how == "cleared" else how)
         counts[kind] = counts.get(kind, 0) + 1
         pm = prev.slots[v.id]
-        req = requests.get(v.id)
+        req = pm.request
         if kind == "cancelled":
             out.event("cancelled", name, note_text(
                 N_("slot {slot}: task {task} cancelled after {tokens} generated tokens (its client went away)"),
@@ -290,8 +289,23 @@ def _endings(name: str, views: list[SlotView], prev: ServerMemo | None, requests
             slots=", ".join(str(v.id) for v in cleared), cells=pool.cells_busy if pool else "?",
             tokens=pool.tokens if pool and pool.tokens else "?"),
             slots=[v.id for v in cleared], tasks=[v.id_task for v in cleared],
-            requests=[requests[v.id] for v in cleared if v.id in requests])
+            requests=[r for v in cleared if (r := prev.slots[v.id].request) is not None])
     return counts
+
+
+def _remember_requests(views: list[SlotView], memos: dict[int, SlotMemo],
+                       prev: Mapping[int, SlotMemo]) -> dict[int, SlotMemo]:
+    """The gateway request each slot's task was seen with, kept for the task's life: the gateway
+    may drop a request (its client went away) a reading before its slot is seen idle."""
+    out = dict(memos)
+    for v in views:
+        m = out.get(v.id)
+        if m is None:
+            continue
+        pm = prev.get(v.id)
+        kept = pm.request if pm is not None and pm.id_task == m.id_task else None
+        out[v.id] = replace(m, request=v.request or kept)
+    return out
 
 
 def _capacity_alerts(name: str, pool: PoolView, views: list[SlotView], gw: _GwFigures, out: _Out) -> bool:
@@ -327,6 +341,7 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, out: _Out, gw_backend: Mapp
     same = prev is not None and not why  # a new process: nothing of the old one's slots carries over
     views, slot_memos = _read_slots(raw, prev.slots if prev is not None and same else {}, dt, out)
     views = [replace(v, request=requests.get(v.id)) if v.busy and v.id in requests else v for v in views]
+    slot_memos = _remember_requests(views, slot_memos, prev.slots if prev is not None and same else {})
     rule, foreign, more = _interference(raw, prev.rule if prev is not None and same else SlotRuleState(),
                                         gw_backend, views, prev, out)
     why += more
@@ -338,7 +353,7 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, out: _Out, gw_backend: Mapp
         out.alert("restart", name, seconds=round(out.wall - last_restart))
     split_seen = (prev is not None and same and prev.split_seen) or more_than_one_slot(views)
     pool = pool_view(views, raw.pool_hint, split_seen)
-    endings = _endings(name, views, prev if same else None, requests, out)
+    endings = _endings(name, views, prev if same else None, out)
     if prev is not None and not same:
         endings = dict(prev.endings)  # counted since top started, across restarts
     gw = _gw_figures(gw_backend)

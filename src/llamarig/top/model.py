@@ -308,6 +308,7 @@ class SlotMemo:
     judged: bool  # this task's cache reuse was judged already
     reprocess_streak: int
     busy: bool = False
+    request: str | None = None  # the gateway request seen holding the slot for this task
 
 
 @dataclass(frozen=True)
