@@ -209,3 +209,33 @@ def test_a_request_cancelled_through_the_gateway_is_an_event_with_its_id(np2: An
     ev = next(e for e in snap.events if e.kind in ("cancelled", "ended_early"))
     assert ev.values["request"] == rid, (ev.to_json(), rid)
     assert ev.kind == "cancelled" and "cancelled after" in ev.detail, ev.to_json()
+
+
+def test_a_local_server_without_a_log_file_gives_its_command_line(tmp_path: Path) -> None:
+    """A server whose stderr goes to the journal (the 32 GB field report's systemd unit): no log
+    file to read, so its command line says the pool (-c 307200 shared by 4 slots capped at
+    262144 each); a proc tree built like Linux's /proc."""
+    from llamarig.top.local import pool_hint
+
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    port, inode = 8002, 4242
+    (proc / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        f"   0: 0100007F:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 {inode} 1\n")
+    (proc / "net" / "tcp6").write_text("  sl  local_address\n")
+    pid = proc / "4321"
+    (pid / "fd").mkdir(parents=True)
+    (pid / "fd" / "3").symlink_to(f"socket:[{inode}]")
+    (pid / "fd" / "2").symlink_to("socket:[77]")  # the journal
+    argv = ["/usr/bin/llama-server", "--model", "m.gguf", "--ctx-size", "307200", "--parallel", "4", "--kv-unified"]
+    (pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    h = pool_hint(f"http://127.0.0.1:{port}", 262144, proc=proc)
+    assert (h.tokens, h.unified, h.source, h.detail) == (307200, True, "command", "pid 4321")
+    # and with a log file the log wins
+    log = tmp_path / "server.log"
+    log.write_text(LOG_CAPPED)
+    (pid / "fd" / "2").unlink()
+    (pid / "fd" / "2").symlink_to(log)
+    h = pool_hint(f"http://127.0.0.1:{port}", 4096, proc=proc)
+    assert (h.tokens, h.unified, h.source, h.detail) == (8192, True, "log", str(log))
