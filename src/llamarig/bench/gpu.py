@@ -50,6 +50,7 @@ class GpuReading:
     reason_kind: str = ""
     gpus: tuple[GpuRaw, ...] = ()
     source: str = ""
+    library_error: str = ""  # NVML's own words for why it is missing, shown as they are
 
 
 def is_local(url: str) -> bool:
@@ -199,7 +200,7 @@ class GpuTelemetry:
         if got.available:
             return got
         why = f"{self.nvml.reason}; {got.reason}" if got.reason_kind == "no_nvml" else got.reason
-        return GpuReading(False, why, got.reason_kind)
+        return GpuReading(False, why, got.reason_kind, library_error=self.nvml.reason)
 
     def close(self) -> None:
         self.nvml.close()

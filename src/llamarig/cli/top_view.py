@@ -274,7 +274,7 @@ def gpu_part(snap: Snapshot) -> list[Any]:
             "remote": _("GPU: the server runs on another machine; this machine's GPUs are not shown"),
             "off": _("GPU: not read (--no-gpu)"),
         }.get(g.reason_kind, _("GPU: not available ({reason})"))
-        return [Text(reason.format(reason=g.reason), style="dim")]
+        return [Text(reason.format(reason=g.library_error or g.reason), style="dim")]
     out: list[Any] = []
     for d in g.gpus:
         bits = [f"GPU{d.index} {d.name}"]

@@ -480,7 +480,8 @@ def _gpu(reading: GpuReading, memo: Memo, tokens: float | None, dt: float | None
         tpj = tokens / joules if joules > 0 else None
         if tpj is None:
             source = ""
-    return GpuView(reading.available, reading.reason, reading.reason_kind, reading.gpus, tpj, source), energy
+    return GpuView(reading.available, reading.reason, reading.reason_kind, reading.gpus, tpj, source,
+                   reading.library_error), energy
 
 
 def build(prev: Snapshot | None, raw: Raw) -> Snapshot:

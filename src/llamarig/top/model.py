@@ -259,6 +259,7 @@ class GpuView:
     gpus: tuple[GpuRaw, ...]
     tokens_per_joule: float | None
     joule_source: str  # "energy" (the driver's energy counter) | "power" (power x dt) | ""
+    library_error: str = ""  # NVML's own words for why it is missing
 
     def to_json(self) -> dict[str, Any]:
         return {
