@@ -124,8 +124,10 @@ def _decode_figures(dec: list[LogRequest], src: str) -> list[Figure]:
     mix = _mix(dec)
     method = (f"'eval time = … tokens per second' lines of {src} (the server's own figure; build 11434 computes "
               f"(n_gen − 1) ÷ t, older builds n ÷ t); concurrency: {_mix_text(mix)}")
-    zh = "日志 eval time 行的 tokens per second；" + ("全部单独解码" if not mix["parallel"] else
-                                                  f"{mix['alone']} 个单独解码，{mix['parallel']} 个并行（最多 {mix['max_concurrency']} 个同时）")
+    zh = (f"{src} 中 'eval time = … tokens per second' 行的速度（服务器自己算的数：构建 11434 为 (n_gen − 1) ÷ t，"
+          "旧构建为 n ÷ t）；并发：" + ("每个请求都是单独解码（当时没有其他请求在跑）" if not mix["parallel"] else
+                                     f"{mix['alone']} 个单独解码，{mix['parallel']} 个解码时有其他请求在跑（最多 "
+                                     f"{mix['max_concurrency']} 个同时），中位数两者都算"))
     figs = stat_figures("log_decode_tok_s", [r.eval_tok_s for r in dec if r.eval_tok_s is not None], "tok/s", method,
                         stats=("median", "p10", "max"), scenario="logs", params=dict(mix), method_zh=zh)
     if mix["alone"] and mix["parallel"]:
@@ -171,8 +173,9 @@ def _task_figures(dec: list[LogRequest], src: str) -> list[Figure]:
             samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
             params={"depth": r.depth, "slot": r.slot, "task": r.task, "prompt_eval_n": r.prompt_eval_n,
                     "cached": r.cached, "concurrency": r.concurrency},
-            method_zh=f"第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 token，"
-                      f"同时在跑 {r.concurrency} 个请求",
+            method_zh=f"{src} 第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 "
+                      f"token，同时在跑 {r.concurrency} 个请求（深度 = 'new prompt' 行的 task.n_tokens，没有时取 'stop processing' "
+                      "行的 n_tokens − 生成数 + 1）",
         ))
     return figs
 
@@ -300,17 +303,18 @@ def _checkpoint_part(ck: Checkpoints, src: str) -> tuple[list[Figure], list[str]
     figs = [
         single_figure("checkpoint_size_mib", size, "MiB",
                       f"'created context checkpoint K of N (… size = S MiB)' lines of {src}: median S",
-                      samples=ck.sizes_mib, scenario="logs", method_zh="日志 created context checkpoint 行的 size"),
+                      samples=ck.sizes_mib, scenario="logs",
+                      method_zh=f"{src} 中 'created context checkpoint K of N (… size = S MiB)' 行的 S 的中位数"),
         single_figure("checkpoints_kept", float(kept), "checkpoints",
                       f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
                       scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit,
                                                "created": ck.created, "erased": ck.erased},
-                      method_zh="每个槽位最后一行 created context checkpoint K of N 的 K，减去之后 erased invalidated 的行数"),
+                      method_zh=f"{src} 中每个槽位最后一行 'created context checkpoint K of N' 的 K，减去之后 'erased invalidated' 的行数"),
         single_figure("checkpoint_host_ram_mib", ram, "MiB",
                       "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint "
                       "data, tools/server/server-common.h)",
                       scenario="logs", params={"checkpoints_kept": kept, "checkpoint_size_mib": size},
-                      method_zh="保留的 checkpoint 数 × 每个大小（主机内存）"),
+                      method_zh="保留的检查点数 × 检查点大小的中位数（检查点在主机内存中：server_prompt_checkpoint 数据，tools/server/server-common.h）"),
     ]
     line = _("each context checkpoint is {size} MiB; {kept} kept → {ram} of host RAM").format(
         size=f"{size:.1f}" if size >= 1 else f"{size:.3f}", kept=kept, ram=_gib(ram) if size >= 1 else f"{ram:.3f} MiB")
@@ -363,7 +367,7 @@ def _draft_figures(requests: Sequence[LogRequest], src: str) -> list[Figure]:
     return [single_figure("log_spec_acceptance", acc, "ratio",
                           f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
                           samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs",
-                          method_zh="日志 draft acceptance 行：Σ accepted ÷ Σ generated")]
+                          method_zh=f"{src} 中 'draft acceptance = … (A accepted / G generated)' 行：Σ accepted ÷ Σ generated")]
 
 
 def _run_findings(p: LogParse) -> list[str]:

@@ -92,6 +92,10 @@ def _slot_text(cfg: BenchConfig) -> str:
     return f"pinned to slot {cfg.slot} (id_slot)" if cfg.slot is not None else "not pinned to a slot"
 
 
+def _slot_text_zh(cfg: BenchConfig) -> str:
+    return f"固定在槽位 {cfg.slot}（id_slot）" if cfg.slot is not None else "不固定槽位"
+
+
 def annotate_contamination(r: Runner, res: ScenarioResult) -> None:
     """Say, on every figure of the scenario, how many of its samples overlapped foreign work."""
     mine = [s for s in r.samples if s.scenario == res.name and not s.warmup and s.ok]
@@ -122,7 +126,10 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
         f"{cfg.k} {cfg.endpoint} requests ('{cfg.prompt_set}' prompts, seed {cfg.seed}) × max_tokens={cfg.n_predict} with "
         f"ignore_eos, streamed serially to {CHAT if cfg.endpoint == 'chat' else COMPLETION} {_slot_text(cfg)}; {cfg.warmup} warm-up request(s) excluded"
     )
-    zh = f"{cfg.k} 个请求 × {cfg.n_predict} token，串行流式，timings 的 (predicted_n−1)/predicted_ms"
+    head_zh = (f"{cfg.k} 个 {cfg.endpoint} 请求（'{cfg.prompt_set}' 提示词，种子 {cfg.seed}）× max_tokens={cfg.n_predict}，"
+               f"ignore_eos，串行流式发到 {CHAT if cfg.endpoint == 'chat' else COMPLETION}，{_slot_text_zh(cfg)}；"
+               f"{cfg.warmup} 个预热请求不计入")
+    zh = f"{head_zh}；速度 = (timings.predicted_n − 1) ÷ timings.predicted_ms（服务器时钟，由原始字段重算）"
     params = {"k": cfg.k, "n_predict": cfg.n_predict, "prompt_set": cfg.prompt_set}
     no_timings = "" if any(s.timings for s in ok) or not ok else "the server sent no timings (not llama-server?): see decode_client_tok_s"
     res.figures += stat_figures("decode_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
@@ -132,7 +139,8 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
                                 "tok/s", f"{what}; {CLIENT_FORMULA}", stats=("median", "p10", "max"),
                                 scenario="decode", params=params, method_zh="客户端时钟：首个到最后一个含 token 的 SSE 块")
     res.figures += ttft_figures("decode_ttft", ok, f"{what}; time from sending the request to the first SSE chunk with "
-                                "non-empty content or reasoning_content", stats=("median",), scenario="decode", params=params)
+                                "non-empty content or reasoning_content", stats=("median",), scenario="decode", params=params,
+                                what_zh=f"{head_zh}；从发出请求到第一个带非空 content 或 reasoning_content 的 SSE 块的时间")
     res.series["decode"] = [{"seq": s.seq, "server": s.server_decode_tok_s, "client": s.client_decode_tok_s} for s in ok]
     _errors(res, samples)
 
@@ -151,7 +159,7 @@ def _cache_state(s: RequestSample) -> str:
 
 
 def ttft_figures(base: str, ok: list[RequestSample], what: str, *, stats: tuple[str, ...], scenario: str,
-                 params: dict[str, Any] | None = None) -> list[Figure]:
+                 params: dict[str, Any] | None = None, what_zh: str = "") -> list[Figure]:
     """Time to first token, cold and warm apart (``BASE_cold_ms_*``, ``BASE_warm_ms_*``): a prompt
     served from llama-server's cache answers in a fraction of the time, so the two never share a
     figure; each says how many prompt tokens were cached (``BASE_ms_*`` when the server sends no
@@ -166,11 +174,15 @@ def ttft_figures(base: str, ok: list[RequestSample], what: str, *, stats: tuple[
         rule = {"cold": f"cold: timings.cache_n < {WARM_SHARE:.0%} of the prompt (cache_n + prompt_n)",
                 "warm": f"warm: timings.cache_n ≥ {WARM_SHARE:.0%} of the prompt (served from llama-server's cache)",
                 "unknown": "cache unknown: the server sent no timings.cache_n"}[state]
+        rule_zh = {"cold": f"冷：timings.cache_n 不到提示词（cache_n + prompt_n）的 {WARM_SHARE:.0%}",
+                   "warm": f"暖：timings.cache_n 达到提示词的 {WARM_SHARE:.0%}（由 llama-server 的缓存提供）",
+                   "unknown": "缓存情况未知：服务器没有返回 timings.cache_n"}[state]
         name = f"{base}_ms" if state == "unknown" else f"{base}_{state}_ms"
         extra = {} if state == "unknown" else {"cache": state, "cached_tokens_median": statistics.median(cached),
                                                "prompt_tokens_median": statistics.median(prompt)}
         figs += stat_figures(name, [s.ttft_s * 1000 for s in group if s.ttft_s is not None], "ms", f"{what}; {rule}",
-                             stats=stats, scenario=scenario, params={**(params or {}), **extra})
+                             stats=stats, scenario=scenario, params={**(params or {}), **extra},
+                             method_zh=f"{what_zh}；{rule_zh}" if what_zh else "")
     return figs
 
 
@@ -480,7 +492,10 @@ def _concurrency_figures(cfg: BenchConfig, n: int, rounds: _Rounds) -> list[Figu
         "in it (timings.predicted_n of timings_per_token chunks, linear between chunks) ÷ the window; prefill, "
         "queueing and the tail where some streams decode alone are left out; rounds with a failed request excluded",
         samples=rates, scenario="concurrency", params=params,
-        method_zh="稳态：每轮取所有流都在解码的时间窗，Σ 各流在窗内生成的 token ÷ 窗长，取各轮中位数；不含 prefill、排队和尾段",
+        method_zh=(f"稳态，{len(rates)} 轮的中位数，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位："
+                   "每轮取所有流都在解码的时间窗（从最后一个流的第一个 token 到第一个流的最后一个 token），Σ 各流在窗内生成的 "
+                   "token（timings_per_token 各块的 timings.predicted_n，块之间线性插值）÷ 窗长；不含 prefill、排队和只剩部分流在解码的"
+                   "尾段；有请求失败的轮次不计"),
         note="" if rates else never)]
     whole = [t / d for t, d in rounds.whole]
     figs.append(single_figure(
@@ -488,13 +503,16 @@ def _concurrency_figures(cfg: BenchConfig, n: int, rounds: _Rounds) -> list[Figu
         f"whole round, median over N={len(whole)} rounds: Σ timings.predicted_n ÷ (last token chunk of any stream − "
         "first request sent): prefill, queueing for a slot and the tail included",
         samples=whole, scenario="concurrency", params={"streams": n, "tokens_per_round": [t for t, _ in rounds.whole]},
-        method_zh="整轮：Σpredicted_n ÷（最后一个 token − 第一个请求发出），含 prefill 和排队",
+        method_zh=(f"整轮，{len(whole)} 轮的中位数：Σ timings.predicted_n ÷（任一流的最后一个 token 块 − 第一个请求发出），"
+                   "含 prefill、等待槽位和尾段"),
         note="" if whole else "no complete round"))
     figs += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
                          "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency",
                          params={"streams": n})
+    what_zh = (f"{k} 轮，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位（上一轮结束后才开始下一轮）")
     figs += ttft_figures(f"concurrency_{n}_ttft", ok, f"{what}; client time to first token-bearing chunk",
-                         stats=("median", "p90"), scenario="concurrency", params={"streams": n})
+                         stats=("median", "p90"), scenario="concurrency", params={"streams": n},
+                         what_zh=f"{what_zh}；客户端到第一个含 token 的块的时间")
     queue = [max(0.0, s.ttft_s * 1000 - float(s.timings["prompt_ms"])) for s in ok if s.ttft_s is not None and "prompt_ms" in s.timings]
     figs += stat_figures(f"concurrency_{n}_queue_ms", queue, "ms",
                          f"{what}; client TTFT − timings.prompt_ms (waiting for a slot + HTTP + template)",
@@ -578,7 +596,8 @@ async def scenario_workload(r: Runner, res: ScenarioResult) -> None:
     res.figures += stat_figures("workload_decode_tok_s", [v for s in ok if (v := s.server_decode_tok_s or s.client_decode_tok_s)],
                                 "tok/s", f"{what}; {DECODE_FORMULA} (client rate when the server sends no timings)", scenario="workload")
     res.figures += ttft_figures("workload_ttft", ok, f"{what}; client time to first token-bearing chunk",
-                                stats=("median", "p90"), scenario="workload")
+                                stats=("median", "p90"), scenario="workload",
+                                what_zh=f"从 {cfg.workload.name} 串行重放 {len(reqs)} 个聊天请求；客户端到第一个含 token 的块的时间")
     res.figures += stat_figures("workload_prefill_tok_s", [s.prefill_tok_s for s in ok if s.prefill_tok_s and (s.timings.get("prompt_n") or 0) > 16],
                                 "tok/s", f"{what}; timings.prompt_n ÷ timings.prompt_ms (requests with > 16 new prompt tokens; cache hits are not cold)",
                                 stats=("median",), scenario="workload")
