@@ -35,6 +35,7 @@ _LAZY = {
     "logs_report": "llamarig.api", "stop_server": "llamarig.api", "quality_report": "llamarig.api",
     "top_snapshot": "llamarig.api", "gateway_config": "llamarig.api", "serve_gateway": "llamarig.api",
     "CheckReport": "llamarig.app.check", "FixResult": "llamarig.app.check", "Resolved": "llamarig.app.command",
+    "ExplainReport": "llamarig.app.explain",
     "TuneResult": "llamarig.app.tune", "TuneSettings": "llamarig.app.tune", "Command": "llamarig.flags.argv",
     "Plan": "llamarig.plan.result", "PlanInputs": "llamarig.plan.result", "DevicePlan": "llamarig.plan.result",
     "HostPlan": "llamarig.plan.result", "Line": "llamarig.plan.result",
@@ -45,7 +46,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "CheckReport", "Command", "CpuFeatures", "DevicePlan", "Finding", "FixResult", "GGUFError", "GPU", "Hardware",
+    "CheckReport", "Command", "CpuFeatures", "DevicePlan", "ExplainReport", "Finding", "FixResult", "GGUFError", "GPU", "Hardware",
     "HostPlan", "InputError", "Line", "LlamarigError", "ModelNotFoundError", "ModelSpec", "Plan", "PlanInputs",
     "Resolved", "ServerConfig", "ServerError", "Severity", "TuneResult", "TuneSettings", "UnknownNameError",
     "__version__", "bench_server", "check", "check_text", "compare_bench", "explain_report", "fix_report",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     )
     from llamarig.app.check import CheckReport, FixResult
     from llamarig.app.command import Resolved
+    from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
     from llamarig.flags.argv import Command
     from llamarig.flags.findings import Finding, Severity

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from llamarig import i18n
-from llamarig.bench.logs import logs_report
+from llamarig.app.logs import logs_report
 from llamarig.bench.report import markdown, terminal
 from llamarig.gateway import reasons
 

@@ -12,7 +12,7 @@ the same concurrency and at clearly different depths.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,18 +59,17 @@ class LogsReport:
                 "series": dict(self.series), "errors": []}
 
 
-def logs_report(path: Path, script: Path | None = None) -> LogsReport:
-    """Read ``path`` (and, with ``script``, say where the launch script and the log disagree)."""
+def logs_report(path: Path, compare: Callable[[LogParse], list[str]] | None = None) -> LogsReport:
+    """Read ``path``; ``compare``: findings that set the log against what was meant or planned (a
+    launch script, a plan: the caller's, llamarig.app.logs), placed first."""
     p = parse_log_text(read_log(path), str(path))
     if p.recognised == 0:
         what = "empty" if p.lines == p.empty else "not a llama-server log"
         raise InputError(_("{path}: {what}: no line llama-server writes was found ({lines} line(s))").format(
             path=path, what=what, lines=p.lines))
     figures, findings = analyse(p)
-    if script is not None:
-        from llamarig.bench.logscript import script_findings  # lazy: yaml, for --script
-
-        findings = script_findings(p, script) + findings
+    if compare is not None:
+        findings = compare(p) + findings
     start = p.starts[-1] if p.starts else None
     source: dict[str, Json] = {"path": str(path), "lines": p.lines, "recognised": p.recognised, "skipped": p.skipped,
               "empty": p.empty, "build": p.build, "truncated_tail": p.truncated_tail, "requests": len(p.requests),

@@ -184,8 +184,13 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Files only.")
 @click.option("--script", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The launch script that started this server: say where the log shows something else ran.")
+@click.option("--model", type=str, default=None,
+              help="With --script: GGUF or catalogue id to plan instead of the script's -m.")
+@click.option("--gpu", "gpus", multiple=True,
+              help="With --script: GPU the server ran on (repeatable): set the log against the plan.")
+@click.option("--ram", type=str, default=None, help="With --script: host RAM of that machine, e.g. 64G.")
 def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool,
-             script: Path | None) -> None:
+             script: Path | None, model: str | None, gpus: tuple[str, ...], ram: str | None) -> None:
     """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
     per-request timeline, decode vs depth, checkpoint RAM and plain-language findings.
 
@@ -195,10 +200,11 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     """
     from rich.text import Text
 
-    from llamarig.bench.logs import logs_report
+    from llamarig.app.logs import logs_report
     from llamarig.bench.report import terminal
 
-    doc = logs_report(file, script).to_json()  # English: the JSON's words never change with the language
+    # English: the JSON's words never change with the language
+    doc = logs_report(file, script, model=model, gpus=tuple(gpus), ram=ram).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return

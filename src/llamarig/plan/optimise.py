@@ -61,6 +61,7 @@ from llamarig.plan.speed import (
     speed_report,
     tokens_per_step,
 )
+from llamarig.plan.verdict import TargetVerdict, target_verdict
 from llamarig.units import GiB, fmt_bytes
 
 GB = 1e9
@@ -112,6 +113,8 @@ class Candidate:
     meets_decode: bool
     notes: tuple[str, ...]
     headroom: int = 0  # the free memory every GPU must keep (Targets.headroom)
+    #: yes / maybe (met only under a named, unmeasured assumption) / slow / no fit (plan.verdict)
+    verdict: TargetVerdict = TargetVerdict("yes")
 
     @property
     def meets_all(self) -> bool:
@@ -142,6 +145,10 @@ class Candidate:
             "kv_quality_short": kv_quality_short(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_note": sp.kv_note,
             "notes": list(self.notes),
+            "verdict": self.verdict.word,
+            "assumptions": [{"code": a.code, "message": a.message, "decode_if_wrong_tok_s":
+                             round(a.decode_if_wrong, 2) if a.decode_if_wrong is not None else None}
+                            for a in self.verdict.assumptions],
         }
 
 
@@ -149,7 +156,7 @@ class Candidate:
 class OptimiseResult:
     targets: Targets
     candidates: tuple[Candidate, ...]  # ranked, best first
-    verdict: str  # ok | unlikely (predicted below a target the physical bound allows) | impossible
+    verdict: str  # ok | maybe (met only under an unmeasured assumption) | unlikely (predicted below a target the physical bound allows) | impossible
     reasons: tuple[str, ...]
     elapsed_s: float
     evaluated: int
@@ -380,7 +387,11 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                     if rep.speculative is not None:
                         notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
                                      f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
-                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom))
+                    tv_ = target_verdict(rep, tk, tv, fits=fits, decode=d, target=targets.decode_tok_s, depth=depth,
+                                         swa_window=spec.swa_window, cal=cal,
+                                         split_mode=c.split_mode if len(hw.gpus) > 1 else "layer")
+                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom,
+                                           tv_))
     ranked = sorted(cands, key=lambda x: _rank_key(x, targets))
     # drop duplicates (same command)
     seen: set[tuple[str, ...]] = set()
@@ -392,8 +403,12 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
         uniq.append(cand)
     best = uniq[0] if uniq else None
     reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
-    verdict = "ok" if best is not None and best.meets_all else "impossible"
-    if verdict != "ok":
+    verdict = best.verdict.word if best is not None and best.meets_all else "impossible"
+    if verdict in ("yes", "maybe"):
+        # "maybe": met only if what nobody measured holds; the reasons name it (plan.verdict)
+        verdict = "ok" if verdict == "yes" else "maybe"
+        reasons = [a.message for a in best.verdict.assumptions] if best is not None else reasons
+    else:
         bound = _decode_bound(uniq, targets)
         if bound is not None:
             verdict = "unlikely" if bound[0] >= (targets.decode_tok_s or 0) else "impossible"
@@ -456,9 +471,10 @@ def _rank_key(c: Candidate, t: Targets) -> tuple:
         return (2, -(c.min_free or 0), -c.decode_at_target)
     if not c.meets_decode:
         return (1, -c.decode_at_target, -q, -pf)
+    maybe = c.verdict.word == "maybe"  # a target met whatever the assumptions comes first
     if t.agent:
-        return (0, -round(pf, -2), -q, -c.decode_at_target)
-    return (0, -q, -round(c.decode_at_target, 0), -pf)
+        return (0, maybe, -round(pf, -2), -q, -c.decode_at_target)
+    return (0, maybe, -q, -round(c.decode_at_target, 0), -pf)
 
 
 def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calibration,

@@ -30,6 +30,19 @@ _NOTE_FIX = {
     "yaml-not-string": N_("quote the item"),
     "source-missing": N_("put the file next to the script, or fix its path"),
     "preset-section-again": N_("write each section once: merge the two"),
+    "paste-prose": N_("put `# ` in front of it (see --fix)"),
+    "paste-fence": N_("delete the line (see --fix)"),
+    "paste-bullet": N_("delete the marker (see --fix)"),
+    "paste-numbered": N_("delete the marker (see --fix)"),
+    "paste-prompt": N_("delete the `$ ` (see --fix)"),
+    "paste-fullwidth": N_("type these characters in ASCII (see --fix)"),
+    "paste-quotes": N_("use straight quotes `\"` and `'` (see --fix)"),
+    "paste-dash": N_("write `--` (or `-`) with ASCII hyphens (see --fix)"),
+    "paste-prose-tail": N_("put `# ` before the prose, or move it to a comment line above the command (see --fix)"),
+    "comment-after-backslash": N_("move the comment to a line above the command and end this line with `\\` "
+                                  "(see --fix)"),
+    "missing-backslash": N_("end the line with ` \\` (see --fix)"),
+    "gap-after-backslash": N_("delete the line, or move the comment above the command (see --fix)"),
 }
 
 
