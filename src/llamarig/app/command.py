@@ -23,6 +23,7 @@ from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _, join
 from llamarig.plan.inputs import PlanArgs
 from llamarig.plan.result import Plan
+from llamarig.plan.rpc import loopback_descriptions
 from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
 
 
@@ -87,10 +88,10 @@ def _model_args(model: str) -> list[str]:
     return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
-def _plan(args: list[str], gpus: Sequence[str], ram: str | None, detect: bool
+def _plan(args: list[str], gpus: Sequence[str], ram: str | None, detect: bool, rpc_devices: Sequence[str] = ()
           ) -> tuple[Plan | None, str, LlamarigError | None, PlanArgs]:
     """(plan with speed, note, error, the PlanArgs behind it) for a final llama-server args."""
-    pa = plan_args(command=["llama-server", *args], gpus=gpus, ram=ram, detect=detect)
+    pa = plan_args(command=["llama-server", *args], gpus=gpus, ram=ram, detect=detect, rpc_devices=rpc_devices)
     try:
         plan = plan_with_speed(pa)
     except LlamarigError as e:
@@ -287,7 +288,8 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                     server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
                     detect: bool = False, want_plan: bool = True, repair: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
-                    allow_no_binary: bool = False) -> Resolved:
+                    allow_no_binary: bool = False, rpc_devices: Sequence[str] = (),
+                    loopback_rpc_memory: int | None = None) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
@@ -296,7 +298,10 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     llama-server does not know is an InputError. ``keep_script`` (render): a --from-script
     command keeps its own binary, wrappers and directory. ``allow_no_binary`` (render): without
     a llama-server here, the bundled schema and the program's name stand in (a note says so),
-    instead of a ServerError."""
+    instead of a ServerError. ``rpc_devices``: what each rpc-server of ``--rpc`` brings
+    (``HOST:PORT=SPEC``); ``loopback_rpc_memory`` (launch): the memory an rpc-server of this
+    machine will report, for the ``--rpc`` endpoints on 127.0.0.1 that ``rpc_devices`` does not
+    describe."""
     if from_script and tokens:
         raise InputError(_("give either --from-script FILE or a command, not both"))
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
@@ -319,8 +324,11 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
             paths=", ".join(changed), base=where))
     res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
                    wrappers=inp.wrappers, workdir=inp.workdir)
+    if loopback_rpc_memory is not None:
+        rpc_devices = [*rpc_devices, *loopback_descriptions(Command.parse(args, program=False).get("--rpc"),
+                                                            rpc_devices, loopback_rpc_memory)]
     if want_plan:
-        res.plan, res.plan_note, res.plan_error, res.plan_args = _plan(args, gpus, ram, detect)
+        res.plan, res.plan_note, res.plan_error, res.plan_args = _plan(args, gpus, ram, detect, rpc_devices)
     return res
 
 

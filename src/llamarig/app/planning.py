@@ -19,10 +19,12 @@ from llamarig.units import parse_size
 def plan_args(model: str | None = None, args: Sequence[str] = (), *, command: Sequence[str] | None = None,
               gpus: Sequence[str] = (), ram: str | int | None = None, detect: bool = False,
               mmproj: str | None = None, draft: str | None = None, overhead: int | None = None,
-              cpu_features: str | None = None) -> PlanArgs:
+              cpu_features: str | None = None, rpc_devices: Sequence[str] = ()) -> PlanArgs:
     """The planner's inputs from what a user types: ``model`` (a GGUF path or catalogue id),
-    ``args`` (llama-server flags without the program), or ``command`` (a whole argv)."""
-    return PlanArgs(model=model, mmproj=mmproj, draft=draft, gpus=list(gpus), detect=detect,
+    ``args`` (llama-server flags without the program), or ``command`` (a whole argv);
+    ``rpc_devices``: what each rpc-server of ``--rpc`` brings (``HOST:PORT=SPEC``)."""
+    return PlanArgs(model=model, mmproj=mmproj, draft=draft, gpus=list(gpus), rpc_devices=list(rpc_devices),
+                    detect=detect,
                     ram=parse_size(ram, "g") if isinstance(ram, str) else ram, overhead=overhead,
                     cpu_features=cpu_features, server_args=list(args),
                     command=list(command) if command is not None else None)

@@ -35,6 +35,14 @@ def input_options(f: F) -> F:
     return f
 
 
+def rpc_device_option(f: F) -> F:
+    """``--rpc-device HOST:PORT=SPEC`` (repeatable): what an rpc-server of ``--rpc`` brings
+    (render, launch; plan has it in its own parser)."""
+    return click.option("--rpc-device", "rpc_devices", multiple=True, metavar="HOST:PORT=SPEC",
+                        help="What an rpc-server of --rpc brings: a GPU (=rtx3090) or its CPU's RAM (=64G); "
+                             "repeatable, see docs/plan.md.")(f)
+
+
 def own_options() -> list[str]:
     """Every spelling of the running llamarig command's own options (click's context)."""
     ctx = click.get_current_context(silent=True)

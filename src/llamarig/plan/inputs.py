@@ -19,6 +19,7 @@ from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.plan.result import Plan
+from llamarig.plan.rpc import parse_rpc_device
 
 if TYPE_CHECKING:
     from llamarig.catalogue.models import CatalogueModel, MMProjInfo
@@ -31,6 +32,8 @@ class PlanArgs:
     mmproj: str | None = None
     draft: str | None = None
     gpus: list[str] = field(default_factory=list)
+    #: ``HOST:PORT=SPEC`` per rpc-server (llamarig.plan.rpc.parse_rpc_device)
+    rpc_devices: list[str] = field(default_factory=list)
     detect: bool = False
     ram: int | None = None
     overhead: int | None = None
@@ -106,6 +109,8 @@ def build_hardware(pa: PlanArgs) -> Hardware:
         hw = detect()
     if pa.gpus:
         hw = replace(hw, gpus=tuple(parse_gpu_arg(g) for g in pa.gpus))
+    if pa.rpc_devices:
+        hw = replace(hw, rpc=tuple(g for text in pa.rpc_devices for g in parse_rpc_device(text)))
     if pa.ram is not None:
         hw = replace(hw, ram_bytes=pa.ram)
     if pa.cpu_features is not None:

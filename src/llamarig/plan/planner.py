@@ -23,6 +23,7 @@ from llamarig.plan.compute import (
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.fit import fit
 from llamarig.plan.result import DevicePlan, HostPlan, Line, Plan, PlanInputs
+from llamarig.plan.rpc import UNKNOWN_RPC_SHARE, rpc_devices
 from llamarig.units import GiB, MiB, fmt_bytes
 
 #: how far a bits-per-weight file size can be off: the UD-Q4_K_XL estimate of Qwen3.8-27B was
@@ -61,19 +62,31 @@ def head_split(n: int, ts: list[float]) -> list[int]:
 
 def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[str], list[GPU], list[int]]:
     """Devices in llama.cpp's order: RPC servers first (src/llama.cpp:275), then the local GPUs,
-    filtered by -dev (names as --list-devices prints them, or 'none')."""
+    filtered by -dev (names as --list-devices prints them, or 'none'), then -sm none's main GPU
+    (src/llama.cpp:288-301). Names are buffer type names (``CUDA0``, ``RPC0[HOST:PORT]``)."""
     names = hw.backend_names()
+    dev_names = list(names)
     gpus = list(hw.gpus)
+    if cfg.rpc:
+        local = [g.memory_bytes for g in gpus]
+        guess = (sum(local) // len(local)) if local else UNKNOWN_RPC_SHARE
+        rpc = rpc_devices(cfg.rpc, hw.rpc, notes, guess)
+        names = [r.buffer_name for r in rpc] + names
+        dev_names = [r.dev_name for r in rpc] + dev_names
+        gpus = [r.gpu for r in rpc] + gpus
+    else:
+        guess = 0
     if cfg.devices:
         wanted = [d.upper() for d in cfg.devices]
         if wanted == ["NONE"]:
             names, gpus = [], []
         else:
-            unknown = [d for d in cfg.devices if d.upper() not in {n.upper() for n in names}]
+            pos = {n.upper(): i for i, n in enumerate(dev_names)}
+            pos.update({n.upper(): i for i, n in enumerate(names)})
+            unknown = [d for d in cfg.devices if d.upper() not in pos]
             if unknown:
-                raise InputError(_("-dev {devices}: unknown device(s) {unknown} (the given GPUs are {names})").format(devices=','.join(cfg.devices), unknown=', '.join(unknown), names=', '.join(names) or 'none'))
+                raise InputError(_("-dev {devices}: unknown device(s) {unknown} (the given GPUs are {names})").format(devices=','.join(cfg.devices), unknown=', '.join(unknown), names=', '.join(dev_names) or 'none'))
             # the model's device list follows the order of -dev (common/arg.cpp parse_device_list)
-            pos = {n.upper(): i for i, n in enumerate(names)}
             keep = [pos[w] for w in wanted]
             names, gpus = [names[i] for i in keep], [gpus[i] for i in keep]
     if cfg.split_mode == "none" and gpus:
@@ -81,16 +94,7 @@ def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[st
         if cfg.main_gpu >= len(gpus):
             raise InputError(_("-mg {main_gpu}: invalid main GPU (devices: {names})").format(main_gpu=cfg.main_gpu, names=', '.join(names)))
         names, gpus = [names[cfg.main_gpu]], [gpus[cfg.main_gpu]]
-    free = [g.memory_bytes for g in gpus]
-    if cfg.rpc:
-        guess = (sum(free) // len(free)) if free else 24 * GiB
-        rpc = [GPU(id="rpc", name=f"RPC server {h}", backend="RPC", memory_bytes=0, bandwidth_gbs=None,
-                   fp16_tflops=None, overhead_bytes=0, source="--rpc") for h in cfg.rpc]
-        names = [f"RPC{i}[{h}]" for i, h in enumerate(cfg.rpc)] + names
-        gpus = rpc + gpus
-        free = [guess] * len(rpc) + free
-        notes.append(_("--rpc: the RPC servers' memory is unknown here; the default split assumes {size} each "
-                       "(give -ts to fix it)").format(size=fmt_bytes(guess)))
+    free = [g.memory_bytes or guess for g in gpus]
     return names, gpus, free
 
 
@@ -216,7 +220,7 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
         raise InputError(_("-devd {devices_draft}: the draft would use {missing}, which the main model does not use "
                            "({gpu_names}); plan shows only the main model's devices (add them to -dev)").format(devices_draft=','.join(cfg.devices_draft), missing=', '.join(missing), gpu_names=', '.join(gpu_names) or 'CPU only'))
     placement = M.place_layers(d, dcfg, d_names, d_free)
-    ws = M.split_weights(d, dcfg, placement, [g.backend in ("CUDA", "ROCm") for g in d_gpus])
+    ws = M.split_weights(d, dcfg, placement, [g.buffer_backend in ("CUDA", "ROCm") for g in d_gpus])
     how = (f"-ngld {dcfg.n_gpu_layers if dcfg.n_gpu_layers >= 0 else 'auto'}"
            + (f", -devd {','.join(cfg.devices_draft)}" if cfg.devices_draft else "")
            + (", -otd/-cmoed/-ncmoed" if dcfg.override_tensor or dcfg.cpu_moe or dcfg.n_cpu_moe else ""))
@@ -270,7 +274,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     placement = M.place_layers(spec, cfg, gpu_names, split_weights_free)
     n_dev = len(gpus)
     # the mmproj and a draft model go to the first local GPU (RPC servers are listed first)
-    first_local = next((i for i, g in enumerate(gpus) if g.backend != "RPC"), 0 if n_dev else -1)
+    first_local = next((i for i, g in enumerate(gpus) if not g.endpoint), 0 if n_dev else -1)
     kv_on_gpu = not cfg.no_kv_offload
 
     # ---------------------------------------------------------------- per-device accumulators
@@ -289,13 +293,13 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
             tgt[comp] = Line(b, formula, method)
 
     # ---------------------------------------------------------------- weights
-    ws = M.split_weights(spec, cfg, placement, [g.backend in ("CUDA", "ROCm") for g in gpus])
+    ws = M.split_weights(spec, cfg, placement, [g.buffer_backend in ("CUDA", "ROCm") for g in gpus])
     layers_on = [sum(1 for d in placement.layer_dev if d == i) for i in range(n_dev)]
     for i in range(n_dev):
         out_note = " + output layer" if placement.output_dev == i else ""
         add(i, "weights", ws.per_device[i],
             f"tensors of {layers_on[i]} layer(s){out_note} on {gpu_names[i]} (-ngl/-ts/-sm/-ot placement"
-            + ("; quantized rows padded to 512 elements, 128 B alignment" if gpus[i].backend in ("CUDA", "ROCm") else "")
+            + ("; quantized rows padded to 512 elements, 128 B alignment" if gpus[i].buffer_backend in ("CUDA", "ROCm") else "")
             + ")")
     cpu = hw.cpu or DEFAULT_FEATURES
     mmap = cfg.load_mode in ("auto", "mmap", "mmap+mlock") and not spec.metadata.get("catalogue_nommap")
