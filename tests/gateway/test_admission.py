@@ -153,3 +153,33 @@ def test_gateway_errors_are_in_the_project_error_tree() -> None:
     assert str(e) == "busy" and e.body()["error"]["retry_after"] == 3
     assert RequestError(400, "bad", param="x").body() == {
         "error": {"message": "bad", "type": "invalid_request_error", "param": "x", "code": None}}
+
+
+def test_reject_when_busy_names_the_queue_ahead_and_holds_nothing() -> None:
+    """``on_busy = "reject"``: 429 ``busy`` at once, with what blocks it: the slots, or (when it
+    would fit) the requests of the same or a better priority queued ahead of it."""
+
+    async def run() -> None:
+        from llamarig.gateway import reasons
+
+        adm, led, st = _admission(pool=1000, slots=1, queue_timeout_s=5.0)
+        adm.diagnose = lambda req: reasons.blocked([st], led, req.tokens, req.exclude, shares=req.shares)
+        r1 = await adm.acquire(AdmitRequest(100, "B"))
+        with pytest.raises(Rejected) as e:
+            await adm.acquire(AdmitRequest(100, "A", on_busy="reject"))
+        assert (e.value.code, e.value.reason) == ("busy", "slots_busy") and e.value.retry_after >= 1
+        waiter = asyncio.ensure_future(adm.acquire(AdmitRequest(100, "B")))
+        await asyncio.sleep(0.01)
+        adm.release(r1)  # the waiter is admitted...
+        r2 = await waiter
+        waiter2 = asyncio.ensure_future(adm.acquire(AdmitRequest(100, "B")))  # ...and another queues
+        await asyncio.sleep(0.01)
+        led.release(r2)  # freed in the ledger, the queue not yet pumped: it would fit, but a waiter is ahead
+        with pytest.raises(Rejected) as e2:
+            await adm.acquire(AdmitRequest(100, "A", on_busy="reject"))
+        assert (e2.value.code, e2.value.reason, e2.value.details["queued"]) == ("busy", "queue_ahead", 1)
+        assert "1 requests of the same or a better priority wait ahead of it" in e2.value.message
+        adm.pump()
+        adm.release(await waiter2)
+        assert (led.total_reserved(), led.total_in_flight(), adm.queued, adm.per_key) == (0, 0, 0, {})
+    asyncio.run(run())

@@ -136,3 +136,18 @@ def test_shares_and_cells() -> None:
     slots = [{"id": 0, "n_prompt_tokens": 120, "is_processing": True}, {"id": 1, "n_prompt_tokens": 30},
              {"id": 2, "n_ctx": 4096}]
     assert cells_in_use(slots) == 150 and cells_in_use({"error": 1}) is None
+
+
+def test_the_log_of_a_server_llamarig_launched_is_found(tmp_path: Path) -> None:
+    """``llamarig launch`` records the log it gave llama-server (its state file, per port): a
+    backend on that loopback port needs no ``log`` in the config (the private state dir is
+    the tests' own, tests/conftest.py)."""
+    from llamarig.gateway.pool import launched_log
+    from llamarig.launch.process import LaunchState, write_state
+
+    log = tmp_path / "launch-18555.log"
+    log.write_text(LOG_49152)
+    write_state(LaunchState(1, None, ("llama-server",), "llama-server", "127.0.0.1", 18555, str(log), 0.0))
+    assert launched_log("http://127.0.0.1:18555") == str(log)
+    assert launched_log("http://127.0.0.1:18556") is None  # nothing launched there
+    assert launched_log("http://10.0.0.5:18555") is None  # not this machine

@@ -85,18 +85,21 @@ def test_progress_matches_slots_by_n_predict_and_order() -> None:
     first, second, other = R(1, 300, 12, 0.0), R(2, 300, 12, 0.5), R(3, 50, 5, 0.6)
     bp.observe(slots, 10.0, [second, other, first])
     assert (bp.slot_of(1), bp.slot_of(2), bp.slot_of(3)) == (0, 1, None)  # oldest request, oldest task
-    assert bp.cells == 180 and bp.decode.value is None  # one reading: no rate yet
+    assert bp.cells == 180 and bp.rate(10.0).value is None  # one reading: no rate yet
     later = read_slots([{**SLOTS[0], "next_token": [{"n_decoded": 178}]}, {**SLOTS[1], "next_token": [{"n_decoded": 78}]}])
     assert later is not None
     bp.observe(later, 11.0, [first, second])
-    assert bp.decode.value == pytest.approx(50.0) and bp.decode.source == "slots"
+    assert bp.rate(11.0).value == pytest.approx(50.0) and bp.rate(11.0).source == "slots"
     assert bp.generated(first, 12.0) == (228, "slots")  # read 178 at 11 s, 50 tok/s since
     assert bp.ends_in(first, 12.0) == pytest.approx((300 - 228) / 50.0)
     # the slot runs another task now: the match goes
     bp.observe(read_slots([{**SLOTS[0], "id_task": 12}]) or (), 13.0, [first, second])
     assert bp.slot_of(1) is None
+    bp.finished({"predicted_n": 11, "predicted_ms": 1000.0})  # a finished request decoded at 10 tok/s
+    assert bp.rate(14.0).value == pytest.approx(50.0)  # the live rate while its readings are recent
+    assert bp.rate(17.0).value == pytest.approx(10.0)  # then the finished requests'
     # without a slot: from the first byte at the measured rate
-    assert bp.generated(R(4, 1000, 10, 0.0, t_first=20.0), 22.0) == (100, "first_byte")
+    assert bp.generated(R(4, 1000, 10, 0.0, t_first=20.0), 22.0) == (20, "first_byte")
 
 
 def test_rates_from_answer_timings() -> None:

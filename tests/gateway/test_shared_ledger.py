@@ -68,6 +68,41 @@ def test_replicas_share_one_pool_without_overbooking(store: Any) -> None:
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
+def test_a_cron_cap_holds_over_replicas(store: Any) -> None:
+    """cron.max_slots = 1 is checked in the store's claim script: a cron job on one replica keeps
+    another replica's cron job out (not an interactive request); its release lets it in, and the
+    group counts return to zero in the store."""
+    from llamarig.gateway.pool import Share
+
+    cron = (Share("tier:B"), Share("cron", None, 1))
+
+    async def main() -> None:
+        (a_adm, a), (b_adm, b) = _replica(store.url, "ra"), _replica(store.url, "rb")
+        await _start((a_adm, a), (b_adm, b))
+        first = await a_adm.acquire(AdmitRequest(100, "B", shares=cron, cron=True))
+        assert await b_adm.try_acquire(AdmitRequest(100, "B", shares=cron, cron=True)) is None
+        other = await b_adm.try_acquire(AdmitRequest(100, "B", shares=(Share("tier:B"),)))
+        assert other is not None  # an interactive request is not held back by cron's cap
+        assert b.group_in_flight[("a", "cron")] == 1 and b.group_reserved[("a", "tier:B")] == 200
+        a_adm.release(first)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        got: Reservation | None = None
+        while got is None:  # the release reaches the store (an event, awaited with a bound)
+            assert loop.time() < end, "the cron cap was never released"
+            await asyncio.sleep(0.02)
+            got = await b_adm.try_acquire(AdmitRequest(100, "B", shares=cron, cron=True))
+        b_adm.release(got)
+        b_adm.release(other)
+        while b._outbox:
+            await asyncio.sleep(0.01)
+        await b.refresh()
+        assert b.group_in_flight.get(("a", "cron"), 0) == 0 and b.group_reserved.get(("a", "tier:B"), 0) == 0
+        for led in (a, b):
+            await led.close()
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_a_crashed_replicas_reservations_expire_with_its_lease(store: Any) -> None:
     async def main() -> None:
         a_adm, a = _replica(store.url, "crashy", lease_s=0.3)

@@ -224,3 +224,23 @@ def test_retry_after_from_the_request_in_flight(lt: Any) -> None:
     assert est["method"] == "in_flight" and est["waits_for"] == 1 and est["seconds"] > 0 and est["decode_tok_s"] > 0
     assert body["error"]["retry_after"] >= 1
     empty(lt, gw)
+
+
+def test_a_busy_rejection_in_chinese(lt: Any) -> None:
+    """``Gateway(lang="zh")`` (``llamarig --lang zh gateway``): the message of a 429 for a cap is
+    Chinese; ``code``, ``reason`` and ``details`` stay as they are."""
+    gate = asyncio.Event()
+    fb = lt.fake(tokens=4, total_slots=4, gate=gate, n_ctx=16384)
+    gw = lt.gateway({"cron": {"max_slots": 1, "on_busy": "reject"}}, backends=[fb.url], lang="zh")
+
+    async def run() -> dict[str, Any]:
+        s, held = await hold(gw, 1, {"messages": MSG, "max_tokens": 50}, CRON)
+        async with s.post(gw.url + "/v1/chat/completions", json={"messages": MSG}, headers=CRON) as r:
+            body = json.loads(await r.read())
+        await release(gate, s, held)
+        return dict(body["error"])
+
+    err = lt.run(run())
+    assert (err["code"], err["reason"], err["details"]["group"]) == ("busy", "tier_cap", "cron")
+    assert err["message"] == "忙，不排队（on_busy = reject）：定时任务在 b0 上已占 1/1 个槽位（max_slots）"
+    empty(lt, gw)

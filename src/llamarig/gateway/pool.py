@@ -17,7 +17,7 @@ What build 11434 exposes (tools/server/ and src/ of the pinned tree):
   (server-context.cpp:1366), ``--kv-unified-per-slot (P) exceeds the per-slot pool capacity
   (SEQ)`` (server-context.cpp:1355). No cap line: ``n_ctx_seq`` = ``n_ctx_slot``.
 - ``GET /slots``: each slot's ``n_prompt_tokens`` = the tokens its sequence holds in the cache,
-  generated ones included (server-context.cpp:735, 578): their sum is the cells in use.
+  generated ones included (server-context.cpp:738, 578): their sum is the cells in use.
 - ``/metrics`` has no KV gauge at this build (server-task.cpp:1535-1600).
 
 So the pool is exact from the log; from ``/props`` it is exact (with ``-kvu``) when the slot

@@ -8,7 +8,9 @@ Sources, best first:
   ``params.n_predict`` (the max_tokens the gateway sent) (server-context.cpp:724-751). A
   request is matched to the slot whose ``n_predict`` is its max_tokens, in the order both
   arrived (the server numbers tasks as it receives them); a match holds while that slot runs
-  that task, and a request whose task is gone is not matched again. Two readings of one slot give its decode rate.
+  that task, and a request whose task is gone is not matched again. Each matched request's own
+  rate (its tokens since it was first seen decoding, over at least :data:`MIN_SPAN_S`) gives its end;
+  their mean is the backend's rate now.
 - the ``timings`` llama-server puts in each answer (``predicted_n``/``predicted_ms``,
   ``prompt_n``/``prompt_ms``): the decode and prefill rates of finished requests.
 - the time since the request's first byte (streams) or its admission, at the measured rate,
@@ -25,6 +27,11 @@ from typing import Any, Protocol
 
 #: weight of the newest measurement in the per-backend rates
 ALPHA = 0.3
+#: a /slots rate is the one used while its last reading is this recent (seconds); older, the
+#: finished requests' rate (their timings) is used, and the next /slots readings start afresh
+LIVE_S = 5.0
+#: the shortest span a request's own rate is measured over (seconds)
+MIN_SPAN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -81,12 +88,20 @@ class Rate:
 
 @dataclass
 class Held:
-    """What a request is known to hold on its backend."""
+    """What a request is known to hold on its backend, and how far it got."""
 
     slot: int
     id_task: int
     n_decoded: int
     t: float  # when it was read
+    n0: int = 0  # n_decoded when it was first seen decoding
+    t0: float = 0.0  # ... and when
+
+    def rate(self) -> float | None:
+        """Its own decode rate since it was first seen decoding (tokens/s), over at least
+        :data:`MIN_SPAN_S`: CPU time comes in bursts, a fraction of a second says little."""
+        span = self.t - self.t0
+        return (self.n_decoded - self.n0) / span if span >= MIN_SPAN_S and self.n_decoded > self.n0 else None
 
 
 class Tracked(Protocol):
@@ -108,7 +123,9 @@ class Tracked(Protocol):
 class BackendProgress:
     """One backend: its last ``/slots`` reading, rates, and which slot each request holds."""
 
-    decode: Rate = field(default_factory=Rate)  # per stream, tokens/s
+    decode: Rate = field(default_factory=Rate)  # per stream, tokens/s, of finished requests (timings)
+    live: Rate = field(default_factory=Rate)  # per stream, tokens/s, from the last readings of /slots
+    live_t: float = 0.0  # when ``live`` was last measured
     prefill: Rate = field(default_factory=Rate)
     slots: tuple[SlotReading, ...] | None = None
     t: float = 0.0  # time of the last /slots reading
@@ -122,17 +139,14 @@ class BackendProgress:
         return None if self.slots is None else sum(s.n_tokens for s in self.slots)
 
     def observe(self, slots: tuple[SlotReading, ...], t: float, requests: Iterable[Tracked]) -> None:
-        """A new ``/slots`` reading at ``t``: rates from the slots that decoded since the last
-        one, then the requests matched to slots."""
-        prev = {s.id: s for s in self.slots or ()}
-        dt = t - self.t
-        rates = [(s.n_decoded - p.n_decoded) / dt for s in slots if s.processing
-                 for p in (prev.get(s.id),) if p is not None and p.processing and p.id_task == s.id_task
-                 and s.n_decoded > p.n_decoded and dt > 0]
-        if rates:
-            self.decode.add(sum(rates) / len(rates), "slots")
+        """A new ``/slots`` reading at ``t``: the requests matched to slots, then the live rate
+        (the mean of their own rates)."""
         self.slots, self.t = slots, t
         self._match(slots, t, sorted(requests, key=lambda r: r.admitted_at))
+        rates = [r for h in self.held.values() for r in (h.rate(),) if r is not None]
+        if rates:
+            self.live = Rate(sum(rates) / len(rates), "slots", len(rates))
+            self.live_t = t
 
     def _match(self, slots: tuple[SlotReading, ...], t: float, requests: list[Tracked]) -> None:
         running = {s.id: s for s in slots if s.processing and s.id_task is not None}
@@ -143,6 +157,8 @@ class BackendProgress:
                 del self.held[rid]
                 self.done.add(rid)
             else:
+                if h.n_decoded == 0:  # its rate counts from its first token, not from its prefill
+                    h.n0, h.t0 = s.n_decoded, t
                 h.n_decoded, h.t = s.n_decoded, t
         taken = {h.slot for h in self.held.values()}
         free = sorted((s for s in running.values() if s.id not in taken), key=lambda s: s.id_task or 0)
@@ -153,7 +169,7 @@ class BackendProgress:
             s = next((s for s in free if s.n_predict == r.max_tokens), None)
             if s is not None and s.id_task is not None:
                 free.remove(s)
-                self.held[r.id] = Held(s.id, s.id_task, s.n_decoded, t)
+                self.held[r.id] = Held(s.id, s.id_task, s.n_decoded, t, s.n_decoded, t)
 
     def finished(self, timings: Mapping[str, int | float]) -> None:
         """A request ended: its server-side rates (``timings`` of its answer)."""
@@ -168,14 +184,20 @@ class BackendProgress:
         self.held.pop(rid, None)
         self.done.discard(rid)
 
+    def rate(self, now: float) -> Rate:
+        """The decode rate per stream to use at ``now``: the live one (from ``/slots``, read in
+        the last :data:`LIVE_S` seconds), else the finished requests' (their timings)."""
+        if self.live.value is not None and (now - self.live_t < LIVE_S or self.decode.value is None):
+            return self.live
+        return self.decode
+
     def generated(self, r: Tracked, now: float) -> tuple[int, str]:
         """(tokens generated by now, how it is known): from its slot, else estimated from its
         first byte or its admission at the measured rates; "" when nothing is known."""
-        rate = self.decode.value
         h = self.held.get(r.id)
+        rate = self._rate_of(h, now)
         if h is not None:
-            ahead = (now - h.t) * rate if rate else 0.0
-            return min(r.max_tokens, h.n_decoded + int(ahead)), "slots"
+            return min(r.max_tokens, h.n_decoded + int((now - h.t) * (rate or 0.0))), "slots"
         if rate is None:
             return 0, ""
         if r.t_first is not None:
@@ -183,10 +205,14 @@ class BackendProgress:
         prefill = r.prompt_tokens / self.prefill.value if self.prefill.value else 0.0
         return min(r.max_tokens, max(0, int((now - r.admitted_at - prefill) * rate))), "admitted"
 
+    def _rate_of(self, h: Held | None, now: float) -> float | None:
+        own = h.rate() if h is not None else None
+        return own if own is not None else self.rate(now).value
+
     def ends_in(self, r: Tracked, now: float) -> float | None:
-        """Seconds until ``r`` has generated its max_tokens at the measured rate (its upper
-        bound: it may stop earlier); None without a rate."""
-        rate = self.decode.value
+        """Seconds until ``r`` has generated its max_tokens at its measured rate (its own, else
+        the backend's): its upper bound, it may stop earlier; None without a rate."""
+        rate = self._rate_of(self.held.get(r.id), now)
         if not rate:
             return None
         done, how = self.generated(r, now)

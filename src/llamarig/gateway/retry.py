@@ -170,7 +170,8 @@ def want_of(req: AdmitRequest) -> Want:
                 req.backends, req.timeout_s)
 
 
-def rooms_of(states: Iterable[BackendState], ledger: ReservationLedger, shares: Iterable[Share]) -> list[Room]:
+def rooms_of(states: Iterable[BackendState], ledger: ReservationLedger, shares: Iterable[Share],
+             now: float) -> list[Room]:
     """The healthy backends as the replay sees them, with the caps of the groups in ``shares``."""
     by_group = {s.group: s for s in shares if s.capped}
     out = []
@@ -179,7 +180,7 @@ def rooms_of(states: Iterable[BackendState], ledger: ReservationLedger, shares: 
             continue
         p, name = st.pool, st.name
         out.append(Room(name, p.pool_tokens, p.slots, p.slot_ctx, ledger.reserved.get(name, 0),
-                        ledger.in_flight.get(name, 0), st.progress.decode.value, st.progress.prefill.value,
+                        ledger.in_flight.get(name, 0), st.progress.rate(now).value, st.progress.prefill.value,
                         {g: sh.cap(p) for g, sh in by_group.items()},
                         {g: ledger.group_reserved.get((name, g), 0) for g in by_group},
                         {g: ledger.group_in_flight.get((name, g), 0) for g in by_group}))
@@ -215,7 +216,7 @@ def retry_after(states: Mapping[str, BackendState], ledger: ReservationLedger, r
         est = Estimate(min(ends), "key", 1) if ends else Estimate(None, "unmeasured")
     else:
         shares = [s for w in (me, *ahead) for s in w.shares]
-        est = wait_for_room(want_of(me), rooms_of(states.values(), ledger, shares), running_of(states, ledger, now),
+        est = wait_for_room(want_of(me), rooms_of(states.values(), ledger, shares, now), running_of(states, ledger, now),
                             [want_of(w) for w in ahead])
     if est.seconds is None:
         return RetryAfter(floor, {**est.to_json(), "method": est.method, "fallback": "floor"})

@@ -307,22 +307,23 @@ class Gateway:
 
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)
-        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica
         every = self.cfg.health.slots_interval_s
         if every > 0:
             await self.backends.refresh_slots(every)  # slots held, progress, cells in use: fresh
-        return json_response(200, self.status())
+        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica (last: nothing
+        return json_response(200, self.status())  # runs between it and the snapshot)
 
     async def _slots(self, request: Request) -> Response | StreamResponse:
-        """GET /gateway/slots: every backend's ``/slots`` (request text removed) and what its
-        ``/props`` said, fetched now with the health timeout; read-only (``llamarig top``)."""
+        """GET /gateway/slots: every backend's ``/slots`` (request text removed), what its
+        ``/props`` said and the pool derived from it (``/gateway/status``'s ``backends[].pool``),
+        fetched now with the health timeout; read-only (``llamarig top``)."""
         authenticate(request, self.cfg)
         session = self.clients.session
         timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
 
         async def one(st: Any) -> dict[str, Any]:
             out: dict[str, Any] = {"name": st.name, "url": st.cfg.url, "healthy": st.healthy,
-                                   "props": st.props, "slots": None, "error": None}
+                                   "props": st.props, "pool": gwstatus.pool_json(st), "slots": None, "error": None}
             try:
                 async with session.get(st.cfg.url + "/slots", timeout=timeout, headers=st.headers()) as r:
                     body = await r.read()

@@ -9,27 +9,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from llamarig.gateway.admission import Admission, Reservation, ReservationLedger
 from llamarig.gateway.backends import Backends, BackendState
 from llamarig.gateway.config import GatewayConfig, dataclass_dict
 from llamarig.gateway.metrics import GatewayMetrics
+from llamarig.gateway.pool import Share
 
 
-@dataclass(frozen=True)
-class Group:
-    """A tier, or cron, and what it may hold on each backend."""
-
-    name: str  # "tier:C2", "cron"
-    max_pool_share: float | None
-    max_slots: int | None
-
-
-def groups(cfg: GatewayConfig) -> list[Group]:
-    out = [Group(f"tier:{t.name}", t.max_pool_share, t.max_slots) for t in cfg.tiers.values()]
-    return [*out, Group("cron", cfg.cron.max_pool_share, cfg.cron.max_slots)]
+def groups(cfg: GatewayConfig) -> list[Share]:
+    """Every tier, and cron, with what it may hold on each backend."""
+    out = [Share(f"tier:{t.name}", t.max_pool_share, t.max_slots) for t in cfg.tiers.values()]
+    return [*out, Share("cron", cfg.cron.max_pool_share, cfg.cron.max_slots)]
 
 
 def pool_json(st: BackendState) -> dict[str, Any] | None:
@@ -52,6 +44,7 @@ def pool_json(st: BackendState) -> dict[str, Any] | None:
 def backend_json(st: BackendState, ledger: ReservationLedger) -> dict[str, Any]:
     p = st.pool
     prog = st.progress
+    rate = prog.rate(time.monotonic())
     return {
         "name": st.name, "url": st.cfg.url, "healthy": st.healthy, "removed": st.removed,
         "pool_tokens": p.pool_tokens if p else None, "slots": p.slots if p else None,
@@ -61,7 +54,7 @@ def backend_json(st: BackendState, ledger: ReservationLedger) -> dict[str, Any]:
         "configured": {"pool_tokens": st.cfg.pool_tokens, "slots": st.cfg.slots, "slot_ctx": st.cfg.slot_ctx,
                        "unified": st.cfg.unified, "log": st.cfg.log},
         "reserved_tokens": ledger.reserved.get(st.name, 0), "in_flight": ledger.in_flight.get(st.name, 0),
-        "decode_tok_s": _round(prog.decode.value), "decode_source": prog.decode.source or None,
+        "decode_tok_s": _round(rate.value), "decode_source": rate.source or None,
         "prefill_tok_s": _round(prog.prefill.value),
         "models": st.models, "last_error": st.last_error or None, "consecutive_failures": st.fails,
         "problem": st.problem or None, "problem_detail": st.problem_detail or None,
@@ -100,14 +93,13 @@ def shares_json(cfg: GatewayConfig, states: Iterable[BackendState], ledger: Rese
     for g in groups(cfg):
         by: dict[str, Any] = {}
         for s in live:
-            k = (s.name, g.name)
-            cap = None if s.pool is None or g.max_pool_share is None else int(g.max_pool_share * s.pool.pool_tokens)
+            k = (s.name, g.group)
             by[s.name] = {"reserved_tokens": ledger.group_reserved.get(k, 0), "in_flight": ledger.group_in_flight.get(k, 0),
-                          "max_tokens": cap, "max_slots": g.max_slots}
-        out[g.name] = {"max_pool_share": g.max_pool_share, "max_slots": g.max_slots,
-                       "reserved_tokens": sum(v["reserved_tokens"] for v in by.values()),
-                       "in_flight": sum(v["in_flight"] for v in by.values()),
-                       "queued": queued.get(g.name, 0), "by_backend": by}
+                          "max_tokens": g.cap(s.pool).tokens if s.pool is not None else None, "max_slots": g.slots}
+        out[g.group] = {"max_pool_share": g.pool_share, "max_slots": g.slots,
+                        "reserved_tokens": sum(v["reserved_tokens"] for v in by.values()),
+                        "in_flight": sum(v["in_flight"] for v in by.values()),
+                        "queued": queued.get(g.group, 0), "by_backend": by}
     return out
 
 
@@ -162,9 +154,9 @@ def update_gauges(m: GatewayMetrics, cfg: GatewayConfig, backends: Backends, led
         _backend_gauges(m, s, ledger)
     for g in groups(cfg):
         for s in backends.states.values():
-            k = (s.name, g.name)
-            m.group_reserved.labels(g.name, s.name).set(ledger.group_reserved.get(k, 0))
-            m.group_in_flight.labels(g.name, s.name).set(ledger.group_in_flight.get(k, 0))
+            k = (s.name, g.group)
+            m.group_reserved.labels(g.group, s.name).set(ledger.group_reserved.get(k, 0))
+            m.group_in_flight.labels(g.group, s.name).set(ledger.group_in_flight.get(k, 0))
 
 
 def _backend_gauges(m: GatewayMetrics, s: BackendState, ledger: ReservationLedger) -> None:
@@ -184,5 +176,6 @@ def _backend_gauges(m: GatewayMetrics, s: BackendState, ledger: ReservationLedge
     cells = s.progress.cells
     if cells is not None:
         m.cells.labels(s.name).set(cells)
-    if s.progress.decode.value is not None:
-        m.decode_rate.labels(s.name).set(s.progress.decode.value)
+    rate = s.progress.rate(time.monotonic()).value
+    if rate is not None:
+        m.decode_rate.labels(s.name).set(rate)

@@ -1,8 +1,9 @@
 """Pure request handling: validate a body, choose its tier, and rewrite what goes upstream.
 
 Tier rules (first match wins): explicit tier header > the API key's tier > model alias >
-images (vision tier) > tools / agent header / agent user-agent / system-prompt pattern (agent
-tier) > default tier. Cron requests (a header whose value starts with a prefix) keep their tier
+images (vision tier) > tools / agent header / agent user-agent (agent tier) > content rules
+(``routing.rules``, any tier) > an agent's system prompt (``routing.system_patterns``, English and
+Chinese) > default tier. Cron requests (a header whose value starts with a prefix) keep their tier
 but are locked to a small budget (the 307K-context MTP field report: "CRON恒锁1K/2K").
 
 llama-server facts used here (tools/server in the vendored tree):
@@ -228,9 +229,10 @@ def choose_tier(body: Mapping[str, Any], headers: Mapping[str, str], cfg: Gatewa
                 key: KeyConfig | None = None) -> tuple[str, str]:
     """(tier name, reason). ``headers``: case-insensitive (aiohttp) or lower-case keys.
     RequestError on an unknown tier header. First match wins: the header, the key's tier, a
-    model alias, images, a content rule (``routing.rules``), an agent signal, the default."""
-    return (_explicit(body, headers, cfg, key) or _by_rule(body, cfg) or _agent(body, headers, cfg)
-            or (cfg.routing.default_tier, "default"))
+    model alias, images, an agent signal (tools, an agent header or user-agent), a content rule
+    (``routing.rules``), an agent's system prompt (``routing.system_patterns``), the default."""
+    return (_explicit(body, headers, cfg, key) or _agent_signal(body, headers, cfg) or _by_rule(body, cfg)
+            or _agent_prompt(body, cfg) or (cfg.routing.default_tier, "default"))
 
 
 def _explicit(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig,
@@ -253,6 +255,21 @@ def _explicit(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayC
     return None
 
 
+def _agent_signal(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig) -> tuple[str, str] | None:
+    """Tools in the request, an agent header or an agent's user-agent: the agent tier."""
+    r = cfg.routing
+    if not r.agent_tier:
+        return None
+    if r.tools_mean_agent and body.get("tools"):
+        return r.agent_tier, "tools"
+    if any(ah in headers for ah in r.agent_headers):
+        return r.agent_tier, "agent_header"
+    ua = headers.get("user-agent", "").lower()
+    if ua and any(p in ua for p in r.agent_user_agents):
+        return r.agent_tier, "user_agent"
+    return None
+
+
 def _by_rule(body: Mapping[str, Any], cfg: GatewayConfig) -> tuple[str, str] | None:
     """The first content rule that matches: ``rule:NAME`` (or ``rule:INDEX``) as the reason."""
     rules = cfg.routing.rules
@@ -271,18 +288,12 @@ def _by_rule(body: Mapping[str, Any], cfg: GatewayConfig) -> tuple[str, str] | N
     return None
 
 
-def _agent(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig) -> tuple[str, str] | None:
+def _agent_prompt(body: Mapping[str, Any], cfg: GatewayConfig) -> tuple[str, str] | None:
+    """A system prompt that says it is a coding agent (English or Chinese): the agent tier."""
     r = cfg.routing
-    if not r.agent_tier:
+    if r.agent_tier is None or not r.system_patterns:
         return None
-    if r.tools_mean_agent and body.get("tools"):
-        return r.agent_tier, "tools"
-    if any(ah in headers for ah in r.agent_headers):
-        return r.agent_tier, "agent_header"
-    ua = headers.get("user-agent", "").lower()
-    if ua and any(p in ua for p in r.agent_user_agents):
-        return r.agent_tier, "user_agent"
-    sys_text = system_text(body) if r.system_patterns else ""
+    sys_text = system_text(body)
     if sys_text and any(_pattern(p).search(sys_text) for p in r.system_patterns):
         return r.agent_tier, "system_prompt"
     return None
