@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from llamarig.errors import InputError
@@ -14,11 +14,13 @@ from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.compute import (
+    DeviceCompute,
     estimate_compute,
     host_inputs,
     host_pipeline_extra,
     pipeline_extra,
     pipeline_parallel,
+    replayed_buffers,
 )
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.fit import fit
@@ -197,6 +199,17 @@ def _host_weights(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, ho
     return Line(sum(b for _, b in parts), formula, "exact", tuple(parts))
 
 
+def _add_replayed(add: Callable[..., None], rb: DeviceCompute, names: Sequence[str], comp: str, what: str,
+                  always: Collection[int] = (), host: dict[str, Line] | None = None) -> None:
+    """A context's replayed compute buffers as plan lines: each device's (when it has one, or
+    holds layers) and the CPU backend's."""
+    for i, name in enumerate(names):
+        if rb.devices[i] or i in always:
+            add(i, comp, rb.devices[i], f"{what}{rb.formula}: {_mib(rb.devices[i])} on {name}", rb.method)
+    add(-1, comp, rb.host, f"{what}{rb.formula}: {_mib(rb.host)} on the CPU backend (graph inputs, the token "
+        "embeddings' rows, layers kept on the CPU)", rb.method, target=host)
+
+
 def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, gpu_names: list[str],
                  add: Callable[..., None]) -> list[int]:
     """A separate draft model (-md): its own layer placement from -ngld, -devd (default: follows
@@ -250,6 +263,20 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     # the draft model's own llama_context reserves its compute buffer like the target's (the
     # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
+    # RPC servers, CUDA GPUs or the CPU: its graph replayed on its own devices (plan/compute.py)
+    pp = pipeline_parallel(
+        n_devices=len(d_gpus), n_gpu_layers=placement.n_gpu_layers, n_layer_all=len(d.layers), split_mode=split,
+        offload_kqv=not cfg.no_kv_offload, tensor_overrides=bool(dcfg.override_tensor or dcfg.cpu_moe or dcfg.n_cpu_moe),
+        backends=tuple(g.backend for g in d_gpus))
+    rb = replayed_buffers(d, ctx, ctx.n_parallel, placement=placement, gpus=d_gpus,
+                          overrides=M.tensor_overrides(d, dcfg, placement.devices), n_copies=pp.n_copies,
+                          full_offload=dcfg.n_gpu_layers < 0 or dcfg.n_gpu_layers > d.n_layer,
+                          cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
+                          split_mode=split, kv_on_cpu=cfg.no_kv_offload)
+    if rb is not None:
+        _add_replayed(lambda i, *a, **k: add(index[d_names[i]] if i >= 0 else -1, *a, **k), rb, d_names, "draft",
+                      "draft model context compute: ")
+        return on_dev
     gpu_js = [j for j in range(len(d_names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
                             gpu=bool(gpu_js) and d.mtp_sidecar,
@@ -377,10 +404,6 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     cuda_cc = (gpus[0].compute_capability or DEFAULT_CUDA_CC) if one_cuda else None
     cc_note = "" if not one_cuda or gpus[0].compute_capability else (
         f" (compute capability not in the catalogue: taken as {DEFAULT_CUDA_CC // 100}.{DEFAULT_CUDA_CC % 100 // 10})")
-    est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q,
-                           cache_types=(cfg.cache_type_k, cfg.cache_type_v), cuda_cc=cuda_cc)
-    scheduled = est.host_bytes is not None
-    est_method = (est.method if not cc_note else "modelled") if scheduled else "modelled"
     gpu_with_layers = [i for i in range(n_dev) if layers_on[i] or placement.output_dev == i]
     # several GPUs, everything offloaded, layer split: the scheduler keeps 4 copies of each
     # stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py)
@@ -391,7 +414,20 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         backends=tuple(g.backend for g in gpus))
     if n_dev > 1:
         notes.append(pp.reason)
-    if gpu_with_layers:
+    # RPC servers, CUDA GPUs or the CPU alone: the graph replayed through ggml-backend's scheduler,
+    # one compute buffer per device and the host's (plan/compute.py replayed_buffers)
+    replay_kw = dict(placement=placement, gpus=gpus, overrides=M.tensor_overrides(spec, cfg, placement.devices),
+                     n_copies=pp.n_copies, full_offload=cfg.n_gpu_layers < 0 or cfg.n_gpu_layers > spec.n_layer,
+                     split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
+    rb = replayed_buffers(spec, ctx, n_outputs_max, cache_types=(cfg.cache_type_k, cfg.cache_type_v), **replay_kw)  # type: ignore[arg-type]
+    est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q,
+                           cache_types=(cfg.cache_type_k, cfg.cache_type_v), cuda_cc=cuda_cc) if rb is None else None
+    scheduled = est is not None and est.host_bytes is not None
+    est_method = (est.method if not cc_note else "modelled") if est is not None and scheduled else "modelled"
+    if rb is not None:
+        _add_replayed(add, rb, gpu_names, "compute", "", gpu_with_layers)
+    elif gpu_with_layers:
+        assert est is not None
         for i in gpu_with_layers:
             add(i, "compute", est.bytes, est.formula + cc_note, est_method)
             x = pipeline_extra(spec, ctx, n_outputs_max, pp, first=(i == gpu_with_layers[0]),
@@ -419,6 +455,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
             hi = host_inputs(spec, ctx, n_outputs_max, (cfg.cache_type_k, cfg.cache_type_v))
             add(-1, "compute", hi.bytes, hi.formula, "modelled")
     else:
+        assert est is not None
         add(-1, "compute", est.bytes, est.formula, est.method)
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
     add(-1, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} x n_seq_max {ctx.n_parallel} x 4 B")
@@ -440,15 +477,20 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         add(-1, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
             "MTP context logits n_vocab x n_parallel x 4 B")
         mdev = placement.layer_dev[mtp[0].layer] if kv_on_gpu else -1
-        dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
-                                cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
-                                cuda_cc=cuda_cc if mdev == 0 else None)
-        d_method = dest.method if not cc_note else "modelled"
-        add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula + cc_note, d_method,
-            target=host if mdev < 0 else None)
-        if dest.host_bytes is not None:
-            add(-1, "draft", dest.host_bytes, "MTP context's CPU (CUDA_Host) compute buffer (graph inputs and the "
-                f"token embeddings' get_rows): {dest.host_bytes / MiB:.2f} MiB", d_method, target=host)
+        mb = replayed_buffers(spec, ctx, ctx.n_parallel, cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
+                              mtp=True, **replay_kw)  # type: ignore[arg-type]
+        if mb is not None:
+            _add_replayed(add, mb, gpu_names, "draft", "MTP context compute: ", host=host)
+        else:
+            dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
+                                    cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
+                                    cuda_cc=cuda_cc if mdev == 0 else None)
+            d_method = dest.method if not cc_note else "modelled"
+            add(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula + cc_note, d_method,
+                target=host if mdev < 0 else None)
+            if dest.host_bytes is not None:
+                add(-1, "draft", dest.host_bytes, "MTP context's CPU (CUDA_Host) compute buffer (graph inputs and the "
+                    f"token embeddings' get_rows): {dest.host_bytes / MiB:.2f} MiB", d_method, target=host)
     draft_w = [0] * n_dev
     if inp.draft is not None:
         draft_w = _place_draft(inp, base_cfg or cfg, ctx, gpu_names, add)
