@@ -141,7 +141,7 @@ def bench_once(binary: str, path: Path, args: list[str], a: argparse.Namespace,
     try:
         doc = run_bench(BenchConfig(url=srv.url, scenarios=("prefill", "depth"), prefill_lengths=tuple(a.lengths),
                                     depths=tuple(a.depths), repeats=a.runs, n_predict=a.n_predict, warmup=1,
-                                    endpoint="completion"))
+                                    endpoint="completion")).to_json()
     finally:
         srv.stop()
 

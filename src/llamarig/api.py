@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from llamarig.app.command import Resolved
     from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.bench.compare import Comparison
+    from llamarig.bench.logs import LogsReport
+    from llamarig.bench.result import BenchReport
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.flags.findings import Finding
     from llamarig.flags.schema import Schema
@@ -187,31 +190,32 @@ def gpus() -> tuple[GPU, ...]:
     return load_gpus()
 
 
-def bench_server(url: str, **config: Any) -> dict[str, Any]:
-    """`llamarig bench --url URL`: the measurement document (docs/bench.md), every figure with its
-    method. ``config``: fields of llamarig.bench.runner.BenchConfig (scenarios, k, n_predict, ...)."""
+def bench_server(url: str, **config: Any) -> BenchReport:
+    """`llamarig bench --url URL`: the measurement (docs/bench.md), every figure with its method;
+    ``to_json()`` is the ``--json`` document. ``config``: fields of llamarig.bench.runner.BenchConfig
+    (scenarios, k, n_predict, ...)."""
     from llamarig.bench.runner import BenchConfig, run_bench  # lazy: keeps import llamarig light
 
     return run_bench(BenchConfig(url=url, **config))
 
 
-def compare_bench(a: str | Path, b: str | Path) -> dict[str, Any]:
+def compare_bench(a: str | Path, b: str | Path) -> Comparison:
     """`llamarig bench compare A B --json`: two bench (or logs) documents figure by figure, with
     a noise band from each figure's spread."""
-    from llamarig.bench.compare import compare_json  # lazy: keeps import llamarig light
+    from llamarig.bench.compare import compare  # lazy: keeps import llamarig light
     from llamarig.bench.report import read_json  # lazy: keeps import llamarig light
 
-    return compare_json(read_json(Path(a)), read_json(Path(b)))
+    return compare(read_json(Path(a)), read_json(Path(b)))
 
 
 def logs_report(path: str | Path, script: str | Path | None = None, *, model: str | None = None,
-                gpus: Sequence[str] = (), ram: str | None = None) -> dict[str, Any]:
-    """`llamarig logs FILE --json`: a llama-server log as figures, a per-request timeline and
-    findings (``script``: the launch script, to compare what was meant with what ran; with
-    ``gpus`` (and ``model`` instead of its -m) also with the plan of what ran)."""
-    from llamarig.app.logs import logs_document  # lazy: keeps import llamarig light
+                gpus: Sequence[str] = (), ram: str | None = None) -> LogsReport:
+    """`llamarig logs FILE`: a llama-server log as figures, a per-request timeline and findings
+    (``script``: the launch script, to compare what was meant with what ran; with ``gpus`` (and
+    ``model`` instead of its -m) also with the plan of what ran); ``to_json()`` is ``--json``."""
+    from llamarig.app.logs import logs_report as report  # lazy: keeps import llamarig light
 
-    return logs_document(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
+    return report(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
 
 
 def stop_server(port: int | None = None, state_file: str | Path | None = None, timeout_s: float = 30) -> str:

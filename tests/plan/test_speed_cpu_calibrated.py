@@ -84,7 +84,7 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
         # long as it runs (benchmarks/RESULTS.md "CPU speed model"), so both sides sample starts alike
         srv = llama_server(path, *ARGS, threads=None)
         try:
-            doc = run_bench(BenchConfig(url=srv.url, **bench_cfg))  # type: ignore[arg-type]
+            doc = run_bench(BenchConfig(url=srv.url, **bench_cfg)).to_json()  # type: ignore[arg-type]
         finally:
             srv.stop()
         for k, fig in names.items():

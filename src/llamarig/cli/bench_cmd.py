@@ -135,7 +135,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     out = Console()
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
-        doc = run_bench(cfg)
+        doc = run_bench(cfg).to_json()
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True) as prog:
@@ -144,7 +144,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             def progress(label: str, done: int, total: int) -> None:
                 prog.update(task, description=label[:40], completed=done, total=total)
 
-            doc = run_bench(cfg, progress)
+            doc = run_bench(cfg, progress).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
         report_view.render(doc, out, lang())
@@ -161,16 +161,16 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
     figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
     import json
 
-    from llamarig.bench.compare import compare_docs, compare_json
+    from llamarig.bench.compare import compare
     from llamarig.bench.report import read_json
     from llamarig.cli import report_view
 
     da, db = read_json(a), read_json(b)
-    rows = compare_docs(da, db)
-    report_view.comparison(rows, Console(highlight=False), str(a), str(b))
+    result = compare(da, db)
+    report_view.comparison(list(result.rows), Console(highlight=False), str(a), str(b))
     if json_path:
         try:
-            json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            json_path.write_text(json.dumps(result.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         except OSError as e:
             raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=os_error(e))) from e
 
@@ -193,11 +193,11 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
              script: Path | None, model: str | None, gpus: tuple[str, ...], ram: str | None) -> None:
     """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
     per-request timeline, decode vs depth, checkpoint RAM and plain-language findings."""
-    from llamarig.app.logs import logs_document
+    from llamarig.app.logs import logs_report
     from llamarig.cli import report_view
 
     # English: the JSON's words never change with the language
-    doc = logs_document(file, script, model=model, gpus=gpus, ram=ram)
+    doc = logs_report(file, script, model=model, gpus=tuple(gpus), ram=ram).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return

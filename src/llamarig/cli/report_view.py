@@ -23,24 +23,32 @@ if TYPE_CHECKING:
 UNITS = {"checkpoints": N_("checkpoints"), "ratio": N_("ratio"), "tokens": N_("tokens"), "requests": N_("requests"),
          "tokens/step": N_("tokens/step"), "prompt tokens": N_("prompt tokens")}
 
-#: the timeline's columns: (doc key, heading)
-TIMELINE = (("slot", "slot"), ("task", "task"), ("depth", "depth"), ("prompt_tokens", "prompt"),
-            ("cached", "cached"), ("prompt_eval_n", "processed"), ("prefill_tok_s", "prefill tok/s"),
-            ("eval_n", "generated"), ("decode_tok_s", "decode tok/s"))
+#: the timeline's columns: the doc's keys (the last two: how many requests ran at once, how it ended)
+TIMELINE = ("slot", "task", "depth", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")
 
 
-def timeline(doc: dict[str, Any]) -> Sheet | None:
-    """logs: one row per request (a block per request where nine columns do not fit)."""
+def timeline(doc: dict[str, Any]) -> tuple[Sheet, bool] | None:
+    """logs: one row per request (a block per request where its columns do not fit): depth and
+    cache, rates, how many requests were active at once and how each ended; a decode rate from a
+    progress line (a request that ended early) is marked ~. Also whether one is."""
     if not doc.get("timeline"):
         return None
-    heads = {"slot": _("slot"), "task": _("task"), "depth": _("depth"), "prompt": _("prompt"), "cached": _("cached"),
-             "processed": _("processed"), "prefill tok/s": _("prefill tok/s"), "generated": _("generated"),
-             "decode tok/s": _("decode tok/s")}
-    cols = [Column(heads[h], justify="right", key=k in ("slot", "task")) for k, h in TIMELINE]
+    from llamarig.bench.logs import outcome_words
+
+    heads = (_("slot"), _("task"), _("depth"), _("cached"), _("new"), _("prefill tok/s"), _("gen"), _("decode tok/s"),
+             _("at once"))
+    cols = [Column(h, justify="right", key=i < 2) for i, h in enumerate(heads)] + [Column(_("outcome"))]
     t = Sheet(cols, title=Text(_("requests (timeline)"), style="bold"))
+    words = outcome_words()
+    approx = False
     for r in doc["timeline"]:
-        t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k, _h in TIMELINE))
-    return t
+        cells = [fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in TIMELINE]
+        if r.get("decode_from") == "progress":
+            cells[-1], approx = "~" + cells[-1], True
+        outcome = r.get("outcome")
+        cells += [str(r.get("concurrency") or 1), localize(words.get(outcome, outcome)) if outcome else "—"]
+        t.add_row(*cells, style="yellow" if outcome in ("context_exceeded", "error", "cancelled") else "")
+    return t, approx
 
 
 def _spread(f: dict[str, Any]) -> str:
@@ -121,9 +129,12 @@ def render(doc: dict[str, Any], console: Console, lang: str) -> None:
         print_wrapped(console, _("{heading}:").format(heading=lab["findings"]), style="bold")
     for f in doc.get("findings", []):
         print_wrapped(console, "• " + localize(f), indent="  ")
-    t = timeline(doc)
-    if t is not None:
-        console.print(t)
+    tl = timeline(doc)
+    if tl is not None:
+        console.print(tl[0])
+        if tl[1]:
+            print_wrapped(console, _("~ decode so far, from the last progress line (n_gen, tg) of a request that did "
+                                     "not finish"), indent="  ", style="dim")
     if doc.get("figures"):
         sheet, methods = figures(doc, lang)
         console.print(sheet)
