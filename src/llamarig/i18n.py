@@ -36,6 +36,7 @@ import errno
 import gettext
 import os
 import re
+import string
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -296,8 +297,6 @@ def fill(template: str, lang: str, args: tuple[Any, ...], fields: Mapping[str, A
     value follow the spacing rule of docs/zh/glossary.md (see :func:`_joint`)."""
     if lang != "zh":
         return template.format(*args, **fields)
-    import string
-
     pieces: list[str] = []
     auto = 0
     try:
