@@ -117,10 +117,10 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     if not parsed.invocations:
-        findings.append(Finding("no-invocation", Severity.INFO, 1, None,
+        findings.append(Finding("no-invocation", Severity.INFO,
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
-                                  "compose command: or llama-swap cmd:)"), None, None))
+                                  "compose command: or llama-swap cmd:)"), line=1))
     return CheckReport(parsed, readings, findings, schema, name, kind, origin)
 
 

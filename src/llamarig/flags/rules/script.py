@@ -13,8 +13,8 @@ from llamarig.i18n import N_, _
 
 
 def note_to_finding(n: Note) -> Finding:
-    return Finding(n.kind, n.severity, n.line, None, n.message,
-                   n.fix or (_(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None), n.invocation, True)
+    return Finding(n.kind, n.severity, n.message, line=n.line,
+                   fix=n.fix or (_(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None), invocation=n.invocation)
 
 
 _NOTE_FIX = {
@@ -40,9 +40,9 @@ def background_no_log(inv: Invocation, r: Reading, k: int) -> list[Finding]:
         if where != "file":
             why = (_("its log is thrown away (stderr goes to /dev/null)") if where == "null" else
                    _("its log (stderr) goes to the terminal that started it"))
-            return [Finding("background-no-log", Severity.INFO, inv.end_line, None,
+            return [Finding("background-no-log", Severity.INFO,
                             _("the server runs in the background (`&`) and {why}; add --log-file (or "
-                              "`> FILE 2>&1`) to keep it").format(why=why), None, k)]
+                              "`> FILE 2>&1`) to keep it").format(why=why), line=inv.end_line, invocation=k)]
     return []
 
 
