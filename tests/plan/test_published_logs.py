@@ -121,11 +121,11 @@ def test_qwen3_coder_q4_k_m_uses_the_logged_file_size() -> None:
     spec = build_spec(*find_model("qwen3-coder-30b-a3b:q4_k_m"))
     reported = _reported("issue17067-qwen3-coder-30b-a3b-q4_k_m-size", 0)
     assert abs(spec.file_bytes / (1 << 30) - reported) <= 0.005  # printed to 0.01 GiB
-    assert "estimated" not in str(spec.metadata["size_source"])
+    assert spec.origin is not None and not spec.origin.size_estimated
 
 
 @pytest.mark.parametrize("mid", sorted(_reported("bartowski-qwen3-file-tables", 0)))
 def test_catalogue_sizes_from_published_file_tables(mid: str) -> None:
     spec = build_spec(*find_model(mid))
     assert spec.file_bytes / 1e9 == pytest.approx(_reported("bartowski-qwen3-file-tables", 0)[mid], abs=0.005)
-    assert "estimated" not in str(spec.metadata["size_source"])
+    assert spec.origin is not None and not spec.origin.size_estimated

@@ -168,8 +168,8 @@ def test_mtp_speculative_speedup():
 
 
 def test_speed_json_shape(seed_inputs):
+    from llamarig.plan.estimators.speed import speed_json
     from llamarig.plan.planner import make_plan
-    from llamarig.plan.speed import speed_json
 
     plan = make_plan(seed_inputs)
     d = speed_json(seed_inputs, plan)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llamarig.plan.calibration import Calibration, load_calibration, measure_host_bandwidth
+from llamarig.plan.estimators.speed import attach_speed, effective_inputs
 from llamarig.plan.inputs import PlanArgs, build_inputs
-from llamarig.plan.planner import effective_inputs, make_plan
+from llamarig.plan.planner import make_plan
 from llamarig.plan.result import Plan, PlanInputs
-from llamarig.plan.speed import attach_speed
 from llamarig.units import parse_size
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,7 +185,7 @@ class BenchClient:
         return await self._retry(self._post, path, timeout, payload)
 
     @staticmethod
-    async def _retry(fn: Any, *args: Any) -> HTTPResult:
+    async def _retry(fn: Callable[..., Awaitable[HTTPResult]], *args: Any) -> HTTPResult:
         """One retry for small control requests on a dropped connection."""
         try:
             return await fn(*args)

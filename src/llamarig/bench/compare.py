@@ -38,7 +38,7 @@ def _band(f: dict[str, Any]) -> float | None:
     v = f.get("value")
     if f.get("n", 0) < 2 or not sp or not v or sp.get("p10") is None or sp.get("p90") is None:
         return None
-    return 100.0 * (sp["p90"] - sp["p10"]) / 2.0 / abs(v)
+    return float(100.0 * (sp["p90"] - sp["p10"]) / 2.0 / abs(v))
 
 
 def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:

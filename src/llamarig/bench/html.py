@@ -147,7 +147,8 @@ td.m{white-space:nowrap}sup a{text-decoration:none}ol.fn{font-size:12px;color:#2
 def _series_from_scenarios(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     for sc in doc.get("scenarios", []):
         if key in (sc.get("series") or {}):
-            return sc["series"][key]
+            series: list[dict[str, Any]] = sc["series"][key]
+            return series
     return []
 
 

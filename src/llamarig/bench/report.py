@@ -462,4 +462,5 @@ def read_json(path: Path) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     text = resources.files("llamarig").joinpath("data/bench.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data

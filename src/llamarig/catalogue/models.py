@@ -23,7 +23,7 @@ from llamarig.errors import ModelNotFoundError, UnknownNameError
 from llamarig.gguf import load_spec
 from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
-from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
+from llamarig.gguf.spec import CatalogueOrigin, LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
 from llamarig.hub.ref import is_remote
 from llamarig.i18n import _, did_you_mean, unknown_name
 
@@ -38,6 +38,12 @@ class CatalogueModel:
     entry: dict[str, Any]
     quants: dict[str, dict[str, Any]]
     source: str
+
+    def size_estimated(self, quant: str) -> bool:
+        """The file size of ``quant`` is a range (a rounded published figure with its spread, or bits
+        per weight), not a published byte count."""
+        q = self.quants.get(quant, {})
+        return bool(q.get("spread")) or not q.get("bytes")
 
     def file_bytes(self, quant: str, bpw: dict[str, float]) -> tuple[int, str]:
         q = self.quants.get(quant, {})
@@ -76,7 +82,8 @@ def refresh_from_repo(m: CatalogueModel, bpw: dict[str, float], repo: str | None
 
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
-    return json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())
+    data: dict[str, Any] = json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())
+    return data
 
 
 @lru_cache(maxsize=1)
@@ -259,8 +266,9 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
         rope=RopeSpec(None, None, None, None, None), n_expert=n_exp,
         n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=ff_exp or None,
         tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors), file_bytes=file_bytes,
-        warnings=(f"catalogue entry: weights {size_source}; shapes: {m.source}",),
-        metadata={"catalogue": True, "size_source": size_source, "size_spread": _size_spread(m, quant)},
+        origin=CatalogueOrigin(summary=f"catalogue entry: weights {size_source}; shapes: {m.source}",
+                               size_source=size_source, size_estimated=m.size_estimated(quant),
+                               size_spread=_size_spread(m, quant), typed_tensors=bool(types)),
     )
 
 

@@ -225,9 +225,9 @@ SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom"
                 "--acceptance", "--calibration", "--host-bandwidth"}
 
 
-def _num(flag: str, v: str, kind: type) -> float:
+def _num(flag: str, v: str, kind: type[float] | type[int]) -> float:
     try:
-        x = kind(v)
+        x: float = kind(v)
     except ValueError:
         raise InputError((_("{flag} {value}: not a whole number") if kind is int else _("{flag} {value}: not a number")).format(flag=flag, value=v)) from None
     return x

@@ -526,11 +526,12 @@ def parse_text(text: str, source: str) -> dict[str, Any]:
             import tomllib  # type: ignore[import-not-found]  # lazy: only for .toml; 3.10 needs tomli
         except ModuleNotFoundError:  # Python 3.10
             try:
-                import tomli as tomllib  # type: ignore[no-redef]  # lazy: optional, Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]  # lazy: optional, Python 3.10
             except ModuleNotFoundError:
                 raise InputError(_("{source}: TOML needs Python >= 3.11 or the 'tomli' package; use YAML").format(source=source)) from None
         try:
-            return tomllib.loads(text)
+            data: dict[str, Any] = tomllib.loads(text)
+            return data
         except tomllib.TOMLDecodeError as e:
             raise InputError(_("{source}: not valid TOML: {error}").format(source=source, error=e)) from None
     import yaml  # lazy: yaml (60 ms), only for YAML configs

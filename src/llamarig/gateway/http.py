@@ -42,7 +42,7 @@ class Headers(dict[str, str]):
     """Header names stored lower-case; ``get``/``[]``/``in`` are case-insensitive. Used for
     request headers here and for response headers by the upstream client (gateway/upstream.py)."""
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override,unused-ignore]
         return super().get(key.lower(), default)
 
     def __getitem__(self, key: str) -> str:

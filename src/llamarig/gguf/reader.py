@@ -137,13 +137,13 @@ class _Cursor:
 
     def u32(self, what: str) -> int:
         self.need(4, what)
-        v = _U32.unpack_from(self.buf, self.off)[0]
+        v: int = _U32.unpack_from(self.buf, self.off)[0]
         self.off += 4
         return v
 
     def u64(self, what: str) -> int:
         self.need(8, what)
-        v = _U64.unpack_from(self.buf, self.off)[0]
+        v: int = _U64.unpack_from(self.buf, self.off)[0]
         self.off += 8
         return v
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import GGUFError, one_line
 from llamarig.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo, read_header
 from llamarig.i18n import _
@@ -125,6 +126,27 @@ class ProjectorSpec:
     projection_dim: int | None
 
 
+#: the diagnostic code of the header reader's warnings in a plan
+MODEL_HEADER = "model-header"
+
+
+@dataclass(frozen=True)
+class CatalogueOrigin:
+    """Where a spec built from a catalogue entry (no file read) gets its figures."""
+
+    #: the shapes' sources and the file size's, as inspect shows them
+    summary: str
+    #: where the file size comes from
+    size_source: str
+    #: the size is a range: bits per weight, or a rounded published figure (``size_spread``)
+    size_estimated: bool
+    #: the relative range of an estimated size (None: the planner's default)
+    size_spread: float | None
+    #: tensor bytes from the catalogue's tensor types (else the published file size spread over the
+    #: tensors by parameter count)
+    typed_tensors: bool
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     path: str
@@ -152,8 +174,11 @@ class ModelSpec:
     #: an MTP-only "sidecar" file (the 307K-context MTP field report's (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) --model-draft mtp-*.gguf): nextn blocks without the
     #: trunk; llama.cpp recognises it by the missing blk.0.attn_norm.weight (src/llama-model.cpp)
     mtp_sidecar: bool = False
+    #: what the header reader could not determine (an unknown architecture, missing keys, ...)
     warnings: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: a spec built from a catalogue entry: where its figures come from; None for a file
+    origin: CatalogueOrigin | None = field(default=None, repr=False, compare=False)
     #: for a header read over HTTP (llamarig.hub): where from, bytes and requests, seconds, cache
     remote: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
@@ -169,7 +194,17 @@ class ModelSpec:
     @property
     def source(self) -> Literal["file", "catalogue"]:
         """``catalogue`` for a spec built from a catalogue entry (no file read), else ``file``."""
-        return "catalogue" if self.metadata.get("catalogue") else "file"
+        return "catalogue" if self.origin is not None else "file"
+
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The header reader's warnings as diagnostics (code ``model-header``)."""
+        return tuple(warning(MODEL_HEADER, w) for w in self.warnings)
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """What inspect shows under the tables: the header's warnings, and for a catalogue entry
+        where its sizes and shapes come from."""
+        return (*self.warnings, *((self.origin.summary,) if self.origin is not None else ()))
 
     @property
     def is_mmproj(self) -> bool:
@@ -217,7 +252,7 @@ class ModelSpec:
             "projector": None if self.projector is None else vars(self.projector).copy(),
             "mtp_sidecar": self.mtp_sidecar,
             "source": self.source,
-            "warnings": list(self.warnings),
+            "warnings": list(self.notices),
         }
         if self.remote is not None:
             d["remote"] = dict(self.remote)
@@ -271,7 +306,7 @@ def _int(md: dict[str, Any], key: str, default: int | None = None) -> int | None
     if isinstance(v, float) and v.is_integer():
         return int(v)
     if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
-        return max(v)
+        return int(max(v))
     return default
 
 

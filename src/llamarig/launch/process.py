@@ -302,8 +302,7 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
         line = system_info_line(text)
         if line is not None and replan is not None:
             cpu = from_system_info(line)
-            planned = (plan.extra.get("cpu") or {}).get("features")
-            if planned is not None and sorted(cpu.features) != planned:
+            if plan.cpu is not None and cpu.features != plan.cpu.features:
                 with contextlib.suppress(LlamarigError):
                     plan = replan(cpu)
                     notes.append(f"verified against a plan for the server's own CPU features ({cpu.describe()})")

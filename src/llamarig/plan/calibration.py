@@ -238,7 +238,8 @@ def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calib
 
 @lru_cache(maxsize=1)
 def builtin_data() -> dict[str, Any]:
-    return json.loads(resources.files("llamarig.data").joinpath("speed_calibration.json").read_text())
+    data: dict[str, Any] = json.loads(resources.files("llamarig.data").joinpath("speed_calibration.json").read_text())
+    return data
 
 
 @lru_cache(maxsize=1)

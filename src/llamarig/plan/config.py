@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import InputError
 from llamarig.flags.argv import Command, looks_like_option
 from llamarig.flags.knowledge import FOLKLORE
@@ -28,6 +29,10 @@ SPEC_TYPES = (
 #: spec types that keep recurrent rollback snapshots (common.h:399-405, common.cpp:1693)
 ROLLBACK_SPEC_TYPES = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
 SPLIT_MODES = ("none", "layer", "row", "tensor")
+#: diagnostic codes of what llama-server would reject or misread in a pasted command
+REMOVED_FLAG = "removed-flag"
+UNKNOWN_FLAG = "unknown-flag"
+INT_SUFFIX = "int-suffix"
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 _TRUTHY = ("on", "enabled", "true", "1")
 _FALSEY = ("off", "disabled", "false", "0")
@@ -93,7 +98,8 @@ class ServerConfig:
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
     ignored: tuple[str, ...] = ()  # flags seen but irrelevant to memory
-    problems: tuple[str, ...] = ()  # what llama-server itself would reject in a pasted command
+    #: what llama-server itself would reject (or misread) in a pasted command
+    problems: tuple[Diagnostic, ...] = ()
 
     # ------------------------------------------------------------------ derived
     @property
@@ -429,7 +435,7 @@ def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool =
     vals: dict[str, object] = {}
     set_flags = set(cfg.set_flags)
     ignored: list[str] = list(cfg.ignored)
-    problems: list[str] = list(cfg.problems)
+    problems: list[Diagnostic] = list(cfg.problems)
     spec_types = list(cfg.spec_types)
     ots = list(cfg.override_tensor)
     otds = list(cfg.override_tensor_draft)
@@ -442,8 +448,9 @@ def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool =
             msg = _("{flag}: removed from llama-server ({advice})").format(flag=tok, advice=advice)
             if strict:
                 raise InputError(msg)
-            problems.append(_("{flag}: removed from llama-server ({advice}); llama-server would exit with 'invalid "
-                              "argument'").format(flag=tok, advice=advice))
+            problems.append(warning(REMOVED_FLAG, _(
+                "{flag}: removed from llama-server ({advice}); llama-server would exit with 'invalid "
+                "argument'").format(flag=tok, advice=advice)))
             if name in ("--no-mmap", "--mlock"):
                 vals["load_mode"] = "none" if name == "--no-mmap" else "mlock"
                 set_flags.add("load_mode")
@@ -459,10 +466,10 @@ def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool =
                 if arg.opt is not None or schema is None:
                     ignored.append(tok)
                 else:
-                    problems.append(
+                    problems.append(warning(UNKNOWN_FLAG,
                         _("{flag}: not a llama-server flag of build {build}: llama-server would refuse to start "
                           "('error: invalid argument: {flag}', common/arg.cpp:830)").format(
-                            flag=tok, build=schema.build))
+                            flag=tok, build=schema.build)))
             elif strict:
                 # a stray word (in a pasted command the first token is the binary itself)
                 raise InputError(_("'{tok}': unexpected argument (llama-server takes no positional arguments)").format(tok=tok))
@@ -480,8 +487,8 @@ def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool =
         set_flags.add(fld)
         if kind in ("int", "int0", "int1", "ngl"):
             tail = _int_tail_problem(tok, value)
-            if tail and tail not in problems:
-                problems.append(tail)
+            if tail and warning(INT_SUFFIX, tail) not in problems:
+                problems.append(warning(INT_SUFFIX, tail))
         if kind == "int":
             vals[fld] = _int(tok, value)
         elif kind == "int0":

@@ -148,7 +148,7 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
         sum_used_target = sum(free) - sum(margins)
         if nd > 1:
             # whole layers / tensors per device: expect some waste (fit.cpp:403-411)
-            model = sum(plan0.extra.get("fit_model_bytes", [0] * nd))
+            model = sum(plan0.fit_model_bytes)
             ngl_u = cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else _U32_MAX
             per_layer = _tdiv(model, max(1, min(ngl_u, hp_ngl)))
             sum_used_target -= (nd + 1) * per_layer // (2 if hp_nex == 0 else 6)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.errors import GGUFError, InputError
 from llamarig.gguf import load_spec
 from llamarig.hardware.cpu import CpuFeatures, parse_cpu_features
@@ -17,12 +18,18 @@ from llamarig.hardware.types import Hardware
 from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.planner import PlanInputs, make_plan
-from llamarig.plan.result import Plan
+from llamarig.plan.planner import make_plan
+from llamarig.plan.result import Plan, PlanInputs
 
 if TYPE_CHECKING:
     from llamarig.catalogue.models import CatalogueModel, MMProjInfo
     from llamarig.gguf.spec import ModelSpec
+
+
+#: diagnostic codes: MODEL / --mmproj / --draft and the command's own disagree; a --gpu name
+#: matched several catalogue entries
+MODEL_DISAGREES = "model-disagrees"
+GPU_NAME_MATCH = "gpu-name-match"
 
 
 @dataclass
@@ -120,7 +127,7 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
     if pa.command is not None:
         cfg = parse_server_args(pa.command, strict=False)
     cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
-    problems: list[str] = []
+    problems: list[Diagnostic] = []
     hub_model: str | None = None
     if cfg.hf_repo:
         # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
@@ -134,9 +141,10 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
                                ("--draft", pa.draft, cfg.draft_model)):
         if mine and theirs and mine != theirs:
             flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
-            problems.append(_("{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
-                              "{theirs} of the llama-server command is ignored").format(
-                what=what, mine=mine, flag=flag, theirs=theirs))
+            problems.append(warning(MODEL_DISAGREES, _(
+                "{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
+                "{theirs} of the llama-server command is ignored").format(
+                what=what, mine=mine, flag=flag, theirs=theirs)))
     if cfg.model_url and not pa.model and not cfg.model and not hub_model:
         hub_model = cfg.model_url  # -mu URL: plan reads its header
     model = pa.model or cfg.model or hub_model
@@ -167,14 +175,14 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
     cfg = replace(cfg, model=shown_model, hf_repo=hf_repo, hf_file=hf_file, mmproj=shown_mm, draft_model=d_arg,
                   problems=(*cfg.problems, *problems))
     hw = build_hardware(pa)
-    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, notes=tuple(gpu_notes(pa)))
+    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, diagnostics=gpu_notes(pa))
 
 
-def gpu_notes(pa: PlanArgs) -> list[str]:
+def gpu_notes(pa: PlanArgs) -> tuple[Diagnostic, ...]:
     """A note for each --gpu name that matches several catalogue entries (which one was taken)."""
     from llamarig.catalogue.gpus import gpu_match_note  # lazy: catalogue off the --help path
 
-    return [n for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n]
+    return tuple(info(GPU_NAME_MATCH, n) for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n)
 
 
 def build_plan(pa: PlanArgs) -> Plan:

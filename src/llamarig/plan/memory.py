@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import TYPE_SIZES, row_size
+from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec
 from llamarig.hardware.cpu import CpuFeatures
 from llamarig.hardware.cpu_buffers import host_weight_buffer
@@ -431,7 +432,7 @@ def host_weight_buffers(spec: ModelSpec, cfg: ServerConfig, placement: Placement
     per buffer type: (bytes in that buffer, bytes of the same tensors in the file). The rules are
     in hardware/cpu_buffers.py, with their llama.cpp sources."""
     out: dict[str, tuple[int, int]] = {}
-    for t in _host_tensors(spec, cfg, placement):
+    for t in host_tensors(spec, cfg, placement):
         ch = host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=extra_bufts)
         if ch.buffer:
             b, f = out.get(ch.buffer, (0, 0))
@@ -444,7 +445,9 @@ def _in_extra_buffer(t: object, cpu: CpuFeatures, extra_bufts: bool) -> bool:
                                    cpu, extra_bufts=extra_bufts).buffer)
 
 
-def _host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list:
+def host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list[TensorInfo]:
+    """The tensors whose weights stay in host memory (a CPU layer's, the token embeddings, what
+    -ot sends to the CPU); the MTP layers' are not loaded without --spec-type draft-mtp."""
     out = []
     for t in spec.tensors:
         m = _BLK_RE.match(t.name)
@@ -474,7 +477,7 @@ def mapped_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement, 
         return None
     first = None
     last = 0
-    for t in _host_tensors(spec, cfg, placement):
+    for t in host_tensors(spec, cfg, placement):
         if _in_extra_buffer(t, cpu, extra_bufts):
             continue  # copied into AMX / CPU_REPACK, outside the mapping
         first = t.offset if first is None else min(first, t.offset)

@@ -46,8 +46,8 @@ from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.calibration import Calibration, load_calibration
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.planner import PlanInputs, make_plan
-from llamarig.plan.result import Plan
+from llamarig.plan.planner import make_plan
+from llamarig.plan.result import Plan, PlanInputs
 from llamarig.plan.speed import (
     KV_QUALITY,
     SpeedReport,
@@ -447,7 +447,7 @@ def _decode_bound(cands: Sequence[Candidate], t: Targets) -> tuple[float, str] |
                              pred=top.decode_at_target)
 
 
-def _rank_key(c: Candidate, t: Targets) -> tuple:
+def _rank_key(c: Candidate, t: Targets) -> tuple[float, ...]:
     """Fitting first, then meeting the decode target, then KV quality (when the target is met),
     then speed; --agent weights prefill (long prompts) before KV quality."""
     q = -(KV_QUALITY.get(c.cfg.cache_type_k, 3) + KV_QUALITY.get(c.cfg.cache_type_v, 3))

@@ -856,41 +856,6 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
     return _("decode at depth: ") + _("; ").join(parts)
 
 
-def speed_for(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
-              host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
-              acceptance_ratio: float | None = None) -> SpeedReport:
-    """The speed report of a plain plan. ``inputs`` is the planner's PlanInputs (spec, cfg,
-    hardware, draft); ``plan`` (optional) supplies n_ctx_slot for the depth table.
-    ``dataclasses.replace(plan, speed=speed_for(inputs, plan))`` makes ``plan.to_json()`` carry it."""
-    n_ctx = getattr(plan, "n_ctx_slot", None) if plan is not None else None
-    return speed_report(inputs.spec, inputs.cfg, inputs.hardware, cal=cal, n_ctx=n_ctx,
-                        host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
-                        draft=getattr(inputs, "draft", None), acceptance_ratio=acceptance_ratio)
-
-
-def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
-                 host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
-                 acceptance_ratio: float | None = None) -> Any:
-    """``plan`` with its ``speed`` slot filled; when speed cannot be predicted (a GPU without a
-    known bandwidth) the memory plan is kept and the reason joins its warnings."""
-    try:
-        rep = speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
-                        acceptance_ratio=acceptance_ratio)
-    except InputError as e:
-        return replace(plan, warnings=tuple(plan.warnings) + (str(e),))
-    except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan
-        return replace(plan, warnings=tuple(plan.warnings) + (
-            _("speed model failed ({error}); memory figures are unaffected").format(error=f"{type(e).__name__}: {e}"),))
-    return replace(plan, speed=rep)
-
-
-def speed_json(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
-               host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> dict[str, Any]:
-    """The ``speed`` object of ``plan --json`` for a plain plan (docs/speed.md)."""
-    return speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs,
-                     acceptance=acceptance).to_json()
-
-
 def gpu_time_per_layer(g: GPU, bytes_per_layer: float, cal: Calibration) -> float:
     """Seconds one layer's bytes take on a GPU (used to balance -ts)."""
     eff = cal.for_device(g.backend, g.id)

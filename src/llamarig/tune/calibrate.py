@@ -211,7 +211,7 @@ def _solve(pred: Callable[[float], float], target: float, lo: float, hi: float, 
             lo = mid
         else:
             hi = mid
-    return (lo * hi) ** 0.5
+    return float((lo * hi) ** 0.5)
 
 
 @dataclass
@@ -272,7 +272,7 @@ def _fit_decode(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrati
         old = cal.for_device(backend).overhead_ms / 1000
         new = max(0.0, 1 / measured_tok_s - (1 / p - old))
         fields["overhead_ms"] = round(new * 1000, 6)
-    cal = _with(cal, backend, **fields)  # type: ignore[arg-type]
+    cal = _with(cal, backend, **fields)
     return _Fit(fields, cal, _predict(spec, cfg, hw, cal, depth), host_bandwidth_gbs, bw_note)
 
 
