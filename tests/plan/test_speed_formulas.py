@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 from tests.plan.speed_helpers import cfg, hw, spec_of
 
-from llamarig.plan.calibration import load_calibration
+from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.flash_attn import kv_path
 from llamarig.plan.speed import (
     acceptance_from_ratio,
     decode_seconds,
     depth_points,
     device_loads,
-    kv_path,
     speed_report,
     tokens_per_step,
 )

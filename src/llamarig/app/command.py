@@ -12,17 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.app.check import check, fix, get_schema, read_input
-from llamarig.app.planning import plan_args, plan_with_speed
+from llamarig.app.planning import plan_with_speed
 from llamarig.binary import find_binary
+from llamarig.diagnostics import Diagnostic
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.argv import Command
 from llamarig.flags.findings import Finding
 from llamarig.flags.readers import is_server_program
 from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.hardware.types import Hardware
 from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _
-from llamarig.plan.inputs import PlanArgs
+from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
+from llamarig.plan.speed import SpeedReport
 from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
 
 
@@ -37,12 +40,15 @@ class Resolved:
     findings: list[Finding] = field(default_factory=list)  # check findings of a --from-script input
     notes: list[str] = field(default_factory=list)  # comment lines about the input
     schema: Schema | None = None  # flag schema of `binary` (else the bundled one)
-    plan_args: PlanArgs | None = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
+    #: the Deployment behind ``plan`` (launch re-plans it for the server's CPU); None when the
+    #: command could not be read as one (``plan_error``)
+    deployment: Deployment | None = None
+    hardware: Hardware = field(default_factory=Hardware)  # what the command is planned on
     wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
     workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
 
     @property
-    def speed(self) -> Any:
+    def speed(self) -> SpeedReport | None:
         """The plan's speed report (None without a plan or when speed cannot be predicted)."""
         return self.plan.speed if self.plan is not None else None
 
@@ -87,21 +93,22 @@ def _model_args(model: str) -> list[str]:
     return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
-def _plan(args: list[str], gpus: Sequence[str], ram: str | None, detect: bool
-          ) -> tuple[Plan | None, str, LlamarigError | None, PlanArgs]:
-    """(plan with speed, note, error, the PlanArgs behind it) for a final llama-server args."""
-    pa = plan_args(command=["llama-server", *args], gpus=gpus, ram=ram, detect=detect)
+def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic]
+          ) -> tuple[Plan | None, str, LlamarigError | None, Deployment | None]:
+    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args."""
+    d = None
     try:
-        plan = plan_with_speed(pa)
+        d = deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes))
+        plan = plan_with_speed(d)
     except LlamarigError as e:
-        return None, _("plan: not computed ({error})").format(error=e), e, pa
+        return None, _("plan: not computed ({error})").format(error=e), e, d
     note = ""
     model = plan.model
     if model.startswith("<") and model.endswith(".gguf>"):
         m = Command.parse(args, program=False).get("--model") or model
         note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
                  "are for the catalogue's header)").format(model=m)
-    return plan, note, None, pa
+    return plan, note, None, d
 
 
 def _script_dir(cwd: str | None, script_dir: Path) -> str | None:
@@ -180,8 +187,8 @@ def _refuse_catalogue_names(args: list[str]) -> None:
 
 
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
-                    server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
-                    detect: bool = False, want_plan: bool = True, repair: bool = False,
+                    server_bin: str | None = None, hardware: Hardware | None = None,
+                    notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
@@ -189,10 +196,10 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     ``own``: the calling command's option spellings (``command_name``'s); one of them among the
     server flags (written after the model) that llama-server does not know is an InputError.
     ``keep_script`` (render): a --from-script command keeps its own binary, wrappers and
-    directory."""
+    directory. ``hardware``: what the command is planned on; ``notes``: what reading it found."""
     env: list[tuple[str, str]] = []
     findings: list[Finding] = []
-    notes: list[str] = []
+    comments: list[str] = []
     bases = [Path.cwd()]
     program: str | None  # the input's program word (None: MODEL or flags only)
     kept_binary: str | None = None
@@ -210,9 +217,9 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
             report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
         parsed, findings = report.parsed, report.findings
         if repair and n_before:
-            notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
+            comments.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
         else:
-            notes.append(_("input: {name}").format(name=name))
+            comments.append(_("input: {name}").format(name=name))
         if not parsed.invocations:
             raise InputError(_("{name}: no llama-server command found").format(name=name))
         if not 1 <= invocation <= len(parsed.invocations):
@@ -223,7 +230,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         env = [(n, v) for n, v, _line in inv.env]
         bases.append(Path(from_script).parent.resolve())
         if keep_script and not server_bin:
-            kept_binary, wrappers, workdir = _keep_script_command(inv, Path(from_script), notes)
+            kept_binary, wrappers, workdir = _keep_script_command(inv, Path(from_script), comments)
             if workdir:  # the server runs there: its relative paths are there
                 bases.insert(0, Path(workdir))
     else:
@@ -240,12 +247,12 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         found, itself = _schema_binary(binary)
         schema = schema_of(found) if found else schema_of(binary)
         if not itself:
-            notes.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
+            comments.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
                 schema=schema.label(), binary=binary))
     else:
         binary = _binary(server_bin, program)
         if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-            notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
+            comments.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
         schema = schema_of(binary)
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
@@ -259,11 +266,12 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     args, changed = absolutize(args, schema, bases)
     if changed:
         where = _(" or ").join(str(b) for b in bases)
-        notes.append(_("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
-    res = Resolved(binary, args, env, findings=findings, notes=notes, schema=schema, wrappers=wrappers,
-                   workdir=workdir)
+        comments.append(_("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
+    hw = hardware or Hardware()
+    res = Resolved(binary, args, env, findings=findings, notes=comments, schema=schema, wrappers=wrappers,
+                   workdir=workdir, hardware=hw)
     if want_plan:
-        res.plan, res.plan_note, res.plan_error, res.plan_args = _plan(args, gpus, ram, detect)
+        res.plan, res.plan_note, res.plan_error, res.deployment = _plan(args, hw, notes)
     return res
 
 

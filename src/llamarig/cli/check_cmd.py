@@ -11,8 +11,10 @@ from pathlib import Path
 
 import click
 
-from llamarig.app.check import check, dump_json, explain, fix, get_schema, read_input
+from llamarig import api
+from llamarig.app.check import dump_json, explain, fix, get_schema, read_input
 from llamarig.cli.lang import _, lang, localize
+from llamarig.cli.options import hardware_of
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
 from llamarig.flags.rules import Finding
@@ -175,9 +177,10 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
            cores: int | None, model: str | None, gpus: tuple[str, ...], ram: str | None,
            need_ctx: int | None) -> None:
     origin = Path(file) if file != "-" else None
-    report = check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
-                   base_dir=origin.parent if origin else None, gpus=gpus, ram=ram, need_ctx=need_ctx,
-                   origin=origin, name=name)
+    hw, _notes = hardware_of(gpus, ram)
+    report = api.check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
+                       base_dir=origin.parent if origin else None, gpus=hw.gpus, ram=hw.ram_bytes, need_ctx=need_ctx,
+                       origin=origin, name=name)
     if do_fix:
         fixed = fix(report, lang())
         click.echo(fixed.text, nl=False)
@@ -227,7 +230,7 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             argv = ["llama-server"] + argv
         text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
-    report = check(text, schema=schema, origin=origin, base_dir=origin.parent if origin else None, model=model)
+    report = api.check(text, schema=schema, origin=origin, base_dir=origin.parent if origin else None, model=model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
     out = explain(report, model=model, base_dir=origin.parent if origin else None, lang=lang)

@@ -4,13 +4,18 @@ findings are reported before it renders or launches."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from llamarig.cli.lang import _, localize
 from llamarig.errors import LlamarigError
 from llamarig.flags.findings import Finding
+from llamarig.units import parse_size
+
+if TYPE_CHECKING:
+    from llamarig.diagnostics import Diagnostic
+    from llamarig.hardware.types import Hardware
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,3 +73,17 @@ def refuse_or_warn(findings: Sequence[Finding], force: bool, what: str, label: s
     if errors and not force:
         raise LlamarigError(_("{n_errors} check error(s) in the llama-server command (flags of {label}): fix them, or "
                               "pass --force to {what} it as is").format(n_errors=len(errors), label=label, what=word))
+
+
+def hardware_of(gpus: Sequence[str], ram: str | None, detect: bool = False,
+                cpu_features: str | None = None) -> tuple[Hardware, tuple[Diagnostic, ...]]:
+    """The hardware options as the API takes them (``llamarig.api.hardware``): ``--gpu
+    NAME[:VRAM_GB]`` as catalogue GPUs, ``--ram SIZE`` in bytes, ``--cpu-features LIST``, ``--detect``;
+    and a note for each GPU name that matched several catalogue entries."""
+    from llamarig import api
+    from llamarig.catalogue.gpus import read_gpu_args
+    from llamarig.hardware.cpu import parse_cpu_features
+
+    values, notes = read_gpu_args(gpus)
+    cpu = parse_cpu_features(cpu_features) if cpu_features is not None else None
+    return api.machine(values, ram=parse_size(ram, "g") if ram else None, cpu=cpu, detect=detect), notes

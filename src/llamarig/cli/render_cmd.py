@@ -16,10 +16,18 @@ from typing import Any
 
 import click
 
-from llamarig.app.command import final_findings, resolve_command
-from llamarig.app.render import FORMATS, render_command
+from llamarig import api
+from llamarig.app.command import final_findings
+from llamarig.app.render import FORMATS
 from llamarig.cli.lang import _, lang, localize
-from llamarig.cli.options import CTX, command_name, input_options, own_options, refuse_or_warn
+from llamarig.cli.options import (
+    CTX,
+    command_name,
+    hardware_of,
+    input_options,
+    own_options,
+    refuse_or_warn,
+)
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.procs import exit_description
 
@@ -41,9 +49,10 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
     docker compose service or a llama-swap entry, with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
-                          ram=ram, detect=detect, repair=fix, own=own_options(), command_name=command_name(),
-                          keep_script=True)
+    hw, notes = hardware_of(gpus, ram, detect)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
+                              keep_script=True)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
@@ -61,7 +70,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
-    text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang())
+    text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang())
     if out:
         p = Path(out)
         try:
@@ -124,16 +133,17 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
         signal.signal(signal.SIGTERM, _interrupt)
     # the server runs here: plan for this machine's GPUs and RAM unless told otherwise
     detect = detect or not gpus
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                          gpus=gpus, ram=ram, detect=detect, own=own_options(), command_name=command_name())
+    hw, notes = hardware_of(gpus, ram, detect)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, own=own_options(), command_name=command_name())
     if res.plan is None and res.plan_note:
         click.echo(_("llamarig: note: {note}; launching without verification").format(note=res.plan_note), err=True)
-    from llamarig.app.launch import launch_args, launch_command
+    from llamarig.app.launch import launch_args
     from llamarig.flags.rules import physical_cores
 
     refuse_or_warn(final_findings(res, launch_args(res, host, port), physical_cores()), force, "launch",
                    _schema_label(res))
-    lr = launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
+    lr = api.launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
     try:
         _launch_report(lr, as_json)
     except KeyboardInterrupt:

@@ -9,7 +9,8 @@ from typing import Any
 
 from llamarig.cli.lang import _, localize
 from llamarig.errors import InputError
-from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.calibration import Calibration
+from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
 from llamarig.plan.result import PlanInputs
 from llamarig.plan.speed import DEFAULT_PROMPT, SpeedReport, kv_quality_short

@@ -159,11 +159,9 @@ def auth_headers(hub: str) -> dict[str, str]:
     if hub != "hf":
         token = os.environ.get("MODELSCOPE_API_TOKEN")
         return {"Authorization": f"Bearer {token}"} if token else {}
-    from huggingface_hub.utils._headers import (
-        build_hf_headers,  # lazy: huggingface_hub, only for hf:
-    )
+    from huggingface_hub.utils import _headers  # lazy: huggingface_hub, only for hf:
 
-    h = build_hf_headers()
+    h = _headers.build_hf_headers()
     return {"Authorization": h["authorization"]} if "authorization" in h else {}
 
 

@@ -1,5 +1,5 @@
 """``llamarig launch`` / ``llamarig stop``: start llama-server, wait for /health, compare the
-buffers it really allocated (its ``-lv 4`` log, parsed by llamarig.plan.logparse) with the plan,
+buffers it really allocated (its ``-lv 4`` log, parsed by llamarig.plan.memory_log) with the plan,
 and keep a small state file so that ``stop`` signals exactly the process that launch started.
 
 The state file (``$LLAMARIG_STATE_DIR`` or ``$XDG_STATE_HOME/llamarig`` or
@@ -28,7 +28,7 @@ from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_lin
 from llamarig.i18n import _
 from llamarig.launch.server import health, log_tail
 from llamarig.paths import state_dir
-from llamarig.plan.logparse import VerifyRow, compare
+from llamarig.plan.memory_log import VerifyRow, compare
 from llamarig.procs import exit_description
 
 if TYPE_CHECKING:

@@ -12,14 +12,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Literal, get_args
 
 from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import InputError
 from llamarig.flags.argv import Command, looks_like_option
 from llamarig.flags.knowledge import FOLKLORE
-from llamarig.flags.schema import load_bundled
+from llamarig.flags.schema import Schema, load_bundled
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
 from llamarig.i18n import _
+from llamarig.plan.flash_attn import FlashAttn, kv_layout_fa
 
 #: --spec-type values (common/speculative.cpp:72-84)
 SPEC_TYPES = (
@@ -28,12 +30,16 @@ SPEC_TYPES = (
 )
 #: spec types that keep recurrent rollback snapshots (common.h:399-405, common.cpp:1693)
 ROLLBACK_SPEC_TYPES = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
-SPLIT_MODES = ("none", "layer", "row", "tensor")
+#: -sm values (common/arg.cpp)
+SplitMode = Literal["none", "layer", "row", "tensor"]
+SPLIT_MODES: tuple[SplitMode, ...] = get_args(SplitMode)
 #: diagnostic codes of what llama-server would reject or misread in a pasted command
 REMOVED_FLAG = "removed-flag"
 UNKNOWN_FLAG = "unknown-flag"
 INT_SUFFIX = "int-suffix"
-LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+#: --load-mode values (common/arg.cpp)
+LoadMode = Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"]
+LOAD_MODES: tuple[LoadMode, ...] = get_args(LoadMode)
 _TRUTHY = ("on", "enabled", "true", "1")
 _FALSEY = ("off", "disabled", "false", "0")
 
@@ -50,11 +56,11 @@ class ServerConfig:
     cache_type_v: str = "f16"
     cache_type_k_draft: str = "f16"  # -ctkd: NOT inherited from -ctk (speculative.cpp:2559)
     cache_type_v_draft: str = "f16"
-    flash_attn: str = "auto"  # on | off | auto
+    flash_attn: FlashAttn = "auto"  # -fa (plan/flash_attn.py: the rule)
     n_batch: int = 2048
     n_ubatch: int = 512
     n_gpu_layers: int = -1  # -1 auto, -2 all, N
-    split_mode: str = "layer"
+    split_mode: SplitMode = "layer"
     tensor_split: tuple[float, ...] = ()
     main_gpu: int = 0
     n_cpu_moe: int = 0
@@ -68,7 +74,7 @@ class ServerConfig:
     checkpoint_min_step: int = 8192
     spec_types: tuple[str, ...] = ()
     spec_draft_n_max: int = 3
-    load_mode: str = "auto"
+    load_mode: LoadMode = "auto"
     fit: bool = True
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt: free memory to leave per device
     fit_ctx: int = 4096  # -fitc: smallest context --fit may choose
@@ -104,9 +110,10 @@ class ServerConfig:
     # ------------------------------------------------------------------ derived
     @property
     def flash_attn_enabled(self) -> bool:
-        """auto resolves to enabled on CPU/CUDA/Metal unless the K/V types force the non-FA path
-        (llama-context.cpp:509-560; ggml/src/ggml-cuda/fattn.cu). iq4_nl K with f16 V under CUDA disables it."""
-        return self.flash_attn != "off"
+        """The KV cache and compute buffers are laid out for flash attention: unless -fa off, auto
+        included (plan/flash_attn.py kv_layout_fa; how attention then runs per backend, auto
+        turning itself off where a device has no kernel, is flash_attn.kv_path)."""
+        return kv_layout_fa(self.flash_attn)
 
     @property
     def mtp(self) -> bool:
@@ -255,7 +262,7 @@ def _int_tail_problem(flag: str, v: str) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _schema() -> object | None:
+def bundled_schema() -> Schema | None:
     """The bundled flag schema of the pinned build (llamarig.flags.schema), or None."""
     try:
         return load_bundled()
@@ -379,8 +386,8 @@ def _removed_advice(tok: str) -> str | None:
     if name in _FOLKLORE_FLAGS:
         lore = FOLKLORE[name]
         return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
-    schema = _schema()
-    hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+    schema = bundled_schema()
+    hit = schema.lookup(tok) if schema is not None else None
     if hit is None or not hit[0].removed:
         return None
     text = " ".join((hit[0].help or "").split("(env:")[0].split())
@@ -395,8 +402,8 @@ def _norm(tok: str) -> str:
 def _option(tok: str) -> tuple[str, str, bool, int] | None:
     """(field, kind, positive spelling, number of values) of a token the planner reads, from the
     flag schema (spellings, negations, value counts) and _FIELDS; None for other tokens."""
-    schema = _schema()
-    hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+    schema = bundled_schema()
+    hit = schema.lookup(tok) if schema is not None else None
     if hit is None:
         return None
     opt, positive = hit
@@ -425,8 +432,8 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     ... -c N`` form); otherwise a first word that is not an option is the program, and unknown
     flags are skipped and listed in ``ignored`` (a pasted llama-server command).
     """
-    schema = _schema()
-    cmd = Command.parse(argv, schema, program=False if strict else None)  # type: ignore[arg-type]
+    schema = bundled_schema()
+    cmd = Command.parse(argv, schema, program=False if strict else None)
     return ServerConfig.from_command(cmd, base=base, strict=strict)
 
 

@@ -44,21 +44,22 @@ from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.calibration import Calibration
+from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.config import ServerConfig
+from llamarig.plan.flash_attn import kv_path
 from llamarig.plan.planner import make_plan
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.plan.speed import (
     KV_QUALITY,
     SpeedReport,
-    _token_embd_bytes,
     acceptance_from_ratio,
-    kv_path,
     kv_quality_note,
     kv_quality_short,
     mtp_draft_bytes,
     speculative_bound,
     speed_report,
+    token_embd_bytes,
     tokens_per_step,
 )
 from llamarig.units import GiB, fmt_bytes
@@ -101,7 +102,7 @@ class Targets:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class PlannedOption:
     cfg: ServerConfig
     plan: Plan
     speed: SpeedReport
@@ -148,14 +149,14 @@ class Candidate:
 @dataclass(frozen=True)
 class OptimiseResult:
     targets: Targets
-    candidates: tuple[Candidate, ...]  # ranked, best first
+    candidates: tuple[PlannedOption, ...]  # ranked, best first
     verdict: str  # ok | unlikely (predicted below a target the physical bound allows) | impossible
     reasons: tuple[str, ...]
     elapsed_s: float
     evaluated: int
 
     @property
-    def best(self) -> Candidate | None:
+    def best(self) -> PlannedOption | None:
         return self.candidates[0] if self.candidates else None
 
     def to_json(self) -> dict[str, Any]:
@@ -330,7 +331,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
     spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
     backends = [g.backend for g in hw.gpus] or ["CPU"]
     evaluated = 0
-    cands: list[Candidate] = []
+    cands: list[PlannedOption] = []
     depth = targets.depth
     spec_n = _best_draft_n(spec, inp, cfg0, cal, acc_a, host_bandwidth_gbs, spec_type) if use_spec else 0
     ubs = (512, 1024, 2048)
@@ -380,7 +381,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                     if rep.speculative is not None:
                         notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
                                      f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
-                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom))
+                    cands.append(PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom))
     ranked = sorted(cands, key=lambda x: _rank_key(x, targets))
     # drop duplicates (same command)
     seen: set[tuple[str, ...]] = set()
@@ -402,7 +403,7 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                           time.perf_counter() - t_start, evaluated)
 
 
-def _decode_bound(cands: Sequence[Candidate], t: Targets) -> tuple[float, str] | None:
+def _decode_bound(cands: Sequence[PlannedOption], t: Targets) -> tuple[float, str] | None:
     """For a decode target no fitting candidate is predicted to meet: the hard bound (tok/s) of
     the fastest fitting candidate and a sentence naming it. The bound reads the weights and KV at
     peak bandwidth (efficiency 1, no overhead); with speculative decoding every drafted token is
@@ -447,7 +448,7 @@ def _decode_bound(cands: Sequence[Candidate], t: Targets) -> tuple[float, str] |
                              pred=top.decode_at_target)
 
 
-def _rank_key(c: Candidate, t: Targets) -> tuple[float, ...]:
+def _rank_key(c: PlannedOption, t: Targets) -> tuple[float, ...]:
     """Fitting first, then meeting the decode target, then KV quality (when the target is met),
     then speed; --agent weights prefill (long prompts) before KV quality."""
     q = -(KV_QUALITY.get(c.cfg.cache_type_k, 3) + KV_QUALITY.get(c.cfg.cache_type_v, 3))
@@ -461,7 +462,7 @@ def _rank_key(c: Candidate, t: Targets) -> tuple[float, ...]:
     return (0, -q, -round(c.decode_at_target, 0), -pf)
 
 
-def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calibration,
+def _explain(inp: PlanInputs, t: Targets, cands: Sequence[PlannedOption], cal: Calibration,
              host_bw: float | None) -> list[str]:
     out: list[str] = []
     spec = inp.spec
@@ -520,7 +521,7 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
         bw = gpu.bandwidth_gbs * GB * gpu.eff.weights
         n_main = max(1, spec.n_layer_main)
         head = mtp_draft_bytes(spec) if spec.nextn_layers else (
-            sum(x.n_bytes for x in spec.tensors if x.name == "output.weight") or _token_embd_bytes(spec))
+            sum(x.n_bytes for x in spec.tensors if x.name == "output.weight") or token_embd_bytes(spec))
         draft_s = (head + wbytes / n_main) / bw + 0.5 * gpu.eff.overhead_ms / 1000
         step = base_t * (1 + gpu.eff.verify_per_token * n) + n * draft_s
         est = tokens_per_step(a, n) / step

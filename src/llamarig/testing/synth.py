@@ -173,7 +173,7 @@ _BLOCK = {"q8_0": 32, "q4_0": 32}
 _split_max_tensors = 0
 
 
-class _Builder:
+class _GGUFBuilder:
     def __init__(self, path: Path, arch: str, shape: SynthShape) -> None:
         # gguf-py writes NAME-0000i-of-0000n.gguf with split.* keys, as llama.cpp's gguf-split does
         self.w = GGUFWriter(str(path), arch, split_max_tensors=_split_max_tensors)
@@ -385,7 +385,7 @@ def _no_nextn(arch: str, s: SynthShape) -> None:
 
 def _llama(path: Path, s: SynthShape) -> None:
     _no_nextn("llama", s)
-    b = _Builder(path, "llama", s)
+    b = _GGUFBuilder(path, "llama", s)
     n_vocab = b.common("synth-llama")
     b.key("feed_forward_length", s.n_ff)
     b.key("vocab_size", n_vocab)
@@ -400,7 +400,7 @@ def _llama(path: Path, s: SynthShape) -> None:
 
 def _qwen3(path: Path, s: SynthShape) -> None:
     _no_nextn("qwen3", s)
-    b = _Builder(path, "qwen3", s)
+    b = _GGUFBuilder(path, "qwen3", s)
     n_vocab = b.common("synth-qwen3", pre="qwen2")
     b.key("feed_forward_length", s.n_ff)
     b.embeddings(n_vocab)
@@ -419,7 +419,7 @@ def _gemma3(path: Path, s: SynthShape) -> None:
     _no_nextn("gemma3", s)
     if s.swa_pattern is not None and len(s.swa_pattern) != s.n_layer:
         raise ValueError(f"gemma3: swa_pattern has {len(s.swa_pattern)} entries for {s.n_layer} layers")
-    b = _Builder(path, "gemma3", s)
+    b = _GGUFBuilder(path, "gemma3", s)
     n_vocab = b.common("synth-gemma3")
     b.key("feed_forward_length", s.n_ff)
     if s.swa_window > 0:
@@ -445,7 +445,7 @@ def _qwen3moe(path: Path, s: SynthShape) -> None:
     """qwen3moe (src/models/qwen3moe.cpp): qwen3 attention + routed experts, no shared one."""
     _no_nextn("qwen3moe", s)
     _check_experts("qwen3moe", s)
-    b = _Builder(path, "qwen3moe", s)
+    b = _GGUFBuilder(path, "qwen3moe", s)
     n_vocab = b.common("synth-qwen3moe", pre="qwen2")
     b.key("feed_forward_length", s.n_ff)
     b.key("expert_count", s.n_expert)
@@ -490,7 +490,7 @@ def _qwen35_family(path: Path, s: SynthShape, arch: str, moe: bool) -> None:
         raise ValueError(f"{arch}: mtp_only needs nextn_layers > 0")
     if moe:
         _check_experts(arch, s)
-    b = _Builder(path, arch, s)
+    b = _GGUFBuilder(path, arch, s)
     n_vocab = b.common(f"synth-{arch}", pre="qwen35")  # llama-vocab.cpp knows "qwen35"
     b.key("feed_forward_length", s.n_ff)
     if moe:
@@ -663,7 +663,7 @@ def write_mmproj(path: str | Path, shape: SynthVisionShape | None = None, **over
         raise ValueError("image_size must be a multiple of patch_size * spatial_merge_size")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    b = _Builder(p, "clip", SynthShape(weight_type=v.weight_type, seed=v.seed))
+    b = _GGUFBuilder(p, "clip", SynthShape(weight_type=v.weight_type, seed=v.seed))
     w = b.w
     w.add_name("synth-mmproj")
     w.add_file_type(_FILE_TYPES[v.weight_type])

@@ -1,4 +1,4 @@
-"""What every estimator reads (``Layout``), what it returns (``Estimate``), and the ``Ledger``
+"""What every estimator reads (``Layout``), what it returns (``Estimate``), and the ``MemoryLines``
 the planner posts estimates into."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class Layout:
         return sum(1 for d in self.placement.layer_dev if d == device)
 
 
-class Ledger:
+class MemoryLines:
     """The memory lines of one plan, per device and on the host, as estimates are posted in
     order. A component posted twice on one device adds up (the formulas joined with " + ")."""
 

@@ -9,6 +9,7 @@ from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.estimators.base import Layout
+from llamarig.plan.flash_attn import kv_path
 
 #: diagnostic codes
 CTX_OVER_TRAIN = "ctx-over-train"
@@ -48,7 +49,7 @@ def _placement(lay: Layout) -> list[Diagnostic]:
     spec, cfg, n_dev = lay.spec, lay.cfg, lay.n_dev
     out: list[Diagnostic] = []
     if n_dev and any(g.backend == "CUDA" for g in lay.gpus) and "iq4_nl" in (cfg.cache_type_k, cfg.cache_type_v) \
-            and cfg.flash_attn != "off":
+            and kv_path("CUDA", cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn).kind == "cpu":
         out.append(warning(IQ4_NL_CUDA_ATTENTION, _(
             "iq4_nl KV has no CUDA flash-attention kernel: attention runs on the CPU (very slow); "
             "use q4_0 (same size) instead (ggml-cuda/fattn.cu)")))

@@ -11,6 +11,7 @@ from llamarig.diagnostics import warning
 from llamarig.errors import InputError
 from llamarig.i18n import _
 from llamarig.plan.calibration import Calibration
+from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.plan.speed import SpeedReport, speed_report
 
@@ -29,8 +30,8 @@ def speed_for(inputs: PlanInputs, plan: Plan | None = None, *, cal: Calibration 
               host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
               acceptance_ratio: float | None = None) -> SpeedReport:
     """The speed report of ``inputs`` (spec, cfg, hardware, draft); ``plan`` (optional) supplies
-    n_ctx_slot for the depth table."""
-    return speed_report(inputs.spec, inputs.cfg, inputs.hardware, cal=cal,
+    n_ctx_slot for the depth table; ``cal`` None: the calibration ``plan`` uses (load_calibration)."""
+    return speed_report(inputs.spec, inputs.cfg, inputs.hardware, cal=cal or load_calibration(),
                         n_ctx=plan.n_ctx_slot if plan is not None else None,
                         host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
                         draft=inputs.draft, acceptance_ratio=acceptance_ratio)

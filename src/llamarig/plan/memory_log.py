@@ -1,4 +1,6 @@
-"""Parse llama-server's memory lines (printed at ``-lv 4``) into numbers.
+"""What llama-server logged it allocated: its memory lines (printed at ``-lv 4``) as numbers, and
+the plan against them (``compare``, launch's verification). The line formats are logformat.py's
+(bench/logparse.py reads the same log for its timings).
 
 Formats from llama.cpp build 11434 (libllama INFO lines, printed at -lv 4: common/log.cpp:532-540):
 - ``load_tensors: %12s model buffer size = %8.2f MiB`` (src/llama-model.cpp)
@@ -36,6 +38,7 @@ from llamarig.logformat import (
     MEM_WEIGHTS,
     RE_CREATED,
 )
+from llamarig.plan.result import Plan
 from llamarig.units import MiB
 
 
@@ -210,7 +213,7 @@ def _base(comp: str) -> str:
     return comp.split(" ", 1)[0]
 
 
-def compare(plan: Any, log_text: str, modelled_tolerance: float = MODELLED_TOLERANCE) -> list[VerifyRow]:
+def compare(plan: Plan, log_text: str, modelled_tolerance: float = MODELLED_TOLERANCE) -> list[VerifyRow]:
     """Planned vs logged buffers, per device and component, host weights per buffer type
     (CPU_Mapped, CPU_REPACK, AMX, CUDA_Host, ...). Exact components (weights, KV, recurrent
     state, and a compute buffer the plan replays exactly: qwen35 / qwen35moe on the CPU) must
