@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llamarig import i18n
+from llamarig.testing.rpc import RpcServer, rpc_server_binary, start_rpc_servers
 from llamarig.testing.server import RunningServer, start_server
 from llamarig.testing.synth import write_model
 
@@ -74,7 +75,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No process outlives the run: a server (llama-server, gateway, fake backend) a test left
     running fails the run; every leftover is killed by pid either way."""
     left = tagged_processes()
-    servers = [(p, c) for p, c in left if "llama-server" in c or "llamarig" in c]
+    servers = [(p, c) for p, c in left if "llama-server" in c or "rpc-server" in c or "llamarig" in c]
     for pid, _ in left:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -189,6 +190,26 @@ def llama_server(server_bin: Path, tmp_path: Path) -> Iterator:
     yield _server_factory(server_bin, tmp_path, started)
     for s in started:
         with contextlib.suppress(Exception):  # one failing stop must not leave the others running
+            s.stop()
+
+
+@pytest.fixture
+def rpc_servers(server_bin: Path, tmp_path: Path) -> Iterator:
+    """``rpc_servers(n, **kw)`` starts n real rpc-servers on loopback ports (the multi-device rig:
+    llamarig.launch.rpc); every one is stopped by pid at teardown, also when the test failed."""
+    binary = rpc_server_binary(server_bin)
+    if not binary.exists():
+        pytest.skip(f"no {binary.name} beside {server_bin} (scripts/get-llama-server builds it)")
+    started: list[RpcServer] = []
+
+    def start(n: int, **kw: object) -> list[RpcServer]:
+        servers = start_rpc_servers(binary, n, log_dir=tmp_path, **kw)
+        started.extend(servers)
+        return servers
+
+    yield start
+    for s in started:
+        with contextlib.suppress(Exception):
             s.stop()
 
 

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 
 from llamarig.errors import ServerError
 from llamarig.i18n import _
@@ -47,8 +47,53 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_P = TypeVar("_P", bound="OwnedProcess")
+
+
+class OwnedProcess:
+    """What every process llamarig starts and owns shares: its log, and a stop by its own pid
+    (``stop_signal``, then SIGKILL after ``timeout``) on every way out."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    _log_file: Any
+    #: how the process is asked to stop (llama-server ends cleanly on SIGINT)
+    stop_signal: signal.Signals = signal.SIGINT
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def log(self) -> str:
+        """Everything the process printed so far (stdout and stderr)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(self.stop_signal)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return self.proc.returncode
+
+    def __enter__(self: _P) -> _P:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class RunningServer:
+class RunningServer(OwnedProcess):
     """A llama-server process started by :func:`start_server`."""
 
     proc: subprocess.Popen[bytes]
@@ -57,14 +102,6 @@ class RunningServer:
     argv: list[str]
     log_path: Path
     _log_file: Any = field(repr=False, default=None)
-
-    @property
-    def log(self) -> str:
-        """Everything the server printed so far (stdout and stderr)."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
 
     def get(self, path: str, timeout: float = 30) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
@@ -77,24 +114,20 @@ class RunningServer:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
-    def stop(self, timeout: float = 15) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return self.proc.returncode
 
-    def __enter__(self) -> RunningServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """Start ``argv`` with stdout and stderr into ``log_path`` (its folder made) and ``env`` added
+    to this environment. Returns the process and the open log, which the caller's
+    :class:`OwnedProcess` closes. Raises ServerError in one line when it cannot start."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by OwnedProcess.stop
+    try:
+        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env} if env else None)
+    except OSError as e:
+        log_file.close()
+        raise ServerError(_("{binary}: cannot start: {error}").format(binary=argv[0], error=e.strerror or e)) from None
+    return proc, log_file
 
 
 def start_server(
@@ -121,16 +154,8 @@ def start_server(
     if threads is not None and "-t" not in args and "--threads" not in args:
         argv += ["-t", str(threads)]
     argv += list(args)
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-server-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"llama-server-{port}.log"
-    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by RunningServer.stop
-    try:
-        proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **env} if env else None)
-    except OSError as e:
-        log_file.close()
-        raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
+    log_path = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-server-")) / f"llama-server-{port}.log"
+    proc, log_file = spawn(argv, log_path, env)
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
     try:
         return _wait_healthy(srv, timeout)
