@@ -212,6 +212,22 @@ def _exhaustive_resumable(cands: list[Any], measure: Any, budget: int, state: An
     return S.exhaustive(cands, cached, budget, progress)
 
 
+def _space(st: TuneSettings, base: list[str], hw: Hardware, notify: Notify
+           ) -> tuple[list[Any], list[Any], list[dict[str, Any]] | None]:
+    """(candidates, the dimensions searched, the default space's description): --try's
+    dimensions, else the objective's default space (each dimension and why, told to ``notify``)."""
+    if st.dims:
+        parsed_dims = [S.parse_dim(d) for d in st.dims]
+        return S.space(parsed_dims), parsed_dims, None
+    cands, space_desc = default_space(st.objective, base, hw)
+    for d in space_desc:
+        notify(_("search space: {dimension}: {values} ({why})").format(
+            dimension=d["dimension"], values=", ".join(d["values"]), why=d["why"]))
+    notify(_("search space: {n} candidate(s) (the default for --objective {objective}; --try replaces it)").format(
+        n=len(cands), objective=st.objective))
+    return cands, [[d["dimension"], d["values"]] for d in space_desc], space_desc
+
+
 def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, notify: Notify | None = None,
                  progress: Progress | None = None, lang: str = "en") -> TuneResult:
     """`llamarig tune` on a resolved command: prune, measure, pick the winner, write its
@@ -223,19 +239,7 @@ def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, noti
     st = settings
     st.validate()
     base = base_args(res)
-    space_desc: list[dict[str, Any]] | None = None
-    parsed_dims: list[Any]
-    if st.dims:
-        parsed_dims = [S.parse_dim(d) for d in st.dims]
-        cands = S.space(parsed_dims)
-    else:
-        cands, space_desc = default_space(st.objective, base, res.hardware)
-        parsed_dims = [[d["dimension"], d["values"]] for d in space_desc]
-        for d in space_desc:
-            notify(_("search space: {dimension}: {values} ({why})").format(
-                dimension=d["dimension"], values=", ".join(d["values"]), why=d["why"]))
-        notify(_("search space: {n} candidate(s) (the default for --objective {objective}; --try replaces it)").format(
-            n=len(cands), objective=st.objective))
+    cands, parsed_dims, space_desc = _space(st, base, res.hardware, notify)
     # a prompt of --depth tokens plus the generated ones must fit a slot
     need_ctx = st.depth + st.n_predict + 1 if st.depth else 0
     eff_min_ctx = max(st.min_ctx or 0, need_ctx) or None

@@ -187,9 +187,9 @@ def _attn_depths(raw: Any, source: str) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calibration:
-    if not isinstance(data, dict):
-        raise InputError(_("{source}: expected a JSON object").format(source=source))
+def _efficiencies(data: dict[str, Any], base: Calibration | None, source: str
+                  ) -> tuple[dict[str, Efficiency], dict[str, Efficiency]]:
+    """(per backend, per GPU id): ``data``'s efficiency entries over ``base``'s."""
     backends = dict(base.backends) if base else {}
     gpus = dict(base.gpus) if base else {}
     effs = data.get("efficiency", [])
@@ -204,6 +204,11 @@ def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calib
             gpus[gid] = _eff(be, e, gpus.get(gid) or backends.get(be), source)
         else:
             backends[be] = _eff(be, e, backends.get(be), source)
+    return backends, gpus
+
+
+def _host(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """The host and link figures a file sets (bandwidth, GFLOPS, PCIe, hop, threads)."""
     kw: dict[str, Any] = {}
     for k in ("host_bandwidth_gbs", "host_gflops", "pcie_gbs", "hop_ms"):
         if k in data:
@@ -216,6 +221,10 @@ def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calib
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise InputError(_("{source}: '{key}' must be a positive number").format(source=source, key="host_threads"))
         kw["host_threads"] = v
+    return kw
+
+
+def _acceptance(data: dict[str, Any], base: Calibration | None, source: str) -> dict[str, float]:
     acc = dict(base.acceptance) if base else {}
     for k, v in (data.get("acceptance") or {}).items():
         if k.startswith("_"):
@@ -223,6 +232,15 @@ def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calib
         if not isinstance(v, (int, float)) or not 0 <= v < 1:
             raise InputError(_("{source}: acceptance '{key}' must be in [0, 1)").format(source=source, key=k))
         acc[k] = float(v)
+    return acc
+
+
+def _parse(data: dict[str, Any], base: Calibration | None, source: str) -> Calibration:
+    if not isinstance(data, dict):
+        raise InputError(_("{source}: expected a JSON object").format(source=source))
+    backends, gpus = _efficiencies(data, base, source)
+    kw = _host(data, source)
+    acc = _acceptance(data, base, source)
     if base is not None:
         out = replace(base, backends=backends, gpus=gpus, acceptance=acc, source=source, **kw)
     else:

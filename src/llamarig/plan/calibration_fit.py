@@ -5,6 +5,7 @@ by probe predictions (plan/calibration_points.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -84,6 +85,105 @@ def _ls2_rel(rows: list[tuple[float, float, float, float]]) -> tuple[float, floa
     return best[0], best[1]
 
 
+#: one decode point's time, split by the speed model: (point, constant, weights term, kv term,
+#: measured seconds per token); the terms are at efficiency 1 (a term / e is its time)
+_Terms = tuple[dict[str, Any], float, float, float, float]
+_Probe = Callable[..., Calibration]
+
+
+def _prober(base: Calibration, backend: str, gpu: str | None) -> _Probe:
+    """A calibration with the given efficiencies for the evidence's GPU (or backend), one kv for
+    every K/V type: what a probe prediction reads a term off."""
+    def probe(**kw: Any) -> Calibration:
+        def set_(e: Efficiency) -> Efficiency:  # one kv for every K/V type while probing
+            return replace(e, kv_by_type=(), **kw)
+
+        if gpu and gpu in base.gpus:
+            return replace(base, gpus={**base.gpus, gpu: set_(base.gpus[gpu])})
+        backends = {**base.backends, backend: replace(set_(base.for_device(backend)), backend=backend)}
+        gpus = {k: (set_(e) if e.backend == backend else e) for k, e in base.gpus.items()}
+        if gpu:
+            gpus[gpu] = replace(set_(base.for_device(backend)), backend=backend)
+        return replace(base, backends=backends, gpus=gpus)
+
+    return probe
+
+
+def _decode_terms(pts: list[dict[str, Any]], probe: _Probe) -> list[_Terms]:
+    terms = []
+    for p in pts:
+        t1 = 1 / predict_point(p, probe(weights=1.0, kv=1.0, overhead_ms=0.0)).predicted
+        x_w = 1 / predict_point(p, probe(weights=0.5, kv=1.0, overhead_ms=0.0)).predicted - t1
+        x_kv = 1 / predict_point(p, probe(weights=1.0, kv=0.5, overhead_ms=0.0)).predicted - t1
+        terms.append((p, t1 - x_w - x_kv, x_w, x_kv, 1 / p["measured"]))
+    return terms
+
+
+def _fit_weights(short: list[_Terms], overhead_ms: float) -> tuple[float, float, str]:
+    """(1 / weights, overhead seconds, what the source adds) from the shallow points; when one
+    model's points cannot tell the two apart (:func:`_identified`) the overhead stays
+    ``overhead_ms`` and weights takes the rest."""
+    if _identified([x_w + x_kv for _, _, x_w, x_kv, _ in short]):
+        u_w, t0 = _ls_rel([(x_w + x_kv, y - c, y) for _, c, x_w, x_kv, y in short])
+        return u_w, t0, ""
+    t0 = overhead_ms / 1000
+    num = sum((x_w + x_kv) * (y - c - t0) / y**2 for _, c, x_w, x_kv, y in short)
+    den = sum((x_w + x_kv) ** 2 / y**2 for _, c, x_w, x_kv, y in short)
+    split = (f"; one model's weight bytes only, so weights and overhead_ms are not told apart: overhead_ms "
+             f"kept at the built-in {overhead_ms:g} and weights takes the rest")
+    return (max(1.0, num / den) if den > 0 else 1.0), t0, split
+
+
+def _fit_kv(rows: list[_Terms], u_w: float, t0: float) -> float:
+    """1 / kv from the deep points, weights and overhead as fitted."""
+    num = sum(x_kv * (y - c - x_w * u_w - t0) / y**2 for _, c, x_w, x_kv, y in rows)
+    den = sum(x_kv * x_kv / y**2 for _, c, x_w, x_kv, y in rows)
+    return max(1.0, num / den) if den > 0 else u_w
+
+
+def _kv_entry(deep: list[_Terms], u_w: float, t0: float) -> tuple[float, dict[str, float], list[str]]:
+    """(1 / kv, kv per K/V type, the types): one kv per type (K and V of one type) when the deep
+    points cover several; ``kv`` is then f16's (or all points' when f16 is absent)."""
+    u_kv = _fit_kv(deep, u_w, t0) if deep else u_w
+    by_type: dict[str, list[_Terms]] = {}
+    for t in deep:
+        if t[0]["ctk"] == t[0]["ctv"]:
+            by_type.setdefault(str(t[0]["ctk"]).lower(), []).append(t)
+    if len(by_type) <= 1:
+        return u_kv, {}, sorted(by_type)
+    if "f16" in by_type:
+        u_kv = _fit_kv(by_type["f16"], u_w, t0)
+    return u_kv, {k: round(1 / _fit_kv(v, u_w, t0), 4) for k, v in sorted(by_type.items()) if k != "f16"}, sorted(by_type)
+
+
+def _fit_prefill(pre: list[dict[str, Any]], probe: _Probe) -> tuple[float, float]:
+    """(prefill, attn_prefill): prefill time = c + x_p / prefill + x_a / attn_prefill."""
+    rows = []
+    for p in pre:
+        t1 = 1 / predict_point(p, probe(prefill=1.0, attn_prefill=1.0)).predicted
+        x_p = 1 / predict_point(p, probe(prefill=0.5, attn_prefill=1.0)).predicted - t1
+        x_a = 1 / predict_point(p, probe(prefill=1.0, attn_prefill=0.5)).predicted - t1
+        y = 1 / p["measured"]
+        rows.append((x_p, x_a, y - (t1 - x_p - x_a), y))
+    u_p, u_a = _ls2_rel(rows)
+    return round(1 / u_p, 4), round(1 / u_a, 4)
+
+
+def _fit_verify(mtp: list[dict[str, Any]], entry: dict[str, Any], gpu: str | None, source: str) -> float:
+    """verify_per_token: the MTP step time is linear in it (weights, kv, overhead as fitted)."""
+    def with_v(v: float) -> Calibration:
+        e = {**entry, "verify_per_token": v, **({"gpu": gpu} if gpu else {})}
+        return calibration_from_json({"version": 1, "efficiency": [e]}, source)
+
+    rows = []
+    for p in mtp:
+        t_0 = 1 / predict_point(p, with_v(0.0)).predicted
+        t_1 = 1 / predict_point(p, with_v(1.0)).predicted
+        rows.append((t_1 - t_0, 1 / p["measured"] - t_0, 1 / p["measured"]))
+    den = sum(x * x / t**2 for x, _, t in rows)
+    return round(max(0.0, sum(x * y / t**2 for x, y, t in rows) / den) if den > 0 else 0.0, 4)
+
+
 def calibration_from_evidence(doc: dict[str, Any], source: str = "evidence") -> dict[str, Any]:
     """A user calibration (the JSON load_calibration reads) fitted to a GPU evidence file:
     ``weights`` and ``overhead_ms`` by least squares of the relative decode-time error over the
@@ -104,86 +204,24 @@ def calibration_from_evidence(doc: dict[str, Any], source: str = "evidence") -> 
     backend = "CPU" if doc.get("backend") == "CPU" else str(doc.get("backend") or "CUDA")
     gpu = doc.get("gpu") if backend != "CPU" else None
     base = builtin()
-    base_eff = base.for_device(backend, gpu)
-
-    def probe(**kw: Any) -> Calibration:
-        def set_(e: Efficiency) -> Efficiency:  # one kv for every K/V type while probing
-            return replace(e, kv_by_type=(), **kw)
-
-        if gpu and gpu in base.gpus:
-            return replace(base, gpus={**base.gpus, gpu: set_(base.gpus[gpu])})
-        backends = {**base.backends, backend: replace(set_(base.for_device(backend)), backend=backend)}
-        gpus = {k: (set_(e) if e.backend == backend else e) for k, e in base.gpus.items()}
-        if gpu:
-            gpus[gpu] = replace(set_(base.for_device(backend)), backend=backend)
-        return replace(base, backends=backends, gpus=gpus)
-
-    terms = []
-    for p in pts:
-        t1 = 1 / predict_point(p, probe(weights=1.0, kv=1.0, overhead_ms=0.0)).predicted
-        x_w = 1 / predict_point(p, probe(weights=0.5, kv=1.0, overhead_ms=0.0)).predicted - t1
-        x_kv = 1 / predict_point(p, probe(weights=1.0, kv=0.5, overhead_ms=0.0)).predicted - t1
-        terms.append((p, t1 - x_w - x_kv, x_w, x_kv, 1 / p["measured"]))
+    probe = _prober(base, backend, gpu)
+    terms = _decode_terms(pts, probe)
     short = [t for t in terms if int(t[0]["depth"]) < EVIDENCE_DEEP] or terms
     deep = [t for t in terms if int(t[0]["depth"]) >= EVIDENCE_DEEP]
-    split = ""
-    if _identified([x_w + x_kv for _, _, x_w, x_kv, _ in short]):
-        u_w, t0 = _ls_rel([(x_w + x_kv, y - c, y) for _, c, x_w, x_kv, y in short])
-    else:
-        t0 = base_eff.overhead_ms / 1000
-        num = sum((x_w + x_kv) * (y - c - t0) / y**2 for _, c, x_w, x_kv, y in short)
-        den = sum((x_w + x_kv) ** 2 / y**2 for _, c, x_w, x_kv, y in short)
-        u_w = max(1.0, num / den) if den > 0 else 1.0
-        split = (f"; one model's weight bytes only, so weights and overhead_ms are not told apart: overhead_ms "
-                 f"kept at the built-in {base_eff.overhead_ms:g} and weights takes the rest")
-    def fit_kv(rows: list[tuple[dict[str, Any], float, float, float, float]]) -> float:
-        num = sum(x_kv * (y - c - x_w * u_w - t0) / y**2 for _, c, x_w, x_kv, y in rows)
-        den = sum(x_kv * x_kv / y**2 for _, c, x_w, x_kv, y in rows)
-        return max(1.0, num / den) if den > 0 else u_w
-
-    u_kv = fit_kv(deep) if deep else u_w
-    # K/V types read at their own rate: one kv per type (K and V of one type) when the deep points
-    # cover several; ``kv`` is then f16's (or all points' when f16 is absent)
-    by_type: dict[str, list[tuple[dict[str, Any], float, float, float, float]]] = {}
-    for t in deep:
-        if t[0]["ctk"] == t[0]["ctv"]:
-            by_type.setdefault(str(t[0]["ctk"]).lower(), []).append(t)
-    kv_by_type: dict[str, float] = {}
-    if len(by_type) > 1:
-        if "f16" in by_type:
-            u_kv = fit_kv(by_type["f16"])
-        kv_by_type = {k: round(1 / fit_kv(v), 4) for k, v in sorted(by_type.items()) if k != "f16"}
+    u_w, t0, split = _fit_weights(short, base.for_device(backend, gpu).overhead_ms)
+    u_kv, kv_by_type, kv_types = _kv_entry(deep, u_w, t0)
     entry: dict[str, Any] = {"backend": backend, "weights": round(1 / u_w, 4), "kv": round(1 / u_kv, 4),
                              "overhead_ms": round(t0 * 1000, 4),
                              "source": f"{source}: {len(short)} shallow + {len(deep)} deep decode points "
                                        f"(benchmarks/gpu_evidence.py){split}"}
     if kv_by_type:
         entry["kv_by_type"] = kv_by_type
-        entry["source"] += f"; kv per K/V type ({', '.join(sorted(by_type))})"
-    if pre:  # prefill time = c + x_p / prefill + x_a / attn_prefill
-        prows = []
-        for p in pre:
-            t1 = 1 / predict_point(p, probe(prefill=1.0, attn_prefill=1.0)).predicted
-            x_p = 1 / predict_point(p, probe(prefill=0.5, attn_prefill=1.0)).predicted - t1
-            x_a = 1 / predict_point(p, probe(prefill=1.0, attn_prefill=0.5)).predicted - t1
-            y = 1 / p["measured"]
-            prows.append((x_p, x_a, y - (t1 - x_p - x_a), y))
-        u_p, u_a = _ls2_rel(prows)
-        entry.update(prefill=round(1 / u_p, 4), attn_prefill=round(1 / u_a, 4))
+        entry["source"] += f"; kv per K/V type ({', '.join(kv_types)})"
+    if pre:
+        entry["prefill"], entry["attn_prefill"] = _fit_prefill(pre, probe)
         entry["source"] += f"; prefill / attn_prefill from {len(pre)} prefill points"
-    if mtp:  # verify_per_token: the MTP step time is linear in it (weights, kv, overhead as fitted)
-        def with_v(v: float) -> Calibration:
-            e = {**entry, "verify_per_token": v, **({"gpu": gpu} if gpu else {})}
-            return calibration_from_json({"version": 1, "efficiency": [e]}, source)
-
-        rows = []
-        for p in mtp:
-            t_0 = 1 / predict_point(p, with_v(0.0)).predicted
-            t_1 = 1 / predict_point(p, with_v(1.0)).predicted
-            rows.append((t_1 - t_0, 1 / p["measured"] - t_0, 1 / p["measured"]))
-        den = sum(x * x / t**2 for x, _, t in rows)
-        v = max(0.0, sum(x * y / t**2 for x, y, t in rows) / den) if den > 0 else 0.0
-        entry["verify_per_token"] = round(v, 4)
+    if mtp:
+        entry["verify_per_token"] = _fit_verify(mtp, entry, gpu, source)
         entry["source"] += f"; verify_per_token from {len(mtp)} MTP step points"
     if gpu:
         entry["gpu"] = gpu

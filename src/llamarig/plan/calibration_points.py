@@ -168,21 +168,49 @@ def _evidence_model(model_id: str, syn: dict[str, Any]) -> dict[str, Any] | str:
     return e
 
 
+def _evidence_gpu(doc: dict[str, Any], source: str) -> str | None:
+    """The catalogue GPU id an evidence file was measured on (None on the CPU)."""
+    if doc.get("backend", "CUDA") == "CPU":
+        return None
+    gpu = doc.get("gpu")
+    if not isinstance(gpu, str) or not gpu:
+        raise InputError(_("{source}: no catalogue GPU id ('gpu'); rerun the kit with --gpu ID (`llamarig gpus` "
+                           'lists them) or set "gpu" in the file').format(source=source))
+    try:
+        find_gpu(gpu)
+    except InputError as e:
+        raise InputError(f"{source}: " + str(e)) from None  # + keeps the Message (llamarig.i18n)
+    return gpu
+
+
+def _run_points(r: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """One run's points: a decode point per measured depth (an MTP step with --spec), and a
+    prefill point where the prompt was long enough."""
+    out: list[dict[str, Any]] = []
+    n_mtp = int((r.get("spec") or {}).get("n_max", 0))
+    for m in r.get("measurements", []):
+        if not isinstance(m, dict) or not m.get("decode_tok_s") or (n_mtp and not m.get("draft_n")):
+            continue
+        d = int(m.get("depth", 0))
+        tag = f"{r['model']}-{base['ctk']}-ub{r.get('n_ubatch')}-d{d}" + (f"-mtp{n_mtp}" if n_mtp else "")
+        pt = {**base, "id": f"ev-{tag}", "kind": "decode", "depth": d, "measured": float(m["decode_tok_s"])}
+        if n_mtp:
+            # tokens per step = 1 + n x accepted / drafted (drafts are n long: p_min 0)
+            pt["spec"] = {"n": n_mtp, "ratio": min(0.999, float(m.get("draft_n_accepted", 0)) / float(m["draft_n"]))}
+        out.append(pt)
+        if not n_mtp and m.get("prefill_tok_s") and int(m.get("prompt_n") or 0) >= 512:
+            out.append({**base, "id": f"ev-pp-{tag}", "kind": "prefill", "prompt": int(m["prompt_n"]),
+                        "ubatch": int(r.get("n_ubatch", 512)), "measured": float(m["prefill_tok_s"])})
+    return out
+
+
 def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[str, Any]]:
     """The calibration points (the schema of data/speed_calibration.json) of a GPU evidence file:
     one decode and one prefill point per measured depth. The model is the synthetic GGUF's
     recorded shape with its tensor bytes (the catalogue model's shape, or a tiny one in --smoke)."""
     if not is_evidence(doc):
         raise InputError(_("{source}: not a GPU evidence file (kind '{evidence_kind}')").format(source=source, evidence_kind=EVIDENCE_KIND))
-    gpu = doc.get("gpu") if doc.get("backend", "CUDA") != "CPU" else None
-    if doc.get("backend", "CUDA") != "CPU":
-        if not isinstance(gpu, str) or not gpu:
-            raise InputError(_("{source}: no catalogue GPU id ('gpu'); rerun the kit with --gpu ID (`llamarig gpus` "
-                               'lists them) or set "gpu" in the file').format(source=source))
-        try:
-            find_gpu(gpu)
-        except InputError as e:
-            raise InputError(f"{source}: " + str(e)) from None  # + keeps the Message (llamarig.i18n)
+    gpu = _evidence_gpu(doc, source)
     build = str((doc.get("server") or {}).get("version", "")).splitlines()
     build_s = next((ln for ln in build if "version" in ln), build[0] if build else "unknown build")
     out: list[dict[str, Any]] = []
@@ -190,24 +218,8 @@ def evidence_points(doc: dict[str, Any], source: str = "evidence") -> list[dict[
         if not isinstance(r, dict) or "error" in r:
             continue
         syn = r.get("synthetic") or {}
-        base = {"gpu": gpu, "model": _evidence_model(r["model"], syn),
-                "ctk": r.get("cache_type_k", "f16"), "ctv": r.get("cache_type_v", "f16"),
-                "ran": " ".join(str(a) for a in r.get("args", [])),
-                "source": f"{source} ({build_s}; synthetic {r['model']} {syn.get('bytes', '?')} B)"}
-        n_mtp = int((r.get("spec") or {}).get("n_max", 0))
-        for m in r.get("measurements", []):
-            if not isinstance(m, dict) or not m.get("decode_tok_s"):
-                continue
-            d = int(m.get("depth", 0))
-            tag = f"{r['model']}-{base['ctk']}-ub{r.get('n_ubatch')}-d{d}" + (f"-mtp{n_mtp}" if n_mtp else "")
-            pt = {**base, "id": f"ev-{tag}", "kind": "decode", "depth": d, "measured": float(m["decode_tok_s"])}
-            if n_mtp:
-                if not m.get("draft_n"):
-                    continue
-                # tokens per step = 1 + n x accepted / drafted (drafts are n long: p_min 0)
-                pt["spec"] = {"n": n_mtp, "ratio": min(0.999, float(m.get("draft_n_accepted", 0)) / float(m["draft_n"]))}
-            out.append(pt)
-            if not n_mtp and m.get("prefill_tok_s") and int(m.get("prompt_n") or 0) >= 512:
-                out.append({**base, "id": f"ev-pp-{tag}", "kind": "prefill", "prompt": int(m["prompt_n"]),
-                            "ubatch": int(r.get("n_ubatch", 512)), "measured": float(m["prefill_tok_s"])})
+        out += _run_points(r, {"gpu": gpu, "model": _evidence_model(r["model"], syn),
+                               "ctk": r.get("cache_type_k", "f16"), "ctv": r.get("cache_type_v", "f16"),
+                               "ran": " ".join(str(a) for a in r.get("args", [])),
+                               "source": f"{source} ({build_s}; synthetic {r['model']} {syn.get('bytes', '?')} B)"})
     return out

@@ -17,6 +17,7 @@ from llamarig.gguf import load_spec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _
+from llamarig.plan.config import ServerConfig
 from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.planner import make_plan
 from llamarig.plan.result import Plan, PlanInputs
@@ -83,11 +84,10 @@ def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
     return mm
 
 
-def build_inputs(d: Deployment) -> PlanInputs:
-    """The planner's inputs for ``d``: its model (and projector, draft) read from their headers or
-    the catalogue, its settings and hardware."""
+def _model_ref(d: Deployment) -> str:
+    """The model the plan is for: MODEL, else the command's -m, else what -hf / -mu names (plan
+    reads that header, llamarig.hub)."""
     cfg = d.config
-    problems: list[Diagnostic] = []
     hub_model: str | None = None
     if cfg.hf_repo:
         # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
@@ -95,32 +95,41 @@ def build_inputs(d: Deployment) -> PlanInputs:
         if cfg.model:
             raise InputError(_("-m {model} and -hf {hf_repo} together: llama-server would load the file downloaded for "
                                "-hf, not -m; drop one").format(model=cfg.model, hf_repo=cfg.hf_repo))
-        if not d.model:  # plan reads the header of what -hf names (llamarig.hub)
+        if not d.model:
             hub_model = f"hf:{cfg.hf_repo.split(':')[0]}/{cfg.hf_file}" if cfg.hf_file else f"hf:{cfg.hf_repo}"
-    for what, mine, theirs in (("MODEL", d.model, cfg.model), ("--mmproj", d.mmproj, cfg.mmproj),
-                               ("--draft", d.draft, cfg.draft_model)):
-        if mine and theirs and mine != theirs:
-            flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
-            problems.append(warning(MODEL_DISAGREES, _(
-                "{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
-                "{theirs} of the llama-server command is ignored").format(
-                what=what, mine=mine, flag=flag, theirs=theirs)))
     if cfg.model_url and not d.model and not cfg.model and not hub_model:
         hub_model = cfg.model_url  # -mu URL: plan reads its header
     model = d.model or cfg.model or hub_model
     if not model:
         raise InputError(_("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command"))
-    spec, cat = _load_model(model)
-    mm_arg = d.mmproj or cfg.mmproj
+    return model
+
+
+def _disagreements(d: Deployment) -> list[Diagnostic]:
+    """MODEL / --mmproj / --draft beside a command that names another: the plan is for the former."""
+    cfg = d.config
+    out = []
+    for what, flag, mine, theirs in (("MODEL", "-m", d.model, cfg.model), ("--mmproj", "--mmproj", d.mmproj, cfg.mmproj),
+                                     ("--draft", "-md", d.draft, cfg.draft_model)):
+        if mine and theirs and mine != theirs:
+            out.append(warning(MODEL_DISAGREES, _(
+                "{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
+                "{theirs} of the llama-server command is ignored").format(
+                what=what, mine=mine, flag=flag, theirs=theirs)))
+    return out
+
+
+def _projector(model: str, mm_arg: str | None, cat: CatalogueModel | None, cfg: ServerConfig) -> MMProjInfo | None:
     if mm_arg is None and is_remote(model) and not Path(model).exists() and parse_ref(model).hub != "url":
         # llama-server -hf fetches and loads it by itself: nothing to add to the command
-        mmproj = repo_mmproj(model, cfg.image_max_tokens)
-    else:
-        mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
-    draft = None
-    d_arg = d.draft or cfg.draft_model
-    if d_arg:
-        draft = _load_model(d_arg)[0]
+        return repo_mmproj(model, cfg.image_max_tokens)
+    return resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
+
+
+def _shown(cfg: ServerConfig, model: str, spec: ModelSpec, cat: CatalogueModel | None, mm_arg: str | None,
+           mmproj: MMProjInfo | None, draft: str | None) -> ServerConfig:
+    """``cfg`` as the plan's command shows it: a hub model as -hf, a catalogue model and projector
+    as placeholders (<NAME-QUANT.gguf>), the draft model."""
     shown_model: str | None = model
     hf_repo, hf_file = cfg.hf_repo, cfg.hf_file
     if is_remote(model) and not Path(model).exists():
@@ -132,8 +141,21 @@ def build_inputs(d: Deployment) -> PlanInputs:
     shown_mm = None if mm_arg in (None, "none") else mm_arg
     if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
         shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
-    cfg = replace(cfg, model=shown_model, hf_repo=hf_repo, hf_file=hf_file, mmproj=shown_mm, draft_model=d_arg,
-                  problems=(*cfg.problems, *problems))
+    return replace(cfg, model=shown_model, hf_repo=hf_repo, hf_file=hf_file, mmproj=shown_mm, draft_model=draft)
+
+
+def build_inputs(d: Deployment) -> PlanInputs:
+    """The planner's inputs for ``d``: its model (and projector, draft) read from their headers or
+    the catalogue, its settings and hardware."""
+    cfg = d.config
+    model = _model_ref(d)
+    problems = _disagreements(d)
+    spec, cat = _load_model(model)
+    mm_arg = d.mmproj or cfg.mmproj
+    mmproj = _projector(model, mm_arg, cat, cfg)
+    d_arg = d.draft or cfg.draft_model
+    draft = _load_model(d_arg)[0] if d_arg else None
+    cfg = replace(_shown(cfg, model, spec, cat, mm_arg, mmproj, d_arg), problems=(*cfg.problems, *problems))
     return PlanInputs(spec, cfg, d.hardware, mmproj, draft, d.overhead_bytes, diagnostics=d.diagnostics)
 
 
