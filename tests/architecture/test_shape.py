@@ -26,6 +26,11 @@ MAX_LINES = 100
 MAX_DOCUMENTED = 5
 #: ruff's C901 with max-complexity 10: how many functions may exceed it in all of src/
 MAX_COMPLEX = 25
+#: result types that carry a JSON document as written, with the reason (not transitional)
+RAW_DOCUMENTS = {
+    "llamarig.catalogue.models:CatalogueModel": "data/models.json's entry as written, every field with its "
+                                                "source: build_spec reads it field by field into a ModelSpec",
+}
 
 
 def _rel(p: Path) -> str:
@@ -155,9 +160,9 @@ def test_no_any_in_public_result_types() -> None:
         bad = [f for f, h in _hints(t, ns).items() if _has_any(h)]
         if bad:
             found[f"{t.__module__}:{t.__qualname__}"] = bad
-    new = {k: v for k, v in found.items() if k not in T.ANY_IN_RESULTS}
+    new = {k: v for k, v in found.items() if k not in T.ANY_IN_RESULTS and k not in RAW_DOCUMENTS}
     assert not new, f"public result types with Any fields (type them): {new}"
-    stale = sorted(T.ANY_IN_RESULTS - set(found))
+    stale = sorted((T.ANY_IN_RESULTS | set(RAW_DOCUMENTS)) - set(found))
     assert not stale, f"typed now (drop them from transitional.py): {stale}"
 
 

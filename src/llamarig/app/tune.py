@@ -96,15 +96,15 @@ class TuneResult:
     and args, the calibration written (or why not), the quality probe, the space, the counts."""
 
     search: S.SearchResult
-    pruned: list[tuple[Any, str]]
+    pruned: list[tuple[S.Candidate, str]]
     objective: str
     state_file: Path
     launcher: str = ""
     winner_args: list[str] | None = None
     launcher_args: list[str] | None = None
-    calibration: dict[str, Any] | None = None
+    calibration: dict[str, object] | None = None
     quality: QualityReport | None = None
-    space: list[dict[str, Any]] | None = None
+    space: list[dict[str, object]] | None = None
     counts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

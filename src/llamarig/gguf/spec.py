@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import GGUFError, one_line
-from llamarig.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo, read_header
+from llamarig.gguf.reader import ArrayInfo, GGUFHeader, MetadataValue, TensorInfo, read_header
 from llamarig.i18n import _
 
 LayerKind = Literal["attention", "swa", "recurrent"]
@@ -131,6 +131,29 @@ MODEL_HEADER = "model-header"
 
 
 @dataclass(frozen=True)
+class RemoteRead:
+    """What reading a remote header cost (llamarig.hub): where from, bytes and requests, seconds,
+    headers taken from the cache or fetched."""
+
+    reference: str
+    hub: str  # hf | ms | url
+    commit: str
+    bytes_fetched: int
+    requests: int
+    seconds: float
+    headers_cached: int
+    headers_fetched: int
+    file_bytes: int
+    files: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"reference": self.reference, "hub": self.hub, "commit": self.commit,
+                "bytes_fetched": self.bytes_fetched, "requests": self.requests, "seconds": self.seconds,
+                "headers_cached": self.headers_cached, "headers_fetched": self.headers_fetched,
+                "file_bytes": self.file_bytes, "files": list(self.files)}
+
+
+@dataclass(frozen=True)
 class CatalogueOrigin:
     """Where a spec built from a catalogue entry (no file read) gets its figures."""
 
@@ -176,11 +199,12 @@ class ModelSpec:
     mtp_sidecar: bool = False
     #: what the header reader could not determine (an unknown architecture, missing keys, ...)
     warnings: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the GGUF header's key/value metadata (small arrays decoded, large ones as ArrayInfo)
+    metadata: dict[str, MetadataValue] = field(default_factory=dict, repr=False, compare=False)
     #: a spec built from a catalogue entry: where its figures come from; None for a file
     origin: CatalogueOrigin | None = field(default=None, repr=False, compare=False)
     #: for a header read over HTTP (llamarig.hub): where from, bytes and requests, seconds, cache
-    remote: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    remote: RemoteRead | None = field(default=None, repr=False, compare=False)
 
     @property
     def tensor_count(self) -> int:
@@ -255,7 +279,7 @@ class ModelSpec:
             "warnings": list(self.notices),
         }
         if self.remote is not None:
-            d["remote"] = dict(self.remote)
+            d["remote"] = self.remote.to_json()
         if with_tensors:
             d["tensors"] = [
                 {"name": t.name, "type": t.ggml_type, "shape": list(t.shape), "bytes": t.n_bytes}

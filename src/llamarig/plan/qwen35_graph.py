@@ -167,7 +167,7 @@ class _Builder:
     def n_ff_shexp(self) -> int:
         md = self.s.metadata or {}
         v = md.get(f"{self.s.architecture}.expert_shared_feed_forward_length")
-        if v:
+        if isinstance(v, (int, float)) and v:
             return int(v)
         for t in self.s.tensors:
             if t.name.endswith("ffn_up_shexp.weight"):

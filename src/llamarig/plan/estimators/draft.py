@@ -130,7 +130,7 @@ def estimate_draft_model(lay: Layout) -> DraftEstimate:
         if ws.per_device[j]:
             out.append(entry(index[name], "draft", ws.per_device[j], f"draft model weights {d.path}: {n_l} layer(s) ({how})"))
     if ws.host:
-        hw_line = host_weights(d, dcfg, placement, ws.host, devs.gpus, lay.cpu, uses_mmap(dcfg, d.metadata),
+        hw_line = host_weights(d, dcfg, placement, ws.host, devs.gpus, lay.cpu, uses_mmap(dcfg),
                                f"draft model weights {d.path} kept on the CPU (token embeddings, "
                                f"{sum(1 for x in placement.layer_dev if x < 0)} layer(s); {how})")
         out.append(entry(HOST, "draft", hw_line.bytes, hw_line.formula))

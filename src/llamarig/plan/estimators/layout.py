@@ -67,10 +67,9 @@ def devices(hw: Hardware, cfg: ServerConfig) -> Devices:
                    (*([guess] * len(rpc)), *free), (note,))
 
 
-def uses_mmap(cfg: ServerConfig, spec_metadata: dict[str, object]) -> bool:
-    """Weights are mmap'd (--load-mode auto/mmap/mmap+mlock), unless a catalogue entry says the
-    file cannot be."""
-    return cfg.load_mode in ("auto", "mmap", "mmap+mlock") and not spec_metadata.get("catalogue_nommap")
+def uses_mmap(cfg: ServerConfig) -> bool:
+    """Weights are mmap'd: --load-mode auto, mmap or mmap+mlock."""
+    return cfg.load_mode in ("auto", "mmap", "mmap+mlock")
 
 
 def layout(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Layout:
@@ -82,4 +81,4 @@ def layout(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Layout:
     devs = devices(inp.hardware, cfg)
     placement = M.place_layers(spec, cfg, devs.names, devs.free)
     return Layout(inp, base_cfg or cfg, ctx, devs.names, devs.gpus, placement,
-                  inp.hardware.cpu or DEFAULT_FEATURES, uses_mmap(cfg, spec.metadata), devs.diagnostics)
+                  inp.hardware.cpu or DEFAULT_FEATURES, uses_mmap(cfg), devs.diagnostics)
