@@ -38,6 +38,7 @@ _LAZY = {
     "deployment": "llamarig.api", "machine": "llamarig.api", "gpu": "llamarig.api", "plan_inputs": "llamarig.api",
     "Deployment": "llamarig.plan.deployment", "Diagnostic": "llamarig.diagnostics",
     "CheckReport": "llamarig.app.check", "FixResult": "llamarig.app.check", "Resolved": "llamarig.app.command",
+    "ExplainReport": "llamarig.app.explain",
     "TuneResult": "llamarig.app.tune", "TuneSettings": "llamarig.app.tune", "Command": "llamarig.flags.argv",
     "Plan": "llamarig.plan.result", "PlanInputs": "llamarig.plan.result", "DevicePlan": "llamarig.plan.result",
     "HostPlan": "llamarig.plan.result", "Line": "llamarig.plan.result",
@@ -48,11 +49,11 @@ _LAZY = {
 }
 
 __all__ = [
-    "CheckReport", "Command", "CpuFeatures", "Deployment", "DevicePlan", "Diagnostic", "Finding", "FixResult",
-    "GGUFError", "GPU", "Hardware", "HostPlan", "InputError", "Line", "LlamarigError", "ModelNotFoundError",
-    "ModelSpec", "Plan", "PlanInputs", "Resolved", "ServerConfig", "ServerError", "Severity", "TuneResult",
-    "TuneSettings", "UnknownNameError", "__version__", "bench_server", "check", "check_text", "compare_bench",
-    "deployment", "explain_report", "fix_report", "gateway_config", "gpu", "gpus", "inspect_model",
+    "CheckReport", "Command", "CpuFeatures", "Deployment", "DevicePlan", "Diagnostic", "ExplainReport", "Finding",
+    "FixResult", "GGUFError", "GPU", "Hardware", "HostPlan", "InputError", "Line", "LlamarigError",
+    "ModelNotFoundError", "ModelSpec", "Plan", "PlanInputs", "Resolved", "ServerConfig", "ServerError", "Severity",
+    "TuneResult", "TuneSettings", "UnknownNameError", "__version__", "bench_server", "check", "check_text",
+    "compare_bench", "deployment", "explain_report", "fix_report", "gateway_config", "gpu", "gpus", "inspect_model",
     "launch_command", "logs_report", "machine", "make_plan", "models", "plan_command", "plan_inputs", "plan_model",
     "quality_report", "render_command", "resolve_command", "serve_gateway", "stop_server", "top_snapshot",
     "tune_command",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     )
     from llamarig.app.check import CheckReport, FixResult
     from llamarig.app.command import Resolved
+    from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
     from llamarig.diagnostics import Diagnostic
     from llamarig.flags.argv import Command

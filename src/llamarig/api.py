@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
     from llamarig.app.command import Resolved
+    from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.diagnostics import Diagnostic
@@ -161,36 +162,43 @@ def fix_report(report: CheckReport) -> FixResult:
     return fix(report)
 
 
-def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en") -> list[dict[str, Any]]:
-    """`llamarig explain --json`'s rows: every flag of each command, in ``lang`` (en or zh)."""
-    from llamarig.app.check import explain  # lazy: keeps import llamarig light
+def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en", gpus: Sequence[GPU] = (),
+                   ram: int | None = None) -> ExplainReport:
+    """`llamarig explain`: every flag of each command, in ``lang`` (en or zh), its effect priced
+    on what llama-server receives (``ExplainReport.to_json()`` is ``explain --json``)."""
+    from llamarig.app.explain import explain  # lazy: keeps import llamarig light
 
-    return explain(report, model=model, base_dir=report.origin.parent if report.origin else None, lang=lang)
+    return explain(report, model=model, base_dir=report.origin.parent if report.origin else None, lang=lang,
+                   gpus=gpus, ram=ram)
 
 
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, hardware: Hardware | None = None, notes: Sequence[Diagnostic] = (),
                     want_plan: bool = True, repair: bool = False, keep_script: bool = False,
-                    own: Sequence[str] = (), command_name: str = "render") -> Resolved:
+                    own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
     environment, and the plan with its speed on ``hardware`` (:func:`machine`); its
     ``deployment`` is what the plan was made of. ``own``: the calling command's option
-    spellings, refused after the model (``command_name`` names that command)."""
+    spellings, refused after the model (``command_name`` names that command);
+    ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
+    here."""
     from llamarig.app import command  # lazy: keeps import llamarig light
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
-                                   keep_script=keep_script, own=own, command_name=command_name)
+                                   keep_script=keep_script, own=own, command_name=command_name,
+                                   allow_no_binary=allow_no_binary)
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,
-                   user: str | None = None, lang: str = "en") -> str:
-    """`llamarig render`: a bash launcher, systemd unit, compose service or llama-swap entry
-    (its comments in ``lang``, en or zh)."""
+                   user: str | None = None, lang: str = "en", out: str | None = None) -> str:
+    """`llamarig render`: a bash launcher, systemd unit, compose service, llama-swap entry or
+    llama-server router preset (its comments in ``lang``, en or zh; ``out``: the file it will be
+    written to)."""
     from llamarig.app.render import render_command as _render  # lazy: keeps import llamarig light
 
-    return _render(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang)
+    return _render(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang, out=out)
 
 
 def launch_command(res: Resolved, *, host: str | None = None, port: int | None = None,
@@ -250,12 +258,14 @@ def compare_bench(a: str | Path, b: str | Path) -> dict[str, Any]:
     return compare_json(read_json(Path(a)), read_json(Path(b)))
 
 
-def logs_report(path: str | Path, script: str | Path | None = None) -> dict[str, Any]:
+def logs_report(path: str | Path, script: str | Path | None = None, *, model: str | None = None,
+                gpus: Sequence[GPU] = (), ram: int | None = None) -> dict[str, Any]:
     """`llamarig logs FILE --json`: a llama-server log as figures, a per-request timeline and
-    findings (``script``: the launch script, to compare what was meant with what ran)."""
-    from llamarig.bench.logparse import logs_document  # lazy: keeps import llamarig light
+    findings (``script``: the launch script, to compare what was meant with what ran; with
+    ``gpus`` (and ``model`` instead of its -m) also with the plan of what ran)."""
+    from llamarig.app.logs import logs_document  # lazy: keeps import llamarig light
 
-    return logs_document(Path(path), Path(script) if script is not None else None)
+    return logs_document(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
 
 
 def stop_server(port: int | None = None, state_file: str | Path | None = None, timeout_s: float = 30) -> str:

@@ -56,6 +56,7 @@ def find_binary(name: str = "llama-server", explicit: str | os.PathLike[str] | N
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand
     raise ServerError(
-        _("{name} not found: pass --server-bin, set ${env_server_bin}, put it on PATH, or build "
-          "one with scripts/get-llama-server").format(name=name, env_server_bin=ENV_SERVER_BIN)
+        _("{name} not found: pass --server-bin, set ${env_server_bin} or put it on PATH (a release of "
+          "https://github.com/ggml-org/llama.cpp/releases, or your own build)").format(
+            name=name, env_server_bin=ENV_SERVER_BIN)
     )

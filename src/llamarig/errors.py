@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     PROBLEMS = 1  #: the command ran and found problems (check: error findings; plan: does not fit)
     BAD_INPUT = 2  #: a missing/unreadable/malformed file, an unknown name, a bad option value
     ENVIRONMENT = 3  #: llama-server binary missing, server unreachable or failed to start
+    NEEDS_ANSWER = 4  #: check --fix cannot tell which command lines of flags belong to (it names them)
     INTERRUPTED = 130  #: Ctrl-C
 
 

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from llamarig import i18n
-from llamarig.bench.logparse import logs_document
+from llamarig.app.logs import logs_document
 from llamarig.bench.report import markdown, terminal
 from llamarig.gateway import reasons
 

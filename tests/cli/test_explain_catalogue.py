@@ -23,7 +23,8 @@ def test_explain_with_catalogue_model_shows_kv_effect() -> None:
 def test_unknown_model_is_one_line_exit_2() -> None:
     r = run("explain", "--bundled", "--model", "no-such-model", "--", "llama-server", "-c", "4096")
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and "not found" in r.stderr
+    # the same one line as `llamarig plan no-such-model`
+    assert r.stderr.count("\n") == 1 and "no such file" in r.stderr
 
 
 def test_check_json_with_catalogue_model() -> None:

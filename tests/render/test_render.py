@@ -371,12 +371,20 @@ def test_from_script_paths_resolve_against_the_script(synth_model, with_bin: Pat
     (d / "run.sh").write_text(f"{with_bin} -m tiny.gguf -c 1024 --log-file srv.log\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    shutil.copy(d / "tiny.gguf", elsewhere / "tiny.gguf")  # a file of the same name here must not win
     monkeypatch.chdir(elsewhere)
     code, out, err = cli("render", "-f", "systemd", "--from-script", str(d / "run.sh"))
     assert code == 0, err
-    assert f"-m {d}/tiny.gguf" in out  # found beside the script, not in the current directory
-    assert f"--log-file {elsewhere}/srv.log" in out  # not there yet: the current directory
+    assert f"-m {d}/tiny.gguf" in out  # the script's, not the current directory's
+    assert f"--log-file {d}/srv.log" in out  # not there yet: still the script's directory
     assert f"WorkingDirectory={d}\n" in out
+    # a `cd DIR` in the script: its relative paths are taken from DIR
+    (d / "sub").mkdir()
+    shutil.copy(d / "tiny.gguf", d / "sub" / "tiny.gguf")
+    (d / "run2.sh").write_text(f"cd sub && {with_bin} -m tiny.gguf -c 1024\n")
+    code, out, err = cli("render", "-f", "systemd", "--from-script", str(d / "run2.sh"))
+    assert code == 0, err
+    assert f"-m {d}/sub/tiny.gguf" in out
 
 
 def test_working_directory_without_a_model_file() -> None:

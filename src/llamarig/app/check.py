@@ -1,27 +1,28 @@
 """``check``: the one check pipeline (read, parse, lint with the cores, the planner and the
 model loader, the no-invocation finding), used by ``llamarig check``, ``explain``, ``render
---from-script`` and :func:`llamarig.check_text` alike; ``fix`` and ``explain`` on its result."""
+--from-script`` and :func:`llamarig.check_text` alike; ``fix`` on its result, and the pair every
+view prices (:func:`what_runs`: what llama-server receives, what was meant)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError
-from llamarig.flags.argv import Reading, read_invocation
-from llamarig.flags.explain import explain_rows
+from llamarig.flags.argv import Command, Reading
 from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
+from llamarig.flags.reading import ScriptReading, read_script, reading_of
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hardware.types import GPU
-from llamarig.i18n import _, localize
+from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.inputs import plan_for_check
 
@@ -76,6 +77,9 @@ class CheckReport:
     name: str = "<text>"
     kind: str | None = None
     origin: Path | None = field(default=None, repr=False)
+    #: the commands the shell really runs and the one meant (llamarig.flags.reading); ``parsed``
+    #: is its meant text's reading
+    reading: ScriptReading | None = field(default=None, repr=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -108,18 +112,52 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
     was read from (its sourced files, drop-ins, .env are read too)."""
     if schema is None:
         schema = load_schema(server_bin) if server_bin else load_bundled()
-    parsed = parse_text(text, kind, origin)
+    reading = read_script(text, kind, origin)
+    parsed = reading.parsed if reading.parsed is not None else parse_text(text, kind, origin)
     ctx = Context(physical_cores=cores or physical_cores(),
                   cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
                   ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
-    if not parsed.invocations:
-        findings.append(Finding("no-invocation", Severity.INFO,
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
+        findings.append(Finding("no-invocation", Severity.INFO, 1, None,
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
-                                  "compose command: or llama-swap cmd:)"), line=1))
-    return CheckReport(parsed, readings, findings, schema, name, kind, origin)
+                                  "compose command: or llama-swap cmd:)"), None, None))
+    return CheckReport(parsed, readings, findings, schema, name, kind, origin, reading)
+
+
+@dataclass(frozen=True)
+class WhatRuns:
+    """One command of a checked input as two argvs (program first): what llama-server receives,
+    and what its author meant (the words a broken continuation cut off put back). Every view
+    prices ``received`` and shows what ``meant`` would change (docs/explain.md, docs/logs.md)."""
+
+    index: int  # the command's place among the input's llama-server commands
+    line: int
+    received: tuple[str, ...]
+    meant: tuple[str, ...]
+    cut_line: int | None = None  # where the command is cut off (None: nothing is)
+
+    @property
+    def same(self) -> bool:
+        return self.received == self.meant
+
+
+def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
+    """The ``k``-th llama-server command of ``report`` as the pair every view works from: the
+    argv the shell really gives it (the text as written, ``ScriptReading.received``) and the
+    argv meant (``ScriptReading.meant_each``: the text as a person reads it, garbled lines
+    repaired and cut-off words put back). The one place that turns the readers' result into the
+    pair; commands are matched by the line of their program."""
+    inv = report.parsed.invocations[k]
+    reading = report.reading if report.reading is not None else reading_of(report.parsed)
+    got = next((i for i in reading.received if i.line == inv.line and i.source != "fragment"), None)
+    meant_inv = next((i for i in reading.meant_each if i.line == inv.line), None)
+    received = tuple(got.argv) if got is not None else tuple(inv.argv)
+    meant = tuple(meant_inv.argv) if meant_inv is not None else (inv.program, *(w.text for w in inv.intended_args))
+    cut = got.cut_line if got is not None and got.orphans else (inv.cut_line if inv.orphans else None)
+    return WhatRuns(k, inv.line, received, meant, cut)
 
 
 def check_file(path: str, **options: Any) -> CheckReport:
@@ -153,22 +191,56 @@ def dump_json(data: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- fix
 
 
+@dataclass(frozen=True)
+class SlotLayout:
+    """How a command shares its context: slots, one pool or one per slot, the context as given
+    (0: unset, the model's training context) and the cells one slot holds (0: unknown here)."""
+
+    slots: int
+    unified: bool
+    n_ctx: int
+    per_slot: int
+
+    @property
+    def streams(self) -> int:
+        """KV streams: one shared pool, or one per slot."""
+        return 1 if self.unified else self.slots
+
+
+def slot_layout(argv: list[str]) -> SlotLayout | None:
+    """The slots and context of a llama-server argv (program optional), llama-server's defaults
+    where unset: -np unset is 4 slots sharing one pool (server.cpp:168-173), -c is padded to 256
+    and split per slot without a shared pool (llama-context.cpp:290-305). None when the command
+    cannot be read."""
+    cmd = Command.parse(argv)
+    try:
+        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
+    except LlamarigError:
+        return None
+    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4
+    unified = bool(cfg.kv_unified) if cfg.n_parallel > 0 else True
+    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
+    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
+    return SlotLayout(slots, unified, cfg.n_ctx, per_slot)
+
+
 def settings(argv: list[str]) -> dict[str, str]:
     """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
     types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
 
+    cmd = Command.parse(argv)
+    # the KV types as written: a type llama-server rejects is still what the command says
+    type_k, type_v = cmd.get("--cache-type-k") or "f16", cmd.get("--cache-type-v") or "f16"
     try:
-        cfg = parse_server_args(argv, strict=False)
+        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
     except LlamarigError as e:
         return {"error": str(e)}
-    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4  # server.cpp:168-173: -np unset -> 4 unified slots
-    unified = cfg.kv_unified if cfg.n_parallel > 0 else True
-    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
-    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
+    lay = slot_layout(argv)
+    assert lay is not None  # the same reading as above
     return {
-        _("slots (-np)"): f"{slots}" + (_(" (unified KV)") if unified and slots > 1 else ""),
-        _("context per slot"): str(per_slot) if per_slot else _("the model's training context"),
-        _("KV cache K / V"): f"{cfg.cache_type_k} / {cfg.cache_type_v}",
+        _("slots (-np)"): f"{lay.slots}" + (_(" (unified KV)") if lay.unified and lay.slots > 1 else ""),
+        _("context per slot"): str(lay.per_slot) if lay.per_slot else _("the model's training context"),
+        _("KV cache K / V"): f"{type_k} / {type_v}",
         "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
         "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),
         _("flash attention"): cfg.flash_attn,
@@ -188,6 +260,9 @@ class FixResult:
 
     text: str
     changes: tuple[tuple[int, int, tuple[tuple[str, str, str], ...]], ...] = ()
+    #: lines of flags with no command before them in a text that has commands: --fix cannot tell
+    #: which one they are for (it writes them, corrected, as comments) and asks (exit code 4)
+    unplaced: tuple[int, ...] = ()
 
 
 def fix(report: CheckReport, lang: str = "en") -> FixResult:
@@ -197,42 +272,12 @@ def fix(report: CheckReport, lang: str = "en") -> FixResult:
     after = parse_text(fixed, report.kind, report.origin)
     after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
     changes = []
-    for k, (inv_a, inv_b) in enumerate(zip(report.parsed.invocations, after.invocations, strict=False)):
+    servers = [inv for inv in report.parsed.invocations if inv.source != "fragment"]
+    for k, (inv_a, inv_b) in enumerate(zip(servers, after.invocations, strict=False)):
         ch = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
-    return FixResult(fixed, tuple(changes))
-
-
-# ----------------------------------------------------------------------------- explain
-
-
-def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | None = None,
-            lang: str = "en") -> list[dict[str, Any]]:
-    """`llamarig explain`: for each command of a checked input, every flag with what it does,
-    its default, its effect on this model, and whether it reaches llama-server; the check
-    findings of each flag are noted on its row (the report's, not a second lint)."""
-
-    loader = model_loader(model, base_dir)
-    out: list[dict[str, Any]] = []
-    severity_word = {"error": _("error"), "warning": _("warning"), "info": _("info")}
-    for k, inv in enumerate(report.parsed.invocations):
-        ctx = loader(inv, Context(physical_cores=physical_cores()))
-        r = report.readings[k] if k < len(report.readings) else read_invocation(inv, report.schema, k)
-        rows = explain_rows(r, report.schema, ctx.model_spec, lang)
-        notes: dict[int, list[str]] = {}
-        for f in report.findings:
-            if f.invocation == k and f.use is not None and f.severity in ("error", "warning"):
-                notes.setdefault(f.use, []).append(_("{severity}: {rule}").format(
-                    severity=severity_word[f.severity], rule=f.rule))
-        cut = _("cut off at line {line}: never reaches llama-server").format(line=inv.cut_line)
-        # the rows are the explanation itself: written in ``lang``
-        rows = [replace(row, effect=localize(_("; ").join(
-                    ([cut] if i < len(r.uses) and not r.uses[i].passed else [])
-                    + [x for x in [row.effect] if x] + notes.get(i, [])), lang))
-                for i, row in enumerate(rows)]
-        out.append({"argv": localize(inv.argv, lang), "line": inv.line, "model": getattr(ctx.model_spec, "path", None),
-                    "cut_line": inv.cut_line if inv.orphans else None,
-                    "rows": [dict(row.__dict__, reaches_server=not (i < len(r.uses) and not r.uses[i].passed))
-                             for i, row in enumerate(rows)]})
-    return out
+    loose = [inv for inv in report.parsed.invocations if inv.source == "fragment"]
+    unplaced = tuple(ln for inv in loose for ln in range(inv.line, inv.end_line + 1)) \
+        if loose and (servers or report.parsed.others) else ()
+    return FixResult(fixed, tuple(changes), unplaced)

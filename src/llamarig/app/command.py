@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamarig.app.check import check, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, check, fix, get_schema, read_input
 from llamarig.app.planning import plan_with_speed
 from llamarig.binary import find_binary
 from llamarig.diagnostics import Diagnostic
-from llamarig.errors import InputError, LlamarigError
+from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.flags.findings import Finding
 from llamarig.flags.readers import is_server_program
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hardware.types import Hardware
 from llamarig.hub.ref import is_remote, parse_ref
-from llamarig.i18n import _
+from llamarig.i18n import _, join
 from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
 from llamarig.plan.speed import SpeedReport
@@ -122,11 +122,14 @@ def _script_dir(cwd: str | None, script_dir: Path) -> str | None:
 
 
 def _script_binary(program: str, workdir: str | None, script_dir: Path) -> str:
-    """The script's own program, as the output runs it: a bare name stays a name (looked up on
-    PATH, as the script does), ``~`` is expanded, a relative path is joined to the directory the
-    script runs it in (its ``cd``), else to the script's directory."""
+    """The script's own program, as the output runs it, absolute: a bare name is the file PATH
+    finds here (the script finds it the same way; a unit's ExecStart= and llama-swap look only
+    in their own search path), else stays a name; ``~`` is expanded, a relative path is joined to
+    the directory the script runs it in (its ``cd``), else to the script's directory."""
     if "/" not in program:
-        return program
+        import shutil  # lazy: only for a script that names its binary bare
+
+        return shutil.which(program) or program
     p = os.path.expanduser(program)
     if not os.path.isabs(p):
         p = os.path.normpath(os.path.join(workdir or str(script_dir), p))
@@ -186,74 +189,127 @@ def _refuse_catalogue_names(args: list[str]) -> None:
                            "mmproj GGUF's path").format(mm=mm))
 
 
+@dataclass
+class _Input:
+    """What the input gives before the binary is resolved: the program word (None: MODEL or
+    flags only), the server args, env, the check findings and notes, where relative paths are
+    taken from, and what a script keeps (its binary, wrappers, directory)."""
+
+    program: str | None
+    args: list[str]
+    env: list[tuple[str, str]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    bases: list[Path] = field(default_factory=lambda: [Path.cwd()])
+    kept_binary: str | None = None
+    wrappers: list[str] = field(default_factory=list)
+    workdir: str | None = None
+
+
+def _checked_script(path: str, schema: Schema, repair: bool, notes: list[str]) -> CheckReport:
+    """The script checked, and with ``repair`` fixed first by exactly `llamarig check --fix`'s
+    repairs (warnings' too), the notes saying so and what the fix changes in what runs."""
+    text, name = read_input(path)
+    report = check(text, schema=schema, base_dir=Path(path).parent, origin=Path(path))
+    fixed = fix(report) if repair else None
+    if fixed is None or fixed.text == text:
+        notes.append(_("input: {name}").format(name=name))
+        return report
+    n_warnings = sum(1 for f in report.findings if f.severity == "warning")
+    notes.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s), {w} warning(s) "
+                   "before)").format(name=name, n=len(report.errors), w=n_warnings))
+    for _k, line, changes in fixed.changes:
+        notes.append(_("the fix changes what the server at line {line} runs: {changes}").format(
+            line=line, changes=join(_("; "), [_("{what} {before} -> {after}").format(what=w, before=b, after=a)
+                                             for w, b, a in changes])))
+    return check(fixed.text, schema=schema, base_dir=Path(path).parent, origin=Path(path))
+
+
+def _from_script(path: str, invocation: int, server_bin: str | None, repair: bool, keep_script: bool) -> _Input:
+    """The ``invocation``-th llama-server command of a script/unit/compose/llama-swap file."""
+    notes: list[str] = []
+    report = _checked_script(path, get_schema(server_bin, False), repair, notes)
+    parsed, name = report.parsed, path
+    if not parsed.invocations:
+        raise InputError(_("{name}: no llama-server command found").format(name=name))
+    if not 1 <= invocation <= len(parsed.invocations):
+        raise InputError(_("--invocation {invocation}: {name} has {n_invocations} llama-server command(s)").format(
+            invocation=invocation, name=name, n_invocations=len(parsed.invocations)))
+    inv = parsed.invocations[invocation - 1]
+    inp = _Input(inv.program, [w.text for w in inv.args], [(n, v) for n, v, _line in inv.env],
+                 [f for f in report.findings if f.invocation in (None, invocation - 1)], notes)
+    # the script's relative paths are the script's: from its `cd DIR` (or WorkingDirectory=),
+    # else from its directory, never from wherever render runs
+    inp.bases = [Path(path).parent.resolve()]
+    if keep_script and not server_bin:
+        inp.kept_binary, inp.wrappers, inp.workdir = _keep_script_command(inv, Path(path), notes)
+    script_cwd = inp.workdir or _script_dir(inv.cwd, inp.bases[0])
+    if script_cwd:  # the server runs there: its relative paths are there
+        inp.bases = [Path(script_cwd)]
+    return inp
+
+
+def _from_tokens(tokens: Sequence[str]) -> _Input:
+    """``MODEL flags``, ``llama-server flags`` or ``flags``."""
+    program, args = _split(list(tokens))
+    inp = _Input(program, args)
+    if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
+        # the mirror the plan read the header from is where llama-server downloads it
+        # (common/common.cpp:1521 reads MODEL_ENDPOINT, else HF_ENDPOINT)
+        inp.env.append(("HF_ENDPOINT", os.environ["HF_ENDPOINT"]))
+    if not args:
+        raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` or "
+                           "--from-script FILE"))
+    return inp
+
+
+def _resolve_binary(inp: _Input, server_bin: str | None, allow_no_binary: bool) -> tuple[str, Schema]:
+    """The binary the output runs and the flags it is checked against, with notes on both."""
+    program = inp.program
+    if inp.kept_binary is not None:
+        found, itself = _schema_binary(inp.kept_binary)
+        schema = schema_of(found) if found else schema_of(inp.kept_binary)
+        if not itself:
+            inp.notes.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
+                schema=schema.label(), binary=inp.kept_binary))
+        return inp.kept_binary, schema
+    try:
+        binary = _binary(server_bin, program)
+    except ServerError:
+        if server_bin or not allow_no_binary:
+            raise
+        # render writes a file for another machine: the bundled schema stands for the flags,
+        # and the output names the program for the user to point at the real binary
+        binary = Path(program).name if program else "llama-server"
+        inp.notes.append(_("binary: no llama-server on this machine: the output runs `{name}` (found on PATH, or "
+                           "write its absolute path there); flags checked against the bundled schema of build "
+                           "{build}").format(name=binary, build=load_bundled().build))
+        return binary, load_bundled()
+    if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
+        inp.notes.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
+    return binary, schema_of(binary)
+
+
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, hardware: Hardware | None = None,
                     notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
-                    own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False) -> Resolved:
+                    own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
+                    allow_no_binary: bool = False) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
-    instead (its ``invocation``-th command; checked, and with ``repair`` fixed first).
-    ``own``: the calling command's option spellings (``command_name``'s); one of them among the
-    server flags (written after the model) that llama-server does not know is an InputError.
-    ``keep_script`` (render): a --from-script command keeps its own binary, wrappers and
-    directory. ``hardware``: what the command is planned on; ``notes``: what reading it found."""
-    env: list[tuple[str, str]] = []
-    findings: list[Finding] = []
-    comments: list[str] = []
-    bases = [Path.cwd()]
-    program: str | None  # the input's program word (None: MODEL or flags only)
-    kept_binary: str | None = None
-    wrappers: list[str] = []
-    workdir: str | None = None
-    if from_script:
-        if tokens:
-            raise InputError(_("give either --from-script FILE or a command, not both"))
-        text, name = read_input(from_script)
-        schema = get_schema(server_bin, False)
-        report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
-        n_before = len(report.errors)
-        if repair and n_before:
-            text = fix(report).text
-            report = check(text, schema=schema, base_dir=Path(from_script).parent, origin=Path(from_script))
-        parsed, findings = report.parsed, report.findings
-        if repair and n_before:
-            comments.append(_("input: {name}, repaired with `llamarig check --fix` ({n} error(s) before)").format(name=name, n=n_before))
-        else:
-            comments.append(_("input: {name}").format(name=name))
-        if not parsed.invocations:
-            raise InputError(_("{name}: no llama-server command found").format(name=name))
-        if not 1 <= invocation <= len(parsed.invocations):
-            raise InputError(_("--invocation {invocation}: {name} has {n_invocations} llama-server command(s)").format(invocation=invocation, name=name, n_invocations=len(parsed.invocations)))
-        inv = parsed.invocations[invocation - 1]
-        findings = [f for f in findings if f.invocation in (None, invocation - 1)]
-        program, args = inv.program, [w.text for w in inv.args]
-        env = [(n, v) for n, v, _line in inv.env]
-        bases.append(Path(from_script).parent.resolve())
-        if keep_script and not server_bin:
-            kept_binary, wrappers, workdir = _keep_script_command(inv, Path(from_script), comments)
-            if workdir:  # the server runs there: its relative paths are there
-                bases.insert(0, Path(workdir))
-    else:
-        program, args = _split(list(tokens))
-        if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
-            # the mirror the plan read the header from is where llama-server downloads it
-            # (common/common.cpp:1521 reads MODEL_ENDPOINT, else HF_ENDPOINT)
-            env.append(("HF_ENDPOINT", os.environ["HF_ENDPOINT"]))
-        if not args:
-            raise InputError(_("no llama-server command: give MODEL.gguf [flags], `-- llama-server -m MODEL ...` or "
-                               "--from-script FILE"))
-    if kept_binary is not None:
-        binary = kept_binary
-        found, itself = _schema_binary(binary)
-        schema = schema_of(found) if found else schema_of(binary)
-        if not itself:
-            comments.append(_("flags: checked against {schema} ({binary} is not on this machine)").format(
-                schema=schema.label(), binary=binary))
-    else:
-        binary = _binary(server_bin, program)
-        if program and Path(program).name != Path(binary).name or (program and "/" in program and not Path(program).is_file()):
-            comments.append(_("binary: {binary} (the input's {program} is not here)").format(binary=binary, program=program))
-        schema = schema_of(binary)
+    instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
+    `llamarig check --fix`'s repairs). ``own``: the calling command's option spellings
+    (``command_name``'s); one of them among the server flags (written after the model) that
+    llama-server does not know is an InputError. ``keep_script`` (render): a --from-script
+    command keeps its own binary, wrappers and directory. ``allow_no_binary`` (render): without
+    a llama-server here, the bundled schema and the program's name stand in (a note says so),
+    instead of a ServerError."""
+    if from_script and tokens:
+        raise InputError(_("give either --from-script FILE or a command, not both"))
+    inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
+           else _from_tokens(tokens))
+    binary, schema = _resolve_binary(inp, server_bin, allow_no_binary)
+    args = inp.args
     if own and not from_script:
         bad = misplaced_options(args, schema, own)
         if bad:
@@ -263,13 +319,14 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                                "`llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(bad=', '.join(bad), cmd=cmd, first=bad[0]))
     if not from_script:
         _refuse_catalogue_names(args)
-    args, changed = absolutize(args, schema, bases)
+    args, changed = absolutize(args, schema, inp.bases)
     if changed:
-        where = _(" or ").join(str(b) for b in bases)
-        comments.append(_("paths: relative {paths} made absolute (against {base})").format(paths=", ".join(changed), base=where))
+        where = _(" or ").join(str(b) for b in inp.bases)
+        inp.notes.append(_("paths: relative {paths} made absolute (against {base})").format(
+            paths=", ".join(changed), base=where))
     hw = hardware or Hardware()
-    res = Resolved(binary, args, env, findings=findings, notes=comments, schema=schema, wrappers=wrappers,
-                   workdir=workdir, hardware=hw)
+    res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
+                   wrappers=inp.wrappers, workdir=inp.workdir, hardware=hw)
     if want_plan:
         res.plan, res.plan_note, res.plan_error, res.deployment = _plan(args, hw, notes)
     return res

@@ -1,5 +1,5 @@
 """``render_command``: a resolved llama-server command as a bash launcher, a systemd unit, a
-docker compose service or a llama-swap entry (docs/render.md)."""
+docker compose service, a llama-swap entry or a router preset (docs/render.md)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from llamarig.render.bash import render_bash
 from llamarig.render.common import RenderSpec, plan_figures
 from llamarig.render.compose import render_compose
 from llamarig.render.llamaswap import render_llamaswap
+from llamarig.render.preset import preset_name, render_preset
 from llamarig.render.systemd import render_systemd
 
-FORMATS = ("bash", "systemd", "compose", "llama-swap")
+FORMATS = ("bash", "systemd", "compose", "llama-swap", "preset")
 
 
 def default_name(args: Sequence[str]) -> str:
@@ -28,18 +29,17 @@ def default_name(args: Sequence[str]) -> str:
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
-                   compose_backend: str | None = None, user: str | None = None, lang: str = "en") -> str:
+                   compose_backend: str | None = None, user: str | None = None, lang: str = "en",
+                   out: str | None = None) -> str:
     """`llamarig render`: ``res`` (:func:`llamarig.app.command.resolve_command`) as a bash
-    launcher, a systemd unit, a docker compose service or a llama-swap entry, with the plan's
-    figures and every flag explained as comments. ``name``: the service/script name (default
+    launcher, a systemd unit, a docker compose service, a llama-swap entry or llama-server's own
+    router preset (the INI ``--models-preset`` reads), with the plan's figures and every flag
+    explained as comments. ``name``: the service/script name (default
     llama-server-PORT); ``compose_backend``: the image (default: the devices' backend); ``lang``:
-    the language of the comments (what programs read stays as it is)."""
+    the language of the comments (what programs read stays as it is); ``out``: the file it is
+    written to (the preset's router command names it)."""
     if fmt not in FORMATS:
         raise InputError(_("--format {fmt}: expected one of {formats}").format(fmt=fmt, formats=", ".join(FORMATS)))
-    figures = plan_figures(res.plan, res.plan.speed) if res.plan is not None else []
-    if res.plan_note:
-        figures = [res.plan_note] + figures
-    figures = list(res.notes) + figures
     nm = name or default_name(res.args)
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", nm):
         raise InputError(_("--name {nm}: use letters, digits, '-', '_', '.', '@' only").format(nm=nm))
@@ -47,14 +47,10 @@ def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
             raise InputError(_("argument {word}: contains a control character (newline, tab...): it cannot be rendered "
                                "safely into a script, unit or YAML file").format(word=one_line(word)))
-    figures = [one_line(f, 1000) for f in figures]
     schema = res.schema if res.schema is not None else schema_of(res.binary)
     # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
     args, _unused = absolutize(res.args, schema, [Path.cwd()])
-    if fmt == "compose" and (res.wrappers or res.workdir):
-        figures.append(_("the script's wrappers and directory are not kept: the image runs its own llama-server"))
-    elif fmt == "llama-swap" and res.workdir:
-        figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
+    figures = _figures(res, fmt)
     spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema,
                       wrappers=tuple(res.wrappers), workdir=res.workdir, lang=lang)
     if fmt == "bash":
@@ -64,7 +60,26 @@ def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
     if fmt == "compose":
         backend = compose_backend or compose_backend_for(args, res.plan)
         return render_compose(spec, backend)
+    if fmt == "preset":
+        return render_preset(spec, preset_name(spec, explicit=name is not None),
+                             path=str(Path(out).resolve()) if out else None)
     return render_llamaswap(spec)
+
+
+def _figures(res: Resolved, fmt: str) -> list[str]:
+    """The comment lines above the command: notes on the input, the plan's figures, and what
+    this format keeps or needs filled in."""
+    figures = list(res.notes) + ([res.plan_note] if res.plan_note else [])
+    figures += plan_figures(res.plan, res.plan.speed) if res.plan is not None else []
+    if fmt in ("systemd", "llama-swap", "preset") and not Path(res.binary).is_absolute():
+        figures.append(_("binary: `{name}` is not on this machine: systemd's ExecStart= and llama-swap look a bare "
+                         "name up in their own search path, not your PATH: write the absolute path of llama-server "
+                         "there").format(name=res.binary))
+    if fmt == "compose" and (res.wrappers or res.workdir):
+        figures.append(_("the script's wrappers and directory are not kept: the image runs its own llama-server"))
+    elif fmt == "llama-swap" and res.workdir:
+        figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
+    return [one_line(f, 1000) for f in figures]
 
 
 def compose_backend_for(args: Sequence[str], plan: Plan | None) -> str:

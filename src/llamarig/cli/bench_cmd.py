@@ -184,8 +184,13 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Files only.")
 @click.option("--script", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The launch script that started this server: say where the log shows something else ran.")
+@click.option("--model", type=str, default=None,
+              help="With --script: GGUF or catalogue id to plan instead of the script's -m.")
+@click.option("--gpu", "gpus", multiple=True,
+              help="With --script: GPU the server ran on (repeatable): set the log against the plan.")
+@click.option("--ram", type=str, default=None, help="With --script: host RAM of that machine, e.g. 64G.")
 def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool,
-             script: Path | None) -> None:
+             script: Path | None, model: str | None, gpus: tuple[str, ...], ram: str | None) -> None:
     """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
     per-request timeline, decode vs depth, checkpoint RAM and plain-language findings.
 
@@ -196,10 +201,14 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     from rich.markup import escape
     from rich.table import Table
 
-    from llamarig.bench.logparse import logs_document
+    from llamarig.app.logs import logs_document
     from llamarig.bench.report import fmt_value, terminal
 
-    doc = logs_document(file, script)  # English: the JSON's words never change with the language
+    # English: the JSON's words never change with the language
+    from llamarig.cli.options import hardware_of
+
+    hw, _notes = hardware_of(gpus, ram)
+    doc = logs_document(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes)
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return

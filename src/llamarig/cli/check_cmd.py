@@ -8,18 +8,23 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from llamarig import api
-from llamarig.app.check import dump_json, explain, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, dump_json, fix, get_schema, read_input
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import hardware_of
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
+from llamarig.flags.reading import verdict
 from llamarig.flags.rules import Finding
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
+
+if TYPE_CHECKING:
+    from llamarig.app.explain import ExplainReport
 
 _SCHEMA_BUILD_HELP = ("Use a bundled schema: build N, or the newest bundled build older than N "
                       "(`llamarig check --list-schemas` lists them).")
@@ -120,7 +125,8 @@ def verdict_lines(parsed: Parsed, findings: list[Finding], name: str) -> list[tu
     if first is not None and not any(inv.orphans for inv in parsed.invocations):
         out.append((_("first error, line {line}: {message}").format(line=first.line, message=_clip(localize(first.message), 160)),
                     "red"))
-    if not parsed.invocations:
+    out += [(localize(v), "yellow") for v in verdict(parsed)]
+    if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         out.append((_("no llama-server command found"), "yellow"))
     return out
 
@@ -190,12 +196,35 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                 k=k + 1, line=line), err=True)
             for what, before, now in changes:
                 click.echo(f"  {localize(what)}: {localize(before)} -> {localize(now)}", err=True)
+        if fixed.unplaced:
+            click.echo(_("llamarig: which command are the flags on lines {lines} for? --fix cannot tell: they are "
+                         "written as comments; move them into the command they belong to").format(
+                             lines=", ".join(str(n) for n in fixed.unplaced)), err=True)
+            sys.exit(ExitCode.NEEDS_ANSWER)
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:
         render_human(report.parsed, report.findings, report.schema, name)
     if report.errors:
         sys.exit(ExitCode.PROBLEMS)
+
+
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+    """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
+    be explained in their place."""
+    from llamarig.flags.engines import ENGINES
+    from llamarig.flags.engines.fastllm import translation_of
+
+    lines = []
+    for inv in report.parsed.others:
+        tr = translation_of(inv, model)
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
+               if tr is not None else ""))
+        if tr is not None:
+            lines.append(tr.command())
+    return api.check("\n".join(lines), schema=schema, model=model) if lines else report
 
 
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -205,21 +234,35 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
 @click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
               help="Language of the explanations (default: llamarig --lang, $LLAMARIG_LANG, else the locale).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--model", type=str, default=None, help="GGUF for memory effects instead of -m.")
+@click.option("--model", type=str, default=None,
+              help="GGUF (or catalogue id) for the memory effects instead of -m.")
+@click.option("--gpu", "gpus", multiple=True, help="GPU of the target machine (repeatable, `llamarig gpus`): the "
+              "figures are then the plan's on it, after --fit.")
+@click.option("--ram", type=str, default=None, help="Host RAM of the target machine, e.g. 64G.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None, lang: str | None, as_json: bool,
-                model: str | None,
+@click.pass_context
+def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schema_build: int | None,
+                lang: str | None, as_json: bool, model: str | None, gpus: tuple[str, ...], ram: str | None,
                 command: tuple[str, ...]) -> None:
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
-    after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`)."""
+    after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`). The memory
+    figures are the plan of what llama-server really receives."""
     from llamarig.flags.explain import TEXT
     from llamarig.i18n import language
 
+    if len(command) > 1 and _is_input(command[0]):
+        # `explain FILE --model X`: the options after a file are explain's own (a file takes none)
+        sub = explain_cmd.make_context(ctx.info_name or "explain", [*command[1:], command[0]], parent=ctx.parent)
+        if tuple(sub.params["command"]) != (command[0],):
+            raise InputError(_("give one file (or - for stdin), then explain's own options"))
+        given = {k: v for k, v in ctx.params.items() if v not in (None, False, ()) and k != "command"}
+        ctx.invoke(explain_cmd, **{**sub.params, **given})
+        return
     lang = set_language(lang) if lang is not None else language()
     if not command:
         raise InputError(_("give a file, - for stdin, or a llama-server command"))
     origin: Path | None = None
-    if len(command) == 1 and (command[0] == "-" or Path(command[0]).is_file()):
+    if len(command) == 1 and _is_input(command[0]):
         text, _kind = read_input(command[0])
         origin = Path(command[0]) if command[0] != "-" else None
     elif len(command) == 1 and " " in command[0]:
@@ -230,24 +273,34 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
             argv = ["llama-server"] + argv
         text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
-    report = api.check(text, schema=schema, origin=origin, base_dir=origin.parent if origin else None, model=model)
+    base_dir = origin.parent if origin else None
+    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    if not report.parsed.invocations and report.parsed.others:
+        report = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
-    out = explain(report, model=model, base_dir=origin.parent if origin else None, lang=lang)
-    t = TEXT[lang]
+    hw, _notes = hardware_of(gpus, ram)
+    result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
-        click.echo(json.dumps({"invocations": out, "schema": {"source": schema.source, "build": schema.build},
-                               "lang": lang}, ensure_ascii=False, indent=1))
+        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
         return
+    _explain_tables(result, schema, TEXT[lang])
+
+
+def _is_input(word: str) -> bool:
+    return word == "-" or Path(word).is_file()
+
+
+def _explain_tables(result: ExplainReport, schema: Schema, t: dict[str, str]) -> None:
     from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     con = Console(highlight=False)
-    for inv_out in out:
+    for cmd in result.commands:
         title = escape(_("line {line}: {program} ({schema})").format(
-            line=inv_out["line"], program=inv_out["argv"][0], schema=schema.label()))
+            line=cmd.line, program=cmd.argv[0], schema=schema.label()))
         # no outer border and flags never broken: at 80 columns the explanations get the room
         tab = Table(title=title, title_justify="left", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, expand=True,
                     show_edge=False, pad_edge=False)
@@ -259,22 +312,24 @@ def explain_cmd(server_bin: str | None, bundled: bool, schema_build: int | None,
         if not narrow:
             tab.add_column(t["default"], overflow="fold", ratio=2)
         tab.add_column(t["effect"], overflow="fold", ratio=5 if narrow else 4)
-        if inv_out["cut_line"]:
-            n_cut = sum(1 for row in inv_out["rows"] if not row["reaches_server"])
+        if cmd.cut_line:
+            n_cut = sum(1 for row in cmd.rows if not row.reaches_server)
             con.print(escape(_("the command is cut off at line {line}: the {n} flag(s) marked below never reach "
-                               "llama-server (as `llamarig check` reports)").format(line=inv_out["cut_line"], n=n_cut)),
+                               "llama-server (as `llamarig check` reports)").format(line=cmd.cut_line, n=n_cut)),
                       style="bold red")
-        for row in inv_out["rows"]:
-            style = "" if row["known"] else "bold red"
-            if not row["reaches_server"]:
+        for line in cmd.summary:  # what runs, priced, and what the meant command would change
+            con.print(escape(line))
+        for row in cmd.rows:
+            style = "" if row.known else "bold red"
+            if not row.reaches_server:
                 style = "dim red"
             if narrow:
-                what = row["what"]
-                default = _("default {value}").format(value=row["default"])
-                if row["default"] and not any(w in what for w in ("default", "默认")):
+                what = row.what
+                default = _("default {value}").format(value=row.default)
+                if row.default and not any(w in what for w in ("default", "默认")):
                     what += _(" ({default})").format(default=default)
-                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(what), escape(row["effect"]), style=style)
+                tab.add_row(escape(row.flag), escape(row.value), escape(what), escape(row.effect), style=style)
             else:
-                tab.add_row(escape(row["flag"]), escape(row["value"]), escape(row["what"]),
-                            escape(row["default"]), escape(row["effect"]), style=style)
+                tab.add_row(escape(row.flag), escape(row.value), escape(row.what), escape(row.default),
+                            escape(row.effect), style=style)
         con.print(tab)

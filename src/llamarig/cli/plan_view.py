@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.speed_view import calibration_label
 from llamarig.plan.result import HOST_GROWTH
+from llamarig.plan.verdict import decode_headline, fit_qualifier
 from llamarig.units import MiB, fmt_bytes
 
 if TYPE_CHECKING:
@@ -69,6 +70,16 @@ def _estimated_parts(d: DevicePlan) -> tuple[str, int]:
     return _(" and ").join(parts), len(parts)
 
 
+def _host_line(plan: Plan) -> str:
+    """Host RAM at start: of its capacity, short, or not checked."""
+    h = plan.host
+    if not h.capacity:
+        return _("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(h.start_total))
+    if (h.free_at_start or 0) >= 0:
+        return _("host RAM {used} of {cap} at start").format(used=_gib(h.start_total), cap=_gib(h.capacity))
+    return _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
+
+
 def verdict_lines(plan: Plan) -> list[str]:
     """The answer: fits or not, free or short per device, host RAM, and what to change."""
     out: list[str] = []
@@ -95,16 +106,11 @@ def verdict_lines(plan: Plan) -> list[str]:
         else:
             parts.append(_("{dev} short by {short}").format(dev=_short_name(d), short=_gib(-(d.free or 0))))
     h = plan.host
-    start = h.start_total
-    if h.capacity:
-        if (h.free_at_start or 0) >= 0:
-            host = _("host RAM {used} of {cap} at start").format(used=_gib(start), cap=_gib(h.capacity))
-        else:
-            host = _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
-    else:
-        host = _("host RAM {start} at start (not checked: give --ram or --detect)").format(start=_gib(start))
+    host = _host_line(plan)
     maybe = any(d.uncertainty and d.free_range is not None and d.free_range[0] < 0 for d in plan.devices)
-    head = (_("may not fit") if maybe else _("fits")) if plan.fits else _("does not fit")
+    qual = fit_qualifier(plan)  # layers in host RAM, host RAM unchecked: "fits" says so
+    head = localize(qual.verdict(plan.fits)) if plan.fits and (qual.qualified or not maybe) else (
+        _("may not fit") if plan.fits else _("does not fit"))
     # the devices on the verdict line, host RAM on the next: one line each reads at 80 columns in
     # both languages (joined, the Chinese line broke inside a figure)
     out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host])))
@@ -117,7 +123,11 @@ def verdict_lines(plan: Plan) -> list[str]:
             line = (_("free is a range: the {what} are estimates; check with the real GGUF or a -lv 4 log") if maybe
                     else _("free is a range: the {what} are estimates"))
         out.append(line.format(what=what))
-    if parts:
+    sp = plan.speed
+    if plan.fits:
+        hl = decode_headline(sp).d0 if sp is not None and sp.by_depth else None
+        out += [localize(x) for x in qual.lines(hl)]
+    if parts and qual.unchecked_bytes is None:
         out.append(host)
     grow = h.growth
     if grow:
@@ -125,14 +135,9 @@ def verdict_lines(plan: Plan) -> list[str]:
                      "cache fill as requests come)").format(grow=_gib(grow)))
     if not plan.fits:
         out += suggestions(plan)
-    sp = plan.speed
     if sp is not None and sp.by_depth:
-        deep = sp.by_depth[-1]
-        mult = sp.speculative.speedup if sp.speculative else 1.0
-        out.append(_("decode {d0:.1f} tok/s at depth 0, {dn:.1f} at depth {depth} (modelled; physical limit "
-                     "{limit:.0f}); prefill {pp:.0f} tok/s").format(
-            d0=sp.by_depth[0].decode_tok_s * mult, dn=deep.decode_tok_s * mult, depth=deep.depth,
-            limit=sp.decode_limit_tok_s, pp=sp.prefill.tok_s))
+        # speculative decoding named, its limit recomputed for it (llamarig.plan.verdict)
+        out += [localize(x) for x in decode_headline(sp).lines(sp.prefill.tok_s)]
         if sp.host_range is not None:  # an uncalibrated host: how far the figures can be off
             hr = sp.host_range
             pre = (_(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])

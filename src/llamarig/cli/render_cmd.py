@@ -35,7 +35,8 @@ from llamarig.procs import exit_description
 @click.command("render", context_settings=CTX)
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="bash", show_default=True)
 @click.option("--out", "-o", type=str, default=None, help="Write to FILE (bash: made executable) instead of stdout.")
-@click.option("--name", type=str, default=None, help="Service/script name (default llama-server-PORT).")
+@click.option("--name", type=str, default=None, help="Service/script name (default llama-server-PORT); for "
+              "--format preset the model's name in the router (default: --alias, else the model file's name).")
 @click.option("--compose-backend", type=click.Choice(["cpu", "cuda", "vulkan", "rocm"]), default=None,
               help="Image for --format compose (default: cuda when the plan has CUDA GPUs, else cpu).")
 @click.option("--user", type=str, default=None, help="systemd User= of the service.")
@@ -47,12 +48,13 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
                force: bool, fix: bool, from_script: str | None, invocation: int, server_bin: str | None,
                gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
-    docker compose service or a llama-swap entry, with the plan's figures as comments.
+    docker compose service, a llama-swap entry or a llama-server router preset (--models-preset
+    INI), with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
     hw, notes = hardware_of(gpus, ram, detect)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
                               hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
-                              keep_script=True)
+                              keep_script=True, allow_no_binary=True)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
@@ -70,7 +72,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
-    text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang())
+    text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
     if out:
         p = Path(out)
         try:

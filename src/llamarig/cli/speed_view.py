@@ -102,7 +102,8 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
     for col, just in cols:
         tab.add_column(col, justify=just, no_wrap=col != layout, overflow="fold",  # type: ignore[arg-type]
                        min_width=9 if col == layout else None)
-    default, yes, no_fit, slow = _("default"), _("yes"), _("no fit"), _("slow")
+    default = _("default")
+    words = {"yes": _("yes"), "maybe": _("maybe"), "no fit": _("no fit"), "slow": _("slow")}
     for i, c in enumerate(res.candidates[:show], 1):
         s = c.speed
         sp = s.speculative
@@ -120,7 +121,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
             ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
             _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
             _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
-            yes if c.meets_all else (no_fit if not c.fits else slow),
+            words.get(c.verdict.word, c.verdict.word),
         )
     parts: list[Any] = [tab, Text(_("decode tok/s at depth 0 / target depth / target context (with speculative "
                                     "decoding when the layout shows MTP n); prefill tok/s for an 8192-token prompt (shorter when a slot "
@@ -131,8 +132,8 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
                                     "full note per candidate"), style="dim")]
     best = res.best
     if best is not None:
-        head = (_("Winning command ({layout}):") if res.verdict == "ok" else _("Closest command ({layout}):")).format(
-            layout=best.layout)
+        head = (_("Winning command ({layout}):") if res.verdict in ("ok", "maybe") else
+                _("Closest command ({layout}):")).format(layout=best.layout)
         parts.append(Text("\n" + head, style="bold"))
         parts.append(Text(" ".join(best.plan.command)))
         parts.append(Text(_("physical limit at depth 0: {limit:.0f} tok/s (bandwidth / bytes per token); predicted "
@@ -151,18 +152,17 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         if best.speed.speculative:
             parts.append(Text(localize("speculative: " + best.speed.speculative.formula), style="dim"))
         parts.append(Text(_("prefill formula: ") + localize(best.speed.prefill.formula), style="dim"))
-    if res.verdict == "unlikely":
-        parts.append(Text("\n" + _("Not predicted as asked (possible, but the model says no):"), style="bold yellow"))
-        for r in res.reasons:
-            parts.append(Text("  - " + localize(r)))
-    elif res.verdict != "ok":
-        parts.append(Text("\n" + _("Impossible as asked:"), style="bold red"))
-        for r in res.reasons:
-            parts.append(Text("  - " + localize(r)))
+    heads = {"maybe": (_("Maybe: the targets are met only if this holds (not measured):"), "bold yellow"),
+             "unlikely": (_("Not predicted as asked (possible, but the model says no):"), "bold yellow"),
+             "impossible": (_("Impossible as asked:"), "bold red")}
+    if res.verdict in heads:
+        head_text, style = heads[res.verdict]
+        parts.append(Text("\n" + head_text, style=style))
+        parts += [Text("  - " + localize(r)) for r in res.reasons]
     parts.append(Text("\n" + _("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
         n=res.evaluated, ms=res.elapsed_s * 1000, source=calibration_label(best.speed.calibration) if best else ""),
         style="dim"))
-    return Group(*parts), res.to_json(), 0 if res.verdict == "ok" else 1
+    return Group(*parts), res.to_json(), 0 if res.verdict in ("ok", "maybe") else 1
 
 
 # ============================================================================ CLI glue

@@ -141,6 +141,54 @@ def fa_mode(r: Reading) -> str:
     return "auto"
 
 
+# ----------------------------------------------------------------------------- the walk
+
+
+@dataclass(frozen=True)
+class Step:
+    """What llama-server's parser makes of the word at one place of an argv: the option it names
+    (None: an unknown option or a stray word) and how many of the next words it takes.
+
+    ``missing``: a value option followed by another option (common/arg.cpp hands it that option
+    as its value and throws; read here without a value, so the option after it is read too).
+    ``equals``: ``--name=value`` whose name is an option (no such syntax: one unknown word).
+    ``lore``: the folklore entry of an unknown option (flags/knowledge.py)."""
+
+    opt: Option | None
+    positive: bool = True
+    count: int = 0
+    missing: bool = False
+    equals: str | None = None
+    lore: Folklore | None = None
+
+
+def step_at(words: Sequence[str], i: int, schema: Schema) -> Step:
+    """The one rule for the word ``words[i]``, shared by check's located reading
+    (:func:`read_invocation`) and :meth:`Command.parse`: a known option takes as many words as
+    the build says (not another option where it wants a number or a choice); an unknown option
+    takes the next word when that looks like a value (and is no option of this build), a
+    folklore flag only when FOLKLORE says it is written with one."""
+    t = words[i]
+    nxt = words[i + 1] if i + 1 < len(words) else None
+    hit = schema.lookup(t)
+    if hit is not None:
+        opt, positive = hit
+        n = opt.n_values if positive else 0
+        vals = words[i + 1:i + 1 + n]
+        if vals and opt.value_kind not in (None, "string") and not is_number(vals[0]) \
+                and schema.lookup(vals[0]) is not None:
+            return Step(opt, positive, missing=True)
+        return Step(opt, positive, len(vals))
+    if not looks_like_option(t):
+        return Step(None)
+    name, eq, _val = t.partition("=")
+    if eq and schema.lookup(name) is not None:
+        return Step(None, equals=name)
+    lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
+    takes = lore.takes_value if lore is not None else nxt is not None and schema.lookup(nxt) is None
+    return Step(None, count=1 if takes and nxt is not None and _looks_like_value(nxt) else 0, lore=lore)
+
+
 # ----------------------------------------------------------------------------- reading
 
 
@@ -148,93 +196,96 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
     """Walk the intended argv (received + cut-off words) like common/arg.cpp parse_cli_args."""
     r = Reading()
     words = inv.intended_args
+    texts = [w.text for w in words]
     n_passed = len(inv.args)
     i = 0
     while i < len(words):
         w = words[i]
-        t = w.text
         passed = i < n_passed
         if w.opaque:  # `"$@"`, `$EXTRA`: any number of words, unknown here
-            r.uses.append(Use(None, t, [], w.line, passed=passed, index=len(r.uses), opaque=True))
+            r.uses.append(Use(None, w.text, [], w.line, passed=passed, index=len(r.uses), opaque=True))
             i += 1
             continue
-        look = schema.lookup(t)
-        if look is None:
-            use = Use(None, t, [], w.line, passed=passed, index=len(r.uses))
-            prev = r.uses[-1] if r.uses else None
-            if t.startswith("-") and not is_number(t) and len(t) > 1:
-                name, eq, val = t.partition("=")
-                if eq and (named := schema.lookup(name)):
-                    opt = named[0]
-                    r.findings.append(finding(
-                        "equals-syntax", Severity.ERROR, w.line, t,
-                        _("`{word}`: llama-server has no `--opt=value` syntax, the whole word is an "
-                          "unknown argument (error: invalid argument)").format(word=t),
-                        _("write `{fixed}`").format(fixed=f"{name} {val}"), k, passed, Fix("split-equals", (name, val)), use.index))
-                    use.opt = None
-                else:
-                    lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
-                    takes = lore.takes_value if lore else (
-                        i + 1 < len(words) and _looks_like_value(words[i + 1].text)
-                        and schema.lookup(words[i + 1].text) is None)
-                    if takes and i + 1 < len(words) and _looks_like_value(words[i + 1].text):
-                        use.values = [words[i + 1]]
-                        i += 1
-                    r.findings.append(_unknown(schema, t, use, lore, k, passed))
-            elif prev is not None and prev.opt is not None and prev.opt.kind in ("flag", "bool_pair"):
-                r.findings.append(finding(
-                    "flag-takes-no-value", Severity.ERROR, w.line, prev.spelling,
-                    _("`{flag}` takes no value, so `{word}` is read as a separate argument: "
-                      "error: invalid argument: {word}").format(flag=prev.spelling, word=t),
-                    _("write `{flag}` alone").format(flag=prev.spelling) + _neg_hint(prev, t), k, passed,
-                    Fix("drop-value", (t,)), prev.index))
-                use.opt = None
-            else:
-                r.findings.append(finding(
-                    "stray-argument", Severity.ERROR, w.line, t,
-                    _("`{word}` is not an option and llama-server takes no positional arguments "
-                      "(error: invalid argument: {word})").format(word=t),
-                    _("remove it, or put the option it belongs to before it"), k, passed, Fix("drop"), use.index))
-            r.uses.append(use)
-            i += 1
-            continue
-        opt, positive = look
-        n = opt.n_values
-        vals = words[i + 1:i + 1 + n]
-        if n and vals and opt.value_kind not in (None, "string") and not is_number(vals[0].text) \
-                and schema.lookup(vals[0].text) is not None:
-            # the handler gets the next option as its value and throws (common/arg.cpp):
-            # report it once, and read the swallowed option normally to avoid a cascade
-            use = Use(opt, t, [], w.line, positive, passed, len(r.uses))
-            r.uses.append(use)
-            hint = opt.value_hint or "VALUE"
-            r.findings.append(finding(
-                "missing-value", Severity.ERROR, w.line, t,
-                _("`{flag}` needs a value ({hint}) but is followed by the option `{next}`, which it "
-                  "takes as its value: error while handling argument \"{flag}\" (older builds accepted "
-                  "a bare `{flag}`)").format(flag=t, hint=hint, next=vals[0].text),
-                _("write `{fixed}`").format(fixed=f"{t} {_default_for(opt)}"), k, passed,
-                Fix("add-value", (_default_for(opt),)), use.index))
-            i += 1
-            continue
-        use = Use(opt, t, list(vals), w.line, positive, passed, len(r.uses))
-        r.uses.append(use)
-        if n and vals and schema.lookup(vals[0].text) is not None and not is_number(vals[0].text):
-            r.findings.append(finding(
-                "value-looks-like-flag", Severity.WARNING, w.line, t,
-                _("`{flag}` takes `{value}` as its value (it looks like an option)").format(flag=t, value=vals[0].text),
-                _("give `{flag}` a value").format(flag=t), k, passed))
-        if len(vals) < n:
-            r.findings.append(finding(
-                "missing-value", Severity.ERROR, w.line, t,
-                _("`{flag}` needs a value and none follows (error while handling argument \"{flag}\": "
-                  "expected value for argument)").format(flag=t),
-                _("give `{fixed}`").format(fixed=f"{t} {opt.value_hint or 'VALUE'}"), k, passed, Fix("drop"), use.index))
-        if vals and opt.name in JSON_OPTIONS and "$" not in vals[0].text:
-            spill = _json_value(use, words, i + 1 + n, r, k, passed)
-            i += len(spill)
-        i += 1 + n
+        st = step_at(texts, i, schema)
+        if st.opt is None:
+            _unknown_use(r, schema, st, words[i:i + 1 + st.count], k, passed)
+        else:
+            i += _known_use(r, schema, st, words, i, k, passed)
+        i += 1 + st.count
     return r
+
+
+def _unknown_use(r: Reading, schema: Schema, st: Step, words: list[Word], k: int | None, passed: bool) -> None:
+    """A word that names no option of this build: `--opt=value`, an unknown option (with the
+    value it takes), a value given to a flag, or a stray word."""
+    w = words[0]
+    t = w.text
+    use = Use(None, t, list(words[1:]), w.line, passed=passed, index=len(r.uses))
+    prev = r.uses[-1] if r.uses else None
+    if st.equals is not None:
+        val = t.partition("=")[2]
+        r.findings.append(finding(
+            "equals-syntax", Severity.ERROR, w.line, t,
+            _("`{word}`: llama-server has no `--opt=value` syntax, the whole word is an "
+              "unknown argument (error: invalid argument)").format(word=t),
+            _("write `{fixed}`").format(fixed=f"{st.equals} {val}"), k, passed, Fix("split-equals", (st.equals, val)),
+            use.index))
+    elif looks_like_option(t):
+        r.findings.append(_unknown(schema, t, use, st.lore, k, passed))
+    elif prev is not None and prev.opt is not None and prev.opt.kind in ("flag", "bool_pair"):
+        r.findings.append(finding(
+            "flag-takes-no-value", Severity.ERROR, w.line, prev.spelling,
+            _("`{flag}` takes no value, so `{word}` is read as a separate argument: "
+              "error: invalid argument: {word}").format(flag=prev.spelling, word=t),
+            _("write `{flag}` alone").format(flag=prev.spelling) + _neg_hint(prev, t), k, passed,
+            Fix("drop-value", (t,)), prev.index))
+    else:
+        r.findings.append(finding(
+            "stray-argument", Severity.ERROR, w.line, t,
+            _("`{word}` is not an option and llama-server takes no positional arguments "
+              "(error: invalid argument: {word})").format(word=t),
+            _("remove it, or put the option it belongs to before it"), k, passed, Fix("drop"), use.index))
+    r.uses.append(use)
+
+
+def _known_use(r: Reading, schema: Schema, st: Step, words: list[Word], i: int, k: int | None,
+               passed: bool) -> int:
+    """An option of this build with its values; how many words more than the step's it read
+    (the words the shell split off an unquoted JSON value)."""
+    assert st.opt is not None
+    opt, w = st.opt, words[i]
+    t = w.text
+    vals = words[i + 1:i + 1 + st.count]
+    use = Use(opt, t, list(vals), w.line, st.positive, passed, len(r.uses))
+    r.uses.append(use)
+    if st.missing:
+        # the handler gets the next option as its value and throws (common/arg.cpp): reported
+        # once, and the swallowed option read normally to avoid a cascade
+        nxt = words[i + 1].text
+        hint = opt.value_hint or "VALUE"
+        r.findings.append(finding(
+            "missing-value", Severity.ERROR, w.line, t,
+            _("`{flag}` needs a value ({hint}) but is followed by the option `{next}`, which it "
+              "takes as its value: error while handling argument \"{flag}\" (older builds accepted "
+              "a bare `{flag}`)").format(flag=t, hint=hint, next=nxt),
+            _("write `{fixed}`").format(fixed=f"{t} {_default_for(opt)}"), k, passed,
+            Fix("add-value", (_default_for(opt),)), use.index))
+        return 0
+    if vals and schema.lookup(vals[0].text) is not None and not is_number(vals[0].text):
+        r.findings.append(finding(
+            "value-looks-like-flag", Severity.WARNING, w.line, t,
+            _("`{flag}` takes `{value}` as its value (it looks like an option)").format(flag=t, value=vals[0].text),
+            _("give `{flag}` a value").format(flag=t), k, passed))
+    n = opt.n_values if st.positive else 0
+    if len(vals) < n:
+        r.findings.append(finding(
+            "missing-value", Severity.ERROR, w.line, t,
+            _("`{flag}` needs a value and none follows (error while handling argument \"{flag}\": "
+              "expected value for argument)").format(flag=t),
+            _("give `{fixed}`").format(fixed=f"{t} {opt.value_hint or 'VALUE'}"), k, passed, Fix("drop"), use.index))
+    if vals and opt.name in JSON_OPTIONS and "$" not in vals[0].text:
+        return len(_json_value(use, words, i + 1 + len(vals), r, k, passed))
+    return 0
 
 
 def _json_ok(text: str) -> bool:
@@ -375,13 +426,9 @@ def kv_unified(r: Reading) -> bool:
 # ----------------------------------------------------------------------------- Command
 
 
-def _is_number_word(text: str) -> bool:
-    return re.fullmatch(r"-\d+(\.\d+)?", text) is not None
-
-
 def looks_like_option(text: str) -> bool:
     """A word llama-server's parser treats as an option (a dash, not a negative number)."""
-    return text.startswith("-") and text != "-" and not _is_number_word(text)
+    return text.startswith("-") and text != "-" and not is_number(text)
 
 
 @dataclass(frozen=True)
@@ -413,13 +460,14 @@ class Arg:
 @dataclass(frozen=True)
 class Command:
     """A llama-server command parsed once against the flag schema, the way common/arg.cpp
-    ``parse_cli_args`` walks it: each option takes as many words as the build says (a value
-    option the next word whatever it looks like), ``--`` spellings read ``_`` as ``-``, there is
-    no ``--opt=value`` syntax (such a word is one unknown argument). An unknown option keeps the
-    value-looking words after it (folklore flags: as many as FOLKLORE says), so it can be shown,
-    moved or dropped whole. The one argv reader of llamarig: the planner
-    (:meth:`llamarig.plan.config.ServerConfig.from_command`), render, launch and tune read and edit
-    commands through it."""
+    ``parse_cli_args`` walks it, word by word with :func:`step_at` (the walk check's located
+    reading, :func:`read_invocation`, makes too): each option takes as many words as the build
+    says (not another option where it wants a number or a choice), ``--`` spellings read ``_``
+    as ``-``, there is no ``--opt=value`` syntax (such a word is one unknown argument). An
+    unknown option keeps the value-looking word after it (a folklore flag only when FOLKLORE
+    says it is written with one), so it can be shown, moved or dropped whole. The planner
+    (:meth:`llamarig.plan.config.ServerConfig.from_command`), render, launch and tune read and
+    edit commands through it."""
 
     program: str | None
     args: tuple[Arg, ...]
@@ -437,24 +485,9 @@ class Command:
         out: list[Arg] = []
         i = 0
         while i < len(words):
-            t = words[i]
-            hit = sch.lookup(t)
-            if hit is not None:
-                opt, positive = hit
-                n = opt.n_values if positive else 0
-                out.append(Arg(t, tuple(words[i + 1:i + 1 + n]), opt, positive))
-                i += 1 + n
-                continue
-            n = 0
-            if looks_like_option(t):
-                lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
-                if lore is not None:
-                    n = 1 if lore.takes_value else 0
-                elif i + 1 < len(words) and not looks_like_option(words[i + 1]):
-                    n = 1
-                n = min(n, len(words) - i - 1)
-            out.append(Arg(t, tuple(words[i + 1:i + 1 + n])))
-            i += 1 + n
+            st = step_at(words, i, sch)
+            out.append(Arg(words[i], tuple(words[i + 1:i + 1 + st.count]), st.opt, st.positive))
+            i += 1 + st.count
         return cls(prog, tuple(out), sch)
 
     # -- reading

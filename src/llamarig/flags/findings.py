@@ -21,9 +21,11 @@ class Fix:
     args: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Finding(Diagnostic):
-    """A diagnostic about a place in a launch file: ``code`` is the rule id (``rule``)."""
+    """A diagnostic about a place in a launch file: ``code`` is the rule id (``rule``). Made as
+    check's rules always made it: ``Finding(rule, severity, line, flag, message, fix, invocation,
+    passed, action, use)``."""
 
     line: int = 0
     flag: str | None = None
@@ -32,6 +34,16 @@ class Finding(Diagnostic):
     passed: bool = True  # False: on a cut-off line, llama-server never sees it today
     action: Fix | None = None
     use: int | None = None  # index into the invocation's uses
+
+    def __init__(self, rule: str = "", severity: Severity | str = Severity.INFO, line: int = 0,
+                 flag: str | None = None, message: str = "", fix: str | None = None, invocation: int | None = None,
+                 passed: bool = True, action: Fix | None = None, use: int | None = None, *,
+                 code: str | None = None) -> None:
+        # ``code``: what dataclasses.replace passes (the Diagnostic's field), the rule id
+        for name, value in (("code", code if code is not None else rule), ("severity", Severity(severity)),
+                            ("message", message), ("line", line), ("flag", flag), ("fix", fix),
+                            ("invocation", invocation), ("passed", passed), ("action", action), ("use", use)):
+            object.__setattr__(self, name, value)
 
     @property
     def rule(self) -> str:
@@ -55,5 +67,4 @@ def finding(rule: str, sev: Severity, line: int, flag: str | None, msg: str, fix
     """A finding about invocation ``k``; one on a cut-off line (``passed`` False) says so."""
     if not passed:
         msg += _(CUT_OFF_NOTE)
-    return Finding(rule, sev, msg, line=line, flag=flag, fix=fix, invocation=k, passed=passed, action=action,
-                   use=use)
+    return Finding(rule, sev, line, flag, msg, fix, k, passed, action, use)

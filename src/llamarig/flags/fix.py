@@ -12,8 +12,9 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from llamarig.flags.argv import FALSY, Reading, Use
-from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Severity
-from llamarig.flags.parsed import Command, Invocation, Parsed
+from llamarig.flags.engines.fastllm import fix_fastllm, read_fastllm, translate_fastllm
+from llamarig.flags.findings import CUT_OFF_NOTE, Finding, Fix, Severity
+from llamarig.flags.parsed import Invocation, Parsed, ShellCommand
 from llamarig.flags.schema import Schema
 from llamarig.i18n import Message, _, localize
 
@@ -48,94 +49,18 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     dropped_env: set[str] = set()
     comments: list[str] = []
     for f in findings:
-        if f.action is None:
-            continue
-        if f.severity != Severity.ERROR and f.rule not in _APPLY_WARNINGS:
+        if f.action is None or (f.severity != Severity.ERROR and f.rule not in _APPLY_WARNINGS):
             continue
         if f.action.action == "drop-env":
             dropped_env.update(f.action.args)
             comments.append("# llamarig: " + _("removed {what}: {why}").format(what=f.action.args[0],
                                                                                why=_short(f.message, lang)))
-            continue
-        if f.use is not None:
+        elif f.use is not None:
             actions.setdefault(f.use, []).append(f)
     present = {u.opt.name for u in reading.uses if u.opt is not None}
-    out: list[list[str]] = []  # one group per option
-    for u in reading.uses:
-        acts = actions.get(u.index, [])
-        kinds = {a.action.action: a for a in acts if a.action}
-        fixes = {a.action.action: a.action for a in acts if a.action}  # kinds[k].action, typed as a Fix
-        if u.opaque:  # `"$@"`, `$EXTRA`: kept as written
-            out.append([u.spelling])
-            continue
-        if u.opt is None and not u.spelling.startswith("-"):
-            continue  # a stray word (`on` after --metrics): dropped
-        if "drop" in kinds and "replace" not in kinds and "rename" not in kinds and "split-equals" not in kinds:
-            f = kinds["drop"]
-            if f.rule != "duplicate-flag":
-                comments.append("# llamarig: " + _("removed {what}: {why}").format(what=f"`{_show(u)}`",
-                                                                                   why=_short(f.message, lang)))
-            continue
-        if "replace" in kinds:
-            f = kinds["replace"]
-            new = list(fixes["replace"].args)
-            target = schema.lookup(new[0])
-            if target is not None and target[0].name in present:
-                comments.append("# llamarig: " + _("removed `{what}` (`{flag}` is already set): {why}").format(
-                    what=_show(u), flag=target[0].name, why=_short(f.message, lang)))
-                continue
-            if target is not None:
-                present.add(target[0].name)
-            comments.append(f"# llamarig: `{_show(u)}` -> `{' '.join(new)}`")
-            out.append(new)
-            continue
-        if "split-equals" in kinds:
-            out.append(list(fixes["split-equals"].args))
-            continue
-        spelling = u.spelling
-        values = [v.text for v in u.values]
-        if "rename" in kinds:
-            new_sp = fixes["rename"].args[0]
-            if u.opt is None:
-                comments.append(f"# llamarig: `{u.spelling}` -> `{new_sp}` " + _("(closest real spelling)"))
-            spelling = new_sp
-        if "set-value" in kinds:
-            f = kinds["set-value"]
-            new_v = fixes["set-value"].args[0]
-            if values and values[0] != new_v:
-                comments.append(f"# llamarig: `{spelling} {values[0]}` -> `{spelling} {new_v}`: {_short(f.message, lang)}")
-                values = [new_v] + values[1:]
-        if "add-value" in kinds:
-            new_v = fixes["add-value"].args[0]
-            comments.append(f"# llamarig: `{spelling}` -> `{spelling} {new_v}` " + _("(it takes a value)"))
-            values = [new_v]
-        if "drop-value" in kinds:
-            stray = fixes["drop-value"].args[0]
-            if stray.lower() in FALSY:
-                if u.opt is not None and u.opt.negations:
-                    comments.append(f"# llamarig: `{spelling} {stray}` -> `{u.opt.negations[-1]}`")
-                    spelling = u.opt.negations[-1]
-                else:
-                    comments.append("# llamarig: " + _("removed `{what}` (off is the default)").format(
-                        what=f"{spelling} {stray}"))
-                    continue
-            else:
-                comments.append(f"# llamarig: `{spelling} {stray}` -> `{spelling}` " + _("(it takes no value)"))
-        if u.opt is None and "rename" not in kinds:
-            comments.append("# llamarig: " + _("removed unknown `{what}`").format(what=_show(u)))
-            continue
-        out.append([spelling] + values)
-    # the last occurrence of a non-appending option wins: keep only that one
-    seen: set[str] = set()
-    final: list[list[str]] = []
-    for group in reversed(out):
-        look = schema.lookup(group[0])
-        name = look[0].name if look else group[0]
-        if look and not look[0].appending and name in seen:
-            continue
-        seen.add(name)
-        final.append(group)
-    final.reverse()
+    edit = _Edit(schema, present, comments, lang)
+    out = [g for u in reading.uses if (g := edit.use(u, actions.get(u.index, []))) is not None]
+    final = _last_wins(out, schema)
     # words kept as they were keep their quoting as written (`-m "$1"` stays quoted), unless
     # the written form is itself broken (an unterminated quote): then it is re-quoted
     raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
@@ -144,6 +69,105 @@ def fix_invocation(inv: Invocation, reading: Reading, findings: list[Finding], s
     return FixedInvocation([" ".join(raw_of.get(x) or quote(x) for x in g) for g in final],
                            [w for c in _dedupe(comments) for w in _wrap(localize(c, lang))], dropped_env,
                            [[written.get(x, x) for x in g] for g in final])
+
+
+def _last_wins(groups: list[list[str]], schema: Schema) -> list[list[str]]:
+    """The last occurrence of a non-appending option wins: only that one kept."""
+    seen: set[str] = set()
+    final: list[list[str]] = []
+    for group in reversed(groups):
+        look = schema.lookup(group[0])
+        name = look[0].name if look else group[0]
+        if look and not look[0].appending and name in seen:
+            continue
+        seen.add(name)
+        final.append(group)
+    final.reverse()
+    return final
+
+
+@dataclass
+class _Edit:
+    """The repairs of one invocation's options, one use at a time: each gives the option's
+    words as fixed (None: removed) and adds a comment saying what changed."""
+
+    schema: Schema
+    present: set[str]  # options the command sets (a replacement that is already set is dropped)
+    comments: list[str]
+    lang: str
+
+    def use(self, u: Use, acts: list[Finding]) -> list[str] | None:
+        kinds = {a.action.action: a for a in acts if a.action}
+        fixes = {a.action.action: a.action for a in acts if a.action}  # kinds[k].action, typed as a Fix
+        if u.opaque:  # `"$@"`, `$EXTRA`: kept as written
+            return [u.spelling]
+        if u.opt is None and not u.spelling.startswith("-"):
+            return None  # a stray word (`on` after --metrics): dropped
+        if "drop" in kinds and not kinds.keys() & {"replace", "rename", "split-equals"}:
+            f = kinds["drop"]
+            if f.rule != "duplicate-flag":
+                self._say(_("removed {what}: {why}").format(what=f"`{_show(u)}`", why=_short(f.message, self.lang)))
+            return None
+        if "replace" in kinds:
+            return self._replace(u, kinds["replace"], list(fixes["replace"].args))
+        if "split-equals" in kinds:
+            return list(fixes["split-equals"].args)
+        return self._change(u, kinds, fixes)
+
+    def _say(self, text: str) -> None:
+        self.comments.append("# llamarig: " + text)
+
+    def _replace(self, u: Use, f: Finding, new: list[str]) -> list[str] | None:
+        target = self.schema.lookup(new[0])
+        if target is not None and target[0].name in self.present:
+            self._say(_("removed `{what}` (`{flag}` is already set): {why}").format(
+                what=_show(u), flag=target[0].name, why=_short(f.message, self.lang)))
+            return None
+        if target is not None:
+            self.present.add(target[0].name)
+        self.comments.append(f"# llamarig: `{_show(u)}` -> `{' '.join(new)}`")
+        return new
+
+    def _change(self, u: Use, kinds: dict[str, Finding], fixes: dict[str, Fix]) -> list[str] | None:
+        """A known option (or a misspelled one) kept, its spelling or value repaired."""
+        spelling = u.spelling
+        values = [v.text for v in u.values]
+        if "rename" in kinds:
+            new_sp = fixes["rename"].args[0]
+            if u.opt is None:
+                self.comments.append(f"# llamarig: `{u.spelling}` -> `{new_sp}` " + _("(closest real spelling)"))
+            spelling = new_sp
+        if "set-value" in kinds:
+            new_v = fixes["set-value"].args[0]
+            if values and values[0] != new_v:
+                self.comments.append(f"# llamarig: `{spelling} {values[0]}` -> `{spelling} {new_v}`: "
+                                     f"{_short(kinds['set-value'].message, self.lang)}")
+                values = [new_v] + values[1:]
+        if "add-value" in kinds:
+            new_v = fixes["add-value"].args[0]
+            self.comments.append(f"# llamarig: `{spelling}` -> `{spelling} {new_v}` " + _("(it takes a value)"))
+            values = [new_v]
+        if "drop-value" in kinds:
+            spelling_or_none = self._drop_value(u, spelling, fixes["drop-value"].args[0])
+            if spelling_or_none is None:
+                return None
+            spelling = spelling_or_none
+        if u.opt is None and "rename" not in kinds:
+            self._say(_("removed unknown `{what}`").format(what=_show(u)))
+            return None
+        return [spelling] + values
+
+    def _drop_value(self, u: Use, spelling: str, stray: str) -> str | None:
+        """A flag written with a value it does not take: the flag alone, its negation for an
+        "off", or nothing (off is the default)."""
+        if stray.lower() not in FALSY:
+            self.comments.append(f"# llamarig: `{spelling} {stray}` -> `{spelling}` " + _("(it takes no value)"))
+            return spelling
+        if u.opt is not None and u.opt.negations:
+            self.comments.append(f"# llamarig: `{spelling} {stray}` -> `{u.opt.negations[-1]}`")
+            return u.opt.negations[-1]
+        self._say(_("removed `{what}` (off is the default)").format(what=f"{spelling} {stray}"))
+        return None
 
 
 def _well_formed(raw: str, text: str) -> bool:
@@ -292,54 +316,162 @@ def _join(head: str, args: list[str], background: bool, indent: str = "  ",
 def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[Finding]], schema: Schema,
                lang: str) -> str:
     lines = parsed.lines
-    replace: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
-    notes_at: dict[int, list[str]] = {}
     # the command whose last word is on a line (the first one), for _orphan_end: one pass, not
     # one per invocation
-    by_last: dict[int, Command] = {}
+    by_last: dict[int, ShellCommand] = {}
     for cmd in parsed.commands:
         if cmd.words:
             by_last.setdefault(cmd.words[-1].line, cmd)
     fixed = [fix_invocation(inv, readings[k], by_inv.get(k, []), schema, lang) for k, inv in enumerate(parsed.invocations)]
+    moved = {n.line: n.comment for n in parsed.line_notes if n.comment}
+    replace: dict[int, tuple[int, str]] = {}  # first line index -> (last line index, new text)
     for k, inv in enumerate(parsed.invocations):
         if not inv.written_here:  # another file's, or a function body shared by its calls: as written
             continue
-        fx = fixed[k]
-        start = inv.line - 1
-        words = inv.intended_args
-        end = max([inv.end_line] + [w.line for w in words]) - 1
-        if inv.orphans:
-            end = max(end, _orphan_end(by_last, inv) - 1)
-        kept_comments = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
-        warn = [w for f in by_inv.get(k, []) if f.rule == "public-no-api-key" for w in _wrap("# llamarig: " + localize(f.message, lang))]
-        if parsed.kind == "systemd":
-            head = lines[start][: lines[start].find(inv.program) + len(inv.program)] if inv.program in lines[start] else f"ExecStart={inv.program}"
-            body = _join(head.rstrip(), fx.args, False)
+        start, end = _span(inv, by_last)
+        kept = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
+        kept += [f"# {moved[n]}" for n in range(start + 1, end + 2) if n in moved]
+        if inv.source == "fragment":
+            block = _fragment_block(inv, fixed[k], len(parsed.invocations) + len(parsed.others) > 1, lang)
+            replace[start] = (end, "\n".join([*kept, block]))
+            continue
+        warn = [w for f in by_inv.get(k, []) if f.rule == "public-no-api-key"
+                for w in _wrap("# llamarig: " + _short(f.message, lang))]
+        above = _comments_above(lines, start)
+        header = _dedupe_comments([*kept, *fixed[k].comments, *warn], above)
+        replace[start] = (end, "\n".join([*header, _command_text(parsed, inv, fixed[k], lines, start)]))
+    for inv in parsed.others:
+        if inv.written_here:
+            start, end = _span(inv, by_last)
+            kept = [ln.strip() for ln in lines[start:end + 1] if ln.strip().startswith("#")]
+            kept += [f"# {moved[n]}" for n in range(start + 1, end + 2) if n in moved]
+            replace[start] = (end, "\n".join([*kept, _engine_text(inv, lines, lang, _has_equivalent(lines, end))]))
+    notes_at = _kill_notes(parsed, lang)
+    if parsed.kind == "systemd":
+        _systemd_env(lines, replace, {n for fx in fixed for n in fx.dropped_env}, lang)
+    dropped = {n.line - 1 for n in parsed.line_notes if n.repaired is None}
+    text = "\n".join(_assemble(lines, replace, notes_at, dropped))
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _span(inv: Invocation, by_last: dict[int, ShellCommand]) -> tuple[int, int]:
+    """The 0-based first and last line of an invocation's text, its cut-off words included."""
+    start = inv.line - 1
+    end = max([inv.end_line] + [w.line for w in inv.intended_args]) - 1
+    if inv.orphans:
+        end = max(end, _orphan_end(by_last, inv) - 1)
+    return start, end
+
+
+def _comments_above(lines: list[str], start: int) -> set[str]:
+    above: set[str] = set()
+    j = start - 1
+    while j >= 0 and lines[j].strip().startswith("#"):
+        above.add(lines[j].strip())
+        j -= 1
+    return above
+
+
+def _command_text(parsed: Parsed, inv: Invocation, fx: FixedInvocation, lines: list[str], start: int) -> str:
+    """The command rewritten: its head as written (a systemd ``ExecStart=``), one option per line."""
+    if parsed.kind == "systemd":
+        line = lines[start]
+        head = line[: line.find(inv.program) + len(inv.program)] if inv.program in line else f"ExecStart={inv.program}"
+        return _join(head.rstrip(), fx.args, False)
+    return _join(_prefix(inv, lines, fx.dropped_env), fx.args, inv.background and inv.tail is None,
+                 redirects=inv.redirects) + (inv.tail or "")
+
+
+def _has_equivalent(lines: list[str], end: int) -> bool:
+    """Whether the comment lines after line ``end`` (0-based) hold a llama-server equivalent an
+    earlier --fix wrote (it stays: a second --fix changes nothing)."""
+    j = end + 1
+    while j < len(lines) and lines[j].startswith("#"):
+        if lines[j].startswith("#   llama-server "):
+            return True
+        j += 1
+    return False
+
+
+def _engine_text(inv: Invocation, lines: list[str], lang: str, has_equivalent: bool = False) -> str:
+    """Another engine's command rewritten: its words joined again, one option per line, and for
+    FastLLM its flags repaired against its parser and its llama-server equivalent below it."""
+    if inv.engine == "fastllm":
+        groups, said = fix_fastllm(inv)
+        uses = read_fastllm(inv)[1]
+    else:
+        groups, said, uses = _option_groups([w.text for w in inv.intended_args]), [], []
+    raw_of = {w.text: w.raw for w in inv.intended_args if w.raw and _well_formed(w.raw, w.text)}
+    args = [" ".join(raw_of.get(x) or quote(x) for x in g) for g in groups]
+    head = " ".join([_prefix(inv, lines, set()), *args[:1]]) if inv.engine == "fastllm" else _prefix(inv, lines, set())
+    args = args[1:] if inv.engine == "fastllm" else args
+    comments = [w for c in said for w in _wrap(localize("# llamarig: " + c, lang))]
+    out = [*comments, _join(head, args, inv.background and inv.tail is None, redirects=inv.redirects)
+           + (inv.tail or "")]
+    if uses and not has_equivalent:
+        tr = translate_fastllm(uses)
+        out += _wrap("# llamarig: " + localize(_("the llama-server equivalent ({model}):").format(model=tr.model), lang))
+        out.append("#   " + tr.command())
+    return "\n".join(out)
+
+
+def _option_groups(words: list[str]) -> list[list[str]]:
+    """Words grouped one option (with the words after it that are no option) per group."""
+    groups: list[list[str]] = []
+    for w in words:
+        if groups and not w.startswith("-"):
+            groups[-1].append(w)
         else:
-            body = _join(_prefix(inv, lines, fx.dropped_env), fx.args,
-                         inv.background and inv.tail is None, redirects=inv.redirects) + (inv.tail or "")
-        above: set[str] = set()
-        j = start - 1
-        while j >= 0 and lines[j].strip().startswith("#"):
-            above.add(lines[j].strip())
-            j -= 1
-        header = _dedupe_comments([*kept_comments, *fx.comments, *warn], above)
-        text = "\n".join([*header, body])
-        replace[start] = (end, text)
+            groups.append([w])
+    return groups
+
+
+def _fragment_block(inv: Invocation, fx: FixedInvocation, others: bool, lang: str) -> str:
+    """Flags with no command in front, corrected, as comments: --fix never makes them a
+    llama-server command of their own (it would have no model)."""
+    lines = [_span_text(inv.line, inv.end_line)]
+    if others:
+        head = _("line(s) {lines}: llama-server flags with no command to join them to: which command are they "
+                 "for? Corrected, they are:")
+    else:
+        head = _("line(s) {lines}: llama-server flags with no command here to join them to; corrected, they "
+                 "are (add them to your llama-server command):")
+    out = _wrap("# llamarig: " + localize(head.format(lines=lines[0]), lang))
+    out += fx.comments
+    out += [f"#   {a}" for a in fx.args]
+    return "\n".join(out)
+
+
+def _span_text(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _kill_notes(parsed: Parsed, lang: str) -> dict[int, list[str]]:
+    notes_at: dict[int, list[str]] = {}
     for n in parsed.notes:
         if n.kind == "kill-by-name":
             notes_at.setdefault(n.line - 1, []).append(localize(
                 "# llamarig: " + _("killall matches every process with this name; prefer "
                                    "`kill \"$(cat server.pid)\"` or `pkill -x NAME -u \"$USER\"` and wait for the exit"), lang))
-    if parsed.kind == "systemd":
-        dropped = {n for fx in fixed for n in fx.dropped_env}
-        for i, ln in enumerate(lines):
-            if ln.strip().startswith("Environment=") and i not in replace:
-                new = ln
-                for name in dropped:
-                    new = re.sub(rf"(\s|=)\"?{re.escape(name)}=[^\s\"]*\"?", r"\1", new)
-                if new != ln:
-                    replace[i] = (i, "# llamarig: " + localize(_("was `{line}`").format(line=ln.strip()), lang) + (f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
+    return notes_at
+
+
+def _systemd_env(lines: list[str], replace: dict[int, tuple[int, str]], dropped: set[str], lang: str) -> None:
+    """``Environment=`` lines without the dead variables the fix drops."""
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith("Environment=") and i not in replace:
+            new = ln
+            for name in dropped:
+                new = re.sub(rf"(\s|=)\"?{re.escape(name)}=[^\s\"]*\"?", r"\1", new)
+            if new != ln:
+                replace[i] = (i, "# llamarig: " + localize(_("was `{line}`").format(line=ln.strip()), lang) + (
+                    f"\n{new.rstrip()}" if new.strip() != "Environment=" else ""))
+
+
+def _assemble(lines: list[str], replace: dict[int, tuple[int, str]], notes_at: dict[int, list[str]],
+              dropped: set[int]) -> list[str]:
+    """The lines of the output: the replaced spans, the notes above their lines, the dropped
+    lines (a chat's code-block labels) left out."""
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -350,13 +482,13 @@ def _fix_lines(parsed: Parsed, readings: list[Reading], by_inv: dict[int, list[F
             out.append(text)
             i = end + 1
             continue
-        out.append(lines[i])
+        if i not in dropped:
+            out.append(lines[i])
         i += 1
-    text = "\n".join(out)
-    return text if text.endswith("\n") else text + "\n"
+    return out
 
 
-def _orphan_end(by_last: dict[int, Command], inv: Invocation) -> int:
+def _orphan_end(by_last: dict[int, ShellCommand], inv: Invocation) -> int:
     last = inv.orphans[-1].line if inv.orphans else inv.end_line
     cmd = by_last.get(last)
     if cmd is not None:

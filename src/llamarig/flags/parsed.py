@@ -30,6 +30,36 @@ class Word:
 
 
 @dataclass(frozen=True)
+class LineNote:
+    """One line of a text that is not what its author meant, and what it is.
+
+    ``line``: its 1-based number in the text. ``kind``: what it is, also the id of the check
+    finding that names it (docs/check.md): ``paste-prose`` (prose that lost its ``#``: bash runs
+    its first word as a command), ``paste-fence`` (a code block's label or fence left by the
+    chat: ``bash``, ``运行``, ``plaintext``, a line of backquotes), ``paste-bullet``,
+    ``paste-numbered`` (a list marker before a command), ``paste-prompt`` (a leading ``$``
+    prompt), ``paste-fullwidth`` (full-width spaces or punctuation in a command),
+    ``paste-quotes`` (smart quotes), ``paste-dash`` (a dash the chat turned ``--`` into),
+    ``paste-prose-tail`` (prose after the flags on a command line), ``comment-after-backslash``
+    (``\\ # comment`` at the end of a line: the ``\\`` escapes a blank, the comment's words
+    become arguments), ``missing-backslash`` (a line of a command that lost its trailing
+    ``\\``, so the command ends there), ``gap-after-backslash`` (a blank, comment or prose line
+    after a ``\\`` line, which ends the command). ``text``: the line as written. ``message``:
+    what bash does with it and what was meant (a catalogue message). ``repaired``: the line as
+    the meant text has it (a comment for prose, the command without its list marker...), or
+    None when the meant text drops it (a fence label). ``comment``: text the repair moved off
+    the line (the comment after ``\\``, prose after flags on a line that goes on): --fix writes
+    it above the command."""
+
+    line: int
+    kind: str
+    text: str
+    message: str
+    repaired: str | None
+    comment: str = ""
+
+
+@dataclass(frozen=True)
 class Note:
     """Something the reader found about the text itself (not about a flag)."""
 
@@ -74,6 +104,10 @@ class Invocation:
     #: a --models-preset section: its (key, value) pairs as written, [*]'s first; the argv is
     #: made from them with the build's options (llamarig.flags.preset)
     preset: list[tuple[Word, Word]] | None = None
+    #: the inference server it starts: "llama-server", or another engine's (llamarig.flags.engines:
+    #: "fastllm", "vllm", "sglang", "ollama", "lmstudio"), whose commands are kept in
+    #: ``Parsed.others`` and never judged against llama-server's flags
+    engine: str = "llama-server"
 
     @property
     def argv(self) -> list[str]:
@@ -86,7 +120,7 @@ class Invocation:
 
 
 @dataclass
-class Command:
+class ShellCommand:
     """A simple shell command."""
 
     words: list[Word]
@@ -104,6 +138,11 @@ class Parsed:
     kind: str  # shell | systemd | compose | llama-swap
     invocations: list[Invocation]
     notes: list[Note]
-    commands: list[Command] = field(default_factory=list)
+    commands: list[ShellCommand] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    #: commands of other inference servers (``Invocation.engine`` names which)
+    others: list[Invocation] = field(default_factory=list)
+    #: a text read as meant (llamarig.flags.reading): its garbled lines, what each was and how
+    #: it was repaired (``lines`` are the repaired lines)
+    line_notes: list[LineNote] = field(default_factory=list)
 

@@ -6,7 +6,7 @@ not false (``off``/``disabled``/``false``/``0``, common/arg.cpp:1341), its negat
 reverses the value; an option with a value is given ``--OPTION VALUE``; ``load-on-startup``,
 ``stop-timeout`` and ``dedup-cache-models`` are the router's own. A key the build does not know
 is given as ``--KEY`` (llama-server refuses the file: "option 'KEY' not recognized in preset",
-common/preset.cpp:328), so the unknown-flag rule names it, with the closest real spelling.
+common/preset.cpp:329), so the unknown-flag rule names it, with the closest real spelling.
 """
 
 from __future__ import annotations

@@ -496,12 +496,9 @@ def load_schema(binary: str | os.PathLike[str] | None = None, *, use_binary: boo
     if path is None:
         return load_bundled()
     cache_file = schema_cache_dir() / f"{_cache_key(path)}.json"
-    if cache and cache_file.is_file():
-        try:
-            data = json.loads(cache_file.read_text(encoding="utf-8"))
-            return schema_from_json(data, "cache", str(path))
-        except (OSError, ValueError, TypeError, InputError):
-            pass
+    cached = _cached_schema(cache_file, path) if cache else None
+    if cached is not None:
+        return cached
     try:
         schema = schema_from_binary(path)
     except ServerError as e:
@@ -512,14 +509,30 @@ def load_schema(binary: str | os.PathLike[str] | None = None, *, use_binary: boo
         b = load_bundled()
         return replace(b, origin=f"{b.origin}; {path} unusable: {e}", by_spelling={}, by_env={}, memo={})
     if cache:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(schema.to_json()), encoding="utf-8")
-            tmp.replace(cache_file)
-        except OSError:
-            pass
+        _write_cache(cache_file, schema)
     return schema
+
+
+def _cached_schema(cache_file: Path, path: Path) -> Schema | None:
+    """The schema cached for the binary at ``path``, or None (none, or unreadable)."""
+    if not cache_file.is_file():
+        return None
+    try:
+        return schema_from_json(json.loads(cache_file.read_text(encoding="utf-8")), "cache", str(path))
+    except (OSError, ValueError, TypeError, InputError):
+        return None
+
+
+def _write_cache(cache_file: Path, schema: Schema) -> None:
+    """Cache ``schema`` (atomically: another check may read the file meanwhile); a failure to
+    write is no error."""
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(schema.to_json()), encoding="utf-8")
+        tmp.replace(cache_file)
+    except OSError:
+        pass
 
 
 _PARSE_KINDS = (

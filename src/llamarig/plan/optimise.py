@@ -62,6 +62,7 @@ from llamarig.plan.speed import (
     token_embd_bytes,
     tokens_per_step,
 )
+from llamarig.plan.verdict import TargetVerdict, target_verdict
 from llamarig.units import GiB, fmt_bytes
 
 GB = 1e9
@@ -113,6 +114,8 @@ class PlannedOption:
     meets_decode: bool
     notes: tuple[str, ...]
     headroom: int = 0  # the free memory every GPU must keep (Targets.headroom)
+    #: yes / maybe (met only under a named, unmeasured assumption) / slow / no fit (plan.verdict)
+    verdict: TargetVerdict = TargetVerdict("yes")
 
     @property
     def meets_all(self) -> bool:
@@ -143,6 +146,10 @@ class PlannedOption:
             "kv_quality_short": kv_quality_short(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_note": sp.kv_note,
             "notes": list(self.notes),
+            "verdict": self.verdict.word,
+            "assumptions": [{"code": a.code, "message": a.message, "decode_if_wrong_tok_s":
+                             round(a.decode_if_wrong, 2) if a.decode_if_wrong is not None else None}
+                            for a in self.verdict.assumptions],
         }
 
 
@@ -150,7 +157,7 @@ class PlannedOption:
 class OptimiseResult:
     targets: Targets
     candidates: tuple[PlannedOption, ...]  # ranked, best first
-    verdict: str  # ok | unlikely (predicted below a target the physical bound allows) | impossible
+    verdict: str  # ok | maybe (met only under an unmeasured assumption) | unlikely (predicted below a target the physical bound allows) | impossible
     reasons: tuple[str, ...]
     elapsed_s: float
     evaluated: int
@@ -302,6 +309,88 @@ def _best_draft_n(spec: ModelSpec, inp: PlanInputs, cfg: ServerConfig, cal: Cali
 # ============================================================================ optimise
 
 
+def _layouts(inp: PlanInputs, cfg: ServerConfig, targets: Targets) -> tuple[list[tuple[ServerConfig, Plan, str]], int]:
+    """The layouts tried for one setting (several GPUs: the fastest first, by bandwidth, llama.cpp's
+    own split; layers to the CPU when none fits), and how many plans that took."""
+    hw = inp.hardware
+    evaluated = 0
+    layouts: list[tuple[ServerConfig, Plan, str]] = []
+    if len(hw.gpus) > 1:
+        counts, left = fastest_first_split(inp, _set(cfg, split_mode="layer"), targets.headroom)
+        evaluated += 1
+        if left == 0:
+            c, p = _repair_split(inp, _set(cfg, split_mode="layer"), list(counts), targets.headroom)
+            layouts.append((c, p, "-ts fills the fastest GPU first (least time per token with -sm layer)"))
+        bal = balanced_split(inp)
+        c = _set(cfg, split_mode="layer", tensor_split=bal)
+        layouts.append((c, _plan(inp, c), "-ts proportional to bandwidth (equal time per GPU)"))
+        layouts.append((cfg, _plan(inp, cfg), "llama.cpp default split (proportional to free memory)"))
+    else:
+        layouts.append((cfg, _plan(inp, cfg), "all layers on the GPU" if hw.gpus else "CPU only"))
+    evaluated += len(layouts)
+    if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
+        off = _offload_search(inp, layouts[0][0], targets.headroom)
+        evaluated += 6
+        if off is not None:
+            layouts.append(off)
+    return layouts, evaluated
+
+
+def _option(inp: PlanInputs, layout: tuple[ServerConfig, Plan, str], kv: tuple[str, str], targets: Targets,
+            cal: Calibration, acc_a: float | None, host_bandwidth_gbs: float | None) -> PlannedOption:
+    """One layout with its speed, whether it fits and meets the targets, and its verdict."""
+    c, p, how = layout
+    spec, hw, depth = inp.spec, inp.hardware, targets.depth
+    tk, tv = kv
+    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=acc_a,
+                       draft=inp.draft, host_bandwidth_gbs=host_bandwidth_gbs,
+                       depths=sorted({0, 8192 if targets.ctx > 8192 else 0, depth, targets.ctx}))
+    fits, min_free = _fits(p, targets.headroom)
+    d = rep.at_depth(depth).decode_tok_s
+    if rep.speculative is not None:
+        d *= rep.speculative.speedup
+    meets = targets.decode_tok_s is None or d >= targets.decode_tok_s
+    notes = [kv_quality_note(tk, tv)]
+    path = kv_path(([g.backend for g in hw.gpus] or ["CPU"])[0], tk, tv, "on")
+    if path.kind != "fast":
+        notes.append(path.note)
+    if rep.speculative is not None:
+        notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
+                     f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
+    tv_ = target_verdict(rep, tk, tv, fits=fits, decode=d, target=targets.decode_tok_s, depth=depth,
+                         swa_window=spec.swa_window, cal=cal, split_mode=c.split_mode if len(hw.gpus) > 1 else "layer")
+    return PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom, tv_)
+
+
+def _verdict(inp: PlanInputs, targets: Targets, uniq: list[PlannedOption], cal: Calibration,
+             host_bandwidth_gbs: float | None) -> tuple[str, list[str]]:
+    best = uniq[0] if uniq else None
+    reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
+    verdict = best.verdict.word if best is not None and best.meets_all else "impossible"
+    if verdict in ("yes", "maybe"):
+        # "maybe": met only if what nobody measured holds; the reasons name it (plan.verdict)
+        verdict = "ok" if verdict == "yes" else "maybe"
+        reasons = [a.message for a in best.verdict.assumptions] if best is not None else reasons
+    else:
+        bound = _decode_bound(uniq, targets)
+        if bound is not None:
+            verdict = "unlikely" if bound[0] >= (targets.decode_tok_s or 0) else "impossible"
+            reasons = [bound[1], *reasons]
+    return verdict, reasons
+
+
+def _base_config(inp: PlanInputs, targets: Targets) -> ServerConfig:
+    """The settings every candidate starts from: the target context over the slots, flash
+    attention on, --fit off (the search places the layers itself)."""
+    spec = inp.spec
+    if spec.n_ctx_train and targets.ctx > spec.n_ctx_train:
+        raise InputError(_("--target-ctx {ctx} is larger than the model's n_ctx_train {n_ctx_train}: llama-server "
+                           "caps each slot there (server-context.cpp:1365-1368)").format(ctx=targets.ctx, n_ctx_train=spec.n_ctx_train))
+    slots = targets.slots
+    cfg0 = _set(inp.cfg, n_ctx=targets.ctx * slots, n_parallel=slots, flash_attn="on")
+    return replace(cfg0, kv_unified=True if slots > 1 else None, fit=False, set_flags=frozenset(cfg0.set_flags | {"fit"}))
+
+
 def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
              host_bandwidth_gbs: float | None = None, max_candidates: int = 12) -> OptimiseResult:
     t_start = time.perf_counter()
@@ -311,94 +400,39 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                            "has one)"))
     cal = cal or load_calibration()
     spec = inp.spec
-    hw = inp.hardware
-    base = inp.cfg
-    slots = targets.slots
-    n_ctx = targets.ctx * slots
-    if spec.n_ctx_train and targets.ctx > spec.n_ctx_train:
-        raise InputError(_("--target-ctx {ctx} is larger than the model's n_ctx_train {n_ctx_train}: llama-server "
-                           "caps each slot there (server-context.cpp:1365-1368)").format(ctx=targets.ctx, n_ctx_train=spec.n_ctx_train))
-    cfg0 = _set(base, n_ctx=n_ctx, n_parallel=slots, flash_attn="on")
-    cfg0 = replace(cfg0, kv_unified=True if slots > 1 else None, fit=False,
-                   set_flags=frozenset(cfg0.set_flags | {"fit"}))
+    cfg0 = _base_config(inp, targets)
     use_spec = bool(spec.nextn_layers or inp.draft is not None)
     # --acceptance is the ratio llama-server reports, at the argv's --spec-draft-n-max (default 3):
     # the per-position a it implies carries over to other draft lengths
-    acc_a = (acceptance_from_ratio(targets.acceptance, max(1, base.spec_draft_n_max))
+    acc_a = (acceptance_from_ratio(targets.acceptance, max(1, inp.cfg.spec_draft_n_max))
              if targets.acceptance is not None else None)
     # MTP heads (in the model or as a separate -md file, as in the 307K-context MTP field report) use draft-mtp; any other draft
     # model draft-simple (common/speculative.cpp:72-84)
     spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
-    backends = [g.backend for g in hw.gpus] or ["CPU"]
     evaluated = 0
     cands: list[PlannedOption] = []
-    depth = targets.depth
     spec_n = _best_draft_n(spec, inp, cfg0, cal, acc_a, host_bandwidth_gbs, spec_type) if use_spec else 0
-    ubs = (512, 1024, 2048)
-    for tk, tv in kv_pairs(backends):
+    for tk, tv in kv_pairs([g.backend for g in inp.hardware.gpus] or ["CPU"]):
         try:
             M.check_kv_types(spec, _set(cfg0, cache_type_k=tk, cache_type_v=tv))
         except InputError:
             continue
-        for ub in ubs:
+        for ub in (512, 1024, 2048):
             for spec_on in ((True, False) if use_spec else (False,)):
                 cfg = _set(cfg0, cache_type_k=tk, cache_type_v=tv, n_ubatch=ub, n_batch=max(2048, ub))
                 if spec_on:
                     cfg = _set(cfg, spec_types=(spec_type,), spec_draft_n_max=spec_n)
-                layouts: list[tuple[ServerConfig, Plan, str]] = []
-                if len(hw.gpus) > 1:
-                    counts, left = fastest_first_split(inp, _set(cfg, split_mode="layer"), targets.headroom)
-                    evaluated += 1
-                    if left == 0:
-                        c, p = _repair_split(inp, _set(cfg, split_mode="layer"), list(counts), targets.headroom)
-                        layouts.append((c, p, "-ts fills the fastest GPU first (least time per token with -sm layer)"))
-                    bal = balanced_split(inp)
-                    c = _set(cfg, split_mode="layer", tensor_split=bal)
-                    layouts.append((c, _plan(inp, c), "-ts proportional to bandwidth (equal time per GPU)"))
-                    layouts.append((cfg, _plan(inp, cfg), "llama.cpp default split (proportional to free memory)"))
-                else:
-                    layouts.append((cfg, _plan(inp, cfg), "all layers on the GPU" if hw.gpus else "CPU only"))
-                evaluated += len(layouts)
-                if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
-                    start = layouts[0][0]
-                    off = _offload_search(inp, start, targets.headroom)
-                    evaluated += 6
-                    if off is not None:
-                        layouts.append(off)
-                for c, p, how in layouts:
-                    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=acc_a,
-                                       draft=inp.draft, host_bandwidth_gbs=host_bandwidth_gbs,
-                                       depths=sorted({0, 8192 if targets.ctx > 8192 else 0, depth, targets.ctx}))
-                    fits, min_free = _fits(p, targets.headroom)
-                    d = rep.at_depth(depth).decode_tok_s
-                    if rep.speculative is not None:
-                        d *= rep.speculative.speedup
-                    meets = targets.decode_tok_s is None or d >= targets.decode_tok_s
-                    notes = [kv_quality_note(tk, tv)]
-                    path = kv_path(backends[0], tk, tv, "on")
-                    if path.kind != "fast":
-                        notes.append(path.note)
-                    if rep.speculative is not None:
-                        notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
-                                     f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
-                    cands.append(PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom))
-    ranked = sorted(cands, key=lambda x: _rank_key(x, targets))
-    # drop duplicates (same command)
+                layouts, n = _layouts(inp, cfg, targets)
+                evaluated += n
+                cands += [_option(inp, lay, (tk, tv), targets, cal, acc_a, host_bandwidth_gbs) for lay in layouts]
+    # drop duplicates (same command), best first
     seen: set[tuple[str, ...]] = set()
     uniq = []
-    for cand in ranked:
-        if cand.plan.command in seen:
-            continue
-        seen.add(cand.plan.command)
-        uniq.append(cand)
-    best = uniq[0] if uniq else None
-    reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
-    verdict = "ok" if best is not None and best.meets_all else "impossible"
-    if verdict != "ok":
-        bound = _decode_bound(uniq, targets)
-        if bound is not None:
-            verdict = "unlikely" if bound[0] >= (targets.decode_tok_s or 0) else "impossible"
-            reasons = [bound[1], *reasons]
+    for cand in sorted(cands, key=lambda x: _rank_key(x, targets)):
+        if cand.plan.command not in seen:
+            seen.add(cand.plan.command)
+            uniq.append(cand)
+    verdict, reasons = _verdict(inp, targets, uniq, cal, host_bandwidth_gbs)
     return OptimiseResult(targets, tuple(uniq[:max_candidates]), verdict, tuple(reasons),
                           time.perf_counter() - t_start, evaluated)
 
@@ -457,9 +491,10 @@ def _rank_key(c: PlannedOption, t: Targets) -> tuple[float, ...]:
         return (2, -(c.min_free or 0), -c.decode_at_target)
     if not c.meets_decode:
         return (1, -c.decode_at_target, -q, -pf)
+    maybe = c.verdict.word == "maybe"  # a target met whatever the assumptions comes first
     if t.agent:
-        return (0, -round(pf, -2), -q, -c.decode_at_target)
-    return (0, -q, -round(c.decode_at_target, 0), -pf)
+        return (0, maybe, -round(pf, -2), -q, -c.decode_at_target)
+    return (0, maybe, -q, -round(c.decode_at_target, 0), -pf)
 
 
 def _explain(inp: PlanInputs, t: Targets, cands: Sequence[PlannedOption], cal: Calibration,

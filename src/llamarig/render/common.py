@@ -11,6 +11,8 @@ from typing import Any
 from llamarig import __version__
 from llamarig.flags.argv import Command, looks_like_option
 from llamarig.i18n import _, join, localize
+from llamarig.plan.speed import SpeedReport
+from llamarig.plan.verdict import decode_headline, fit_qualifier
 from llamarig.units import fmt_bytes
 
 #: --load-mode values that lock pages in RAM (common/arg.cpp --load-mode)
@@ -141,18 +143,14 @@ def plan_figures(plan: Any, speed: Any = None) -> list[str]:
     mm = _(" (weights mmap'd: page cache)") if h.mmap and h.get("weights") else ""
     out.append("  " + _("host RAM: {parts}; total {total} worst case{mmap}").format(
         parts=join(sep, parts), total=fmt_bytes(h.total), mmap=mm))
-    out.append("  " + (_("verdict: fits") if plan.fits else
+    qual = fit_qualifier(plan)  # "fits" qualified as plan's headline qualifies it (plan.verdict)
+    out.append("  " + (_("verdict: {verdict}").format(verdict=qual.verdict(True)) if plan.fits else
                        _("verdict: DOES NOT FIT: {short}").format(short=join("; ", plan.shortfalls()))))
-    if speed is not None:
-        try:
-            pf = speed.prefill
-            line = "  " + _("speed (llamarig speed model, calibration: {cal}): decode {decode} tok/s at depth 0 "
-                            "(bandwidth limit {limit})").format(cal=speed.calibration,
-                                                                decode=f"{speed.decode_tok_s:.1f}",
-                                                                limit=f"{speed.decode_limit_tok_s:.1f}")
-            if pf is not None:
-                line += _(", prefill {tok_s} tok/s").format(tok_s=f"{pf.tok_s:.0f}")
-            out.append(line)
-        except AttributeError:
-            pass
+    if plan.fits:
+        out += ["  " + x for x in qual.lines(None)]
+    if isinstance(speed, SpeedReport) and speed.by_depth:
+        head = decode_headline(speed)
+        line = "  " + _("speed (llamarig speed model, calibration: {cal}):").format(cal=speed.calibration)
+        out.append(line)
+        out += ["    " + x for x in head.lines(speed.prefill.tok_s)]
     return out

@@ -22,7 +22,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
+from llamarig.flags.parsed import Invocation, Note, Parsed, ShellCommand, Word
 from llamarig.flags.readers.bash import parse_bash
 from llamarig.flags.readers.common import is_server_program
 from llamarig.flags.readers.ini import looks_like_preset, parse_preset
@@ -31,7 +31,7 @@ from llamarig.flags.readers.yaml import parse_yaml
 from llamarig.i18n import _
 
 __all__ = [
-    "Command", "Invocation", "Note", "Parsed", "Word",
+    "Invocation", "Note", "Parsed", "ShellCommand", "Word",
     "detect_kind", "is_server_program", "parse_argv", "parse_text",
 ]
 

@@ -3,7 +3,8 @@ receives.
 
 bash's own rules for quoting, ``\\``-newline continuation, comments (a ``#`` at the start of a
 word runs to the end of the line, so a comment line after a ``\\`` line *ends* the command),
-blank lines, ``;`` ``&&`` ``||`` ``|`` ``&``, redirections, here-documents, ``NAME=value``
+blank lines, ``;`` ``&&`` ``||`` ``|`` ``&``, redirections, here-documents (the lexer,
+llamarig.flags.readers.bash_lexer); here the interpreter over its commands: ``NAME=value``
 assignments before the command, ``export``, wrappers (``nohup``, ``stdbuf``, ``env``, ``sudo``,
 ``taskset``, ``numactl``...), ``docker run``; shell functions (a body is read; calling a function
 is not starting llama-server). Pure text processing: no command is run. Garbage in gives notes,
@@ -14,11 +15,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from llamarig.flags.engines import ENGINES, engine_of
 from llamarig.flags.findings import Severity
-from llamarig.flags.parsed import Command, Invocation, Note, Parsed, Word
+from llamarig.flags.parsed import Invocation, Note, Parsed, ShellCommand, Word
+from llamarig.flags.readers.bash_lexer import Lexer, split_commands
 from llamarig.flags.readers.common import (
     ASSIGN_RE,
     basename,
@@ -30,357 +34,6 @@ from llamarig.flags.readers.common import (
 )
 from llamarig.flags.readers.shell_vars import Scope, Unknown, expand_word
 from llamarig.i18n import _
-
-# ----------------------------------------------------------------------------- lexer
-
-_OPS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
-_OP_CHARS = frozenset("&|;()")
-
-#: a lexer token: (kind "word" | "op" | "redir", text, line, start offset, end offset)
-Token = tuple[str, str, int, int, int]
-# bash(1) REDIRECTION: [n]< [n]> [n]>| [n]>> &> &>> [n]<& [n]>& [n]<> << <<- <<<; an unquoted
-# all-digit word glued to the operator is the file descriptor (`2>`, `10>&1`)
-_REDIR_OP_RE = re.compile(r"(?:\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(?:>>|>&|>\||<<<|<<-|<<|<&|<>|>|<)|&>>|&>")
-# runs of characters that stand for themselves, read in one step (the lexer stays linear and
-# fast on megabytes): outside quotes, anything but blanks, quotes, `\`, `$`, backquotes and
-# metacharacters; inside double quotes, anything but `"`, `\`, `$`, backquotes and newlines
-_PLAIN_RE = re.compile(r"[^ \t\r\n'\"\\$`&|;()<>]+")
-_DQ_PLAIN_RE = re.compile(r"[^\"\\$`\n]+")
-_BLANKS_RE = re.compile(r"[ \t\r]+")
-_ARRAY_HEAD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=$")
-_INDEX_RE = re.compile(r"^\[[^\]]*\]=")
-
-#: a piece of a word and how it was quoted: "" unquoted, '"' inside double quotes, "'" literal
-#: (single quotes, $'...', a backslash escape), "`" a command substitution (kept as written)
-Part = tuple[str, str]
-
-
-class _Lexer:
-    """A bash-subset lexer producing words (with the line each starts on) and operators."""
-
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.n = len(text)
-        self.i = 0
-        self.line = 1
-        self.tokens: list[Token] = []
-        self.heredocs: list[tuple[str, bool]] = []
-        self.problems: list[tuple[int, str]] = []
-        #: word start offset -> how its pieces were quoted (words with a `$` to expand only)
-        self.parts: dict[int, tuple[Part, ...]] = {}
-        #: word start offset -> the elements of a `NAME=(...)` array assignment
-        self.arrays: dict[int, list[Word]] = {}
-
-    def run(self) -> list[Token]:
-        s = self.s
-        while self.i < self.n:
-            c = s[self.i]
-            if c == "\n":
-                self.tokens.append(("op", "\n", self.line, self.i, self.i + 1))
-                self.i += 1
-                self.line += 1
-                if self.heredocs:
-                    self._skip_heredocs()
-                continue
-            if c in " \t\r":
-                m = _BLANKS_RE.match(s, self.i)
-                self.i = m.end() if m else self.i + 1
-                continue
-            if c == "\\" and self.i + 1 < self.n and s[self.i + 1] == "\n":
-                self.i += 2
-                self.line += 1
-                continue
-            if c == "#":
-                while self.i < self.n and s[self.i] != "\n":
-                    self.i += 1
-                continue
-            m = _REDIR_OP_RE.match(s, self.i)
-            if m and not (c in "<>" and s.startswith("(", self.i + 1)):
-                self._redirect(m)
-                continue
-            op = next((o for o in _OPS if s.startswith(o, self.i)), None) if c in _OP_CHARS else None
-            if op:
-                self.tokens.append(("op", op, self.line, self.i, self.i + len(op)))
-                self.i += len(op)
-                continue
-            self._word()
-        return self.tokens
-
-    def _skip_heredocs(self) -> None:
-        for delim, strip in self.heredocs:
-            while self.i < self.n:
-                end = self.s.find("\n", self.i)
-                end = self.n if end < 0 else end
-                body = self.s[self.i:end]
-                self.i = min(end + 1, self.n)
-                self.line += 1
-                if (body.lstrip("\t") if strip else body) == delim:
-                    break
-        self.heredocs = []
-
-    def _redirect(self, m: re.Match[str]) -> None:
-        """A redirection (bash(1) REDIRECTION): the operator, then its target word, which may be
-        quoted and may follow blanks. Bash removes both from the command's argv; the text as
-        written (quotes kept) goes into one ``redir`` token."""
-        line = self.line
-        op = m.group(0)
-        self.i = m.end()
-        gap = False
-        while self.i < self.n:
-            if self.s[self.i] in " \t\r":
-                self.i += 1
-                gap = True
-            elif self.s.startswith("\\\n", self.i):
-                self.i += 2
-                self.line += 1
-                gap = True
-            else:
-                break
-        c = self.s[self.i] if self.i < self.n else "\n"
-        if c in "\n#" or c in _OP_CHARS or (c in "<>" and not self.s.startswith("(", self.i + 1)):
-            self.problems.append((line, _("redirection `{op}` without a target").format(op=op)))
-            self.tokens.append(("redir", op, line, m.start(), self.i))
-            return
-        start = self.i
-        target, _line, _parts = self._read_word()
-        if op in ("<<", "<<-") and target:
-            self.heredocs.append((target, op == "<<-"))
-        self.tokens.append(("redir", op + (" " if gap else "") + self.s[start:self.i], line, m.start(), self.i))
-
-    def _word(self) -> None:
-        start = self.i
-        text, start_line, parts = self._read_word()
-        if self.i == start:  # nothing a word can start with: never loop on it
-            self.i += 1
-            return
-        if self.i < self.n and self.s[self.i] == "(" and _ARRAY_HEAD_RE.match(text) \
-                and self.s[start:self.i] == text:
-            self._array(text, start, start_line)
-            return
-        if parts is not None:
-            self.parts[start] = parts
-        self.tokens.append(("word", text, start_line, start, self.i))
-
-    def _array(self, head: str, start: int, start_line: int) -> None:
-        """``NAME=( element ... )`` (bash(1) Arrays): the elements are words, separated by blanks
-        and newlines, with comments allowed between them; one token for the whole assignment."""
-        s = self.s
-        self.i += 1  # the `(`
-        elements: list[Word] = []
-        while self.i < self.n:
-            c = s[self.i]
-            if c in " \t\r":
-                self.i += 1
-            elif c == "\n":
-                self.i += 1
-                self.line += 1
-            elif s.startswith("\\\n", self.i):
-                self.i += 2
-                self.line += 1
-            elif c == "#":
-                nl = s.find("\n", self.i)
-                self.i = self.n if nl < 0 else nl
-            elif c == ")":
-                self.i += 1
-                break
-            else:
-                w_start = self.i
-                text, line, parts = self._read_word()
-                if self.i == w_start:  # an operator inside the array: bash's syntax error
-                    self.problems.append((self.line, _("unexpected `{c}` in the array assignment").format(c=c)))
-                    self.i += 1
-                    continue
-                m = _INDEX_RE.match(text)
-                if m:  # `[2]=value`: the value (indices are not tracked)
-                    text, parts = text[m.end():], None
-                elements.append(Word(text, line, s[w_start:self.i], w_start, self.i, parts))
-        else:
-            self.problems.append((start_line, _("unterminated array assignment `(`")))
-        self.arrays[start] = elements
-        self.tokens.append(("word", head + "(" + " ".join(w.text for w in elements) + ")",
-                            start_line, start, self.i))
-
-    def _read_word(self) -> tuple[str, int, tuple[Part, ...] | None]:
-        """One word: its text after quote removal, the line it starts on, and, when it holds a
-        ``$`` that bash would expand, how each piece of it was quoted (for the expansion)."""
-        s = self.s
-        start_line = self.line
-        parts: list[Part] = []  # (text, quoting): "" unquoted, '"' double quotes, "'" literal, "`" substitution
-        dollar = False
-        while self.i < self.n:
-            c = s[self.i]
-            if c in " \t\r\n" or (not parts and c == "#"):
-                break
-            plain = _PLAIN_RE.match(s, self.i)
-            if plain:
-                parts.append((plain.group(0), ""))
-                self.i = plain.end()
-                continue
-            if c in _OP_CHARS:
-                break
-            if c in "<>":
-                if s.startswith("(", self.i + 1):  # process substitution <(...) >(...)
-                    self.i += 1
-                    parts.append((c + self._subst("(", ")"), "`"))
-                    continue
-                break  # `<` and `>` are metacharacters: `a>b` is the word `a` and `>b`
-            if c == "\\":
-                if self.i + 1 < self.n:
-                    nxt = s[self.i + 1]
-                    if nxt == "\n":
-                        self.i += 2
-                        self.line += 1
-                        continue
-                    parts.append((nxt, "'"))
-                    self.i += 2
-                    continue
-                self.i += 1
-                continue
-            if c == "'":
-                end = s.find("'", self.i + 1)
-                if end < 0:
-                    self.problems.append((self.line, _("unterminated single quote")))
-                    end = self.n
-                chunk = s[self.i + 1:end]
-                parts.append((chunk, "'"))
-                self.line += chunk.count("\n")
-                self.i = end + 1
-                continue
-            if c == "$" and s.startswith("$'", self.i):
-                end = self.i + 2
-                out: list[str] = []
-                while end < self.n and s[end] != "'":
-                    if s[end] == "\\" and end + 1 < self.n:
-                        out.append({"n": "\n", "t": "\t"}.get(s[end + 1], s[end + 1]))
-                        end += 2
-                        continue
-                    out.append(s[end])
-                    end += 1
-                parts.append(("".join(out), "'"))
-                self.line += s[self.i:end].count("\n")
-                self.i = end + 1
-                continue
-            if c == '"':
-                self.i += 1
-                opened = len(parts)
-                while self.i < self.n and s[self.i] != '"':
-                    run = _DQ_PLAIN_RE.match(s, self.i)
-                    if run:
-                        parts.append((run.group(0), '"'))
-                        self.i = run.end()
-                        continue
-                    ch = s[self.i]
-                    if ch == "\\" and self.i + 1 < self.n:
-                        nxt = s[self.i + 1]
-                        if nxt == "\n":
-                            self.line += 1
-                            self.i += 2
-                            continue
-                        if nxt in '"\\$`':
-                            parts.append((nxt, "'"))
-                            self.i += 2
-                            continue
-                    if ch == "$" and s.startswith("$(", self.i):
-                        dollar = True
-                        parts.append((self._subst("$(", ")"), "`"))
-                        continue
-                    if ch == "`":
-                        dollar = True
-                        parts.append((self._subst("`", "`"), "`"))
-                        continue
-                    if ch == "\n":
-                        self.line += 1
-                    elif ch == "$":
-                        dollar = True
-                    parts.append((ch, '"'))
-                    self.i += 1
-                if self.i >= self.n:
-                    self.problems.append((start_line, _("unterminated double quote")))
-                self.i += 1
-                if len(parts) == opened:
-                    parts.append(("", '"'))  # `""`: an empty word all the same
-                continue
-            if c == "$" and (s.startswith("$(", self.i) or s.startswith("${", self.i)):
-                dollar = True
-                if s[self.i + 1] == "(":
-                    parts.append((self._subst("$(", ")"), "`"))
-                else:
-                    parts.append((self._subst("${", "}"), ""))
-                continue
-            if c == "`":
-                dollar = True
-                parts.append((self._subst("`", "`"), "`"))
-                continue
-            if c == "$":
-                dollar = True
-            parts.append((c, ""))
-            self.i += 1
-        text = "".join(p[0] for p in parts)
-        if not dollar:
-            return text, start_line, None
-        merged: list[Part] = []  # adjacent pieces quoted alike, joined: `$` + `NAME` is `$NAME`
-        for t, q in parts:
-            if merged and merged[-1][1] == q and q in ("", '"'):
-                merged[-1] = (merged[-1][0] + t, q)
-            else:
-                merged.append((t, q))
-        return text, start_line, tuple(merged)
-
-    def _subst(self, open_: str, close: str) -> str:
-        """Consume a $(...), ${...} or `...` substitution verbatim (nesting-aware)."""
-        s = self.s
-        start = self.i
-        self.i += len(open_)
-        depth = 1
-        while self.i < self.n and depth:
-            ch = s[self.i]
-            if ch == "\\":
-                self.i += 2
-                continue
-            if close != "`" and s.startswith(open_, self.i):
-                depth += 1
-                self.i += len(open_)
-                continue
-            if ch == close:
-                depth -= 1
-            elif ch == "\n":
-                self.line += 1
-            self.i += 1
-        if depth:
-            self.problems.append((self.line, _("unterminated {open}").format(open=open_)))
-        return s[start:self.i]
-
-
-def _split_commands(tokens: list[Token], src: str, lex: _Lexer, shift: int = 0) -> list[Command]:
-    cmds: list[Command] = []
-    cur: list[Word] = []
-    redirs: list[str] = []
-    end_pos = -1
-
-    def flush(term: str, line: int) -> None:
-        nonlocal cur, redirs, end_pos
-        if cur:
-            cmds.append(Command(words=cur, line=cur[0].line, end_line=line, terminator=term,
-                                redirects=redirs, end_pos=end_pos))
-        cur, redirs, end_pos = [], [], -1
-
-    last_line = 1
-    for typ, text, line, start, end in tokens:
-        last_line = line
-        if typ == "op":
-            flush(text, line)
-            continue
-        end_pos = max(end_pos, end)
-        if typ == "redir":  # never part of the argv (the lexer read the target too)
-            redirs.append(text)
-        else:
-            elements = lex.arrays.get(start)
-            cur.append(Word(text, line, src[start:end].replace("\\\n", ""), start, end, lex.parts.get(start),
-                            None if elements is None else tuple(
-                                replace(e, line=e.line + shift) if shift else e for e in elements)))
-    flush("", last_line)
-    return cmds
-
 
 # ----------------------------------------------------------------------------- commands
 
@@ -411,25 +64,8 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
         return None
     i += 1
     env: list[tuple[str, str, int]] = []
-    while i < len(words):
-        t = words[i].text
-        if t.startswith("-"):
-            if "=" in t:
-                name, _, val = t.partition("=")
-                if name in ("-e", "--env"):
-                    n, _, v = val.partition("=")
-                    env.append((n, v, words[i].line))
-                i += 1
-                continue
-            if t in _DOCKER_VALUE_OPTS:
-                if t in ("-e", "--env") and i + 1 < len(words):
-                    n, _, v = words[i + 1].text.partition("=")
-                    env.append((n, v, words[i].line))
-                i += 2
-                continue
-            i += 1
-            continue
-        break
+    while i < len(words) and words[i].text.startswith("-"):
+        i += _docker_option(words, i, env)
     if i >= len(words):
         return None
     image = words[i].text
@@ -439,6 +75,23 @@ def docker_args(words: list[Word], start: int) -> tuple[int, list[tuple[str, str
             j += 1
         return j, env
     return None
+
+
+def _docker_option(words: list[Word], i: int, env: list[tuple[str, str, int]]) -> int:
+    """One option of ``docker run`` (an ``-e NAME=value`` noted in ``env``): how many words it takes."""
+    t = words[i].text
+    name, eq, val = t.partition("=")
+    if eq:
+        if name in ("-e", "--env"):
+            n, _eq, v = val.partition("=")
+            env.append((n, v, words[i].line))
+        return 1
+    if t not in _DOCKER_VALUE_OPTS:
+        return 1
+    if t in ("-e", "--env") and i + 1 < len(words):
+        n, _eq, v = words[i + 1].text.partition("=")
+        env.append((n, v, words[i].line))
+    return 2
 
 
 # ----------------------------------------------------------------------------- scripts
@@ -455,217 +108,336 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
     one never called is read once as written. ``source FILE`` / ``. FILE`` reads FILE (relative
     to the script's directory) in the same variables, at most _MAX_SOURCE_DEPTH deep; a missing
     one is a warning."""
-    lex = _Lexer(text)
+    lex = Lexer(text)
     tokens = lex.run()
     if first_line != 1:
-        tokens = [(a, b, ln + first_line - 1, st, en) for a, b, ln, st, en in tokens]
-    cmds = _split_commands(tokens, text, lex, first_line - 1)
+        tokens = [t._replace(line=t.line + first_line - 1) for t in tokens]
+    cmds = split_commands(tokens, text, lex, first_line - 1)
     lines = text.split("\n")
-    notes: list[Note] = [Note("shell-syntax", ln + first_line - 1,
-                              _("{problem}: the shell would stop here").format(problem=msg), Severity.ERROR)
-                         for ln, msg in lex.problems]
     _mark_breaks(cmds, lines, first_line)
-    # name -> (name, value, line): a later assignment replaces an earlier one, as in bash (and
-    # the environment of every later invocation stays as long as the distinct names, not as
-    # long as the script)
-    exported: dict[str, tuple[str, str, int]] = {}
-    invocations: list[Invocation] = []
-    last_inv: Invocation | None = None
-    last_k = -1  # index of last_inv in invocations (a list.index per orphan line is quadratic)
-    prev: Command | None = None
-    functions: set[str] = set()  # shell functions defined so far
-    bodies: dict[str, _Function] = {}  # those with a `{ ... }` body, followed where they are called
-    called: set[str] = set()
-    other_lines: dict[int, list[str]] = {}  # invocation -> the lines of the sourced file it is in
-    fixed_lines: set[int] = set()  # lines of function-body invocations --fix rewrites
-    keys: list[int] = []  # per invocation: its place in the text (see _Frame.key)
-    frame = _Frame(lines)  # where the commands being read come from
-    budget = [_MAX_FOLLOWED]  # commands read again through calls and sourced files, left
-    sourcing: list[Path] = []  # the files being sourced (a file that sources itself stops)
-    scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
-    scope.script_dir = str(origin.parent.resolve()) if origin is not None else None
-    bare: set[tuple[str, int]] = set()  # (name, line) of assignments without `export`
-    really_exported: set[str] = set()  # names given to a bare `export NAME`
-    cwd: str | None = None  # the directory of the last `cd` (as written; subshells not scoped)
-    for name, value, line in environ or ():
-        if value:  # an empty value here may be one not known (a Kubernetes valueFrom)
-            scope.assign(name, [(value, line, False)], line)
-    def step(cmd: Command, src: str) -> None:
-        nonlocal last_inv, last_k, prev, cwd
-        env: list[tuple[str, str, int]] = []
-        unknown: list[Unknown] = []
-        start = _skip_reserved(cmd.words, 0)
-        cmd.words = cmd.words[:start] + _expand_words(cmd.words[start:], scope, unknown)
-        for r in cmd.redirects:  # `>> "$log_file"`: a shell variable too (targets are kept as written)
-            scope.used.update(_VAR_REF_RE.findall(r))
-        if start < len(cmd.words) and cmd.words[start].text == "function" and start + 1 < len(cmd.words):
-            # `function NAME ...` whose body is not a `{ ... }` group: read as ordinary commands
-            functions.add(cmd.words[start + 1].text)
-            start = _skip_reserved(cmd.words, start + 2)
-        idx, wrappers = unwrap(cmd.words[start:], env)
-        idx += start
-        cmd.assignments = env
-        if idx >= len(cmd.words):
-            if env and cmd.terminator in ("\n", ";", ""):
-                # plain assignments affect later commands only if exported; keep them: bash
-                # scripts usually `export` them, and a wrong one is worth a look. Arrays cannot
-                # be exported; a variable the script itself expands is a shell variable (dropped
-                # below unless it is exported)
-                arrays = {w.text.partition("=")[0].rstrip("+") for w in cmd.words if w.elements is not None}
-                for e in env:
-                    if e[0] not in arrays:
-                        exported.pop(e[0], None)
-                        exported[e[0]] = e
-                        bare.add((e[0], e[2]))
-            prev = cmd
-            return
-        prog = cmd.words[idx].text
-        rest = cmd.words[idx + 1:]
-        base = basename(prog)
-        if base == "export":
-            for w in rest:
-                m = ASSIGN_RE.match(w.text)
-                if m:
-                    exported.pop(m.group(1), None)
-                    exported[m.group(1)] = (m.group(1), m.group(3), w.line)
-                else:
-                    really_exported.add(w.text)
-            prev = cmd
-            return
-        if base == "shift" and scope.positional is not None:
-            n = int(rest[0].text) if rest and rest[0].text.isdigit() else 1
-            scope.positional = scope.positional[n:]
-            prev = cmd
-            return
-        if base in ("source", ".") and rest:
-            follow_source(cmd, rest)
-            prev = cmd
-            return
-        if base in ("cd", "pushd"):
-            cwd = _change_dir(cwd, rest)
-            prev = cmd
-            return
-        if base in ("killall", "pkill"):
-            target = next((w.text for w in rest if not w.text.startswith("-")), "")
-            notes.append(Note(
-                "kill-by-name", cmd.line,
-                _("`{command}` kills every process with that name on the machine (other users' servers "
-                  "too) and sends SIGTERM without waiting for it to exit; the sleep that follows is a "
-                  "guess").format(command=f"{base} {target}"),
-                Severity.WARNING))
-        docker = docker_args(cmd.words, idx) if base in ("docker", "podman") else None
-        # bash(1) COMMAND EXECUTION: a name without a slash that is a defined function runs the
-        # function, not a program; `time` is a keyword and keeps that, while external wrappers
-        # (nohup, env, sudo...) and `command`/`exec` look the name up on PATH
-        calls_function = prog in functions and "/" not in prog and all(w == "time" for w in wrappers)
-        # `"$LLAMA_BIN" -m x.gguf ...`: a program from a variable not known here, named like
-        # llama-server and given llama-server's arguments
-        by_name = cmd.words[idx].opaque and re.search(r"llama|server", prog, re.I) is not None \
-            and looks_like_server_args(rest)
-        if calls_function and prog in bodies:
-            follow_call(bodies[prog], cmd, rest)
-            prev = cmd
-            return
-        if (not calls_function and (is_server_call(prog, rest) or by_name)) or docker is not None:
-            if docker is not None:
-                start, denv = docker
-                env = env + denv
-                rest = cmd.words[start:]
-            before_args = cmd.words[idx] if docker is None else cmd.words[start - 1]
-            inv = Invocation(
-                program=prog if docker is None else f"{prog} run … (llama.cpp image)",
-                args=list(rest), line=_written_on(cmd, cmd.words[idx]), end_line=cmd.end_line,
-                env=[*exported.values(), *env], background=cmd.terminator == "&",
-                source="shell", redirects=list(cmd.redirects),
-                head=_head_text(src, cmd.words[idx], before_args), tail=_tail_text(src, cmd),
-                wrappers=wrapper_words(cmd.words[start:], idx - start) if docker is None else [], cwd=cwd,
-                label=frame.label, written_here=frame.here or _fixable_in(frame.span, inv_line=cmd.words[idx].line,
-                                                                          words=rest, done=fixed_lines))
-            if frame.background or frame.redirects:
-                inv.background = inv.background or frame.background
-                inv.redirects = inv.redirects + frame.redirects
-            if cmd.comment_break is not None:
-                inv.cut_line = cmd.comment_break
-            invocations.append(inv)
-            last_inv, last_k = inv, len(invocations) - 1
-            if frame.lines is not lines:
-                other_lines[last_k] = frame.lines
-            keys.append(inv.line if frame.key is None else frame.key)
-            notes.extend(_unknown_notes(unknown, last_k))
-        elif prog.startswith("-") and last_inv is not None and last_inv.source == "fragment" \
-                and prev is not None and _adjacent(prev, cmd):
-            last_inv.args.extend(cmd.words[idx:])
-            last_inv.end_line = cmd.end_line
-        elif prog.startswith("-") and (last_inv is None or prev is None or not _adjacent(prev, cmd)):
-            # flags with no command in front (a pasted "append these" fragment): check them as
-            # llama-server arguments
-            inv = Invocation(program="llama-server", args=list(cmd.words[idx:]), line=cmd.line,
-                             end_line=cmd.end_line, env=[*exported.values(), *env], source="fragment")
-            invocations.append(inv)
-            keys.append(cmd.line if frame.key is None else frame.key)
-            last_inv, last_k = inv, len(invocations) - 1
-            notes.extend(_unknown_notes(unknown, last_k))
-            notes.append(Note("flags-without-command", cmd.line,
-                              _("line {line} starts with `{word}`: run as a script, bash would try to execute "
-                                "`{word}` as a command; checked here as llama-server flags").format(
-                                  line=cmd.line, word=prog),
-                              Severity.INFO, len(invocations) - 1))
-        elif prog.startswith("-") and last_inv is not None and prev is not None and _adjacent(prev, cmd):
-            # bash runs `--batch-size` as a command: "command not found"
-            last_inv.orphans.extend(cmd.words[idx:])
-            if last_inv.cut_line is None:
-                last_inv.cut_line = prev.comment_break or prev.end_line
-            notes.append(Note(
-                "orphan-flags", cmd.line,
-                _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
-                  "{lines} never reach llama-server (started on line {start})").format(
-                    word=prog, n=len(cmd.words) - idx, start=last_inv.line,
-                    lines=cmd.line if cmd.end_line == cmd.line else f"{cmd.line}-{cmd.end_line}"),
-                Severity.ERROR, last_k))
-            if cmd.terminator == "&":
-                last_inv.background = True
-            last_inv.redirects.extend(cmd.redirects)
-            if last_inv.tail is not None:
-                last_inv.tail = _tail_text(src, cmd)
-        else:
-            last_inv = None if cmd.terminator in ("\n", ";", "") and not prog.startswith("-") else last_inv
-        prev = cmd
+    sh = _Interpreter(lines, first_line, origin, environ or ())
+    sh.notes.extend(Note("shell-syntax", ln + first_line - 1, _("{problem}: the shell would stop here").format(
+        problem=msg), Severity.ERROR) for ln, msg in lex.problems)
+    sh.run(cmds, text)
+    return sh.finish(cmds)
 
-    def run(seq: list[Command], src: str) -> None:
-        nonlocal prev
+
+@dataclass
+class _Call:
+    """A simple command after expansion: where its program is (after reserved words, the
+    assignments and wrappers in front), and what the expansion found."""
+
+    start: int  # first word after reserved words
+    idx: int  # the program word
+    wrappers: list[str]
+    env: list[tuple[str, str, int]]
+    unknown: list[Unknown]
+
+
+class _Interpreter:
+    """Runs over a script's simple commands the way bash would, without running anything:
+    variables, ``export``, ``cd``, function calls and sourced files are followed; each command
+    that starts llama-server becomes an :class:`Invocation` (its argv as received), a line of
+    flags after it whose ``\\`` was lost becomes its cut-off words, a line of flags with no
+    command in front a fragment."""
+
+    def __init__(self, lines: list[str], first_line: int, origin: Path | None,
+                 environ: Iterable[tuple[str, str, int]]) -> None:
+        self.lines = lines
+        self.first_line = first_line
+        self.origin = origin
+        self.notes: list[Note] = []
+        # name -> (name, value, line): a later assignment replaces an earlier one, as in bash (and
+        # the environment of every later invocation stays as long as the distinct names, not as
+        # long as the script)
+        self.exported: dict[str, tuple[str, str, int]] = {}
+        self.invocations: list[Invocation] = []
+        self.others: list[Invocation] = []  # other engines' commands (llamarig.flags.engines)
+        self.last_inv: Invocation | None = None
+        #: index of last_inv in invocations (a list.index per orphan line is quadratic); None for
+        #: another engine's command
+        self.last_k: int | None = None
+        self.prev: ShellCommand | None = None
+        self.functions: set[str] = set()  # shell functions defined so far
+        self.bodies: dict[str, _Function] = {}  # those with a `{ ... }` body, followed where they are called
+        self.called: set[str] = set()
+        self.other_lines: dict[int, list[str]] = {}  # invocation -> the lines of the sourced file it is in
+        self.fixed_lines: set[int] = set()  # lines of function-body invocations --fix rewrites
+        self.keys: list[int] = []  # per invocation: its place in the text (see _Frame.key)
+        self.frame = _Frame(lines)  # where the commands being read come from
+        self.budget = _MAX_FOLLOWED  # commands read again through calls and sourced files, left
+        self.sourcing: list[Path] = []  # the files being sourced (a file that sources itself stops)
+        self.scope = Scope()  # variables and arrays assigned so far (readers.shell_vars)
+        self.scope.script_dir = str(origin.parent.resolve()) if origin is not None else None
+        self.bare: set[tuple[str, int]] = set()  # (name, line) of assignments without `export`
+        self.really_exported: set[str] = set()  # names given to a bare `export NAME`
+        self.cwd: str | None = None  # the directory of the last `cd` (as written; subshells not scoped)
+        for name, value, line in environ:
+            if value:  # an empty value here may be one not known (a Kubernetes valueFrom)
+                self.scope.assign(name, [(value, line, False)], line)
+
+    # -- walking the commands
+
+    def run(self, seq: list[ShellCommand], src: str) -> None:
         i = 0
         while i < len(seq):
             d = _function_def(seq, i)
-            if d is not None:
-                name, first, off, end = d
-                if first is None:  # not a `{ ... }` group: its commands are read as they come
-                    functions.add(name)
-                    i += 1
-                    continue
-                functions.add(name)
-                bodies[name] = _Function(name, seq, first, off, end, src, frame.lines, frame.file, seq[i].line)
-                prev = seq[i]
-                i = end + 1
+            if d is None:
+                self.step(seq[i], src)
+                i += 1
                 continue
-            step(seq[i], src)
-            i += 1
+            name, first, off, end = d
+            self.functions.add(name)
+            if first is None:  # not a `{ ... }` group: its commands are read as they come
+                i += 1
+                continue
+            self.bodies[name] = _Function(name, seq, first, off, end, src, self.frame.lines, self.frame.file,
+                                          seq[i].line)
+            self.prev = seq[i]
+            i = end + 1
 
-    def spend(n: int, line: int) -> bool:
-        if budget[0] < n:
-            if budget[0] >= 0:
-                notes.append(Note("not-followed", line, _("function calls and sourced files are followed for "
-                                  "{n} commands in all; the rest are not read").format(n=_MAX_FOLLOWED),
-                                  Severity.INFO))
-                budget[0] = -1
-            return False
-        budget[0] -= n
+    def step(self, cmd: ShellCommand, src: str) -> None:
+        """One simple command: expanded, then what it does to the reading."""
+        unknown: list[Unknown] = []
+        env: list[tuple[str, str, int]] = []
+        start = _skip_reserved(cmd.words, 0)
+        cmd.words = cmd.words[:start] + _expand_words(cmd.words[start:], self.scope, unknown)
+        for r in cmd.redirects:  # `>> "$log_file"`: a shell variable too (targets are kept as written)
+            self.scope.used.update(_VAR_REF_RE.findall(r))
+        if start < len(cmd.words) and cmd.words[start].text == "function" and start + 1 < len(cmd.words):
+            # `function NAME ...` whose body is not a `{ ... }` group: read as ordinary commands
+            self.functions.add(cmd.words[start + 1].text)
+            start = _skip_reserved(cmd.words, start + 2)
+        idx, wrappers = unwrap(cmd.words[start:], env)
+        cmd.assignments = env
+        if idx + start >= len(cmd.words):
+            self._assignments(cmd, env)
+        else:
+            self._command(cmd, src, _Call(start, idx + start, wrappers, env, unknown))
+        self.prev = cmd
+
+    def _assignments(self, cmd: ShellCommand, env: list[tuple[str, str, int]]) -> None:
+        """A command of assignments only: plain assignments affect later commands only if
+        exported; keep them: bash scripts usually `export` them, and a wrong one is worth a
+        look. Arrays cannot be exported; a variable the script itself expands is a shell
+        variable (dropped at the end unless it is exported)."""
+        if not env or cmd.terminator not in ("\n", ";", ""):
+            return
+        arrays = {w.text.partition("=")[0].rstrip("+") for w in cmd.words if w.elements is not None}
+        for e in env:
+            if e[0] not in arrays:
+                self.exported.pop(e[0], None)
+                self.exported[e[0]] = e
+                self.bare.add((e[0], e[2]))
+
+    def _command(self, cmd: ShellCommand, src: str, c: _Call) -> None:
+        prog = cmd.words[c.idx].text
+        rest = cmd.words[c.idx + 1:]
+        base = basename(prog)
+        builtin = _BUILTINS.get(base)
+        if builtin is not None and builtin(self, cmd, rest):
+            return
+        if base in ("killall", "pkill"):
+            self._kill_note(cmd, base, rest)
+        docker = docker_args(cmd.words, c.idx) if base in ("docker", "podman") else None
+        # bash(1) COMMAND EXECUTION: a name without a slash that is a defined function runs the
+        # function, not a program; `time` is a keyword and keeps that, while external wrappers
+        # (nohup, env, sudo...) and `command`/`exec` look the name up on PATH
+        calls_function = prog in self.functions and "/" not in prog and all(w == "time" for w in c.wrappers)
+        # `"$LLAMA_BIN" -m x.gguf ...`: a program from a variable not known here, named like
+        # llama-server and given llama-server's arguments
+        by_name = cmd.words[c.idx].opaque and re.search(r"llama|server", prog, re.I) is not None \
+            and looks_like_server_args(rest)
+        engine = None if calls_function else engine_of(prog, rest)
+        if calls_function and prog in self.bodies:
+            self.follow_call(self.bodies[prog], cmd, rest)
+        elif (not calls_function and (is_server_call(prog, rest) or by_name)) or docker is not None:
+            self._server(cmd, src, c, docker)
+        elif engine is not None:
+            self._engine(cmd, src, c, engine)
+        elif prog.startswith("-"):
+            self._flag_line(cmd, src, c)
+        elif cmd.terminator in ("\n", ";", ""):
+            self.last_inv = None
+
+    # -- builtins that change the reading (each True when it handled the command)
+
+    def _export(self, cmd: ShellCommand, rest: list[Word]) -> bool:
+        for w in rest:
+            m = ASSIGN_RE.match(w.text)
+            if m:
+                self.exported.pop(m.group(1), None)
+                self.exported[m.group(1)] = (m.group(1), m.group(3), w.line)
+            else:
+                self.really_exported.add(w.text)
         return True
 
-    def follow_call(fn: _Function, call: Command, args: list[Word]) -> None:
+    def _shift(self, cmd: ShellCommand, rest: list[Word]) -> bool:
+        if self.scope.positional is None:
+            return False
+        n = int(rest[0].text) if rest and rest[0].text.isdigit() else 1
+        self.scope.positional = self.scope.positional[n:]
+        return True
+
+    def _source(self, cmd: ShellCommand, rest: list[Word]) -> bool:
+        if not rest:
+            return False
+        self.follow_source(cmd, rest)
+        return True
+
+    def _cd(self, cmd: ShellCommand, rest: list[Word]) -> bool:
+        self.cwd = _change_dir(self.cwd, rest)
+        return True
+
+    def _kill_note(self, cmd: ShellCommand, base: str, rest: list[Word]) -> None:
+        target = next((w.text for w in rest if not w.text.startswith("-")), "")
+        self.notes.append(Note(
+            "kill-by-name", cmd.line,
+            _("`{command}` kills every process with that name on the machine (other users' servers "
+              "too) and sends SIGTERM without waiting for it to exit; the sleep that follows is a "
+              "guess").format(command=f"{base} {target}"),
+            Severity.WARNING))
+
+    # -- llama-server and its flags
+
+    def _server(self, cmd: ShellCommand, src: str, c: _Call,
+                docker: tuple[int, list[tuple[str, str, int]]] | None) -> None:
+        """A command that starts llama-server (directly, behind wrappers, or in a llama.cpp
+        container image)."""
+        env = c.env
+        prog_word = cmd.words[c.idx]
+        rest = cmd.words[c.idx + 1:]
+        if docker is not None:
+            start, denv = docker
+            env = env + denv
+            rest = cmd.words[start:]
+        before_args = prog_word if docker is None else cmd.words[docker[0] - 1]
+        frame = self.frame
+        inv = Invocation(
+            program=prog_word.text if docker is None else f"{prog_word.text} run … (llama.cpp image)",
+            args=list(rest), line=_written_on(cmd, prog_word), end_line=cmd.end_line,
+            env=[*self.exported.values(), *env], background=cmd.terminator == "&",
+            source="shell", redirects=list(cmd.redirects),
+            head=_head_text(src, prog_word, before_args), tail=_tail_text(src, cmd),
+            wrappers=wrapper_words(cmd.words[c.start:], c.idx - c.start) if docker is None else [], cwd=self.cwd,
+            label=frame.label, written_here=frame.here or _fixable_in(frame.span, inv_line=prog_word.line,
+                                                                      words=rest, done=self.fixed_lines))
+        if frame.background or frame.redirects:
+            inv.background = inv.background or frame.background
+            inv.redirects = inv.redirects + frame.redirects
+        if cmd.comment_break is not None:
+            inv.cut_line = cmd.comment_break
+        self._add(inv, cmd.line, c.unknown)
+
+    def _engine(self, cmd: ShellCommand, src: str, c: _Call, engine: str) -> None:
+        """A command of another inference server (FastLLM, vLLM...): kept apart, its flags
+        never judged as llama-server's; lines of flags after it whose ``\\`` was lost are its
+        cut-off words."""
+        prog_word = cmd.words[c.idx]
+        inv = Invocation(
+            program=prog_word.text, args=list(cmd.words[c.idx + 1:]), line=_written_on(cmd, prog_word),
+            end_line=cmd.end_line, env=[*self.exported.values(), *c.env], background=cmd.terminator == "&",
+            source="shell", redirects=list(cmd.redirects), head=_head_text(src, prog_word, prog_word),
+            tail=_tail_text(src, cmd), wrappers=wrapper_words(cmd.words[c.start:], c.idx - c.start), cwd=self.cwd,
+            label=self.frame.label, written_here=self.frame.here, engine=engine)
+        if cmd.comment_break is not None:
+            inv.cut_line = cmd.comment_break
+        self.others.append(inv)
+        self.last_inv, self.last_k = inv, None
+
+    def _add(self, inv: Invocation, line: int, unknown: list[Unknown]) -> None:
+        self.invocations.append(inv)
+        self.last_inv, self.last_k = inv, len(self.invocations) - 1
+        if self.frame.lines is not self.lines:
+            self.other_lines[self.last_k] = self.frame.lines
+        self.keys.append(line if self.frame.key is None else self.frame.key)
+        self.notes.extend(_unknown_notes(unknown, self.last_k))
+
+    def _flag_line(self, cmd: ShellCommand, src: str, c: _Call) -> None:
+        """A command whose first word is an option: the rest of a command whose ``\\`` was lost
+        (its words are cut off), more of a fragment, or a fragment of its own."""
+        adjacent = self.last_inv is not None and self.prev is not None and self._adjacent(self.prev, cmd)
+        if adjacent and self.last_inv is not None and self.last_inv.source == "fragment":
+            self.last_inv.args.extend(cmd.words[c.idx:])
+            self.last_inv.end_line = cmd.end_line
+        elif adjacent:
+            self._orphans(cmd, src, c)
+        else:
+            self._fragment(cmd, c)
+
+    def _fragment(self, cmd: ShellCommand, c: _Call) -> None:
+        """Flags with no command in front (a pasted "append these" fragment): checked as
+        llama-server arguments."""
+        inv = Invocation(program="llama-server", args=list(cmd.words[c.idx:]), line=cmd.line,
+                         end_line=cmd.end_line, env=[*self.exported.values(), *c.env], source="fragment")
+        self._add(inv, cmd.line, c.unknown)
+        word = cmd.words[c.idx].text
+        self.notes.append(Note("flags-without-command", cmd.line,
+                               _("line {line} starts with `{word}`: run as a script, bash would try to execute "
+                                 "`{word}` as a command; checked here as llama-server flags").format(
+                                   line=cmd.line, word=word),
+                               Severity.INFO, self.last_k))
+
+    def _orphans(self, cmd: ShellCommand, src: str, c: _Call) -> None:
+        """bash runs `--batch-size` as a command ("command not found"): its words are cut off
+        from the command before it."""
+        last, prev = self.last_inv, self.prev
+        assert last is not None and prev is not None
+        last.orphans.extend(cmd.words[c.idx:])
+        if last.cut_line is None:
+            last.cut_line = prev.comment_break or prev.end_line
+        lines = cmd.line if cmd.end_line == cmd.line else f"{cmd.line}-{cmd.end_line}"
+        word, n = cmd.words[c.idx].text, len(cmd.words) - c.idx
+        if last.engine in ENGINES:
+            msg = _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
+                    "{lines} never reach {program} (started on line {start})").format(
+                        word=word, n=n, start=last.line, lines=lines, program=last.program)
+        else:
+            msg = _("bash runs `{word}` as a command (\"{word}: command not found\"): {n} word(s) on line(s) "
+                    "{lines} never reach llama-server (started on line {start})").format(
+                        word=word, n=n, start=last.line, lines=lines)
+        self.notes.append(Note("orphan-flags", cmd.line, msg, Severity.ERROR, self.last_k))
+        if cmd.terminator == "&":
+            last.background = True
+        last.redirects.extend(cmd.redirects)
+        if last.tail is not None:
+            last.tail = _tail_text(src, cmd)
+
+    def _adjacent(self, prev: ShellCommand, cmd: ShellCommand) -> bool:
+        """``cmd`` follows ``prev`` with only blank and comment lines between them: a line of
+        flags there was meant for the command before."""
+        if prev.terminator not in ("\n", "&", ";"):
+            return False
+        lines = self.frame.lines
+        base = self.first_line if lines is self.lines else 1
+        for ln in range(prev.end_line + 1, cmd.line):
+            idx = ln - base
+            text = lines[idx].strip() if 0 <= idx < len(lines) else ""
+            if text and not text.startswith("#"):
+                return False
+        return True
+
+    # -- functions and sourced files
+
+    def spend(self, n: int, line: int) -> bool:
+        """Whether ``n`` more commands may be read again (calls, sourced files); the first time
+        the budget runs out, a note."""
+        if self.budget < n:
+            if self.budget >= 0:
+                self.notes.append(Note("not-followed", line, _(
+                    "function calls and sourced files are followed for {n} commands in all; the rest are not "
+                    "read").format(n=_MAX_FOLLOWED), Severity.INFO))
+                self.budget = -1
+            return False
+        self.budget -= n
+        return True
+
+    def follow_call(self, fn: _Function, call: ShellCommand, args: list[Word]) -> None:
         """Read ``fn``'s body with the call's arguments as the positional parameters."""
-        nonlocal frame
-        called.add(fn.name)
-        if len(frame.stack) >= _MAX_CALL_DEPTH or fn.name in frame.stack or not spend(fn.end - fn.first + 1, call.line):
+        frame = self.frame
+        self.called.add(fn.name)
+        if len(frame.stack) >= _MAX_CALL_DEPTH or fn.name in frame.stack \
+                or not self.spend(fn.end - fn.first + 1, call.line):
             return
         seq = [replace(c, words=list(c.words)) for c in fn.seq[fn.first:fn.end + 1]]
         if fn.offset:
@@ -677,100 +449,132 @@ def parse_bash(text: str, first_line: int = 1, environ: list[tuple[str, str, int
             label = _("function {name}, called on line {line}").format(name=fn.name, line=call.line)
         if frame.label:
             label += _(" ({outer})").format(outer=frame.label)
-        saved, saved_frame = scope.positional, frame
-        scope.positional = [(w.text, w.line, w.opaque) for w in args]
         span = (fn.seq[fn.first].line, fn.seq[fn.end].end_line) if not fn.file and frame.here else None
-        frame = _Frame(fn.lines, fn.file, label, False, (*frame.stack, fn.name),
+        inner = _Frame(fn.lines, fn.file, label, False, (*frame.stack, fn.name),
                        call.terminator == "&" or frame.background, [*frame.redirects, *call.redirects], span,
                        call.line if frame.key is None else frame.key)
-        try:
-            run(seq, fn.src)
-        finally:
-            scope.positional, frame = saved, saved_frame
+        self._within(inner, [(w.text, w.line, w.opaque) for w in args], seq, fn.src)
 
-    def follow_source(cmd: Command, rest: list[Word]) -> None:
+    def _within(self, frame: _Frame, positional: list[tuple[str, int, bool]] | None,
+                seq: list[ShellCommand], src: str) -> None:
+        """Read ``seq`` in ``frame``, with ``positional`` as ``$1``... (None: unchanged)."""
+        saved, saved_frame = self.scope.positional, self.frame
+        if positional is not None:
+            self.scope.positional = positional
+        self.frame = frame
+        try:
+            self.run(seq, src)
+        finally:
+            self.scope.positional, self.frame = saved, saved_frame
+
+    def follow_source(self, cmd: ShellCommand, rest: list[Word]) -> None:
         """``source FILE [ARGS]``: FILE read in the same variables and functions."""
-        nonlocal frame
-        w = rest[0]
+        path = self._source_path(cmd, rest[0])
+        if path is None:
+            return
+        sub = self._read_sourced(cmd, rest[0], path)
+        if sub is None:
+            return
+        sub_lex = Lexer(sub)
+        sub_cmds = split_commands(sub_lex.run(), sub, sub_lex)
+        if not self.spend(len(sub_cmds), cmd.line):
+            return
+        sub_lines = sub.split("\n")
+        _mark_breaks(sub_cmds, sub_lines, 1)
+        assert self.origin is not None
+        here = self.origin.parent.resolve()
+        key = path.resolve()
+        name = os.path.relpath(key, here) if key.is_relative_to(here) else str(path)
+        self.notes.extend(Note("shell-syntax", cmd.line, _(
+            "{file} line {line}: {problem}: the shell would stop there").format(
+                file=name, line=ln, problem=msg), Severity.ERROR) for ln, msg in sub_lex.problems)
+        frame = self.frame
+        label = _("in {file}, sourced on line {line}").format(file=name, line=cmd.line) + (
+            _(" ({outer})").format(outer=frame.label) if frame.label else "")
+        inner = _Frame(sub_lines, name, label, False, frame.stack, frame.background, frame.redirects, None,
+                       cmd.line if frame.key is None else frame.key)
+        self.sourcing.append(key)
+        try:
+            self._within(inner, [(x.text, x.line, x.opaque) for x in rest[1:]] if len(rest) > 1 else None,
+                         sub_cmds, sub)
+        finally:
+            self.sourcing.pop()
+
+    def _source_path(self, cmd: ShellCommand, w: Word) -> Path | None:
+        """The file ``source WORD`` reads, or None (with a note) when it is not read."""
+        origin = self.origin
         target = _SCRIPT_DIR_RE.sub(lambda _m: str(origin.parent.resolve()) if origin else "$0", w.text)
         if w.opaque or "$" in target or "`" in target:
-            notes.append(Note("unknown-variable", cmd.line, _("`source {file}`: the file's name is not "
-                              "known here; what it sets is not read").format(file=w.raw or w.text),
-                              Severity.INFO))
-            return
+            self.notes.append(Note("unknown-variable", cmd.line, _(
+                "`source {file}`: the file's name is not known here; what it sets is not read").format(
+                    file=w.raw or w.text), Severity.INFO))
+            return None
         if origin is None:
-            notes.append(Note("source-not-read", cmd.line, _("`source {file}` is not read: the input is not a "
-                              "file, so there is no directory to find it in").format(file=w.text),
-                              Severity.INFO))
-            return
+            self.notes.append(Note("source-not-read", cmd.line, _(
+                "`source {file}` is not read: the input is not a file, so there is no directory to find it "
+                "in").format(file=w.text), Severity.INFO))
+            return None
         path = Path(os.path.expanduser(target))
         if not path.is_absolute():
             path = origin.parent / path
         if not path.is_file():
-            notes.append(Note("source-missing", cmd.line, _("`source {file}`: {path} is not there: bash stops "
-                              "with \"No such file or directory\" (or goes on without what it sets); its "
-                              "variables and functions are not known here").format(file=w.text, path=path),
-                              Severity.WARNING))
-            return
-        key = path.resolve()
-        if key in sourcing or len(sourcing) >= _MAX_SOURCE_DEPTH:
-            notes.append(Note("not-followed", cmd.line, _("`source {file}` is not read again: files source "
-                              "each other {n} deep").format(file=w.text, n=len(sourcing)), Severity.INFO))
-            return
+            self.notes.append(Note("source-missing", cmd.line, _(
+                "`source {file}`: {path} is not there: bash stops with \"No such file or directory\" (or goes "
+                "on without what it sets); its variables and functions are not known here").format(
+                    file=w.text, path=path), Severity.WARNING))
+            return None
+        if path.resolve() in self.sourcing or len(self.sourcing) >= _MAX_SOURCE_DEPTH:
+            self.notes.append(Note("not-followed", cmd.line, _(
+                "`source {file}` is not read again: files source each other {n} deep").format(
+                    file=w.text, n=len(self.sourcing)), Severity.INFO))
+            return None
+        return path
+
+    def _read_sourced(self, cmd: ShellCommand, w: Word, path: Path) -> str | None:
         try:
             with open(path, "rb") as f:
-                sub = f.read(_MAX_SOURCED_BYTES).decode("utf-8", errors="replace").replace("\r\n", "\n")
+                return f.read(_MAX_SOURCED_BYTES).decode("utf-8", errors="replace").replace("\r\n", "\n")
         except OSError as e:
-            notes.append(Note("source-missing", cmd.line, _("`source {file}`: cannot read {path}: {error}").format(
+            self.notes.append(Note("source-missing", cmd.line, _("`source {file}`: cannot read {path}: {error}").format(
                 file=w.text, path=path, error=e.strerror or e), Severity.WARNING))
-            return
-        sub_lex = _Lexer(sub)
-        sub_cmds = _split_commands(sub_lex.run(), sub, sub_lex)
-        if not spend(len(sub_cmds), cmd.line):
-            return
-        sub_lines = sub.split("\n")
-        _mark_breaks(sub_cmds, sub_lines, 1)
-        here = origin.parent.resolve()
-        name = os.path.relpath(key, here) if key.is_relative_to(here) else str(path)
-        notes.extend(Note("shell-syntax", cmd.line, _("{file} line {line}: {problem}: the shell would stop there").format(
-            file=name, line=ln, problem=msg), Severity.ERROR) for ln, msg in sub_lex.problems)
-        label = _("in {file}, sourced on line {line}").format(file=name, line=cmd.line) + (
-            _(" ({outer})").format(outer=frame.label) if frame.label else "")
-        saved, saved_frame = scope.positional, frame
-        if len(rest) > 1:
-            scope.positional = [(x.text, x.line, x.opaque) for x in rest[1:]]
-        frame = _Frame(sub_lines, name, label, False, frame.stack, frame.background, frame.redirects, None,
-                       cmd.line if frame.key is None else frame.key)
-        sourcing.append(key)
-        try:
-            run(sub_cmds, sub)
-        finally:
-            sourcing.pop()
-            scope.positional, frame = saved, saved_frame
+            return None
 
-    run(cmds, text)
-    for name, fn in bodies.items():  # never called: read once as written (`$1` not known)
-        if name not in called and spend(fn.end - fn.first + 1, fn.line):
-            seq = fn.seq[fn.first:fn.end + 1]
-            if fn.offset:
-                seq = [replace(seq[0], words=seq[0].words[fn.offset:]), *seq[1:]]
-            frame = _Frame(fn.lines, fn.file, _("function {name}, never called here").format(name=name) + (
-                _(" ({outer})").format(outer=fn.file) if fn.file else ""), fn.file == "", key=fn.line)
-            run(seq, fn.src)
-    frame = _Frame(lines)
-    if keys != sorted(keys):  # in the text's order: a function never called sits where it is defined
-        invocations, notes, other_lines = _reorder(keys, invocations, notes, other_lines)
-    # explain each cut
-    for k, inv in enumerate(invocations):
-        if inv.cut_line is not None and inv.orphans:
-            notes.append(_cut_note(inv, k, other_lines.get(k, lines), first_line if k not in other_lines else 1))
-    # a bare assignment of a variable the script expands is a shell variable, not environment
-    # (unless a later `export NAME` exports it)
-    shell_only = {(n, ln) for n, ln in bare if n in scope.used and n not in really_exported}
-    if shell_only:
-        for inv in invocations:
-            inv.env = [e for e in inv.env if (e[0], e[2]) not in shell_only]
-    return Parsed("shell", invocations, notes, cmds, lines)
+    # -- the end
+
+    def finish(self, cmds: list[ShellCommand]) -> Parsed:
+        """Functions never called read once as written, the invocations in the text's order,
+        each cut explained, shell-only variables left out of the environment."""
+        for name, fn in self.bodies.items():  # never called: read once as written (`$1` not known)
+            if name not in self.called and self.spend(fn.end - fn.first + 1, fn.line):
+                seq = fn.seq[fn.first:fn.end + 1]
+                if fn.offset:
+                    seq = [replace(seq[0], words=seq[0].words[fn.offset:]), *seq[1:]]
+                self.frame = _Frame(fn.lines, fn.file, _("function {name}, never called here").format(name=name) + (
+                    _(" ({outer})").format(outer=fn.file) if fn.file else ""), fn.file == "", key=fn.line)
+                self.run(seq, fn.src)
+        self.frame = _Frame(self.lines)
+        invocations, notes, other = self.invocations, self.notes, self.other_lines
+        if self.keys != sorted(self.keys):  # in the text's order: a function never called sits where it is defined
+            invocations, notes, other = _reorder(self.keys, invocations, notes, other)
+        for k, inv in enumerate(invocations):
+            if inv.cut_line is not None and inv.orphans:
+                notes.append(_cut_note(inv, k, other.get(k, self.lines), self.first_line if k not in other else 1))
+        notes.extend(_cut_note(inv, None, self.lines, self.first_line) for inv in self.others
+                     if inv.cut_line is not None and inv.orphans)
+        # a bare assignment of a variable the script expands is a shell variable, not environment
+        # (unless a later `export NAME` exports it)
+        shell_only = {(n, ln) for n, ln in self.bare if n in self.scope.used and n not in self.really_exported}
+        if shell_only:
+            for inv in invocations:
+                inv.env = [e for e in inv.env if (e[0], e[2]) not in shell_only]
+        return Parsed("shell", invocations, notes, cmds, self.lines, self.others)
+
+
+#: builtins that change the reading: `export`, `shift`, `source`/`.`, `cd`/`pushd`
+_BUILTINS: dict[str, Callable[[_Interpreter, ShellCommand, list[Word]], bool]] = {
+    "export": _Interpreter._export, "shift": _Interpreter._shift, "source": _Interpreter._source,
+    ".": _Interpreter._source, "cd": _Interpreter._cd, "pushd": _Interpreter._cd,
+}
 
 
 #: commands read again through function calls and sourced files, in all (a script that calls a
@@ -793,7 +597,7 @@ class _Function:
     word ``offset``: `function f { llama-server ...` has its first command on the definition's line)."""
 
     name: str
-    seq: list[Command]
+    seq: list[ShellCommand]
     first: int
     offset: int
     end: int
@@ -822,7 +626,7 @@ class _Frame:
     key: int | None = None
 
 
-def _written_on(cmd: Command, w: Word) -> int:
+def _written_on(cmd: ShellCommand, w: Word) -> int:
     """The line ``w`` is written on in ``cmd``: a program word from a variable carries the line of
     the variable's value (`"$LLAMA_DIR"/llama-server`), the command starts on its own line."""
     return w.line if cmd.line <= w.line <= cmd.end_line else cmd.line
@@ -847,7 +651,7 @@ def _fixable_in(span: tuple[int, int] | None, inv_line: int, words: list[Word], 
     return True
 
 
-def _function_def(seq: list[Command], i: int) -> tuple[str, int | None, int, int] | None:
+def _function_def(seq: list[ShellCommand], i: int) -> tuple[str, int | None, int, int] | None:
     """``seq[i]`` defines a function (bash(1) SHELL GRAMMAR, Shell Function Definitions:
     ``NAME () BODY`` or ``function NAME [()] BODY``): (name, index of the body's first command,
     the word it starts at, index of the command holding the closing ``}``); the first index is
@@ -917,33 +721,40 @@ def _assign(w: Word, scope: Scope, unknown: list[Unknown], store: bool) -> Word:
         if store:
             scope.assign(name, [(m.group(3), w.line, False)], w.line, append=plus)
         return w
-    skip = len(name) + int(plus) + 1
-    vparts: list[tuple[str, str]] = []
-    for text, q in w.parts:
-        if skip >= len(text):
-            skip -= len(text)
-            continue
-        vparts.append((text[skip:], q))
-        skip = 0
-    subst = any(q == "`" for _, q in vparts)
+    vparts = _value_parts(w.parts, len(name) + int(plus) + 1)
     got = expand_word(Word(m.group(3), w.line, parts=tuple(vparts)), scope, inner, split=False)
     value = got[0].text if got else ""
     if store:
-        if subst:
-            here = scope.script_dir and _SCRIPT_DIR_RE.fullmatch(value)
-            if here:  # SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)": the script's directory
-                scope.assign(name, [(scope.script_dir or "", w.line, False)], w.line)
-            else:
-                scope.assign(name, None, w.line,
-                             why=_("set on line {line} from a command substitution").format(line=w.line))
-        else:
-            scope.assign(name, [(value, w.line, bool(got) and got[0].opaque)], w.line, append=plus,
-                         unknown=inner)
+        _store(scope, name, plus, value, w.line, bool(got) and got[0].opaque, any(q == "`" for _, q in vparts), inner)
     else:
         unknown.extend(inner)
     if value == m.group(3):
         return w
     return Word(f"{name}{'+' if plus else ''}={value}", w.line, w.raw, w.start, w.end)
+
+
+def _value_parts(parts: tuple[tuple[str, str], ...], skip: int) -> list[tuple[str, str]]:
+    """The pieces of an assignment word after its ``NAME=`` (``skip`` characters)."""
+    out: list[tuple[str, str]] = []
+    for text, q in parts:
+        if skip >= len(text):
+            skip -= len(text)
+            continue
+        out.append((text[skip:], q))
+        skip = 0
+    return out
+
+
+def _store(scope: Scope, name: str, plus: bool, value: str, line: int, opaque: bool, subst: bool,
+           inner: list[Unknown]) -> None:
+    """A variable set from an expanded value: the script's directory for SCRIPT_DIR="$(cd
+    "$(dirname "$0")" && pwd)", not known for another command substitution."""
+    if not subst:
+        scope.assign(name, [(value, line, opaque)], line, append=plus, unknown=inner)
+    elif scope.script_dir and _SCRIPT_DIR_RE.fullmatch(value):
+        scope.assign(name, [(scope.script_dir or "", line, False)], line)
+    else:
+        scope.assign(name, None, line, why=_("set on line {line} from a command substitution").format(line=line))
 
 
 def _expand_words(words: list[Word], scope: Scope, unknown: list[Unknown]) -> list[Word]:
@@ -1010,7 +821,7 @@ def _head_text(src: str, prog: Word, last: Word) -> str:
     return src[src.rfind("\n", 0, prog.start) + 1:last.end]
 
 
-def _tail_text(src: str, cmd: Command) -> str | None:
+def _tail_text(src: str, cmd: ShellCommand) -> str | None:
     """The rest of the command's last line after its last word or redirection, as written; a
     lone continuation backslash (into a comment or blank line) is dropped."""
     if cmd.end_pos < 0:
@@ -1020,11 +831,7 @@ def _tail_text(src: str, cmd: Command) -> str | None:
     return "" if tail == "\\" else tail
 
 
-def _adjacent(prev: Command, cmd: Command) -> bool:
-    return prev.terminator in ("\n", "&", ";") and cmd.line - prev.end_line <= 3
-
-
-def _mark_breaks(cmds: list[Command], lines: list[str], first_line: int) -> None:
+def _mark_breaks(cmds: list[ShellCommand], lines: list[str], first_line: int) -> None:
     """Find commands ended by a comment or blank line right after a ``\\`` line."""
     for cmd in cmds:
         if cmd.terminator != "\n":
@@ -1038,7 +845,7 @@ def _mark_breaks(cmds: list[Command], lines: list[str], first_line: int) -> None
             cmd.comment_break = cmd.end_line
 
 
-def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Note:
+def _cut_note(inv: Invocation, k: int | None, lines: list[str], first_line: int) -> Note:
     cut = inv.cut_line or inv.end_line
     idx = cut - first_line
     text = lines[idx].strip() if 0 <= idx < len(lines) else ""
@@ -1048,13 +855,20 @@ def _cut_note(inv: Invocation, k: int, lines: list[str], first_line: int) -> Not
     elif not text:
         why = _("line {cut} is blank: after the `\\` on line {before} the empty line ends the command").format(
             cut=cut, before=cut - 1)
+    elif re.search(r"\\[ \t]+#", lines[idx] if 0 <= idx < len(lines) else ""):
+        why = _("line {cut} ends with `\\ #…`: `\\ ` is an escaped blank, so ` #` and the comment's words are "
+                "arguments, and as the line does not end with `\\` the newline ends the command").format(cut=cut)
     elif re.search(r"\\[ \t]+$", lines[idx] if 0 <= idx < len(lines) else ""):
         why = _("line {cut} ends with `\\` followed by spaces: the backslash escapes a space, not the "
                 "newline").format(cut=cut)
     else:
         why = _("line {cut} does not end with `\\`, so the newline ends the command").format(cut=cut)
     n = len(inv.orphans)
-    return Note("continuation-broken", cut,
-                _("the llama-server command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
-                  "after it are never passed to llama-server").format(start=inv.line, cut=cut, why=why, n=n),
-                Severity.ERROR, k)
+    if inv.engine in ENGINES:
+        msg = _("the {engine} command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
+                "after it are never passed to {program}").format(
+                    engine=ENGINES[inv.engine].name, start=inv.line, cut=cut, why=why, n=n, program=inv.program)
+    else:
+        msg = _("the llama-server command started on line {start} is cut off at line {cut}: {why}. {n} word(s) "
+                "after it are never passed to llama-server").format(start=inv.line, cut=cut, why=why, n=n)
+    return Note("continuation-broken", cut, msg, Severity.ERROR, k)

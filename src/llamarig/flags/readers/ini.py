@@ -23,6 +23,7 @@ known (llamarig.flags.preset).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Parsed, Word
@@ -52,67 +53,84 @@ def looks_like_preset(text: str) -> bool:
     return header > 0 and kv > 0 and bad <= max(1, lines // 10)
 
 
+@dataclass
+class _Preset:
+    """The sections of a preset file as llama-server's parser fills them (common/preset.cpp)."""
+
+    notes: list[Note] = field(default_factory=list)
+    sections: dict[str, dict[str, tuple[Word, Word]]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    seen_at: dict[str, int] = field(default_factory=dict)
+    current: str = DEFAULT
+
+    def header(self, i: int, name: str) -> None:
+        if name in self.seen_at and self.sections.get(name):
+            self.notes.append(Note("preset-section-again", i,
+                                   _("section [{section}] is written again on line {line}: llama-server starts it "
+                                     "over (common/preset.cpp:238), the keys set from line {first} on are "
+                                     "lost").format(section=name, line=i, first=self.seen_at[name]),
+                                   Severity.WARNING))
+        self.current = name
+        self.seen_at[name] = i
+        self.sections[name] = {}
+        if name not in self.order:
+            self.order.append(name)
+
+    def key(self, i: int, ln: str, m: re.Match[str]) -> None:
+        key, value, cut = m.group(1), m.group(2), m.group(3)
+        if cut and re.search(r"[^ \t]" + re.escape(cut), ln[ln.index("=") + 1:]):
+            self.notes.append(Note("value-truncated", i,
+                                   _("`{key} = {written}`: the value stops at the `{cut}` (a comment "
+                                     "starts at any `;` or `#`, common/preset.cpp:195-199), so llama-server reads "
+                                     "`{value}`").format(key=key, written=ln.split("=", 1)[1].strip(), cut=cut,
+                                                         value=value), Severity.WARNING))
+        sec = self.sections.setdefault(self.current, {})
+        if self.current not in self.order:
+            self.order.append(self.current)
+        if key in sec:
+            self.notes.append(Note("preset-key-again", i, _("[{section}] `{key}` is set again on line {line} (first "
+                                   "on line {first}): the last value counts").format(
+                                       section=self.current, key=key, line=i, first=sec[key][0].line), Severity.INFO))
+            del sec[key]
+        sec[key] = (Word(key, i), Word(value, i))
+
+    def invocations(self) -> list[Invocation]:
+        """One per section but ``[*]`` (whose keys every section starts from) and an empty default."""
+        glob = self.sections.get("*", {})
+        out: list[Invocation] = []
+        for name in self.order:
+            if name == "*" or (name == DEFAULT and not [k for k in self.sections.get(name, {}) if k != "version"]):
+                continue
+            pairs = dict(glob)
+            for k, kv in self.sections[name].items():
+                pairs.pop(k, None)
+                pairs[k] = kv
+            line = self.seen_at.get(name, min((kv[0].line for kv in pairs.values()), default=1))
+            out.append(Invocation(
+                "llama-server", [], line, max([line, *(kv[0].line for kv in self.sections[name].values())]),
+                source="models-preset", label=f"[{name}]", written_here=False,
+                preset=[pairs[k] for k in pairs if k != "version"]))
+        return out
+
+
 def parse_preset(text: str) -> Parsed:
     raw = text.split("\n")
-    notes: list[Note] = []
-    sections: dict[str, dict[str, tuple[Word, Word]]] = {}
-    order: list[str] = []
-    seen_at: dict[str, int] = {}
-    current = DEFAULT
+    p = _Preset()
     for i, ln in enumerate(raw, 1):
         ln = ln.rstrip("\r")
         m = _HEADER_RE.match(ln)
         if m:
-            current = m.group(1)
-            if current in seen_at and sections.get(current):
-                notes.append(Note("preset-section-again", i,
-                                  _("section [{section}] is written again on line {line}: llama-server starts it "
-                                    "over (common/preset.cpp:238), the keys set from line {first} on are "
-                                    "lost").format(section=current, line=i, first=seen_at[current]),
-                                  Severity.WARNING))
-            seen_at[current] = i
-            sections[current] = {}
-            if current not in order:
-                order.append(current)
+            p.header(i, m.group(1))
             continue
         if _BLANK_OR_COMMENT_RE.match(ln):
             continue
         m = _KV_RE.match(ln)
-        if not m:
-            notes.append(Note("shell-syntax", i,
-                              _("line {line} is neither `[section]`, `key = value`, a comment nor blank: "
-                                "llama-server refuses the whole file (\"failed to parse server config file\", "
-                                "common/preset.cpp:228)").format(line=i), Severity.ERROR,
-                              fix=_("write it as `key = value` or `[section]`, or comment it out with `;` or `#`")))
+        if m:
+            p.key(i, ln, m)
             continue
-        key, value, cut = m.group(1), m.group(2), m.group(3)
-        if cut and re.search(r"[^ \t]" + re.escape(cut), ln[ln.index("=") + 1:]):
-            notes.append(Note("value-truncated", i,
-                              _("`{key} = {written}`: the value stops at the `{cut}` (a comment "
-                                "starts at any `;` or `#`, common/preset.cpp:195-199), so llama-server reads "
-                                "`{value}`").format(key=key, written=ln.split("=", 1)[1].strip(), cut=cut,
-                                                    value=value), Severity.WARNING))
-        sec = sections.setdefault(current, {})
-        if current not in order:
-            order.append(current)
-        if key in sec:
-            notes.append(Note("preset-key-again", i, _("[{section}] `{key}` is set again on line {line} (first on "
-                              "line {first}): the last value counts").format(
-                                  section=current, key=key, line=i, first=sec[key][0].line), Severity.INFO))
-            del sec[key]
-        sec[key] = (Word(key, i), Word(value, i))
-    glob = sections.get("*", {})
-    invocations: list[Invocation] = []
-    for name in order:
-        if name == "*" or (name == DEFAULT and not [k for k in sections.get(name, {}) if k != "version"]):
-            continue
-        pairs = dict(glob)
-        for k, kv in sections[name].items():
-            pairs.pop(k, None)
-            pairs[k] = kv
-        line = seen_at.get(name, min((kv[0].line for kv in pairs.values()), default=1))
-        invocations.append(Invocation(
-            "llama-server", [], line, max([line, *(kv[0].line for kv in sections[name].values())]),
-            source="models-preset", label=f"[{name}]", written_here=False,
-            preset=[pairs[k] for k in pairs if k != "version"]))
-    return Parsed("models-preset", invocations, notes, [], raw)
+        p.notes.append(Note("shell-syntax", i,
+                            _("line {line} is neither `[section]`, `key = value`, a comment nor blank: "
+                              "llama-server refuses the whole file (\"failed to parse server config file\", "
+                              "common/preset.cpp:228)").format(line=i), Severity.ERROR,
+                            fix=_("write it as `key = value` or `[section]`, or comment it out with `;` or `#`")))
+    return Parsed("models-preset", p.invocations(), p.notes, [], raw)

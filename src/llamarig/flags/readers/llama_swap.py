@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Word
@@ -204,6 +204,10 @@ def _substitute(loc: Located, name: str, value: str) -> Located:
     return out.build()
 
 
+#: one model's command after its macros: (id, cmd node, command, env items, the macros in scope)
+_Expanded: TypeAlias = "tuple[str, Node, Located, list[tuple[Located, int]], _Macros]"
+
+
 def read_llama_swap(doc: Node, src: Y.Source) -> Found:
     """The llama-server commands of a llama-swap config (``models:`` is a mapping)."""
     notes: list[Note] = []
@@ -212,60 +216,67 @@ def read_llama_swap(doc: Node, src: Y.Source) -> Found:
     glob_index = {name: i for i, (name, _) in enumerate(glob)}
     start_text = Y.text_of(Y.get(doc, "startPort"))
     start_port = int(start_text) if start_text and start_text.isdigit() else 5800
-    expanded: list[tuple[str, Node, Located, list[tuple[Located, int]], _Macros]] = []
+    expanded: list[_Expanded] = []
     for mid, kn, cfg in Y.items(models):
         cmd_node = Y.get(cfg, "cmd")
-        if not Y.is_scalar(cmd_node) or Y.text_of(cmd_node) is None:
-            continue
-        assert cmd_node is not None
-        local = _macro_list(Y.get(cfg, "macros"), src, f"models.{mid}: ", notes)
-        macros = _Macros(str(mid), Y.line(kn), glob, glob_index, local)
-        ex = _Expander(macros)
-        b = Builder()
-        ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), macros.size, b)
-        cmd = b.build()
-        if ex.too_big:
-            notes.append(Note("macro-invalid", Y.line(cmd_node), f"models.{mid}.cmd: " + _(
-                "the macros expand to more than {n} characters; checked up to there").format(n=MAX_EXPANDED),
-                Severity.WARNING))
-        env_items: list[tuple[Located, int]] = []
-        env_node = Y.get(cfg, "env")
-        for it in (env_node.value if Y.is_seq(env_node) else []):  # type: ignore[union-attr]
-            if Y.is_scalar(it):
-                eb = Builder()
-                ex.expand(Y.locate(it, src), macros.size, eb)
-                env_items.append((eb.build(), Y.line(it)))
-        expanded.append((str(mid), cmd_node, cmd, env_items, macros))
+        if Y.is_scalar(cmd_node) and Y.text_of(cmd_node) is not None:
+            assert cmd_node is not None
+            macros = _Macros(str(mid), Y.line(kn), glob, glob_index,
+                             _macro_list(Y.get(cfg, "macros"), src, f"models.{mid}: ", notes))
+            expanded.append(_expand_model(str(mid), cfg, cmd_node, macros, src, notes))
     # ${PORT}: one port per model that uses it, in sorted model-id order, from startPort
     port_of = {mid: start_port + i for i, mid in enumerate(
         sorted(mid for mid, _, cmd, _, _ in expanded if "${PORT}" in cmd.text))}
     invocations: list[Invocation] = []
-    for mid, _node, cmd, env_items, macros in expanded:
-        k = len(invocations)
-        try:
-            words = split_words(_lines(cmd, sanitize=True))
-        except ShellSyntaxError as err:
-            notes.append(Note("shell-syntax", cmd.line_at(err.offset), f"models.{mid}.cmd: {err}", Severity.ERROR))
-            continue
-        if mid in port_of:
-            # `${PORT}` has no blanks or quotes: substituting it in the words is the same as in
-            # the text, and --fix can write `${PORT}` back
-            port = str(port_of[mid])
-            words = [Word(w.text.replace("${PORT}", port), w.line, written=w.text) if "${PORT}" in w.text else w
-                     for w in words]
-            env_items = [(_substitute(e, "PORT", port), ln) for e, ln in env_items]
-            cmd = _substitute(cmd, "PORT", port)
-        model_notes = _leftovers(mid, cmd, macros)
-        env: list[tuple[str, str, int]] = []
-        for e, ln in env_items:
-            n, _eq, v = e.text.partition("=")
-            env.append((n, v, ln))
-        inv = _server(words, env, mid)
-        if inv is None:
-            continue
-        invocations.append(inv)
-        notes.extend(replace(n, invocation=k) for n in model_notes)
+    for e in expanded:
+        inv = _model_invocation(e, port_of.get(e[0]), len(invocations), notes)
+        if inv is not None:
+            invocations.append(inv)
     return invocations, notes
+
+
+def _expand_model(mid: str, cfg: Node, cmd_node: Node, macros: _Macros, src: Y.Source, notes: list[Note]
+                  ) -> _Expanded:
+    """A model's ``cmd`` and ``env`` items with its macros expanded."""
+    ex = _Expander(macros)
+    b = Builder()
+    ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), macros.size, b)
+    cmd = b.build()
+    if ex.too_big:
+        notes.append(Note("macro-invalid", Y.line(cmd_node), f"models.{mid}.cmd: " + _(
+            "the macros expand to more than {n} characters; checked up to there").format(n=MAX_EXPANDED),
+            Severity.WARNING))
+    env_items: list[tuple[Located, int]] = []
+    env_node = Y.get(cfg, "env")
+    for it in (env_node.value if Y.is_seq(env_node) else []):  # type: ignore[union-attr]
+        if Y.is_scalar(it):
+            eb = Builder()
+            ex.expand(Y.locate(it, src), macros.size, eb)
+            env_items.append((eb.build(), Y.line(it)))
+    return mid, cmd_node, cmd, env_items, macros
+
+
+def _model_invocation(e: _Expanded, port: int | None, k: int, notes: list[Note]) -> Invocation | None:
+    """A model's command split into words (``${PORT}`` given its port), as an invocation."""
+    mid, _node, cmd, env_items, macros = e
+    try:
+        words = split_words(_lines(cmd, sanitize=True))
+    except ShellSyntaxError as err:
+        notes.append(Note("shell-syntax", cmd.line_at(err.offset), f"models.{mid}.cmd: {err}", Severity.ERROR))
+        return None
+    if port is not None:
+        # `${PORT}` has no blanks or quotes: substituting it in the words is the same as in
+        # the text, and --fix can write `${PORT}` back
+        words = [Word(w.text.replace("${PORT}", str(port)), w.line, written=w.text) if "${PORT}" in w.text else w
+                 for w in words]
+        env_items = [(_substitute(x, "PORT", str(port)), ln) for x, ln in env_items]
+        cmd = _substitute(cmd, "PORT", str(port))
+    model_notes = _leftovers(mid, cmd, macros)
+    env = [(n, v, ln) for x, ln in env_items for n, _eq, v in [x.text.partition("=")]]
+    inv = _server(words, env, mid)
+    if inv is not None:
+        notes.extend(replace(n, invocation=k) for n in model_notes)
+    return inv
 
 
 def _leftovers(mid: str, cmd: Located, macros: _Macros) -> list[Note]:

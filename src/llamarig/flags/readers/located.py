@@ -111,41 +111,50 @@ def split_words(loc: Located) -> list[Word]:
         start = i
         buf: list[str] = []
         while i < n and s[i] not in _BLANK:
-            c = s[i]
-            if c == "'":
-                end = s.find("'", i + 1)
-                if end < 0:
-                    raise ShellSyntaxError(i, _("unterminated single quote"))
-                buf.append(s[i + 1:end])
-                i = end + 1
-            elif c == '"':
-                i += 1
-                while True:
-                    if i >= n:
-                        raise ShellSyntaxError(start, _("unterminated double quote"))
-                    ch = s[i]
-                    if ch == '"':
-                        i += 1
-                        break
-                    if ch == "\\" and i + 1 < n and s[i + 1] in '"\\$`\n':
-                        if s[i + 1] != "\n":
-                            buf.append(s[i + 1])
-                        i += 2
-                        continue
-                    buf.append(ch)
-                    i += 1
-            elif c == "\\":
-                if i + 1 < n:
-                    if s[i + 1] != "\n":
-                        buf.append(s[i + 1])
-                    i += 2
-                else:
-                    i += 1
-            else:
-                j = i
-                while j < n and s[j] not in _BLANK and s[j] not in "'\"\\":
-                    j += 1
-                buf.append(s[i:j])
-                i = j
+            i = _piece(s, i, start, buf)
         out.append(Word("".join(buf), loc.line_at(start)))
     return out
+
+
+def _piece(s: str, i: int, start: int, buf: list[str]) -> int:
+    """One piece of a word at ``s[i]`` (a quoted string, an escape, a run of plain characters)
+    into ``buf``; where the next piece starts."""
+    c = s[i]
+    if c == "'":
+        end = s.find("'", i + 1)
+        if end < 0:
+            raise ShellSyntaxError(i, _("unterminated single quote"))
+        buf.append(s[i + 1:end])
+        return end + 1
+    if c == '"':
+        return _double_quoted(s, i + 1, start, buf)
+    if c == "\\":
+        if i + 1 >= len(s):
+            return i + 1
+        if s[i + 1] != "\n":
+            buf.append(s[i + 1])
+        return i + 2
+    j = i
+    while j < len(s) and s[j] not in _BLANK and s[j] not in "'\"\\":
+        j += 1
+    buf.append(s[i:j])
+    return j
+
+
+def _double_quoted(s: str, i: int, start: int, buf: list[str]) -> int:
+    """The inside of double quotes from ``s[i]``: ``\\`` escapes ``"`` ``\\`` ``$`` backquote and a
+    newline; where the closing quote ends."""
+    n = len(s)
+    while True:
+        if i >= n:
+            raise ShellSyntaxError(start, _("unterminated double quote"))
+        ch = s[i]
+        if ch == '"':
+            return i + 1
+        if ch == "\\" and i + 1 < n and s[i + 1] in '"\\$`\n':
+            if s[i + 1] != "\n":
+                buf.append(s[i + 1])
+            i += 2
+            continue
+        buf.append(ch)
+        i += 1

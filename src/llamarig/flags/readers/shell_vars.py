@@ -138,48 +138,10 @@ def expand_word(w: Word, scope: Scope, unknown: list[Unknown], *, split: bool = 
     for text, q in w.parts:
         if q in ("'", "`"):
             f.add(text, w.line)
-            continue
-        quoted = q == '"'
-        if "$" not in text:
-            f.add(text, w.line, make=quoted)
-            continue
-        i = 0
-        n = len(text)
-        while i < n:
-            k = text.find("$", i)
-            if k < 0:
-                f.add(text[i:], w.line, make=quoted)
-                break
-            if k > i:
-                f.add(text[i:k], w.line, make=quoted)
-            ref, end = _reference(text, k)
-            if ref is None:
-                f.add("$", w.line, make=True)
-                i = k + 1
-                continue
-            i = end
-            got = _resolve(ref, text[k:end], scope, w.line, unknown)
-            if got is None:
-                f.add(text[k:end], w.line, known=False)
-                continue
-            changed = True
-            kind, vals = got
-            if kind == "@" and quoted:  # "${arr[@]}": one field per element
-                for e, (t, ln, op) in enumerate(vals):
-                    if e:
-                        f.end()
-                    f.add(t, ln, known=not op)
-            elif quoted or not split:
-                f.add((" " if kind in ("@", "*") else "").join(t for t, _, _ in vals),
-                      vals[0][1] if vals else w.line, make=quoted, known=not (len(vals) == 1 and vals[0][2]))
-            else:
-                for e, (t, ln, op) in enumerate(vals):
-                    if e:
-                        f.end()
-                    if op:
-                        f.add(t, ln, known=False)
-                    else:
-                        f.split(t, ln)
+        elif "$" not in text:
+            f.add(text, w.line, make=q == '"')
+        else:
+            changed = _expand_text(f, text, q == '"', w.line, scope, unknown, split) or changed
     f.end()
     if not changed:
         if f.out and f.out[0][2] and len(f.out) == 1:
@@ -188,6 +150,55 @@ def expand_word(w: Word, scope: Scope, unknown: list[Unknown], *, split: bool = 
     if not split:
         f.out = [("".join(t for t, _, _ in f.out), f.out[0][1] if f.out else w.line, False)]
     return [Word(t, ln, opaque=op) for t, ln, op in f.out]
+
+
+def _expand_text(f: _Fields, text: str, quoted: bool, line: int, scope: Scope, unknown: list[Unknown],
+                 split: bool) -> bool:
+    """One piece of a word holding ``$``: its references replaced in ``f``; whether any was known."""
+    changed = False
+    i = 0
+    while i < len(text):
+        k = text.find("$", i)
+        if k < 0:
+            f.add(text[i:], line, make=quoted)
+            break
+        if k > i:
+            f.add(text[i:k], line, make=quoted)
+        ref, end = _reference(text, k)
+        if ref is None:
+            f.add("$", line, make=True)
+            i = k + 1
+            continue
+        i = end
+        got = _resolve(ref, text[k:end], scope, line, unknown)
+        if got is None:
+            f.add(text[k:end], line, known=False)
+            continue
+        changed = True
+        _place(f, got, quoted, split, line)
+    return changed
+
+
+def _place(f: _Fields, got: tuple[str, Value], quoted: bool, split: bool, line: int) -> None:
+    """A known expansion's values into ``f``: ``"${arr[@]}"`` one field per element, a quoted or
+    unsplit one joined, an unquoted one split on blanks."""
+    kind, vals = got
+    if kind == "@" and quoted:
+        for e, (t, ln, op) in enumerate(vals):
+            if e:
+                f.end()
+            f.add(t, ln, known=not op)
+    elif quoted or not split:
+        f.add((" " if kind in ("@", "*") else "").join(t for t, _, _ in vals),
+              vals[0][1] if vals else line, make=quoted, known=not (len(vals) == 1 and vals[0][2]))
+    else:
+        for e, (t, ln, op) in enumerate(vals):
+            if e:
+                f.end()
+            if op:
+                f.add(t, ln, known=False)
+            else:
+                f.split(t, ln)
 
 
 def _reference(text: str, k: int) -> tuple[str | None, int]:
@@ -215,13 +226,60 @@ def _reference(text: str, k: int) -> tuple[str | None, int]:
     return None, k + 1
 
 
+@dataclass
+class _Ref:
+    """A parameter reference taken apart: ``${#name[index]op word}``, and the variable it names
+    (None: not set)."""
+
+    name: str
+    var: Var | None
+    index: str | None
+    count: bool
+    op: str | None
+    word: str
+
+
 def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unknown]
              ) -> tuple[str, Value] | None:
     """(``@`` for an array's elements, ``*`` for elements joined, ``$`` for a scalar, values), or
     None when not known here (recorded in ``unknown``)."""
+    r = _parse_ref(ref, written, scope, line, unknown)
+    if r is None:
+        return None
+    var = r.var
+    if var is not None and var.value is None:
+        unknown.append(Unknown(written, line, var.why or _("set on line {line} from a value not known here").format(
+            line=var.line)))
+        return None
+    if var is not None:
+        unknown.extend(var.unknown)
+    vals: Value = var.values() if var is not None else []
+    if r.index is None:
+        kind, sel = "$", vals[:1]
+    elif r.index in ("@", "*"):
+        kind, sel = r.index, list(vals)
+    elif r.index.isdigit():
+        kind, sel = "$", vals[int(r.index):int(r.index) + 1]
+    else:
+        unknown.append(Unknown(written, line, _("an array index llamarig does not evaluate")))
+        return None
+    if r.count:
+        return _length(r, vals, sel, written, line, unknown)
+    if r.op is None:
+        if var is None:
+            unknown.append(Unknown(written, line, _("{name} is not set earlier in this file (it may come from the "
+                                                    "environment or a sourced file)").format(name=r.name)))
+            return None
+        return kind, sel
+    return _operator(r, kind, sel, written, scope, line, unknown)
+
+
+def _parse_ref(ref: str, written: str, scope: Scope, line: int, unknown: list[Unknown]) -> _Ref | None:
+    """The reference inside ``$...`` or ``${...}`` and the variable it names; None (with a note)
+    for the shell's own parameters and what llamarig does not evaluate."""
     positional = scope.positional is not None and (ref in ("@", "*") or ref.isdigit() and ref != "0")
     if ref == "#" and scope.positional is not None:
-        return "$", [(str(len(scope.positional)), line, False)]
+        return _Ref("#", Var([(str(len(scope.positional)), line, False)], False, line), None, False, None, "")
     if ref and ref[0] in _SPECIAL and (len(ref) == 1 or ref[0] in "@*") and not positional:
         why = (_("the script's arguments, given when it runs") if ref[0] in "@*#0123456789"
                else _("set by the shell when it runs"))
@@ -232,76 +290,59 @@ def _resolve(ref: str, written: str, scope: Scope, line: int, unknown: list[Unkn
         unknown.append(Unknown(written, line, _("a shell expansion llamarig does not evaluate")))
         return None
     count, name, index, op, word = m.groups()
-    if not (name[0].isalpha() or name[0] == "_"):  # $1 ... $9, ${10}, $@, $*
-        if scope.positional is None or name == "0" or index is not None:
-            unknown.append(Unknown(written, line, _("the script's arguments, given when it runs")))
-            return None
-        pos = scope.positional
-        if name in ("@", "*"):
-            var: Var | None = Var(list(pos), True, line)
-            index = name
-        else:
-            n = int(name)
-            var = Var([pos[n - 1] if n <= len(pos) else ("", line, False)], False, line)  # unset: empty
-    else:
+    if name[0].isalpha() or name[0] == "_":
         scope.used.add(name)
-        var = scope.vars.get(name)
-    is_set = var is not None
-    if var is not None and var.value is None:
-        unknown.append(Unknown(written, line, var.why or _("set on line {line} from a value not known here").format(
-            line=var.line)))
+        return _Ref(name, scope.vars.get(name), index, bool(count), op, word or "")
+    if scope.positional is None or name == "0" or index is not None:  # $1 ... $9, ${10}, $@, $*
+        unknown.append(Unknown(written, line, _("the script's arguments, given when it runs")))
         return None
-    if var is not None:
-        unknown.extend(var.unknown)
-    vals: Value = var.values() if var is not None else []
-    if index is None:
-        kind, sel = "$", vals[:1]
-    elif index in ("@", "*"):
-        kind, sel = index, list(vals)
-    elif index.isdigit():
-        i = int(index)
-        kind, sel = "$", vals[i:i + 1]
-    else:
-        unknown.append(Unknown(written, line, _("an array index llamarig does not evaluate")))
+    pos = scope.positional
+    if name in ("@", "*"):
+        return _Ref(name, Var(list(pos), True, line), name, bool(count), op, word or "")
+    n = int(name)
+    var = Var([pos[n - 1] if n <= len(pos) else ("", line, False)], False, line)  # unset: empty
+    return _Ref(name, var, index, bool(count), op, word or "")
+
+
+def _length(r: _Ref, vals: Value, sel: Value, written: str, line: int, unknown: list[Unknown]
+            ) -> tuple[str, Value] | None:
+    """``${#name}``, ``${#arr[@]}``."""
+    if r.op:
+        unknown.append(Unknown(written, line, _("a shell expansion llamarig does not evaluate")))
         return None
-    if count:
-        if op:
-            unknown.append(Unknown(written, line, _("a shell expansion llamarig does not evaluate")))
-            return None
-        n = len(vals) if index in ("@", "*") else len(sel[0][0]) if sel else 0
-        if not is_set:
-            unknown.append(Unknown(written, line, _("{name} is not set in this file").format(name=name)))
-            return None
-        return "$", [(str(n), line, False)]
+    if r.var is None:
+        unknown.append(Unknown(written, line, _("{name} is not set in this file").format(name=r.name)))
+        return None
+    n = len(vals) if r.index in ("@", "*") else len(sel[0][0]) if sel else 0
+    return "$", [(str(n), line, False)]
+
+
+def _operator(r: _Ref, kind: str, sel: Value, written: str, scope: Scope, line: int, unknown: list[Unknown]
+              ) -> tuple[str, Value] | None:
+    """``${name:-word}``, ``${name-word}``, ``:=``, ``:+``, ``:?``: the value bash gives."""
+    op, word, is_set = r.op or "", r.word, r.var is not None
     empty = not sel or (len(sel) == 1 and sel[0][0] == "")
-    if op is None:
-        if not is_set:
-            unknown.append(Unknown(written, line, _("{name} is not set earlier in this file (it may come from the "
-                                                    "environment or a sourced file)").format(name=name)))
-            return None
-        return kind, sel
-    word = word or ""
     use_default = (not is_set) if op in ("-", "=", "+", "?") else (not is_set or empty)
     if op in (":+", "+"):
         return ("$", [(word, line, False)]) if not use_default else ("$", [])
     if op in (":?", "?"):
         if use_default:
-            unknown.append(Unknown(written, line, _("{name} is not set in this file").format(name=name)))
+            unknown.append(Unknown(written, line, _("{name} is not set in this file").format(name=r.name)))
             return None
         return kind, sel
-    if use_default:
-        if "$" in word:
-            inner: list[Unknown] = []
-            dw = expand_word(Word(word, line, parts=((word, '"'),)), scope, inner, split=False)
-            if inner or not dw:
-                unknown.append(Unknown(written, line, _("{name} is not set in this file and its default is not "
-                                                        "known here").format(name=name)))
-                return None
-            word = dw[0].text
-        if not is_set:
-            unknown.append(Unknown(written, line, _("{name} is not set earlier in this file: checked with its "
-                                                    "default `{word}`").format(name=name, word=word), default=True))
-        if op in (":=", "="):
-            scope.assign(name, [(word, line, False)], line)
-        return "$", [(word, line, False)]
-    return kind, sel
+    if not use_default:
+        return kind, sel
+    if "$" in word:
+        inner: list[Unknown] = []
+        dw = expand_word(Word(word, line, parts=((word, '"'),)), scope, inner, split=False)
+        if inner or not dw:
+            unknown.append(Unknown(written, line, _("{name} is not set in this file and its default is not "
+                                                    "known here").format(name=r.name)))
+            return None
+        word = dw[0].text
+    if not is_set:
+        unknown.append(Unknown(written, line, _("{name} is not set earlier in this file: checked with its "
+                                                "default `{word}`").format(name=r.name, word=word), default=True))
+    if op in (":=", "="):
+        scope.assign(r.name, [(word, line, False)], line)
+    return "$", [(word, line, False)]

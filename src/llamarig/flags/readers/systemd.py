@@ -150,9 +150,30 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
     for where, lines in _dropins(origin):
         entries.extend(_entries(lines, where))
     notes: list[Note] = []
-    # systemd.exec(5): Environment= and EnvironmentFile= apply to every command of the unit,
-    # wherever they are written; the files' settings override Environment='s, later ones earlier
-    env: dict[str, tuple[str, str, int]] = {}  # name -> (name, value, line): later replaces earlier
+    env = _unit_environment(entries, origin, notes)
+    # systemd.service(5) ExecStart=: an empty assignment resets the list of commands before it
+    # (a drop-in replaces the unit's command with `ExecStart=` then `ExecStart=...`)
+    kept: list[Entry] = []
+    for e in entries:
+        if e[0] in _EXEC and not e[1]:
+            kept = [k for k in kept if k[0] != e[0]]
+        else:
+            kept.append(e)
+    invocations: list[Invocation] = []
+    for e in kept:
+        if e[0] in _EXEC:
+            _exec_line(e, env, kept, invocations, notes)
+    return Parsed("systemd", invocations, notes, [], raw)
+
+
+_EXEC = ("ExecStart", "ExecStartPre", "ExecStartPost")
+
+
+def _unit_environment(entries: list[Entry], origin: Path | None, notes: list[Note]) -> dict[str, tuple[str, str, int]]:
+    """systemd.exec(5): Environment= and EnvironmentFile= apply to every command of the unit,
+    wherever they are written; the files' settings override Environment='s, later ones earlier.
+    Name -> (name, value, line)."""
+    env: dict[str, tuple[str, str, int]] = {}
     from_files: list[tuple[str, str, int]] = []
     for key, val, ln, *_rest in entries:
         if key == "Environment":
@@ -169,52 +190,46 @@ def parse_systemd(text: str, origin: Path | None = None) -> Parsed:
     for fe in from_files:
         env.pop(fe[0], None)
         env[fe[0]] = fe
-    # systemd.service(5) ExecStart=: an empty assignment resets the list of commands before it
-    # (a drop-in replaces the unit's command with `ExecStart=` then `ExecStart=...`)
-    kept: list[Entry] = []
-    for e in entries:
-        if e[0] in ("ExecStart", "ExecStartPre", "ExecStartPost") and not e[1]:
-            kept = [k for k in kept if k[0] != e[0]]
-        else:
-            kept.append(e)
-    values = {n: v for n, v, _ in env.values()}
-    invocations: list[Invocation] = []
-    for key, val, ln, line_nos, blank, ignored, where, lines in kept:
-        if key not in ("ExecStart", "ExecStartPre", "ExecStartPost"):
-            continue
-        v = val.lstrip("@-:+!|")
-        try:
-            words_text = shlex.split(v, comments=False)
-        except ValueError:
-            notes.append(Note("shell-syntax", ln, _("unbalanced quotes in {key}=").format(key=key), Severity.ERROR))
-            continue
-        unknown: list[str] = []
-        used: set[str] = set()
-        words = _expand(_assign_lines(words_text, lines, line_nos), values, unknown, used)
-        tmp_env: list[tuple[str, str, int]] = []
-        idx = unwrap(words, tmp_env)[0]
-        if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
-            label = key if not where else _("{key}= in {file}").format(key=key, file=where)
-            # a variable the command line expands is the unit's setting for systemd, not one for
-            # llama-server to read (dead-env-var would have --fix remove it from Environment=)
-            inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line, line_nos[-1],
-                             env=[e for e in [*env.values(), *tmp_env] if e[0] not in used], source="systemd", label=label,
-                             wrappers=wrapper_words(words, idx), cwd=workdir_of(kept), written_here=not where)
-            invocations.append(inv)
-            k = len(invocations) - 1
-            for name in dict.fromkeys(unknown):
-                notes.append(Note("unknown-variable", ln,
-                                  _("`{name}` is not set by Environment= or an EnvironmentFile= here: systemd "
-                                    "expands it to nothing (`${{NAME}}`: an empty word; `$NAME`: no word at all; "
-                                    "systemd.service(5), {url})").format(
-                                      name=name, url="https://www.freedesktop.org/software/systemd/man/"
-                                      "latest/systemd.service.html#Command%20lines"), Severity.WARNING, k))
-            if blank is not None and ignored:
-                _cut(inv, k, key, blank, ignored, lines, notes)
-        elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
-            notes.append(Note("kill-by-name", ln, _("{key}= kills processes by name").format(key=key),
-                              Severity.WARNING))
-    return Parsed("systemd", invocations, notes, [], raw)
+    return env
+
+
+def _exec_line(e: Entry, env: dict[str, tuple[str, str, int]], kept: list[Entry], invocations: list[Invocation],
+               notes: list[Note]) -> None:
+    """One ExecStart=/ExecStartPre=/ExecStartPost= line: a llama-server invocation (its
+    variables expanded), a kill by name, or nothing."""
+    key, val, ln, line_nos, blank, ignored, where, lines = e
+    v = val.lstrip("@-:+!|")
+    try:
+        words_text = shlex.split(v, comments=False)
+    except ValueError:
+        notes.append(Note("shell-syntax", ln, _("unbalanced quotes in {key}=").format(key=key), Severity.ERROR))
+        return
+    unknown: list[str] = []
+    used: set[str] = set()
+    words = _expand(_assign_lines(words_text, lines, line_nos), {n: x for n, x, _ in env.values()}, unknown, used)
+    tmp_env: list[tuple[str, str, int]] = []
+    idx = unwrap(words, tmp_env)[0]
+    if idx < len(words) and is_server_call(words[idx].text, words[idx + 1:]):
+        label = key if not where else _("{key}= in {file}").format(key=key, file=where)
+        # a variable the command line expands is the unit's setting for systemd, not one for
+        # llama-server to read (dead-env-var would have --fix remove it from Environment=)
+        inv = Invocation(words[idx].text, words[idx + 1:], words[idx].line, line_nos[-1],
+                         env=[x for x in [*env.values(), *tmp_env] if x[0] not in used], source="systemd", label=label,
+                         wrappers=wrapper_words(words, idx), cwd=workdir_of(kept), written_here=not where)
+        invocations.append(inv)
+        k = len(invocations) - 1
+        for name in dict.fromkeys(unknown):
+            notes.append(Note("unknown-variable", ln,
+                              _("`{name}` is not set by Environment= or an EnvironmentFile= here: systemd "
+                                "expands it to nothing (`${{NAME}}`: an empty word; `$NAME`: no word at all; "
+                                "systemd.service(5), {url})").format(
+                                  name=name, url="https://www.freedesktop.org/software/systemd/man/"
+                                  "latest/systemd.service.html#Command%20lines"), Severity.WARNING, k))
+        if blank is not None and ignored:
+            _cut(inv, k, key, blank, ignored, lines, notes)
+    elif idx < len(words) and basename(words[idx].text) in ("killall", "pkill"):
+        notes.append(Note("kill-by-name", ln, _("{key}= kills processes by name").format(key=key),
+                          Severity.WARNING))
 
 
 def workdir_of(entries: list[Entry]) -> str | None:

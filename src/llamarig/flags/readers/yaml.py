@@ -8,6 +8,7 @@ item's line; strings as shell text. Not YAML, or nothing of the above: None.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llamarig.flags.parsed import Parsed
 from llamarig.flags.readers import yaml_nodes as Y
@@ -22,6 +23,24 @@ from llamarig.flags.readers.kubernetes import (
 )
 from llamarig.flags.readers.llama_swap import read_llama_swap
 
+if TYPE_CHECKING:
+    from yaml.nodes import Node
+
+
+def _document(d: Node, src: Y.Source, cms: dict[str, list[tuple[str, str, int]]], origin: Path | None) -> tuple[str, Found]:
+    """What one YAML document is (llama-swap, compose, a Kubernetes workload, Helm values; "" for
+    none of them) and the commands in it."""
+    if Y.is_map(Y.get(d, "models")):
+        return "llama-swap", read_llama_swap(d, src)
+    if Y.is_map(Y.get(d, "services")):
+        return "compose", read_compose(d, src, read_dotenv(origin))
+    if is_workload(d):
+        return "kubernetes", read_kubernetes(d, src, cms)
+    if Y.text_of(Y.get(d, "kind")) is None or Y.get(d, "apiVersion") is None:
+        more = read_helm_values(d, src)
+        return ("helm-values" if more[0] else ""), more
+    return "", ([], [])
+
 
 def parse_yaml(text: str, origin: Path | None = None) -> Parsed | None:
     """Every llama-server command of the file's documents; None when the text is not YAML or
@@ -34,21 +53,10 @@ def parse_yaml(text: str, origin: Path | None = None) -> Parsed | None:
     found: Found = ([], [])
     kinds: list[str] = []
     for d in docs:
-        if not Y.is_map(d):
-            continue
-        if Y.is_map(Y.get(d, "models")):
-            kinds.append("llama-swap")
-            _merge(found, read_llama_swap(d, src))
-        elif Y.is_map(Y.get(d, "services")):
-            kinds.append("compose")
-            _merge(found, read_compose(d, src, read_dotenv(origin)))
-        elif is_workload(d):
-            kinds.append("kubernetes")
-            _merge(found, read_kubernetes(d, src, cms))
-        elif Y.text_of(Y.get(d, "kind")) is None or Y.get(d, "apiVersion") is None:
-            more = read_helm_values(d, src)
-            if more[0]:
-                kinds.append("helm-values")
+        if Y.is_map(d):
+            kind, more = _document(d, src, cms, origin)
+            if kind:
+                kinds.append(kind)
             _merge(found, more)
     if not kinds:
         if not found[1]:

@@ -23,6 +23,7 @@ from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.preset import preset_invocation
 from llamarig.flags.rules import (
     combinations,
+    engines,
     environment,
     memory,
     model,
@@ -141,6 +142,10 @@ def _lint(parsed: Parsed, schema: Schema, ctx: Context | None,
                 seen_env.add(key)
             findings.append(f)
         findings.extend(script.background_no_log(inv, r, k))
+    for inv in parsed.others:  # other engines' commands: named, FastLLM's flags checked and translated
+        findings.extend(engines.engine_findings(inv, schema, ctx or default_ctx or Context()))
+    if not parsed.invocations and not parsed.others and parsed.kind == "shell":
+        findings.extend(engines.modelfile_findings(parsed.lines))
     order = {s: i for i, s in enumerate(Severity)}
     findings.sort(key=lambda f: (f.line, order.get(f.severity, 9), f.rule))
     return readings, findings

@@ -18,7 +18,10 @@ def memory_plan(s: Subject) -> list[Finding]:
     inv, r, k, ctx = s.inv, s.reading, s.k, s.ctx
     if not ctx.gpus or ctx.planner is None:
         return []
-    argv = ["llama-server"] + [w.text for w in inv.intended_args]
+    # what runs is priced: the words llama-server receives (a cut-off flag never applies); what
+    # the cut-off words would change is said after it
+    argv = ["llama-server"] + [w.text for w in inv.args]
+    meant = ["llama-server"] + [w.text for w in inv.intended_args] if inv.orphans else None
     mm = r.last("--mmproj")
     mm_note = ""
     mm_arg = None
@@ -42,6 +45,8 @@ def memory_plan(s: Subject) -> list[Finding]:
         detail = _("; ").join(parts)
     except Exception:  # pragma: no cover - result shape changed
         detail = ""
+    if meant is not None:
+        mm_note = mm_note + _meant_note(ctx, mm_arg, meant, inv.cut_line)
     if plan.fits:
         return [finding("memory", Severity.INFO, inv.line, None,
                         _("memory plan (llamarig plan): fits. {detail}{mm_note} (formulas: `llamarig plan --gpu "
@@ -51,3 +56,16 @@ def memory_plan(s: Subject) -> list[Finding]:
                     _("memory plan (llamarig plan): does not fit: {short}. {detail}{mm_note}").format(
                         short=_("; ").join(plan.shortfalls()), detail=detail, mm_note=mm_note),
                     _("lower -c, quantize the KV cache (-ctk/-ctv q8_0 or q4_0), or offload fewer layers"), k)]
+
+
+def _meant_note(ctx: object, mm_arg: str | None, meant: list[str], cut_line: int | None) -> str:
+    """What the command as meant (the cut-off words put back) would need, or why it has no plan."""
+    planner = getattr(ctx, "planner", None)
+    try:
+        plan = planner(getattr(ctx, "model_ref", None), mm_arg, list(getattr(ctx, "gpus", ())),  # type: ignore[misc]
+                       getattr(ctx, "ram_bytes", None), meant)
+    except Exception as e:  # the meant command may be one llama-server refuses (a KV type it rejects)
+        return _("; as meant (the words cut off at line {line} put back): no plan: {why}").format(line=cut_line, why=e)
+    totals = _("; ").join(_("{device}: {used}").format(device=d.name, used=fmt_bytes(d.total)) for d in plan.devices)
+    return _("; as meant (the words cut off at line {line} put back): {verdict}, {totals}").format(
+        line=cut_line, verdict=_("fits") if plan.fits else _("does not fit"), totals=totals)

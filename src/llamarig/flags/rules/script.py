@@ -13,8 +13,8 @@ from llamarig.i18n import N_, _
 
 
 def note_to_finding(n: Note) -> Finding:
-    return Finding(n.kind, n.severity, n.message, line=n.line,
-                   fix=n.fix or (_(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None), invocation=n.invocation)
+    return Finding(n.kind, n.severity, n.line, None, n.message,
+                   n.fix or (_(_NOTE_FIX[n.kind]) if n.kind in _NOTE_FIX else None), n.invocation, True)
 
 
 _NOTE_FIX = {
@@ -30,6 +30,19 @@ _NOTE_FIX = {
     "yaml-not-string": N_("quote the item"),
     "source-missing": N_("put the file next to the script, or fix its path"),
     "preset-section-again": N_("write each section once: merge the two"),
+    "paste-prose": N_("put `# ` in front of it (see --fix)"),
+    "paste-fence": N_("delete the line (see --fix)"),
+    "paste-bullet": N_("delete the marker (see --fix)"),
+    "paste-numbered": N_("delete the marker (see --fix)"),
+    "paste-prompt": N_("delete the `$ ` (see --fix)"),
+    "paste-fullwidth": N_("type these characters in ASCII (see --fix)"),
+    "paste-quotes": N_("use straight quotes `\"` and `'` (see --fix)"),
+    "paste-dash": N_("write `--` (or `-`) with ASCII hyphens (see --fix)"),
+    "paste-prose-tail": N_("put `# ` before the prose, or move it to a comment line above the command (see --fix)"),
+    "comment-after-backslash": N_("move the comment to a line above the command and end this line with `\\` "
+                                  "(see --fix)"),
+    "missing-backslash": N_("end the line with ` \\` (see --fix)"),
+    "gap-after-backslash": N_("delete the line, or move the comment above the command (see --fix)"),
 }
 
 
@@ -40,9 +53,9 @@ def background_no_log(inv: Invocation, r: Reading, k: int) -> list[Finding]:
         if where != "file":
             why = (_("its log is thrown away (stderr goes to /dev/null)") if where == "null" else
                    _("its log (stderr) goes to the terminal that started it"))
-            return [Finding("background-no-log", Severity.INFO,
+            return [Finding("background-no-log", Severity.INFO, inv.end_line, None,
                             _("the server runs in the background (`&`) and {why}; add --log-file (or "
-                              "`> FILE 2>&1`) to keep it").format(why=why), line=inv.end_line, invocation=k)]
+                              "`> FILE 2>&1`) to keep it").format(why=why), None, k)]
     return []
 
 

@@ -1,0 +1,157 @@
+"""What runs and what was meant, priced: the plan of the command llama-server really receives
+and of the command its author meant (:class:`llamarig.app.check.WhatRuns`), with the settings
+that differ between them. explain, logs, check --fix and render --fix show figures from here, so
+every view prices the same command the same way (the planner's figures, not a second
+arithmetic)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from llamarig.app.check import WhatRuns, behaviour_changes
+from llamarig.app.planning import plan_with_speed
+from llamarig.catalogue.models import is_catalogue_id
+from llamarig.errors import LlamarigError
+from llamarig.flags.argv import Command
+from llamarig.hardware.types import GPU, Hardware
+from llamarig.i18n import _
+from llamarig.plan.deployment import Deployment, deployment
+from llamarig.plan.result import Plan
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One argv and its plan, or why it has none (``error``: llama-server would refuse the
+    command, the model cannot be read; both None: no model to plan, -m is not on this machine)."""
+
+    argv: tuple[str, ...]
+    plan: Plan | None = None
+    error: LlamarigError | None = None
+
+    @property
+    def kv_bytes(self) -> int | None:
+        """The whole KV cache (every device and host RAM), as the plan has it."""
+        if self.plan is None:
+            return None
+        return sum(d.get("kv") for d in self.plan.devices) + self.plan.host.get("kv")
+
+
+@dataclass(frozen=True)
+class PricedRuns:
+    """A :class:`WhatRuns` pair priced: ``runs`` is what llama-server receives; ``meant`` the
+    command its author meant (None when it is the same command); ``changes`` the settings the
+    meant command would change, (what, runs, meant); ``notes`` how the model and projector were
+    found."""
+
+    pair: WhatRuns
+    runs: Priced
+    meant: Priced | None
+    changes: tuple[tuple[str, str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _local(path: str, base_dir: Path | None) -> str | None:
+    """``path`` as a file on this machine (``~`` expanded, a relative one also tried against
+    ``base_dir``, the directory of the script that names it), else None."""
+    p = Path(os.path.expanduser(path))
+    cands = [p] + ([base_dir / p] if base_dir is not None and not p.is_absolute() else [])
+    return next((str(c.resolve()) for c in cands if c.is_file()), None)
+
+
+def _projector_kind(path: str) -> str:
+    """The catalogue projector a missing mmproj file stands for, by its name (``…-f16.gguf``)."""
+    name = Path(path).name.lower()
+    return "bf16" if "bf16" in name else "f16" if "f16" in name else "catalogue"
+
+
+def _inputs(argv: Sequence[str], model: str | None, base_dir: Path | None
+            ) -> tuple[str | None, list[str], str | None, list[str]]:
+    """(model, argv, mmproj, notes) for the planner: files named relative to the script taken
+    from its directory, a projector or draft that is not on this machine replaced (catalogue)
+    or left out, each with a note."""
+    cmd = Command.parse(list(argv), program=True)
+    notes: list[str] = []
+    written = cmd.get("--model")
+    if model is None and written is not None:
+        model = _local(written, base_dir) or (written if is_catalogue_id(written) else None)
+    cmd = cmd.without("--model")
+    mmproj = None
+    mm = cmd.get("--mmproj")
+    if mm is not None:
+        mmproj = _local(mm, base_dir)
+        if mmproj is None and model is not None and is_catalogue_id(model):
+            mmproj = _projector_kind(mm)
+            notes.append(_("--mmproj {path}: not on this machine; the catalogue's {kind} projector is planned in "
+                           "its place").format(path=mm, kind=mmproj))
+        elif mmproj is None:
+            mmproj = "none"
+            notes.append(_("--mmproj {path}: not on this machine; its memory is not counted").format(path=mm))
+        cmd = cmd.without("--mmproj")
+    draft = cmd.get("--model-draft")
+    if draft is not None:
+        found = _local(draft, base_dir) or (draft if is_catalogue_id(draft) else None)
+        if found is None:
+            notes.append(_("--model-draft {path}: not on this machine; the draft model is not counted").format(
+                path=draft))
+            cmd = cmd.without("--model-draft")
+        else:
+            cmd = cmd.set("--model-draft", found)
+    return model, cmd.to_argv(), mmproj, notes
+
+
+def deployment_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
+                  base_dir: Path | None = None) -> tuple[Deployment | None, list[str]]:
+    """The Deployment of one llama-server argv (program first) on ``gpus`` and ``ram`` (bytes),
+    and the notes on how its files were found; None when there is no model to plan (-m is not on
+    this machine)."""
+    m, args, mmproj, notes = _inputs(argv, model, base_dir)
+    if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
+        return None, []
+    return deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj), notes
+
+
+def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
+               base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
+    """The plan of one llama-server argv (program first), as ``llamarig plan`` makes it for the
+    same command (``model``: a GGUF or catalogue id instead of ``-m``), and the notes on how its
+    files were found."""
+    m, args, mmproj, notes = _inputs(argv, model, base_dir)
+    if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
+        return Priced(tuple(argv)), []
+    try:
+        d = deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj)
+        plan = plan_with_speed(d, speed=speed)
+    except LlamarigError as e:
+        return Priced(tuple(argv), error=e), notes
+    return Priced(tuple(argv), plan), notes
+
+
+#: the options that name the model llama-server loads; without one it starts as a router that
+#: loads none (tools/server/server.cpp:150-153)
+MODEL_OPTIONS = ("--model", "--hf-repo", "--docker-repo", "--model-url")
+
+
+def loads_model(argv: Sequence[str]) -> bool:
+    """Whether llama-server started with ``argv`` (program first) loads a model at all."""
+    return Command.parse(list(argv), program=True).has(*MODEL_OPTIONS)
+
+
+def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
+          base_dir: Path | None = None, speed: bool = False) -> PricedRuns:
+    """``pair`` priced: the plan of what llama-server receives, and of what was meant when that
+    differs, with the settings the meant command would change. A received command without a
+    model (its ``-m`` cut off) loads none: it is not priced as if it did, whatever ``model``."""
+    if loads_model(pair.received) or not loads_model(pair.meant):
+        runs, notes = price_argv(pair.received, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    else:
+        runs, notes = Priced(pair.received, error=LlamarigError(_(
+            "llama-server receives no model (-m): it starts as a router that loads none "
+            "(tools/server/server.cpp:150-153)"))), []
+    if pair.same:
+        return PricedRuns(pair, runs, None, (), tuple(notes))
+    meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    changes = tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
+    return PricedRuns(pair, runs, meant, changes, tuple(notes))
