@@ -66,13 +66,15 @@ def gpu(name: str) -> GPU:
 
 
 def machine(gpus: Sequence[GPU] = (), *, ram: int | None = None, cpu: CpuFeatures | None = None,
-            detect: bool = False) -> Hardware:
+            detect: bool = False, rpc: Sequence[GPU] = ()) -> Hardware:
     """The machine (``Hardware``) a deployment runs on: ``gpus`` in device order (:func:`gpu`), ``ram`` (host RAM,
     bytes), ``cpu`` (the CPU llama-server runs on; its features decide AMX / CPU_REPACK weight
-    buffers); ``detect``: this machine's (nvidia-smi, /proc), with the given values in place."""
+    buffers); ``detect``: this machine's (nvidia-smi, /proc), with the given values in place;
+    ``rpc``: the devices behind the rpc-servers of ``--rpc`` (``GPU.endpoint`` set,
+    ``llamarig.plan.rpc.parse_rpc_device``)."""
     from llamarig.plan.deployment import hardware as _hardware  # lazy: keeps import llamarig light
 
-    return _hardware(gpus, ram_bytes=ram, cpu=cpu, detect=detect)
+    return _hardware(gpus, ram_bytes=ram, cpu=cpu, detect=detect, rpc=rpc)
 
 
 def deployment(model: str | None = None, args: Sequence[str] = (), *, command: Sequence[str] | None = None,
@@ -175,20 +177,22 @@ def explain_report(report: CheckReport, *, model: str | None = None, lang: str =
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, hardware: Hardware | None = None, notes: Sequence[Diagnostic] = (),
                     want_plan: bool = True, repair: bool = False, keep_script: bool = False,
-                    own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False) -> Resolved:
+                    own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False,
+                    loopback_rpc_memory: int | None = None) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
     environment, and the plan with its speed on ``hardware`` (:func:`machine`); its
     ``deployment`` is what the plan was made of. ``own``: the calling command's option
     spellings, refused after the model (``command_name`` names that command);
     ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
-    here."""
+    here; ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine reports, for
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
     from llamarig.app import command  # lazy: keeps import llamarig light
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
                                    keep_script=keep_script, own=own, command_name=command_name,
-                                   allow_no_binary=allow_no_binary)
+                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory)
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 #: functions over MAX_LINES lines: "path:function" (path relative to src/llamarig)
 LONG_FUNCTIONS = {
-    "plan/fit.py:fit",  # rpc-deploy: --fit across devices
     "plan/compute.py:estimate_compute",  # rpc-compute: compute on every device
     "plan/ggml_graph.py:schedule",  # rpc-compute
     "plan/ggml_graph.py:allocate",  # rpc-compute
@@ -16,15 +15,12 @@ LONG_FUNCTIONS = {
     "bench/logparse.py:analyse",  # pool-watch
     "bench/runner.py:run_async",  # pool-watch
     "top/derive.py:_server",  # pool-watch
-    "gateway/config.py:build_config",  # pool-gw: the config declared once
 }
 
 #: top-level class names defined in more than one module: name -> the modules ("path" relative
 #: to src/llamarig) allowed to define it until their branch lands
 DUPLICATE_CLASSES = {
-    "ServerConfig": {"gateway/config.py", "plan/config.py"},  # pool-gw: the gateway's renames
-    "Runner": {"bench/runner.py", "gateway/server.py"},  # pool-gw
-    "_Conn": {"gateway/http.py", "gateway/upstream.py"},  # pool-gw
+    "Step": {"flags/argv.py", "plan/network.py"},  # paste-read (the argv walk), rpc-deploy (the network model)
     "Row": {"bench/compare.py", "flags/explain.py"},  # pool-watch (compare), paste-model (explain)
 }
 
@@ -53,19 +49,8 @@ COMPLEX_FUNCTIONS = {
     "flags/model.py:model_loader",  # paste-read (flags/)
     "flags/rules/values.py:_check_value",  # paste-read (flags/)
     "flags/schema.py:parse_help",  # paste-read (flags/)
-    "gateway/backends.py:check",  # pool-gw
-    "gateway/config.py:_simple_section",  # pool-gw
-    "gateway/config.py:_tier",  # pool-gw
-    "gateway/config.py:build_config",  # pool-gw
-    "gateway/fakebackend.py:generate",  # pool-gw
-    "gateway/metrics.py:relabel_backend_metrics",  # pool-gw
-    "gateway/tiers.py:choose_tier",  # pool-gw
-    "gateway/tiers.py:validate_body",  # pool-gw
-    "launch/process.py:start",  # rpc-deploy: one server starter
     "plan/compute.py:estimate_compute",  # rpc-compute
     "plan/cuda_fattn.py:best_kernel",  # rpc-compute
-    "plan/fit.py:_fit_step4",  # rpc-deploy
-    "plan/fit.py:fit",  # rpc-deploy
     "plan/ggml_graph.py:allocate",  # rpc-compute
     "plan/ggml_graph.py:schedule",  # rpc-compute
     "top/derive.py:_server",  # pool-watch

@@ -13,27 +13,10 @@ from llamarig.gateway.admission import (
     Ledger,
     Pool,
     Rejected,
-    pool_from_props,
 )
 from llamarig.gateway.backends import Affinity, BackendState, choose_backend
 from llamarig.gateway.config import BackendConfig
 from llamarig.gateway.errors import BackendError
-
-PROPS = {"default_generation_settings": {"n_ctx": 8192}, "total_slots": 4}
-
-
-def test_pool_from_props() -> None:
-    p = pool_from_props(PROPS, pool_tokens=None, slots=None, slot_ctx=None, unified=True)
-    assert (p.pool_tokens, p.slots, p.slot_ctx, p.source) == (8192, 4, 8192, "props")
-    p = pool_from_props(PROPS, pool_tokens=None, slots=None, slot_ctx=None, unified=False)
-    assert p.pool_tokens == 4 * 8192 and p.slot_ctx == 8192
-    # seed 004: -c 307200 -np 4 -kvu, slot capped at n_ctx_train 262144 -> pool from config
-    p = pool_from_props({"default_generation_settings": {"n_ctx": 262144}, "total_slots": 4},
-                        pool_tokens=307200, slots=None, slot_ctx=None, unified=True, safety=0.9)
-    assert p.pool_tokens == 276480 and p.slot_ctx == 262144 and p.source == "props+config"
-    with pytest.raises(BackendError, match="n_ctx"):  # a ServerError of the project's error tree
-        pool_from_props({}, pool_tokens=None, slots=None, slot_ctx=None, unified=True)
-    assert pool_from_props(None, pool_tokens=100, slots=2, slot_ctx=50, unified=True).source == "config"
 
 
 def test_ledger_fits_and_idempotent_release() -> None:
@@ -78,8 +61,8 @@ def _admission(pool: int = 1000, slots: int = 2, **kw: object) -> tuple[Admissio
     st = _state("a", pool, slots)
     opts = {"queue_size": 8, "queue_timeout_s": 5.0, "retry_after_s": 1.0}
     opts.update(kw)
-    adm = Admission(led, lambda t, aff, ex: choose_backend([st], led, t, None, ex),
-                    total_slots=lambda: slots, **opts)  # type: ignore[arg-type]
+    adm = Admission(led, lambda req, ex: choose_backend([st], led, req.tokens, None, ex, shares=req.shares),
+                    **opts)  # type: ignore[arg-type]
     return adm, led, st
 
 
@@ -115,7 +98,7 @@ def test_queue_priority_deadline_and_limits() -> None:
         adm.release(rk)
         assert adm.per_key == {}
         # no backend at all -> 503
-        adm.any_backend = lambda: False
+        adm.any_backend = lambda allowed: False
         with pytest.raises(Rejected) as e4:
             await adm.acquire(AdmitRequest(10, "B"))
         assert e4.value.status == 503
@@ -170,3 +153,33 @@ def test_gateway_errors_are_in_the_project_error_tree() -> None:
     assert str(e) == "busy" and e.body()["error"]["retry_after"] == 3
     assert RequestError(400, "bad", param="x").body() == {
         "error": {"message": "bad", "type": "invalid_request_error", "param": "x", "code": None}}
+
+
+def test_reject_when_busy_names_the_queue_ahead_and_holds_nothing() -> None:
+    """``on_busy = "reject"``: 429 ``busy`` at once, with what blocks it: the slots, or (when it
+    would fit) the requests of the same or a better priority queued ahead of it."""
+
+    async def run() -> None:
+        from llamarig.gateway import reasons
+
+        adm, led, st = _admission(pool=1000, slots=1, queue_timeout_s=5.0)
+        adm.diagnose = lambda req: reasons.blocked([st], led, req.tokens, req.exclude, shares=req.shares)
+        r1 = await adm.acquire(AdmitRequest(100, "B"))
+        with pytest.raises(Rejected) as e:
+            await adm.acquire(AdmitRequest(100, "A", on_busy="reject"))
+        assert (e.value.code, e.value.reason) == ("busy", "slots_busy") and e.value.retry_after >= 1
+        waiter = asyncio.ensure_future(adm.acquire(AdmitRequest(100, "B")))
+        await asyncio.sleep(0.01)
+        adm.release(r1)  # the waiter is admitted...
+        r2 = await waiter
+        waiter2 = asyncio.ensure_future(adm.acquire(AdmitRequest(100, "B")))  # ...and another queues
+        await asyncio.sleep(0.01)
+        led.release(r2)  # freed in the ledger, the queue not yet pumped: it would fit, but a waiter is ahead
+        with pytest.raises(Rejected) as e2:
+            await adm.acquire(AdmitRequest(100, "A", on_busy="reject"))
+        assert (e2.value.code, e2.value.reason, e2.value.details["queued"]) == ("busy", "queue_ahead", 1)
+        assert "1 requests of the same or a better priority wait ahead of it" in e2.value.message
+        adm.pump()
+        adm.release(await waiter2)
+        assert (led.total_reserved(), led.total_in_flight(), adm.queued, adm.per_key) == (0, 0, 0, {})
+    asyncio.run(run())

@@ -28,7 +28,7 @@ def blocks(lang: str) -> list[str]:
 
 def test_config_reference_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALICE_KEY", "sk-alice-from-env")
-    (ref,) = [b for b in blocks("toml") if "[server]" in b]
+    (ref,) = [b for b in blocks("toml") if "inherit_default_tiers" in b]
     p = tmp_path / "ref.toml"
     p.write_text(ref)
     cfg = load_config(p)
@@ -36,6 +36,45 @@ def test_config_reference_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert cfg.tiers["B"].sampling == {"temperature": 0.7}
     out = CliRunner().invoke(gateway_cmd, ["--config", str(p), "--check"])
     assert out.exit_code == 0 and '"key": "***"' in out.output and "sk-alice" not in out.output
+
+
+def test_the_field_reports_proxy_as_a_config(tmp_path: Path) -> None:
+    """docs/gateway.md writes the 32 GB card field report's proxy (tests/fixtures/seeds/004_*.txt,
+    三) as a llamarig config: its six tiers with their numbers, C2's widening, cron locked small
+    and capped, content rules in Chinese and English. Loaded with the gateway's own loader."""
+    from llamarig.gateway.tiers import decide
+
+    (doc,) = [b for b in blocks("toml") if "field report's proxy" in b]
+    p = tmp_path / "proxy.toml"
+    p.write_text(doc)
+    cfg = load_config(p)
+    t = cfg.tiers
+    assert [(n, t[n].max_tokens, t[n].thinking, t[n].reasoning_budget, t[n].reasoning_effort)
+            for n in ("B", "C1", "C2", "D", "A", "V")] == [
+        ("B", 4096, False, None, None), ("C1", 6144, True, 2048, "medium"), ("C2", 6144, True, 4096, None),
+        ("D", 6144, True, 2048, "medium"), ("A", 2048, False, None, None), ("V", 4096, False, None, None)]
+    assert (t["C2"].long_output_max_tokens, t["C2"].long_output_timeout_s, t["C2"].max_slots) == (32768, 1800.0, 3)
+    c = cfg.cron
+    assert (c.max_tokens, c.max_tokens_thinking, c.priority, c.max_slots, c.max_pool_share) == (1024, 2048, 10, 1, 0.25)
+    assert (cfg.server.port, cfg.backends[0].url, cfg.backends[0].log) == (8001, "http://127.0.0.1:8002",
+                                                                          "/home/yijingu/logs/llama-server.log")
+
+    def tier(text: str, headers: dict[str, str] | None = None, **body: object) -> tuple[str, int, bool]:
+        d = decide({"messages": [{"role": "user", "content": text}], **body}, headers or {}, cfg)
+        return d.tier, d.max_tokens, d.cron
+
+    assert tier("请帮我格式化这段 JSON") == ("A", 2048, False)
+    assert tier("Format this table as markdown") == ("A", 2048, False)
+    assert tier("深度分析一下这份财报") == ("D", 6144, False)
+    assert tier("分析一下这个日志") == ("C1", 6144, False)
+    assert tier("你好") == ("B", 4096, False)
+    assert tier("写个脚本", max_tokens=32768, tools=[{"type": "function"}]) == ("C2", 32768, False)  # widened
+    assert tier("nightly digest", {"x-llamarig-source": "cron-digest"}, max_tokens=32768) == ("B", 1024, True)
+    d = decide({"messages": [{"role": "system", "content": "你是一个编程助手"}, {"role": "user", "content": "改代码"}]},
+               {}, cfg)
+    assert (d.tier, d.reason) == ("C2", "system_prompt")
+    out = CliRunner().invoke(gateway_cmd, ["--config", str(p), "--check"])
+    assert out.exit_code == 0, out.output
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:

@@ -127,3 +127,57 @@ def test_overrides_and_no_backend() -> None:
     with pytest.raises(InputError, match="--backend"):
         with_overrides(cfg, backends=["127.0.0.1:8080"])
     assert DEFAULT_TIERS["B"].max_tokens == 4096
+
+
+@pytest.mark.parametrize("text,where", [
+    ("[tiers.B]\nmax_pool_share = 1.5\n", "tiers.B.max_pool_share: must be <= 1.0"),
+    ("[tiers.B]\nmax_pool_share = 0\n", "tiers.B.max_pool_share: must be in (0, 1]"),
+    ("[cron]\nmax_slots = 0\n", "cron.max_slots: must be >= 1"),
+    ("[cron]\non_busy = 'drop'\n", "cron.on_busy: expected 'queue' or 'reject', got 'drop'"),
+    ("[[routing.rules]]\ntier = 'A'\n", "routing.rules[0]: a rule needs exactly one of 'system' and 'user'"),
+    ("[[routing.rules]]\ntier = 'A'\nuser = '('\n", "routing.rules[0].user: bad regular expression"),
+    ("[[routing.rules]]\ntier = 'Q'\nuser = 'x'\n", "routing.rules[0].tier: unknown tier 'Q'"),
+    ("[[routing.rules]]\nuser = 'x'\n", "routing.rules[0]: missing tier"),
+    ("[routing]\nrules = 3\n", "routing.rules: expected a list ([[routing.rules]] in TOML), got integer"),
+    ("[[backends]]\nurl = 'http://a:1'\nname = 'gpu0'\n[tiers.C2]\nbackends = ['gpu1']\n",
+     "tiers.C2.backends: unknown backend 'gpu1' (did you mean 'gpu0'?)"),
+    ("[[backends]]\nurl = 'http://a:1'\n[cron]\nbackends = ['x']\n", "cron.backends: unknown backend 'x'"),
+])
+def test_errors_of_caps_routes_and_rules(tmp_path: Path, text: str, where: str) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_config(p)
+    assert where in str(e.value) and str(p) in str(e.value)
+
+
+def test_caps_routes_rules_and_log_parse(tmp_path: Path) -> None:
+    p = tmp_path / "g.toml"
+    p.write_text("""
+[[backends]]
+url = "http://127.0.0.1:8080"
+name = "gpu0"
+log = "/var/log/llama-server.log"
+
+[cron]
+max_slots = 1
+max_pool_share = 0.25
+on_busy = "reject"
+
+[tiers.C2]
+max_slots = 3
+backends = ["gpu0"]
+
+[[routing.rules]]
+name = "format"
+user = '^(格式化|format)'
+tier = "A"
+""")
+    cfg = load_config(p)
+    assert cfg.backends[0].log == "/var/log/llama-server.log"
+    assert (cfg.cron.max_slots, cfg.cron.max_pool_share, cfg.cron.on_busy) == (1, 0.25, "reject")
+    assert cfg.tiers["C2"].backends == ("gpu0",) and cfg.tiers["C2"].max_tokens == 6144  # merged onto the default
+    assert cfg.routing.rules[0].tier == "A" and cfg.routing.rules[0].name == "format"
+    # --backend renames the backends: a route to a name that is gone is an error there
+    with pytest.raises(InputError, match="tiers.C2.backends: unknown backend 'gpu0'"):
+        with_overrides(cfg, backends=["http://127.0.0.1:9000"])

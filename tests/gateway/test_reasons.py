@@ -206,7 +206,8 @@ def test_status_names_where_the_pool_came_from(lt: Any) -> None:
     out = CliRunner(env={"COLUMNS": "250"}).invoke(gateway_cmd, ["status", "--url", gw.url])
     assert out.exit_code == 0, out.output
     assert "0 / 276480 (/props + config)" in out.output  # 307200 x 0.9
-    assert "0 / 235929 (/props)" in out.output  # 262144 x 0.9
+    # 262144 x 0.9; the slot context is the model's n_ctx_train: the pool may be larger
+    assert "0 / at least 235929 (/props)" in out.output
     assert "usable pool = pool × admission.safety (0.9)" in out.output
     assert "rejected (429/503) by reason: none" in out.output
     # a backend never reached, seen through the status JSON of an older or newer gateway

@@ -130,7 +130,7 @@ def _admission(pool: int = 1000, slots: int = 1, **kw: Any) -> tuple[Admission, 
     st.healthy = True
     opts: dict[str, Any] = {"queue_size": 8, "queue_timeout_s": 30.0, "retry_after_s": 1.0}
     opts.update(kw)
-    adm = Admission(led, lambda t, aff, ex: choose_backend([st], led, t, None, ex), total_slots=lambda: slots, **opts)
+    adm = Admission(led, lambda req, ex: choose_backend([st], led, req.tokens, None, ex), **opts)
     return adm, led
 
 

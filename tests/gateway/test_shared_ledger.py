@@ -18,9 +18,8 @@ POOL = Pool(1000, 3, 1000, "t")
 
 def _replica(url: str, name: str, lease_s: float = 5.0) -> tuple[Admission, RedisLedger]:
     led = RedisLedger(url, replica=name, lease_s=lease_s, timeout_s=1.0, prefix="t:")
-    adm = Admission(led, lambda t, aff, ex: None if "a" in ex or not led.fits("a", POOL, t) else "a",
-                    queue_size=64, queue_timeout_s=2.0, retry_after_s=1.0, total_slots=lambda: 3,
-                    pool_of=lambda name: POOL)
+    adm = Admission(led, lambda req, ex: None if "a" in ex or not led.fits("a", POOL, req.tokens) else "a",
+                    queue_size=64, queue_timeout_s=2.0, retry_after_s=1.0, pool_of=lambda name: POOL)
     return adm, led
 
 
@@ -65,6 +64,41 @@ def test_replicas_share_one_pool_without_overbooking(store: Any) -> None:
         assert st["stats"]["made"] == st["stats"]["released"] > 20 and st["keys_in_flight"] == {}
         assert len(held) == st["stats"]["made"]
         for _adm, led in reps:
+            await led.close()
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_cron_cap_holds_over_replicas(store: Any) -> None:
+    """cron.max_slots = 1 is checked in the store's claim script: a cron job on one replica keeps
+    another replica's cron job out (not an interactive request); its release lets it in, and the
+    group counts return to zero in the store."""
+    from llamarig.gateway.pool import Share
+
+    cron = (Share("tier:B"), Share("cron", None, 1))
+
+    async def main() -> None:
+        (a_adm, a), (b_adm, b) = _replica(store.url, "ra"), _replica(store.url, "rb")
+        await _start((a_adm, a), (b_adm, b))
+        first = await a_adm.acquire(AdmitRequest(100, "B", shares=cron, cron=True))
+        assert await b_adm.try_acquire(AdmitRequest(100, "B", shares=cron, cron=True)) is None
+        other = await b_adm.try_acquire(AdmitRequest(100, "B", shares=(Share("tier:B"),)))
+        assert other is not None  # an interactive request is not held back by cron's cap
+        assert b.group_in_flight[("a", "cron")] == 1 and b.group_reserved[("a", "tier:B")] == 200
+        a_adm.release(first)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        got: Reservation | None = None
+        while got is None:  # the release reaches the store (an event, awaited with a bound)
+            assert loop.time() < end, "the cron cap was never released"
+            await asyncio.sleep(0.02)
+            got = await b_adm.try_acquire(AdmitRequest(100, "B", shares=cron, cron=True))
+        b_adm.release(got)
+        b_adm.release(other)
+        while b._outbox:
+            await asyncio.sleep(0.01)
+        await b.refresh()
+        assert b.group_in_flight.get(("a", "cron"), 0) == 0 and b.group_reserved.get(("a", "tier:B"), 0) == 0
+        for led in (a, b):
             await led.close()
     asyncio.run(asyncio.wait_for(main(), 60))
 

@@ -169,3 +169,45 @@ def test_estimate_and_affinity() -> None:
     assert a == b and a is not None
     assert affinity_key({"messages": [{"role": "user", "content": "other"}]}, 2) != a
     assert affinity_key({"messages": MSG}, 0) is None
+
+
+def test_chinese_agent_prompts_land_in_c2() -> None:
+    """Only English patterns used to match: `你是一个编程助手` landed in B (issue 34)."""
+    for system in ("你是一个编程助手，帮用户改代码。", "你是资深软件工程师", "你是一个代码助手", "You are a coding agent."):
+        x = d({"messages": [{"role": "system", "content": system}, *MSG]})
+        assert (x.tier, x.reason) == ("C2", "system_prompt"), system
+    assert d({"messages": [{"role": "system", "content": "你是一个乐于助人的助手"}, *MSG]}).tier == "B"
+
+
+def test_content_rules_for_any_tier_with_their_reason() -> None:
+    cfg = build_config({"routing": {"rules": [
+        {"name": "format-zh", "user": r"^(请)?(帮我)?(格式化|排版|整理成表格)", "tier": "A"},
+        {"name": "deep", "user": r"(?i)^(deep analysis|深度分析)", "tier": "D"},
+        {"system": r"(?i)\banaly[sz]t\b|分析师", "tier": "C1"},
+    ]}})
+    def tier(body: dict, headers: dict | None = None) -> tuple[str, str]:
+        x = decide(body, headers or {}, cfg)
+        return x.tier, x.reason
+    assert tier({"messages": [{"role": "user", "content": "请帮我格式化这段 JSON"}]}) == ("A", "rule:format-zh")
+    assert tier({"messages": [{"role": "user", "content": "一些背景"}, {"role": "assistant", "content": "好"},
+                              {"role": "user", "content": "深度分析一下这份财报"}]}) == ("D", "rule:deep")
+    assert tier({"messages": [{"role": "system", "content": "你是一名金融分析师"}, *MSG]}) == ("C1", "rule:2")
+    assert tier({"prompt": "Deep analysis of the logs"}) == ("D", "rule:deep")  # completions: the prompt
+    # the tier header still wins; an unmatched request falls through to the agent rules and the default
+    assert tier({"messages": [{"role": "user", "content": "格式化"}]}, {"x-llamarig-tier": "B"}) == ("B", "header")
+    assert tier({"messages": MSG, "tools": [{"type": "function"}]}) == ("C2", "tools")
+    assert tier({"messages": MSG}) == ("B", "default")
+
+
+def test_caps_routes_and_on_busy_of_a_decision() -> None:
+    cfg = build_config({"backends": [{"url": "http://a:1", "name": "a"}, {"url": "http://b:1", "name": "b"}],
+                        "tiers": {"C2": {"max_slots": 3, "backends": ["a", "b"]}, "A": {"on_busy": "reject"}},
+                        "cron": {"max_slots": 1, "max_pool_share": 0.25, "backends": ["b"]}})
+    x = decide({"messages": MSG, "tools": [{"type": "function"}]}, {}, cfg)
+    assert [(s.group, s.pool_share, s.slots) for s in x.shares] == [("tier:C2", None, 3)]
+    assert x.backends == frozenset({"a", "b"}) and x.on_busy == "queue"
+    cron = decide({"messages": MSG, "tools": [{"type": "function"}]}, {"x-llamarig-source": "cron-nightly"}, cfg)
+    assert [(s.group, s.pool_share, s.slots) for s in cron.shares] == [("tier:C2", None, 3), ("cron", 0.25, 1)]
+    assert cron.backends == frozenset({"b"}) and cron.priority == 10  # the routes meet
+    assert decide({"messages": MSG}, {"x-llamarig-tier": "A"}, cfg).on_busy == "reject"
+    assert decide({"messages": MSG}, {}, cfg).backends is None  # B: any backend

@@ -15,7 +15,7 @@ from llamarig.diagnostics import Severity
 from llamarig.hardware.types import Hardware
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.estimators import settings as S
-from llamarig.plan.estimators.base import HOST, Estimate, MemoryLines, entry
+from llamarig.plan.estimators.base import HOST, Contribution, MemoryLines, entry
 from llamarig.plan.estimators.budget import budget
 from llamarig.plan.estimators.compute import estimate_compute_buffers
 from llamarig.plan.estimators.kv import estimate_kv
@@ -43,7 +43,7 @@ def _inputs(model: str, args: list[str], gpus: list[str] = ()):  # type: ignore[
 
 def test_the_ledger_adds_a_component_twice_as_the_planner_did() -> None:
     led = MemoryLines(1)
-    led.post(Estimate((entry(0, "kv", 10, "a"), entry(0, "kv", 5, "b", "modelled"), entry(0, "kv", 0, "c"),
+    led.post(Contribution((entry(0, "kv", 10, "a"), entry(0, "kv", 5, "b", "modelled"), entry(0, "kv", 0, "c"),
                        entry(HOST, "compute", 0, "zero"))))
     assert led.devices[0]["kv"] == Line(15, "a + b", "modelled")
     assert led.host["compute"].bytes == 0  # a first zero is kept, a later one adds nothing

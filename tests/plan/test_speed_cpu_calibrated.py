@@ -19,6 +19,7 @@ ratio of two measurements, as plan-vs-log compares two memory figures.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import pytest
@@ -104,8 +105,16 @@ def test_cpu_plan_after_tune_calibration_matches_bench(synth_model, server_bin, 
     assert pred == pytest.approx(tm["decode_tok_s"], rel=0.02)
     assert data["host_threads"] == 1 and data["host_gflops"] > 0
     cal = calibration_from_json(data, "tune calibration")
-    # every decode measurement is reproduced (attn_decode solved from the deeper ones)
+    # every decode measurement is reproduced (attn_decode solved from the deeper ones), where the
+    # measurements can be: the fit's cost per cell is never negative, so a deeper rung measured
+    # faster than a shallower one (a busy machine between two requests) is not a point it can pass
+    # through, and the comparison below says nothing either way
     assert "attn_decode" in data["efficiency"][0]
+    rates = [tm["decode_tok_s"], *(v for _d, v in deep)]
+    if any(b > a * (1 + 0.02) for a, b in itertools.pairwise(rates)):
+        pytest.skip("machine too noisy: a deeper decode measured faster than a shallower one "
+                    f"(median rounds by depth {[round(x) for x in rates]}; tune rounds "
+                    + ", ".join(f"at depth {d} {[round(x) for x in v]}" for d, v in deep_runs.items()) + ")")
     for d, v in deep:
         assert speed_report(spec, cfg, hw, cal=cal, depths=[d]).by_depth[0].decode_tok_s == pytest.approx(v, rel=0.02)
     measured = {k: med(v) for k, v in bench_runs.items()}

@@ -44,7 +44,13 @@ def test_halving_finds_the_exhaustive_winner_on_a_real_server(synth_model, serve
     ex = S.exhaustive(cands, ex_meas, 4)
     assert sh.winner is not None and ex.winner is not None
     scores = {m.key: round(m.score) for m in ex.rungs[0]}
-    assert sh.winner.key == ex.winner.key == "-ub 256", (sh.to_json(), scores)
+    # on a busy machine four requests may measure so noisily that exhaustive search calls a tie and
+    # keeps the candidate listed first among the tied (search.decide, docs/tune.md): then halving's
+    # winner must be among the candidates exhaustive could not tell from its best
+    ex_set = {ex.winner.key, *ex.tied}
+    assert "-ub 256" in ex_set and sh.winner.key in ex_set, (sh.to_json(), ex.to_json(), scores)
+    if len(ex_set) == 1:
+        assert sh.winner.key == ex.winner.key == "-ub 256", (sh.to_json(), scores)
     assert all(m.metrics["prompt_tokens"] == 128 for m in ex.rungs[0])  # --depth: exactly 128 tokens
     # honest counts: rungs of 4 x 1 and 2 x 2 requests (each measurement: one start, one warm-up)
     assert [len(r) for r in sh.rungs] == [4, 2]

@@ -20,6 +20,7 @@ from llamarig.flags.preset import preset_invocation
 from llamarig.flags.readers import Parsed, parse_text
 from llamarig.flags.reading import ScriptReading, read_script, reading_of
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
+from llamarig.flags.rules.rpc import rpc_server_findings
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _
@@ -119,6 +120,9 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                   ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
+    extra = rpc_server_findings(text)  # the script's rpc-servers (not llama-server invocations)
+    if extra:
+        findings = sorted([*findings, *extra], key=lambda f: f.line)
     if not parsed.invocations and not parsed.others and not any(f.rule == "engine" for f in findings):
         findings.append(Finding("no-invocation", Severity.INFO, 1, None,
                                 _("no llama-server command found (a program named llama-server, "

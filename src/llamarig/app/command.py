@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _, join
 from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
+from llamarig.plan.rpc import loopback_descriptions, parse_rpc_device
 from llamarig.plan.speed import SpeedReport
 from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
 
@@ -43,7 +44,8 @@ class Resolved:
     #: the Deployment behind ``plan`` (launch re-plans it for the server's CPU); None when the
     #: command could not be read as one (``plan_error``)
     deployment: Deployment | None = None
-    hardware: Hardware = field(default_factory=Hardware)  # what the command is planned on
+    #: what the command is planned on (its rpc-servers' devices included)
+    hardware: Hardware = field(default_factory=Hardware)
     wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
     workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
 
@@ -294,7 +296,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                     server_bin: str | None = None, hardware: Hardware | None = None,
                     notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
-                    allow_no_binary: bool = False) -> Resolved:
+                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
@@ -303,7 +305,10 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     llama-server does not know is an InputError. ``keep_script`` (render): a --from-script
     command keeps its own binary, wrappers and directory. ``allow_no_binary`` (render): without
     a llama-server here, the bundled schema and the program's name stand in (a note says so),
-    instead of a ServerError."""
+    instead of a ServerError. ``hardware``: what the command is planned on (``Hardware.rpc``: what
+    each rpc-server of ``--rpc`` brings); ``notes``: what reading it found;
+    ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine will report, for
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
     if from_script and tokens:
         raise InputError(_("give either --from-script FILE or a command, not both"))
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
@@ -325,6 +330,10 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         inp.notes.append(_("paths: relative {paths} made absolute (against {base})").format(
             paths=", ".join(changed), base=where))
     hw = hardware or Hardware()
+    if loopback_rpc_memory is not None:
+        loopback = loopback_descriptions(Command.parse(args, program=False).get("--rpc"), [g.endpoint for g in hw.rpc],
+                                         loopback_rpc_memory)
+        hw = replace(hw, rpc=(*hw.rpc, *(g for text in loopback for g in parse_rpc_device(text))))
     res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
                    wrappers=inp.wrappers, workdir=inp.workdir, hardware=hw)
     if want_plan:

@@ -18,6 +18,7 @@ from llamarig.render.common import RenderSpec, plan_figures
 from llamarig.render.compose import render_compose
 from llamarig.render.llamaswap import render_llamaswap
 from llamarig.render.preset import preset_name, render_preset
+from llamarig.render.rpc import RpcServerSpec, comment_lines, render_rpc_unit, rpc_servers
 from llamarig.render.systemd import render_systemd
 
 FORMATS = ("bash", "systemd", "compose", "llama-swap", "preset")
@@ -56,7 +57,8 @@ def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
     if fmt == "bash":
         return render_bash(spec)
     if fmt == "systemd":
-        return render_systemd(spec, user=user, working_dir=working_directory(args, schema))
+        return render_systemd(spec, user=user, working_dir=working_directory(args, schema),
+                              requires=_local_units(rpc_servers_of(res), nm))
     if fmt == "compose":
         backend = compose_backend or compose_backend_for(args, res.plan)
         return render_compose(spec, backend)
@@ -79,7 +81,26 @@ def _figures(res: Resolved, fmt: str) -> list[str]:
         figures.append(_("the script's wrappers and directory are not kept: the image runs its own llama-server"))
     elif fmt == "llama-swap" and res.workdir:
         figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
+    figures += comment_lines(rpc_servers_of(res))
     return [one_line(f, 1000) for f in figures]
+
+
+def _local_units(rpc: list[RpcServerSpec], name: str) -> tuple[str, ...]:
+    """The units of the rpc-servers on this machine, which llama-server's unit requires."""
+    return tuple(f"{r.unit_name(name)}.service" for r in rpc if r.local)
+
+
+def rpc_servers_of(res: Resolved) -> list[RpcServerSpec]:
+    """The rpc-servers of the command's ``--rpc``, with what ``--rpc-device`` says they bring."""
+    rpc = Command.parse(res.args, program=False).get("--rpc")
+    return rpc_servers(rpc, res.hardware.rpc, res.binary)
+
+
+def rpc_units(res: Resolved, *, name: str | None = None, lang: str = "en") -> list[tuple[str, str]]:
+    """(file name, text) of a systemd unit per rpc-server of ``res``'s ``--rpc``, to install on
+    its host (render/rpc.py)."""
+    nm = name or default_name(res.args)
+    return [(f"{s.unit_name(nm)}.service", render_rpc_unit(s, nm, lang)) for s in rpc_servers_of(res)]
 
 
 def compose_backend_for(args: Sequence[str], plan: Plan | None) -> str:

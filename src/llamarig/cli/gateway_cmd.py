@@ -110,6 +110,9 @@ def pool_cell(b: Mapping[str, Any], safety: float) -> str:
 
     reserved = b.get("reserved_tokens", 0)
     if b.get("pool_tokens"):
+        if (b.get("pool") or {}).get("exact") is False:
+            return _("{reserved} / at least {pool} ({source})").format(
+                reserved=reserved, pool=b["pool_tokens"], source=source_label(b.get("pool_source")))
         return _("{reserved} / {pool} ({source})").format(reserved=reserved, pool=b["pool_tokens"],
                                                           source=source_label(b.get("pool_source")))
     conf = (b.get("configured") or {}).get("pool_tokens")
@@ -152,6 +155,30 @@ def status_table(url: str, st: Mapping[str, Any], table_cls: Any) -> Any:
     return t
 
 
+def _mismatch_lines(st: Mapping[str, Any]) -> list[str]:
+    """A config value the server contradicts, per backend (clamped when larger, kept when smaller)."""
+    out = []
+    for m in st.get("mismatches") or ():
+        if m.get("action") == "clamped":
+            out.append(_("! {backend}: the config's {field} {configured} is larger than the server's {server}: "
+                         "admission uses {server}").format(**m))
+        else:
+            out.append(_("{backend}: the config's {field} {configured} is below the server's {server} (kept)").format(**m))
+    return out
+
+
+def _share_lines(st: Mapping[str, Any]) -> list[str]:
+    """Tiers and cron with a cap: what they hold of it."""
+    parts = []
+    for name, g in (st.get("shares") or {}).items():
+        if g.get("max_slots") is None and g.get("max_pool_share") is None:
+            continue
+        cap = ", ".join(f"{k} {g[k]}" for k in ("max_slots", "max_pool_share") if g.get(k) is not None)
+        parts.append(_("{group} {in_flight} in flight, {queued} queued ({cap})").format(
+            group=name.removeprefix("tier:"), in_flight=g.get("in_flight", 0), queued=g.get("queued", 0), cap=cap))
+    return [_("caps: {parts}").format(parts="; ".join(parts))] if parts else []
+
+
 def status_footer(st: Mapping[str, Any]) -> list[str]:
     """The lines under the table: queue, rejections by reason (readable), the pool rule."""
     from llamarig.gateway.reasons import label
@@ -164,8 +191,9 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
         _("queue: {length}/{size} waiting (by tier: {by}); deadline {timeout} s; Retry-After now {retry} s").format(
             length=q["length"], size=q["size"], by=by, timeout=q["timeout_s"], retry=st["retry_after_s"]),
         _("rejected (429/503) by reason: {counts}").format(counts=rejected or _("none")),
-        _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props or the "
-          "config (pool_tokens)"),
+        *_mismatch_lines(st), *_share_lines(st),
+        _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props, the "
+          "server's log or the config (pool_tokens)"),
     ]
     led = st.get("ledger") or {}
     if led.get("kind") not in (None, "local"):

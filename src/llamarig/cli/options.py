@@ -40,6 +40,14 @@ def input_options(f: F) -> F:
     return f
 
 
+def rpc_device_option(f: F) -> F:
+    """``--rpc-device HOST:PORT=SPEC`` (repeatable): what an rpc-server of ``--rpc`` brings
+    (render, launch; plan has it in its own parser)."""
+    return click.option("--rpc-device", "rpc_devices", multiple=True, metavar="HOST:PORT=SPEC",
+                        help="What an rpc-server of --rpc brings: a GPU (=rtx3090) or its CPU's RAM (=64G); "
+                             "repeatable, see docs/plan.md.")(f)
+
+
 def own_options() -> list[str]:
     """Every spelling of the running llamarig command's own options (click's context)."""
     ctx = click.get_current_context(silent=True)
@@ -75,15 +83,18 @@ def refuse_or_warn(findings: Sequence[Finding], force: bool, what: str, label: s
                               "pass --force to {what} it as is").format(n_errors=len(errors), label=label, what=word))
 
 
-def hardware_of(gpus: Sequence[str], ram: str | None, detect: bool = False,
-                cpu_features: str | None = None) -> tuple[Hardware, tuple[Diagnostic, ...]]:
-    """The hardware options as the API takes them (``llamarig.api.hardware``): ``--gpu
-    NAME[:VRAM_GB]`` as catalogue GPUs, ``--ram SIZE`` in bytes, ``--cpu-features LIST``, ``--detect``;
-    and a note for each GPU name that matched several catalogue entries."""
+def hardware_of(gpus: Sequence[str], ram: str | None, detect: bool = False, cpu_features: str | None = None,
+                rpc_devices: Sequence[str] = ()) -> tuple[Hardware, tuple[Diagnostic, ...]]:
+    """The hardware options as the API takes them (``llamarig.api.machine``): ``--gpu
+    NAME[:VRAM_GB]`` as catalogue GPUs, ``--ram SIZE`` in bytes, ``--cpu-features LIST``,
+    ``--rpc-device HOST:PORT=SPEC`` as the devices behind each rpc-server, ``--detect``; and a note
+    for each GPU name that matched several catalogue entries."""
     from llamarig import api
     from llamarig.catalogue.gpus import read_gpu_args
     from llamarig.hardware.cpu import parse_cpu_features
+    from llamarig.plan.rpc import parse_rpc_device
 
     values, notes = read_gpu_args(gpus)
+    rpc = tuple(g for text in rpc_devices for g in parse_rpc_device(text))
     cpu = parse_cpu_features(cpu_features) if cpu_features is not None else None
-    return api.machine(values, ram=parse_size(ram, "g") if ram else None, cpu=cpu, detect=detect), notes
+    return api.machine(values, ram=parse_size(ram, "g") if ram else None, cpu=cpu, detect=detect, rpc=rpc), notes

@@ -44,6 +44,10 @@ Plan options:
                                           avx512f,avx512_vnni,amx_int8 or neon,dotprod,i8mm
                                           (decides AMX / CPU_REPACK weight buffers; default:
                                           x86-64 with AVX2, no AVX-512/AMX)
+  --rpc-device HOST:PORT=SPEC             what an rpc-server of --rpc brings: a GPU (=rtx3090,
+                                          =rtx3090:20) or its CPU device's RAM (=64G); repeatable
+  --link 1gbe|2.5gbe|10gbe|GBIT[:RTT_MS]  the network to the rpc-servers (repeatable; default
+                                          the three); --depth N: context depth of the figures
   --ram SIZE                              host RAM, e.g. 64G
   --overhead SIZE                         per-GPU driver/context overhead (default: catalogue)
   --why                                   every figure's formula and source, and the speed table
@@ -63,6 +67,8 @@ Examples:
   llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536
   llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536
   llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on
+  llamarig plan qwen3.6-27b:q8_0 --rpc-device 192.168.1.20:50052=rtx3090 --gpu rtx3090 \
+      --rpc 192.168.1.20:50052 -c 65536 --link 2.5gbe
 """
 
 
@@ -75,6 +81,8 @@ class PlanOptions:
     mmproj: str | None = None
     draft: str | None = None
     gpus: list[str] = field(default_factory=list)
+    #: ``HOST:PORT=SPEC`` per rpc-server (llamarig.plan.rpc.parse_rpc_device)
+    rpc_devices: list[str] = field(default_factory=list)
     detect: bool = False
     ram: str | None = None
     overhead: int | None = None
@@ -86,7 +94,7 @@ class PlanOptions:
         """The Deployment these options describe (llamarig.api.deployment)."""
         from llamarig.cli.options import hardware_of
 
-        hw, notes = hardware_of(self.gpus, self.ram, self.detect, self.cpu_features)
+        hw, notes = hardware_of(self.gpus, self.ram, self.detect, self.cpu_features, self.rpc_devices)
         return api.deployment(self.model, self.server_args, command=self.command, hardware=hw, mmproj=self.mmproj,
                               draft=self.draft, overhead=self.overhead, notes=notes)
 
@@ -98,6 +106,8 @@ class PlanView:
     as_json: bool = False
     why: bool = False  # --why/-v: formulas and sources in the human output
     help: bool = False
+    links: list[str] = field(default_factory=list)  # --link: the network to the rpc-servers
+    depth: int | None = None  # --depth: context depth of the network figures
 
 
 def _n_values(tok: str) -> int:
@@ -109,7 +119,8 @@ def _n_values(tok: str) -> int:
     return a.opt.n_values if a.opt is not None and a.positive else 0
 
 
-_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features", "--lang"}
+_OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id", "--cpu-features", "--lang",
+              "--rpc-device", "--link", "--depth"}
 
 
 def split_args(args: list[str]) -> tuple[PlanOptions, PlanView, SpeedArgs]:
@@ -140,6 +151,12 @@ def split_args(args: list[str]) -> tuple[PlanOptions, PlanView, SpeedArgs]:
         elif key in _OWN_VALUE:
             if key == "--gpu":
                 out.gpus.append(val)
+            elif key == "--rpc-device":
+                out.rpc_devices.append(val)
+            elif key == "--link":
+                view.links.append(val)
+            elif key == "--depth":
+                view.depth = _depth(val)
             elif key == "--mmproj":
                 out.mmproj = val
             elif key == "--draft":
@@ -177,6 +194,16 @@ def split_args(args: list[str]) -> tuple[PlanOptions, PlanView, SpeedArgs]:
             i += n
         i += 1
     return out, view, speed_args(speed)
+
+
+def _depth(val: str) -> int:
+    try:
+        n = int(val)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise InputError(_("--depth {val}: expected a number of tokens (0 or more)").format(val=val))
+    return n
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -219,13 +246,18 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
     plan = api.plan_command(d, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
                             inputs=inp)
+    from llamarig.cli.network_view import network_report, parse_link, render_network
+
+    net = network_report(inp, plan, [parse_link(x) for x in view.links], view.depth)
     if view.as_json:
-        click.echo(json.dumps(plan.to_json(), indent=2))
+        click.echo(json.dumps({**plan.to_json(), **({"network": net.to_json()} if net else {})}, indent=2))
     else:
         from llamarig.cli import plan_view
 
         console = Console()
         plan_view.render(plan, console, why=view.why)
+        if net is not None:
+            render_network(net, console)
         if plan.speed is not None and view.why:
             console.print(speed_table(plan.speed))
     if not plan.fits:

@@ -27,6 +27,7 @@ from llamarig.cli.options import (
     input_options,
     own_options,
     refuse_or_warn,
+    rpc_device_option,
 )
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.procs import exit_description
@@ -43,15 +44,17 @@ from llamarig.procs import exit_description
 @click.option("--force", is_flag=True, help="Render even when the input has check errors or the plan does not fit.")
 @click.option("--fix", is_flag=True, help="With --from-script: apply `llamarig check --fix` repairs first.")
 @input_options
+@rpc_device_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str | None, user: str | None,
                force: bool, fix: bool, from_script: str | None, invocation: int, server_bin: str | None,
-               gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
+               gpus: tuple[str, ...], ram: str | None, detect: bool, rpc_devices: tuple[str, ...],
+               command: tuple[str, ...]) -> None:
     """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
     docker compose service, a llama-swap entry or a llama-server router preset (--models-preset
     INI), with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
-    hw, notes = hardware_of(gpus, ram, detect)
+    hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
                               hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
                               keep_script=True, allow_no_binary=True)
@@ -73,17 +76,28 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
     text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
+    from llamarig.app.render import rpc_units
+
+    units = rpc_units(res, name=name, lang=lang()) if fmt == "systemd" else []
     if out:
-        p = Path(out)
-        try:
-            p.write_text(text)
-            if fmt == "bash":
-                p.chmod(p.stat().st_mode | 0o111)
-        except OSError as e:
-            raise InputError(_("{out}: cannot write: {error}").format(out=out, error=e.strerror or e)) from None
-        click.echo(_("wrote {path} ({format})").format(path=out, format=fmt), err=True)
+        _write(Path(out), text, fmt)
+        for fname, unit in units:  # each rpc-server's unit beside the coordinator's
+            _write(Path(out).with_name(fname), unit, fmt)
     else:
         click.echo(text, nl=False)
+        for fname, unit in units:
+            click.echo("\n" + _("# ---- {file}: install it on the rpc-server's host ----").format(file=fname))
+            click.echo(unit, nl=False)
+
+
+def _write(p: Path, text: str, fmt: str) -> None:
+    try:
+        p.write_text(text)
+        if fmt == "bash":
+            p.chmod(p.stat().st_mode | 0o111)
+    except OSError as e:
+        raise InputError(_("{out}: cannot write: {error}").format(out=p, error=e.strerror or e)) from None
+    click.echo(_("wrote {path} ({format})").format(path=p, format=fmt), err=True)
 
 
 def _verify_table(rows: list[Any]) -> None:
@@ -114,11 +128,12 @@ def _verify_table(rows: list[Any]) -> None:
 @click.option("--log", "log_path", type=str, default=None, help="Log file (default: the state directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verification as JSON.")
 @input_options
+@rpc_device_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, timeout_s: float,
                log_path: str | None, as_json: bool, from_script: str | None, invocation: int,
                server_bin: str | None, gpus: tuple[str, ...], ram: str | None, detect: bool,
-               command: tuple[str, ...]) -> None:
+               rpc_devices: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Start llama-server, wait for /health, and compare the buffers it allocated with the plan.
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
     warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
@@ -135,9 +150,12 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
         signal.signal(signal.SIGTERM, _interrupt)
     # the server runs here: plan for this machine's GPUs and RAM unless told otherwise
     detect = detect or not gpus
-    hw, notes = hardware_of(gpus, ram, detect)
+    from llamarig.launch.rpc import host_memory
+
+    hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                              hardware=hw, notes=notes, own=own_options(), command_name=command_name())
+                              hardware=hw, notes=notes, own=own_options(), command_name=command_name(),
+                              loopback_rpc_memory=host_memory())
     if res.plan is None and res.plan_note:
         click.echo(_("llamarig: note: {note}; launching without verification").format(note=res.plan_note), err=True)
     from llamarig.app.launch import launch_args
@@ -165,13 +183,20 @@ def _launch_report(lr: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"pid": lr.state.pid, "url": lr.url, "state_file": str(lr.state_file),
                                "log": lr.state.log_path, "argv": list(lr.state.argv),
+                               "rpc_servers": [{"pid": r.pid, "endpoint": r.endpoint, "log": str(r.log_path)}
+                                               for r in lr.rpc],
                                "verification": [r.to_json() for r in lr.rows], "verified": not bad and bool(lr.rows)},
                               indent=1))
     else:
+        for r in lr.rpc:
+            click.echo(_("rpc-server pid {pid} listening on {endpoint}; log {log}").format(
+                pid=r.pid, endpoint=r.endpoint, log=r.log_path))
         click.echo(_("llama-server pid {pid} healthy at {url}; log {log}; state {state}").format(
             pid=lr.state.pid, url=lr.url, log=lr.state.log_path, state=lr.state_file))
         if lr.rows:
             _verify_table(lr.rows)
+    for n in lr.notes:
+        click.echo(_("llamarig: note: {note}").format(note=localize(n)), err=True)
     for r in bad:
         click.echo(_("llamarig: warning: {device} {component}: planned {planned:.2f} MiB, allocated {actual} MiB "
                      "(tolerance ±{tolerance:.3f} MiB, {method})").format(
@@ -185,6 +210,8 @@ def _foreground(lr: Any) -> None:
     click.echo(_("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it"), err=True)
     try:
         code = lr.proc.wait()
+        for line in L.stop_rpc(lr.state):  # its rpc-servers go with it
+            click.echo(localize(line), err=True)
         lr.state_file.unlink(missing_ok=True)
         click.echo(_("llama-server {exit_description}").format(exit_description=exit_description(code)), err=True)
         if code:

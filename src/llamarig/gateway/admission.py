@@ -38,64 +38,14 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llamarig.gateway import reasons
-from llamarig.gateway.errors import BackendError
 from llamarig.gateway.errors import Rejected as Rejected  # re-exported (it was defined here)
+from llamarig.gateway.pool import Cap, Pool, Share, cap_blocks, group_limits
 from llamarig.gateway.reasons import Blocked
-from llamarig.i18n import _
-
-
-@dataclass(frozen=True)
-class Pool:
-    """What one backend can hold at once."""
-
-    pool_tokens: int  # reservable tokens (after the safety fraction)
-    slots: int  # concurrent requests (-np)
-    slot_ctx: int  # largest prompt + max_tokens of one request
-    source: str  # how it was found: "props", "config" or a mix
-
-
-def pool_from_props(props: Mapping[str, Any] | None, *, pool_tokens: int | None, slots: int | None,
-                    slot_ctx: int | None, unified: bool, safety: float = 1.0) -> Pool:
-    """Pool of a backend from its ``GET /props`` and the config overrides.
-
-    ``/props`` reports ``total_slots`` (= -np) and ``default_generation_settings.n_ctx`` = the
-    context of ONE slot (server-context.cpp get_res_props: meta.slot_n_ctx = n_ctx_slot()).
-    It does not say whether the KV cache is unified, nor the total ``-c``:
-    - unified (-kvu, the default when -np is auto, tools/server/server.cpp): a slot's n_ctx is
-      the whole pool unless capped by --kv-unified-per-slot or n_ctx_train (n_ctx_slot()), so
-      pool = slot n_ctx is exact or an under-estimate (safe);
-    - not unified: each slot owns n_ctx / np, so pool = slot n_ctx * slots.
-    Set ``pool_tokens`` in the config when the slot context is capped (the 307K-context MTP field report: -c 307200 with
-    n_ctx_train 262144 gives slot n_ctx 262144, pool 307200).
-    """
-    src: list[str] = []
-    gs = (props or {}).get("default_generation_settings") or {}
-    p_slot = gs.get("n_ctx") if isinstance(gs, Mapping) else None
-    p_slots = (props or {}).get("total_slots")
-    if slot_ctx is None:
-        if not isinstance(p_slot, int) or p_slot <= 0:
-            raise BackendError(_("backend /props has no default_generation_settings.n_ctx"))
-        slot_ctx = p_slot
-        src.append("props")
-    if slots is None:
-        if not isinstance(p_slots, int) or p_slots <= 0:
-            raise BackendError(_("backend /props has no total_slots"))
-        slots = p_slots
-        if "props" not in src:
-            src.append("props")
-    if pool_tokens is None:
-        pool_tokens = slot_ctx if unified else slot_ctx * slots
-    else:
-        src.append("config")
-    if not src:
-        src.append("config")
-    usable = max(1, math.floor(pool_tokens * safety))
-    return Pool(pool_tokens=usable, slots=slots, slot_ctx=min(slot_ctx, usable), source="+".join(src))
 
 
 @dataclass
@@ -109,30 +59,53 @@ class Reservation:
     admitted_at: float
     released: bool = False
     key_limit: int = 0  # the key's limit of requests in flight (a shared ledger checks it over replicas)
+    request_id: int = 0  # the request's id (the request log's, /gateway/status's)
+    max_tokens: int = 0  # the max_tokens sent upstream (tokens = prompt + max_tokens)
+    groups: tuple[str, ...] = ()  # tier:NAME, cron
+    timeout_s: float | None = None  # the tier's time limit (it ends by then)
+    t_first: float | None = None  # the first upstream byte (set by the pipeline)
+    cron: bool = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        return max(0, self.tokens - self.max_tokens)
+
+    @property
+    def max_or_all(self) -> int:
+        """The tokens it may still generate at most (its max_tokens; all when not recorded)."""
+        return self.max_tokens or self.tokens
 
 
 class LedgerUnavailable(Exception):
     """The ledger cannot decide (a shared store is unreachable); admission answers 503."""
 
 
+#: (group, its cap on the backend) for the capped groups of a request
+Limits = tuple[tuple[str, Cap], ...]
+
+
 class ReservationLedger(Protocol):
     """What admission needs from a ledger; :class:`Ledger` (in process) and
     ``shared_ledger.RedisLedger`` (Valkey/Redis, shared by replicas) implement it.
 
-    ``reserved``/``in_flight`` are per backend, over every replica sharing the ledger, as this
-    replica last saw them (the picker's view; the claim itself is checked where the ledger
-    lives); ``active`` holds this replica's own reservations."""
+    ``reserved``/``in_flight`` are per backend, ``group_reserved``/``group_in_flight`` per
+    (backend, group), over every replica sharing the ledger, as this replica last saw them (the
+    picker's view; the claim itself is checked where the ledger lives); ``active`` holds this
+    replica's own reservations."""
 
     reserved: dict[str, int]
     in_flight: dict[str, int]
+    group_reserved: dict[tuple[str, str], int]
+    group_in_flight: dict[tuple[str, str], int]
     active: dict[int, Reservation]
 
-    def fits(self, backend: str, pool: Pool, tokens: int) -> bool: ...
+    def fits(self, backend: str, pool: Pool, tokens: int, limits: Limits = ()) -> bool: ...
 
-    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
-        """Reserve ``r`` if it fits ``pool``. ``fresh``: a request not queued here; a shared
-        ledger also refuses it while a request of the same or a better priority waits on any
-        replica (the queue rule of :meth:`Admission.try_acquire`, over replicas)."""
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False, limits: Limits = ()
+              ) -> asyncio.Future[bool]:
+        """Reserve ``r`` if it fits ``pool`` and its groups' ``limits``. ``fresh``: a request not
+        queued here; a shared ledger also refuses it while a request of the same or a better
+        priority waits on any replica (the queue rule of :meth:`Admission.try_acquire`)."""
         ...
 
     def queue_add(self, seq: int, priority: int) -> None:
@@ -156,33 +129,52 @@ class ReservationLedger(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+def view_fits(led: ReservationLedger, backend: str, pool: Pool, tokens: int, limits: Limits) -> bool:
+    """Does ``tokens`` fit ``backend`` as ``led`` counts it now (a slot, the slot context, the
+    pool, the capped groups)?"""
+    if led.in_flight.get(backend, 0) >= pool.slots or tokens > pool.slot_ctx:
+        return False
+    if led.reserved.get(backend, 0) + tokens > pool.pool_tokens:
+        return False
+    return not any(cap_blocks(cap, led.group_reserved.get((backend, g), 0), led.group_in_flight.get((backend, g), 0),
+                              tokens) for g, cap in limits)
+
+
 class Ledger:
-    """Reserved tokens and in-flight requests per backend, in this process (one gateway).
-    ``release`` is idempotent."""
+    """Reserved tokens and in-flight requests per backend and per (backend, group), in this
+    process (one gateway). ``release`` is idempotent."""
 
     def __init__(self) -> None:
         self.reserved: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
+        self.group_reserved: dict[tuple[str, str], int] = {}
+        self.group_in_flight: dict[tuple[str, str], int] = {}
         self.active: dict[int, Reservation] = {}
 
-    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False, limits: Limits = ()
+              ) -> asyncio.Future[bool]:
         """Reserve ``r`` if it fits ``pool`` (None: the caller checked); decided at once. The
         queue is this process's own: ``fresh`` changes nothing here."""
-        ok = pool is None or self.fits(r.backend, pool, r.tokens)
+        ok = pool is None or self.fits(r.backend, pool, r.tokens, limits)
         if ok:
             self.reserve(r)
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(ok)
         return fut
 
-    def fits(self, backend: str, pool: Pool, tokens: int) -> bool:
-        return (self.in_flight.get(backend, 0) < pool.slots
-                and tokens <= pool.slot_ctx
-                and self.reserved.get(backend, 0) + tokens <= pool.pool_tokens)
+    def fits(self, backend: str, pool: Pool, tokens: int, limits: Limits = ()) -> bool:
+        return view_fits(self, backend, pool, tokens, limits)
+
+    def _count(self, r: Reservation, sign: int) -> None:
+        self.reserved[r.backend] = self.reserved.get(r.backend, 0) + sign * r.tokens
+        self.in_flight[r.backend] = self.in_flight.get(r.backend, 0) + sign
+        for g in r.groups:
+            k = (r.backend, g)
+            self.group_reserved[k] = self.group_reserved.get(k, 0) + sign * r.tokens
+            self.group_in_flight[k] = self.group_in_flight.get(k, 0) + sign
 
     def reserve(self, r: Reservation) -> Reservation:
-        self.reserved[r.backend] = self.reserved.get(r.backend, 0) + r.tokens
-        self.in_flight[r.backend] = self.in_flight.get(r.backend, 0) + 1
+        self._count(r, +1)
         self.active[r.id] = r
         return r
 
@@ -191,8 +183,7 @@ class Ledger:
             return False
         r.released = True
         del self.active[r.id]
-        self.reserved[r.backend] -= r.tokens
-        self.in_flight[r.backend] -= 1
+        self._count(r, -1)
         return True
 
     def total_reserved(self) -> int:
@@ -229,12 +220,40 @@ class AdmitRequest:
     key_limit: int = 0  # max in flight + queued for this key; 0 = none
     affinity: str | None = None
     exclude: frozenset[str] = frozenset()
+    request_id: int = 0
+    max_tokens: int = 0  # of ``tokens``: the rest is the prompt
+    shares: tuple[Share, ...] = ()  # its groups (tier:NAME, cron) and their caps
+    backends: frozenset[str] | None = None  # where its tier may go; None: any backend
+    on_busy: str = "queue"  # "reject": 429 at once instead of queueing
+    timeout_s: float | None = None
+    cron: bool = False
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(s.group for s in self.shares)
 
 
-#: picks a backend for (tokens, affinity, exclude) or returns None when none fits now
-Picker = Callable[[int, "str | None", "frozenset[str]"], "str | None"]
-#: why (tokens, exclude) fits no backend now (llamarig.gateway.reasons.blocked), None if one fits
-Diagnose = Callable[[int, "frozenset[str]"], "Blocked | None"]
+@dataclass(frozen=True)
+class RetryAfter:
+    """Retry-After of a rejection: whole seconds for the header, and how they were found."""
+
+    seconds: int
+    detail: dict[str, Any] = field(default_factory=dict)  # the 429 body's ``retry_after_estimate``
+
+
+#: picks a backend for a request (not one of ``exclude``), or None when none fits now
+Picker = Callable[["AdmitRequest", "frozenset[str]"], "str | None"]
+#: why a request fits no backend now (llamarig.gateway.reasons.blocked), None if one fits
+Diagnose = Callable[["AdmitRequest"], "Blocked | None"]
+#: Retry-After for a request refused for ``reason``, behind the waiters ``ahead`` (queue order)
+Estimator = Callable[["AdmitRequest | None", str, "list[AdmitRequest]"], RetryAfter]
+
+
+def floor_estimator(floor_s: float) -> Estimator:
+    """Retry-After without a view of the backends: the floor (unit tests, shutdown)."""
+    def est(req: AdmitRequest | None, reason: str, ahead: list[AdmitRequest]) -> RetryAfter:
+        return RetryAfter(max(1, math.ceil(floor_s)), {"seconds": None, "method": "floor"})
+    return est
 
 
 @dataclass(order=True)
@@ -296,9 +315,10 @@ class Admission:
     """Admit now, or queue (bounded, by priority then arrival) until admitted or the deadline."""
 
     def __init__(self, ledger: ReservationLedger, picker: Picker, *, queue_size: int, queue_timeout_s: float,
-                 retry_after_s: float, total_slots: Callable[[], int],
-                 any_backend: Callable[[], bool] = lambda: True, diagnose: Diagnose | None = None,
-                 pool_of: Callable[[str], Pool | None] = lambda name: None, tries: int = 3) -> None:
+                 retry_after_s: float = 1.0,
+                 any_backend: Callable[[frozenset[str] | None], bool] = lambda allowed: True,
+                 diagnose: Diagnose | None = None, pool_of: Callable[[str], Pool | None] = lambda name: None,
+                 tries: int = 3, estimator: Estimator | None = None) -> None:
         self.ledger = ledger
         self.picker = picker
         self.pool_of = pool_of  # the pool a claim is checked against (None: the picker's word)
@@ -307,8 +327,7 @@ class Admission:
         self._pump_again = False
         self.queue_size = queue_size
         self.queue_timeout_s = queue_timeout_s
-        self.retry_after_s = retry_after_s
-        self.total_slots = total_slots
+        self.estimator = estimator or floor_estimator(retry_after_s)
         self.any_backend = any_backend
         self.diagnose = diagnose
         self._heap: list[_Waiter] = []
@@ -316,7 +335,6 @@ class Admission:
         self._ids = itertools.count(1)
         self._seq = itertools.count()
         self.per_key: dict[str, int] = {}
-        self.ewma_duration_s = 0.0
         self.rejected: dict[str, int] = {}  # by code (what happened)
         self.rejected_reasons: dict[str, int] = {}  # by reason (the real cause)
         self.rejected_status: dict[int, int] = {}  # by HTTP status (429, 503)
@@ -325,6 +343,10 @@ class Admission:
     @property
     def queued(self) -> int:
         return self._queued
+
+    def waiting(self) -> list[AdmitRequest]:
+        """The queued requests in the order they are admitted (priority, then arrival)."""
+        return [w.req for w in sorted(self._heap) if not w.gone]
 
     def queued_by_tier(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -341,15 +363,15 @@ class Admission:
                 out[w.priority] = out.get(w.priority, 0) + 1
         return dict(sorted(out.items()))
 
-    def retry_after(self) -> int:
-        """Seconds: the floor, or the mean request duration (EWMA) times queue depth per slot."""
-        slots = max(1, self.total_slots())
-        est = self.ewma_duration_s * (1 + self._queued / slots)
-        return int(math.ceil(max(self.retry_after_s, min(est, 120.0))))
+    def retry_after(self, req: AdmitRequest | None = None, reason: str = reasons.QUEUE_TIMEOUT) -> RetryAfter:
+        """Retry-After for ``req`` (None: a new request of the default size) refused now."""
+        ahead = [w for w in self.waiting() if req is None or (w is not req and w.priority <= req.priority)]
+        return self.estimator(req, reason, ahead)
 
     def _reject(self, status: int, code: str, message: str, reason: str | None = None,
-                details: dict[str, Any] | None = None) -> Rejected:
-        e = Rejected(status, code, message, self.retry_after(), reason=reason, details=details)
+                details: dict[str, Any] | None = None, req: AdmitRequest | None = None) -> Rejected:
+        ra = self.retry_after(req, reason or code)
+        e = Rejected(status, code, message, ra.seconds, reason=reason, details=details, estimate=ra.detail)
         self.rejected[code] = self.rejected.get(code, 0) + 1
         self.rejected_status[status] = self.rejected_status.get(status, 0) + 1
         self.rejected_reasons[e.reason] = self.rejected_reasons.get(e.reason, 0) + 1
@@ -357,30 +379,33 @@ class Admission:
 
     def blocked(self, req: AdmitRequest) -> Blocked | None:
         """Why ``req`` fits no backend now (None: it fits, or no ``diagnose`` was given)."""
-        return self.diagnose(req.tokens, req.exclude) if self.diagnose is not None else None
+        return self.diagnose(req) if self.diagnose is not None else None
 
     # -- admission
     def _try(self, req: AdmitRequest, exclude: frozenset[str] = frozenset(), fresh: bool = False
              ) -> tuple[Reservation, asyncio.Future[bool]] | None:
         """Pick a backend and claim ``req`` on it: (reservation, decision), or None when the
         picker finds no backend that fits now."""
-        name = self.picker(req.tokens, req.affinity, req.exclude | exclude)
+        name = self.picker(req, req.exclude | exclude)
         if name is None:
             return None
         r = Reservation(next(self._ids), name, req.tokens, req.key, req.tier, req.priority, time.monotonic(),
-                        key_limit=req.key_limit)
-        return r, self.ledger.claim(r, self.pool_of(name), fresh)
+                        key_limit=req.key_limit, request_id=req.request_id, max_tokens=req.max_tokens,
+                        groups=req.groups, timeout_s=req.timeout_s, cron=req.cron)
+        pool = self.pool_of(name)
+        limits = group_limits(req.shares, pool) if pool is not None else ()
+        return r, self.ledger.claim(r, pool, fresh, limits)
 
-    def _unavailable(self, e: BaseException) -> Rejected:
+    def _unavailable(self, e: BaseException, req: AdmitRequest) -> Rejected:
         return self._reject(503, "ledger_unavailable", reasons.ledger_unavailable_message(str(e)),
-                            reasons.LEDGER_UNAVAILABLE, {"error": str(e)})
+                            reasons.LEDGER_UNAVAILABLE, {"error": str(e)}, req)
 
     def _late(self, r: Reservation, d: asyncio.Future[bool]) -> None:
         """A decision that arrived after its caller left: give back what it granted."""
         if not d.cancelled() and d.exception() is None and d.result():
             self.ledger.release(r)
 
-    async def _decided(self, r: Reservation, d: asyncio.Future[bool]) -> bool:
+    async def _decided(self, r: Reservation, d: asyncio.Future[bool], req: AdmitRequest) -> bool:
         """The claim's decision; the caller's cancellation while it is decided releases it later."""
         if not d.done():
             try:
@@ -396,22 +421,27 @@ class Admission:
         e = d.exception()
         if e is not None:
             if isinstance(e, LedgerUnavailable):
-                raise self._unavailable(e)
+                raise self._unavailable(e, req)
             raise e
         return d.result()
+
+    def _refuse_early(self, req: AdmitRequest) -> None:
+        """Rejected when no backend (on the request's route) is up, or the key is at its limit."""
+        if not self.any_backend(req.backends):
+            b = self.blocked(req)
+            details = dict(b.details) if b is not None and b.reason == reasons.NO_BACKEND else {}
+            raise self._reject(503, "no_backend", reasons.cause(Blocked(reasons.NO_BACKEND, details)),
+                               reasons.NO_BACKEND, details, req)
+        if req.key is not None and req.key_limit and self.per_key.get(req.key, 0) >= req.key_limit:
+            n = self.per_key.get(req.key, 0)
+            raise self._reject(429, "key_limit", reasons.key_limit_message(req.key, n, req.key_limit),
+                               reasons.KEY_LIMIT, {"key": req.key, "in_flight_or_queued": n, "limit": req.key_limit},
+                               req)
 
     async def try_acquire(self, req: AdmitRequest) -> Reservation | None:
         """Admit now without queueing, or None. Rejected for no backend / key limit / a shared
         ledger out of reach. With the in-process ledger this never suspends."""
-        if not self.any_backend():
-            b = self.blocked(req)
-            details = dict(b.details) if b is not None and b.reason == reasons.NO_BACKEND else {}
-            raise self._reject(503, "no_backend", reasons.cause(Blocked(reasons.NO_BACKEND, details)),
-                               reasons.NO_BACKEND, details)
-        if req.key is not None and req.key_limit and self.per_key.get(req.key, 0) >= req.key_limit:
-            n = self.per_key.get(req.key, 0)
-            raise self._reject(429, "key_limit", reasons.key_limit_message(req.key, n, req.key_limit),
-                               reasons.KEY_LIMIT, {"key": req.key, "in_flight_or_queued": n, "limit": req.key_limit})
+        self._refuse_early(req)
         # serve the queue first: only skip it when nobody of equal or higher priority waits
         if self._heap and any(not w.gone and w.priority <= req.priority for w in self._heap):
             return None
@@ -421,11 +451,20 @@ class Admission:
             if got is None:
                 return None
             r, d = got
-            if await self._decided(r, d):
+            if await self._decided(r, d, req):
                 self._key_inc(req.key)
                 return r
             refused |= {r.backend}  # another replica filled it since this one last looked
         return None
+
+    def busy(self, req: AdmitRequest) -> Rejected:
+        """429 at once for a request whose tier (or cron) rejects instead of queueing: what
+        blocks it now (slots, pool, its tier's cap, ...), or the queue ahead of it."""
+        b = self.blocked(req)
+        details: dict[str, Any] = {**(b.details if b is not None else {}), "need_tokens": req.tokens,
+                                   "queued": self._queued}
+        return self._reject(429, "busy", reasons.busy_message(b, self._queued),
+                            b.reason if b is not None else reasons.QUEUE_AHEAD, details, req)
 
     def enqueue(self, req: AdmitRequest, deadline: float | None = None) -> Ticket:
         """Queue ``req`` (after ``try_acquire`` said no): a Ticket, or Rejected(queue_full). The
@@ -438,7 +477,7 @@ class Admission:
             if b is not None:
                 details.update(b.details, blocked_by=b.reason)
             raise self._reject(429, "queue_full", reasons.queue_full_message(self._queued, self.queue_size, b),
-                               reasons.QUEUE_FULL, details)
+                               reasons.QUEUE_FULL, details, req)
         loop = asyncio.get_running_loop()
         w = _Waiter(req.priority, next(self._seq), req, loop.create_future(), time.monotonic())
         heapq.heappush(self._heap, w)
@@ -457,6 +496,8 @@ class Admission:
         r = await self.try_acquire(req)
         if r is not None:
             return r
+        if req.on_busy == "reject":
+            raise self.busy(req)
         t = self.enqueue(req, deadline)
         try:
             await t.wait()
@@ -475,7 +516,7 @@ class Admission:
         details = {**(b.details if b is not None else {}), "need_tokens": w.req.tokens,
                    "waited_s": round(waited, 3), "queue_timeout_s": self.queue_timeout_s}
         w.fut.set_exception(self._reject(429, "queue_timeout", reasons.queue_timeout_message(waited, b),
-                                         b.reason if b is not None else reasons.QUEUE_TIMEOUT, details))
+                                         b.reason if b is not None else reasons.QUEUE_TIMEOUT, details, w.req))
 
     def _leave(self, w: _Waiter) -> bool:
         """Take a waiter out of the queue without admitting it (its key count goes back). False
@@ -512,8 +553,6 @@ class Admission:
         """Give the tokens back (idempotent) and admit waiters that now fit."""
         if self.ledger.release(r):
             self._key_dec(r.key)
-            dur = time.monotonic() - r.admitted_at
-            self.ewma_duration_s = dur if self.ewma_duration_s == 0 else 0.8 * self.ewma_duration_s + 0.2 * dur
             self.pump()
 
     def pump(self) -> None:
@@ -588,6 +627,6 @@ class Admission:
         """Fail every waiter (shutdown)."""
         for w in self._heap:
             if self._leave(w) and not w.fut.done():
-                w.fut.set_exception(self._reject(503, code, message))
+                w.fut.set_exception(self._reject(503, code, message, req=w.req))
         self._heap = []
         self._queued = 0

@@ -1,8 +1,16 @@
-"""Many llama-server backends: pool discovery (/props), health checks with ejection and recovery,
-least-reserved choice with conversation affinity, and what is wrong with a backend that fails its
-check (:func:`classify`: connection refused, timeout, not a llama-server, not ready, ...).
+"""Many llama-server backends: their pools (llamarig.gateway.pool), health checks with ejection
+and recovery, least-reserved choice with conversation affinity and tier routes, what is wrong
+with a backend that fails its check (:func:`classify`: connection refused, timeout, not a
+llama-server, not ready, ...), and each backend's ``/slots`` while requests run there
+(llamarig.gateway.progress).
 
 ``choose_backend`` is pure; ``Backends`` does the I/O (aiohttp) on the gateway's event loop.
+
+Every health check reads ``GET /health`` and ``GET /props`` (cheap: llama-server answers it from
+cached metadata, server-context.cpp:4955), and, when configured or found, stats the server's log.
+When ``/props`` changes (a restart with other ``-c``/``-np``), the log shows a new start, or the
+backend comes back, the pool is derived again (with ``/v1/models`` for n_ctx_train) and a change
+is logged; a config value the server contradicts is logged once per value.
 """
 
 from __future__ import annotations
@@ -20,12 +28,32 @@ from typing import Any
 import aiohttp
 
 from llamarig.gateway import reasons
-from llamarig.gateway.admission import Pool, ReservationLedger, pool_from_props
+from llamarig.gateway.admission import AdmitRequest, ReservationLedger
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
+from llamarig.gateway.pool import (
+    LogFacts,
+    Pool,
+    Share,
+    admission_pool,
+    bound_text,
+    facts_from_props,
+    group_limits,
+    launched_log,
+    log_size,
+    mismatch_text,
+    newer_start,
+    read_log,
+    server_pool,
+)
+from llamarig.gateway.progress import BackendProgress, read_slots
+from llamarig.gateway.upstream import Clients
 from llamarig.i18n import _, localize
 
 log = logging.getLogger("llamarig.gateway")
+
+#: the /props fields whose change means the pool must be derived again (a restart)
+_PROPS_KEY = ("total_slots", "build_info", "model_path")
 
 
 @dataclass
@@ -43,6 +71,12 @@ class BackendState:
     props: dict[str, Any] | None = None
     problem: str = ""  # why the last check failed: a kind of reasons.PROBLEMS; "" when it passed
     problem_detail: str = ""
+    log: LogFacts | None = None  # the server's start as its log showed it
+    log_path: str | None = None
+    log_seen: tuple[int, int] | None = None  # (inode, size) of the log when last read
+    n_ctx_train: int | None = None
+    progress: BackendProgress = field(default_factory=BackendProgress)
+    said: set[tuple[object, ...]] = field(default_factory=set)  # pool lines logged (each once)
 
     @property
     def name(self) -> str:
@@ -82,19 +116,23 @@ def classify(e: BaseException) -> tuple[str, str]:
 
 
 def choose_backend(states: Iterable[BackendState], ledger: ReservationLedger, tokens: int,
-                   affinity: str | None = None, exclude: frozenset[str] = frozenset()) -> str | None:
+                   affinity: str | None = None, exclude: frozenset[str] = frozenset(), *,
+                   shares: tuple[Share, ...] = (), allowed: frozenset[str] | None = None) -> str | None:
     """The backend for a request of ``tokens`` (prompt + max_tokens), or None if none fits now.
 
-    Candidates: healthy, not removed, pool known, a free slot and room in the pool. The affinity
-    backend (where this conversation went before; its prompt cache holds the prefix) wins if it is
-    a candidate; otherwise the one with the smallest reserved fraction after admission
+    Candidates: healthy, not removed, pool known, on the tier's route (``allowed``), a free slot,
+    room in the pool and under the caps of its groups (``shares``). The affinity backend (where
+    this conversation went before; its prompt cache holds the prefix) wins if it is a candidate;
+    otherwise the one with the smallest reserved fraction after admission
     ((reserved + tokens) / (pool * weight)), then fewest in flight per slot, then name.
     """
     best: tuple[float, float, str] | None = None
     for s in states:
         if not s.healthy or s.removed or s.pool is None or s.name in exclude:
             continue
-        if not ledger.fits(s.name, s.pool, tokens):
+        if allowed is not None and s.name not in allowed:
+            continue
+        if not ledger.fits(s.name, s.pool, tokens, group_limits(shares, s.pool)):
             continue
         if affinity is not None and s.name == affinity:
             return s.name
@@ -134,18 +172,18 @@ class Affinity:
 
 
 class Backends:
-    """The backend set: states, health loop, upstream session."""
+    """The backend set: states, health loop, the /slots watch."""
 
-    def __init__(self, cfg: GatewayConfig, ledger: ReservationLedger, session: aiohttp.ClientSession) -> None:
+    def __init__(self, cfg: GatewayConfig, ledger: ReservationLedger, clients: Clients, lang: str = "en") -> None:
         self.cfg = cfg
         self.ledger = ledger
-        self.session = session
+        self.clients = clients
         self.states: dict[str, BackendState] = {b.name: BackendState(b) for b in cfg.backends}
         self.affinity = Affinity()
         self.on_change: list[Any] = []  # callbacks after health/pool changes (admission pump)
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._metrics_cache: dict[str, tuple[float, str]] = {}
-        self.lang = "en"  # the language of the lines it logs (the gateway's, llamarig.gateway.server)
+        self.lang = lang  # the language of the lines it logs (the gateway's, llamarig.gateway.server)
 
     # -- config
     def apply_config(self, cfg: GatewayConfig) -> None:
@@ -164,18 +202,20 @@ class Backends:
                 self.states[name] = BackendState(b)
 
     # -- queries
-    def pick(self, tokens: int, affinity: str | None, exclude: frozenset[str]) -> str | None:
-        pref = self.affinity.get(affinity)
-        return choose_backend(self.states.values(), self.ledger, tokens, pref, exclude)
+    def pick(self, req: AdmitRequest, exclude: frozenset[str]) -> str | None:
+        pref = self.affinity.get(req.affinity)
+        return choose_backend(self.states.values(), self.ledger, req.tokens, pref, exclude,
+                              shares=req.shares, allowed=req.backends)
 
     def pool_of(self, name: str) -> Pool | None:
         """The pool of backend ``name`` as last read (a shared ledger checks claims against it)."""
         st = self.states.get(name)
         return st.pool if st is not None else None
 
-    def blocked(self, tokens: int, exclude: frozenset[str]) -> reasons.Blocked | None:
-        """Why a request of ``tokens`` fits no backend now (None: one fits)."""
-        return reasons.blocked(self.states.values(), self.ledger, tokens, exclude)
+    def blocked(self, req: AdmitRequest) -> reasons.Blocked | None:
+        """Why ``req`` fits no backend now (None: one fits)."""
+        return reasons.blocked(self.states.values(), self.ledger, req.tokens, req.exclude, shares=req.shares,
+                               allowed=req.backends)
 
     def default_backend(self) -> str | None:
         """The backend answering non-inference GETs (/props, /slots): the one the default route
@@ -190,15 +230,18 @@ class Backends:
     def healthy(self) -> list[BackendState]:
         return [s for s in self.states.values() if s.healthy and not s.removed]
 
-    def any_healthy(self) -> bool:
-        return any(s.healthy and not s.removed for s in self.states.values())
+    def any_healthy(self, allowed: frozenset[str] | None = None) -> bool:
+        """A backend is up (among ``allowed``, a tier's route; None: any)."""
+        return any(s.healthy and not s.removed and (allowed is None or s.name in allowed) for s in self.states.values())
 
-    def total_slots(self) -> int:
-        return sum(s.pool.slots for s in self.healthy() if s.pool)
-
-    def max_slot_ctx(self) -> int | None:
-        vals = [s.pool.slot_ctx for s in self.healthy() if s.pool]
+    def max_slot_ctx(self, allowed: frozenset[str] | None = None) -> int | None:
+        vals = [s.pool.slot_ctx for s in self.healthy() if s.pool and (allowed is None or s.name in allowed)]
         return max(vals) if vals else None
+
+    def max_pool(self, allowed: frozenset[str] | None = None) -> Pool | None:
+        """The largest usable pool among the healthy backends (on a route: ``allowed``)."""
+        pools = [s.pool for s in self.healthy() if s.pool and (allowed is None or s.name in allowed)]
+        return max(pools, key=lambda p: p.pool_tokens) if pools else None
 
     def models(self) -> list[str]:
         out: list[str] = []
@@ -211,41 +254,58 @@ class Backends:
     def url(self, name: str) -> str:
         return self.states[name].cfg.url
 
-    # -- health
+    # -- health and the pool
+    async def _get(self, st: BackendState, path: str) -> tuple[int, bytes]:
+        timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
+        async with self.clients.session.get(st.cfg.url + path, timeout=timeout, headers=st.headers()) as r:
+            return r.status, await r.read()
+
+    async def _props(self, st: BackendState) -> dict[str, Any]:
+        status, data = await self._get(st, "/health")
+        if status == 503:
+            raise NotReady(_("GET /health: HTTP 503{error_message}").format(error_message=_error_message(data)))
+        if status != 200:
+            raise NotLlamaServer(_("GET /health: HTTP {status}").format(status=status))
+        status, data = await self._get(st, "/props")
+        if status != 200:
+            raise NotLlamaServer(_("GET /props: HTTP {status}").format(status=status))
+        try:
+            props = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise NotLlamaServer(_("GET /props: not JSON")) from None
+        if not isinstance(props, dict):
+            raise NotLlamaServer(_("GET /props: not a JSON object"))
+        return props
+
+    async def _models(self, st: BackendState) -> dict[str, Any] | None:
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            status, data = await self._get(st, "/v1/models")
+            got = json.loads(data) if status == 200 else None
+            return got if isinstance(got, dict) else None
+        return None
+
+    def _stale(self, st: BackendState, props: Mapping[str, Any]) -> bool:
+        """Must the pool be derived again: never derived, the backend was down, ``/props`` says
+        something else now (a restart), or the server's log shows a new start."""
+        if st.pool is None or not st.healthy or st.props is None:
+            return True
+        gs = props.get("default_generation_settings") or {}
+        if any(st.props.get(k) != props.get(k) for k in _PROPS_KEY) or st.props.get("n_ctx") != gs.get("n_ctx"):
+            return True
+        if st.log_path is None:
+            return False
+        seen = log_size(st.log_path)
+        if seen == st.log_seen:
+            return False
+        old, st.log_seen = st.log_seen, seen
+        return seen is None or old is None or seen[0] != old[0] or seen[1] < old[1] or newer_start(st.log_path, old[1])
+
     async def check(self, st: BackendState) -> None:
-        h = self.cfg.health
-        timeout = aiohttp.ClientTimeout(total=h.timeout_s)
         was = st.healthy
         try:
-            async with self.session.get(st.cfg.url + "/health", timeout=timeout, headers=st.headers()) as r:
-                data = await r.read()
-                if r.status == 503:
-                    raise NotReady(_("GET /health: HTTP 503{error_message}").format(error_message=_error_message(data)))
-                if r.status != 200:
-                    raise NotLlamaServer(_("GET /health: HTTP {status}").format(status=r.status))
-            if st.pool is None or not st.healthy or st.checks % 12 == 0:
-                async with self.session.get(st.cfg.url + "/props", timeout=timeout, headers=st.headers()) as r:
-                    if r.status != 200:
-                        raise NotLlamaServer(_("GET /props: HTTP {status}").format(status=r.status))
-                    try:
-                        props = json.loads(await r.read())
-                    except (ValueError, UnicodeDecodeError):
-                        raise NotLlamaServer(_("GET /props: not JSON")) from None
-                    if not isinstance(props, dict):
-                        raise NotLlamaServer(_("GET /props: not a JSON object"))
-                b = st.cfg
-                st.pool = pool_from_props(props, pool_tokens=b.pool_tokens, slots=b.slots, slot_ctx=b.slot_ctx,
-                                          unified=b.unified, safety=self.cfg.admission.safety)
-                st.props = {k: props.get(k) for k in ("total_slots", "model_alias", "build_info", "is_sleeping")}
-                st.props["n_ctx"] = (props.get("default_generation_settings") or {}).get("n_ctx")
-                with contextlib.suppress(Exception):
-                    async with self.session.get(st.cfg.url + "/v1/models", timeout=timeout, headers=st.headers()) as r:
-                        data = json.loads(await r.read())
-                        names: list[str] = []
-                        for m in data.get("data", []):
-                            names.append(m.get("id"))
-                            names.extend(m.get("aliases") or [])
-                        st.models = [n for n in names if isinstance(n, str)]
+            props = await self._props(st)
+            if self._stale(st, props):
+                self._derive(st, props, await self._models(st))
             self.mark_ok(st)
         except (BackendError, aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError) as e:
             kind, detail = classify(e)
@@ -258,13 +318,47 @@ class Backends:
                 log.info("%s", localize(self.line(st), self.lang))
             self._changed()  # an ejection was logged by mark_failure
 
+    def _derive(self, st: BackendState, props: Mapping[str, Any], models: Mapping[str, Any] | None) -> None:
+        """The pool from what the server says now (llamarig.gateway.pool), and the lines on it."""
+        st.log_path = st.cfg.log or launched_log(st.cfg.url)
+        if st.log_path is not None:
+            st.log_seen = log_size(st.log_path)
+            st.log = read_log(st.log_path)
+        facts = facts_from_props(props, models, st.log)
+        sp = server_pool(facts, st.cfg.unified)
+        pool = admission_pool(sp, st.cfg, self.cfg.admission.safety)
+        gs = props.get("default_generation_settings") or {}
+        st.props = {k: props.get(k) for k in ("total_slots", "model_alias", "build_info", "is_sleeping", "model_path")}
+        st.props["n_ctx"] = gs.get("n_ctx") if isinstance(gs, Mapping) else None
+        st.n_ctx_train = facts.n_ctx_train
+        st.models = _model_names(models)
+        old, st.pool = st.pool, pool
+        st.progress.unsupported = False  # ask /slots again: the server may have been restarted with it
+        if old is not None and (old.pool_tokens, old.slots, old.slot_ctx) != (pool.pool_tokens, pool.slots, pool.slot_ctx):
+            st.progress = BackendProgress()  # other settings: other rates
+            log.warning("%s", localize(reasons.pool_changed_line(st.name, old.pool_tokens, pool.pool_tokens,
+                                                                 pool.source, pool.slots, pool.slot_ctx), self.lang))
+        self._say_once(st, pool)
+
+    def _say_once(self, st: BackendState, pool: Pool) -> None:
+        """Each config value the server contradicts, and a pool seen only as a lower bound, once."""
+        for m in pool.mismatches:
+            key = (m.field, m.configured, m.server)
+            if key not in st.said:
+                st.said.add(key)
+                text = localize(mismatch_text(st.name, m, pool.server), self.lang)
+                log.log(logging.ERROR if m.larger else logging.WARNING, "%s", text)
+        if not pool.exact and pool.server is not None and ("bound", pool.server.tokens) not in st.said:
+            st.said.add(("bound", pool.server.tokens))
+            log.warning("%s", localize(bound_text(st.name, pool.server, st.n_ctx_train), self.lang))
+
     def line(self, st: BackendState, *, startup: bool = False) -> str:
         """One line on a backend: reachable with its slots and pool, or what is wrong with it
         (``startup``: and that the gateway starts without it and keeps checking)."""
         h = self.cfg.health
         if st.pool is not None and (st.healthy or not st.problem):
             return reasons.backend_ok_line(st.name, st.cfg.url, st.pool.slots, st.pool.pool_tokens,
-                                           st.pool.source, st.pool.slot_ctx)
+                                           st.pool.source, st.pool.slot_ctx, exact=st.pool.exact)
         return reasons.backend_problem_line(st.name, st.cfg.url, st.problem or reasons.ERROR,
                                             st.problem_detail or st.last_error, h.timeout_s,
                                             h.interval_s if startup else None)
@@ -312,21 +406,54 @@ class Backends:
                 del self.states[name]
             await self.check_all()
 
+    # -- /slots: progress, slots held, cells in use
+    async def read_slots(self, st: BackendState) -> None:
+        """One ``GET /slots`` of ``st`` into its progress (the requests this replica has there)."""
+        try:
+            status, data = await self._get(st, "/slots")
+            slots = read_slots(json.loads(data)) if status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return
+        except ValueError:  # not JSON: not llama-server's /slots
+            status, slots = 200, None
+        if slots is None:  # --no-slots (501), no such endpoint, or not a list: stop asking
+            st.progress.unsupported = status in (200, 404, 501)
+            return
+        mine = [r for r in self.ledger.active.values() if r.backend == st.name]
+        st.progress.observe(slots, time.monotonic(), mine)
+
+    async def refresh_slots(self, max_age_s: float) -> None:
+        """Read the ``/slots`` of every healthy backend whose last reading is older than ``max_age_s``."""
+        now = time.monotonic()
+        await asyncio.gather(*(self.read_slots(s) for s in self.healthy()
+                               if not s.progress.unsupported and now - s.progress.t >= max_age_s))
+
+    async def _slots_loop(self) -> None:
+        while True:
+            every = self.cfg.health.slots_interval_s
+            await asyncio.sleep(every if every > 0 else self.cfg.health.interval_s)
+            if every <= 0:
+                continue
+            busy = [s for s in self.healthy() if not s.progress.unsupported
+                    and any(r.backend == s.name for r in self.ledger.active.values())]
+            await asyncio.gather(*(self.read_slots(s) for s in busy))
+
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._loop()), loop.create_task(self._slots_loop())]
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await t
 
     # -- metrics re-export
     async def backend_metrics(self) -> Mapping[str, str]:
         """Each healthy backend's /metrics text (cached ``metrics_cache_s``); missing on error."""
         out: dict[str, str] = {}
         now = time.monotonic()
-        timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
 
         async def one(st: BackendState) -> None:
             cached = self._metrics_cache.get(st.name)
@@ -334,17 +461,27 @@ class Backends:
                 out[st.name] = cached[1]
                 return
             try:
-                async with self.session.get(st.cfg.url + "/metrics", timeout=timeout, headers=st.headers()) as r:
-                    if r.status != 200:
-                        return
-                    text = (await r.read()).decode("utf-8", "replace")
+                status, data = await self._get(st, "/metrics")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                 return
+            if status != 200:
+                return
+            text = data.decode("utf-8", "replace")
             self._metrics_cache[st.name] = (now, text)
             out[st.name] = text
 
         await asyncio.gather(*(one(s) for s in self.healthy()))
         return out
+
+
+def _model_names(models: Mapping[str, Any] | None) -> list[str]:
+    names: list[Any] = []
+    data = (models or {}).get("data")
+    for m in data if isinstance(data, list) else ():
+        if isinstance(m, Mapping):
+            aliases = m.get("aliases")
+            names.extend([m.get("id"), *(aliases if isinstance(aliases, list) else ())])
+    return [n for n in names if isinstance(n, str)]
 
 
 def _error_message(data: bytes) -> str:

@@ -1,9 +1,15 @@
 """Gateway configuration: a TOML or YAML file (or nothing: ``--backend URL``), validated into
 frozen dataclasses with one-line errors that name the file and the key.
 
-The built-in tiers are the 307K-context MTP field report's (tests/fixtures/seeds/004_*.txt, section 三): B daily,
-C1 analysis, C2 code+agent, D deep analysis; A formatting and V vision are named there without
-numbers, so their numbers here are llamarig's defaults (documented in docs/gateway.md).
+The dataclasses are the schema: a section's keys are its fields, a key's type is the field's
+annotation, bounds and spellings are the field's ``metadata`` (:func:`_f`), and a rule that ties
+fields together is the class's ``__post_init__`` (raising :class:`Invalid` with the key it is
+about). :func:`build_config` walks them generically (:func:`_load`); only the cross-section
+references (a tier or backend named elsewhere) are checked after (:func:`check_references`).
+
+The built-in tiers are the 307K-context MTP field report's (tests/fixtures/seeds/004_*.txt,
+section 三): B daily, C1 analysis, C2 code+agent, D deep analysis; A formatting and V vision are
+named there without numbers, so their numbers here are llamarig's defaults (docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -11,107 +17,232 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit, urlunsplit
 
 from llamarig.errors import InputError
 from llamarig.i18n import _
 
-# ------------------------------------------------------------------------------ dataclasses
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_D = TypeVar("_D", bound="DataclassInstance")
+
+#: what a tier (or cron) does when no backend can take a request now: wait in the queue, or
+#: get 429 at once
+OnBusy = Literal["queue", "reject"]
+
+_URL = re.compile(r"^https?://[^/\s]+(/[^\s]*)?$")
+_LEDGER_URL = re.compile(r"^rediss?://[^/\s]+(/\d+)?/?$")
+_TIER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class Invalid(ValueError):
+    """A section's own rule failed: ``key`` (relative to the section, "" for the section) and
+    the sentence; the loader prefixes the file and the section's place."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _f(default: Any = MISSING, *, lo: float | None = None, hi: float | None = None, lower: bool = False,
+       env: bool = False, url: bool = False, factory: Any = MISSING) -> Any:
+    """A field with what the loader checks: ``lo``/``hi`` bounds, ``lower``-cased strings,
+    ``env`` (the value may come from an environment variable named by ``<key>_env``), ``url``."""
+    meta = {"lo": lo, "hi": hi, "lower": lower, "env": env, "url": url}
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _regex(key: str, patterns: tuple[str, ...] | str | None) -> None:
+    for i, pat in enumerate((patterns,) if isinstance(patterns, str) else patterns or ()):
+        try:
+            re.compile(pat)
+        except re.error as e:
+            where = key if isinstance(patterns, str) else f"{key}[{i}]"
+            raise Invalid(where, _("bad regular expression {pat!r}: {error}").format(pat=pat, error=e)) from None
+
+
+# ------------------------------------------------------------------------------ the schema
 
 
 @dataclass(frozen=True)
 class TierConfig:
-    """What a tier does to the request sent upstream."""
+    """What a tier does to the request sent upstream, and what it may take of a backend."""
 
-    name: str
-    max_tokens: int
+    name: str = field(metadata={"internal": True})  # its key under [tiers]
+    max_tokens: int = _f(lo=1)
     thinking: bool | None = None  # None: leave the client's choice alone
-    reasoning_budget: int | None = None  # reasoning_budget_tokens (server-common.cpp)
+    reasoning_budget: int | None = _f(None, lo=-1)  # reasoning_budget_tokens (server-common.cpp)
     reasoning_effort: str | None = None
     timeout_s: float | None = None  # -> t_max_predict_ms and the upstream read timeout
     priority: int = 0  # lower is served first
-    sampling: Mapping[str, Any] = field(default_factory=dict)  # forced sampling fields
+    sampling: Mapping[str, Any] = _f(factory=dict)  # forced sampling fields
     # resolve_auto_c2_max_tokens: widen up to this when the client asks for more (the 307K-context MTP field report)
-    long_output_max_tokens: int | None = None
+    long_output_max_tokens: int | None = _f(None, lo=1)
     long_output_timeout_s: float | None = None
+    #: the most of a backend's KV pool (a fraction) and of its slots this tier's requests hold at once
+    max_pool_share: float | None = _f(None, lo=0.0, hi=1.0)
+    max_slots: int | None = _f(None, lo=1)
+    #: the backends (names) this tier's requests go to; empty: any
+    backends: tuple[str, ...] = ()
+    on_busy: OnBusy = "queue"
+
+    def __post_init__(self) -> None:
+        if self.reasoning_budget is not None and self.reasoning_budget >= self.max_tokens:
+            raise Invalid("reasoning_budget", _(
+                "{reasoning_budget} must be below max_tokens {max_tokens} (thinking tokens are generated "
+                "tokens and count against n_predict)").format(reasoning_budget=self.reasoning_budget,
+                                                              max_tokens=self.max_tokens))
+        if self.long_output_max_tokens is not None and self.long_output_max_tokens < self.max_tokens:
+            raise Invalid("long_output_max_tokens", _("{long_output_max_tokens} is below the tier's max_tokens "
+                                                      "{max_tokens}").format(
+                long_output_max_tokens=self.long_output_max_tokens, max_tokens=self.max_tokens))
+        _share(self.max_pool_share)
+        for k, val in self.sampling.items():
+            if not isinstance(val, (int, float, str, bool, list)):
+                raise Invalid(f"sampling.{k}", _("expected a number, string, boolean or list, got {tn}").format(
+                    tn=_tn(val)))
+
+
+def _share(share: float | None) -> None:
+    if share is not None and share <= 0:
+        raise Invalid("max_pool_share", _("must be in (0, 1], got {value}").format(value=share))
 
 
 @dataclass(frozen=True)
 class BackendConfig:
-    url: str
-    name: str
-    pool_tokens: int | None = None  # None: from /props
-    slots: int | None = None  # None: /props total_slots
-    slot_ctx: int | None = None  # None: /props default_generation_settings.n_ctx
-    unified: bool = True  # -kvu: one pool shared by the slots (see admission.pool_from_props)
-    api_key: str | None = None  # sent upstream as Bearer
+    url: str = _f(url=True)
+    name: str = ""  # "" in the file: b0, b1, ... by position
+    pool_tokens: int | None = _f(None, lo=1)  # None: what the server has (llamarig.gateway.pool)
+    slots: int | None = _f(None, lo=1)  # None: /props total_slots
+    slot_ctx: int | None = _f(None, lo=1)  # None: /props default_generation_settings.n_ctx
+    unified: bool = True  # -kvu: one pool shared by the slots (llamarig.gateway.pool)
+    api_key: str | None = _f(None, env=True)  # sent upstream as Bearer
     weight: float = 1.0
+    #: llama-server's log file: the pool (n_ctx, kv_unified) as the server printed it at start
+    log: str | None = None
 
 
 @dataclass(frozen=True)
 class KeyConfig:
-    key: str
-    name: str
+    key: str = _f(env=True)
+    name: str = ""  # "" in the file: key0, key1, ... by position
     tier: str | None = None
     priority: int | None = None
-    max_concurrent: int = 0  # 0: unlimited (in flight + queued)
+    max_concurrent: int = _f(0, lo=0)  # 0: unlimited (in flight + queued)
+
+    def __post_init__(self) -> None:
+        if len(self.key) < 8:
+            raise Invalid("key", _("an API key must be at least 8 characters"))
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """A content rule: requests whose system prompt (``system``: the system and developer
+    messages) or last user message (``user``) matches go to ``tier``."""
+
+    tier: str
+    system: str | None = None
+    user: str | None = None
+    name: str | None = None  # in the request log: tier_reason "rule:NAME" (default: the rule's index)
+
+    def __post_init__(self) -> None:
+        if (self.system is None) == (self.user is None):
+            raise Invalid("", _("a rule needs exactly one of 'system' and 'user'"))
+        _regex("system", self.system)
+        _regex("user", self.user)
+
+
+#: the agent tier's system-prompt patterns, English and Chinese (what coding agents and
+#: Chinese chat front ends put in their system prompt: "你是一个编程助手", "你是资深软件工程师")
+DEFAULT_SYSTEM_PATTERNS: tuple[str, ...] = (
+    r"(?i)\b(coding agent|software engineer|you are (an? )?(interactive )?(cli|coding) (tool|assistant))\b",
+    r"(编程|代码|编码|软件开发|开发)(助手|智能体|代理|agent)|软件工程师|程序员助手",
+)
 
 
 @dataclass(frozen=True)
 class RoutingConfig:
     default_tier: str = "B"
-    tier_header: str = "x-llamarig-tier"
+    tier_header: str = _f("x-llamarig-tier", lower=True)
     vision_tier: str | None = "V"
     agent_tier: str | None = "C2"
     tools_mean_agent: bool = True
-    agent_headers: tuple[str, ...] = ("x-llamarig-agent",)
-    agent_user_agents: tuple[str, ...] = ("pi-ai", "claude-cli", "aider", "opencode", "codex", "cline", "roo")
-    system_patterns: tuple[str, ...] = (r"(?i)\b(coding agent|software engineer|you are (an? )?(interactive )?(cli|coding) (tool|assistant))\b",)
-    model_aliases: Mapping[str, str] = field(default_factory=dict)  # model name -> tier
-    affinity_messages: int = 2
+    agent_headers: tuple[str, ...] = _f(("x-llamarig-agent",), lower=True)
+    agent_user_agents: tuple[str, ...] = _f(("pi-ai", "claude-cli", "aider", "opencode", "codex", "cline", "roo"),
+                                            lower=True)
+    system_patterns: tuple[str, ...] = DEFAULT_SYSTEM_PATTERNS
+    model_aliases: Mapping[str, str] = _f(factory=dict)  # model name -> tier
+    affinity_messages: int = _f(2, lo=0)
+    rules: tuple[RuleConfig, ...] = ()  # content rules, first match wins
+
+    def __post_init__(self) -> None:
+        _regex("system_patterns", self.system_patterns)
 
 
 @dataclass(frozen=True)
 class CronConfig:
-    """The 307K-context MTP field report: "CRON恒锁1K/2K", recognised by a header prefix."""
+    """The 307K-context MTP field report: "CRON恒锁1K/2K", recognised by a header prefix; and
+    what cron requests (over every tier) may hold of a backend at once."""
 
-    header: str = "x-llamarig-source"
+    header: str = _f("x-llamarig-source", lower=True)
     prefix: str = "cron"
-    max_tokens: int = 1024
-    max_tokens_thinking: int = 2048
+    max_tokens: int = _f(1024, lo=1)
+    max_tokens_thinking: int = _f(2048, lo=1)
     priority: int = 10
     timeout_s: float | None = None
+    max_pool_share: float | None = _f(None, lo=0.0, hi=1.0)
+    max_slots: int | None = _f(None, lo=1)
+    backends: tuple[str, ...] = ()
+    on_busy: OnBusy = "queue"
+
+    def __post_init__(self) -> None:
+        _share(self.max_pool_share)
 
 
 @dataclass(frozen=True)
 class AdmissionConfig:
-    prompt_tokens: str = "backend"  # "backend" (exact, one local round trip) or "estimate"
+    prompt_tokens: Literal["backend", "estimate"] = "backend"  # backend: exact, one local round trip
     estimate_bytes_per_token: float = 2.0
-    safety: float = 1.0  # fraction of the pool that may be reserved
-    queue_size: int = 256
+    safety: float = _f(1.0, hi=1.0)  # fraction of the pool that may be reserved
+    queue_size: int = _f(256, lo=0)
     queue_timeout_s: float = 30.0
     keepalive_s: float = 5.0  # SSE comment interval while a streaming request waits; 0: never
-    retry_after_s: float = 2.0  # floor of Retry-After
+    retry_after_s: float = 1.0  # floor of Retry-After
+
+    def __post_init__(self) -> None:
+        if not 0 < self.safety <= 1:
+            raise Invalid("safety", _("must be in (0, 1], got {safety}").format(safety=self.safety))
+        if self.estimate_bytes_per_token <= 0:
+            raise Invalid("estimate_bytes_per_token", _("must be > 0"))
 
 
 @dataclass(frozen=True)
 class HealthConfig:
     interval_s: float = 5.0
     timeout_s: float = 3.0
-    eject_after: int = 2  # consecutive failures
-    recover_after: int = 1  # consecutive successes
+    eject_after: int = _f(2, lo=1)  # consecutive failures
+    recover_after: int = _f(1, lo=1)  # consecutive successes
     metrics_cache_s: float = 2.0
+    #: while a backend has requests in flight, read its /slots this often (progress, slots; 0: never)
+    slots_interval_s: float = 1.0
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class GatewayServerConfig:
+    """The ``[server]`` section: where the gateway listens and what it accepts and logs."""
+
     host: str = "127.0.0.1"
-    port: int = 8000
-    max_body_bytes: int = 16 * 1024 * 1024
+    port: int = _f(8000, lo=0, hi=65535)
+    max_body_bytes: int = _f(16 * 1024 * 1024, lo=1)
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0  # silence allowed between upstream bytes
     request_log: str | None = None
@@ -130,19 +261,11 @@ class LedgerConfig:
     timeout_s: float = 1.0  # per store round trip; past it a claim is refused (503)
     replica: str | None = None  # this replica's name in the store (default HOST-PID)
 
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    server: ServerConfig
-    backends: tuple[BackendConfig, ...]
-    tiers: Mapping[str, TierConfig]
-    routing: RoutingConfig
-    cron: CronConfig
-    admission: AdmissionConfig
-    health: HealthConfig
-    keys: tuple[KeyConfig, ...] = ()
-    source: str | None = None  # path it was read from
-    ledger: LedgerConfig = LedgerConfig()
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            _check_ledger_url(self.url)
+        if self.lease_s <= 0 or self.timeout_s <= 0:
+            raise Invalid("", _("lease_s and timeout_s must be > 0"))
 
 
 #: the 307K-context MTP field report's TIER table (B/C1/C2/D) plus A and V (llamarig defaults).
@@ -159,91 +282,22 @@ DEFAULT_TIERS: dict[str, TierConfig] = {
 }
 
 
-# ------------------------------------------------------------------------------ validation
+@dataclass(frozen=True)
+class GatewayConfig:
+    server: GatewayServerConfig = GatewayServerConfig()
+    backends: tuple[BackendConfig, ...] = ()
+    tiers: Mapping[str, TierConfig] = _f(factory=lambda: dict(DEFAULT_TIERS))
+    routing: RoutingConfig = RoutingConfig()
+    cron: CronConfig = CronConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    health: HealthConfig = HealthConfig()
+    keys: tuple[KeyConfig, ...] = ()
+    ledger: LedgerConfig = LedgerConfig()
+    inherit_default_tiers: bool = True  # start from B/C1/C2/D/A/V; false: only the file's tiers
+    source: str | None = field(default=None, metadata={"internal": True})  # path it was read from
 
 
-class _V:
-    """Validation helpers that raise InputError naming ``where``."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def err(self, where: str, msg: str) -> InputError:
-        return InputError(f"{self.source}: " + where + ": " + msg)  # + keeps Messages (llamarig.i18n)
-
-    def table(self, v: Any, where: str) -> dict[str, Any]:
-        if not isinstance(v, dict):
-            raise self.err(where, _("expected a table/mapping, got {tn}").format(tn=_tn(v)))
-        return v
-
-    def known(self, d: dict[str, Any], allowed: set[str], where: str) -> None:
-        for k in d:
-            if k not in allowed:
-                hint = _closest(str(k), allowed)
-                raise self.err(f"{where}.{k}" if where else str(k),
-                               _("unknown key{hint}; allowed: {allowed}").format(
-                                   hint=_(" (did you mean '{name}'?)").format(name=hint) if hint else "",
-                                   allowed=", ".join(sorted(allowed))))
-
-    # none_ok=True is the only way to get None back: the overloads tell mypy so
-    @overload
-    def int_(self, v: Any, where: str, lo: int = 0, none_ok: Literal[False] = False) -> int: ...
-    @overload
-    def int_(self, v: Any, where: str, lo: int = 0, *, none_ok: bool) -> int | None: ...
-
-    def int_(self, v: Any, where: str, lo: int = 0, none_ok: bool = False) -> int | None:
-        if v is None and none_ok:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.err(where, _("expected an integer, got {tn} {value!r}").format(tn=_tn(v), value=v))
-        if v < lo:
-            raise self.err(where, _("must be >= {lo}, got {value}").format(lo=lo, value=v))
-        return v
-
-    @overload
-    def num(self, v: Any, where: str, lo: float = 0.0, none_ok: Literal[False] = False) -> float: ...
-    @overload
-    def num(self, v: Any, where: str, lo: float = 0.0, *, none_ok: bool) -> float | None: ...
-
-    def num(self, v: Any, where: str, lo: float = 0.0, none_ok: bool = False) -> float | None:
-        if v is None and none_ok:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.err(where, _("expected a number, got {tn} {value!r}").format(tn=_tn(v), value=v))
-        if v < lo:
-            raise self.err(where, _("must be >= {lo}, got {value}").format(lo=lo, value=v))
-        return float(v)
-
-    @overload
-    def bool_(self, v: Any, where: str, none_ok: Literal[False] = False) -> bool: ...
-    @overload
-    def bool_(self, v: Any, where: str, none_ok: bool) -> bool | None: ...
-
-    def bool_(self, v: Any, where: str, none_ok: bool = False) -> bool | None:
-        if v is None and none_ok:
-            return None
-        if not isinstance(v, bool):
-            raise self.err(where, _("expected true or false, got {tn} {value!r}").format(tn=_tn(v), value=v))
-        return v
-
-    @overload
-    def str_(self, v: Any, where: str, none_ok: Literal[False] = False) -> str: ...
-    @overload
-    def str_(self, v: Any, where: str, none_ok: bool) -> str | None: ...
-
-    def str_(self, v: Any, where: str, none_ok: bool = False) -> str | None:
-        if v is None and none_ok:
-            return None
-        if not isinstance(v, str) or not v:
-            raise self.err(where, _("expected a non-empty string, got {tn} {value!r}").format(tn=_tn(v), value=v))
-        return v
-
-    def strs(self, v: Any, where: str) -> tuple[str, ...]:
-        if isinstance(v, str):
-            v = [v]
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise self.err(where, _("expected a list of strings, got {tn}").format(tn=_tn(v)))
-        return tuple(v)
+# ------------------------------------------------------------------------------ the loader
 
 
 def _tn(v: Any) -> str:
@@ -256,284 +310,250 @@ def _closest(name: str, options: set[str]) -> str | None:
     return m[0] if m else None
 
 
-_Section = TypeVar("_Section")
+def _did_you_mean(name: str, options: set[str]) -> str:
+    hint = _closest(name, options)
+    return _(" (did you mean '{name}'?)").format(name=hint) if hint else ""
 
 
-def _simple_section(v: _V, raw: Any, where: str, cls: type[_Section], spec: dict[str, str]) -> _Section:
-    """Build a flat dataclass from ``raw`` with per-field kinds in ``spec``."""
-    if raw is None:
-        return cls()
-    d = v.table(raw, where)
-    v.known(d, set(spec), where)
-    kw: dict[str, Any] = {}
-    for k, kind in spec.items():
-        if k not in d:
-            continue
-        w = f"{where}.{k}"
-        val = d[k]
-        if kind == "int":
-            kw[k] = v.int_(val, w)
-        elif kind == "int1":
-            kw[k] = v.int_(val, w, lo=1)
-        elif kind == "num":
-            kw[k] = v.num(val, w)
-        elif kind == "num?":
-            kw[k] = v.num(val, w, none_ok=True)
-        elif kind == "bool":
-            kw[k] = v.bool_(val, w)
-        elif kind == "str":
-            kw[k] = v.str_(val, w)
-        elif kind == "str?":
-            kw[k] = v.str_(val, w, none_ok=True)
-        elif kind == "strs":
-            kw[k] = v.strs(val, w)
-        else:  # pragma: no cover - programming error
-            raise AssertionError(kind)
-    return cls(**kw)
+class _Loader:
+    """Reads a parsed document into the dataclasses; every error is an InputError naming
+    ``source`` and the key."""
 
+    def __init__(self, source: str) -> None:
+        self.source = source
 
-_SERVER = {"host": "str", "port": "int", "max_body_bytes": "int1", "connect_timeout_s": "num",
-           "read_timeout_s": "num", "request_log": "str?", "log_content": "bool",
-           "public_metrics": "bool", "accept_any_model": "bool"}
-_CRON = {"header": "str", "prefix": "str", "max_tokens": "int1", "max_tokens_thinking": "int1",
-         "priority": "int", "timeout_s": "num?"}
-_ADMISSION = {"prompt_tokens": "str", "estimate_bytes_per_token": "num", "safety": "num",
-              "queue_size": "int", "queue_timeout_s": "num", "keepalive_s": "num",
-              "retry_after_s": "num"}
-_HEALTH = {"interval_s": "num", "timeout_s": "num", "eject_after": "int1", "recover_after": "int1",
-           "metrics_cache_s": "num"}
-_TIER_KEYS = {"max_tokens", "thinking", "reasoning_budget", "reasoning_effort", "timeout_s",
-              "priority", "sampling", "long_output_max_tokens", "long_output_timeout_s"}
-_BACKEND_KEYS = {"url", "name", "pool_tokens", "slots", "slot_ctx", "unified", "api_key", "api_key_env", "weight"}
-_KEY_KEYS = {"key", "key_env", "name", "tier", "priority", "max_concurrent"}
-_ROUTING_KEYS = {"default_tier", "tier_header", "vision_tier", "agent_tier", "tools_mean_agent",
-                 "agent_headers", "agent_user_agents", "system_patterns", "model_aliases",
-                 "affinity_messages"}
-_LEDGER = {"url": "str?", "lease_s": "num", "timeout_s": "num", "replica": "str?"}
-_TOP = {"server", "backends", "tiers", "inherit_default_tiers", "routing", "cron", "admission", "health", "keys",
-        "ledger"}
-_LEDGER_URL = re.compile(r"^rediss?://[^/\s]+(/\d+)?/?$")
-_URL = re.compile(r"^https?://[^/\s]+(/[^\s]*)?$")
+    def err(self, where: str, msg: str) -> InputError:
+        return InputError(f"{self.source}: " + where + ": " + msg)  # + keeps Messages (llamarig.i18n)
 
+    def table(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.err(where, _("expected a table/mapping, got {tn}").format(tn=_tn(v)))
+        return v
 
-def _tier(v: _V, name: str, raw: Any, base: TierConfig | None) -> TierConfig:
-    where = f"tiers.{name}"
-    d = v.table(raw, where)
-    v.known(d, _TIER_KEYS, where)
-    if base is None and "max_tokens" not in d:
-        raise v.err(where, _("a new tier needs max_tokens"))
-    t = base or TierConfig(name, max_tokens=1)
-    kw: dict[str, Any] = {}
-    if "max_tokens" in d:
-        kw["max_tokens"] = v.int_(d["max_tokens"], f"{where}.max_tokens", lo=1)
-    if "thinking" in d:
-        kw["thinking"] = v.bool_(d["thinking"], f"{where}.thinking", none_ok=True)
-    if "reasoning_budget" in d:
-        kw["reasoning_budget"] = v.int_(d["reasoning_budget"], f"{where}.reasoning_budget", lo=-1, none_ok=True)
-    if "reasoning_effort" in d:
-        kw["reasoning_effort"] = v.str_(d["reasoning_effort"], f"{where}.reasoning_effort", none_ok=True)
-    if "timeout_s" in d:
-        kw["timeout_s"] = v.num(d["timeout_s"], f"{where}.timeout_s", none_ok=True)
-    if "priority" in d:
-        kw["priority"] = v.int_(d["priority"], f"{where}.priority")
-    if "sampling" in d:
-        s = v.table(d["sampling"], f"{where}.sampling")
-        for sk, sv in s.items():
-            if not isinstance(sv, (int, float, str, bool, list)):
-                raise v.err(f"{where}.sampling.{sk}", _("expected a number, string, boolean or list, got {tn}").format(tn=_tn(sv)))
-        kw["sampling"] = dict(s)
-    if "long_output_max_tokens" in d:
-        kw["long_output_max_tokens"] = v.int_(d["long_output_max_tokens"], f"{where}.long_output_max_tokens", lo=1, none_ok=True)
-    if "long_output_timeout_s" in d:
-        kw["long_output_timeout_s"] = v.num(d["long_output_timeout_s"], f"{where}.long_output_timeout_s", none_ok=True)
-    return replace(t, **kw)
+    def known(self, d: Mapping[str, Any], allowed: set[str], where: str) -> None:
+        for k in d:
+            if k not in allowed:
+                raise self.err(f"{where}.{k}" if where else str(k), _("unknown key{hint}; allowed: {allowed}").format(
+                    hint=_did_you_mean(str(k), allowed), allowed=", ".join(sorted(allowed))))
+
+    # -- scalars
+    def int_(self, v: Any, where: str, lo: float | None, hi: float | None) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.err(where, _("expected an integer, got {tn} {value!r}").format(tn=_tn(v), value=v))
+        self._bounds(v, where, lo, hi)
+        return v
+
+    def num(self, v: Any, where: str, lo: float | None, hi: float | None) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.err(where, _("expected a number, got {tn} {value!r}").format(tn=_tn(v), value=v))
+        self._bounds(v, where, lo, hi)
+        return float(v)
+
+    def _bounds(self, v: float, where: str, lo: float | None, hi: float | None) -> None:
+        if v < (0 if lo is None else lo):
+            raise self.err(where, _("must be >= {lo}, got {value}").format(lo=0 if lo is None else lo, value=v))
+        if hi is not None and v > hi:
+            raise self.err(where, _("must be <= {hi}, got {value}").format(hi=hi, value=v))
+
+    def bool_(self, v: Any, where: str) -> bool:
+        if not isinstance(v, bool):
+            raise self.err(where, _("expected true or false, got {tn} {value!r}").format(tn=_tn(v), value=v))
+        return v
+
+    def str_(self, v: Any, where: str) -> str:
+        if not isinstance(v, str) or not v:
+            raise self.err(where, _("expected a non-empty string, got {tn} {value!r}").format(tn=_tn(v), value=v))
+        return v
+
+    def strs(self, v: Any, where: str) -> tuple[str, ...]:
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self.err(where, _("expected a list of strings, got {tn}").format(tn=_tn(v)))
+        return tuple(v)
+
+    def choice(self, v: Any, where: str, choices: tuple[str, ...]) -> str:
+        if v not in choices:
+            raise self.err(where, _("expected {choices}, got {value!r}").format(
+                choices=" or ".join(repr(c) for c in choices), value=v))
+        return str(v)
+
+    # -- by annotation
+    def value(self, tp: Any, v: Any, where: str, meta: Mapping[str, Any]) -> Any:
+        """``v`` as the annotation ``tp`` says (Optional, scalars, Literal, tuples, mappings,
+        dataclasses)."""
+        origin, args = get_origin(tp), get_args(tp)
+        if origin in (Union, types.UnionType) and type(None) in args:
+            if v is None:
+                return None
+            return self.value(next(a for a in args if a is not type(None)), v, where, meta)
+        if origin is Literal:
+            return self.choice(v, where, args)
+        if origin is tuple:
+            return self.sequence(args[0], v, where, meta)
+        if origin is Mapping:
+            return self.mapping(args[1], v, where)
+        if hasattr(tp, "__dataclass_fields__"):
+            return self.section(tp, v, where)
+        return self.scalar(tp, v, where, meta)
+
+    def scalar(self, tp: Any, v: Any, where: str, meta: Mapping[str, Any]) -> Any:
+        if tp is bool:
+            return self.bool_(v, where)
+        if tp is int:
+            return self.int_(v, where, meta.get("lo"), meta.get("hi"))
+        if tp is float:
+            return self.num(v, where, meta.get("lo"), meta.get("hi"))
+        s = self.str_(v, where)
+        if meta.get("url"):
+            s = _check_url(self, s, where)
+        return s.lower() if meta.get("lower") else s
+
+    def sequence(self, item: Any, v: Any, where: str, meta: Mapping[str, Any]) -> tuple[Any, ...]:
+        if item is str:
+            out = self.strs(v, where)
+            return tuple(s.lower() for s in out) if meta.get("lower") else out
+        if not isinstance(v, list):
+            raise self.err(where, _("expected a list ([[{name}]] in TOML), got {tn}").format(name=where, tn=_tn(v)))
+        return tuple(self.section(item, x, f"{where}[{i}]") for i, x in enumerate(v))
+
+    def mapping(self, item: Any, v: Any, where: str) -> dict[str, Any]:
+        d = self.table(v, where)
+        if item is str:
+            return {str(k): self.str_(x, f"{where}.{k}") for k, x in d.items()}
+        return dict(d)  # Any: checked by the section's own rule (sampling)
+
+    def section(self, cls: type[_D], raw: Any, where: str, base: _D | None = None) -> _D:
+        """One dataclass from its table; ``base``: the values its missing keys keep."""
+        d = self.table({} if raw is None else raw, where)
+        hints = get_type_hints(cls)
+        flds = [f for f in fields(cls) if not f.metadata.get("internal")]
+        allowed = {f.name for f in flds} | {f"{f.name}_env" for f in flds if f.metadata.get("env")}
+        self.known(d, allowed, where)
+        kw: dict[str, Any] = {}
+        for f in flds:
+            got = self._field_value(f, d, where)
+            if got is not MISSING:
+                kw[f.name] = self.value(hints[f.name], got, f"{where}.{f.name}", f.metadata)
+        try:
+            return replace(base, **kw) if base is not None else cls(**kw)
+        except Invalid as e:
+            raise self.err(f"{where}.{e.key}" if e.key else where, e.message) from None
+        except TypeError:  # a required key is missing
+            missing = next(f.name for f in flds if f.default is MISSING and f.default_factory is MISSING
+                           and f.name not in kw)
+            raise self.err(where, _("missing {key}").format(key=missing)) from None
+
+    def _field_value(self, f: Field[Any], d: Mapping[str, Any], where: str) -> Any:
+        if f.metadata.get("env") and f"{f.name}_env" in d:
+            env = self.str_(d[f"{f.name}_env"], f"{where}.{f.name}_env")
+            val = os.environ.get(env)
+            if not val:
+                raise self.err(f"{where}.{f.name}_env", _("environment variable {env} is not set").format(env=env))
+            return val
+        return d.get(f.name, MISSING)
 
 
 def build_config(data: Mapping[str, Any] | None, source: str = "<config>") -> GatewayConfig:
     """Validate a parsed TOML/YAML document into a GatewayConfig (raises InputError)."""
-    v = _V(source)
-    d = v.table(dict(data or {}), "top level") if data is not None else {}
-    v.known(d, _TOP, "")
-    server = _simple_section(v, d.get("server"), "server", ServerConfig, _SERVER)
-    if server.port > 65535:
-        raise v.err("server.port", _("must be <= 65535, got {port}").format(port=server.port))
-    cron = _simple_section(v, d.get("cron"), "cron", CronConfig, _CRON)
-    admission = _simple_section(v, d.get("admission"), "admission", AdmissionConfig, _ADMISSION)
-    if admission.prompt_tokens not in ("backend", "estimate"):
-        raise v.err("admission.prompt_tokens", _("expected 'backend' or 'estimate', got {prompt_tokens!r}").format(prompt_tokens=admission.prompt_tokens))
-    if not 0 < admission.safety <= 1:
-        raise v.err("admission.safety", _("must be in (0, 1], got {safety}").format(safety=admission.safety))
-    if admission.estimate_bytes_per_token <= 0:
-        raise v.err("admission.estimate_bytes_per_token", _("must be > 0"))
-    health = _simple_section(v, d.get("health"), "health", HealthConfig, _HEALTH)
-    ledger = _simple_section(v, d.get("ledger"), "ledger", LedgerConfig, _LEDGER)
-    if ledger.url is not None:
-        _check_ledger_url(v, ledger.url, "ledger.url")
-    if ledger.lease_s <= 0 or ledger.timeout_s <= 0:
-        raise v.err("ledger", _("lease_s and timeout_s must be > 0"))
+    ld = _Loader(source)
+    d = ld.table(dict(data or {}), "top level")
+    tiers_raw = d.get("tiers")
+    top = {k: v for k, v in d.items() if k != "tiers"}
+    cfg = _top(ld, top)
+    tiers = _tiers(ld, tiers_raw, cfg.inherit_default_tiers)
+    raw_routing = d.get("routing")
+    given: Mapping[str, Any] = raw_routing if isinstance(raw_routing, dict) else {}
+    r = cfg.routing  # a default that names a tier the file dropped is off
+    vision = r.vision_tier if "vision_tier" in given or r.vision_tier in tiers else None
+    agent = r.agent_tier if "agent_tier" in given or r.agent_tier in tiers else None
+    routing = replace(r, vision_tier=vision, agent_tier=agent)
+    backends = tuple(replace(b, name=b.name or f"b{i}") for i, b in enumerate(cfg.backends))
+    keys = tuple(replace(k, name=k.name or f"key{i}") for i, k in enumerate(cfg.keys))
+    cfg = replace(cfg, tiers=tiers, routing=routing, backends=backends, keys=keys, source=source)
+    check_references(cfg, ld)
+    return cfg
 
-    # tiers
-    inherit = v.bool_(d.get("inherit_default_tiers", True), "inherit_default_tiers")
+
+def _top(ld: _Loader, top: Mapping[str, Any]) -> GatewayConfig:
+    """Every section but ``tiers`` (merged onto the defaults by :func:`_tiers`)."""
+    ld.known(top, {f.name for f in fields(GatewayConfig) if not f.metadata.get("internal")}, "")
+    hints = get_type_hints(GatewayConfig)
+    kw: dict[str, Any] = {}
+    for f in fields(GatewayConfig):
+        if f.name in top and f.name != "tiers":
+            kw[f.name] = ld.value(hints[f.name], top[f.name], f.name, f.metadata)
+    return GatewayConfig(**kw)
+
+
+def _tiers(ld: _Loader, raw: Any, inherit: bool) -> dict[str, TierConfig]:
     tiers: dict[str, TierConfig] = dict(DEFAULT_TIERS) if inherit else {}
-    if "tiers" in d:
-        for name, raw in v.table(d["tiers"], "tiers").items():
-            if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
-                raise v.err(f"tiers.{name}", _("a tier name is letters, digits, '_', '-' or '.'"))
-            tiers[str(name)] = _tier(v, str(name), raw, tiers.get(str(name)))
+    for name, traw in (ld.table(raw, "tiers") if raw is not None else {}).items():
+        where = f"tiers.{name}"
+        if not _TIER_NAME.fullmatch(str(name)):
+            raise ld.err(where, _("a tier name is letters, digits, '_', '-' or '.'"))
+        base = tiers.get(str(name))
+        if base is None and "max_tokens" not in ld.table(traw, where):
+            raise ld.err(where, _("a new tier needs max_tokens"))
+        tiers[str(name)] = ld.section(TierConfig, traw, where, base=base or TierConfig(str(name), max_tokens=1))
     if not tiers:
-        raise v.err("tiers", _("no tiers defined (set inherit_default_tiers = true or add [tiers.NAME])"))
-    for t in tiers.values():
-        if t.reasoning_budget is not None and t.reasoning_budget >= t.max_tokens:
-            raise v.err(f"tiers.{t.name}.reasoning_budget",
-                        _("{reasoning_budget} must be below max_tokens {max_tokens} (thinking tokens are generated "
-                          "tokens and count against n_predict)").format(reasoning_budget=t.reasoning_budget, max_tokens=t.max_tokens))
-        if t.long_output_max_tokens is not None and t.long_output_max_tokens < t.max_tokens:
-            raise v.err(f"tiers.{t.name}.long_output_max_tokens",
-                        _("{long_output_max_tokens} is below the tier's max_tokens {max_tokens}").format(long_output_max_tokens=t.long_output_max_tokens, max_tokens=t.max_tokens))
+        raise ld.err("tiers", _("no tiers defined (set inherit_default_tiers = true or add [tiers.NAME])"))
+    return tiers
 
-    @overload
-    def tier_ref(name: Any, where: str, none_ok: Literal[False]) -> str: ...
-    @overload
-    def tier_ref(name: Any, where: str, none_ok: bool = True) -> str | None: ...
 
-    def tier_ref(name: Any, where: str, none_ok: bool = True) -> str | None:
-        if name is None and none_ok:
-            return None
-        s = v.str_(name, where)
-        if s not in tiers:
-            hint = _closest(s, set(tiers))
-            raise v.err(where, _("unknown tier {tier!r}{hint}; tiers: {tiers}").format(
-                tier=s, hint=_(" (did you mean '{name}'?)").format(name=hint) if hint else "", tiers=", ".join(tiers)))
-        return s
-
-    # routing
-    rraw = v.table(d.get("routing", {}), "routing")
-    v.known(rraw, _ROUTING_KEYS, "routing")
-    rdef = RoutingConfig()
-    rkw: dict[str, Any] = {}
-    rkw["default_tier"] = tier_ref(rraw.get("default_tier", rdef.default_tier), "routing.default_tier", none_ok=False)
-    for attr in ("vision_tier", "agent_tier"):
-        rkw[attr] = tier_ref(rraw.get(attr, getattr(rdef, attr) if getattr(rdef, attr) in tiers else None),
-                             f"routing.{attr}")
-    if "tier_header" in rraw:
-        rkw["tier_header"] = v.str_(rraw["tier_header"], "routing.tier_header").lower()
-    if "tools_mean_agent" in rraw:
-        rkw["tools_mean_agent"] = v.bool_(rraw["tools_mean_agent"], "routing.tools_mean_agent")
-    if "agent_headers" in rraw:
-        rkw["agent_headers"] = tuple(h.lower() for h in v.strs(rraw["agent_headers"], "routing.agent_headers"))
-    if "agent_user_agents" in rraw:
-        rkw["agent_user_agents"] = tuple(h.lower() for h in v.strs(rraw["agent_user_agents"], "routing.agent_user_agents"))
-    if "system_patterns" in rraw:
-        rkw["system_patterns"] = v.strs(rraw["system_patterns"], "routing.system_patterns")
-    for i, pat in enumerate(rkw.get("system_patterns", rdef.system_patterns)):
-        try:
-            re.compile(pat)
-        except re.error as e:
-            raise v.err(f"routing.system_patterns[{i}]", _("bad regular expression {pat!r}: {error}").format(pat=pat, error=e)) from None
-    if "affinity_messages" in rraw:
-        rkw["affinity_messages"] = v.int_(rraw["affinity_messages"], "routing.affinity_messages")
-    aliases: dict[str, str] = {}
-    for alias, tname in v.table(rraw.get("model_aliases", {}), "routing.model_aliases").items():
-        aliases[str(alias)] = tier_ref(tname, f"routing.model_aliases.{alias}", none_ok=False)
-    rkw["model_aliases"] = aliases
-    routing = RoutingConfig(**rkw)
-
-    # backends
-    braw = d.get("backends", [])
-    if not isinstance(braw, list):
-        raise v.err("backends", _("expected a list ([[backends]] in TOML), got {tn}").format(tn=_tn(braw)))
-    backends: list[BackendConfig] = []
+def check_references(cfg: GatewayConfig, ld: _Loader | None = None) -> None:
+    """Every tier and backend named in one section exists; backend names are unique."""
+    ld = ld or _Loader(cfg.source or "<config>")
     names: set[str] = set()
-    for i, braw_i in enumerate(braw):
-        w = f"backends[{i}]"
-        b = v.table(braw_i, w)
-        v.known(b, _BACKEND_KEYS, w)
-        if "url" not in b:
-            raise v.err(w, _("missing url"))
-        url = _check_url(v, b["url"], f"{w}.url")
-        name = v.str_(b.get("name", f"b{i}"), f"{w}.name")
-        if name in names:
-            raise v.err(f"{w}.name", _("duplicate backend name {name!r}").format(name=name))
-        names.add(name)
-        key = v.str_(b.get("api_key"), f"{w}.api_key", none_ok=True)
-        if "api_key_env" in b:
-            env = v.str_(b["api_key_env"], f"{w}.api_key_env")
-            key = os.environ.get(env)
-            if not key:
-                raise v.err(f"{w}.api_key_env", _("environment variable {env} is not set").format(env=env))
-        backends.append(BackendConfig(
-            url=url, name=name,
-            pool_tokens=v.int_(b.get("pool_tokens"), f"{w}.pool_tokens", lo=1, none_ok=True),
-            slots=v.int_(b.get("slots"), f"{w}.slots", lo=1, none_ok=True),
-            slot_ctx=v.int_(b.get("slot_ctx"), f"{w}.slot_ctx", lo=1, none_ok=True),
-            unified=v.bool_(b.get("unified", True), f"{w}.unified"),
-            api_key=key,
-            weight=v.num(b.get("weight", 1.0), f"{w}.weight"),
-        ))
-
-    # keys
-    kraw = d.get("keys", [])
-    if not isinstance(kraw, list):
-        raise v.err("keys", _("expected a list ([[keys]] in TOML), got {tn}").format(tn=_tn(kraw)))
-    keys: list[KeyConfig] = []
-    for i, kraw_i in enumerate(kraw):
-        w = f"keys[{i}]"
-        kd = v.table(kraw_i, w)
-        v.known(kd, _KEY_KEYS, w)
-        raw_secret: object = kd.get("key")
-        if "key_env" in kd:
-            env = v.str_(kd["key_env"], f"{w}.key_env")
-            raw_secret = os.environ.get(env)
-            if not raw_secret:
-                raise v.err(f"{w}.key_env", _("environment variable {env} is not set").format(env=env))
-        secret = v.str_(raw_secret, f"{w}.key")
-        if len(secret) < 8:
-            raise v.err(f"{w}.key", _("an API key must be at least 8 characters"))
-        keys.append(KeyConfig(
-            key=secret,
-            name=v.str_(kd.get("name", f"key{i}"), f"{w}.name"),
-            tier=tier_ref(kd.get("tier"), f"{w}.tier"),
-            priority=v.int_(kd.get("priority"), f"{w}.priority", none_ok=True),
-            max_concurrent=v.int_(kd.get("max_concurrent", 0), f"{w}.max_concurrent"),
-        ))
-    return GatewayConfig(server=server, backends=tuple(backends), tiers=tiers, routing=routing,
-                         cron=cron, admission=admission, health=health, keys=tuple(keys),
-                         source=source, ledger=ledger)
+    for i, b in enumerate(cfg.backends):
+        if b.name in names:
+            raise ld.err(f"backends[{i}].name", _("duplicate backend name {name!r}").format(name=b.name))
+        names.add(b.name)
+    tiers = set(cfg.tiers)
+    r = cfg.routing
+    refs: list[tuple[str, str | None]] = [("routing.default_tier", r.default_tier), ("routing.vision_tier", r.vision_tier),
+                                          ("routing.agent_tier", r.agent_tier)]
+    refs += [(f"routing.model_aliases.{a}", t) for a, t in r.model_aliases.items()]
+    refs += [(f"routing.rules[{i}].tier", rule.tier) for i, rule in enumerate(r.rules)]
+    refs += [(f"keys[{i}].tier", k.tier) for i, k in enumerate(cfg.keys)]
+    for where, t in refs:
+        if t is not None and t not in tiers:
+            raise ld.err(where, _("unknown tier {tier!r}{hint}; tiers: {tiers}").format(
+                tier=t, hint=_did_you_mean(t, tiers), tiers=", ".join(cfg.tiers)))
+    if not cfg.backends:
+        return  # routes are checked once the backends are known (with_overrides)
+    routes = [(f"tiers.{t.name}.backends", t.backends) for t in cfg.tiers.values()] + [("cron.backends", cfg.cron.backends)]
+    for where, bes in routes:
+        for name in bes:
+            if name not in names:
+                raise ld.err(where, _("unknown backend {name!r}{hint}; backends: {names}").format(
+                    name=name, hint=_did_you_mean(name, names), names=", ".join(sorted(names))))
 
 
-def _check_ledger_url(v: _V, url: str, where: str) -> str:
+def _check_ledger_url(url: str) -> str:
     try:
         ok = _LEDGER_URL.match(url) is not None
         urlsplit(url).port  # noqa: B018 - raises for a port that is not a number in 0-65535
     except ValueError:
         ok = False
     if not ok:
-        raise v.err(where, _("expected redis://HOST:PORT/DB (Valkey or Redis), got {url!r}").format(url=url))
+        raise Invalid("url", _("expected redis://HOST:PORT/DB (Valkey or Redis), got {url!r}").format(url=url))
     return url
 
 
-def _check_url(v: _V, raw: Any, where: str) -> str:
-    url = v.str_(raw, where)
+def _check_url(ld: _Loader, url: str, where: str) -> str:
     if not _URL.match(url):
-        raise v.err(where, _("expected http://host:port, got {url!r}").format(url=url))
+        raise ld.err(where, _("expected http://host:port, got {url!r}").format(url=url))
     return url.rstrip("/")
+
+
+# ------------------------------------------------------------------------------ files, overrides
 
 
 def parse_text(text: str, source: str) -> dict[str, Any]:
     """Parse TOML (``.toml``) or YAML (anything else) text; InputError on syntax errors."""
     if source.endswith(".toml"):
-        try:
-            import tomllib  # type: ignore[import-not-found]  # lazy: only for .toml; 3.10 needs tomli
-        except ModuleNotFoundError:  # Python 3.10
-            try:
-                import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]  # lazy: optional, Python 3.10
-            except ModuleNotFoundError:
-                raise InputError(_("{source}: TOML needs Python >= 3.11 or the 'tomli' package; use YAML").format(source=source)) from None
-        try:
-            data: dict[str, Any] = tomllib.loads(text)
-            return data
-        except tomllib.TOMLDecodeError as e:
-            raise InputError(_("{source}: not valid TOML: {error}").format(source=source, error=e)) from None
+        return _parse_toml(text, source)
     import yaml  # lazy: yaml (60 ms), only for YAML configs
 
     try:
@@ -545,6 +565,22 @@ def parse_text(text: str, source: str) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise InputError(_("{source}: top level must be a mapping, got {tn}").format(source=source, tn=_tn(data)))
+    return data
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        import tomllib  # lazy: only for .toml; 3.10 needs tomli
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # lazy: optional, Python 3.10
+        except ModuleNotFoundError:
+            raise InputError(_("{source}: TOML needs Python >= 3.11 or the 'tomli' package; use YAML").format(
+                source=source)) from None
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(_("{source}: not valid TOML: {error}").format(source=source, error=e)) from None
     return data
 
 
@@ -563,9 +599,12 @@ def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
 def with_overrides(cfg: GatewayConfig, *, backends: list[str] | None = None, host: str | None = None,
                    port: int | None = None, ledger: str | None = None, replica: str | None = None) -> GatewayConfig:
     """Apply command-line overrides (``--backend``, ``--host``, ``--port``, ``--ledger``, ``--replica``)."""
-    v = _V("command line")
+    ld = _Loader("command line")
     if ledger is not None:
-        cfg = replace(cfg, ledger=replace(cfg.ledger, url=_check_ledger_url(v, ledger, "--ledger")))
+        try:
+            cfg = replace(cfg, ledger=replace(cfg.ledger, url=_check_ledger_url(ledger)))
+        except Invalid as e:
+            raise ld.err("--ledger", e.message) from None
     if replica is not None:
         cfg = replace(cfg, ledger=replace(cfg.ledger, replica=replica))
     server = cfg.server
@@ -575,10 +614,12 @@ def with_overrides(cfg: GatewayConfig, *, backends: list[str] | None = None, hos
         server = replace(server, port=port)
     bes = cfg.backends
     if backends:
-        bes = tuple(BackendConfig(url=_check_url(v, u, "--backend"), name=f"b{i}") for i, u in enumerate(backends))
+        bes = tuple(BackendConfig(url=_check_url(ld, u, "--backend"), name=f"b{i}") for i, u in enumerate(backends))
     if not bes:
         raise InputError(_("no backend: pass --backend http://HOST:PORT or add [[backends]] to the config"))
-    return replace(cfg, server=server, backends=bes)
+    out = replace(cfg, server=server, backends=bes)
+    check_references(out, ld if backends else None)
+    return out
 
 
 def redact_url(url: str) -> str:

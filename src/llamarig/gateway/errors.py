@@ -4,8 +4,8 @@
   and an OpenAI-style body;
   - :class:`RequestError`: the request cannot be served as sent (4xx), or its backend failed
     before the answer started (502);
-  - :class:`Rejected`: not admitted now (429 queue full / timeout / key limit, 503 no backend),
-    with Retry-After and the real cause (``reason`` and its numbers, llamarig.gateway.reasons);
+  - :class:`Rejected`: not admitted now (429 queue full / timeout / key limit / busy, 503 no
+    backend), with Retry-After (and how it was estimated) and the real cause (``reason`` and its numbers, llamarig.gateway.reasons);
 - :class:`BackendError` (a ServerError): a backend answered its health or ``/props`` check with
   something the gateway cannot use; the backend is marked failed, nothing reaches a client.
 
@@ -53,7 +53,7 @@ class Rejected(GatewayError):
     when not given) with ``details``, the numbers behind it."""
 
     def __init__(self, status: int, code: str, message: str, retry_after: int, *, reason: str | None = None,
-                 details: Mapping[str, Any] | None = None) -> None:
+                 details: Mapping[str, Any] | None = None, estimate: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -61,11 +61,13 @@ class Rejected(GatewayError):
         self.retry_after = retry_after
         self.reason = reason or code
         self.details: dict[str, Any] = dict(details or {})
+        #: how ``retry_after`` was found (llamarig.gateway.retry.Estimate.to_json, or the fallback)
+        self.estimate: dict[str, Any] = dict(estimate or {})
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": "rate_limit_error" if self.status == 429 else "server_error",
                           "param": None, "code": self.code, "retry_after": self.retry_after,
-                          "reason": self.reason, "details": self.details}}
+                          "retry_after_estimate": self.estimate, "reason": self.reason, "details": self.details}}
 
 
 class BackendError(ServerError):

@@ -33,6 +33,7 @@ class FakeBehaviour:
     die_after: int | None = None  # abort the connection after this many streamed tokens
     loading: bool = False  # /health answers 503 {"message":"Loading model"}
     n_ctx: int = 4096
+    n_ctx_train: int = 262144  # /v1/models meta (a slot context equal to it is the training-context cap)
     total_slots: int = 4
     #: a paused backend: while this event is not set, streams hold after ``gate_after`` tokens
     #: and whole answers are not sent (tests drive the timing by events, not sleeps); None: never
@@ -131,7 +132,9 @@ class FakeBackend:
                                   "is_sleeping": False})
 
     async def models(self, q: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake", "aliases": ["fake-alias"], "object": "model"}]})
+        meta = {"n_ctx": self.b.n_ctx, "n_ctx_train": self.b.n_ctx_train}
+        return web.json_response({"object": "list", "data": [{"id": "fake", "aliases": ["fake-alias"], "object": "model",
+                                                              "meta": meta}]})
 
     async def metrics(self, q: web.Request) -> web.Response:
         text = ("# HELP llamacpp:requests_processing Number of requests processing.\n"
@@ -163,24 +166,35 @@ class FakeBackend:
             return web.json_response({"error": {"code": b.status, "message": f"fake error {b.status}",
                                                 "type": "server_error"}}, status=b.status)
         n = _n(body, b.tokens)
-        timings = {"prompt_n": 5, "cache_n": 0, "predicted_n": n, "prompt_ms": 1.0, "predicted_ms": 1.0}
+        # the time it spends, as llama-server reports it (a paced fake: token_interval_s per token)
+        timings = {"prompt_n": 5, "cache_n": 0, "predicted_n": n, "prompt_ms": 1.0,
+                   "predicted_ms": max(1.0, n * b.token_interval_s * 1000.0)}
         if not body.get("stream"):
-            if b.gate is not None:
-                await b.gate.wait()
-            self.stats.completed += 1
-            text = "tok" * n
-            if kind == "chat":
-                out = {"choices": [{"finish_reason": "length", "index": 0, "message": {"role": "assistant", "content": text}}],
-                       "created": int(time.time()), "id": "chatcmpl-fake", "model": "fake", "object": "chat.completion",
-                       "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}, "timings": timings}
-            elif kind == "cmpl":
-                out = {"choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "length"}],
-                       "created": int(time.time()), "id": "cmpl-fake", "model": "fake", "object": "text_completion",
-                       "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}, "timings": timings}
-            else:
-                out = {"content": text, "stop": True, "generation_settings": {"n_predict": body.get("n_predict")},
-                       "tokens_predicted": n, "timings": timings}
-            return web.json_response(out)
+            return await self._whole(body, kind, n, timings)
+        return await self._stream(q, kind, n, timings)
+
+    async def _whole(self, body: dict[str, Any], kind: str, n: int, timings: dict[str, Any]) -> web.Response:
+        if self.b.gate is not None:
+            await self.b.gate.wait()
+        self.stats.completed += 1
+        text = "tok" * n
+        usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+        out: dict[str, Any]
+        if kind == "chat":
+            out = {"choices": [{"finish_reason": "length", "index": 0, "message": {"role": "assistant", "content": text}}],
+                   "created": int(time.time()), "id": "chatcmpl-fake", "model": "fake", "object": "chat.completion",
+                   "usage": usage, "timings": timings}
+        elif kind == "cmpl":
+            out = {"choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "length"}],
+                   "created": int(time.time()), "id": "cmpl-fake", "model": "fake", "object": "text_completion",
+                   "usage": usage, "timings": timings}
+        else:
+            out = {"content": text, "stop": True, "generation_settings": {"n_predict": body.get("n_predict")},
+                   "tokens_predicted": n, "timings": timings}
+        return web.json_response(out)
+
+    async def _stream(self, q: web.Request, kind: str, n: int, timings: dict[str, Any]) -> web.StreamResponse:
+        b = self.b
         chunk = {"chat": _CHUNK_CHAT, "cmpl": _CHUNK_CMPL, "native": _CHUNK_NATIVE}[kind]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(q)
@@ -198,24 +212,26 @@ class FakeBackend:
                 await resp.write(chunk)
                 if b.token_interval_s:
                     await asyncio.sleep(b.token_interval_s)
-            if kind == "native":
-                final = {"content": "", "stop": True, "timings": timings, "tokens_predicted": n}
-                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-            else:
-                obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-                final = {"choices": [{"finish_reason": "length", "index": 0, "delta": {}}], "object": obj,
-                         "id": "x", "model": "fake", "created": 0, "timings": timings}
-                await resp.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+            await resp.write(_final(kind, n, timings))
             await resp.write_eof()
             done = True
             self.stats.completed += 1
             return resp
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
         finally:
             self.stats.active -= 1
             if not done and not (b.die_after is not None):
                 self.stats.client_closed += 1
+
+
+def _final(kind: str, n: int, timings: dict[str, Any]) -> bytes:
+    """The last event of a stream: the native final chunk, or the OpenAI one and [DONE]."""
+    if kind == "native":
+        final = {"content": "", "stop": True, "timings": timings, "tokens_predicted": n}
+        return b"data: " + json.dumps(final).encode() + b"\n\n"
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    final = {"choices": [{"finish_reason": "length", "index": 0, "delta": {}}], "object": obj,
+             "id": "x", "model": "fake", "created": 0, "timings": timings}
+    return b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n"
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ class Headers(dict[str, str]):
     """Header names stored lower-case; ``get``/``[]``/``in`` are case-insensitive. Used for
     request headers here and for response headers by the upstream client (gateway/upstream.py)."""
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override,unused-ignore]
+    def get(self, key: str, default: Any = None) -> Any:
         return super().get(key.lower(), default)
 
     def __getitem__(self, key: str) -> str:
@@ -69,7 +69,7 @@ class Request:
 
     __slots__ = ("method", "path", "query", "headers", "body", "version", "keep_alive", "conn")
 
-    def __init__(self, conn: _Conn, method: str, path: str, query: str, headers: Headers, body: bytes,
+    def __init__(self, conn: _ClientConn, method: str, path: str, query: str, headers: Headers, body: bytes,
                  version: bytes, keep_alive: bool) -> None:
         self.conn = conn
         self.method = method
@@ -114,7 +114,7 @@ class StreamResponse:
     def __init__(self, *, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.status = status
         self.headers = dict(headers or {})
-        self.conn: _Conn | None = None
+        self.conn: _ClientConn | None = None
         self.chunked = True
         self.finished = False
 
@@ -151,7 +151,7 @@ class StreamResponse:
 Handler = Callable[[Request], Awaitable["Response | StreamResponse"]]
 
 
-class _Conn(asyncio.Protocol):
+class _ClientConn(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -354,7 +354,7 @@ class HttpServer:
         self.max_body = max_body
         self.too_large = too_large
         self.keepalive_s = keepalive_s
-        self.conns: set[_Conn] = set()
+        self.conns: set[_ClientConn] = set()
         self.server: asyncio.base_events.Server | None = None
 
     def add(self, method: str, path: str, handler: Handler) -> None:
@@ -366,7 +366,7 @@ class HttpServer:
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: _Conn(self), host, port, reuse_address=True)
+        self.server = await loop.create_server(lambda: _ClientConn(self), host, port, reuse_address=True)
 
     @property
     def port(self) -> int:

@@ -45,6 +45,20 @@ class GatewayMetrics:
         self.errors = Counter(p + "upstream_errors", "Upstream failures", ["backend", "kind"], registry=r)
         self.clamped = Counter(p + "clamped", "Requests whose max_tokens was lowered", ["tier"], registry=r)
         self.reloads = Counter(p + "config_reloads", "Config reloads by result", ["result"], registry=r)
+        self.server_pool = Gauge(p + "server_pool_tokens", "KV pool of the backend as llama-server has it "
+                                 "(its log, or /props: a lower bound when pool_exact is 0)", ["backend"], registry=r)
+        self.pool_exact = Gauge(p + "pool_exact", "1 if the pool is known, 0 if only a lower bound is", ["backend"],
+                                registry=r)
+        self.mismatch = Gauge(p + "pool_mismatch", "1: the config sets more than the server has (clamped); "
+                              "-1: less (kept); 0: agrees", ["backend", "field"], registry=r)
+        self.cells = Gauge(p + "kv_cells_in_use", "KV cells the backend's slots hold (GET /slots)", ["backend"],
+                           registry=r)
+        self.decode_rate = Gauge(p + "decode_tokens_per_second", "Measured decode rate per stream", ["backend"],
+                                 registry=r)
+        self.group_reserved = Gauge(p + "group_reserved_tokens", "Tokens reserved by a tier or cron", ["group", "backend"],
+                                    registry=r)
+        self.group_in_flight = Gauge(p + "group_in_flight", "Requests in flight of a tier or cron", ["group", "backend"],
+                                     registry=r)
         self.ledger_up = Gauge(p + "ledger_up", "1 if the admission ledger can decide (a shared store is reachable)",
                                registry=r)
         self.ledger_pending = Gauge(p + "ledger_pending_releases", "Releases not yet written to the shared store",
@@ -73,20 +87,22 @@ def relabel_backend_metrics(texts: Mapping[str, str]) -> str:
     meta: dict[str, list[str]] = {}
     samples: dict[str, list[str]] = {}
     order: list[str] = []
+
+    def family(name: str) -> None:
+        if name not in samples:
+            meta.setdefault(name, [])
+            samples[name] = []
+            order.append(name)
+
     for backend, text in texts.items():
         esc = backend.replace("\\", "\\\\").replace('"', '\\"')
         fam = ""
         for line in text.splitlines():
-            if not line.strip():
-                continue
             if line.startswith("#"):
                 parts = line.split(None, 3)
                 if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
                     fam = parts[2]
-                    if fam not in meta:
-                        meta[fam] = []
-                        samples[fam] = []
-                        order.append(fam)
+                    family(fam)
                     if line not in seen_meta:
                         seen_meta.add(line)
                         meta[fam].append(line)
@@ -95,17 +111,10 @@ def relabel_backend_metrics(texts: Mapping[str, str]) -> str:
             if not m:
                 continue
             name, _, labels, rest = m.groups()
-            lab = f'backend="{esc}"' + (f",{labels}" if labels else "")
             key = fam if fam and name.startswith(fam) else name
-            if key not in samples:
-                meta.setdefault(key, [])
-                samples[key] = []
-                order.append(key)
-            samples[key].append(f"{name}{{{lab}}}{rest}")
-    out: list[str] = []
-    for fam in order:
-        out.extend(meta.get(fam, []))
-        out.extend(samples.get(fam, []))
+            family(key)
+            samples[key].append(f'{name}{{backend="{esc}"' + (f",{labels}" if labels else "") + f"}}{rest}")
+    out = [x for f in order for x in (*meta.get(f, []), *samples.get(f, []))]
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -114,9 +123,17 @@ class RequestLog:
     text only when ``log_content`` is set."""
 
     def __init__(self, path: str | None, log_content: bool = False) -> None:
-        self.path = path
+        self.path: str | None = None
         self.log_content = log_content
         self._fh: TextIO | None = None
+        self.reopen(path, log_content)
+
+    def reopen(self, path: str | None, log_content: bool) -> None:
+        """Write to ``path`` from now on (a reload changed it); None: no log."""
+        if (path, log_content) == (self.path, self.log_content) and (self._fh is not None) == bool(path):
+            return
+        self.close()
+        self.path, self.log_content = path, log_content
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()

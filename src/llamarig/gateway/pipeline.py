@@ -1,21 +1,26 @@
 """The inference request pipeline: parse and validate, admit (reserve), forward, release.
 
-:func:`handle` runs one request through small steps on a :class:`Call`, the request's state:
+:class:`Pipeline` is made with the gateway, with every collaborator it uses (the config in force,
+the backends, admission, the HTTP clients, metrics, the request log); :meth:`Pipeline.handle`
+runs one request through its steps on a :class:`Call`, the request's state:
 
-1. :func:`parse`: API key, body, JSON, validation, model, tier decision, the body sent upstream,
-   prompt tokens, max_tokens clamped to the largest slot context (client errors raise here,
-   before anything is reserved);
-2. :func:`admit_and_connect`: a reservation (:func:`admit`: at once, or queued with SSE
-   keep-alive comments for a waiting stream), then the upstream request (:func:`connect`), with
-   failover to another backend while nothing was sent to the client;
-3. :func:`forward_whole` (a JSON answer) or :func:`forward_stream` (SSE, chunk by chunk);
-4. :func:`finish`, always: the upstream connection is released or dropped, the reservation is
-   released, metrics and the request log are written.
+1. :meth:`~Pipeline.parse`: API key, body, JSON, validation, model, tier decision, the body sent
+   upstream, prompt tokens, max_tokens clamped to the largest slot context and to the tier's
+   share of the pool (client errors raise here, before anything is reserved);
+2. :meth:`~Pipeline.admit_and_connect`: a reservation (:meth:`~Pipeline.admit`: at once, or
+   queued with SSE keep-alive comments for a waiting stream, or 429 at once for a tier that
+   rejects when busy), then the upstream request (:meth:`~Pipeline.connect`), with failover to
+   another backend while nothing was sent to the client;
+3. :meth:`~Pipeline.forward_whole` (a JSON answer) or :meth:`~Pipeline.forward_stream` (SSE,
+   chunk by chunk);
+4. :meth:`~Pipeline.finish`, always: the upstream connection is released or dropped, the
+   reservation is released, metrics and the request log are written.
 
 Ownership of the reservation (see llamarig.gateway.admission): ``Call.res`` is the only
-reference once :func:`admit` returns it; :func:`give_back` clears it as it releases it, so a
-failover and :func:`finish` can never release one twice, and every way out of :func:`handle`
-(answer, rejection, upstream error, client gone, cancellation) passes through :func:`finish`.
+reference once :meth:`~Pipeline.admit` returns it; :meth:`~Pipeline.give_back` clears it as it
+releases it, so a failover and :meth:`~Pipeline.finish` can never release one twice, and every
+way out of :meth:`~Pipeline.handle` (answer, rejection, upstream error, client gone,
+cancellation) passes through :meth:`~Pipeline.finish`.
 """
 
 from __future__ import annotations
@@ -25,17 +30,21 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
-from llamarig.gateway.admission import AdmitRequest, Reservation
+from llamarig.gateway.admission import Admission, AdmitRequest, Reservation
+from llamarig.gateway.backends import Backends
 from llamarig.gateway.config import GatewayConfig, KeyConfig
 from llamarig.gateway.errors import Rejected, RequestError
 from llamarig.gateway.http import Request, Response, StreamResponse
+from llamarig.gateway.metrics import GatewayMetrics, RequestLog
 from llamarig.gateway.tiers import (
     CHAT,
     NATIVE,
@@ -46,18 +55,16 @@ from llamarig.gateway.tiers import (
     rewrite,
     validate_body,
 )
-from llamarig.gateway.upstream import UpstreamConnectError, UpstreamPayloadError
+from llamarig.gateway.upstream import Clients, UpstreamConnectError, UpstreamPayloadError
 from llamarig.i18n import _, localize
 from llamarig.units import MiB
-
-if TYPE_CHECKING:
-    from llamarig.gateway.server import Gateway
 
 log = logging.getLogger("llamarig.gateway")
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEPALIVE_COMMENT = b": llamarig gateway: queued for the KV pool\n\n"
-_RE_COUNTS = re.compile(rb'"(prompt_n|predicted_n|cache_n|prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
+_RE_COUNTS = re.compile(rb'"(prompt_n|predicted_n|cache_n|prompt_tokens|completion_tokens|prompt_ms|predicted_ms)"'
+                        rb'\s*:\s*(\d+(?:\.\d+)?)')
 CLIENT_GONE = (ConnectionResetError, ConnectionError, aiohttp.ClientConnectionResetError)
 #: a non-streamed upstream answer larger than this is an error (memory stays bounded)
 MAX_UPSTREAM_BODY = 256 * MiB
@@ -70,39 +77,11 @@ def error_event(message: str, code: str, type_: str = "server_error", body: dict
     return b"data: " + json.dumps(err, ensure_ascii=False).encode() + b"\n\n"
 
 
-def counts(tail: bytes) -> dict[str, int]:
-    """The last value of each token count in the final bytes of a response (llama-server puts
-    ``usage`` and ``timings`` at the end of a JSON answer and in the last SSE chunk)."""
-    return {m.group(1).decode(): int(m.group(2)) for m in _RE_COUNTS.finditer(tail[-4096:])}
-
-
-@dataclass(eq=False)
-class Call:
-    """One inference request on its way through the gateway."""
-
-    request: Request
-    path: str  # the upstream path
-    cfg: GatewayConfig  # one config for the whole request, even across a reload
-    t_arrive: float
-    body: dict[str, Any]  # as the client sent it (for the request log)
-    d: Decision
-    rec: dict[str, Any]  # the request-log record
-    areq: AdmitRequest
-    aff: str | None
-    stream: bool
-    deadline: float
-    payload: bytes  # the body sent upstream
-    read_timeout: float
-    res: Reservation | None = None  # the reservation this request owns, while it owns one
-    upstream: Any = None  # an UpstreamResponse (or its aiohttp twin for https://)
-    resp: StreamResponse | None = None  # the streamed response, once started
-    outcome: str = "error"
-    tried: set[str] = field(default_factory=set)
-    t_admit: float = 0.0
-    backend: str | None = None  # where the reservation was (kept after it is released)
-
-
-# ------------------------------------------------------------------------------ request helpers
+def counts(tail: bytes) -> dict[str, float]:
+    """The last value of each token count (and ``prompt_ms``/``predicted_ms``) in the final bytes
+    of a response (llama-server puts ``usage`` and ``timings`` at the end of a JSON answer and in
+    the last SSE chunk)."""
+    return {m.group(1).decode(): float(m.group(2)) for m in _RE_COUNTS.finditer(tail[-4096:])}
 
 
 def authenticate(request: Request, cfg: GatewayConfig) -> KeyConfig | None:
@@ -137,366 +116,427 @@ def parse_json(raw: bytes) -> Any:
         raise RequestError(400, _("request body is not valid JSON: {error}").format(error=e), code="invalid_json") from None
 
 
-def check_model(gw: Gateway, body: dict[str, Any], cfg: GatewayConfig) -> None:
-    model = body.get("model")
-    if not model or cfg.server.accept_any_model or model in cfg.routing.model_aliases:
-        return
-    assert gw.backends is not None
-    known = gw.backends.models()
-    if known and model not in known:
-        raise RequestError(404, _("model '{model}' not found; available: {models}").format(
-            model=model, models=", ".join(known + list(cfg.routing.model_aliases))), code="model_not_found", param="model")
+@dataclass(eq=False)
+class Call:
+    """One inference request on its way through the gateway."""
+
+    request: Request
+    path: str  # the upstream path
+    cfg: GatewayConfig  # one config for the whole request, even across a reload
+    t_arrive: float
+    body: dict[str, Any]  # as the client sent it (for the request log)
+    d: Decision
+    rec: dict[str, Any]  # the request-log record
+    areq: AdmitRequest
+    aff: str | None
+    stream: bool
+    deadline: float
+    payload: bytes  # the body sent upstream
+    read_timeout: float
+    res: Reservation | None = None  # the reservation this request owns, while it owns one
+    upstream: Any = None  # an UpstreamResponse (or its aiohttp twin for https://)
+    resp: StreamResponse | None = None  # the streamed response, once started
+    outcome: str = "error"
+    tried: set[str] = field(default_factory=set)
+    t_admit: float = 0.0
+    backend: str | None = None  # where the reservation was (kept after it is released)
+    queued: bool = False  # it waited in the queue before it was admitted
+    slot: int | None = None  # the backend slot it held, when /slots showed it
 
 
-async def post_json(gw: Gateway, url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, Any]:
-    """POST a small JSON request to a backend and parse the JSON answer (1 MiB at most)."""
-    client: Any = gw.upstream if url.startswith("http://") else gw.upstream_tls
-    r = await client.post(url, json.dumps(body).encode(), {"Content-Type": "application/json", **headers},
-                          connect_timeout=timeout, read_timeout=timeout)
-    try:
-        data = await r.read(MiB)
-    except BaseException:
-        r.close()
-        raise
-    r.release()
-    return r.status, json.loads(data) if r.status == 200 else None
+class Pipeline:
+    """Inference request handling (module docstring)."""
 
+    def __init__(self, config: Callable[[], GatewayConfig], backends: Backends, admission: Admission,
+                 clients: Clients, metrics: GatewayMetrics, reqlog: RequestLog, ids: Iterator[int],
+                 lang: str = "en") -> None:
+        self.config = config  # the config in force (a reload changes it between requests)
+        self.backends = backends
+        self.admission = admission
+        self.clients = clients
+        self.metrics = metrics
+        self.reqlog = reqlog
+        self.ids = ids  # request ids: the request log's, /gateway/status's, X-Llamarig-Request-Id
+        self.lang = lang
+        self.served = 0
 
-async def count_prompt(gw: Gateway, up: dict[str, Any], kind: str, affinity: str | None,
-                       cfg: GatewayConfig) -> tuple[int, str]:
-    """(prompt tokens, method). Exact from a backend when configured; estimate on failure."""
-    a = cfg.admission
-    assert gw.backends is not None
-    if a.prompt_tokens == "backend":
-        name = gw.backends.affinity.get(affinity)
-        healthy = gw.backends.healthy()
-        st = next((s for s in healthy if s.name == name), healthy[0] if healthy else None)
-        if st is not None:
-            try:
-                if kind == CHAT:
-                    body = {k: v for k, v in up.items() if k != "stream"}
-                    status, data = await post_json(gw, st.cfg.url + "/v1/chat/completions/input_tokens", body,
-                                                   st.headers(), cfg.health.timeout_s)
-                    if status == 200:
-                        return int(data["input_tokens"]), "backend"
-                elif isinstance(up.get("prompt"), str):
-                    status, data = await post_json(gw, st.cfg.url + "/tokenize",
-                                                   {"content": up["prompt"], "add_special": True},
-                                                   st.headers(), cfg.health.timeout_s)
-                    if status == 200:
-                        return len(data["tokens"]), "backend"
-            except (UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError, ValueError,
-                    KeyError, TypeError):
-                pass
-    return estimate_prompt_tokens(up, a.estimate_bytes_per_token), "estimate"
+    # ------------------------------------------------------------------------------ 1. parse
 
+    def check_model(self, body: dict[str, Any], cfg: GatewayConfig) -> None:
+        model = body.get("model")
+        if not model or cfg.server.accept_any_model or model in cfg.routing.model_aliases:
+            return
+        known = self.backends.models()
+        if known and model not in known:
+            raise RequestError(404, _("model '{model}' not found; available: {models}").format(
+                model=model, models=", ".join(known + list(cfg.routing.model_aliases))), code="model_not_found",
+                param="model")
 
-def clamp_to_context(gw: Gateway, up: dict[str, Any], kind: str, prompt_tokens: int, method: str,
-                     max_tokens: int) -> int:
-    """max_tokens lowered so prompt + max_tokens fits the largest slot context (written into
-    ``up``); RequestError(400) when the prompt alone does not fit."""
-    assert gw.backends is not None
-    max_ctx = gw.backends.max_slot_ctx()
-    if max_ctx is None:
-        return max_tokens
-    if prompt_tokens >= max_ctx:
-        raise RequestError(400, _("the prompt ({tokens} tokens, {method} count) does not fit the context of any "
-                                  "backend slot ({ctx} tokens)").format(tokens=prompt_tokens, method=method, ctx=max_ctx),
-                           code="exceed_context_size_error")
-    if prompt_tokens + max_tokens > max_ctx:
-        max_tokens = max_ctx - prompt_tokens  # the server would stop at the context end anyway
-        up["n_predict" if kind == NATIVE else "max_tokens"] = max_tokens
-        budget = up.get("reasoning_budget_tokens")
-        if isinstance(budget, int) and budget >= max_tokens:
-            up["reasoning_budget_tokens"] = max_tokens // 2
-    return max_tokens
-
-
-# ------------------------------------------------------------------------------ 1. parse
-
-
-async def parse(gw: Gateway, request: Request, kind: str, path: str) -> Call:
-    """Everything decided before admission. Client errors raise RequestError; nothing is held."""
-    t_arrive = time.monotonic()
-    cfg = gw.cfg
-    key = authenticate(request, cfg)
-    body = parse_json(read_body(request, cfg.server.max_body_bytes))
-    validate_body(body, kind)
-    check_model(gw, body, cfg)
-    d = decide(body, request.headers, cfg, key)  # headers are case-insensitive already
-    up = rewrite(body, d, cfg, kind)
-    aff = affinity_key(body, cfg.routing.affinity_messages)
-    prompt_tokens, method = await count_prompt(gw, up, kind, aff, cfg)
-    max_tokens = clamp_to_context(gw, up, kind, prompt_tokens, method, d.max_tokens)
-    if max_tokens < (d.requested_max_tokens or 0):
-        gw.metrics.clamped.labels(d.tier).inc()
-    stream = bool(body.get("stream"))
-    rec: dict[str, Any] = {
-        "id": next(gw.request_ids), "path": request.path, "tier": d.tier, "tier_reason": d.reason, "cron": d.cron,
-        "key": key.name if key else None, "stream": stream, "prompt_tokens": prompt_tokens,
-        "prompt_count": method, "max_tokens": max_tokens, "requested_max_tokens": d.requested_max_tokens,
-        "widened": d.widened,
-    }
-    areq = AdmitRequest(tokens=prompt_tokens + max_tokens, tier=d.tier, priority=d.priority,
-                        key=key.name if key else None, key_limit=key.max_concurrent if key else 0, affinity=aff)
-    return Call(request=request, path=path, cfg=cfg, t_arrive=t_arrive, body=body, d=d, rec=rec, areq=areq,
-                aff=aff, stream=stream, deadline=t_arrive + cfg.admission.queue_timeout_s,
-                payload=json.dumps(up, ensure_ascii=False, separators=(",", ":")).encode(),
-                read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60))
-
-
-# ------------------------------------------------------------------------------ 2. admit, connect
-
-
-async def admit(gw: Gateway, call: Call) -> Reservation:
-    """A reservation for ``call`` (Rejected when none). While a streaming request waits, send SSE
-    comments every ``keepalive_s``; this commits to status 200 (``call.resp``), so a later
-    rejection becomes an error event.
-
-    The queued case waits on the admission Ticket in this task (no helper task): if this task is
-    cancelled or a write fails at any point, ``abandon()`` leaves the queue or releases the
-    reservation the ticket was handed in that same loop turn; ``take()`` passes it over
-    synchronously, so the reservation always has exactly one owner."""
-    adm = gw.admission
-    assert adm is not None
-    r = await adm.try_acquire(call.areq)  # the common case: no waiting
-    if r is not None:
-        return r
-    ka = call.cfg.admission.keepalive_s
-    if not call.stream or ka <= 0:
-        return await adm.acquire(call.areq, call.deadline)
-    ticket = adm.enqueue(call.areq, call.deadline)
-    try:
-        while not await ticket.wait(ka):
-            if call.resp is None:
-                resp = StreamResponse(status=200, headers=SSE_HEADERS)
-                await resp.prepare(call.request)
-                call.resp = resp
-            await call.resp.write(KEEPALIVE_COMMENT)
-        return ticket.take()
-    except BaseException:
-        ticket.abandon()
-        raise
-
-
-def give_back(gw: Gateway, call: Call) -> None:
-    """Release the reservation ``call`` owns, if any; clears it first, so never twice."""
-    r, call.res = call.res, None
-    if r is not None:
-        assert gw.admission is not None
-        gw.admission.release(r)
-
-
-async def connect(gw: Gateway, call: Call) -> bool:
-    """Send the request upstream to ``call.res``'s backend. True: ``call.upstream`` holds the
-    response head. False: the backend failed before anything reached the client and another
-    may be tried (the reservation is released). RequestError(502) when none is left."""
-    assert gw.backends is not None and call.res is not None
-    cfg, res = call.cfg, call.res
-    be = gw.backends.states.get(res.backend)
-    url = (be.cfg.url if be else "") + call.path
-    client: Any = gw.upstream if url.startswith("http://") else gw.upstream_tls
-    try:
-        call.upstream = await client.post(
-            url, call.payload, {"Content-Type": "application/json", **(be.headers() if be else {})},
-            connect_timeout=cfg.server.connect_timeout_s, read_timeout=call.read_timeout)
-    except _UPSTREAM_FAILED as e:
-        gw.metrics.errors.labels(res.backend, "connect").inc()
-        gw.backends.mark_failure(res.backend, f"{type(e).__name__}: {e}", hard=True)
-        give_back(gw, call)
-        call.tried.add(res.backend)
-        if gw.backends.any_healthy() and time.monotonic() < call.deadline:
-            return False
-        raise RequestError(502, _("backend {name} unreachable: {error}").format(name=res.backend, error=f"{type(e).__name__}: {e}"),
-                           type_="server_error", code="upstream_unreachable") from None
-    if call.upstream.status == 503 and call.resp is None:
-        # loading / sleeping / overloaded before anything was sent: try another backend
-        gw.metrics.errors.labels(res.backend, "503").inc()
-        gw.backends.mark_failure(res.backend, "answered 503")
-        others = [s for s in gw.backends.healthy() if s.name not in call.tried | {res.backend}]
-        if others and time.monotonic() < call.deadline:
-            call.upstream.close()
-            call.upstream = None
-            give_back(gw, call)
-            call.tried.add(res.backend)
-            return False
-    return True
-
-
-async def admit_and_connect(gw: Gateway, call: Call) -> StreamResponse | None:
-    """Admission and the upstream request, with failover of requests that have not started
-    upstream. None: ``call.upstream`` is ready to forward. A response: the request was rejected
-    after keep-alive comments started the stream (the error event is written in it)."""
-    while True:
-        call.areq.exclude = frozenset(call.tried)
+    async def post_json(self, url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, Any]:
+        """POST a small JSON request to a backend and parse the JSON answer (1 MiB at most)."""
+        r = await self.clients.for_url(url).post(url, json.dumps(body).encode(), {"Content-Type": "application/json",
+                                                                                  **headers},
+                                                 connect_timeout=timeout, read_timeout=timeout)
         try:
-            call.res = await admit(gw, call)
-        except Rejected as e:
-            gw.metrics.rejected.labels(call.d.tier, e.reason, e.code).inc()
-            call.rec.update(status=e.status, outcome=f"rejected:{e.code}", reason=e.reason, details=e.details)
-            call.outcome = f"rejected:{e.code}"
-            log.info("%s %s (%s) tier %s: %s", e.status, e.code, e.reason, call.d.tier, localize(e.message, gw.lang))
-            if call.resp is not None:  # keep-alive comments already sent: say it in the stream
-                with contextlib.suppress(*CLIENT_GONE):
-                    await call.resp.write(error_event(e.message, e.code, body=localize(e.body(), gw.lang)))
-                return call.resp
+            data = await r.read(MiB)
+        except BaseException:
+            r.close()
             raise
-        call.backend = call.res.backend
-        call.t_admit = time.monotonic()
-        gw.metrics.child(gw.metrics.queue_wait, call.d.tier).observe(call.t_admit - call.t_arrive)
-        if await connect(gw, call):
+        r.release()
+        return r.status, json.loads(data) if r.status == 200 else None
+
+    async def count_prompt(self, up: dict[str, Any], kind: str, affinity: str | None,
+                           cfg: GatewayConfig) -> tuple[int, str]:
+        """(prompt tokens, method). Exact from a backend when configured; estimate on failure."""
+        a = cfg.admission
+        if a.prompt_tokens == "backend":
+            name = self.backends.affinity.get(affinity)
+            healthy = self.backends.healthy()
+            st = next((s for s in healthy if s.name == name), healthy[0] if healthy else None)
+            if st is not None:
+                with contextlib.suppress(UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError,
+                                         ValueError, KeyError, TypeError):
+                    n = await self._backend_count(st.cfg.url, st.headers(), up, kind, cfg.health.timeout_s)
+                    if n is not None:
+                        return n, "backend"
+        return estimate_prompt_tokens(up, a.estimate_bytes_per_token), "estimate"
+
+    async def _backend_count(self, url: str, headers: dict[str, str], up: dict[str, Any], kind: str,
+                             timeout: float) -> int | None:
+        if kind == CHAT:
+            body = {k: v for k, v in up.items() if k != "stream"}
+            status, data = await self.post_json(url + "/v1/chat/completions/input_tokens", body, headers, timeout)
+            return int(data["input_tokens"]) if status == 200 else None
+        if isinstance(up.get("prompt"), str):
+            status, data = await self.post_json(url + "/tokenize", {"content": up["prompt"], "add_special": True},
+                                                headers, timeout)
+            return len(data["tokens"]) if status == 200 else None
+        return None
+
+    def clamp(self, up: dict[str, Any], kind: str, d: Decision, prompt_tokens: int, method: str) -> int:
+        """max_tokens lowered so prompt + max_tokens fits the largest slot context on the tier's
+        route and its share of the largest pool there (written into ``up``); RequestError(400)
+        when the prompt alone does not fit."""
+        max_tokens = d.max_tokens
+        max_ctx = self.backends.max_slot_ctx(d.backends)
+        if max_ctx is None:
+            return max_tokens
+        if prompt_tokens >= max_ctx:
+            raise RequestError(400, _("the prompt ({tokens} tokens, {method} count) does not fit the context of any "
+                                      "backend slot ({ctx} tokens)").format(tokens=prompt_tokens, method=method,
+                                                                            ctx=max_ctx),
+                               code="exceed_context_size_error")
+        limit = max_ctx
+        pool = self.backends.max_pool(d.backends)
+        for sh in d.shares:
+            cap = sh.cap(pool).tokens if pool is not None else None
+            if cap is not None and cap < limit:
+                if prompt_tokens >= cap:
+                    raise RequestError(400, _("the prompt ({tokens} tokens, {method} count) does not fit the "
+                                              "{cap}-token share of the KV pool that {group} may hold").format(
+                        tokens=prompt_tokens, method=method, cap=cap, group=sh.group), code="exceeds_tier_share")
+                limit = cap
+        if prompt_tokens + max_tokens > limit:
+            max_tokens = limit - prompt_tokens  # the server would stop at the context end anyway
+            up["n_predict" if kind == NATIVE else "max_tokens"] = max_tokens
+            budget = up.get("reasoning_budget_tokens")
+            if isinstance(budget, int) and budget >= max_tokens:
+                up["reasoning_budget_tokens"] = max_tokens // 2
+        return max_tokens
+
+    async def parse(self, request: Request, kind: str, path: str) -> Call:
+        """Everything decided before admission. Client errors raise RequestError; nothing is held."""
+        t_arrive = time.monotonic()
+        cfg = self.config()
+        key = authenticate(request, cfg)
+        body = parse_json(read_body(request, cfg.server.max_body_bytes))
+        validate_body(body, kind)
+        self.check_model(body, cfg)
+        d = decide(body, request.headers, cfg, key)  # headers are case-insensitive already
+        up = rewrite(body, d, cfg, kind)
+        aff = affinity_key(body, cfg.routing.affinity_messages)
+        prompt_tokens, method = await self.count_prompt(up, kind, aff, cfg)
+        max_tokens = self.clamp(up, kind, d, prompt_tokens, method)
+        if max_tokens < (d.requested_max_tokens or 0):
+            self.metrics.clamped.labels(d.tier).inc()
+        stream = bool(body.get("stream"))
+        rid = next(self.ids)
+        rec: dict[str, Any] = {
+            "id": rid, "path": request.path, "tier": d.tier, "tier_reason": d.reason, "cron": d.cron,
+            "key": key.name if key else None, "stream": stream, "prompt_tokens": prompt_tokens,
+            "prompt_count": method, "max_tokens": max_tokens, "requested_max_tokens": d.requested_max_tokens,
+            "widened": d.widened,
+        }
+        areq = AdmitRequest(tokens=prompt_tokens + max_tokens, tier=d.tier, priority=d.priority,
+                            key=key.name if key else None, key_limit=key.max_concurrent if key else 0, affinity=aff,
+                            request_id=rid, max_tokens=max_tokens, shares=d.shares, backends=d.backends,
+                            on_busy=d.on_busy, timeout_s=d.timeout_s, cron=d.cron)
+        return Call(request=request, path=path, cfg=cfg, t_arrive=t_arrive, body=body, d=d, rec=rec, areq=areq,
+                    aff=aff, stream=stream, deadline=t_arrive + cfg.admission.queue_timeout_s,
+                    payload=json.dumps(up, ensure_ascii=False, separators=(",", ":")).encode(),
+                    read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60))
+
+    # ------------------------------------------------------------------------------ 2. admit, connect
+
+    async def admit(self, call: Call) -> Reservation:
+        """A reservation for ``call`` (Rejected when none). A tier that rejects when busy gets 429
+        at once. While a streaming request waits, send SSE comments every ``keepalive_s``; this
+        commits to status 200 (``call.resp``), so a later rejection becomes an error event.
+
+        The queued case waits on the admission Ticket in this task (no helper task): if this task is
+        cancelled or a write fails at any point, ``abandon()`` leaves the queue or releases the
+        reservation the ticket was handed in that same loop turn; ``take()`` passes it over
+        synchronously, so the reservation always has exactly one owner."""
+        adm = self.admission
+        r = await adm.try_acquire(call.areq)  # the common case: no waiting
+        if r is not None:
+            return r
+        if call.areq.on_busy == "reject":
+            raise adm.busy(call.areq)
+        call.queued = True
+        ka = call.cfg.admission.keepalive_s
+        if not call.stream or ka <= 0:
+            return await adm.acquire(call.areq, call.deadline)
+        ticket = adm.enqueue(call.areq, call.deadline)
+        try:
+            while not await ticket.wait(ka):
+                if call.resp is None:
+                    resp = StreamResponse(status=200, headers=SSE_HEADERS)
+                    await resp.prepare(call.request)
+                    call.resp = resp
+                await call.resp.write(KEEPALIVE_COMMENT)
+            return ticket.take()
+        except BaseException:
+            ticket.abandon()
+            raise
+
+    def give_back(self, call: Call) -> None:
+        """Release the reservation ``call`` owns, if any; clears it first, so never twice."""
+        r, call.res = call.res, None
+        if r is not None:
+            st = self.backends.states.get(r.backend)
+            if st is not None:
+                call.slot = st.progress.slot_of(r.id) if call.slot is None else call.slot
+                st.progress.forget(r.id)
+            self.admission.release(r)
+
+    async def connect(self, call: Call) -> bool:
+        """Send the request upstream to ``call.res``'s backend. True: ``call.upstream`` holds the
+        response head. False: the backend failed before anything reached the client and another
+        may be tried (the reservation is released). RequestError(502) when none is left."""
+        assert call.res is not None  # admit_and_connect set it
+        cfg, res, backends = call.cfg, call.res, self.backends
+        be = backends.states.get(res.backend)
+        url = (be.cfg.url if be else "") + call.path
+        try:
+            call.upstream = await self.clients.for_url(url).post(
+                url, call.payload, {"Content-Type": "application/json", **(be.headers() if be else {})},
+                connect_timeout=cfg.server.connect_timeout_s, read_timeout=call.read_timeout)
+        except _UPSTREAM_FAILED as e:
+            self.metrics.errors.labels(res.backend, "connect").inc()
+            backends.mark_failure(res.backend, f"{type(e).__name__}: {e}", hard=True)
+            self.give_back(call)
+            call.tried.add(res.backend)
+            if backends.any_healthy() and time.monotonic() < call.deadline:
+                return False
+            raise RequestError(502, _("backend {name} unreachable: {error}").format(
+                name=res.backend, error=f"{type(e).__name__}: {e}"), type_="server_error",
+                code="upstream_unreachable") from None
+        if call.upstream.status == 503 and call.resp is None:
+            # loading / sleeping / overloaded before anything was sent: try another backend
+            self.metrics.errors.labels(res.backend, "503").inc()
+            backends.mark_failure(res.backend, "answered 503")
+            others = [s for s in backends.healthy() if s.name not in call.tried | {res.backend}]
+            if others and time.monotonic() < call.deadline:
+                call.upstream.close()
+                call.upstream = None
+                self.give_back(call)
+                call.tried.add(res.backend)
+                return False
+        return True
+
+    async def _rejected(self, call: Call, e: Rejected) -> StreamResponse | None:
+        """Count and log a rejection; in a stream already started, say it in an error event."""
+        self.metrics.rejected.labels(call.d.tier, e.reason, e.code).inc()
+        call.rec.update(status=e.status, outcome=f"rejected:{e.code}", reason=e.reason, details=e.details,
+                        retry_after=e.retry_after, retry_after_estimate=e.estimate)
+        call.outcome = f"rejected:{e.code}"
+        log.info("%s %s (%s) tier %s: %s", e.status, e.code, e.reason, call.d.tier, localize(e.message, self.lang))
+        if call.resp is None:
             return None
-
-
-# ------------------------------------------------------------------------------ 3. forward
-
-
-def account(gw: Gateway, call: Call, tail: bytes, t_first: float, t_end: float) -> None:
-    """Token counts from the answer's last bytes into metrics and the request log."""
-    tier, backend = call.d.tier, call.backend or ""
-    c = counts(tail)
-    prompt = c.get("prompt_n", c.get("prompt_tokens"))
-    pred = c.get("predicted_n", c.get("completion_tokens"))
-    cache = c.get("cache_n")
-    m = gw.metrics
-    if prompt is not None:
-        m.child(m.tokens, tier, backend, "prompt").inc(prompt)
-    if pred is not None:
-        m.child(m.tokens, tier, backend, "completion").inc(pred)
-    if cache is not None:
-        m.child(m.tokens, tier, backend, "cached").inc(cache)
-    call.rec.update(upstream_prompt_tokens=prompt, completion_tokens=pred, cached_tokens=cache,
-                    ttft_ms=round((t_first - call.t_admit) * 1000, 2),
-                    upstream_ms=round((t_end - call.t_admit) * 1000, 2))
-
-
-def _answer_headers(gw: Gateway, call: Call) -> dict[str, str]:
-    """Record where the request went; the X-Llamarig-* headers of the answer."""
-    assert gw.backends is not None and call.res is not None
-    gw.backends.affinity.set(call.aff, call.res.backend)
-    call.rec["backend"] = call.res.backend
-    call.rec["queue_ms"] = round((call.t_admit - call.t_arrive) * 1000, 2)
-    return {"X-Llamarig-Tier": call.d.tier, "X-Llamarig-Backend": call.res.backend,
-            "X-Llamarig-Reserved": str(call.res.tokens)}
-
-
-def upstream_is_sse(call: Call) -> bool:
-    ct: str = call.upstream.headers.get("Content-Type", "application/json")
-    return ct.startswith("text/event-stream")
-
-
-async def forward_whole(gw: Gateway, call: Call) -> Response | StreamResponse:
-    """A JSON (non-SSE) upstream answer, read whole (bounded) and passed on."""
-    assert gw.backends is not None
-    extra = _answer_headers(gw, call)
-    backend, up = call.backend or "", call.upstream
-    ct = up.headers.get("Content-Type", "application/json")
-    try:
-        data = await up.read(MAX_UPSTREAM_BODY)
-    except (UpstreamPayloadError, asyncio.TimeoutError) as e:
-        gw.metrics.errors.labels(backend, "mid_stream").inc()
-        gw.backends.mark_failure(backend, f"{type(e).__name__}: {e}")
-        raise RequestError(502, _("backend {name} failed: {error}").format(name=backend, error=f"{type(e).__name__}: {e}"),
-                           type_="server_error", code="upstream_error") from None
-    t_end = time.monotonic()
-    gw.metrics.child(gw.metrics.ttft, call.d.tier, backend).observe(t_end - call.t_admit)
-    account(gw, call, data, t_end, t_end)
-    call.outcome = "ok" if up.status < 400 else f"http_{up.status}"
-    if call.resp is not None:  # we already started an SSE response while queued
-        await call.resp.write(data if up.status < 400 else
-                              error_event(data.decode("utf-8", "replace")[:2000], f"upstream_{up.status}"))
+        with contextlib.suppress(*CLIENT_GONE):  # keep-alive comments already sent: say it in the stream
+            await call.resp.write(error_event(e.message, e.code, body=localize(e.body(), self.lang)))
         return call.resp
-    return Response(status=up.status, body=data, headers={"Content-Type": ct, **extra})
 
-
-async def forward_stream(gw: Gateway, call: Call) -> StreamResponse:
-    """SSE pass-through, chunk by chunk, bytes unchanged; a backend failing mid-stream becomes an
-    error event, a client going away ends it (the upstream connection is dropped in finish)."""
-    assert gw.backends is not None
-    extra = _answer_headers(gw, call)
-    backend, up = call.backend or "", call.upstream
-    ct = up.headers.get("Content-Type", "application/json")
-    if call.resp is None:
-        call.resp = StreamResponse(status=up.status, headers={**SSE_HEADERS, "Content-Type": ct, **extra})
-        await call.resp.prepare(call.request)
-    resp = call.resp
-    t_first: float | None = None
-    prev = last = b""
-    client_gone = False
-    upstream_failed: str | None = None
-    try:
-        async for chunk in up.iter_any():
-            if t_first is None:
-                t_first = time.monotonic()
-                gw.metrics.child(gw.metrics.ttft, call.d.tier, backend).observe(t_first - call.t_admit)
+    async def admit_and_connect(self, call: Call) -> StreamResponse | None:
+        """Admission and the upstream request, with failover of requests that have not started
+        upstream. None: ``call.upstream`` is ready to forward. A response: the request was rejected
+        after keep-alive comments started the stream (the error event is written in it)."""
+        while True:
+            call.areq.exclude = frozenset(call.tried)
             try:
-                await resp.write(chunk)
-            except CLIENT_GONE:
-                client_gone = True
-                break
-            prev, last = last, chunk
-    except (UpstreamPayloadError, UpstreamConnectError, asyncio.TimeoutError) as e:
-        upstream_failed = f"{type(e).__name__}: {e}"
-    tail = prev + last
-    if not client_gone and upstream_failed is None and call.path.startswith("/v1/") and up.status == 200 \
-            and b"[DONE]" not in tail:
-        upstream_failed = "stream ended without [DONE]"
-    t_end = time.monotonic()
-    account(gw, call, tail, t_first or t_end, t_end)
-    if client_gone:
-        call.outcome = "client_disconnected"
-    elif upstream_failed is not None:
-        call.outcome = "upstream_error"
-        gw.metrics.errors.labels(backend, "mid_stream").inc()
-        gw.backends.mark_failure(backend, upstream_failed)
-        with contextlib.suppress(*CLIENT_GONE):
-            await resp.write(error_event(_("backend {name} failed mid-stream: {error}").format(
-                name=backend, error=upstream_failed), "upstream_error"))
-    else:
+                call.res = await self.admit(call)
+            except Rejected as e:
+                early = await self._rejected(call, e)
+                if early is None:
+                    raise
+                return early
+            call.backend = call.res.backend
+            call.t_admit = time.monotonic()
+            self.metrics.child(self.metrics.queue_wait, call.d.tier).observe(call.t_admit - call.t_arrive)
+            if await self.connect(call):
+                return None
+
+    # ------------------------------------------------------------------------------ 3. forward
+
+    def account(self, call: Call, tail: bytes, t_first: float, t_end: float) -> None:
+        """Token counts from the answer's last bytes into metrics, the request log and the
+        backend's measured rates."""
+        tier, backend = call.d.tier, call.backend or ""
+        c = counts(tail)
+        prompt = _i(c.get("prompt_n", c.get("prompt_tokens")))
+        pred = _i(c.get("predicted_n", c.get("completion_tokens")))
+        cache = _i(c.get("cache_n"))
+        m = self.metrics
+        for kind_, n in (("prompt", prompt), ("completion", pred), ("cached", cache)):
+            if n is not None:
+                m.child(m.tokens, tier, backend, kind_).inc(n)
+        st = self.backends.states.get(backend)
+        if st is not None:
+            st.progress.finished(c)
+        call.rec.update(upstream_prompt_tokens=prompt, completion_tokens=pred, cached_tokens=cache,
+                        ttft_ms=round((t_first - call.t_admit) * 1000, 2),
+                        upstream_ms=round((t_end - call.t_admit) * 1000, 2))
+
+    def _answer_headers(self, call: Call) -> dict[str, str]:
+        """Record where the request went; the X-Llamarig-* headers of the answer."""
+        assert call.res is not None  # admitted before anything is forwarded
+        self.backends.affinity.set(call.aff, call.res.backend)
+        call.rec["backend"] = call.res.backend
+        call.rec["queue_ms"] = round((call.t_admit - call.t_arrive) * 1000, 2)
+        call.rec["queued"] = call.queued
+        return {"X-Llamarig-Tier": call.d.tier, "X-Llamarig-Backend": call.res.backend,
+                "X-Llamarig-Reserved": str(call.res.tokens), "X-Llamarig-Request-Id": str(call.rec["id"])}
+
+    def _failed(self, backend: str, error: str) -> None:
+        self.metrics.errors.labels(backend, "mid_stream").inc()
+        self.backends.mark_failure(backend, error)
+
+    async def forward_whole(self, call: Call) -> Response | StreamResponse:
+        """A JSON (non-SSE) upstream answer, read whole (bounded) and passed on."""
+        extra = self._answer_headers(call)
+        backend, up = call.backend or "", call.upstream
+        ct = up.headers.get("Content-Type", "application/json")
+        try:
+            data = await up.read(MAX_UPSTREAM_BODY)
+        except (UpstreamPayloadError, asyncio.TimeoutError) as e:
+            self._failed(backend, f"{type(e).__name__}: {e}")
+            raise RequestError(502, _("backend {name} failed: {error}").format(name=backend, error=f"{type(e).__name__}: {e}"),
+                               type_="server_error", code="upstream_error") from None
+        t_end = time.monotonic()
+        self.metrics.child(self.metrics.ttft, call.d.tier, backend).observe(t_end - call.t_admit)
         call.outcome = "ok" if up.status < 400 else f"http_{up.status}"
-    return resp
+        self.account(call, data, t_end, t_end)
+        if call.resp is not None:  # we already started an SSE response while queued
+            await call.resp.write(data if up.status < 400 else
+                                  error_event(data.decode("utf-8", "replace")[:2000], f"upstream_{up.status}"))
+            return call.resp
+        return Response(status=up.status, body=data, headers={"Content-Type": ct, **extra})
 
+    async def _relay(self, call: Call, resp: StreamResponse) -> tuple[bytes, float | None, bool, str | None]:
+        """Pass the upstream chunks on: (the last two chunks, the first chunk's time, the client
+        went away, why upstream failed)."""
+        backend, up = call.backend or "", call.upstream
+        t_first: float | None = None
+        prev = last = b""
+        try:
+            async for chunk in up.iter_any():
+                if t_first is None:
+                    t_first = time.monotonic()
+                    if call.res is not None:
+                        call.res.t_first = t_first
+                    self.metrics.child(self.metrics.ttft, call.d.tier, backend).observe(t_first - call.t_admit)
+                try:
+                    await resp.write(chunk)
+                except CLIENT_GONE:
+                    return prev + last, t_first, True, None
+                prev, last = last, chunk
+        except (UpstreamPayloadError, UpstreamConnectError, asyncio.TimeoutError) as e:
+            return prev + last, t_first, False, f"{type(e).__name__}: {e}"
+        return prev + last, t_first, False, None
 
-# ------------------------------------------------------------------------------ 4. finish
-
-
-def finish(gw: Gateway, call: Call) -> None:
-    """Always, exactly once per admitted-or-rejected request: drop or keep the upstream
-    connection, release the reservation, count the outcome, write the request log."""
-    up = call.upstream
-    if up is not None:
-        if call.outcome == "ok":
-            up.release()
+    async def forward_stream(self, call: Call) -> StreamResponse:
+        """SSE pass-through, chunk by chunk, bytes unchanged; a backend failing mid-stream becomes an
+        error event, a client going away ends it (the upstream connection is dropped in finish)."""
+        extra = self._answer_headers(call)
+        backend, up = call.backend or "", call.upstream
+        ct = up.headers.get("Content-Type", "application/json")
+        if call.resp is None:
+            call.resp = StreamResponse(status=up.status, headers={**SSE_HEADERS, "Content-Type": ct, **extra})
+            await call.resp.prepare(call.request)
+        resp = call.resp
+        tail, t_first, client_gone, upstream_failed = await self._relay(call, resp)
+        if not client_gone and upstream_failed is None and call.path.startswith("/v1/") and up.status == 200 \
+                and b"[DONE]" not in tail:
+            upstream_failed = "stream ended without [DONE]"
+        t_end = time.monotonic()
+        if client_gone:
+            call.outcome = "client_disconnected"
+        elif upstream_failed is not None:
+            call.outcome = "upstream_error"
+            self._failed(backend, upstream_failed)
+            with contextlib.suppress(*CLIENT_GONE):
+                await resp.write(error_event(_("backend {name} failed mid-stream: {error}").format(
+                    name=backend, error=upstream_failed), "upstream_error"))
         else:
-            up.close()  # drop the connection: llama-server sees it and frees the slot
-    r = call.res
-    give_back(gw, call)
-    if r is not None:
-        m = gw.metrics
-        m.child(m.requests, call.d.tier, r.backend, call.outcome).inc()
-        m.child(m.duration, call.d.tier, r.backend).observe(time.monotonic() - r.admitted_at)
-    call.rec["outcome"] = call.outcome
-    call.rec.setdefault("status", up.status if up is not None else None)
-    call.rec["total_ms"] = round((time.monotonic() - call.t_arrive) * 1000, 2)
-    gw.served += 1
-    gw.reqlog.write(call.rec, call.body)
+            call.outcome = "ok" if up.status < 400 else f"http_{up.status}"
+        self.account(call, tail, t_first or t_end, t_end)
+        return resp
+
+    # ------------------------------------------------------------------------------ 4. finish
+
+    def finish(self, call: Call) -> None:
+        """Always, exactly once per admitted-or-rejected request: drop or keep the upstream
+        connection, release the reservation, count the outcome, write the request log."""
+        up = call.upstream
+        if up is not None:
+            if call.outcome == "ok":
+                up.release()
+            else:
+                up.close()  # drop the connection: llama-server sees it and frees the slot
+        r = call.res
+        self.give_back(call)
+        if r is not None:
+            m = self.metrics
+            m.child(m.requests, call.d.tier, r.backend, call.outcome).inc()
+            m.child(m.duration, call.d.tier, r.backend).observe(time.monotonic() - r.admitted_at)
+        call.rec["outcome"] = call.outcome
+        call.rec["slot"] = call.slot
+        call.rec.setdefault("status", up.status if up is not None else None)
+        call.rec["total_ms"] = round((time.monotonic() - call.t_arrive) * 1000, 2)
+        self.served += 1
+        self.reqlog.write(call.rec, call.body)
+
+    async def handle(self, request: Request, kind: str, path: str) -> Response | StreamResponse:
+        """One inference request (``kind``: tiers.CHAT / OAI_COMPLETION / NATIVE) to upstream ``path``."""
+        call = await self.parse(request, kind, path)
+        try:
+            early = await self.admit_and_connect(call)
+            if early is not None:
+                return early
+            ct: str = call.upstream.headers.get("Content-Type", "application/json")
+            if ct.startswith("text/event-stream"):
+                return await self.forward_stream(call)
+            return await self.forward_whole(call)
+        except CLIENT_GONE:
+            call.outcome = "client_disconnected"
+            return call.resp or Response(status=499)
+        except asyncio.CancelledError:
+            call.outcome = "client_disconnected"
+            raise
+        finally:
+            self.finish(call)
 
 
-async def handle(gw: Gateway, request: Request, kind: str, path: str) -> Response | StreamResponse:
-    """One inference request (``kind``: tiers.CHAT / OAI_COMPLETION / NATIVE) to upstream ``path``."""
-    call = await parse(gw, request, kind, path)
-    try:
-        early = await admit_and_connect(gw, call)
-        if early is not None:
-            return early
-        if upstream_is_sse(call):
-            return await forward_stream(gw, call)
-        return await forward_whole(gw, call)
-    except CLIENT_GONE:
-        call.outcome = "client_disconnected"
-        return call.resp or Response(status=499)
-    except asyncio.CancelledError:
-        call.outcome = "client_disconnected"
-        raise
-    finally:
-        finish(gw, call)
+def _i(v: float | None) -> int | None:
+    return None if v is None or math.isnan(v) else int(v)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llamarig.gateway.pool import Share, cap_blocks
 from llamarig.i18n import N_, _
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ KEY_LIMIT = "key_limit"
 NO_BACKEND = "no_backend"
 SHUTTING_DOWN = "shutting_down"
 LEDGER_UNAVAILABLE = "ledger_unavailable"
+TIER_CAP = "tier_cap"
+QUEUE_AHEAD = "queue_ahead"
 
 #: reason code -> a short label (``llamarig gateway status``: "429s by reason: slots busy 3")
 REASONS: dict[str, str] = {
@@ -46,6 +49,8 @@ REASONS: dict[str, str] = {
     NO_BACKEND: N_("no backend"),
     SHUTTING_DOWN: N_("shutting down"),
     LEDGER_UNAVAILABLE: N_("shared ledger unreachable"),
+    TIER_CAP: N_("tier or cron cap"),
+    QUEUE_AHEAD: N_("requests queued ahead"),
 }
 
 
@@ -64,22 +69,58 @@ class Blocked:
 
 
 def blocked(states: Iterable[BackendState], ledger: Ledger, tokens: int,
-            exclude: frozenset[str] = frozenset()) -> Blocked | None:
+            exclude: frozenset[str] = frozenset(), *, shares: tuple[Share, ...] = (),
+            allowed: frozenset[str] | None = None) -> Blocked | None:
     """Why a request of ``tokens`` (prompt + max_tokens) fits no backend now; None if one fits.
 
     The candidates are the backends :func:`llamarig.gateway.backends.choose_backend` considers
-    (healthy, not removed, pool known, not excluded by a failover). None: ``no_backend``. All
-    their slots in use: ``slots_busy`` (slot counts summed; the pool numbers show it was not the
-    pool). Otherwise, among the backends with a free slot: the request larger than each one's
-    slot context: ``exceeds_slot_ctx``; else ``pool_full``, with the numbers of the backend
-    that has the most room left.
+    (healthy, not removed, pool known, not excluded by a failover, among ``allowed``: its tier's
+    route). None: ``no_backend``. A cap of its tier or of cron (``shares``) reached on every one:
+    ``tier_cap``. All their slots in use: ``slots_busy`` (slot counts summed; the pool numbers show
+    it was not the pool). Otherwise, among the backends with a free slot: the request larger than
+    each one's slot context: ``exceeds_slot_ctx``; else ``pool_full``, with the numbers of the
+    backend that has the most room left.
     """
     every = list(states)
-    cands = [s for s in every if s.healthy and not s.removed and s.pool is not None and s.name not in exclude]
+    cands = [s for s in every if s.healthy and not s.removed and s.pool is not None and s.name not in exclude
+             and (allowed is None or s.name in allowed)]
     if not cands:
         healthy = sum(1 for s in every if s.healthy and not s.removed)
-        return Blocked(NO_BACKEND, {"healthy_backends": healthy, "backends": sum(1 for s in every if not s.removed),
-                                    "tried_backends": len(exclude)})
+        details: dict[str, Any] = {"healthy_backends": healthy, "backends": sum(1 for s in every if not s.removed),
+                                   "tried_backends": len(exclude)}
+        if allowed is not None:
+            details["routed_to"] = sorted(allowed)
+        return Blocked(NO_BACKEND, details)
+    capped = _capped(cands, ledger, tokens, shares)
+    if capped is not None and len(capped[1]) == len(cands):
+        return capped[0]
+    open_ = [s for s in cands if capped is None or s.name not in capped[1]]
+    return _room(open_, ledger, tokens)
+
+
+def _capped(cands: list[BackendState], ledger: Ledger, tokens: int, shares: tuple[Share, ...]
+            ) -> tuple[Blocked, set[str]] | None:
+    """The first cap that blocks, and the backends where some cap blocks; None: none does."""
+    first: Blocked | None = None
+    names: set[str] = set()
+    for s in cands:
+        assert s.pool is not None
+        for sh in shares:
+            if not sh.capped:
+                continue
+            cap = sh.cap(s.pool)
+            held, n = ledger.group_reserved.get((s.name, sh.group), 0), ledger.group_in_flight.get((s.name, sh.group), 0)
+            if cap_blocks(cap, held, n, tokens):
+                names.add(s.name)
+                first = first or Blocked(TIER_CAP, {
+                    "group": sh.group, "backend": s.name, "group_in_flight": n, "max_slots": cap.slots,
+                    "group_reserved_tokens": held, "max_tokens": cap.tokens, "max_pool_share": sh.pool_share,
+                    "need_tokens": tokens})
+                break
+    return (first, names) if first is not None else None
+
+
+def _room(cands: list[BackendState], ledger: Ledger, tokens: int) -> Blocked | None:
     busy = slots = reserved = pool = 0
     free: list[BackendState] = []
     for s in cands:
@@ -111,6 +152,13 @@ def blocked(states: Iterable[BackendState], ledger: Ledger, tokens: int,
                                "need_tokens": tokens, "busy_slots": busy, "slots": slots, "backend": best.name})
 
 
+def group_label(group: str) -> str:
+    """``tier:C2`` -> "tier C2", ``cron`` -> "cron" (translated)."""
+    if group.startswith("tier:"):
+        return _("tier {tier}").format(tier=group[5:])
+    return _("cron jobs") if group == "cron" else group
+
+
 def cause(b: Blocked | None) -> str:
     """The sentence for what blocks a request (translated; numbers as they are)."""
     d = b.details if b is not None else {}
@@ -128,6 +176,10 @@ def cause(b: Blocked | None) -> str:
     if r == EXCEEDS_SLOT_CTX:
         return _("this request needs {need} tokens (prompt + max_tokens), more than the {slot_ctx}-token "
                  "context of any free slot").format(need=d["need_tokens"], slot_ctx=d["slot_ctx"])
+    if r == TIER_CAP:
+        return _tier_cap(d)
+    if r == QUEUE_AHEAD:
+        return _("{queued} requests of the same or a better priority wait ahead of it").format(queued=d.get("queued", 0))
     if r == NO_BACKEND:
         if d.get("tried_backends") and d.get("healthy_backends"):
             return _("no backend left to try: {tried} failed for this request ({healthy} of {backends} "
@@ -138,6 +190,22 @@ def cause(b: Blocked | None) -> str:
         return _("no healthy backend ({healthy} of {backends} healthy)").format(
             healthy=d.get("healthy_backends", 0), backends=d.get("backends", 0))
     return _("nothing blocks it now; it was not admitted in time behind the requests ahead of it")
+
+
+def _tier_cap(d: Mapping[str, Any]) -> str:
+    if d.get("max_slots") is not None and d.get("group_in_flight", 0) >= d["max_slots"]:
+        return _("{group} hold {n} of their {cap} slots on {backend} (max_slots)").format(
+            group=group_label(d["group"]), n=d["group_in_flight"], cap=d["max_slots"], backend=d["backend"])
+    return _("{group} hold {held} of their {cap} tokens on {backend} (max_pool_share {share}), this request "
+             "needs {need}").format(group=group_label(d["group"]), held=d["group_reserved_tokens"], cap=d["max_tokens"],
+                                    backend=d["backend"], share=d["max_pool_share"], need=d["need_tokens"])
+
+
+def busy_message(b: Blocked | None, queued: int) -> str:
+    """A request whose tier rejects when busy (``on_busy = "reject"``), refused at once."""
+    if b is None:
+        b = Blocked(QUEUE_AHEAD, {"queued": queued})
+    return _("busy, not queued (on_busy = reject): {cause}").format(cause=cause(b))
 
 
 def queue_timeout_message(waited: float, b: Blocked | None) -> str:
@@ -193,17 +261,29 @@ def problem_text(kind: str, detail: str, timeout_s: float) -> str:
 
 
 def source_label(source: str | None) -> str:
-    """Where a pool came from: "/props", "config" (translated) or both."""
+    """Where a pool came from: "/props", "the log", "config" (translated) or several."""
     if not source:
         return "?"
-    names = {"props": "/props", "config": _("config")}
+    names = {"props": "/props", "config": _("config"), "log": _("the server's log")}
     return " + ".join(names.get(p, p) for p in source.split("+"))
 
 
-def backend_ok_line(name: str, url: str, slots: int, pool: int, source: str, slot_ctx: int) -> str:
+def backend_ok_line(name: str, url: str, slots: int, pool: int, source: str, slot_ctx: int,
+                    exact: bool = True) -> str:
+    if not exact:
+        return _("backend {name} ({url}): reachable, {slots} slots, KV pool at least {pool} tokens (from {source}: "
+                 "the slot context is capped, the pool may be larger), {slot_ctx} tokens per slot").format(
+                     name=name, url=url, slots=slots, pool=pool, source=source_label(source), slot_ctx=slot_ctx)
     return _("backend {name} ({url}): reachable, {slots} slots, KV pool {pool} tokens (from {source}), "
              "{slot_ctx} tokens per slot").format(name=name, url=url, slots=slots, pool=pool,
                                                   source=source_label(source), slot_ctx=slot_ctx)
+
+
+def pool_changed_line(name: str, old: int, new: int, source: str, slots: int, slot_ctx: int) -> str:
+    """The pool of a backend changed (llama-server restarted with other settings)."""
+    return _("backend {name}: KV pool now {new} tokens (was {old}; from {source}), {slots} slots, {slot_ctx} "
+             "tokens per slot: llama-server restarted with other settings").format(
+                 name=name, new=new, old=old, source=source_label(source), slots=slots, slot_ctx=slot_ctx)
 
 
 def backend_problem_line(name: str, url: str, kind: str, detail: str, timeout_s: float,

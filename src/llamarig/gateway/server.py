@@ -1,7 +1,8 @@
 """The gateway: the HTTP app's wiring (routes, error mapping), lifecycle, reload, and the routes
 that are not inference (pass-through, models, health, metrics, status).
 
-Inference requests go through llamarig.gateway.pipeline (parse, admit, forward, release).
+Inference requests go through llamarig.gateway.pipeline (parse, admit, forward, release);
+/gateway/status and the gauges of /metrics come from llamarig.gateway.status.
 Both HTTP sides of the hot path are asyncio protocols with llhttp parsing (``httptools``):
 llamarig.gateway.http serves clients (a disconnecting client cancels its handler at once, which
 closes the upstream request, so llama-server frees the slot, and releases the reservation);
@@ -29,21 +30,24 @@ from typing import Any
 import aiohttp
 
 from llamarig.errors import LlamarigError, ServerError
-from llamarig.gateway import pipeline, reasons
-from llamarig.gateway.admission import Admission, Ledger, ReservationLedger
-from llamarig.gateway.backends import Backends
-from llamarig.gateway.config import (
-    GatewayConfig,
-    dataclass_dict,
-    load_config,
-    with_overrides,
+from llamarig.gateway import reasons, retry
+from llamarig.gateway import status as gwstatus
+from llamarig.gateway.admission import (
+    Admission,
+    AdmitRequest,
+    Ledger,
+    ReservationLedger,
+    RetryAfter,
 )
+from llamarig.gateway.backends import Backends
+from llamarig.gateway.config import GatewayConfig, load_config, with_overrides
 from llamarig.gateway.errors import Rejected, RequestError
 from llamarig.gateway.http import HttpServer, Request, Response, StreamResponse
 from llamarig.gateway.metrics import GatewayMetrics, RequestLog
-from llamarig.gateway.pipeline import authenticate, parse_json, read_body
+from llamarig.gateway.pipeline import Pipeline, authenticate, parse_json, read_body
+from llamarig.gateway.pool import Share
 from llamarig.gateway.tiers import CHAT, NATIVE, OAI_COMPLETION
-from llamarig.gateway.upstream import AiohttpUpstream, UpstreamPool
+from llamarig.gateway.upstream import Clients
 from llamarig.i18n import _, localize
 
 log = logging.getLogger("llamarig.gateway")
@@ -55,7 +59,8 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 
 class Gateway:
-    """One gateway: config, ledger, admission queue, backends, metrics, the HTTP server."""
+    """One gateway: config, ledger, admission queue, backends, request pipeline, metrics, the
+    HTTP server; all made here (the HTTP clients' session, which needs the loop, on start)."""
 
     def __init__(self, cfg: GatewayConfig, *, config_path: str | None = None,
                  overrides: dict[str, Any] | None = None, lang: str = "en") -> None:
@@ -67,18 +72,34 @@ class Gateway:
         self.ledger: ReservationLedger = make_ledger(cfg)
         self.metrics = GatewayMetrics()
         self.reqlog = RequestLog(cfg.server.request_log, cfg.server.log_content)
-        self.session: aiohttp.ClientSession | None = None
-        self.upstream: UpstreamPool | None = None
-        self.upstream_tls: AiohttpUpstream | None = None
-        self.backends: Backends | None = None
-        self.admission: Admission | None = None
+        self.clients = Clients()
+        self.backends = Backends(cfg, self.ledger, self.clients, lang)
+        a = cfg.admission
+        self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
+                                   queue_timeout_s=a.queue_timeout_s, any_backend=self.backends.any_healthy,
+                                   diagnose=self.backends.blocked, pool_of=self.backends.pool_of,
+                                   tries=max(1, len(cfg.backends)), estimator=self._retry_after)
+        self.pipeline = Pipeline(lambda: self.cfg, self.backends, self.admission, self.clients, self.metrics,
+                                 self.reqlog, itertools.count(1), lang)
         self.started = time.time()
-        self.served = 0
-        self.request_ids = itertools.count(1)  # the request log's ids
         self._tasks: list[asyncio.Task[Any]] = []
         self._config_mtime: float | None = None
         self.http = self._make_server()
-        self.runner: Runner | None = None
+        self.runner: GatewayRunner | None = None
+
+    @property
+    def served(self) -> int:
+        return self.pipeline.served
+
+    def _retry_after(self, req: AdmitRequest | None, reason: str, ahead: list[AdmitRequest]) -> RetryAfter:
+        """Retry-After from the reservations in flight (llamarig.gateway.retry)."""
+        cfg = self.cfg
+        t = cfg.tiers[cfg.routing.default_tier]
+        default = AdmitRequest(t.max_tokens, t.name, t.priority, max_tokens=t.max_tokens,
+                               shares=(Share(f"tier:{t.name}", t.max_pool_share, t.max_slots),),
+                               backends=frozenset(t.backends) or None)
+        return retry.retry_after(self.backends.states, self.ledger, req, reason, ahead,
+                                 floor_s=cfg.admission.retry_after_s, interval_s=cfg.health.interval_s, default=default)
 
     # ------------------------------------------------------------------ lifecycle
     def _make_server(self) -> HttpServer:
@@ -109,19 +130,7 @@ class Gateway:
         return json_response(413, localize(RequestError(413, msg, code="body_too_large").body(), self.lang))
 
     async def _on_startup(self) -> None:
-        conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
-        self.session = aiohttp.ClientSession(connector=conn, auto_decompress=False,
-                                             timeout=aiohttp.ClientTimeout(total=None))
-        self.upstream = UpstreamPool()
-        self.upstream_tls = AiohttpUpstream(self.session)
-        self.backends = Backends(self.cfg, self.ledger, self.session)
-        self.backends.lang = self.lang
-        a = self.cfg.admission
-        self.admission = Admission(self.ledger, self.backends.pick, queue_size=a.queue_size,
-                                   queue_timeout_s=a.queue_timeout_s, retry_after_s=a.retry_after_s,
-                                   total_slots=self.backends.total_slots, any_backend=self.backends.any_healthy,
-                                   diagnose=self.backends.blocked, pool_of=self.backends.pool_of,
-                                   tries=max(1, len(self.backends.states)))
+        await self.clients.start()
         self.backends.on_change.append(self.admission.pump)
         adm = self.admission
         await self.ledger.start(on_change=adm.pump, waiting=lambda: adm.queued > 0)
@@ -144,15 +153,10 @@ class Gateway:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        if self.admission:
-            self.admission.reject_all("shutting_down", reasons.shutting_down_message())
-        if self.backends:
-            await self.backends.stop()
+        self.admission.reject_all("shutting_down", reasons.shutting_down_message())
+        await self.backends.stop()
         await self.ledger.close()
-        if self.upstream is not None:
-            self.upstream.close()
-        if self.session:
-            await self.session.close()
+        await self.clients.close()
         self.reqlog.close()
 
     # ------------------------------------------------------------------ reload
@@ -187,15 +191,12 @@ class Gateway:
             log.warning("config reload: host/port changes need a restart; keeping %s:%s", old.server.host, old.server.port)
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
         self.cfg = new
-        assert self.backends is not None and self.admission is not None
         self.backends.apply_config(new)
         a = new.admission
         self.admission.queue_size = a.queue_size
         self.admission.queue_timeout_s = a.queue_timeout_s
-        self.admission.retry_after_s = a.retry_after_s
-        if (new.server.request_log, new.server.log_content) != (old.server.request_log, old.server.log_content):
-            self.reqlog.close()
-            self.reqlog = RequestLog(new.server.request_log, new.server.log_content)
+        self.admission.tries = max(1, len(new.backends))
+        self.reqlog.reopen(new.server.request_log, new.server.log_content)
         await self.backends.check_all()
         self.admission.pump()
         self.metrics.reloads.labels("ok").inc()
@@ -224,7 +225,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ inference
     async def _inference(self, request: Request, kind: str, path: str) -> Response | StreamResponse:
-        return await pipeline.handle(self, request, kind, path)
+        return await self.pipeline.handle(request, kind, path)
 
     # ------------------------------------------------------------------ other routes
     async def _passthrough(self, request: Request, path: str) -> Response | StreamResponse:
@@ -232,7 +233,6 @@ class Gateway:
         authenticate(request, cfg)
         raw = read_body(request, cfg.server.max_body_bytes)
         parse_json(raw)
-        assert self.backends is not None
         healthy = self.backends.healthy()
         if not healthy:
             raise self._no_backend()
@@ -240,8 +240,7 @@ class Gateway:
 
     def _no_backend(self) -> Rejected:
         """503 for a route that is not admitted (pass-through) when no backend is healthy."""
-        assert self.backends is not None
-        b = self.backends.blocked(1, frozenset()) or reasons.Blocked(reasons.NO_BACKEND)
+        b = self.backends.blocked(AdmitRequest(1, self.cfg.routing.default_tier)) or reasons.Blocked(reasons.NO_BACKEND)
         return Rejected(503, "no_backend", reasons.cause(b), int(self.cfg.health.interval_s) or 1,
                         reason=reasons.NO_BACKEND, details=b.details)
 
@@ -251,7 +250,6 @@ class Gateway:
         answered by the backend the default route would choose (``Backends.default_backend``)."""
         cfg = self.cfg
         authenticate(request, cfg)
-        assert self.backends is not None
         name = self.backends.default_backend()
         if name is None:
             raise self._no_backend()
@@ -263,11 +261,10 @@ class Gateway:
     async def _forward(self, method: str, name: str, path: str, raw: bytes | None, cfg: GatewayConfig) -> Response:
         """One non-admitted request to backend ``name``; its status, body and content type come back
         unchanged, with ``X-Llamarig-Backend`` naming the backend that answered."""
-        assert self.backends is not None and self.session is not None
         st = self.backends.states[name]
         headers = {**({"Content-Type": "application/json"} if raw is not None else {}), **st.headers()}
         try:
-            async with self.session.request(method, st.cfg.url + path, data=raw, headers=headers,
+            async with self.clients.session.request(method, st.cfg.url + path, data=raw, headers=headers,
                                             timeout=aiohttp.ClientTimeout(total=cfg.server.read_timeout_s)) as r:
                 data = await r.read()
                 return Response(status=r.status, body=data,
@@ -281,7 +278,6 @@ class Gateway:
     async def _models(self, request: Request) -> Response | StreamResponse:
         cfg = self.cfg
         authenticate(request, cfg)
-        assert self.backends is not None
         data = [{"id": m, "object": "model", "owned_by": "llamacpp", "created": int(self.started)}
                 for m in self.backends.models()]
         data += [{"id": a, "object": "model", "owned_by": "llamarig", "created": int(self.started),
@@ -289,7 +285,6 @@ class Gateway:
         return json_response(200, {"object": "list", "data": data})
 
     async def _health(self, request: Request) -> Response | StreamResponse:
-        assert self.backends is not None
         n = len(self.backends.healthy())
         if n:
             return json_response(200, {"status": "ok", "healthy_backends": n})
@@ -299,83 +294,36 @@ class Gateway:
         cfg = self.cfg
         if not cfg.server.public_metrics:
             authenticate(request, cfg)
-        assert self.backends is not None
         self.update_gauges()
         texts = await self.backends.backend_metrics()
         return Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     def update_gauges(self) -> None:
-        assert self.backends is not None and self.admission is not None
-        m = self.metrics
-        queued = self.admission.queued_by_tier()
-        for t in self.cfg.tiers:
-            m.queue_length.labels(t).set(queued.get(t, 0))
-        led = self.ledger.describe()
-        m.ledger_up.set(0 if led.get("reachable") is False else 1)
-        m.ledger_pending.set(int(led.get("pending_releases") or 0))
-        for s in self.backends.states.values():
-            m.up.labels(s.name).set(1 if s.healthy else 0)
-            m.reserved.labels(s.name).set(self.ledger.reserved.get(s.name, 0))
-            m.in_flight.labels(s.name).set(self.ledger.in_flight.get(s.name, 0))
-            if s.pool:
-                m.pool.labels(s.name).set(s.pool.pool_tokens)
-                m.slots.labels(s.name).set(s.pool.slots)
+        gwstatus.update_gauges(self.metrics, self.cfg, self.backends, self.ledger, self.admission)
 
     def status(self) -> dict[str, Any]:
-        assert self.backends is not None and self.admission is not None
-        cfg = self.cfg
-        bes = []
-        for s in self.backends.states.values():
-            bes.append({
-                "name": s.name, "url": s.cfg.url, "healthy": s.healthy, "removed": s.removed,
-                "pool_tokens": s.pool.pool_tokens if s.pool else None, "slots": s.pool.slots if s.pool else None,
-                "slot_ctx": s.pool.slot_ctx if s.pool else None, "pool_source": s.pool.source if s.pool else None,
-                # what the config sets (None: from /props), shown while the backend was never reached
-                "configured": {"pool_tokens": s.cfg.pool_tokens, "slots": s.cfg.slots, "slot_ctx": s.cfg.slot_ctx,
-                               "unified": s.cfg.unified},
-                "reserved_tokens": self.ledger.reserved.get(s.name, 0), "in_flight": self.ledger.in_flight.get(s.name, 0),
-                "models": s.models, "last_error": s.last_error or None, "consecutive_failures": s.fails,
-                "problem": s.problem or None, "problem_detail": s.problem_detail or None,
-            })
-        return {
-            "uptime_s": round(time.time() - self.started, 1), "config": cfg.source, "served": self.served,
-            "backends": bes, "queue": {"length": self.admission.queued, "by_tier": self.admission.queued_by_tier(),
-                                       "by_priority": {str(p): n for p, n in self.admission.queued_by_priority().items()},
-                                       "size": self.admission.queue_size, "timeout_s": self.admission.queue_timeout_s},
-            "reserved_tokens": self.ledger.total_reserved(), "in_flight": self.ledger.total_in_flight(),
-            "requests": self.requests_in_flight(now=time.monotonic()),
-            "rejected": dict(self.admission.rejected), "rejected_by_reason": dict(self.admission.rejected_reasons),
-            "rejected_by_status": {str(k): v for k, v in sorted(self.admission.rejected_status.items())},
-            "retry_after_s": self.admission.retry_after(), "safety": cfg.admission.safety,
-            "health": {"interval_s": cfg.health.interval_s, "timeout_s": cfg.health.timeout_s},
-            "tiers": {n: dataclass_dict(t) for n, t in cfg.tiers.items()},
-            "keys": [k.name for k in cfg.keys], "affinity_entries": len(self.backends.affinity),
-            "ledger": self.ledger.describe(),
-        }
-
-    def requests_in_flight(self, *, now: float) -> list[dict[str, Any]]:
-        """Each admitted request's reservation (prompt + max_tokens tokens), oldest first. The
-        key's name only, never its secret."""
-        return [{"id": r.id, "backend": r.backend, "tier": r.tier, "priority": r.priority, "key": r.key,
-                 "reserved_tokens": r.tokens, "age_s": round(now - r.admitted_at, 3)}
-                for r in sorted(self.ledger.active.values(), key=lambda r: r.id)]
+        return gwstatus.status(self.cfg, self.backends, self.ledger, self.admission, started=self.started,
+                               served=self.served)
 
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)
-        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica
-        return json_response(200, self.status())
+        every = self.cfg.health.slots_interval_s
+        if every > 0:
+            await self.backends.refresh_slots(every)  # slots held, progress, cells in use: fresh
+        await self.ledger.refresh()  # a shared ledger: who holds what, over every replica (last: nothing
+        return json_response(200, self.status())  # runs between it and the snapshot)
 
     async def _slots(self, request: Request) -> Response | StreamResponse:
-        """GET /gateway/slots: every backend's ``/slots`` (request text removed) and what its
-        ``/props`` said, fetched now with the health timeout; read-only (``llamarig top``)."""
+        """GET /gateway/slots: every backend's ``/slots`` (request text removed), what its
+        ``/props`` said and the pool derived from it (``/gateway/status``'s ``backends[].pool``),
+        fetched now with the health timeout; read-only (``llamarig top``)."""
         authenticate(request, self.cfg)
-        assert self.backends is not None and self.session is not None
-        session = self.session
+        session = self.clients.session
         timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
 
         async def one(st: Any) -> dict[str, Any]:
             out: dict[str, Any] = {"name": st.name, "url": st.cfg.url, "healthy": st.healthy,
-                                   "props": st.props, "slots": None, "error": None}
+                                   "props": st.props, "pool": gwstatus.pool_json(st), "slots": None, "error": None}
             try:
                 async with session.get(st.cfg.url + "/slots", timeout=timeout, headers=st.headers()) as r:
                     body = await r.read()
@@ -399,7 +347,7 @@ class Gateway:
                                              "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
     # ------------------------------------------------------------------ running
-    async def start(self, host: str | None = None, port: int | None = None) -> Runner:
+    async def start(self, host: str | None = None, port: int | None = None) -> GatewayRunner:
         """Start serving on the running loop; returns the runner (``await runner.cleanup()``)."""
         await self._on_startup()
         try:
@@ -407,7 +355,7 @@ class Gateway:
         except BaseException:
             await self._on_cleanup()  # closes the upstream sessions and the health loop
             raise
-        self.runner = Runner(self)
+        self.runner = GatewayRunner(self)
         return self.runner
 
     @property
@@ -429,7 +377,7 @@ def make_ledger(cfg: GatewayConfig) -> ReservationLedger:
     return RedisLedger(lc.url, replica=lc.replica, lease_s=lc.lease_s, timeout_s=lc.timeout_s)
 
 
-class Runner:
+class GatewayRunner:
     """Handle of a started gateway: ``await runner.cleanup()`` stops it."""
 
     def __init__(self, gw: Gateway) -> None:

@@ -62,8 +62,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from llamarig.gateway.admission import LedgerUnavailable, Pool, Reservation
+from llamarig.gateway.admission import LedgerUnavailable, Limits, Reservation, view_fits
 from llamarig.gateway.config import redact_url
+from llamarig.gateway.pool import Pool
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -73,6 +74,16 @@ _REAP = """
 local P = ARGV[1]
 local T = redis.call('TIME')
 local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
+local function uncount(v)
+  local C = P .. 'counts'
+  redis.call('HINCRBY', C, 'r:' .. v[1], -tonumber(v[2]))
+  redis.call('HINCRBY', C, 'n:' .. v[1], -1)
+  if v[3] ~= '' then redis.call('HINCRBY', C, 'k:' .. v[3], -1) end
+  for _, g in ipairs(v[7] or {}) do
+    redis.call('HINCRBY', C, 'gr:' .. v[1] .. '|' .. g, -tonumber(v[2]))
+    redis.call('HINCRBY', C, 'gn:' .. v[1] .. '|' .. g, -1)
+  end
+end
 local function reap()
   local dead = redis.call('ZRANGEBYSCORE', P .. 'leases', '-inf', NOW)
   for _, rep in ipairs(dead) do
@@ -80,10 +91,7 @@ local function reap()
     for _, f in ipairs(held) do
       local rec = redis.call('HGET', P .. 'res', f)
       if rec then
-        local v = cjson.decode(rec)
-        redis.call('HINCRBY', P .. 'counts', 'r:' .. v[1], -tonumber(v[2]))
-        redis.call('HINCRBY', P .. 'counts', 'n:' .. v[1], -1)
-        if v[3] ~= '' then redis.call('HINCRBY', P .. 'counts', 'k:' .. v[3], -1) end
+        uncount(cjson.decode(rec))
         redis.call('HDEL', P .. 'res', f)
         redis.call('HINCRBY', P .. 'stats', 'expired', 1)
       end
@@ -100,12 +108,14 @@ end
 """
 
 #: ARGV: prefix, replica, lease ms, field, backend, tokens, pool, slots, slot_ctx, key, key_limit,
-#: record, fresh (1: not queued here), priority
+#: record (its 7th element: the groups), fresh (1: not queued here), priority, limits (JSON
+#: [[group, max tokens or -1, max slots or -1], ...]: the capped groups' caps on this backend)
 _CLAIM = _REAP + """
 local me, lease_ms, f, b = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local tokens, pool, slots, slot_ctx = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local key, key_limit = ARGV[10], tonumber(ARGV[11])
 local fresh, prio = tonumber(ARGV[13]), tonumber(ARGV[14])
+local limits = cjson.decode(ARGV[15])
 renew(me, lease_ms)
 reap()
 local C = P .. 'counts'
@@ -119,11 +129,21 @@ elseif tokens <= slot_ctx and n < slots and r + tokens <= pool then
   if key ~= '' and key_limit > 0 and tonumber(redis.call('HGET', C, 'k:' .. key) or '0') >= key_limit then
     ok = 0
   end
+  for _, l in ipairs(limits) do
+    local gr = tonumber(redis.call('HGET', C, 'gr:' .. b .. '|' .. l[1]) or '0')
+    local gn = tonumber(redis.call('HGET', C, 'gn:' .. b .. '|' .. l[1]) or '0')
+    if (l[3] >= 0 and gn >= l[3]) or (l[2] >= 0 and gr + tokens > l[2]) then ok = 0 end
+  end
 end
 if ok == 1 then
+  local rec = cjson.decode(ARGV[12])
   redis.call('HINCRBY', C, 'r:' .. b, tokens)
   redis.call('HINCRBY', C, 'n:' .. b, 1)
   if key ~= '' then redis.call('HINCRBY', C, 'k:' .. key, 1) end
+  for _, g in ipairs(rec[7] or {}) do
+    redis.call('HINCRBY', C, 'gr:' .. b .. '|' .. g, tokens)
+    redis.call('HINCRBY', C, 'gn:' .. b .. '|' .. g, 1)
+  end
   if r + tokens > tonumber(redis.call('HGET', C, 'pr:' .. b) or '0') then redis.call('HSET', C, 'pr:' .. b, r + tokens) end
   if n + 1 > tonumber(redis.call('HGET', C, 'pn:' .. b) or '0') then redis.call('HSET', C, 'pn:' .. b, n + 1) end
   redis.call('HSET', P .. 'res', f, ARGV[12])
@@ -143,10 +163,7 @@ for i = 4, #ARGV do
   local f = ARGV[i]
   local rec = redis.call('HGET', P .. 'res', f)
   if rec then
-    local v = cjson.decode(rec)
-    redis.call('HINCRBY', C, 'r:' .. v[1], -tonumber(v[2]))
-    redis.call('HINCRBY', C, 'n:' .. v[1], -1)
-    if v[3] ~= '' then redis.call('HINCRBY', C, 'k:' .. v[3], -1) end
+    uncount(cjson.decode(rec))
     redis.call('HDEL', P .. 'res', f)
     redis.call('HINCRBY', P .. 'stats', 'released', 1)
     done = done + 1
@@ -226,6 +243,8 @@ class RedisLedger:
         self.prefix = prefix
         self.reserved: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
+        self.group_reserved: dict[tuple[str, str], int] = {}
+        self.group_in_flight: dict[tuple[str, str], int] = {}
         self.active: dict[int, Reservation] = {}
         self.reachable = False
         self.last_error = ""
@@ -258,14 +277,19 @@ class RedisLedger:
         counts = _pairs(flat)
         reserved: dict[str, int] = {}
         in_flight: dict[str, int] = {}
+        g_res: dict[tuple[str, str], int] = {}
+        g_n: dict[tuple[str, str], int] = {}
         for k, v in counts.items():
-            if k.startswith("r:"):
-                reserved[k[2:]] = int(v)
-            elif k.startswith("n:"):
-                in_flight[k[2:]] = int(v)
+            kind, _sep, rest = k.partition(":")
+            if kind in ("r", "n"):
+                (reserved if kind == "r" else in_flight)[rest] = int(v)
+            elif kind in ("gr", "gn"):
+                b, _bar, g = rest.partition("|")
+                (g_res if kind == "gr" else g_n)[(b, g)] = int(v)
         freed = any(reserved.get(b, 0) < n for b, n in self.reserved.items()) or \
             any(in_flight.get(b, 0) < n for b, n in self.in_flight.items())
         self.reserved, self.in_flight = reserved, in_flight
+        self.group_reserved, self.group_in_flight = g_res, g_n
         self.reachable, self.last_error = True, ""
         if freed:
             self._on_change()
@@ -277,16 +301,15 @@ class RedisLedger:
         self.last_error = f"{type(e).__name__}: {e}"
 
     # ------------------------------------------------------------------ ReservationLedger
-    def fits(self, backend: str, pool: Pool, tokens: int) -> bool:
-        ok = (self.in_flight.get(backend, 0) < pool.slots
-              and tokens <= pool.slot_ctx
-              and self.reserved.get(backend, 0) + tokens <= pool.pool_tokens)
+    def fits(self, backend: str, pool: Pool, tokens: int, limits: Limits = ()) -> bool:
+        ok = view_fits(self, backend, pool, tokens, limits)
         if not ok:
             self._nudge.set()
         return ok
 
-    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False) -> asyncio.Future[bool]:
-        return asyncio.get_running_loop().create_task(self._do_claim(r, pool, fresh))
+    def claim(self, r: Reservation, pool: Pool | None, fresh: bool = False, limits: Limits = ()
+              ) -> asyncio.Future[bool]:
+        return asyncio.get_running_loop().create_task(self._do_claim(r, pool, fresh, limits))
 
     def queue_add(self, seq: int, priority: int) -> None:
         self._qops.append(("+", seq, priority))
@@ -296,15 +319,17 @@ class RedisLedger:
         self._qops.append(("-", seq, 0))
         self._wake.set()
 
-    async def _do_claim(self, r: Reservation, pool: Pool | None, fresh: bool) -> bool:
+    async def _do_claim(self, r: Reservation, pool: Pool | None, fresh: bool, limits: Limits) -> bool:
         if pool is None:
             raise LedgerUnavailable(f"no pool known for backend {r.backend}")
         f = self._field(r)
-        rec = json.dumps([r.backend, r.tokens, r.key or "", r.tier, r.priority, round(time.time(), 3)])
+        rec = json.dumps([r.backend, r.tokens, r.key or "", r.tier, r.priority, round(time.time(), 3), list(r.groups)])
+        caps = json.dumps([[g, -1 if c.tokens is None else c.tokens, -1 if c.slots is None else c.slots]
+                           for g, c in limits])
         try:
             ok, flat = await self._claim(args=[
                 self.prefix, self.member, self._lease_ms, f, r.backend, r.tokens, pool.pool_tokens,
-                pool.slots, pool.slot_ctx, r.key or "", r.key_limit, rec, int(fresh), r.priority])
+                pool.slots, pool.slot_ctx, r.key or "", r.key_limit, rec, int(fresh), r.priority, caps])
         except (RedisError, OSError, asyncio.TimeoutError) as e:
             # the script may have run: release the field (a no-op if it did not) so no answer
             # lost on the way back leaves a reservation behind a live lease
@@ -327,6 +352,10 @@ class RedisLedger:
         # the mirror at once (the picker's view); the store when the sender gets to it
         self.reserved[r.backend] = max(0, self.reserved.get(r.backend, 0) - r.tokens)
         self.in_flight[r.backend] = max(0, self.in_flight.get(r.backend, 0) - 1)
+        for g in r.groups:
+            k = (r.backend, g)
+            self.group_reserved[k] = max(0, self.group_reserved.get(k, 0) - r.tokens)
+            self.group_in_flight[k] = max(0, self.group_in_flight.get(k, 0) - 1)
         self._outbox.append(self._field(r))
         self._wake.set()
         return True

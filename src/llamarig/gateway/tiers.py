@@ -1,8 +1,9 @@
 """Pure request handling: validate a body, choose its tier, and rewrite what goes upstream.
 
 Tier rules (first match wins): explicit tier header > the API key's tier > model alias >
-images (vision tier) > tools / agent header / agent user-agent / system-prompt pattern (agent
-tier) > default tier. Cron requests (a header whose value starts with a prefix) keep their tier
+images (vision tier) > tools / agent header / agent user-agent (agent tier) > content rules
+(``routing.rules``, any tier) > an agent's system prompt (``routing.system_patterns``, English and
+Chinese) > default tier. Cron requests (a header whose value starts with a prefix) keep their tier
 but are locked to a small budget (the 307K-context MTP field report: "CRON恒锁1K/2K").
 
 llama-server facts used here (tools/server in the vendored tree):
@@ -31,6 +32,7 @@ from llamarig.gateway.config import GatewayConfig, KeyConfig, TierConfig
 from llamarig.gateway.errors import (
     RequestError as RequestError,  # re-exported (it was defined here)
 )
+from llamarig.gateway.pool import Share
 from llamarig.i18n import _
 
 #: endpoint kinds
@@ -56,6 +58,9 @@ class Decision:
     timeout_s: float | None
     reasoning_budget: int | None
     thinking: bool | None
+    shares: tuple[Share, ...] = ()  # its groups (tier:NAME, cron) and their caps
+    backends: frozenset[str] | None = None  # where it may go (its tier's and cron's routes); None: any
+    on_busy: str = "queue"  # "reject": 429 at once when no backend can take it now
 
 
 # ------------------------------------------------------------------------------ validation
@@ -70,49 +75,62 @@ def validate_body(body: Any, kind: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError(400, _("request body must be a JSON object"))
     if kind == CHAT:
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            raise RequestError(400, _("'{field}' must be a non-empty array").format(field="messages"), param="messages")
-        for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise RequestError(400, _("'{field}' must be an object with a string 'role'").format(field=f"messages[{i}]"),
-                                   param=f"messages[{i}]")
-            c = m.get("content")
-            if c is not None and not isinstance(c, (str, list)):
-                raise RequestError(400, _("'{field}' must be a string or an array").format(field=f"messages[{i}].content"),
-                                   param=f"messages[{i}].content")
-            _check_content(m, i)
+        _check_messages(body.get("messages"))
     else:
         p = body.get("prompt")
         if p is None or not isinstance(p, (str, list)):
             raise RequestError(400, _("'{field}' must be a string or an array").format(field="prompt"), param="prompt")
     for f in ("max_tokens", "max_completion_tokens", "n_predict"):
-        v = body.get(f)
-        if v is None:
-            continue
-        if not _is_int(v):
-            raise RequestError(400, _("'{field}' must be an integer").format(field=f), param=f)
-        # llama-server: n_predict -1 = unlimited (the tier's limit applies), 0 = evaluate the
-        # prompt only (warms the prompt cache); OpenAI's fields need at least 1
-        if v < 1 and not (f == "n_predict" and v in (-1, 0)):
-            want = _("-1 (unlimited), 0 (prompt only) or a value >= 1") if f == "n_predict" else _("a value >= 1")
-            raise RequestError(400, _("Invalid '{field}': integer below minimum value. Expected {want}, but got {value} "
-                                      "instead.").format(field=f, want=want, value=v),
-                               param=f, code="integer_below_min_value")
-    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
-        raise RequestError(400, _("'{field}' must be a boolean").format(field="stream"), param="stream")
-    if "model" in body and body["model"] is not None and not isinstance(body["model"], str):
-        raise RequestError(400, _("'{field}' must be a string").format(field="model"), param="model")
-    if "tools" in body and body["tools"] is not None and not isinstance(body["tools"], list):
-        raise RequestError(400, _("'{field}' must be an array").format(field="tools"), param="tools")
-    for f in ("temperature", "top_p"):
-        if f in body and body[f] is not None and (isinstance(body[f], bool) or not isinstance(body[f], (int, float))):
-            raise RequestError(400, _("'{field}' must be a number").format(field=f), param=f)
-    ctk = body.get("chat_template_kwargs")
-    if ctk is not None and not isinstance(ctk, dict):
-        raise RequestError(400, _("'{field}' must be an object").format(field="chat_template_kwargs"),
-                           param="chat_template_kwargs")
+        _check_limit(f, body.get(f))
+    _check_types(body)
     return body
+
+
+def _check_messages(msgs: Any) -> None:
+    if not isinstance(msgs, list) or not msgs:
+        raise RequestError(400, _("'{field}' must be a non-empty array").format(field="messages"), param="messages")
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(400, _("'{field}' must be an object with a string 'role'").format(field=f"messages[{i}]"),
+                               param=f"messages[{i}]")
+        c = m.get("content")
+        if c is not None and not isinstance(c, (str, list)):
+            raise RequestError(400, _("'{field}' must be a string or an array").format(field=f"messages[{i}].content"),
+                               param=f"messages[{i}].content")
+        _check_content(m, i)
+
+
+def _check_limit(f: str, v: Any) -> None:
+    if v is None:
+        return
+    if not _is_int(v):
+        raise RequestError(400, _("'{field}' must be an integer").format(field=f), param=f)
+    # llama-server: n_predict -1 = unlimited (the tier's limit applies), 0 = evaluate the
+    # prompt only (warms the prompt cache); OpenAI's fields need at least 1
+    if v < 1 and not (f == "n_predict" and v in (-1, 0)):
+        want = _("-1 (unlimited), 0 (prompt only) or a value >= 1") if f == "n_predict" else _("a value >= 1")
+        raise RequestError(400, _("Invalid '{field}': integer below minimum value. Expected {want}, but got {value} "
+                                  "instead.").format(field=f, want=want, value=v),
+                           param=f, code="integer_below_min_value")
+
+
+#: fields the gateway reads, and the JSON type each must have when present (and not null)
+_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("stream", (bool,), "a boolean"), ("model", (str,), "a string"), ("tools", (list,), "an array"),
+    ("temperature", (int, float), "a number"), ("top_p", (int, float), "a number"),
+    ("chat_template_kwargs", (dict,), "an object"),
+)
+
+
+def _check_types(body: Mapping[str, Any]) -> None:
+    for f, types_, what in _TYPES:
+        v = body.get(f)
+        if v is None or (isinstance(v, types_) and not (isinstance(v, bool) and bool not in types_)):
+            continue
+        msg = {"a boolean": _("'{field}' must be a boolean"), "a string": _("'{field}' must be a string"),
+               "an array": _("'{field}' must be an array"), "a number": _("'{field}' must be a number"),
+               "an object": _("'{field}' must be an object")}[what]
+        raise RequestError(400, msg.format(field=f), param=f)
 
 
 #: roles whose messages must carry content (OpenAI: "content: Required" for these)
@@ -196,10 +214,29 @@ def _pattern(p: str) -> re.Pattern[str]:
 # ------------------------------------------------------------------------------ tier choice
 
 
+def last_user_text(body: Mapping[str, Any]) -> str:
+    """The text of the last user message (chat), or the prompt (completions)."""
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        for m in reversed(msgs):
+            if isinstance(m, dict) and m.get("role") == "user":
+                return _content_text(m.get("content"))
+        return ""
+    return prompt_text(body)
+
+
 def choose_tier(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig,
                 key: KeyConfig | None = None) -> tuple[str, str]:
     """(tier name, reason). ``headers``: case-insensitive (aiohttp) or lower-case keys.
-    RequestError on an unknown tier header."""
+    RequestError on an unknown tier header. First match wins: the header, the key's tier, a
+    model alias, images, an agent signal (tools, an agent header or user-agent), a content rule
+    (``routing.rules``), an agent's system prompt (``routing.system_patterns``), the default."""
+    return (_explicit(body, headers, cfg, key) or _agent_signal(body, headers, cfg) or _by_rule(body, cfg)
+            or _agent_prompt(body, cfg) or (cfg.routing.default_tier, "default"))
+
+
+def _explicit(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig,
+              key: KeyConfig | None) -> tuple[str, str] | None:
     r = cfg.routing
     h = headers.get(r.tier_header)
     if h:
@@ -215,20 +252,51 @@ def choose_tier(body: Mapping[str, Any], headers: Mapping[str, str], cfg: Gatewa
         return r.model_aliases[model], "model_alias"
     if r.vision_tier and has_images(body):
         return r.vision_tier, "images"
-    if r.agent_tier:
-        if r.tools_mean_agent and body.get("tools"):
-            return r.agent_tier, "tools"
-        for ah in r.agent_headers:
-            if ah in headers:
-                return r.agent_tier, "agent_header"
-        ua = headers.get("user-agent", "").lower()
-        if ua and any(p in ua for p in r.agent_user_agents):
-            return r.agent_tier, "user_agent"
-        if r.system_patterns:
-            sys_text = system_text(body)
-            if sys_text and any(_pattern(p).search(sys_text) for p in r.system_patterns):
-                return r.agent_tier, "system_prompt"
-    return r.default_tier, "default"
+    return None
+
+
+def _agent_signal(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConfig) -> tuple[str, str] | None:
+    """Tools in the request, an agent header or an agent's user-agent: the agent tier."""
+    r = cfg.routing
+    if not r.agent_tier:
+        return None
+    if r.tools_mean_agent and body.get("tools"):
+        return r.agent_tier, "tools"
+    if any(ah in headers for ah in r.agent_headers):
+        return r.agent_tier, "agent_header"
+    ua = headers.get("user-agent", "").lower()
+    if ua and any(p in ua for p in r.agent_user_agents):
+        return r.agent_tier, "user_agent"
+    return None
+
+
+def _by_rule(body: Mapping[str, Any], cfg: GatewayConfig) -> tuple[str, str] | None:
+    """The first content rule that matches: ``rule:NAME`` (or ``rule:INDEX``) as the reason."""
+    rules = cfg.routing.rules
+    if not rules:
+        return None
+    system = user = None
+    for i, rule in enumerate(rules):
+        if rule.system is not None:
+            system = system_text(body) if system is None else system
+            hit = bool(system) and _pattern(rule.system).search(system) is not None
+        else:
+            user = last_user_text(body) if user is None else user
+            hit = bool(user) and _pattern(rule.user or "").search(user) is not None
+        if hit:
+            return rule.tier, f"rule:{rule.name or i}"
+    return None
+
+
+def _agent_prompt(body: Mapping[str, Any], cfg: GatewayConfig) -> tuple[str, str] | None:
+    """A system prompt that says it is a coding agent (English or Chinese): the agent tier."""
+    r = cfg.routing
+    if r.agent_tier is None or not r.system_patterns:
+        return None
+    sys_text = system_text(body)
+    if sys_text and any(_pattern(p).search(sys_text) for p in r.system_patterns):
+        return r.agent_tier, "system_prompt"
+    return None
 
 
 def is_cron(headers: Mapping[str, str], cfg: GatewayConfig) -> bool:
@@ -273,15 +341,32 @@ def decide(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConf
     budget = tier.reasoning_budget if tier.thinking else None
     if budget is not None and budget >= 0 and budget >= max_tokens:
         budget = max_tokens // 2  # keep room for the answer: thinking counts toward n_predict
-    if cron:
-        priority = cfg.cron.priority
-    elif key is not None and key.priority is not None:
-        priority = key.priority
-    else:
-        priority = tier.priority
-    return Decision(tier=name, reason=reason, cron=cron, priority=priority, max_tokens=max_tokens,
+    return Decision(tier=name, reason=reason, cron=cron, priority=_priority(tier, cron, key, cfg), max_tokens=max_tokens,
                     requested_max_tokens=req, widened=widened_to is not None, timeout_s=timeout,
-                    reasoning_budget=budget, thinking=tier.thinking)
+                    reasoning_budget=budget, thinking=tier.thinking, **_limits(tier, cron, cfg))
+
+
+def _priority(tier: TierConfig, cron: bool, key: KeyConfig | None, cfg: GatewayConfig) -> int:
+    if cron:
+        return cfg.cron.priority
+    if key is not None and key.priority is not None:
+        return key.priority
+    return tier.priority
+
+
+def _limits(tier: TierConfig, cron: bool, cfg: GatewayConfig) -> dict[str, Any]:
+    """What the request may hold (its tier's cap and, for a cron job, cron's), where it may go
+    (both routes), and whether it queues (either one rejecting when busy rejects)."""
+    shares = [Share(f"tier:{tier.name}", tier.max_pool_share, tier.max_slots)]
+    routes = [set(tier.backends)] if tier.backends else []
+    on_busy = tier.on_busy
+    if cron:
+        c = cfg.cron
+        shares.append(Share("cron", c.max_pool_share, c.max_slots))
+        routes += [set(c.backends)] if c.backends else []
+        on_busy = "reject" if "reject" in (on_busy, c.on_busy) else "queue"
+    allowed = frozenset(set.intersection(*routes)) if routes else None
+    return {"shares": tuple(shares), "backends": allowed, "on_busy": on_busy}
 
 
 def rewrite(body: Mapping[str, Any], d: Decision, cfg: GatewayConfig, kind: str) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class UpstreamPayloadError(UpstreamError):
     """The response started but broke off, or is not valid HTTP/1.1."""
 
 
-class _Conn(asyncio.Protocol):
+class _UpstreamConn(asyncio.Protocol):
     """One keep-alive connection; carries one response at a time."""
 
     def __init__(self, pool: UpstreamPool, key: tuple[str, int]) -> None:
@@ -148,7 +148,7 @@ class _Conn(asyncio.Protocol):
 class UpstreamResponse:
     """Status, headers and body of one upstream response (the aiohttp-like subset we use)."""
 
-    def __init__(self, conn: _Conn, read_timeout: float | None) -> None:
+    def __init__(self, conn: _UpstreamConn, read_timeout: float | None) -> None:
         self.conn = conn
         self.read_timeout = read_timeout
         self.status = 0
@@ -218,15 +218,7 @@ class UpstreamResponse:
 
     async def read(self, limit: int | None = None) -> bytes:
         """The whole body; :class:`UpstreamPayloadError` past ``limit`` bytes."""
-        parts: list[bytes] = []
-        n = 0
-        async for chunk in self.iter_any():
-            n += len(chunk)
-            if limit is not None and n > limit:
-                self.close()
-                raise UpstreamPayloadError(_("response body larger than {limit} bytes").format(limit=limit))
-            parts.append(chunk)
-        return b"".join(parts)
+        return await _read_all(self, limit)
 
     def release(self) -> None:
         """Done with the response: the connection goes back to the pool when reusable."""
@@ -260,10 +252,10 @@ class UpstreamPool:
     def __init__(self, *, keepalive_s: float = 4.0, max_idle_per_host: int = 256) -> None:
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle_per_host
-        self.idle: dict[tuple[str, int], list[_Conn]] = {}
+        self.idle: dict[tuple[str, int], list[_UpstreamConn]] = {}
         self.closed = False
 
-    def _put(self, c: _Conn) -> None:
+    def _put(self, c: _UpstreamConn) -> None:
         if self.closed:
             c.abort()
             return
@@ -275,7 +267,7 @@ class UpstreamPool:
         c.reused = True
         lst.append(c)
 
-    def _get_idle(self, key: tuple[str, int]) -> _Conn | None:
+    def _get_idle(self, key: tuple[str, int]) -> _UpstreamConn | None:
         lst = self.idle.get(key)
         now = time.monotonic()
         while lst:
@@ -285,11 +277,11 @@ class UpstreamPool:
             c.abort()
         return None
 
-    async def _connect(self, key: tuple[str, int], timeout: float | None) -> _Conn:
+    async def _connect(self, key: tuple[str, int], timeout: float | None) -> _UpstreamConn:
         loop = asyncio.get_running_loop()
         try:
             _transport, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(self, key), key[0], key[1]), timeout)
+                loop.create_connection(lambda: _UpstreamConn(self, key), key[0], key[1]), timeout)
         except asyncio.TimeoutError:
             raise
         except OSError as e:
@@ -372,10 +364,58 @@ class _AiohttpResponse:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
             raise UpstreamPayloadError(f"{type(e).__name__}: {e}") from None
 
-    read = UpstreamResponse.read
+    async def read(self, limit: int | None = None) -> bytes:
+        return await _read_all(self, limit)
 
     def release(self) -> None:
         self.r.release()
 
     def close(self) -> None:
         self.r.close()
+
+
+async def _read_all(resp: UpstreamResponse | _AiohttpResponse, limit: int | None) -> bytes:
+    """A response's whole body; :class:`UpstreamPayloadError` past ``limit`` bytes."""
+    parts: list[bytes] = []
+    n = 0
+    async for chunk in resp.iter_any():
+        n += len(chunk)
+        if limit is not None and n > limit:
+            resp.close()
+            raise UpstreamPayloadError(_("response body larger than {limit} bytes").format(limit=limit))
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+class Clients:
+    """The gateway's HTTP clients: the keep-alive pool for ``http://`` backends (the hot path),
+    and aiohttp for ``https://`` backends, health checks, token counts and pass-through. Made
+    with the gateway; the aiohttp session, which needs a running loop, on :meth:`start`."""
+
+    def __init__(self) -> None:
+        self.pool = UpstreamPool()
+        self._session: aiohttp.ClientSession | None = None
+        self._tls: AiohttpUpstream | None = None
+
+    async def start(self) -> None:
+        conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=conn, auto_decompress=False,
+                                              timeout=aiohttp.ClientTimeout(total=None))
+        self._tls = AiohttpUpstream(self._session)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the gateway's HTTP clients are not started (Gateway.start)")
+        return self._session
+
+    def for_url(self, url: str) -> UpstreamPool | AiohttpUpstream:
+        """The client that posts inference requests to ``url``."""
+        if url.startswith("http://") or self._tls is None:
+            return self.pool
+        return self._tls
+
+    async def close(self) -> None:
+        self.pool.close()
+        if self._session is not None:
+            await self._session.close()

@@ -27,6 +27,18 @@ class GPU:
     #: CUDA compute capability x 100 (+ minor x 10): 900 for 9.0; picks the flash-attention kernel
     #: and with it what a FLASH_ATTN_EXT node allocates (llamarig.plan.cuda_fattn)
     compute_capability: int | None = None
+    #: the rpc-server (``HOST:PORT``) this device is reached through by llama-server's ``--rpc``;
+    #: "" for a device of this machine. Such a device's ``backend`` is ``RPC`` (llama-server's
+    #: name for it) and ``remote_backend`` the backend behind the rpc-server (``CPU``, ``CUDA``...)
+    endpoint: str = ""
+    remote_backend: str = ""
+
+    @property
+    def buffer_backend(self) -> str:
+        """The backend whose buffers hold this device's tensors: the remote one behind an
+        rpc-server (its ``get_alloc_size`` sizes them, ggml/src/ggml-rpc/ggml-rpc.cpp:907-988),
+        else the device's own."""
+        return self.remote_backend if self.endpoint and self.remote_backend else self.backend
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -36,6 +48,7 @@ class GPU:
             "unified_memory": self.unified_memory, "source": self.source,
             **({"compute_capability": f"{self.compute_capability // 100}.{self.compute_capability % 100 // 10}"}
                if self.compute_capability else {}),
+            **({"endpoint": self.endpoint, "remote_backend": self.remote_backend} if self.endpoint else {}),
         }
 
 
@@ -49,6 +62,9 @@ class Hardware:
     cpu_cores: int | None = None
     source: str = "given"
     cpu: CpuFeatures | None = None  # None: plan assumes hardware.cpu.DEFAULT_FEATURES
+    #: what each rpc-server of ``--rpc`` brings (``GPU.endpoint`` set), in any order: the planner
+    #: takes them in the order of ``--rpc`` (llamarig.plan.rpc)
+    rpc: tuple[GPU, ...] = ()
 
     def backend_names(self) -> list[str]:
         """ggml device names in order: CUDA0, CUDA1, ... (ROCm0, MTL0, Vulkan0)."""

@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.hardware.cpu import CpuFeatures, from_system_info, system_info_line
-from llamarig.i18n import _
-from llamarig.launch.server import health, log_tail
+from llamarig.i18n import _, join
+from llamarig.launch.rpc import RpcServer, rpc_server_binary, start_rpc_server
+from llamarig.launch.server import RunningServer, health, log_tail, spawn, wait_ready
 from llamarig.paths import state_dir
 from llamarig.plan.memory_log import VerifyRow, compare
+from llamarig.plan.rpc import split_endpoint
 from llamarig.procs import exit_description
 
 if TYPE_CHECKING:
@@ -42,6 +44,27 @@ def state_path(port: int) -> Path:
 
 
 @dataclass(frozen=True)
+class ProcState:
+    """One more process of a launch (an rpc-server of a loopback RPC deployment): what ``stop``
+    needs to know it is still the same process."""
+
+    pid: int
+    start_ticks: int | None
+    argv: tuple[str, ...]
+    port: int
+    log_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start_ticks": self.start_ticks, "argv": list(self.argv), "port": self.port,
+                "log_path": self.log_path}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> ProcState:
+        return ProcState(int(d["pid"]), None if d.get("start_ticks") is None else int(d["start_ticks"]),
+                         tuple(str(x) for x in d["argv"]), int(d["port"]), str(d["log_path"]))
+
+
+@dataclass(frozen=True)
 class LaunchState:
     pid: int
     start_ticks: int | None
@@ -51,10 +74,13 @@ class LaunchState:
     port: int
     log_path: str
     started_at: float
+    #: the rpc-servers launch started for this server (loopback endpoints of its --rpc)
+    rpc: tuple[ProcState, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["argv"] = list(self.argv)
+        d["rpc"] = [r.to_json() for r in self.rpc]
         return d
 
     @staticmethod
@@ -62,8 +88,9 @@ class LaunchState:
         try:
             return LaunchState(int(d["pid"]), None if d.get("start_ticks") is None else int(d["start_ticks"]),
                                tuple(str(x) for x in d["argv"]), str(d["binary"]), str(d["host"]),
-                               int(d["port"]), str(d["log_path"]), float(d["started_at"]))
-        except (KeyError, TypeError, ValueError) as e:
+                               int(d["port"]), str(d["log_path"]), float(d["started_at"]),
+                               tuple(ProcState.from_json(r) for r in d.get("rpc") or ()))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(_("{source}: not a llamarig launch state file ({error})").format(source=source, error=e)) from None
 
 
@@ -131,17 +158,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_same_process(st: LaunchState) -> tuple[bool, str]:
+def is_same_process(st: LaunchState | ProcState) -> tuple[bool, str]:
     """Whether ``st.pid`` is still the process launch started (pid + start time + argv)."""
     if not pid_alive(st.pid):
-        return False, f"pid {st.pid} is not running"
+        return False, _("pid {pid} is not running").format(pid=st.pid)
     ticks = proc_start_ticks(st.pid)
     if st.start_ticks is not None and ticks is not None and ticks != st.start_ticks:
-        return False, f"pid {st.pid} was reused by another process (start time differs)"
+        return False, _("pid {pid} was reused by another process (start time differs)").format(pid=st.pid)
     cmd = proc_cmdline(st.pid)
     if cmd is not None and cmd != list(st.argv):
-        return False, f"pid {st.pid} runs something else now ({' '.join(cmd)[:80]})"
-    return True, "same pid, start time and command line"
+        return False, _("pid {pid} runs something else now ({command})").format(pid=st.pid, command=" ".join(cmd)[:80])
+    return True, _("same pid, start time and command line")
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -176,6 +203,12 @@ def likely_causes(argv: Sequence[str], log: str) -> list[str]:
         ("cudamalloc failed", "GPU out of memory: lower -c, -ub, or -ngl"),
         ("failed to allocate", "an allocation failed: not enough memory for the planned buffers"),
         ("unknown model architecture", "this llama.cpp build does not know the model's architecture"),
+        # ggml/src/ggml-rpc/ggml-rpc.cpp:545-551 (connect, handshake), 355-361 (the server's version)
+        ("failed to connect to", "an rpc-server of --rpc is not running or not reachable (firewall, address)"),
+        ("rpc server version mismatch", "the rpc-server is of another RPC protocol version: run the same llama.cpp "
+         "build on every host"),
+        ("rpc handshake failed", "the rpc-server did not complete the HELLO handshake (another protocol version, "
+         "or not an rpc-server)"),
     )
     for pat, why in patterns:
         if pat in low:
@@ -204,6 +237,8 @@ class Launched:
     rows: list[VerifyRow]
     url: str
     notes: list[str] = field(default_factory=list)
+    #: the rpc-servers launch started first (loopback endpoints of --rpc), in --rpc order
+    rpc: list[RpcServer] = field(default_factory=list)
 
 
 def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
@@ -219,35 +254,27 @@ def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_
     return [binary] + a
 
 
-def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: str | None = None,
-          port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
-          force: bool = False, replan: Callable[[CpuFeatures], Plan] | None = None,
-          env: Mapping[str, str] | None = None) -> Launched:
-    """Start llama-server detached (own session), wait for /health, verify against ``plan``.
-
-    Raises ServerError (exit 3) for a missing binary, a port in use, or a server that exits or
-    does not become healthy (with the last log lines and likely causes); LlamarigError (exit 1)
-    for a plan that does not fit unless ``force``. ``replan(cpu)``: the plan again for the CPU
-    features the server's own ``system_info`` line names, when they differ from the plan's (its
-    AMX / CPU_REPACK buffers depend on the build, not only on the CPU). ``env``: variables the
-    server gets on top of this process's environment (a script's ``export``/``Environment=``)."""
+def _refuse(plan: Plan | None, force: bool, binary: str, cmd: Command) -> None:
     if plan is not None and not plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): not launching (use --force to launch anyway)").format(
             shortfalls=_("; ").join(plan.shortfalls())))
     if not (Path(binary).is_file() and os.access(binary, os.X_OK)):
         raise ServerError(_("{binary}: llama-server binary not found or not executable").format(binary=binary))
-    cmd = Command.parse(args, program=False)
     model = cmd.get("--model")
     if model and not Path(model).is_file():
         raise InputError(_("-m {model}: model file not found").format(model=model))
+
+
+def _address(cmd: Command, host: str | None, port: int | None) -> tuple[str, int]:
     host = host or cmd.get("--host") or "127.0.0.1"
     pv = port if port is not None else cmd.get("--port")
     try:
-        port = int(pv) if pv is not None else 8080
+        return host, int(pv) if pv is not None else 8080
     except ValueError:
         raise InputError(_("--port {pv}: not a number").format(pv=pv)) from None
-    argv = server_argv(binary, args, host, port)
-    bind_host = host.split(",")[0]
+
+
+def _refuse_busy(bind_host: str, port: int) -> None:
     if port_in_use(bind_host if not bind_host.endswith(".sock") else "127.0.0.1", port):
         raise ServerError(_("port {port} on {bind_host} is already in use (another server? `llamarig stop --port "
                             "{port}` stops one that llamarig launched); choose --port").format(port=port, bind_host=bind_host))
@@ -259,55 +286,127 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
             if same:
                 raise ServerError(_("llamarig already runs a server on port {port} (pid {pid}); `llamarig stop --port "
                                     "{port}` first").format(port=port, pid=old.pid))
+
+
+def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: str | None = None,
+          port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
+          force: bool = False, replan: Callable[[CpuFeatures], Plan] | None = None,
+          env: Mapping[str, str] | None = None) -> Launched:
+    """Start llama-server detached (own session), wait for /health, verify against ``plan``.
+    An RPC deployment on this machine (``--rpc`` endpoints on 127.0.0.1) gets its rpc-servers
+    started first, detached too, and recorded in the same state file: ``stop`` stops them all.
+
+    Raises ServerError (exit 3) for a missing binary, a port in use, or a server that exits or
+    does not become healthy (with the last log lines and likely causes); LlamarigError (exit 1)
+    for a plan that does not fit unless ``force``. ``replan(cpu)``: the plan again for the CPU
+    features the server's own ``system_info`` line names, when they differ from the plan's (its
+    AMX / CPU_REPACK buffers depend on the build, not only on the CPU). ``env``: variables the
+    server gets on top of this process's environment (a script's ``export``/``Environment=``)."""
+    cmd = Command.parse(args, program=False)
+    _refuse(plan, force, binary, cmd)
+    host, port = _address(cmd, host, port)
+    argv = server_argv(binary, args, host, port)
+    bind_host = host.split(",")[0]
+    _refuse_busy(bind_host, port)
     log_path = log_path or state_dir() / f"launch-{port}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as logf:
-        try:
-            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**os.environ, **env} if env else None)
-        except OSError as e:
-            raise ServerError(_("{binary}: cannot start: {error}").format(binary=binary, error=e.strerror or e)) from None
-    st = LaunchState(proc.pid, proc_start_ticks(proc.pid), tuple(argv), binary, bind_host, port,
-                     str(log_path), time.time())
-    sf = write_state(st)
-    url_host = "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
-    url = f"http://{url_host}:{port}"
-    deadline = time.monotonic() + timeout_s
+    rpc, notes = start_loopback_rpc(binary, cmd.get("--rpc"), port, env)
     try:
-        while True:
-            code = proc.poll()
-            if code is not None:
-                sf.unlink(missing_ok=True)
-                tail = log_tail(log_path)
-                causes = likely_causes(argv, Path(log_path).read_text(errors="replace") if log_path.exists() else "")
-                why = ("\nlikely cause: " + "\nlikely cause: ".join(causes)) if causes else ""
-                raise ServerError(_("llama-server {exit_description} before /health answered; last log lines "
-                                    "({log_path}):\n{tail}{why}").format(exit_description=exit_description(code), log_path=log_path, tail=tail, why=why))
-            if health(url) == 200:
-                break
-            if time.monotonic() > deadline:
-                _terminate(proc.pid)
-                sf.unlink(missing_ok=True)
-                raise ServerError(_("llama-server not healthy after {timeout_s:.0f} s; stopped it. Last log lines "
-                                    "({log_path}):\n{log_tail}").format(timeout_s=timeout_s, log_path=log_path, log_tail=log_tail(log_path)))
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        _terminate(proc.pid)
+        srv, sf, st = _start_detached(argv, binary, bind_host, port, log_path, env, timeout_s, rpc)
+    except BaseException:
+        for r in rpc:
+            r.stop()
+        raise
+    for r in rpc:
+        r.release()
+    rows, more = _verify(plan, log_path, replan)
+    return Launched(st, sf, srv.proc, rows, srv.url, notes + more, rpc)
+
+
+def start_loopback_rpc(binary: str, rpc: str | None, port: int,
+                       env: Mapping[str, str] | None) -> tuple[list[RpcServer], list[str]]:
+    """The rpc-servers of ``--rpc`` that run on this machine (127.0.0.1 / localhost endpoints),
+    started detached beside ``binary``, each listening before llama-server starts; an endpoint
+    that already listens is taken as a running rpc-server (noted, not started, not stopped).
+    Remote endpoints run their own rpc-server (``llamarig render`` writes its unit)."""
+    started: list[RpcServer] = []
+    notes: list[str] = []
+    eps = [e.strip() for e in (rpc or "").split(",") if e.strip()]
+    local = [(h, p) for h, p in (split_endpoint(e) for e in eps) if h in ("127.0.0.1", "localhost")]
+    if not local:
+        return started, notes
+    rbin = rpc_server_binary(binary)
+    if not (rbin.is_file() and os.access(rbin, os.X_OK)):
+        raise ServerError(_("{rpc}: --rpc names this machine, but there is no {name} beside {binary} "
+                            "(scripts/get-llama-server builds it; or start the rpc-servers yourself)").format(
+            rpc=rpc, name=rbin.name, binary=binary))
+    try:
+        for h, p in local:
+            if port_in_use("127.0.0.1", p):
+                notes.append(_("rpc-server {endpoint}: something already listens there; taken as a running "
+                               "rpc-server (not started, `llamarig stop` leaves it)").format(endpoint=f"{h}:{p}"))
+                continue
+            started.append(start_rpc_server(rbin, host="127.0.0.1" if h == "localhost" else h, port=p, threads=None,
+                                            log_path=state_dir() / f"launch-{port}-rpc-{p}.log",
+                                            env=env, detach=True))
+    except BaseException:
+        for r in started:
+            r.stop()
+        raise
+    return started, notes
+
+
+def _start_detached(argv: list[str], binary: str, bind_host: str, port: int, log_path: Path,
+                    env: Mapping[str, str] | None, timeout_s: float,
+                    rpc: Sequence[RpcServer]) -> tuple[RunningServer, Path, LaunchState]:
+    """llama-server in its own session, its state file written, /health waited for; on any
+    failure the server is stopped and the state file removed."""
+    proc, log_file = spawn(argv, log_path, env, detach=True)
+    url_host = "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
+    srv = RunningServer(proc, f"http://{url_host}:{port}", port, argv, log_path, log_file)
+    st = LaunchState(proc.pid, proc_start_ticks(proc.pid), tuple(argv), binary, bind_host, port, str(log_path),
+                     time.time(), tuple(ProcState(r.pid, proc_start_ticks(r.pid), tuple(r.argv), r.port, str(r.log_path))
+                                        for r in rpc))
+    sf = write_state(st)
+
+    def exited(code: int) -> ServerError:
+        tail = log_tail(log_path)
+        causes = likely_causes(argv, log_path.read_text(errors="replace") if log_path.exists() else "")
+        why = ("\nlikely cause: " + "\nlikely cause: ".join(causes)) if causes else ""
+        return ServerError(_("llama-server {exit_description} before /health answered; last log lines "
+                             "({log_path}):\n{tail}{why}").format(exit_description=exit_description(code),
+                                                                  log_path=log_path, tail=tail, why=why))
+
+    def timed_out() -> ServerError:
+        return ServerError(_("llama-server not healthy after {timeout_s:.0f} s; stopped it. Last log lines "
+                             "({log_path}):\n{log_tail}").format(timeout_s=timeout_s, log_path=log_path,
+                                                                 log_tail=log_tail(log_path)))
+
+    try:
+        wait_ready(srv, lambda: health(srv.url) == 200, timeout_s, exited, timed_out)
+    except BaseException:
         sf.unlink(missing_ok=True)
         raise
-    rows: list[VerifyRow] = []
+    srv.release()
+    return srv, sf, st
+
+
+def _verify(plan: Plan | None, log_path: Path, replan: Callable[[CpuFeatures], Plan] | None
+            ) -> tuple[list[VerifyRow], list[str]]:
+    """Every logged buffer against the plan (re-planned for the server's own CPU features when
+    they differ from the plan's)."""
+    if plan is None:
+        return [], []
     notes: list[str] = []
-    if plan is not None:
-        text = Path(log_path).read_text(errors="replace")
-        line = system_info_line(text)
-        if line is not None and replan is not None:
-            cpu = from_system_info(line)
-            if plan.cpu is not None and cpu.features != plan.cpu.features:
-                with contextlib.suppress(LlamarigError):
-                    plan = replan(cpu)
-                    notes.append(f"verified against a plan for the server's own CPU features ({cpu.describe()})")
-        rows = compare(plan, text)
-    return Launched(st, sf, proc, rows, url, notes)
+    text = log_path.read_text(errors="replace")
+    line = system_info_line(text)
+    if line is not None and replan is not None:
+        cpu = from_system_info(line)
+        if plan.cpu is not None and cpu.features != plan.cpu.features:
+            with contextlib.suppress(LlamarigError):
+                plan = replan(cpu)
+                notes.append(_("verified against a plan for the server's own CPU features ({cpu})").format(
+                    cpu=cpu.describe()))
+    return compare(plan, text), notes
 
 
 def _terminate(pid: int, timeout_s: float = 30) -> str:
@@ -315,25 +414,26 @@ def _terminate(pid: int, timeout_s: float = 30) -> str:
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        return "already gone"
+        return _("already gone")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, _status = os.waitpid(pid, os.WNOHANG)
             if done:
-                return "exited after SIGTERM"
+                return _("exited after SIGTERM")
         if not pid_alive(pid):
-            return "exited after SIGTERM"
+            return _("exited after SIGTERM")
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    return f"killed (SIGKILL) after {timeout_s:.0f} s without exiting on SIGTERM"
+    return _("killed (SIGKILL) after {timeout_s:.0f} s without exiting on SIGTERM").format(timeout_s=timeout_s)
 
 
 def stop(port: int | None = None, state_file: Path | None = None, timeout_s: float = 30) -> str:
-    """Stop the server a launch recorded: only if pid, start time and argv still match."""
+    """Stop the server a launch recorded, and the rpc-servers it started: each only if its pid,
+    start time and argv still match."""
     if state_file is None:
         if port is None:
             files = list_states()
@@ -347,9 +447,23 @@ def stop(port: int | None = None, state_file: Path | None = None, timeout_s: flo
             state_file = state_path(port)
     st = read_state(state_file)
     same, why = is_same_process(st)
-    if not same:
-        state_file.unlink(missing_ok=True)
-        return f"not stopping anything: {why}; removed the stale state file {state_file}"
-    how = _terminate(st.pid, timeout_s)
+    if same:
+        out = [_("stopped llama-server pid {pid} on port {port}: {how}").format(
+            pid=st.pid, port=st.port, how=_terminate(st.pid, timeout_s))]
+    else:
+        out = [_("not stopping anything: {why}; removed the stale state file {state_file}").format(
+            why=why, state_file=state_file)]
+    out += stop_rpc(st, timeout_s)
     state_file.unlink(missing_ok=True)
-    return f"stopped llama-server pid {st.pid} on port {st.port}: {how}"
+    return join("\n", out)
+
+
+def stop_rpc(st: LaunchState, timeout_s: float = 30) -> list[str]:
+    """Stop the rpc-servers a launch started (each only if pid, start time and argv match)."""
+    out = []
+    for r in st.rpc:
+        same, why = is_same_process(r)
+        out.append(_("stopped rpc-server pid {pid} on port {port}: {how}").format(
+            pid=r.pid, port=r.port, how=_terminate(r.pid, timeout_s)) if same else
+            _("rpc-server on port {port} not stopped: {why}").format(port=r.port, why=why))
+    return out

@@ -24,15 +24,14 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from llamarig.errors import ServerError
 from llamarig.i18n import _
-from llamarig.launch.server import OwnedProcess, free_port, log_tail, spawn
+from llamarig.launch.server import OwnedProcess, free_port, log_tail, spawn, wait_ready
 from llamarig.procs import exit_description
 
 #: the rpc-server target's name in the pinned build (tools/rpc/CMakeLists.txt)
@@ -62,9 +61,28 @@ def rpc_server_binary(server_bin: str | os.PathLike[str]) -> Path:
     return Path(server_bin).with_name(RPC_SERVER_NAME)
 
 
+def host_memory() -> int:
+    """The memory an rpc-server's CPU device reports on this machine: ``sysconf(_SC_PHYS_PAGES)
+    * sysconf(_SC_PAGE_SIZE)``, free equal to total (ggml/src/ggml-cpu/ggml-cpu.cpp:365-381)."""
+    return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+
+
 def rpc_argument(servers: Sequence[RpcServer]) -> str:
     """The value of llama-server's ``--rpc``: the endpoints, comma-separated, in device order."""
     return ",".join(s.endpoint for s in servers)
+
+
+def rpc_server_argv(binary: str | os.PathLike[str], host: str, port: int, threads: int | None = None,
+                    devices: Sequence[str] = (), cache: bool = False) -> list[str]:
+    """An rpc-server's command line (its options: tools/rpc/rpc-server.cpp:118-158)."""
+    argv = [str(binary), "--host", host, "--port", str(port)]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
+    if devices:
+        argv += ["--device", ",".join(devices)]
+    if cache:
+        argv += ["--cache"]
+    return argv
 
 
 def start_rpc_server(
@@ -72,25 +90,34 @@ def start_rpc_server(
     *,
     port: int | None = None,
     host: str = "127.0.0.1",
-    threads: int = 1,
+    threads: int | None = 1,
     log_dir: str | os.PathLike[str] | None = None,
-    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
     timeout: float = 30,
+    detach: bool = False,
 ) -> RpcServer:
-    """Start one rpc-server and wait until it listens. ``env``: extra environment variables (e.g.
-    an LD_PRELOAD that sets the memory it reports). Raises ServerError with the log's last lines
-    when it exits or does not listen in time."""
+    """Start one rpc-server and wait until it listens. ``threads``: its CPU device's threads
+    (None: rpc-server's own default, half the cores); ``env``: extra environment variables (e.g.
+    an LD_PRELOAD that sets the memory it reports); ``detach``: in a session of its own (``llamarig
+    launch``). Raises ServerError with the log's last lines when it exits or does not listen in
+    time; it is never left running then."""
     port = port or free_port()
     # stdout is a file: line-buffered output would need stdbuf; the log is read only on failure
-    argv = [str(binary), "--host", host, "--port", str(port), "--threads", str(threads)]
-    log_path = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-rpc-")) / f"rpc-server-{port}.log"
-    proc, log_file = spawn(argv, log_path, env)
+    argv = rpc_server_argv(binary, host, port, threads)
+    log_path = log_path or Path(log_dir or tempfile.mkdtemp(prefix="llamarig-rpc-")) / f"rpc-server-{port}.log"
+    proc, log_file = spawn(argv, log_path, env, detach=detach)
     srv = RpcServer(proc, host, port, argv, log_path, log_file)
-    try:
-        _wait_listening(srv, timeout)
-    except BaseException:
-        srv.stop()
-        raise
+
+    def exited(code: int) -> ServerError:
+        return ServerError(_("rpc-server {exit_description} before it listened:\n{log_tail}").format(
+            exit_description=exit_description(code), log_tail=log_tail(srv.log_path)))
+
+    def timed_out() -> ServerError:
+        return ServerError(_("rpc-server not listening on {endpoint} after {timeout:.0f} s:\n{log_tail}").format(
+            endpoint=srv.endpoint, timeout=timeout, log_tail=log_tail(srv.log_path)))
+
+    wait_ready(srv, lambda: _listening(srv.host, srv.port), timeout, exited, timed_out, poll=0.05)
     return srv
 
 
@@ -105,20 +132,6 @@ def start_rpc_servers(binary: str | os.PathLike[str], n: int, **kw: object) -> l
             s.stop()
         raise
     return started
-
-
-def _wait_listening(srv: RpcServer, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if srv.proc.poll() is not None:
-            raise ServerError(_("rpc-server {exit_description} before it listened:\n{log_tail}").format(
-                exit_description=exit_description(srv.proc.returncode), log_tail=log_tail(srv.log_path)))
-        if _listening(srv.host, srv.port):
-            return
-        if time.monotonic() > deadline:
-            raise ServerError(_("rpc-server not listening on {endpoint} after {timeout:.0f} s:\n{log_tail}").format(
-                endpoint=srv.endpoint, timeout=timeout, log_tail=log_tail(srv.log_path)))
-        time.sleep(0.05)
 
 
 #: /proc/net/tcp's state of a listening socket

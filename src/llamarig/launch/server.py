@@ -1,6 +1,10 @@
-"""The one way llamarig starts a llama-server it owns (tests, tune): a free loopback port, wait
-for /health, stopped on every way out (Ctrl-C during start-up included). ``launch.process``
-starts detached servers with a state file on top of the same health check."""
+"""The one way llamarig starts a process it owns: :func:`spawn` starts it (in the foreground or
+detached), :func:`wait_ready` waits until it serves and stops it on every other way out (an
+exit, a timeout, Ctrl-C during start-up), :class:`OwnedProcess` stops it by its own pid.
+
+On top: :func:`start_server` (tests, tune: a free loopback port, /health), ``launch.rpc``
+(rpc-servers: a listening socket) and ``launch.process`` (``llamarig launch``: detached, with a
+state file, an RPC deployment's rpc-servers first)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -72,6 +76,12 @@ class OwnedProcess:
         except FileNotFoundError:
             return ""
 
+    def release(self) -> None:
+        """Close this process's copy of the log (a detached server keeps writing it)."""
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
     def stop(self, timeout: float = 15) -> int | None:
         if self.proc.poll() is None:
             self.proc.send_signal(self.stop_signal)
@@ -80,9 +90,7 @@ class OwnedProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+        self.release()
         return self.proc.returncode
 
     def __enter__(self: _P) -> _P:
@@ -115,19 +123,45 @@ class RunningServer(OwnedProcess):
             return json.loads(r.read())
 
 
-def spawn(argv: list[str], log_path: Path, env: dict[str, str] | None) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+def spawn(argv: list[str], log_path: Path, env: Mapping[str, str] | None, *,
+          detach: bool = False) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
     """Start ``argv`` with stdout and stderr into ``log_path`` (its folder made) and ``env`` added
-    to this environment. Returns the process and the open log, which the caller's
-    :class:`OwnedProcess` closes. Raises ServerError in one line when it cannot start."""
+    to this environment; ``detach``: in a session of its own, so that it outlives llamarig and
+    a Ctrl-C in llamarig's terminal does not reach it. Returns the process and the open log,
+    which the caller's :class:`OwnedProcess` closes. Raises ServerError in one line when it
+    cannot start. The only place llamarig starts a server process."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by OwnedProcess.stop
+    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by OwnedProcess.stop / release
     try:
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **env} if env else None)
+                                start_new_session=detach, env={**os.environ, **env} if env else None)
     except OSError as e:
         log_file.close()
         raise ServerError(_("{binary}: cannot start: {error}").format(binary=argv[0], error=e.strerror or e)) from None
     return proc, log_file
+
+
+def wait_ready(p: OwnedProcess, ready: Callable[[], bool], timeout: float,
+               exited: Callable[[int], BaseException], timed_out: Callable[[], BaseException],
+               poll: float = 0.1) -> None:
+    """Wait until ``ready()`` for a process llamarig started. When it exits first, ``exited(code)``
+    is raised; after ``timeout`` seconds, ``timed_out()``; either way, and on Ctrl-C or any
+    other error while waiting, the process is stopped first: never left running. The one wait
+    loop of llama-server (``/health``) and rpc-server (a listening socket) starts."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            code = p.proc.poll()
+            if code is not None:
+                raise exited(code)
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise timed_out()
+            time.sleep(poll)
+    except BaseException:
+        p.stop()
+        raise
 
 
 def start_server(
@@ -157,25 +191,14 @@ def start_server(
     log_path = Path(log_dir or tempfile.mkdtemp(prefix="llamarig-server-")) / f"llama-server-{port}.log"
     proc, log_file = spawn(argv, log_path, env)
     srv = RunningServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log_file)
-    try:
-        return _wait_healthy(srv, timeout)
-    except BaseException:
-        # Ctrl-C or any error while waiting: never leave the server running
-        srv.stop()
-        raise
 
+    def exited(code: int) -> ServerError:
+        return ServerError(_("llama-server {exit_description} before /health:\n{log_tail}").format(
+            exit_description=exit_description(code), log_tail=log_tail(srv.log_path)))
 
-def _wait_healthy(srv: RunningServer, timeout: float) -> RunningServer:
-    proc = srv.proc
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            srv.stop()
-            raise ServerError(_("llama-server {exit_description} before /health:\n{log_tail}").format(
-                exit_description=exit_description(proc.returncode), log_tail=log_tail(srv.log_path)))
-        if health(srv.url) == 200:
-            return srv
-        if time.monotonic() > deadline:
-            srv.stop()
-            raise ServerError(_("llama-server not healthy after {timeout:.0f} s:\n{log_tail}").format(timeout=timeout, log_tail=log_tail(srv.log_path)))
-        time.sleep(0.1)
+    def timed_out() -> ServerError:
+        return ServerError(_("llama-server not healthy after {timeout:.0f} s:\n{log_tail}").format(
+            timeout=timeout, log_tail=log_tail(srv.log_path)))
+
+    wait_ready(srv, lambda: health(srv.url) == 200, timeout, exited, timed_out)
+    return srv

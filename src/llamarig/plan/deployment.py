@@ -74,10 +74,11 @@ def deployment(model: str | None = None, args: Sequence[str] = (), *, command: S
 
 
 def hardware(gpus: Sequence[GPU] = (), *, ram_bytes: int | None = None, cpu: CpuFeatures | None = None,
-             detect: bool = False) -> Hardware:
+             detect: bool = False, rpc: Sequence[GPU] = ()) -> Hardware:
     """The hardware a deployment runs on: this machine's (``detect``: GPUs by nvidia-smi, RAM,
     cores, CPU features; its ``source`` is then ``detected``), with ``gpus`` (in device order),
-    ``ram_bytes`` and ``cpu`` in place of what was detected where given."""
+    ``ram_bytes`` and ``cpu`` in place of what was detected where given; ``rpc``: the devices
+    behind the rpc-servers of ``--rpc``."""
     hw = Hardware()
     if detect:
         from llamarig.detect import detect as detect_here  # lazy: only for --detect (16 ms)
@@ -89,4 +90,6 @@ def hardware(gpus: Sequence[GPU] = (), *, ram_bytes: int | None = None, cpu: Cpu
         hw = replace(hw, ram_bytes=ram_bytes)
     if cpu is not None:
         hw = replace(hw, cpu=cpu)
+    if rpc:
+        hw = replace(hw, rpc=tuple(rpc))
     return hw

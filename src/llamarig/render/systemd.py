@@ -27,7 +27,9 @@ def _env_quote(k: str, v: str) -> str:
 
 
 def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on-failure",
-                   working_dir: str | None = None) -> str:
+                   working_dir: str | None = None, requires: tuple[str, ...] = ()) -> str:
+    """``requires``: units of this host that must run first (an RPC deployment's local
+    rpc-servers, render/rpc.py)."""
     out = [("# " + ln).rstrip() for ln in spec.header()]
     out += [("# " + ln).rstrip() for ln in spec.local([
         "",
@@ -40,8 +42,9 @@ def render_systemd(spec: RenderSpec, user: str | None = None, restart: str = "on
     out += [
         "[Unit]",
         f"Description=llama-server {spec.name} (rendered by llamarig {spec.version})",
-        "After=network-online.target",
+        "After=network-online.target" + "".join(f" {u}" for u in requires),
         "Wants=network-online.target",
+        *(f"Requires={u}" for u in requires),
         "",
         "[Service]",
         "Type=simple",

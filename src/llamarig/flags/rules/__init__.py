@@ -4,8 +4,8 @@
 reports what the parser itself rejects) and runs every rule in ``RULES`` on it, in that order.
 A rule is a function of one ``Subject`` (the invocation, its reading, the schema, the
 ``Context``) returning ``Finding``s; the rule families live one per module here (values,
-options, combinations, environment, safety, model, memory; script for the text around the
-command). Each rule cites the llama.cpp source file it is grounded in; docs/check.md lists
+options, combinations, environment, safety, rpc, model, memory; script for the text around
+the command). Each rule cites the llama.cpp source file it is grounded in; docs/check.md lists
 them all.
 
 To add a rule: write the function in the module of its family, add it to ``RULES``, describe it
@@ -28,6 +28,7 @@ from llamarig.flags.rules import (
     memory,
     model,
     options,
+    rpc,
     safety,
     script,
     values,
@@ -64,6 +65,7 @@ RULES: tuple[Rule, ...] = (
     combinations.default_values,
     environment.env_vars,
     safety.public_listen,
+    rpc.rpc_endpoints,
     model.model_unreadable,
     model.mtp_without_nextn,
     model.slot_ctx_above_train,

@@ -2,7 +2,7 @@
 
 Each estimator reads the resolved :class:`~llamarig.plan.estimators.base.Layout` (the model, the
 settings, the devices and where each layer sits) and returns an
-:class:`~llamarig.plan.estimators.base.Estimate`: the memory ``Line``s it adds, per device or on
+:class:`~llamarig.plan.estimators.base.Contribution`: the memory ``Line``s it adds, per device or on
 the host, and its ``Diagnostic``s (code, severity, message). ``plan.planner`` runs them in order
 into a ``MemoryLines`` and assembles the ``Plan``; no estimator reads another's wording.
 

@@ -1,4 +1,4 @@
-"""What every estimator reads (``Layout``), what it returns (``Estimate``), and the ``MemoryLines``
+"""What every estimator reads (``Layout``), what it returns (``Contribution``), and the ``MemoryLines``
 the planner posts estimates into."""
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ def entry(device: int, component: str, nbytes: int, formula: str, method: str = 
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Contribution:
     """What one estimator adds: memory figures and diagnostics."""
 
     entries: tuple[Entry, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
 
-    def __add__(self, other: Estimate) -> Estimate:
-        return Estimate((*self.entries, *other.entries), (*self.diagnostics, *other.diagnostics))
+    def __add__(self, other: Contribution) -> Contribution:
+        return Contribution((*self.entries, *other.entries), (*self.diagnostics, *other.diagnostics))
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,8 @@ class Layout:
 
     @property
     def first_local(self) -> int:
-        """The first GPU that is not an RPC server (the mmproj goes there), HOST without GPUs."""
-        return next((i for i, g in enumerate(self.gpus) if g.backend != "RPC"), 0 if self.gpus else HOST)
+        """The first GPU that is not behind an rpc-server (the mmproj goes there), HOST without GPUs."""
+        return next((i for i, g in enumerate(self.gpus) if not g.endpoint), 0 if self.gpus else HOST)
 
     @property
     def kv_on_gpu(self) -> bool:
@@ -112,7 +112,7 @@ class MemoryLines:
     def lines(self, device: int) -> dict[str, Line]:
         return self.host if device < 0 else self.devices[device]
 
-    def post(self, est: Estimate) -> None:
+    def post(self, est: Contribution) -> None:
         for e in est.entries:
             self._add(e)
         self.diagnostics.extend(est.diagnostics)

@@ -19,7 +19,7 @@ from llamarig.plan.compute import (
     pipeline_extra,
     pipeline_parallel,
 )
-from llamarig.plan.estimators.base import HOST, Entry, Estimate, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
 from llamarig.units import MiB
 
 #: the CUDA compute capability taken for a GPU the catalogue has none for (Ada, 8.9: the kernel
@@ -108,7 +108,7 @@ def _gpu_entries(lay: Layout, est: ComputeEstimate, method: str, note: str, gpu_
     return out
 
 
-def estimate_compute_buffers(lay: Layout) -> Estimate:
+def estimate_compute_buffers(lay: Layout) -> Contribution:
     """The compute buffer of every device with layers (or the host's, CPU only), the pipeline's
     extra copies, the host's inputs, and the logits buffer."""
     spec, cfg, ctx, gpus = lay.spec, lay.cfg, lay.ctx, lay.gpus
@@ -132,4 +132,4 @@ def estimate_compute_buffers(lay: Layout) -> Estimate:
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
     entries.append(entry(HOST, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} "
                          f"x n_seq_max {ctx.n_parallel} x 4 B"))
-    return Estimate(tuple(entries), diags)
+    return Contribution(tuple(entries), diags)

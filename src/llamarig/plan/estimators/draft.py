@@ -13,7 +13,7 @@ from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.compute import estimate_compute
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import HOST, Entry, Estimate, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
 from llamarig.plan.estimators.compute import cuda_target
 from llamarig.plan.estimators.layout import devices, uses_mmap
 from llamarig.plan.estimators.weights import host_weights
@@ -25,7 +25,7 @@ NO_MTP_LAYERS = "no-mtp-layers"
 
 @dataclass(frozen=True)
 class MTPEstimate:
-    estimate: Estimate
+    estimate: Contribution
     #: the device of the MTP context (its first nextn layer's KV), HOST on the CPU; None without MTP
     device: int | None
 
@@ -40,7 +40,7 @@ def estimate_mtp(lay: Layout) -> MTPEstimate:
             "'failed to create MTP context' (llama-context.cpp:3883-3888)")),)
     mtp = M.mtp_kv_layers(spec, ctx, cfg)
     if not mtp:
-        return MTPEstimate(Estimate((), diags), None)
+        return MTPEstimate(Contribution((), diags), None)
     out: list[Entry] = []
     for dev in range(-1, lay.n_dev):
         sel = [x for x in mtp if lay.kv_device(x.layer) == dev]
@@ -60,12 +60,12 @@ def estimate_mtp(lay: Layout) -> MTPEstimate:
     if dest.host_bytes is not None:
         out.append(entry(HOST, "draft", dest.host_bytes, "MTP context's CPU (CUDA_Host) compute buffer (graph inputs "
                          f"and the token embeddings' get_rows): {dest.host_bytes / MiB:.2f} MiB", method))
-    return MTPEstimate(Estimate(tuple(out), diags), mdev)
+    return MTPEstimate(Contribution(tuple(out), diags), mdev)
 
 
 @dataclass(frozen=True)
 class DraftEstimate:
-    estimate: Estimate
+    estimate: Contribution
     #: the draft model's weights on each of the main model's devices (fit.cpp counts them)
     weights_per_device: tuple[int, ...]
 
@@ -108,7 +108,7 @@ def estimate_draft_model(lay: Layout) -> DraftEstimate:
     Its KV follows its layers, n_ctx cells per layer (-ctkd/-ctvd)."""
     d = lay.inp.draft
     if d is None:
-        return DraftEstimate(Estimate(), (0,) * lay.n_dev)
+        return DraftEstimate(Contribution(), (0,) * lay.n_dev)
     cfg, ctx, gpu_names = lay.base_cfg, lay.ctx, lay.gpu_names
     dcfg = _draft_cfg(cfg)
     devs = devices(lay.hw, dcfg)
@@ -118,7 +118,7 @@ def estimate_draft_model(lay: Layout) -> DraftEstimate:
         raise InputError(_("-devd {devices_draft}: the draft would use {missing}, which the main model does not use "
                            "({gpu_names}); plan shows only the main model's devices (add them to -dev)").format(devices_draft=','.join(cfg.devices_draft), missing=', '.join(missing), gpu_names=', '.join(gpu_names) or 'CPU only'))
     placement = M.place_layers(d, dcfg, devs.names, devs.free)
-    ws = M.split_weights(d, dcfg, placement, [g.backend in ("CUDA", "ROCm") for g in devs.gpus])
+    ws = M.split_weights(d, dcfg, placement, [g.buffer_backend in ("CUDA", "ROCm") for g in devs.gpus])
     how = (f"-ngld {dcfg.n_gpu_layers if dcfg.n_gpu_layers >= 0 else 'auto'}"
            + (f", -devd {','.join(cfg.devices_draft)}" if cfg.devices_draft else "")
            + (", -otd/-cmoed/-ncmoed" if dcfg.override_tensor or dcfg.cpu_moe or dcfg.n_cpu_moe else ""))
@@ -144,4 +144,4 @@ def estimate_draft_model(lay: Layout) -> DraftEstimate:
                             cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
     out.append(entry(index[devs.names[gpu_js[0]]] if gpu_js else HOST, "draft", dest.bytes,
                      "draft model context compute: " + dest.formula, dest.method if not gpu_js else "modelled"))
-    return DraftEstimate(Estimate(tuple(out)), tuple(on_dev))
+    return DraftEstimate(Contribution(tuple(out)), tuple(on_dev))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from llamarig.diagnostics import Diagnostic, warning
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import HOST, Entry, Estimate, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
 from llamarig.units import MiB
 
 #: a diagnostic code: --cache-ram -1
@@ -17,7 +17,7 @@ UNBOUNDED_PROMPT_CACHE = "unbounded-prompt-cache"
 
 @dataclass(frozen=True)
 class HostExtras:
-    estimate: Estimate
+    estimate: Contribution
     #: bytes of one context checkpoint (0: none are kept)
     checkpoint_bytes: int
 
@@ -61,4 +61,4 @@ def estimate_host_extras(lay: Layout) -> HostExtras:
     elif cfg.cache_ram_mib > 0:
         out.append(entry(HOST, "cache_ram", cfg.cache_ram_mib * MiB,
                          f"--cache-ram {cfg.cache_ram_mib} MiB prompt cache (upper bound, filled over time)", "given"))
-    return HostExtras(Estimate(tuple(out), tuple(diags)), ckpt)
+    return HostExtras(Contribution(tuple(out), tuple(diags)), ckpt)

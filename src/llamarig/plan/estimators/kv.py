@@ -4,10 +4,10 @@ device of their layer, or the host with -nkvo (llama-kv-cache.cpp)."""
 from __future__ import annotations
 
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import Entry, Estimate, Layout, entry, mib
+from llamarig.plan.estimators.base import Entry, Contribution, Layout, entry, mib
 
 
-def estimate_kv(lay: Layout) -> Estimate:
+def estimate_kv(lay: Layout) -> Contribution:
     spec, cfg, ctx = lay.spec, lay.cfg, lay.ctx
     kvl = M.kv_layers(spec, ctx, cfg.cache_type_k, cfg.cache_type_v)
     out: list[Entry] = []
@@ -26,7 +26,7 @@ def estimate_kv(lay: Layout) -> Estimate:
                              f"(pad256(min(n_ctx_seq, n_swa {spec.swa_window} x "
                              f"{'n_seq' if ctx.kv_unified else '1'} + n_ubatch {ctx.n_ubatch})) x "
                              f"{ctx.n_stream} stream(s)) = {mib(b)}"))
-    return Estimate(tuple(out))
+    return Contribution(tuple(out))
 
 
 def kv_bytes_per_token(lay: Layout) -> int:

@@ -13,7 +13,7 @@ from llamarig.plan import memory as M
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.estimators.base import Layout
 from llamarig.plan.result import PlanInputs
-from llamarig.units import GiB, fmt_bytes
+from llamarig.plan.rpc import UNKNOWN_RPC_SHARE, rpc_devices
 
 #: a diagnostic code: --rpc servers' memory is assumed
 RPC_MEMORY_ASSUMED = "rpc-memory-assumed"
@@ -30,41 +30,48 @@ class Devices:
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-def _by_dev(hw: Hardware, cfg: ServerConfig, names: list[str], gpus: list[GPU]) -> tuple[list[str], list[GPU]]:
-    """-dev: the devices named, in the order given (common/arg.cpp parse_device_list), or none."""
-    wanted = [d.upper() for d in cfg.devices]
-    if wanted == ["NONE"]:
-        return [], []
-    unknown = [d for d in cfg.devices if d.upper() not in {n.upper() for n in names}]
-    if unknown:
-        raise InputError(_("-dev {devices}: unknown device(s) {unknown} (the given GPUs are {names})").format(devices=','.join(cfg.devices), unknown=', '.join(unknown), names=', '.join(names) or 'none'))
-    pos = {n.upper(): i for i, n in enumerate(names)}
-    keep = [pos[w] for w in wanted]
-    return [names[i] for i in keep], [gpus[i] for i in keep]
-
-
 def devices(hw: Hardware, cfg: ServerConfig) -> Devices:
-    """Devices in llama.cpp's order: RPC servers first (src/llama.cpp:275), then the local GPUs,
-    filtered by -dev (names as --list-devices prints them, or 'none')."""
+    """Devices in llama.cpp's order: RPC servers first (src/llama.cpp:275; what each brings from
+    ``Hardware.rpc``, llamarig.plan.rpc), then the local GPUs, filtered by -dev (names as
+    --list-devices prints them, or 'none'), then -sm none's main GPU (src/llama.cpp:288-301).
+    Names are buffer type names (``CUDA0``, ``RPC0[HOST:PORT]``)."""
     names = hw.backend_names()
+    dev_names = list(names)
     gpus = list(hw.gpus)
+    notes: list[str] = []
+    guess = 0
+    if cfg.rpc:
+        local = [g.memory_bytes for g in gpus]
+        guess = (sum(local) // len(local)) if local else UNKNOWN_RPC_SHARE
+        rpc = rpc_devices(cfg.rpc, hw.rpc, notes, guess)
+        names = [r.buffer_name for r in rpc] + names
+        dev_names = [r.dev_name for r in rpc] + dev_names
+        gpus = [r.gpu for r in rpc] + gpus
     if cfg.devices:
-        names, gpus = _by_dev(hw, cfg, names, gpus)
+        names, gpus = _by_dev(cfg, names, dev_names, gpus)
     if cfg.split_mode == "none" and gpus:
         # single-GPU mode keeps only the main GPU (src/llama.cpp:288-301)
         if cfg.main_gpu >= len(gpus):
             raise InputError(_("-mg {main_gpu}: invalid main GPU (devices: {names})").format(main_gpu=cfg.main_gpu, names=', '.join(names)))
         names, gpus = [names[cfg.main_gpu]], [gpus[cfg.main_gpu]]
-    free = [g.memory_bytes for g in gpus]
-    if not cfg.rpc:
-        return Devices(tuple(names), tuple(gpus), tuple(free))
-    guess = (sum(free) // len(free)) if free else 24 * GiB
-    rpc = [GPU(id="rpc", name=f"RPC server {h}", backend="RPC", memory_bytes=0, bandwidth_gbs=None,
-               fp16_tflops=None, overhead_bytes=0, source="--rpc") for h in cfg.rpc]
-    note = info(RPC_MEMORY_ASSUMED, _("--rpc: the RPC servers' memory is unknown here; the default split assumes "
-                                      "{size} each (give -ts to fix it)").format(size=fmt_bytes(guess)))
-    return Devices((*(f"RPC{i}[{h}]" for i, h in enumerate(cfg.rpc)), *names), (*rpc, *gpus),
-                   (*([guess] * len(rpc)), *free), (note,))
+    return Devices(tuple(names), tuple(gpus), tuple(g.memory_bytes or guess for g in gpus),
+                   tuple(info(RPC_MEMORY_ASSUMED, n) for n in notes))
+
+
+def _by_dev(cfg: ServerConfig, names: list[str], dev_names: list[str], gpus: list[GPU]
+            ) -> tuple[list[str], list[GPU]]:
+    """-dev: the devices named (buffer or device names), in the order given
+    (common/arg.cpp parse_device_list), or none."""
+    wanted = [d.upper() for d in cfg.devices]
+    if wanted == ["NONE"]:
+        return [], []
+    pos = {n.upper(): i for i, n in enumerate(dev_names)}
+    pos.update({n.upper(): i for i, n in enumerate(names)})
+    unknown = [d for d in cfg.devices if d.upper() not in pos]
+    if unknown:
+        raise InputError(_("-dev {devices}: unknown device(s) {unknown} (the given GPUs are {names})").format(devices=','.join(cfg.devices), unknown=', '.join(unknown), names=', '.join(dev_names) or 'none'))
+    keep = [pos[w] for w in wanted]
+    return [names[i] for i in keep], [gpus[i] for i in keep]
 
 
 def uses_mmap(cfg: ServerConfig) -> bool:

@@ -4,16 +4,16 @@ catalogue."""
 
 from __future__ import annotations
 
-from llamarig.plan.estimators.base import HOST, Estimate, Layout, entry
+from llamarig.plan.estimators.base import HOST, Contribution, Layout, entry
 
 
-def estimate_mmproj(lay: Layout) -> Estimate:
+def estimate_mmproj(lay: Layout) -> Contribution:
     mm = lay.inp.mmproj
     if mm is None:
-        return Estimate()
+        return Contribution()
     fa = lay.ctx.flash_attn
     dev = lay.first_local if lay.cfg.mmproj_offload else HOST
-    return Estimate((
+    return Contribution((
         entry(dev, "mmproj", mm.weights_bytes, f"mmproj weights ({mm.label})", "given"),
         entry(dev, "mmproj", mm.compute_fa_on if fa else mm.compute_fa_off,
               f"mmproj worst-case compute, flash attention {'on' if fa else 'off'} ({mm.source})", "modelled"),

@@ -3,7 +3,7 @@ catalogue's, or --overhead), and the MTP context's own CUDA backend."""
 
 from __future__ import annotations
 
-from llamarig.plan.estimators.base import Entry, Estimate, Layout, entry
+from llamarig.plan.estimators.base import Entry, Contribution, Layout, entry
 from llamarig.units import MiB
 
 #: process memory the MTP draft context adds on a CUDA GPU beyond its logged buffers (one run:
@@ -11,7 +11,7 @@ from llamarig.units import MiB
 MTP_CUDA_OVERHEAD = 24 * MiB
 
 
-def estimate_overhead(lay: Layout, mtp_device: int | None) -> Estimate:
+def estimate_overhead(lay: Layout, mtp_device: int | None) -> Contribution:
     """``mtp_device``: where the MTP draft context runs (draft.estimate_mtp), None without one."""
     out: list[Entry] = []
     for i, g in enumerate(lay.gpus):
@@ -25,4 +25,4 @@ def estimate_overhead(lay: Layout, mtp_device: int | None) -> Estimate:
                          f"cuBLAS, ggml's memory pool): {MTP_CUDA_OVERHEAD // MiB} MiB measured once (H200, -ub 512: "
                          "+6 MiB after load, +24 MiB after an 8K prompt; benchmarks/evidence/h200-qwen3.8-27b-a.json)",
                          "given"))
-    return Estimate(tuple(out))
+    return Contribution(tuple(out))

@@ -4,15 +4,15 @@ speculative decoding keeps (llama-memory-recurrent.cpp)."""
 from __future__ import annotations
 
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import Entry, Estimate, Layout, entry
+from llamarig.plan.estimators.base import Entry, Contribution, Layout, entry
 
 
-def estimate_recurrent(lay: Layout) -> Estimate:
+def estimate_recurrent(lay: Layout) -> Contribution:
     spec, ctx = lay.spec, lay.ctx
     rps = M.recurrent_bytes_per_seq(spec)
     r = spec.recurrent
     if not rps or r is None:
-        return Estimate()
+        return Contribution()
     rows = M.recurrent_rows(ctx)
     per_layer = rps // max(1, M.recurrent_layer_count(spec))
     out: list[Entry] = []
@@ -22,4 +22,4 @@ def estimate_recurrent(lay: Layout) -> Estimate:
             out.append(entry(dev, "recurrent", per_layer * n * rows,
                              f"{n} recurrent layer(s) x 4 B x (n_embd_r {r.n_embd_r} + n_embd_s {r.n_embd_s}) x "
                              f"{rows} rows (max(1, n_seq {ctx.n_parallel}) x (1 + n_rs_seq {ctx.n_rs_seq}))"))
-    return Estimate(tuple(out))
+    return Contribution(tuple(out))

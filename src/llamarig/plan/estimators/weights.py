@@ -14,7 +14,7 @@ from llamarig.hardware.types import GPU
 from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import HOST, Entry, Estimate, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
 from llamarig.plan.result import Line
 from llamarig.units import fmt_bytes
 
@@ -91,7 +91,7 @@ class WeightsEstimate:
     """The weights' figures, and what later estimators read of them: the split per device
     (fit.cpp sums it) and the host line (its AMX part)."""
 
-    estimate: Estimate
+    estimate: Contribution
     split: M.WeightSplit
     host: Line
 
@@ -104,7 +104,7 @@ def _device_entries(lay: Layout, ws: M.WeightSplit) -> list[Entry]:
                          f"tensors of {lay.layers_on(i)} layer(s){out_note} on {lay.gpu_names[i]} (-ngl/-ts/-sm/-ot "
                          "placement"
                          + ("; quantized rows padded to 512 elements, 128 B alignment"
-                            if g.backend in ("CUDA", "ROCm") else "")
+                            if g.buffer_backend in ("CUDA", "ROCm") else "")
                          + ")"))
     return out
 
@@ -143,10 +143,10 @@ def _buffer_diagnostics(lay: Layout, ws: M.WeightSplit, host_w: Line) -> list[Di
 
 def estimate_weights(lay: Layout) -> WeightsEstimate:
     spec, cfg = lay.spec, lay.cfg
-    ws = M.split_weights(spec, cfg, lay.placement, [g.backend in ("CUDA", "ROCm") for g in lay.gpus])
+    ws = M.split_weights(spec, cfg, lay.placement, [g.buffer_backend in ("CUDA", "ROCm") for g in lay.gpus])
     on_gpus = sum(lay.layers_on(i) for i in range(lay.n_dev))
     host_w = host_weights(spec, cfg, lay.placement, ws.host, lay.gpus, lay.cpu, lay.mmap,
                           f"tensors kept on the CPU ({spec.n_layer - on_gpus} layer(s), token embeddings)")
-    est = Estimate((*_device_entries(lay, ws), Entry(HOST, "weights", host_w)),
+    est = Contribution((*_device_entries(lay, ws), Entry(HOST, "weights", host_w)),
                    tuple(_buffer_diagnostics(lay, ws, host_w)))
     return WeightsEstimate(est, ws, host_w)
