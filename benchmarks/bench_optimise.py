@@ -1,8 +1,11 @@
 """Benchmark: optimiser wall time, and the CPU speed prediction vs the real llama-server.
 
 Method (optimiser): ``llamarig.plan.optimise.optimise`` on catalogue entries, timed R times with
-time.perf_counter (first run included: catalogue JSON parsing is cached after it); min and median
-reported with the number of configurations the memory + speed models evaluated.
+time.perf_counter (first run included: catalogue JSON parsing is cached after it), each run cold:
+the compute replays remembered from the previous run are forgotten first (a CLI invocation is a
+fresh process); min and median wall time and the least CPU time of this process (less sensitive to
+the other processes of a shared machine) reported with the number of configurations the memory +
+speed models evaluated.
 - seed: Qwen3.6-27B IQ4_NL + f16 mmproj, one RTX 3090, --target-ctx 105000 --target-decode 40
 - 3gpu: Qwen3.6-27B Q8_0, RTX 5070 Ti + 5060 Ti 16G + 4060 Ti 16G, --target-ctx 65536
 - mtp: Qwen3.8-27B UD-Q4_K_XL (MTP), one RTX 3090, --target-ctx 65536 --target-decode 45
@@ -12,7 +15,13 @@ llama-server (-t 1, -c 2048, -fa on); /completion with a ~440-token prompt and 4
 tokens, best of 3; host bandwidth (numpy copy, one thread) and GFLOPS (numpy matmul) measured
 just before; the prediction uses them in place of the catalogue defaults.
 
-Run:  .venv/bin/python benchmarks/bench_optimise.py [--repeat 20] [--cpu-server]
+Method (--catalogue): every catalogue model at its first quant, on one RTX 3090 and on the 3gpu
+case's three cards: one ``make_plan`` (-c 32768 -np 1; MTP models with --spec-type draft-mtp) and
+one ``optimise`` (--target-ctx 65536, or n_ctx_train when smaller), each cold, best of R, as wall
+time (time.perf_counter) and this process's CPU time (time.process_time: less sensitive to the
+other processes of a shared machine).
+
+Run:  .venv/bin/python benchmarks/bench_optimise.py [--repeat 20] [--cpu-server] [--catalogue]
 """
 
 from __future__ import annotations
@@ -22,15 +31,23 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from llamarig.catalogue.gpus import find_gpu
-from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
+from llamarig.catalogue.models import (
+    CatalogueModel,
+    build_spec,
+    catalogue_mmproj,
+    find_model,
+    load_models,
+)
 from llamarig.hardware import Hardware
+from llamarig.plan import replay
 from llamarig.plan.config import ServerConfig, parse_server_args
-from llamarig.plan.optimise import Targets, optimise
-from llamarig.plan.planner import PlanInputs
+from llamarig.plan.optimise import OptimiseResult, Targets, optimise
+from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.units import GiB
 
 
@@ -49,23 +66,73 @@ CASES = {
 
 
 def bench_optimiser(repeat: int) -> None:
-    print("| case | min | median | runs | configurations | verdict | winner |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | min | median | CPU min | runs | configurations | verdict | winner |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, (args, targets) in CASES.items():
         times = []
+        cpu = []
         res = None
         for _ in range(repeat):
             inp = _inputs(*args)
-            t = time.perf_counter()
+            forget_replays()
+            t, c = time.perf_counter(), time.process_time()
             res = optimise(inp, targets)
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         assert res is not None and res.best is not None
         b = res.best
         ts = ",".join(f"{x:g}" for x in b.cfg.tensor_split) if b.cfg.tensor_split else "-"
         win = (f"K {b.cfg.cache_type_k}/V {b.cfg.cache_type_v}, -ub {b.plan.n_ubatch}, -ts {ts}, "
                f"{b.decode_at_target:.0f} tok/s @{targets.depth}")
-        print(f"| {name} | {min(times) * 1000:.1f} ms | {statistics.median(times) * 1000:.1f} ms | {repeat} | "
+        print(f"| {name} | {min(times) * 1000:.1f} ms | {statistics.median(times) * 1000:.1f} ms | "
+              f"{min(cpu) * 1000:.1f} ms | {repeat} | "
               f"{res.evaluated} | {res.verdict} | {win} |")
+
+
+def forget_replays() -> None:
+    """Cold start: the compute replays a previous run remembered (by the model's shape) are
+    forgotten, as in a fresh `llamarig plan` process."""
+    replay._MEMO.clear()
+
+
+def _cold(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Best wall and CPU time of ``repeat`` cold runs."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        forget_replays()
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return min(wall), min(cpu)
+
+
+def bench_catalogue(repeat: int) -> None:
+    """A plan and a search per catalogue model, one and three GPUs (--catalogue)."""
+    setups = {"1 GPU": ["rtx3090"], "3 GPUs": ["rtx5070ti", "rtx5060ti16", "rtx4060ti16"]}
+    print("| model | arch | GPUs | plan wall / CPU | optimise wall / CPU | configurations |")
+    print("|---|---|---|---|---|---|")
+    for mid in load_models():
+        m, q = find_model(mid)
+        spec = build_spec(m, q)
+        mtp = ["--spec-type", "draft-mtp"] if spec.nextn_layers else []
+        for label, gpus in setups.items():
+            hw = Hardware(tuple(find_gpu(g) for g in gpus), ram_bytes=64 * GiB)
+            cfg = parse_server_args(["-c", "32768", "-np", "1", *mtp])
+            targets = Targets(ctx=min(65536, spec.n_ctx_train or 4096))
+            res: list[OptimiseResult] = []
+
+            def one_plan(m: CatalogueModel = m, q: str = q, hw: Hardware = hw, cfg: ServerConfig = cfg) -> None:
+                make_plan(PlanInputs(build_spec(m, q), cfg, hw))
+
+            def one_search(m: CatalogueModel = m, q: str = q, hw: Hardware = hw, mtp: list[str] = mtp,
+                           targets: Targets = targets, res: list[OptimiseResult] = res) -> None:
+                res.append(optimise(PlanInputs(build_spec(m, q), parse_server_args(mtp), hw), targets))
+
+            pw, pc = _cold(one_plan, repeat)
+            ow, oc = _cold(one_search, repeat)
+            print(f"| {mid}:{q} | {spec.architecture} | {label} | {pw * 1000:.0f} / {pc * 1000:.0f} ms | "
+                  f"{ow * 1000:.0f} / {oc * 1000:.0f} ms | {res[-1].evaluated} |", flush=True)
 
 
 def bench_cpu_server(repeat: int = 3) -> None:
@@ -109,8 +176,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--cpu-server", action="store_true")
+    ap.add_argument("--catalogue", action="store_true", help="plan and optimise every catalogue model, cold")
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}")
+    if a.catalogue:
+        bench_catalogue(a.repeat)
+        return
     bench_optimiser(a.repeat)
     if a.cpu_server:
         bench_cpu_server()

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 #: functions over MAX_LINES lines: "path:function" (path relative to src/llamarig)
 LONG_FUNCTIONS = {
-    "plan/compute.py:estimate_compute",  # rpc-compute: compute on every device
-    "plan/ggml_graph.py:schedule",  # rpc-compute
-    "plan/ggml_graph.py:allocate",  # rpc-compute
     "bench/logparse.py:parse_log_text",  # pool-watch: typed bench/logs results
     "bench/logparse.py:analyse",  # pool-watch
     "bench/runner.py:run_async",  # pool-watch
@@ -20,6 +17,7 @@ LONG_FUNCTIONS = {
 #: top-level class names defined in more than one module: name -> the modules ("path" relative
 #: to src/llamarig) allowed to define it until their branch lands
 DUPLICATE_CLASSES = {
+    "Builder": {"flags/readers/located.py", "plan/graphs/base.py"},  # paste-read, rpc-compute
     "Step": {"flags/argv.py", "plan/network.py"},  # paste-read (the argv walk), rpc-deploy (the network model)
     "Row": {"bench/compare.py", "flags/explain.py"},  # pool-watch (compare), paste-model (explain)
 }
@@ -49,10 +47,6 @@ COMPLEX_FUNCTIONS = {
     "flags/model.py:model_loader",  # paste-read (flags/)
     "flags/rules/values.py:_check_value",  # paste-read (flags/)
     "flags/schema.py:parse_help",  # paste-read (flags/)
-    "plan/compute.py:estimate_compute",  # rpc-compute
-    "plan/cuda_fattn.py:best_kernel",  # rpc-compute
-    "plan/ggml_graph.py:allocate",  # rpc-compute
-    "plan/ggml_graph.py:schedule",  # rpc-compute
     "top/derive.py:_server",  # pool-watch
 }
 

@@ -1,5 +1,5 @@
 """ggml-backend's scheduler and CUDA flash attention's allocation size, rule by rule
-(llamarig.plan.ggml_graph.schedule, llamarig.plan.cuda_fattn); the whole of it against the H200
+(llamarig.plan.ggml_sched.schedule, llamarig.plan.cuda_fattn); the whole of it against the H200
 logs is tests/plan/test_h200_evidence.py."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llamarig.plan import cuda_fattn
-from llamarig.plan.ggml_graph import CPU, GPU, Graph, Tensor, allocate, schedule
+from llamarig.plan.ggml_graph import CPU, GPU, Graph, Tensor, allocate
+from llamarig.plan.ggml_sched import schedule
 
 
 def _fa(g: Graph, n_q: int, tk: str, tv: str, n_kv: int = 4096, d: int = 128, h: int = 16, hkv: int = 4) -> Tensor:
@@ -52,11 +53,10 @@ def test_inputs_and_host_weight_get_rows_stay_on_the_cpu_the_gpu_reads_copies() 
     y = g.mul_mat(w, g.unary(x, "RMS_NORM"))  # the norm follows the GPU matmul after it
     g.expand(y)
     sch = schedule(g)
-    be = sch.node_buffer
-    assert be[id(tokens)] == CPU and be[id(x)] == CPU and be[id(y)] == GPU
-    assert [c.name for c in sch.copies] == ["GET_ROWS#copy"]  # only x crosses to the GPU
-    r = allocate(sch.graph, node_buffer=be, alignments=(128, 32))
-    # CPU: tokens (128 B) and x (8 KiB), both kept (x has a dependency view); GPU: the copy of x,
-    # the norm written over it, y
+    assert tokens.be == CPU and x.be == CPU and y.be == GPU
+    assert [c.name for c in sch.copies] == ["GPU#GET_ROWS#0"]  # only x crosses to the GPU
+    r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer, alignments=(128, 32))
+    # CPU: tokens (128 B) and x (8 KiB), allocated before the GPU split starts; GPU: the copy of
+    # x, the norm written over it, y
     assert r.sizes[CPU] == 128 + 64 * 32 * 4
     assert r.sizes[GPU] == 64 * 32 * 4 + 64 * 32 * 4

@@ -146,7 +146,11 @@ def test_draft_ngld_and_devd() -> None:
     assert on.devices[0].get("draft") > 4e9
     for flags in (["-ngld", "0"], ["-devd", "none"], ["--n-gpu-layers-draft", "0"]):
         off = make_plan(PlanInputs(tgt, parse_server_args(["-c", "16384", *flags]), hw, draft=dft))
-        assert off.devices[0].get("draft") == 0
+        # no draft weights or KV on the GPU; with -ngld 0 the GPU is still one of the draft context's
+        # backends and takes its prompt batches' matmuls (op offload: the weights copied into its
+        # compute buffer, ggml-backend.cpp:1100-1118); -devd none leaves it out
+        assert off.devices[0].get("draft") < 0.05 * on.devices[0].get("draft")
+        assert (off.devices[0].get("draft") == 0) == (flags[0] == "-devd")
         assert off.host.get("draft") > 4e9
     part = make_plan(PlanInputs(tgt, parse_server_args(["-c", "16384", "-ngld", "10"]), hw, draft=dft))
     assert 0 < part.devices[0].get("draft") < on.devices[0].get("draft")
@@ -157,7 +161,7 @@ def test_draft_flags_after_dashdash_are_not_dropped(capsys) -> None:
     r = _run(capsys, "--gpu", "rtx3090", "--json", "--", "llama-server", "-m", "qwen3-32b:q4_k_m",
              "-md", "qwen3-8b:q4_k_m", "-c", "16384", "-ngld", "0")
     d = json.loads(r.output[: len(r.output) - len(r.err)])
-    assert d["devices"][0]["draft"] == 0 and d["host"]["draft"] > 4e9
+    assert d["devices"][0]["draft"] < 2e8 and d["host"]["draft"] > 4e9  # op offload's compute only
     assert "-ngld" in d["command"]
 
 

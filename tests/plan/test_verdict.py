@@ -64,11 +64,13 @@ def test_mtp_headline_stays_under_its_limit(gpu: str) -> None:
 
 def test_fits_is_qualified_when_layers_live_in_unchecked_host_ram(capsys: pytest.CaptureFixture[str]) -> None:
     """`plan ... -c 2000000 -np 1` opened with 'fits' while --fit moved most layers to a host that
-    needs 121 GiB, unchecked, at 1.6 tok/s."""
+    needs 130 GiB, unchecked, at 1.5 tok/s."""
     plan = plan_of(QWEN36, ["-c", "2000000", "-np", "1"], gpus=["rtx3090"], mmproj="f16")
     q = fit_qualifier(plan)
     assert plan.fits and q.qualified and q.by_fit
-    assert q.host_layers == 56 and q.n_layers == 65  # as the --fit note: 9 of 65 on the GPU
+    # as the --fit note: 5 of 65 on the GPU (the CPU layers' flash attention runs on the GPU for
+    # prompt batches and copies their K and V in: 7.6 GiB of its compute buffer at 2M cells)
+    assert q.host_layers == 60 and q.n_layers == 65
     assert q.unchecked_bytes == plan.host.start_total > 100 * 2**30
     capsys.readouterr()
     main(["plan", QWEN36, "--mmproj", "f16", "--gpu", "rtx3090", "-c", "2000000", "-np", "1"])
@@ -77,7 +79,7 @@ def test_fits_is_qualified_when_layers_live_in_unchecked_host_ram(capsys: pytest
     # with the host RAM given and enough of it, it fits, and still says where the layers are
     plan = plan_of(QWEN36, ["-c", "2000000", "-np", "1"], gpus=["rtx3090"], mmproj="f16", ram="192G")
     q = fit_qualifier(plan)
-    assert q.unchecked_bytes is None and q.verdict(plan.fits) == "fits, with 56 of 65 layers in host RAM"
+    assert q.unchecked_bytes is None and q.verdict(plan.fits) == "fits, with 60 of 65 layers in host RAM"
 
 
 def test_everything_on_the_gpu_is_a_plain_fits() -> None:

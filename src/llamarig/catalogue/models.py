@@ -175,7 +175,7 @@ def _tensor(name: str, n_bytes: int) -> TensorInfo:
 
 
 @dataclass(frozen=True)
-class _Shape:
+class _EntryShape:
     """A catalogue entry's shape, read once."""
 
     arch: str
@@ -195,7 +195,7 @@ class _Shape:
     ssm: dict[str, Any] | None
 
     @classmethod
-    def of(cls, e: dict[str, Any]) -> _Shape:
+    def of(cls, e: dict[str, Any]) -> _EntryShape:
         return cls(e["arch"], int(e["n_layer"]), int(e.get("nextn_layers", 0)), int(e["n_embd"]), int(e["n_head"]),
                    int(e["n_head_kv"]), int(e["head_dim"]), int(e.get("n_ff", 0)), int(e["n_vocab"]),
                    int(e.get("full_attention_interval") or 0), int(e.get("swa_window") or 0),
@@ -212,7 +212,7 @@ class _Shape:
         return "attention"
 
 
-def _attention_params(sh: _Shape, p: str, kind: str) -> list[tuple[str, tuple[int, ...]]]:
+def _attention_params(sh: _EntryShape, p: str, kind: str) -> list[tuple[str, tuple[int, ...]]]:
     embd, nh, nkv, hd = sh.embd, sh.nh, sh.nkv, sh.hd
     if kind == "recurrent" and sh.ssm:
         inner = int(sh.ssm["inner_size"])
@@ -224,7 +224,7 @@ def _attention_params(sh: _Shape, p: str, kind: str) -> list[tuple[str, tuple[in
             (f"{p}.attn_v.weight", (embd, nkv * hd)), (f"{p}.attn_output.weight", (nh * hd, embd))]
 
 
-def _ffn_params(sh: _Shape, p: str) -> list[tuple[str, tuple[int, ...]]]:
+def _ffn_params(sh: _EntryShape, p: str) -> list[tuple[str, tuple[int, ...]]]:
     embd, n_exp, ff_exp = sh.embd, sh.n_exp, sh.ff_exp
     if n_exp:
         return [(f"{p}.ffn_up_exps.weight", (embd, ff_exp, n_exp)), (f"{p}.ffn_gate_exps.weight", (embd, ff_exp, n_exp)),
@@ -233,7 +233,7 @@ def _ffn_params(sh: _Shape, p: str) -> list[tuple[str, tuple[int, ...]]]:
             (f"{p}.ffn_down.weight", (sh.n_ff, embd))]
 
 
-def _gpt_oss_vectors(sh: _Shape, p: str) -> list[tuple[str, tuple[int, ...]]]:
+def _gpt_oss_vectors(sh: _EntryShape, p: str) -> list[tuple[str, tuple[int, ...]]]:
     """The f32 vectors of an openai-moe block (src/models/openai-moe.cpp:36-54 at build 11434):
     they follow their layer (norms, sinks, attention and router biases) or the experts
     (--n-cpu-moe's pattern blk.N.ffn_(up|down|gate)_(ch|)exps also matches the biases)."""
@@ -246,7 +246,7 @@ def _gpt_oss_vectors(sh: _Shape, p: str) -> list[tuple[str, tuple[int, ...]]]:
             (f"{p}.ffn_down_exps.bias", (embd, n_exp))]
 
 
-def _params(sh: _Shape, tied: bool) -> list[tuple[str, tuple[int, ...]]]:
+def _params(sh: _EntryShape, tied: bool) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape in ggml order: ne0 first) of every tensor. Tensor names as llama.cpp's GGUFs
     have them (src/llama-arch.cpp LLM_TENSOR_NAMES), so that -ot patterns, --n-cpu-moe and
     --n-cpu-ffn match a catalogue model as they match the file."""
@@ -300,7 +300,7 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
     llama.cpp's GGUFs name them, sizes from the published file size (or the catalogue's tensor
     types), with where each figure comes from (``ModelSpec.origin``)."""
     e = m.entry
-    sh = _Shape.of(e)
+    sh = _EntryShape.of(e)
     tensors, file_bytes, size_source = _tensors(m, quant, _params(sh, bool(e.get("tied_embeddings"))))
     n_all = sh.n_main + sh.nextn
     layers = tuple(LayerSpec(il, sh.kind(il), sh.nh, sh.nkv, sh.hd, sh.hd, il >= sh.n_main) for il in range(n_all))

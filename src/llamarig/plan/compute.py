@@ -37,12 +37,22 @@ to the logged 0.01 MiB in every run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from llamarig.gguf.spec import ModelSpec
-from llamarig.plan import qwen35_graph as Q35
-from llamarig.plan.memory import ContextLayout
+from llamarig.hardware.types import GPU
+from llamarig.plan import graphs
+from llamarig.plan.ggml_sched import CUDA_ALIGNMENT, Backend, cuda_backend
+from llamarig.plan.graphs import GraphParams, Layout
+from llamarig.plan.memory import ContextLayout, Placement
+from llamarig.plan.replay import Setup, buffers
+from llamarig.plan.replay import graph_params as replay_params
 from llamarig.units import MiB
+
+#: the architectures whose trunk estimate_compute replays on one backend (the phase model was
+#: 5-62 % off for them); replayed_buffers replays every architecture of plan.graphs
+QWEN35 = frozenset({"qwen35", "qwen35moe"})
 
 F32 = 4
 #: fitted constants (floats per token), see the module docstring
@@ -123,6 +133,159 @@ def _mtp_gpu(spec: ModelSpec, ctx: ContextLayout, n_t: int, n_out: int, masks: i
     return ComputeEstimate(int(peak), f"largest phase: {name} (the mask is freed after the attention; {others})")
 
 
+def _replay_what(spec: ModelSpec, p: GraphParams, mtp: bool) -> str:
+    return (f"{spec.architecture} {'MTP draft' if mtp else 'prompt'} graph ({p.n_seqs} sequence(s) x "
+            f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s)"
+            + (f" + {p.n_kv_swa} SWA cells" if p.n_kv_swa else "")
+            + f", {p.n_outputs} output(s), K {p.type_k} / V {p.type_v}"
+            + ("" if mtp else f", n_rs_seq {p.n_rs_seq}, flash attention {'on' if p.flash_attn else 'off'}") + ")")
+
+
+def _replay_cuda(spec: ModelSpec, p: GraphParams, mtp: bool, cuda_cc: int) -> ComputeEstimate:
+    """Every layer, the output layer and the KV cache on one CUDA GPU: the scheduled replay's
+    GPU buffer, with the pinned host (CUDA_Host) buffer beside it."""
+    setup = Setup(Layout.single(spec.n_layer, 0, 1), (cuda_backend("CUDA0", cuda_cc), Backend("CUDA_Host")))
+    dev, host = buffers(spec, p, setup, mtp)
+    # MoE graphs: CUDA's graph_optimize adds allocation dependencies for its fused MoE ops
+    # (ggml-cuda.cu:4604-4700), which keep tensors alive longer; not replayed, so modelled
+    moe = bool(spec.n_expert)
+    return ComputeEstimate(
+        dev, f"ggml-backend's scheduler and ggml-alloc replayed on the {_replay_what(spec, p, mtp)} for one CUDA "
+             f"GPU (compute capability {cuda_cc // 100}.{cuda_cc % 100 // 10}; inputs and the token embeddings' "
+             f"get_rows on the CPU, their copies and flash attention's f16 K/V copies in the GPU buffer): "
+             f"{dev / MiB:.2f} MiB"
+             + ("; the allocation dependencies CUDA adds for its fused MoE ops (ggml-cuda.cu:4604-4700) are not "
+                "replayed" if moe else ""),
+        "modelled" if moe else "exact", host)
+
+
+def _replay_single(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *, layers: str, gpu: bool,
+                   cache_types: tuple[str, str], cuda_quant_kv: tuple[str, str] | None,
+                   cuda_cc: int | None) -> ComputeEstimate | None:
+    """qwen35 / qwen35moe (and their MTP draft context) on one backend: the graph replayed
+    through ggml-alloc; None for what is not replayed here (other architectures, a fused
+    attn_qkv)."""
+    mtp = layers == "mtp"
+    if not (graphs.supports_mtp(spec) if mtp else spec.architecture in QWEN35 and graphs.supports(spec)):
+        return None
+    p = replay_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
+    if cuda_cc is not None:
+        return _replay_cuda(spec, p, mtp, cuda_cc)
+    b = buffers(spec, p, Setup.cpu_only(spec.n_layer), mtp)[0]
+    formula = f"ggml-alloc replayed on the {_replay_what(spec, p, mtp)}: {b / MiB:.2f} MiB"
+    if mtp:
+        # on a GPU the same graph and allocator: the published Vulkan (520.06 MiB) and CUDA
+        # (648.03 MiB) MTP figures of docs/accuracy.md come out within 0.01 MiB, with nothing
+        # fitted; still "modelled" there, as no GPU server is checked live
+        return ComputeEstimate(b, formula, "modelled" if gpu else "exact")
+    conv = 0
+    if ctx.flash_attn and cuda_quant_kv:
+        ly = next(x for x in spec.layers if x.kind != "recurrent")
+        conv = (ctx.n_ctx_seq if not ctx.kv_unified else ctx.n_ctx) * ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) * 2
+        formula += (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (in the FA node's allocation, "
+                    "fattn.cu:725-760; added whole: an upper bound)")
+    return ComputeEstimate(b + conv, formula, "modelled" if conv else "exact")
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """The calibrated phase model's pieces for one context."""
+
+    n_t: int
+    n_out: int
+    base: int
+    swa: int | None
+    masks: int
+    has_attn: bool
+
+
+def _phase_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, layers: str) -> _Phase:
+    n_t = min(ctx.n_ctx, ctx.n_ubatch)
+    has_attn = any(ly.kind != "recurrent" for ly in spec.layers)
+    base = ctx.n_ctx_seq if has_attn else 0
+    swa = (ctx.swa_cells // max(1, ctx.n_stream)) if ctx.swa_cells and layers != "mtp" else None
+    return _Phase(n_t, min(n_t, max(1, n_outputs_max)), base, swa, _masks(ctx, n_t, base, swa, ctx.flash_attn), has_attn)
+
+
+def _peak_phase(spec: ModelSpec, ctx: ContextLayout, ph: _Phase, layers: str) -> tuple[int, str]:
+    """The largest per-layer phase: FFN / MoE, attention with flash attention, the gated delta
+    net, attention without flash attention (see the module docstring)."""
+    e, n_t = spec.n_embd or 0, ph.n_t
+    ffn = ffn_floats_per_token(spec)
+    if layers == "mtp":
+        ffn = 2 * e + 2 * ((spec.n_ff or 0) if not spec.n_expert else spec.n_expert_used * (spec.n_ff_expert or 0)) + 25
+    phase, name = ffn * n_t * F32, f"FFN {ffn} f32/token x {n_t}"
+    if ctx.flash_attn and ph.has_attn and layers == "main":
+        att_fa = attn_fa_floats_per_token(spec)
+        if att_fa > ffn:
+            phase, name = att_fa * n_t * F32, f"attention {att_fa} f32/token x {n_t}"
+    if spec.recurrent is not None and layers == "main" and any(ly.kind == "recurrent" for ly in spec.layers):
+        rec, rec_name = _delta_net_phase(spec, ctx, n_t)
+        if rec > phase:
+            phase, name = rec, rec_name
+    if not ctx.flash_attn and ph.has_attn:
+        att, att_name = _attn_nofa_phase(spec, ph)
+        if att > phase:
+            phase, name = att, att_name
+    return phase, name
+
+
+def _delta_net_phase(spec: ModelSpec, ctx: ContextLayout, n_t: int) -> tuple[int, str]:
+    r = spec.recurrent
+    assert r is not None
+    conv = r.inner_size + 2 * r.group_count * r.state_size
+    per_tok = 3 * conv + (2 * r.inner_size) // 5
+    n_seq = max(1, ctx.n_parallel)
+    copies = n_seq * (2 + ctx.n_rs_seq)  # state in/out, plus rollback snapshot writes
+    return (per_tok * n_t * F32 + copies * r.n_embd_s * F32,
+            f"gated delta net {per_tok} f32/token (3 x conv_dim {conv} + 0.4 x inner {r.inner_size}) x {n_t} + "
+            f"{copies} state copies (n_seq {n_seq} x (2 + n_rs_seq {ctx.n_rs_seq})) x n_embd_s {r.n_embd_s} x 4 B")
+
+
+def _attn_nofa_phase(spec: ModelSpec, ph: _Phase) -> tuple[int, str]:
+    e = spec.n_embd or 0
+    att_layers = [ly for ly in spec.layers if ly.kind != "recurrent" and not ly.nextn] or list(spec.layers)
+    ly = max(att_layers, key=lambda x: x.n_head)
+    q = ly.n_head * ly.head_dim_k
+    per_tok = max(0, 4 * e + 3 * q + ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) + C_ATTN_NOFA)
+    return (ph.base * ph.n_t * ly.n_head * F32 + per_tok * ph.n_t * F32,
+            f"KQ n_kv {ph.base} x {ph.n_t} x {ly.n_head} heads x 4 B + {per_tok} f32/token")
+
+
+def _phase_model(spec: ModelSpec, ctx: ContextLayout, ph: _Phase, layers: str,
+                 cuda_quant_kv: tuple[str, str] | None) -> ComputeEstimate:
+    """Masks + the peak phase (+ CUDA flash attention's f16 K/V copies) + logits, or the output
+    phase when that is larger."""
+    e = spec.n_embd or 0
+    fa = ctx.flash_attn
+    phase, phase_name = _peak_phase(spec, ctx, ph, layers)
+    conv = 0
+    if fa and cuda_quant_kv and ph.has_attn:
+        ly = next(x for x in spec.layers if x.kind != "recurrent")
+        conv = ph.base * ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) * 2
+    logits = (spec.n_vocab or 0) * ph.n_out * F32
+    layer_total = ph.masks + phase + conv
+    # the output phase (after the last layer: the masks and the layer temporaries are dead): the
+    # logits [n_vocab, n_out] f32 next to two [n_embd, n_out] f32 (the last residual and the
+    # output norm). Published figures that reserved n_out = n_ubatch outputs (llama.cpp before
+    # PR #23861) are this phase exactly: gpt-oss-20b 201088 x 512 x 4 B + 2 x 2880 x 512 x 4 B =
+    # 404.00 MiB (PR #17609), Qwen3.8-27B 505 MiB at -ub 512 (GenerelSchwerz/llama.cpp PR #62).
+    out_phase = logits + 2 * e * ph.n_out * F32
+    formula = (f"KQ mask{'s' if ph.swa else ''} {ph.masks / MiB:.2f} MiB ({'f16' if fa else 'f32'} n_kv {ph.base}"
+               f"{f' + SWA {ph.swa}' if ph.swa else ''} x n_ubatch {ph.n_t}) + peak phase {phase / MiB:.2f} MiB "
+               f"({phase_name})"
+               + (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (part of the FA node's allocation "
+                  "in the compute buffer, fattn.cu:725-760; added whole: an upper bound)" if conv else ""))
+    if out_phase > layer_total:
+        return ComputeEstimate(int(out_phase),
+                               f"output phase {out_phase / MiB:.2f} MiB: logits {logits / MiB:.2f} MiB (n_vocab "
+                               f"{spec.n_vocab} x {ph.n_out} outputs x 4 B) + 2 x n_embd {e} x {ph.n_out} x 4 B (larger "
+                               "than the layers' peak: " + formula + ")")
+    # small logits stay additive: the CPU calibration above was fitted with them added
+    return ComputeEstimate(int(layer_total + logits),
+                           formula + f" + logits {logits / MiB:.2f} MiB (n_vocab x {ph.n_out} outputs)")
+
+
 def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
                      cuda_quant_kv: tuple[str, str] | None = None,
                      layers: str = "main", gpu: bool = False,
@@ -132,123 +295,24 @@ def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
 
     ``layers='mtp'`` models the MTP draft context (one nextn block: fewer live tensors); with
     ``gpu`` the GPU allocation of that context (:func:`_mtp_gpu`). qwen35 / qwen35moe trunks are
-    not modelled but replayed: their graph and ggml-alloc (:mod:`llamarig.plan.qwen35_graph`)
-    give llama.cpp's own figure; ``cache_types`` (K, V) decide the f16 casts and Hadamard
-    rotations of their attention layers. ``replay=False`` keeps the phase model for them (figures
-    published by other builds, whose graphs differ: scripts/accuracy.py). ``cuda_cc``: the whole
-    context (every layer, the output layer, the KV cache) sits on one CUDA GPU of that compute
-    capability (900 for 9.0): the qwen35 replays then run through ggml-backend's scheduler and
-    give the GPU's buffer and the pinned host one (``host_bytes``).
+    not modelled but replayed: their graph and ggml-alloc (:mod:`llamarig.plan.replay`) give
+    llama.cpp's own figure; ``cache_types`` (K, V) decide the f16 casts and Hadamard rotations of
+    their attention layers. ``replay=False`` keeps the phase model for them (figures published by
+    other builds, whose graphs differ: scripts/accuracy.py). ``cuda_cc``: the whole context (every
+    layer, the output layer, the KV cache) sits on one CUDA GPU of that compute capability (900
+    for 9.0): the qwen35 replays then run through ggml-backend's scheduler and give the GPU's
+    buffer and the pinned host one (``host_bytes``). Several devices, and the other
+    architectures plan replays: :func:`replayed_buffers`.
     """
-    if cuda_cc is not None and replay and ((layers == "mtp" and Q35.has_mtp_graph(spec))
-                                           or (layers == "main" and Q35.is_qwen35(spec))):
-        mtp = layers == "mtp"
-        p = Q35.graph_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
-        dev, host = Q35.compute_buffers(spec, p, cuda_cc, mtp=mtp)
-        what = (f"{spec.architecture} {'MTP draft' if mtp else 'prompt'} graph ({p.n_seqs} sequence(s) x "
-                f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), {p.n_outputs} "
-                f"output(s), K {p.type_k} / V {p.type_v}"
-                + ("" if mtp else f", n_rs_seq {p.n_rs_seq}, flash attention {'on' if p.flash_attn else 'off'}") + ")")
-        # MoE graphs: CUDA's graph_optimize adds allocation dependencies for its fused MoE ops
-        # (ggml-cuda.cu:4604-4700), which keep tensors alive longer; not replayed, so modelled
-        moe = bool(spec.n_expert)
-        return ComputeEstimate(
-            dev, f"ggml-backend's scheduler and ggml-alloc replayed on the {what} for one CUDA GPU (compute "
-                 f"capability {cuda_cc // 100}.{cuda_cc % 100 // 10}; inputs and the token embeddings' get_rows on the "
-                 f"CPU, their copies and flash attention's f16 K/V copies in the GPU buffer): {dev / MiB:.2f} MiB"
-                 + ("; the allocation dependencies CUDA adds for its fused MoE ops (ggml-cuda.cu:4604-4700) are not "
-                    "replayed" if moe else ""),
-            "modelled" if moe else "exact", host)
-    if layers == "mtp" and replay and Q35.has_mtp_graph(spec):
-        # on a GPU the same graph and allocator: the published Vulkan (520.06 MiB) and CUDA
-        # (648.03 MiB) MTP figures of docs/accuracy.md come out within 0.01 MiB, with nothing
-        # fitted; still "modelled" there, as no GPU server is checked live
-        p = Q35.graph_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
-        b = Q35.compute_bytes(spec, p, mtp=True)
-        return ComputeEstimate(b, (f"ggml-alloc replayed on the {spec.architecture} MTP draft graph ({p.n_seqs} sequence(s) x "
-                                   f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), "
-                                   f"{p.n_outputs} output(s), K {p.type_k} / V {p.type_v}): {b / MiB:.2f} MiB"),
-                               "modelled" if gpu else "exact")
-    if layers == "main" and replay and Q35.is_qwen35(spec):
-        p = Q35.graph_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
-        b = Q35.compute_bytes(spec, p)
-        conv = 0
-        if ctx.flash_attn and cuda_quant_kv:
-            ly = next(x for x in spec.layers if x.kind != "recurrent")
-            conv = (ctx.n_ctx_seq if not ctx.kv_unified else ctx.n_ctx) * ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) * 2
-        formula = (f"ggml-alloc replayed on the {spec.architecture} prompt graph ({p.n_seqs} sequence(s) x "
-                   f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s), {p.n_outputs} "
-                   f"output(s), K {p.type_k} / V {p.type_v}, n_rs_seq {p.n_rs_seq}, flash attention "
-                   f"{'on' if p.flash_attn else 'off'}): {b / MiB:.2f} MiB"
-                   + (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (in the FA node's allocation, "
-                      "fattn.cu:725-760; added whole: an upper bound)" if conv else ""))
-        return ComputeEstimate(b + conv, formula, "modelled" if conv else "exact")
-    n_t = min(ctx.n_ctx, ctx.n_ubatch)
-    n_out = min(n_t, max(1, n_outputs_max))
-    fa = ctx.flash_attn
-    has_attn = any(ly.kind != "recurrent" for ly in spec.layers)
-    base = ctx.n_ctx_seq if has_attn else 0
-    swa = (ctx.swa_cells // max(1, ctx.n_stream)) if ctx.swa_cells else None
-    if layers == "mtp":
-        swa = None
-    masks = _masks(ctx, n_t, base, swa, fa)
-    if layers == "mtp" and gpu and has_attn:
-        return _mtp_gpu(spec, ctx, n_t, n_out, masks, base)
-    e = spec.n_embd or 0
-    ffn = ffn_floats_per_token(spec)
-    if layers == "mtp":
-        ffn = 2 * e + 2 * ((spec.n_ff or 0) if not spec.n_expert else spec.n_expert_used * (spec.n_ff_expert or 0)) + 25
-    phase = ffn * n_t * F32
-    phase_name = f"FFN {ffn} f32/token x {n_t}"
-    if fa and has_attn and layers == "main":
-        att_fa = attn_fa_floats_per_token(spec)
-        if att_fa > ffn:
-            phase = att_fa * n_t * F32
-            phase_name = f"attention {att_fa} f32/token x {n_t}"
-    if spec.recurrent is not None and layers == "main" and any(ly.kind == "recurrent" for ly in spec.layers):
-        r = spec.recurrent
-        conv = r.inner_size + 2 * r.group_count * r.state_size
-        per_tok = 3 * conv + (2 * r.inner_size) // 5
-        n_seq = max(1, ctx.n_parallel)
-        copies = n_seq * (2 + ctx.n_rs_seq)  # state in/out, plus rollback snapshot writes
-        rec = per_tok * n_t * F32 + copies * r.n_embd_s * F32
-        if rec > phase:
-            phase = rec
-            phase_name = (f"gated delta net {per_tok} f32/token (3 x conv_dim {conv} + 0.4 x inner {r.inner_size}) "
-                          f"x {n_t} + {copies} state copies (n_seq {n_seq} x (2 + n_rs_seq {ctx.n_rs_seq})) x n_embd_s {r.n_embd_s} x 4 B")
-    if not fa and has_attn:
-        att_layers = [ly for ly in spec.layers if ly.kind != "recurrent" and not ly.nextn] or list(spec.layers)
-        ly = max(att_layers, key=lambda x: x.n_head)
-        q = ly.n_head * ly.head_dim_k
-        per_tok = max(0, 4 * e + 3 * q + ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) + C_ATTN_NOFA)
-        att = base * n_t * ly.n_head * F32 + per_tok * n_t * F32
-        if att > phase:
-            phase = att
-            phase_name = f"KQ n_kv {base} x {n_t} x {ly.n_head} heads x 4 B + {per_tok} f32/token"
-    conv = 0
-    if fa and cuda_quant_kv and has_attn:
-        ly = next(x for x in spec.layers if x.kind != "recurrent")
-        conv = base * ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) * 2
-    logits = (spec.n_vocab or 0) * n_out * F32
-    layer_total = masks + phase + conv
-    # the output phase (after the last layer: the masks and the layer temporaries are dead): the
-    # logits [n_vocab, n_out] f32 next to two [n_embd, n_out] f32 (the last residual and the
-    # output norm). Published figures that reserved n_out = n_ubatch outputs (llama.cpp before
-    # PR #23861) are this phase exactly: gpt-oss-20b 201088 x 512 x 4 B + 2 x 2880 x 512 x 4 B =
-    # 404.00 MiB (PR #17609), Qwen3.8-27B 505 MiB at -ub 512 (GenerelSchwerz/llama.cpp PR #62).
-    out_phase = logits + 2 * e * n_out * F32
-    formula = (f"KQ mask{'s' if swa else ''} {masks / MiB:.2f} MiB ({'f16' if fa else 'f32'} n_kv {base}"
-               f"{f' + SWA {swa}' if swa else ''} x n_ubatch {n_t}) + peak phase {phase / MiB:.2f} MiB ({phase_name})"
-               + (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (part of the FA node's allocation "
-                  "in the compute buffer, fattn.cu:725-760; added whole: an upper bound)" if conv else ""))
-    if out_phase > layer_total:
-        return ComputeEstimate(int(out_phase),
-                               f"output phase {out_phase / MiB:.2f} MiB: logits {logits / MiB:.2f} MiB (n_vocab {spec.n_vocab} x "
-                               f"{n_out} outputs x 4 B) + 2 x n_embd {e} x {n_out} x 4 B (larger than the layers' peak: "
-                               + formula + ")")
-    # small logits stay additive: the CPU calibration above was fitted with them added
-    total = layer_total + logits
-    return ComputeEstimate(int(total), formula + f" + logits {logits / MiB:.2f} MiB (n_vocab x {n_out} outputs)")
+    if replay:
+        r = _replay_single(spec, ctx, n_outputs_max, layers=layers, gpu=gpu, cache_types=cache_types,
+                           cuda_quant_kv=cuda_quant_kv, cuda_cc=cuda_cc)
+        if r is not None:
+            return r
+    ph = _phase_inputs(spec, ctx, n_outputs_max, layers)
+    if layers == "mtp" and gpu and ph.has_attn:
+        return _mtp_gpu(spec, ctx, ph.n_t, ph.n_out, ph.masks, ph.base)
+    return _phase_model(spec, ctx, ph, layers, cuda_quant_kv)
 
 
 # ============================================================================ the host compute buffer
@@ -472,3 +536,113 @@ def host_pipeline_extra(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int,
         f"pipeline parallelism: {pp.n_copies - 1} more never-freed copies of the graph inputs "
         f"(2 x n_embd {e} x {n_t} x 4 B embeddings inputs + KQ mask(s) + tokens/positions/ids) "
         f"= {pp.n_copies - 1} x {per_copy / MiB:.2f} MiB [{PP_METHOD}]")
+
+
+# ============================================================================ several devices, replayed
+#
+# With RPC servers and CUDA GPUs, llama.cpp's graph is replayed through ggml-backend's scheduler
+# (plan/ggml_sched.py) over the model's devices and the CPU: which device runs each node, the
+# splits, the copies a device reads from another one (the previous device's activations, the
+# graph inputs kept on the CPU), pipeline parallelism's n_copies never-freed copies, the output
+# layer's device, the norms llama.cpp pins to their layer's device, and one ggml-alloc allocator
+# per device. Each device's compute buffer is then its own high-water mark, not one figure for
+# all of them plus estimated copies.
+
+#: the devices whose compute buffers are replayed: a CUDA GPU, and a device behind an rpc-server
+#: (its buffer type answers alignment, size and alloc size from the server's buffer type,
+#: ggml-rpc.cpp:820-921): the server's CPU device, or a CUDA GPU there
+REPLAYED_BACKENDS = frozenset({"RPC", "CUDA"})
+#: the compute capability taken for a CUDA GPU the catalogue has none for (Ada, 8.9)
+DEFAULT_CUDA_CC = 890
+
+
+@dataclass(frozen=True)
+class DeviceCompute:
+    """One context's compute buffers from the scheduled replay: one per device (the plan's
+    device order) and the CPU backend's (``CPU``, or ``CUDA_Host`` beside a CUDA GPU)."""
+
+    devices: tuple[int, ...]
+    host: int
+    #: "exact" where the replay was checked against the real server to the log's rounding (RPC
+    #: servers and the CPU: the multi-device grid; one CUDA GPU holding a qwen35 model: the H200
+    #: evidence), else "modelled"
+    method: str
+    #: what was replayed (the graph, the devices, the input copies)
+    formula: str
+    n_copies: int
+
+
+def _backend(i: int, g: GPU, default_cc: int) -> Backend:
+    """A device's backend as the scheduler sees it: a CUDA GPU (its buffer type's alignment and
+    sizes, op offload); a device behind an rpc-server sizes tensors with the remote buffer type
+    (ggml-rpc.cpp:820-921: alignment and get_alloc_size are the server's) but takes no op over
+    (the RPC backend has no offload_op, ggml-rpc.cpp:2264); an rpc-server's CPU device is a CPU."""
+    if g.backend == "CUDA":
+        return cuda_backend(f"CUDA{i}", g.compute_capability or default_cc)
+    if g.buffer_backend == "CUDA":
+        return Backend(g.name, CUDA_ALIGNMENT, None, g.compute_capability or default_cc)
+    return Backend(g.name)
+
+
+def _backends(gpus: Sequence[GPU], default_cc: int) -> tuple[Backend, ...]:
+    host = "CUDA_Host" if any(g.backend == "CUDA" for g in gpus) else "CPU"
+    return (*(_backend(i, g, default_cc) for i, g in enumerate(gpus)), Backend(host))
+
+
+def _whole_on_one_gpu(spec: ModelSpec, gpus: Sequence[GPU], placement: Placement, overrides: Mapping[str, int]) -> bool:
+    """Every layer, the output layer and every weight on the one device (a qwen35 / qwen35moe
+    model so placed on one CUDA GPU was the first replay through the scheduler: the H200 evidence)."""
+    return (len(gpus) == 1 and not overrides and placement.output_dev == 0 and all(d == 0 for d in placement.layer_dev)
+            and spec.architecture in QWEN35)
+
+
+def _replay_method(spec: ModelSpec, gpus: Sequence[GPU], placement: Placement, overrides: Mapping[str, int]) -> str:
+    if all(g.backend == "RPC" and g.buffer_backend in ("RPC", "CPU") for g in gpus):
+        return "exact"
+    exact = (spec.architecture == "qwen35" and gpus[0].compute_capability is not None
+             and _whole_on_one_gpu(spec, gpus, placement, overrides))
+    return "exact" if exact else "modelled"
+
+
+def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *, placement: Placement,
+                     gpus: Sequence[GPU], overrides: Mapping[str, int], n_copies: int, full_offload: bool,
+                     cache_types: tuple[str, str], mtp: bool = False, split_mode: str = "layer",
+                     kv_on_cpu: bool = False) -> DeviceCompute | None:
+    """Every device's compute buffer and the host's for the target context (``mtp``: the MTP
+    draft context), when the replay covers the setup: an architecture of
+    :mod:`llamarig.plan.graphs`, every device an RPC server or a CUDA GPU (or none: the CPU
+    alone), a layer split and the KV cache with its layers. ``placement``: the planner's layer
+    placement (-1 = CPU); ``overrides``: tensor name -> device (-1 = CPU) from -ot, --cpu-moe,
+    --n-cpu-moe, --n-cpu-ffn; ``n_copies``: the scheduler's input copies (4 with pipeline
+    parallelism, :func:`pipeline_parallel`); ``full_offload``: -ngl above n_layer_all (llama.cpp
+    then pins every layer's norms to the layer's device). None when not covered."""
+    if not (graphs.supports_mtp(spec) if mtp else graphs.supports(spec)):
+        return None
+    if (any(g.backend not in REPLAYED_BACKENDS or g.buffer_backend not in ("RPC", "CPU", "CUDA") for g in gpus)
+            or split_mode not in ("layer", "none") or kv_on_cpu):
+        return None
+    if (spec.n_expert and any(g.buffer_backend == "CUDA" for g in gpus)
+            and not _whole_on_one_gpu(spec, gpus, placement, overrides)):
+        # CUDA's graph_optimize keeps MoE tensors alive for its fused ops (ggml-cuda.cu:4604-4700), not
+        # replayed: with experts copied in from host memory that is a second copy alive (-50 % on the
+        # Qwen3-30B-A3B --n-cpu-moe row of docs/accuracy.md); the phase model keeps those
+        return None
+    n_dev = len(gpus)
+
+    def be(d: int) -> int:
+        return n_dev if d < 0 else d
+
+    lay = Layout(tuple(be(d) for d in placement.layer_dev), be(placement.output_dev), n_dev,
+                 tuple(sorted((name, be(d)) for name, d in overrides.items())), kv_on_cpu, full_offload)
+    setup = Setup(lay, _backends(gpus, DEFAULT_CUDA_CC), n_copies)
+    p = replay_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
+    sizes = buffers(spec, p, setup, mtp)
+    names = ", ".join(b.name for b in setup.backends)
+    host_weights = any(d < 0 for d in placement.layer_dev) or any(d < 0 for d in overrides.values())
+    offload = host_weights and any(g.backend == "CUDA" for g in gpus)
+    formula = (f"ggml-backend's scheduler and ggml-alloc replayed on the {_replay_what(spec, p, mtp)} over {names}"
+               + (f", {n_copies} copies of every split input and graph input (pipeline parallelism)" if n_copies > 1 else "")
+               + ("; op offload: ops whose weights stay in host memory run on the GPU for batches of 32 rows or more "
+                  "and copy the weight into its compute buffer (ggml-backend.cpp:1100-1118, ggml-cuda.cu:5754-5758)"
+                  if offload else ""))
+    return DeviceCompute(sizes[:-1], sizes[-1], _replay_method(spec, gpus, placement, overrides), formula, n_copies)

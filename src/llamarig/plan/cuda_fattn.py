@@ -17,12 +17,13 @@ instance), other pairs fall back to f16 copies (fattn.cu:495-513).
 
 from __future__ import annotations
 
-from llamarig.plan.ggml_graph import TYPE_SIZE, Tensor
+from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES, row_size
+from llamarig.plan.ggml_graph import Tensor
 
 #: ggml/CMakeLists.txt:208 (GGML_CUDA_FA_QUANTS, GGML_CUDA_FA_ALL_QUANTS off)
-DEFAULT_FA_QUANTS = frozenset({("q4_0", "q4_0"), ("q8_0", "q8_0"), ("f16", "f16"), ("bf16", "bf16")})
+DEFAULT_FA_QUANTS = CUDA_FA_VEC_PAIRS
 #: fattn.cu:525-538 ggml_cuda_fattn_kv_type_supported
-KV_TYPES = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+KV_TYPES = CUDA_FA_KV_TYPES
 #: ggml-cuda/common.cuh:52-56
 CC_VOLTA, CC_TURING, CC_ADA = 700, 750, 890
 #: fattn-common.cuh FATTN_KQ_STRIDE
@@ -30,54 +31,49 @@ FATTN_KQ_STRIDE = 256
 
 
 def _quantized(t: str) -> bool:
-    return t not in TYPE_SIZE
+    return TYPE_SIZES[t][0] > 1
 
 
-def best_kernel(cc: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> str:
-    """fattn.cu:541-719 for an NVIDIA device of compute capability ``cc`` (x 100 + y x 10:
-    900 for 9.0), without ALiBi (max_bias 0). ``"MMA_F16"``, ``"TILE"``, ``"VEC"`` or
-    ``"NONE"``. The sparse decode gather (MMA for one query row, GQA > 4, head size < 256 and
-    fewer than 8192 cells) is taken as not chosen: its heuristic reads the device."""
-    gqa = q.ne[2] // max(1, k.ne[2])
-    gqa_opt = gqa >= 2 and mask is not None and k.ne[1] % FATTN_KQ_STRIDE == 0
-    for t in (q, k, v, mask):
-        if t is None or _quantized(t.type):
-            continue
-        if any(t.nb[i] % 16 for i in (1, 2, 3)):
-            gqa_opt = False
-    dk, dv = k.ne[0], v.ne[0]
+def _gqa_opt(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, gqa: int) -> bool:
+    """Whether the GQA-optimised kernels apply: a mask, the cells a multiple of
+    FATTN_KQ_STRIDE and every non-quantized operand's strides 16 B aligned (fattn.cu:553-565)."""
+    if gqa < 2 or mask is None or k.ne[1] % FATTN_KQ_STRIDE:
+        return False
+    return not any(any(t.nb[i] % 16 for i in (1, 2, 3)) for t in (q, k, v, mask) if not _quantized(t.type))
+
+
+def _head_sizes_ok(dk: int, dv: int, gqa: int, gqa_opt: bool) -> bool:
+    """The head sizes a kernel is compiled for (fattn.cu:567-606)."""
     if dk in (40, 64, 72, 80, 96, 112, 128, 256):
-        if dv != dk:
-            return "NONE"
-    elif dk == 192:
-        if dv != 128 or not gqa_opt or gqa % 8:
-            return "NONE"
-    elif dk == 320:
-        if dv != 256 or not gqa_opt or gqa % 32:
-            return "NONE"
-    elif dk in (512, 576):
-        if dv != 512 or not gqa_opt:
-            return "NONE"
-    else:
-        return "NONE"
-    if k.type not in KV_TYPES or v.type not in KV_TYPES:
-        return "NONE"
-    if mask is not None and mask.ne[2] != 1:
-        return "NONE"
+        return dv == dk
+    if dk == 192:
+        return dv == 128 and gqa_opt and gqa % 8 == 0
+    if dk == 320:
+        return dv == 256 and gqa_opt and gqa % 32 == 0
+    if dk in (512, 576):
+        return dv == 512 and gqa_opt
+    return False
+
+
+def _turing_kernel(cc: int, q: Tensor, k: Tensor, gqa: int, gqa_opt: bool, quant: bool, can_vec: bool) -> str:
+    """Turing and newer (fattn.cu:660-700): the vector kernel for one or two query rows, else
+    the tensor-core kernel."""
     n_q = q.ne[1]
-    quant = _quantized(k.type) or _quantized(v.type)
-    can_vec = q.ne[0] <= 256 and q.ne[0] % 64 == 0 and q.ne[0] != 192 and k.ne[1] % FATTN_KQ_STRIDE == 0
-    if cc >= CC_TURING and q.ne[0] not in (40, 72):
-        if can_vec:
-            if not quant:
-                if (cc >= CC_ADA and n_q == 1 and q.ne[3] == 1
-                        and not (gqa > 4 and (q.ne[0] >= 256 or k.ne[1] >= 8192))):
-                    return "VEC"
-            elif (cc >= CC_ADA and n_q <= 2) or n_q == 1:
+    if can_vec:
+        if not quant:
+            if (cc >= CC_ADA and n_q == 1 and q.ne[3] == 1
+                    and not (gqa > 4 and (q.ne[0] >= 256 or k.ne[1] >= 8192))):
                 return "VEC"
-            if not gqa_opt and n_q == 1:
-                return "VEC"
-        return "MMA_F16"
+        elif (cc >= CC_ADA and n_q <= 2) or n_q == 1:
+            return "VEC"
+        if not gqa_opt and n_q == 1:
+            return "VEC"
+    return "MMA_F16"
+
+
+def _older_kernel(cc: int, q: Tensor, gqa: int, gqa_opt: bool, quant: bool, can_vec: bool) -> str:
+    """Volta and older (fattn.cu:701-719)."""
+    n_q = q.ne[1]
     ncols2_max = 32 if q.ne[0] == 320 else (16 if q.ne[0] in (576, 192) else 8)
     eff = 1
     while gqa % (2 * eff) == 0 and eff < ncols2_max:
@@ -89,6 +85,24 @@ def best_kernel(cc: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -
     if can_vec and ((not quant and n_q == 1 and not gqa_opt) or (quant and n_q <= 2)):
         return "VEC"
     return "TILE"
+
+
+def best_kernel(cc: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> str:
+    """fattn.cu:541-719 for an NVIDIA device of compute capability ``cc`` (x 100 + y x 10:
+    900 for 9.0), without ALiBi (max_bias 0). ``"MMA_F16"``, ``"TILE"``, ``"VEC"`` or
+    ``"NONE"``. The sparse decode gather (MMA for one query row, GQA > 4, head size < 256 and
+    fewer than 8192 cells) is taken as not chosen: its heuristic reads the device."""
+    gqa = q.ne[2] // max(1, k.ne[2])
+    gqa_opt = _gqa_opt(q, k, v, mask, gqa)
+    if not _head_sizes_ok(k.ne[0], v.ne[0], gqa, gqa_opt):
+        return "NONE"
+    if k.type not in KV_TYPES or v.type not in KV_TYPES or (mask is not None and mask.ne[2] != 1):
+        return "NONE"
+    quant = _quantized(k.type) or _quantized(v.type)
+    can_vec = q.ne[0] <= 256 and q.ne[0] % 64 == 0 and q.ne[0] != 192 and k.ne[1] % FATTN_KQ_STRIDE == 0
+    if cc >= CC_TURING and q.ne[0] not in (40, 72):
+        return _turing_kernel(cc, q, k, gqa, gqa_opt, quant, can_vec)
+    return _older_kernel(cc, q, gqa, gqa_opt, quant, can_vec)
 
 
 def _norm(t: str) -> str:
@@ -126,3 +140,19 @@ def alloc_size(cc: int, node: Tensor) -> int:
     if need_v and v.type != "f16" and not v_is_k:
         end = _pad(end, 128) + nel_v * 2
     return end
+
+
+#: MATRIX_ROW_PADDING (ggml-cuda/common.cuh): quantized rows are padded to 512 elements
+MATRIX_ROW_PADDING = 512
+
+
+def cuda_alloc_size(cc: int, t: Tensor) -> int:
+    """ggml_backend_cuda_buffer_type_get_alloc_size (ggml-cuda.cu:903-925): a quantized tensor's
+    last row padded to MATRIX_ROW_PADDING elements (a weight copied in for an offloaded op), a
+    FLASH_ATTN_EXT node with its f16 K/V copies (:func:`alloc_size`), anything else its bytes."""
+    if t.op == "FLASH_ATTN_EXT":
+        return alloc_size(cc, t)
+    size = t.nbytes
+    if _quantized(t.type) and t.ne[0] % MATRIX_ROW_PADDING:
+        size += row_size(t.type, MATRIX_ROW_PADDING - t.ne[0] % MATRIX_ROW_PADDING)
+    return size

@@ -12,18 +12,17 @@ runs the same allocator over it (ggml_gallocr_alloc_graph_impl, ggml-alloc.c:718
 
 Only what the allocator sees is modelled: shapes, types, strides (for the in-place layout test),
 views, inputs, outputs and external tensors (weights, KV and recurrent caches). Values are never
-computed.
+computed. Which backend runs each node, and the copies between backends, are
+:mod:`llamarig.plan.ggml_sched`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from math import prod
+from itertools import count
 
-#: element sizes (bytes) of the types a compute graph allocates; quantized types only appear as
-#: external tensors (weights, KV cache), whose size the allocator never needs
-TYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8}
+from llamarig.gguf.ggml_types import TYPE_SIZES
 
 #: ggml_op_can_inplace (ggml-alloc.c:22-50)
 INPLACE_OPS = frozenset({
@@ -35,53 +34,121 @@ INPLACE_OPS = frozenset({
 FLAG_INPUT = 1
 FLAG_OUTPUT = 2
 
-#: the two backends of a scheduled graph (:func:`schedule`), in ggml-backend's priority order:
-#: the GPU first, the CPU last (llama.cpp adds the CPU backend last, src/llama-context.cpp)
+#: the two backends of a graph scheduled for one GPU (:func:`llamarig.plan.ggml_sched.schedule`
+#: with one GPU backend), in ggml-backend's priority order: the GPU first, the CPU last
+#: (llama.cpp adds the CPU backend last, src/llama-context.cpp)
 GPU = 0
 CPU = 1
 #: ggml_is_view_op (ggml/src/ggml-backend.cpp): the scheduler passes skip them
 VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
 
+Ne = tuple[int, int, int, int]
 
-@dataclass(eq=False)
+_stamps = count(1)
+
+
+def element_size(type_: str) -> int:
+    """Bytes per element of a type whose block is one element (f32, f16, i32, ...); 1 for a
+    quantized type (only its row size is meaningful: gguf/ggml_types.py row_size)."""
+    block, size = TYPE_SIZES[type_]
+    return size if block == 1 else 1
+
+
+def tensor_bytes(type_: str, ne: Ne, nb: Ne | None = None) -> int:
+    """ggml_nbytes (ggml/src/ggml.c:1298-1320): the bytes from the first to the last element of
+    the strides ``nb`` (a contiguous tensor's by default; the scheduler's copy of a view keeps the
+    view's strides, ggml_dup_tensor_layout)."""
+    block, size = TYPE_SIZES[type_]
+    if nb is None:
+        return size * ne[0] // block * ne[1] * ne[2] * ne[3]
+    if min(ne) <= 0:
+        return 0
+    first = size + (ne[0] - 1) * nb[0] if block == 1 else ne[0] * nb[0] // block
+    return first + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3]
+
+
 class Tensor:
-    op: str
-    ne: tuple[int, int, int, int]
-    type: str
-    nb: tuple[int, int, int, int]
-    src: tuple[Tensor, ...] = ()
-    view_src: Tensor | None = None
-    view_offs: int = 0
-    #: weights, KV / recurrent caches: their memory is not the compute buffer's
-    external: bool = False
-    flags: int = 0
-    name: str = ""
-    #: an external tensor's buffer: the backend it sits in (:data:`GPU` or :data:`CPU`), and
-    #: whether that buffer holds weights (ggml's GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-    backend: int = -1
-    weight: bool = False
+    """A ggml_tensor as the scheduler and the allocator see it. The slots after ``pin`` are the
+    scratch state of one :func:`llamarig.plan.ggml_sched.schedule` and one :func:`allocate`
+    (ggml-backend's per-tensor backend id, ggml-alloc's hash_node)."""
+
+    __slots__ = ("op", "ne", "type", "nb", "src", "view_src", "view_offs", "external", "flags", "name",
+                 "backend", "weight", "size", "pin",
+                 "be", "n_children", "n_views", "allocated", "offset", "buffer", "asize", "stamp")
+
+    def __init__(self, op: str, ne: Ne, type_: str, nb: Ne, src: tuple[Tensor, ...] = (),
+                 view_src: Tensor | None = None, view_offs: int = 0, external: bool = False, flags: int = 0,
+                 name: str = "", backend: int = -1, weight: bool = False, size: int = -1) -> None:
+        self.op = op
+        self.ne = ne
+        self.type = type_
+        self.nb = nb
+        self.src = src
+        self.view_src = view_src
+        self.view_offs = view_offs
+        #: weights, KV / recurrent caches: their memory is not the compute buffer's
+        self.external = external
+        self.flags = flags
+        self.name = name
+        #: an external tensor's buffer: the backend it sits in (:data:`GPU` or :data:`CPU` for one
+        #: GPU, an index into the scheduler's backends in general), and whether that buffer holds
+        #: weights (ggml's GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        self.backend = backend
+        self.weight = weight
+        #: bytes of an external tensor when known (a weight's size in the file), else computed
+        self.size = size
+        #: a backend set before scheduling (ggml_backend_sched_set_tensor_backend), -1 for none
+        self.pin = -1
+        self.be = -1
+        self.n_children = 0
+        self.n_views = 0
+        self.allocated = False
+        self.offset = -1
+        self.buffer = 0
+        #: the bytes ggml-alloc gave it in its buffer (get_alloc_size), -1 before
+        self.asize = -1
+        self.stamp = 0
 
     @property
     def nbytes(self) -> int:
-        # ggml_nbytes for the (always contiguous) tensors the allocator sizes
-        return prod(self.ne) * TYPE_SIZE[self.type]
+        """ggml_nbytes for the (contiguous) tensors the allocator sizes."""
+        if self.size < 0:
+            self.size = tensor_bytes(self.type, self.ne, self.nb)
+        return self.size
 
     def is_view(self) -> bool:
         return self.view_src is not None
 
-
-def _contig_nb(ne: tuple[int, ...], type_: str) -> tuple[int, int, int, int]:
-    es = TYPE_SIZE.get(type_, 1)
-    nb0 = es
-    nb1 = nb0 * ne[0]
-    nb2 = nb1 * ne[1]
-    nb3 = nb2 * ne[2]
-    return (nb0, nb1, nb2, nb3)
+    def __repr__(self) -> str:
+        return f"Tensor({self.op} {self.name!r} {self.ne} {self.type})"
 
 
-def _ne4(ne: tuple[int, ...] | list[int]) -> tuple[int, int, int, int]:
-    t = tuple(int(x) for x in ne) + (1, 1, 1, 1)
-    return (t[0], t[1], t[2], t[3])
+#: element sizes of the types a block of one element (f32, f16, i32, ...); 1 for the others
+_ES = {name: (size if block == 1 else 1) for name, (block, size) in TYPE_SIZES.items()}
+
+
+_NB: dict[tuple[Ne, str], Ne] = {}
+
+
+def _contig_nb(ne: Ne, type_: str) -> Ne:
+    """A contiguous tensor's strides (remembered: graphs repeat a few shapes many times)."""
+    key = (ne, type_)
+    nb = _NB.get(key)
+    if nb is None:
+        es = _ES.get(type_, 1)
+        nb1 = es * ne[0]
+        nb2 = nb1 * ne[1]
+        nb = _NB[key] = (es, nb1, nb2, nb2 * ne[2])
+        if len(_NB) > 1 << 16:
+            _NB.clear()
+    return nb
+
+
+def _ne4(ne: Sequence[int]) -> Ne:
+    n = len(ne)
+    if n == 4:
+        return ne if type(ne) is tuple else (ne[0], ne[1], ne[2], ne[3])
+    return (ne[0], ne[1] if n > 1 else 1, ne[2] if n > 2 else 1, 1)
 
 
 class Graph:
@@ -91,43 +158,41 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: list[Tensor] = []
         self.leafs: list[Tensor] = []
-        self._seen: set[int] = set()
+        self._stamp = next(_stamps)
 
     # -------------------------------------------------------------------- tensor creation
-    def new(self, op: str, ne: tuple[int, ...] | list[int], type_: str = "f32",
-            src: tuple[Tensor, ...] = (), name: str = "") -> Tensor:
+    def new(self, op: str, ne: Sequence[int], type_: str = "f32", src: tuple[Tensor, ...] = (),
+            name: str = "") -> Tensor:
         n = _ne4(ne)
-        return Tensor(op, n, type_, _contig_nb(n, type_), tuple(src), name=name)
-
-    def input(self, ne: tuple[int, ...] | list[int], type_: str, name: str = "") -> Tensor:
-        t = self.new("NONE", ne, type_, name=name)
-        t.flags |= FLAG_INPUT
+        t = Tensor(op, n, type_, _contig_nb(n, type_), src)
+        if name:
+            t.name = name
         return t
 
-    def external(self, ne: tuple[int, ...] | list[int], type_: str = "f32", name: str = "",
-                 backend: int = GPU, weight: bool = False) -> Tensor:
-        n = _ne4(ne)
-        return Tensor("NONE", n, type_, _contig_nb(n, type_) if type_ in TYPE_SIZE else (1, 1, 1, 1),
-                      external=True, name=name, backend=backend, weight=weight)
+    def input(self, ne: Sequence[int], type_: str, name: str = "") -> Tensor:
+        return Tensor("NONE", _ne4(ne), type_, _contig_nb(_ne4(ne), type_), flags=FLAG_INPUT, name=name)
 
-    def view(self, a: Tensor, ne: tuple[int, ...], nb: tuple[int, ...] | None = None, offs: int = 0,
+    def external(self, ne: Sequence[int], type_: str = "f32", name: str = "", backend: int = GPU,
+                 weight: bool = False, size: int = -1) -> Tensor:
+        n = _ne4(ne)
+        return Tensor("NONE", n, type_, _contig_nb(n, type_), external=True, name=name, backend=backend,
+                      weight=weight, size=size)
+
+    def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int] | None = None, offs: int = 0,
              op: str = "VIEW") -> Tensor:
         n = _ne4(ne)
         base = a.view_src if a.view_src is not None else a
         if nb is None:
             nbv = _contig_nb(n, a.type)
         else:
-            es = TYPE_SIZE.get(a.type, 1)
-            full = (es,) + tuple(nb) + tuple([0] * 3)
-            nb1 = full[1]
-            nb2 = full[2] if len(nb) > 1 else nb1 * n[1]
-            nb3 = full[3] if len(nb) > 2 else nb2 * n[2]
-            nbv = (es, nb1, nb2, nb3)
-        return Tensor(op, n, a.type, nbv, (a,), view_src=base, view_offs=a.view_offs + offs,
-                      external=base.external)
+            k = len(nb)
+            nb1 = nb[0]
+            nb2 = nb[1] if k > 1 else nb1 * n[1]
+            nbv = (_ES.get(a.type, 1), nb1, nb2, nb[2] if k > 2 else nb2 * n[2])
+        return Tensor(op, n, a.type, nbv, (a,), base, a.view_offs + offs, base.external)
 
     def reshape(self, a: Tensor, *ne: int) -> Tensor:
-        return self.view(a, tuple(ne), op="RESHAPE")
+        return self.view(a, ne, op="RESHAPE")
 
     def permute(self, a: Tensor, *axes: int) -> Tensor:
         ne = [0, 0, 0, 0]
@@ -136,8 +201,8 @@ class Graph:
             ne[ax] = a.ne[i]
             nb[ax] = a.nb[i]
         base = a.view_src if a.view_src is not None else a
-        return Tensor("PERMUTE", _ne4(ne), a.type, (nb[0], nb[1], nb[2], nb[3]), (a,), view_src=base,
-                      view_offs=a.view_offs, external=base.external)
+        return Tensor("PERMUTE", (ne[0], ne[1], ne[2], ne[3]), a.type, (nb[0], nb[1], nb[2], nb[3]), (a,), base,
+                      a.view_offs, base.external)
 
     def transpose(self, a: Tensor) -> Tensor:
         return self.permute(a, 1, 0, 2, 3)
@@ -146,17 +211,18 @@ class Graph:
         """ggml_view_tensor of ``a`` as the result of an op that writes into ``a`` (cpy, set_rows,
         an *_inplace op)."""
         base = a.view_src if a.view_src is not None else a
-        return Tensor(op, a.ne, a.type, a.nb, src, view_src=base, view_offs=a.view_offs, external=base.external)
+        return Tensor(op, a.ne, a.type, a.nb, src, base, a.view_offs, base.external)
 
     # -------------------------------------------------------------------- ops
     def unary(self, a: Tensor, op: str = "UNARY") -> Tensor:
-        return self.new(op, a.ne, a.type, (a,))
+        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a,))
 
     def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
-        return self.new(op, a.ne, a.type, (a, b))
+        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a, b))
 
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
-        return self.new("MUL_MAT", (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b))
+        ne = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
+        return Tensor("MUL_MAT", ne, "f32", _contig_nb(ne, "f32"), (a, b))
 
     def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
         return self.new("GET_ROWS", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), "i32" if a.type == "i32" else "f32", (a, b))
@@ -181,32 +247,33 @@ class Graph:
 
     # -------------------------------------------------------------------- graph
     def expand(self, t: Tensor) -> None:
-        """ggml_build_forward_expand: sources first, left to right, each tensor once."""
-        stack: list[tuple[Tensor, int]] = [(t, 0)]
-        while stack:
-            node, i = stack.pop()
-            if i == 0:
-                if id(node) in self._seen:
-                    continue
-                self._seen.add(id(node))
-            if i < len(node.src):
-                stack.append((node, i + 1))
-                s = node.src[i]
-                if id(s) not in self._seen:
-                    stack.append((s, 0))
-                continue
+        """ggml_build_forward_expand: sources first, left to right, each tensor once
+        (ggml_visit_parents, ggml/src/ggml.c:7245-7311)."""
+        stamp = self._stamp
+        if t.stamp == stamp:
+            return
+        t.stamp = stamp
+        nodes, leafs = self.nodes, self.leafs
+
+        def visit(node: Tensor) -> None:
+            for s in node.src:
+                if s.stamp != stamp:
+                    s.stamp = stamp
+                    visit(s)
             if node.op == "NONE":
-                self.leafs.append(node)
+                leafs.append(node)
             else:
-                self.nodes.append(node)
+                nodes.append(node)
+
+        visit(t)
 
 
 # ======================================================================== ggml-alloc
 
 
 class _DynAllocator:
-    """ggml_dyn_tallocr with one chunk (the CPU and GPU buffer types have no size limit that a
-    compute buffer reaches): free blocks sorted by offset, the last one is the open end."""
+    """ggml_dyn_tallocr with one chunk (the CPU, GPU and RPC buffer types have no size limit that
+    a compute buffer reaches): free blocks sorted by offset, the last one is the open end."""
 
     def __init__(self, alignment: int) -> None:
         self.alignment = alignment
@@ -219,21 +286,21 @@ class _DynAllocator:
 
     def alloc(self, size: int) -> int:
         size = self._align(size)
+        bl = self.blocks
         best = -1
-        best_size = None
-        for i in range(len(self.blocks) - 1):  # best fit among all but the last block
-            bs = self.blocks[i][1]
-            if bs >= size and (best_size is None or bs <= best_size):
+        best_size = 1 << 63
+        for i in range(len(bl) - 1):  # best fit among all but the last block
+            bs = bl[i][1]
+            if size <= bs <= best_size:
                 best, best_size = i, bs
-        if best == -1:
-            best = len(self.blocks) - 1
-        blk = self.blocks[best]
+        blk = bl[best]  # -1: the open end
         off = blk[0]
         blk[0] += size
         blk[1] -= size
         if blk[1] == 0:
-            del self.blocks[best]
-        self.max_size = max(self.max_size, off + size)
+            del bl[best]
+        if off + size > self.max_size:
+            self.max_size = off + size
         return off
 
     def free(self, off: int, size: int) -> None:
@@ -259,19 +326,10 @@ class _DynAllocator:
         bl.insert(j, [off, size])
 
 
-@dataclass
-class _Hn:
-    n_children: int = 0
-    n_views: int = 0
-    allocated: bool = False
-    offset: int = -1
-    buffer: int = 0
-
-
 @dataclass(frozen=True)
 class AllocResult:
     size: int  # the buffer ggml_gallocr_reserve_n sizes: the allocator's high-water mark (buffer 0)
-    #: every buffer's high-water mark (a scheduled graph: :data:`GPU`, :data:`CPU`)
+    #: every buffer's high-water mark (a scheduled graph: one per backend, in the scheduler's order)
     sizes: tuple[int, ...] = ()
 
 
@@ -283,248 +341,124 @@ def _same_layout(a: Tensor, b: Tensor) -> bool:
 AllocSize = Callable[[int, Tensor], int]
 
 
-def allocate(graph: Graph, alignment: int = 32, trace: list[tuple[str, str, int, int, int]] | None = None, *,
-             node_buffer: dict[int, int] | None = None, alignments: tuple[int, ...] | None = None,
+class _GAlloc:
+    """ggml_gallocr: one dynamic allocator per buffer (ggml-alloc.c:589-823)."""
+
+    def __init__(self, alignments: Sequence[int], alloc_size: AllocSize | None) -> None:
+        self.allocs = [_DynAllocator(a) for a in alignments]
+        self.alloc_size = alloc_size
+
+    def size_of(self, buf: int, t: Tensor) -> int:
+        """get_alloc_size of ``t`` in buffer ``buf``; remembered (a tensor lives in one buffer)."""
+        a = t.asize
+        if a < 0:
+            f = self.alloc_size
+            a = t.asize = f(buf, t) if f is not None else t.nbytes
+        return a
+
+    def allocate_node(self, node: Tensor, buf: int) -> None:
+        """ggml_gallocr_allocate_node (ggml-alloc.c:623-689)."""
+        if node.external or node.allocated or node.view_src is not None:
+            return
+        node.allocated = True
+        if node.op in INPLACE_OPS and self._reuse_parent(node):
+            return
+        node.buffer = buf
+        node.offset = self.allocs[buf].alloc(self.size_of(buf, node))
+
+    def _reuse_parent(self, node: Tensor) -> bool:
+        for parent in node.src:
+            # ggml_gallocr_is_own: only a tensor this allocator placed (never a view, a weight or a
+            # cache; ggml-alloc.c:589-591, 640-643); outputs are never overwritten
+            if not parent.allocated or parent.flags & FLAG_OUTPUT or not _same_layout(node, parent):
+                continue
+            if parent.n_children == 1 and parent.n_views == 0:
+                node.offset = parent.offset
+                node.buffer = parent.buffer
+                parent.allocated = False
+                self._free_extra(node, parent)
+                return True
+        return False
+
+    def _free_extra(self, node: Tensor, parent: Tensor) -> None:
+        al = self.allocs[parent.buffer]
+        ps = al._align(self.size_of(parent.buffer, parent))
+        ns = al._align(self.size_of(parent.buffer, node))
+        if ps > ns:
+            al.free(parent.offset + ns, ps - ns)
+
+    def free_node(self, node: Tensor) -> None:
+        if node.flags & FLAG_OUTPUT:
+            return
+        self.allocs[node.buffer].free(node.offset, self.size_of(node.buffer, node))
+        node.allocated = False
+
+    def release_parents(self, node: Tensor) -> None:
+        for parent in node.src:
+            parent.n_children -= 1
+            if parent.n_children or parent.n_views:
+                continue
+            vs = parent.view_src
+            if vs is not None:
+                vs.n_views -= 1
+                if vs.n_views == 0 and vs.n_children == 0 and vs.allocated:
+                    self.free_node(vs)
+            elif parent.allocated:
+                self.free_node(parent)
+
+
+def _reset(graph: Graph) -> None:
+    for t in graph.leafs:
+        t.n_children = t.n_views = 0
+        t.allocated = False
+        t.asize = -1
+    for node in graph.nodes:
+        node.n_children = node.n_views = 0
+        node.allocated = False
+        node.asize = -1
+        for s in node.src:
+            s.n_children = s.n_views = 0
+            s.allocated = False
+            s.asize = -1
+        if node.view_src is not None:
+            node.view_src.n_children = node.view_src.n_views = 0
+            node.view_src.allocated = False
+
+
+def allocate(graph: Graph, alignment: int = 32, *, node_buffer: Sequence[int] | None = None,
+             leaf_buffer: Sequence[int] | None = None, alignments: Sequence[int] | None = None,
              alloc_size: AllocSize | None = None) -> AllocResult:
     """ggml_gallocr_alloc_graph_impl (ggml-alloc.c:718-823): the size ggml_gallocr_reserve_n
     gives each buffer (the dynamic allocators' high-water marks).
 
-    One buffer by default. A scheduled graph (:func:`schedule`) passes ``node_buffer`` (id of a
-    tensor -> its buffer, the scheduler's node and leaf backend ids), one alignment per buffer
-    and the buffer types' ``alloc_size`` (ggml_backend_buft_get_alloc_size: the CUDA buffer type
-    makes a FLASH_ATTN_EXT node larger, :func:`llamarig.plan.cuda_fattn.alloc_size`)."""
-    aligns = alignments or (alignment,)
-    allocs = [_DynAllocator(a) for a in aligns]
-    hn: dict[int, _Hn] = {}
-    bufmap = node_buffer or {}
-
-    def h(t: Tensor) -> _Hn:
-        x = hn.get(id(t))
-        if x is None:
-            x = hn[id(t)] = _Hn()
-        return x
-
-    def size_of(buf: int, t: Tensor) -> int:
-        return alloc_size(buf, t) if alloc_size is not None else t.nbytes
-
-    def is_allocated(t: Tensor) -> bool:
-        return t.external or h(t).allocated
-
-    def allocate_node(node: Tensor, buf: int) -> None:
-        if is_allocated(node) or node.is_view():
-            return
-        hnode = h(node)
-        hnode.allocated = True
-        if node.op in INPLACE_OPS:
-            for parent in node.src:
-                p = h(parent)
-                # ggml_gallocr_is_own: only a tensor this allocator placed (never a view, a
-                # weight or a cache; ggml-alloc.c:589-591, 640-643)
-                if not p.allocated:
-                    continue
-                if parent.flags & FLAG_OUTPUT:
-                    continue
-                if not _same_layout(node, parent):
-                    continue
-                if p.n_children == 1 and p.n_views == 0:
-                    hnode.offset = p.offset
-                    hnode.buffer = p.buffer
-                    p.allocated = False
-                    _free_extra(node, parent, p)
-                    return
-        hnode.buffer = buf
-        hnode.offset = allocs[buf].alloc(size_of(buf, node))
-        if trace is not None:
-            trace.append(("A", node.name or node.op, hnode.offset, size_of(buf, node), allocs[buf].max_size))
-
-    def _free_extra(node: Tensor, parent: Tensor, p: _Hn) -> None:
-        al = allocs[p.buffer]
-        ps = al._align(size_of(p.buffer, parent))
-        ns = al._align(size_of(p.buffer, node))
-        if ps > ns:
-            al.free(p.offset + ns, ps - ns)
-
-    def free_node(node: Tensor) -> None:
-        if node.flags & FLAG_OUTPUT:
-            return
-        x = h(node)
-        allocs[x.buffer].free(x.offset, size_of(x.buffer, node))
-        if trace is not None:
-            trace.append(("F", node.name or node.op, x.offset, size_of(x.buffer, node), allocs[x.buffer].max_size))
-        x.allocated = False
-
-    def buf_of(t: Tensor) -> int:
-        return bufmap.get(id(t), 0)
-
-    for leaf in graph.leafs:
-        allocate_node(leaf, buf_of(leaf))
-    for node in graph.nodes:
-        if node.is_view() and node.op != "NONE":
-            assert node.view_src is not None
-            h(node.view_src).n_views += 1
+    One buffer by default. A scheduled graph (:func:`llamarig.plan.ggml_sched.schedule`) passes
+    the buffer of every node and leaf (the scheduler's node and leaf backend ids), one alignment
+    per buffer and the buffer types' ``alloc_size`` (ggml_backend_buft_get_alloc_size: the CUDA
+    buffer type makes a FLASH_ATTN_EXT node larger, :func:`llamarig.plan.cuda_fattn.alloc_size`)."""
+    _reset(graph)
+    ga = _GAlloc(alignments or (alignment,), alloc_size)
+    nodes = graph.nodes
+    nbuf = node_buffer if node_buffer is not None else [0] * len(nodes)
+    lbuf = leaf_buffer if leaf_buffer is not None else [0] * len(graph.leafs)
+    for leaf, b in zip(graph.leafs, lbuf, strict=True):
+        ga.allocate_node(leaf, b)
+    # count children and views; allocate the graph inputs first (ggml-alloc.c:733-757)
+    for node, b in zip(nodes, nbuf, strict=True):
+        vs = node.view_src
+        if vs is not None and node.op != "NONE":
+            vs.n_views += 1
         if node.flags & FLAG_INPUT:
-            allocate_node(node, buf_of(node))
+            ga.allocate_node(node, b)
         for s in node.src:
-            h(s).n_children += 1
+            s.n_children += 1
             if s.flags & FLAG_INPUT:
-                allocate_node(s, buf_of(node))
-    for node in graph.nodes:
+                ga.allocate_node(s, b)
+    allocate_node, release = ga.allocate_node, ga.release_parents
+    for node, b in zip(nodes, nbuf, strict=True):
         for parent in node.src:
-            allocate_node(parent, buf_of(node))
-        allocate_node(node, buf_of(node))
-        for parent in node.src:
-            p = h(parent)
-            p.n_children -= 1
-            if p.n_children == 0 and p.n_views == 0:
-                if parent.is_view():
-                    vs = parent.view_src
-                    assert vs is not None
-                    vh = h(vs)
-                    vh.n_views -= 1
-                    if vh.n_views == 0 and vh.n_children == 0 and vh.allocated:
-                        free_node(vs)
-                elif p.allocated:
-                    free_node(parent)
-    sizes = tuple(a.max_size for a in allocs)
+            if not (parent.allocated or parent.external or parent.view_src is not None):
+                allocate_node(parent, b)
+        allocate_node(node, b)
+        release(node)
+    sizes = tuple(a.max_size for a in ga.allocs)
     return AllocResult(sizes[0], sizes)
-
-
-# ======================================================================== ggml-backend's scheduler
-
-
-@dataclass
-class Scheduled:
-    """The graph ggml_backend_sched allocates (its ``graph_copy``) and every tensor's buffer."""
-
-    graph: Graph
-    node_buffer: dict[int, int]
-    #: what the scheduler copied from one backend to the other (the split inputs)
-    copies: list[Tensor]
-
-
-def _offload(node: Tensor) -> bool:
-    """ggml_backend_cuda_device_offload_op (ggml-cuda.cu:5739-5758): a batch of at least
-    op_offload_min_batch_size (32) rows; GET_ROWS never."""
-    if node.op == "GET_ROWS":
-        return False
-    if node.op == "MUL_MAT":
-        n = node.ne[1]
-    elif node.op in ("MUL_MAT_ID", "ROPE"):
-        n = node.ne[2]
-    else:
-        n = node.ne[1] * node.ne[2] * node.ne[3]
-    return n >= 32
-
-
-def schedule(graph: Graph) -> Scheduled:
-    """ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp:1215-1745) for one GPU backend
-    and the CPU, with one copy of the inputs (no pipeline parallelism): which backend runs every
-    node, where the graph splits, and the copy of each tensor a split reads from the other
-    backend. The GPU is assumed to run every op of the graph (the qwen35 graphs' ops all have
-    CUDA kernels); an external tensor's buffer is ``Tensor.backend``.
-
-    The result is the graph ggml-alloc sees: per split, for every input a dependency view of the
-    source (so the source is never freed, ggml-backend.cpp:1660-1666) and the copy, allocated at
-    the split's start; then the split's nodes, their sources replaced by the copies."""
-    be: dict[int, int] = {}
-
-    def bid(t: Tensor) -> int:
-        return be.get(id(t), -1)
-
-    # pass 1 (ggml_backend_sched_backend_id_from_cur, ggml-backend.cpp:1059-1120)
-    def from_cur(t: Tensor) -> int:
-        if t.external:
-            return t.backend
-        if t.view_src is not None and t.view_src.external:
-            return t.view_src.backend
-        if t.flags & FLAG_INPUT:
-            return CPU
-        if t.op not in ("ROPE", "FLASH_ATTN_EXT"):
-            for s in t.src:
-                if s.external and s.weight:
-                    if s.backend == CPU and _offload(t):
-                        return GPU
-                    return s.backend
-        return -1
-
-    for leaf in graph.leafs:
-        be[id(leaf)] = from_cur(leaf)
-    for node in graph.nodes:
-        b = from_cur(node)
-        if b != -1:
-            be[id(node)] = b
-    # pass 2: expand the GPU down and up (skipping the CPU), then the rest down and up
-    order = [n for n in graph.nodes if n.op not in VIEW_OPS]
-    for seq, skip_cpu in ((order, True), (order[::-1], True), (order, False), (order[::-1], False)):
-        cur = -1
-        for node in seq:
-            b = bid(node)
-            if b != -1:
-                cur = -1 if (skip_cpu and b == CPU) else b
-            elif cur != -1:
-                be[id(node)] = cur
-    # pass 3: a node still unassigned goes where most of its sources are (first backend on a tie)
-    for node in order:
-        if bid(node) == -1:
-            best, best_n = -1, -1
-            for b in (GPU, CPU):
-                n = sum(1 for s in node.src if (bid(s) if bid(s) != -1 else
-                                                 (bid(s.view_src) if s.view_src is not None else -1)) == b)
-                if n > best_n:
-                    best, best_n = b, n
-            be[id(node)] = best
-    # pass 4: views and unassigned sources
-    for node in graph.nodes:
-        if node.view_src is not None and bid(node) == -1:
-            be[id(node)] = bid(node.view_src)
-        for s in node.src:
-            if bid(s) == -1:
-                be[id(s)] = bid(s.view_src) if s.view_src is not None else bid(node)
-        if bid(node) == -1:
-            be[id(node)] = GPU
-    # pass 5: splits and their inputs (ggml-backend.cpp:1440-1540)
-    splits: list[tuple[int, list[Tensor], list[Tensor]]] = []  # backend, inputs, nodes
-    copies: dict[tuple[int, int], Tensor] = {}
-    made: list[Tensor] = []
-    cur = -1
-    for node in graph.nodes:
-        if node.op in VIEW_OPS:
-            if not splits:
-                splits.append((-1, [], []))
-            splits[-1][2].append(node)
-            continue
-        b = bid(node)
-        if not splits or (splits[-1][0] != b and splits[-1][0] != -1):
-            splits.append((b, [], []))
-        elif splits[-1][0] == -1:
-            splits[-1] = (b, splits[-1][1], splits[-1][2])
-        cur = b
-        new_src = []
-        for s in node.src:
-            sb = bid(s)
-            if sb != cur:
-                key = (id(s), cur)
-                cp = copies.get(key)
-                if cp is None:
-                    cp = Tensor("NONE", s.ne, s.type, s.nb, name=f"{s.name or s.op}#copy")
-                    copies[key] = cp
-                    be[id(cp)] = cur
-                    splits[-1][1].append(s)
-                    made.append(cp)
-                new_src.append(cp)
-            else:
-                new_src.append(s)
-        node.src = tuple(new_src)
-        splits[-1][2].append(node)
-    out = Graph()
-    out.leafs = list(graph.leafs)
-    for b, inputs, nodes in splits:
-        for s in inputs:
-            base = s.view_src if s.view_src is not None else s
-            dep = Tensor("VIEW", s.ne, s.type, s.nb, (s,), view_src=base, view_offs=s.view_offs,
-                         external=base.external)
-            be[id(dep)] = bid(s)
-            out.nodes.append(dep)
-            out.nodes.append(copies[(id(s), b)])
-        out.nodes.extend(nodes)
-    return Scheduled(out, be, made)

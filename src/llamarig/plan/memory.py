@@ -16,6 +16,7 @@ Sources in the vendored tree (paths relative to it):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -353,8 +354,17 @@ class WeightSplit:
 
 def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int | None:
     """-ot / --cpu-moe / --n-cpu-moe: buffer type for a tensor (first match wins,
-    llama-model-loader / common.cpp)."""
-    for pat, buft in cfg.override_tensor:
+    llama-model-loader / common.cpp). Remembered: a plan asks for every tensor several times, and
+    --fit and the optimiser replan the same model dozens of times."""
+    if not (cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn):
+        return None
+    return _override_cached(name, cfg.override_tensor, cfg.cpu_moe, cfg.n_cpu_moe, cfg.n_cpu_ffn, tuple(gpu_names))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _override_cached(name: str, override_tensor: tuple[tuple[str, str], ...], cpu_moe: bool, n_cpu_moe: int,
+                     n_cpu_ffn: int, gpu_names: tuple[str, ...]) -> int | None:
+    for pat, buft in override_tensor:
         if re.search(pat, name):
             b = buft.upper()
             if b.startswith("CPU"):
@@ -363,17 +373,27 @@ def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int
                 if b == g.upper():
                     return i
             raise InputError(_("-ot {pat}={buft}: unknown buffer type (devices: CPU, {gpu_names})").format(pat=pat, buft=buft, gpu_names=', '.join(gpu_names) or 'none'))
-    if cfg.cpu_moe and re.search(FFN_EXPS_RE, name):
+    if cpu_moe and re.search(FFN_EXPS_RE, name):
         return -1
-    if cfg.n_cpu_moe:
+    if n_cpu_moe:
         m = _BLK_RE.match(name)
-        if m and int(m.group(1)) < cfg.n_cpu_moe and re.search(FFN_EXPS_RE, name):
+        if m and int(m.group(1)) < n_cpu_moe and re.search(FFN_EXPS_RE, name):
             return -1
-    if cfg.n_cpu_ffn:  # llm_add_n_cpu_ffn_overrides: blk.<i> + LLM_FFN_DENSE_REGEX, i < N
+    if n_cpu_ffn:  # llm_add_n_cpu_ffn_overrides: blk.<i> + LLM_FFN_DENSE_REGEX, i < N
         m = _BLK_RE.match(name)
-        if m and int(m.group(1)) < cfg.n_cpu_ffn and re.search(FFN_DENSE_RE, name):
+        if m and int(m.group(1)) < n_cpu_ffn and re.search(FFN_DENSE_RE, name):
             return -1
     return None
+
+
+def tensor_overrides(spec: ModelSpec, cfg: ServerConfig, gpu_names: Sequence[str]) -> dict[str, int]:
+    """The tensors -ot / --cpu-moe / --n-cpu-moe / --n-cpu-ffn move: name -> device (-1 = CPU)."""
+    out = {}
+    for t in spec.tensors:
+        d = _override_dev(t.name, cfg, gpu_names)
+        if d is not None:
+            out[t.name] = d
+    return out
 
 
 def cuda_alloc_bytes(t: object) -> int:

@@ -142,11 +142,21 @@ def _buffer_line(cur: ContextLog, line: str) -> None:
         cur.params.setdefault(m.group(1), m.group(2))
 
 
+#: the lines --fit prints when it is done (common/fit.cpp:893-902, trace level: -lv 4)
+_FIT_END = "common_fit_params: "
+
+
 def parse_memory_log(text: str) -> ServerMemoryLog:
     out = ServerMemoryLog()
     cur: ContextLog | None = None
     pending_kind = "kv"
     for line in text.splitlines():
+        if _FIT_END in line:
+            # --fit's dry runs (common/fit.cpp) log zero-sized weights and a context of their own
+            # before the real load: what came before its last line is not the server's memory
+            out = ServerMemoryLog()
+            cur = None
+            continue
         if MEM_CONSTRUCT.search(line):
             cur = ContextLog()
             out.contexts.append(cur)

@@ -1,7 +1,7 @@
 """Assemble a Plan: memory per device and host RAM, each figure with its formula.
 
 The planner runs the component estimators (llamarig.plan.estimators) in order on one
-``Layout`` and posts what each returns into a ``MemoryLines``; then --fit's replay
+``PlanLayout`` and posts what each returns into a ``MemoryLines``; then --fit's replay
 (estimators.fit) may re-plan with the settings llama-server would really run::
 
     PlanInputs -> layout -> weights, kv, recurrent, compute, draft (MTP, -md), mmproj,
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import Layout, MemoryLines
+from llamarig.plan.estimators.base import PlanLayout, MemoryLines
 from llamarig.plan.estimators.budget import budget
 from llamarig.plan.estimators.compute import estimate_compute_buffers
 from llamarig.plan.estimators.draft import estimate_draft_model, estimate_mtp
@@ -43,7 +43,7 @@ def make_plan(inp: PlanInputs) -> Plan:
     return apply_fit(inp, plan, plan_once)
 
 
-def _post_estimates(lay: Layout, ledger: MemoryLines) -> tuple[tuple[int, ...], int]:
+def _post_estimates(lay: PlanLayout, ledger: MemoryLines) -> tuple[tuple[int, ...], int]:
     """Every estimator's figures, in table order; (the model's bytes per device as fit.cpp sums
     them, the bytes of one context checkpoint)."""
     weights = estimate_weights(lay)

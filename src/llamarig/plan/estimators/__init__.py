@@ -1,6 +1,6 @@
 """The planner's component estimators: one module per part of a llama-server's memory.
 
-Each estimator reads the resolved :class:`~llamarig.plan.estimators.base.Layout` (the model, the
+Each estimator reads the resolved :class:`~llamarig.plan.estimators.base.PlanLayout` (the model, the
 settings, the devices and where each layer sits) and returns an
 :class:`~llamarig.plan.estimators.base.Contribution`: the memory ``Line``s it adds, per device or on
 the host, and its ``Diagnostic``s (code, severity, message). ``plan.planner`` runs them in order

@@ -1,4 +1,4 @@
-"""What every estimator reads (``Layout``), what it returns (``Contribution``), and the ``MemoryLines``
+"""What every estimator reads (``PlanLayout``), what it returns (``Contribution``), and the ``MemoryLines``
 the planner posts estimates into."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Contribution:
 
 
 @dataclass(frozen=True)
-class Layout:
+class PlanLayout:
     """The resolved inputs every estimator reads: the model, the settings of this plan (a --fit
     trial's, or the user's), the devices in llama.cpp's order and where each layer sits."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.i18n import _
-from llamarig.plan.estimators.base import Layout, MemoryLines
+from llamarig.plan.estimators.base import PlanLayout, MemoryLines
 from llamarig.plan.result import DevicePlan, HostPlan
 from llamarig.units import GiB, fmt_bytes
 
@@ -54,7 +54,7 @@ def _shortfalls(devs: tuple[DevicePlan, ...], host: HostPlan) -> list[Diagnostic
     return out
 
 
-def budget(lay: Layout, ledger: MemoryLines) -> Budget:
+def budget(lay: PlanLayout, ledger: MemoryLines) -> Budget:
     gpus = lay.gpus
     devs = tuple(DevicePlan(lay.gpu_names[i], g.name, g.memory_bytes or None, ledger.devices[i])
                  for i, g in enumerate(gpus))

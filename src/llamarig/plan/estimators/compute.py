@@ -1,10 +1,11 @@
 """Compute buffers and the output (logits) buffer: a thin adapter over plan/compute.py (the
-calibrated phase model, the replay of llama.cpp's qwen35 graphs through ggml-alloc and
-ggml-backend's scheduler, pipeline parallelism), which decides every figure; this module only
-says which device gets which buffer."""
+replay of llama.cpp's graphs through ggml-backend's scheduler on every device, the calibrated
+phase model where the replay does not cover the setup, pipeline parallelism), which decides
+every figure; this module only says which device gets which buffer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llamarig.diagnostics import info
@@ -12,14 +13,16 @@ from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.plan import memory as M
 from llamarig.plan.compute import (
     ComputeEstimate,
+    DeviceCompute,
     PipelineParallel,
     estimate_compute,
     host_inputs,
     host_pipeline_extra,
     pipeline_extra,
     pipeline_parallel,
+    replayed_buffers,
 )
-from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Contribution, Entry, PlanLayout, entry, mib
 from llamarig.units import MiB
 
 #: the CUDA compute capability taken for a GPU the catalogue has none for (Ada, 8.9: the kernel
@@ -40,7 +43,7 @@ class CudaTarget:
     note: str
 
 
-def cuda_target(lay: Layout) -> CudaTarget:
+def cuda_target(lay: PlanLayout) -> CudaTarget:
     cfg, gpus, placement = lay.cfg, lay.gpus, lay.placement
     one_cuda = (lay.n_dev == 1 and gpus[0].backend == "CUDA" and lay.kv_on_gpu and placement.output_dev == 0
                 and all(d == 0 for d in placement.layer_dev)
@@ -53,14 +56,38 @@ def cuda_target(lay: Layout) -> CudaTarget:
     return CudaTarget(cc or DEFAULT_CUDA_CC, note)
 
 
-def n_outputs_max(lay: Layout) -> int:
+def n_outputs_max(lay: PlanLayout) -> int:
     """The most logits rows a batch asks for: every slot, and the draft tokens of a draft-* type."""
     cfg, ctx = lay.cfg, lay.ctx
     n_draft = cfg.spec_draft_n_max if any(t.startswith("draft-") for t in cfg.spec_types) else 0
     return min(ctx.n_batch, ctx.n_parallel * (1 + n_draft))
 
 
-def _pipeline(lay: Layout) -> PipelineParallel:
+def replayed_entries(rb: DeviceCompute, names: tuple[str, ...], comp: str, what: str,
+                     always: tuple[int, ...] | list[int] = (), device: Callable[[int], int] = lambda i: i
+                     ) -> list[Entry]:
+    """A context's replayed compute buffers as plan lines: each device's (when it has one, or
+    holds layers: ``always``) and the CPU backend's; ``device`` maps the context's device index to
+    the plan's (a draft model's own devices)."""
+    out = [entry(device(i), comp, rb.devices[i], f"{what}{rb.formula}: {mib(rb.devices[i])} on {name}", rb.method)
+           for i, name in enumerate(names) if rb.devices[i] or i in always]
+    out.append(entry(HOST, comp, rb.host, f"{what}{rb.formula}: {mib(rb.host)} on the CPU backend (graph inputs, the "
+                     "token embeddings' rows, layers kept on the CPU)", rb.method))
+    return out
+
+
+def replay(lay: PlanLayout, n_out: int, cache_types: tuple[str, str], mtp: bool = False) -> DeviceCompute | None:
+    """The target context's (``mtp``: the MTP context's) compute buffers replayed through
+    ggml-backend's scheduler on every device, None where the replay does not cover the setup."""
+    cfg, spec = lay.cfg, lay.spec
+    return replayed_buffers(spec, lay.ctx, n_out, placement=lay.placement, gpus=lay.gpus,
+                            overrides=M.tensor_overrides(spec, cfg, lay.placement.devices),
+                            n_copies=_pipeline(lay).n_copies,
+                            full_offload=cfg.n_gpu_layers < 0 or cfg.n_gpu_layers > spec.n_layer,
+                            cache_types=cache_types, mtp=mtp, split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
+
+
+def _pipeline(lay: PlanLayout) -> PipelineParallel:
     """Several GPUs, everything offloaded, layer split: the scheduler keeps 4 copies of each
     stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py)."""
     cfg = lay.cfg
@@ -71,7 +98,7 @@ def _pipeline(lay: Layout) -> PipelineParallel:
         backends=tuple(g.backend for g in lay.gpus))
 
 
-def _offload_copies(lay: Layout, first_gpu: int) -> list[Entry]:
+def _offload_copies(lay: PlanLayout, first_gpu: int) -> list[Entry]:
     """Op offload: matmuls whose weights stay in host memory run on the GPU for prompt batches
     (ggml-cuda.cu get_op_batch_size >= 32; ggml-backend sched copies the weight into the GPU's
     compute buffer). About two such copies are alive at once."""
@@ -84,7 +111,7 @@ def _offload_copies(lay: Layout, first_gpu: int) -> list[Entry]:
                   f"({' + '.join(mib(x) for x in top)})", "modelled")]
 
 
-def _gpu_entries(lay: Layout, est: ComputeEstimate, method: str, note: str, gpu_with_layers: list[int],
+def _gpu_entries(lay: PlanLayout, est: ComputeEstimate, method: str, note: str, gpu_with_layers: list[int],
                  pp: PipelineParallel, n_out: int) -> list[Entry]:
     spec, ctx, placement = lay.spec, lay.ctx, lay.placement
     out: list[Entry] = []
@@ -108,27 +135,39 @@ def _gpu_entries(lay: Layout, est: ComputeEstimate, method: str, note: str, gpu_
     return out
 
 
-def estimate_compute_buffers(lay: Layout) -> Contribution:
-    """The compute buffer of every device with layers (or the host's, CPU only), the pipeline's
-    extra copies, the host's inputs, and the logits buffer."""
-    spec, cfg, ctx, gpus = lay.spec, lay.cfg, lay.ctx, lay.gpus
-    n_out = n_outputs_max(lay)
+def _modelled(lay: PlanLayout, n_out: int, gpu_with_layers: list[int], pp: PipelineParallel) -> list[Entry]:
+    """Where the replay does not cover the setup: the phase model (or one CUDA GPU's qwen35
+    replay), its pipeline copies and host inputs."""
+    cfg, gpus = lay.cfg, lay.gpus
     cuda_q = None
     if any(g.backend == "CUDA" for g in gpus) and (TYPE_SIZES[cfg.cache_type_k][0] > 1
                                                   or TYPE_SIZES[cfg.cache_type_v][0] > 1):
         cuda_q = (cfg.cache_type_k, cfg.cache_type_v)
     target = cuda_target(lay)
-    est = estimate_compute(spec, ctx, n_out, cuda_quant_kv=cuda_q, cache_types=(cfg.cache_type_k, cfg.cache_type_v),
-                           cuda_cc=target.cc)
+    est = estimate_compute(lay.spec, lay.ctx, n_out, cuda_quant_kv=cuda_q,
+                           cache_types=(cfg.cache_type_k, cfg.cache_type_v), cuda_cc=target.cc)
     scheduled = est.host_bytes is not None
     method = (est.method if not target.note else "modelled") if scheduled else "modelled"
+    if gpu_with_layers:
+        return _gpu_entries(lay, est, method, target.note, gpu_with_layers, pp, n_out)
+    return [entry(HOST, "compute", est.bytes, est.formula, est.method)]
+
+
+def estimate_compute_buffers(lay: PlanLayout) -> Contribution:
+    """The compute buffer of every device with layers (or the host's, CPU only): replayed
+    through ggml-backend's scheduler where the replay covers the setup (RPC servers, CUDA GPUs,
+    the CPU alone), else the phase model with the pipeline's extra copies and the host's inputs;
+    and the logits buffer."""
+    spec, cfg, ctx = lay.spec, lay.cfg, lay.ctx
+    n_out = n_outputs_max(lay)
     gpu_with_layers = [i for i in range(lay.n_dev) if lay.layers_on(i) or lay.placement.output_dev == i]
     pp = _pipeline(lay)
     diags = (info(PIPELINE_PARALLEL, pp.reason),) if lay.n_dev > 1 else ()
-    if gpu_with_layers:
-        entries = _gpu_entries(lay, est, method, target.note, gpu_with_layers, pp, n_out)
+    rb = replay(lay, n_out, (cfg.cache_type_k, cfg.cache_type_v))
+    if rb is not None:
+        entries = replayed_entries(rb, lay.gpu_names, "compute", "", gpu_with_layers)
     else:
-        entries = [entry(HOST, "compute", est.bytes, est.formula, est.method)]
+        entries = _modelled(lay, n_out, gpu_with_layers, pp)
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
     entries.append(entry(HOST, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} "
                          f"x n_seq_max {ctx.n_parallel} x 4 B"))

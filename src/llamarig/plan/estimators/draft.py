@@ -11,10 +11,10 @@ from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.compute import estimate_compute
+from llamarig.plan.compute import estimate_compute, pipeline_parallel, replayed_buffers
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
-from llamarig.plan.estimators.compute import cuda_target
+from llamarig.plan.estimators.base import HOST, Contribution, Entry, PlanLayout, entry, mib
+from llamarig.plan.estimators.compute import cuda_target, replay, replayed_entries
 from llamarig.plan.estimators.layout import devices, uses_mmap
 from llamarig.plan.estimators.weights import host_weights
 from llamarig.units import MiB
@@ -30,7 +30,7 @@ class MTPEstimate:
     device: int | None
 
 
-def estimate_mtp(lay: Layout) -> MTPEstimate:
+def estimate_mtp(lay: PlanLayout) -> MTPEstimate:
     """The MTP draft context: KV of the nextn layers, its logits and its compute buffer."""
     spec, cfg, ctx = lay.spec, lay.cfg, lay.ctx
     diags: tuple[Diagnostic, ...] = ()
@@ -51,6 +51,10 @@ def estimate_mtp(lay: Layout) -> MTPEstimate:
     out.append(entry(HOST, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
                      "MTP context logits n_vocab x n_parallel x 4 B"))
     mdev = lay.kv_device(mtp[0].layer)
+    mb = replay(lay, ctx.n_parallel, (cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=True)
+    if mb is not None:
+        out += replayed_entries(mb, lay.gpu_names, "draft", "MTP context compute: ")
+        return MTPEstimate(Contribution(tuple(out), diags), mdev)
     target = cuda_target(lay)
     dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
                             cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
@@ -82,7 +86,7 @@ def _draft_cfg(cfg: ServerConfig) -> ServerConfig:
         no_kv_offload=cfg.no_kv_offload, spec_types=cfg.spec_types)
 
 
-def _draft_kv(lay: Layout, d: ModelSpec, placement: M.Placement, d_names: tuple[str, ...],
+def _draft_kv(lay: PlanLayout, d: ModelSpec, placement: M.Placement, d_names: tuple[str, ...],
               index: dict[str, int]) -> list[Entry]:
     """The draft's KV follows its layers, n_ctx cells per layer (-ctkd/-ctvd)."""
     cfg, ctx = lay.base_cfg, lay.ctx
@@ -102,7 +106,7 @@ def _draft_kv(lay: Layout, d: ModelSpec, placement: M.Placement, d_names: tuple[
     return out
 
 
-def estimate_draft_model(lay: Layout) -> DraftEstimate:
+def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
     """A separate draft model (-md): its own layer placement from -ngld, -devd (default: follows
     -dev), -otd/-cmoed/-ncmoed, and the user's -ts/-sm/-mg (common/speculative.cpp:2536-2551).
     Its KV follows its layers, n_ctx cells per layer (-ctkd/-ctvd)."""
@@ -138,6 +142,21 @@ def estimate_draft_model(lay: Layout) -> DraftEstimate:
     # the draft model's own llama_context reserves its compute buffer like the target's (the
     # server creates it even without --spec-type; seen in build 11434's -lv 4 log: a second
     # "sched_reserve: ... compute buffer size"), on the device of its first offloaded layer
+    # RPC servers, CUDA GPUs or the CPU: its graph replayed on its own devices (plan/compute.py)
+    pp = pipeline_parallel(
+        n_devices=len(devs.gpus), n_gpu_layers=placement.n_gpu_layers, n_layer_all=len(d.layers),
+        split_mode=dcfg.split_mode, offload_kqv=not cfg.no_kv_offload,
+        tensor_overrides=bool(dcfg.override_tensor or dcfg.cpu_moe or dcfg.n_cpu_moe),
+        backends=tuple(g.backend for g in devs.gpus))
+    rb = replayed_buffers(d, ctx, ctx.n_parallel, placement=placement, gpus=devs.gpus,
+                          overrides=M.tensor_overrides(d, dcfg, placement.devices), n_copies=pp.n_copies,
+                          full_offload=dcfg.n_gpu_layers < 0 or dcfg.n_gpu_layers > d.n_layer,
+                          cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
+                          split_mode=dcfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
+    if rb is not None:
+        out += replayed_entries(rb, devs.names, "draft", "draft model context compute: ",
+                                device=lambda i: index[devs.names[i]] if i >= 0 else HOST)
+        return DraftEstimate(Contribution(tuple(out)), tuple(on_dev))
     gpu_js = [j for j in range(len(devs.names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
                             gpu=bool(gpu_js) and d.mtp_sidecar,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from llamarig.diagnostics import Diagnostic, warning
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Contribution, Entry, PlanLayout, entry, mib
 from llamarig.units import MiB
 
 #: a diagnostic code: --cache-ram -1
@@ -22,7 +22,7 @@ class HostExtras:
     checkpoint_bytes: int
 
 
-def checkpoint(lay: Layout) -> tuple[int, str]:
+def checkpoint(lay: PlanLayout) -> tuple[int, str]:
     """One context checkpoint's bytes and formula: a hybrid model's recurrent state, or an SWA
     model's unmasked window, plus the MTP context's KV; (0, "") when none is kept."""
     spec, cfg, ctx = lay.spec, lay.cfg, lay.ctx
@@ -46,7 +46,7 @@ def checkpoint(lay: Layout) -> tuple[int, str]:
     return ckpt, formula
 
 
-def estimate_host_extras(lay: Layout) -> HostExtras:
+def estimate_host_extras(lay: PlanLayout) -> HostExtras:
     cfg, ctx = lay.cfg, lay.ctx
     out: list[Entry] = []
     diags: list[Diagnostic] = []

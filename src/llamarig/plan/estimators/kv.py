@@ -4,10 +4,10 @@ device of their layer, or the host with -nkvo (llama-kv-cache.cpp)."""
 from __future__ import annotations
 
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import Entry, Contribution, Layout, entry, mib
+from llamarig.plan.estimators.base import Contribution, Entry, PlanLayout, entry, mib
 
 
-def estimate_kv(lay: Layout) -> Contribution:
+def estimate_kv(lay: PlanLayout) -> Contribution:
     spec, cfg, ctx = lay.spec, lay.cfg, lay.ctx
     kvl = M.kv_layers(spec, ctx, cfg.cache_type_k, cfg.cache_type_v)
     out: list[Entry] = []
@@ -29,7 +29,7 @@ def estimate_kv(lay: Layout) -> Contribution:
     return Contribution(tuple(out))
 
 
-def kv_bytes_per_token(lay: Layout) -> int:
+def kv_bytes_per_token(lay: PlanLayout) -> int:
     """KV bytes one token adds across all layers (the plan's headline figure)."""
     cfg = lay.cfg
     return M.kv_bytes_per_token(lay.spec, cfg.cache_type_k, cfg.cache_type_v, lay.ctx.flash_attn)

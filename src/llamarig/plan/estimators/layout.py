@@ -1,4 +1,4 @@
-"""The devices a plan has, in llama.cpp's order, and the ``Layout`` every estimator reads."""
+"""The devices a plan has, in llama.cpp's order, and the ``PlanLayout`` every estimator reads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import Layout
+from llamarig.plan.estimators.base import PlanLayout
 from llamarig.plan.result import PlanInputs
 from llamarig.plan.rpc import UNKNOWN_RPC_SHARE, rpc_devices
 
@@ -79,13 +79,13 @@ def uses_mmap(cfg: ServerConfig) -> bool:
     return cfg.load_mode in ("auto", "mmap", "mmap+mlock")
 
 
-def layout(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Layout:
-    """The Layout of ``inp``: its context, devices and layer placement (llama-model.cpp's
+def layout(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> PlanLayout:
+    """The PlanLayout of ``inp``: its context, devices and layer placement (llama-model.cpp's
     split, memory.place_layers)."""
     spec, cfg = inp.spec, inp.cfg
     M.check_kv_types(spec, cfg)
     ctx = M.resolve_context(spec, cfg)
     devs = devices(inp.hardware, cfg)
     placement = M.place_layers(spec, cfg, devs.names, devs.free)
-    return Layout(inp, base_cfg or cfg, ctx, devs.names, devs.gpus, placement,
+    return PlanLayout(inp, base_cfg or cfg, ctx, devs.names, devs.gpus, placement,
                   inp.hardware.cpu or DEFAULT_FEATURES, uses_mmap(cfg), devs.diagnostics)

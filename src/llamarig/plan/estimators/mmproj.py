@@ -4,10 +4,10 @@ catalogue."""
 
 from __future__ import annotations
 
-from llamarig.plan.estimators.base import HOST, Contribution, Layout, entry
+from llamarig.plan.estimators.base import HOST, Contribution, PlanLayout, entry
 
 
-def estimate_mmproj(lay: Layout) -> Contribution:
+def estimate_mmproj(lay: PlanLayout) -> Contribution:
     mm = lay.inp.mmproj
     if mm is None:
         return Contribution()

@@ -3,7 +3,7 @@ catalogue's, or --overhead), and the MTP context's own CUDA backend."""
 
 from __future__ import annotations
 
-from llamarig.plan.estimators.base import Entry, Contribution, Layout, entry
+from llamarig.plan.estimators.base import Contribution, Entry, PlanLayout, entry
 from llamarig.units import MiB
 
 #: process memory the MTP draft context adds on a CUDA GPU beyond its logged buffers (one run:
@@ -11,7 +11,7 @@ from llamarig.units import MiB
 MTP_CUDA_OVERHEAD = 24 * MiB
 
 
-def estimate_overhead(lay: Layout, mtp_device: int | None) -> Contribution:
+def estimate_overhead(lay: PlanLayout, mtp_device: int | None) -> Contribution:
     """``mtp_device``: where the MTP draft context runs (draft.estimate_mtp), None without one."""
     out: list[Entry] = []
     for i, g in enumerate(lay.gpus):

@@ -4,10 +4,10 @@ speculative decoding keeps (llama-memory-recurrent.cpp)."""
 from __future__ import annotations
 
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import Entry, Contribution, Layout, entry
+from llamarig.plan.estimators.base import Contribution, Entry, PlanLayout, entry
 
 
-def estimate_recurrent(lay: Layout) -> Contribution:
+def estimate_recurrent(lay: PlanLayout) -> Contribution:
     spec, ctx = lay.spec, lay.ctx
     rps = M.recurrent_bytes_per_seq(spec)
     r = spec.recurrent

@@ -4,7 +4,7 @@ estimate with its range), and the range of a modelled GPU compute buffer."""
 
 from __future__ import annotations
 
-from llamarig.plan.estimators.base import Entry, Layout, MemoryLines, mib
+from llamarig.plan.estimators.base import Entry, PlanLayout, MemoryLines, mib
 from llamarig.plan.result import Line
 
 #: how far a bits-per-weight file size can be off: the UD-Q4_K_XL estimate of Qwen3.8-27B was
@@ -35,7 +35,7 @@ def head_split(n: int, ts: list[float]) -> list[int]:
     return out
 
 
-def tensor_split(lay: Layout, ledger: MemoryLines) -> list[Entry]:
+def tensor_split(lay: PlanLayout, ledger: MemoryLines) -> list[Entry]:
     """-sm tensor wraps the GPUs in one meta device and splits every tensor along its head axis
     (src/llama-model.cpp:831-866): device j gets heads [high(j-1), high(j)) with
     high(j) = n * scan(ts)[j] / scan(ts)[-1], or n * (j+1) / n_dev when -ts is unset or all
@@ -69,7 +69,7 @@ def tensor_split(lay: Layout, ledger: MemoryLines) -> list[Entry]:
     return out
 
 
-def weights_origin(lay: Layout, ledger: MemoryLines) -> list[Entry]:
+def weights_origin(lay: PlanLayout, ledger: MemoryLines) -> list[Entry]:
     """A catalogue model's weights: from a published file size (modelled: spread over the
     tensors, or from the catalogue's tensor types), or estimated with a range."""
     origin = lay.spec.origin
@@ -95,7 +95,7 @@ def weights_origin(lay: Layout, ledger: MemoryLines) -> list[Entry]:
     return out
 
 
-def gpu_compute_range(lay: Layout, ledger: MemoryLines) -> list[Entry]:
+def gpu_compute_range(lay: PlanLayout, ledger: MemoryLines) -> list[Entry]:
     """A modelled GPU compute buffer is shown with its range (GPU_COMPUTE_SPREAD)."""
     out: list[Entry] = []
     for i, g in enumerate(lay.gpus):

@@ -8,7 +8,7 @@ import re
 from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.estimators.base import Layout
+from llamarig.plan.estimators.base import PlanLayout
 from llamarig.plan.flash_attn import kv_path
 
 #: diagnostic codes
@@ -25,7 +25,7 @@ CPU_MOE_DENSE = "cpu-moe-dense"
 TS_NO_GPUS = "ts-no-gpus"
 
 
-def _context(lay: Layout) -> list[Diagnostic]:
+def _context(lay: PlanLayout) -> list[Diagnostic]:
     spec, cfg, ctx = lay.spec, lay.cfg, lay.ctx
     out: list[Diagnostic] = []
     if ctx.n_ctx_seq > (spec.n_ctx_train or ctx.n_ctx_seq):
@@ -45,7 +45,7 @@ def _context(lay: Layout) -> list[Diagnostic]:
     return out
 
 
-def _placement(lay: Layout) -> list[Diagnostic]:
+def _placement(lay: PlanLayout) -> list[Diagnostic]:
     spec, cfg, n_dev = lay.spec, lay.cfg, lay.n_dev
     out: list[Diagnostic] = []
     if n_dev and any(g.backend == "CUDA" for g in lay.gpus) and "iq4_nl" in (cfg.cache_type_k, cfg.cache_type_v) \
@@ -59,7 +59,7 @@ def _placement(lay: Layout) -> list[Diagnostic]:
     return out
 
 
-def _no_effect(lay: Layout) -> list[Diagnostic]:
+def _no_effect(lay: PlanLayout) -> list[Diagnostic]:
     spec, cfg, n_dev = lay.spec, lay.cfg, lay.n_dev
     out: list[Diagnostic] = []
     if cfg.tensor_split and len(cfg.tensor_split) != n_dev and n_dev:
@@ -83,5 +83,5 @@ def _no_effect(lay: Layout) -> list[Diagnostic]:
     return out
 
 
-def settings_diagnostics(lay: Layout) -> tuple[Diagnostic, ...]:
+def settings_diagnostics(lay: PlanLayout) -> tuple[Diagnostic, ...]:
     return (*_context(lay), *_placement(lay), *_no_effect(lay))

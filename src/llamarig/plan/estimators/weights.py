@@ -14,7 +14,7 @@ from llamarig.hardware.types import GPU
 from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import HOST, Entry, Contribution, Layout, entry, mib
+from llamarig.plan.estimators.base import HOST, Contribution, Entry, PlanLayout, entry, mib
 from llamarig.plan.result import Line
 from llamarig.units import fmt_bytes
 
@@ -96,7 +96,7 @@ class WeightsEstimate:
     host: Line
 
 
-def _device_entries(lay: Layout, ws: M.WeightSplit) -> list[Entry]:
+def _device_entries(lay: PlanLayout, ws: M.WeightSplit) -> list[Entry]:
     out = []
     for i, g in enumerate(lay.gpus):
         out_note = " + output layer" if lay.placement.output_dev == i else ""
@@ -109,7 +109,7 @@ def _device_entries(lay: Layout, ws: M.WeightSplit) -> list[Entry]:
     return out
 
 
-def _buffer_diagnostics(lay: Layout, ws: M.WeightSplit, host_w: Line) -> list[Diagnostic]:
+def _buffer_diagnostics(lay: PlanLayout, ws: M.WeightSplit, host_w: Line) -> list[Diagnostic]:
     spec, cfg, cpu, n_dev = lay.spec, lay.cfg, lay.cpu, lay.n_dev
     out: list[Diagnostic] = []
     if not n_dev or cfg.no_host:
@@ -141,7 +141,7 @@ def _buffer_diagnostics(lay: Layout, ws: M.WeightSplit, host_w: Line) -> list[Di
     return out
 
 
-def estimate_weights(lay: Layout) -> WeightsEstimate:
+def estimate_weights(lay: PlanLayout) -> WeightsEstimate:
     spec, cfg = lay.spec, lay.cfg
     ws = M.split_weights(spec, cfg, lay.placement, [g.buffer_backend in ("CUDA", "ROCm") for g in lay.gpus])
     on_gpus = sum(lay.layers_on(i) for i in range(lay.n_dev))

@@ -1,0 +1,301 @@
+"""Compute buffers replayed: llama.cpp's graph (:mod:`llamarig.plan.graphs`), ggml-backend's
+scheduler (:mod:`llamarig.plan.ggml_sched`) and ggml-alloc (:mod:`llamarig.plan.ggml_graph`) run
+as ``sched_reserve`` runs them (src/llama-context.cpp:616-746): the prompt graph, the
+one-token-per-sequence graph, the prompt graph again; ggml-alloc only ever grows a buffer
+(ggml-alloc.c:906-940), so each backend's compute buffer is the larger of the two graphs' high-water
+marks on it.
+
+A replay of a 64-layer trunk costs tens of milliseconds, and the optimiser and --fit ask for the
+same graphs many times: results are remembered by the model's shape and the reservation, and a
+trunk whose layers repeat is replayed on two cuts of it (:func:`cut_layouts`).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from llamarig.gguf.ggml_types import TYPE_SIZES
+from llamarig.gguf.spec import ModelSpec
+from llamarig.plan import cuda_fattn
+from llamarig.plan.ggml_graph import Tensor, allocate
+from llamarig.plan.ggml_sched import Backend, schedule
+from llamarig.plan.graphs import GraphParams, Layout, build_graph
+from llamarig.plan.memory import ContextLayout
+
+__all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "replay",
+           "replay_graph", "token_graph"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything about a context's reservation but the graph's size: where tensors live, the
+    scheduler's backends (the CPU last), its number of input copies (4 with pipeline parallelism,
+    src/llama-context.cpp:431-457) and whether ops may move to a GPU for their weights
+    (cparams.op_offload)."""
+
+    layout: Layout
+    backends: tuple[Backend, ...]
+    n_copies: int = 1
+    op_offload: bool = True
+
+    @staticmethod
+    def cpu_only(n_layer: int) -> Setup:
+        """The whole context on the CPU backend: one buffer."""
+        return Setup(Layout.single(n_layer), (Backend("CPU"),))
+
+
+def graph_params(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, type_k: str, type_v: str) -> GraphParams:
+    """The prompt reservation of sched_reserve (llama-context.cpp:620-746, graph_reserve at
+    2527-2534): n_seq_max sequences, n_tokens = min(n_ctx, n_ubatch) rounded up to a multiple of
+    them, n_outputs = min(n_tokens, n_outputs_max), every KV cell of a stream (the SWA cache's
+    for iSWA models) and the recurrent memory's n_seq_max rows (get_n_rs() of a full context is
+    mem->size, llama-memory-recurrent.cpp:1336-1338; the n_rs_seq rollback groups sit behind
+    them)."""
+    n_seqs = max(1, ctx.n_parallel)
+    n = min(ctx.n_ctx, ctx.n_ubatch)
+    n_tokens = (n + n_seqs - 1) // n_seqs * n_seqs
+    n_kv = ctx.n_ctx if ctx.kv_unified else ctx.n_ctx_seq
+    swa = (ctx.swa_cells // max(1, ctx.n_stream)) if ctx.swa_cells else 0
+    return GraphParams(n_tokens, n_seqs, min(n, max(1, n_outputs_max)), n_kv, ctx.n_stream, n_seqs,
+                       ctx.n_rs_seq, ctx.flash_attn, type_k, type_v, swa)
+
+
+# ------------------------------------------------------------------------ one replay
+
+#: types whose CUDA allocation is their bytes: not quantized (no row padding)
+_PLAIN = frozenset(name for name, (block, _size) in TYPE_SIZES.items() if block == 1)
+
+
+def _alloc_size(backends: tuple[Backend, ...]) -> Callable[[int, Tensor], int] | None:
+    if all(b.cuda_cc is None for b in backends):
+        return None
+
+    ccs = [b.cuda_cc for b in backends]
+
+    def size(buf: int, t: Tensor) -> int:
+        cc = ccs[buf]
+        if cc is None or (t.type in _PLAIN and t.op != "FLASH_ATTN_EXT"):
+            n = t.size
+            return n if n >= 0 else t.nbytes
+        return cuda_fattn.cuda_alloc_size(cc, t)
+
+    return size
+
+
+def replay_graph(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
+    """Every backend's high-water mark for the one graph of ``q`` (no memo, no cut)."""
+    sch = schedule(build_graph(spec, q, setup.layout, mtp), setup.backends, n_copies=setup.n_copies,
+                   op_offload=setup.op_offload)
+    r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
+                 alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends))
+    return r.sizes
+
+
+def token_graph(p: GraphParams) -> GraphParams:
+    """The one-token-per-sequence graph sched_reserve reserves after the prompt graph
+    (llama-context.cpp:696-709: n_seqs tokens, n_seqs outputs)."""
+    return replace(p, n_tokens=p.n_seqs, n_outputs=p.n_seqs)
+
+
+def replay(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
+    """Every backend's compute buffer for the graphs of ``p``: the larger of the prompt graph's
+    and the one-token graph's high-water marks (no memo, no cut)."""
+    a = replay_graph(spec, p, setup, mtp)
+    b = replay_graph(spec, token_graph(p), setup, mtp)
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
+
+
+# ------------------------------------------------------------------------ the model's shape
+
+_BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a model's graphs depend on, computed once per spec object: the shape of everything
+    but the repeating layers (``key``), and each main layer's class (layers of one class build the
+    same share of the graph) without and with its tensors' sizes (which matter only when a
+    weight is copied to a GPU for an offloaded op)."""
+
+    key: tuple[object, ...]
+    classes: tuple[int, ...]
+    classes_sized: tuple[int, ...]
+
+
+def _classes(sigs: list[tuple[object, ...]]) -> tuple[int, ...]:
+    ids: dict[tuple[object, ...], int] = {}
+    return tuple(ids.setdefault(sig, len(ids)) for sig in sigs)
+
+
+def _make_shape(spec: ModelSpec) -> _Shape:
+    by_block: dict[int, list[tuple[str, tuple[int, ...], int]]] = {}
+    other = []
+    for t in spec.tensors:
+        m = _BLOCK.match(t.name)
+        if m:
+            by_block.setdefault(int(m.group(1)), []).append((m.group(2), tuple(t.shape), t.n_bytes))
+        else:
+            other.append((t.name, tuple(t.shape), t.n_bytes))
+    main = [ly for ly in spec.layers if not ly.nextn]
+    sigs = [(replace(ly, index=0), tuple(sorted((n, sh) for n, sh, _b in by_block.get(ly.index, []))))
+            for ly in main]
+    sized = [(sig, tuple(sorted(by_block.get(ly.index, [])))) for sig, ly in zip(sigs, main, strict=True)]
+    md = spec.metadata or {}
+    extra = tuple(sorted((k, str(v)) for k, v in md.items()
+                         if k.endswith(("expert_shared_feed_forward_length", "final_logit_softcapping"))))
+    nextn = tuple((replace(ly, index=0), tuple(sorted(by_block.get(ly.index, [])))) for ly in spec.layers if ly.nextn)
+    key = (spec.architecture, spec.n_embd, spec.n_vocab, spec.n_ff, spec.n_expert, spec.n_expert_used,
+           spec.n_ff_expert, spec.recurrent, spec.mtp_sidecar, len(main), extra, tuple(sorted(other)), nextn)
+    return _Shape(key, _classes(sigs), _classes(sized))  # type: ignore[arg-type]
+
+
+_SHAPES: dict[int, tuple[weakref.ref[ModelSpec], _Shape]] = {}
+
+
+def _shape(spec: ModelSpec) -> _Shape:
+    k = id(spec)
+    hit = _SHAPES.get(k)
+    if hit is not None and hit[0]() is spec:
+        return hit[1]
+    shape = _make_shape(spec)
+    _SHAPES[k] = (weakref.ref(spec, lambda _r, k=k: _SHAPES.pop(k, None)), shape)  # type: ignore[misc]
+    return shape
+
+
+def _sized(setup: Setup) -> bool:
+    """Whether weights' sizes matter: a backend may take over an op whose weight sits in host
+    memory and copy the weight in."""
+    lay = setup.layout
+    host = lay.cpu in lay.layers or any(b == lay.cpu for _n, b in lay.overrides)
+    return setup.op_offload and host and any(b.offload_min_batch is not None for b in setup.backends)
+
+
+def _layer_overrides(lay: Layout) -> tuple[dict[int, tuple[tuple[str, int], ...]], tuple[tuple[str, int], ...]]:
+    """-ot and friends per main layer (the name inside its block) and for the other tensors."""
+    per: dict[int, list[tuple[str, int]]] = {}
+    other = []
+    for name, b in lay.overrides:
+        m = _BLOCK.match(name)
+        if m:
+            per.setdefault(int(m.group(1)), []).append((m.group(2), b))
+        else:
+            other.append((name, b))
+    return {il: tuple(sorted(v)) for il, v in per.items()}, tuple(other)
+
+
+def _canonical(shape: _Shape, lay: Layout, sized: bool) -> tuple[object, ...]:
+    """A layout as far as the graph goes: for every layer built, its class, device and overrides
+    (not its index: layers of one class build the same graph wherever they are)."""
+    per, other = _layer_overrides(lay)
+    classes = shape.classes_sized if sized else shape.classes
+    keep = lay.keep if lay.keep is not None else range(len(classes))
+    return (tuple((classes[il], lay.layers[il], per.get(il, ())) for il in keep), lay.layers[len(classes):],
+            lay.output, lay.cpu, lay.kv_on_cpu, lay.full_offload, other)
+
+
+# ------------------------------------------------------------------------ the period cut
+
+
+def _period(classes: tuple[int, ...]) -> int | None:
+    for period in range(1, 9):
+        if len(classes) < 4 * period:
+            return None
+        if all(classes[i] == classes[i % period] for i in range(len(classes))):
+            return period
+    return None
+
+
+def _runs(lay: Layout, n_main: int, per: dict[int, tuple[tuple[str, int], ...]]) -> list[tuple[int, int]]:
+    """(start, length) of the stretches of main layers with the same device and overrides."""
+    out: list[tuple[int, int]] = []
+    for il in range(n_main):
+        key = (lay.layers[il], per.get(il, ()))
+        if out and key == (lay.layers[out[-1][0]], per.get(out[-1][0], ())):
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((il, 1))
+    return out
+
+
+def cut_layouts(spec: ModelSpec, lay: Layout, sized: bool = False) -> tuple[Layout, Layout] | None:
+    """Two cut-down layouts of a trunk whose layers repeat with a period P (qwen35: three
+    recurrent layers, then one attention layer; a dense model: P = 1): every long stretch of
+    layers on one device keeps its first m P (then (m + 1) P) layers plus its length mod P, m P at
+    least 3, so that each stretch starts and ends on the same layer kinds as in full.
+    ggml-alloc reaches its steady state within the first periods on every device, so when both
+    cuts give the same buffers the full trunk gives them too (checked on catalogue models, one
+    and several devices: tests/plan/test_replay_cut.py); None when the layers do not repeat or
+    are too few to cut. ``sized``: layers repeat only if their tensors' sizes do too (a weight may
+    be copied to a GPU)."""
+    shape = _shape(spec)
+    classes = shape.classes_sized if sized else shape.classes
+    period = _period(classes)
+    if period is None:
+        return None
+    per, _other = _layer_overrides(lay)
+    runs = _runs(lay, len(classes), per)
+    # a device's first layer reads the copies, its last one feeds the next device (or selects the
+    # output rows): a steady state needs a layer between them, so at least 3 layers per cut
+    m1 = -(-3 // period)
+    if all(n < (m1 + 2) * period for _s, n in runs):
+        return None
+    cuts = []
+    for m in (m1, m1 + 1):
+        keep: list[int] = []
+        for start, n in runs:
+            size = n if n < (m1 + 2) * period else m * period + n % period
+            keep += range(start, start + size)
+        cuts.append(replace(lay, keep=tuple(keep)))
+    a, b = cuts
+    if a.keep is not None and b.keep is not None and len(a.keep) + len(b.keep) >= len(classes):
+        return None  # the two cuts would cost more than the whole trunk
+    return a, b
+
+
+# ------------------------------------------------------------------------ the memo
+
+
+_MEMO: OrderedDict[tuple[object, ...], tuple[int, ...]] = OrderedDict()
+#: replays remembered (a few hundred bytes each); the optimiser on one model needs hundreds
+MEMO_SIZE = 8192
+
+
+def _memoized(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
+    shape = _shape(spec)
+    lay = (setup.layout,) if mtp else _canonical(shape, setup.layout, sized)
+    key = (shape.key, lay, q, setup.backends, setup.n_copies, setup.op_offload, mtp)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        _MEMO.move_to_end(key)
+        return hit
+    out = replay_graph(spec, q, setup, mtp)
+    _MEMO[key] = out
+    if len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return out
+
+
+def _graph_buffers(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
+    if not mtp:
+        cut = cut_layouts(spec, setup.layout, sized)
+        if cut is not None:
+            a, b = (_memoized(spec, q, replace(setup, layout=c), False, sized) for c in cut)
+            if a == b:
+                return a
+    return _memoized(spec, q, setup, mtp, sized)
+
+
+def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
+    """Every backend's compute buffer (in ``setup.backends``' order) for the context reserving
+    ``p``, as :func:`replay`, with each graph remembered by the model's shape and the layout's
+    (layers of one class on one device are one key, whatever their number past the cut; the
+    one-token graph does not depend on n_ubatch); a repeating trunk is replayed on two cuts,
+    whole only when they disagree."""
+    sized = _sized(setup)
+    a = _graph_buffers(spec, p, setup, mtp, sized)
+    b = _graph_buffers(spec, token_graph(p), setup, mtp, sized)
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
