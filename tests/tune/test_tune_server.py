@@ -137,9 +137,10 @@ def test_default_space_then_plan_uses_the_calibration(synth_model, env: Path, cl
                        Hardware(()), cal=load_calibration(state_file), depths=[cal["depth"]])
     predicted = rep.by_depth[0].decode_tok_s
     assert predicted == pytest.approx(measured, rel=0.02), (predicted, measured, cal["data"])
+    # --json rounds tok/s to 2 decimals: equal to that rounding, whatever the speed's size
     assert speed["by_depth"][0]["decode_tok_s"] == pytest.approx(
         speed_report(load_spec(model), ServerConfig.from_command(Command.parse(["llama-server", *res["winner_args"]])),
-                     Hardware(()), cal=load_calibration(state_file), depths=[0]).by_depth[0].decode_tok_s, rel=1e-6)
+                     Hardware(()), cal=load_calibration(state_file), depths=[0]).by_depth[0].decode_tok_s, abs=0.0051)
     code, stdout, _ = cli("plan", "--ram", "16G", "--", "llama-server", *res["winner_args"])
     assert f"calibration: calibration file {state_file}" in stdout.replace("\n", "")
 
