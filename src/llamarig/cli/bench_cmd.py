@@ -204,7 +204,10 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     from llamarig.bench.report import terminal
 
     # English: the JSON's words never change with the language
-    doc = logs_report(file, script, model=model, gpus=tuple(gpus), ram=ram).to_json()
+    from llamarig.cli.options import hardware_of
+
+    hw, _notes = hardware_of(gpus, ram)
+    doc = logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
