@@ -40,13 +40,9 @@ from llamarig.bench.runner import BenchConfig, run_bench
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
 from llamarig.launch.server import start_server
-from llamarig.plan.calibration import (
-    Calibration,
-    builtin,
-    calibration_from_json,
-    measure_host_bandwidth,
-)
+from llamarig.plan.calibration import Calibration, builtin, calibration_from_json
 from llamarig.plan.config import parse_server_args
+from llamarig.plan.host_probes import measure_host_bandwidth
 from llamarig.plan.speed import speed_report
 from llamarig.testing.synth import write_model
 from llamarig.tune.calibrate import (

@@ -1,6 +1,7 @@
 """llamarig: llama-server deployments as engineering, not folklore.
 
-The public API: one function per command (llamarig.api: ``plan_command``, ``plan_model``,
+The public API: one function per command (llamarig.api: ``deployment`` (with ``machine`` and
+``gpu``), ``plan_command``, ``plan_model``,
 ``inspect_model``, ``check``, ``check_text``, ``fix_report``, ``explain_report``,
 ``resolve_command``, ``render_command``, ``launch_command``, ``tune_command``, ``models``,
 ``gpus``, ``bench_server``),
@@ -34,6 +35,8 @@ _LAZY = {
     "launch_command": "llamarig.api", "tune_command": "llamarig.api", "compare_bench": "llamarig.api",
     "logs_report": "llamarig.api", "stop_server": "llamarig.api", "quality_report": "llamarig.api",
     "top_snapshot": "llamarig.api", "gateway_config": "llamarig.api", "serve_gateway": "llamarig.api",
+    "deployment": "llamarig.api", "machine": "llamarig.api", "gpu": "llamarig.api", "plan_inputs": "llamarig.api",
+    "Deployment": "llamarig.plan.deployment", "Diagnostic": "llamarig.diagnostics",
     "CheckReport": "llamarig.app.check", "FixResult": "llamarig.app.check", "Resolved": "llamarig.app.command",
     "ExplainReport": "llamarig.app.explain",
     "TuneResult": "llamarig.app.tune", "TuneSettings": "llamarig.app.tune", "Command": "llamarig.flags.argv",
@@ -46,13 +49,14 @@ _LAZY = {
 }
 
 __all__ = [
-    "CheckReport", "Command", "CpuFeatures", "DevicePlan", "ExplainReport", "Finding", "FixResult", "GGUFError", "GPU", "Hardware",
-    "HostPlan", "InputError", "Line", "LlamarigError", "ModelNotFoundError", "ModelSpec", "Plan", "PlanInputs",
-    "Resolved", "ServerConfig", "ServerError", "Severity", "TuneResult", "TuneSettings", "UnknownNameError",
-    "__version__", "bench_server", "check", "check_text", "compare_bench", "explain_report", "fix_report",
-    "gateway_config", "gpus", "inspect_model", "launch_command", "logs_report", "make_plan", "models",
-    "plan_command", "plan_model", "quality_report", "render_command", "resolve_command", "serve_gateway",
-    "stop_server", "top_snapshot", "tune_command",
+    "CheckReport", "Command", "CpuFeatures", "Deployment", "DevicePlan", "Diagnostic", "ExplainReport", "Finding",
+    "FixResult", "GGUFError", "GPU", "Hardware", "HostPlan", "InputError", "Line", "LlamarigError",
+    "ModelNotFoundError", "ModelSpec", "Plan", "PlanInputs", "Resolved", "ServerConfig", "ServerError", "Severity",
+    "TuneResult", "TuneSettings", "UnknownNameError", "__version__", "bench_server", "check", "check_text",
+    "compare_bench", "deployment", "explain_report", "fix_report", "gateway_config", "gpu", "gpus", "inspect_model",
+    "launch_command", "logs_report", "machine", "make_plan", "models", "plan_command", "plan_inputs", "plan_model",
+    "quality_report", "render_command", "resolve_command", "serve_gateway", "stop_server", "top_snapshot",
+    "tune_command",
 ]
 
 if TYPE_CHECKING:
@@ -61,15 +65,19 @@ if TYPE_CHECKING:
         check,
         check_text,
         compare_bench,
+        deployment,
         explain_report,
         fix_report,
         gateway_config,
+        gpu,
         gpus,
         inspect_model,
         launch_command,
         logs_report,
+        machine,
         models,
         plan_command,
+        plan_inputs,
         plan_model,
         quality_report,
         render_command,
@@ -83,12 +91,14 @@ if TYPE_CHECKING:
     from llamarig.app.command import Resolved
     from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.diagnostics import Diagnostic
     from llamarig.flags.argv import Command
     from llamarig.flags.findings import Finding, Severity
     from llamarig.gguf.spec import ModelSpec
     from llamarig.hardware.cpu import CpuFeatures
     from llamarig.hardware.types import GPU, Hardware
     from llamarig.plan.config import ServerConfig
+    from llamarig.plan.deployment import Deployment
     from llamarig.plan.planner import make_plan
     from llamarig.plan.result import DevicePlan, HostPlan, Line, Plan, PlanInputs
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from llamarig.errors import InputError, UnknownNameError
 
@@ -219,6 +219,12 @@ def server_text(text: str, lang: str) -> str | None:
 def translate(msgid: str, lang: str) -> str:
     """The catalogue's text for ``msgid`` in ``lang`` (``msgid`` itself when there is none)."""
     return _translations(lang).gettext(msgid) if lang != "en" else msgid
+
+
+@overload
+def localize(value: str, lang: str) -> str: ...
+@overload
+def localize(value: Any, lang: str) -> Any: ...
 
 
 def localize(value: Any, lang: str) -> Any:

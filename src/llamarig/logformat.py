@@ -1,5 +1,5 @@
 """The lines llama-server prints that llamarig reads, as regular expressions: one place for
-the log format, used by ``plan.logparse`` (memory lines at ``-lv 4``, for launch verification
+the log format, used by ``plan.memory_log`` (memory lines at ``-lv 4``, for launch verification
 and calibration) and ``bench.logparse`` (request and slot lines, for ``llamarig logs``).
 
 Formats from llama.cpp build 11434 (src/llama-model.cpp, src/llama-kv-cache.cpp,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-# ---------------------------------------------------------------- memory (plan.logparse)
+# ---------------------------------------------------------------- memory (plan.memory_log)
 
 MEM_WEIGHTS = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 MEM_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")

@@ -12,11 +12,12 @@ import pytest
 
 from llamarig.app.logs import logs_report
 from llamarig.cli.main import main
+from llamarig.testing.plans import gpus_of
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
 LOG = SEEDS / "000_3d5d35932c1dd60e.txt"
 SCRIPTS = {"restored": SEEDS / "000_run105k.sh", "as pasted": SEEDS / "000_run105k_pasted.sh"}
-ON_3090 = {"model": "qwen3.6-27b:iq4_nl", "gpus": ("rtx3090",)}
+ON_3090 = {"model": "qwen3.6-27b:iq4_nl", "gpus": gpus_of(["rtx3090"])}
 
 
 @pytest.mark.parametrize("which", sorted(SCRIPTS))

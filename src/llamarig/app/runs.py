@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamarig.app.check import WhatRuns, behaviour_changes
-from llamarig.app.planning import plan_args, plan_with_speed
+from llamarig.app.planning import plan_with_speed
 from llamarig.catalogue.models import is_catalogue_id
 from llamarig.errors import LlamarigError
 from llamarig.flags.argv import Command
+from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
-from llamarig.plan.inputs import PlanArgs
+from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
 
 
@@ -101,26 +102,28 @@ def _inputs(argv: Sequence[str], model: str | None, base_dir: Path | None
     return model, cmd.to_argv(), mmproj, notes
 
 
-def plan_args_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
-                 base_dir: Path | None = None) -> tuple[PlanArgs | None, list[str]]:
-    """The planner's inputs for one llama-server argv (program first), and the notes on how its
-    files were found; None when there is no model to plan (-m is not on this machine)."""
+def deployment_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
+                  base_dir: Path | None = None) -> tuple[Deployment | None, list[str]]:
+    """The Deployment of one llama-server argv (program first) on ``gpus`` and ``ram`` (bytes),
+    and the notes on how its files were found; None when there is no model to plan (-m is not on
+    this machine)."""
     m, args, mmproj, notes = _inputs(argv, model, base_dir)
     if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
         return None, []
-    return plan_args(m, command=args, gpus=gpus, ram=ram, mmproj=mmproj), notes
+    return deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj), notes
 
 
-def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
+def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
                base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
     """The plan of one llama-server argv (program first), as ``llamarig plan`` makes it for the
     same command (``model``: a GGUF or catalogue id instead of ``-m``), and the notes on how its
     files were found."""
-    pa, notes = plan_args_of(argv, model=model, gpus=gpus, ram=ram, base_dir=base_dir)
-    if pa is None:
-        return Priced(tuple(argv)), notes
+    m, args, mmproj, notes = _inputs(argv, model, base_dir)
+    if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
+        return Priced(tuple(argv)), []
     try:
-        plan = plan_with_speed(pa, speed=speed)
+        d = deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj)
+        plan = plan_with_speed(d, speed=speed)
     except LlamarigError as e:
         return Priced(tuple(argv), error=e), notes
     return Priced(tuple(argv), plan), notes
@@ -136,7 +139,7 @@ def loads_model(argv: Sequence[str]) -> bool:
     return Command.parse(list(argv), program=True).has(*MODEL_OPTIONS)
 
 
-def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
+def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
           base_dir: Path | None = None, speed: bool = False) -> PricedRuns:
     """``pair`` priced: the plan of what llama-server receives, and of what was meant when that
     differs, with the settings the meant command would change. A received command without a

@@ -19,7 +19,7 @@ from llamarig.bench.report import fmt_value
 
 
 @dataclass(frozen=True)
-class Row:
+class CompareRow:
     name: str
     unit: str
     a: float | None
@@ -66,7 +66,7 @@ class Comparison:
 
     a: RunRef
     b: RunRef
-    rows: tuple[Row, ...]
+    rows: tuple[CompareRow, ...]
     method: str = METHOD
 
     def to_json(self) -> dict[str, Any]:
@@ -79,24 +79,24 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
     return Comparison(RunRef.of(a), RunRef.of(b), tuple(compare_docs(a, b)))
 
 
-def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
+def compare_docs(a: dict[str, Any], b: dict[str, Any]) -> list[CompareRow]:
     fa = {f["name"]: f for f in a.get("figures", [])}
     fb = {f["name"]: f for f in b.get("figures", [])}
     rows = []
     for name in [n for n in fa if n in fb] + [n for n in fb if n not in fa]:
         x, y = fa.get(name), fb.get(name)
         if x is None or y is None:
-            rows.append(Row(name, (x or y or {}).get("unit", ""), (x or {}).get("value"), (y or {}).get("value"), None, None,
+            rows.append(CompareRow(name, (x or y or {}).get("unit", ""), (x or {}).get("value"), (y or {}).get("value"), None, None,
                             "only in A" if y is None else "only in B"))
         else:
             rows.append(_row(name, x, y))
     return rows
 
 
-def _row(name: str, x: dict[str, Any], y: dict[str, Any]) -> Row:
+def _row(name: str, x: dict[str, Any], y: dict[str, Any]) -> CompareRow:
     va, vb, unit = x.get("value"), y.get("value"), x.get("unit", "")
     if va is None or vb is None or va == 0:
-        return Row(name, unit, va, vb, None, None, "no value")
+        return CompareRow(name, unit, va, vb, None, None, "no value")
     delta = 100.0 * (vb - va) / abs(va)
     ba, bb = _band(x), _band(y)
     band = None if ba is None or bb is None else max(ba, bb)
@@ -108,10 +108,10 @@ def _row(name: str, x: dict[str, Any], y: dict[str, Any]) -> Row:
         verdict = "B higher" if delta > 0 else "B lower"
     else:
         verdict = "B better" if (delta > 0) == (unit in HIGHER_IS_BETTER_UNITS) else "B worse"
-    return Row(name, unit, va, vb, delta, band, verdict)
+    return CompareRow(name, unit, va, vb, delta, band, verdict)
 
 
-def print_compare(rows: list[Row], console: Console, label_a: str, label_b: str) -> None:
+def print_compare(rows: list[CompareRow], console: Console, label_a: str, label_b: str) -> None:
     """The comparison table. Figure names are never cut: at narrow widths the name column folds
     onto the next line (names have no spaces to wrap at); the unit has its own column."""
     t = Table(header_style="bold", title=escape(f"A = {label_a}   B = {label_b}"), show_edge=False)

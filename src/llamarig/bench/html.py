@@ -42,7 +42,7 @@ Point = tuple[float | None, float | None]  # (x, y); a point with a None coordin
 
 
 @dataclass(frozen=True)
-class _Frame:
+class _PlotFrame:
     """The axes of a chart: data ranges and the plot area inside the padding."""
 
     x0: float
@@ -53,12 +53,12 @@ class _Frame:
     ih: float = H - PAD_T - PAD_B
 
     @staticmethod
-    def around(pts: Sequence[tuple[float, float]]) -> _Frame:
+    def around(pts: Sequence[tuple[float, float]]) -> _PlotFrame:
         x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
         if x1 == x0:
             x0, x1 = x0 - 1, x1 + 1
         y1 = max(p[1] for p in pts)
-        return _Frame(x0, x1, 0.0, (y1 if y1 > 0 else 1.0) * 1.08)
+        return _PlotFrame(x0, x1, 0.0, (y1 if y1 > 0 else 1.0) * 1.08)
 
     def sx(self, x: float) -> float:
         return PAD_L + (x - self.x0) / (self.x1 - self.x0) * self.iw
@@ -67,7 +67,7 @@ class _Frame:
         return PAD_T + self.ih - (y - self.y0) / (self.y1 - self.y0) * self.ih
 
 
-def _axes(f: _Frame, title: str, xlabel: str, ylabel: str) -> list[str]:
+def _axes(f: _PlotFrame, title: str, xlabel: str, ylabel: str) -> list[str]:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}">',
            f'<text x="{W / 2}" y="18" text-anchor="middle" class="t">{_e(title)}</text>',
            f'<line x1="{PAD_L}" y1="{PAD_T + f.ih}" x2="{PAD_L + f.iw}" y2="{PAD_T + f.ih}" class="ax"/>',
@@ -82,7 +82,7 @@ def _axes(f: _Frame, title: str, xlabel: str, ylabel: str) -> list[str]:
     return out
 
 
-def _series_svg(f: _Frame, i: int, label: str, s: Sequence[Point], points_only: bool) -> list[str]:
+def _series_svg(f: _PlotFrame, i: int, label: str, s: Sequence[Point], points_only: bool) -> list[str]:
     col = COLORS[i % len(COLORS)]
     drawn = sorted(((x, y) for x, y in s if x is not None and y is not None), key=lambda p: p[0])
     out = []
@@ -102,7 +102,7 @@ def line_chart(title: str, series: Sequence[tuple[str, Sequence[Point]]], xlabel
     pts = [(x, y) for _label, s in series for x, y in s if x is not None and y is not None]
     if not pts:
         return ""
-    f = _Frame.around(pts)
+    f = _PlotFrame.around(pts)
     out = _axes(f, title, xlabel, ylabel)
     for i, (label, s) in enumerate(series):
         out += _series_svg(f, i, label, s, points_only)

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamarig.cli.help import Command, Group
+from llamarig.cli.help import Group, HelpCommand
 from llamarig.cli.lang import N_, _, lang
 from llamarig.cli.layout import print_wrapped
 from llamarig.errors import ExitCode, InputError
@@ -175,7 +175,7 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
             raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=os_error(e))) from e
 
 
-@click.command("logs", cls=Command, epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.",
+@click.command("logs", cls=HelpCommand, epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.",
                examples=("llamarig logs /tmp/llama-server.log --html log.html",))
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write figures, timeline and findings as JSON.")
@@ -197,7 +197,10 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     from llamarig.cli import report_view
 
     # English: the JSON's words never change with the language
-    doc = logs_report(file, script, model=model, gpus=tuple(gpus), ram=ram).to_json()
+    from llamarig.cli.options import hardware_of
+
+    hw, _notes = hardware_of(gpus, ram)
+    doc = logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return

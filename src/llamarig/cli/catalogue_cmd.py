@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from llamarig.cli.help import Command
+from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import _, localize
 from llamarig.cli.layout import Column, Sheet, cells, labelled, print_wrapped
 from llamarig.hub.ref import is_remote
@@ -132,7 +132,7 @@ def _model_list(sources: bool, console: Console) -> None:
             _("every quant with its size and sources: llamarig models ID; all sources: --sources"))
 
 
-@click.command("models", cls=Command)
+@click.command("models", cls=HelpCommand)
 @click.argument("model_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")
@@ -199,7 +199,7 @@ def _gpu_line(g: GPU, short: bool = False) -> list[str]:
             f"{g.fp16_tflops:g}" if g.fp16_tflops else "-"]
 
 
-@click.command("gpus", cls=Command)
+@click.command("gpus", cls=HelpCommand)
 @click.argument("gpu_id", required=False)
 @click.option("--sources", is_flag=True, help="Show every entry's sources.")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalogue (or the entry) as JSON.")

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import click
 
-from llamarig.app.check import CheckReport, check, dump_json, fix, get_schema, read_input
-from llamarig.cli.help import Command, lang_option
+from llamarig import api
+from llamarig.app.check import CheckReport, dump_json, fix, get_schema, read_input
+from llamarig.cli.help import HelpCommand, lang_option
 from llamarig.cli.lang import N_, _, lang, localize
+from llamarig.cli.options import hardware_of
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
@@ -39,7 +41,7 @@ def _list_schemas(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     ctx.exit(0)
 
 
-@click.command("check", cls=Command)
+@click.command("check", cls=HelpCommand)
 @click.argument("file", type=str)
 @click.option("--server-bin", metavar="PATH", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build, not a binary.")
@@ -81,9 +83,10 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
            cores: int | None, model: str | None, gpus: tuple[str, ...], ram: str | None,
            need_ctx: int | None) -> None:
     origin = Path(file) if file != "-" else None
-    report = check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
-                   base_dir=origin.parent if origin else None, gpus=gpus, ram=ram, need_ctx=need_ctx,
-                   origin=origin, name=name)
+    hw, _notes = hardware_of(gpus, ram)
+    report = api.check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
+                       base_dir=origin.parent if origin else None, gpus=hw.gpus, ram=hw.ram_bytes, need_ctx=need_ctx,
+                       origin=origin, name=name)
     if do_fix:
         fixed = fix(report, lang())
         click.echo(fixed.text, nl=False)
@@ -126,10 +129,10 @@ def _explain_translations(report: CheckReport, schema: Schema, model: str | None
                if tr is not None else ""))
         if tr is not None:
             lines.append(tr.command())
-    return check("\n".join(lines), schema=schema, model=model) if lines else report
+    return api.check("\n".join(lines), schema=schema, model=model) if lines else report
 
 
-@click.command("explain", cls=Command, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("explain", cls=HelpCommand, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--server-bin", metavar="PATH", type=str, default=None, help="llama-server binary whose flags are the truth.")
 @click.option("--bundled", is_flag=True, help="Use the bundled schema of the pinned build.")
 @click.option("--schema-build", type=click.IntRange(min=1), default=None, metavar="N", help=_SCHEMA_BUILD_HELP)
@@ -174,14 +177,13 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
         text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
-    report = check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
     if not report.parsed.invocations and report.parsed.others:
         report = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
-    from llamarig.app.explain import explain
-
-    result = explain(report, model=model, base_dir=base_dir, lang=lang, gpus=gpus, ram=ram)
+    hw, _notes = hardware_of(gpus, ram)
+    result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
         click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
         return

@@ -1,6 +1,6 @@
 """``--help`` in the user's language, at the terminal's width.
 
-Every command is a :class:`Command` (or :class:`Group`): its help, its options' help, its
+Every command is a :class:`HelpCommand` (or :class:`Group`): its help, its options' help, its
 epilog and click's own words (Usage, Options, [default: ...]) are catalogue messages, looked up
 when the help is written, not when the command is defined, so the language chosen by
 ``llamarig --lang``, ``$LLAMARIG_LANG`` or the locale applies (``--lang`` is eager and read
@@ -148,7 +148,7 @@ def _paragraphs(text: str) -> list[str]:
     return out
 
 
-class Context(click.Context):
+class HelpContext(click.Context):
     formatter_class = HelpFormatter
 
 
@@ -196,10 +196,10 @@ def option_record(param: click.Parameter, ctx: click.Context) -> tuple[str, str]
     return spec, text
 
 
-class Command(click.Command):
+class HelpCommand(click.Command):
     """A click command whose help is written in the user's language (see the module)."""
 
-    context_class = Context
+    context_class = HelpContext
 
     def __init__(self, *args: Any, examples: Sequence[str] = (), **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -253,11 +253,11 @@ def _usage_words(pieces: list[str]) -> list[str]:
     return [words.get(p, p) for p in pieces]
 
 
-class Group(Command, click.Group):
+class Group(HelpCommand, click.Group):
     """A click group whose help (and its command list) is written in the user's language."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        Command.format_options(self, ctx, formatter)
+        HelpCommand.format_options(self, ctx, formatter)
         self.format_commands(ctx, formatter)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -274,13 +274,13 @@ class Group(Command, click.Group):
         return cmd.get_short_help_str()
 
 
-Group.command_class = Command
+Group.command_class = HelpCommand
 Group.group_class = Group
 
 
-def command(name: str, help: str, **kw: Any) -> Callable[[Callable[..., Any]], Command]:
-    """``@click.command`` of a :class:`Command` with its help (``N_("...")``)."""
-    return click.command(name, cls=Command, help=help, **kw)
+def command(name: str, help: str, **kw: Any) -> Callable[[Callable[..., Any]], HelpCommand]:
+    """``@click.command`` of a :class:`HelpCommand` with its help (``N_("...")``)."""
+    return click.command(name, cls=HelpCommand, help=help, **kw)
 
 
 def group(name: str, help: str, **kw: Any) -> Callable[[Callable[..., Any]], Group]:

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from llamarig.cli.help import Command
+from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, Sheet, labelled, print_wrapped
 from llamarig.gguf import ModelSpec
@@ -111,9 +111,9 @@ def _rows(spec: ModelSpec) -> list[tuple[str, str]]:
         size=fmt_bytes(spec.weights_bytes), n=spec.tensor_count,
         types=", ".join((_("catalogue") if k == "catalogue" else k) + " " + fmt_bytes(v)
                         for k, v in types.most_common(4)))))
-    if spec.source == "catalogue":
+    if spec.origin is not None:
         rows.append((_("file"), _("{size} ({source})").format(size=fmt_bytes(spec.file_bytes),
-                                                             source=localize(spec.metadata.get("size_source")))))
+                                                             source=localize(spec.origin.size_source))))
     else:
         rows.append((_("file"), _("{size} in {n} file(s)").format(size=fmt_bytes(spec.file_bytes), n=len(spec.files))))
     return rows
@@ -133,11 +133,11 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
             lt.add_row(rng, str(n), kind, shape)
         console.print(lt)
     warning = _("warning:")
-    for w in spec.warnings:
+    for w in spec.notices:
         print_wrapped(console, labelled(warning, localize(w), "yellow"), indent="  ")
 
 
-@click.command("inspect", cls=Command, examples=(
+@click.command("inspect", cls=HelpCommand, examples=(
     "llamarig inspect Qwen3.6-27B-IQ4_NL.gguf", "llamarig inspect model-00001-of-00003.gguf --json",
     "llamarig inspect qwen3.6-27b:iq4_nl", "llamarig inspect hf:unsloth/Qwen3-8B-GGUF:Q4_K_M"))
 @click.argument("model", type=str)  # not click.Path: load_spec gives the one-line errors (exit 2)

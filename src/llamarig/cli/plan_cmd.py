@@ -14,19 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from llamarig.cli.help import Command, HelpPage
+from llamarig import api
+from llamarig.cli.help import HelpCommand, HelpPage
 from llamarig.cli.lang import N_, _
 from llamarig.cli.speed_view import SPEED_ROWS
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.plan.inputs import (
-    PlanArgs,
-    build_inputs,
-    build_plan,
-)
 from llamarig.units import parse_size
 
 if TYPE_CHECKING:
     from llamarig.cli.speed_view import SpeedArgs
+    from llamarig.plan.deployment import Deployment
 
 PLAN_HELP = HelpPage(
     usage=N_("MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]"),
@@ -78,6 +75,33 @@ PLAN_HELP = HelpPage(
 
 
 @dataclass
+class PlanOptions:
+    """What ``llamarig plan`` was given, as typed: the MODEL, plan's own options (strings until
+    :meth:`deployment` reads them) and the llama-server flags."""
+
+    model: str | None = None
+    mmproj: str | None = None
+    draft: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    #: ``HOST:PORT=SPEC`` per rpc-server (llamarig.plan.rpc.parse_rpc_device)
+    rpc_devices: list[str] = field(default_factory=list)
+    detect: bool = False
+    ram: str | None = None
+    overhead: int | None = None
+    cpu_features: str | None = None
+    server_args: list[str] = field(default_factory=list)
+    command: list[str] | None = None
+
+    def deployment(self) -> Deployment:
+        """The Deployment these options describe (llamarig.api.deployment)."""
+        from llamarig.cli.options import hardware_of
+
+        hw, notes = hardware_of(self.gpus, self.ram, self.detect, self.cpu_features, self.rpc_devices)
+        return api.deployment(self.model, self.server_args, command=self.command, hardware=hw, mmproj=self.mmproj,
+                              draft=self.draft, overhead=self.overhead, notes=notes)
+
+
+@dataclass
 class PlanView:
     """How ``llamarig plan`` prints (not what it plans)."""
 
@@ -97,25 +121,30 @@ def _n_values(tok: str) -> int:
     return a.opt.n_values if a.opt is not None and a.positive else 0
 
 
-def _set_lang(_pa: PlanArgs, _view: PlanView, val: str) -> None:
+def _set_lang(_pa: PlanOptions, _view: PlanView, val: str) -> None:
     from llamarig.i18n import set_language
 
     set_language(val)
 
 
-def _set_depth(_pa: PlanArgs, view: PlanView, val: str) -> None:
+def _set_ram(pa: PlanOptions, val: str) -> None:
+    parse_size(val, "g")  # a bad size is an error here, before anything is read
+    pa.ram = val
+
+
+def _set_depth(_pa: PlanOptions, view: PlanView, val: str) -> None:
     view.depth = _depth(val)
 
 
 #: plan's own options that take a value: option -> what it sets
-_OWN_VALUE: dict[str, Callable[[PlanArgs, PlanView, str], None]] = {
+_OWN_VALUE: dict[str, Callable[[PlanOptions, PlanView, str], None]] = {
     "--gpu": lambda pa, _v, val: pa.gpus.append(val),
     "--rpc-device": lambda pa, _v, val: pa.rpc_devices.append(val),
     "--link": lambda _pa, view, val: view.links.append(val),
     "--depth": _set_depth,
     "--mmproj": lambda pa, _v, val: setattr(pa, "mmproj", val),
     "--draft": lambda pa, _v, val: setattr(pa, "draft", val),
-    "--ram": lambda pa, _v, val: setattr(pa, "ram", parse_size(val, "g")),
+    "--ram": lambda pa, _v, val: _set_ram(pa, val),
     "--overhead": lambda pa, _v, val: setattr(pa, "overhead", parse_size(val, "mib")),
     "--model-id": lambda pa, _v, val: None,
     "--cpu-features": lambda pa, _v, val: setattr(pa, "cpu_features", val),
@@ -123,7 +152,7 @@ _OWN_VALUE: dict[str, Callable[[PlanArgs, PlanView, str], None]] = {
 }
 
 
-def _flag(a: str, out: PlanArgs, view: PlanView, speed: dict[str, Any]) -> bool:
+def _flag(a: str, out: PlanOptions, view: PlanView, speed: dict[str, Any]) -> bool:
     """plan's own options without a value; False when ``a`` is none of them."""
     if a in ("--vision", "--agent"):
         speed[a[2:]] = True
@@ -140,12 +169,12 @@ def _flag(a: str, out: PlanArgs, view: PlanView, speed: dict[str, Any]) -> bool:
     return True
 
 
-def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
+def split_args(args: list[str]) -> tuple[PlanOptions, PlanView, SpeedArgs]:
     """plan's own options (memory, speed and output), the MODEL, and the llama-server flags,
     each with the words it takes, so a flag's value is never read as an option of plan's."""
     from llamarig.cli.speed_view import SPEED_VALUE, speed_args, speed_option
 
-    out = PlanArgs()
+    out = PlanOptions()
     view = PlanView()
     speed: dict[str, Any] = {}
     i = 0
@@ -195,16 +224,17 @@ def _depth(val: str) -> int:
 
 # ------------------------------------------------------------------------------- rendering
 
-@click.command("plan", cls=Command, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+@click.command("plan", cls=HelpCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
                                           "help_option_names": [], "allow_interspersed_args": False})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def plan_cmd(args: tuple[str, ...]) -> None:
     """Predict memory per device for a llama-server launch (llamarig plan --help)."""
-    pa, view, sa = split_args(list(args))
+    opts, view, sa = split_args(list(args))
     if view.help or (not args):
         click.echo(PLAN_HELP.render("llamarig plan"), nl=False)
         return
-    inp = build_inputs(pa)
+    d = opts.deployment()
+    inp = api.plan_inputs(d)
     if inp.spec.remote is not None:  # what reading the remote header cost, on stderr
         from llamarig.hub.resolve import describe
 
@@ -216,7 +246,7 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         from llamarig.app.planning import host_bandwidth
         from llamarig.cli.speed_view import optimise_report
 
-        host_bw = host_bandwidth(pa, cal, sa.host_bandwidth_gbs)
+        host_bw = host_bandwidth(d, cal, sa.host_bandwidth_gbs)
         renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
         if view.as_json:
             click.echo(json.dumps(js, indent=2))
@@ -225,12 +255,11 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         if code:
             raise click.exceptions.Exit(code)
         return
-    from llamarig.app.planning import plan_with_speed
     from llamarig.cli.speed_view import speed_table
 
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
-    plan = plan_with_speed(pa, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
-                           inputs=inp)
+    plan = api.plan_command(d, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
+                            inputs=inp)
     from llamarig.cli.network_view import network_report, parse_link, render_network
 
     net = network_report(inp, plan, [parse_link(x) for x in view.links], view.depth)
@@ -249,4 +278,4 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         raise click.exceptions.Exit(1)
 
 
-__all__ = ["plan_cmd", "build_inputs", "build_plan", "split_args", "UnknownNameError"]
+__all__ = ["PlanOptions", "plan_cmd", "split_args", "UnknownNameError"]

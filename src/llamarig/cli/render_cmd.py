@@ -16,13 +16,15 @@ from typing import Any
 
 import click
 
-from llamarig.app.command import final_findings, resolve_command
-from llamarig.app.render import FORMATS, render_command
-from llamarig.cli.help import Command
+from llamarig import api
+from llamarig.app.command import final_findings
+from llamarig.app.render import FORMATS
+from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import (
     CTX,
     command_name,
+    hardware_of,
     input_options,
     own_options,
     refuse_or_warn,
@@ -33,7 +35,7 @@ from llamarig.i18n import os_error
 from llamarig.procs import exit_description
 
 
-@click.command("render", cls=Command, context_settings=CTX)
+@click.command("render", cls=HelpCommand, context_settings=CTX)
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="bash", show_default=True,
               help="What to write.")
 @click.option("--out", "-o", metavar="FILE", type=str, default=None, help="Write to FILE (bash: made executable) instead of stdout.")
@@ -55,9 +57,10 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     docker compose service, a llama-swap entry or a llama-server router preset (--models-preset
     INI), with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
-                          ram=ram, detect=detect, repair=fix, own=own_options(), command_name=command_name(),
-                          keep_script=True, allow_no_binary=True, rpc_devices=rpc_devices)
+    hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
+                              keep_script=True, allow_no_binary=True)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
@@ -75,7 +78,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
-    text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
+    text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
     from llamarig.app.render import rpc_units
 
     units = rpc_units(res, name=name, lang=lang()) if fmt == "systemd" else []
@@ -122,7 +125,7 @@ def _verify_table(rows: list[Any]) -> None:
                   indent="  ")
 
 
-@click.command("launch", cls=Command, context_settings=CTX)
+@click.command("launch", cls=HelpCommand, context_settings=CTX)
 @click.option("--detach", "-d", is_flag=True, help="Return once healthy and verified; stop it with `llamarig stop`.")
 @click.option("--host", metavar="HOST", type=str, default=None, help="--host for llama-server (default: the command's, else 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="--port for llama-server (default: the command's, else 8080).")
@@ -155,17 +158,18 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     detect = detect or not gpus
     from llamarig.launch.rpc import host_memory
 
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                          gpus=gpus, ram=ram, detect=detect, own=own_options(), command_name=command_name(),
-                          rpc_devices=rpc_devices, loopback_rpc_memory=host_memory())
+    hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, own=own_options(), command_name=command_name(),
+                              loopback_rpc_memory=host_memory())
     if res.plan is None and res.plan_note:
         click.echo(_("llamarig: note: {note}; launching without verification").format(note=res.plan_note), err=True)
-    from llamarig.app.launch import launch_args, launch_command
+    from llamarig.app.launch import launch_args
     from llamarig.flags.rules import physical_cores
 
     refuse_or_warn(final_findings(res, launch_args(res, host, port), physical_cores()), force, "launch",
                    _schema_label(res))
-    lr = launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
+    lr = api.launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
     try:
         _launch_report(lr, as_json)
     except KeyboardInterrupt:
@@ -223,7 +227,7 @@ def _foreground(lr: Any) -> None:
         sys.exit(ExitCode.INTERRUPTED)
 
 
-@click.command("stop", cls=Command)
+@click.command("stop", cls=HelpCommand)
 @click.option("--port", type=int, default=None, help="Port of the server `llamarig launch` started.")
 @click.option("--state", "state_file", metavar="FILE", type=str, default=None, help="A launch state file.")
 @click.option("--timeout", "timeout_s", type=float, default=30, show_default=True,

@@ -13,8 +13,9 @@ from rich.text import Text
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, CommandText, Para, Sheet, labelled
 from llamarig.errors import InputError
-from llamarig.plan.calibration import Calibration, load_calibration
-from llamarig.plan.optimise import GB, Candidate, Targets, optimise
+from llamarig.plan.calibration import Calibration
+from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.optimise import GB, PlannedOption, Targets, optimise
 from llamarig.plan.result import PlanInputs
 from llamarig.plan.speed import DEFAULT_PROMPT, SpeedReport, kv_quality_short
 from llamarig.units import GiB, fmt_bytes
@@ -114,7 +115,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
     return Group(*parts), res.to_json(), 0 if res.verdict in ("ok", "maybe") else 1
 
 
-def _candidates(cands: Sequence[Candidate], t: Targets) -> Sheet:
+def _candidates(cands: Sequence[PlannedOption], t: Targets) -> Sheet:
     title = (_("llamarig plan: targets ctx {ctx} x {slots} slot(s)").format(ctx=t.ctx, slots=t.slots)
              + (_(", decode >= {rate:g} tok/s at depth {depth}").format(rate=t.decode_tok_s, depth=t.depth)
                 if t.decode_tok_s else "")
@@ -139,7 +140,7 @@ def _candidates(cands: Sequence[Candidate], t: Targets) -> Sheet:
     return sheet
 
 
-def _layout(c: Candidate) -> str:
+def _layout(c: PlannedOption) -> str:
     """A candidate's placement flags (-ts, --n-cpu-moe, -ngl), "default" without any, and MTP."""
     cfg, sp = c.cfg, c.speed.speculative
     parts = [("-ts " + ",".join(f"{x:g}" for x in cfg.tensor_split)) if cfg.tensor_split else "",
@@ -148,7 +149,7 @@ def _layout(c: Candidate) -> str:
     return (" ".join(p for p in parts if p) or _("default")) + (f" MTP n={sp.n_max}" if sp else "")
 
 
-def _winner(best: Candidate, verdict: str, t: Targets) -> list[Any]:
+def _winner(best: PlannedOption, verdict: str, t: Targets) -> list[Any]:
     """The winning (or closest) command, its limit and notes, and the formulas."""
     speed = best.speed
     head = (_("Winning command ({layout}):") if verdict in ("ok", "maybe") else
@@ -243,7 +244,7 @@ SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom"
                 "--acceptance", "--calibration", "--host-bandwidth"}
 
 
-def _num(flag: str, v: str, kind: type[int] | type[float]) -> float:
+def _num(flag: str, v: str, kind: type[float] | type[int]) -> float:
     try:
         x: float = kind(v)
     except ValueError:

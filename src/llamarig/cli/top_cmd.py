@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 
-from llamarig.cli.help import Command, lang_option
+from llamarig.cli.help import HelpCommand, lang_option
 from llamarig.cli.lang import N_, _
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import set_language
 
 
-@click.command("top", cls=Command, examples=(
+@click.command("top", cls=HelpCommand, examples=(
     "llamarig top --url http://127.0.0.1:8080", "llamarig top --url http://127.0.0.1:8080 --once --json",
     "llamarig top --url http://127.0.0.1:8000"))
 @click.option("--url", required=True, metavar="URL", help="A llama-server, or a llamarig gateway (its backends are shown).")

@@ -447,7 +447,8 @@ def _bundled_json(build: int) -> dict[str, Any]:
     from importlib import resources  # lazy: ~8 ms of start-up (it imports tempfile)
 
     res = resources.files("llamarig") / "data" / "schemas" / f"llama-server-{build}.json"
-    return json.loads(res.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(res.read_text(encoding="utf-8"))
+    return data
 
 
 def bundled_provenance() -> list[tuple[int, int, str]]:
