@@ -135,11 +135,15 @@ def _mtp_gpu(spec: ModelSpec, ctx: ContextLayout, n_t: int, n_out: int, masks: i
 
 
 def _replay_what(spec: ModelSpec, p: GraphParams, mtp: bool) -> str:
-    return (f"{spec.architecture} {'MTP draft' if mtp else 'prompt'} graph ({p.n_seqs} sequence(s) x "
-            f"{p.n_tokens // p.n_seqs} tokens, {p.n_kv} KV cells x {p.n_stream} stream(s)"
-            + (f" + {p.n_kv_swa} SWA cells" if p.n_kv_swa else "")
-            + f", {p.n_outputs} output(s), K {p.type_k} / V {p.type_v}"
-            + ("" if mtp else f", n_rs_seq {p.n_rs_seq}, flash attention {'on' if p.flash_attn else 'off'}") + ")")
+    what = (_("{arch} MTP draft graph ({shape})") if mtp else _("{arch} prompt graph ({shape})"))
+    shape = join(_(", "), [
+        _("{n} sequence(s) x {tokens} tokens").format(n=p.n_seqs, tokens=p.n_tokens // p.n_seqs),
+        _("{n} KV cells x {streams} stream(s)").format(n=p.n_kv, streams=p.n_stream)
+        + (_(" + {n} SWA cells").format(n=p.n_kv_swa) if p.n_kv_swa else ""),
+        _("{n} output(s)").format(n=p.n_outputs), f"K {p.type_k} / V {p.type_v}",
+        *([] if mtp else [f"n_rs_seq {p.n_rs_seq}",
+                          _("flash attention on") if p.flash_attn else _("flash attention off")])])
+    return what.format(arch=spec.architecture, shape=shape)
 
 
 def _replay_cuda(spec: ModelSpec, p: GraphParams, mtp: bool, cuda_cc: int) -> ComputeEstimate:
@@ -151,12 +155,12 @@ def _replay_cuda(spec: ModelSpec, p: GraphParams, mtp: bool, cuda_cc: int) -> Co
     # (ggml-cuda.cu:4604-4700), which keep tensors alive longer; not replayed, so modelled
     moe = bool(spec.n_expert)
     return ComputeEstimate(
-        dev, f"ggml-backend's scheduler and ggml-alloc replayed on the {_replay_what(spec, p, mtp)} for one CUDA "
-             f"GPU (compute capability {cuda_cc // 100}.{cuda_cc % 100 // 10}; inputs and the token embeddings' "
-             f"get_rows on the CPU, their copies and flash attention's f16 K/V copies in the GPU buffer): "
-             f"{dev / MiB:.2f} MiB"
-             + ("; the allocation dependencies CUDA adds for its fused MoE ops (ggml-cuda.cu:4604-4700) are not "
-                "replayed" if moe else ""),
+        dev, _("ggml-backend's scheduler and ggml-alloc replayed on the {graph} for one CUDA GPU (compute capability "
+               "{cc}; inputs and the token embeddings' get_rows on the CPU, their copies and flash attention's f16 K/V "
+               "copies in the GPU buffer): {size}").format(
+            graph=_replay_what(spec, p, mtp), cc=f"{cuda_cc // 100}.{cuda_cc % 100 // 10}", size=f"{dev / MiB:.2f} MiB")
+             + (_("; the allocation dependencies CUDA adds for its fused MoE ops (ggml-cuda.cu:4604-4700) are not "
+                  "replayed") if moe else ""),
         "modelled" if moe else "exact", host)
 
 
@@ -642,9 +646,11 @@ def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     names = ", ".join(b.name for b in setup.backends)
     host_weights = any(d < 0 for d in placement.layer_dev) or any(d < 0 for d in overrides.values())
     offload = host_weights and any(g.backend == "CUDA" for g in gpus)
-    formula = (f"ggml-backend's scheduler and ggml-alloc replayed on the {_replay_what(spec, p, mtp)} over {names}"
-               + (f", {n_copies} copies of every split input and graph input (pipeline parallelism)" if n_copies > 1 else "")
-               + ("; op offload: ops whose weights stay in host memory run on the GPU for batches of 32 rows or more "
-                  "and copy the weight into its compute buffer (ggml-backend.cpp:1100-1118, ggml-cuda.cu:5754-5758)"
-                  if offload else ""))
+    formula = (_("ggml-backend's scheduler and ggml-alloc replayed on the {graph} over {names}").format(
+                   graph=_replay_what(spec, p, mtp), names=names)
+               + (_(", {n} copies of every split input and graph input (pipeline parallelism)").format(n=n_copies)
+                  if n_copies > 1 else "")
+               + (_("; op offload: ops whose weights stay in host memory run on the GPU for batches of 32 rows or "
+                    "more and copy the weight into its compute buffer (ggml-backend.cpp:1100-1118, "
+                    "ggml-cuda.cu:5754-5758)") if offload else ""))
     return DeviceCompute(sizes[:-1], sizes[-1], _replay_method(spec, gpus, placement, overrides), formula, n_copies)

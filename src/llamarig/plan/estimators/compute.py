@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from llamarig.diagnostics import info
 from llamarig.gguf.ggml_types import TYPE_SIZES
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.compute import (
     ComputeEstimate,
@@ -69,10 +70,12 @@ def replayed_entries(rb: DeviceCompute, names: tuple[str, ...], comp: str, what:
     """A context's replayed compute buffers as plan lines: each device's (when it has one, or
     holds layers: ``always``) and the CPU backend's; ``device`` maps the context's device index to
     the plan's (a draft model's own devices)."""
-    out = [entry(device(i), comp, rb.devices[i], f"{what}{rb.formula}: {mib(rb.devices[i])} on {name}", rb.method)
+    out = [entry(device(i), comp, rb.devices[i], _("{what}{formula}: {size} on {device}").format(
+               what=what, formula=rb.formula, size=mib(rb.devices[i]), device=name), rb.method)
            for i, name in enumerate(names) if rb.devices[i] or i in always]
-    out.append(entry(HOST, comp, rb.host, f"{what}{rb.formula}: {mib(rb.host)} on the CPU backend (graph inputs, the "
-                     "token embeddings' rows, layers kept on the CPU)", rb.method))
+    out.append(entry(HOST, comp, rb.host, _("{what}{formula}: {size} on the CPU backend (graph inputs, the token "
+                                            "embeddings' rows, layers kept on the CPU)").format(
+        what=what, formula=rb.formula, size=mib(rb.host)), rb.method))
     return out
 
 
@@ -126,8 +129,9 @@ def _gpu_entries(lay: PlanLayout, est: ComputeEstimate, method: str, note: str, 
     out += _offload_copies(lay, gpu_with_layers[0])
     # the host-side compute buffer (the graph inputs, get_rows of the CPU embeddings)
     if est.host_bytes is not None:
-        out.append(entry(HOST, "compute", est.host_bytes, "the same replay's CPU (CUDA_Host) compute buffer: graph "
-                         f"inputs and the token embeddings' get_rows: {est.host_bytes / MiB:.2f} MiB", method))
+        out.append(entry(HOST, "compute", est.host_bytes, _("the same replay's CPU (CUDA_Host) compute buffer: graph "
+                                                            "inputs and the token embeddings' get_rows: {size}").format(
+            size=f"{est.host_bytes / MiB:.2f} MiB"), method))
     else:
         cfg = lay.cfg
         hi = host_inputs(spec, ctx, n_out, (cfg.cache_type_k, cfg.cache_type_v))
@@ -169,6 +173,6 @@ def estimate_compute_buffers(lay: PlanLayout) -> Contribution:
     else:
         entries = _modelled(lay, n_out, gpu_with_layers, pp)
     out_b = M.output_buffer_bytes(spec, ctx.n_parallel)
-    entries.append(entry(HOST, "output", out_b, f"logits n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} "
-                         f"x n_seq_max {ctx.n_parallel} x 4 B"))
+    entries.append(entry(HOST, "output", out_b, _("logits {formula}").format(
+        formula=f"n_vocab {spec.n_vocab if spec.n_vocab is not None else '?'} x n_seq_max {ctx.n_parallel} x 4 B")))
     return Contribution(tuple(entries), diags)

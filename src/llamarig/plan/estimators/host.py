@@ -31,18 +31,19 @@ def checkpoint(lay: PlanLayout) -> tuple[int, str]:
     ckpt, formula = 0, ""
     if M.recurrent_bytes_per_seq(spec):
         ckpt = M.recurrent_checkpoint_bytes(spec)
-        formula = "recurrent state of one sequence + 1180 B header"
+        formula = _("recurrent state of one sequence + 1180 B header")
     elif ctx.swa_cells:
         ckpt = M.swa_checkpoint_bytes(spec, ctx, cfg.cache_type_k, cfg.cache_type_v)
-        formula = (f"the unmasked SWA cells of one sequence (n_swa {spec.swa_window}) x SWA layers' "
-                   "K+V rows + state header")
+        formula = _("the unmasked SWA cells of one sequence (n_swa {n_swa}) x SWA layers' K+V rows + state "
+                    "header").format(n_swa=spec.swa_window)
     mtp = M.mtp_kv_layers(spec, ctx, cfg)
     if ckpt and mtp:
         # the MTP draft context is a plain KV cache: PARTIAL_ONLY is ignored and the whole
         # sequence's nextn-layer KV is saved (llama-kv-cache.cpp:2071; server-context.cpp:2567)
         per_tok_mtp = sum(x.bytes // x.cells for x in mtp)
         ckpt += M.kv_state_bytes(mtp, ctx.n_ctx_slot, ctx.n_stream)
-        formula += f" + MTP context KV of the slot (up to {ctx.n_ctx_slot} tokens x {per_tok_mtp} B)"
+        formula += _(" + MTP context KV of the slot (up to {n} tokens x {per} B)").format(n=ctx.n_ctx_slot,
+                                                                                           per=per_tok_mtp)
     return ckpt, formula
 
 
@@ -54,11 +55,12 @@ def estimate_host_extras(lay: PlanLayout) -> HostExtras:
     if ckpt:
         n_ck = cfg.ctx_checkpoints * ctx.n_parallel
         out.append(entry(HOST, "checkpoints", ckpt * n_ck,
-                         f"--ctx-checkpoints {cfg.ctx_checkpoints} x {ctx.n_parallel} slot(s) x {mib(ckpt)} "
-                         f"({formula}); worst case", "exact"))
+                         _("--ctx-checkpoints {n} x {slots} slot(s) x {size} ({formula}); worst case").format(
+                             n=cfg.ctx_checkpoints, slots=ctx.n_parallel, size=mib(ckpt), formula=formula), "exact"))
     if cfg.cache_ram_mib < 0:
         diags.append(warning(UNBOUNDED_PROMPT_CACHE, _("--cache-ram -1: the prompt cache in host RAM has no byte limit")))
     elif cfg.cache_ram_mib > 0:
         out.append(entry(HOST, "cache_ram", cfg.cache_ram_mib * MiB,
-                         f"--cache-ram {cfg.cache_ram_mib} MiB prompt cache (upper bound, filled over time)", "given"))
+                         _("--cache-ram {n} MiB prompt cache (upper bound, filled over time)").format(
+                             n=cfg.cache_ram_mib), "given"))
     return HostExtras(Contribution(tuple(out), tuple(diags)), ckpt)

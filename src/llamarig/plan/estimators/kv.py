@@ -3,6 +3,7 @@ device of their layer, or the host with -nkvo (llama-kv-cache.cpp)."""
 
 from __future__ import annotations
 
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.estimators.base import Contribution, Entry, PlanLayout, entry, mib
 
@@ -18,14 +19,16 @@ def estimate_kv(lay: PlanLayout) -> Contribution:
         if full:
             b = sum(x.bytes for x in full)
             per = b // full[0].cells
-            out.append(entry(dev, "kv", b, f"{len(full)} attention layer(s) x {full[0].cells} cells x "
-                             f"{per // len(full)} B/cell (K {cfg.cache_type_k} + V {cfg.cache_type_v}) = {mib(b)}"))
+            out.append(entry(dev, "kv", b, _("{n} attention layer(s) x {cells} cells x {per} B/cell (K {tk} + V {tv}) "
+                                             "= {size}").format(n=len(full), cells=full[0].cells, per=per // len(full),
+                                                                tk=cfg.cache_type_k, tv=cfg.cache_type_v, size=mib(b))))
         if swa:
             b = sum(x.bytes for x in swa)
-            out.append(entry(dev, "kv", b, f"{len(swa)} SWA layer(s) x {swa[0].cells} cells "
-                             f"(pad256(min(n_ctx_seq, n_swa {spec.swa_window} x "
-                             f"{'n_seq' if ctx.kv_unified else '1'} + n_ubatch {ctx.n_ubatch})) x "
-                             f"{ctx.n_stream} stream(s)) = {mib(b)}"))
+            out.append(entry(dev, "kv", b, _("{n} SWA layer(s) x {cells} cells ({cells_formula} x {streams} stream(s)) = "
+                                             "{size}").format(
+                n=len(swa), cells=swa[0].cells, streams=ctx.n_stream, size=mib(b),
+                cells_formula=f"pad256(min(n_ctx_seq, n_swa {spec.swa_window} x "
+                              f"{'n_seq' if ctx.kv_unified else '1'} + n_ubatch {ctx.n_ubatch}))")))
     return Contribution(tuple(out))
 
 

@@ -4,6 +4,7 @@ catalogue."""
 
 from __future__ import annotations
 
+from llamarig.i18n import _
 from llamarig.plan.estimators.base import HOST, Contribution, PlanLayout, entry
 
 
@@ -14,7 +15,8 @@ def estimate_mmproj(lay: PlanLayout) -> Contribution:
     fa = lay.ctx.flash_attn
     dev = lay.first_local if lay.cfg.mmproj_offload else HOST
     return Contribution((
-        entry(dev, "mmproj", mm.weights_bytes, f"mmproj weights ({mm.label})", "given"),
+        entry(dev, "mmproj", mm.weights_bytes, _("mmproj weights ({label})").format(label=mm.label), "given"),
         entry(dev, "mmproj", mm.compute_fa_on if fa else mm.compute_fa_off,
-              f"mmproj worst-case compute, flash attention {'on' if fa else 'off'} ({mm.source})", "modelled"),
+              (_("mmproj worst-case compute, flash attention on ({source})") if fa else
+               _("mmproj worst-case compute, flash attention off ({source})")).format(source=mm.source), "modelled"),
     ))

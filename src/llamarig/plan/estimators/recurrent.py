@@ -3,6 +3,7 @@ speculative decoding keeps (llama-memory-recurrent.cpp)."""
 
 from __future__ import annotations
 
+from llamarig.i18n import _
 from llamarig.plan import memory as M
 from llamarig.plan.estimators.base import Contribution, Entry, PlanLayout, entry
 
@@ -20,6 +21,7 @@ def estimate_recurrent(lay: PlanLayout) -> Contribution:
         n = sum(1 for ly in spec.layers if ly.kind == "recurrent" and not ly.nextn and lay.kv_device(ly.index) == dev)
         if n:
             out.append(entry(dev, "recurrent", per_layer * n * rows,
-                             f"{n} recurrent layer(s) x 4 B x (n_embd_r {r.n_embd_r} + n_embd_s {r.n_embd_s}) x "
-                             f"{rows} rows (max(1, n_seq {ctx.n_parallel}) x (1 + n_rs_seq {ctx.n_rs_seq}))"))
+                             _("{n} recurrent layer(s) x 4 B x ({sizes}) x {rows} rows ({rows_formula})").format(
+                                 n=n, rows=rows, sizes=f"n_embd_r {r.n_embd_r} + n_embd_s {r.n_embd_s}",
+                                 rows_formula=f"max(1, n_seq {ctx.n_parallel}) x (1 + n_rs_seq {ctx.n_rs_seq})")))
     return Contribution(tuple(out))

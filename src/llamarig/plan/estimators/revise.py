@@ -4,6 +4,7 @@ estimate with its range), and the range of a modelled GPU compute buffer."""
 
 from __future__ import annotations
 
+from llamarig.i18n import _
 from llamarig.plan.estimators.base import Entry, MemoryLines, PlanLayout, mib
 from llamarig.plan.result import Line
 
@@ -83,8 +84,8 @@ def weights_origin(lay: PlanLayout, ledger: MemoryLines) -> list[Entry]:
         for dev, lines in ledger.all_lines():
             w = lines.get("weights")
             if w is not None:
-                out.append(Entry(dev, "weights", Line(w.bytes, w.formula + f" (file size {origin.size_source}; "
-                                                      f"+-{spread:.1%})", "estimated", w.parts, spread)))
+                out.append(Entry(dev, "weights", Line(w.bytes, w.formula + _(" (file size {source}; +-{spread})").format(
+                    source=origin.size_source, spread=f"{spread:.1%}"), "estimated", w.parts, spread)))
         return out
     how = ("tensor bytes from their catalogue types, which add up to the published file size" if origin.typed_tensors
            else "the published file size spread over the tensors by parameter count")

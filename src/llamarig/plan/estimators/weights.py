@@ -99,13 +99,13 @@ class WeightsEstimate:
 def _device_entries(lay: PlanLayout, ws: M.WeightSplit) -> list[Entry]:
     out = []
     for i, g in enumerate(lay.gpus):
-        out_note = " + output layer" if lay.placement.output_dev == i else ""
-        out.append(entry(i, "weights", ws.per_device[i],
-                         f"tensors of {lay.layers_on(i)} layer(s){out_note} on {lay.gpu_names[i]} (-ngl/-ts/-sm/-ot "
-                         "placement"
-                         + ("; quantized rows padded to 512 elements, 128 B alignment"
-                            if g.buffer_backend in ("CUDA", "ROCm") else "")
-                         + ")"))
+        out_note = _(" + output layer") if lay.placement.output_dev == i else ""
+        padded = g.buffer_backend in ("CUDA", "ROCm")
+        out.append(entry(i, "weights", ws.per_device[i], (
+            _("tensors of {n} layer(s){output} on {device} (-ngl/-ts/-sm/-ot placement; quantized rows padded to "
+              "512 elements, 128 B alignment)") if padded else
+            _("tensors of {n} layer(s){output} on {device} (-ngl/-ts/-sm/-ot placement)")).format(
+                n=lay.layers_on(i), output=out_note, device=lay.gpu_names[i])))
     return out
 
 
@@ -146,7 +146,7 @@ def estimate_weights(lay: PlanLayout) -> WeightsEstimate:
     ws = M.split_weights(spec, cfg, lay.placement, [g.buffer_backend in ("CUDA", "ROCm") for g in lay.gpus])
     on_gpus = sum(lay.layers_on(i) for i in range(lay.n_dev))
     host_w = host_weights(spec, cfg, lay.placement, ws.host, lay.gpus, lay.cpu, lay.mmap,
-                          f"tensors kept on the CPU ({spec.n_layer - on_gpus} layer(s), token embeddings)")
+                          _("tensors kept on the CPU ({n} layer(s), token embeddings)").format(n=spec.n_layer - on_gpus))
     est = Contribution((*_device_entries(lay, ws), Entry(HOST, "weights", host_w)),
                    tuple(_buffer_diagnostics(lay, ws, host_w)))
     return WeightsEstimate(est, ws, host_w)
