@@ -80,7 +80,8 @@ class CpuFeatures:
 
     def describe(self) -> str:
         shown = [f for f in X86_FEATURES + ARM_FEATURES + BUILD_FEATURES if f in self.features]
-        return f"{self.arch}: {' '.join(shown) or 'no SIMD features'} ({self.source})"
+        return _("{arch}: {features} ({source})").format(arch=self.arch, features=" ".join(shown) or _("no SIMD features"),
+                                                          source=self.source)
 
     def to_json(self) -> dict[str, object]:
         return {"arch": self.arch, "features": sorted(self.features), "sve_cnt": self.sve_cnt,
@@ -90,7 +91,7 @@ class CpuFeatures:
 #: what a plan assumes when nothing tells it better: an x86-64 build with AVX2, no AVX-512/AMX
 DEFAULT_FEATURES = CpuFeatures(
     "x86_64", frozenset({"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2", "REPACK"}),
-    "assumed: x86-64 with AVX2, no AVX-512 or AMX; --cpu-features or --detect to change")
+    _("assumed: x86-64 with AVX2, no AVX-512 or AMX; --cpu-features or --detect to change"))
 
 _SYSINFO_RE = re.compile(r"\b([A-Z][A-Z0-9_]*) = ([0-9]+)")
 

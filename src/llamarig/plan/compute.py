@@ -119,19 +119,24 @@ def _mtp_gpu(spec: ModelSpec, ctx: ContextLayout, n_t: int, n_out: int, masks: i
     if ctx.flash_attn:
         att_t = attn_fa_floats_per_token(spec)
         att = masks + att_t * n_t * F32
-        att_name = f"KQ mask {masks / MiB:.2f} MiB (f16 n_kv {base} x {n_t}) + {att_t} f32/token x {n_t}"
+        att_name = _("KQ mask {size} ({shape}) + {rest}").format(
+            size=f"{masks / MiB:.2f} MiB", shape=f"f16 n_kv {base} x {n_t}", rest=f"{att_t} f32/token x {n_t}")
     else:
         ly = max((x for x in spec.layers if x.kind != "recurrent"), key=lambda x: x.n_head)
         att = masks + base * n_t * ly.n_head * F32 + attn_fa_floats_per_token(spec) * n_t * F32
-        att_name = f"KQ mask {masks / MiB:.2f} MiB + KQ n_kv {base} x {n_t} x {ly.n_head} heads x 4 B"
+        att_name = _("KQ mask {size} + KQ {shape} x {heads} heads x 4 B").format(
+            size=f"{masks / MiB:.2f} MiB", shape=f"n_kv {base} x {n_t}", heads=ly.n_head)
     logits = (spec.n_vocab or 0) * n_out * F32
     out = logits + 2 * e * n_out * F32
-    phases = [(ffn, f"FFN phase {ffn / MiB:.2f} MiB ((3 n_ff {ff} + 2 n_embd {e} + {C_MTP_GPU_FFN}) f32/token x {n_t})"),
-              (att, f"attention phase {att / MiB:.2f} MiB ({att_name})"),
-              (out, f"output phase {out / MiB:.2f} MiB (logits n_vocab {spec.n_vocab} x {n_out} outputs x 4 B)")]
+    phases = [(ffn, _("FFN phase {size} ({formula})").format(
+                  size=f"{ffn / MiB:.2f} MiB", formula=f"(3 n_ff {ff} + 2 n_embd {e} + {C_MTP_GPU_FFN}) f32/token x {n_t}")),
+              (att, _("attention phase {size} ({formula})").format(size=f"{att / MiB:.2f} MiB", formula=att_name)),
+              (out, _("output phase {size} (logits {formula})").format(
+                  size=f"{out / MiB:.2f} MiB", formula=f"n_vocab {spec.n_vocab} x {n_out} x 4 B"))]
     peak, name = max(phases, key=lambda p: p[0])
-    others = "; ".join(n for b, n in phases if n != name)
-    return ComputeEstimate(int(peak), f"largest phase: {name} (the mask is freed after the attention; {others})")
+    others = join(_("; "), [n for b, n in phases if n != name])
+    return ComputeEstimate(int(peak), _("largest phase: {name} (the mask is freed after the attention; {others})").format(
+        name=name, others=others))
 
 
 def _replay_what(spec: ModelSpec, p: GraphParams, mtp: bool) -> str:
@@ -219,11 +224,11 @@ def _peak_phase(spec: ModelSpec, ctx: ContextLayout, ph: _Phase, layers: str) ->
     ffn = ffn_floats_per_token(spec)
     if layers == "mtp":
         ffn = 2 * e + 2 * ((spec.n_ff or 0) if not spec.n_expert else spec.n_expert_used * (spec.n_ff_expert or 0)) + 25
-    phase, name = ffn * n_t * F32, f"FFN {ffn} f32/token x {n_t}"
+    phase, name = ffn * n_t * F32, _("FFN {formula}").format(formula=f"{ffn} f32/token x {n_t}")
     if ctx.flash_attn and ph.has_attn and layers == "main":
         att_fa = attn_fa_floats_per_token(spec)
         if att_fa > ffn:
-            phase, name = att_fa * n_t * F32, f"attention {att_fa} f32/token x {n_t}"
+            phase, name = att_fa * n_t * F32, _("attention {formula}").format(formula=f"{att_fa} f32/token x {n_t}")
     if spec.recurrent is not None and layers == "main" and any(ly.kind == "recurrent" for ly in spec.layers):
         rec, rec_name = _delta_net_phase(spec, ctx, n_t)
         if rec > phase:
@@ -243,8 +248,10 @@ def _delta_net_phase(spec: ModelSpec, ctx: ContextLayout, n_t: int) -> tuple[int
     n_seq = max(1, ctx.n_parallel)
     copies = n_seq * (2 + ctx.n_rs_seq)  # state in/out, plus rollback snapshot writes
     return (per_tok * n_t * F32 + copies * r.n_embd_s * F32,
-            f"gated delta net {per_tok} f32/token (3 x conv_dim {conv} + 0.4 x inner {r.inner_size}) x {n_t} + "
-            f"{copies} state copies (n_seq {n_seq} x (2 + n_rs_seq {ctx.n_rs_seq})) x n_embd_s {r.n_embd_s} x 4 B")
+            _("gated delta net {per} ({per_formula}) x {n_t} + {copies} state copies ({copies_formula}) x {state}").format(
+                per=f"{per_tok} f32/token", per_formula=f"3 x conv_dim {conv} + 0.4 x inner {r.inner_size}", n_t=n_t,
+                copies=copies, copies_formula=f"n_seq {n_seq} x (2 + n_rs_seq {ctx.n_rs_seq})",
+                state=f"n_embd_s {r.n_embd_s} x 4 B"))
 
 
 def _attn_nofa_phase(spec: ModelSpec, ph: _Phase) -> tuple[int, str]:
@@ -254,7 +261,8 @@ def _attn_nofa_phase(spec: ModelSpec, ph: _Phase) -> tuple[int, str]:
     q = ly.n_head * ly.head_dim_k
     per_tok = max(0, 4 * e + 3 * q + ly.n_head_kv * (ly.head_dim_k + ly.head_dim_v) + C_ATTN_NOFA)
     return (ph.base * ph.n_t * ly.n_head * F32 + per_tok * ph.n_t * F32,
-            f"KQ n_kv {ph.base} x {ph.n_t} x {ly.n_head} heads x 4 B + {per_tok} f32/token")
+            _("KQ {shape} x {heads} heads x 4 B + {rest}").format(shape=f"n_kv {ph.base} x {ph.n_t}", heads=ly.n_head,
+                                                                  rest=f"{per_tok} f32/token"))
 
 
 def _phase_model(spec: ModelSpec, ctx: ContextLayout, ph: _Phase, layers: str,
@@ -276,11 +284,12 @@ def _phase_model(spec: ModelSpec, ctx: ContextLayout, ph: _Phase, layers: str,
     # PR #23861) are this phase exactly: gpt-oss-20b 201088 x 512 x 4 B + 2 x 2880 x 512 x 4 B =
     # 404.00 MiB (PR #17609), Qwen3.8-27B 505 MiB at -ub 512 (GenerelSchwerz/llama.cpp PR #62).
     out_phase = logits + 2 * e * ph.n_out * F32
-    formula = (f"KQ mask{'s' if ph.swa else ''} {ph.masks / MiB:.2f} MiB ({'f16' if fa else 'f32'} n_kv {ph.base}"
-               f"{f' + SWA {ph.swa}' if ph.swa else ''} x n_ubatch {ph.n_t}) + peak phase {phase / MiB:.2f} MiB "
-               f"({phase_name})"
-               + (f" + f16 K/V copies for CUDA flash attention {conv / MiB:.2f} MiB (part of the FA node's allocation "
-                  "in the compute buffer, fattn.cu:725-760; added whole: an upper bound)" if conv else ""))
+    formula = (_("KQ mask(s) {size} ({shape}) + peak phase {phase} ({name})").format(
+                   size=f"{ph.masks / MiB:.2f} MiB", phase=f"{phase / MiB:.2f} MiB", name=phase_name,
+                   shape=f"{'f16' if fa else 'f32'} n_kv {ph.base}{f' + SWA {ph.swa}' if ph.swa else ''} x n_ubatch {ph.n_t}")
+               + (_(" + f16 K/V copies for CUDA flash attention {size} (part of the FA node's allocation in the "
+                    "compute buffer, fattn.cu:725-760; added whole: an upper bound)").format(size=f"{conv / MiB:.2f} MiB")
+                  if conv else ""))
     if out_phase > layer_total:
         return ComputeEstimate(int(out_phase),
                                f"output phase {out_phase / MiB:.2f} MiB: logits {logits / MiB:.2f} MiB (n_vocab "
@@ -288,7 +297,8 @@ def _phase_model(spec: ModelSpec, ctx: ContextLayout, ph: _Phase, layers: str,
                                "than the layers' peak: " + formula + ")")
     # small logits stay additive: the CPU calibration above was fitted with them added
     return ComputeEstimate(int(layer_total + logits),
-                           formula + f" + logits {logits / MiB:.2f} MiB (n_vocab x {ph.n_out} outputs)")
+                           formula + _(" + logits {size} (n_vocab x {n} outputs)").format(
+                               size=f"{logits / MiB:.2f} MiB", n=ph.n_out))
 
 
 def estimate_compute(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
@@ -369,10 +379,12 @@ def host_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int,
     total = act + masks + small + rot
     return ComputeEstimate(
         total,
-        f"graph inputs and the token embeddings' get_rows, kept on the CPU: {4 if mixed else 2} x n_embd {e} x "
-        f"{n_t} x 4 B ({'tokens and mixed-batch embeddings' if mixed else 'embeddings input and get_rows'}) "
-        f"+ KQ mask(s) {masks / MiB:.2f} MiB + Hadamard rotations {rot / MiB:.2f} MiB + ids/positions "
-        f"{small / MiB:.2f} MiB = {total / MiB:.2f} MiB")
+        _("graph inputs and the token embeddings' get_rows, kept on the CPU: {inputs} ({what}) + KQ mask(s) {masks} + "
+          "Hadamard rotations {rot} + ids/positions {small} = {total}").format(
+            inputs=f"{4 if mixed else 2} x n_embd {e} x {n_t} x 4 B",
+            what=_("tokens and mixed-batch embeddings") if mixed else _("embeddings input and get_rows"),
+            masks=f"{masks / MiB:.2f} MiB", rot=f"{rot / MiB:.2f} MiB", small=f"{small / MiB:.2f} MiB",
+            total=f"{total / MiB:.2f} MiB"))
 
 
 # ============================================================================ pipeline parallelism
@@ -488,9 +500,10 @@ def pipeline_split_inputs(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: in
         masks *= 2  # the f32 input, not the f16 cast
     pos = n_t * 4
     out_ids = n_out * 4 if output else 0
-    what = (f"{'token embeddings from the CPU' if first else 'residual stream from the previous GPU'} "
-            f"n_embd {spec.n_embd} x {n_t} x 4 B = {act / MiB:.2f} MiB + KQ mask(s) {masks / MiB:.2f} MiB"
-            f" + positions {pos} B" + (f" + output ids {out_ids} B" if out_ids else ""))
+    what = ((_("token embeddings from the CPU {act} + KQ mask(s) {masks} + positions {pos} B") if first else
+             _("residual stream from the previous GPU {act} + KQ mask(s) {masks} + positions {pos} B")).format(
+                act=f"n_embd {spec.n_embd} x {n_t} x 4 B = {act / MiB:.2f} MiB", masks=f"{masks / MiB:.2f} MiB", pos=pos)
+            + (_(" + output ids {n} B").format(n=out_ids) if out_ids else ""))
     return act + masks + pos + out_ids, what
 
 
@@ -539,9 +552,10 @@ def host_pipeline_extra(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int,
     extra = (pp.n_copies - 1) * per_copy
     return ComputeEstimate(
         extra,
-        f"pipeline parallelism: {pp.n_copies - 1} more never-freed copies of the graph inputs "
-        f"(2 x n_embd {e} x {n_t} x 4 B embeddings inputs + KQ mask(s) + tokens/positions/ids) "
-        f"= {pp.n_copies - 1} x {per_copy / MiB:.2f} MiB [{PP_METHOD}]")
+        _("pipeline parallelism: {n} more never-freed copies of the graph inputs ({inputs} embeddings inputs + KQ "
+          "mask(s) + tokens/positions/ids) = {n} x {size} [{method}]").format(
+            n=pp.n_copies - 1, inputs=f"2 x n_embd {e} x {n_t} x 4 B", size=f"{per_copy / MiB:.2f} MiB",
+            method=PP_METHOD))
 
 
 # ============================================================================ several devices, replayed

@@ -110,8 +110,8 @@ def _offload_copies(lay: PlanLayout, first_gpu: int) -> list[Entry]:
         return []
     top = sorted(host_mats, reverse=True)[:2]
     return [entry(first_gpu, "compute", sum(top),
-                  f"op offload: 2 largest host-resident weight matrices copied in for prompt batches "
-                  f"({' + '.join(mib(x) for x in top)})", "modelled")]
+                  _("op offload: 2 largest host-resident weight matrices copied in for prompt batches ({sizes})").format(
+                      sizes=" + ".join(mib(x) for x in top)), "modelled")]
 
 
 def _gpu_entries(lay: PlanLayout, est: ComputeEstimate, method: str, note: str, gpu_with_layers: list[int],

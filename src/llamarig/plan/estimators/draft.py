@@ -46,24 +46,26 @@ def estimate_mtp(lay: PlanLayout) -> MTPEstimate:
         sel = [x for x in mtp if lay.kv_device(x.layer) == dev]
         if sel:
             b = sum(x.bytes for x in sel)
-            out.append(entry(dev, "draft", b, f"MTP context KV: {len(sel)} nextn layer(s) x n_ctx {ctx.n_ctx} x "
-                             f"(K {cfg.cache_type_k_draft} + V {cfg.cache_type_v_draft}) = {mib(b)}"))
+            out.append(entry(dev, "draft", b, _("MTP context KV: {n} nextn layer(s) x n_ctx {n_ctx} x (K {tk} + V {tv}) = "
+                                                "{size}").format(n=len(sel), n_ctx=ctx.n_ctx, tk=cfg.cache_type_k_draft,
+                                                                 tv=cfg.cache_type_v_draft, size=mib(b))))
     out.append(entry(HOST, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
-                     "MTP context logits n_vocab x n_parallel x 4 B"))
+                     _("MTP context logits {formula}").format(formula="n_vocab x n_parallel x 4 B")))
     mdev = lay.kv_device(mtp[0].layer)
     mb = replay(lay, ctx.n_parallel, (cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=True)
     if mb is not None:
-        out += replayed_entries(mb, lay.gpu_names, "draft", "MTP context compute: ")
+        out += replayed_entries(mb, lay.gpu_names, "draft", _("MTP context compute: "))
         return MTPEstimate(Contribution(tuple(out), diags), mdev)
     target = cuda_target(lay)
     dest = estimate_compute(spec, ctx, ctx.n_parallel, layers="mtp", gpu=mdev >= 0,
                             cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
                             cuda_cc=target.cc if mdev == 0 else None)
     method = dest.method if not target.note else "modelled"
-    out.append(entry(mdev, "draft", dest.bytes, "MTP context compute: " + dest.formula + target.note, method))
+    out.append(entry(mdev, "draft", dest.bytes, _("MTP context compute: ") + dest.formula + target.note, method))
     if dest.host_bytes is not None:
-        out.append(entry(HOST, "draft", dest.host_bytes, "MTP context's CPU (CUDA_Host) compute buffer (graph inputs "
-                         f"and the token embeddings' get_rows): {dest.host_bytes / MiB:.2f} MiB", method))
+        out.append(entry(HOST, "draft", dest.host_bytes, _("MTP context's CPU (CUDA_Host) compute buffer (graph inputs "
+                                                          "and the token embeddings' get_rows): {size}").format(
+            size=f"{dest.host_bytes / MiB:.2f} MiB"), method))
     return MTPEstimate(Contribution(tuple(out), diags), mdev)
 
 
@@ -101,8 +103,9 @@ def _draft_kv(lay: PlanLayout, d: ModelSpec, placement: M.Placement, d_names: tu
             continue
         b = sum(M.kv_bytes_per_cell(ly, cfg.cache_type_k_draft, cfg.cache_type_v_draft) for ly in sel) * ctx.n_ctx
         out.append(entry(index[d_names[j]] if j >= 0 else HOST, "draft", b,
-                         f"draft KV: {len(sel)} layer(s) x n_ctx {ctx.n_ctx} (-ctkd {cfg.cache_type_k_draft} / "
-                         f"-ctvd {cfg.cache_type_v_draft})"))
+                         _("draft KV: {n} layer(s) x n_ctx {n_ctx} ({flags})").format(
+                             n=len(sel), n_ctx=ctx.n_ctx,
+                             flags=f"-ctkd {cfg.cache_type_k_draft} / -ctvd {cfg.cache_type_v_draft}")))
     return out
 
 
@@ -132,11 +135,12 @@ def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
         on_dev[index[name]] += ws.per_device[j]
         n_l = sum(1 for x in placement.layer_dev if x == j)
         if ws.per_device[j]:
-            out.append(entry(index[name], "draft", ws.per_device[j], f"draft model weights {d.path}: {n_l} layer(s) ({how})"))
+            out.append(entry(index[name], "draft", ws.per_device[j], _("draft model weights {path}: {n} layer(s) "
+                                                                       "({how})").format(path=d.path, n=n_l, how=how)))
     if ws.host:
         hw_line = host_weights(d, dcfg, placement, ws.host, devs.gpus, lay.cpu, uses_mmap(dcfg),
-                               f"draft model weights {d.path} kept on the CPU (token embeddings, "
-                               f"{sum(1 for x in placement.layer_dev if x < 0)} layer(s); {how})")
+                               _("draft model weights {path} kept on the CPU (token embeddings, {n} layer(s); "
+                                 "{how})").format(path=d.path, n=sum(1 for x in placement.layer_dev if x < 0), how=how))
         out.append(entry(HOST, "draft", hw_line.bytes, hw_line.formula))
     out += _draft_kv(lay, d, placement, devs.names, index)
     # the draft model's own llama_context reserves its compute buffer like the target's (the
@@ -154,7 +158,7 @@ def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
                           cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
                           split_mode=dcfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
     if rb is not None:
-        out += replayed_entries(rb, devs.names, "draft", "draft model context compute: ",
+        out += replayed_entries(rb, devs.names, "draft", _("draft model context compute: "),
                                 device=lambda i: index[devs.names[i]] if i >= 0 else HOST)
         return DraftEstimate(Contribution(tuple(out)), tuple(on_dev))
     gpu_js = [j for j in range(len(devs.names)) if any(x == j for x in placement.layer_dev)]
@@ -162,5 +166,5 @@ def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
                             gpu=bool(gpu_js) and d.mtp_sidecar,
                             cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
     out.append(entry(index[devs.names[gpu_js[0]]] if gpu_js else HOST, "draft", dest.bytes,
-                     "draft model context compute: " + dest.formula, dest.method if not gpu_js else "modelled"))
+                     _("draft model context compute: ") + dest.formula, dest.method if not gpu_js else "modelled"))
     return DraftEstimate(Contribution(tuple(out)), tuple(on_dev))

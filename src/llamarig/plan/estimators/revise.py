@@ -87,12 +87,12 @@ def weights_origin(lay: PlanLayout, ledger: MemoryLines) -> list[Entry]:
                 out.append(Entry(dev, "weights", Line(w.bytes, w.formula + _(" (file size {source}; +-{spread})").format(
                     source=origin.size_source, spread=f"{spread:.1%}"), "estimated", w.parts, spread)))
         return out
-    how = ("tensor bytes from their catalogue types, which add up to the published file size" if origin.typed_tensors
-           else "the published file size spread over the tensors by parameter count")
+    how = (_("tensor bytes from their catalogue types, which add up to the published file size") if origin.typed_tensors
+           else _("the published file size spread over the tensors by parameter count"))
     for dev, lines in ledger.all_lines():
         w = lines.get("weights")
         if w is not None and w.bytes:
-            out.append(Entry(dev, "weights", Line(w.bytes, w.formula + f" (catalogue: {how})", "modelled", w.parts)))
+            out.append(Entry(dev, "weights", Line(w.bytes, w.formula + _(" (catalogue: {how})").format(how=how), "modelled", w.parts)))
     return out
 
 
@@ -102,7 +102,8 @@ def gpu_compute_range(lay: PlanLayout, ledger: MemoryLines) -> list[Entry]:
     for i, g in enumerate(lay.gpus):
         cl = ledger.devices[i].get("compute")
         if cl is not None and cl.bytes and g.backend != "CPU" and cl.method != "exact":
-            out.append(Entry(i, "compute", Line(cl.bytes, cl.formula + f" (GPU compute: +-{GPU_COMPUTE_SPREAD:.0%}, "
-                                                "the out-of-sample error on published GPU logs, docs/accuracy.md)",
+            out.append(Entry(i, "compute", Line(cl.bytes, cl.formula + _(
+                " (GPU compute: +-{spread}, the out-of-sample error on published GPU logs, docs/accuracy.md)").format(
+                spread=f"{GPU_COMPUTE_SPREAD:.0%}"),
                                                 cl.method, cl.parts, GPU_COMPUTE_SPREAD)))
     return out

@@ -52,13 +52,14 @@ def _default_buffer(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, 
     """Bytes of the host weights in the default buffer, and the formula so far."""
     mapped = M.mapped_host_bytes(spec, cfg, placement, cpu, extra) if mmap else None
     if mmap and mapped is not None:
-        return mapped, what + ": mmap'd file range from the first to the end of the last tensor left in it"
+        return mapped, what + _(": mmap'd file range from the first to the end of the last tensor left in it")
     if mmap:
         return host_bytes - moved_file, what
     default = sum(-(-(t.n_bytes) // 32) * 32 for t in M.host_tensors(spec, cfg, placement)
                   if not host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu,
                                             extra_bufts=extra).buffer)
-    return default, what + f", read into an allocated buffer (--load-mode {cfg.load_mode}; 32 B aligned per tensor)"
+    return default, what + _(", read into an allocated buffer (--load-mode {mode}; 32 B aligned per tensor)").format(
+        mode=cfg.load_mode)
 
 
 def host_weights(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, host_bytes: int,
@@ -77,12 +78,13 @@ def host_weights(spec: ModelSpec, cfg: ServerConfig, placement: M.Placement, hos
         if name in bufs:
             b, f = bufs[name]
             parts.append((name, b))
-            why = ("q4_0/q4_1/q8_0/q4_K/q5_K/q6_K/iq4_xs/f16 matrices with rows a multiple of 32, packed for AMX "
-                   "(ggml-cpu/amx/amx.cpp, mmq.cpp)" if name == "AMX" else
-                   "matrices repacked into interleaved blocks (ggml-cpu/repack.cpp)")
-            formula += f" + {name} {mib(b)}: {why}, copied out of the file ({mib(f)} there)"
+            why = (_("q4_0/q4_1/q8_0/q4_K/q5_K/q6_K/iq4_xs/f16 matrices with rows a multiple of 32, packed for AMX "
+                     "(ggml-cpu/amx/amx.cpp, mmq.cpp)") if name == "AMX" else
+                   _("matrices repacked into interleaved blocks (ggml-cpu/repack.cpp)"))
+            formula += _(" + {name} {size}: {why}, copied out of the file ({file} there)").format(
+                name=name, size=mib(b), why=why, file=mib(f))
     if bufs:
-        formula += "; -nr/--no-repack keeps them in " + default_name
+        formula += _("; -nr/--no-repack keeps them in {buffer}").format(buffer=default_name)
     return Line(sum(b for _, b in parts), formula, "exact", tuple(parts))
 
 
