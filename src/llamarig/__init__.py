@@ -38,7 +38,8 @@ _LAZY = {
     "deployment": "llamarig.api", "machine": "llamarig.api", "gpu": "llamarig.api", "plan_inputs": "llamarig.api",
     "Deployment": "llamarig.plan.deployment", "Diagnostic": "llamarig.diagnostics",
     "CheckReport": "llamarig.app.check", "FixResult": "llamarig.app.check", "Resolved": "llamarig.app.command",
-    "ExplainReport": "llamarig.app.explain",
+    "ExplainReport": "llamarig.app.explain", "BenchReport": "llamarig.bench.result",
+    "Comparison": "llamarig.bench.compare", "LogsReport": "llamarig.bench.logs", "QualityReport": "llamarig.tune.quality",
     "TuneResult": "llamarig.app.tune", "TuneSettings": "llamarig.app.tune", "Command": "llamarig.flags.argv",
     "Plan": "llamarig.plan.result", "PlanInputs": "llamarig.plan.result", "DevicePlan": "llamarig.plan.result",
     "HostPlan": "llamarig.plan.result", "Line": "llamarig.plan.result",
@@ -49,7 +50,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "CheckReport", "Command", "CpuFeatures", "Deployment", "DevicePlan", "Diagnostic", "ExplainReport", "Finding",
+    "BenchReport", "CheckReport", "Comparison", "LogsReport", "QualityReport", "Command", "CpuFeatures", "Deployment", "DevicePlan", "Diagnostic", "ExplainReport", "Finding",
     "FixResult", "GGUFError", "GPU", "Hardware", "HostPlan", "InputError", "Line", "LlamarigError",
     "ModelNotFoundError", "ModelSpec", "Plan", "PlanInputs", "Resolved", "ServerConfig", "ServerError", "Severity",
     "TuneResult", "TuneSettings", "UnknownNameError", "__version__", "bench_server", "check", "check_text",
@@ -91,6 +92,9 @@ if TYPE_CHECKING:
     from llamarig.app.command import Resolved
     from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.bench.compare import Comparison
+    from llamarig.bench.logs import LogsReport
+    from llamarig.bench.result import BenchReport
     from llamarig.diagnostics import Diagnostic
     from llamarig.flags.argv import Command
     from llamarig.flags.findings import Finding, Severity
@@ -101,6 +105,7 @@ if TYPE_CHECKING:
     from llamarig.plan.deployment import Deployment
     from llamarig.plan.planner import make_plan
     from llamarig.plan.result import DevicePlan, HostPlan, Line, Plan, PlanInputs
+    from llamarig.tune.quality import QualityReport
 
 
 def __getattr__(name: str) -> Any:

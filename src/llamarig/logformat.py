@@ -33,6 +33,20 @@ MEM_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_u
 #: the per-sequence context before a cap cut one slot's context down (server-context.cpp:1350, 1366)
 SRV_CTX_CAPPED = re.compile(r"capping per-slot context \((\d+)\) to --kv-unified-per-slot")
 SRV_CTX_TRAIN_CAPPED = re.compile(r"the slot context \((\d+)\) exceeds the training context of the model")
+#: a --kv-unified-per-slot above the per-slot pool capacity (server-context.cpp:1355): the capacity
+SRV_CTX_POOL_CAPPED = re.compile(r"--kv-unified-per-slot \(\d+\) exceeds the per-slot pool capacity \((\d+)\)")
+#: the start-up lines before ``initializing`` whose number is a slot's context before a cap cut it
+#: (server-context.cpp:1344-1369); the pool itself is never cut
+SRV_CTX_CAP_LINES = (SRV_CTX_CAPPED, SRV_CTX_TRAIN_CAPPED, SRV_CTX_POOL_CAPPED)
+
+
+def ctx_before_cap(line: str) -> int | None:
+    """The per-sequence context a start-up capping line names, or None for any other line."""
+    for rx in SRV_CTX_CAP_LINES:
+        m = rx.search(line)
+        if m is not None:
+            return int(m.group(1))
+    return None
 
 # ---------------------------------------------------------------- requests and slots (bench.logparse)
 

@@ -71,8 +71,7 @@ from llamarig.logformat import (
     RE_TG_PROGRESS,
     RE_TIMESTAMP,
     RE_TOTAL,
-    SRV_CTX_CAPPED,
-    SRV_CTX_TRAIN_CAPPED,
+    ctx_before_cap,
 )
 
 MAX_BYTES = 512 * 1024 * 1024
@@ -212,8 +211,8 @@ class StartReader:
         self.seq: int | None = None
 
     def feed(self, no: int, line: str) -> ServerStart | None:
-        if (m := SRV_CTX_CAPPED.search(line)) or (m := SRV_CTX_TRAIN_CAPPED.search(line)):
-            self.seq = max(self.seq or 0, int(m.group(1)))
+        if (seq := ctx_before_cap(line)) is not None:
+            self.seq = max(self.seq or 0, seq)
             return None
         m = MEM_SLOTS.search(line)
         if m is None:

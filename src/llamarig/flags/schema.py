@@ -252,7 +252,7 @@ def _parse_header(header: str) -> tuple[list[str], str]:
     return spellings, header[pos:].strip()
 
 
-def _allowed_from_hint(hint: str) -> tuple[str, ...] | None:
+def allowed_from_hint(hint: str) -> tuple[str, ...] | None:
     m = re.fullmatch(r"\{([^{}]+)\}", hint) or re.fullmatch(r"\[([A-Za-z0-9_|+-]+)\]", hint)
     if m:
         return tuple(p.strip() for p in re.split(r"[,|]", m.group(1)) if p.strip())
@@ -264,7 +264,7 @@ def _allowed_from_hint(hint: str) -> tuple[str, ...] | None:
     return None
 
 
-def _infer_kind(hint: str, allowed: tuple[str, ...] | None) -> str:
+def infer_kind(hint: str, allowed: tuple[str, ...] | None) -> str:
     if allowed and re.fullmatch(r"[a-z0-9-]+(,[a-z0-9-]+){3,}", hint):
         return "csv_enum"
     if allowed:
@@ -332,7 +332,7 @@ def parse_help(text: str) -> list[Option]:
             kind = "two_values"
         else:
             kind = "value"
-        allowed = _allowed_from_hint(hint) if hint else None
+        allowed = allowed_from_hint(hint) if hint else None
         am = re.search(r"allowed values:\s*([a-z0-9_, ]+)", help_text)
         if am and not allowed:
             allowed = tuple(v.strip() for v in am.group(1).split(",") if v.strip())
@@ -344,7 +344,7 @@ def parse_help(text: str) -> list[Option]:
         name = longs[0] if longs else pos[0]
         value_kind = None
         if kind in ("value", "two_values"):
-            value_kind = "kvtype" if am and "q8_0" in (allowed or ()) else _infer_kind(hint, allowed)
+            value_kind = "kvtype" if am and "q8_0" in (allowed or ()) else infer_kind(hint, allowed)
         opts.append(
             Option(
                 name=name,
