@@ -15,7 +15,6 @@ DUPLICATE_CLASSES: dict[str, set[str]] = {}
 
 #: ruff C901 (max-complexity 10) offenders in other areas: "path:function"
 COMPLEX_FUNCTIONS = {
-    "cli/plan_view.py:verdict_lines",  # i18n (cli/), paste-model (headline)
     "flags/model.py:load",  # paste-read (flags/)
     "flags/model.py:model_loader",  # paste-read (flags/)
     "flags/rules/values.py:_check_value",  # paste-read (flags/)

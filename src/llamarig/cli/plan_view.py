@@ -91,32 +91,66 @@ def _host_line(plan: Plan) -> str:
     return _("host RAM short by {short}").format(short=_gib(-(h.free_at_start or 0)))
 
 
+def _device_part(d: DevicePlan) -> str:
+    """One device on the verdict line: its use of its capacity, free, short or a range."""
+    if not d.capacity:
+        return _("{dev} {used} (capacity unknown)").format(dev=_short_name(d), used=_gib(d.total))
+    if d.uncertainty and d.free_range is not None:
+        lo, hi = d.free_range
+        if lo >= 0:
+            return _("{dev} {used} of {cap}, {range} free").format(
+                dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), range=_gib_range(lo, hi))
+        return _("{dev} between {short} short and {hi} free").format(
+            dev=_short_name(d), short=_gib(-lo), hi=_gib(max(hi, 0)))
+    if (d.free or 0) >= 0:
+        return _("{dev} {used} of {cap}, {free} free").format(
+            dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0))
+    return _("{dev} short by {short}").format(dev=_short_name(d), short=_gib(-(d.free or 0)))
+
+
+def _ranged(d: DevicePlan) -> bool:
+    return bool(d.capacity) and bool(d.uncertainty) and d.free_range is not None
+
+
+def _range_line(plan: Plan, maybe: bool) -> list[str]:
+    """Why the free memory is a range, on its own line (the verdict line stays short)."""
+    found = [_estimated_parts(d) for d in plan.devices if _ranged(d)]
+    if not found:
+        return []
+    estimated = [what for what, _n in found]
+    one = len(set(estimated)) == 1
+    what = estimated[0] if one else _("; ").join(dict.fromkeys(estimated))
+    if one and max(n for _w, n in found) == 1:
+        line = (_("free is a range: the {what} is an estimate; check with the real GGUF or a -lv 4 log") if maybe
+                else _("free is a range: the {what} is an estimate"))
+    else:
+        line = (_("free is a range: the {what} are estimates; check with the real GGUF or a -lv 4 log") if maybe
+                else _("free is a range: the {what} are estimates"))
+    return [line.format(what=what)]
+
+
+def _speed_lines(plan: Plan) -> list[str]:
+    """Decode and prefill at a glance (speculative decoding named), how far an uncalibrated host
+    can be off, and the calibration the figures rest on."""
+    sp = plan.speed
+    if sp is None or not sp.by_depth:
+        return []
+    # speculative decoding named, its limit recomputed for it (llamarig.plan.verdict)
+    out = [localize(x) for x in decode_headline(sp).lines(sp.prefill.tok_s)]
+    if sp.host_range is not None:  # an uncalibrated host: how far the figures can be off
+        hr = sp.host_range
+        pre = (_(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])
+               if hr.prefill_tok_s else "")
+        out.append(_("host part not calibrated: expect decode {lo:.1f}-{hi:.1f} tok/s at depth 0{pre} (measured "
+                     "range, benchmarks/RESULTS.md; `llamarig tune` calibrates this machine)").format(
+            lo=hr.decode_tok_s[0], hi=hr.decode_tok_s[1], pre=pre))
+    out.append(_("calibration: {source}").format(source=calibration_label(sp.calibration)))
+    return out
+
+
 def verdict_lines(plan: Plan) -> list[str]:
     """The answer: fits or not, free or short per device, host RAM, and what to change."""
-    out: list[str] = []
-    parts = []
-    estimated: list[str] = []
-    n_estimated = 0
-    for d in plan.devices:
-        if not d.capacity:
-            parts.append(_("{dev} {used} (capacity unknown)").format(dev=_short_name(d), used=_gib(d.total)))
-        elif d.uncertainty and d.free_range is not None:
-            lo, hi = d.free_range
-            what_d, n_d = _estimated_parts(d)
-            estimated.append(what_d)
-            n_estimated = max(n_estimated, n_d)
-            if lo >= 0:
-                parts.append(_("{dev} {used} of {cap}, {range} free").format(
-                    dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), range=_gib_range(lo, hi)))
-            else:
-                parts.append(_("{dev} between {short} short and {hi} free").format(
-                    dev=_short_name(d), short=_gib(-lo), hi=_gib(max(hi, 0))))
-        elif (d.free or 0) >= 0:
-            parts.append(_("{dev} {used} of {cap}, {free} free").format(
-                dev=_short_name(d), used=_gib(d.total), cap=_gib(d.capacity), free=_gib(d.free or 0)))
-        else:
-            parts.append(_("{dev} short by {short}").format(dev=_short_name(d), short=_gib(-(d.free or 0))))
-    h = plan.host
+    parts = [_device_part(d) for d in plan.devices]
     host = _host_line(plan)
     maybe = any(d.uncertainty and d.free_range is not None and d.free_range[0] < 0 for d in plan.devices)
     qual = fit_qualifier(plan)  # layers in host RAM, host RAM unchecked: "fits" says so
@@ -124,40 +158,19 @@ def verdict_lines(plan: Plan) -> list[str]:
         _("may not fit") if plan.fits else _("does not fit"))
     # the devices on the verdict line, host RAM on the next: one line each reads at 80 columns in
     # both languages (joined, the Chinese line broke inside a figure)
-    out.append(_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host])))
-    if estimated:  # why the free memory is a range, on its own line (the verdict line stays short)
-        what = estimated[0] if len(set(estimated)) == 1 else _("; ").join(dict.fromkeys(estimated))
-        if len(set(estimated)) == 1 and n_estimated == 1:
-            line = (_("free is a range: the {what} is an estimate; check with the real GGUF or a -lv 4 log") if maybe
-                    else _("free is a range: the {what} is an estimate"))
-        else:
-            line = (_("free is a range: the {what} are estimates; check with the real GGUF or a -lv 4 log") if maybe
-                    else _("free is a range: the {what} are estimates"))
-        out.append(line.format(what=what))
+    out = [_("{verdict}: {details}").format(verdict=head, details=_("; ").join(parts or [host]))]
+    out += _range_line(plan, maybe)
     sp = plan.speed
     if plan.fits:
-        hl = decode_headline(sp).d0 if sp is not None and sp.by_depth else None
-        out += [localize(x) for x in qual.lines(hl)]
+        out += [localize(x) for x in qual.lines(decode_headline(sp).d0 if sp is not None and sp.by_depth else None)]
     if parts and qual.unchecked_bytes is None:
         out.append(host)
-    grow = h.growth
-    if grow:
+    if plan.host.growth:
         out.append(_("host RAM can grow by {grow} over long sessions (context checkpoints and the prompt "
-                     "cache fill as requests come)").format(grow=_gib(grow)))
+                     "cache fill as requests come)").format(grow=_gib(plan.host.growth)))
     if not plan.fits:
         out += suggestions(plan)
-    if sp is not None and sp.by_depth:
-        # speculative decoding named, its limit recomputed for it (llamarig.plan.verdict)
-        out += [localize(x) for x in decode_headline(sp).lines(sp.prefill.tok_s)]
-        if sp.host_range is not None:  # an uncalibrated host: how far the figures can be off
-            hr = sp.host_range
-            pre = (_(", prefill {lo:.0f}-{hi:.0f} tok/s").format(lo=hr.prefill_tok_s[0], hi=hr.prefill_tok_s[1])
-                   if hr.prefill_tok_s else "")
-            out.append(_("host part not calibrated: expect decode {lo:.1f}-{hi:.1f} tok/s at depth 0{pre} (measured "
-                         "range, benchmarks/RESULTS.md; `llamarig tune` calibrates this machine)").format(
-                lo=hr.decode_tok_s[0], hi=hr.decode_tok_s[1], pre=pre))
-        out.append(_("calibration: {source}").format(source=calibration_label(sp.calibration)))
-    return out
+    return out + _speed_lines(plan)
 
 
 def suggestions(plan: Plan) -> list[str]:
