@@ -238,6 +238,8 @@ class GpuSampler:
     available: bool = False
     reason: str = ""
     source: str = ""
+    reason_kind: str = ""  # as GpuReading's: no_nvml, remote, nvml_error, off, unknown
+    library_error: str = ""  # NVML's own words, shown quoted
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tel: GpuTelemetry | None = None
@@ -248,6 +250,7 @@ class GpuSampler:
         t = time.perf_counter() - self.t0
         if not got.available:
             self.available, self.reason = False, got.reason
+            self.reason_kind, self.library_error = got.reason_kind, got.library_error
             return False
         self.available, self.source = True, got.source
         self.samples += [{"t_s": round(t, 3), **{k: v for k, v in g.__dict__.items()}} for g in got.gpus]
@@ -274,6 +277,8 @@ class GpuSampler:
         return {
             "available": ok,
             "reason": "" if ok else (self.reason or "no GPU reading was taken"),
+            "reason_kind": "" if ok else self.reason_kind,
+            "library_error": "" if ok else self.library_error,
             "source": f"{SOURCES.get(self.source, self.source)} (client machine)" if ok else "",
             "interval_s": self.interval_s,
             "samples": self.samples,

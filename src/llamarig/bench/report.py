@@ -323,9 +323,10 @@ class _Head:
             polls = (ev.get("params") or {}).get("polls")
             n_ev = ev.get("value")
             detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
-            out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail,
-                                note=localize(ev.get("note") or "", lang), warn=bool(n_ev), figure="interference_events",
-                                unit="events", lang=lang))
+            events = _("events")  # the unit word, in the reader's language
+            value = value_with_unit(n_ev, "events").replace("events", events) if n_ev is not None else "—"
+            out.append(HeadItem(_("interference"), value, detail, note=localize(ev.get("note") or "", lang),
+                                warn=bool(n_ev), figure="interference_events", unit=events, lang=lang))
         return out
 
 

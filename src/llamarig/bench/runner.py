@@ -401,6 +401,7 @@ def _interference_figure(r: Runner, events: list[Any]) -> Figure:
             "interference_events", None, "events",
             "GET /slots polled during the run: not available, so foreign work could not be detected",
             scenario="interference", note=mon.slots_reason,
+            method_zh="运行期间轮询 GET /slots：接口不可用，无法发现别人的请求",
         )
     return single_figure(
         "interference_events", float(len(foreign) + len(restarts)), "events",
@@ -409,6 +410,9 @@ def _interference_figure(r: Runner, events: list[Any]) -> Figure:
         "(Process-Start-Time-Unix / build_info change / task ids going back)",
         scenario="interference",
         params={"foreign": len(foreign), "restarts": len(restarts), "polls": mon.n_polls},
+        method_zh=f"每 {r.cfg.poll_interval_s:g} 秒轮询一次 GET /slots（共 {mon.n_polls} 次）：某个忙碌槽位上不是我们固定过去的"
+                  "请求（连续 2 次轮询都看到），或忙碌槽位数多于我们在途的请求数（3 次轮询），或服务器重启"
+                  "（Process-Start-Time-Unix / build_info 变化 / 任务 id 倒退）",
     )
 
 

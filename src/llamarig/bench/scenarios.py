@@ -126,7 +126,7 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
         f"{cfg.k} {cfg.endpoint} requests ('{cfg.prompt_set}' prompts, seed {cfg.seed}) × max_tokens={cfg.n_predict} with "
         f"ignore_eos, streamed serially to {CHAT if cfg.endpoint == 'chat' else COMPLETION} {_slot_text(cfg)}; {cfg.warmup} warm-up request(s) excluded"
     )
-    head_zh = (f"{cfg.k} 个 {cfg.endpoint} 请求（'{cfg.prompt_set}' 提示词，种子 {cfg.seed}）× max_tokens={cfg.n_predict}，"
+    head_zh = (f"{cfg.k} 个请求（--endpoint {cfg.endpoint}，'{cfg.prompt_set}' 提示词，种子 {cfg.seed}）× max_tokens={cfg.n_predict}，"
                f"ignore_eos，串行流式发到 {CHAT if cfg.endpoint == 'chat' else COMPLETION}，{_slot_text_zh(cfg)}；"
                f"{cfg.warmup} 个预热请求不计入")
     zh = f"{head_zh}；速度 = (timings.predicted_n − 1) ÷ timings.predicted_ms（服务器时钟，由原始字段重算）"
@@ -140,7 +140,7 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
                                 scenario="decode", params=params, method_zh="客户端时钟：首个到最后一个含 token 的 SSE 块")
     res.figures += ttft_figures("decode_ttft", ok, f"{what}; time from sending the request to the first SSE chunk with "
                                 "non-empty content or reasoning_content", stats=("median",), scenario="decode", params=params,
-                                what_zh=f"{head_zh}；从发出请求到第一个带非空 content 或 reasoning_content 的 SSE 块的时间")
+                                what_zh=f"{head_zh}；从发出请求到第一个“content”或“reasoning_content”字段非空的 SSE 块的时间")
     res.series["decode"] = [{"seq": s.seq, "server": s.server_decode_tok_s, "client": s.client_decode_tok_s} for s in ok]
     _errors(res, samples)
 
@@ -309,7 +309,9 @@ async def scenario_prefill(r: Runner, res: ScenarioResult) -> None:
         res.figures += stat_figures(f"prefill_ttft_ms_{_k(length)}", [s.t_first_chunk_s * 1000 for s in ok if s.t_first_chunk_s is not None],
                                     "ms", what.replace("rate = timings.prompt_n ÷ timings.prompt_ms",
                                                        "client time from send to the first SSE data chunk (n_predict=1: the only token)"),
-                                    stats=("median",), scenario="prefill", params=params)
+                                    stats=("median",), scenario="prefill", params=params,
+                                    method_zh=zh.replace("速度 = timings.prompt_n ÷ timings.prompt_ms",
+                                                         "客户端计时：从发出请求到第一个 SSE 数据块（n_predict=1：唯一的 token）"))
         if ok:
             series.append({"length": params["prompt_tokens"], "tok_s": statistics.median(s.prefill_tok_s for s in ok if s.prefill_tok_s)})
         _errors(res, samples)
@@ -551,7 +553,7 @@ async def scenario_spec(r: Runner, res: ScenarioResult) -> None:
         f"{what}; Σ timings.draft_n_accepted ({da}) ÷ Σ timings.draft_n ({dn}) over requests that drafted",
         samples=[s.timings.get("draft_n_accepted", 0) / s.timings["draft_n"] for s in with_draft],
         scenario="spec", note=note,
-        method_zh=f"{cfg.k} 个 {cfg.endpoint} 请求（'{cfg.prompt_set}'）× max_tokens={cfg.n_predict}，串行，{_slot_text_zh(cfg)}；"
+        method_zh=f"{cfg.k} 个请求（--endpoint {cfg.endpoint}，'{cfg.prompt_set}'）× max_tokens={cfg.n_predict}，串行，{_slot_text_zh(cfg)}；"
                   f"在有草稿的请求上 Σ timings.draft_n_accepted（{da}）÷ Σ timings.draft_n（{dn}）",
         params={"draft_n": dn, "draft_n_accepted": da},
     ))

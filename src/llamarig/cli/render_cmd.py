@@ -103,23 +103,38 @@ def _write(p: Path, text: str, fmt: str) -> None:
     click.echo(_("wrote {path} ({format})").format(path=p, format=fmt), err=True)
 
 
+def _component_label(component: str) -> str:
+    """'weights CPU_Mapped' -> the component's label in the reader's language, the buffer type
+    as llama.cpp names it."""
+    from llamarig.cli.plan_view import DEVICE_ROWS, HOST_ROWS
+
+    base, _sp, buf = component.partition(" ")
+    labels = dict(HOST_ROWS) | dict(DEVICE_ROWS)
+    label = _(labels[base]) if base in labels else base
+    return f"{label} {buf}" if buf else label
+
+
 def _verify_table(rows: list[Any]) -> None:
+    """Planned vs actual per buffer: a table where its columns fit, a block per buffer below."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=_("planned vs actual (llama-server -lv 4 buffer lines)"), title_justify="left")
-    for c, right in ((_("device"), False), (_("component"), False), (_("planned MiB"), True), (_("actual MiB"), True),
-                     (_("diff MiB"), True), (_("tolerance"), True), (_("method"), False), ("", False)):
-        t.add_column(c, justify="right" if right else "left")
+    from llamarig.cli.layout import Column, Sheet, print_wrapped
+    from llamarig.cli.plan_view import METHODS
+
+    sheet = Sheet([Column(_("device"), key=True), Column(_("component"), key=True),
+                   Column(_("planned MiB"), justify="right"), Column(_("actual MiB"), justify="right"),
+                   Column(_("diff MiB"), justify="right"), Column(_("tolerance"), justify="right"),
+                   Column(_("method")), Column(_("verdict"))],
+                  title=_("planned vs actual (llama-server -lv 4 buffer lines)"))
     for r in rows:
-        t.add_row(r.device, r.component, f"{r.planned / 2**20:.2f}",
-                  "-" if r.actual_mib is None else f"{r.actual_mib:.2f}",
-                  "-" if r.diff_mib is None else f"{r.diff_mib:+.2f}", f"±{r.tolerance_mib:.3f}", r.method,
-                  "[green]" + _("ok") + "[/]" if r.ok else "[yellow]" + _("DIFFERS") + "[/]")
+        sheet.add_row(_("host") if r.device == "host" else r.device, _component_label(r.component),
+                      f"{r.planned / 2**20:.2f}", "-" if r.actual_mib is None else f"{r.actual_mib:.2f}",
+                      "-" if r.diff_mib is None else f"{r.diff_mib:+.2f}", f"±{r.tolerance_mib:.3f}",
+                      _(METHODS[r.method]) if r.method in METHODS else r.method,
+                      Text(_("ok"), style="green") if r.ok else Text(_("DIFFERS"), style="yellow"))
     con = Console(stderr=False, highlight=False)
-    con.print(t)
-    from llamarig.cli.layout import print_wrapped
-
+    con.print(sheet)
     print_wrapped(con, _("tolerance: weights/KV/recurrent are llama.cpp's own arithmetic, so within the log's %.2f "
                          "MiB rounding (±0.0051 MiB per buffer); compute/output/draft are modelled: ±10 % + 0.05 MiB"),
                   indent="  ")
@@ -197,8 +212,12 @@ def _launch_report(lr: Any, as_json: bool) -> None:
         for r in lr.rpc:
             click.echo(_("rpc-server pid {pid} listening on {endpoint}; log {log}").format(
                 pid=r.pid, endpoint=r.endpoint, log=r.log_path))
-        click.echo(_("llama-server pid {pid} healthy at {url}; log {log}; state {state}").format(
-            pid=lr.state.pid, url=lr.url, log=lr.state.log_path, state=lr.state_file))
+        from rich.console import Console
+
+        from llamarig.cli.layout import print_wrapped
+
+        print_wrapped(Console(highlight=False), _("llama-server pid {pid} healthy at {url}; log {log}; state {state}").format(
+            pid=lr.state.pid, url=lr.url, log=lr.state.log_path, state=lr.state_file), indent="  ")
         if lr.rows:
             _verify_table(lr.rows)
     for n in lr.notes:

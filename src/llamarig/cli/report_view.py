@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 #: unit words of the figures, as a person reads them (symbols like tok/s and MiB stay)
 UNITS = {"checkpoints": N_("checkpoints"), "ratio": N_("ratio"), "tokens": N_("tokens"), "requests": N_("requests"),
-         "tokens/step": N_("tokens/step"), "prompt tokens": N_("prompt tokens")}
+         "tokens/step": N_("tokens/step"), "prompt tokens": N_("prompt tokens"), "events": N_("events")}
 
 #: the timeline's columns: the doc's keys (the last two: how many requests ran at once, how it ended)
 TIMELINE = ("slot", "task", "depth", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")
@@ -111,7 +111,9 @@ def _problems(doc: dict[str, Any], console: Console, lang: str) -> None:
                                         f"t={ev['t_s']} s {ev['kind']}: {localize(ev['detail'])}", "red"), indent="  ")
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
-        print_wrapped(console, lab["gpu_na"].format(reason=localize(gpu.get("reason"))), indent="  ", style="dim")
+        reason = (_("no NVML and no nvidia-smi on this machine (“{error}”)").format(error=gpu["library_error"])
+                  if gpu.get("reason_kind") == "no_nvml" and gpu.get("library_error") else localize(gpu.get("reason")))
+        print_wrapped(console, lab["gpu_na"].format(reason=reason), indent="  ", style="dim")
     for e in doc.get("errors", [])[:20]:
         print_wrapped(console, labelled(lab["error"] + _(": "), localize(e), "red"), indent="  ")
     if doc.get("aborted"):

@@ -99,10 +99,10 @@ def _once(url: str, interval: float, as_json: bool, opts: dict[str, Any]) -> Non
 
 
 def _width() -> int:
-    try:
-        return max(60, os.get_terminal_size().columns)
-    except OSError:
-        return 100
+    """The terminal's width (``COLUMNS`` first, as rich reads it), 100 for a pipe without it."""
+    from llamarig.cli.layout import console_width
+
+    return max(60, console_width(default=100))
 
 
 async def _stream(url: str, interval: float, opts: dict[str, Any], as_json: bool) -> None:

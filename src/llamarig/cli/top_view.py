@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamarig.cli.lang import _, localize
+from llamarig.cli.layout import Para
 from llamarig.top.model import Alert, ServerView, SlotView, Snapshot
 
 SORTS = ("id", "busy", "rate")
@@ -183,7 +184,7 @@ def _server_lines(srv: ServerView) -> list[Text]:
             p=srv.pool_tokens if srv.pool_tokens is not None else "?")))
     for err in (srv.slots_error, srv.metrics_error):
         if err:
-            out.append(Text("  " + err, style="yellow"))
+            out.append(Text("  " + localize(err), style="yellow"))
     return out
 
 
@@ -229,7 +230,7 @@ def gateway_part(snap: Snapshot, full: bool) -> list[Any]:
         return []
     prio = ", ".join(f"{p}: {n}" for p, n in g.queue_by_priority.items()) or "-"
     r429 = _rate(g.rejected_429_per_min) if g.rejected_429_per_min is not None else "-"
-    out: list[Any] = [Text(_("gateway  {n} in flight · {r}/{p} tokens reserved · queue {q} (by priority {prio}) · 429s {r429}/min").format(
+    out: list[Any] = [Para.of(_("gateway  {n} in flight · {r}/{p} tokens reserved · queue {q} (by priority {prio}) · 429s {r429}/min").format(
         n=g.in_flight, r=g.reserved_tokens, p=g.pool_tokens if g.pool_tokens is not None else "?", q=g.queue_length,
         prio=prio, r429=r429), style="bold")]
     if g.requests:
@@ -296,7 +297,7 @@ def gpu_part(snap: Snapshot) -> list[Any]:
     return out
 
 
-def method_lines(snap: Snapshot) -> list[Text]:
+def method_lines(snap: Snapshot) -> list[Para]:
     dt = f"{snap.dt:.1f}" if snap.dt else "?"
     lines = [
         _("tok/s: delta of n_decoded (prefill: n_prompt_tokens_processed) of the same task between two GET /slots, over {dt} s").format(dt=dt),
@@ -310,7 +311,7 @@ def method_lines(snap: Snapshot) -> list[Text]:
             w=f"{snap.gateway.window_s:.0f}" if snap.gateway.window_s else "?"))
     else:
         lines.append(_("interference alerts need the gateway: it knows which requests are its own"))
-    return [Text(ln, style="dim") for ln in lines]
+    return [Para.of(ln, style="dim") for ln in lines]  # wrapped at the width, never mid-word
 
 
 def event_lines(snap: Snapshot, n: int) -> list[Text]:

@@ -217,7 +217,7 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
                 gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Measure what a quantized KV cache changes: next-token distributions against f16 KV
     (top-1 agreement, KL divergence over the returned top-k) and a needle at several depths."""
-    from llamarig.tune.quality import parse_types, render_report
+    from llamarig.tune.quality import parse_types
 
     hw, notes = hardware_of(gpus, ram, detect)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
@@ -236,4 +236,31 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
     if as_json:
         click.echo(json.dumps(rep.to_json(), indent=1))
     else:
-        render_report(rep, lang())
+        _quality_report(rep)
+
+
+def _quality_report(rep: Any) -> None:
+    """``quality``'s report: a row per K/V type pair (a block each where the columns do not fit),
+    then the method, one wrapped paragraph per measure."""
+    from rich.console import Console
+
+    from llamarig.tune.quality import METHOD
+
+    sheet = Sheet([Column("K / V", key=True), Column(_("top-1 agreement"), justify="right"),
+                   Column(_("KL mean (nats)"), justify="right"), Column(_("KL max"), justify="right"),
+                   Column(_("top-k overlap"), justify="right"), Column(_("needle found"), justify="right"),
+                   Column(_("needle = f16"), justify="right")],
+                  title=_("KV cache quality vs f16 ({prompts} prompts x {positions} positions, top-{top_k})").format(
+                      prompts=rep.prompts, positions=rep.positions_per_prompt, top_k=rep.top_k))
+    for r in rep.rows:
+        nd = r.needle
+        sheet.add_row(f"{r.type_k} / {r.type_v}", f"{r.top1_agreement:.1%}", f"{r.kl_mean:.5f}", f"{r.kl_max:.5f}",
+                      f"{r.topk_overlap:.1%}", f"{sum(x.found for x in nd)}/{len(nd)}",
+                      f"{sum(x.same_as_f16 for x in nd)}/{len(nd)}")
+    con = Console(highlight=False)
+    con.print(sheet)
+    con.print(_("method:"))
+    for para in METHOD:
+        sub = not para[:1].isdigit()  # the measures of a numbered step, indented under it
+        print_wrapped(con, ("- " if sub else "") + _(para), indent="      " if sub else "     ",
+                      first_indent="    " if sub else "  ")

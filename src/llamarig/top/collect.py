@@ -22,7 +22,7 @@ import aiohttp
 from llamarig.bench.client import BenchClient, HTTPResult
 from llamarig.bench.gpu import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.bench.monitor import parse_metrics
-from llamarig.i18n import data_text, error_text
+from llamarig.i18n import _, data_text, error_text
 from llamarig.top import derive
 from llamarig.top.local import pool_hint
 from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
@@ -163,7 +163,9 @@ class Collector:
                     up = time.monotonic() - start / 1e6
                     uptime = up if up >= 0 else None
             else:
-                m_err = _status_hint("/metrics", m.status) + (" (llama-server needs --metrics)" if m.status in (404, 501) else "")
+                m_err = _status_hint("/metrics", m.status)
+                if m.status in (404, 501):
+                    m_err = _("{hint} (llama-server needs --metrics)").format(hint=m_err)
         elif isinstance(m, BaseException):
             m_err = f"GET /metrics: {_why(m)}"
         return ServerRaw(SERVER, self.url, True, health=health.status, slots=slots, slots_error=slots_err,

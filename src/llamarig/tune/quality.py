@@ -1,23 +1,6 @@
 """``llamarig quality``: what a quantized KV cache changes, measured against f16 KV.
 
-Method (printed with every report):
-
-1. Next-token distributions, teacher-forced. The same model is started once per KV type
-   (sequentially, same flags otherwise). For each of N fixed prompts the server decodes
-   ``positions`` tokens with a ``logit_bias`` that forces the same token every step, so every
-   KV type sees exactly the same context; ``n_probs`` returns the top-k of the model's raw
-   (pre-sampling) distribution at each position (tools/server/server-context.cpp
-   populate_token_probs; logit_bias acts in the sampler, after these probabilities are read).
-   - top-1 agreement: share of positions whose most likely token equals f16's;
-   - KL(f16 || type) over f16's top-k tokens: both distributions restricted to that set and
-     renormalised; a token missing from the candidate's top-k gets the candidate's smallest
-     returned probability (an upper bound), so the figure is an estimate of the truncated KL,
-     not of the KL over the whole vocabulary;
-   - top-k overlap: share of f16's top-k ids present in the candidate's top-k.
-2. Needle retrieval: a sentence with a 5-digit number is put at several depths of a filler text;
-   the model is asked to complete "The secret number is" greedily; found = the number appears in
-   the answer; same-as-f16 = the greedy answer equals f16's. A synthetic (random-weight) model
-   never finds the needle: only the same-as-f16 column means something for it.
+The method, printed with every report, is :data:`METHOD` (one paragraph per measure).
 """
 
 from __future__ import annotations
@@ -31,10 +14,31 @@ from typing import Any
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.gguf.ggml_types import KV_CACHE_TYPES
-from llamarig.i18n import _, translator
+from llamarig.i18n import N_, _
 from llamarig.tune.measure import prompt_text, start_owned
 
 NEEDLE = 73914
+
+#: the method, printed with every report (one paragraph each; ``--json`` has them joined, in English)
+METHOD = (
+    N_("1. Next-token distributions, teacher-forced. The same model is started once per KV type "
+       "(sequentially, same flags otherwise). For each of N fixed prompts the server decodes a few "
+       "positions with a logit_bias that forces the same token every step, so every KV type sees "
+       "exactly the same context; n_probs returns the top-k of the model's raw (pre-sampling) "
+       "distribution at each position (tools/server/server-context.cpp populate_token_probs; "
+       "logit_bias acts in the sampler, after these probabilities are read)."),
+    N_("top-1 agreement: share of positions whose most likely token equals f16's."),
+    N_("KL(f16 || type) over f16's top-k tokens: both distributions restricted to that set and "
+       "renormalised; a token missing from the candidate's top-k gets the candidate's smallest "
+       "returned probability (an upper bound), so the figure is an estimate of the truncated KL, "
+       "not of the KL over the whole vocabulary."),
+    N_("top-k overlap: share of f16's top-k ids present in the candidate's top-k."),
+    N_("2. Needle retrieval: a sentence with a 5-digit number is put at several depths of a filler "
+       "text; the model is asked to complete \"The secret number is\" greedily; found = the number "
+       "appears in the answer; same-as-f16 = the greedy answer equals f16's. A synthetic "
+       "(random-weight) model never finds the needle: only the same-as-f16 column means something "
+       "for it."),
+)
 
 
 @dataclass(frozen=True)
@@ -179,17 +183,17 @@ def run_quality(binary: str, base_args: Sequence[str], types: list[tuple[str, st
     prompts = [prompt_text(i, prompt_words) for i in range(n_prompts)]
     needles = [needle_prompt(needle_words, d) for d in depths]
     say = progress or (lambda _m: None)
-    say("KV f16/f16 (reference)")
+    say(_("KV f16/f16 (the reference)"))
     ref = _run_type(binary, base_args, "f16", "f16", prompts, positions, top_k, needles)
     rows = [QualityRow("f16", "f16", 1.0, 0.0, 0.0, 1.0, sum(len(d) for d in ref["dists"]),
                        tuple(NeedleResult(d, str(NEEDLE) in a, True, a)
                              for d, a in zip(depths, ref["answers"], strict=True)))]
     for k, v in types:
-        say(f"KV {k}/{v}")
+        say(_("KV {k}/{v}").format(k=k, v=v))
         got = _run_type(binary, base_args, k, v, prompts, positions, top_k, needles)
         rows.append(_compare(k, v, ref, got, depths))
     return QualityReport(tuple(rows), n_prompts, prompt_words, positions, top_k, needle_words, tuple(depths),
-                         " ".join((__doc__ or "").split("Method (printed with every report):", 1)[1].split()))
+                         " ".join(METHOD))
 
 
 def _compare(k: str, v: str, ref: dict[str, Any], got: dict[str, Any], depths: Sequence[float]) -> QualityRow:
@@ -208,26 +212,3 @@ def _compare(k: str, v: str, ref: dict[str, Any], got: dict[str, Any], depths: S
                       sum(overlap) / len(overlap) if overlap else nan, n,
                       tuple(NeedleResult(d, str(NEEDLE) in a, a == ra, a)
                             for d, a, ra in zip(depths, got["answers"], ref["answers"], strict=True)))
-
-
-def render_report(rep: QualityReport, lang: str = "en") -> None:
-    """The report on the terminal, in ``lang`` (llamarig.i18n)."""
-    from rich.console import Console  # lazy: rich (40 ms), only to print (not --json)
-    from rich.table import Table  # lazy: as above
-
-    _ = translator(lang)
-
-    con = Console(highlight=False)
-    t = Table(title=_("KV cache quality vs f16 ({prompts} prompts x {positions} positions, top-{top_k})").format(
-        prompts=rep.prompts, positions=rep.positions_per_prompt, top_k=rep.top_k), title_justify="left")
-    t.add_column("K / V", justify="left")
-    for c in (_("top-1 agreement"), _("KL mean (nats)"), _("KL max"), _("top-k overlap"), _("needle found"),
-              _("needle = f16")):
-        t.add_column(c, justify="right")
-    for r in rep.rows:
-        nd = r.needle
-        t.add_row(f"{r.type_k} / {r.type_v}", f"{r.top1_agreement:.1%}", f"{r.kl_mean:.5f}", f"{r.kl_max:.5f}",
-                  f"{r.topk_overlap:.1%}", f"{sum(x.found for x in nd)}/{len(nd)}",
-                  f"{sum(x.same_as_f16 for x in nd)}/{len(nd)}")
-    con.print(t)
-    con.print(_("method: {method}").format(method=rep.method), soft_wrap=True)
