@@ -14,15 +14,7 @@ LONG_FUNCTIONS: set[str] = set()
 DUPLICATE_CLASSES: dict[str, set[str]] = {}
 
 #: ruff C901 (max-complexity 10) offenders in other areas: "path:function"
-COMPLEX_FUNCTIONS = {
-    "flags/model.py:load",  # paste-read (flags/)
-    "flags/model.py:model_loader",  # paste-read (flags/)
-    "flags/rules/values.py:_check_value",  # paste-read (flags/)
-    "flags/schema.py:parse_help",  # paste-read (flags/)
-}
+COMPLEX_FUNCTIONS: set[str] = set()
 
 #: public result types whose fields still hold Any: "module:Class"
-ANY_IN_RESULTS = {
-    "llamarig.flags.schema:Schema",  # paste-read (flags/): its memo cache
-    "llamarig.gateway.config:TierConfig",  # pool-gw: the config declared once
-}
+ANY_IN_RESULTS: set[str] = set()

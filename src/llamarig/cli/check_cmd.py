@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from llamarig.cli.options import hardware_of
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.schema import Schema
 from llamarig.i18n import set_language
+
+if TYPE_CHECKING:
+    from llamarig.app.explain import ExplainReport
 
 _SCHEMA_BUILD_HELP = N_("Use a bundled schema: build N, or the newest bundled build older than N "
                       "(`llamarig check --list-schemas` lists them).")
@@ -114,22 +118,29 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         sys.exit(ExitCode.PROBLEMS)
 
 
-def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None
+                          ) -> tuple[CheckReport, list[dict[str, object]]]:
     """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
-    be explained in their place."""
+    be explained in their place; with what was translated, for the human view and --json."""
     from llamarig.flags.engines import ENGINES
     from llamarig.flags.engines.fastllm import translation_of
 
-    lines = []
+    lines, seen = [], []
     for inv in report.parsed.others:
         tr = translation_of(inv, model)
-        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
-            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
-            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
-               if tr is not None else ""))
+        seen.append({"line": inv.line, "program": inv.program, "engine": ENGINES[inv.engine].name,
+                     "equivalent": tr.command() if tr is not None else None})
         if tr is not None:
             lines.append(tr.command())
-    return api.check("\n".join(lines), schema=schema, model=model) if lines else report
+    return (api.check("\n".join(lines), schema=schema, model=model) if lines else report), seen
+
+
+def _translation_lines(seen: list[dict[str, object]]) -> None:
+    for t in seen:
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=t["line"], program=t["program"], engine=t["engine"])
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=t["equivalent"])
+               if t["equivalent"] is not None else ""))
 
 
 @click.command("explain", cls=HelpCommand, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -164,33 +175,47 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     lang = set_language(lang) if lang is not None else language()
     if not command:
         raise InputError(_("give a file, - for stdin, or a llama-server command"))
-    origin: Path | None = None
-    if len(command) == 1 and _is_input(command[0]):
-        text, _kind = read_input(command[0])
-        origin = Path(command[0]) if command[0] != "-" else None
-    elif len(command) == 1 and " " in command[0]:
-        text = command[0]
-    else:
-        argv = list(command)
-        if argv and argv[0].startswith("-"):
-            argv = ["llama-server"] + argv
-        text = shlex.join(argv)
+    text, origin = _explain_input(command)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
     report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    seen: list[dict[str, object]] = []
     if not report.parsed.invocations and report.parsed.others:
-        report = _explain_translations(report, schema, model)
+        report, seen = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
     hw, _notes = hardware_of(gpus, ram)
     result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
-        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
+        doc = result.to_json()
+        if seen:
+            doc["other_engines"] = seen  # what was explained through its llama-server equivalent
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=1))
         return
+    _explain_human(result, seen)
+
+
+def _explain_input(command: tuple[str, ...]) -> tuple[str, Path | None]:
+    """The text explain reads: a file, stdin, a quoted command line or the command's words; and
+    the file it came from."""
+    if len(command) == 1 and _is_input(command[0]):
+        text, _kind = read_input(command[0])
+        return text, Path(command[0]) if command[0] != "-" else None
+    if len(command) == 1 and " " in command[0]:
+        return command[0], None
+    argv = list(command)
+    if argv and argv[0].startswith("-"):
+        argv = ["llama-server"] + argv
+    return shlex.join(argv), None
+
+
+def _explain_human(result: ExplainReport, seen: list[dict[str, object]]) -> None:
+    """explain's view: another engine's command named first, then every flag."""
     from rich.console import Console
 
     from llamarig.cli import explain_view
 
+    _translation_lines(seen)
     explain_view.render(result, Console(highlight=False))
 
 

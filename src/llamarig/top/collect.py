@@ -163,9 +163,8 @@ class Collector:
                     up = time.monotonic() - start / 1e6
                     uptime = up if up >= 0 else None
             else:
-                m_err = _status_hint("/metrics", m.status)
-                if m.status in (404, 501):
-                    m_err = _("{hint} (llama-server needs --metrics)").format(hint=m_err)
+                hint = _status_hint("/metrics", m.status)
+                m_err = _("{hint} (llama-server needs --metrics)").format(hint=hint) if m.status in (404, 501) else hint
         elif isinstance(m, BaseException):
             m_err = f"GET /metrics: {_why(m)}"
         return ServerRaw(SERVER, self.url, True, health=health.status, slots=slots, slots_error=slots_err,
