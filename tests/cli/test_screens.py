@@ -77,6 +77,8 @@ def test_every_command_has_a_help_screen() -> None:
     ("中" * 41, "zh", True),  # 82 cells
     ("--format preset 时为模型在路由中的名字", "zh", False),  # a flag's value
     ("每个预填充 ubatch 多 65 ms", "zh", True),  # the glossary's 物理批
+    ("速度（llamarig 速度模型，校准：built-in）", "zh", True),  # a hyphenated English word is prose
+    ("第 12 行 gap-after-backslash；llama-server 的 ggml-backend", "zh", False),  # a rule id, names
 ])
 def test_the_checker(line: str, lang: str, found: bool) -> None:
     assert bool(screens.problems(line, 80, lang)) == found, screens.problems(line, 80, lang)

@@ -258,7 +258,7 @@ def builtin_data() -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def builtin() -> Calibration:
-    return _parse(builtin_data(), None, "built-in (llamarig/data/speed_calibration.json)")
+    return _parse(builtin_data(), None, _("built-in ({path})").format(path="llamarig/data/speed_calibration.json"))
 
 
 
