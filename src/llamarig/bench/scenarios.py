@@ -23,6 +23,7 @@ from llamarig.i18n import N_
 CHAT = "/v1/chat/completions"
 COMPLETION = "/completion"
 DECODE_FORMULA = "rate = (timings.predicted_n − 1) ÷ timings.predicted_ms (server clock, recomputed from raw fields)"
+DECODE_FORMULA_ZH = "速度 = (timings.predicted_n − 1) ÷ timings.predicted_ms（服务器时钟，由原始字段重算）"
 CLIENT_FORMULA = "client rate = (predicted_n − 1) ÷ (last − first token-bearing SSE chunk, perf_counter)"
 
 
@@ -363,14 +364,16 @@ async def scenario_ttft(r: Runner, res: ScenarioResult) -> None:
         f"prompt + a new question (append-only, like a chat), cache_prompt=true, {_slot_text(cfg)}; "
         "samples with timings.cache_n < previous prompt − 8 rejected"
     )
+    what_zh = (f"先用约 {cfg.ttft_prefix} token 的提示词填好槽位，再发 {cfg.repeats} 个 /completion 请求，"
+               f"每个 = 上一个提示词 + 一个新问题（只追加，像聊天一样），cache_prompt=true，{_slot_text_zh(cfg)}；"
+               "timings.cache_n 小于上一个提示词 − 8 的样本剔除")
     res.figures += stat_figures("ttft_warm_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
                                 f"{what}; client time from send to the first token-bearing SSE chunk",
                                 stats=("median", "p90", "max"), scenario="ttft", params=params,
-                                method_zh=f"先用约 {cfg.ttft_prefix} token 的提示词填好槽位，再发 {cfg.repeats} 个 /completion 请求，"
-                                          f"每个 = 上一个提示词 + 一个新问题（只追加，像聊天一样），cache_prompt=true，{_slot_text_zh(cfg)}；"
-                                          "timings.cache_n 小于上一个提示词 − 8 的样本剔除；客户端从发出请求到第一个含 token 的 SSE 块的时间")
+                                method_zh=f"{what_zh}；客户端从发出请求到第一个含 token 的 SSE 块的时间")
     res.figures += stat_figures("ttft_warm_prompt_ms", [ms for s in ok if (ms := s.timings.get("prompt_ms")) is not None],
-                                "ms", f"{what}; server timings.prompt_ms", stats=("median",), scenario="ttft", params=params)
+                                "ms", f"{what}; server timings.prompt_ms", stats=("median",), scenario="ttft", params=params,
+                                method_zh=f"{what_zh}；服务器的 timings.prompt_ms")
     _errors(res, samples)
 
 
@@ -415,6 +418,8 @@ async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
             "decode_depth_drop_pct", 100.0 * (a["tok_s"] - b["tok_s"]) / a["tok_s"], "%",
             f"(median decode at depth {a['depth']} − median at depth {b['depth']}) ÷ median at depth {a['depth']}; medians from decode_tok_s_at_depth_*; one derived value",
             scenario="depth", params={"depth_a": a["depth"], "tok_s_a": a["tok_s"], "depth_b": b["depth"], "tok_s_b": b["tok_s"]},
+            method_zh=f"（深度 {a['depth']} 的解码中位数 − 深度 {b['depth']} 的中位数）÷ 深度 {a['depth']} 的中位数；"
+                      "中位数取自 decode_tok_s_at_depth_*；一个推算值",
         ))
 
 
@@ -490,8 +495,9 @@ def _concurrency_figures(cfg: BenchConfig, n: int, rounds: _Rounds) -> list[Figu
                               "tokens_in_window": [round(sum(x.tokens), 1) for x in rounds.steady]}
     what = (f"{k} round(s) of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned "
             "(a round starts when the previous one ended)")
-    never = ("the streams never all decoded at once: the server ran them one after another (fewer slots than streams?)"
-             if rounds.whole and not rates else "no complete round")
+    what_zh = (f"{k} 轮，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位（上一轮结束后才开始下一轮）")
+    never = (note_text(N_("the streams never all decoded at once: the server ran them one after another (fewer slots "
+                          "than streams?)")) if rounds.whole and not rates else note_text(N_("no complete round")))
     figs = [single_figure(
         f"concurrency_{n}_aggregate_tok_s", _median_or_none(rates), "tok/s",
         f"steady state, median over N={len(rates)} rounds of {n} parallel chat requests × max_tokens={cfg.n_predict}, "
@@ -502,7 +508,7 @@ def _concurrency_figures(cfg: BenchConfig, n: int, rounds: _Rounds) -> list[Figu
         samples=rates, scenario="concurrency", params=params,
         method_zh=(f"稳态，{len(rates)} 轮的中位数，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位："
                    "每轮取所有流都在解码的时间窗（从最后一个流的第一个 token 到第一个流的最后一个 token），Σ 各流在窗内生成的 "
-                   "token（timings_per_token 各块的 timings.predicted_n，块之间线性插值）÷ 窗长；不含 prefill、排队和只剩部分流在解码的"
+                   "token（timings_per_token 各块的 timings.predicted_n，块之间线性插值）÷ 窗长；不含预填充、排队和只剩部分流在解码的"
                    "尾段；有请求失败的轮次不计"),
         note="" if rates else never)]
     whole = [t / d for t, d in rounds.whole]
@@ -512,19 +518,19 @@ def _concurrency_figures(cfg: BenchConfig, n: int, rounds: _Rounds) -> list[Figu
         "first request sent): prefill, queueing for a slot and the tail included",
         samples=whole, scenario="concurrency", params={"streams": n, "tokens_per_round": [t for t, _ in rounds.whole]},
         method_zh=(f"整轮，{len(whole)} 轮的中位数：Σ timings.predicted_n ÷（任一流的最后一个 token 块 − 第一个请求发出），"
-                   "含 prefill、等待槽位和尾段"),
-        note="" if whole else "no complete round"))
+                   "含预填充、等待槽位和尾段"),
+        note="" if whole else note_text(N_("no complete round"))))
     figs += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
                          "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency",
-                         params={"streams": n})
-    what_zh = (f"{k} 轮，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位（上一轮结束后才开始下一轮）")
+                         params={"streams": n}, method_zh=f"{what_zh}；每个请求的{DECODE_FORMULA_ZH}")
     figs += ttft_figures(f"concurrency_{n}_ttft", ok, f"{what}; client time to first token-bearing chunk",
                          stats=("median", "p90"), scenario="concurrency", params={"streams": n},
                          what_zh=f"{what_zh}；客户端到第一个含 token 的块的时间")
     queue = [max(0.0, s.ttft_s * 1000 - float(s.timings["prompt_ms"])) for s in ok if s.ttft_s is not None and "prompt_ms" in s.timings]
     figs += stat_figures(f"concurrency_{n}_queue_ms", queue, "ms",
                          f"{what}; client TTFT − timings.prompt_ms (waiting for a slot + HTTP + template)",
-                         stats=("median",), scenario="concurrency", params={"streams": n})
+                         stats=("median",), scenario="concurrency", params={"streams": n},
+                         method_zh=f"{what_zh}；客户端 TTFT − timings.prompt_ms（等待槽位 + HTTP + 套模板）")
     return figs
 
 
