@@ -135,13 +135,13 @@ def _decode_figures(dec: list[LogRequest], src: str) -> list[Figure]:
         figs += stat_figures("log_decode_tok_s_alone", alone, "tok/s",
                              f"'eval time' lines of {src} of the requests that decoded with no other request active",
                              stats=("median",), scenario="logs", params={"requests": len(alone)},
-                             method_zh="日志 eval time 行：解码时没有其他请求在跑的请求")
+                             method_zh="日志中的“eval time”行：解码时没有其他请求在跑的请求")
         figs += stat_figures("log_decode_tok_s_parallel", par, "tok/s",
                              f"'eval time' lines of {src} of the requests that decoded while others were active "
                              f"(up to {mix['max_concurrency']} at once); per request, not their sum",
                              stats=("median",), scenario="logs",
                              params={"requests": len(par), "max_concurrency": mix["max_concurrency"]},
-                             method_zh="日志 eval time 行：解码时有其他请求同时在跑的请求（单个请求的速度，不是总和）")
+                             method_zh="日志中的“eval time”行：解码时有其他请求同时在跑的请求（单个请求的速度，不是总和）")
     return figs
 
 
@@ -152,7 +152,7 @@ def _prefill_figures(requests: Sequence[LogRequest], src: str) -> list[Figure]:
     return stat_figures("log_prefill_tok_s", pre, "tok/s",
                         f"'prompt eval time = … tokens per second' lines of {src}; only tokens actually processed "
                         "(cached tokens excluded)", stats=("median", "max"), scenario="logs",
-                        method_zh="日志 prompt eval time 行（不含缓存命中的 token）")
+                        method_zh="日志中的“prompt eval time”行（不含缓存命中的 token）")
 
 
 def _task_figures(dec: list[LogRequest], src: str) -> list[Figure]:
