@@ -20,6 +20,13 @@ from llamarig.cli.options import CTX, hardware_of, input_options
 from llamarig.errors import ExitCode, InputError
 
 
+def _notify(msg: str) -> None:
+    """A note of the search (its space, what was pruned, a resume) on stderr, wrapped at the width."""
+    from rich.console import Console
+
+    print_wrapped(Console(stderr=True, highlight=False), localize(msg), indent="  ")
+
+
 class _Progress:
     """Progress of the measurements on stderr: a rich progress bar when stderr is a terminal,
     else one plain line per measurement (logs, CI, pipes)."""
@@ -55,9 +62,9 @@ class _Progress:
         from rich.markup import escape
 
         if self.bar is not None:
-            self.bar.update(self.task, completed=done, total=total, description=escape(msg))
-        else:
-            self.con.print(f"{done}/{total} {escape(msg)}")
+            self.bar.update(self.task, completed=done, total=total, description=escape(localize(msg)))
+        else:  # one line per measurement, wrapped at the width (an error quotes the server's log)
+            print_wrapped(self.con, f"{done}/{total} {localize(msg)}", indent="  ")
 
 
 @click.command("tune", cls=HelpCommand, context_settings=CTX)
@@ -109,7 +116,7 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
                             state_file=state_file, restart=restart, calibration_out=calibration_out)
     try:
         with _Progress() as progress:
-            result = api.tune_command(res, settings, notify=lambda msg: click.echo(localize(msg), err=True),
+            result = api.tune_command(res, settings, notify=_notify,
                                       progress=progress, lang="en" if as_json else lang())
     except TuneInterrupted as e:
         click.echo(_("llamarig: interrupted; {n} measurement(s) kept in {path}: run the same command to resume").format(

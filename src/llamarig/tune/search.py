@@ -227,8 +227,9 @@ def successive_halving(cands: Sequence[Candidate], measure: MeasureFn, *, min_bu
             done += 1
             ms.append(m)
             if progress:
-                progress(done, total, f"rung {r + 1}/{len(budgets)} ({b} req) {c.key}: "
-                         + (f"error {m.error}" if m.error else f"{m.score:.1f}"))
+                progress(done, total, _("rung {r}/{n} ({b} req) {candidate}: {result}").format(
+                    r=r + 1, n=len(budgets), b=b, candidate=c.key,
+                    result=_("error: {error}").format(error=m.error) if m.error else f"{m.score:.1f}"))
         ranked = _rank(ms)
         rungs.append(ranked)
         if last:

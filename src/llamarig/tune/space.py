@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamarig.flags.rules import physical_cores
+from llamarig.i18n import _
 from llamarig.tune.search import ABSENT, Candidate
 
 Setting = tuple[tuple[str, str | None], ...]
@@ -71,12 +72,13 @@ def default_dimensions(objective: str, spec: Any, cfg: Any, plan: Any, *, physic
         logical = os.cpu_count()
     dims: list[Dimension] = []
     ts = threads_values(physical, logical)
-    dims.append(Dimension("threads", tuple(((("-t", str(t)),)) for t in ts),
-                          f"physical cores {physical or '?'} (logical {logical or '?'}) and around"))
+    dims.append(Dimension(_("threads"), tuple(((("-t", str(t)),)) for t in ts),
+                          _("physical cores {physical} (logical {logical}) and around").format(
+                              physical=physical or "?", logical=logical or "?")))
     if objective in ("prefill", "ttft", "weighted"):
         pairs = [("512", "128"), ("2048", "512"), ("2048", "2048")]
         dims.append(Dimension("-b/-ub", tuple((("-b", b), ("-ub", u)) for b, u in pairs),
-                              "prompt processing is part of the goal"))
+                              _("prompt processing is part of the goal")))
     tight = _memory_tight(plan)
     kv = [(("-ctk", "f16"), ("-ctv", "f16"))]
     if (objective in ("decode", "weighted") or tight) and _q8_ok(spec):
@@ -85,28 +87,28 @@ def default_dimensions(objective: str, spec: Any, cfg: Any, plan: Any, *, physic
     if len(kv) > 1:
         # -fa and KV types together: a quantized V cache needs flash attention
         combos = [k + f for k in kv for f in fa if not (k[1][1] != "f16" and f[0][1] == "off")]
-        dims.append(Dimension("KV types x flash attention", tuple(combos),
-                              "KV read per decoded token; a quantized V cache needs -fa on"))
+        dims.append(Dimension(_("KV types x flash attention"), tuple(combos),
+                              _("KV read per decoded token; a quantized V cache needs -fa on")))
     else:
-        dims.append(Dimension("flash attention", tuple(fa), "attention kernels differ per backend"))
+        dims.append(Dimension(_("flash attention"), tuple(fa), _("attention kernels differ per backend")))
     if objective == "throughput":
-        dims.append(Dimension("-np (with -kvu)", tuple((("-np", n), ("-kvu", None)) for n in ("1", "2", "4")),
-                              "concurrent slots for aggregate throughput"))
+        dims.append(Dimension(_("-np (with -kvu)"), tuple((("-np", n), ("-kvu", None)) for n in ("1", "2", "4")),
+                              _("concurrent slots for aggregate throughput")))
     has_draft = bool(getattr(cfg, "draft_model", None)) or any(t.startswith("draft-") for t in getattr(cfg, "spec_types", ()))
     if has_draft and objective in ("decode", "weighted", "throughput"):
-        dims.append(Dimension("draft length", tuple(((("--spec-draft-n-max", n),)) for n in ("2", "4", "8")),
-                              "a draft model / MTP is configured"))
+        dims.append(Dimension(_("draft length"), tuple(((("--spec-draft-n-max", n),)) for n in ("2", "4", "8")),
+                              _("a draft model / MTP is configured")))
     if tight:
         n_exp = getattr(spec, "n_expert", 0) or 0
         n_layer = spec.n_layer_main
         if n_exp:
             steps = sorted({0, n_layer // 4, n_layer // 2, (3 * n_layer) // 4, n_layer})
             dims.append(Dimension("--n-cpu-moe", tuple(((("--n-cpu-moe", str(s)),)) for s in steps),
-                                  "memory is tight: experts of the first N layers on the CPU"))
+                                  _("memory is tight: experts of the first N layers on the CPU")))
         else:
             steps = sorted({n_layer, (3 * n_layer) // 4, n_layer // 2, n_layer // 4} - {0}, reverse=True)
             dims.append(Dimension("-ngl", tuple(((("-ngl", str(s)),)) for s in steps),
-                                  "memory is tight: fewer layers on the GPU"))
+                                  _("memory is tight: fewer layers on the GPU")))
     return dims
 
 
