@@ -32,7 +32,6 @@ from llamarig.gateway.admission import AdmitRequest, ReservationLedger
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
 from llamarig.gateway.pool import (
-    LogFacts,
     Pool,
     Share,
     admission_pool,
@@ -42,13 +41,11 @@ from llamarig.gateway.pool import (
     launched_log,
     log_size,
     mismatch_text,
-    newer_start,
-    read_log,
-    server_pool,
 )
 from llamarig.gateway.progress import BackendProgress, read_slots
 from llamarig.gateway.upstream import Clients
 from llamarig.i18n import _, localize
+from llamarig.serverpool import LogStart, cells_in_use, last_start, newer_start, server_pool
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -71,7 +68,7 @@ class BackendState:
     props: dict[str, Any] | None = None
     problem: str = ""  # why the last check failed: a kind of reasons.PROBLEMS; "" when it passed
     problem_detail: str = ""
-    log: LogFacts | None = None  # the server's start as its log showed it
+    log: LogStart | None = None  # the server's start as its log showed it
     log_path: str | None = None
     log_seen: tuple[int, int] | None = None  # (inode, size) of the log when last read
     n_ctx_train: int | None = None
@@ -319,11 +316,12 @@ class Backends:
             self._changed()  # an ejection was logged by mark_failure
 
     def _derive(self, st: BackendState, props: Mapping[str, Any], models: Mapping[str, Any] | None) -> None:
-        """The pool from what the server says now (llamarig.gateway.pool), and the lines on it."""
+        """The pool from what the server says now (llamarig.serverpool), what admission makes of it
+        (llamarig.gateway.pool), and the lines on it."""
         st.log_path = st.cfg.log or launched_log(st.cfg.url)
         if st.log_path is not None:
             st.log_seen = log_size(st.log_path)
-            st.log = read_log(st.log_path)
+            st.log = last_start(st.log_path)
         facts = facts_from_props(props, models, st.log)
         sp = server_pool(facts, st.cfg.unified)
         pool = admission_pool(sp, st.cfg, self.cfg.admission.safety)
@@ -411,7 +409,8 @@ class Backends:
         """One ``GET /slots`` of ``st`` into its progress (the requests this replica has there)."""
         try:
             status, data = await self._get(st, "/slots")
-            slots = read_slots(json.loads(data)) if status == 200 else None
+            body = json.loads(data) if status == 200 else None
+            slots = read_slots(body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return
         except ValueError:  # not JSON: not llama-server's /slots
@@ -420,7 +419,7 @@ class Backends:
             st.progress.unsupported = status in (200, 404, 501)
             return
         mine = [r for r in self.ledger.active.values() if r.backend == st.name]
-        st.progress.observe(slots, time.monotonic(), mine)
+        st.progress.observe(slots, time.monotonic(), mine, cells_in_use(body))
 
     async def refresh_slots(self, max_age_s: float) -> None:
         """Read the ``/slots`` of every healthy backend whose last reading is older than ``max_age_s``."""

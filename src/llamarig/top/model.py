@@ -14,6 +14,7 @@ from typing import Any
 from llamarig.bench.gpu import GpuRaw, GpuReading
 from llamarig.bench.monitor import SlotRuleState
 from llamarig.bench.records import Json
+from llamarig.serverpool import Bound
 
 # ---------------------------------------------------------------------------------- inputs
 
@@ -21,14 +22,16 @@ from llamarig.bench.records import Json
 @dataclass(frozen=True)
 class PoolHint:
     """What is known about a server's KV pool besides ``/slots`` (llamarig.top.pool): ``tokens``
-    (its cells) and ``unified`` (the slots share them), and where that came from: ``given``
-    (``top --pool``), ``log`` (the server's own start-up lines), ``command`` (its command line),
+    (its cells, or a lower bound of them: ``bound``) and ``unified`` (the slots share them), and
+    where that came from: ``given`` (``top --pool``), ``log`` (the server's own start-up lines),
+    ``command`` (its command line), ``props`` (``/props`` and ``/v1/models``: one slot's context),
     ``gateway`` (the gateway's pool); ``detail`` names the file or process."""
 
     tokens: int | None = None
     unified: bool | None = None
     source: str = ""
     detail: str = ""
+    bound: Bound = "exact"
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,11 @@ class SlotView:
 class PoolView:
     """One server's KV pool (llamarig.top.pool): ``tokens`` cells, shared by the slots when
     ``unified``, known from ``source`` (given, log, command, gateway; ``assumed``: one slot's
-    context taken as the shared pool; ``slots``: the sum of the slots' contexts); ``cells`` in use
-    by all slots, ``cells_busy`` by busy ones, ``cells_needed`` for the busy ones to finish (their
-    ``n_remain`` added), the rate the busy slots fill it and when it is full at that rate."""
+    context taken as the shared pool; ``slots``: the sum of the slots' contexts), ``bound``
+    ``at_least`` when only a lower bound of ``tokens`` is known (a slot capped at n_ctx_train);
+    ``cells`` in use by all slots, ``cells_busy`` by busy ones, ``cells_needed`` for the busy ones
+    to finish (their ``n_remain`` added), the rate the busy slots fill it and when it is full at
+    that rate."""
 
     tokens: int | None
     unified: bool | None
@@ -117,13 +122,16 @@ class PoolView:
     cells_needed: int
     fill_tok_s: float | None
     full_in_s: float | None
+    bound: Bound = "exact"
 
     @property
     def frac(self) -> float | None:
+        """Cells in use over the pool's cells (at most that, when the pool is a lower bound)."""
         return None if self.cells is None or not self.tokens else self.cells / self.tokens
 
     def to_json(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "unified": self.unified, "source": self.source, "detail": self.detail or None,
+        return {"tokens": self.tokens, "bound": self.bound, "unified": self.unified, "source": self.source,
+                "detail": self.detail or None,
                 "cells_used": self.cells, "cells_busy": self.cells_busy, "cells_needed": self.cells_needed,
                 "used_frac": _r(self.frac, 4), "fill_tok_s": _r(self.fill_tok_s), "full_in_s": _r(self.full_in_s, 1)}
 
