@@ -294,6 +294,8 @@ class Gateway:
         cfg = self.cfg
         if not cfg.server.public_metrics:
             authenticate(request, cfg)
+        if cfg.health.slots_interval_s > 0:  # cells in use as fresh as /gateway/status's
+            await self.backends.refresh_slots(cfg.health.slots_interval_s)
         self.update_gauges()
         texts = await self.backends.backend_metrics()
         return Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
