@@ -405,27 +405,32 @@ class Backends:
             await self.check_all()
 
     # -- /slots: progress, slots held, cells in use
-    async def read_slots(self, st: BackendState) -> None:
-        """One ``GET /slots`` of ``st`` into its progress (the requests this replica has there)."""
+    async def read_slots(self, st: BackendState) -> tuple[Any, str]:
+        """One ``GET /slots`` of ``st`` into its progress (the requests this replica has there, the
+        cells in use): the answer read (None on an error) and the error ("" when none). Every reader
+        of the slots (``/gateway/status``, ``/metrics``, ``/gateway/slots``) takes them from here,
+        so all show the cells of one reading."""
         try:
             status, data = await self._get(st, "/slots")
             body = json.loads(data) if status == 200 else None
             slots = read_slots(body)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            return None, f"GET /slots: {type(e).__name__}"
         except ValueError:  # not JSON: not llama-server's /slots
-            status, slots = 200, None
+            status, body, slots = 200, None, None
         if slots is None:  # --no-slots (501), no such endpoint, or not a list: stop asking
             st.progress.unsupported = status in (200, 404, 501)
-            return
+            return None, f"GET /slots: HTTP {status}" if status != 200 else "GET /slots: not a list of slots"
         mine = [r for r in self.ledger.active.values() if r.backend == st.name]
         st.progress.observe(slots, time.monotonic(), mine, cells_in_use(body))
+        return body, ""
 
     async def refresh_slots(self, max_age_s: float) -> None:
-        """Read the ``/slots`` of every healthy backend whose last reading is older than ``max_age_s``."""
+        """Read the ``/slots`` of every healthy backend whose last reading is older than ``max_age_s``
+        or than the end of a request there."""
         now = time.monotonic()
-        await asyncio.gather(*(self.read_slots(s) for s in self.healthy()
-                               if not s.progress.unsupported and now - s.progress.t >= max_age_s))
+        await asyncio.gather(*(self.read_slots(s) for s in self.healthy() if not s.progress.unsupported
+                               and (s.progress.stale or now - s.progress.t >= max_age_s)))
 
     async def _slots_loop(self) -> None:
         while True:

@@ -133,6 +133,7 @@ class BackendProgress:
     held: dict[int, Held] = field(default_factory=dict)  # reservation id -> its slot
     done: set[int] = field(default_factory=set)  # matched once, their task gone: not matched again
     unsupported: bool = False  # /slots answered 501 (--no-slots) or not a list
+    stale: bool = False  # a request ended since the last reading: its cells are not what the slots hold now
 
     @property
     def cells(self) -> int | None:
@@ -143,7 +144,7 @@ class BackendProgress:
                 in_use: CellsInUse | None = None) -> None:
         """A new ``/slots`` reading at ``t`` (``in_use``: its cells in use): the requests matched
         to slots, then the live rate (the mean of their own rates)."""
-        self.slots, self.in_use, self.t = slots, in_use, t
+        self.slots, self.in_use, self.t, self.stale = slots, in_use, t, False
         self._match(slots, t, sorted(requests, key=lambda r: r.admitted_at))
         rates = [r for h in self.held.values() for r in (h.rate(),) if r is not None]
         if rates:
@@ -183,8 +184,11 @@ class BackendProgress:
             self.prefill.add(qn / (qms / 1000.0), "timings")
 
     def forget(self, rid: int) -> None:
+        """Request ``rid`` ended: its slot is no longer its own, and the last reading is older than
+        the cells its slot holds now (the next ``/gateway/status`` or ``/metrics`` reads again)."""
         self.held.pop(rid, None)
         self.done.discard(rid)
+        self.stale = True
 
     def rate(self, now: float) -> Rate:
         """The decode rate per stream to use at ``now``: the live one (from ``/slots``, read in
