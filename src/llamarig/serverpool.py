@@ -57,6 +57,8 @@ Source = Literal["log", "props", "command"]
 #: server-context.cpp:1383), searched for in a log file as bytes
 _RUN = b"llama_server: initializing ..."
 _INIT = b"initializing, n_slots = "
+#: the places a share full is shown to (``--json``, ``/gateway/status``, ``/metrics``)
+FRAC_PLACES = 4
 #: the cell granularity of n_ctx and n_ctx_seq (src/llama-context.cpp:292, 297)
 PAD = 256
 
@@ -231,19 +233,31 @@ def server_pool(f: ServerFacts, unified: bool = True) -> ServerPool:
                           capped_by_train=f.n_ctx_train == f.slot_ctx and lg.n_ctx_seq > f.slot_ctx)
     if f.command is not None:
         return _command_pool(f, f.command, train)
-    tokens = f.slot_ctx if unified else f.slot_ctx * f.slots  # split: each slot owns n_ctx_seq >= slot_ctx
+    tokens = seen_tokens(f.slot_ctx, f.slots, unified)  # split: each slot owns n_ctx_seq >= slot_ctx
     return ServerPool(tokens, "at_least" if train else "exact", "props", f.slots, f.slot_ctx, None, train)
 
 
 def _command_pool(f: ServerFacts, c: CommandLayout, train: bool) -> ServerPool:
     """The pool from the command line's layout: ``-c`` (padded) is the cache; without it, what
     ``/props`` shows, a lower bound when a cap (n_ctx_train, --kv-unified-per-slot) may hide more."""
-    seen = f.slot_ctx if c.unified else f.slot_ctx * f.slots
+    seen = seen_tokens(f.slot_ctx, f.slots, c.unified)
     if c.ctx:
         return ServerPool(max(_pad(c.ctx), seen), "exact", "command", f.slots, f.slot_ctx, c.unified,
                           train and _pad(c.ctx) > seen)
     capped = train or (c.per_slot is not None and f.slot_ctx >= c.per_slot)
     return ServerPool(seen, "at_least" if capped else "exact", "command", f.slots, f.slot_ctx, c.unified, train)
+
+
+def seen_tokens(slot_ctx: int, slots: int, unified: bool) -> int:
+    """The cells the slots' contexts show: one context shared by the slots (unified), else one
+    each (src/llama-context.cpp:294-298); a lower bound when a cap cut the slot context."""
+    return slot_ctx if unified else slot_ctx * slots
+
+
+def used_frac(cells: int | None, tokens: int | None) -> float | None:
+    """How full the pool is: the cells in use over its cells (at most this when ``tokens`` is a
+    lower bound); None when either is unknown. Every reader shows it to :data:`FRAC_PLACES` places."""
+    return None if cells is None or not tokens else cells / tokens
 
 
 def _pad(n: int) -> int:

@@ -168,15 +168,19 @@ def _mismatch_lines(st: Mapping[str, Any]) -> list[str]:
 
 
 def _cells_lines(st: Mapping[str, Any]) -> list[str]:
-    """The KV cells each backend's slots hold, of the server's pool (or of a lower bound of it)."""
+    """The KV cells each backend's slots hold, of the server's pool (or of a lower bound of it),
+    how full that is and one slot's context: the figures top and /metrics show (llamarig.serverpool)."""
     out = []
     for b in st.get("backends") or ():
         p = b.get("pool") or {}
         if p.get("cells_in_use") is None or p.get("server_tokens") is None:
             continue
-        msg = (_("{backend}: {cells} of at least {tokens} KV cells in use (GET /slots)")
-               if p.get("server_bound") == "at_least" else _("{backend}: {cells} of {tokens} KV cells in use (GET /slots)"))
-        out.append(msg.format(backend=b["name"], cells=p["cells_in_use"], tokens=p["server_tokens"]))
+        msg = (_("{backend}: {cells} of at least {tokens} KV cells in use (at most {pct}; {slot_ctx} per slot; "
+                 "GET /slots)") if p.get("server_bound") == "at_least" else
+               _("{backend}: {cells} of {tokens} KV cells in use ({pct}; {slot_ctx} per slot; GET /slots)"))
+        cells, tokens = p["cells_in_use"], p["server_tokens"]
+        out.append(msg.format(backend=b["name"], cells=cells, tokens=tokens, slot_ctx=p.get("server_slot_ctx") or "?",
+                              pct=f"{100 * cells / tokens:.0f} %" if tokens else "?"))  # as top's headline
     return out
 
 

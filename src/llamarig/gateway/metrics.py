@@ -53,6 +53,10 @@ class GatewayMetrics:
                               "-1: less (kept); 0: agrees", ["backend", "field"], registry=r)
         self.cells = Gauge(p + "kv_cells_in_use", "KV cells the backend's slots hold (GET /slots)", ["backend"],
                            registry=r)
+        self.slot_ctx = Gauge(p + "server_slot_ctx_tokens", "One slot's context as llama-server has it (/props n_ctx: "
+                              "the pool per sequence, capped at n_ctx_train)", ["backend"], registry=r)
+        self.pool_used = Gauge(p + "kv_pool_used_ratio", "KV cells in use over the server's pool (at most this when "
+                               "pool_exact is 0)", ["backend"], registry=r)
         self.decode_rate = Gauge(p + "decode_tokens_per_second", "Measured decode rate per stream", ["backend"],
                                  registry=r)
         self.group_reserved = Gauge(p + "group_reserved_tokens", "Tokens reserved by a tier or cron", ["group", "backend"],

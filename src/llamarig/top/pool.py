@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from llamarig.flags.argv import Command
-from llamarig.serverpool import CellsInUse, CommandLayout, ServerFacts, server_pool
+from llamarig.serverpool import CellsInUse, CommandLayout, ServerFacts, seen_tokens, server_pool
 from llamarig.top.model import PoolHint, PoolView, SlotView
 
 #: busy slots holding this share of a unified pool: near full
@@ -76,25 +76,22 @@ def pool_view(slots: Sequence[SlotView], hint: PoolHint, split_seen: bool, cells
     without ``-np``, and the reading that warns first), until more cells are in use than that
     (``split_seen``: then each slot owns its context, or a cap hides a larger pool)."""
     busy = [s for s in slots if s.busy]
-    n_ctx = max((s.n_ctx for s in slots if s.n_ctx), default=None)
-    total = sum(s.n_ctx for s in slots if s.n_ctx) or None
+    ctxs = [s.n_ctx for s in slots if s.n_ctx]
+    n_ctx = max(ctxs, default=None)
     rate = sum(s.decode_tok_s or 0.0 for s in busy if s.phase == "decode")
     tokens, unified, source, detail = hint.tokens, hint.unified, hint.source, hint.detail
-    if unified is None and source in ("", "props"):
-        if split_seen:
-            tokens, unified, source = total, False, "slots"
-        else:
-            tokens, unified, source = tokens or n_ctx, True, "assumed"
-    elif unified is False:
-        tokens = tokens or total
-    else:  # a pool the slots share: of the size given, else of one slot's context
-        tokens, unified = tokens or n_ctx, True
+    if unified is None and source in ("", "props"):  # the layout not said: assumed shared, until seen split
+        unified, source = not split_seen, "slots" if split_seen else "assumed"
+        tokens = None if split_seen else tokens
+    unified = unified is not False  # a pool the slots share, unless said or seen otherwise
+    if tokens is None and n_ctx:  # of the size given, else what the slots' contexts show (llamarig.serverpool)
+        tokens = seen_tokens(n_ctx, len(ctxs), unified)
     cells_busy = cells.busy if cells is not None and busy else 0
     eta = (tokens - cells_busy) / rate if tokens and unified and rate > 0 and cells_busy < tokens else None
     return PoolView(tokens=tokens, unified=unified, source=source, detail=detail,
                     cells=cells.total if cells is not None else None, cells_busy=cells_busy,
                     cells_needed=cells.needed if cells is not None and busy else 0,
-                    fill_tok_s=rate if busy else None, full_in_s=eta, bound=hint.bound)
+                    fill_tok_s=rate if busy else None, full_in_s=eta, bound=hint.bound, slot_ctx=n_ctx)
 
 
 def more_than_one_slot(slots: Iterable[SlotView]) -> bool:
