@@ -17,8 +17,10 @@ from llamarig.serverpool import (
     n_ctx_train,
     newer_start,
     props_slots,
+    seen_tokens,
     server_facts,
     server_pool,
+    used_frac,
 )
 
 PROPS = {"default_generation_settings": {"n_ctx": 16384}, "total_slots": 4}
@@ -144,3 +146,12 @@ def test_cells_in_use() -> None:
     assert cells_in_use(slots) == CellsInUse(total=200, busy=170, needed=550)
     assert cells_in_use(tuple(slots)) == cells_in_use(slots)
     assert cells_in_use({"error": 1}) is None and cells_in_use([{"id": 0}]) is None and cells_in_use(None) is None
+
+
+def test_the_figures_every_reader_shows() -> None:
+    """What the slots' contexts show (shared: one; split: one each) and how full the pool is: the
+    one formula behind the gateway's pool from /props and top's reading without a layout."""
+    assert seen_tokens(4096, 4, unified=True) == 4096 and seen_tokens(1024, 4, unified=False) == 4096
+    assert server_pool(ServerFacts(4, 1024, 16384), unified=False).tokens == seen_tokens(1024, 4, False)
+    assert used_frac(1204, 4096) == 1204 / 4096
+    assert used_frac(None, 4096) is None and used_frac(10, None) is None and used_frac(10, 0) is None
