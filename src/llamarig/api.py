@@ -32,6 +32,7 @@ exit codes (docs/exit-codes.md). tests/test_api.py checks that every command has
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,15 +137,23 @@ def inspect_model(path: str) -> ModelSpec:
     return resolve_model(path)[0] if is_remote(path) else load_spec(path)
 
 
-def check(text: str, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
+def check(text: str | Deployment, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
           cores: int | None = None, model: str | None = None, base_dir: str | Path | None = None,
           gpus: Sequence[GPU] = (), ram: int | None = None, need_ctx: int | None = None,
           origin: str | Path | None = None, name: str = "<text>") -> CheckReport:
     """`llamarig check` on a text: its commands, how llama-server reads them, and the findings
     (``CheckReport.findings``; ``CheckReport.to_json()`` is ``check --json``). ``gpus`` (:func:`gpu`)
     and ``ram`` (bytes): the target machine, for the memory verdict; ``name``: what the findings
-    call the input."""
+    call the input. ``text`` may be a Deployment: its command is checked, with its model and
+    hardware unless given here."""
     from llamarig.app.check import check as _check  # lazy: keeps import llamarig light
+
+    if not isinstance(text, str):
+        d = text
+        text = shlex.join(["llama-server", *d.command.server_args()])
+        model = model if model is not None else d.model
+        gpus = gpus or d.hardware.gpus
+        ram = ram if ram is not None else d.hardware.ram_bytes
 
     return _check(text, schema=schema, server_bin=server_bin, kind=kind, cores=cores, model=model,
                   base_dir=Path(base_dir) if base_dir is not None else None, gpus=tuple(gpus), ram=ram,
@@ -198,37 +207,58 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                                    allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory)
 
 
-def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,
+def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,
+            want_plan: bool = True) -> Resolved:
+    """``d`` resolved against a llama-server binary (``server_bin``, ``$LLAMARIG_SERVER_BIN``,
+    PATH) as render, launch and tune start from it: the binary, the final args (relative paths
+    made absolute), and the plan with its speed on ``d.hardware``. ``allow_no_binary``: the
+    bundled schema stands in when there is no llama-server here (what render does)."""
+    tokens = d.command.server_args()
+    if d.model is not None:
+        tokens = [d.model, *tokens]
+    return resolve_command(tokens, server_bin=server_bin, hardware=d.hardware, notes=d.diagnostics,
+                           want_plan=want_plan, allow_no_binary=allow_no_binary)
+
+
+def _resolved(r: Resolved | Deployment, *, allow_no_binary: bool = False) -> Resolved:
+    from llamarig.plan import deployment as D  # lazy: keeps import llamarig light
+
+    return resolve(r, allow_no_binary=allow_no_binary) if isinstance(r, D.Deployment) else r
+
+
+def render_command(res: Resolved | Deployment, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,
                    user: str | None = None, lang: str = "en", out: str | None = None) -> str:
     """`llamarig render`: a bash launcher, systemd unit, compose service, llama-swap entry or
     llama-server router preset (its comments in ``lang``, en or zh; ``out``: the file it will be
-    written to)."""
+    written to). ``res``: :func:`resolve_command`'s or :func:`resolve`'s result, or a Deployment
+    (resolved here; without a llama-server the bundled schema stands in)."""
     from llamarig.app.render import render_command as _render  # lazy: keeps import llamarig light
 
-    return _render(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang, out=out)
+    return _render(_resolved(res, allow_no_binary=True), fmt, name=name, compose_backend=compose_backend, user=user, lang=lang, out=out)
 
 
-def launch_command(res: Resolved, *, host: str | None = None, port: int | None = None,
+def launch_command(res: Resolved | Deployment, *, host: str | None = None, port: int | None = None,
                    log_path: str | None = None, timeout_s: float = 600, force: bool = False,
                    env: Mapping[str, str] | None = None) -> Launched:
     """`llamarig launch --detach`: start llama-server (with ``env`` on top of the command's
     own), wait for /health, verify its allocations against the plan. Stop it with
-    ``llamarig.launch.process.stop(state_file=...)``."""
+    ``llamarig.launch.process.stop(state_file=...)``. ``res``: a Resolved or a Deployment
+    (:func:`resolve`)."""
     from llamarig.app.launch import launch_command as _launch  # lazy: keeps import llamarig light
 
-    return _launch(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force, env=env)
+    return _launch(_resolved(res), host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force, env=env)
 
 
-def tune_command(res: Resolved, settings: TuneSettings | None = None, *, notify: Callable[[str], None] | None = None,
+def tune_command(res: Resolved | Deployment, settings: TuneSettings | None = None, *, notify: Callable[[str], None] | None = None,
                  progress: Callable[[int, int, str], None] | None = None, lang: str = "en") -> TuneResult:
     """`llamarig tune`: the best settings by measurement (docs/tune.md), candidates planned on
     ``res.hardware``. ``notify``: one line per event (search space, pruned candidates, resumed
     measurements); ``progress(done, total, what)``: each measurement; ``lang``: the language of
-    the winning launcher's comments."""
+    the winning launcher's comments; ``res``: a Resolved or a Deployment (:func:`resolve`)."""
     from llamarig.app.tune import TuneSettings as _Settings  # lazy: keeps import llamarig light
     from llamarig.app.tune import tune_command as _tune  # lazy: keeps import llamarig light
 
-    return _tune(res, settings or _Settings(), notify=notify, progress=progress, lang=lang)
+    return _tune(_resolved(res), settings or _Settings(), notify=notify, progress=progress, lang=lang)
 
 
 def models() -> dict[str, CatalogueModel]:

@@ -23,14 +23,7 @@ COMPLEX_FUNCTIONS = {
     "cli/plan_view.py:verdict_lines",  # i18n (cli/), paste-model (headline)
     "cli/speed_view.py:speed_table",  # i18n (cli/)
     "cli/tune_cmd.py:_report",  # i18n (cli/)
-    "flags/model.py:load",  # paste-read (flags/)
-    "flags/model.py:model_loader",  # paste-read (flags/)
-    "flags/rules/values.py:_check_value",  # paste-read (flags/)
-    "flags/schema.py:parse_help",  # paste-read (flags/)
 }
 
 #: public result types whose fields still hold Any: "module:Class"
-ANY_IN_RESULTS = {
-    "llamarig.flags.schema:Schema",  # paste-read (flags/): its memo cache
-    "llamarig.gateway.config:TierConfig",  # pool-gw: the config declared once
-}
+ANY_IN_RESULTS: set[str] = set()

@@ -155,3 +155,43 @@ def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (),
     meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
     changes = tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
     return PricedRuns(pair, runs, meant, changes, tuple(notes))
+
+
+def script_deployment(path: str, *, invocation: int = 1, model: str | None = None,
+                      hardware: Hardware | None = None, overhead_bytes: int | None = None,
+                      draft: str | None = None) -> Deployment:
+    """The Deployment of the ``invocation``-th llama-server command of a script, unit or
+    compose file (``-`` for standard input) as llama-server really receives it (a comment line
+    that cuts a ``\\`` continuation cuts the command there, as bash does), on ``hardware``; its
+    diagnostics name the command, and, when the author meant more, what the meant command would
+    change (what ``plan --from-script`` shows first). ``model``: a GGUF or catalogue id for a
+    ``-m`` that is not on this machine."""
+    from llamarig.app.check import check, read_input, what_runs
+    from llamarig.diagnostics import Diagnostic, info, warning
+    from llamarig.errors import InputError
+
+    text, name = read_input(path)
+    base = Path(path).resolve().parent if path != "-" else None
+    report = check(text, model=model, base_dir=base, origin=Path(path) if path != "-" else None, name=name)
+    n = len(report.parsed.invocations)
+    if not 1 <= invocation <= n:
+        raise InputError(_("{name}: no llama-server command number {k} (it has {n})").format(
+            name=name, k=invocation, n=n) if n else
+            _("{name}: no llama-server command found in the input").format(name=name))
+    pair = what_runs(report, invocation - 1)
+    m, args, mmproj, found = _inputs(pair.received, model, base)
+    if m is None:
+        raise InputError(_("{name} line {line}: the model `-m` is not on this machine: give --model FILE or a "
+                           "catalogue id").format(name=name, line=pair.line))
+    notes: list[Diagnostic] = [info("script-command", _("planned: {name} line {line}, the command llama-server "
+                                                        "receives").format(name=name, line=pair.line))]
+    notes += [info("script-file", x) for x in found]
+    if not pair.same:
+        changes = "; ".join(f"{what} {runs} -> {meant}" for what, runs, meant in
+                            behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
+        notes.append(warning("script-cut", _("the script meant more than llama-server receives (cut off at line "
+                                             "{cut}); the meant command would change: {changes}").format(
+            cut=pair.cut_line if pair.cut_line is not None else pair.line, changes=changes or "-")))
+    hw = hardware or Hardware()
+    return deployment(m, command=args, hardware=hw, mmproj=mmproj, draft=draft, overhead_bytes=overhead_bytes,
+                      diagnostics=tuple(notes))

@@ -209,22 +209,29 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         sys.exit(ExitCode.PROBLEMS)
 
 
-def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None
+                          ) -> tuple[CheckReport, list[dict[str, object]]]:
     """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
-    be explained in their place."""
+    be explained in their place; with what was translated, for the human view and --json."""
     from llamarig.flags.engines import ENGINES
     from llamarig.flags.engines.fastllm import translation_of
 
-    lines = []
+    lines, seen = [], []
     for inv in report.parsed.others:
         tr = translation_of(inv, model)
-        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
-            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
-            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
-               if tr is not None else ""))
+        seen.append({"line": inv.line, "program": inv.program, "engine": ENGINES[inv.engine].name,
+                     "equivalent": tr.command() if tr is not None else None})
         if tr is not None:
             lines.append(tr.command())
-    return api.check("\n".join(lines), schema=schema, model=model) if lines else report
+    return (api.check("\n".join(lines), schema=schema, model=model) if lines else report), seen
+
+
+def _translation_lines(seen: list[dict[str, object]]) -> None:
+    for t in seen:
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=t["line"], program=t["program"], engine=t["engine"])
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=t["equivalent"])
+               if t["equivalent"] is not None else ""))
 
 
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -275,15 +282,20 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
     report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    seen: list[dict[str, object]] = []
     if not report.parsed.invocations and report.parsed.others:
-        report = _explain_translations(report, schema, model)
+        report, seen = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
     hw, _notes = hardware_of(gpus, ram)
     result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
-        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
+        doc = result.to_json()
+        if seen:
+            doc["other_engines"] = seen  # what was explained through its llama-server equivalent
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=1))
         return
+    _translation_lines(seen)
     _explain_tables(result, schema, TEXT[lang])
 
 

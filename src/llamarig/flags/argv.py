@@ -84,27 +84,18 @@ TRUTHY = ("on", "enabled", "true", "1")
 FALSY = ("off", "disabled", "false", "0")
 
 
-#: schema.memo key of the similarity searches one lint may still run (set by rules.lint): each
-#: costs a difflib pass over every spelling, so an input with hundreds of thousands of distinct
-#: unknown flags gets suggestions for the first ones only, and stays linear
-CLOSEST_BUDGET = "closest-budget"
-
-
 def closest(schema: Schema, token: str, n: int = 3) -> list[str]:
     """Closest real spellings (difflib ratio >= 0.6), memoised per schema."""
     key = token.replace("_", "-") if token.startswith("--") else token
-    hit = schema.memo.get(("closest", key, n))
+    hit = schema.memo.closest.get((key, n))
     if hit is None:
-        budget = schema.memo.get(CLOSEST_BUDGET)
-        if budget is not None:
-            if budget <= 0:
-                return []
-            schema.memo[CLOSEST_BUDGET] = budget - 1
+        if not schema.memo.take_search():
+            return []
         long_ = key.startswith("--")
         cands = [c for c in schema.spellings if c.startswith("--") == long_
                  and abs(len(c) - len(key)) <= max(4, len(key) // 2)]
         hit = difflib.get_close_matches(key, cands, n=n, cutoff=0.6)
-        schema.memo[("closest", key, n)] = hit
+        schema.memo.closest[(key, n)] = hit
     return list(hit)
 
 

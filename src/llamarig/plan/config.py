@@ -19,7 +19,7 @@ from llamarig.errors import InputError
 from llamarig.flags.argv import Arg, Command, looks_like_option
 from llamarig.flags.knowledge import FOLKLORE
 from llamarig.flags.schema import Schema, load_bundled
-from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
+from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES, CacheType
 from llamarig.i18n import _
 from llamarig.plan.flash_attn import FlashAttn, kv_layout_fa
 
@@ -52,10 +52,10 @@ class ServerConfig:
     n_parallel: int = -1  # -np; -1 = auto: 4 slots, unified KV (tools/server/server.cpp:168-173)
     kv_unified: bool | None = None  # -kvu / -no-kvu; None = not given
     kv_unified_per_slot: int = 0
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    cache_type_k_draft: str = "f16"  # -ctkd: NOT inherited from -ctk (speculative.cpp:2559)
-    cache_type_v_draft: str = "f16"
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    cache_type_k_draft: CacheType = "f16"  # -ctkd: NOT inherited from -ctk (speculative.cpp:2559)
+    cache_type_v_draft: CacheType = "f16"
     flash_attn: FlashAttn = "auto"  # -fa (plan/flash_attn.py: the rule)
     n_batch: int = 2048
     n_ubatch: int = 512
@@ -248,7 +248,7 @@ def bundled_schema() -> Schema | None:
         return None
 
 
-def _kv_type(flag: str, v: str) -> str:
+def _kv_type(flag: str, v: str) -> CacheType:
     # matching is exact and case-sensitive (common/arg.cpp kv_cache_type_from_str)
     if v not in KV_CACHE_TYPES:
         raise InputError(
