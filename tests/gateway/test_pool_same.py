@@ -76,7 +76,8 @@ def gateway_readers(gw: str, cli: Any) -> dict[str, Seen]:
                              st["pool"]["cells_in_use"]),
         "gateway status": Seen(int(m.group(3)), "at_least" if m.group(2) else "exact", int(m.group(1))),
         "gateway status pool": Seen(int(cell.group(2)), "at_least" if cell.group(1) else "exact", int(m.group(1))),
-        "metrics server": Seen(int(metric("server_pool_tokens")), "exact" if metric("pool_exact") else "at_least",
+        "metrics server": Seen(int(metric("server_pool_tokens")),
+                               "exact" if metric("server_pool_exact") else "at_least",
                                int(metric("kv_cells_in_use"))),
         "metrics admission": Seen(int(metric("pool_tokens")), "exact" if metric("pool_exact") else "at_least",
                                   int(metric("kv_cells_in_use"))),
@@ -245,7 +246,7 @@ def test_in_flight_every_reader_shows_the_same_pool(
     assert (Figures(through["tokens"], through["bound"], through["unified"], through["slot_ctx"]),
             through["cells_used"], through["used_frac"], through["source"]) == (figures, cells, frac, "gateway")
     assert (int(metric("server_pool_tokens")), int(metric("server_slot_ctx_tokens")),
-            int(metric("kv_cells_in_use")), metric("kv_pool_used_ratio"), metric("pool_exact")) == (
+            int(metric("kv_cells_in_use")), metric("kv_pool_used_ratio"), metric("server_pool_exact")) == (
         figures.tokens, figures.slot_ctx, cells, frac, 1)
     assert tuple(int(g) for g in line.groups()) == (cells, figures.tokens, round(100 * frac), figures.slot_ctx)
     assert (Figures(direct["tokens"], direct["bound"], direct["unified"], direct["slot_ctx"]), direct["source"]) == (

@@ -173,6 +173,7 @@ def _backend_gauges(m: GatewayMetrics, s: BackendState, ledger: ReservationLedge
     if sp is not None:
         m.server_pool.labels(s.name).set(sp.tokens)
         m.slot_ctx.labels(s.name).set(sp.slot_ctx)
+        m.server_exact.labels(s.name).set(1 if sp.exact else 0)
     for f in ("pool_tokens", "slots", "slot_ctx"):
         mm = next((x for x in s.pool.mismatches if x.field == f), None)
         m.mismatch.labels(s.name, f).set(0 if mm is None else (1 if mm.larger else -1))
