@@ -6,8 +6,9 @@ one-token-per-sequence graph, the prompt graph again; ggml-alloc only ever grows
 marks on it.
 
 A replay of a 64-layer trunk costs tens of milliseconds, and the optimiser and --fit ask for the
-same graphs many times: results are remembered by the model's shape and the reservation, and a
-trunk whose layers repeat is replayed on two cuts of it (:func:`cut_layouts`).
+same graphs many times: results are remembered by the model's shape and the reservation (cache
+types by what the allocations see of them, :func:`kv_class`), and a trunk whose layers repeat is
+replayed on two cuts of it (:func:`cut_layouts`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from llamarig.gguf.ggml_types import TYPE_SIZES
+from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan import cuda_fattn
 from llamarig.plan.ggml_graph import Tensor, allocate
@@ -26,8 +27,8 @@ from llamarig.plan.ggml_sched import Backend, schedule
 from llamarig.plan.graphs import GraphParams, Layout, build_graph
 from llamarig.plan.memory import ContextLayout
 
-__all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "replay",
-           "replay_graph", "token_graph"]
+__all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "kv_class",
+           "replay", "replay_graph", "token_graph"]
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,36 @@ def cut_layouts(spec: ModelSpec, lay: Layout, sized: bool = False) -> tuple[Layo
     return a, b
 
 
+# ------------------------------------------------------------------------ the cache types
+
+
+def _kv_type(t: str, cuda_fa: bool) -> object:
+    """What a graph's allocations see of one cache type: a plain type (f32, f16, bf16) as it is
+    (f32 caches are cast to f16, base.py attend; CUDA converts anything but f16 for flash
+    attention), a quantized one only as quantized (it is rotated, base.py rot_inputs; its tensors
+    are the caches and their views, outside the compute buffer), and under CUDA flash attention
+    whether the kernels take it (fattn.cu:525-538: a type they do not take gets no kernel, one
+    they do is converted to f16 whole, whichever it is: cuda_fattn.alloc_size)."""
+    if TYPE_SIZES[t][0] == 1:
+        return t
+    return ("quantized", t in CUDA_FA_KV_TYPES) if cuda_fa else "quantized"
+
+
+def kv_class(q: GraphParams, backends: tuple[Backend, ...]) -> tuple[object, ...]:
+    """The cache types as far as every compute buffer goes: two reservations whose types fall in
+    one class give the same buffers (q8_0/q8_0 and q4_0/q4_0 prompt graphs on a CUDA GPU, every
+    quantized pair on the CPU and RPC servers), so the memo keeps one replay for them. Under CUDA
+    flash attention the decode (vec) kernel's compiled pairs also count: a pair it lacks is
+    converted to f16 (fattn.cu:495-513, cuda_fattn.f16_copies)."""
+    cuda_fa = q.flash_attn and any(b.cuda_cc is not None for b in backends)
+    vec = (_f16(q.type_k), _f16(q.type_v)) in CUDA_FA_VEC_PAIRS if cuda_fa else None
+    return (_kv_type(q.type_k, cuda_fa), _kv_type(q.type_v, cuda_fa), vec)
+
+
+def _f16(t: str) -> str:
+    return "f16" if t == "f32" else t
+
+
 # ------------------------------------------------------------------------ the memo
 
 
@@ -267,7 +298,8 @@ MEMO_SIZE = 8192
 def _memoized(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
     shape = _shape(spec)
     lay = (setup.layout,) if mtp else _canonical(shape, setup.layout, sized)
-    key = (shape.key, lay, q, setup.backends, setup.n_copies, setup.op_offload, mtp)
+    key = (shape.key, lay, replace(q, type_k="", type_v=""), kv_class(q, setup.backends), setup.backends,
+           setup.n_copies, setup.op_offload, mtp)
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
