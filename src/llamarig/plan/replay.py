@@ -13,16 +13,18 @@ replayed on two cuts of it (:func:`cut_layouts`).
 
 from __future__ import annotations
 
+import gc
 import re
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan import cuda_fattn
-from llamarig.plan.ggml_graph import Tensor, allocate
+from llamarig.plan.ggml_graph import Tensor, allocate, tensor_bytes
 from llamarig.plan.ggml_sched import Backend, schedule
 from llamarig.plan.graphs import GraphParams, Layout, build_graph
 from llamarig.plan.memory import ContextLayout
@@ -81,7 +83,9 @@ def _alloc_size(backends: tuple[Backend, ...]) -> Callable[[int, Tensor], int] |
         cc = ccs[buf]
         if cc is None or (t.type in _PLAIN and t.op != "FLASH_ATTN_EXT"):
             n = t.size
-            return n if n >= 0 else t.nbytes
+            if n < 0:
+                n = t.size = tensor_bytes(t.type, t.ne, t.nb)
+            return n
         return cuda_fattn.cuda_alloc_size(cc, t)
 
     return size
@@ -89,11 +93,26 @@ def _alloc_size(backends: tuple[Backend, ...]) -> Callable[[int, Tensor], int] |
 
 def replay_graph(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
     """Every backend's high-water mark for the one graph of ``q`` (no memo, no cut)."""
-    sch = schedule(build_graph(spec, q, setup.layout, mtp), setup.backends, n_copies=setup.n_copies,
-                   op_offload=setup.op_offload)
-    r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
-                 alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends))
+    with _no_gc():
+        sch = schedule(build_graph(spec, q, setup.layout, mtp), setup.backends, n_copies=setup.n_copies,
+                       op_offload=setup.op_offload)
+        r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
+                     alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends))
     return r.sizes
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Python's cycle collector paused while a graph is made: a graph is thousands of objects
+    with no cycle (tensors point to their sources only), freed by reference counting, and the
+    collections their allocation would trigger cost a sixth of a replay."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def token_graph(p: GraphParams) -> GraphParams:

@@ -11,6 +11,7 @@ graph across devices as llama.cpp does.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from llamarig.gguf.ggml_types import TYPE_SIZES
@@ -67,6 +68,32 @@ class Layout:
 
 _INPUT = ("token_embd", "token_types", "position_embd", "per_layer_token_embd")
 
+_WEIGHTS: dict[int, tuple[weakref.ref[ModelSpec], dict[str, tuple[str, int]]]] = {}
+
+
+def _weights(spec: ModelSpec) -> dict[str, tuple[str, int]]:
+    """Every tensor of the file by name: its ggml type as the graph sees it (f16 for one this
+    module does not size) and its bytes; made once per spec object, filled in for the names a
+    graph asks for that the file lacks (:func:`_weight`)."""
+    k = id(spec)
+    hit = _WEIGHTS.get(k)
+    if hit is not None and hit[0]() is spec:
+        return hit[1]
+    info = {}
+    for t in spec.tensors:
+        type_ = t.ggml_type.lower()
+        info[t.name] = (type_ if type_ in TYPE_SIZES else "f16", t.n_bytes)
+    _WEIGHTS[k] = (weakref.ref(spec, lambda _r, k=k: _WEIGHTS.pop(k, None)), info)  # type: ignore[misc]
+    return info
+
+
+def _weight(info: dict[str, tuple[str, int]], name: str) -> tuple[str, int]:
+    """A weight the file does not hold: ``output.weight`` of tied embeddings is token_embd's,
+    anything else an f16 tensor of unknown size."""
+    tok = info.get("token_embd.weight") if name == "output.weight" else None
+    out = info[name] = tok if tok is not None else ("f16", -1)
+    return out
+
 
 class Builder:
     """A graph under construction: the ggml context, the weights met so far, the shared inputs."""
@@ -77,7 +104,7 @@ class Builder:
         self.lay = lay
         self.g = Graph()
         self.W: dict[str, Tensor] = {}
-        self.tensors = {t.name: t for t in spec.tensors}
+        self.info = _weights(spec)
         self.overrides = dict(lay.overrides)
         self.e = spec.n_embd or 0
         self.pin_norms = lay.full_offload or p.n_tokens < 32
@@ -98,10 +125,8 @@ class Builder:
         embeddings is token_embd's duplicate on the output device (src/llama-model.cpp)."""
         t = self.W.get(name)
         if t is None:
-            info = self.tensors.get(name) or (self.tensors.get("token_embd.weight") if name == "output.weight" else None)
-            type_ = info.ggml_type.lower() if info is not None and info.ggml_type.lower() in TYPE_SIZES else "f16"
-            t = self.W[name] = self.g.external(ne, type_, name, backend=self.backend_of(name), weight=True,
-                                               size=info.n_bytes if info is not None else -1)
+            info = self.info.get(name) or _weight(self.info, name)
+            t = self.W[name] = self.g.external(ne, info[0], name, self.backend_of(name), True, info[1])
         return t
 
     def cache_backend(self, il: int) -> int:
