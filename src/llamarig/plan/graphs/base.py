@@ -68,13 +68,27 @@ class Layout:
 
 _INPUT = ("token_embd", "token_types", "position_embd", "per_layer_token_embd")
 
-_WEIGHTS: dict[int, tuple[weakref.ref[ModelSpec], dict[str, tuple[str, int]]]] = {}
+#: where a weight lives (:func:`_where`): its layer's device, or the input layer's (the CPU), or the
+#: output layer's
+_IN, _OUT = -1, -2
+#: a weight as the graph sees it: its ggml type (f16 for one this module does not size), its
+#: bytes, and its layer (or _IN, _OUT)
+WeightInfo = tuple[str, int, int]
+
+_WEIGHTS: dict[int, tuple[weakref.ref[ModelSpec], dict[str, WeightInfo]]] = {}
 
 
-def _weights(spec: ModelSpec) -> dict[str, tuple[str, int]]:
-    """Every tensor of the file by name: its ggml type as the graph sees it (f16 for one this
-    module does not size) and its bytes; made once per spec object, filled in for the names a
-    graph asks for that the file lacks (:func:`_weight`)."""
+def _where(name: str) -> int:
+    """llama.cpp's layer of a tensor (src/llama-model.cpp:1558-1610): blk.N is layer N, the token
+    embeddings and friends the input layer, anything else the output layer."""
+    if name.startswith("blk."):
+        return int(name[4:name.index(".", 4)])
+    return _IN if name.startswith(_INPUT) else _OUT
+
+
+def _weights(spec: ModelSpec) -> dict[str, WeightInfo]:
+    """Every tensor of the file by name (:data:`WeightInfo`); made once per spec object, filled
+    in for the names a graph asks for that the file lacks (:func:`_weight`)."""
     k = id(spec)
     hit = _WEIGHTS.get(k)
     if hit is not None and hit[0]() is spec:
@@ -82,16 +96,16 @@ def _weights(spec: ModelSpec) -> dict[str, tuple[str, int]]:
     info = {}
     for t in spec.tensors:
         type_ = t.ggml_type.lower()
-        info[t.name] = (type_ if type_ in TYPE_SIZES else "f16", t.n_bytes)
+        info[t.name] = (type_ if type_ in TYPE_SIZES else "f16", t.n_bytes, _where(t.name))
     _WEIGHTS[k] = (weakref.ref(spec, lambda _r, k=k: _WEIGHTS.pop(k, None)), info)  # type: ignore[misc]
     return info
 
 
-def _weight(info: dict[str, tuple[str, int]], name: str) -> tuple[str, int]:
-    """A weight the file does not hold: ``output.weight`` of tied embeddings is token_embd's,
-    anything else an f16 tensor of unknown size."""
+def _weight(info: dict[str, WeightInfo], name: str) -> WeightInfo:
+    """A weight the file does not hold: ``output.weight`` of tied embeddings is token_embd's
+    (on the output device), anything else an f16 tensor of unknown size."""
     tok = info.get("token_embd.weight") if name == "output.weight" else None
-    out = info[name] = tok if tok is not None else ("f16", -1)
+    out = info[name] = (tok[0], tok[1], _OUT) if tok is not None else ("f16", -1, _where(name))
     return out
 
 
@@ -110,23 +124,18 @@ class Builder:
         self.pin_norms = lay.full_offload or p.n_tokens < 32
 
     # ------------------------------------------------------------------ weights and caches
-    def backend_of(self, name: str) -> int:
-        ov = self.overrides.get(name)
-        if ov is not None:
-            return ov
-        if name.startswith("blk."):
-            return self.lay.layers[int(name[4:name.index(".", 4)])]
-        if name.startswith(_INPUT):
-            return self.lay.cpu
-        return self.lay.output
-
     def w(self, name: str, *ne: int) -> Tensor:
         """A weight (external: the model's buffers). ``output.weight`` of a file with tied
         embeddings is token_embd's duplicate on the output device (src/llama-model.cpp)."""
         t = self.W.get(name)
         if t is None:
             info = self.info.get(name) or _weight(self.info, name)
-            t = self.W[name] = self.g.external(ne, info[0], name, self.backend_of(name), True, info[1])
+            ov = self.overrides.get(name) if self.overrides else None
+            if ov is None:
+                il = info[2]
+                lay = self.lay
+                ov = lay.layers[il] if il >= 0 else (lay.cpu if il == _IN else lay.output)
+            t = self.W[name] = self.g.external(ne, info[0], name, ov, True, info[1])
         return t
 
     def cache_backend(self, il: int) -> int:
