@@ -24,6 +24,7 @@ Every figure is a frozen dataclass carrying the formula it came from (docs/speed
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -170,10 +171,24 @@ class DeviceLoad:
         return t
 
 
+_READ: dict[int, tuple[weakref.ref[ModelSpec], ModelSpec]] = {}
+
+
 def _read_weighted(spec: ModelSpec) -> ModelSpec:
     """A copy of the spec whose tensors count the bytes one decode pass reads: expert tensors
     only the experts used; MTP (nextn) layers nothing (the draft pass reads them, see
-    speculative())."""
+    speculative()). One copy per spec object: the optimiser asks for it with every candidate,
+    and what is remembered per spec (memory's tensor layers, the replays) then holds."""
+    k = id(spec)
+    hit = _READ.get(k)
+    if hit is not None and hit[0]() is spec:
+        return hit[1]
+    out = _read_weighted_copy(spec)
+    _READ[k] = (weakref.ref(spec, lambda _r, k=k: _READ.pop(k, None)), out)  # type: ignore[misc]
+    return out
+
+
+def _read_weighted_copy(spec: ModelSpec) -> ModelSpec:
     frac = spec.n_expert_used / spec.n_expert if spec.n_expert and spec.n_expert_used else 1.0
     n_main = spec.n_layer_main
 
