@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import re
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from llamarig.hardware.cpu import CpuFeatures
 from llamarig.hardware.cpu_buffers import host_weight_buffer
 from llamarig.i18n import _
 from llamarig.plan.config import ServerConfig
+from llamarig.plan.specmemo import per_spec
 
 #: llm_arch_supports_rs_rollback (src/llama-arch.cpp:1162-1180)
 RS_ROLLBACK_ARCHS = frozenset({
@@ -340,23 +340,18 @@ _BLK_RE = re.compile(r"^blk\.(\d+)\.")
 _INPUT_RE = re.compile(r"^(token_embd|token_types|position_embd|per_layer_token_embd)")
 #: a tensor's layer (:func:`_layers`): blk.N -> N, the input layer, the output layer
 _INPUT_LAYER, _OUTPUT_LAYER = -1, -2
-_LAYERS: dict[int, tuple[weakref.ref[ModelSpec], tuple[int, ...]]] = {}
 
 
+@per_spec
 def _layers(spec: ModelSpec) -> tuple[int, ...]:
     """Every tensor's layer, in ``spec.tensors``' order (llama-model.cpp:1558-1610: blk.N, the
     input layer, or the output layer); worked out once per spec object (a plan walks the tensors
     several times, and --fit and the optimiser plan one model dozens of times)."""
-    k = id(spec)
-    hit = _LAYERS.get(k)
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
     out = []
     for t in spec.tensors:
         m = _BLK_RE.match(t.name)
         out.append(int(m.group(1)) if m else _INPUT_LAYER if _INPUT_RE.match(t.name) else _OUTPUT_LAYER)
-    _LAYERS[k] = (weakref.ref(spec, lambda _r, k=k: _LAYERS.pop(k, None)), tuple(out))  # type: ignore[misc]
-    return _LAYERS[k][1]
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def make_plan(inp: PlanInputs) -> Plan:
                 + (_("the context is not lowered (n_ctx_train is planned) and ") if cfg.n_ctx == 0 else "")
                 + _("no layers are moved to the CPU"))
         return replace(plan, notes=(*plan.notes, note))
-    fo = fit(inp, plan, lambda i, base: _make_plan(i, base_cfg=base))
+    fo = fit(inp, plan, lambda i, base, dry: _make_plan(i, base_cfg=base, dry_run=dry))
     if fo is None:
         return plan
     out = fo.plan
@@ -211,7 +211,7 @@ def _add_replayed(add: Callable[..., None], rb: DeviceCompute, names: Sequence[s
 
 
 def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, gpu_names: list[str],
-                 add: Callable[..., None]) -> list[int]:
+                 add: Callable[..., None], dry_run: bool = False) -> list[int]:
     """A separate draft model (-md): its own layer placement from -ngld, -devd (default: follows
     -dev), -otd/-cmoed/-ncmoed, and the user's -ts/-sm/-mg (common/speculative.cpp:2536-2551:
     the draft's params are a copy of the main ones with those fields replaced; a single -devd
@@ -272,7 +272,7 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
                           overrides=M.tensor_overrides(d, dcfg, placement.devices), n_copies=pp.n_copies,
                           full_offload=dcfg.n_gpu_layers < 0 or dcfg.n_gpu_layers > d.n_layer,
                           cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
-                          split_mode=split, kv_on_cpu=cfg.no_kv_offload)
+                          split_mode=split, kv_on_cpu=cfg.no_kv_offload, dry_run=dry_run)
     if rb is not None:
         _add_replayed(lambda i, *a, **k: add(index[d_names[i]] if i >= 0 else -1, *a, **k), rb, d_names, "draft",
                       "draft model context compute: ")
@@ -286,9 +286,34 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
     return on_dev
 
 
-def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
+def fit_measurement(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
+    """What one of --fit's dry runs measures for ``inp`` (common/fit.cpp:30-153): the model loaded
+    without allocating, so each compute buffer is the prompt graph's alone with nothing pinned
+    (:func:`llamarig.plan.compute.replayed_buffers`), and the MTP context measured with the user's
+    own placement, ``base_cfg`` (its params are copied before fit changes the main model's,
+    common/common.cpp:1244-1258, and fit measures it again only when the context changes,
+    fit.cpp:205-258)."""
+    return _make_plan(inp, base_cfg, dry_run=True)
+
+
+def _fit_extra(spec: ModelSpec, base: ServerConfig, gpu_names: list[str], gpus: list[GPU], free: list[int],
+               replay_kw: dict[str, object]) -> dict[str, object]:
+    """The MTP context's replay settings in a --fit dry run: the user's placement (see
+    :func:`fit_measurement`), with its pipeline parallelism."""
+    placement = M.place_layers(spec, base, gpu_names, free)
+    pp = pipeline_parallel(
+        n_devices=len(gpus), n_gpu_layers=placement.n_gpu_layers, n_layer_all=len(spec.layers),
+        split_mode=base.split_mode, offload_kqv=not base.no_kv_offload,
+        tensor_overrides=bool(base.override_tensor or base.cpu_moe or base.n_cpu_moe or base.n_cpu_ffn),
+        backends=tuple(g.backend for g in gpus))
+    return dict(replay_kw, placement=placement, overrides=M.tensor_overrides(spec, base, placement.devices),
+                n_copies=pp.n_copies, full_offload=base.n_gpu_layers < 0 or base.n_gpu_layers > spec.n_layer)
+
+
+def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None, dry_run: bool = False) -> Plan:
     """One plan for exactly these settings. ``base_cfg``: the user's settings when ``inp.cfg`` is
-    a --fit trial (the draft model keeps the user's -ts, fit.cpp changes only the main model)."""
+    a --fit trial (the draft model keeps the user's -ts, fit.cpp changes only the main model);
+    ``dry_run``: as one of --fit's dry runs measures it (:func:`fit_measurement`)."""
     spec, cfg, hw = inp.spec, inp.cfg, inp.hardware
     # what the header reader found (unknown architecture, missing keys); a catalogue entry's
     # provenance is shown as its source, not as a warning
@@ -418,7 +443,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     # one compute buffer per device and the host's (plan/compute.py replayed_buffers)
     replay_kw = dict(placement=placement, gpus=gpus, overrides=M.tensor_overrides(spec, cfg, placement.devices),
                      n_copies=pp.n_copies, full_offload=cfg.n_gpu_layers < 0 or cfg.n_gpu_layers > spec.n_layer,
-                     split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
+                     split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload, dry_run=dry_run)
     rb = replayed_buffers(spec, ctx, n_outputs_max, cache_types=(cfg.cache_type_k, cfg.cache_type_v), **replay_kw)  # type: ignore[arg-type]
     est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q,
                            cache_types=(cfg.cache_type_k, cfg.cache_type_v), cuda_cc=cuda_cc) if rb is None else None
@@ -466,9 +491,11 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
         warnings.append(_("--spec-type draft-mtp but the model has no MTP (nextn) layers: llama-server fails with "
                           "'failed to create MTP context' (llama-context.cpp:3883-3888)"))
     mdev = -1
+    mtp_kw = _fit_extra(spec, base_cfg or cfg, gpu_names, gpus, split_weights_free, replay_kw) if dry_run else replay_kw
+    mplace: M.Placement = mtp_kw["placement"]  # type: ignore[assignment]
     if mtp:
         for dev in range(-1, n_dev):
-            sel = [x for x in mtp if (placement.layer_dev[x.layer] if kv_on_gpu else -1) == dev]
+            sel = [x for x in mtp if (mplace.layer_dev[x.layer] if kv_on_gpu else -1) == dev]
             if sel:
                 b = sum(x.bytes for x in sel)
                 tgt = None if dev >= 0 else host
@@ -476,9 +503,9 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
                     f"(K {cfg.cache_type_k_draft} + V {cfg.cache_type_v_draft}) = {_mib(b)}", target=tgt)
         add(-1, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
             "MTP context logits n_vocab x n_parallel x 4 B")
-        mdev = placement.layer_dev[mtp[0].layer] if kv_on_gpu else -1
+        mdev = mplace.layer_dev[mtp[0].layer] if kv_on_gpu else -1
         mb = replayed_buffers(spec, ctx, ctx.n_parallel, cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft),
-                              mtp=True, **replay_kw)  # type: ignore[arg-type]
+                              mtp=True, **mtp_kw)  # type: ignore[arg-type]
         if mb is not None:
             _add_replayed(add, mb, gpu_names, "draft", "MTP context compute: ", host=host)
         else:
@@ -493,7 +520,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
                     f"token embeddings' get_rows): {dest.host_bytes / MiB:.2f} MiB", d_method, target=host)
     draft_w = [0] * n_dev
     if inp.draft is not None:
-        draft_w = _place_draft(inp, base_cfg or cfg, ctx, gpu_names, add)
+        draft_w = _place_draft(inp, base_cfg or cfg, ctx, gpu_names, add, dry_run)
 
     # ---------------------------------------------------------------- mmproj
     if inp.mmproj is not None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import re
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from llamarig.plan.ggml_graph import Tensor, allocate, tensor_bytes
 from llamarig.plan.ggml_sched import Backend, schedule
 from llamarig.plan.graphs import GraphParams, Layout, build_graph
 from llamarig.plan.memory import ContextLayout
+from llamarig.plan.specmemo import per_spec
 
 __all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "kv_class",
            "replay", "replay_graph", "token_graph"]
@@ -173,17 +173,7 @@ def _make_shape(spec: ModelSpec) -> _Shape:
     return _Shape(key, _classes(sigs), _classes(sized))  # type: ignore[arg-type]
 
 
-_SHAPES: dict[int, tuple[weakref.ref[ModelSpec], _Shape]] = {}
-
-
-def _shape(spec: ModelSpec) -> _Shape:
-    k = id(spec)
-    hit = _SHAPES.get(k)
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
-    shape = _make_shape(spec)
-    _SHAPES[k] = (weakref.ref(spec, lambda _r, k=k: _SHAPES.pop(k, None)), shape)  # type: ignore[misc]
-    return shape
+_shape = per_spec(_make_shape)
 
 
 def _sized(setup: Setup) -> bool:
@@ -214,7 +204,7 @@ def _canonical(shape: _Shape, lay: Layout, sized: bool) -> tuple[object, ...]:
     classes = shape.classes_sized if sized else shape.classes
     keep = lay.keep if lay.keep is not None else range(len(classes))
     return (tuple((classes[il], lay.layers[il], per.get(il, ())) for il in keep), lay.layers[len(classes):],
-            lay.output, lay.cpu, lay.kv_on_cpu, lay.full_offload, other)
+            lay.output, lay.cpu, lay.kv_on_cpu, lay.full_offload, lay.pinned, other)
 
 
 # ------------------------------------------------------------------------ the period cut
@@ -340,13 +330,19 @@ def _graph_buffers(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, siz
     return _memoized(spec, q, setup, mtp, sized)
 
 
-def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
+def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False, *,
+            dry_run: bool = False) -> tuple[int, ...]:
     """Every backend's compute buffer (in ``setup.backends``' order) for the context reserving
     ``p``, as :func:`replay`, with each graph remembered by the model's shape and the layout's
     (layers of one class on one device are one key, whatever their number past the cut; the
     one-token graph does not depend on n_ubatch); a repeating trunk is replayed on two cuts,
-    whole only when they disagree."""
+    whole only when they disagree. ``dry_run``: what --fit's dry runs measure, the prompt graph
+    alone (a model loaded without allocating reserves only its sizes, llama-context.cpp:674-677;
+    the one-token graph and the second prompt graph are split only, 702 and 727), with
+    ``setup.layout.pinned`` off."""
     sized = _sized(setup)
     a = _graph_buffers(spec, p, setup, mtp, sized)
+    if dry_run:
+        return a
     b = _graph_buffers(spec, token_graph(p), setup, mtp, sized)
     return tuple(max(x, y) for x, y in zip(a, b, strict=True))

@@ -24,7 +24,6 @@ Every figure is a frozen dataclass carrying the formula it came from (docs/speed
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,6 +42,7 @@ from llamarig.plan.calibration import (
     load_calibration,
 )
 from llamarig.plan.config import ServerConfig
+from llamarig.plan.specmemo import per_spec
 
 GB = 1e9
 _EXPS_RE = re.compile(r"_(ch)?exps\b|_exps$|\.ffn_(up|down|gate|gate_up)_exps")
@@ -171,21 +171,13 @@ class DeviceLoad:
         return t
 
 
-_READ: dict[int, tuple[weakref.ref[ModelSpec], ModelSpec]] = {}
-
-
+@per_spec
 def _read_weighted(spec: ModelSpec) -> ModelSpec:
     """A copy of the spec whose tensors count the bytes one decode pass reads: expert tensors
     only the experts used; MTP (nextn) layers nothing (the draft pass reads them, see
     speculative()). One copy per spec object: the optimiser asks for it with every candidate,
     and what is remembered per spec (memory's tensor layers, the replays) then holds."""
-    k = id(spec)
-    hit = _READ.get(k)
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
-    out = _read_weighted_copy(spec)
-    _READ[k] = (weakref.ref(spec, lambda _r, k=k: _READ.pop(k, None)), out)  # type: ignore[misc]
-    return out
+    return _read_weighted_copy(spec)
 
 
 def _read_weighted_copy(spec: ModelSpec) -> ModelSpec:

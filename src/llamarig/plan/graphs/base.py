@@ -11,12 +11,12 @@ graph across devices as llama.cpp does.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import LayerSpec, ModelSpec
 from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, _contig_nb
+from llamarig.plan.specmemo import per_spec
 
 #: the K/V types llama.cpp does not rotate (llama-kv-cache.cpp:321-355: only quantized caches,
 #: ggml_is_quantized: a block of more than one element)
@@ -59,6 +59,11 @@ class Layout:
     full_offload: bool = True
     #: the main layers built, in order (a cut of a repeating trunk); None: all of them
     keep: tuple[int, ...] | None = None
+    #: llama.cpp's backend choices made while building the graph (the norms above, the attention
+    #: output with -nkvo) hold; not in --fit's dry runs, where ggml_backend_sched_reserve_size
+    #: resets the scheduler after the graph is built (ggml-backend.cpp:2117-2129, called from
+    #: llama-context.cpp:2569-2571 when the model is not allocated)
+    pinned: bool = True
 
     @staticmethod
     def single(n_layer: int, backend: int = 0, cpu: int = 0) -> Layout:
@@ -75,8 +80,6 @@ _IN, _OUT = -1, -2
 #: bytes, and its layer (or _IN, _OUT)
 WeightInfo = tuple[str, int, int]
 
-_WEIGHTS: dict[int, tuple[weakref.ref[ModelSpec], dict[str, WeightInfo]]] = {}
-
 
 def _where(name: str) -> int:
     """llama.cpp's layer of a tensor (src/llama-model.cpp:1558-1610): blk.N is layer N, the token
@@ -86,18 +89,14 @@ def _where(name: str) -> int:
     return _IN if name.startswith(_INPUT) else _OUT
 
 
+@per_spec
 def _weights(spec: ModelSpec) -> dict[str, WeightInfo]:
     """Every tensor of the file by name (:data:`WeightInfo`); made once per spec object, filled
     in for the names a graph asks for that the file lacks (:func:`_weight`)."""
-    k = id(spec)
-    hit = _WEIGHTS.get(k)
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
     info = {}
     for t in spec.tensors:
         type_ = t.ggml_type.lower()
         info[t.name] = (type_ if type_ in TYPE_SIZES else "f16", t.n_bytes, _where(t.name))
-    _WEIGHTS[k] = (weakref.ref(spec, lambda _r, k=k: _WEIGHTS.pop(k, None)), info)  # type: ignore[misc]
     return info
 
 
@@ -121,7 +120,7 @@ class Builder:
         self.info = _weights(spec)
         self.overrides = dict(lay.overrides)
         self.e = spec.n_embd or 0
-        self.pin_norms = lay.full_offload or p.n_tokens < 32
+        self.pin_norms = lay.pinned and (lay.full_offload or p.n_tokens < 32)
 
     # ------------------------------------------------------------------ weights and caches
     def w(self, name: str, *ne: int) -> Tensor:
@@ -351,7 +350,7 @@ class Builder:
             kqv = g.mul_mat(v, kq)
             att = g.permute(kqv, 0, 2, 1, 3)
             att = g.cont(att, att.ne[0] * att.ne[1], att.ne[2] * att.ne[3])
-            if self.lay.kv_on_cpu:
+            if self.lay.kv_on_cpu and self.lay.pinned:
                 att.pin = self.lay.cpu  # llama-graph.cpp:2820-2823
         g.expand(att)
         return att
