@@ -57,6 +57,10 @@ class ServerConfig:
     cpu_moe: bool = False
     override_tensor: tuple[tuple[str, str], ...] = ()
     no_kv_offload: bool = False
+    #: --op-offload / --no-op-offload: a GPU takes over an op whose weight stays in host memory
+    #: for batches of 32 rows or more (cparams.op_offload, common/common.cpp:1717; the scheduler's
+    #: offload_op, ggml-backend.cpp:1100-1118)
+    op_offload: bool = True
     swa_full: bool = False
     cache_ram_mib: int = 8192
     ctx_checkpoints: int = 32
@@ -175,6 +179,8 @@ class ServerConfig:
             out += ["-ot", f"{pat}={buft}"]
         if self.no_kv_offload:
             out += ["-nkvo"]
+        if not self.op_offload:
+            out += ["--no-op-offload"]
         if self.swa_full:
             out += ["--swa-full"]
         if "cache_ram_mib" in s:
@@ -318,12 +324,13 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "--gpu-layers": ("n_gpu_layers", "ngl"),
     "--split-mode": ("split_mode", "sm"),
     "--tensor-split": ("tensor_split", "ts"),
-    "--main-gpu": ("main_gpu", "int0"),
+    "--main-gpu": ("main_gpu", "int"),
     "--n-cpu-moe": ("n_cpu_moe", "int0"),
     "--n-cpu-ffn": ("n_cpu_ffn", "int0"),  # common/arg.cpp:2780-2789
     "--cpu-moe": ("cpu_moe", "true"),
     "--override-tensor": ("override_tensor", "ot"),
     "--kv-offload": ("no_kv_offload", "notbool"),
+    "--op-offload": ("op_offload", "bool"),
     "--swa-full": ("swa_full", "true"),
     "--cache-ram": ("cache_ram_mib", "int"),
     "--ctx-checkpoints": ("ctx_checkpoints", "int0"),

@@ -92,7 +92,10 @@ def _devices(hw: Hardware, cfg: ServerConfig, notes: list[str]) -> tuple[list[st
             keep = [pos[w] for w in wanted]
             names, gpus = [names[i] for i in keep], [gpus[i] for i in keep]
     if cfg.split_mode == "none" and gpus:
-        # single-GPU mode keeps only the main GPU (src/llama.cpp:288-301)
+        # single-GPU mode keeps only the main GPU of the whole list, RPC servers first; a negative
+        # -mg keeps none: the model runs on the CPU (src/llama.cpp:288-301)
+        if cfg.main_gpu < 0:
+            return [], [], []
         if cfg.main_gpu >= len(gpus):
             raise InputError(_("-mg {main_gpu}: invalid main GPU (devices: {names})").format(main_gpu=cfg.main_gpu, names=', '.join(names)))
         names, gpus = [names[cfg.main_gpu]], [gpus[cfg.main_gpu]]
@@ -272,7 +275,8 @@ def _place_draft(inp: PlanInputs, user_cfg: ServerConfig, ctx: M.ContextLayout, 
                           overrides=M.tensor_overrides(d, dcfg, placement.devices), n_copies=pp.n_copies,
                           full_offload=dcfg.n_gpu_layers < 0 or dcfg.n_gpu_layers > d.n_layer,
                           cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
-                          split_mode=split, kv_on_cpu=cfg.no_kv_offload, dry_run=dry_run)
+                          split_mode=split, kv_on_cpu=cfg.no_kv_offload, dry_run=dry_run,
+                          op_offload=cfg.op_offload)
     if rb is not None:
         _add_replayed(lambda i, *a, **k: add(index[d_names[i]] if i >= 0 else -1, *a, **k), rb, d_names, "draft",
                       "draft model context compute: ")
@@ -443,7 +447,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None, dry_run: b
     # one compute buffer per device and the host's (plan/compute.py replayed_buffers)
     replay_kw = dict(placement=placement, gpus=gpus, overrides=M.tensor_overrides(spec, cfg, placement.devices),
                      n_copies=pp.n_copies, full_offload=cfg.n_gpu_layers < 0 or cfg.n_gpu_layers > spec.n_layer,
-                     split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload, dry_run=dry_run)
+                     split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload, dry_run=dry_run, op_offload=cfg.op_offload)
     rb = replayed_buffers(spec, ctx, n_outputs_max, cache_types=(cfg.cache_type_k, cfg.cache_type_v), **replay_kw)  # type: ignore[arg-type]
     est = estimate_compute(spec, ctx, n_outputs_max, cuda_quant_kv=cuda_q,
                            cache_types=(cfg.cache_type_k, cfg.cache_type_v), cuda_cc=cuda_cc) if rb is None else None
@@ -465,7 +469,7 @@ def _make_plan(inp: PlanInputs, base_cfg: ServerConfig | None = None, dry_run: b
         # op offload: matmuls whose weights stay in host memory run on the GPU for prompt
         # batches (ggml-cuda.cu get_op_batch_size >= 32; ggml-backend sched copies the weight into
         # the GPU's compute buffer). About two such copies are alive at once.
-        host_mats = M.host_matrix_bytes(spec, cfg, placement)
+        host_mats = M.host_matrix_bytes(spec, cfg, placement) if cfg.op_offload else []
         if host_mats and min(ctx.n_ctx, ctx.n_ubatch) >= 32:
             top = sorted(host_mats, reverse=True)[:2]
             add(gpu_with_layers[0], "compute", sum(top),
