@@ -133,8 +133,11 @@ _ES = {name: (size if block == 1 else 1) for name, (block, size) in TYPE_SIZES.i
 _NB: dict[tuple[Ne, str], Ne] = {}
 
 
-def _contig_nb(ne: Ne, type_: str) -> Ne:
-    """A contiguous tensor's strides (remembered: graphs repeat a few shapes many times)."""
+def contiguous_nb(ne: Ne, type_: str) -> Ne:
+    """The strides ggml_new_tensor gives a tensor of shape ``ne`` and type ``type_``
+    (ggml/src/ggml.c:1842-1846: nb[0] the element size, each next one the previous times ne; a
+    quantized type counts 1 per element here, whose strides the graphs never compare); remembered:
+    graphs repeat a few shapes many times."""
     key = (ne, type_)
     nb = _NB.get(key)
     if nb is None:
@@ -167,18 +170,18 @@ class Graph:
     def new(self, op: str, ne: Sequence[int], type_: str = "f32", src: tuple[Tensor, ...] = (),
             name: str = "") -> Tensor:
         n = _ne4(ne)
-        t = Tensor(op, n, type_, _contig_nb(n, type_), src)
+        t = Tensor(op, n, type_, contiguous_nb(n, type_), src)
         if name:
             t.name = name
         return t
 
     def input(self, ne: Sequence[int], type_: str, name: str = "") -> Tensor:
-        return Tensor("NONE", _ne4(ne), type_, _contig_nb(_ne4(ne), type_), flags=FLAG_INPUT, name=name)
+        return Tensor("NONE", _ne4(ne), type_, contiguous_nb(_ne4(ne), type_), flags=FLAG_INPUT, name=name)
 
     def external(self, ne: Sequence[int], type_: str = "f32", name: str = "", backend: int = GPU,
                  weight: bool = False, size: int = -1) -> Tensor:
         n = _ne4(ne)
-        return Tensor("NONE", n, type_, _contig_nb(n, type_), (), None, 0, True, 0, name, backend, weight, size)
+        return Tensor("NONE", n, type_, contiguous_nb(n, type_), (), None, 0, True, 0, name, backend, weight, size)
 
     def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int] | None = None, offs: int = 0,
              op: str = "VIEW") -> Tensor:
@@ -188,7 +191,7 @@ class Graph:
             base = a
         type_ = a.type
         if nb is None:
-            nbv = _contig_nb(n, type_)
+            nbv = contiguous_nb(n, type_)
         else:
             k = len(nb)
             nb1 = nb[0]
@@ -220,14 +223,14 @@ class Graph:
 
     # -------------------------------------------------------------------- ops
     def unary(self, a: Tensor, op: str = "UNARY") -> Tensor:
-        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a,))
+        return Tensor(op, a.ne, a.type, contiguous_nb(a.ne, a.type), (a,))
 
     def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
-        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a, b))
+        return Tensor(op, a.ne, a.type, contiguous_nb(a.ne, a.type), (a, b))
 
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
         ne = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
-        return Tensor("MUL_MAT", ne, "f32", _contig_nb(ne, "f32"), (a, b))
+        return Tensor("MUL_MAT", ne, "f32", contiguous_nb(ne, "f32"), (a, b))
 
     def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
         return self.new("GET_ROWS", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), "i32" if a.type == "i32" else "f32", (a, b))
@@ -258,19 +261,21 @@ class Graph:
         if t.stamp == stamp:
             return
         t.stamp = stamp
-        nodes, leafs = self.nodes, self.leafs
+        _visit(t, stamp, self.nodes, self.leafs)
 
-        def visit(node: Tensor) -> None:
-            for s in node.src:
-                if s.stamp != stamp:
-                    s.stamp = stamp
-                    visit(s)
-            if node.op == "NONE":
-                leafs.append(node)
-            else:
-                nodes.append(node)
 
-        visit(t)
+def _visit(node: Tensor, stamp: int, nodes: list[Tensor], leafs: list[Tensor]) -> None:
+    """ggml_visit_parents: ``node``'s unvisited sources, then ``node`` (a function of the module,
+    not a closure: a closure that calls itself is a reference cycle, and it would keep the whole
+    graph alive until the cycle collector ran)."""
+    for s in node.src:
+        if s.stamp != stamp:
+            s.stamp = stamp
+            _visit(s, stamp, nodes, leafs)
+    if node.op == "NONE":
+        leafs.append(node)
+    else:
+        nodes.append(node)
 
 
 # ======================================================================== ggml-alloc

@@ -98,6 +98,7 @@ def replay_graph(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool = Fals
                        op_offload=setup.op_offload)
         r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
                      alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends))
+        del sch  # freed while the collector is paused: it would look at every tensor once more
     return r.sizes
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import LayerSpec, ModelSpec
-from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, _contig_nb
+from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, contiguous_nb
 from llamarig.plan.specmemo import per_spec
 
 #: the K/V types llama.cpp does not rotate (llama-kv-cache.cpp:321-355: only quantized caches,
@@ -255,7 +255,7 @@ class Builder:
         g = self.g
         n = rot.ne[0]
         nel = cur.ne[0] * cur.ne[1] * cur.ne[2] * cur.ne[3]
-        contiguous = cur.nb == _contig_nb(cur.ne, cur.type)
+        contiguous = cur.nb == contiguous_nb(cur.ne, cur.type)
         res = g.reshape(cur, n, nel // n) if contiguous else g.cont(cur, n, nel // n)
         res = g.mul_mat(rot, res)
         return g.reshape(res, *cur.ne)
