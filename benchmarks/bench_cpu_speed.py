@@ -40,13 +40,9 @@ from llamarig.bench.runner import BenchConfig, run_bench
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
 from llamarig.launch.server import start_server
-from llamarig.plan.calibration import (
-    Calibration,
-    builtin,
-    calibration_from_json,
-    measure_host_bandwidth,
-)
+from llamarig.plan.calibration import Calibration, builtin, calibration_from_json
 from llamarig.plan.config import parse_server_args
+from llamarig.plan.host_probes import measure_host_bandwidth
 from llamarig.plan.speed import speed_report
 from llamarig.testing.synth import write_model
 from llamarig.tune.calibrate import (
@@ -141,7 +137,7 @@ def bench_once(binary: str, path: Path, args: list[str], a: argparse.Namespace,
     try:
         doc = run_bench(BenchConfig(url=srv.url, scenarios=("prefill", "depth"), prefill_lengths=tuple(a.lengths),
                                     depths=tuple(a.depths), repeats=a.runs, n_predict=a.n_predict, warmup=1,
-                                    endpoint="completion"))
+                                    endpoint="completion")).to_json()
     finally:
         srv.stop()
 

@@ -138,11 +138,8 @@ def bench_catalogue(repeat: int) -> None:
 def bench_cpu_server(repeat: int = 3) -> None:
     from llamarig.binary import find_binary
     from llamarig.gguf import load_spec
-    from llamarig.plan.calibration import (
-        load_calibration,
-        measure_host_bandwidth,
-        measure_host_gflops,
-    )
+    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.host_probes import measure_host_bandwidth, measure_host_gflops
     from llamarig.plan.speed import speed_report
     from llamarig.testing.server import start_server
     from llamarig.testing.synth import write_model

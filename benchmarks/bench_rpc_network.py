@@ -32,10 +32,11 @@ from typing import Any
 from llamarig.api import bench_server
 from llamarig.launch.rpc import rpc_server_binary, start_rpc_servers
 from llamarig.launch.server import start_server
-from llamarig.plan.inputs import PlanArgs, build_inputs
+from llamarig.plan.inputs import build_inputs
 from llamarig.plan.network import Link, step_traffic
 from llamarig.plan.planner import make_plan
 from llamarig.testing.netproxy import DelayProxy
+from llamarig.testing.plans import deployment_of
 from llamarig.testing.synth import write_model
 
 SHAPE = dict(n_layer=8, n_embd=1024, n_head=8, n_head_kv=4, head_dim=128, n_ff=2048, n_ctx_train=8192)
@@ -68,8 +69,8 @@ def measure(binary: str, model: Path, delay_ms: float, rate_mbit: float | None, 
             per_tok, late_ms = _decode_bytes(srv, proxies)
         finally:
             srv.stop()
-        inp = build_inputs(PlanArgs(model=str(model), rpc_devices=[f"{p.endpoint}=20G" for p in proxies],
-                                    server_args=["--rpc", eps, *FLAGS[:-1]]))
+        inp = build_inputs(deployment_of(str(model), ["--rpc", eps, *FLAGS[:-1]],
+                                         rpc_devices=[f"{p.endpoint}=20G" for p in proxies]))
     finally:
         for p in proxies:
             p.stop()

@@ -25,8 +25,9 @@ from pathlib import Path
 from llamarig.binary import find_binary
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan.calibration import load_calibration, measure_host_bandwidth
+from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.config import parse_server_args
+from llamarig.plan.host_probes import measure_host_bandwidth
 from llamarig.plan.speed import speed_report
 from llamarig.testing.synth import write_model
 from llamarig.tune import search as S

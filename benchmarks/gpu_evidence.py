@@ -49,7 +49,7 @@ from llamarig.errors import LlamarigError
 from llamarig.gguf.reader import read_header
 from llamarig.gguf.spec import spec_from_headers
 from llamarig.launch.server import start_server
-from llamarig.plan.logparse import parse_memory_log
+from llamarig.plan.memory_log import parse_memory_log
 from llamarig.testing.synth import SynthShape, default_shape, write_model
 
 KIND = "llamarig-gpu-evidence"

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamarig.api import plan_command
+from llamarig.api import deployment, gpu, machine, plan_command
 from llamarig.catalogue.gpus import parse_gpu_arg
 from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
 from llamarig.hardware.types import Hardware
@@ -175,7 +175,8 @@ def h200_evidence_cases() -> list[Case]:
         for run in json.loads(f.read_text())["runs"]:
             if "error" in run:
                 continue
-            plan = plan_command(str(sparse_model(run, Path(tmp))), plan_args(run), gpus=["h200"])
+            d = deployment(str(sparse_model(run, Path(tmp))), plan_args(run), hardware=machine([gpu("h200")]))
+            plan = plan_command(d)
             mtp = f", MTP n_max {run['spec']['n_max']}" if run.get("spec") else ""
             label = (f"Qwen3.8-27B shape (synthetic, q4_0), H200, -c {run['n_ctx']} -ub {run['n_ubatch']} -fa on, "
                      f"K/V {run['cache_type_k']}{mtp}")

@@ -25,16 +25,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamarig.plan.calibration import (
-    Calibration,
-    Efficiency,
+from llamarig.plan.calibration import Calibration, Efficiency, builtin, builtin_data
+from llamarig.plan.calibration_points import (
     PointResult,
-    _point_gpu,
-    builtin,
-    builtin_data,
     evaluate_points,
     evidence_points,
     is_evidence,
+    point_gpu,
     points,
     predict_point,
 )
@@ -72,7 +69,7 @@ def with_backend(cal: Calibration, backend: str, **values: float) -> Calibration
 
 def eff_key(cal: Calibration, p: Point) -> str:
     """Which calibration entry a point's GPU uses: a GPU id with its own entry, else the backend."""
-    g = _point_gpu(p["gpu"])
+    g = point_gpu(p["gpu"])
     return g.id if g.id in cal.gpus else g.backend
 
 
@@ -100,7 +97,7 @@ class DecodeTerms:
 
 
 def decode_terms(p: Point, cal: Calibration) -> DecodeTerms:
-    be = _point_gpu(p["gpu"]).backend
+    be = point_gpu(p["gpu"]).backend
     t1 = seconds(p, with_backend(cal, be, weights=1.0, kv=1.0, overhead_ms=0.0))
     t2 = seconds(p, with_backend(cal, be, weights=0.5, kv=1.0, overhead_ms=0.0))
     t3 = seconds(p, with_backend(cal, be, weights=1.0, kv=0.5, overhead_ms=0.0))
@@ -274,7 +271,7 @@ def _is_mtp(p: Point) -> bool:
 
 
 def _backend(p: Point) -> str:
-    return _point_gpu(p["gpu"]).backend
+    return point_gpu(p["gpu"]).backend
 
 
 def evaluate() -> Evaluation:
@@ -362,7 +359,7 @@ def kv_uncertainty() -> list[str]:
     lines = ["| point | GPU | KV | depth read | measured tok/s | implied e_kv |", "|---|---|---|---:|---:|---:|"]
 
     def implied(p: Point) -> float:
-        g = _point_gpu(p["gpu"])
+        g = point_gpu(p["gpu"])
         e = cal.for_device(g.backend, g.id if g.id in cal.gpus else None)
         tr = decode_terms(p, cal)
         u = (tr.t_meas - tr.c - tr.x_w / e.weights - e.overhead_ms / 1000) / tr.x_kv
@@ -374,7 +371,7 @@ def kv_uncertainty() -> list[str]:
             q = {**p, "depth": d}
             k = implied(q)
             kv = f"{p.get('ctk', 'f16')}/{p.get('ctv', 'f16')}"
-            lines.append(f"| {p['id']} | {_point_gpu(p['gpu']).name} | {kv} | {d} | {p['measured']:g} | "
+            lines.append(f"| {p['id']} | {point_gpu(p['gpu']).name} | {kv} | {d} | {p['measured']:g} | "
                          + ("> 1 (faster than the weights term allows)" if k == float("inf") else f"{k:.2f}") + " |")
     base = pts[DEEP_IDS[0]]
     lines += ["", "The KV-type ranking at depth for the RTX 3090 field report's set-up (RTX 3090, Qwen3.6-27B "
@@ -470,7 +467,7 @@ def _miss_notes(ev: Evaluation) -> list[str]:
         k = r.res.id
         p = pts[k]
         t = decode_terms(p, cal)
-        e = cal.for_device(_point_gpu(p["gpu"]).backend, _point_gpu(p["gpu"]).id)
+        e = cal.for_device(point_gpu(p["gpu"]).backend, point_gpu(p["gpu"]).id)
         tw, tk, oh = t.x_w / e.weights, t.x_kv / e.kv, e.overhead_ms / 1000
         tot = t.t(e.weights, e.kv, e.overhead_ms)
         parts = (f"predicted {tot * 1000:.2f} ms per token = weights {tw * 1000:.2f} + KV {tk * 1000:.2f} + "

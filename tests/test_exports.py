@@ -18,8 +18,13 @@ def test_exported_members() -> None:
 
     assert set(_LAZY) | {"GGUFError", "InputError", "LlamarigError", "ModelNotFoundError", "ServerError",
                          "UnknownNameError", "__version__"} == set(llamarig.__all__)
+    import types
+
     for name in llamarig.__all__:
         assert getattr(llamarig, name) is not None, name
+        # a name that is also a subpackage (llamarig.plan, llamarig.hardware) would be the module
+        # once that subpackage is imported
+        assert not isinstance(getattr(llamarig, name), types.ModuleType), name
     public = {n for n in dir(llamarig) if not n.startswith("_")}
     assert public <= set(llamarig.__all__) | {"annotations", "import_module", "TYPE_CHECKING", "Any"}
 
@@ -35,7 +40,8 @@ def test_py_typed_is_shipped() -> None:
 
 
 def test_library_plan_equals_cli_plan() -> None:
-    p = llamarig.plan_model("qwen3.6-27b:iq4_nl", ["-c", "105000"], gpus=["rtx3090"])
+    d = llamarig.deployment("qwen3.6-27b:iq4_nl", ["-c", "105000"], hardware=llamarig.machine([llamarig.gpu("rtx3090")]))
+    p = llamarig.plan_model(d)
     out = subprocess.run([sys.executable, "-m", "llamarig", "plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090",
                           "-c", "105000", "--json"], capture_output=True, text=True, check=True).stdout
     cli = json.loads(out)

@@ -37,7 +37,8 @@ def test_a_finding_is_english_and_localizes_to_chinese(chinese_locale) -> None:
 
 
 def test_plan_notes_are_english_and_localize_to_chinese(chinese_locale) -> None:
-    p = llamarig.plan_model("qwen3.6-27b:iq4_nl", ["-c", "105000"], gpus=["rtx3090"], mmproj="f16")
+    p = llamarig.plan_model(llamarig.deployment("qwen3.6-27b:iq4_nl", ["-c", "105000"], mmproj="f16",
+                                                hardware=llamarig.machine([llamarig.gpu("rtx3090")])))
     assert p.notes and not any(CJK.search(n) for n in p.notes)
     assert all(CJK.search(localize(n, "zh")) for n in p.notes), [localize(n, "zh") for n in p.notes]
     assert not CJK.search(json.dumps(p.to_json(), ensure_ascii=False))
@@ -45,7 +46,7 @@ def test_plan_notes_are_english_and_localize_to_chinese(chinese_locale) -> None:
 
 def test_an_error_is_english_and_localizes_to_chinese(chinese_locale) -> None:
     with pytest.raises(LlamarigError) as info:
-        llamarig.plan_model("no-such-model", [])
+        llamarig.plan_model(llamarig.deployment("no-such-model"))
     text = str(info.value)
     assert "no such file" in text and not CJK.search(text)
     assert "文件不存在" in localize(text, "zh")
@@ -105,10 +106,11 @@ def test_joined_messages_keep_their_language() -> None:
     """A list of Messages joined into another (the plan's shortfalls in check's memory finding,
     the per-slot basis) reads Chinese throughout: joined with _("; "), not a plain "; "."""
     import llamarig
+    from llamarig.catalogue.gpus import parse_gpu_arg
     from llamarig.i18n import localize
 
     rep = llamarig.check("llama-server -m qwen3.6-27b:iq4_nl -c 65536 -np 2 -ngl 99 --fit off\n",
-                         gpus=["rtx3090:8"], cores=6)
+                         gpus=[parse_gpu_arg("rtx3090:8")], cores=6)
     memory = [f for f in rep.findings if f.rule == "memory"]
     assert memory and "short by" in memory[0].message
     zh = localize(memory[0].message, "zh")

@@ -1,12 +1,14 @@
 """llamarig as a library: one function per thing the CLI does, returning typed results.
 
     >>> import llamarig
-    >>> p = llamarig.plan_command("qwen3.6-27b:iq4_nl", ["-c", "105000"], gpus=["rtx3090"])
+    >>> d = llamarig.deployment("qwen3.6-27b:iq4_nl", ["-c", "105000"],
+    ...                         hardware=llamarig.machine([llamarig.gpu("rtx3090")]))
+    >>> p = llamarig.plan_command(d)
     >>> p.fits, p.devices[0].total, p.speed.decode_tok_s
 
 | command | function |
 |---|---|
-| ``llamarig plan`` | :func:`plan_command` (memory and speed; :func:`plan_model`: memory only) |
+| ``llamarig plan`` | :func:`deployment` (with :func:`machine`, :func:`gpu`), then :func:`plan_command` (memory and speed; :func:`plan_model`: memory only; :func:`plan_inputs`: what it reads) |
 | ``llamarig inspect`` | :func:`inspect_model` |
 | ``llamarig check`` / ``explain`` | :func:`check` (a :class:`CheckReport`), :func:`check_text`, :func:`fix_report`, :func:`explain_report` |
 | ``llamarig render`` | :func:`resolve_command` then :func:`render_command` |
@@ -30,7 +32,8 @@ exit codes (docs/exit-codes.md). tests/test_api.py checks that every command has
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,45 +42,89 @@ if TYPE_CHECKING:
     from llamarig.app.command import Resolved
     from llamarig.app.explain import ExplainReport
     from llamarig.app.tune import TuneResult, TuneSettings
+    from llamarig.bench.compare import Comparison
+    from llamarig.bench.logs import LogsReport
+    from llamarig.bench.result import BenchReport
     from llamarig.catalogue.models import CatalogueModel
+    from llamarig.diagnostics import Diagnostic
     from llamarig.flags.findings import Finding
     from llamarig.flags.schema import Schema
     from llamarig.gateway.config import GatewayConfig
     from llamarig.gguf.spec import ModelSpec
-    from llamarig.hardware.types import GPU
+    from llamarig.hardware.cpu import CpuFeatures
+    from llamarig.hardware.types import GPU, Hardware
     from llamarig.launch.process import Launched
     from llamarig.plan.calibration import Calibration
-    from llamarig.plan.result import Plan
+    from llamarig.plan.deployment import Deployment
+    from llamarig.plan.result import Plan, PlanInputs
     from llamarig.top.model import Snapshot
+    from llamarig.tune.quality import QualityReport
 
 
-def plan_model(model: str | None, args: Sequence[str] = (), *, gpus: Sequence[str] = (), ram: str | None = None,
-               mmproj: str | None = None, draft: str | None = None, cpu_features: str | None = None,
-               detect: bool = False, command: Sequence[str] | None = None) -> Plan:
+def gpu(name: str) -> GPU:
+    """A GPU of the built-in catalogue by id, alias or name ('rtx3090', 'RTX 3090', '3090'); another
+    memory size is ``dataclasses.replace(gpu(name), memory_bytes=...)``."""
+    from llamarig.catalogue.gpus import find_gpu  # lazy: keeps import llamarig light
+
+    return find_gpu(name)
+
+
+def machine(gpus: Sequence[GPU] = (), *, ram: int | None = None, cpu: CpuFeatures | None = None,
+            detect: bool = False, rpc: Sequence[GPU] = ()) -> Hardware:
+    """The machine (``Hardware``) a deployment runs on: ``gpus`` in device order (:func:`gpu`), ``ram`` (host RAM,
+    bytes), ``cpu`` (the CPU llama-server runs on; its features decide AMX / CPU_REPACK weight
+    buffers); ``detect``: this machine's (nvidia-smi, /proc), with the given values in place;
+    ``rpc``: the devices behind the rpc-servers of ``--rpc`` (``GPU.endpoint`` set,
+    ``llamarig.plan.rpc.parse_rpc_device``)."""
+    from llamarig.plan.deployment import hardware as _hardware  # lazy: keeps import llamarig light
+
+    return _hardware(gpus, ram_bytes=ram, cpu=cpu, detect=detect, rpc=rpc)
+
+
+def deployment(model: str | None = None, args: Sequence[str] = (), *, command: Sequence[str] | None = None,
+               hardware: Hardware | None = None, mmproj: str | None = None, draft: str | None = None,
+               overhead: int | None = None, notes: Sequence[Diagnostic] = ()) -> Deployment:
+    """What every use case takes: ``model`` (a GGUF path, a catalogue id (``models()``) or a remote
+    reference: ``hf:OWNER/REPO:QUANT``, ``ms:OWNER/REPO:QUANT``, an https URL, of which only the
+    header is read), ``args`` (llama-server flags in their own spellings, each one the planner
+    reads), or ``command`` (a whole llama-server argv, other flags kept), on ``hardware``
+    (:func:`machine`; none: no GPU, unknown RAM). ``mmproj``: a file, ``f16``/``bf16``/``catalogue``
+    (a catalogue model's projector) or ``none``; ``draft``: a draft model; ``overhead``: bytes of
+    driver/context overhead per GPU (default: the catalogue's); ``notes``: what reading the input
+    found, shown first in the plan. Bad flags are an InputError here."""
+    from llamarig.plan import deployment as D  # lazy: keeps import llamarig light
+
+    return D.deployment(model, args, command=command, hardware=hardware, mmproj=mmproj, draft=draft,
+                       overhead_bytes=overhead, diagnostics=tuple(notes))
+
+
+def plan_inputs(d: Deployment) -> PlanInputs:
+    """What the planner reads for ``d``: its model's header (a file, a catalogue entry or a remote
+    header, read once), projector and draft, the settings and the hardware."""
+    from llamarig.plan.inputs import build_inputs  # lazy: keeps import llamarig light
+
+    return build_inputs(d)
+
+
+def plan_model(d: Deployment) -> Plan:
     """The memory plan alone (no speed): memory per device and host RAM, each figure with its
-    formula and method. ``model``: a GGUF path, a catalogue id (``models()``) or a remote
-    reference (``hf:OWNER/REPO:QUANT``, ``ms:OWNER/REPO:QUANT``, an https URL; header only);
-    ``args``: llama-server flags in their own spellings; ``gpus``: catalogue names, optionally
-    ``NAME:VRAM_GB``; ``ram``: e.g. "64G"; ``command``: a whole llama-server argv instead of args."""
-    from llamarig.app.planning import plan_args  # lazy: keeps import llamarig light
+    formula and method, after what --fit would change."""
     from llamarig.plan.inputs import build_plan  # lazy: keeps import llamarig light
 
-    return build_plan(plan_args(model, args, command=command, gpus=gpus, ram=ram, detect=detect, mmproj=mmproj,
-                                draft=draft, cpu_features=cpu_features))
+    return build_plan(d)
 
 
-def plan_command(model: str | None = None, args: Sequence[str] = (), *, command: Sequence[str] | None = None,
-                 gpus: Sequence[str] = (), ram: str | None = None, detect: bool = False, mmproj: str | None = None,
-                 draft: str | None = None, cpu_features: str | None = None,
-                 calibration: Calibration | str | None = None, host_bandwidth_gbs: float | None = None,
-                 acceptance: float | None = None) -> Plan:
+def plan_command(d: Deployment, *, calibration: Calibration | str | None = None,
+                 host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
+                 inputs: PlanInputs | None = None) -> Plan:
     """What `llamarig plan` prints: the memory plan with its speed (``Plan.speed``) predicted
-    on the settings llama-server runs after ``--fit``; render, launch and tune use the same."""
-    from llamarig.app import planning  # lazy: keeps import llamarig light
+    on the settings llama-server runs after ``--fit``; render, launch and tune use the same.
+    ``calibration``: a Calibration, a file, ``builtin`` or None (the file ``llamarig tune``
+    wrote, else the built-in one); ``inputs``: :func:`plan_inputs` of ``d`` when already read."""
+    from llamarig.app.planning import plan_with_speed  # lazy: keeps import llamarig light
 
-    return planning.plan_command(model, args, command=command, gpus=gpus, ram=ram, detect=detect, mmproj=mmproj,
-                                 draft=draft, cpu_features=cpu_features, calibration=calibration,
-                                 host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance)
+    return plan_with_speed(d, calibration=calibration, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
+                           inputs=inputs)
 
 
 def inspect_model(path: str) -> ModelSpec:
@@ -90,17 +137,27 @@ def inspect_model(path: str) -> ModelSpec:
     return resolve_model(path)[0] if is_remote(path) else load_spec(path)
 
 
-def check(text: str, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
+def check(text: str | Deployment, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
           cores: int | None = None, model: str | None = None, base_dir: str | Path | None = None,
-          gpus: Sequence[str] = (), ram: str | None = None, need_ctx: int | None = None,
-          origin: str | Path | None = None) -> CheckReport:
+          gpus: Sequence[GPU] = (), ram: int | None = None, need_ctx: int | None = None,
+          origin: str | Path | None = None, name: str = "<text>") -> CheckReport:
     """`llamarig check` on a text: its commands, how llama-server reads them, and the findings
-    (``CheckReport.findings``; ``CheckReport.to_json()`` is ``check --json``)."""
+    (``CheckReport.findings``; ``CheckReport.to_json()`` is ``check --json``). ``gpus`` (:func:`gpu`)
+    and ``ram`` (bytes): the target machine, for the memory verdict; ``name``: what the findings
+    call the input. ``text`` may be a Deployment: its command is checked, with its model and
+    hardware unless given here."""
     from llamarig.app.check import check as _check  # lazy: keeps import llamarig light
+
+    if not isinstance(text, str):
+        d = text
+        text = shlex.join(["llama-server", *d.command.server_args()])
+        model = model if model is not None else d.model
+        gpus = gpus or d.hardware.gpus
+        ram = ram if ram is not None else d.hardware.ram_bytes
 
     return _check(text, schema=schema, server_bin=server_bin, kind=kind, cores=cores, model=model,
                   base_dir=Path(base_dir) if base_dir is not None else None, gpus=tuple(gpus), ram=ram,
-                  need_ctx=need_ctx, origin=Path(origin) if origin is not None else None)
+                  need_ctx=need_ctx, origin=Path(origin) if origin is not None else None, name=name)
 
 
 def check_text(text: str, *, kind: str | None = None, server_bin: str | None = None, cores: int | None = None,
@@ -119,8 +176,8 @@ def fix_report(report: CheckReport) -> FixResult:
     return fix(report)
 
 
-def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en", gpus: Sequence[str] = (),
-                   ram: str | None = None) -> ExplainReport:
+def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en", gpus: Sequence[GPU] = (),
+                   ram: int | None = None) -> ExplainReport:
     """`llamarig explain`: every flag of each command, in ``lang`` (en or zh), its effect priced
     on what llama-server receives (``ExplainReport.to_json()`` is ``explain --json``)."""
     from llamarig.app.explain import explain  # lazy: keeps import llamarig light
@@ -130,54 +187,88 @@ def explain_report(report: CheckReport, *, model: str | None = None, lang: str =
 
 
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
-                    server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
-                    detect: bool = False, want_plan: bool = True, repair: bool = False,
-                    keep_script: bool = False, allow_no_binary: bool = False) -> Resolved:
+                    server_bin: str | None = None, hardware: Hardware | None = None, notes: Sequence[Diagnostic] = (),
+                    want_plan: bool = True, repair: bool = False, keep_script: bool = False,
+                    own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False,
+                    loopback_rpc_memory: int | None = None) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
-    environment and the plan with its speed (``allow_no_binary``: for render, the bundled
-    schema stands in when there is no llama-server here)."""
+    environment, and the plan with its speed on ``hardware`` (:func:`machine`); its
+    ``deployment`` is what the plan was made of. ``own``: the calling command's option
+    spellings, refused after the model (``command_name`` names that command);
+    ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
+    here; ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine reports, for
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
     from llamarig.app import command  # lazy: keeps import llamarig light
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                                   gpus=gpus, ram=ram, detect=detect, want_plan=want_plan, repair=repair,
-                                   keep_script=keep_script, allow_no_binary=allow_no_binary)
+                                   hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
+                                   keep_script=keep_script, own=own, command_name=command_name,
+                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory)
 
 
-def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,
-                   user: str | None = None) -> str:
+def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,
+            want_plan: bool = True) -> Resolved:
+    """``d`` resolved against a llama-server binary (``server_bin``, ``$LLAMARIG_SERVER_BIN``,
+    PATH) as render, launch and tune start from it: the binary, the final args (relative paths
+    made absolute), and the plan with its speed on ``d.hardware``. ``allow_no_binary``: the
+    bundled schema stands in when there is no llama-server here (what render does)."""
+    tokens = d.command.server_args()
+    if d.model is not None:
+        tokens = [d.model, *tokens]
+    return resolve_command(tokens, server_bin=server_bin, hardware=d.hardware, notes=d.diagnostics,
+                           want_plan=want_plan, allow_no_binary=allow_no_binary)
+
+
+def _resolved(r: Resolved | Deployment, *, allow_no_binary: bool = False) -> Resolved:
+    from llamarig.plan import deployment as D  # lazy: keeps import llamarig light
+
+    return resolve(r, allow_no_binary=allow_no_binary) if isinstance(r, D.Deployment) else r
+
+
+def render_command(res: Resolved | Deployment, fmt: str = "bash", *, name: str | None = None, compose_backend: str | None = None,
+                   user: str | None = None, lang: str = "en", out: str | None = None) -> str:
     """`llamarig render`: a bash launcher, systemd unit, compose service, llama-swap entry or
-    llama-server router preset."""
+    llama-server router preset (its comments in ``lang``, en or zh; ``out``: the file it will be
+    written to). ``res``: :func:`resolve_command`'s or :func:`resolve`'s result, or a Deployment
+    (resolved here; without a llama-server the bundled schema stands in)."""
     from llamarig.app.render import render_command as _render  # lazy: keeps import llamarig light
 
-    return _render(res, fmt, name=name, compose_backend=compose_backend, user=user)
+    return _render(_resolved(res, allow_no_binary=True), fmt, name=name, compose_backend=compose_backend, user=user, lang=lang, out=out)
 
 
-def launch_command(res: Resolved, *, host: str | None = None, port: int | None = None,
+def launch_command(res: Resolved | Deployment, *, host: str | None = None, port: int | None = None,
                    log_path: str | None = None, timeout_s: float = 600, force: bool = False,
                    env: Mapping[str, str] | None = None) -> Launched:
     """`llamarig launch --detach`: start llama-server (with ``env`` on top of the command's
     own), wait for /health, verify its allocations against the plan. Stop it with
-    ``llamarig.launch.process.stop(state_file=...)``."""
+    ``llamarig.launch.process.stop(state_file=...)``. ``res``: a Resolved or a Deployment
+    (:func:`resolve`)."""
     from llamarig.app.launch import launch_command as _launch  # lazy: keeps import llamarig light
 
-    return _launch(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force, env=env)
+    return _launch(_resolved(res), host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force, env=env)
 
 
-def tune_command(res: Resolved, settings: TuneSettings | None = None, *, gpus: Sequence[str] = (),
-                 ram: str | None = None, detect: bool = False) -> TuneResult:
-    """`llamarig tune`: the best settings by measurement (docs/tune.md)."""
+def tune_command(res: Resolved | Deployment, settings: TuneSettings | None = None, *, notify: Callable[[str], None] | None = None,
+                 progress: Callable[[int, int, str], None] | None = None, lang: str = "en") -> TuneResult:
+    """`llamarig tune`: the best settings by measurement (docs/tune.md), candidates planned on
+    ``res.hardware``. ``notify``: one line per event (search space, pruned candidates, resumed
+    measurements); ``progress(done, total, what)``: each measurement; ``lang``: the language of
+    the winning launcher's comments; ``res``: a Resolved or a Deployment (:func:`resolve`)."""
     from llamarig.app.tune import TuneSettings as _Settings  # lazy: keeps import llamarig light
     from llamarig.app.tune import tune_command as _tune  # lazy: keeps import llamarig light
 
-    return _tune(res, settings or _Settings(), gpus=gpus, ram=ram, detect=detect)
+    return _tune(_resolved(res), settings or _Settings(), notify=notify, progress=progress, lang=lang)
 
 
 def models() -> dict[str, CatalogueModel]:
-    """The built-in model catalogue (`llamarig models`), by id, each entry with its sources."""
+    """The built-in model catalogue (`llamarig models`), by id, each entry with its sources: a copy,
+    so that changing it changes nothing the planner reads."""
+    import copy  # lazy: keeps import llamarig light
+
     from llamarig.catalogue.models import load_models  # lazy: keeps import llamarig light
 
-    return load_models()
+    return copy.deepcopy(load_models())
 
 
 def gpus() -> tuple[GPU, ...]:
@@ -187,31 +278,32 @@ def gpus() -> tuple[GPU, ...]:
     return load_gpus()
 
 
-def bench_server(url: str, **config: Any) -> dict[str, Any]:
-    """`llamarig bench --url URL`: the measurement document (docs/bench.md), every figure with its
-    method. ``config``: fields of llamarig.bench.runner.BenchConfig (scenarios, k, n_predict, ...)."""
+def bench_server(url: str, **config: Any) -> BenchReport:
+    """`llamarig bench --url URL`: the measurement (docs/bench.md), every figure with its method;
+    ``to_json()`` is the ``--json`` document. ``config``: fields of llamarig.bench.runner.BenchConfig
+    (scenarios, k, n_predict, ...)."""
     from llamarig.bench.runner import BenchConfig, run_bench  # lazy: keeps import llamarig light
 
     return run_bench(BenchConfig(url=url, **config))
 
 
-def compare_bench(a: str | Path, b: str | Path) -> dict[str, Any]:
+def compare_bench(a: str | Path, b: str | Path) -> Comparison:
     """`llamarig bench compare A B --json`: two bench (or logs) documents figure by figure, with
     a noise band from each figure's spread."""
-    from llamarig.bench.compare import compare_json  # lazy: keeps import llamarig light
+    from llamarig.bench.compare import compare  # lazy: keeps import llamarig light
     from llamarig.bench.report import read_json  # lazy: keeps import llamarig light
 
-    return compare_json(read_json(Path(a)), read_json(Path(b)))
+    return compare(read_json(Path(a)), read_json(Path(b)))
 
 
 def logs_report(path: str | Path, script: str | Path | None = None, *, model: str | None = None,
-                gpus: Sequence[str] = (), ram: str | None = None) -> dict[str, Any]:
-    """`llamarig logs FILE --json`: a llama-server log as figures, a per-request timeline and
-    findings (``script``: the launch script, to compare what was meant with what ran; with
-    ``gpus`` (and ``model`` instead of its -m) also with the plan of what ran)."""
-    from llamarig.app.logs import logs_document  # lazy: keeps import llamarig light
+                gpus: Sequence[GPU] = (), ram: int | None = None) -> LogsReport:
+    """`llamarig logs FILE`: a llama-server log as figures, a per-request timeline and findings
+    (``script``: the launch script, to compare what was meant with what ran; with ``gpus`` (and
+    ``model`` instead of its -m) also with the plan of what ran); ``to_json()`` is ``--json``."""
+    from llamarig.app.logs import logs_report as report  # lazy: keeps import llamarig light
 
-    return logs_document(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
+    return report(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
 
 
 def stop_server(port: int | None = None, state_file: str | Path | None = None, timeout_s: float = 30) -> str:
@@ -224,14 +316,16 @@ def stop_server(port: int | None = None, state_file: str | Path | None = None, t
 
 def quality_report(res: Resolved, types: Sequence[tuple[str, str]] = (("q8_0", "q8_0"), ("q4_0", "q4_0")), *,
                    n_prompts: int = 8, prompt_words: int = 200, top_k: int = 10, needle_words: int = 400,
-                   depths: Sequence[float] = (0.1, 0.5, 0.9)) -> dict[str, Any]:
-    """`llamarig quality --json`: what each quantized KV type changes against f16 KV (top-1
-    agreement, KL divergence over the returned top-k, a needle at several depths)."""
+                   depths: Sequence[float] = (0.1, 0.5, 0.9),
+                   progress: Callable[[str], None] | None = None) -> QualityReport:
+    """`llamarig quality`: what each quantized KV type changes against f16 KV (top-1 agreement,
+    KL divergence over the returned top-k, a needle at several depths); ``to_json()`` is
+    ``quality --json``. ``progress``: one line per K/V type started."""
     from llamarig.app.tune import base_args  # lazy: keeps import llamarig light
     from llamarig.tune.quality import run_quality  # lazy: keeps import llamarig light
 
     return run_quality(res.binary, base_args(res), list(types), n_prompts=n_prompts, prompt_words=prompt_words,
-                       top_k=top_k, needle_words=needle_words, depths=depths)
+                       top_k=top_k, needle_words=needle_words, depths=depths, progress=progress)
 
 
 def top_snapshot(url: str, *, interval_s: float = 1.0, api_key: str | None = None, metrics: bool = True,

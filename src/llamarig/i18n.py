@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from llamarig.errors import InputError, UnknownNameError
 
@@ -94,14 +94,14 @@ class Message(str):
         self.msgid, self.parts = "", ps
         return self
 
-    def format(self, *args: Any, **fields: Any) -> Message:  # type: ignore[override]
+    def format(self, *args: Any, **fields: Any) -> Message:
         """The message with its placeholders filled; the fields stay values (a Message field
         is localized with it)."""
         if self.parts is not None:  # a composite: format its text as English, like str would
             return Message(str.__str__(self), fields, args)
         return Message(self.msgid, fields, args)
 
-    def __add__(self, other: str) -> Message:  # type: ignore[override]
+    def __add__(self, other: str) -> Message:
         if not isinstance(other, str):
             return NotImplemented
         return Message.concat((*self._pieces(), *(other._pieces() if isinstance(other, Message) else (other,))))
@@ -111,14 +111,14 @@ class Message(str):
             return NotImplemented
         return Message.concat((other, *self._pieces()))
 
-    def join(self, items: Iterable[str]) -> Message:  # type: ignore[override]
+    def join(self, items: Iterable[str]) -> Message:
         """``_("; ").join(parts)``: a composite Message (the separator is translated too)."""
         return join(self, items)
 
     def _pieces(self) -> tuple[str, ...]:
         return self.parts if self.parts is not None else (self,)
 
-    def __str__(self) -> Message:  # type: ignore[override]
+    def __str__(self) -> Message:
         # itself, so that str(err) of an error made from a Message still localizes
         return self
 
@@ -196,6 +196,12 @@ def translate(msgid: str, lang: str) -> str:
     return _translations(lang).gettext(msgid) if lang != "en" else msgid
 
 
+@overload
+def localize(value: str, lang: str) -> str: ...
+@overload
+def localize(value: Any, lang: str) -> Any: ...
+
+
 def localize(value: Any, lang: str) -> Any:
     """``value`` for a person reading ``lang``: a Message as its text in that language (a plain
     ``str``); a plain ``str`` and anything else unchanged; an error (a field ``.format(error=e)``)
@@ -234,7 +240,7 @@ class Localized(str):
         self.lang = lang
         return self
 
-    def format(self, *args: Any, **fields: Any) -> str:  # type: ignore[override]
+    def format(self, *args: Any, **fields: Any) -> str:
         return str.format(self, *(localize(a, self.lang) for a in args),
                           **{k: localize(v, self.lang) for k, v in fields.items()})
 

@@ -1,5 +1,5 @@
 """The lines llama-server prints that llamarig reads, as regular expressions: one place for
-the log format, used by ``plan.logparse`` (memory lines at ``-lv 4``, for launch verification
+the log format, used by ``plan.memory_log`` (memory lines at ``-lv 4``, for launch verification
 and calibration) and ``bench.logparse`` (request and slot lines, for ``llamarig logs``).
 
 Formats from llama.cpp build 11434 (src/llama-model.cpp, src/llama-kv-cache.cpp,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-# ---------------------------------------------------------------- memory (plan.logparse)
+# ---------------------------------------------------------------- memory (plan.memory_log)
 
 MEM_WEIGHTS = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 MEM_KV_BUF = re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
@@ -30,6 +30,23 @@ MEM_CTX_PARAM = re.compile(r"llama_context: (\w+)\s+= (\S+)")
 MEM_CONSTRUCT = re.compile(r"llama_context: constructing llama_context")
 MEM_RESERVE = re.compile(r"sched_reserve: reserving \.\.\.")
 MEM_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
+#: the per-sequence context before a cap cut one slot's context down (server-context.cpp:1350, 1366)
+SRV_CTX_CAPPED = re.compile(r"capping per-slot context \((\d+)\) to --kv-unified-per-slot")
+SRV_CTX_TRAIN_CAPPED = re.compile(r"the slot context \((\d+)\) exceeds the training context of the model")
+#: a --kv-unified-per-slot above the per-slot pool capacity (server-context.cpp:1355): the capacity
+SRV_CTX_POOL_CAPPED = re.compile(r"--kv-unified-per-slot \(\d+\) exceeds the per-slot pool capacity \((\d+)\)")
+#: the start-up lines before ``initializing`` whose number is a slot's context before a cap cut it
+#: (server-context.cpp:1344-1369); the pool itself is never cut
+SRV_CTX_CAP_LINES = (SRV_CTX_CAPPED, SRV_CTX_TRAIN_CAPPED, SRV_CTX_POOL_CAPPED)
+
+
+def ctx_before_cap(line: str) -> int | None:
+    """The per-sequence context a start-up capping line names, or None for any other line."""
+    for rx in SRV_CTX_CAP_LINES:
+        m = rx.search(line)
+        if m is not None:
+            return int(m.group(1))
+    return None
 
 # ---------------------------------------------------------------- requests and slots (bench.logparse)
 
@@ -59,7 +76,26 @@ RE_REUSE = re.compile(r"reusing chunk with size (\d+)")
 RE_RELEASE = re.compile(r"stop processing:?\s+n_(?:tokens|past) = (\d+), truncated = (\d+)")
 RE_DRAFT = re.compile(rf"draft acceptance(?: rate)? = {NUM} \(\s*(\d+) accepted /\s*(\d+) generated\)(?:, mean len =\s*{NUM})?")
 RE_BUILD = re.compile(r"\bbuild(?:_info)?\s*[:=]\s*b?(\d+)\s*(?:\(([0-9a-f]+)\)|-([0-9a-f]+))?")
+#: a slot starts a task (server-context.cpp launch_slot_with_task): ``processing task, is_child = 0``
+RE_LAUNCH = re.compile(r"processing task, is_child = (\d+)")
+#: decode progress every 3 s once 100 tokens are out (server-context.cpp:653 print_timings_tg)
+RE_TG_PROGRESS = re.compile(rf"n_gen\s*=\s*(\d+),\s*tg\s*=\s*{NUM}\s*t/s,\s*tg_3s\s*=\s*{NUM}\s*t/s")
+#: an error sent for a task (server-context.cpp:2163 send_error): ``task id = 4, error: …``
+RE_SEND_ERROR = re.compile(r"send_error: task id = (\d+), error: (.*?)\s*$")
+#: the HTTP side gives up on a task: its client went away, or after an error (server-queue.cpp:610)
+RE_CANCEL = re.compile(r"cancel task, id_task = (\d+)")
+#: the pool had no free cell for one token (server-context.cpp:4023)
+RE_CTX_EXCEEDED = re.compile(r"decode: Context size has been exceeded")
+#: the text of that error, as the client and send_error see it
+CTX_EXCEEDED = "Context size has been exceeded."
 RE_PROGRESS = re.compile(rf"prompt processing progress, n_(?:tokens|past) = (\d+), batch\.n_tokens = (\d+), progress = {NUM}")
+#: the timestamp llama-server's log puts first: minutes.seconds.milliseconds.microseconds since the
+#: start (common/log.cpp:128-133)
+RE_TIMESTAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) [IWEDT] ")
+#: "new prompt, n_ctx_slot = 95232, ..." (tools/server/server-context.cpp, update_slots)
+RE_CTX_SLOT = re.compile(r"\bn_ctx_slot = (\d+)")
+#: "reasoning-budget: activated, budget=2147483647 tokens" (common/reasoning-budget.cpp)
+RE_BUDGET = re.compile(r"reasoning-budget: activated, budget=(\d+)")
 #: lines we recognise as llama-server/llama.cpp output without extracting data from them
 RE_KNOWN = re.compile(
     r"^(?:\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] |\t[a-z_]+ = |\s*(?:[0-9.]+\s+[IWEDT]\s+)?(?:srv\s|slot\s|cmn\s|main:|llama_|llm_load|load|print_info|common_|ggml_|gguf|system_info|"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import llamarig
+from llamarig.catalogue.gpus import parse_gpu_arg
 from llamarig.testing.synth import write_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +49,9 @@ _SPEED = re.compile(r"decode (?P<decode>[\d.]+) tok/s at depth 0, [\d.]+ at dept
 
 @pytest.fixture(scope="module")
 def offload_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """73 MiB of weights: on a 1.4 GiB card --fit keeps 3 of 5 layers on the GPU, so the settings
-    llama-server runs differ from the ones written (tests that speed follows --fit's)."""
+    """73 MiB of weights: on a 1.4 GiB card --fit keeps 4 of 5 layers on the GPU (the compute
+    replay's figure, with op offload of the host layer's ubatch), so the settings llama-server runs
+    differ from the ones written (tests that speed follows --fit's)."""
     return write_model(tmp_path_factory.mktemp("app") / "offload.gguf", "llama", n_layer=4, n_embd=1024,
                        n_head=8, n_head_kv=4, head_dim=128, n_ff=2048)
 
@@ -61,13 +63,14 @@ def test_render_and_plan_give_the_same_speed(gpu: str | None, offload_model: Pat
     assert code == 0, err
     plan = json.loads(out)
     if gpu:  # --fit moved layers: the speed is for what llama-server runs
-        assert any("--fit would place 3 of 5 layers" in n for n in plan["notes"]), plan["notes"]
+        assert any("--fit would place 4 of 5 layers" in n for n in plan["notes"]), plan["notes"]
     code, script, err = cli("render", *gpu_args, str(offload_model), "-c", "4096")
     assert code == 0, err
     m = _SPEED.search(script)
     assert m, script
     # the CLI's plan is the library's (its JSON rounds to 0.01), whose figures render prints
-    p = llamarig.plan_command(str(offload_model), ["-c", "4096"], gpus=[gpu] if gpu else [], calibration="builtin")
+    hw = llamarig.machine([parse_gpu_arg(gpu)] if gpu else [])
+    p = llamarig.plan_command(llamarig.deployment(str(offload_model), ["-c", "4096"], hardware=hw), calibration="builtin")
     assert p.to_json() == plan
     assert m["decode"] == f"{p.speed.decode_tok_s:.1f}"
     assert m["limit"] == f"{p.speed.decode_limit_tok_s:.0f}"
@@ -77,14 +80,15 @@ def test_render_and_plan_give_the_same_speed(gpu: str | None, offload_model: Pat
 def test_plan_command_equals_the_cli(offload_model: Path, cli) -> None:
     code, out, _err = cli("plan", str(offload_model), "--gpu", "rtx3090:1.4", "-c", "4096", "--calibration",
                           "builtin", "--json")
-    p = llamarig.plan_command(str(offload_model), ["-c", "4096"], gpus=["rtx3090:1.4"], calibration="builtin")
+    d = llamarig.deployment(str(offload_model), ["-c", "4096"], hardware=llamarig.machine([parse_gpu_arg("rtx3090:1.4")]))
+    p = llamarig.plan_command(d, calibration="builtin")
     assert p.to_json() == json.loads(out)
-    assert p.effective_cfg is not None and p.effective_cfg.n_gpu_layers == 3
+    assert p.effective_cfg is not None and p.effective_cfg.n_gpu_layers == 4
 
 
 def test_a_missing_model_is_a_typed_error(tmp_path: Path) -> None:
     with pytest.raises(llamarig.ModelNotFoundError):
-        llamarig.plan_command(str(tmp_path / "nope.gguf"), ["-c", "4096"])
+        llamarig.plan_command(llamarig.deployment(str(tmp_path / "nope.gguf"), ["-c", "4096"]))
 
 
 def test_resolve_then_render_as_a_library(offload_model: Path, with_bin: Path) -> None:

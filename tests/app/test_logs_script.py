@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from llamarig.app.logs import logs_document
+from llamarig.app.logs import logs_report
 from llamarig.cli.main import main
+from llamarig.testing.plans import gpus_of
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
 LOG = SEEDS / "000_3d5d35932c1dd60e.txt"
 SCRIPTS = {"restored": SEEDS / "000_run105k.sh", "as pasted": SEEDS / "000_run105k_pasted.sh"}
-ON_3090 = {"model": "qwen3.6-27b:iq4_nl", "gpus": ("rtx3090",)}
+ON_3090 = {"model": "qwen3.6-27b:iq4_nl", "gpus": gpus_of(["rtx3090"])}
 
 
 @pytest.mark.parametrize("which", sorted(SCRIPTS))
 def test_logs_state_fits_result_and_the_free_memory_it_implies(which: str) -> None:
-    doc = logs_document(LOG, SCRIPTS[which], **ON_3090)
+    doc = logs_report(LOG, SCRIPTS[which], **ON_3090).to_json()
     text = "\n".join(doc["findings"])
     # -c 105000 reaches the server: the cut-off at line 10 does not explain 95232
     assert "gives 105216 (-c 105000, 4 slots sharing one pool)" in text
@@ -43,7 +44,7 @@ def test_logs_state_fits_result_and_the_free_memory_it_implies(which: str) -> No
 
 
 def test_the_decode_the_plan_predicts_is_near_the_logged_one() -> None:
-    doc = logs_document(LOG, SCRIPTS["restored"], **ON_3090)
+    doc = logs_report(LOG, SCRIPTS["restored"], **ON_3090).to_json()
     line = next(f for f in doc["findings"] if f.startswith("decode 37.05 tok/s logged at depth 45168"))
     pred = float(line.split("predicts ")[1].split(" tok/s")[0])
     assert abs(pred - 37.05) / 37.05 < 0.15  # the CUDA decode model's own error band (docs/accuracy-speed.md)

@@ -12,8 +12,8 @@ import pytest
 
 from llamarig.app.check import check, what_runs
 from llamarig.app.explain import explain
-from llamarig.app.planning import plan_command
 from llamarig.cli.main import main
+from llamarig.testing.plans import gpus_of, plan_of
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
 RUN105K = SEEDS / "000_run105k.sh"  # the RTX 3090 field report's script of its log, `#` restored
@@ -36,12 +36,12 @@ def test_the_pair_of_the_3090_script() -> None:
 def test_explain_kv_equals_plan_of_what_runs() -> None:
     """The RTX 3090 field report: explain priced q2_K/q2_K (1.05 GiB) on flags the server never
     received; what runs is f16 with 4 unified slots, as plan prices it (6.42 GiB)."""
-    rep = explain(_report(RUN105K), model=MODEL, base_dir=SEEDS, gpus=["rtx3090"])
+    rep = explain(_report(RUN105K), model=MODEL, base_dir=SEEDS, gpus=gpus_of(["rtx3090"]))
     cmd = rep.commands[0]
     assert cmd.priced is not None and cmd.priced.runs.plan is not None
     args = list(cmd.priced.pair.received[1:])
-    plan = plan_command(MODEL, command=["llama-server", *[a for a in args if "mmproj" not in a]],
-                        gpus=["rtx3090"], mmproj="f16")
+    plan = plan_of(MODEL, command=["llama-server", *[a for a in args if "mmproj" not in a]],
+                   gpus=["rtx3090"], mmproj="f16")
     kv = sum(d.get("kv") for d in plan.devices) + plan.host.get("kv")
     assert cmd.priced.runs.kv_bytes == kv
     assert plan.cache_type_k == "f16" and plan.n_parallel == 4 and kv == 16 * 105216 * 4096  # 6.42 GiB
@@ -82,7 +82,7 @@ def test_explain_file_then_options(order: str, capsys: pytest.CaptureFixture[str
 def test_check_memory_prices_what_runs() -> None:
     """check --gpu priced the meant command (q2_K: no plan at all); it prices what runs, and says
     what the cut-off words would change."""
-    rep = check(RUN105K.read_text(encoding="utf-8"), origin=RUN105K, base_dir=SEEDS, gpus=["rtx3090"], model=MODEL)
+    rep = check(RUN105K.read_text(encoding="utf-8"), origin=RUN105K, base_dir=SEEDS, gpus=gpus_of(["rtx3090"]), model=MODEL)
     mem = next(f for f in rep.findings if f.rule == "memory")
     assert mem.message.startswith("memory plan (llamarig plan): fits. CUDA0 (NVIDIA GeForce RTX 3090): 22.67 GiB")
     assert "as meant (the words cut off at line 10 put back): no plan: --cache-type-k q2_K" in mem.message
@@ -94,7 +94,7 @@ def test_explain_the_script_as_pasted() -> None:
     llama-server then loads no model, so nothing is priced as if it did; the meant command (every
     flag, read as a person reads it) would not start (q2_K)."""
     path = SEEDS / "000_run105k_pasted.sh"
-    rep = explain(_report(path), model=MODEL, base_dir=SEEDS, gpus=["rtx3090"])
+    rep = explain(_report(path), model=MODEL, base_dir=SEEDS, gpus=gpus_of(["rtx3090"]))
     cmd = rep.commands[0]
     assert cmd.priced is not None
     assert cmd.priced.pair.received == ("./llama3-server",)

@@ -117,7 +117,7 @@ def test_bad_options_exit_2(capsys) -> None:
 
 def test_loading_server_is_waited_for_with_a_bound(fake_server: Fake) -> None:
     fake_server.loading_until = time.monotonic() + 0.8
-    doc = run_bench(BenchConfig(url=fake_server.url, scenarios=("decode",), k=2, n_predict=8, slot=None))
+    doc = run_bench(BenchConfig(url=fake_server.url, scenarios=("decode",), k=2, n_predict=8, slot=None)).to_json()
     assert doc["target"]["health"]["waited_for_loading"] is True
     assert [f for f in doc["figures"] if f["name"] == "decode_tok_s_median"][0]["n"] == 2
     fake_server.loading_until = time.monotonic() + 60
@@ -126,7 +126,7 @@ def test_loading_server_is_waited_for_with_a_bound(fake_server: Fake) -> None:
 
 
 def test_missing_endpoints_degrade(fake_server: Fake) -> None:
-    doc = run_bench(BenchConfig(url=fake_server.url, scenarios=("decode", "prefill"), k=2, n_predict=8))
+    doc = run_bench(BenchConfig(url=fake_server.url, scenarios=("decode", "prefill"), k=2, n_predict=8)).to_json()
     t, inter = doc["target"], doc["interference"]
     assert "skipped: 'prefill' needs llama-server" in doc["scenarios"][1]["notes"][0]
     assert t["is_llama_server"] is False
@@ -160,8 +160,9 @@ def test_gpu_telemetry_with_a_fake_nvidia_smi(fake_server: Fake, tmp_path, monke
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
     fake_server.loading_until = 0
-    doc = run_bench(BenchConfig(url=fake_server.url, scenarios=("decode",), k=3, n_predict=200, gpu_interval_s=0.05))
+    doc = run_bench(BenchConfig(url=fake_server.url, scenarios=("decode",), k=3, n_predict=200, gpu_interval_s=0.05)).to_json()
     gpu = doc["gpu"]
     assert gpu["available"] and gpu["samples"][0]["power_w"] == 250.0 and gpu["samples"][0]["temp_c"] == 47
     f = [x for x in doc["figures"] if x["name"] == "energy_tokens_per_joule"][0]
-    assert f["value"] > 0 and "power.draw" in f["method"]
+    assert f["value"] > 0 and "nvidia-smi" in f["method"] and "power" in f["method"]
+    assert gpu["source"] == "nvidia-smi --query-gpu (client machine)"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llamarig.bench.logparse import logs_document, parse_log_text
+from llamarig.bench.logparse import parse_log_text
+from llamarig.bench.logs import logs_report
 from llamarig.cli.main import main
 
 
@@ -17,7 +18,7 @@ def seed000(seeds_dir: Path) -> Path:
 
 
 def test_seed000_pasted_log(seed000: Path, validate_doc) -> None:
-    doc = logs_document(seed000)
+    doc = logs_report(seed000).to_json()
     validate_doc(doc)
     tl = {t["task"]: t for t in doc["timeline"]}
     assert tl[6822]["decode_tok_s"] == 37.17 and tl[6822]["depth"] == 30511
@@ -83,7 +84,7 @@ def test_foreign_truncated_and_binary_files(tmp_path: Path, capsys) -> None:
         "slot print_timing: id  0 | task 1 | prompt eval time =      10.00 ms /    20 tokens (    0.50 ms per token,  2000.00 tokens per second)\n"
         "slot print_timing: id  0 | task 1 |        eval time =     100.0"
     )
-    doc = logs_document(truncated)
+    doc = logs_report(truncated).to_json()
     assert doc["source"]["truncated_tail"] is True
     assert doc["timeline"][0]["prefill_tok_s"] == 2000.0 and doc["timeline"][0]["decode_tok_s"] is None
     assert any("truncated" in f for f in doc["findings"])
@@ -109,7 +110,7 @@ def test_docs_example_matches_output(capsys, tmp_path: Path) -> None:
     assert main(argv) in (None, 0)
     assert "<svg" in (tmp_path / "log.html").read_text()
     out = " ".join(capsys.readouterr().out.split())
-    for finding in ("37.17 tok/s at depth 30,511 vs 37.05 tok/s at depth 45,168 (-0.3 %)",
+    for finding in ("37.17 tok/s at depth 30,511 vs 37.05 tok/s at depth 45,168 (-0.3 %, each decoding alone)",
                     "each context checkpoint is 149.6 MiB; 14 kept → 2.0 GiB of host RAM",
                     "only 240 of 30,511 prompt tokens were processed"):
         assert finding in out
@@ -137,7 +138,7 @@ def test_old_text_format_reads_slot_and_task_from_suffix(tmp_path: Path) -> None
     ]
     log = tmp_path / "old-text.log"
     log.write_text("\n".join(lines) + "\n")
-    doc = logs_document(log)
+    doc = logs_report(log).to_json()
     rows = [(t["slot"], t["task"], t["prefill_tok_s"], t["decode_tok_s"], t["eval_n"]) for t in doc["timeline"]]
     assert rows == [(0, 5, 81.0, 50.0, 50), (0, 6, 82.0, 40.0, 50), (0, 5, 83.0, 30.0, 50)]
     assert doc["source"]["skipped"] == 0 and doc["source"]["orphan_timings"] == 0
@@ -183,9 +184,9 @@ def test_task_id_seen_again_after_a_restart_is_a_new_request() -> None:
     ])
     p = parse_log_text(block.format(n=300, r=65.0) + "\n" + block.format(n=900, r=60.0) + "\n")
     assert [(r.task, r.depth, r.eval_tok_s) for r in p.requests] == [(9, 300, 65.0), (9, 900, 60.0)]
-    from llamarig.bench.logparse import analyse
+    from llamarig.bench.logs import analyse
 
-    names = [f.name for f in analyse(p)["figures"]]
+    names = [f.name for f in analyse(p)[0]]
     assert "log_decode_tok_s_task9" in names and len([n for n in names if n.startswith("log_decode_tok_s_task9")]) == 2
 
 
@@ -198,29 +199,127 @@ def test_logs_turn_the_3090_report_into_findings(tmp_path: Path) -> None:
     where the script says 768 (the flag never reached the server: the script is cut off at line
     10); n_ctx_slot = 95232 where the script's -c 105000 (which does reach the server) gives
     105216 (tests/app/test_logs_script.py sets it against the plan)."""
-    from llamarig.app.logs import logs_document
+    from llamarig.app.logs import logs_report
 
-    doc = logs_document(SEED_000, SCRIPT_000)
+    doc = logs_report(SEED_000, SCRIPT_000).to_json()
     text = "\n".join(doc["findings"])
     assert "n_ctx_slot = 95232" in text and "gives 105216 (-c 105000" in text
     assert "--reasoning-budget 768" in text and "never reached llama-server" in text
     assert "cut off at line 10" in text
     # without the script the log still says what ran
-    alone = "\n".join(logs_document(SEED_000)["findings"])
+    alone = "\n".join(logs_report(SEED_000).to_json()["findings"])
     assert "2147483647" in alone and "n_ctx_slot = 95232" in alone
 
 
 def test_empty_or_foreign_log_is_bad_input(tmp_path: Path) -> None:
     import pytest
 
-    from llamarig.bench.logparse import logs_document
+    from llamarig.bench.logs import logs_report
     from llamarig.errors import InputError
 
     empty = tmp_path / "empty.log"
     empty.write_text("")
     with pytest.raises(InputError, match="empty"):
-        logs_document(empty)
+        logs_report(empty).to_json()
     foreign = tmp_path / "nginx.log"
     foreign.write_text('127.0.0.1 - - [03/Dec/2026:12:00:00 +0000] "GET / HTTP/1.1" 200 612\n' * 3)
     with pytest.raises(InputError, match="not a llama-server log"):
-        logs_document(foreign)
+        logs_report(foreign).to_json()
+
+
+# ---------------------------------------------------------------------------- concurrency and endings
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def _truth(name: str) -> list[dict]:
+    """What each request of a recorded log did, as the recorder saw it (tests/fixtures/logs/record.py)."""
+    return json.loads((LOGS / f"{name}.requests.json").read_text())["requests"]
+
+
+def test_parallel_decoding_is_not_depth(validate_doc) -> None:
+    """The recorded -np 4 -kvu log: one request alone, four in parallel, one alone again, all at
+    about the same depth. The slowdown is put down to the requests active at the same time, never
+    to depth; the decode median says which concurrency it holds."""
+    doc = logs_report(LOGS / "parallel.log").to_json()
+    validate_doc(doc)
+    truth = _truth("parallel")
+    rows = doc["timeline"]
+    assert [r["concurrency"] for r in rows] == [1 if t["phase"] == "alone" else 4 for t in truth]
+    assert [r["outcome"] for r in rows] == ["done"] * len(truth)
+    assert [r["eval_n"] for r in rows] == [t["tokens_predicted"] for t in truth]
+    f = {x["name"]: x for x in doc["figures"]}
+    n_alone = sum(t["phase"] == "alone" for t in truth)
+    n_par = len(truth) - n_alone
+    assert f["log_decode_tok_s_median"]["params"] == {"alone": n_alone, "parallel": n_par, "max_concurrency": 4}
+    assert (f"{n_alone} decoded alone, {n_par} with others active (up to 4 at once)"
+            in f["log_decode_tok_s_median"]["method"])
+    assert f["log_decode_tok_s_alone_median"]["n"] == n_alone and f["log_decode_tok_s_parallel_median"]["n"] == n_par
+    text = "\n".join(doc["findings"])
+    assert "as depth grew" not in text
+    (finding,) = [x for x in doc["findings"] if "other requests were active" in x]
+    alone, par = f["log_decode_tok_s_alone_median"]["value"], f["log_decode_tok_s_parallel_median"]["value"]
+    if par < 0.98 * alone:
+        assert "slower per request" in finding and "Parallel decoding shares every step" in finding
+    assert "up to 4 at once" in finding
+
+
+def test_issue_example_is_parallel_decoding_not_depth() -> None:
+    """The finding that read 'decode fell from 31.83 to 18.99 tok/s (40.3 %) as depth grew from 99
+    to 100 tokens: expected' on a log where a parallel agent stream halved decode."""
+    def block(slot: int, task: int, depth: int, rate: float) -> list[str]:
+        return [f"slot print_timing: id  {slot} | task {task} | prompt eval time =      10.00 ms /   {depth} tokens "
+                "(    0.10 ms per token, 9900.00 tokens per second)",
+                f"slot print_timing: id  {slot} | task {task} |        eval time =    1000.00 ms /   100 tokens "
+                f"(   10.00 ms per token,    {rate:.2f} tokens per second)",
+                f"slot      release: id  {slot} | task {task} | stop processing: n_tokens = {depth + 99}, truncated = 0"]
+
+    lines = ["slot launch_slot_: id  0 | task 1 | processing task, is_child = 0", *block(0, 1, 99, 31.83),
+             "slot launch_slot_: id  0 | task 2 | processing task, is_child = 0",
+             "slot launch_slot_: id  1 | task 3 | processing task, is_child = 0",
+             *block(1, 3, 100, 19.02), *block(0, 2, 100, 18.99)]
+    p = parse_log_text("\n".join(lines) + "\n")
+    assert [(r.task, r.concurrency) for r in p.requests] == [(1, 1), (2, 2), (3, 2)]
+    from llamarig.bench.logs import analyse
+
+    findings = analyse(p)[1]
+    assert not [x for x in findings if "as depth grew" in x], findings
+    assert any("decode 31.83 tok/s per request while it decoded alone (1 requests) vs 19.00 tok/s while other "
+               "requests were active at the same time (2 requests, up to 2 at once)" in x for x in findings), findings
+
+
+def test_endings_cancel_and_context_exceeded(validate_doc) -> None:
+    """The recorded endings log: a request that finished, a streaming client that went away, and three
+    requests that filled the 4096 shared cells; each row says how it ended instead of a row of dashes."""
+    doc = logs_report(LOGS / "endings.log").to_json()
+    validate_doc(doc)
+    truth = _truth("endings")
+    want = {"done": "done", "cancelled": "cancelled", "overflow": "context_exceeded"}
+    assert [r["outcome"] for r in doc["timeline"]] == [want[t["what"]] for t in truth]
+    over = [r for r in doc["timeline"] if r["outcome"] == "context_exceeded"]
+    assert all(r["error"] == "Context size has been exceeded." and r["concurrency"] == 3 for r in over)
+    assert all(r["decode_from"] == "progress" and r["eval_n"] and r["decode_tok_s"] for r in over)
+    srv = doc["source"]["server"]
+    assert (srv["n_slots"], srv["n_ctx_slot"], srv["kv_unified"], srv["pool_tokens"]) == (4, 4096, True, 4096)
+    text = "\n".join(doc["findings"])
+    assert "3 requests ended with 'Context size has been exceeded'" in text
+    assert "share one KV pool of 4096 cells" in text and "together they did not fit the pool" in text
+    assert "1 request(s) were cancelled before they finished" in text
+    assert "have no timing lines" not in text
+
+
+def test_pasted_without_timestamps_reads_the_same() -> None:
+    """Pasted into a chat, the timestamps are often gone: the order of the lines is enough."""
+    import re
+
+    text = (LOGS / "endings.log").read_text()
+    bare = re.sub(r"(?m)^\d+\.\d{2}\.\d{3}\.\d{3} [IWEDT] ", "", text)
+    a, b = parse_log_text(text), parse_log_text(bare)
+    assert [(r.task, r.outcome, r.concurrency) for r in a.requests] == [(r.task, r.outcome, r.concurrency) for r in b.requests]
+    assert all(r.t_start_s is None for r in b.requests) and any(r.t_start_s is not None for r in a.requests)
+
+
+def test_logs_screen_shows_outcomes(capsys) -> None:
+    assert main(["logs", str(LOGS / "endings.log")]) in (None, 0)
+    out = capsys.readouterr().out
+    assert "cancelled" in out and "context" in out and "~" in out
+    assert "[yellow]" not in out and "[/]" not in out

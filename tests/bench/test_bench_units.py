@@ -123,11 +123,16 @@ def test_monitor_flags_foreign_slots_without_a_server() -> None:
 
 def test_nvidia_smi_parsing_and_energy() -> None:
     out = "0, NVIDIA GeForce RTX 3090, 300.5, 47, 1800, 9751, 23230, 24576, 98\n1, NVIDIA X, [N/A], 40, 1, 2, 3, 4, 5\n"
-    rows = parse_nvidia_smi(out, 1.0)
-    assert rows[0]["power_w"] == 300.5 and rows[0]["temp_c"] == 47 and rows[1]["power_w"] is None
+    rows = parse_nvidia_smi(out)
+    assert rows[0].power_w == 300.5 and rows[0].temp_c == 47 and rows[1].power_w is None and rows[0].index == 0
     samples = [{"t_s": 0.0, "index": 0, "power_w": 100.0}, {"t_s": 2.0, "index": 0, "power_w": 300.0}]
-    assert energy_joules(samples) == pytest.approx(400.0)
+    joules, how = energy_joules(samples) or (0.0, "")
+    assert joules == pytest.approx(400.0) and "power" in how
     assert energy_joules([]) is None
+    # NVML's energy counter wins where every GPU has it
+    counted = [{"t_s": 0.0, "index": 0, "power_w": 100.0, "energy_j": 5000.0},
+               {"t_s": 2.0, "index": 0, "power_w": 300.0, "energy_j": 5350.0}]
+    assert energy_joules(counted) == (350.0, "the driver's energy counter (NVML), last − first reading")
 
 
 def test_prompt_sets_and_workload(tmp_path: Path) -> None:

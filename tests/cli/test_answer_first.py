@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from llamarig import i18n
-from llamarig.app.logs import logs_document
+from llamarig.app.logs import logs_report
 from llamarig.bench.report import markdown, terminal
 from llamarig.gateway import reasons
 
@@ -141,7 +141,7 @@ def test_logs_and_reports_speak_chinese(lang, cli, tmp_path: Path) -> None:
     code, out, _ = cli("logs", str(SEED_LOG), "--script", str(FIXTURES / "seed000_optimized.sh"))
     assert code == 0 and "n_ctx_slot = 95232" in out
     _chinese(out)
-    doc = logs_document(SEED_LOG, FIXTURES / "seed000_optimized.sh")
+    doc = logs_report(SEED_LOG, FIXTURES / "seed000_optimized.sh").to_json()
     _chinese(markdown(doc, "zh"))
     buf = io.StringIO()
     terminal(doc, Console(file=buf, width=1000), lang="zh")

@@ -50,3 +50,14 @@ def test_fix_says_what_it_changes_in_the_running_server(tmp_path: Path, capsys: 
     assert "--parallel 8" in out.out
     assert "slots (-np): 4 (unified KV) -> 8" in out.err
     assert "context per slot: 105216 -> 13312" in out.err
+
+
+@pytest.mark.parametrize("name", ["seed000_fastllm.pasted.sh", "seed000_fastllm.repaired.sh"])
+def test_explain_json_on_fastllm_is_one_document(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """FastLLM (the RTX 3090 field report): explained through its llama-server equivalent, and
+    --json stays one JSON document that names the translation."""
+    path = str(Path(__file__).resolve().parents[1] / "fixtures" / "pasted" / name)
+    exp = _json(capsys, "explain", "--bundled", "--json", path)
+    (other,) = exp["other_engines"]
+    assert other["engine"] == "FastLLM" and "-sm layer -ts 22,22,20 -np 8" in other["equivalent"]
+    assert exp["invocations"]

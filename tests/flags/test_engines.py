@@ -16,6 +16,7 @@ from llamarig.flags.engines.fastllm import RELEASE, fastllm_parser
 from llamarig.flags.readers import parse_text
 from llamarig.flags.reading import read_script
 from llamarig.flags.schema import load_bundled
+from llamarig.testing.plans import gpus_of
 
 ROOT = Path(__file__).resolve().parents[2]
 PASTED = ROOT / "tests" / "fixtures" / "pasted"
@@ -104,7 +105,7 @@ def test_fastllm_fix_is_fastllm_and_checks_clean(tmp_path: Path) -> None:
 
 def test_translation_planned_on_the_given_gpus() -> None:
     rep = _check((PASTED / "seed000_fastllm.repaired.sh").read_text(encoding="utf-8"),
-                 gpus=("rtx5070ti", "rtx5060ti16", "rtx4060ti16"), model="qwen3.6-27b:q8_0")
+                 gpus=gpus_of(["rtx5070ti", "rtx5060ti16", "rtx4060ti16"]), model="qwen3.6-27b:q8_0")
     (mem,) = [f for f in rep.findings if f.rule == "memory"]
     assert mem.message.startswith("memory plan (llamarig plan): fits") and mem.message.count("GiB needed") == 3
 

@@ -89,10 +89,11 @@ def test_a_repeated_endpoint_is_one_device(rpc_servers, llama_server, synth_mode
     srv = llama_server(synth_model("llama"), "-lv", "4", "--rpc", rpc_argument([rig, rig]), "-ngl", "99")
     devices = [ln for ln in srv.log.splitlines() if "using device RPC" in ln]
     assert len(devices) == 1, devices
-    from llamarig.plan.inputs import PlanArgs, build_plan
+    from llamarig.plan.inputs import build_plan
+    from llamarig.testing.plans import deployment_of
 
-    p = build_plan(PlanArgs(model=str(synth_model("llama")), rpc_devices=[f"{rig.endpoint}=8G"],
-                            server_args=["--rpc", rpc_argument([rig, rig]), "-ngl", "99"]))
+    p = build_plan(deployment_of(str(synth_model("llama")), ["--rpc", rpc_argument([rig, rig]), "-ngl", "99"],
+                                 rpc_devices=[f"{rig.endpoint}=8G"]))
     assert [d.name for d in p.devices] == [f"RPC0[{rig.endpoint}]"]
 
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from llamarig.catalogue.gpus import find_gpu
 from llamarig.flags.readers import parse_text
 from llamarig.flags.rules import Context, lint
 from llamarig.flags.schema import load_bundled
+from llamarig.hardware.types import GPU
 
 SCHEMA = load_bundled()
 
@@ -177,7 +179,7 @@ def test_per_slot_context_matches_server_log(server_bin: Path, synth_model) -> N
 def test_memory_plan_hook() -> None:
     from llamarig.plan.inputs import plan_for_check
 
-    ctx = Context(physical_cores=8, gpus=("rtx3090",), model_ref="qwen3.6-27b:iq4_nl", planner=plan_for_check)
+    ctx = Context(physical_cores=8, gpus=(find_gpu("rtx3090"),), model_ref="qwen3.6-27b:iq4_nl", planner=plan_for_check)
     r = rules_of("llama-server -c 65536 -np 1 -ctk q4_0 -ctv q4_0 -fa on -ngl 99", ctx)
     mem = r["memory"][0]
     assert mem.message.startswith("memory plan (llamarig plan): fits."), mem.message
@@ -352,12 +354,12 @@ def test_amx_rule_names_the_machine_it_judged(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(rules, "detect_cpu", lambda: from_cpuinfo("flags : avx2 fma f16c avx512f avx512_vnni amx_int8\n", "x86_64"))
     monkeypatch.setattr("shutil.which", lambda name: None)  # no nvidia-smi here
 
-    def amx(argv: list[str], gpus: tuple[str, ...] = ()) -> list[str]:
+    def amx(argv: list[str], gpus: tuple[GPU, ...] = ()) -> list[str]:
         _, fs = lint(parse_text(" ".join(["llama-server", "-m", str(path), *argv])), SCHEMA,
                      Context(model_spec=load_spec(path), gpus=gpus))
         return [f.message for f in fs if f.rule == "amx-tile-crash"]
 
     msg = amx([])[0]
     assert "this machine (the one running `llamarig check`" in msg and "no nvidia-smi" in msg
-    assert amx([], gpus=("rtx3090",)) == []  # a target GPU: the weights do not stay on this CPU
-    assert "no nvidia-smi" not in amx(["-ngl", "0"], gpus=("rtx3090",))[0]
+    assert amx([], gpus=(find_gpu("rtx3090"),)) == []  # a target GPU: the weights do not stay on this CPU
+    assert "no nvidia-smi" not in amx(["-ngl", "0"], gpus=(find_gpu("rtx3090"),))[0]

@@ -325,7 +325,7 @@ def test_props_and_slots_pass_through_and_bench_sees_a_llama_server(lt: Any, syn
     stream.close()
 
     doc = run_bench(BenchConfig(url=gw.url, api_key="sk-bench-123456", scenarios=("decode",), k=2, n_predict=8,
-                                warmup=0))
+                                warmup=0)).to_json()
     inter = doc["interference"]
     assert not any("not a llama-server" in m for m in inter["missing"]), inter["missing"]
     assert inter["slots_endpoint"] is True and inter["n_polls"] >= 1

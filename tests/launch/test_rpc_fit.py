@@ -23,10 +23,11 @@ import pytest
 
 from llamarig.plan.fit import trial_config
 from llamarig.plan.fit_log import FitLog, parse_fit_log
-from llamarig.plan.inputs import PlanArgs, build_inputs
-from llamarig.plan.logparse import compare
+from llamarig.plan.inputs import build_inputs
+from llamarig.plan.memory_log import compare
 from llamarig.plan.planner import fit_measurement, make_plan
 from llamarig.plan.result import Plan, PlanInputs
+from llamarig.testing.plans import deployment_of
 from llamarig.testing.rpc import rpc_argument
 from llamarig.units import MiB
 
@@ -65,8 +66,8 @@ CASES = [
 
 
 def _plan_inputs(model: str, rigs: list, mems: list[int], flags: list[str]) -> PlanInputs:
-    return build_inputs(PlanArgs(model=model, rpc_devices=[f"{r.endpoint}={m}M" for r, m in zip(rigs, mems, strict=True)],
-                                 server_args=["--rpc", rpc_argument(rigs), *flags]))
+    return build_inputs(deployment_of(model, ["--rpc", rpc_argument(rigs), *flags],
+                                      rpc_devices=[f"{r.endpoint}={m}M" for r, m in zip(rigs, mems, strict=True)]))
 
 
 def _used_mib(p: Plan) -> list[int]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from llamarig.plan.inputs import PlanArgs, build_inputs
+from llamarig.plan.inputs import build_inputs
 from llamarig.plan.network import network_model, step_traffic
 from llamarig.plan.planner import make_plan
 from llamarig.testing.netproxy import DelayProxy
+from llamarig.testing.plans import deployment_of
 
 pytestmark = pytest.mark.server
 
@@ -41,8 +42,8 @@ def proxied(rpc_servers, llama_server, synth_model):
             proxies[-1].start()
         eps = ",".join(p.endpoint for p in proxies)
         srv = llama_server(model, "--rpc", eps, *FLAGS)
-        inp = build_inputs(PlanArgs(model=str(model), rpc_devices=[f"{p.endpoint}=20G" for p in proxies],
-                                    server_args=["--rpc", eps, *FLAGS]))
+        inp = build_inputs(deployment_of(str(model), ["--rpc", eps, *FLAGS],
+                                         rpc_devices=[f"{p.endpoint}=20G" for p in proxies]))
         return srv, proxies, inp
 
     yield start

@@ -14,7 +14,7 @@ from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
 from llamarig.hardware.cpu import from_system_info, system_info_line
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.logparse import parse_memory_log
+from llamarig.plan.memory_log import parse_memory_log
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.testing.synth import ARCHITECTURES
 
@@ -172,7 +172,7 @@ def test_plan_matches_server_log(model: str, args: str, synth_model, llama_serve
     assert cells == sorted(c // ctx.n_stream for _, c in planned_cells)
 
     # the comparison `launch` prints agrees (every buffer, compute within 5 %)
-    from llamarig.plan.logparse import compare
+    from llamarig.plan.memory_log import compare
 
     bad = [c for c in compare(plan, srv.log, modelled_tolerance=0.05) if not c.ok]
     assert not bad, bad
@@ -249,7 +249,7 @@ def test_every_synth_architecture_default_shape(arch: str, synth_model, llama_se
     srv.stop()
     log = parse_memory_log(srv.log)
     plan = make_plan(PlanInputs(load_spec(path), parse_server_args(argv), _hw(srv.log)))
-    from llamarig.plan.logparse import compare
+    from llamarig.plan.memory_log import compare
 
     bad = [c for c in compare(plan, srv.log, modelled_tolerance=0.35) if not c.ok]
     assert not bad, bad
@@ -328,7 +328,7 @@ def test_plan_matches_native_server_log(model: str, args: str, synth_model, nati
     assert set(logged) == set(planned_parts), (log.weights, planned_parts)
     for name, mib in logged.items():
         assert abs(mib - planned_parts[name]) <= ROUND, (name, mib, planned_parts[name])
-    from llamarig.plan.logparse import compare
+    from llamarig.plan.memory_log import compare
 
     bad = [c for c in compare(plan, srv.log, modelled_tolerance=0.05) if not c.ok]
     assert not bad, bad

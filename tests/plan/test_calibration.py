@@ -8,12 +8,10 @@ import statistics
 import pytest
 
 from llamarig.errors import InputError
-from llamarig.plan.calibration import (
-    evaluate_points,
-    fit_weights_efficiency,
-    load_calibration,
-    user_calibration_json,
-)
+from llamarig.plan.calibration import user_calibration_json
+from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration_fit import fit_weights_efficiency
+from llamarig.plan.calibration_points import evaluate_points
 
 
 def test_builtin_has_every_backend():

@@ -77,7 +77,7 @@ def test_amx_quantized_weights_are_warned(models: dict[str, Path]) -> None:
     assert any("AMX tile kernels" in w and "--no-repack" in w for w in plan.warnings)
     plan = make_plan(PlanInputs(load_spec(models["f16"]), parse_server_args(["-c", "2048"]), Hardware(cpu=AMX)))
     assert not any("AMX tile kernels" in w for w in plan.warnings)
-    assert plan.extra["cpu"]["features"] == sorted(AMX.features)
+    assert plan.cpu is not None and plan.cpu.features == AMX.features
 
 
 def test_rules_from_source() -> None:

@@ -14,7 +14,9 @@ import pytest
 
 from llamarig.cli.main import main
 from llamarig.errors import InputError
-from llamarig.plan.calibration import calibration_from_evidence, evidence_points, load_calibration
+from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration_fit import calibration_from_evidence
+from llamarig.plan.calibration_points import evidence_points
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "fixtures" / "evidence" / "cpu-smoke-sample.json"
@@ -121,7 +123,8 @@ def test_h200_builtin_entry_is_the_fit_of_its_evidence_file():
 def test_h200_builtin_predicts_the_repeat_run():
     """The repeat run (not fitted): every decode and prefill point within 15 %, median within 5 %;
     the CUDA defaults alone (consumer cards) were 2-3x off."""
-    from llamarig.plan.calibration import builtin, predict_point
+    from llamarig.plan.calibration import builtin
+    from llamarig.plan.calibration_points import predict_point
 
     doc = json.loads(H200_B.read_text())
     pts = evidence_points(doc, "b")
@@ -157,7 +160,7 @@ def test_plan_on_h200_uses_the_per_type_kv_and_names_it(capsys):
 
 
 def test_calibration_file_kv_by_type_is_checked(tmp_path):
-    from llamarig.plan.calibration import load_calibration
+    from llamarig.plan.calibration_files import load_calibration
 
     good = {"version": 1, "efficiency": [{"backend": "CUDA", "gpu": "rtx3090", "kv_by_type": {"q4_0": 0.3}}]}
     f = tmp_path / "c.json"

@@ -35,7 +35,8 @@ def test_the_evidence_is_there() -> None:
 @pytest.mark.parametrize(("name", "index", "run"), RUNS, ids=[f"{f}#{i}" for f, i, _r in RUNS])
 def test_every_logged_buffer(name: str, index: int, run: dict[str, Any], workdir: Path) -> None:
     model = sparse_model(run, workdir)
-    plan = llamarig.plan_command(str(model), plan_args(run), gpus=["h200"])
+    plan = llamarig.plan_command(llamarig.deployment(str(model), plan_args(run),
+                                                     hardware=llamarig.machine([llamarig.gpu("h200")])))
     logged = logged_buffers(run["buffers"])
     rows = compare(plan, logged)
     # weights, KV, RS, compute on CUDA0; host weights, compute and output; the MTP context's too

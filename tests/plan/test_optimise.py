@@ -183,8 +183,8 @@ def test_contradicting_flags():
 def test_plan_json_speed_slot(seed_inputs):
     """What plan --json does for a plain plan: Plan.speed carries the SpeedReport."""
     from llamarig.cli.speed_view import speed_table
+    from llamarig.plan.estimators.speed import speed_for
     from llamarig.plan.planner import make_plan
-    from llamarig.plan.speed import speed_for
 
     plan = make_plan(seed_inputs)
     rep = speed_for(seed_inputs, plan)
@@ -196,8 +196,8 @@ def test_plan_json_speed_slot(seed_inputs):
 def test_unknown_gpu_bandwidth_is_a_clear_message():
     from llamarig.catalogue.gpus import parse_gpu_arg
     from llamarig.hardware.types import Hardware
+    from llamarig.plan.estimators.speed import attach_speed
     from llamarig.plan.planner import PlanInputs, make_plan
-    from llamarig.plan.speed import attach_speed
 
     base = inputs("qwen3.6-27b:iq4_nl", "rtx3090")
     inp = PlanInputs(base.spec, base.cfg, Hardware((parse_gpu_arg("mycard:24"),)))

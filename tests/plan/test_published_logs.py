@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from llamarig.api import plan_model
+from llamarig.api import deployment, machine, plan_model
+from llamarig.catalogue.gpus import parse_gpu_arg
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.plan import memory as M
 from llamarig.plan.compute import estimate_compute, pipeline_extra, pipeline_parallel
@@ -18,6 +19,10 @@ from llamarig.plan.config import parse_server_args
 MiB = 1 << 20
 LOGS: dict[str, dict[str, Any]] = {
     e["id"]: e for e in yaml.safe_load((Path(__file__).parent / "published_logs.yaml").read_text())}
+
+
+def _plan(model: str, args: list[str], gpus: list[str]) -> Any:
+    return plan_model(deployment(model, args, hardware=machine([parse_gpu_arg(g) for g in gpus])))
 
 
 def _reported(log: str, i: int) -> Any:
@@ -73,7 +78,7 @@ def test_the_first_gpu_premium_at_the_pinned_build_is_the_mixed_batch_branch() -
     the mixed embeddings input, their token rows and the slots besides the token rows, 4 times
     each under pipeline parallelism, and holds the DUP. The replay of the scheduler gives it (and
     was checked on the RPC rig to the log's rounding: tests/plan/test_rpc_grid.py)."""
-    p = plan_model("llama3.1-70b:q4_k_m", ["-c", "32768", "-np", "1"], gpus=["rtx4090", "rtx4090", "rtx4090"])
+    p = _plan("llama3.1-70b:q4_k_m", ["-c", "32768", "-np", "1"], ["rtx4090", "rtx4090", "rtx4090"])
     c = [d.lines["compute"].bytes for d in p.devices]
     e, n = 8192, 512
     assert abs(c[1] - c[2]) < 1024  # the last GPU's output rows and logits: one output
@@ -88,8 +93,8 @@ def test_the_first_gpu_premium_at_the_pinned_build_is_the_mixed_batch_branch() -
     ("hilbertraum-318-8k-np4", ["-c", "8192"]),
 ])
 def test_mtp_context_on_a_gpu_at_ub_2048(log: str, args: list[str]) -> None:
-    p = plan_model("qwen3.8-27b:q5_k_m", [*args, "-b", "2048", "-ub", "2048", "--spec-type", "draft-mtp",
-                                           "--spec-draft-n-max", "2"], gpus=["rtx3090"])
+    p = _plan("qwen3.8-27b:q5_k_m", [*args, "-b", "2048", "-ub", "2048", "--spec-type", "draft-mtp",
+                                      "--spec-draft-n-max", "2"], ["rtx3090"])
     # KV exact + the replayed MTP graph (nothing fitted on these runs any more)
     assert p.devices[0].lines["draft"].bytes / MiB == pytest.approx(_reported(log, 0), abs=0.02)
 
@@ -113,8 +118,8 @@ def test_gpt_oss_20b_keeps_attention_and_output_in_q8_0_on_the_gpu() -> None:
     spec = build_spec(*find_model("gpt-oss-20b:mxfp4"))
     on_gpu = [t for t in spec.tensors if "_exps." not in t.name and t.name != "token_embd.weight"]
     assert {t.ggml_type for t in on_gpu if t.name.endswith("attn_q.weight")} == {"q8_0"}
-    p = plan_model("gpt-oss-20b:mxfp4", ["-ngl", "99", "--n-cpu-moe", "99", "-c", "131072", "-fa", "on", "-np", "1"],
-                   gpus=["rtx3090:8"])
+    p = _plan("gpt-oss-20b:mxfp4", ["-ngl", "99", "--n-cpu-moe", "99", "-c", "131072", "-fa", "on", "-np", "1"],
+              ["rtx3090:8"])
     gpu_w = p.devices[0].lines["weights"].bytes
     assert gpu_w == pytest.approx(sum(t.n_bytes for t in on_gpu), rel=0.002)  # + CUDA row padding
     assert 1230 * MiB < gpu_w < 1250 * MiB  # was 673 MiB with the file size spread by parameter count
@@ -127,11 +132,11 @@ def test_qwen3_coder_q4_k_m_uses_the_logged_file_size() -> None:
     spec = build_spec(*find_model("qwen3-coder-30b-a3b:q4_k_m"))
     reported = _reported("issue17067-qwen3-coder-30b-a3b-q4_k_m-size", 0)
     assert abs(spec.file_bytes / (1 << 30) - reported) <= 0.005  # printed to 0.01 GiB
-    assert "estimated" not in str(spec.metadata["size_source"])
+    assert spec.origin is not None and not spec.origin.size_estimated
 
 
 @pytest.mark.parametrize("mid", sorted(_reported("bartowski-qwen3-file-tables", 0)))
 def test_catalogue_sizes_from_published_file_tables(mid: str) -> None:
     spec = build_spec(*find_model(mid))
     assert spec.file_bytes / 1e9 == pytest.approx(_reported("bartowski-qwen3-file-tables", 0)[mid], abs=0.005)
-    assert "estimated" not in str(spec.metadata["size_source"])
+    assert spec.origin is not None and not spec.origin.size_estimated

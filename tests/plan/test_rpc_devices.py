@@ -7,8 +7,9 @@ import pytest
 
 from llamarig.errors import InputError
 from llamarig.plan.fit_log import parse_fit_log
-from llamarig.plan.inputs import PlanArgs, build_plan
+from llamarig.plan.inputs import build_plan
 from llamarig.plan.rpc import parse_rpc_device, split_endpoint
+from llamarig.testing.plans import deployment_of
 from llamarig.units import GiB, MiB
 
 
@@ -38,8 +39,7 @@ def test_split_endpoint():
 
 
 def _plan(rpc: str, described: list[str], *flags: str):
-    return build_plan(PlanArgs(model="qwen3-8b:q4_k_m", rpc_devices=described,
-                               server_args=["--rpc", rpc, "-c", "8192", *flags]))
+    return build_plan(deployment_of("qwen3-8b:q4_k_m", ["--rpc", rpc, "-c", "8192", *flags], rpc_devices=described))
 
 
 def test_devices_come_first_named_as_their_buffers():
@@ -105,8 +105,8 @@ def test_fit_log_reads_the_trace():
 
 def _mixed(*flags: str, gpus: tuple[str, ...] = ("rtx3090", "rtx4090")):
     """Two rpc-servers beside two local CUDA GPUs."""
-    return build_plan(PlanArgs(model="qwen3-8b:q4_k_m", gpus=list(gpus), rpc_devices=["a:1=16G", "b:2=16G"],
-                               server_args=["--rpc", "a:1,b:2", "-c", "8192", "-fit", "off", *flags]))
+    return build_plan(deployment_of("qwen3-8b:q4_k_m", ["--rpc", "a:1,b:2", "-c", "8192", "-fit", "off", *flags],
+                                    gpus=list(gpus), rpc_devices=["a:1=16G", "b:2=16G"]))
 
 
 def test_rpc_servers_come_before_local_gpus():

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from llamarig.cli.main import main
-from llamarig.plan.calibration import points, predict_point
+from llamarig.plan.calibration_points import points, predict_point
 from llamarig.plan.optimise import Targets, optimise
 from llamarig.plan.speed import speed_report
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from llamarig.app.check import check, what_runs
-from llamarig.app.planning import plan_command
 from llamarig.app.runs import price_argv
 from llamarig.cli.main import main
 from llamarig.plan.verdict import decode_headline, fit_qualifier
+from llamarig.testing.plans import gpus_of, plan_of
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"
 QWEN36 = "qwen3.6-27b:iq4_nl"
@@ -52,7 +52,7 @@ def test_mtp_headline_stays_under_its_limit(gpu: str) -> None:
     said 'decode 77.7 tok/s ... (modelled; physical limit 44)', MTP unnamed."""
     p = SEEDS / "004_execstart.sh"
     pair = what_runs(check(p.read_text(encoding="utf-8"), origin=p), 0)
-    priced, _notes = price_argv(pair.received, model="qwen3.8-27b:ud-q4_k_xl", gpus=[gpu], speed=True)
+    priced, _notes = price_argv(pair.received, model="qwen3.8-27b:ud-q4_k_xl", gpus=gpus_of([gpu]), speed=True)
     assert priced.plan is not None and priced.plan.speed.speculative is not None
     h = decode_headline(priced.plan.speed)
     assert h.n_max == 4 and h.kind == "MTP"
@@ -65,7 +65,7 @@ def test_mtp_headline_stays_under_its_limit(gpu: str) -> None:
 def test_fits_is_qualified_when_layers_live_in_unchecked_host_ram(capsys: pytest.CaptureFixture[str]) -> None:
     """`plan ... -c 2000000 -np 1` opened with 'fits' while --fit moved most layers to a host that
     needs 130 GiB, unchecked, at 1.5 tok/s."""
-    plan = plan_command(QWEN36, ["-c", "2000000", "-np", "1"], gpus=["rtx3090"], mmproj="f16")
+    plan = plan_of(QWEN36, ["-c", "2000000", "-np", "1"], gpus=["rtx3090"], mmproj="f16")
     q = fit_qualifier(plan)
     assert plan.fits and q.qualified and q.by_fit
     # as the --fit note: 5 of 65 on the GPU (the CPU layers' flash attention runs on the GPU for
@@ -77,13 +77,13 @@ def test_fits_is_qualified_when_layers_live_in_unchecked_host_ram(capsys: pytest
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("may not fit (host RAM not checked)")
     # with the host RAM given and enough of it, it fits, and still says where the layers are
-    plan = plan_command(QWEN36, ["-c", "2000000", "-np", "1"], gpus=["rtx3090"], mmproj="f16", ram="192G")
+    plan = plan_of(QWEN36, ["-c", "2000000", "-np", "1"], gpus=["rtx3090"], mmproj="f16", ram="192G")
     q = fit_qualifier(plan)
     assert q.unchecked_bytes is None and q.verdict(plan.fits) == "fits, with 60 of 65 layers in host RAM"
 
 
 def test_everything_on_the_gpu_is_a_plain_fits() -> None:
-    plan = plan_command(QWEN36, ["-c", "105000"], gpus=["rtx3090"], mmproj="f16")
+    plan = plan_of(QWEN36, ["-c", "105000"], gpus=["rtx3090"], mmproj="f16")
     q = fit_qualifier(plan)
     assert not q.qualified and q.verdict(plan.fits) == "fits"
     h = decode_headline(plan.speed)

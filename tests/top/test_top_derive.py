@@ -9,29 +9,31 @@ from typing import Any
 
 import pytest
 
+from llamarig.bench.gpu import GpuRaw, GpuReading, GpuTelemetry, Nvml, is_local
 from llamarig.cli.top_view import ViewState, plain
 from llamarig.testing.server import free_port
-from llamarig.top.derive import build, gpu_raw
-from llamarig.top.gpu import Nvml, is_local
-from llamarig.top.model import GpuReading, Raw, ServerRaw, Snapshot
+from llamarig.top.derive import build
+from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
 
 NO_GPU = GpuReading(False, "test", "no_nvml")
+NO_HINT = PoolHint()
 
 
 def slot(sid: int, *, busy: bool = False, task: int = 1, dec: int = 0, ctx: int = 0, cached: int = 0,
-         processed: int = 0, n_ctx: int = 4096) -> dict[str, Any]:
+         processed: int = 0, n_ctx: int = 4096, remain: int = -1, has_next: bool = True) -> dict[str, Any]:
+    """A slot of /slots as build 11434 writes it (server-context.cpp:724)."""
     return {"id": sid, "n_ctx": n_ctx, "is_processing": busy, "id_task": task, "n_prompt_tokens": ctx,
             "n_prompt_tokens_cache": cached, "n_prompt_tokens_processed": processed,
-            "next_token": [{"n_decoded": dec, "n_remain": -1}]}
+            "next_token": [{"n_decoded": dec, "n_remain": remain, "has_next_token": has_next}]}
 
 
 def raw(t: float, slots: list[dict[str, Any]] | None = None, *, metrics: dict[str, float] | None = None,
         start: float | None = 5.0, reachable: bool = True, gpu: GpuReading = NO_GPU, status: Any = None,
-        name: str = "server") -> Raw:
+        name: str = "server", hint: PoolHint = NO_HINT) -> Raw:
     srv = ServerRaw(name, "http://127.0.0.1:1", reachable, health=200 if reachable else None,
                     error="" if reachable else "connection refused",
                     slots=tuple(slots) if slots is not None else None, metrics=metrics, start_time=start,
-                    props={"build_info": "b11434", "model_alias": "m.gguf", "total_slots": 2})
+                    props={"build_info": "b11434", "model_alias": "m.gguf", "total_slots": 2}, pool_hint=hint)
     return Raw("http://127.0.0.1:1", "gateway" if status is not None else "server", t, 1000.0 + t, (srv,), gpu, status)
 
 
@@ -101,14 +103,83 @@ def test_checkpoint_thrash_alert_after_two_reprocessed_continuations() -> None:
     assert not ok[1].events
 
 
-def test_pool_and_slot_near_full() -> None:
+def test_split_slots_near_full() -> None:
+    """More cells in use than one slot's n_ctx: the slots do not share one pool of that size, so
+    each is judged against its own context (split KV, llama-server -np N without -kvu)."""
     (s,) = run(raw(0, [slot(0, busy=True, ctx=3900, n_ctx=4096), slot(1, busy=True, ctx=3800, n_ctx=4096)]))
-    kinds = sorted(a.kind for a in s.alerts)
-    assert kinds == ["pool_near_full", "slot_near_full", "slot_near_full"]
-    assert "KV pool near full: 7700 of 8192 tokens (94 %)" in plain(s)
+    assert sorted(a.kind for a in s.alerts) == ["slot_near_full", "slot_near_full"]
+    pool = s.servers[0].pool
+    assert pool is not None and (pool.tokens, pool.unified, pool.source) == (8192, False, "slots")
+    assert s.servers[0].pool_frac == pytest.approx(7700 / 8192)
+    assert "slot 0 context near full: 3900 of 4096 tokens (95 %)" in plain(s)
     # the same contexts kept by idle slots (their last task's cache): shown, no alert
     (idle,) = run(raw(0, [slot(0, ctx=3900, n_ctx=4096), slot(1, ctx=3800, n_ctx=4096)]))
     assert idle.alerts == () and idle.servers[0].pool_frac == pytest.approx(7700 / 8192)
+
+
+def test_shared_pool_cells_in_use_and_alerts_before_the_overflow() -> None:
+    """-c 4096 -np 4 -kvu: every slot reports n_ctx 4096 (the pool), so the old reading (each
+    slot's context over the sum of the n_ctx) said 25 % while the pool was full. The cells in use
+    count against the one pool; the alert comes while the busy slots still decode, from what they
+    still need (n_remain) and from how fast they fill it."""
+    log = PoolHint(4096, True, "log", "server.log")
+    busy = [slot(i, busy=True, task=i, dec=900, ctx=1000, remain=1100) for i in (1, 2, 3)]
+    a, b = run(raw(0, [slot(0), *busy], hint=log),
+               raw(1, [slot(0), *(slot(i, busy=True, task=i, dec=1250, ctx=1350, remain=750) for i in (1, 2, 3))],
+                   hint=log))
+    pool = b.servers[0].pool
+    assert pool is not None and (pool.tokens, pool.cells, pool.cells_busy) == (4096, 4050, 4050)
+    assert pool.cells_needed == 4050 + 3 * 750 and pool.fill_tok_s == pytest.approx(1050.0)
+    assert b.servers[0].pool_frac == pytest.approx(4050 / 4096)
+    assert {x.kind for x in a.alerts} == {"pool_overflow_ahead"}  # the first reading already: 6300 > 4096
+    assert {x.kind for x in b.alerts} == {"pool_overflow_ahead", "pool_near_full"}
+    text = plain(b, width=200)
+    assert text.splitlines()[0].startswith("llama-server up") and "pool 99 %" in text.splitlines()[0]
+    assert "the busy slots need 6300 cells to finish but the KV pool has 4096" in text
+    assert "KV pool near full: busy slots hold 4050 of 4096 cells (99 %), full in about 0 s" in text
+    assert "pool 4050 of 4096 cells (shared by the slots; the server's log), busy slots 4050" in text
+    j = b.to_json()["servers"][0]["pool"]
+    assert j["tokens"] == 4096 and j["cells_used"] == 4050 and j["source"] == "log" and j["unified"] is True
+
+
+def test_unknown_pool_taken_as_one_slots_context() -> None:
+    """No hint (a server on another machine): one slot's n_ctx is taken as the shared pool (the
+    reading that warns first), and the source says it is assumed."""
+    (s,) = run(raw(0, [slot(0, busy=True, ctx=1500, remain=600), slot(1, busy=True, ctx=1500, remain=600)]))
+    pool = s.servers[0].pool
+    assert pool is not None and (pool.tokens, pool.unified, pool.source) == (4096, True, "assumed")
+    assert [a.kind for a in s.alerts] == ["pool_overflow_ahead"]
+    assert "assumed: one slot's n_ctx, -kvu" in plain(s, width=200)
+    split = PoolHint(None, False, "given")
+    (t,) = run(raw(0, [slot(0, busy=True, ctx=1500, remain=600), slot(1, busy=True, ctx=1500, remain=600)], hint=split))
+    assert t.alerts == () and t.servers[0].pool is not None and t.servers[0].pool.tokens == 8192
+
+
+def test_how_tasks_ended_from_two_readings() -> None:
+    """A task that left its slot: has_next_token false = done; still true with its cache kept =
+    cancelled; true with the cache cleared, on several slots at once = the pool overflowed (all
+    busy slots end and are cleared together, server-context.cpp:4040-4048)."""
+    log = PoolHint(4096, True, "log")
+    before = [slot(0, busy=True, task=7, dec=50, ctx=90, remain=10),
+              slot(1, busy=True, task=4, dec=1300, ctx=1360), slot(2, busy=True, task=1, dec=1300, ctx=1360),
+              slot(3, busy=True, task=9, dec=600, ctx=700)]
+    after = [slot(0, task=7, ctx=99, has_next=False), slot(1, task=4, ctx=0), slot(2, task=1, ctx=0),
+             slot(3, task=9, ctx=700)]
+    a, b = run(raw(0, before, hint=log), raw(1, after, hint=log))
+    kinds = [e.kind for e in b.events]
+    assert kinds == ["cancelled", "context_exceeded"], kinds
+    assert dict(b.servers[0].endings) == {"done": 1, "cancelled": 1, "context_exceeded": 2}
+    ev = b.events[1]
+    assert ev.values["slots"] == [1, 2] and ev.values["tasks"] == [4, 1]
+    assert "2 requests ended with 'Context size has been exceeded' (slots 1, 2)" in ev.detail
+    assert "task 9 cancelled after 600 generated tokens" in b.events[0].detail
+    text = plain(b, width=200)
+    assert "tasks ended (seen by top): cancelled 1 · context exceeded 2 · done 1" in text
+    assert b.to_json()["events"][1]["slots"] == [1, 2]
+    # one slot cleared alone with no pool alert up: ended early (a cancel whose cache a new task
+    # cleared, or another error), not called an overflow
+    _, c = run(raw(0, [slot(0, busy=True, task=3, dec=5, ctx=50)], hint=log), raw(1, [slot(0, task=3, ctx=0)], hint=log))
+    assert [e.kind for e in c.events] == ["ended_early"]
 
 
 def test_gateway_rejections_per_minute_and_reservations() -> None:
@@ -134,7 +205,7 @@ def test_gateway_rejections_per_minute_and_reservations() -> None:
 
 def test_tokens_per_joule_from_the_energy_counter() -> None:
     def gpu(e: float) -> GpuReading:
-        return GpuReading(True, "", "", (gpu_raw(0, "RTX 3090", power_w=300.0, energy_j=e, mem_used_mib=20000.0,
+        return GpuReading(True, "", "", (GpuRaw(0, "RTX 3090", power_w=300.0, energy_j=e, mem_used_mib=20000.0,
                                                  mem_total_mib=24576.0, temp_c=60.0, sm_clock_mhz=1800.0),))
 
     _, b = run(raw(0, [slot(0, busy=True, task=1, dec=0)], gpu=gpu(1000.0)),
@@ -165,6 +236,9 @@ def test_screens_fit_80_columns_in_both_languages() -> None:
 def test_nvml_absent_is_one_line_and_local_urls() -> None:
     r = Nvml().read()
     assert r.available or (r.reason and "\n" not in r.reason and r.reason_kind == "no_nvml")
+    # one telemetry source for top and bench: NVML, else nvidia-smi, else one line saying both
+    t = GpuTelemetry().read()
+    assert t.available or (t.reason and "\n" not in t.reason and ("NVML" in t.reason or "nvml" in t.reason.lower()))
     assert is_local("http://127.0.0.1:8080") and is_local("http://localhost:1") and is_local("http://[::1]:8080")
     assert not is_local("http://192.0.2.7:8080")  # TEST-NET-1 (RFC 5737): never this machine
 
@@ -209,3 +283,14 @@ def test_cli_errors_are_one_line(cli: Any) -> None:
     doc = json.loads(out)
     assert code == 3 and doc["servers"][0]["state"] == "down" and doc["slots"] == []
     assert doc["servers"][0]["error"] == "connection refused" and doc["alerts"][0]["kind"] == "down"
+
+
+def test_names_from_a_server_are_never_markup() -> None:
+    """A backend or key named like rich markup shows as written (rows showed '[yellow]![2][/]')."""
+    req = {"id": "req-[b]7[/b]", "backend": "[red]b0[/]", "tier": "B", "priority": 0, "key": "[bold]k[/]",
+           "reserved_tokens": 10, "age_s": 1.0, "slot": 0}
+    status = {"in_flight": 1, "reserved_tokens": 10, "requests": [req],
+              "backends": [{"name": "[red]b0[/]", "healthy": True, "pool_tokens": 4096, "in_flight": 1}]}
+    (snap,) = run(raw(0, [slot(0, busy=True)], status=status, name="[red]b0[/]"))
+    text = plain(snap, width=160)
+    assert "[red]b0[/]" in text and "req-[b]7[/b]" in text and "[bold]k[/]" in text

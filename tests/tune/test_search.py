@@ -119,7 +119,7 @@ def test_quality_arithmetic() -> None:
 def test_calibration_fit_reproduces_the_measurement(synth_model, tmp_path: Path) -> None:
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration import load_calibration
+    from llamarig.plan.calibration_files import load_calibration
     from llamarig.plan.config import parse_server_args
     from llamarig.plan.speed import speed_report
     from llamarig.tune.calibrate import fit_calibration, write_calibration
@@ -141,7 +141,7 @@ def test_calibration_fit_reproduces_the_measurement(synth_model, tmp_path: Path)
 def test_cpu_fit_records_the_host_bandwidth(synth_model, tmp_path: Path) -> None:
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration import load_calibration
+    from llamarig.plan.calibration_files import load_calibration
     from llamarig.plan.config import parse_server_args
     from llamarig.plan.speed import speed_report
     from llamarig.tune.calibrate import fit_calibration, write_calibration
@@ -161,7 +161,8 @@ def test_cpu_fit_records_the_host_bandwidth(synth_model, tmp_path: Path) -> None
 def test_state_dir_calibration_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from llamarig.plan.calibration import builtin, load_calibration
+    from llamarig.plan.calibration import builtin
+    from llamarig.plan.calibration_files import load_calibration
 
     monkeypatch.setenv("LLAMARIG_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("LLAMARIG_CALIBRATION", raising=False)
@@ -228,7 +229,7 @@ def test_cpu_fit_faster_than_the_copy_bandwidth(synth_model) -> None:
     """A decode speed the measured copy bandwidth cannot explain: the bandwidth is solved."""
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration import _parse, builtin
+    from llamarig.plan.calibration import calibration_from_json
     from llamarig.plan.config import parse_server_args
     from llamarig.plan.speed import speed_report
     from llamarig.tune.calibrate import fit_calibration
@@ -237,7 +238,7 @@ def test_cpu_fit_faster_than_the_copy_bandwidth(synth_model) -> None:
     cfg = parse_server_args(["-c", "1024"])
     data, pred = fit_calibration(spec, cfg, Hardware(), 3000.0, host_bandwidth_gbs=0.5, depth=10)
     assert data["host_bandwidth_gbs"] > 0.5 and "effective" in data["_host"] and "_note" not in data
-    cal = _parse(data, builtin(), "t")
+    cal = calibration_from_json(data, "t")
     assert speed_report(spec, cfg, Hardware(), cal=cal, depths=[10]).by_depth[0].decode_tok_s == pytest.approx(3000, rel=0.02)
 
 

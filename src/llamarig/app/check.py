@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,10 @@ from llamarig.flags.reading import ScriptReading, read_script, reading_of
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.rules.rpc import rpc_server_findings
 from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.hardware.types import GPU
 from llamarig.i18n import _
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.inputs import plan_for_check
-from llamarig.units import parse_size
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
@@ -103,23 +104,20 @@ class CheckReport:
 
 def check(text: str, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
           cores: int | None = None, model: str | None = None, base_dir: Path | None = None,
-          gpus: tuple[str, ...] | list[str] = (), ram: str | None = None, need_ctx: int | None = None,
+          gpus: Sequence[GPU] = (), ram: int | None = None, need_ctx: int | None = None,
           origin: Path | None = None, name: str = "<text>") -> CheckReport:
     """`llamarig check`'s findings for a launch script, unit, compose/YAML file, preset INI or
     command line, against ``schema`` (else ``server_bin``'s flags, else the bundled schema of the
     pinned build). ``cores``: physical cores of the target machine (default this one); ``model``:
-    a GGUF instead of -m; ``gpus``/``ram``: add the memory verdict; ``origin``: the file ``text``
+    a GGUF instead of -m; ``gpus``/``ram`` (bytes): add the memory verdict; ``origin``: the file ``text``
     was read from (its sourced files, drop-ins, .env are read too)."""
     if schema is None:
         schema = load_schema(server_bin) if server_bin else load_bundled()
     reading = read_script(text, kind, origin)
     parsed = reading.parsed if reading.parsed is not None else parse_text(text, kind, origin)
-    ram_bytes = None
-    if ram:
-        ram_bytes = parse_size(ram, "g")
     ctx = Context(physical_cores=cores or physical_cores(),
                   cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
-                  ram_bytes=ram_bytes, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
+                  ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     extra = rpc_server_findings(text)  # the script's rpc-servers (not llama-server invocations)

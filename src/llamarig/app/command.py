@@ -7,23 +7,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from llamarig.app.check import CheckReport, check, fix, get_schema, read_input
-from llamarig.app.planning import plan_args, plan_with_speed
+from llamarig.app.planning import plan_with_speed
 from llamarig.binary import find_binary
+from llamarig.diagnostics import Diagnostic
 from llamarig.errors import InputError, LlamarigError, ServerError
 from llamarig.flags.argv import Command
 from llamarig.flags.findings import Finding
 from llamarig.flags.readers import is_server_program
 from llamarig.flags.schema import Schema, load_bundled, load_schema
+from llamarig.hardware.types import Hardware
 from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _, join
-from llamarig.plan.inputs import PlanArgs
+from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
-from llamarig.plan.rpc import loopback_descriptions
+from llamarig.plan.rpc import loopback_descriptions, parse_rpc_device
+from llamarig.plan.speed import SpeedReport
 from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
 
 
@@ -38,12 +41,16 @@ class Resolved:
     findings: list[Finding] = field(default_factory=list)  # check findings of a --from-script input
     notes: list[str] = field(default_factory=list)  # comment lines about the input
     schema: Schema | None = None  # flag schema of `binary` (else the bundled one)
-    plan_args: PlanArgs | None = None  # the PlanArgs behind ``plan`` (launch re-plans for the server's CPU)
+    #: the Deployment behind ``plan`` (launch re-plans it for the server's CPU); None when the
+    #: command could not be read as one (``plan_error``)
+    deployment: Deployment | None = None
+    #: what the command is planned on (its rpc-servers' devices included)
+    hardware: Hardware = field(default_factory=Hardware)
     wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
     workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
 
     @property
-    def speed(self) -> Any:
+    def speed(self) -> SpeedReport | None:
         """The plan's speed report (None without a plan or when speed cannot be predicted)."""
         return self.plan.speed if self.plan is not None else None
 
@@ -88,21 +95,22 @@ def _model_args(model: str) -> list[str]:
     return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
-def _plan(args: list[str], gpus: Sequence[str], ram: str | None, detect: bool, rpc_devices: Sequence[str] = ()
-          ) -> tuple[Plan | None, str, LlamarigError | None, PlanArgs]:
-    """(plan with speed, note, error, the PlanArgs behind it) for a final llama-server args."""
-    pa = plan_args(command=["llama-server", *args], gpus=gpus, ram=ram, detect=detect, rpc_devices=rpc_devices)
+def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic]
+          ) -> tuple[Plan | None, str, LlamarigError | None, Deployment | None]:
+    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args."""
+    d = None
     try:
-        plan = plan_with_speed(pa)
+        d = deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes))
+        plan = plan_with_speed(d)
     except LlamarigError as e:
-        return None, _("plan: not computed ({error})").format(error=e), e, pa
+        return None, _("plan: not computed ({error})").format(error=e), e, d
     note = ""
     model = plan.model
     if model.startswith("<") and model.endswith(".gguf>"):
         m = Command.parse(args, program=False).get("--model") or model
         note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
                  "are for the catalogue's header)").format(model=m)
-    return plan, note, None, pa
+    return plan, note, None, d
 
 
 def _script_dir(cwd: str | None, script_dir: Path) -> str | None:
@@ -285,11 +293,10 @@ def _resolve_binary(inp: _Input, server_bin: str | None, allow_no_binary: bool) 
 
 
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
-                    server_bin: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
-                    detect: bool = False, want_plan: bool = True, repair: bool = False,
+                    server_bin: str | None = None, hardware: Hardware | None = None,
+                    notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
-                    allow_no_binary: bool = False, rpc_devices: Sequence[str] = (),
-                    loopback_rpc_memory: int | None = None) -> Resolved:
+                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
@@ -298,10 +305,10 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     llama-server does not know is an InputError. ``keep_script`` (render): a --from-script
     command keeps its own binary, wrappers and directory. ``allow_no_binary`` (render): without
     a llama-server here, the bundled schema and the program's name stand in (a note says so),
-    instead of a ServerError. ``rpc_devices``: what each rpc-server of ``--rpc`` brings
-    (``HOST:PORT=SPEC``); ``loopback_rpc_memory`` (launch): the memory an rpc-server of this
-    machine will report, for the ``--rpc`` endpoints on 127.0.0.1 that ``rpc_devices`` does not
-    describe."""
+    instead of a ServerError. ``hardware``: what the command is planned on (``Hardware.rpc``: what
+    each rpc-server of ``--rpc`` brings); ``notes``: what reading it found;
+    ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine will report, for
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
     if from_script and tokens:
         raise InputError(_("give either --from-script FILE or a command, not both"))
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
@@ -322,13 +329,15 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         where = _(" or ").join(str(b) for b in inp.bases)
         inp.notes.append(_("paths: relative {paths} made absolute (against {base})").format(
             paths=", ".join(changed), base=where))
-    res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
-                   wrappers=inp.wrappers, workdir=inp.workdir)
+    hw = hardware or Hardware()
     if loopback_rpc_memory is not None:
-        rpc_devices = [*rpc_devices, *loopback_descriptions(Command.parse(args, program=False).get("--rpc"),
-                                                            rpc_devices, loopback_rpc_memory)]
+        loopback = loopback_descriptions(Command.parse(args, program=False).get("--rpc"), [g.endpoint for g in hw.rpc],
+                                         loopback_rpc_memory)
+        hw = replace(hw, rpc=(*hw.rpc, *(g for text in loopback for g in parse_rpc_device(text))))
+    res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
+                   wrappers=inp.wrappers, workdir=inp.workdir, hardware=hw)
     if want_plan:
-        res.plan, res.plan_note, res.plan_error, res.plan_args = _plan(args, gpus, ram, detect, rpc_devices)
+        res.plan, res.plan_note, res.plan_error, res.deployment = _plan(args, hw, notes)
     return res
 
 

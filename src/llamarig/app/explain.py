@@ -16,6 +16,7 @@ from llamarig.errors import GGUFError, UnknownNameError
 from llamarig.flags.argv import read_invocation
 from llamarig.flags.explain import Row, explain_rows
 from llamarig.flags.schema import Schema
+from llamarig.hardware.types import GPU
 from llamarig.i18n import _, join, localize
 from llamarig.plan.result import Plan
 from llamarig.units import fmt_bytes
@@ -144,7 +145,7 @@ def summary_lines(pr: PricedRuns) -> list[str]:
 
 
 def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | None = None, lang: str = "en",
-            gpus: Sequence[str] = (), ram: str | None = None) -> ExplainReport:
+            gpus: Sequence[GPU] = (), ram: int | None = None) -> ExplainReport:
     """`llamarig explain`: each command of a checked input, every flag with what it does, its
     default, its effect on memory (the plan of what llama-server receives: ``model`` instead of
     -m, on ``gpus`` with ``ram`` when given), and whether it reaches llama-server; the check

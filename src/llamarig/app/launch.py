@@ -34,10 +34,10 @@ def launch_command(res: Resolved, *, host: str | None = None, port: int | None =
     this process. Raises ServerError (exit 3) for a missing binary, a port in use or a failed
     start; LlamarigError (exit 1) for a plan that does not fit unless ``force``."""
     replan = None
-    pa = res.plan_args
-    if res.plan is not None and pa is not None:
+    d = res.deployment
+    if res.plan is not None and d is not None:
         def replan(cpu: CpuFeatures) -> Plan:
-            return build_plan(replace(pa, cpu=cpu))
+            return build_plan(d.on(replace(d.hardware, cpu=cpu)))
 
     return start(res.binary, launch_args(res, host, port), plan=res.plan,
                  log_path=Path(log_path) if log_path else None, timeout_s=timeout_s, force=force, replan=replan,

@@ -6,22 +6,23 @@ what was meant. Read through :func:`llamarig.app.check.what_runs`, the script gi
 llama-server received and the one its author meant; priced by the planner (with ``--model`` and
 ``--gpu``), it gives the context ``--fit`` keeps, the memory and the decode of what ran. The
 findings say which explains the log: a flag cut off, ``--fit`` lowering the context (and the free
-memory that implies against the plan's), or neither. Hooked into ``bench.logparse.logs_document``
-as its ``compare`` (the one place)."""
+memory that implies against the plan's), or neither. Hooked into ``bench.logs.logs_report`` as its
+``compare`` (the one place)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from llamarig.app.check import CheckReport, SlotLayout, WhatRuns, check_file, slot_layout, what_runs
-from llamarig.app.runs import Priced, loads_model, plan_args_of, price_argv
+from llamarig.app.runs import Priced, deployment_of, loads_model, price_argv
 from llamarig.bench.logparse import UNLIMITED_BUDGET, LogParse
-from llamarig.bench.logparse import logs_document as parse_document
+from llamarig.bench.logs import LogsReport
+from llamarig.bench.logs import logs_report as log_report
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.argv import Command, int_of
+from llamarig.hardware.types import GPU
 from llamarig.i18n import _, join
 from llamarig.plan.inputs import build_inputs
 from llamarig.plan.planner import effective_inputs, make_plan
@@ -43,8 +44,8 @@ class Against:
     report: CheckReport
     pair: WhatRuns
     model: str | None = None
-    gpus: tuple[str, ...] = ()
-    ram: str | None = None
+    gpus: tuple[GPU, ...] = ()
+    ram: int | None = None
 
     def price(self, argv: Sequence[str]) -> Priced | None:
         """The plan of ``argv`` on the machine, or None without GPUs (the context --fit keeps
@@ -158,11 +159,11 @@ def budget_findings(p: LogParse, a: Against) -> list[str]:
 def _decode_at(a: Against, argv: Sequence[str], depth: int) -> float | None:
     """The modelled decode of ``argv`` at ``depth`` on the machine (after --fit), speculative
     decoding included."""
-    pa, _notes = plan_args_of(argv, model=a.model, gpus=a.gpus, ram=a.ram, base_dir=a.script.parent)
-    if pa is None:
-        return None
     try:
-        inp = build_inputs(pa)
+        d, _notes = deployment_of(argv, model=a.model, gpus=a.gpus, ram=a.ram, base_dir=a.script.parent)
+        if d is None:
+            return None
+        inp = build_inputs(d)
         plan = make_plan(inp)
         eff = effective_inputs(inp, plan)
         rep = speed_report(eff.spec, eff.cfg, eff.hardware, depths=[depth], n_ctx=plan.n_ctx_slot)
@@ -230,10 +231,10 @@ def _as_the_file_had_it(report: CheckReport, pair: WhatRuns) -> tuple[WhatRuns, 
     return WhatRuns(pair.index, pair.line, ran, pair.meant, prose[0]), cut
 
 
-def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[str] = (),
-                   ram: str | None = None) -> Callable[[LogParse], list[str]]:
+def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[GPU] = (),
+                   ram: int | None = None) -> Callable[[LogParse], list[str]]:
     """The findings of a log set against ``script`` (and the plan of its command on ``gpus``),
-    as ``bench.logparse.logs_document``'s ``compare``."""
+    as ``bench.logs.logs_report``'s ``compare``."""
     try:
         report = check_file(str(script))
     except InputError as e:
@@ -263,9 +264,10 @@ def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[str
     return compare
 
 
-def logs_document(path: Path, script: Path | None = None, *, model: str | None = None, gpus: Sequence[str] = (),
-                  ram: str | None = None) -> dict[str, Any]:
-    """``llamarig logs FILE [--script S --model M --gpu G]``: the log document (bench.logparse),
-    with the script's and the plan's comparison first when a script is given."""
+def logs_report(path: Path, script: Path | None = None, *, model: str | None = None, gpus: Sequence[GPU] = (),
+                ram: int | None = None) -> LogsReport:
+    """``llamarig logs FILE [--script S --model M --gpu G]``: the log report (bench.logs; its
+    ``to_json()`` is ``--json``), with the script's and the plan's comparison first when a script
+    is given."""
     compare = script_compare(script, model=model, gpus=gpus, ram=ram) if script is not None else None
-    return parse_document(path, compare)
+    return log_report(path, compare)

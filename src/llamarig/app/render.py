@@ -93,8 +93,7 @@ def _local_units(rpc: list[RpcServerSpec], name: str) -> tuple[str, ...]:
 def rpc_servers_of(res: Resolved) -> list[RpcServerSpec]:
     """The rpc-servers of the command's ``--rpc``, with what ``--rpc-device`` says they bring."""
     rpc = Command.parse(res.args, program=False).get("--rpc")
-    described = res.plan_args.rpc_devices if res.plan_args is not None else []
-    return rpc_servers(rpc, described, res.binary)
+    return rpc_servers(rpc, res.hardware.rpc, res.binary)
 
 
 def rpc_units(res: Resolved, *, name: str | None = None, lang: str = "en") -> list[tuple[str, str]]:

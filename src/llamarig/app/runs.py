@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamarig.app.check import WhatRuns, behaviour_changes
-from llamarig.app.planning import plan_args, plan_with_speed
+from llamarig.app.planning import plan_with_speed
 from llamarig.catalogue.models import is_catalogue_id
 from llamarig.errors import LlamarigError
 from llamarig.flags.argv import Command
+from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
-from llamarig.plan.inputs import PlanArgs
+from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
 
 
@@ -101,26 +102,28 @@ def _inputs(argv: Sequence[str], model: str | None, base_dir: Path | None
     return model, cmd.to_argv(), mmproj, notes
 
 
-def plan_args_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
-                 base_dir: Path | None = None) -> tuple[PlanArgs | None, list[str]]:
-    """The planner's inputs for one llama-server argv (program first), and the notes on how its
-    files were found; None when there is no model to plan (-m is not on this machine)."""
+def deployment_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
+                  base_dir: Path | None = None) -> tuple[Deployment | None, list[str]]:
+    """The Deployment of one llama-server argv (program first) on ``gpus`` and ``ram`` (bytes),
+    and the notes on how its files were found; None when there is no model to plan (-m is not on
+    this machine)."""
     m, args, mmproj, notes = _inputs(argv, model, base_dir)
     if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
         return None, []
-    return plan_args(m, command=args, gpus=gpus, ram=ram, mmproj=mmproj), notes
+    return deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj), notes
 
 
-def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
+def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
                base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
     """The plan of one llama-server argv (program first), as ``llamarig plan`` makes it for the
     same command (``model``: a GGUF or catalogue id instead of ``-m``), and the notes on how its
     files were found."""
-    pa, notes = plan_args_of(argv, model=model, gpus=gpus, ram=ram, base_dir=base_dir)
-    if pa is None:
-        return Priced(tuple(argv)), notes
+    m, args, mmproj, notes = _inputs(argv, model, base_dir)
+    if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
+        return Priced(tuple(argv)), []
     try:
-        plan = plan_with_speed(pa, speed=speed)
+        d = deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj)
+        plan = plan_with_speed(d, speed=speed)
     except LlamarigError as e:
         return Priced(tuple(argv), error=e), notes
     return Priced(tuple(argv), plan), notes
@@ -136,7 +139,7 @@ def loads_model(argv: Sequence[str]) -> bool:
     return Command.parse(list(argv), program=True).has(*MODEL_OPTIONS)
 
 
-def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[str] = (), ram: str | None = None,
+def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
           base_dir: Path | None = None, speed: bool = False) -> PricedRuns:
     """``pair`` priced: the plan of what llama-server receives, and of what was meant when that
     differs, with the settings the meant command would change. A received command without a
@@ -152,3 +155,43 @@ def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[str] = (),
     meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
     changes = tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
     return PricedRuns(pair, runs, meant, changes, tuple(notes))
+
+
+def script_deployment(path: str, *, invocation: int = 1, model: str | None = None,
+                      hardware: Hardware | None = None, overhead_bytes: int | None = None,
+                      draft: str | None = None) -> Deployment:
+    """The Deployment of the ``invocation``-th llama-server command of a script, unit or
+    compose file (``-`` for standard input) as llama-server really receives it (a comment line
+    that cuts a ``\\`` continuation cuts the command there, as bash does), on ``hardware``; its
+    diagnostics name the command, and, when the author meant more, what the meant command would
+    change (what ``plan --from-script`` shows first). ``model``: a GGUF or catalogue id for a
+    ``-m`` that is not on this machine."""
+    from llamarig.app.check import check, read_input, what_runs
+    from llamarig.diagnostics import Diagnostic, info, warning
+    from llamarig.errors import InputError
+
+    text, name = read_input(path)
+    base = Path(path).resolve().parent if path != "-" else None
+    report = check(text, model=model, base_dir=base, origin=Path(path) if path != "-" else None, name=name)
+    n = len(report.parsed.invocations)
+    if not 1 <= invocation <= n:
+        raise InputError(_("{name}: no llama-server command number {k} (it has {n})").format(
+            name=name, k=invocation, n=n) if n else
+            _("{name}: no llama-server command found in the input").format(name=name))
+    pair = what_runs(report, invocation - 1)
+    m, args, mmproj, found = _inputs(pair.received, model, base)
+    if m is None:
+        raise InputError(_("{name} line {line}: the model `-m` is not on this machine: give --model FILE or a "
+                           "catalogue id").format(name=name, line=pair.line))
+    notes: list[Diagnostic] = [info("script-command", _("planned: {name} line {line}, the command llama-server "
+                                                        "receives").format(name=name, line=pair.line))]
+    notes += [info("script-file", x) for x in found]
+    if not pair.same:
+        changes = "; ".join(f"{what} {runs} -> {meant}" for what, runs, meant in
+                            behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
+        notes.append(warning("script-cut", _("the script meant more than llama-server receives (cut off at line "
+                                             "{cut}); the meant command would change: {changes}").format(
+            cut=pair.cut_line if pair.cut_line is not None else pair.line, changes=changes or "-")))
+    hw = hardware or Hardware()
+    return deployment(m, command=args, hardware=hw, mmproj=mmproj, draft=draft, overhead_bytes=overhead_bytes,
+                      diagnostics=tuple(notes))

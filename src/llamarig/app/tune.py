@@ -11,17 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.app.command import Resolved
-from llamarig.app.planning import plan_args, plan_with_speed
+from llamarig.app.planning import plan_with_speed
 from llamarig.app.render import render_command
 from llamarig.detect import cpu_cores
 from llamarig.errors import InputError, LlamarigError, ModelNotFoundError
 from llamarig.flags.argv import Command
 from llamarig.gguf import load_spec
+from llamarig.hardware.types import Hardware
 from llamarig.i18n import _
 from llamarig.paths import state_dir
-from llamarig.plan.calibration import measure_host_bandwidth
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.inputs import build_hardware
+from llamarig.plan.deployment import deployment
+from llamarig.plan.host_probes import measure_host_bandwidth
 from llamarig.plan.result import Plan
 from llamarig.tune import search as S
 from llamarig.tune.calibrate import (
@@ -32,6 +33,7 @@ from llamarig.tune.calibrate import (
     write_calibration,
 )
 from llamarig.tune.measure import DepthLadder, ServerMeasure, ladder_prefills
+from llamarig.tune.quality import QualityReport, run_quality
 from llamarig.tune.space import candidates, default_dimensions, describe
 from llamarig.units import fmt_bytes
 
@@ -94,15 +96,15 @@ class TuneResult:
     and args, the calibration written (or why not), the quality probe, the space, the counts."""
 
     search: S.SearchResult
-    pruned: list[tuple[Any, str]]
+    pruned: list[tuple[S.Candidate, str]]
     objective: str
     state_file: Path
     launcher: str = ""
     winner_args: list[str] | None = None
     launcher_args: list[str] | None = None
-    calibration: dict[str, Any] | None = None
-    quality: dict[str, Any] | None = None
-    space: list[dict[str, Any]] | None = None
+    calibration: dict[str, object] | None = None
+    quality: QualityReport | None = None
+    space: list[dict[str, object]] | None = None
     counts: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -110,7 +112,8 @@ class TuneResult:
         out: dict[str, Any] = {
             "search": self.search.to_json(), "pruned": [{"candidate": c.key, "why": w} for c, w in self.pruned],
             "objective": self.objective, "state_file": str(self.state_file), "launcher": self.launcher,
-            "calibration": self.calibration, "quality": self.quality, "space": self.space, "counts": self.counts}
+            "calibration": self.calibration, "quality": self.quality.to_json() if self.quality is not None else None,
+            "space": self.space, "counts": self.counts}
         if self.winner_args is not None:
             out["winner_args"] = self.winner_args
             out["launcher_args"] = self.launcher_args
@@ -123,19 +126,19 @@ def base_args(res: Resolved) -> list[str]:
     return res.command().without("--host", "--port").server_args()
 
 
-def _plan(args: Sequence[str], gpus: Sequence[str], ram: str | None, detect: bool) -> Plan:
-    return plan_with_speed(plan_args(command=["llama-server", *args], gpus=gpus, ram=ram, detect=detect))
+def _plan(args: Sequence[str], hw: Hardware) -> Plan:
+    return plan_with_speed(deployment(command=["llama-server", *args], hardware=hw))
 
 
-def prune(cands: Sequence[Any], base: Sequence[str], gpus: Sequence[str], ram: str | None, detect: bool,
-          headroom: int, min_ctx: int | None) -> tuple[list[Any], list[tuple[Any, str]]]:
+def prune(cands: Sequence[Any], base: Sequence[str], hw: Hardware, headroom: int, min_ctx: int | None
+          ) -> tuple[list[Any], list[tuple[Any, str]]]:
     """Keep the candidates whose plan fits (with ``headroom`` bytes free per GPU) and gives every
     slot at least ``min_ctx`` tokens; nothing else is ever launched. A model that is not there
     is an error (ModelNotFoundError), not a pruned candidate."""
     kept, pruned = [], []
     for c in cands:
         try:
-            plan = _plan(c.apply(list(base)), gpus, ram, detect)
+            plan = _plan(c.apply(list(base)), hw)
         except ModelNotFoundError:
             raise
         except LlamarigError as e:
@@ -162,21 +165,19 @@ def kv_pair(args: Sequence[str]) -> tuple[str, str]:
 
 
 def quality_prune(cands: Sequence[Any], base: Sequence[str], binary: str, floor: float, notify: Notify = _quiet
-                  ) -> tuple[list[Any], list[tuple[Any, str]], dict[str, Any]]:
+                  ) -> tuple[list[Any], list[tuple[Any, str]], QualityReport]:
     """Probe every KV type pair the candidates use against f16 (llamarig quality, next-token
     part only) and drop the candidates whose top-1 agreement is below ``floor``."""
-    from llamarig.tune.quality import run_quality  # lazy: only with --quality-floor
-
     pairs = sorted({kv_pair(c.apply(list(base))) for c in cands} - {("f16", "f16")})
     if not pairs:
-        return list(cands), [], {"rows": [], "note": "no quantized KV type among the candidates"}
+        return list(cands), [], QualityReport((), note="no quantized KV type among the candidates")
     rep = run_quality(binary, list(base), pairs, n_prompts=4, prompt_words=64, depths=(),
                       progress=lambda m: notify(_("quality probe: {message}").format(message=m)))
-    agree = {(r["type_k"], r["type_v"]): r["top1_agreement"] for r in rep["rows"]}
     kept, pruned = [], []
     for c in cands:
         k, v = kv_pair(c.apply(list(base)))
-        a = agree.get((k, v), 1.0)
+        row = rep.row(k, v)
+        a = row.top1_agreement if row is not None else 1.0
         if a < floor:
             pruned.append((c, _("KV {k}/{v}: top-1 agreement with f16 {a:.1%} < --quality-floor {floor:.1%}").format(
                 k=k, v=v, a=a, floor=floor)))
@@ -185,8 +186,7 @@ def quality_prune(cands: Sequence[Any], base: Sequence[str], binary: str, floor:
     return kept, pruned, rep
 
 
-def default_space(objective: str, base: Sequence[str], gpus: Sequence[str], ram: str | None, detect: bool
-                  ) -> tuple[list[Any], list[dict[str, Any]]]:
+def default_space(objective: str, base: Sequence[str], hw: Hardware) -> tuple[list[Any], list[dict[str, Any]]]:
     """The objective's default search space for this model and machine (tune/space.py)."""
     cfg = ServerConfig.from_command(Command.parse(["llama-server", *base]))
     if not cfg.model or not Path(cfg.model).is_file():
@@ -194,7 +194,7 @@ def default_space(objective: str, base: Sequence[str], gpus: Sequence[str], ram:
                            "dimensions"))
     spec = load_spec(cfg.model)
     try:
-        plan: Plan | None = _plan(base, gpus, ram, detect)
+        plan: Plan | None = _plan(base, hw)
     except LlamarigError:
         plan = None
     dims = default_dimensions(objective, spec, cfg, plan)
@@ -212,37 +212,41 @@ def _exhaustive_resumable(cands: list[Any], measure: Any, budget: int, state: An
     return S.exhaustive(cands, cached, budget, progress)
 
 
-def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, gpus: Sequence[str] = (),
-                 ram: str | None = None, detect: bool = False, notify: Notify = _quiet,
+def _space(st: TuneSettings, base: list[str], hw: Hardware, notify: Notify
+           ) -> tuple[list[Any], list[Any], list[dict[str, Any]] | None]:
+    """(candidates, the dimensions searched, the default space's description): --try's
+    dimensions, else the objective's default space (each dimension and why, told to ``notify``)."""
+    if st.dims:
+        parsed_dims = [S.parse_dim(d) for d in st.dims]
+        return S.space(parsed_dims), parsed_dims, None
+    cands, space_desc = default_space(st.objective, base, hw)
+    for d in space_desc:
+        notify(_("search space: {dimension}: {values} ({why})").format(
+            dimension=d["dimension"], values=", ".join(d["values"]), why=d["why"]))
+    notify(_("search space: {n} candidate(s) (the default for --objective {objective}; --try replaces it)").format(
+        n=len(cands), objective=st.objective))
+    return cands, [[d["dimension"], d["values"]] for d in space_desc], space_desc
+
+
+def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, notify: Notify | None = None,
                  progress: Progress | None = None, lang: str = "en") -> TuneResult:
     """`llamarig tune` on a resolved command: prune, measure, pick the winner, write its
     launcher and the speed calibration. ``notify``: the search space, pruned candidates,
     resumed measurements (one line each); ``progress(done, total, what)``: each measurement.
     Raises TuneInterrupted on Ctrl-C (the state is kept; the same call resumes). ``lang``: the
-    language of the winning launcher's comments."""
+    language of the winning launcher's comments. Candidates are planned on ``res.hardware``."""
+    notify = notify or _quiet
     st = settings
     st.validate()
     base = base_args(res)
-    space_desc: list[dict[str, Any]] | None = None
-    parsed_dims: list[Any]
-    if st.dims:
-        parsed_dims = [S.parse_dim(d) for d in st.dims]
-        cands = S.space(parsed_dims)
-    else:
-        cands, space_desc = default_space(st.objective, base, gpus, ram, detect)
-        parsed_dims = [[d["dimension"], d["values"]] for d in space_desc]
-        for d in space_desc:
-            notify(_("search space: {dimension}: {values} ({why})").format(
-                dimension=d["dimension"], values=", ".join(d["values"]), why=d["why"]))
-        notify(_("search space: {n} candidate(s) (the default for --objective {objective}; --try replaces it)").format(
-            n=len(cands), objective=st.objective))
+    cands, parsed_dims, space_desc = _space(st, base, res.hardware, notify)
     # a prompt of --depth tokens plus the generated ones must fit a slot
     need_ctx = st.depth + st.n_predict + 1 if st.depth else 0
     eff_min_ctx = max(st.min_ctx or 0, need_ctx) or None
-    kept, pruned = prune(cands, base, gpus, ram, detect, st.headroom, eff_min_ctx)
+    kept, pruned = prune(cands, base, res.hardware, st.headroom, eff_min_ctx)
     for c, why in pruned:
         notify(_("pruned by the planner: {candidate}: {why}").format(candidate=c.key, why=why))
-    quality: dict[str, Any] | None = None
+    quality: QualityReport | None = None
     if st.quality_floor is not None:
         kept, q_pruned, quality = quality_prune(kept, base, res.binary, st.quality_floor, notify)
         for c, why in q_pruned:
@@ -273,7 +277,7 @@ def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, gpus
         raise TuneInterrupted(len(state.measurements), sp) from None
     out = TuneResult(result, pruned, st.objective, sp, quality=quality, space=space_desc,
                      counts={"server_starts": measure.launches, "requests_sent": measure.requests})
-    _finish(out, res, base, gpus, ram, detect, st, lang, state)
+    _finish(out, res, base, st, lang, state)
     return out
 
 
@@ -306,8 +310,8 @@ def _deep_rungs(out: TuneResult, res: Resolved, base: list[str], winner: Any, la
     return got, err
 
 
-def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str], ram: str | None, detect: bool,
-            st: TuneSettings, lang: str = "en", state: S.TuneState | None = None) -> None:
+def _finish(out: TuneResult, res: Resolved, base: list[str], st: TuneSettings, lang: str = "en",
+            state: S.TuneState | None = None) -> None:
     """The winner's launcher (every flag the user gave, the searched ones changed) and the
     speed calibration fitted to its measured decode speed."""
     winner = out.search.winner
@@ -315,7 +319,7 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
         return
     args = winner.apply(base)
     try:
-        plan: Plan | None = _plan(args, gpus, ram, detect)
+        plan: Plan | None = _plan(args, res.hardware)
         note = ""
     except LlamarigError as e:
         plan, note = None, _("plan: not computed ({error})").format(error=e)
@@ -334,7 +338,7 @@ def _finish(out: TuneResult, res: Resolved, base: list[str], gpus: Sequence[str]
         return
 
     try:
-        hw = build_hardware(plan_args(gpus=gpus, detect=detect))
+        hw = res.hardware
         cfg = ServerConfig.from_command(Command.parse(["llama-server", *args]))
         spec = load_spec(plan.model)
         host_bw = None

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from llamarig.bench.records import note_text
+from llamarig.bench.records import Json, note_text
 from llamarig.errors import ServerError
 from llamarig.i18n import N_, _
 
@@ -43,8 +44,8 @@ class RequestSample:
     n_token_chunks: int = 0
     status: int | None = None
     error: str = ""
-    timings: dict[str, Any] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # the server's timings: numbers only
+    usage: dict[str, Json] = field(default_factory=dict)
     tokens_cached: int | None = None
     tokens_evaluated: int | None = None
     slot_used: int | None = None
@@ -52,7 +53,11 @@ class RequestSample:
     valid: bool = True
     reject_reason: str = ""
     contaminated: bool | None = None  # None: unknown (no /slots)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
+    #: (send -> chunk arrival in s, tokens generated so far): timings.predicted_n of each chunk when
+    #: the request asked for timings_per_token, else the count of token-bearing chunks
+    token_times: list[tuple[float, int]] = field(default_factory=list)
+    tokens_from_timings: bool = False
 
     # -------------------------------------------------------------- derived values
     @property
@@ -62,9 +67,10 @@ class RequestSample:
     @property
     def predicted_n(self) -> int | None:
         v = self.timings.get("predicted_n")
-        if v is None:
-            v = self.usage.get("completion_tokens")
-        return int(v) if v is not None else None
+        if v is not None:
+            return int(v)
+        u = self.usage.get("completion_tokens")
+        return int(u) if isinstance(u, (int, float)) else None
 
     @property
     def server_decode_tok_s(self) -> float | None:
@@ -184,7 +190,7 @@ class BenchClient:
         return await self._retry(self._post, path, timeout, payload)
 
     @staticmethod
-    async def _retry(fn: Any, *args: Any) -> HTTPResult:
+    async def _retry(fn: Callable[..., Awaitable[HTTPResult]], *args: Any) -> HTTPResult:
         """One retry for small control requests on a dropped connection."""
         try:
             return await fn(*args)
@@ -258,19 +264,8 @@ class BenchClient:
 
     @staticmethod
     def _handle_line(line: bytes, now: float, s: RequestSample, chat: bool) -> None:
-        if not line or line.startswith(b":"):
-            return  # blank separator or SSE comment (": ping")
-        if line.startswith(b"error:"):
-            s.error = note_text(N_("server error event: {message}"), message=_error_message(line[6:].decode(errors="replace")))
-            return
-        if not line.startswith(b"data:"):
-            return
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            return
-        try:
-            obj = json.loads(data)
-        except ValueError:
+        obj = _event(line, s)
+        if obj is None:
             return
         s.n_chunks += 1
         if s.t_first_chunk_s is None:
@@ -280,28 +275,60 @@ class BenchClient:
         if "error" in obj:
             s.error = note_text(N_("server error event: {message}"), message=_error_message(json.dumps(obj["error"])))
             return
-        has_token = False
-        if chat:
-            for ch in obj.get("choices") or []:
-                delta = ch.get("delta") or {}
-                if delta.get("content") or delta.get("reasoning_content") or ch.get("text"):
-                    has_token = True
-        else:
-            has_token = bool(obj.get("content")) or bool(obj.get("tokens"))
-        if has_token:
-            s.n_token_chunks += 1
-            if s.ttft_s is None:
-                s.ttft_s = now
-            s.t_last_s = now
-        if isinstance(obj.get("timings"), dict):
-            s.timings = obj["timings"]
-        if isinstance(obj.get("usage"), dict):
-            s.usage = obj["usage"]
-        if "id_slot" in obj and obj.get("stop"):
+        _apply_chunk(obj, s, now, chat)
+
+
+def _event(line: bytes, s: RequestSample) -> Any:
+    """The JSON of one SSE ``data:`` line (None for comments, separators, ``[DONE]``, other
+    fields and unreadable data); an ``error:`` line sets the sample's error."""
+    if not line or line.startswith(b":"):
+        return None  # blank separator or SSE comment (": ping")
+    if line.startswith(b"error:"):
+        s.error = note_text(N_("server error event: {message}"), message=_error_message(line[6:].decode(errors="replace")))
+        return None
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _has_token(obj: dict[str, Any], chat: bool) -> bool:
+    if not chat:
+        return bool(obj.get("content")) or bool(obj.get("tokens"))
+    return any((ch.get("delta") or {}).get("content") or (ch.get("delta") or {}).get("reasoning_content") or ch.get("text")
+               for ch in obj.get("choices") or [] if isinstance(ch, dict))
+
+
+def _apply_chunk(obj: dict[str, Any], s: RequestSample, now: float, chat: bool) -> None:
+    """What one chunk tells: a token arrived (first and last token times), the server's timings
+    and usage, the slot, the cache counts, and the tokens so far (``token_times``)."""
+    has_token = _has_token(obj, chat)
+    if has_token:
+        s.n_token_chunks += 1
+        if s.ttft_s is None:
+            s.ttft_s = now
+        s.t_last_s = now
+    timings = obj.get("timings")
+    if isinstance(timings, dict):
+        s.timings = {k: v for k, v in timings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        pn = timings.get("predicted_n")
+        if isinstance(pn, int) and has_token:
+            s.tokens_from_timings = True
+            s.token_times.append((now, pn))
+    if has_token and not s.tokens_from_timings:
+        s.token_times.append((now, s.n_token_chunks))
+    if isinstance(obj.get("usage"), dict):
+        s.usage = obj["usage"]
+    if obj.get("stop"):
+        if "id_slot" in obj:
             s.slot_used = obj.get("id_slot")
-        if obj.get("stop"):
-            s.tokens_cached = obj.get("tokens_cached")
-            s.tokens_evaluated = obj.get("tokens_evaluated")
+        s.tokens_cached = obj.get("tokens_cached")
+        s.tokens_evaluated = obj.get("tokens_evaluated")
 
 
 def _error_message(body: str) -> str:

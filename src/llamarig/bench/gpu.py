@@ -1,112 +1,280 @@
-"""GPU telemetry on the *client* machine via ``nvidia-smi`` (valid for the server only when the
-server runs on the same machine; the report says so). Absent tool -> a clean 'not available'."""
+"""GPU telemetry, one source for ``llamarig bench`` and ``llamarig top``: NVML through
+``nvidia-ml-py`` (memory, power, temperature, clocks, utilisation and the driver's total energy
+counter), and ``nvidia-smi --query-gpu`` where NVML cannot be loaded. The figures describe *this*
+machine's GPUs: valid for a server only when it runs here (:func:`is_local`), and the callers say
+so. A failure is a reading with ``available=False`` and one line of why, never an exception."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import shutil
+import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
+MIB = 1024 * 1024
 QUERY = "index,name,power.draw,temperature.gpu,clocks.sm,clocks.mem,memory.used,memory.total,utilization.gpu"
 FIELDS = ("index", "name", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz", "mem_used_mib", "mem_total_mib", "util_pct")
+SMI_TIMEOUT_S = 5.0
 
 
-def parse_nvidia_smi(text: str, t: float) -> list[dict[str, Any]]:
-    """Parse ``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`` output."""
-    rows = []
+@dataclass(frozen=True)
+class GpuRaw:
+    """One GPU at one moment (None: the board does not report that figure)."""
+
+    index: int
+    name: str
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    util_pct: float | None = None
+    energy_j: float | None = None  # the driver's total energy counter (Volta and later; NVML only)
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """Every GPU of this machine at one moment, or why there is none: ``reason`` (English, for
+    --json) and ``reason_kind`` (``no_nvml``, ``remote``, ``nvml_error``, ``off``, ``unknown``:
+    the screens translate it); ``source`` says which tool read them (``nvml`` or ``nvidia-smi``)."""
+
+    available: bool
+    reason: str = ""
+    reason_kind: str = ""
+    gpus: tuple[GpuRaw, ...] = ()
+    source: str = ""
+    library_error: str = ""  # NVML's own words for why it is missing, shown as they are
+
+
+def is_local(url: str) -> bool:
+    """Does ``url`` point at this machine (loopback, or one of this host's addresses)?"""
+    host = urlsplit(url if "//" in url else "//" + url).hostname or ""
+    if host in ("localhost", "", socket.gethostname()):
+        return True
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            addr = ipaddress.ip_address(socket.gethostbyname(host))
+        except (OSError, ValueError):
+            return False
+    if addr.is_loopback or addr.is_unspecified:
+        return True
+    try:
+        mine = {i[4][0] for i in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return False
+    return str(addr) in mine
+
+
+def remote_reading() -> GpuReading:
+    return GpuReading(False, "the server runs on another machine: this machine's GPUs are not its GPUs", "remote")
+
+
+class Nvml:
+    """An NVML session: ``read()`` samples every GPU."""
+
+    def __init__(self) -> None:
+        self.mod: Any = None
+        self.reason = ""
+        self.kind = ""
+        try:
+            import pynvml  # lazy: nvidia-ml-py loads libnvidia-ml, only where GPUs are read
+        except ImportError:
+            self.reason, self.kind = "the Python package nvidia-ml-py is not installed", "no_nvml"
+            return
+        try:
+            pynvml.nvmlInit()
+        except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
+            self.reason, self.kind = str(e) or type(e).__name__, "no_nvml"
+            return
+        self.mod = pynvml
+
+    def close(self) -> None:
+        if self.mod is not None:
+            with contextlib.suppress(Exception):  # shutting down anyway
+                self.mod.nvmlShutdown()
+            self.mod = None
+
+    def read(self) -> GpuReading:
+        n = self.mod
+        if n is None:
+            return GpuReading(False, self.reason, self.kind)
+        try:
+            count = n.nvmlDeviceGetCount()
+            gpus = tuple(self._one(n, i) for i in range(count))
+        except Exception as e:  # noqa: BLE001
+            return GpuReading(False, f"NVML failed: {e}", "nvml_error")
+        return GpuReading(True, "", "", gpus, "nvml")
+
+    @staticmethod
+    def _one(n: Any, i: int) -> GpuRaw:
+        h = n.nvmlDeviceGetHandleByIndex(i)
+
+        def get(fn: Any, *a: Any) -> Any:
+            try:
+                return fn(h, *a)
+            except Exception:  # noqa: BLE001 - "Not Supported" on some boards: that figure is absent
+                return None
+
+        name = get(n.nvmlDeviceGetName)
+        mem = get(n.nvmlDeviceGetMemoryInfo)
+        power = get(n.nvmlDeviceGetPowerUsage)  # mW
+        temp = get(n.nvmlDeviceGetTemperature, n.NVML_TEMPERATURE_GPU)
+        sm = get(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_SM)
+        memclk = get(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_MEM)
+        util = get(n.nvmlDeviceGetUtilizationRates)
+        energy = get(n.nvmlDeviceGetTotalEnergyConsumption)  # mJ since the driver loaded
+        return GpuRaw(
+            index=i, name=name.decode() if isinstance(name, bytes) else str(name or "?"),
+            mem_used_mib=mem.used / MIB if mem is not None else None,
+            mem_total_mib=mem.total / MIB if mem is not None else None,
+            power_w=power / 1000.0 if power is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            sm_clock_mhz=float(sm) if sm is not None else None,
+            mem_clock_mhz=float(memclk) if memclk is not None else None,
+            util_pct=float(util.gpu) if util is not None else None,
+            energy_j=energy / 1000.0 if energy is not None else None,
+        )
+
+
+def parse_nvidia_smi(text: str) -> list[GpuRaw]:
+    """``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`` output as readings
+    (``[N/A]``, ``[Not Supported]``: that figure absent)."""
+    out: list[GpuRaw] = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != len(FIELDS):
             continue
-        row: dict[str, Any] = {"t_s": round(t, 3)}
-        for k, v in zip(FIELDS, parts, strict=True):
-            if k == "name":
-                row[k] = v
-                continue
+        vals: dict[str, Any] = {}
+        for k, v in zip(FIELDS[2:], parts[2:], strict=True):
             try:
-                row[k] = float(v)
+                vals[k] = float(v)
             except ValueError:
-                row[k] = None  # "[N/A]", "[Not Supported]"
-        rows.append(row)
-    return rows
+                vals[k] = None
+        try:
+            index = int(parts[0])
+        except ValueError:
+            continue
+        out.append(GpuRaw(index, parts[1], **vals))
+    return out
 
 
-def energy_joules(samples: list[dict[str, Any]]) -> float | None:
-    """Trapezoidal integral of power.draw over time, summed over GPUs."""
-    by_gpu: dict[Any, list[tuple[float, float]]] = {}
+class Smi:
+    """``nvidia-smi`` as the fallback reader (no energy counter: power × time instead)."""
+
+    def __init__(self) -> None:
+        self.exe = shutil.which("nvidia-smi")
+
+    def read(self) -> GpuReading:
+        if self.exe is None:
+            return GpuReading(False, "nvidia-smi not found on PATH", "no_nvml")
+        try:
+            r = subprocess.run([self.exe, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return GpuReading(False, f"nvidia-smi failed: {type(e).__name__}", "nvml_error")
+        if r.returncode != 0:
+            return GpuReading(False, f"nvidia-smi exited {r.returncode}: {r.stderr.strip()[:160]}", "nvml_error")
+        return GpuReading(True, "", "", tuple(parse_nvidia_smi(r.stdout)), "nvidia-smi")
+
+
+class GpuTelemetry:
+    """This machine's GPUs: NVML, else nvidia-smi. ``read()`` never raises."""
+
+    def __init__(self) -> None:
+        self.nvml = Nvml()
+        self.smi: Smi | None = None if self.nvml.mod is not None else Smi()
+
+    def read(self) -> GpuReading:
+        if self.smi is None:
+            return self.nvml.read()
+        got = self.smi.read()
+        if got.available:
+            return got
+        why = f"{self.nvml.reason}; {got.reason}" if got.reason_kind == "no_nvml" else got.reason
+        return GpuReading(False, why, got.reason_kind, library_error=self.nvml.reason)
+
+    def close(self) -> None:
+        self.nvml.close()
+
+
+SOURCES = {"nvml": "NVML (nvidia-ml-py)", "nvidia-smi": "nvidia-smi --query-gpu"}
+
+
+def energy_joules(samples: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """The energy over a run, summed over GPUs: the driver's energy counter (last − first reading)
+    where every GPU has it, else the trapezoidal integral of power over time; (joules, how)."""
+    by_gpu: dict[Any, list[dict[str, Any]]] = {}
     for s in samples:
-        if s.get("power_w") is not None:
-            by_gpu.setdefault(s.get("index"), []).append((s["t_s"], s["power_w"]))
-    total = 0.0
-    found = False
-    for pts in by_gpu.values():
-        pts.sort()
+        by_gpu.setdefault(s.get("index"), []).append(s)
+    counters = [[s["energy_j"] for s in rows if s.get("energy_j") is not None] for rows in by_gpu.values()]
+    if by_gpu and all(len(c) >= 2 for c in counters):
+        return sum(c[-1] - c[0] for c in counters), "the driver's energy counter (NVML), last − first reading"
+    total, found = 0.0, False
+    for rows in by_gpu.values():
+        pts = sorted((s["t_s"], s["power_w"]) for s in rows if s.get("power_w") is not None)
         for (t0, p0), (t1, p1) in zip(pts, pts[1:], strict=False):
             total += (p0 + p1) / 2 * (t1 - t0)
             found = True
-    return total if found else None
+    return (total, "trapezoidal ∫ power dt") if found else None
 
 
 @dataclass
 class GpuSampler:
+    """Samples the GPUs every ``interval_s`` while a bench runs (in a thread: NVML and nvidia-smi
+    block), each sample one dict per GPU with ``t_s`` since the run began."""
+
     interval_s: float = 1.0
     t0: float = field(default_factory=time.perf_counter)
     samples: list[dict[str, Any]] = field(default_factory=list)
     available: bool = False
     reason: str = ""
+    source: str = ""
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tel: GpuTelemetry | None = None
 
-    def probe(self) -> bool:
-        exe = shutil.which("nvidia-smi")
-        if exe is None:
-            self.available = False
-            self.reason = "nvidia-smi not found on PATH of the client machine (no NVIDIA driver here); GPU power, clocks and tokens per joule not measured"
+    def _sample(self) -> bool:
+        assert self._tel is not None
+        got = self._tel.read()
+        t = time.perf_counter() - self.t0
+        if not got.available:
+            self.available, self.reason = False, got.reason
             return False
-        self.exe = exe
-        self.available = True
+        self.available, self.source = True, got.source
+        self.samples += [{"t_s": round(t, 3), **{k: v for k, v in g.__dict__.items()}} for g in got.gpus]
         return True
 
-    async def _one(self) -> None:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                self.exe, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            )
-            out, err = await asyncio.wait_for(proc.communicate(), timeout=5)
-        except (OSError, asyncio.TimeoutError) as e:
-            self.available = False
-            self.reason = f"nvidia-smi failed: {type(e).__name__}"
-            return
-        if proc.returncode != 0:
-            self.available = False
-            self.reason = f"nvidia-smi exited {proc.returncode}: {err.decode(errors='replace').strip()[:160]}"
-            return
-        self.samples.extend(parse_nvidia_smi(out.decode(errors="replace"), time.perf_counter() - self.t0))
-
     async def _loop(self) -> None:
-        while not self._stop.is_set() and self.available:
-            await self._one()
+        while not self._stop.is_set() and await asyncio.to_thread(self._sample):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
 
     def start(self) -> None:
-        if self.probe():
-            self._task = asyncio.ensure_future(self._loop())
+        self._tel = GpuTelemetry()
+        self._task = asyncio.ensure_future(self._loop())
 
     async def stop(self) -> None:
         self._stop.set()
         if self._task is not None:
             await self._task
+        if self._tel is not None:
+            self._tel.close()
 
     def to_json(self) -> dict[str, Any]:
+        ok = self.available and bool(self.samples)
         return {
-            "available": self.available and bool(self.samples),
-            "reason": self.reason if not (self.available and self.samples) else "",
-            "source": "nvidia-smi --query-gpu (client machine)",
+            "available": ok,
+            "reason": "" if ok else (self.reason or "no GPU reading was taken"),
+            "source": f"{SOURCES.get(self.source, self.source)} (client machine)" if ok else "",
             "interval_s": self.interval_s,
             "samples": self.samples,
         }

@@ -8,7 +8,8 @@ whose rows cite numbered method footnotes (each method text once). Labels and no
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llamarig.bench.report import (
@@ -40,49 +41,71 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 Point = tuple[float | None, float | None]  # (x, y); a point with a None coordinate is not drawn
 
 
+@dataclass(frozen=True)
+class _PlotFrame:
+    """The axes of a chart: data ranges and the plot area inside the padding."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    iw: float = W - PAD_L - PAD_R
+    ih: float = H - PAD_T - PAD_B
+
+    @staticmethod
+    def around(pts: Sequence[tuple[float, float]]) -> _PlotFrame:
+        x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+        if x1 == x0:
+            x0, x1 = x0 - 1, x1 + 1
+        y1 = max(p[1] for p in pts)
+        return _PlotFrame(x0, x1, 0.0, (y1 if y1 > 0 else 1.0) * 1.08)
+
+    def sx(self, x: float) -> float:
+        return PAD_L + (x - self.x0) / (self.x1 - self.x0) * self.iw
+
+    def sy(self, y: float) -> float:
+        return PAD_T + self.ih - (y - self.y0) / (self.y1 - self.y0) * self.ih
+
+
+def _axes(f: _PlotFrame, title: str, xlabel: str, ylabel: str) -> list[str]:
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}">',
+           f'<text x="{W / 2}" y="18" text-anchor="middle" class="t">{_e(title)}</text>',
+           f'<line x1="{PAD_L}" y1="{PAD_T + f.ih}" x2="{PAD_L + f.iw}" y2="{PAD_T + f.ih}" class="ax"/>',
+           f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{PAD_T + f.ih}" class="ax"/>']
+    for ty in _ticks(f.y0, f.y1):
+        out.append(f'<line x1="{PAD_L}" y1="{f.sy(ty):.1f}" x2="{PAD_L + f.iw}" y2="{f.sy(ty):.1f}" class="grid"/>'
+                   f'<text x="{PAD_L - 6}" y="{f.sy(ty) + 4:.1f}" text-anchor="end" class="l">{_e(fmt_value(float(ty), ""))}</text>')
+    for tx in _ticks(f.x0, f.x1):
+        out.append(f'<text x="{f.sx(tx):.1f}" y="{PAD_T + f.ih + 16}" text-anchor="middle" class="l">{_e(fmt_value(float(tx), ""))}</text>')
+    out.append(f'<text x="{PAD_L + f.iw / 2}" y="{H - 6}" text-anchor="middle" class="l">{_e(xlabel)}</text>')
+    out.append(f'<text x="14" y="{PAD_T + f.ih / 2}" text-anchor="middle" class="l" transform="rotate(-90 14 {PAD_T + f.ih / 2})">{_e(ylabel)}</text>')
+    return out
+
+
+def _series_svg(f: _PlotFrame, i: int, label: str, s: Sequence[Point], points_only: bool) -> list[str]:
+    col = COLORS[i % len(COLORS)]
+    drawn = sorted(((x, y) for x, y in s if x is not None and y is not None), key=lambda p: p[0])
+    out = []
+    if not points_only and len(drawn) > 1:
+        d = " ".join(f"{f.sx(x):.1f},{f.sy(y):.1f}" for x, y in drawn)
+        out.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="2"/>')
+    for x, y in drawn:
+        out.append(f'<circle cx="{f.sx(x):.1f}" cy="{f.sy(y):.1f}" r="3" fill="{col}"><title>{_e(label)}: {_e(fmt_value(float(x), ""))}, {_e(fmt_value(float(y), ""))}</title></circle>')
+    # a white halo keeps the legend readable where a line crosses it
+    out.append(f'<text x="{PAD_L + 8}" y="{PAD_T + 14 + 14 * i}" class="l" style="fill:{col}" paint-order="stroke" '
+               f'stroke="#fff" stroke-width="3" stroke-linejoin="round">■ {_e(label)}</text>')
+    return out
+
+
 def line_chart(title: str, series: Sequence[tuple[str, Sequence[Point]]], xlabel: str, ylabel: str,
                *, points_only: bool = False) -> str:
     pts = [(x, y) for _label, s in series for x, y in s if x is not None and y is not None]
     if not pts:
         return ""
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y1 = max(p[1] for p in pts)
-    y0 = 0.0
-    if x1 == x0:
-        x0, x1 = x0 - 1, x1 + 1
-    if y1 <= y0:
-        y1 = y0 + 1
-    y1 *= 1.08
-    iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B
-
-    def sx(x: float) -> float:
-        return PAD_L + (x - x0) / (x1 - x0) * iw
-
-    def sy(y: float) -> float:
-        return PAD_T + ih - (y - y0) / (y1 - y0) * ih
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}">',
-           f'<text x="{W / 2}" y="18" text-anchor="middle" class="t">{_e(title)}</text>',
-           f'<line x1="{PAD_L}" y1="{PAD_T + ih}" x2="{PAD_L + iw}" y2="{PAD_T + ih}" class="ax"/>',
-           f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{PAD_T + ih}" class="ax"/>']
-    for ty in _ticks(y0, y1):
-        out.append(f'<line x1="{PAD_L}" y1="{sy(ty):.1f}" x2="{PAD_L + iw}" y2="{sy(ty):.1f}" class="grid"/>'
-                   f'<text x="{PAD_L - 6}" y="{sy(ty) + 4:.1f}" text-anchor="end" class="l">{_e(fmt_value(float(ty), ""))}</text>')
-    for tx in _ticks(x0, x1):
-        out.append(f'<text x="{sx(tx):.1f}" y="{PAD_T + ih + 16}" text-anchor="middle" class="l">{_e(fmt_value(float(tx), ""))}</text>')
-    out.append(f'<text x="{PAD_L + iw / 2}" y="{H - 6}" text-anchor="middle" class="l">{_e(xlabel)}</text>')
-    out.append(f'<text x="14" y="{PAD_T + ih / 2}" text-anchor="middle" class="l" transform="rotate(-90 14 {PAD_T + ih / 2})">{_e(ylabel)}</text>')
+    f = _PlotFrame.around(pts)
+    out = _axes(f, title, xlabel, ylabel)
     for i, (label, s) in enumerate(series):
-        col = COLORS[i % len(COLORS)]
-        drawn = sorted(((x, y) for x, y in s if x is not None and y is not None), key=lambda p: p[0])
-        if not points_only and len(drawn) > 1:
-            d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in drawn)
-            out.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="2"/>')
-        for x, y in drawn:
-            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{col}"><title>{_e(label)}: {_e(fmt_value(float(x), ""))}, {_e(fmt_value(float(y), ""))}</title></circle>')
-        # a white halo keeps the legend readable where a line crosses it
-        out.append(f'<text x="{PAD_L + 8}" y="{PAD_T + 14 + 14 * i}" class="l" style="fill:{col}" paint-order="stroke" '
-                   f'stroke="#fff" stroke-width="3" stroke-linejoin="round">■ {_e(label)}</text>')
+        out += _series_svg(f, i, label, s, points_only)
     out.append("</svg>")
     return "".join(out)
 
@@ -147,48 +170,15 @@ td.m{white-space:nowrap}sup a{text-decoration:none}ol.fn{font-size:12px;color:#2
 def _series_from_scenarios(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
     for sc in doc.get("scenarios", []):
         if key in (sc.get("series") or {}):
-            return sc["series"][key]
+            found: list[dict[str, Any]] = sc["series"][key]
+            return found
     return []
 
 
 def plots(doc: dict[str, Any], lang: str = "en") -> list[str]:
+    """Every plot the document has data for, in order."""
     _ = translator(lang)
-    out: list[str] = []
-    depth = _series_from_scenarios(doc, "decode_vs_depth") or (doc.get("series") or {}).get("decode_vs_depth", [])
-    if depth:
-        out.append(line_chart(_("Decode vs context depth"), [(_("decode tok/s"), [(p["depth"], p["tok_s"]) for p in depth])],
-                              _("depth (tokens)"), "tok/s", points_only=doc.get("kind") == "logs"))
-    pre = _series_from_scenarios(doc, "prefill_vs_length") or (doc.get("series") or {}).get("prefill_vs_length", [])
-    if pre:
-        out.append(line_chart(_("Cold prefill vs prompt length"), [(_("prefill tok/s"), [(p["length"], p["tok_s"]) for p in pre])],
-                              _("prompt tokens"), "tok/s", points_only=doc.get("kind") == "logs"))
-    conc = _series_from_scenarios(doc, "concurrency")
-    if conc:
-        out.append(line_chart(_("Concurrency"), [(_("aggregate tok/s"), [(p["streams"], p["aggregate_tok_s"]) for p in conc]),
-                                           (_("per-stream tok/s"), [(p["streams"], p["per_stream_tok_s"]) for p in conc])],
-                              _("parallel streams"), "tok/s"))
-    by_unit: dict[tuple[str, str], list[tuple[str, list[float]]]] = {}
-    seen: set[tuple[float, ...]] = set()
-    for f in doc.get("figures", []):
-        s = tuple(x for x in f.get("samples", []) if isinstance(x, (int, float)))
-        if len(s) >= 2 and s not in seen:
-            seen.add(s)
-            base = f["name"].rsplit("_", 1)[0] if f["name"].endswith(("_median", "_p10", "_p90", "_max")) else f["name"]
-            by_unit.setdefault((f.get("scenario", ""), f.get("unit", "")), []).append((base, list(s)))
-    for (scen, unit), groups in by_unit.items():
-        out.append(strip_chart(_("{scenario} per-request distributions ({unit})").format(scenario=scen, unit=unit), groups[:16], unit))
-    gpu = (doc.get("gpu") or {}).get("samples") or []
-    if gpu:
-        by: dict[str, list[Point]] = {}
-        for s in gpu:
-            if s.get("power_w") is not None:
-                by.setdefault(f"GPU{s.get('index')} W", []).append((s["t_s"], s["power_w"]))
-        out.append(line_chart(_("GPU power over time"), list(by.items()), _("time (s)"), "W"))
-        tb: dict[str, list[Point]] = {}
-        for s in gpu:
-            if s.get("temp_c") is not None:
-                tb.setdefault(f"GPU{s.get('index')} °C", []).append((s["t_s"], s["temp_c"]))
-        out.append(line_chart(_("GPU temperature"), list(tb.items()), _("time (s)"), "°C"))
+    out = _speed_plots(doc, _) + _distribution_plots(doc, _) + _gpu_plots(doc, _)
     busy = (doc.get("interference") or {}).get("busy_series") or []
     if busy:
         out.append(line_chart(_("Busy slots (/slots) vs ours in flight"), [(_("busy slots"), [(b[0], b[1]) for b in busy]),
@@ -201,6 +191,56 @@ def plots(doc: dict[str, Any], lang: str = "en") -> list[str]:
                                (_("prefill tok/s ÷ 10"), [(i, (t.get("prefill_tok_s") or 0) / 10 if t.get("prefill_tok_s") else None) for i, t in enumerate(timeline)])],
                               _("request # in log"), "tok/s"))
     return [p for p in out if p]
+
+
+def _speed_plots(doc: dict[str, Any], _: Callable[[str], str]) -> list[str]:
+    """Decode vs depth, prefill vs length, the concurrency curve."""
+    out: list[str] = []
+    logs = doc.get("kind") == "logs"
+    depth = _series_from_scenarios(doc, "decode_vs_depth") or (doc.get("series") or {}).get("decode_vs_depth", [])
+    if depth:
+        out.append(line_chart(_("Decode vs context depth"), [(_("decode tok/s"), [(p["depth"], p["tok_s"]) for p in depth])],
+                              _("depth (tokens)"), "tok/s", points_only=logs))
+    pre = _series_from_scenarios(doc, "prefill_vs_length") or (doc.get("series") or {}).get("prefill_vs_length", [])
+    if pre:
+        out.append(line_chart(_("Cold prefill vs prompt length"), [(_("prefill tok/s"), [(p["length"], p["tok_s"]) for p in pre])],
+                              _("prompt tokens"), "tok/s", points_only=logs))
+    conc = _series_from_scenarios(doc, "concurrency")
+    if conc:
+        out.append(line_chart(_("Concurrency"), [
+            (_("steady-state tok/s, all streams"), [(p["streams"], p["aggregate_tok_s"]) for p in conc
+                                                    if p.get("aggregate_tok_s") is not None]),
+            (_("per-stream tok/s"), [(p["streams"], p["per_stream_tok_s"]) for p in conc])],
+            _("parallel streams"), "tok/s"))
+    return out
+
+
+def _distribution_plots(doc: dict[str, Any], _: Callable[[str], str]) -> list[str]:
+    """One strip chart per scenario and unit: each figure's samples (siblings shown once)."""
+    by_unit: dict[tuple[str, str], list[tuple[str, list[float]]]] = {}
+    seen: set[tuple[float, ...]] = set()
+    for f in doc.get("figures", []):
+        s = tuple(x for x in f.get("samples", []) if isinstance(x, (int, float)))
+        if len(s) >= 2 and s not in seen:
+            seen.add(s)
+            base = f["name"].rsplit("_", 1)[0] if f["name"].endswith(("_median", "_p10", "_p90", "_max")) else f["name"]
+            by_unit.setdefault((f.get("scenario", ""), f.get("unit", "")), []).append((base, list(s)))
+    return [strip_chart(_("{scenario} per-request distributions ({unit})").format(scenario=scen, unit=unit), groups[:16], unit)
+            for (scen, unit), groups in by_unit.items()]
+
+
+def _gpu_plots(doc: dict[str, Any], _: Callable[[str], str]) -> list[str]:
+    gpu = (doc.get("gpu") or {}).get("samples") or []
+    if not gpu:
+        return []
+    out = []
+    for key, unit, title in (("power_w", "W", _("GPU power over time")), ("temp_c", "°C", _("GPU temperature"))):
+        by: dict[str, list[Point]] = {}
+        for s in gpu:
+            if s.get(key) is not None:
+                by.setdefault(f"GPU{s.get('index')} {unit}", []).append((s["t_s"], s[key]))
+        out.append(line_chart(title, list(by.items()), _("time (s)"), unit))
+    return out
 
 
 def _headline_html(doc: dict[str, Any], lang: str) -> str:

@@ -129,6 +129,24 @@ def judge_slots(state: SlotRuleState, slots: list[dict[str, Any]], *, in_flight:
        on the same slot means a new process (a restart).
     """
     events: list[InterferenceEvent] = []
+    last_task = _task_ids(state, slots, t, events)
+    busy = [s for s in slots if s.get("is_processing")]
+    suspect: dict[int, int] = {}
+    now = prev_too = False
+    if unpinned == 0:
+        suspect, now, prev_too = _unpinned_busy(state, busy, pinned, t, events)
+    streak = 0
+    if unpinned > 0 and len(busy) > in_flight:
+        streak = state.excess_streak + 1
+        now = now or streak >= 3
+        if streak == 3:
+            events.append(InterferenceEvent(t, "excess_processing", note_text(N_("{busy} slots busy but only {in_flight} llamarig requests in flight"), busy=len(busy), in_flight=in_flight)))
+    return SlotJudgement(SlotRuleState(suspect, streak, last_task), tuple(events), now, prev_too)
+
+
+def _task_ids(state: SlotRuleState, slots: list[dict[str, Any]], t: float,
+              events: list[InterferenceEvent]) -> dict[int, int]:
+    """Rule 3: each slot's last task id; one that went back by half is a restart."""
     last_task = dict(state.last_task)
     for s in slots:
         tid, sid = s.get("id_task"), s.get("id")
@@ -137,28 +155,25 @@ def judge_slots(state: SlotRuleState, slots: list[dict[str, Any]], *, in_flight:
             if prev > 100 and tid < prev // 2:
                 events.append(InterferenceEvent(t, "restart", note_text(N_("slot {slot}: task ids went back from {prev} to {now}"), slot=sid, prev=prev, now=tid), sid))
             last_task[sid] = tid
-    busy = [s for s in slots if s.get("is_processing")]
+    return last_task
+
+
+def _unpinned_busy(state: SlotRuleState, busy: list[dict[str, Any]], pinned: Mapping[int, int], t: float,
+                   events: list[InterferenceEvent]) -> tuple[dict[int, int], bool, bool]:
+    """Rule 1: busy slots none of our (all pinned) requests is on; (suspects, now, seen before too)."""
     suspect: dict[int, int] = {}
     now = prev_too = False
-    if unpinned == 0:
-        for s in busy:
-            sid = s.get("id")
-            if not isinstance(sid, int) or sid in pinned:
-                continue
-            n = suspect[sid] = state.suspect.get(sid, 0) + 1
-            if n >= 2:
-                now = True
-                prev_too = prev_too or n == 2
-            if n == 2:
-                events.append(InterferenceEvent(t, "foreign_slot", note_text(N_("slot {slot} busy with task {task} that llamarig did not start"), slot=sid, task=s.get("id_task")), sid))
-    streak = 0
-    if unpinned > 0 and len(busy) > in_flight:
-        streak = state.excess_streak + 1
-        if streak >= 3:
+    for s in busy:
+        sid = s.get("id")
+        if not isinstance(sid, int) or sid in pinned:
+            continue
+        n = suspect[sid] = state.suspect.get(sid, 0) + 1
+        if n >= 2:
             now = True
-        if streak == 3:
-            events.append(InterferenceEvent(t, "excess_processing", note_text(N_("{busy} slots busy but only {in_flight} llamarig requests in flight"), busy=len(busy), in_flight=in_flight)))
-    return SlotJudgement(SlotRuleState(suspect, streak, last_task), tuple(events), now, prev_too)
+            prev_too = prev_too or n == 2
+        if n == 2:
+            events.append(InterferenceEvent(t, "foreign_slot", note_text(N_("slot {slot} busy with task {task} that llamarig did not start"), slot=sid, task=s.get("id_task")), sid))
+    return suspect, now, prev_too
 
 
 class Monitor:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from llamarig.i18n import _
+
+#: a JSON value: the free-form parts of a figure (its spread, its parameters) and of a document
+Json: TypeAlias = "str | int | float | bool | None | Sequence[Json] | Mapping[str, Json]"
 
 PERCENTILE_METHOD = "linear interpolation between closest ranks (NumPy default, type 7)"
 
@@ -60,9 +63,9 @@ class Figure:
     method: str
     n: int
     samples: tuple[float, ...] = ()
-    spread: dict[str, Any] = field(default_factory=dict)
+    spread: Mapping[str, Json] = field(default_factory=dict)
     scenario: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Json] = field(default_factory=dict)
     note: str = ""
     method_zh: str = ""
 
@@ -79,7 +82,7 @@ class Figure:
         if self.scenario:
             d["scenario"] = self.scenario
         if self.params:
-            d["params"] = self.params
+            d["params"] = dict(self.params)
         if self.note:
             d["note"] = self.note
         if self.method_zh:
@@ -113,6 +116,28 @@ def _clean(x: Any) -> Any:
 
 STATS = ("median", "p10", "p90", "max")
 
+#: units where a larger value is better (rates, ratios) and where a smaller one is (latencies):
+#: which end of a distribution is the best request, and which way ``bench compare`` judges
+HIGHER_IS_BETTER_UNITS = ("tok/s", "tok/J", "ratio", "×", "tokens/step")
+LOWER_IS_BETTER_UNITS = ("ms", "s")
+
+
+def direction(unit: str) -> int:
+    """+1 when a higher value of ``unit`` is better, -1 when a lower one is, 0 when neither."""
+    if unit in HIGHER_IS_BETTER_UNITS:
+        return 1
+    return -1 if unit in LOWER_IS_BETTER_UNITS else 0
+
+
+def stat_words(stat: str, unit: str) -> str:
+    """How a method names the statistic ``stat`` of a figure in ``unit``: the maximum of a rate is
+    the best request, the maximum of a latency the worst."""
+    if stat in ("max", "min"):
+        best = (stat == "max") == (direction(unit) > 0)
+        word = "maximum" if stat == "max" else "minimum"
+        return f"{word} ({'best' if best else 'worst'} request)" if direction(unit) else word
+    return {"median": "median", "p10": "10th percentile", "p90": "90th percentile", "mean": "mean"}[stat]
+
 
 def stat_figures(
     base: str,
@@ -132,8 +157,7 @@ def stat_figures(
     out = []
     for st in stats:
         value = spread.get(st) if vals else None
-        what = {"median": "median", "p10": "10th percentile", "p90": "90th percentile",
-                "max": "maximum (best request)", "min": "minimum", "mean": "mean"}[st]
+        what = stat_words(st, unit)
         out.append(
             Figure(
                 name=f"{base}_{st}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from llamarig.errors import InputError
 from llamarig.i18n import N_, _, localize, translator
@@ -58,7 +59,8 @@ def _spread_text(f: dict[str, Any]) -> str:
 
 
 _STAT_PREFIX = re.compile(
-    r"^(median|10th percentile|90th percentile|maximum \(best request\)|minimum|mean) over N=\d+ requests; "
+    r"^(median|10th percentile|90th percentile|(?:maximum|minimum)(?: \((?:best|worst) request\))?|mean) "
+    r"over N=\d+ requests; "
 )
 #: the statistic a figure row shows next to its method footnote (the prefix stat_figures writes)
 _STAT_WORDS = {
@@ -66,6 +68,10 @@ _STAT_WORDS = {
     "10th percentile": N_("10th percentile"),
     "90th percentile": N_("90th percentile"),
     "maximum (best request)": N_("maximum (best request)"),
+    "maximum (worst request)": N_("maximum (worst request)"),
+    "maximum": N_("maximum"),
+    "minimum (best request)": N_("minimum (best request)"),
+    "minimum (worst request)": N_("minimum (worst request)"),
     "minimum": N_("minimum"),
     "mean": N_("mean"),
 }
@@ -182,92 +188,155 @@ def _item_in(label: str, f: dict[str, Any], *, stat: str | None = None, what: st
                     note=localize(f.get("note") or "", lang), figure=f["name"], unit=unit, lang=lang)
 
 
+def _concurrency_words(f: dict[str, Any], lang: str) -> str:
+    """Which concurrency a decode median holds (``llamarig logs``: requests that decoded alone and
+    with others active), when it mixes both or holds only parallel ones; "" otherwise."""
+    _ = translator(lang)
+    p = f.get("params") or {}
+    if not p.get("parallel"):
+        return ""
+    return _("{alone} alone, {parallel} with others active (up to {most} at once)").format(
+        alone=p.get("alone", 0), parallel=p["parallel"], most=p.get("max_concurrency", "?"))
+
+
 def headline(doc: dict[str, Any], lang: str = "en") -> list[HeadItem]:
     """The figures a user asks for first, in this order: decode (median and spread), prefill at
-    each measured length, TTFT (warm, then that of the decode requests), decode vs depth,
-    concurrency (the most streams, against one), speculative acceptance, then problems
-    (failed requests, an aborted run, interference); in ``lang``."""
-    _ = translator(lang)
+    each measured length, TTFT (warm, then that of the decode requests, cold and warm apart),
+    decode vs depth, concurrency (the most streams, against the fewest), speculative acceptance,
+    then problems (failed requests, an aborted run, interference); in ``lang``."""
+    h = _Head(doc, lang)
+    return h.decode() + h.prefill() + h.ttft() + h.depth() + h.concurrency() + h.spec() + h.problems()
 
-    def _item(label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
-        return _item_in(label, f, stat=stat, what=what, lang=lang)
 
-    figs = {f["name"]: f for f in doc.get("figures", [])}
-    order = [f["name"] for f in doc.get("figures", [])]
-    out: list[HeadItem] = []
-    for name, label in (("decode_tok_s_median", _("decode")), ("log_decode_tok_s_median", _("decode (from the log)")),
-                        ("workload_decode_tok_s_median", _("decode (your workload)"))):
-        if name in figs:
-            out.append(_item(label, figs[name]))
-    for name in order:
-        m = re.fullmatch(r"prefill_tok_s_(\w+?)_median", name)
-        if m:
-            out.append(_item(_("prefill at {length} tokens").format(length=m.group(1)), figs[name]))
-    for name, label in (("log_prefill_tok_s_median", _("prefill (from the log)")),
-                        ("workload_prefill_tok_s_median", _("prefill (your workload)"))):
-        if name in figs:
-            out.append(_item(label, figs[name]))
-    if "ttft_warm_ms_median" in figs:
-        prefix = (doc.get("config") or {}).get("ttft_prefix")
-        what = _("cached prefix ~{tokens} tokens").format(tokens=prefix) if prefix else ""
-        out.append(_item(_("warm TTFT"), figs["ttft_warm_ms_median"], what=what))
-    for name, label in (("decode_ttft_ms_median", _("TTFT (decode requests)")),
-                        ("workload_ttft_ms_median", _("TTFT (your workload)"))):
-        if name in figs:
-            out.append(_item(label, figs[name]))
-    depth = [figs[n] for n in order if re.fullmatch(r"decode_tok_s_at_depth_\w+?_median", n)]
-    depth = [f for f in depth if f.get("value") is not None]
-    if len(depth) >= 2:
+class _Head:
+    """The headline's sections over one document's figures."""
+
+    def __init__(self, doc: dict[str, Any], lang: str) -> None:
+        self.doc, self.lang, self._ = doc, lang, translator(lang)
+        self.figs = {f["name"]: f for f in doc.get("figures", [])}
+        self.order = [f["name"] for f in doc.get("figures", [])]
+
+    def item(self, label: str, f: dict[str, Any], *, stat: str | None = None, what: str = "") -> HeadItem:
+        return _item_in(label, f, stat=stat, what=what, lang=self.lang)
+
+    def named(self, pairs: Iterable[tuple[str, str]]) -> list[HeadItem]:
+        return [self.item(label, self.figs[name]) for name, label in pairs if name in self.figs]
+
+    def decode(self) -> list[HeadItem]:
+        _ = self._
+        return [self.item(label, self.figs[name], what=_concurrency_words(self.figs[name], self.lang))
+                for name, label in (("decode_tok_s_median", _("decode")),
+                                    ("log_decode_tok_s_median", _("decode (from the log)")),
+                                    ("workload_decode_tok_s_median", _("decode (your workload)"))) if name in self.figs]
+
+    def prefill(self) -> list[HeadItem]:
+        _ = self._
+        out = [self.item(_("prefill at {length} tokens").format(length=m.group(1)), self.figs[name])
+               for name in self.order if (m := re.fullmatch(r"prefill_tok_s_(\w+?)_median", name))]
+        return out + self.named((("log_prefill_tok_s_median", _("prefill (from the log)")),
+                                 ("workload_prefill_tok_s_median", _("prefill (your workload)"))))
+
+    def ttft(self) -> list[HeadItem]:
+        """Warm TTFT on the cached prefix, then the TTFT of the decode requests and of a workload,
+        cold and warm apart, each with the prompt tokens the cache served."""
+        _ = self._
+        out: list[HeadItem] = []
+        if "ttft_warm_ms_median" in self.figs:
+            prefix = (self.doc.get("config") or {}).get("ttft_prefix")
+            what = _("cached prefix ~{tokens} tokens").format(tokens=prefix) if prefix else ""
+            out.append(self.item(_("warm TTFT"), self.figs["ttft_warm_ms_median"], what=what))
+        labels = {("decode", "cold"): _("TTFT, cold (decode requests)"), ("decode", "warm"): _("TTFT, warm (decode requests)"),
+                  ("decode", ""): _("TTFT (decode requests)"), ("workload", "cold"): _("TTFT, cold (your workload)"),
+                  ("workload", "warm"): _("TTFT, warm (your workload)"), ("workload", ""): _("TTFT (your workload)")}
+        for (base, state), label in labels.items():
+            f = self.figs.get(f"{base}_ttft_{state}_ms_median" if state else f"{base}_ttft_ms_median")
+            if f is not None:
+                out.append(self.item(label, f, what=_cached_words(f, self.lang)))
+        return out
+
+    def depth(self) -> list[HeadItem]:
+        _ = self._
+        depth = [self.figs[n] for n in self.order if re.fullmatch(r"decode_tok_s_at_depth_\w+?_median", n)]
+        depth = [f for f in depth if f.get("value") is not None]
+        if len(depth) == 1:
+            d = (depth[0].get("params") or {}).get("depth_median")
+            return [self.item(_("decode at depth {depth}").format(depth=fmt_value(d, "tokens")), depth[0])]
+        if not depth:
+            return []
         a, b = depth[0], depth[-1]
         da = (a.get("params") or {}).get("depth_median")
         db = (b.get("params") or {}).get("depth_median")
-        drop = figs.get("decode_depth_drop_pct", {}).get("value")
+        drop = self.figs.get("decode_depth_drop_pct", {}).get("value")
         detail = _("median at depth {a} → {b} tokens, n={n} each").format(
             a=fmt_value(da, "tokens"), b=fmt_value(db, "tokens"), n=min(a.get("n", 0), b.get("n", 0)))
         if drop is not None:
             detail += _(", {pct} % slower").format(pct=fmt_value(float(drop), "%")) if drop >= 0 else \
                 _(", {pct} % faster").format(pct=fmt_value(float(-drop), "%"))
-        out.append(HeadItem(_("decode vs depth"), f"{fmt_value(a['value'], 'tok/s')} → {value_with_unit(b['value'], 'tok/s')}",
-                            detail, note=localize(b.get("note") or a.get("note") or "", lang), figure=b["name"],
-                            unit="tok/s", lang=lang))
-    elif depth:
-        out.append(_item(_("decode at depth {depth}").format(depth=fmt_value((depth[0].get("params") or {}).get("depth_median"), "tokens")),
-                         depth[0]))
-    conc = sorted(((int(m.group(1)), figs[n]) for n in order if (m := re.fullmatch(r"concurrency_(\d+)_aggregate_tok_s", n))),
-                  key=lambda p: p[0])
-    if conc:
+        return [HeadItem(_("decode vs depth"), f"{fmt_value(a['value'], 'tok/s')} → {value_with_unit(b['value'], 'tok/s')}",
+                         detail, note=localize(b.get("note") or a.get("note") or "", self.lang), figure=b["name"],
+                         unit="tok/s", lang=self.lang)]
+
+    def concurrency(self) -> list[HeadItem]:
+        """The steady-state decode of the most streams, per stream, the whole round (prefill and
+        queueing in), and the fewest streams for comparison."""
+        _ = self._
+        conc = sorted(((int(m.group(1)), self.figs[n]) for n in self.order
+                       if (m := re.fullmatch(r"concurrency_(\d+)_aggregate_tok_s", n))), key=lambda p: p[0])
+        if not conc:
+            return []
         streams, f = conc[-1]
-        per = figs.get(f"concurrency_{streams}_per_stream_tok_s_median", {}).get("value")
+        per = self.figs.get(f"concurrency_{streams}_per_stream_tok_s_median", {}).get("value")
+        whole = self.figs.get(f"concurrency_{streams}_round_tok_s", {}).get("value")
         context = [_("{value} per stream").format(value=value_with_unit(per, "tok/s"))] if per is not None else []
+        if whole is not None:
+            context.append(_("whole round with prefill and queueing {value}").format(value=value_with_unit(whole, "tok/s")))
         if len(conc) > 1 and conc[0][1].get("value") is not None:
             one = value_with_unit(conc[0][1]["value"], "tok/s")
             context.append(_("1 stream: {value}").format(value=one) if conc[0][0] == 1 else
                            _("{streams} streams: {value}").format(streams=conc[0][0], value=one))
-        joined = _("{a}; {b}").format(a=context[0], b=context[1]) if len(context) == 2 else "".join(context)
-        out.append(_item(_("{streams} parallel streams, aggregate").format(streams=streams), f,
-                         stat=_("median over rounds"), what=joined))
-    for name, label, stat in (("spec_acceptance", _("speculative acceptance (accepted ÷ drafted)"), ""),
-                              ("log_spec_acceptance", _("speculative acceptance (from the log)"), ""),
-                              ("spec_mean_acceptance_length", _("mean acceptance length"), ""),
-                              ("spec_decode_tok_s_median", _("decode with speculation"), None),
-                              ("spec_speedup", _("speed-up over the baseline"), "")):
-        if name in figs:
-            out.append(_item(label, figs[name], stat=stat))
-    errors = doc.get("errors") or []
-    if errors:
-        out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"), warn=True,
-                            lang=lang))
-    if doc.get("aborted"):
-        out.append(HeadItem(_("run aborted"), "—", localize(doc["aborted"], lang), warn=True, lang=lang))
-    ev = figs.get("interference_events")
-    if ev is not None:
-        polls = (ev.get("params") or {}).get("polls")
-        n_ev = ev.get("value")
-        detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
-        out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail,
-                            note=localize(ev.get("note") or "", lang), warn=bool(n_ev), figure="interference_events",
-                            unit="events", lang=lang))
-    return out
+        joined = context[0] if context else ""
+        for c in context[1:]:
+            joined = _("{a}; {b}").format(a=joined, b=c)
+        return [self.item(_("{streams} parallel streams, steady-state decode").format(streams=streams), f,
+                          stat=_("median over rounds"), what=joined)]
+
+    def spec(self) -> list[HeadItem]:
+        _ = self._
+        return [self.item(label, self.figs[name], stat=stat) for name, label, stat in (
+            ("spec_acceptance", _("speculative acceptance (accepted ÷ drafted)"), ""),
+            ("log_spec_acceptance", _("speculative acceptance (from the log)"), ""),
+            ("spec_mean_acceptance_length", _("mean acceptance length"), ""),
+            ("spec_decode_tok_s_median", _("decode with speculation"), None),
+            ("spec_speedup", _("speed-up over the baseline"), "")) if name in self.figs]
+
+    def problems(self) -> list[HeadItem]:
+        _, lang, doc = self._, self.lang, self.doc
+        out: list[HeadItem] = []
+        errors = doc.get("errors") or []
+        if errors:
+            out.append(HeadItem(_("failed requests"), str(len(errors)), _("left out of every figure; see Errors"),
+                                warn=True, lang=lang))
+        if doc.get("aborted"):
+            out.append(HeadItem(_("run aborted"), "—", localize(doc["aborted"], lang), warn=True, lang=lang))
+        ev = self.figs.get("interference_events")
+        if ev is not None:
+            polls = (ev.get("params") or {}).get("polls")
+            n_ev = ev.get("value")
+            detail = _("{polls} /slots polls").format(polls=polls) if polls is not None else _("n={n}").format(n=ev.get("n", 0))
+            out.append(HeadItem(_("interference"), value_with_unit(n_ev, "events"), detail,
+                                note=localize(ev.get("note") or "", lang), warn=bool(n_ev), figure="interference_events",
+                                unit="events", lang=lang))
+        return out
+
+
+def _cached_words(f: dict[str, Any], lang: str) -> str:
+    """How much of the prompt the cache served, for a TTFT: ``{cached} of {prompt} prompt tokens cached``."""
+    p = f.get("params") or {}
+    if p.get("cached_tokens_median") is None:
+        return ""
+    _ = translator(lang)
+    return _("{cached} of {prompt} prompt tokens cached (medians)").format(
+        cached=fmt_value(float(p["cached_tokens_median"]), "tokens"), prompt=fmt_value(float(p["prompt_tokens_median"]), "tokens"))
 
 
 def headline_lines(doc: dict[str, Any], lang: str = "en") -> list[str]:
@@ -278,35 +347,75 @@ def headline_lines(doc: dict[str, Any], lang: str = "en") -> list[str]:
 def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[RenderableType] = (),
              lang: str = "en") -> None:
     """Headline first, then the findings, ``after_headline`` (logs: the request timeline), the
-    figure table with method references, the numbered methods, notes and problems; in ``lang``."""
-    _ = translator(lang)
+    figure table with method references, the numbered methods, notes and problems; in ``lang``.
+    Everything is a ``Text`` (styles, never markup), so no text of the document is read as markup."""
+    for part in terminal_parts(doc, after_headline, lang):
+        console.print(part, highlight=False)
 
-    def local_text(value: Any) -> str:
-        return str(localize(value, lang))
 
-    t = doc.get("target", {})
-    head = f"[bold]{doc.get('kind', 'bench')}[/] {escape(str(t.get('url') or doc.get('source', {}).get('path', '')))}"
-    if t.get("build_info"):
-        head += f"  build {escape(str(t['build_info']))}"
-    if t.get("model"):
-        head += f"  model {escape(Path(str(t['model'])).name)}"
-    console.print(head)
-    lab = labels(lang)
-    for h in headline(doc, lang):
-        line = _("{label}: {value} ({detail})").format(label=f"[bold]{escape(h.label)}[/]", value=escape(h.value),
-                                                        detail=f"[dim]{escape(h.detail)}[/]")
-        if h.note:
-            line += f" [yellow]— {escape(h.note)}[/]"
-        console.print(f"[red]![/] {line}" if h.warn else f"  {line}", highlight=False)
+def terminal_parts(doc: dict[str, Any], after_headline: Iterable[RenderableType] = (),
+                   lang: str = "en") -> list[RenderableType]:
+    """What :func:`terminal` prints, in order."""
+    parts: list[RenderableType] = [_title_text(doc)]
+    parts += [_headline_text(h, lang) for h in headline(doc, lang)]
     # the findings answer the question (what ran, what never arrived): right under the headline,
     # as in the Markdown and HTML reports, not after the tables
-    if doc.get("findings"):
-        heading = _("{heading}:").format(heading=lab["findings"])
-        console.print(f"[bold]{escape(heading)}[/]")
-    for f in doc.get("findings", []):
-        console.print(f"• {escape(local_text(f))}", highlight=False)
-    for r in after_headline:
-        console.print(r)
+    parts += _findings_texts(doc, lang)
+    parts += list(after_headline)
+    parts += _figures_parts(doc, lang)
+    parts += _problem_texts(doc, lang)
+    return parts
+
+
+def _title_text(doc: dict[str, Any]) -> Text:
+    t = doc.get("target", {})
+    head = Text(str(doc.get("kind", "bench")), style="bold")
+    head.append(" " + str(t.get("url") or doc.get("source", {}).get("path", "")))
+    if t.get("build_info"):
+        head.append(f"  build {t['build_info']}")
+    if t.get("model"):
+        head.append(f"  model {Path(str(t['model'])).name}")
+    return head
+
+
+def _headline_text(h: HeadItem, lang: str) -> Text:
+    _ = translator(lang)
+    line = Text.assemble(("! ", "red") if h.warn else "  ")
+    for piece, style in _fields_in(_("{label}: {value} ({detail})"), label=(h.label, "bold"), value=(h.value, ""),
+                                   detail=(h.detail, "dim")):
+        line.append(piece, style=style)
+    if h.note:
+        line.append(f" — {h.note}", style="yellow")
+    return line
+
+
+def _fields_in(template: str, **fields: tuple[str, str]) -> list[tuple[str, str]]:
+    """``template`` (a translated message with ``{name}`` fields) cut into (text, style) pieces,
+    each field with its own style: the order of the fields follows the language."""
+    out: list[tuple[str, str]] = []
+    for literal, name, _spec, _conv in string.Formatter().parse(template):
+        if literal:
+            out.append((literal, ""))
+        if name is not None:
+            out.append(fields[name])
+    return out
+
+
+def _findings_texts(doc: dict[str, Any], lang: str) -> list[Text]:
+    if not doc.get("findings"):
+        return []
+    _ = translator(lang)
+    out = [Text(_("{heading}:").format(heading=labels(lang)["findings"]), style="bold")]
+    return out + [Text(f"• {localize(f, lang)}") for f in doc["findings"]]
+
+
+def _figures_parts(doc: dict[str, Any], lang: str) -> list[RenderableType]:
+    """The figure table (each row cites its method and note footnotes), then the footnotes."""
+    figures = doc.get("figures", [])
+    if not figures:
+        return []
+    _ = translator(lang)
+    lab = labels(lang)
     # at narrow widths the figure name folds onto a second line (names have no spaces to wrap
     # at); every other column keeps its width, so N and the method reference never vanish
     table = Table(show_lines=False, header_style="bold", show_edge=False)
@@ -316,41 +425,41 @@ def terminal(doc: dict[str, Any], console: Console, *, after_headline: Iterable[
     table.add_column("N", justify="right", no_wrap=True)
     table.add_column("p10 … p90", no_wrap=True)
     table.add_column(lab["method"], justify="right", no_wrap=True)
-    figures = doc.get("figures", [])
     fn = footnotes(figures, lang)
     for f, (m, note) in zip(figures, fn.refs, strict=True):
-        ref = f"[{m}]" + (f" [yellow]![{note}][/]" if note else "")
-        table.add_row(escape(f["name"]), fmt_value(f.get("value"), f.get("unit", "")), f.get("unit", ""), str(f.get("n", "")),
-                      _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), escape(ref))
-    if figures:
-        console.print(table)
-        heading = _("{heading}:").format(heading=lab["methods"])
-        console.print(f"[bold]{escape(heading)}[/]")
+        ref = Text(f"[{m}]")
+        if note:
+            ref.append(f" ![{note}]", style="yellow")
+        table.add_row(Text(f["name"]), fmt_value(f.get("value"), f.get("unit", "")), Text(f.get("unit", "")),
+                      str(f.get("n", "")), _spread_text(f).replace("p10 ", "").replace(" · p90 ", " … "), ref)
+    parts: list[RenderableType] = [table, Text(_("{heading}:").format(heading=lab["methods"]), style="bold")]
     for i, (text, is_note) in enumerate(fn.texts, 1):
-        if is_note:
-            console.print(f"  [yellow]![{i}][/] {escape(text)}", highlight=False)
-        else:
-            console.print(f"  [{i}] {text}", highlight=False, markup=False)
+        parts.append(Text.assemble("  ", (f"![{i}]", "yellow"), f" {text}") if is_note else Text(f"  [{i}] {text}"))
+    return parts
+
+
+def _problem_texts(doc: dict[str, Any], lang: str) -> list[Text]:
+    """Scenario notes, what was missing, interference events, GPU, errors, an aborted run."""
+    _ = translator(lang)
+    lab = labels(lang)
+    out: list[Text] = []
     for sc in doc.get("scenarios", []):
-        notes = sc.get("notes") or []
-        for n in notes[:NOTES_SHOWN]:
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(local_text(n))}", highlight=False)
+        notes = [str(localize(n, lang)) for n in sc.get("notes") or []]
         if len(notes) > NOTES_SHOWN:
-            more = _("… {n} more notes in the JSON (scenarios[].notes)").format(n=len(notes) - NOTES_SHOWN)
-            console.print(f"[cyan]{escape(sc['name'])}:[/] {escape(more)}", highlight=False)
+            notes = notes[:NOTES_SHOWN] + [_("… {n} more notes in the JSON (scenarios[].notes)").format(
+                n=len(notes) - NOTES_SHOWN)]
+        out += [Text.assemble((f"{sc['name']}:", "cyan"), f" {n}") for n in notes]
     inter = doc.get("interference") or {}
-    for m in inter.get("missing", []):
-        console.print(f"[yellow]{escape(lab['missing'])}:[/] {escape(local_text(m))}", highlight=False)
-    for ev in inter.get("events", [])[:10]:
-        console.print(f"[red]{escape(lab['interference'])}:[/] t={ev['t_s']} s {ev['kind']}: {escape(local_text(ev['detail']))}", highlight=False)
+    out += [Text.assemble((f"{lab['missing']}:", "yellow"), f" {localize(m, lang)}") for m in inter.get("missing", [])]
+    out += [Text.assemble((f"{lab['interference']}:", "red"), f" t={ev['t_s']} s {ev['kind']}: {localize(ev['detail'], lang)}")
+            for ev in inter.get("events", [])[:10]]
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
-        console.print(f"[dim]{escape(lab['gpu_na'].format(reason=gpu.get('reason')))}[/]",
-                      highlight=False)
-    for e in doc.get("errors", [])[:20]:
-        console.print(f"[red]{escape(lab['error'])}:[/] {escape(local_text(e))}", highlight=False)
+        out.append(Text(lab["gpu_na"].format(reason=gpu.get("reason")), style="dim"))
+    out += [Text.assemble((f"{lab['error']}:", "red"), f" {localize(e, lang)}") for e in doc.get("errors", [])[:20]]
     if doc.get("aborted"):
-        console.print(f"[red]{escape(lab['aborted'])}:[/] {escape(local_text(doc['aborted']))}", highlight=False)
+        out.append(Text.assemble((f"{lab['aborted']}:", "red"), f" {localize(doc['aborted'], lang)}"))
+    return out
 
 
 # ------------------------------------------------------------------------- markdown
@@ -389,55 +498,66 @@ def markdown(doc: dict[str, Any], lang: str = "en") -> str:
     """Headline, then the table (指标 | 数值 | N | 测法 in Chinese, as in the 307K-context MTP field
     report, tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) whose rows cite numbered method
     footnotes, then the footnotes, notes, interference, findings and errors; in ``lang``."""
-    _ = translator(lang)
-
-    def local_text(value: Any) -> str:
-        return str(localize(value, lang))
-
-    lab = labels(lang)
     lines = [f"# {report_title(doc, lang)}", ""]
     lines += [f"- {m}" for m in meta_lines(doc, lang)]
-    heads = headline(doc, lang)
-    if heads:
-        lines += ["", f"## {lab['headline']}", ""]
-        for h in heads:
-            text = _("{label}: {value} ({detail})").format(label=f"**{h.label}**", value=h.value, detail=h.detail)
-            if h.note:
-                text += f" — {h.note}"
-            lines.append(f"- {'⚠ ' if h.warn else ''}{_md_cell(text)}")
-    if doc.get("findings"):
-        lines += ["", f"## {lab['findings']}", ""] + [f"- {local_text(x)}" for x in doc["findings"]]
+    lines += _md_headline(doc, lang) + _md_findings(doc, lang) + _md_figures(doc, lang) + _md_problems(doc, lang)
+    return "\n".join(lines) + "\n"
+
+
+def _md_section(title: str, items: list[str]) -> list[str]:
+    return ["", f"## {title}", "", *items] if items else []
+
+
+def _md_headline(doc: dict[str, Any], lang: str) -> list[str]:
+    _ = translator(lang)
+    items = []
+    for h in headline(doc, lang):
+        text = _("{label}: {value} ({detail})").format(label=f"**{h.label}**", value=h.value, detail=h.detail)
+        if h.note:
+            text += f" — {h.note}"
+        items.append(f"- {'⚠ ' if h.warn else ''}{_md_cell(text)}")
+    return _md_section(labels(lang)["headline"], items)
+
+
+def _md_findings(doc: dict[str, Any], lang: str) -> list[str]:
+    return _md_section(labels(lang)["findings"], [f"- {localize(x, lang)}" for x in doc.get("findings") or []])
+
+
+def _md_figures(doc: dict[str, Any], lang: str) -> list[str]:
+    """The figure table (each row cites its method and note footnotes), then the footnotes."""
     figures = doc.get("figures", [])
-    if figures:
-        fn = footnotes(figures, lang)
-        lines += ["", f"## {lab['figures']}", "",
-                  f"| {lab['figure']} | {lab['value']} | N | {lab['method']} |", "|---|---|---|---|"]
-        for f, (m, note) in zip(figures, fn.refs, strict=True):
-            val = value_with_unit(f.get("value"), f.get("unit", ""))
-            sp = _spread_text(f)
-            if sp:
-                val += f" ({sp})"
-            ref = f"{method_stat(str(f.get('method', '')), lang)} {sup(m)}".strip()
-            if note:
-                ref += f" ⚠{sup(note)}"
-            lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {_md_cell(ref)} |")
-        lines += ["", f"### {lab['methods_h']}", ""]
-        for i, (text, is_note) in enumerate(fn.texts, 1):
-            lines.append(f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text))
-    notes = [f"- {sc['name']}: {local_text(n)}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
-    if notes:
-        lines += ["", f"## {lab['notes']}", ""] + notes[:50]
+    if not figures:
+        return []
+    _ = translator(lang)
+    lab = labels(lang)
+    fn = footnotes(figures, lang)
+    lines = ["", f"## {lab['figures']}", "", f"| {lab['figure']} | {lab['value']} | N | {lab['method']} |",
+             "|---|---|---|---|"]
+    for f, (m, note) in zip(figures, fn.refs, strict=True):
+        val = value_with_unit(f.get("value"), f.get("unit", ""))
+        sp = _spread_text(f)
+        val += f" ({sp})" if sp else ""
+        ref = f"{method_stat(str(f.get('method', '')), lang)} {sup(m)}".strip() + (f" ⚠{sup(note)}" if note else "")
+        lines.append(f"| {f['name']} | {val} | {f.get('n', '')} | {_md_cell(ref)} |")
+    lines += ["", f"### {lab['methods_h']}", ""]
+    lines += [f"- {sup(i)} " + (_("note: {text}").format(text=text) if is_note else text)
+              for i, (text, is_note) in enumerate(fn.texts, 1)]
+    return lines
+
+
+def _md_problems(doc: dict[str, Any], lang: str) -> list[str]:
+    """Scenario notes, interference, errors, GPU telemetry missing."""
+    lab = labels(lang)
+    notes = [f"- {sc['name']}: {localize(n, lang)}" for sc in doc.get("scenarios", []) for n in sc.get("notes") or []]
     inter = doc.get("interference") or {}
-    if inter.get("missing") or inter.get("events"):
-        lines += ["", f"## {lab['interference_h']}", ""]
-        lines += [f"- {lab['missing']}: {local_text(m)}" for m in inter.get("missing", [])]
-        lines += [f"- t={e['t_s']} s {e['kind']}: {local_text(e['detail'])}" for e in inter.get("events", [])[:20]]
-    if doc.get("errors"):
-        lines += ["", f"## {lab['errors']}", ""] + [f"- {local_text(x)}" for x in doc["errors"][:50]]
+    inter_items = [f"- {lab['missing']}: {localize(m, lang)}" for m in inter.get("missing", [])]
+    inter_items += [f"- t={e['t_s']} s {e['kind']}: {localize(e['detail'], lang)}" for e in inter.get("events", [])[:20]]
+    lines = _md_section(lab["notes"], notes[:50]) + _md_section(lab["interference_h"], inter_items)
+    lines += _md_section(lab["errors"], [f"- {localize(x, lang)}" for x in (doc.get("errors") or [])[:50]])
     gpu = doc.get("gpu") or {}
     if gpu and not gpu.get("available"):
         lines += ["", lab["gpu_na"].format(reason=gpu.get("reason"))]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:
@@ -462,4 +582,5 @@ def read_json(path: Path) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     text = resources.files("llamarig").joinpath("data/bench.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    doc: dict[str, Any] = json.loads(text)
+    return doc

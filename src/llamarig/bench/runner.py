@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,13 +26,12 @@ import aiohttp
 
 from llamarig import __version__
 from llamarig.bench.client import BenchClient, RequestSample
-from llamarig.bench.gpu import GpuSampler, energy_joules
-from llamarig.bench.monitor import InterferenceEvent, Monitor, Tracker, reconcile
+from llamarig.bench.gpu import GpuSampler, energy_joules, is_local
+from llamarig.bench.monitor import InterferenceEvent, Monitor, Scrape, Tracker, reconcile
 from llamarig.bench.records import Figure, note_text, single_figure
+from llamarig.bench.result import BenchReport, Interference, Scenario, Target
 from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
 from llamarig.i18n import N_, _, unknown_name
-
-SCHEMA_VERSION = 1
 
 SCENARIOS = ("decode", "prefill", "ttft", "depth", "concurrency", "spec", "workload")
 LLAMA_ONLY = ("prefill", "ttft", "depth")
@@ -246,155 +245,151 @@ def client_machine() -> dict[str, Any]:
     }
 
 
-def _is_local(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    return host in ("127.0.0.1", "localhost", "::1") or host == socket.gethostname()
-
-
 # ---------------------------------------------------------------------- the run
-async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
+@dataclass
+class _Preflight:
+    """What the run knows before its first request."""
+
+    ready: dict[str, Any]
+    missing: list[str]
+    busy_before: list[int]
+    first: Scrape | None
+
+
+async def _preflight(r: Runner) -> _Preflight:
+    """/health (waiting while the model loads), /props, /slots, /metrics; what is missing is said."""
+    cfg, client = r.cfg, r.client
+    ready = await wait_ready(client, cfg.wait_ready_s)
+    missing: list[str] = []
+    props = await client.get("/props", timeout=10)
+    if props.status == 200 and isinstance(props.body, dict):
+        r.props = props.body
+        dgs = r.props.get("default_generation_settings") or {}
+        r.n_ctx_slot = dgs.get("n_ctx") if isinstance(dgs, dict) else None
+        r.total_slots = r.props.get("total_slots")
+    else:
+        r.is_llama = False
+        missing.append(note_text(N_("/props (HTTP {status}): not a llama-server; llama-only fields are not sent"), status=props.status))
+    if r.is_llama and r.total_slots is not None and cfg.slot is not None and cfg.slot >= int(r.total_slots):
+        raise InputError(_("--slot {slot}: the server has {total_slots} slot(s) (0..{last})").format(
+            slot=cfg.slot, total_slots=r.total_slots, last=int(r.total_slots) - 1))
+    slots0 = await r.monitor.probe_slots()
+    if slots0 is None:
+        missing.append(note_text(N_("{reason}: interference cannot be detected, samples are marked 'unknown'"),
+                                 reason=r.monitor.slots_reason))
+    first = await r.monitor.scrape()
+    if first is None:
+        missing.append(note_text(N_("{reason}: no counter reconciliation, no server-wide spec counters"),
+                                 reason=r.monitor.metrics_reason))
+    busy = [s.get("id") for s in (slots0 or []) if s.get("is_processing")]
+    return _Preflight(ready, missing, [b for b in busy if isinstance(b, int)], first)
+
+
+async def _one_scenario(r: Runner, name: str, run: Callable[[Runner, ScenarioResult], Awaitable[None]]) -> tuple[ScenarioResult, str]:
+    """Run one scenario; a server that stopped answering cuts it short (what was measured stays)
+    and, unless /health answers again within 10 s, aborts the run (the second value says why)."""
+    from llamarig.bench.scenarios import annotate_contamination  # lazy: cycle with scenarios
+
+    cfg = r.cfg
+    res = ScenarioResult(name, t_start=r.monitor.client_time())
+    aborted = ""
+    if name in LLAMA_ONLY and not r.is_llama:
+        res.notes.append(note_text(N_("skipped: '{name}' needs llama-server's /completion, /tokenize and "
+                                      "timings (no /props at {url})"), name=name, url=cfg.url))
+        return res, aborted
+    try:
+        await run(r, res)
+    except (ServerError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        r.dead = r.dead or f"{type(e).__name__}: {e}"  # e.g. /tokenize failing: the server went away mid-scenario
+    if r.dead:
+        res.errors.append(note_text(N_("scenario cut short: {reason}"), reason=r.dead))
+        r.errors.append(note_text(N_("{scenario}: cut short: {reason}"), scenario=name, reason=r.dead))
+        try:
+            await wait_ready(r.client, min(cfg.wait_ready_s, 10))
+            r.dead, r._consecutive_conn_errors = "", 0
+        except ServerError as e2:
+            aborted = note_text(N_("server unreachable after scenario '{scenario}': {error}"), scenario=name, error=str(e2))
+    res.t_end = r.monitor.client_time()
+    r.mark_contamination()
+    annotate_contamination(r, res)
+    return res, aborted
+
+
+async def _scenarios(r: Runner, gpu: GpuSampler) -> tuple[list[ScenarioResult], str]:
+    """Every scenario of the run in order, the monitors running; stops at an abort or --strict."""
     from llamarig.bench import scenarios as sc  # lazy: cycle bench.runner <-> bench.scenarios
 
+    results: list[ScenarioResult] = []
+    aborted = ""
+    r.planned = sc.planned_requests(r.cfg, r)
+    r.monitor.start()
+    gpu.start()
+    try:
+        for name in r.cfg.scenarios:
+            res, aborted = await _one_scenario(r, name, getattr(sc, f"scenario_{name}"))
+            results.append(res)
+            r.check_strict()
+            if aborted:
+                break
+    finally:
+        await r.monitor.stop()
+        await gpu.stop()
+    return results, aborted
+
+
+async def run_async(cfg: BenchConfig, progress: ProgressFn | None = None) -> BenchReport:
     cfg.validate()
     started = datetime.now(timezone.utc)
+    gpu = GpuSampler(interval_s=cfg.gpu_interval_s)
     async with BenchClient(cfg.url, timeout_s=cfg.request_timeout_s, api_key=cfg.api_key) as client:
         r = Runner(cfg, client, progress)
-        ready = await wait_ready(client, cfg.wait_ready_s)
-        missing: list[str] = []
-        props = await client.get("/props", timeout=10)
-        if props.status == 200 and isinstance(props.body, dict):
-            r.props = props.body
-            dgs = r.props.get("default_generation_settings") or {}
-            r.n_ctx_slot = dgs.get("n_ctx") if isinstance(dgs, dict) else None
-            r.total_slots = r.props.get("total_slots")
-        else:
-            r.is_llama = False
-            missing.append(note_text(N_("/props (HTTP {status}): not a llama-server; llama-only fields are not sent"), status=props.status))
-        if r.is_llama and r.total_slots is not None and cfg.slot is not None and cfg.slot >= int(r.total_slots):
-            raise InputError(_("--slot {slot}: the server has {total_slots} slot(s) (0..{last})").format(slot=cfg.slot, total_slots=r.total_slots, last=int(r.total_slots) - 1))
-        slots0 = await r.monitor.probe_slots()
-        if slots0 is None:
-            missing.append(note_text(N_("{reason}: interference cannot be detected, samples are marked 'unknown'"),
-                                  reason=r.monitor.slots_reason))
-        first = await r.monitor.scrape()
-        if first is None:
-            missing.append(note_text(N_("{reason}: no counter reconciliation, no server-wide spec counters"),
-                                  reason=r.monitor.metrics_reason))
-        pre_busy = [s.get("id") for s in (slots0 or []) if s.get("is_processing")]
-        gpu = GpuSampler(interval_s=cfg.gpu_interval_s)
+        pre = await _preflight(r)
         gpu.t0 = client.t0
-        r.monitor.start()
-        gpu.start()
-        results: list[ScenarioResult] = []
-        r.planned = sc.planned_requests(cfg, r)
-        aborted = ""
-        try:
-            for name in cfg.scenarios:
-                res = ScenarioResult(name, t_start=r.monitor.client_time())
-                if name in LLAMA_ONLY and not r.is_llama:
-                    res.notes.append(note_text(N_("skipped: '{name}' needs llama-server's /completion, /tokenize and "
-                                                  "timings (no /props at {url})"), name=name, url=cfg.url))
-                    results.append(res)
-                    continue
-                try:
-                    await getattr(sc, f"scenario_{name}")(r, res)
-                except (ServerError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                    # e.g. /tokenize failing because the server went away mid-scenario
-                    r.dead = r.dead or f"{type(e).__name__}: {e}"
-                if r.dead:
-                    res.errors.append(note_text(N_("scenario cut short: {reason}"), reason=r.dead))
-                    r.errors.append(note_text(N_("{scenario}: cut short: {reason}"), scenario=name, reason=r.dead))
-                    try:
-                        await wait_ready(client, min(cfg.wait_ready_s, 10))
-                        r.dead, r._consecutive_conn_errors = "", 0
-                    except ServerError as e2:
-                        aborted = note_text(N_("server unreachable after scenario '{scenario}': {error}"), scenario=name, error=str(e2))
-                res.t_end = r.monitor.client_time()
-                r.mark_contamination()
-                sc.annotate_contamination(r, res)
-                results.append(res)
-                r.check_strict()
-                if aborted:
-                    break
-        finally:
-            await r.monitor.stop()
-            await gpu.stop()
+        results, aborted = await _scenarios(r, gpu)
         last = await r.monitor.scrape() if r.monitor.metrics_available else None
         props_end = await client.get("/props", timeout=10) if r.is_llama and not aborted else None
     r.mark_contamination()
-    ours = {
-        k: float(sum(int(s.timings.get(k, 0) or 0) for s in r.samples if s.extra.get("target") is None))
-        for k in ("predicted_n", "prompt_n", "cache_n", "draft_n", "draft_n_accepted")
-    }
-    recon = reconcile(first, last, ours)
     events = list(r.monitor.events)
     if props_end is not None and props_end.status == 200 and isinstance(props_end.body, dict):
         b0, b1 = r.props.get("build_info"), props_end.body.get("build_info")
         if b0 != b1:
             events.append(InterferenceEvent(r.monitor.client_time(), "restart", f"/props build_info changed {b0} -> {b1}"))
-    figures = [f for res in results for f in res.figures]
-    gpu_json = gpu.to_json()
+    figures = [f for res in results for f in res.figures] + _energy_figures(r, gpu) + [_interference_figure(r, events)]
+    return BenchReport(
+        run_id=r.run_id, started_at=started.isoformat(), finished_at=datetime.now(timezone.utc).isoformat(),
+        target=Target(cfg.url, r.is_llama, r.props.get("build_info"), r.props.get("model_alias") or r.props.get("model_path"),
+                      r.n_ctx_slot, r.total_slots, _trim_props(r.props), pre.ready),
+        client=client_machine(), config=_config_json(cfg), figures=tuple(figures),
+        scenarios=tuple(Scenario(x.name, tuple(x.figures), tuple(x.errors), tuple(x.notes), x.series, x.t_start, x.t_end)
+                        for x in results),
+        requests=tuple(r.samples), interference=_interference(r, pre, events, last), gpu=gpu.to_json(),
+        errors=tuple(r.errors), aborted=aborted)
+
+
+def _interference(r: Runner, pre: _Preflight, events: list[InterferenceEvent], last: Scrape | None) -> Interference:
+    ours = {k: float(sum(int(s.timings.get(k, 0) or 0) for s in r.samples if s.extra.get("target") is None))
+            for k in ("predicted_n", "prompt_n", "cache_n", "draft_n", "draft_n_accepted")}
+    mon = r.monitor
+    return Interference(
+        slots_endpoint=bool(mon.slots_available), metrics_endpoint=bool(mon.metrics_available), missing=tuple(pre.missing),
+        busy_before_start=tuple(pre.busy_before), n_polls=mon.n_polls, poll_failures=mon.poll_failures,
+        last_poll_error=mon.last_poll_error, poll_interval_s=r.cfg.poll_interval_s, max_busy_slots=mon.max_busy,
+        max_requests_deferred=mon.max_deferred, events=tuple(events), busy_series=tuple(mon.busy_series[-5000:]),
+        reconciliation=reconcile(pre.first, last, ours))
+
+
+def _energy_figures(r: Runner, gpu: GpuSampler) -> list[Figure]:
     tokens = sum(s.predicted_n or 0 for s in r.samples if s.ok and s.extra.get("target") is None)
-    joules = energy_joules(gpu.samples)
-    if gpu_json["available"] and joules:
-        figures.append(
-            single_figure(
-                "energy_tokens_per_joule",
-                tokens / joules,
-                "tok/J",
-                f"generated tokens of all our requests ({tokens}, from timings.predicted_n) ÷ energy = trapezoidal ∫ nvidia-smi power.draw dt over the run, summed over GPUs; client-machine GPUs"
-                + ("" if _is_local(cfg.url) else " (server is remote: this is NOT the server's energy)"),
-                scenario="gpu",
-                params={"tokens": tokens, "joules": joules, "gpu_samples": len(gpu.samples)},
-            )
-        )
-    figures.append(_interference_figure(r, events))
-    finished = datetime.now(timezone.utc)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "bench",
-        "tool": f"llamarig {__version__}",
-        "run_id": r.run_id,
-        "started_at": started.isoformat(),
-        "finished_at": finished.isoformat(),
-        "target": {
-            "url": cfg.url,
-            "is_llama_server": r.is_llama,
-            "build_info": r.props.get("build_info"),
-            "model": r.props.get("model_alias") or r.props.get("model_path"),
-            "n_ctx_slot": r.n_ctx_slot,
-            "total_slots": r.total_slots,
-            "props": _trim_props(r.props),
-            "health": ready,
-        },
-        "client": client_machine(),
-        "config": _config_json(cfg),
-        "figures": [f.to_json() for f in figures],
-        "scenarios": [
-            {"name": res.name, "errors": res.errors, "notes": res.notes, "series": res.series,
-             "t_start_s": round(res.t_start, 3), "t_end_s": round(res.t_end, 3)}
-            for res in results
-        ],
-        "requests": [s.to_json() for s in r.samples],
-        "interference": {
-            "slots_endpoint": bool(r.monitor.slots_available),
-            "metrics_endpoint": bool(r.monitor.metrics_available),
-            "missing": missing,
-            "busy_before_start": pre_busy,
-            "n_polls": r.monitor.n_polls,
-            "poll_failures": r.monitor.poll_failures,
-            "last_poll_error": r.monitor.last_poll_error,
-            "poll_interval_s": cfg.poll_interval_s,
-            "max_busy_slots": r.monitor.max_busy,
-            "max_requests_deferred": r.monitor.max_deferred,
-            "events": [ev.to_json() for ev in events],
-            "busy_series": [list(b) for b in r.monitor.busy_series[-5000:]],
-            "reconciliation": recon,
-        },
-        "gpu": gpu_json,
-        "errors": r.errors,
-        "aborted": aborted,
-    }
+    energy = energy_joules(gpu.samples) if gpu.to_json()["available"] else None
+    if not energy or not energy[0]:
+        return []
+    joules, how = energy
+    return [single_figure(
+        "energy_tokens_per_joule", tokens / joules, "tok/J",
+        f"generated tokens of all our requests ({tokens}, from timings.predicted_n) ÷ energy over the run, summed "
+        f"over GPUs ({how}; {gpu.to_json()['source']})"
+        + ("" if is_local(r.cfg.url) else " (server is remote: this is NOT the server's energy)"),
+        scenario="gpu", params={"tokens": tokens, "joules": joules, "gpu_samples": len(gpu.samples)})]
 
 
 def _interference_figure(r: Runner, events: list[Any]) -> Figure:
@@ -436,7 +431,7 @@ def _config_json(cfg: BenchConfig) -> dict[str, Any]:
     return d
 
 
-def run_bench(cfg: BenchConfig, progress: ProgressFn | None = None) -> dict[str, Any]:
+def run_bench(cfg: BenchConfig, progress: ProgressFn | None = None) -> BenchReport:
     """Run the benchmark; network failures outside a request become ServerError (exit 3)."""
     try:
         return asyncio.run(run_async(cfg, progress))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -16,6 +17,7 @@ from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.prompts import ChatPrompt, filler_text, load_workload, prompt_set, salt
 from llamarig.bench.records import Figure, note_text, single_figure, stat_figures
 from llamarig.bench.runner import FIT_CTX, BenchConfig, Runner, ScenarioResult
+from llamarig.bench.steady import SteadyRound, steady_round
 from llamarig.i18n import N_
 
 CHAT = "/v1/chat/completions"
@@ -90,6 +92,10 @@ def _slot_text(cfg: BenchConfig) -> str:
     return f"pinned to slot {cfg.slot} (id_slot)" if cfg.slot is not None else "not pinned to a slot"
 
 
+def _slot_text_zh(cfg: BenchConfig) -> str:
+    return f"固定在槽位 {cfg.slot}（id_slot）" if cfg.slot is not None else "不固定槽位"
+
+
 def annotate_contamination(r: Runner, res: ScenarioResult) -> None:
     """Say, on every figure of the scenario, how many of its samples overlapped foreign work."""
     mine = [s for s in r.samples if s.scenario == res.name and not s.warmup and s.ok]
@@ -120,7 +126,10 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
         f"{cfg.k} {cfg.endpoint} requests ('{cfg.prompt_set}' prompts, seed {cfg.seed}) × max_tokens={cfg.n_predict} with "
         f"ignore_eos, streamed serially to {CHAT if cfg.endpoint == 'chat' else COMPLETION} {_slot_text(cfg)}; {cfg.warmup} warm-up request(s) excluded"
     )
-    zh = f"{cfg.k} 个请求 × {cfg.n_predict} token，串行流式，timings 的 (predicted_n−1)/predicted_ms"
+    head_zh = (f"{cfg.k} 个 {cfg.endpoint} 请求（'{cfg.prompt_set}' 提示词，种子 {cfg.seed}）× max_tokens={cfg.n_predict}，"
+               f"ignore_eos，串行流式发到 {CHAT if cfg.endpoint == 'chat' else COMPLETION}，{_slot_text_zh(cfg)}；"
+               f"{cfg.warmup} 个预热请求不计入")
+    zh = f"{head_zh}；速度 = (timings.predicted_n − 1) ÷ timings.predicted_ms（服务器时钟，由原始字段重算）"
     params = {"k": cfg.k, "n_predict": cfg.n_predict, "prompt_set": cfg.prompt_set}
     no_timings = "" if any(s.timings for s in ok) or not ok else "the server sent no timings (not llama-server?): see decode_client_tok_s"
     res.figures += stat_figures("decode_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
@@ -129,11 +138,52 @@ async def scenario_decode(r: Runner, res: ScenarioResult) -> None:
     res.figures += stat_figures("decode_client_tok_s", [s.client_decode_tok_s for s in ok if s.client_decode_tok_s],
                                 "tok/s", f"{what}; {CLIENT_FORMULA}", stats=("median", "p10", "max"),
                                 scenario="decode", params=params, method_zh="客户端时钟：首个到最后一个含 token 的 SSE 块")
-    res.figures += stat_figures("decode_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
-                                f"{what}; time from sending the request to the first SSE chunk with non-empty content or reasoning_content",
-                                stats=("median",), scenario="decode", params=params)
+    res.figures += ttft_figures("decode_ttft", ok, f"{what}; time from sending the request to the first SSE chunk with "
+                                "non-empty content or reasoning_content", stats=("median",), scenario="decode", params=params,
+                                what_zh=f"{head_zh}；从发出请求到第一个带非空 content 或 reasoning_content 的 SSE 块的时间")
     res.series["decode"] = [{"seq": s.seq, "server": s.server_decode_tok_s, "client": s.client_decode_tok_s} for s in ok]
     _errors(res, samples)
+
+
+#: a request with at least this share of its prompt from the cache is warm
+WARM_SHARE = 0.5
+
+
+def _cache_state(s: RequestSample) -> str:
+    """``cold`` or ``warm`` from the server's timings (cache_n of cache_n + prompt_n prompt tokens),
+    ``unknown`` without them."""
+    c, p = s.timings.get("cache_n"), s.timings.get("prompt_n")
+    if not isinstance(c, int) or not isinstance(p, int) or c + p <= 0:
+        return "unknown"
+    return "warm" if c >= WARM_SHARE * (c + p) else "cold"
+
+
+def ttft_figures(base: str, ok: list[RequestSample], what: str, *, stats: tuple[str, ...], scenario: str,
+                 params: dict[str, Any] | None = None, what_zh: str = "") -> list[Figure]:
+    """Time to first token, cold and warm apart (``BASE_cold_ms_*``, ``BASE_warm_ms_*``): a prompt
+    served from llama-server's cache answers in a fraction of the time, so the two never share a
+    figure; each says how many prompt tokens were cached (``BASE_ms_*`` when the server sends no
+    timings and the cache is unknown)."""
+    figs: list[Figure] = []
+    for state in ("cold", "warm", "unknown"):
+        group = [s for s in ok if s.ttft_s is not None and _cache_state(s) == state]
+        if not group:
+            continue
+        cached = [int(s.timings.get("cache_n", 0)) for s in group]
+        prompt = [int(s.timings.get("cache_n", 0)) + int(s.timings.get("prompt_n", 0)) for s in group]
+        rule = {"cold": f"cold: timings.cache_n < {WARM_SHARE:.0%} of the prompt (cache_n + prompt_n)",
+                "warm": f"warm: timings.cache_n ≥ {WARM_SHARE:.0%} of the prompt (served from llama-server's cache)",
+                "unknown": "cache unknown: the server sent no timings.cache_n"}[state]
+        rule_zh = {"cold": f"冷：timings.cache_n 不到提示词（cache_n + prompt_n）的 {WARM_SHARE:.0%}",
+                   "warm": f"暖：timings.cache_n 达到提示词的 {WARM_SHARE:.0%}（由 llama-server 的缓存提供）",
+                   "unknown": "缓存情况未知：服务器没有返回 timings.cache_n"}[state]
+        name = f"{base}_ms" if state == "unknown" else f"{base}_{state}_ms"
+        extra = {} if state == "unknown" else {"cache": state, "cached_tokens_median": statistics.median(cached),
+                                               "prompt_tokens_median": statistics.median(prompt)}
+        figs += stat_figures(name, [s.ttft_s * 1000 for s in group if s.ttft_s is not None], "ms", f"{what}; {rule}",
+                             stats=stats, scenario=scenario, params={**(params or {}), **extra},
+                             method_zh=f"{what_zh}；{rule_zh}" if what_zh else "")
+    return figs
 
 
 def _errors(res: ScenarioResult, samples: list[RequestSample]) -> None:
@@ -361,56 +411,113 @@ async def scenario_depth(r: Runner, res: ScenarioResult) -> None:
 
 
 # ------------------------------------------------------------------------- concurrency
+@dataclass
+class _Rounds:
+    """The rounds of one concurrency level: every request, and per complete round its steady
+    state and its whole span (tokens, seconds)."""
+
+    samples: list[RequestSample] = field(default_factory=list)
+    steady: list[SteadyRound] = field(default_factory=list)
+    whole: list[tuple[int, float]] = field(default_factory=list)
+
+
 async def scenario_concurrency(r: Runner, res: ScenarioResult) -> None:
     """For each N: ``--repeats`` rounds of N parallel streamed requests (not pinned); a round
-    starts when the previous one has finished. Each round gives one aggregate rate, Σ
-    timings.predicted_n ÷ (last token chunk of any stream − first request sent); the figure is
-    their median and the rounds are its samples (the noise band of ``bench compare``)."""
+    starts when the previous one has finished. Each round gives one steady-state rate: the tokens
+    the N streams generated while all of them were decoding, over that window (bench.steady); the
+    figure is their median and the rounds are its samples (the noise band of ``bench compare``).
+    The round's whole span (prefill and queueing included) is a figure of its own."""
     cfg = r.cfg
-    rounds = _rounds(cfg)
     if cfg.warmup:
         p = prompt_set("synthetic", 1, cfg.seed + 99)[0]
         await r.request("concurrency", "warmup", *_req(p, cfg, 8), warmup=True)
     series = []
     for n in cfg.concurrency:
-        prompts = _prompts(cfg, n * rounds, cfg.seed + 100 * n)
-        samples: list[RequestSample] = []
-        aggs: list[float] = []
-        tokens: list[int] = []
-        for j in range(rounds):
-            batch = list(await asyncio.gather(*(r.request("concurrency", f"c{n}w{w}r{j}", *_req(prompts[w * rounds + j], cfg))
-                                                for w in range(n))))
-            samples += batch
-            ok_j = _ok(batch)
-            t0 = min(s.t_start for s in batch)
-            t_end = max((s.t_start + (s.t_last_s or 0)) for s in ok_j) if ok_j else t0
-            if len(ok_j) == n and t_end > t0:  # a round with a failed or rejected stream is not n-way parallel
-                tokens.append(sum(s.predicted_n or 0 for s in ok_j))
-                aggs.append(tokens[-1] / (t_end - t0))
-        ok = _ok(samples)
-        agg = statistics.median(aggs) if aggs else None
-        params = {"streams": n, "rounds": rounds, "complete_rounds": len(aggs), "n_predict": cfg.n_predict,
-                  "tokens_per_round": tokens}
-        what = f"{rounds} round(s) of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned (a round starts when the previous one ended)"
-        res.figures.append(single_figure(
-            f"concurrency_{n}_aggregate_tok_s", agg, "tok/s",
-            f"median over N={len(aggs)} rounds of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned; "
-            "per round Σ timings.predicted_n ÷ (last token chunk of any stream − first request sent); rounds with a failed request excluded",
-            samples=aggs, scenario="concurrency", params=params, method_zh="并发总吞吐：每轮 Σpredicted_n ÷ 墙钟时间，取各轮中位数",
-            note="" if aggs else "no complete round"))
-        res.figures += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
-                                    "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency", params=params)
-        res.figures += stat_figures(f"concurrency_{n}_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
-                                    f"{what}; client time to first token-bearing chunk", stats=("median", "p90"), scenario="concurrency", params=params)
-        queue = [max(0.0, s.ttft_s * 1000 - float(s.timings["prompt_ms"])) for s in ok if s.ttft_s is not None and "prompt_ms" in s.timings]
-        res.figures += stat_figures(f"concurrency_{n}_queue_ms", queue, "ms",
-                                    f"{what}; client TTFT − timings.prompt_ms (waiting for a slot + HTTP + template)",
-                                    stats=("median",), scenario="concurrency", params=params)
-        if agg:
-            series.append({"streams": n, "aggregate_tok_s": agg,
-                           "per_stream_tok_s": statistics.median([s.server_decode_tok_s for s in ok if s.server_decode_tok_s] or [0])})
-        _errors(res, samples)
+        rounds = await _concurrency_rounds(r, n)
+        res.figures += _concurrency_figures(cfg, n, rounds)
+        ok = _ok(rounds.samples)
+        if rounds.steady or rounds.whole:
+            series.append({"streams": n, "aggregate_tok_s": _median_or_none([x.rate for x in rounds.steady]),
+                           "round_tok_s": _median_or_none([t / d for t, d in rounds.whole]),
+                           "per_stream_tok_s": statistics.median([s.server_decode_tok_s for s in ok
+                                                                  if s.server_decode_tok_s] or [0])})
+        _errors(res, rounds.samples)
     res.series["concurrency"] = series
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+async def _concurrency_rounds(r: Runner, n: int) -> _Rounds:
+    cfg = r.cfg
+    rounds = _rounds(cfg)
+    prompts = _prompts(cfg, n * rounds, cfg.seed + 100 * n)
+    out = _Rounds()
+    for j in range(rounds):
+        reqs = [_req(prompts[w * rounds + j], cfg) for w in range(n)]
+        # timings_per_token: every chunk carries the tokens generated so far (timings.predicted_n)
+        batch = list(await asyncio.gather(*(r.request("concurrency", f"c{n}w{w}r{j}", path, dict(body, timings_per_token=True))
+                                            for w, (path, body) in enumerate(reqs))))
+        out.samples += batch
+        ok = _ok(batch)
+        if len(ok) != n:
+            continue  # a round with a failed or rejected stream is not n-way parallel
+        t0 = min(s.t_start for s in batch)
+        t_end = max(s.t_start + (s.t_last_s or 0) for s in ok)
+        if t_end > t0:
+            out.whole.append((sum(s.predicted_n or 0 for s in ok), t_end - t0))
+        steady = steady_round([[(s.t_start - t0 + t, k) for t, k in s.token_times] for s in ok])
+        if steady is not None:
+            out.steady.append(steady)
+    return out
+
+
+def _concurrency_figures(cfg: BenchConfig, n: int, rounds: _Rounds) -> list[Figure]:
+    ok = _ok(rounds.samples)
+    k = _rounds(cfg)
+    rates = [x.rate for x in rounds.steady]
+    params: dict[str, Any] = {"streams": n, "rounds": k, "steady_rounds": len(rates), "n_predict": cfg.n_predict,
+                              "window_s": [round(x.window_s, 4) for x in rounds.steady],
+                              "tokens_in_window": [round(sum(x.tokens), 1) for x in rounds.steady]}
+    what = (f"{k} round(s) of {n} parallel chat requests × max_tokens={cfg.n_predict}, ignore_eos, not pinned "
+            "(a round starts when the previous one ended)")
+    never = ("the streams never all decoded at once: the server ran them one after another (fewer slots than streams?)"
+             if rounds.whole and not rates else "no complete round")
+    figs = [single_figure(
+        f"concurrency_{n}_aggregate_tok_s", _median_or_none(rates), "tok/s",
+        f"steady state, median over N={len(rates)} rounds of {n} parallel chat requests × max_tokens={cfg.n_predict}, "
+        "ignore_eos, not pinned: per round, the window in which all the streams were decoding (from the last "
+        "stream's first token to the first stream's last token); Σ over the streams of the tokens each generated "
+        "in it (timings.predicted_n of timings_per_token chunks, linear between chunks) ÷ the window; prefill, "
+        "queueing and the tail where some streams decode alone are left out; rounds with a failed request excluded",
+        samples=rates, scenario="concurrency", params=params,
+        method_zh=(f"稳态，{len(rates)} 轮的中位数，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位："
+                   "每轮取所有流都在解码的时间窗（从最后一个流的第一个 token 到第一个流的最后一个 token），Σ 各流在窗内生成的 "
+                   "token（timings_per_token 各块的 timings.predicted_n，块之间线性插值）÷ 窗长；不含 prefill、排队和只剩部分流在解码的"
+                   "尾段；有请求失败的轮次不计"),
+        note="" if rates else never)]
+    whole = [t / d for t, d in rounds.whole]
+    figs.append(single_figure(
+        f"concurrency_{n}_round_tok_s", _median_or_none(whole), "tok/s",
+        f"whole round, median over N={len(whole)} rounds: Σ timings.predicted_n ÷ (last token chunk of any stream − "
+        "first request sent): prefill, queueing for a slot and the tail included",
+        samples=whole, scenario="concurrency", params={"streams": n, "tokens_per_round": [t for t, _ in rounds.whole]},
+        method_zh=(f"整轮，{len(whole)} 轮的中位数：Σ timings.predicted_n ÷（任一流的最后一个 token 块 − 第一个请求发出），"
+                   "含 prefill、等待槽位和尾段"),
+        note="" if whole else "no complete round"))
+    figs += stat_figures(f"concurrency_{n}_per_stream_tok_s", [s.server_decode_tok_s for s in ok if s.server_decode_tok_s],
+                         "tok/s", f"{what}; per request {DECODE_FORMULA}", stats=("median",), scenario="concurrency",
+                         params={"streams": n})
+    what_zh = (f"{k} 轮，每轮 {n} 个并行聊天请求 × max_tokens={cfg.n_predict}，ignore_eos，不固定槽位（上一轮结束后才开始下一轮）")
+    figs += ttft_figures(f"concurrency_{n}_ttft", ok, f"{what}; client time to first token-bearing chunk",
+                         stats=("median", "p90"), scenario="concurrency", params={"streams": n},
+                         what_zh=f"{what_zh}；客户端到第一个含 token 的块的时间")
+    queue = [max(0.0, s.ttft_s * 1000 - float(s.timings["prompt_ms"])) for s in ok if s.ttft_s is not None and "prompt_ms" in s.timings]
+    figs += stat_figures(f"concurrency_{n}_queue_ms", queue, "ms",
+                         f"{what}; client TTFT − timings.prompt_ms (waiting for a slot + HTTP + template)",
+                         stats=("median",), scenario="concurrency", params={"streams": n})
+    return figs
 
 
 # ------------------------------------------------------------------------- spec
@@ -488,8 +595,9 @@ async def scenario_workload(r: Runner, res: ScenarioResult) -> None:
     what = f"{len(reqs)} chat requests replayed serially from {cfg.workload.name} (max_tokens from the file, else {cfg.n_predict})"
     res.figures += stat_figures("workload_decode_tok_s", [v for s in ok if (v := s.server_decode_tok_s or s.client_decode_tok_s)],
                                 "tok/s", f"{what}; {DECODE_FORMULA} (client rate when the server sends no timings)", scenario="workload")
-    res.figures += stat_figures("workload_ttft_ms", [s.ttft_s * 1000 for s in ok if s.ttft_s is not None], "ms",
-                                f"{what}; client time to first token-bearing chunk", stats=("median", "p90"), scenario="workload")
+    res.figures += ttft_figures("workload_ttft", ok, f"{what}; client time to first token-bearing chunk",
+                                stats=("median", "p90"), scenario="workload",
+                                what_zh=f"从 {cfg.workload.name} 串行重放 {len(reqs)} 个聊天请求；客户端到第一个含 token 的块的时间")
     res.figures += stat_figures("workload_prefill_tok_s", [s.prefill_tok_s for s in ok if s.prefill_tok_s and (s.timings.get("prompt_n") or 0) > 16],
                                 "tok/s", f"{what}; timings.prompt_n ÷ timings.prompt_ms (requests with > 16 new prompt tokens; cache hits are not cold)",
                                 stats=("median",), scenario="workload")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 
+from llamarig.diagnostics import Diagnostic, info
 from llamarig.errors import InputError, UnknownNameError
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _, unknown_name
@@ -120,3 +122,14 @@ def gpu_match_note(name: str) -> str | None:
     alts = ", ".join(f"{o.id} ({o.memory_bytes / GiB:g} GiB)" for o in others)
     return (f"--gpu {text}: took {g.id} ({g.name}, {g.memory_bytes / GiB:g} GiB); it also matches {alts} "
             "(give the id to choose)")
+
+
+#: the diagnostic code of a --gpu name that matched several catalogue entries
+GPU_NAME_MATCH = "gpu-name-match"
+
+
+def read_gpu_args(texts: Sequence[str]) -> tuple[tuple[GPU, ...], tuple[Diagnostic, ...]]:
+    """``--gpu NAME[:VRAM_GB]`` words as GPU values (parse_gpu_arg), and a note for each name that
+    matches several catalogue entries (which one was taken)."""
+    notes = (gpu_match_note(t.partition(":")[0]) for t in texts)
+    return tuple(parse_gpu_arg(t) for t in texts), tuple(info(GPU_NAME_MATCH, n) for n in notes if n)

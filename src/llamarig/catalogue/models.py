@@ -23,7 +23,14 @@ from llamarig.errors import ModelNotFoundError, UnknownNameError
 from llamarig.gguf import load_spec
 from llamarig.gguf.ggml_types import tensor_bytes
 from llamarig.gguf.reader import TensorInfo
-from llamarig.gguf.spec import LayerSpec, ModelSpec, RecurrentSpec, RopeSpec
+from llamarig.gguf.spec import (
+    CatalogueOrigin,
+    LayerKind,
+    LayerSpec,
+    ModelSpec,
+    RecurrentSpec,
+    RopeSpec,
+)
 from llamarig.hub.ref import is_remote
 from llamarig.i18n import _, did_you_mean, unknown_name
 
@@ -38,6 +45,12 @@ class CatalogueModel:
     entry: dict[str, Any]
     quants: dict[str, dict[str, Any]]
     source: str
+
+    def size_estimated(self, quant: str) -> bool:
+        """The file size of ``quant`` is a range (a rounded published figure with its spread, or bits
+        per weight), not a published byte count."""
+        q = self.quants.get(quant, {})
+        return bool(q.get("spread")) or not q.get("bytes")
 
     def file_bytes(self, quant: str, bpw: dict[str, float]) -> tuple[int, str]:
         q = self.quants.get(quant, {})
@@ -76,7 +89,8 @@ def refresh_from_repo(m: CatalogueModel, bpw: dict[str, float], repo: str | None
 
 @lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
-    return json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())
+    data: dict[str, Any] = json.loads(resources.files("llamarig.data").joinpath("models.json").read_text())
+    return data
 
 
 @lru_cache(maxsize=1)
@@ -160,74 +174,101 @@ def _tensor(name: str, n_bytes: int) -> TensorInfo:
     return TensorInfo(name=name, ggml_type="catalogue", shape=(), n_bytes=n_bytes, offset=-1)
 
 
-def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
-    e = m.entry
-    bpw = bpw_table()
-    n_main = int(e["n_layer"])
-    nextn = int(e.get("nextn_layers", 0))
-    n_all = n_main + nextn
-    embd = int(e["n_embd"])
-    nh, nkv, hd = int(e["n_head"]), int(e["n_head_kv"]), int(e["head_dim"])
-    n_ff = int(e.get("n_ff", 0))
-    vocab = int(e["n_vocab"])
-    interval = e.get("full_attention_interval")
-    ssm = e.get("ssm")
-    swa_window = e.get("swa_window")
-    period = e.get("swa_period")
-    n_exp = int(e.get("n_expert", 0))
-    ff_exp = int(e.get("n_ff_expert", 0) or 0)
+@dataclass(frozen=True)
+class _EntryShape:
+    """A catalogue entry's shape, read once."""
 
-    layers = []
-    # (name, shape in ggml order: ne0 first)
+    arch: str
+    n_main: int
+    nextn: int
+    embd: int
+    nh: int
+    nkv: int
+    hd: int
+    n_ff: int
+    vocab: int
+    interval: int
+    swa_window: int
+    period: int
+    n_exp: int
+    ff_exp: int
+    ssm: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, e: dict[str, Any]) -> _EntryShape:
+        return cls(e["arch"], int(e["n_layer"]), int(e.get("nextn_layers", 0)), int(e["n_embd"]), int(e["n_head"]),
+                   int(e["n_head_kv"]), int(e["head_dim"]), int(e.get("n_ff", 0)), int(e["n_vocab"]),
+                   int(e.get("full_attention_interval") or 0), int(e.get("swa_window") or 0),
+                   int(e.get("swa_period") or 0), int(e.get("n_expert", 0)), int(e.get("n_ff_expert", 0) or 0),
+                   e.get("ssm"))
+
+    def kind(self, il: int) -> LayerKind:
+        if il >= self.n_main:
+            return "attention"  # a nextn (MTP) layer
+        if self.interval and (il + 1) % self.interval != 0:
+            return "recurrent"
+        if self.swa_window and self.period and il % self.period < self.period - 1:
+            return "swa"
+        return "attention"
+
+
+def _attention_params(sh: _EntryShape, p: str, kind: str) -> list[tuple[str, tuple[int, ...]]]:
+    embd, nh, nkv, hd = sh.embd, sh.nh, sh.nkv, sh.hd
+    if kind == "recurrent" and sh.ssm:
+        inner = int(sh.ssm["inner_size"])
+        conv = inner + 2 * int(sh.ssm["group_count"]) * int(sh.ssm["state_size"])
+        return [(f"{p}.attn_qkv.weight", (embd, conv)),  # qwen35 linear attention in-projection
+                (f"{p}.attn_gate.weight", (embd, inner)), (f"{p}.ssm_out.weight", (inner, embd))]
+    gate = 2 if sh.arch in ("qwen35", "qwen35moe") else 1
+    return [(f"{p}.attn_q.weight", (embd, nh * hd * gate)), (f"{p}.attn_k.weight", (embd, nkv * hd)),
+            (f"{p}.attn_v.weight", (embd, nkv * hd)), (f"{p}.attn_output.weight", (nh * hd, embd))]
+
+
+def _ffn_params(sh: _EntryShape, p: str) -> list[tuple[str, tuple[int, ...]]]:
+    embd, n_exp, ff_exp = sh.embd, sh.n_exp, sh.ff_exp
+    if n_exp:
+        return [(f"{p}.ffn_up_exps.weight", (embd, ff_exp, n_exp)), (f"{p}.ffn_gate_exps.weight", (embd, ff_exp, n_exp)),
+                (f"{p}.ffn_down_exps.weight", (ff_exp, embd, n_exp)), (f"{p}.ffn_gate_inp.weight", (embd, n_exp))]
+    return [(f"{p}.ffn_gate.weight", (embd, sh.n_ff)), (f"{p}.ffn_up.weight", (embd, sh.n_ff)),
+            (f"{p}.ffn_down.weight", (sh.n_ff, embd))]
+
+
+def _gpt_oss_vectors(sh: _EntryShape, p: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The f32 vectors of an openai-moe block (src/models/openai-moe.cpp:36-54 at build 11434):
+    they follow their layer (norms, sinks, attention and router biases) or the experts
+    (--n-cpu-moe's pattern blk.N.ffn_(up|down|gate)_(ch|)exps also matches the biases)."""
+    embd, nh, nkv, hd, n_exp, ff_exp = sh.embd, sh.nh, sh.nkv, sh.hd, sh.n_exp, sh.ff_exp
+    return [(f"{p}.attn_norm.weight", (embd,)), (f"{p}.post_attention_norm.weight", (embd,)),
+            (f"{p}.attn_q.bias", (nh * hd,)), (f"{p}.attn_k.bias", (nkv * hd,)),
+            (f"{p}.attn_v.bias", (nkv * hd,)), (f"{p}.attn_output.bias", (embd,)),
+            (f"{p}.attn_sinks.weight", (nh,)), (f"{p}.ffn_gate_inp.bias", (n_exp,)),
+            (f"{p}.ffn_gate_exps.bias", (ff_exp, n_exp)), (f"{p}.ffn_up_exps.bias", (ff_exp, n_exp)),
+            (f"{p}.ffn_down_exps.bias", (embd, n_exp))]
+
+
+def _params(sh: _EntryShape, tied: bool) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape in ggml order: ne0 first) of every tensor. Tensor names as llama.cpp's GGUFs
+    have them (src/llama-arch.cpp LLM_TENSOR_NAMES), so that -ot patterns, --n-cpu-moe and
+    --n-cpu-ffn match a catalogue model as they match the file."""
     params: list[tuple[str, tuple[int, ...]]] = []
-    for il in range(n_all):
-        is_nextn = il >= n_main
-        kind = "attention"
-        if not is_nextn and interval and (il + 1) % int(interval) != 0:
-            kind = "recurrent"
-        elif not is_nextn and swa_window and period and il % int(period) < int(period) - 1:
-            kind = "swa"
-        layers.append(LayerSpec(il, kind, nh, nkv, hd, hd, is_nextn))  # type: ignore[arg-type]
-        # tensor names as llama.cpp's GGUFs have them (src/llama-arch.cpp LLM_TENSOR_NAMES), so that
-        # -ot patterns, --n-cpu-moe and --n-cpu-ffn match a catalogue model as they match the file
+    for il in range(sh.n_main + sh.nextn):
         p = f"blk.{il}"
-        if kind == "recurrent" and ssm:
-            inner = int(ssm["inner_size"])
-            conv = inner + 2 * int(ssm["group_count"]) * int(ssm["state_size"])
-            params.append((f"{p}.attn_qkv.weight", (embd, conv)))  # qwen35 linear attention in-projection
-            params.append((f"{p}.attn_gate.weight", (embd, inner)))
-            params.append((f"{p}.ssm_out.weight", (inner, embd)))
-        else:
-            gate = 2 if e["arch"] in ("qwen35", "qwen35moe") else 1
-            params.append((f"{p}.attn_q.weight", (embd, nh * hd * gate)))
-            params.append((f"{p}.attn_k.weight", (embd, nkv * hd)))
-            params.append((f"{p}.attn_v.weight", (embd, nkv * hd)))
-            params.append((f"{p}.attn_output.weight", (nh * hd, embd)))
-        if n_exp:
-            params.append((f"{p}.ffn_up_exps.weight", (embd, ff_exp, n_exp)))
-            params.append((f"{p}.ffn_gate_exps.weight", (embd, ff_exp, n_exp)))
-            params.append((f"{p}.ffn_down_exps.weight", (ff_exp, embd, n_exp)))
-            params.append((f"{p}.ffn_gate_inp.weight", (embd, n_exp)))
-        else:
-            params.append((f"{p}.ffn_gate.weight", (embd, n_ff)))
-            params.append((f"{p}.ffn_up.weight", (embd, n_ff)))
-            params.append((f"{p}.ffn_down.weight", (n_ff, embd)))
-        if is_nextn:
-            params.append((f"{p}.nextn.eh_proj.weight", (2 * embd, embd)))
-        if e["arch"] == "gpt-oss":
-            # the f32 vectors of an openai-moe block (src/models/openai-moe.cpp:36-54 at build 11434):
-            # they follow their layer (norms, sinks, attention and router biases) or the experts
-            # (--n-cpu-moe's pattern blk.N.ffn_(up|down|gate)_(ch|)exps also matches the biases)
-            params += [(f"{p}.attn_norm.weight", (embd,)), (f"{p}.post_attention_norm.weight", (embd,)),
-                       (f"{p}.attn_q.bias", (nh * hd,)), (f"{p}.attn_k.bias", (nkv * hd,)),
-                       (f"{p}.attn_v.bias", (nkv * hd,)), (f"{p}.attn_output.bias", (embd,)),
-                       (f"{p}.attn_sinks.weight", (nh,)), (f"{p}.ffn_gate_inp.bias", (n_exp,)),
-                       (f"{p}.ffn_gate_exps.bias", (ff_exp, n_exp)), (f"{p}.ffn_up_exps.bias", (ff_exp, n_exp)),
-                       (f"{p}.ffn_down_exps.bias", (embd, n_exp))]
-    params.append(("token_embd.weight", (embd, vocab)))
-    if not e.get("tied_embeddings"):
-        params.append(("output.weight", (embd, vocab)))
-    file_bytes, size_source = m.file_bytes(quant, bpw)
+        params += _attention_params(sh, p, sh.kind(il)) + _ffn_params(sh, p)
+        if il >= sh.n_main:
+            params.append((f"{p}.nextn.eh_proj.weight", (2 * sh.embd, sh.embd)))
+        if sh.arch == "gpt-oss":
+            params += _gpt_oss_vectors(sh, p)
+    params.append(("token_embd.weight", (sh.embd, sh.vocab)))
+    if not tied:
+        params.append(("output.weight", (sh.embd, sh.vocab)))
+    return params
+
+
+def _tensors(m: CatalogueModel, quant: str, params: list[tuple[str, tuple[int, ...]]]
+             ) -> tuple[tuple[TensorInfo, ...], int, str]:
+    """(tensors, file bytes, where the size comes from): each tensor's bytes from the catalogue's
+    tensor types when it has them, else the file size spread over the tensors by parameter count."""
+    file_bytes, size_source = m.file_bytes(quant, bpw_table())
     types = m.quants.get(quant, {}).get("tensor_types")
     if types:
         # real tensors: each one's type from the first matching pattern, bytes as ggml counts them
@@ -238,29 +279,43 @@ def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
             return TensorInfo(name=name, ggml_type=t, shape=shape, n_bytes=tensor_bytes(t, shape), offset=-1)
 
         tensors = tuple(typed(n, shape) for n, shape in params)
-        size_source = (f"{size_source}; tensor bytes from their types ({sum(t.n_bytes for t in tensors):,} B of "
-                       f"tensors, the rest of the file is metadata)")
-    else:
-        sizes = [(n, math.prod(shape)) for n, shape in params]
-        total_params = sum(v for _, v in sizes)
-        scale = file_bytes / total_params if total_params else 0
-        tensors = tuple(_tensor(n, int(v * scale)) for n, v in sizes)
-    rec = None
-    if ssm:
-        d_conv, inner = int(ssm["conv_kernel"]), int(ssm["inner_size"])
-        st, g = int(ssm["state_size"]), int(ssm["group_count"])
-        rec = RecurrentSpec(d_conv, inner, st, g, int(ssm["time_step_rank"]),
-                            (d_conv - 1) * (inner + 2 * g * st), st * inner)
+        return tensors, file_bytes, (f"{size_source}; tensor bytes from their types ({sum(t.n_bytes for t in tensors):,} "
+                                     f"B of tensors, the rest of the file is metadata)")
+    sizes = [(n, math.prod(shape)) for n, shape in params]
+    total_params = sum(v for _, v in sizes)
+    scale = file_bytes / total_params if total_params else 0
+    return tuple(_tensor(n, int(v * scale)) for n, v in sizes), file_bytes, size_source
+
+
+def _recurrent(ssm: dict[str, Any] | None) -> RecurrentSpec | None:
+    if not ssm:
+        return None
+    d_conv, inner = int(ssm["conv_kernel"]), int(ssm["inner_size"])
+    st, g = int(ssm["state_size"]), int(ssm["group_count"])
+    return RecurrentSpec(d_conv, inner, st, g, int(ssm["time_step_rank"]), (d_conv - 1) * (inner + 2 * g * st), st * inner)
+
+
+def build_spec(m: CatalogueModel, quant: str) -> ModelSpec:
+    """The ModelSpec of a catalogue model at ``quant``: its shape from the entry, tensors named as
+    llama.cpp's GGUFs name them, sizes from the published file size (or the catalogue's tensor
+    types), with where each figure comes from (``ModelSpec.origin``)."""
+    e = m.entry
+    sh = _EntryShape.of(e)
+    tensors, file_bytes, size_source = _tensors(m, quant, _params(sh, bool(e.get("tied_embeddings"))))
+    n_all = sh.n_main + sh.nextn
+    layers = tuple(LayerSpec(il, sh.kind(il), sh.nh, sh.nkv, sh.hd, sh.hd, il >= sh.n_main) for il in range(n_all))
     return ModelSpec(
-        path=f"{m.id}:{quant.lower()}", files=(), architecture=e["arch"], name=m.name,
-        file_type=None, n_layer=n_all, nextn_layers=nextn, n_ctx_train=int(e["n_ctx_train"]),
-        n_embd=embd, n_vocab=vocab, n_ff=n_ff, layers=tuple(layers),
-        swa_window=int(swa_window) if swa_window else None, recurrent=rec,
-        rope=RopeSpec(None, None, None, None, None), n_expert=n_exp,
-        n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=ff_exp or None,
+        path=f"{m.id}:{quant.lower()}", files=(), architecture=sh.arch, name=m.name,
+        file_type=None, n_layer=n_all, nextn_layers=sh.nextn, n_ctx_train=int(e["n_ctx_train"]),
+        n_embd=sh.embd, n_vocab=sh.vocab, n_ff=sh.n_ff, layers=layers,
+        swa_window=sh.swa_window or None, recurrent=_recurrent(sh.ssm),
+        rope=RopeSpec(None, None, None, None, None), n_expert=sh.n_exp,
+        n_expert_used=int(e.get("n_expert_used", 0)), n_ff_expert=sh.ff_exp or None,
         tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors), file_bytes=file_bytes,
-        warnings=(f"catalogue entry: weights {size_source}; shapes: {m.source}",),
-        metadata={"catalogue": True, "size_source": size_source, "size_spread": _size_spread(m, quant)},
+        origin=CatalogueOrigin(summary=f"catalogue entry: weights {size_source}; shapes: {m.source}",
+                               size_source=size_source, size_estimated=m.size_estimated(quant),
+                               size_spread=_size_spread(m, quant),
+                               typed_tensors=bool(m.quants.get(quant, {}).get("tensor_types"))),
     )
 
 

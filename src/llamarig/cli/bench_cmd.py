@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamarig.cli.lang import _, lang
+from llamarig.cli.lang import _, lang, localize
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import unknown_name
 
@@ -137,7 +137,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     out = Console()
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
-        doc = run_bench(cfg)
+        doc = run_bench(cfg).to_json()
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True) as prog:
@@ -146,7 +146,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             def progress(label: str, done: int, total: int) -> None:
                 prog.update(task, description=label[:40], completed=done, total=total)
 
-            doc = run_bench(cfg, progress)
+            doc = run_bench(cfg, progress).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
         terminal(doc, out, lang=lang())
@@ -163,15 +163,15 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
     figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
     import json
 
-    from llamarig.bench.compare import compare_docs, compare_json, print_compare
+    from llamarig.bench.compare import compare, print_compare
     from llamarig.bench.report import read_json
 
     da, db = read_json(a), read_json(b)
-    rows = compare_docs(da, db)
-    print_compare(rows, Console(), str(a), str(b))
+    result = compare(da, db)
+    print_compare(list(result.rows), Console(), str(a), str(b))
     if json_path:
         try:
-            json_path.write_text(json.dumps(compare_json(da, db), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+            json_path.write_text(json.dumps(result.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         except OSError as e:
             raise InputError(_("{json_path}: cannot write: {error}").format(json_path=json_path, error=e.strerror or e)) from e
 
@@ -198,14 +198,16 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     Example:
       llamarig logs /tmp/llama-server.log --html log.html
     """
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.text import Text
 
-    from llamarig.app.logs import logs_document
-    from llamarig.bench.report import fmt_value, terminal
+    from llamarig.app.logs import logs_report
+    from llamarig.bench.report import terminal
 
     # English: the JSON's words never change with the language
-    doc = logs_document(file, script, model=model, gpus=gpus, ram=ram)
+    from llamarig.cli.options import hardware_of
+
+    hw, _notes = hardware_of(gpus, ram)
+    doc = logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
@@ -216,15 +218,39 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
         requests=src["requests"])
     if src.get("build"):
         head += _(", build {build}").format(build=src["build"])
-    con.print(escape(head), highlight=False)
-    timeline = []
-    if doc["timeline"]:
-        t = Table(header_style="bold", title=_("requests (timeline)"))
-        for col in (_("slot"), _("task"), _("depth"), _("prompt"), _("cached"), _("processed"), _("prefill tok/s"),
-                    _("generated"), _("decode tok/s")):
-            t.add_column(col, justify="right")
-        for r in doc["timeline"]:
-            t.add_row(*(fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
-                        ("slot", "task", "depth", "prompt_tokens", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")))
-        timeline.append(t)
+    con.print(Text(head), highlight=False)
+    timeline = _timeline_parts(doc["timeline"]) if doc["timeline"] else []
     terminal(doc, con, after_headline=timeline, lang=lang())  # the headline first, then the per-request timeline
+
+
+def _timeline_parts(rows: list[dict[str, Any]]) -> list[Any]:
+    """The per-request table: depth and cache, rates, how many requests were active at once and
+    how each ended; a decode rate from a progress line (a request that ended early) is marked ~."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from llamarig.bench.logs import outcome_words
+    from llamarig.bench.report import fmt_value
+
+    words = outcome_words()
+    t = Table(header_style="bold", title=_("requests (timeline)"), box=box.SIMPLE_HEAD, pad_edge=False,
+              padding=(0, 1), collapse_padding=True)
+    for col in (_("slot"), _("task"), _("depth"), _("cached"), _("new"), _("prefill tok/s"), _("gen"),
+                _("decode tok/s"), _("at once")):
+        t.add_column(col, justify="right")
+    t.add_column(_("outcome"), min_width=9)
+    approx = False
+    for r in rows:
+        cells = [fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in
+                 ("slot", "task", "depth", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")]
+        if r.get("decode_from") == "progress":
+            cells[-1], approx = "~" + cells[-1], True
+        outcome = r.get("outcome")
+        cells += [str(r.get("concurrency") or 1), localize(words.get(outcome, outcome)) if outcome else "—"]
+        t.add_row(*(Text(c) for c in cells), style="yellow" if outcome in ("context_exceeded", "error", "cancelled") else "")
+    parts: list[Any] = [t]
+    if approx:
+        parts.append(Text(_("~ decode so far, from the last progress line (n_gen, tg) of a request that did not "
+                            "finish"), style="dim"))
+    return parts

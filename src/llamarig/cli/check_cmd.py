@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from llamarig.app.check import CheckReport, check, dump_json, fix, get_schema, read_input
+from llamarig import api
+from llamarig.app.check import CheckReport, dump_json, fix, get_schema, read_input
 from llamarig.cli.lang import _, lang, localize
+from llamarig.cli.options import hardware_of
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.readers import Parsed
 from llamarig.flags.reading import verdict
@@ -181,9 +183,10 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
            cores: int | None, model: str | None, gpus: tuple[str, ...], ram: str | None,
            need_ctx: int | None) -> None:
     origin = Path(file) if file != "-" else None
-    report = check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
-                   base_dir=origin.parent if origin else None, gpus=gpus, ram=ram, need_ctx=need_ctx,
-                   origin=origin, name=name)
+    hw, _notes = hardware_of(gpus, ram)
+    report = api.check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
+                       base_dir=origin.parent if origin else None, gpus=hw.gpus, ram=hw.ram_bytes, need_ctx=need_ctx,
+                       origin=origin, name=name)
     if do_fix:
         fixed = fix(report, lang())
         click.echo(fixed.text, nl=False)
@@ -206,22 +209,29 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         sys.exit(ExitCode.PROBLEMS)
 
 
-def _explain_translations(report: CheckReport, schema: Schema, model: str | None) -> CheckReport:
+def _explain_translations(report: CheckReport, schema: Schema, model: str | None
+                          ) -> tuple[CheckReport, list[dict[str, object]]]:
     """Another engine's commands (FastLLM): named, and their llama-server equivalents checked, to
-    be explained in their place."""
+    be explained in their place; with what was translated, for the human view and --json."""
     from llamarig.flags.engines import ENGINES
     from llamarig.flags.engines.fastllm import translation_of
 
-    lines = []
+    lines, seen = [], []
     for inv in report.parsed.others:
         tr = translation_of(inv, model)
-        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
-            line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name)
-            + (_("; explained below: its llama-server equivalent `{command}`").format(command=tr.command())
-               if tr is not None else ""))
+        seen.append({"line": inv.line, "program": inv.program, "engine": ENGINES[inv.engine].name,
+                     "equivalent": tr.command() if tr is not None else None})
         if tr is not None:
             lines.append(tr.command())
-    return check("\n".join(lines), schema=schema, model=model) if lines else report
+    return (api.check("\n".join(lines), schema=schema, model=model) if lines else report), seen
+
+
+def _translation_lines(seen: list[dict[str, object]]) -> None:
+    for t in seen:
+        click.echo(_("line {line}: `{program}` is {engine}, not llama-server").format(
+            line=t["line"], program=t["program"], engine=t["engine"])
+            + (_("; explained below: its llama-server equivalent `{command}`").format(command=t["equivalent"])
+               if t["equivalent"] is not None else ""))
 
 
 @click.command("explain", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -244,7 +254,6 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     """Explain every flag of a llama-server launch: FILE, - (stdin), or the command itself
     after the options (e.g. `llamarig explain -- llama-server -c 8192 -np 2`). The memory
     figures are the plan of what llama-server really receives."""
-    from llamarig.app.explain import explain
     from llamarig.flags.explain import TEXT
     from llamarig.i18n import language
 
@@ -272,15 +281,21 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
         text = shlex.join(argv)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
-    report = check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    seen: list[dict[str, object]] = []
     if not report.parsed.invocations and report.parsed.others:
-        report = _explain_translations(report, schema, model)
+        report, seen = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
-    result = explain(report, model=model, base_dir=base_dir, lang=lang, gpus=gpus, ram=ram)
+    hw, _notes = hardware_of(gpus, ram)
+    result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
-        click.echo(json.dumps(result.to_json(), ensure_ascii=False, indent=1))
+        doc = result.to_json()
+        if seen:
+            doc["other_engines"] = seen  # what was explained through its llama-server equivalent
+        click.echo(json.dumps(doc, ensure_ascii=False, indent=1))
         return
+    _translation_lines(seen)
     _explain_tables(result, schema, TEXT[lang])
 
 

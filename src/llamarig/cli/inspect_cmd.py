@@ -91,8 +91,8 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
         types[tensor.ggml_type] += tensor.n_bytes
     t.add_row("weights", f"{fmt_bytes(spec.weights_bytes)} in {spec.tensor_count} tensors ("
               + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in types.most_common(4)) + ")")
-    if spec.source == "catalogue":
-        t.add_row("file", f"{fmt_bytes(spec.file_bytes)} ({_v(spec.metadata.get('size_source'))})")
+    if spec.origin is not None:
+        t.add_row("file", f"{fmt_bytes(spec.file_bytes)} ({_v(spec.origin.size_source)})")
     else:
         t.add_row("file", f"{fmt_bytes(spec.file_bytes)} in {len(spec.files)} file(s)")
     console.print(t)
@@ -103,7 +103,7 @@ def render_spec(spec: ModelSpec, console: Console) -> None:
         for rng, n, kind, shape in _layer_runs(spec):
             lt.add_row(rng, str(n), kind, shape)
         console.print(lt)
-    for w in spec.warnings:
+    for w in spec.notices:
         console.print(f"[yellow]warning:[/] {escape(localize(w))}")
 
 

@@ -4,13 +4,18 @@ findings are reported before it renders or launches."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from llamarig.cli.lang import _, localize
 from llamarig.errors import LlamarigError
 from llamarig.flags.findings import Finding
+from llamarig.units import parse_size
+
+if TYPE_CHECKING:
+    from llamarig.diagnostics import Diagnostic
+    from llamarig.hardware.types import Hardware
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,3 +81,20 @@ def refuse_or_warn(findings: Sequence[Finding], force: bool, what: str, label: s
     if errors and not force:
         raise LlamarigError(_("{n_errors} check error(s) in the llama-server command (flags of {label}): fix them, or "
                               "pass --force to {what} it as is").format(n_errors=len(errors), label=label, what=word))
+
+
+def hardware_of(gpus: Sequence[str], ram: str | None, detect: bool = False, cpu_features: str | None = None,
+                rpc_devices: Sequence[str] = ()) -> tuple[Hardware, tuple[Diagnostic, ...]]:
+    """The hardware options as the API takes them (``llamarig.api.machine``): ``--gpu
+    NAME[:VRAM_GB]`` as catalogue GPUs, ``--ram SIZE`` in bytes, ``--cpu-features LIST``,
+    ``--rpc-device HOST:PORT=SPEC`` as the devices behind each rpc-server, ``--detect``; and a note
+    for each GPU name that matched several catalogue entries."""
+    from llamarig import api
+    from llamarig.catalogue.gpus import read_gpu_args
+    from llamarig.hardware.cpu import parse_cpu_features
+    from llamarig.plan.rpc import parse_rpc_device
+
+    values, notes = read_gpu_args(gpus)
+    rpc = tuple(g for text in rpc_devices for g in parse_rpc_device(text))
+    cpu = parse_cpu_features(cpu_features) if cpu_features is not None else None
+    return api.machine(values, ram=parse_size(ram, "g") if ram else None, cpu=cpu, detect=detect, rpc=rpc), notes

@@ -13,17 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llamarig import api
 from llamarig.cli.lang import _
 from llamarig.errors import InputError, UnknownNameError
-from llamarig.plan.inputs import (
-    PlanArgs,
-    build_inputs,
-    build_plan,
-)
 from llamarig.units import parse_size
 
 if TYPE_CHECKING:
     from llamarig.cli.speed_view import SpeedArgs
+    from llamarig.plan.deployment import Deployment
 
 PLAN_HELP = """\
 Usage: llamarig plan MODEL [OPTIONS] [LLAMA-SERVER FLAGS] [-- LLAMA-SERVER COMMAND]
@@ -76,6 +73,33 @@ Examples:
 
 
 @dataclass
+class PlanOptions:
+    """What ``llamarig plan`` was given, as typed: the MODEL, plan's own options (strings until
+    :meth:`deployment` reads them) and the llama-server flags."""
+
+    model: str | None = None
+    mmproj: str | None = None
+    draft: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    #: ``HOST:PORT=SPEC`` per rpc-server (llamarig.plan.rpc.parse_rpc_device)
+    rpc_devices: list[str] = field(default_factory=list)
+    detect: bool = False
+    ram: str | None = None
+    overhead: int | None = None
+    cpu_features: str | None = None
+    server_args: list[str] = field(default_factory=list)
+    command: list[str] | None = None
+
+    def deployment(self) -> Deployment:
+        """The Deployment these options describe (llamarig.api.deployment)."""
+        from llamarig.cli.options import hardware_of
+
+        hw, notes = hardware_of(self.gpus, self.ram, self.detect, self.cpu_features, self.rpc_devices)
+        return api.deployment(self.model, self.server_args, command=self.command, hardware=hw, mmproj=self.mmproj,
+                              draft=self.draft, overhead=self.overhead, notes=notes)
+
+
+@dataclass
 class PlanView:
     """How ``llamarig plan`` prints (not what it plans)."""
 
@@ -99,12 +123,12 @@ _OWN_VALUE = {"--mmproj", "--draft", "--gpu", "--ram", "--overhead", "--model-id
               "--rpc-device", "--link", "--depth"}
 
 
-def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
+def split_args(args: list[str]) -> tuple[PlanOptions, PlanView, SpeedArgs]:
     """plan's own options (memory, speed and output), the MODEL, and the llama-server flags,
     each with the words it takes, so a flag's value is never read as an option of plan's."""
     from llamarig.cli.speed_view import SPEED_VALUE, speed_args, speed_option
 
-    out = PlanArgs()
+    out = PlanOptions()
     view = PlanView()
     speed: dict[str, Any] = {}
     i = 0
@@ -138,7 +162,8 @@ def split_args(args: list[str]) -> tuple[PlanArgs, PlanView, SpeedArgs]:
             elif key == "--draft":
                 out.draft = val
             elif key == "--ram":
-                out.ram = parse_size(val, "g")
+                parse_size(val, "g")  # a bad size is an error here, before anything is read
+                out.ram = val
             elif key == "--overhead":
                 out.overhead = parse_size(val, "mib")
             elif key == "--cpu-features":
@@ -190,11 +215,12 @@ def plan_cmd(args: tuple[str, ...]) -> None:
     """Predict memory per device for a llama-server launch (llamarig plan --help)."""
     from llamarig.cli.speed_view import SPEED_HELP
 
-    pa, view, sa = split_args(list(args))
+    opts, view, sa = split_args(list(args))
     if view.help or (not args):
         click.echo(PLAN_HELP + "\n" + SPEED_HELP)
         return
-    inp = build_inputs(pa)
+    d = opts.deployment()
+    inp = api.plan_inputs(d)
     if inp.spec.remote is not None:  # what reading the remote header cost, on stderr
         from llamarig.hub.resolve import describe
 
@@ -206,7 +232,7 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         from llamarig.app.planning import host_bandwidth
         from llamarig.cli.speed_view import optimise_report
 
-        host_bw = host_bandwidth(pa, cal, sa.host_bandwidth_gbs)
+        host_bw = host_bandwidth(d, cal, sa.host_bandwidth_gbs)
         renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
         if view.as_json:
             click.echo(json.dumps(js, indent=2))
@@ -215,12 +241,11 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         if code:
             raise click.exceptions.Exit(code)
         return
-    from llamarig.app.planning import plan_with_speed
     from llamarig.cli.speed_view import speed_table
 
     # the speed model sees what llama-server would run after --fit (layers moved to the CPU)
-    plan = plan_with_speed(pa, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
-                           inputs=inp)
+    plan = api.plan_command(d, calibration=cal, host_bandwidth_gbs=sa.host_bandwidth_gbs, acceptance=sa.acceptance,
+                            inputs=inp)
     from llamarig.cli.network_view import network_report, parse_link, render_network
 
     net = network_report(inp, plan, [parse_link(x) for x in view.links], view.depth)
@@ -239,4 +264,4 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         raise click.exceptions.Exit(1)
 
 
-__all__ = ["plan_cmd", "build_inputs", "build_plan", "split_args", "UnknownNameError"]
+__all__ = ["PlanOptions", "plan_cmd", "split_args", "UnknownNameError"]

@@ -16,12 +16,14 @@ from typing import Any
 
 import click
 
-from llamarig.app.command import final_findings, resolve_command
-from llamarig.app.render import FORMATS, render_command
+from llamarig import api
+from llamarig.app.command import final_findings
+from llamarig.app.render import FORMATS
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import (
     CTX,
     command_name,
+    hardware_of,
     input_options,
     own_options,
     refuse_or_warn,
@@ -52,9 +54,10 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     docker compose service, a llama-swap entry or a llama-server router preset (--models-preset
     INI), with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
-                          ram=ram, detect=detect, repair=fix, own=own_options(), command_name=command_name(),
-                          keep_script=True, allow_no_binary=True, rpc_devices=rpc_devices)
+    hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
+                              keep_script=True, allow_no_binary=True)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
@@ -72,7 +75,7 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
-    text = render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
+    text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
     from llamarig.app.render import rpc_units
 
     units = rpc_units(res, name=name, lang=lang()) if fmt == "systemd" else []
@@ -149,17 +152,18 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     detect = detect or not gpus
     from llamarig.launch.rpc import host_memory
 
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                          gpus=gpus, ram=ram, detect=detect, own=own_options(), command_name=command_name(),
-                          rpc_devices=rpc_devices, loopback_rpc_memory=host_memory())
+    hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, own=own_options(), command_name=command_name(),
+                              loopback_rpc_memory=host_memory())
     if res.plan is None and res.plan_note:
         click.echo(_("llamarig: note: {note}; launching without verification").format(note=res.plan_note), err=True)
-    from llamarig.app.launch import launch_args, launch_command
+    from llamarig.app.launch import launch_args
     from llamarig.flags.rules import physical_cores
 
     refuse_or_warn(final_findings(res, launch_args(res, host, port), physical_cores()), force, "launch",
                    _schema_label(res))
-    lr = launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
+    lr = api.launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
     try:
         _launch_report(lr, as_json)
     except KeyboardInterrupt:

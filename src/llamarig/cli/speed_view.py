@@ -9,7 +9,8 @@ from typing import Any
 
 from llamarig.cli.lang import _, localize
 from llamarig.errors import InputError
-from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.calibration import Calibration
+from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.optimise import GB, Targets, optimise
 from llamarig.plan.result import PlanInputs
 from llamarig.plan.speed import DEFAULT_PROMPT, SpeedReport, kv_quality_short
@@ -225,9 +226,9 @@ SPEED_VALUE = {"--target-ctx", "--target-decode", "--target-depth", "--headroom"
                 "--acceptance", "--calibration", "--host-bandwidth"}
 
 
-def _num(flag: str, v: str, kind: type) -> float:
+def _num(flag: str, v: str, kind: type[float] | type[int]) -> float:
     try:
-        x = kind(v)
+        x: float = kind(v)
     except ValueError:
         raise InputError((_("{flag} {value}: not a whole number") if kind is int else _("{flag} {value}: not a number")).format(flag=flag, value=v)) from None
     return x

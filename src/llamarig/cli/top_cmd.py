@@ -31,9 +31,13 @@ from llamarig.i18n import set_language
 @click.option("--no-metrics", is_flag=True,
               help="Do not read /metrics (each read resets llama-server's two averaging gauges).")
 @click.option("--no-gpu", is_flag=True, help="Do not read the GPUs (NVML).")
+@click.option("--pool", "pool", default=None, metavar="TOKENS|split",
+              help="The server's KV pool: TOKENS cells shared by the slots (-kvu), or 'split' (each slot its own "
+                   "n_ctx). Default: from the server's log or command line when it runs here, else one slot's n_ctx "
+                   "taken as shared.")
 @click.option("--lang", type=click.Choice(["en", "zh"]), default=None, help="Language of the screen.")
 def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json: bool, timeout: float,
-            no_metrics: bool, no_gpu: bool, lang: str | None) -> None:
+            no_metrics: bool, no_gpu: bool, pool: str | None, lang: str | None) -> None:
     """Watch a llama-server (or a llamarig gateway) live: slots, rates, pool, reservations, GPU,
     alerts. Read-only GETs with timeouts; keys: q quits, s sorts, v switches views, p pauses.
 
@@ -50,13 +54,33 @@ def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json:
         raise InputError(_("--interval {v}: expected 0.2 to 3600 seconds").format(v=interval))
     if not 0.1 <= timeout <= 600:
         raise InputError(_("--timeout {v}: expected 0.1 to 600 seconds").format(v=timeout))
-    opts: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout, "metrics": not no_metrics, "gpu": not no_gpu}
+    opts: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout, "metrics": not no_metrics, "gpu": not no_gpu,
+                            "pool": _pool_option(pool)}
     if once:
         _once(url, interval, as_json, opts)
     elif as_json or not sys.stdout.isatty():
         asyncio.run(_stream(url, interval, opts, as_json))  # no terminal to draw on: one record per refresh
     else:
         _interactive(url, interval, opts)
+
+
+def _pool_option(value: str | None) -> Any:
+    """``--pool``: a number of cells (``1k`` = 1024) shared by the slots, or ``split``."""
+    from llamarig.top.model import PoolHint
+
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v == "split":
+        return PoolHint(None, False, "given")
+    mult = 1024 if v.endswith("k") else 1
+    try:
+        n = int(float(v.removesuffix("k")) * mult)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise InputError(_("--pool {value}: expected a number of tokens (1k = 1024) or 'split'").format(value=value))
+    return PoolHint(n, True, "given")
 
 
 def _all_down(snap: Any) -> bool:
@@ -118,6 +142,23 @@ def _interactive(url: str, interval: float, opts: dict[str, Any]) -> None:
             termios.tcsetattr(fd, termios.TCSADRAIN, old)
 
 
+def _on_keys(pressed: str, vs: Any) -> tuple[Any, bool, bool]:
+    """The keys read at once: (view state, quit, refresh now)."""
+    quit_ = refresh = False
+    if pressed.startswith("\x1b"):
+        return vs, quit_, refresh  # an escape sequence (arrows, function keys): not ours
+    for k in pressed.lower():
+        if k == "q":
+            return vs, True, refresh
+        if k == "s":
+            vs = vs.next_sort()
+        elif k == "v":
+            vs = vs.next_view()
+        elif k == "p":
+            vs, refresh = vs.toggle_pause(), True
+    return vs, quit_, refresh
+
+
 async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None) -> None:
     from rich.console import Console
     from rich.live import Live
@@ -131,11 +172,10 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
     if fd is not None:
         loop.add_reader(fd, lambda: keys.put_nowait(os.read(fd, 32).decode(errors="replace")))
     vs = ViewState()
-    console = Console()
     snap = None
     try:
         async with Collector(url, **opts) as c:
-            with Live(Text(_("connecting to {url} ...").format(url=url)), console=console, screen=True,
+            with Live(Text(_("connecting to {url} ...").format(url=url)), console=Console(), screen=True,
                       auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
                 next_at = loop.time()
                 while True:
@@ -148,18 +188,11 @@ async def _live(url: str, interval: float, opts: dict[str, Any], fd: int | None)
                         pressed = await asyncio.wait_for(keys.get(), timeout=max(0.05, next_at - loop.time()))
                     except asyncio.TimeoutError:
                         continue
-                    if pressed.startswith("\x1b"):
-                        continue  # an escape sequence (arrows, function keys): not ours
-                    for k in pressed:
-                        if k in "qQ":
-                            return
-                        if k in "sS":
-                            vs = vs.next_sort()
-                        elif k in "vV":
-                            vs = vs.next_view()
-                        elif k in "pP":
-                            vs = vs.toggle_pause()
-                            next_at = loop.time()
+                    vs, quit_, refresh = _on_keys(pressed, vs)
+                    if quit_:
+                        return
+                    if refresh:
+                        next_at = loop.time()
     finally:
         if fd is not None:
             with contextlib.suppress(Exception):

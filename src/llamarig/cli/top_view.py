@@ -62,12 +62,17 @@ def _pct(a: int | None, b: int | None) -> str:
     return f"{100 * a / b:.0f} %"
 
 
+def _pool_total(snap: Snapshot) -> tuple[int, int]:
+    """Cells in use and the pools' cells over the servers whose pool is known."""
+    pools = [s.pool for s in snap.servers if s.pool is not None and s.pool.tokens and s.pool.cells is not None]
+    return sum(p.cells or 0 for p in pools), sum(p.tokens or 0 for p in pools)
+
+
 def headline(snap: Snapshot) -> Text:
     """One line: state, slots busy, pool use, decode rate (the alerts follow, one per line)."""
     busy = sum(1 for s in snap.slots if s.busy)
     n = len(snap.slots)
-    used = sum(s.ctx_used or 0 for s in snap.servers)
-    tot = sum(s.ctx_total or 0 for s in snap.servers)
+    used, tot = _pool_total(snap)
     rate = snap.decode_tok_s
     if snap.mode == "gateway":
         up = sum(1 for s in snap.servers if s.state == "up")
@@ -104,7 +109,12 @@ def alert_text(a: Alert) -> str:
     msg = {
         "foreign_work": _("{server}: {busy} slots busy but only {in_flight} requests in flight through the gateway: "
                           "work nobody here started (another client on the backend)"),
-        "pool_near_full": _("{server}: KV pool near full: {used} of {total} tokens ({pct} %)"),
+        "pool_near_full": _("{server}: KV pool near full: busy slots hold {used} of {total} cells ({pct} %)")
+        + (_(", full in about {s} s at their decode rate").format(s=v["full_in_s"]) if v.get("full_in_s") is not None
+           else ""),
+        "pool_overflow_ahead": _("{server}: the busy slots need {needed} cells to finish but the KV pool has {total}: "
+                                 "llama-server will end them all with 'Context size has been exceeded'")
+        + (_(" in about {s} s").format(s=v["full_in_s"]) if v.get("full_in_s") is not None else ""),
         "slot_near_full": _("{server}: slot {slot} context near full: {used} of {n_ctx} tokens ({pct} %)"),
         "reserved_near_full": _("{server}: gateway reservations near the pool: {reserved} of {pool} tokens ({pct} %)"),
         "restart": _("{server}: restarted {seconds} s ago"),
@@ -112,7 +122,7 @@ def alert_text(a: Alert) -> str:
         "checkpoint_thrash": _("{server}: slot {slot} re-processed a continued context {streak} times in a row "
                                "(checkpoints thrashing? estimated)"),
     }.get(a.kind, "{server}: " + a.kind)
-    return msg.format(server=a.server, **v)
+    return msg.format(**{"server": a.server, **v})
 
 
 def _slot_rows(slots: Sequence[SlotView], sort: str) -> list[SlotView]:
@@ -142,7 +152,8 @@ def slots_table(snap: Snapshot, sort: str) -> Table:
         row = [str(s.id), _("busy") if s.busy else _("idle"), phases.get(s.phase, s.phase), ctx,
                str(s.n_decoded) if s.n_decoded is not None and s.busy else "-", _rate(rate) if s.busy else "-",
                str(s.id_task) if s.id_task is not None and s.busy else "-"]
-        t.add_row(*([s.server] if gw else []), *row, style="bold" if s.busy else "dim")
+        # Text cells: a name from a server is never read as markup
+        t.add_row(*(Text(c) for c in [*([s.server] if gw else []), *row]), style="bold" if s.busy else "dim")
     return t
 
 
@@ -165,6 +176,7 @@ def _server_lines(srv: ServerView) -> list[Text]:
     if srv.finished_gen_tok_s is not None or srv.finished_prompt_tok_s is not None:
         out.append(Text("  " + _("finished requests (/metrics): prompt {p} tok/s, generated {g} tok/s").format(
             p=_rate(srv.finished_prompt_tok_s), g=_rate(srv.finished_gen_tok_s)), style="dim"))
+    out += _pool_lines(srv)
     if srv.reserved_tokens is not None:
         out.append(Text("  " + _("gateway: {n} in flight, {r} of {p} tokens reserved").format(
             n=srv.in_flight if srv.in_flight is not None else "?", r=srv.reserved_tokens,
@@ -172,6 +184,38 @@ def _server_lines(srv: ServerView) -> list[Text]:
     for err in (srv.slots_error, srv.metrics_error):
         if err:
             out.append(Text("  " + err, style="yellow"))
+    return out
+
+
+def _pool_lines(srv: ServerView) -> list[Text]:
+    """The pool: cells in use of how many, shared or not and how that is known, how fast the busy
+    slots fill it; then how the tasks seen ending ended."""
+    out: list[Text] = []
+    p = srv.pool
+    if p is not None and p.tokens and p.cells is not None:
+        kind = _("shared by the slots") if p.unified else _("each slot its own")
+        source = {"given": _("--pool"), "log": _("the server's log"), "command": _("its command line"),
+                  "gateway": _("the gateway"), "assumed": _("assumed: one slot's n_ctx, -kvu"),
+                  "slots": _("more cells in use than one slot's n_ctx")}.get(p.source, p.source)
+        line = _("pool {cells} of {tokens} cells ({kind}; {source}), busy slots {busy}").format(
+            cells=p.cells, tokens=p.tokens, kind=kind, source=source, busy=p.cells_busy)
+        if p.full_in_s is not None:
+            line += _(", full in about {s} s").format(s=f"{p.full_in_s:.0f}")
+        out.append(Text("  " + line))
+    early = [s for s in srv.slots if s.stopped_early]
+    if early:
+        cleared = [s for s in early if not s.ctx_used]
+        line = _("idle slots whose last task stopped before its answer was complete: {slots}").format(
+            slots=", ".join(str(s.id) for s in early))
+        if cleared:
+            line += _(" ({n} with the cache cleared: by an error such as a full pool, or since, for a new task)").format(
+                n=len(cleared))
+        out.append(Text("  " + line, style="yellow"))
+    if srv.endings:
+        words = {"done": _("done"), "cancelled": _("cancelled"), "context_exceeded": _("context exceeded"),
+                 "ended_early": _("ended early")}
+        bits = [f"{words.get(k, k)} {n}" for k, n in sorted(srv.endings.items())]
+        out.append(Text("  " + _("tasks ended (seen by top): {list}").format(list=" · ".join(bits)), style="dim"))
     return out
 
 
@@ -190,11 +234,13 @@ def gateway_part(snap: Snapshot, full: bool) -> list[Any]:
         prio=prio, r429=r429), style="bold")]
     if g.requests:
         t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for c in (_("request"), _("backend"), _("tier"), _("priority"), _("key"), _("reserved"), _("age")):
+        for c in (_("request"), _("backend"), _("slot"), _("tier"), _("priority"), _("key"), _("reserved"), _("age")):
             t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=14)
         rows = g.requests if full else g.requests[:8]
         for r in rows:
-            t.add_row(str(r.id), r.backend, r.tier, str(r.priority), r.key or "-", str(r.reserved_tokens), _dur(r.age_s))
+            slot = "-" if r.slot is None else str(r.slot)
+            t.add_row(*(Text(c) for c in (r.id, r.backend, slot, r.tier, str(r.priority), r.key or "-",
+                                          str(r.reserved_tokens), _dur(r.age_s))))
         out.append(t)
         if len(rows) < len(g.requests):
             out.append(Text(_("... and {n} more (v: gateway view)").format(n=len(g.requests) - len(rows)), style="dim"))
@@ -215,7 +261,7 @@ def replicas_part(g: Any) -> list[Any]:
     for r in g.replicas:
         by = ", ".join(f"{b} {n}" for b, n in sorted(r.by_backend.items())) or "-"
         lease = _("{s} s left").format(s=f"{r.lease_left_s:.1f}") if r.lease_left_s is not None else _("expired")
-        t.add_row(r.replica, str(r.requests), str(r.reserved_tokens), by, lease)
+        t.add_row(*(Text(c) for c in (r.replica, str(r.requests), str(r.reserved_tokens), by, lease)))
     out.append(t)
     return out
 
@@ -224,11 +270,11 @@ def gpu_part(snap: Snapshot) -> list[Any]:
     g = snap.gpu
     if not g.available:
         reason = {
-            "no_nvml": _("GPU: no NVML on this machine ({reason})"),
+            "no_nvml": _("GPU: no NVML and no nvidia-smi on this machine ({reason})"),
             "remote": _("GPU: the server runs on another machine; this machine's GPUs are not shown"),
             "off": _("GPU: not read (--no-gpu)"),
         }.get(g.reason_kind, _("GPU: not available ({reason})"))
-        return [Text(reason.format(reason=g.reason), style="dim")]
+        return [Text(reason.format(reason=g.library_error or g.reason), style="dim")]
     out: list[Any] = []
     for d in g.gpus:
         bits = [f"GPU{d.index} {d.name}"]
@@ -254,7 +300,7 @@ def method_lines(snap: Snapshot) -> list[Text]:
     dt = f"{snap.dt:.1f}" if snap.dt else "?"
     lines = [
         _("tok/s: delta of n_decoded (prefill: n_prompt_tokens_processed) of the same task between two GET /slots, over {dt} s").format(dt=dt),
-        _("context: n_prompt_tokens of /slots; pool: sum of the slots' context over the sum of their n_ctx (reads low with a unified KV cache)"),
+        _("context: n_prompt_tokens of /slots; pool: the slots' contexts summed (cells in use) over the pool's cells"),
     ]
     if snap.gpu.tokens_per_joule is not None:
         src = _("NVML energy counter") if snap.gpu.joule_source == "energy" else _("NVML power x time")
@@ -268,10 +314,14 @@ def method_lines(snap: Snapshot) -> list[Text]:
 
 
 def event_lines(snap: Snapshot, n: int) -> list[Text]:
+    kinds = {"restart": _("restart"), "down": _("down"), "back": _("back"), "foreign_work": _("foreign work"),
+             "reprocessed": _("re-processed"), "context_exceeded": _("context exceeded"), "cancelled": _("cancelled"),
+             "ended_early": _("ended early")}
     out = []
     for e in snap.events[-n:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.wall))
-        out.append(Text(f"{stamp} {e.server}: {e.kind}: {localize(e.detail)}", style="red" if e.kind in ("restart", "down") else ""))
+        red = e.kind in ("restart", "down", "context_exceeded")
+        out.append(Text(f"{stamp} {e.server}: {kinds.get(e.kind, e.kind)}: {localize(e.detail)}", style="red" if red else ""))
     return out
 
 

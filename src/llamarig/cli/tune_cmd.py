@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from llamarig.app.command import resolve_command
-from llamarig.app.tune import TuneInterrupted, TuneResult, TuneSettings, base_args, tune_command
+from llamarig import api
+from llamarig.app.tune import TuneInterrupted, TuneResult, TuneSettings
 from llamarig.cli.lang import _, lang, localize
-from llamarig.cli.options import CTX, input_options
+from llamarig.cli.options import CTX, hardware_of, input_options
 from llamarig.errors import ExitCode, InputError
 
 
@@ -96,8 +96,9 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
     2 bad input, 3 server problems, 130 interrupted (state kept)."""
     from llamarig.units import parse_size
 
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
-                          ram=ram, detect=detect, want_plan=False)
+    hw, notes = hardware_of(gpus, ram, detect)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, want_plan=False)
     settings = TuneSettings(dims=dims, objective=objective, weight=weight, min_ctx=min_ctx, min_decode=min_decode,
                             headroom=parse_size(headroom, "mib") if headroom != "0" else 0,
                             quality_floor=quality_floor, min_runs=min_runs, max_runs=max_runs, eta=eta, seed=seed,
@@ -105,9 +106,8 @@ def tune_cmd(dims: tuple[str, ...], objective: str, weight: float, min_ctx: int 
                             state_file=state_file, restart=restart, calibration_out=calibration_out)
     try:
         with _Progress() as progress:
-            result = tune_command(res, settings, gpus=gpus, ram=ram, detect=detect,
-                                  notify=lambda msg: click.echo(localize(msg), err=True), progress=progress,
-                                  lang="en" if as_json else lang())
+            result = api.tune_command(res, settings, notify=lambda msg: click.echo(localize(msg), err=True),
+                                      progress=progress, lang="en" if as_json else lang())
     except TuneInterrupted as e:
         click.echo(_("llamarig: interrupted; {n} measurement(s) kept in {path}: run the same command to resume").format(
             n=e.measurements, path=e.state_file), err=True)
@@ -206,10 +206,11 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
                 gpus: tuple[str, ...], ram: str | None, detect: bool, command: tuple[str, ...]) -> None:
     """Measure what a quantized KV cache changes: next-token distributions against f16 KV
     (top-1 agreement, KL divergence over the returned top-k) and a needle at several depths."""
-    from llamarig.tune.quality import parse_types, render_report, run_quality
+    from llamarig.tune.quality import parse_types, render_report
 
-    res = resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin, gpus=gpus,
-                          ram=ram, detect=detect, want_plan=False)
+    hw, notes = hardware_of(gpus, ram, detect)
+    res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
+                              hardware=hw, notes=notes, want_plan=False)
     kv = parse_types(types_)
     try:
         ds = [float(x) for x in depths.split(",") if x.strip()]
@@ -219,10 +220,9 @@ def quality_cmd(types_: str, n_prompts: int, prompt_words: int, top_k: int, need
         raise InputError(_("--depths {depths}: fractions between 0 and 1").format(depths=depths))
     if n_prompts < 1 or top_k < 1 or prompt_words < 1:
         raise InputError(_("--prompts, --top-k and --prompt-words must be >= 1"))
-    rep = run_quality(res.binary, base_args(res), kv, n_prompts=n_prompts, prompt_words=prompt_words,
-                      top_k=top_k, needle_words=needle_words, depths=ds,
-                      progress=lambda msg: click.echo(localize(msg), err=True))
+    rep = api.quality_report(res, kv, n_prompts=n_prompts, prompt_words=prompt_words, top_k=top_k,
+                             needle_words=needle_words, depths=ds, progress=lambda msg: click.echo(localize(msg), err=True))
     if as_json:
-        click.echo(json.dumps(rep, indent=1))
+        click.echo(json.dumps(rep.to_json(), indent=1))
     else:
         render_report(rep, lang())

@@ -84,27 +84,18 @@ TRUTHY = ("on", "enabled", "true", "1")
 FALSY = ("off", "disabled", "false", "0")
 
 
-#: schema.memo key of the similarity searches one lint may still run (set by rules.lint): each
-#: costs a difflib pass over every spelling, so an input with hundreds of thousands of distinct
-#: unknown flags gets suggestions for the first ones only, and stays linear
-CLOSEST_BUDGET = "closest-budget"
-
-
 def closest(schema: Schema, token: str, n: int = 3) -> list[str]:
     """Closest real spellings (difflib ratio >= 0.6), memoised per schema."""
     key = token.replace("_", "-") if token.startswith("--") else token
-    hit = schema.memo.get(("closest", key, n))
+    hit = schema.memo.closest.get((key, n))
     if hit is None:
-        budget = schema.memo.get(CLOSEST_BUDGET)
-        if budget is not None:
-            if budget <= 0:
-                return []
-            schema.memo[CLOSEST_BUDGET] = budget - 1
+        if not schema.memo.take_search():
+            return []
         long_ = key.startswith("--")
         cands = [c for c in schema.spellings if c.startswith("--") == long_
                  and abs(len(c) - len(key)) <= max(4, len(key) // 2)]
         hit = difflib.get_close_matches(key, cands, n=n, cutoff=0.6)
-        schema.memo[("closest", key, n)] = hit
+        schema.memo.closest[(key, n)] = hit
     return list(hit)
 
 
@@ -145,7 +136,7 @@ def fa_mode(r: Reading) -> str:
 
 
 @dataclass(frozen=True)
-class Step:
+class ArgStep:
     """What llama-server's parser makes of the word at one place of an argv: the option it names
     (None: an unknown option or a stray word) and how many of the next words it takes.
 
@@ -162,7 +153,7 @@ class Step:
     lore: Folklore | None = None
 
 
-def step_at(words: Sequence[str], i: int, schema: Schema) -> Step:
+def step_at(words: Sequence[str], i: int, schema: Schema) -> ArgStep:
     """The one rule for the word ``words[i]``, shared by check's located reading
     (:func:`read_invocation`) and :meth:`Command.parse`: a known option takes as many words as
     the build says (not another option where it wants a number or a choice); an unknown option
@@ -177,16 +168,16 @@ def step_at(words: Sequence[str], i: int, schema: Schema) -> Step:
         vals = words[i + 1:i + 1 + n]
         if vals and opt.value_kind not in (None, "string") and not is_number(vals[0]) \
                 and schema.lookup(vals[0]) is not None:
-            return Step(opt, positive, missing=True)
-        return Step(opt, positive, len(vals))
+            return ArgStep(opt, positive, missing=True)
+        return ArgStep(opt, positive, len(vals))
     if not looks_like_option(t):
-        return Step(None)
+        return ArgStep(None)
     name, eq, _val = t.partition("=")
     if eq and schema.lookup(name) is not None:
-        return Step(None, equals=name)
+        return ArgStep(None, equals=name)
     lore = FOLKLORE.get(t) or FOLKLORE.get(t.replace("_", "-"))
     takes = lore.takes_value if lore is not None else nxt is not None and schema.lookup(nxt) is None
-    return Step(None, count=1 if takes and nxt is not None and _looks_like_value(nxt) else 0, lore=lore)
+    return ArgStep(None, count=1 if takes and nxt is not None and _looks_like_value(nxt) else 0, lore=lore)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -215,7 +206,7 @@ def read_invocation(inv: Invocation, schema: Schema, k: int | None = None) -> Re
     return r
 
 
-def _unknown_use(r: Reading, schema: Schema, st: Step, words: list[Word], k: int | None, passed: bool) -> None:
+def _unknown_use(r: Reading, schema: Schema, st: ArgStep, words: list[Word], k: int | None, passed: bool) -> None:
     """A word that names no option of this build: `--opt=value`, an unknown option (with the
     value it takes), a value given to a flag, or a stray word."""
     w = words[0]
@@ -248,7 +239,7 @@ def _unknown_use(r: Reading, schema: Schema, st: Step, words: list[Word], k: int
     r.uses.append(use)
 
 
-def _known_use(r: Reading, schema: Schema, st: Step, words: list[Word], i: int, k: int | None,
+def _known_use(r: Reading, schema: Schema, st: ArgStep, words: list[Word], i: int, k: int | None,
                passed: bool) -> int:
     """An option of this build with its values; how many words more than the step's it read
     (the words the shell split off an unquoted JSON value)."""

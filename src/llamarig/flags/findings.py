@@ -1,28 +1,16 @@
 """What check reports: a ``Finding`` (rule id, severity, where, what, how to fix) and the ``Fix``
-that ``check --fix`` applies for it."""
+that ``check --fix`` applies for it. A Finding is a ``llamarig.diagnostics.Diagnostic`` (the
+planner's diagnostics are the same type) whose code is the rule id, with the place it is about."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from llamarig.diagnostics import Diagnostic, Severity
 from llamarig.i18n import N_, _
 
-
-class Severity(str, Enum):
-    """How bad a finding is, most severe first. A ``str`` whose value is the word itself, so that
-    JSON output, comparisons with ``"error"`` and f-strings read exactly as before."""
-
-    ERROR = "error"  # llama-server refuses the command, or fails to load with it
-    WARNING = "warning"  # it runs, but not as the author meant
-    INFO = "info"  # worth knowing
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
+__all__ = ["CUT_OFF_NOTE", "Finding", "Fix", "Severity", "finding"]
 
 
 @dataclass(frozen=True)
@@ -33,21 +21,34 @@ class Fix:
     args: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: Severity
-    line: int
-    flag: str | None
-    message: str
+@dataclass(frozen=True, init=False)
+class Finding(Diagnostic):
+    """A diagnostic about a place in a launch file: ``code`` is the rule id (``rule``). Made as
+    check's rules always made it: ``Finding(rule, severity, line, flag, message, fix, invocation,
+    passed, action, use)``."""
+
+    line: int = 0
+    flag: str | None = None
     fix: str | None = None
     invocation: int | None = None
     passed: bool = True  # False: on a cut-off line, llama-server never sees it today
     action: Fix | None = None
     use: int | None = None  # index into the invocation's uses
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "severity", Severity(self.severity))
+    def __init__(self, rule: str = "", severity: Severity | str = Severity.INFO, line: int = 0,
+                 flag: str | None = None, message: str = "", fix: str | None = None, invocation: int | None = None,
+                 passed: bool = True, action: Fix | None = None, use: int | None = None, *,
+                 code: str | None = None) -> None:
+        # ``code``: what dataclasses.replace passes (the Diagnostic's field), the rule id
+        for name, value in (("code", code if code is not None else rule), ("severity", Severity(severity)),
+                            ("message", message), ("line", line), ("flag", flag), ("fix", fix),
+                            ("invocation", invocation), ("passed", passed), ("action", action), ("use", use)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def rule(self) -> str:
+        """check's rule id (docs/check.md), the diagnostic's code."""
+        return self.code
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity.value, "line": self.line, "flag": self.flag,

@@ -30,8 +30,8 @@ from llamarig.flags.schema import (
     APPENDING,
     Option,
     Schema,
-    _allowed_from_hint,
-    _infer_kind,
+    allowed_from_hint,
+    infer_kind,
     load_bundled,
 )
 
@@ -189,7 +189,7 @@ def parse_arg_cpp(text: str) -> list[Option]:
         seen.add(key)
         longs = [s for s in spellings if s.startswith("--")]
         name = longs[0] if longs else spellings[0]
-        allowed = _allowed_from_hint(hint) if hint else None
+        allowed = allowed_from_hint(hint) if hint else None
         flat = " ".join(help_.split())
         dm = re.search(r"default:\s*([^,;)%\n]+)", flat)
         sec = ("sampling params" if "set_sampling()" in chain else
@@ -197,7 +197,7 @@ def parse_arg_cpp(text: str) -> list[Option]:
                "example-specific params" if "SERVER" in examples else "common params")
         opts.append(Option(
             name=name, spellings=spellings, negations=negs, kind=kind, value_hint=hint,
-            value_kind=_infer_kind(hint, allowed) if hint is not None and kind in ("value", "two_values") else None,
+            value_kind=infer_kind(hint, allowed) if hint is not None and kind in ("value", "two_values") else None,
             allowed=allowed, default=dm.group(1).strip().strip("'\"") if dm else None, env=env,
             section=sec, help=help_ + (f"\n(env: {env})" if env else ""),
             removed="has been removed" in flat, deprecated="DEPRECATED" in flat,

@@ -19,58 +19,75 @@ if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
 
 
-def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[[Invocation, Context], Context]:
-    """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
-    cache: dict[str, tuple[ModelSpec | None, str | None]] = {}  # path or catalogue id -> (spec, error)
-    is_file: dict[Path, bool] = {}  # one stat per path, not one per invocation naming it
-    found: dict[str, str] = {}  # -m as written -> the file it names ("" none)
+class ModelLoader:
+    """Loads the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF,
+    or a catalogue id; one look per distinct ``-m`` and one load per file, not one per invocation."""
 
-    def exists(p: Path) -> bool:
-        hit = is_file.get(p)
-        if hit is None:
-            hit = is_file[p] = p.is_file()
-        return hit
+    def __init__(self, explicit_model: str | None, base_dir: Path | None) -> None:
+        self.explicit_model = explicit_model
+        self.base_dir = base_dir
+        self._specs: dict[str, tuple[ModelSpec | None, str | None]] = {}  # path or catalogue id -> (spec, error)
+        self._is_file: dict[Path, bool] = {}
+        self._found: dict[str, str] = {}  # -m as written -> the file it names ("" none)
 
-    def load(inv: Invocation, ctx: Context) -> Context:
-        path = explicit_model
-        if path is None:
-            args = inv.intended_args
-            for i, w in enumerate(args[:-1]):
-                if w.text in ("-m", "--model"):
-                    path = args[i + 1].text
+    def __call__(self, inv: Invocation, ctx: Context) -> Context:
+        path = self.explicit_model if self.explicit_model is not None else _model_arg(inv)
         if not path:
             return ctx
-        hit = found.get(path)
-        if hit is None:  # one look per distinct -m, not one per invocation naming it
-            cands = [Path(os.path.expanduser(path))]
-            if base_dir is not None and not Path(path).is_absolute():
-                cands.append(base_dir / path)
-            hit = found[path] = next((str(c) for c in cands if exists(c)), "")
+        hit = self._file_for(path)
         if hit:
-            key = hit
-            if key not in cache:
-                try:
-                    cache[key] = (load_spec(Path(key)), None)
-                except LlamarigError as e:
-                    cache[key] = (None, str(e))
-                except Exception as e:  # a broken file must not crash the linter
-                    cache[key] = (None, f"{key}: {e}")
-            spec, err = cache[key]
-            return replace(ctx, model_spec=spec, model_path=key, model_error=err)
+            spec, err = self._from_file(hit)
+            return replace(ctx, model_spec=spec, model_path=hit, model_error=err)
         # not a file: a built-in catalogue id (qwen3.6-27b:iq4_nl), as `plan` accepts
         from llamarig.catalogue import models as catalogue  # lazy: 15 ms; -m not a file here
 
         if catalogue.is_catalogue_id(path):
-            if path not in cache:
+            if path not in self._specs:
                 m, quant = catalogue.find_model(path)
-                cache[path] = (catalogue.build_spec(m, quant), None)
-            spec, err = cache[path]
+                self._specs[path] = (catalogue.build_spec(m, quant), None)
+            spec, err = self._specs[path]
             return replace(ctx, model_spec=spec, model_error=err)
-        if explicit_model:
+        if self.explicit_model:
             raise InputError(_("{model}: model file not found (nor a catalogue id: see `llamarig models`)").format(
-                model=explicit_model))
+                model=self.explicit_model))
         return ctx
 
-    return load
+    def _exists(self, p: Path) -> bool:
+        hit = self._is_file.get(p)
+        if hit is None:
+            hit = self._is_file[p] = p.is_file()
+        return hit
+
+    def _file_for(self, path: str) -> str:
+        hit = self._found.get(path)
+        if hit is None:
+            cands = [Path(os.path.expanduser(path))]
+            if self.base_dir is not None and not Path(path).is_absolute():
+                cands.append(self.base_dir / path)
+            hit = self._found[path] = next((str(c) for c in cands if self._exists(c)), "")
+        return hit
+
+    def _from_file(self, key: str) -> tuple[ModelSpec | None, str | None]:
+        if key not in self._specs:
+            try:
+                self._specs[key] = (load_spec(Path(key)), None)
+            except LlamarigError as e:
+                self._specs[key] = (None, str(e))
+            except Exception as e:  # a broken file must not crash the linter
+                self._specs[key] = (None, f"{key}: {e}")
+        return self._specs[key]
 
 
+def _model_arg(inv: Invocation) -> str | None:
+    """The last ``-m``/``--model`` value the server receives."""
+    path = None
+    args = inv.intended_args
+    for i, w in enumerate(args[:-1]):
+        if w.text in ("-m", "--model"):
+            path = args[i + 1].text
+    return path
+
+
+def model_loader(explicit_model: str | None, base_dir: Path | None) -> Callable[[Invocation, Context], Context]:
+    """Load the ModelSpec of ``-m`` (or ``--model`` given to llamarig) when it is a readable GGUF."""
+    return ModelLoader(explicit_model, base_dir)

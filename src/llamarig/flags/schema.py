@@ -110,6 +110,26 @@ class Option:
 _MID_PHRASE = re.compile(r"(,|\b(or|and|to|the|of|a|an|in|on|for|with|by|is|are|be|if|when|from|not|than|as))$", re.I)
 
 
+@dataclass
+class SchemaMemo:
+    """What lookups on one schema remember; never part of its value."""
+
+    spellings: list[str] | None = None
+    #: (spelling, n) -> the closest real spellings (llamarig.flags.argv.closest)
+    closest: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    #: similarity searches the running lint may still make (None: no lint running, no limit): each
+    #: costs a difflib pass over every spelling, so an input with hundreds of thousands of distinct
+    #: unknown flags gets suggestions for the first ones only, and stays linear (set by rules.lint)
+    search_budget: int | None = None
+
+    def take_search(self) -> bool:
+        """Whether one more similarity search is allowed, counting it."""
+        if self.search_budget is None:
+            return True
+        self.search_budget -= 1
+        return self.search_budget >= 0
+
+
 @dataclass(frozen=True)
 class Schema:
     """All options of one build, with where they were read from."""
@@ -122,7 +142,7 @@ class Schema:
     origin: str = ""  # path of the binary or bundled file
     by_spelling: dict[str, Option] = field(default_factory=dict, repr=False, compare=False)
     by_env: dict[str, Option] = field(default_factory=dict, repr=False, compare=False)
-    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    memo: SchemaMemo = field(default_factory=SchemaMemo, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for o in self.options:
@@ -147,10 +167,9 @@ class Schema:
 
     @property
     def spellings(self) -> list[str]:
-        hit = self.memo.get("spellings")
-        if hit is None:
-            hit = self.memo["spellings"] = sorted(self.by_spelling)
-        return hit
+        if self.memo.spellings is None:
+            self.memo.spellings = sorted(self.by_spelling)
+        return self.memo.spellings
 
     def label(self) -> str:
         b = f"build {self.build}" if self.build is not None else _("unknown build")
@@ -231,7 +250,7 @@ def _parse_header(header: str) -> tuple[list[str], str]:
     return spellings, header[pos:].strip()
 
 
-def _allowed_from_hint(hint: str) -> tuple[str, ...] | None:
+def allowed_from_hint(hint: str) -> tuple[str, ...] | None:
     m = re.fullmatch(r"\{([^{}]+)\}", hint) or re.fullmatch(r"\[([A-Za-z0-9_|+-]+)\]", hint)
     if m:
         return tuple(p.strip() for p in re.split(r"[,|]", m.group(1)) if p.strip())
@@ -243,7 +262,7 @@ def _allowed_from_hint(hint: str) -> tuple[str, ...] | None:
     return None
 
 
-def _infer_kind(hint: str, allowed: tuple[str, ...] | None) -> str:
+def infer_kind(hint: str, allowed: tuple[str, ...] | None) -> str:
     if allowed and re.fullmatch(r"[a-z0-9-]+(,[a-z0-9-]+){3,}", hint):
         return "csv_enum"
     if allowed:
@@ -269,81 +288,70 @@ def _negations(spellings: list[str]) -> list[str]:
 
 def parse_help(text: str) -> list[Option]:
     """Parse llama-server ``--help`` output into options (see the module docstring)."""
-    blocks: list[tuple[str, str, list[str]]] = []  # (section, header, help lines)
+    return [opt for block in _help_blocks(text) if (opt := _option(*block)) is not None]
+
+
+def _help_blocks(text: str) -> list[tuple[str, str, list[str]]]:
+    """(section, header, help lines) of each option in the help text."""
+    blocks: list[tuple[str, str, list[str]]] = []
     section = ""
     for raw in text.splitlines():
         line = raw.rstrip("\n")
         sec = re.fullmatch(r"----- (.+) -----", line.strip())
         if sec:
             section = sec.group(1)
-            continue
-        if line.startswith("-"):
+        elif line.startswith("-"):
             header, first = _split_header(line)
             blocks.append((section, header, [first] if first else []))
         elif blocks and line.startswith(" " * 40):
             blocks[-1][2].append(line[40:].rstrip())
-        elif blocks and not line.strip():
-            continue
-    opts: list[Option] = []
-    for section, header, lines in blocks:
-        spellings, hint = _parse_header(header)
-        if not spellings:
-            continue
-        env = None
-        help_lines = list(lines)
-        while help_lines and not help_lines[-1].strip():
-            help_lines.pop()
-        if help_lines:
-            m = _ENV_RE.match(help_lines[-1].strip())
-            if m:
-                env = m.group(1)
-        help_text = "\n".join(help_lines)
-        neg = _negations(spellings)
-        pos = [s for s in spellings if s not in neg]
-        if not pos:  # --no-host: a plain flag that happens to start with no-
-            pos, neg = neg, []
-        two = header.endswith(" START END") or bool(re.fullmatch(r"\S+ \S+", hint) and hint.isupper())
-        if neg:
-            kind = "bool_pair"
-        elif not hint:
-            kind = "flag"
-        elif two:
-            kind = "two_values"
-        else:
-            kind = "value"
-        allowed = _allowed_from_hint(hint) if hint else None
-        am = re.search(r"allowed values:\s*([a-z0-9_, ]+)", help_text)
-        if am and not allowed:
-            allowed = tuple(v.strip() for v in am.group(1).split(",") if v.strip())
-        dm = _DEFAULT_RE.search(help_text.replace("\n", " "))
-        default = dm.group(1).strip().strip("'\"") if dm else None
-        flat = " ".join(help_text.split())
-        removed = "has been removed" in flat
-        deprecated = "DEPRECATED" in flat
-        longs = [s for s in pos if s.startswith("--")]
-        name = longs[0] if longs else pos[0]
-        value_kind = None
-        if kind in ("value", "two_values"):
-            value_kind = "kvtype" if am and "q8_0" in (allowed or ()) else _infer_kind(hint, allowed)
-        opts.append(
-            Option(
-                name=name,
-                spellings=tuple(pos),
-                negations=tuple(neg),
-                kind=kind,
-                value_hint=hint or None,
-                value_kind=value_kind,
-                allowed=allowed,
-                default=default,
-                env=env,
-                section=section,
-                help=help_text,
-                removed=removed,
-                deprecated=deprecated,
-                appending=name in APPENDING,
-            )
-        )
-    return opts
+    return blocks
+
+
+def _help_text(lines: list[str]) -> tuple[str, str | None]:
+    """The help paragraph without trailing blank lines, and the environment variable its last line names."""
+    help_lines = list(lines)
+    while help_lines and not help_lines[-1].strip():
+        help_lines.pop()
+    m = _ENV_RE.match(help_lines[-1].strip()) if help_lines else None
+    return "\n".join(help_lines), m.group(1) if m else None
+
+
+def _option_kind(header: str, hint: str, neg: list[str]) -> str:
+    if neg:
+        return "bool_pair"
+    if not hint:
+        return "flag"
+    if header.endswith(" START END") or bool(re.fullmatch(r"\S+ \S+", hint) and hint.isupper()):
+        return "two_values"
+    return "value"
+
+
+def _option(section: str, header: str, lines: list[str]) -> Option | None:
+    spellings, hint = _parse_header(header)
+    if not spellings:
+        return None
+    help_text, env = _help_text(lines)
+    neg = _negations(spellings)
+    pos = [s for s in spellings if s not in neg]
+    if not pos:  # --no-host: a plain flag that happens to start with no-
+        pos, neg = neg, []
+    kind = _option_kind(header, hint, neg)
+    allowed = allowed_from_hint(hint) if hint else None
+    am = re.search(r"allowed values:\s*([a-z0-9_, ]+)", help_text)
+    if am and not allowed:
+        allowed = tuple(v.strip() for v in am.group(1).split(",") if v.strip())
+    dm = _DEFAULT_RE.search(help_text.replace("\n", " "))
+    flat = " ".join(help_text.split())
+    longs = [s for s in pos if s.startswith("--")]
+    name = longs[0] if longs else pos[0]
+    value_kind = None
+    if kind in ("value", "two_values"):
+        value_kind = "kvtype" if am and "q8_0" in (allowed or ()) else infer_kind(hint, allowed)
+    return Option(name=name, spellings=tuple(pos), negations=tuple(neg), kind=kind, value_hint=hint or None,
+                  value_kind=value_kind, allowed=allowed, default=dm.group(1).strip().strip("'\"") if dm else None,
+                  env=env, section=section, help=help_text, removed="has been removed" in flat,
+                  deprecated="DEPRECATED" in flat, appending=name in APPENDING)
 
 
 def parse_version(text: str) -> tuple[str | None, int | None, str | None]:
@@ -427,7 +435,8 @@ def _bundled_json(build: int) -> dict[str, Any]:
     from importlib import resources  # lazy: ~8 ms of start-up (it imports tempfile)
 
     res = resources.files("llamarig") / "data" / "schemas" / f"llama-server-{build}.json"
-    return json.loads(res.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(res.read_text(encoding="utf-8"))
+    return data
 
 
 def bundled_provenance() -> list[tuple[int, int, str]]:
@@ -506,7 +515,7 @@ def load_schema(binary: str | os.PathLike[str] | None = None, *, use_binary: boo
         # an auto-discovered binary that does not answer --help like llama-server: use the
         # bundled schema and say why
         b = load_bundled()
-        return replace(b, origin=f"{b.origin}; {path} unusable: {e}", by_spelling={}, by_env={}, memo={})
+        return replace(b, origin=f"{b.origin}; {path} unusable: {e}", by_spelling={}, by_env={}, memo=SchemaMemo())
     if cache:
         _write_cache(cache_file, schema)
     return schema
@@ -577,7 +586,7 @@ def main() -> None:  # pragma: no cover - maintenance entry point
     binary, out = Path(sys.argv[1]), Path(sys.argv[2])
     s = schema_from_binary(binary, reference=kinds_from_args_json(sys.argv[3]) if len(sys.argv) > 3 else None)
     if not s.build and len(sys.argv) > 4:  # a binary built from an sdist prints "build 0"
-        s = replace(s, build=int(sys.argv[4]), by_spelling={}, by_env={}, memo={})
+        s = replace(s, build=int(sys.argv[4]), by_spelling={}, by_env={}, memo=SchemaMemo())
     Path(out).write_text(json.dumps(s.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{out}: {len(s.options)} options, build {s.build}")
 

@@ -73,6 +73,12 @@ def _regex(key: str, patterns: tuple[str, ...] | str | None) -> None:
 # ------------------------------------------------------------------------------ the schema
 
 
+#: one forced sampling field's value as TOML gives it: a scalar, or a list (``stop`` strings,
+#: ``logit_bias`` pairs) of scalars or of lists of scalars
+SamplingScalar = bool | int | float | str
+SamplingValue = SamplingScalar | list[SamplingScalar | list[SamplingScalar]]
+
+
 @dataclass(frozen=True)
 class TierConfig:
     """What a tier does to the request sent upstream, and what it may take of a backend."""
@@ -84,7 +90,7 @@ class TierConfig:
     reasoning_effort: str | None = None
     timeout_s: float | None = None  # -> t_max_predict_ms and the upstream read timeout
     priority: int = 0  # lower is served first
-    sampling: Mapping[str, Any] = _f(factory=dict)  # forced sampling fields
+    sampling: Mapping[str, SamplingValue] = _f(factory=dict)  # forced sampling fields
     # resolve_auto_c2_max_tokens: widen up to this when the client asks for more (the 307K-context MTP field report)
     long_output_max_tokens: int | None = _f(None, lo=1)
     long_output_timeout_s: float | None = None

@@ -37,7 +37,6 @@ from __future__ import annotations
 import math
 import mmap
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,16 +45,11 @@ from urllib.parse import urlsplit
 from llamarig.gateway.config import BackendConfig
 from llamarig.gateway.errors import BackendError
 from llamarig.i18n import _
+from llamarig.logformat import MEM_SLOTS, ctx_before_cap
 
 # the log lines (tools/server/server.cpp:116, server-context.cpp:1350-1384)
 _START = b"llama_server: initializing ..."
 _INIT = b"initializing, n_slots = "
-_RE_INIT = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'")
-_RE_SEQ = (
-    re.compile(r"capping per-slot context \((\d+)\) to --kv-unified-per-slot"),
-    re.compile(r"the slot context \((\d+)\) exceeds the training context of the model"),
-    re.compile(r"--kv-unified-per-slot \(\d+\) exceeds the per-slot pool capacity \((\d+)\)"),
-)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -279,18 +273,13 @@ def _facts(m: mmap.mmap, path: str, after: int) -> LogFacts | None:
     if at < 0:
         return None
     line_end = m.find(b"\n", at)
-    init = _RE_INIT.search(m[at:line_end if line_end >= 0 else len(m)].decode("utf-8", "replace"))
+    init = MEM_SLOTS.search(m[at:line_end if line_end >= 0 else len(m)].decode("utf-8", "replace"))
     if init is None:
         return None
     start = max(0, m.rfind(_START, 0, at))
     block = m[start:at].decode("utf-8", "replace")
     n_slots, n_ctx_slot = int(init.group(1)), int(init.group(2))
-    seq = n_ctx_slot
-    for rx in _RE_SEQ:
-        hit = rx.search(block)
-        if hit is not None:
-            seq = int(hit.group(1))
-            break
+    seq = max((c for ln in block.splitlines() if (c := ctx_before_cap(ln)) is not None), default=n_ctx_slot)
     return LogFacts(path, n_slots, n_ctx_slot, max(seq, n_ctx_slot), init.group(3) == "true", at)
 
 

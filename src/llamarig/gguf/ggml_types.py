@@ -8,6 +8,8 @@ row_size follows ggml_row_size (ggml/src/ggml.c): ``row_size(type, ne) = type_si
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 #: name -> (ggml type id, block elements, bytes per block)
 _TYPES: dict[str, tuple[int, int, int]] = {
     "f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q4_1": (3, 32, 20),
@@ -28,7 +30,8 @@ TYPE_NAMES: dict[int, str] = {i: n for n, (i, _, _) in _TYPES.items()}
 
 #: KV cache types llama-server accepts for -ctk/-ctv/-ctkd/-ctvd
 #: (common/arg.cpp kv_cache_types: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1).
-KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+KV_CACHE_TYPES: tuple[CacheType, ...] = get_args(CacheType)
 #: KV cache types the CUDA flash-attention kernels handle, for K and for V, in any combination
 #: (ggml/src/ggml-cuda/fattn.cu:525-538 ggml_cuda_fattn_kv_type_supported, build 11434): iq4_nl
 #: is not among them.

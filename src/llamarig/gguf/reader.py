@@ -21,7 +21,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from llamarig.errors import GGUFError, ModelNotFoundError
 from llamarig.gguf.ggml_types import TYPE_SIZES, type_name
@@ -69,6 +69,11 @@ class ArrayInfo:
     count: int
 
 
+#: a metadata value as the reader keeps it: a scalar, a decoded array (of scalars or of arrays), or
+#: the ArrayInfo of an array too large to decode
+MetadataValue: TypeAlias = str | int | float | bool | ArrayInfo | list["MetadataValue"]
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
@@ -94,7 +99,7 @@ class GGUFHeader:
     file_size: int
     alignment: int
     data_offset: int
-    metadata: dict[str, Any] = field(repr=False)
+    metadata: dict[str, MetadataValue] = field(repr=False)
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     warnings: tuple[str, ...] = ()
     #: where the tensor table ends: the bytes a reader needs to parse this header
@@ -137,13 +142,13 @@ class _Cursor:
 
     def u32(self, what: str) -> int:
         self.need(4, what)
-        v = _U32.unpack_from(self.buf, self.off)[0]
+        v: int = _U32.unpack_from(self.buf, self.off)[0]
         self.off += 4
         return v
 
     def u64(self, what: str) -> int:
         self.need(8, what)
-        v = _U64.unpack_from(self.buf, self.off)[0]
+        v: int = _U64.unpack_from(self.buf, self.off)[0]
         self.off += 8
         return v
 
@@ -281,7 +286,7 @@ def _parse(buf: memoryview, p: Path | str, size: int) -> GGUFHeader:
     c.need(n_kv * 13, f"{n_kv} metadata entries")
     c.need(n_tensors * 24, f"{n_tensors} tensor infos")
 
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, MetadataValue] = {}
     warnings: list[str] = []
     for i in range(n_kv):
         key = c.string(f"metadata[{i}] key")

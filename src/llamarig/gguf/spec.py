@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import GGUFError, one_line
-from llamarig.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo, read_header
+from llamarig.gguf.reader import ArrayInfo, GGUFHeader, MetadataValue, TensorInfo, read_header
 from llamarig.i18n import _
 
 LayerKind = Literal["attention", "swa", "recurrent"]
@@ -125,6 +126,50 @@ class ProjectorSpec:
     projection_dim: int | None
 
 
+#: the diagnostic code of the header reader's warnings in a plan
+MODEL_HEADER = "model-header"
+
+
+@dataclass(frozen=True)
+class RemoteRead:
+    """What reading a remote header cost (llamarig.hub): where from, bytes and requests, seconds,
+    headers taken from the cache or fetched."""
+
+    reference: str
+    hub: str  # hf | ms | url
+    commit: str
+    bytes_fetched: int
+    requests: int
+    seconds: float
+    headers_cached: int
+    headers_fetched: int
+    file_bytes: int
+    files: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"reference": self.reference, "hub": self.hub, "commit": self.commit,
+                "bytes_fetched": self.bytes_fetched, "requests": self.requests, "seconds": self.seconds,
+                "headers_cached": self.headers_cached, "headers_fetched": self.headers_fetched,
+                "file_bytes": self.file_bytes, "files": list(self.files)}
+
+
+@dataclass(frozen=True)
+class CatalogueOrigin:
+    """Where a spec built from a catalogue entry (no file read) gets its figures."""
+
+    #: the shapes' sources and the file size's, as inspect shows them
+    summary: str
+    #: where the file size comes from
+    size_source: str
+    #: the size is a range: bits per weight, or a rounded published figure (``size_spread``)
+    size_estimated: bool
+    #: the relative range of an estimated size (None: the planner's default)
+    size_spread: float | None
+    #: tensor bytes from the catalogue's tensor types (else the published file size spread over the
+    #: tensors by parameter count)
+    typed_tensors: bool
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     path: str
@@ -152,10 +197,14 @@ class ModelSpec:
     #: an MTP-only "sidecar" file (the 307K-context MTP field report's (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt) --model-draft mtp-*.gguf): nextn blocks without the
     #: trunk; llama.cpp recognises it by the missing blk.0.attn_norm.weight (src/llama-model.cpp)
     mtp_sidecar: bool = False
+    #: what the header reader could not determine (an unknown architecture, missing keys, ...)
     warnings: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the GGUF header's key/value metadata (small arrays decoded, large ones as ArrayInfo)
+    metadata: dict[str, MetadataValue] = field(default_factory=dict, repr=False, compare=False)
+    #: a spec built from a catalogue entry: where its figures come from; None for a file
+    origin: CatalogueOrigin | None = field(default=None, repr=False, compare=False)
     #: for a header read over HTTP (llamarig.hub): where from, bytes and requests, seconds, cache
-    remote: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    remote: RemoteRead | None = field(default=None, repr=False, compare=False)
 
     @property
     def tensor_count(self) -> int:
@@ -169,7 +218,17 @@ class ModelSpec:
     @property
     def source(self) -> Literal["file", "catalogue"]:
         """``catalogue`` for a spec built from a catalogue entry (no file read), else ``file``."""
-        return "catalogue" if self.metadata.get("catalogue") else "file"
+        return "catalogue" if self.origin is not None else "file"
+
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The header reader's warnings as diagnostics (code ``model-header``)."""
+        return tuple(warning(MODEL_HEADER, w) for w in self.warnings)
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """What inspect shows under the tables: the header's warnings, and for a catalogue entry
+        where its sizes and shapes come from."""
+        return (*self.warnings, *((self.origin.summary,) if self.origin is not None else ()))
 
     @property
     def is_mmproj(self) -> bool:
@@ -217,10 +276,10 @@ class ModelSpec:
             "projector": None if self.projector is None else vars(self.projector).copy(),
             "mtp_sidecar": self.mtp_sidecar,
             "source": self.source,
-            "warnings": list(self.warnings),
+            "warnings": list(self.notices),
         }
         if self.remote is not None:
-            d["remote"] = dict(self.remote)
+            d["remote"] = self.remote.to_json()
         if with_tensors:
             d["tensors"] = [
                 {"name": t.name, "type": t.ggml_type, "shape": list(t.shape), "bytes": t.n_bytes}
@@ -271,7 +330,7 @@ def _int(md: dict[str, Any], key: str, default: int | None = None) -> int | None
     if isinstance(v, float) and v.is_integer():
         return int(v)
     if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
-        return max(v)
+        return int(max(v))
     return default
 
 
@@ -376,24 +435,16 @@ def _projector(md: dict[str, Any]) -> ProjectorSpec:
     )
 
 
-def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from the header(s) of one model (all parts of a split model)."""
+def _architecture(headers: Sequence[GGUFHeader], tensors: tuple[TensorInfo, ...], warns: list[str]) -> str:
+    """general.architecture, after the checks every model's header must pass."""
     first = headers[0]
     md = first.metadata
-    warns: list[str] = list(w for h in headers for w in h.warnings)
-    tensors = tuple(t for h in headers for t in h.tensors)
-    weights = sum(t.n_bytes for t in tensors)
-    file_bytes = sum(h.file_size for h in headers)
-    files = tuple(str(h.path) for h in headers)
-    shown = path or str(first.path)
-
     arch = _get(md, "general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(first.path, _("no general.architecture in the header"))
     split_count = _int(md, "split.count", 1) or 1
     if split_count != len(headers):
         raise GGUFError(first.path, _("split.count is {split_count} but {n_headers} file(s) were found").format(split_count=split_count, n_headers=len(headers)))
-
     if not tensors:
         raise GGUFError(first.path, _("has no tensors: a header or vocab-only file without weights, which llama.cpp cannot "
                                       "load as a model"))
@@ -402,25 +453,17 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
             f"architecture '{one_line(arch, 60)}' is not one llamarig models: layers and KV shape are "
             "read from the generic keys, so memory figures for it are generic guesses"
         )
+    return arch
 
-    if arch == "clip":
-        return ModelSpec(
-            path=shown, files=files, architecture=arch, name=_get(md, "general.name"),
-            file_type=_int(md, "general.file_type"), n_layer=_int(md, "clip.vision.block_count", 0) or 0,
-            nextn_layers=0, n_ctx_train=None, n_embd=_int(md, "clip.vision.embedding_length"),
-            n_vocab=None, n_ff=_int(md, "clip.vision.feed_forward_length"), layers=(),
-            swa_window=None, recurrent=None, rope=RopeSpec(None, None, None, None, None),
-            n_expert=0, n_expert_used=0, n_ff_expert=None, tensors=tensors, weights_bytes=weights,
-            file_bytes=file_bytes, projector=_projector(md), warnings=tuple(warns), metadata=md,
-        )
 
-    a = arch
-    # llama-model.cpp load_hparams: block_count is a required key and GGML_ASSERT(n_layer_all > 0)
+def _block_count(md: dict[str, Any], a: str, path: Path | str, warns: list[str]) -> tuple[int, int]:
+    """(n_layer, nextn_layers): llama-model.cpp load_hparams requires block_count and
+    GGML_ASSERT(n_layer_all > 0)."""
     n_layer = _int(md, f"{a}.block_count")
     if n_layer is None:
-        raise GGUFError(first.path, _("no {a}.block_count in the header (llama.cpp requires it: 'key not found in model')").format(a=a))
+        raise GGUFError(path, _("no {a}.block_count in the header (llama.cpp requires it: 'key not found in model')").format(a=a))
     if n_layer <= 0 or n_layer > 100_000:
-        raise GGUFError(first.path, _("{a}.block_count = {n_layer} is not plausible").format(a=a, n_layer=n_layer))
+        raise GGUFError(path, _("{a}.block_count = {n_layer} is not plausible").format(a=a, n_layer=n_layer))
     for key in ("context_length", "embedding_length"):
         if _get(md, f"{a}.{key}") is None:
             warns.append(f"no {a}.{key} in the header: llama.cpp requires it and will refuse to load this file")
@@ -428,86 +471,95 @@ def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) ->
     if nextn < 0 or nextn > n_layer:
         warns.append(f"{a}.nextn_predict_layers = {nextn} is out of range; ignored")
         nextn = 0
-    n_main = n_layer - nextn
+    return n_layer, nextn
+
+
+def _layer_specs(md: dict[str, Any], a: str, n_layer: int, n_main: int, window: int | None,
+                 warns: list[str]) -> tuple[list[LayerSpec], bool]:
+    """Every layer's kind (attention, SWA, recurrent; the nextn layers attention) and shape, and
+    whether any layer is SWA."""
     n_embd = _int(md, f"{a}.embedding_length")
     heads = _per_layer(md, f"{a}.attention.head_count", n_layer, None, warns)
     heads_kv = _per_layer(md, f"{a}.attention.head_count_kv", n_layer, None, warns)
     heads_kv = [kv if kv is not None else h for kv, h in zip(heads_kv, heads, strict=True)]
     if a not in RECURRENT_ARCHS and all(h is None for h in heads):
         warns.append(f"{a}: no {a}.attention.head_count in the header")
-
-    def head_dim(h: int | None) -> int:
-        return n_embd // h if n_embd and h else 0
-
-    kl = _int(md, f"{a}.attention.key_length")
-    vl = _int(md, f"{a}.attention.value_length")
-    kl_swa = _int(md, f"{a}.attention.key_length_swa")
-    vl_swa = _int(md, f"{a}.attention.value_length_swa")
-
-    window = _int(md, f"{a}.attention.sliding_window", SWA_DEFAULT_WINDOW.get(a))
-    if window is not None and window <= 0:
-        window = None
+    kl, vl = _int(md, f"{a}.attention.key_length"), _int(md, f"{a}.attention.value_length")
+    kl_swa, vl_swa = _int(md, f"{a}.attention.key_length_swa"), _int(md, f"{a}.attention.value_length_swa")
     swa = _swa_layers(a, md, n_main, window, warns)
     rec = _recurrent_layers(a, md, n_main, heads_kv, warns)
-
     layers: list[LayerSpec] = []
     for il in range(n_layer):
         h = heads[il] or 0
         hk = heads_kv[il] if heads_kv[il] is not None else h
         is_nextn = il >= n_main
-        kind: LayerKind = "attention"
-        if not is_nextn and rec[il]:
-            kind = "recurrent"
-        elif not is_nextn and swa[il]:
-            kind = "swa"
-        dk = kl if kl is not None else head_dim(h)
-        dv = vl if vl is not None else head_dim(h)
+        kind: LayerKind = "recurrent" if not is_nextn and rec[il] else (
+            "swa" if not is_nextn and swa[il] else "attention")
+        head_dim = n_embd // h if n_embd and h else 0
+        dk = kl if kl is not None else head_dim
+        dv = vl if vl is not None else head_dim
         if kind == "swa":
             dk = kl_swa if kl_swa is not None else dk
             dv = vl_swa if vl_swa is not None else dv
         layers.append(LayerSpec(il, kind, h, hk or 0, dk, dv, is_nextn))
+    return layers, any(swa)
 
-    recurrent = _recurrent_spec(a, md)
-    if any(ly.kind == "recurrent" for ly in layers) and recurrent is None and a not in ("rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "lfm2", "lfm2moe"):
-        warns.append(f"{a}: recurrent layers but no ssm.* keys; recurrent state unknown")
 
+def _n_vocab(md: dict[str, Any], a: str) -> int | None:
     n_vocab = _int(md, f"{a}.vocab_size")
     if n_vocab is None:
         tok = md.get("tokenizer.ggml.tokens")
         n_vocab = tok.count if isinstance(tok, ArrayInfo) else (len(tok) if isinstance(tok, list) else None)
+    return n_vocab
 
-    n_ff = _int(md, f"{a}.feed_forward_length")
-    rope = RopeSpec(
+
+def _rope(md: dict[str, Any], a: str) -> RopeSpec:
+    return RopeSpec(
         dimension_count=_int(md, f"{a}.rope.dimension_count"),
         freq_base=_get(md, f"{a}.rope.freq_base"),
         scaling_type=_get(md, f"{a}.rope.scaling.type"),
         scaling_factor=_get(md, f"{a}.rope.scaling.factor"),
         original_context_length=_int(md, f"{a}.rope.scaling.original_context_length"),
     )
+
+
+def _clip_spec(md: dict[str, Any], common: dict[str, Any]) -> ModelSpec:
+    """A projector (mmproj) file: its vision tower's shape."""
     return ModelSpec(
-        path=shown,
-        files=files,
-        architecture=a,
-        name=_get(md, "general.name"),
-        file_type=_int(md, "general.file_type"),
-        n_layer=n_layer,
-        nextn_layers=nextn,
-        n_ctx_train=_int(md, f"{a}.context_length"),
-        n_embd=n_embd,
-        n_vocab=n_vocab,
-        n_ff=n_ff,
-        layers=tuple(layers),
-        swa_window=window if any(swa) else None,
-        recurrent=recurrent,
-        rope=rope,
-        n_expert=_int(md, f"{a}.expert_count", 0) or 0,
-        n_expert_used=_int(md, f"{a}.expert_used_count", 0) or 0,
-        n_ff_expert=_int(md, f"{a}.expert_feed_forward_length"),
-        tensors=tensors,
-        weights_bytes=weights,
-        file_bytes=file_bytes,
-        projector=None,
+        architecture="clip", name=_get(md, "general.name"), file_type=_int(md, "general.file_type"),
+        n_layer=_int(md, "clip.vision.block_count", 0) or 0, nextn_layers=0, n_ctx_train=None,
+        n_embd=_int(md, "clip.vision.embedding_length"), n_vocab=None, n_ff=_int(md, "clip.vision.feed_forward_length"),
+        layers=(), swa_window=None, recurrent=None, rope=RopeSpec(None, None, None, None, None), n_expert=0,
+        n_expert_used=0, n_ff_expert=None, projector=_projector(md), **common)
+
+
+def spec_from_headers(headers: Sequence[GGUFHeader], path: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from the header(s) of one model (all parts of a split model)."""
+    first = headers[0]
+    md = first.metadata
+    warns: list[str] = list(w for h in headers for w in h.warnings)
+    tensors = tuple(t for h in headers for t in h.tensors)
+    a = _architecture(headers, tensors, warns)
+    common: dict[str, Any] = dict(path=path or str(first.path), files=tuple(str(h.path) for h in headers),
+                                  tensors=tensors, weights_bytes=sum(t.n_bytes for t in tensors),
+                                  file_bytes=sum(h.file_size for h in headers), metadata=md)
+    if a == "clip":
+        return _clip_spec(md, {**common, "warnings": tuple(warns)})
+    n_layer, nextn = _block_count(md, a, first.path, warns)
+    window = _int(md, f"{a}.attention.sliding_window", SWA_DEFAULT_WINDOW.get(a))
+    if window is not None and window <= 0:
+        window = None
+    layers, any_swa = _layer_specs(md, a, n_layer, n_layer - nextn, window, warns)
+    recurrent = _recurrent_spec(a, md)
+    if any(ly.kind == "recurrent" for ly in layers) and recurrent is None and a not in ("rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "lfm2", "lfm2moe"):
+        warns.append(f"{a}: recurrent layers but no ssm.* keys; recurrent state unknown")
+    return ModelSpec(
+        architecture=a, name=_get(md, "general.name"), file_type=_int(md, "general.file_type"), n_layer=n_layer,
+        nextn_layers=nextn, n_ctx_train=_int(md, f"{a}.context_length"), n_embd=_int(md, f"{a}.embedding_length"),
+        n_vocab=_n_vocab(md, a), n_ff=_int(md, f"{a}.feed_forward_length"), layers=tuple(layers),
+        swa_window=window if any_swa else None, recurrent=recurrent, rope=_rope(md, a),
+        n_expert=_int(md, f"{a}.expert_count", 0) or 0, n_expert_used=_int(md, f"{a}.expert_used_count", 0) or 0,
+        n_ff_expert=_int(md, f"{a}.expert_feed_forward_length"), projector=None,
         mtp_sidecar=nextn > 0 and not any(t.name == "blk.0.attn_norm.weight" for t in tensors),
-        warnings=tuple(warns),
-        metadata=md,
+        warnings=tuple(warns), **common,
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from huggingface_hub.utils import get_session
+from huggingface_hub import get_session
 
 from llamarig.errors import GGUFError, NetworkError, RemoteError
 from llamarig.gguf.reader import GGUFHeader, HeaderIncomplete, parse_header

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from llamarig.errors import NetworkError, RemoteError, one_line
 from llamarig.gguf.reader import GGUFHeader
-from llamarig.gguf.spec import ModelSpec, spec_from_headers
+from llamarig.gguf.spec import ModelSpec, RemoteRead, spec_from_headers
 from llamarig.hub import fetch
 from llamarig.hub.ref import ModelRef, parse_ref
 from llamarig.hub.select import RepoFile, best_model, best_sibling, quants, split_info, split_parts
@@ -159,9 +159,9 @@ def auth_headers(hub: str) -> dict[str, str]:
     if hub != "hf":
         token = os.environ.get("MODELSCOPE_API_TOKEN")
         return {"Authorization": f"Bearer {token}"} if token else {}
-    from huggingface_hub.utils import build_hf_headers  # lazy: huggingface_hub, only for hf:
+    from huggingface_hub.utils import _headers  # lazy: huggingface_hub, only for hf:
 
-    h = build_hf_headers()
+    h = _headers.build_hf_headers()
     return {"Authorization": h["authorization"]} if "authorization" in h else {}
 
 
@@ -246,7 +246,8 @@ def load_remote(text: str, stats: fetch.FetchStats | None = None) -> ModelSpec:
         headers = read_parts(ref, lst, choose(ref, lst), st)
         commit = lst.commit
     spec = spec_from_headers(headers, ref.text)
-    remote = {"reference": ref.text, "hub": ref.hub, "commit": commit, **st.to_json()}
+    remote = RemoteRead(ref.text, ref.hub, commit, st.bytes, st.requests, round(st.seconds, 3), st.cached, st.fetched,
+                        st.file_bytes, tuple(st.sources))
     return replace(spec, remote=remote)
 
 
@@ -266,19 +267,19 @@ def repo_mmproj(text: str, model_path: str | None = None,
     return spec_from_headers(read_parts(ref, lst, [mm], st), _display(ref, lst, mm))
 
 
-def describe(remote: dict[str, Any]) -> str:
+def describe(remote: RemoteRead) -> str:
     """One line for a person: what reading a remote header cost."""
-    share = remote["bytes_fetched"] / remote["file_bytes"] * 100 if remote.get("file_bytes") else 0.0
-    if remote.get("headers_fetched", 0) == 0:
+    share = remote.bytes_fetched / remote.file_bytes * 100 if remote.file_bytes else 0.0
+    if remote.headers_fetched == 0:
         return _("{ref}: header from the cache ({files} file(s)), {bytes} bytes fetched, {requests} request(s), "
-                 "{seconds:.2f} s").format(ref=remote["reference"], files=remote["headers_cached"],
-                                           bytes=remote["bytes_fetched"], requests=remote["requests"],
-                                           seconds=remote["seconds"])
+                 "{seconds:.2f} s").format(ref=remote.reference, files=remote.headers_cached,
+                                           bytes=remote.bytes_fetched, requests=remote.requests,
+                                           seconds=remote.seconds)
     return _("{ref}: read the header of {files} file(s) over HTTP: {bytes} bytes ({share:.3f} % of {size} bytes) "
              "in {requests} request(s), {seconds:.2f} s; cached for the next time").format(
-        ref=remote["reference"], files=remote["headers_fetched"] + remote["headers_cached"],
-        bytes=remote["bytes_fetched"], share=share, size=remote["file_bytes"],
-        requests=remote["requests"], seconds=remote["seconds"])
+        ref=remote.reference, files=remote.headers_fetched + remote.headers_cached,
+        bytes=remote.bytes_fetched, share=share, size=remote.file_bytes,
+        requests=remote.requests, seconds=remote.seconds)
 
 
 def repo_quants(text: str, stats: fetch.FetchStats | None = None) -> dict[str, Any]:

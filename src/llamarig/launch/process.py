@@ -1,5 +1,5 @@
 """``llamarig launch`` / ``llamarig stop``: start llama-server, wait for /health, compare the
-buffers it really allocated (its ``-lv 4`` log, parsed by llamarig.plan.logparse) with the plan,
+buffers it really allocated (its ``-lv 4`` log, parsed by llamarig.plan.memory_log) with the plan,
 and keep a small state file so that ``stop`` signals exactly the process that launch started.
 
 The state file (``$LLAMARIG_STATE_DIR`` or ``$XDG_STATE_HOME/llamarig`` or
@@ -29,7 +29,7 @@ from llamarig.i18n import _, join
 from llamarig.launch.rpc import RpcServer, rpc_server_binary, start_rpc_server
 from llamarig.launch.server import RunningServer, health, log_tail, spawn, wait_ready
 from llamarig.paths import state_dir
-from llamarig.plan.logparse import VerifyRow, compare
+from llamarig.plan.memory_log import VerifyRow, compare
 from llamarig.plan.rpc import split_endpoint
 from llamarig.procs import exit_description
 
@@ -401,8 +401,7 @@ def _verify(plan: Plan | None, log_path: Path, replan: Callable[[CpuFeatures], P
     line = system_info_line(text)
     if line is not None and replan is not None:
         cpu = from_system_info(line)
-        planned = (plan.extra.get("cpu") or {}).get("features")
-        if planned is not None and sorted(cpu.features) != planned:
+        if plan.cpu is not None and cpu.features != plan.cpu.features:
             with contextlib.suppress(LlamarigError):
                 plan = replan(cpu)
                 notes.append(_("verified against a plan for the server's own CPU features ({cpu})").format(

@@ -9,16 +9,19 @@ change memory are modelled; every other llama-server flag is accepted and ignore
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Literal, get_args
 
+from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import InputError
-from llamarig.flags.argv import Command, looks_like_option
+from llamarig.flags.argv import Arg, Command, looks_like_option
 from llamarig.flags.knowledge import FOLKLORE
-from llamarig.flags.schema import load_bundled
-from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES
+from llamarig.flags.schema import Schema, load_bundled
+from llamarig.gguf.ggml_types import KV_CACHE_TYPES, TYPE_SIZES, CacheType
 from llamarig.i18n import _
+from llamarig.plan.flash_attn import FlashAttn, kv_layout_fa
 
 #: --spec-type values (common/speculative.cpp:72-84)
 SPEC_TYPES = (
@@ -27,8 +30,16 @@ SPEC_TYPES = (
 )
 #: spec types that keep recurrent rollback snapshots (common.h:399-405, common.cpp:1693)
 ROLLBACK_SPEC_TYPES = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
-SPLIT_MODES = ("none", "layer", "row", "tensor")
-LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+#: -sm values (common/arg.cpp)
+SplitMode = Literal["none", "layer", "row", "tensor"]
+SPLIT_MODES: tuple[SplitMode, ...] = get_args(SplitMode)
+#: diagnostic codes of what llama-server would reject or misread in a pasted command
+REMOVED_FLAG = "removed-flag"
+UNKNOWN_FLAG = "unknown-flag"
+INT_SUFFIX = "int-suffix"
+#: --load-mode values (common/arg.cpp)
+LoadMode = Literal["auto", "none", "mmap", "mlock", "mmap+mlock", "dio"]
+LOAD_MODES: tuple[LoadMode, ...] = get_args(LoadMode)
 _TRUTHY = ("on", "enabled", "true", "1")
 _FALSEY = ("off", "disabled", "false", "0")
 
@@ -41,15 +52,15 @@ class ServerConfig:
     n_parallel: int = -1  # -np; -1 = auto: 4 slots, unified KV (tools/server/server.cpp:168-173)
     kv_unified: bool | None = None  # -kvu / -no-kvu; None = not given
     kv_unified_per_slot: int = 0
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    cache_type_k_draft: str = "f16"  # -ctkd: NOT inherited from -ctk (speculative.cpp:2559)
-    cache_type_v_draft: str = "f16"
-    flash_attn: str = "auto"  # on | off | auto
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    cache_type_k_draft: CacheType = "f16"  # -ctkd: NOT inherited from -ctk (speculative.cpp:2559)
+    cache_type_v_draft: CacheType = "f16"
+    flash_attn: FlashAttn = "auto"  # -fa (plan/flash_attn.py: the rule)
     n_batch: int = 2048
     n_ubatch: int = 512
     n_gpu_layers: int = -1  # -1 auto, -2 all, N
-    split_mode: str = "layer"
+    split_mode: SplitMode = "layer"
     tensor_split: tuple[float, ...] = ()
     main_gpu: int = 0
     n_cpu_moe: int = 0
@@ -67,7 +78,7 @@ class ServerConfig:
     checkpoint_min_step: int = 8192
     spec_types: tuple[str, ...] = ()
     spec_draft_n_max: int = 3
-    load_mode: str = "auto"
+    load_mode: LoadMode = "auto"
     fit: bool = True
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt: free memory to leave per device
     fit_ctx: int = 4096  # -fitc: smallest context --fit may choose
@@ -97,14 +108,16 @@ class ServerConfig:
     embeddings: bool = False
     set_flags: frozenset[str] = field(default_factory=frozenset)  # fields given explicitly
     ignored: tuple[str, ...] = ()  # flags seen but irrelevant to memory
-    problems: tuple[str, ...] = ()  # what llama-server itself would reject in a pasted command
+    #: what llama-server itself would reject (or misread) in a pasted command
+    problems: tuple[Diagnostic, ...] = ()
 
     # ------------------------------------------------------------------ derived
     @property
     def flash_attn_enabled(self) -> bool:
-        """auto resolves to enabled on CPU/CUDA/Metal unless the K/V types force the non-FA path
-        (llama-context.cpp:509-560; ggml/src/ggml-cuda/fattn.cu). iq4_nl K with f16 V under CUDA disables it."""
-        return self.flash_attn != "off"
+        """The KV cache and compute buffers are laid out for flash attention: unless -fa off, auto
+        included (plan/flash_attn.py kv_layout_fa; how attention then runs per backend, auto
+        turning itself off where a device has no kernel, is flash_attn.kv_path)."""
+        return kv_layout_fa(self.flash_attn)
 
     @property
     def mtp(self) -> bool:
@@ -125,105 +138,81 @@ class ServerConfig:
 
     def argv(self, model: str | None = None) -> list[str]:
         """The llama-server arguments that reproduce this config (explicit settings only)."""
-        out: list[str] = []
-        m = model or self.model
-        if self.hf_repo:  # llama-server downloads it (common/arg.cpp -hf, -hff)
-            out += ["-hf", self.hf_repo] + (["-hff", self.hf_file] if self.hf_file else [])
-        elif m and m.startswith(("http://", "https://")):
-            out += ["-mu", m]
-        elif m:
-            out += ["-m", m]
-        if self.mmproj:
-            out += ["--mmproj", self.mmproj]
-        if self.draft_model:
-            out += ["-md", self.draft_model]
-        s = self.set_flags
-        if "n_ctx" in s:
-            out += ["-c", str(self.n_ctx)]
-        if "n_parallel" in s:
-            out += ["-np", str(self.n_parallel)]
-        if self.kv_unified is not None:
-            out += ["-kvu"] if self.kv_unified else ["-no-kvu"]
-        if "kv_unified_per_slot" in s:
-            out += ["--kv-unified-per-slot", str(self.kv_unified_per_slot)]
-        if "flash_attn" in s:
-            out += ["-fa", self.flash_attn]
-        for f, flag in (("cache_type_k", "-ctk"), ("cache_type_v", "-ctv"),
-                        ("cache_type_k_draft", "-ctkd"), ("cache_type_v_draft", "-ctvd")):
-            if f in s:
-                out += [flag, getattr(self, f)]
-        if "n_batch" in s:
-            out += ["-b", str(self.n_batch)]
-        if "n_ubatch" in s:
-            out += ["-ub", str(self.n_ubatch)]
-        if "threads" in s:
-            out += ["-t", str(self.threads)]
-        if "threads_batch" in s:
-            out += ["-tb", str(self.threads_batch)]
-        if "n_gpu_layers" in s:
-            ngl = {-1: "auto", -2: "all"}.get(self.n_gpu_layers, str(self.n_gpu_layers))
-            out += ["-ngl", ngl]
-        if "split_mode" in s:
-            out += ["-sm", self.split_mode]
-        if self.tensor_split:
-            out += ["-ts", ",".join(f"{x:g}" for x in self.tensor_split)]
-        if "main_gpu" in s:
-            out += ["-mg", str(self.main_gpu)]
-        if self.cpu_moe:
-            out += ["-cmoe"]
-        if self.n_cpu_moe:
-            out += ["--n-cpu-moe", str(self.n_cpu_moe)]
-        if self.n_cpu_ffn:
-            out += ["--n-cpu-ffn", str(self.n_cpu_ffn)]
-        for pat, buft in self.override_tensor:
-            out += ["-ot", f"{pat}={buft}"]
-        if self.no_kv_offload:
-            out += ["-nkvo"]
-        if not self.op_offload:
-            out += ["--no-op-offload"]
-        if self.swa_full:
-            out += ["--swa-full"]
-        if "cache_ram_mib" in s:
-            out += ["--cache-ram", str(self.cache_ram_mib)]
-        if "ctx_checkpoints" in s:
-            out += ["--ctx-checkpoints", str(self.ctx_checkpoints)]
-        if "checkpoint_min_step" in s:
-            out += ["--checkpoint-min-step", str(self.checkpoint_min_step)]
-        if self.spec_types:
-            out += ["--spec-type", ",".join(self.spec_types)]
-        if "spec_draft_n_max" in s:
-            out += ["--spec-draft-n-max", str(self.spec_draft_n_max)]
-        if "load_mode" in s:
-            out += ["--load-mode", self.load_mode]
-        if "fit" in s:
-            out += ["--fit", "on" if self.fit else "off"]
-        if "fit_target_mib" in s:
-            out += ["-fitt", ",".join(str(x) for x in self.fit_target_mib)]
-        if "fit_ctx" in s:
-            out += ["-fitc", str(self.fit_ctx)]
-        if self.image_max_tokens:
-            out += ["--image-max-tokens", str(self.image_max_tokens)]
-        if not self.mmproj_offload:
-            out += ["--no-mmproj-offload"]
-        if not self.repack:
-            out += ["--no-repack"]
-        if self.no_host:
-            out += ["--no-host"]
-        if self.devices:
-            out += ["-dev", ",".join(self.devices)]
-        if self.rpc:
-            out += ["--rpc", ",".join(self.rpc)]
-        if "n_gpu_layers_draft" in s:
-            out += ["-ngld", {-1: "auto", -2: "all"}.get(self.n_gpu_layers_draft, str(self.n_gpu_layers_draft))]
-        if self.devices_draft:
-            out += ["-devd", ",".join(self.devices_draft)]
-        for pat, buft in self.override_tensor_draft:
-            out += ["-otd", f"{pat}={buft}"]
-        if self.cpu_moe_draft:
-            out += ["-cmoed"]
-        if self.n_cpu_moe_draft:
-            out += ["-ncmoed", str(self.n_cpu_moe_draft)]
-        return out
+        return [*_model_argv(self, model), *(w for write in _ARGV for w in write(self))]
+
+
+def _model_argv(cfg: ServerConfig, model: str | None) -> list[str]:
+    out: list[str] = []
+    m = model or cfg.model
+    if cfg.hf_repo:  # llama-server downloads it (common/arg.cpp -hf, -hff)
+        out += ["-hf", cfg.hf_repo] + (["-hff", cfg.hf_file] if cfg.hf_file else [])
+    elif m and m.startswith(("http://", "https://")):
+        out += ["-mu", m]
+    elif m:
+        out += ["-m", m]
+    if cfg.mmproj:
+        out += ["--mmproj", cfg.mmproj]
+    if cfg.draft_model:
+        out += ["-md", cfg.draft_model]
+    return out
+
+
+_Write = Callable[[ServerConfig], list[str]]
+
+
+def _given(fld: str, flag: str, fmt: Callable[[object], str] = str) -> _Write:
+    """``flag value`` when the setting was given explicitly."""
+    return lambda c: [flag, fmt(getattr(c, fld))] if fld in c.set_flags else []
+
+
+def _nonzero(fld: str, flag: str, fmt: Callable[[object], str] = str) -> _Write:
+    """``flag value`` when the setting is set (non-zero, non-empty)."""
+    return lambda c: [flag, fmt(getattr(c, fld))] if getattr(c, fld) else []
+
+
+def _switch(fld: str, flag: str, when: bool = True) -> _Write:
+    """``flag`` alone when the setting is ``when``."""
+    return lambda c: [flag] if bool(getattr(c, fld)) is when else []
+
+
+def _each(fld: str, flag: str) -> _Write:
+    """``flag PATTERN=BUFT`` for each tensor override."""
+    return lambda c: [w for pat, buft in getattr(c, fld) for w in (flag, f"{pat}={buft}")]
+
+
+def _layers(v: object) -> str:
+    return {-1: "auto", -2: "all"}.get(v, str(v)) if isinstance(v, int) else str(v)
+
+
+def _joined(v: object) -> str:
+    return ",".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+def _kvu(c: ServerConfig) -> list[str]:
+    return [] if c.kv_unified is None else (["-kvu"] if c.kv_unified else ["-no-kvu"])
+
+
+#: how each setting is written back as llama-server arguments, in argv order
+_ARGV: tuple[_Write, ...] = (
+    _given("n_ctx", "-c"), _given("n_parallel", "-np"), _kvu, _given("kv_unified_per_slot", "--kv-unified-per-slot"),
+    _given("flash_attn", "-fa"), _given("cache_type_k", "-ctk"), _given("cache_type_v", "-ctv"),
+    _given("cache_type_k_draft", "-ctkd"), _given("cache_type_v_draft", "-ctvd"), _given("n_batch", "-b"),
+    _given("n_ubatch", "-ub"), _given("threads", "-t"), _given("threads_batch", "-tb"),
+    _given("n_gpu_layers", "-ngl", _layers), _given("split_mode", "-sm"),
+    _nonzero("tensor_split", "-ts", lambda v: ",".join(f"{x:g}" for x in v) if isinstance(v, tuple) else str(v)),
+    _given("main_gpu", "-mg"), _switch("cpu_moe", "-cmoe"), _nonzero("n_cpu_moe", "--n-cpu-moe"),
+    _nonzero("n_cpu_ffn", "--n-cpu-ffn"), _each("override_tensor", "-ot"), _switch("no_kv_offload", "-nkvo"),
+    _switch("op_offload", "--no-op-offload", False), _switch("swa_full", "--swa-full"), _given("cache_ram_mib", "--cache-ram"),
+    _given("ctx_checkpoints", "--ctx-checkpoints"), _given("checkpoint_min_step", "--checkpoint-min-step"),
+    _nonzero("spec_types", "--spec-type", _joined), _given("spec_draft_n_max", "--spec-draft-n-max"),
+    _given("load_mode", "--load-mode"), _given("fit", "--fit", lambda v: "on" if v else "off"),
+    _given("fit_target_mib", "-fitt", _joined), _given("fit_ctx", "-fitc"),
+    _nonzero("image_max_tokens", "--image-max-tokens"), _switch("mmproj_offload", "--no-mmproj-offload", False),
+    _switch("repack", "--no-repack", False), _switch("no_host", "--no-host"), _nonzero("devices", "-dev", _joined),
+    _nonzero("rpc", "--rpc", _joined), _given("n_gpu_layers_draft", "-ngld", _layers),
+    _nonzero("devices_draft", "-devd", _joined), _each("override_tensor_draft", "-otd"),
+    _switch("cpu_moe_draft", "-cmoed"), _nonzero("n_cpu_moe_draft", "-ncmoed"),
+)
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -255,7 +244,7 @@ def _int_tail_problem(flag: str, v: str) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _schema() -> object | None:
+def bundled_schema() -> Schema | None:
     """The bundled flag schema of the pinned build (llamarig.flags.schema), or None."""
     try:
         return load_bundled()
@@ -263,7 +252,7 @@ def _schema() -> object | None:
         return None
 
 
-def _kv_type(flag: str, v: str) -> str:
+def _kv_type(flag: str, v: str) -> CacheType:
     # matching is exact and case-sensitive (common/arg.cpp kv_cache_type_from_str)
     if v not in KV_CACHE_TYPES:
         raise InputError(
@@ -380,8 +369,8 @@ def _removed_advice(tok: str) -> str | None:
     if name in _FOLKLORE_FLAGS:
         lore = FOLKLORE[name]
         return f"use {' '.join(lore.replace)}" if lore.replace else lore.real
-    schema = _schema()
-    hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+    schema = bundled_schema()
+    hit = schema.lookup(tok) if schema is not None else None
     if hit is None or not hit[0].removed:
         return None
     text = " ".join((hit[0].help or "").split("(env:")[0].split())
@@ -396,8 +385,8 @@ def _norm(tok: str) -> str:
 def _option(tok: str) -> tuple[str, str, bool, int] | None:
     """(field, kind, positive spelling, number of values) of a token the planner reads, from the
     flag schema (spellings, negations, value counts) and _FIELDS; None for other tokens."""
-    schema = _schema()
-    hit = schema.lookup(tok) if schema is not None else None  # type: ignore[attr-defined]
+    schema = bundled_schema()
+    hit = schema.lookup(tok) if schema is not None else None
     if hit is None:
         return None
     opt, positive = hit
@@ -426,145 +415,168 @@ def parse_server_args(argv: Sequence[str], base: ServerConfig | None = None,
     ... -c N`` form); otherwise a first word that is not an option is the program, and unknown
     flags are skipped and listed in ``ignored`` (a pasted llama-server command).
     """
-    schema = _schema()
-    cmd = Command.parse(argv, schema, program=False if strict else None)  # type: ignore[arg-type]
+    schema = bundled_schema()
+    cmd = Command.parse(argv, schema, program=False if strict else None)
     return ServerConfig.from_command(cmd, base=base, strict=strict)
 
 
-def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool = False) -> ServerConfig:
-    cfg = base or ServerConfig()
-    vals: dict[str, object] = {}
-    set_flags = set(cfg.set_flags)
-    ignored: list[str] = list(cfg.ignored)
-    problems: list[str] = list(cfg.problems)
-    spec_types = list(cfg.spec_types)
-    ots = list(cfg.override_tensor)
-    otds = list(cfg.override_tensor_draft)
-    schema = cmd.schema
-    for arg in cmd.args:
+def _int1(tok: str, v: str) -> int:
+    n = _int(tok, v)
+    if n == 0 or n < -1:
+        raise InputError(_("{tok} {value}: must be a positive number of slots (or -1 for auto)").format(tok=tok, value=v))
+    return n
+
+
+def _fa(tok: str, v: str) -> FlashAttn:
+    if v in _TRUTHY:
+        return "on"
+    if v in _FALSEY:
+        return "off"
+    if v in ("auto", "-1"):
+        return "auto"
+    raise InputError(_("{tok} {value}: expected on|off|auto").format(tok=tok, value=v))
+
+
+def _ts(tok: str, v: str) -> tuple[float, ...]:
+    try:
+        ts = tuple(float(x) for x in re.split(r"[,/]", v) if x != "")
+    except ValueError:
+        raise InputError(_("{tok} {value}: expected numbers like 3,1").format(tok=tok, value=v)) from None
+    if any(x < 0 for x in ts):
+        raise InputError(_("{tok} {value}: split ratios must be >= 0").format(tok=tok, value=v))
+    return ts
+
+
+def _sm(tok: str, v: str) -> str:
+    if v not in SPLIT_MODES:
+        raise InputError(_("{tok} {value}: expected one of {split_modes}").format(tok=tok, value=v, split_modes=', '.join(SPLIT_MODES)))
+    return v
+
+
+def _lm(tok: str, v: str) -> str:
+    if v not in LOAD_MODES:
+        raise InputError(_("{tok} {value}: expected one of {load_modes}").format(tok=tok, value=v, load_modes=', '.join(LOAD_MODES)))
+    return v
+
+
+def _mibs(tok: str, v: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in re.split(r"[,/]", v) if x != "")
+    except ValueError:
+        raise InputError(_("{tok} {value}: expected MiB values like 1024 or 512,1024").format(tok=tok, value=v)) from None
+
+
+def _spec(tok: str, v: str) -> list[str]:
+    names = [x.strip() for x in v.split(",") if x.strip()]
+    for spec_name in names:
+        if spec_name not in SPEC_TYPES:
+            raise InputError(_("{tok} {spec_name}: unknown speculative type (accepted: {spec_types})").format(tok=tok, spec_name=spec_name, spec_types=', '.join(SPEC_TYPES)))
+    # 'none' in a flag's list adds only 'none' (arg.cpp:4277-4281)
+    return ["none"] if "none" in names else names
+
+
+#: how a value of each kind of _FIELDS reads (kinds that add to a list are _Reading's)
+_VALUE: dict[str, Callable[[str, str], object]] = {
+    "int": _int, "int0": lambda t, v: _int(t, v, 0), "int1": _int1, "kv": _kv_type, "fa": _fa, "ngl": _ngl,
+    "ts": _ts, "sm": _sm, "lm": _lm, "onoff": _bool_value, "mibs": _mibs,
+    "list": lambda t, v: tuple(x for x in v.split(",") if x), "path": lambda t, v: v,
+}
+_INT_KINDS = ("int", "int0", "int1", "ngl")
+#: kinds without a value: true (set by the flag), bool (True for the positive spelling, False for
+#: a negation), notbool (the reverse)
+_FLAG_KINDS: dict[str, Callable[[bool], bool]] = {"true": lambda p: True, "bool": lambda p: p, "notbool": lambda p: not p}
+
+
+class _Reading:
+    """One pass over a command's options into the fields of a ServerConfig (over ``base``'s)."""
+
+    def __init__(self, base: ServerConfig, schema: Schema | None, strict: bool) -> None:
+        self.base, self.schema, self.strict = base, schema, strict
+        self.vals: dict[str, object] = {}
+        self.set_flags = set(base.set_flags)
+        self.ignored = list(base.ignored)
+        self.problems = list(base.problems)
+        self.lists: dict[str, list[object]] = {"spec_types": list(base.spec_types),
+                                               "override_tensor": list(base.override_tensor),
+                                               "override_tensor_draft": list(base.override_tensor_draft)}
+
+    def read(self, arg: Arg) -> None:
         tok = arg.spelling
-        name = _norm(tok)
         advice = _removed_advice(tok)
         if advice is not None:
-            msg = _("{flag}: removed from llama-server ({advice})").format(flag=tok, advice=advice)
-            if strict:
-                raise InputError(msg)
-            problems.append(_("{flag}: removed from llama-server ({advice}); llama-server would exit with 'invalid "
-                              "argument'").format(flag=tok, advice=advice))
-            if name in ("--no-mmap", "--mlock"):
-                vals["load_mode"] = "none" if name == "--no-mmap" else "mlock"
-                set_flags.add("load_mode")
-            continue
+            self._removed(tok, advice)
+            return
         found = _option(tok)
         if found is None:
-            if looks_like_option(tok):
-                if strict:
-                    raise InputError(
-                        _("{tok}: not a llama-server flag that plan understands (paste a whole command after '--' "
-                          "to have unrelated flags ignored)").format(tok=tok)
-                    )
-                if arg.opt is not None or schema is None:
-                    ignored.append(tok)
-                else:
-                    problems.append(
-                        _("{flag}: not a llama-server flag of build {build}: llama-server would refuse to start "
-                          "('error: invalid argument: {flag}', common/arg.cpp:830)").format(
-                            flag=tok, build=schema.build))
-            elif strict:
-                # a stray word (in a pasted command the first token is the binary itself)
+            self._unknown(arg)
+            return
+        self._option(tok, arg, *found)
+
+    def _removed(self, tok: str, advice: str) -> None:
+        if self.strict:
+            raise InputError(_("{flag}: removed from llama-server ({advice})").format(flag=tok, advice=advice))
+        self.problems.append(warning(REMOVED_FLAG, _(
+            "{flag}: removed from llama-server ({advice}); llama-server would exit with 'invalid "
+            "argument'").format(flag=tok, advice=advice)))
+        name = _norm(tok)
+        if name in ("--no-mmap", "--mlock"):  # they still set the load mode they meant
+            self.vals["load_mode"] = "none" if name == "--no-mmap" else "mlock"
+            self.set_flags.add("load_mode")
+
+    def _unknown(self, arg: Arg) -> None:
+        tok = arg.spelling
+        if not looks_like_option(tok):
+            if self.strict:  # a stray word (in a pasted command the first token is the binary itself)
                 raise InputError(_("'{tok}': unexpected argument (llama-server takes no positional arguments)").format(tok=tok))
-            continue
-        fld, kind, positive, n_values = found
-        if kind == "bool":
-            kind = "true" if positive else "false"
-        elif kind == "notbool":
-            kind = "false" if positive else "true"
+            return
+        if self.strict:
+            raise InputError(_("{tok}: not a llama-server flag that plan understands (paste a whole command after '--' "
+                               "to have unrelated flags ignored)").format(tok=tok))
+        if arg.opt is not None or self.schema is None:
+            self.ignored.append(tok)
+        else:
+            self.problems.append(warning(UNKNOWN_FLAG, _(
+                "{flag}: not a llama-server flag of build {build}: llama-server would refuse to start "
+                "('error: invalid argument: {flag}', common/arg.cpp:830)").format(flag=tok, build=self.schema.build)))
+
+    def _option(self, tok: str, arg: Arg, fld: str, kind: str, positive: bool, n_values: int) -> None:
         value = ""
         if n_values:
             if len(arg.values) < n_values:
                 raise InputError(_("{tok}: missing value").format(tok=tok))
             value = arg.values[0]
-        set_flags.add(fld)
-        if kind in ("int", "int0", "int1", "ngl"):
+        self.set_flags.add(fld)
+        if kind in _INT_KINDS:
             tail = _int_tail_problem(tok, value)
-            if tail and tail not in problems:
-                problems.append(tail)
-        if kind == "int":
-            vals[fld] = _int(tok, value)
-        elif kind == "int0":
-            vals[fld] = _int(tok, value, 0)
-        elif kind == "int1":
-            n = _int(tok, value)
-            if n == 0 or n < -1:
-                raise InputError(_("{tok} {value}: must be a positive number of slots (or -1 for auto)").format(tok=tok, value=value))
-            vals[fld] = n
-        elif kind == "kv":
-            vals[fld] = _kv_type(tok, value)
-        elif kind == "true":
-            vals[fld] = True
-        elif kind == "false":
-            vals[fld] = False
-        elif kind == "fa":
-            if value in _TRUTHY:
-                vals[fld] = "on"
-            elif value in _FALSEY:
-                vals[fld] = "off"
-            elif value in ("auto", "-1"):
-                vals[fld] = "auto"
-            else:
-                raise InputError(_("{tok} {value}: expected on|off|auto").format(tok=tok, value=value))
-        elif kind == "ngl":
-            vals[fld] = _ngl(tok, value)
-        elif kind == "ts":
-            try:
-                ts = tuple(float(x) for x in re.split(r"[,/]", value) if x != "")
-            except ValueError:
-                raise InputError(_("{tok} {value}: expected numbers like 3,1").format(tok=tok, value=value)) from None
-            if any(x < 0 for x in ts):
-                raise InputError(_("{tok} {value}: split ratios must be >= 0").format(tok=tok, value=value))
-            vals[fld] = ts
-        elif kind == "ot":
-            ots.extend(_ot(tok, value))
-        elif kind == "otd":
-            otds.extend(_ot(tok, value))
+            if tail and warning(INT_SUFFIX, tail) not in self.problems:
+                self.problems.append(warning(INT_SUFFIX, tail))
+        if kind in _FLAG_KINDS:  # a flag, or one spelling of a pair
+            self.vals[fld] = _FLAG_KINDS[kind](positive)
+        elif kind in ("ot", "otd"):
+            self.lists["override_tensor" if kind == "ot" else "override_tensor_draft"].extend(_ot(tok, value))
         elif kind == "spec":
-            names = [x.strip() for x in value.split(",") if x.strip()]
-            for spec_name in names:
-                if spec_name not in SPEC_TYPES:
-                    raise InputError(_("{tok} {spec_name}: unknown speculative type (accepted: {spec_types})").format(tok=tok, spec_name=spec_name, spec_types=', '.join(SPEC_TYPES)))
-            # 'none' in a flag's list adds only 'none' (arg.cpp:4277-4281)
-            spec_types.extend(["none"] if "none" in names else names)
+            self.lists["spec_types"].extend(_spec(tok, value))
         elif kind == "specdefault":
-            spec_types.append("ngram-mod")  # --spec-default (arg.cpp:4747-4762)
-        elif kind == "sm":
-            if value not in SPLIT_MODES:
-                raise InputError(_("{tok} {value}: expected one of {split_modes}").format(tok=tok, value=value, split_modes=', '.join(SPLIT_MODES)))
-            vals[fld] = value
-        elif kind == "lm":
-            if value not in LOAD_MODES:
-                raise InputError(_("{tok} {value}: expected one of {load_modes}").format(tok=tok, value=value, load_modes=', '.join(LOAD_MODES)))
-            vals[fld] = value
-        elif kind == "onoff":
-            vals[fld] = _bool_value(tok, value)
-        elif kind == "mibs":
-            try:
-                vals[fld] = tuple(int(x) for x in re.split(r"[,/]", value) if x != "")
-            except ValueError:
-                raise InputError(_("{tok} {value}: expected MiB values like 1024 or 512,1024").format(tok=tok, value=value)) from None
-        elif kind == "list":
-            vals[fld] = tuple(x for x in value.split(",") if x)
-        elif kind == "path":
-            vals[fld] = value
-    effective_spec = tuple(t for t in spec_types if t != "none")
-    vals["spec_types"] = effective_spec
-    vals["override_tensor"] = tuple(ots)
-    vals["override_tensor_draft"] = tuple(otds)
-    vals["set_flags"] = frozenset(set_flags)
-    vals["ignored"] = tuple(ignored)
-    vals["problems"] = tuple(problems)
-    out = replace(cfg, **vals)  # type: ignore[arg-type]
-    validate(out)
-    return out
+            self.lists["spec_types"].append("ngram-mod")  # --spec-default (arg.cpp:4747-4762)
+        else:
+            self.vals[fld] = _VALUE[kind](tok, value)
+
+    def config(self) -> ServerConfig:
+        vals = dict(self.vals)
+        vals["spec_types"] = tuple(t for t in self.lists["spec_types"] if t != "none")
+        vals["override_tensor"] = tuple(self.lists["override_tensor"])
+        vals["override_tensor_draft"] = tuple(self.lists["override_tensor_draft"])
+        vals.update(set_flags=frozenset(self.set_flags), ignored=tuple(self.ignored), problems=tuple(self.problems))
+        out = replace(self.base, **vals)  # type: ignore[arg-type]
+        validate(out)
+        return out
+
+
+def _from_command(cmd: Command, base: ServerConfig | None = None, strict: bool = False) -> ServerConfig:
+    reading = _Reading(base or ServerConfig(), cmd.schema, strict)
+    for arg in cmd.args:
+        reading.read(arg)
+    return reading.config()
 
 
 def validate(cfg: ServerConfig) -> None:

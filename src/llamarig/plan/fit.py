@@ -222,7 +222,7 @@ def _lower_context(tr: _Trials, plan0: Plan, out: FitOutcome) -> bool:
     target = sum(tr.free) - sum(tr.margins)
     if tr.nd > 1:
         # whole layers / tensors per device: expect some waste (fit.cpp:403-411)
-        model = sum(plan0.extra.get("fit_model_bytes", [0] * tr.nd))
+        model = sum(plan0.fit_model_bytes)
         ngl_u = cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else _U32_MAX
         per_layer = _tdiv(model, max(1, min(ngl_u, tr.hp_ngl)))
         target -= (tr.nd + 1) * per_layer // (2 if spec.n_expert == 0 else 6)

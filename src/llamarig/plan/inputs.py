@@ -1,49 +1,34 @@
-"""Plan inputs: a model (GGUF path or catalogue id), llama-server argv and hardware -> PlanInputs.
+"""Plan inputs: a Deployment (a model reference, its command and settings, the hardware) ->
+PlanInputs, the model read from its GGUF header, the catalogue or a remote header.
 
-The library's way from what a user types to a :class:`~llamarig.plan.planner.PlanInputs`;
 ``llamarig plan``, ``render``, ``launch``, ``tune`` and ``check``'s memory rule all use it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import GGUFError, InputError
 from llamarig.gguf import load_spec
-from llamarig.hardware.cpu import CpuFeatures, parse_cpu_features
-from llamarig.hardware.types import Hardware
+from llamarig.hardware.types import GPU, Hardware
 from llamarig.hub.ref import is_remote, parse_ref
 from llamarig.i18n import _
-from llamarig.plan.config import parse_server_args
-from llamarig.plan.planner import PlanInputs, make_plan
-from llamarig.plan.result import Plan
-from llamarig.plan.rpc import parse_rpc_device
+from llamarig.plan.config import ServerConfig
+from llamarig.plan.deployment import Deployment, deployment
+from llamarig.plan.planner import make_plan
+from llamarig.plan.result import Plan, PlanInputs
 
 if TYPE_CHECKING:
     from llamarig.catalogue.models import CatalogueModel, MMProjInfo
     from llamarig.gguf.spec import ModelSpec
 
 
-@dataclass
-class PlanArgs:
-    model: str | None = None
-    mmproj: str | None = None
-    draft: str | None = None
-    gpus: list[str] = field(default_factory=list)
-    #: ``HOST:PORT=SPEC`` per rpc-server (llamarig.plan.rpc.parse_rpc_device)
-    rpc_devices: list[str] = field(default_factory=list)
-    detect: bool = False
-    ram: int | None = None
-    overhead: int | None = None
-    cpu_features: str | None = None
-    cpu: CpuFeatures | None = None  # e.g. a server's system_info; beats cpu_features
-    server_args: list[str] = field(default_factory=list)
-    command: list[str] | None = None
-
-
-
+#: diagnostic codes: MODEL / --mmproj / --draft and the command's own disagree
+MODEL_DISAGREES = "model-disagrees"
 
 
 def _load_model(text: str) -> tuple[ModelSpec, CatalogueModel | None]:
@@ -99,33 +84,10 @@ def resolve_mmproj(arg: str | None, catalogue_model: CatalogueModel | None,
     return mm
 
 
-def build_hardware(pa: PlanArgs) -> Hardware:
-    from llamarig.catalogue.gpus import parse_gpu_arg  # lazy: catalogue off the --help path
-
-    hw = Hardware()
-    if pa.detect:
-        from llamarig.detect import detect  # lazy: only for --detect (16 ms)
-
-        hw = detect()
-    if pa.gpus:
-        hw = replace(hw, gpus=tuple(parse_gpu_arg(g) for g in pa.gpus))
-    if pa.rpc_devices:
-        hw = replace(hw, rpc=tuple(g for text in pa.rpc_devices for g in parse_rpc_device(text)))
-    if pa.ram is not None:
-        hw = replace(hw, ram_bytes=pa.ram)
-    if pa.cpu_features is not None:
-        hw = replace(hw, cpu=parse_cpu_features(pa.cpu_features))
-    if pa.cpu is not None:
-        hw = replace(hw, cpu=pa.cpu)
-    return hw
-
-
-def build_inputs(pa: PlanArgs) -> PlanInputs:
-    cfg = None
-    if pa.command is not None:
-        cfg = parse_server_args(pa.command, strict=False)
-    cfg = parse_server_args(pa.server_args, base=cfg, strict=True)
-    problems: list[str] = []
+def _model_ref(d: Deployment) -> str:
+    """The model the plan is for: MODEL, else the command's -m, else what -hf / -mu names (plan
+    reads that header, llamarig.hub)."""
+    cfg = d.config
     hub_model: str | None = None
     if cfg.hf_repo:
         # llama-server loads the file it downloads for -hf, whatever -m says (common/arg.cpp:519-530
@@ -133,31 +95,41 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
         if cfg.model:
             raise InputError(_("-m {model} and -hf {hf_repo} together: llama-server would load the file downloaded for "
                                "-hf, not -m; drop one").format(model=cfg.model, hf_repo=cfg.hf_repo))
-        if not pa.model:  # plan reads the header of what -hf names (llamarig.hub)
+        if not d.model:
             hub_model = f"hf:{cfg.hf_repo.split(':')[0]}/{cfg.hf_file}" if cfg.hf_file else f"hf:{cfg.hf_repo}"
-    for what, mine, theirs in (("MODEL", pa.model, cfg.model), ("--mmproj", pa.mmproj, cfg.mmproj),
-                               ("--draft", pa.draft, cfg.draft_model)):
-        if mine and theirs and mine != theirs:
-            flag = {"MODEL": "-m", "--mmproj": "--mmproj", "--draft": "-md"}[what]
-            problems.append(_("{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
-                              "{theirs} of the llama-server command is ignored").format(
-                what=what, mine=mine, flag=flag, theirs=theirs))
-    if cfg.model_url and not pa.model and not cfg.model and not hub_model:
+    if cfg.model_url and not d.model and not cfg.model and not hub_model:
         hub_model = cfg.model_url  # -mu URL: plan reads its header
-    model = pa.model or cfg.model or hub_model
+    model = d.model or cfg.model or hub_model
     if not model:
         raise InputError(_("no model: give MODEL (a GGUF path or catalogue id) or -m in the llama-server command"))
-    spec, cat = _load_model(model)
-    mm_arg = pa.mmproj or cfg.mmproj
+    return model
+
+
+def _disagreements(d: Deployment) -> list[Diagnostic]:
+    """MODEL / --mmproj / --draft beside a command that names another: the plan is for the former."""
+    cfg = d.config
+    out = []
+    for what, flag, mine, theirs in (("MODEL", "-m", d.model, cfg.model), ("--mmproj", "--mmproj", d.mmproj, cfg.mmproj),
+                                     ("--draft", "-md", d.draft, cfg.draft_model)):
+        if mine and theirs and mine != theirs:
+            out.append(warning(MODEL_DISAGREES, _(
+                "{what} {mine} and {flag} {theirs} disagree: the plan is for {mine}; the {flag} "
+                "{theirs} of the llama-server command is ignored").format(
+                what=what, mine=mine, flag=flag, theirs=theirs)))
+    return out
+
+
+def _projector(model: str, mm_arg: str | None, cat: CatalogueModel | None, cfg: ServerConfig) -> MMProjInfo | None:
     if mm_arg is None and is_remote(model) and not Path(model).exists() and parse_ref(model).hub != "url":
         # llama-server -hf fetches and loads it by itself: nothing to add to the command
-        mmproj = repo_mmproj(model, cfg.image_max_tokens)
-    else:
-        mmproj = resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
-    draft = None
-    d_arg = pa.draft or cfg.draft_model
-    if d_arg:
-        draft = _load_model(d_arg)[0]
+        return repo_mmproj(model, cfg.image_max_tokens)
+    return resolve_mmproj(mm_arg, cat, cfg.image_max_tokens)
+
+
+def _shown(cfg: ServerConfig, model: str, spec: ModelSpec, cat: CatalogueModel | None, mm_arg: str | None,
+           mmproj: MMProjInfo | None, draft: str | None) -> ServerConfig:
+    """``cfg`` as the plan's command shows it: a hub model as -hf, a catalogue model and projector
+    as placeholders (<NAME-QUANT.gguf>), the draft model."""
     shown_model: str | None = model
     hf_repo, hf_file = cfg.hf_repo, cfg.hf_file
     if is_remote(model) and not Path(model).exists():
@@ -169,27 +141,31 @@ def build_inputs(pa: PlanArgs) -> PlanInputs:
     shown_mm = None if mm_arg in (None, "none") else mm_arg
     if shown_mm and mmproj is not None and not Path(shown_mm).exists() and not shown_mm.endswith(".gguf"):
         shown_mm = f"<mmproj-{shown_mm.upper() if shown_mm.lower() in ('f16', 'bf16') else 'F16'}.gguf>"
-    cfg = replace(cfg, model=shown_model, hf_repo=hf_repo, hf_file=hf_file, mmproj=shown_mm, draft_model=d_arg,
-                  problems=(*cfg.problems, *problems))
-    hw = build_hardware(pa)
-    return PlanInputs(spec, cfg, hw, mmproj, draft, pa.overhead, notes=tuple(gpu_notes(pa)))
+    return replace(cfg, model=shown_model, hf_repo=hf_repo, hf_file=hf_file, mmproj=shown_mm, draft_model=draft)
 
 
-def gpu_notes(pa: PlanArgs) -> list[str]:
-    """A note for each --gpu name that matches several catalogue entries (which one was taken)."""
-    from llamarig.catalogue.gpus import gpu_match_note  # lazy: catalogue off the --help path
+def build_inputs(d: Deployment) -> PlanInputs:
+    """The planner's inputs for ``d``: its model (and projector, draft) read from their headers or
+    the catalogue, its settings and hardware."""
+    cfg = d.config
+    model = _model_ref(d)
+    problems = _disagreements(d)
+    spec, cat = _load_model(model)
+    mm_arg = d.mmproj or cfg.mmproj
+    mmproj = _projector(model, mm_arg, cat, cfg)
+    d_arg = d.draft or cfg.draft_model
+    draft = _load_model(d_arg)[0] if d_arg else None
+    cfg = replace(_shown(cfg, model, spec, cat, mm_arg, mmproj, d_arg), problems=(*cfg.problems, *problems))
+    return PlanInputs(spec, cfg, d.hardware, mmproj, draft, d.overhead_bytes, diagnostics=d.diagnostics)
 
-    return [n for n in (gpu_match_note(g.partition(":")[0]) for g in pa.gpus) if n]
+
+def build_plan(d: Deployment) -> Plan:
+    """The memory plan of ``d`` (no speed)."""
+    return make_plan(build_inputs(d))
 
 
-def build_plan(pa: PlanArgs) -> Plan:
-    """The plan for these inputs (what `llamarig plan` prints)."""
-    return make_plan(build_inputs(pa))
-
-
-
-
-def plan_for_check(model: str | None, mmproj: str | None, gpus: list[str], ram: int | None,
+def plan_for_check(model: str | None, mmproj: str | None, gpus: Sequence[GPU], ram: int | None,
                    argv: list[str]) -> Plan:
     """``check --gpu``'s memory rule (flags.rules.Context.planner)."""
-    return build_plan(PlanArgs(model=model, mmproj=mmproj, gpus=gpus, ram=ram, command=argv))
+    return build_plan(deployment(model, command=argv, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram),
+                                 mmproj=mmproj))

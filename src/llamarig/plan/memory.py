@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from llamarig.errors import InputError
 from llamarig.gguf.ggml_types import TYPE_SIZES, row_size
+from llamarig.gguf.reader import TensorInfo
 from llamarig.gguf.spec import LayerSpec, ModelSpec
 from llamarig.hardware.cpu import CpuFeatures
 from llamarig.hardware.cpu_buffers import host_weight_buffer
@@ -67,6 +68,35 @@ class ContextLayout:
     swa_cells: int | None  # cells per SWA layer (all streams), None if no SWA layers
 
 
+def _requested_ctx(cfg: ServerConfig, n_ctx_train: int, n_par: int, n_stream: int) -> tuple[int, str]:
+    """(total context before padding, how it was chosen) from -c, --kv-unified-per-slot, --fit."""
+    c = cfg.n_ctx
+    if c == 0 and cfg.kv_unified_per_slot > 0 and "n_ctx" not in cfg.set_flags:
+        # server.cpp:176-186 (not with an explicit -c 0, which sets fit_params_min_ctx to
+        # UINT32_MAX, common/arg.cpp:1645-1648)
+        return n_par * cfg.kv_unified_per_slot, f"-np {n_par} x --kv-unified-per-slot {cfg.kv_unified_per_slot}"
+    if c != 0:
+        return c, f"-c {c}"
+    if cfg.fit and cfg.split_mode != "tensor":
+        # common/fit.cpp:264-276: --fit starts from n_ctx_train x n_streams (and lowers it
+        # only if that does not fit, and never below an explicit -c 0). Under -sm tensor fit
+        # gives up at once (fit.cpp:196-198) and llama_context uses n_ctx_train.
+        return n_ctx_train * n_stream, (f"n_ctx_train {n_ctx_train} x {n_stream} stream(s) (--fit default"
+                                        + ("; -c 0 keeps it)" if "n_ctx" in cfg.set_flags else "; it may lower this)"))
+    return n_ctx_train, f"n_ctx_train {n_ctx_train}"  # llama-context.cpp:135: n_ctx 0 -> n_ctx_train
+
+
+def _swa_cells(spec: ModelSpec, cfg: ServerConfig, n_ctx_seq: int, n_par: int, unified: bool, n_ubatch: int,
+               n_stream: int) -> int | None:
+    """Cells per SWA layer (all streams), None without SWA layers."""
+    if not any(ly.kind == "swa" for ly in spec.layers):
+        return None
+    if cfg.swa_full:
+        return n_ctx_seq * n_stream
+    n_swa = spec.swa_window or 0
+    return pad(min(n_ctx_seq, n_swa * (n_par if unified else 1) + n_ubatch), 256) * n_stream
+
+
 def resolve_context(spec: ModelSpec, cfg: ServerConfig) -> ContextLayout:
     n_ctx_train = spec.n_ctx_train or 4096
     # tools/server/server.cpp:168-173: -np unset -> 4 slots and unified KV, whatever -kvu says
@@ -75,24 +105,7 @@ def resolve_context(spec: ModelSpec, cfg: ServerConfig) -> ContextLayout:
     else:
         n_par, unified = cfg.n_parallel, bool(cfg.kv_unified)
     n_stream = 1 if unified else n_par
-    c = cfg.n_ctx
-    source = f"-c {c}"
-    if c == 0 and cfg.kv_unified_per_slot > 0 and "n_ctx" not in cfg.set_flags:
-        # server.cpp:176-186 (not with an explicit -c 0, which sets fit_params_min_ctx to
-        # UINT32_MAX, common/arg.cpp:1645-1648)
-        c = n_par * cfg.kv_unified_per_slot
-        source = f"-np {n_par} x --kv-unified-per-slot {cfg.kv_unified_per_slot}"
-    if c == 0:
-        if cfg.fit and cfg.split_mode != "tensor":
-            # common/fit.cpp:264-276: --fit starts from n_ctx_train x n_streams (and lowers it
-            # only if that does not fit, and never below an explicit -c 0). Under -sm tensor fit
-            # gives up at once (fit.cpp:196-198) and llama_context uses n_ctx_train.
-            c = n_ctx_train * n_stream
-            source = (f"n_ctx_train {n_ctx_train} x {n_stream} stream(s) (--fit default"
-                      + ("; -c 0 keeps it)" if "n_ctx" in cfg.set_flags else "; it may lower this)"))
-        else:
-            c = n_ctx_train  # llama-context.cpp:135: n_ctx 0 -> n_ctx_train
-            source = f"n_ctx_train {n_ctx_train}"
+    c, source = _requested_ctx(cfg, n_ctx_train, n_par, n_stream)
     n_ctx = pad(c, 256)  # llama-context.cpp:290
     if unified:
         n_ctx_seq = n_ctx
@@ -109,17 +122,9 @@ def resolve_context(spec: ModelSpec, cfg: ServerConfig) -> ContextLayout:
     n_ubatch = min(n_batch, cfg.n_ubatch if cfg.n_ubatch else n_batch)
     if cfg.embeddings and n_batch > n_ubatch:
         n_batch = n_ubatch  # server.cpp:160-166
-    n_rs_seq = 0
-    if cfg.rollback_spec and spec.architecture in RS_ROLLBACK_ARCHS:
-        n_rs_seq = cfg.spec_draft_n_max  # common.cpp:1693, llama-context.cpp:107-112
-    swa_cells = None
-    if any(ly.kind == "swa" for ly in spec.layers):
-        if cfg.swa_full:
-            per_stream = n_ctx_seq
-        else:
-            n_swa = spec.swa_window or 0
-            per_stream = pad(min(n_ctx_seq, n_swa * (n_par if unified else 1) + n_ubatch), 256)
-        swa_cells = per_stream * n_stream
+    # common.cpp:1693, llama-context.cpp:107-112
+    n_rs_seq = cfg.spec_draft_n_max if cfg.rollback_spec and spec.architecture in RS_ROLLBACK_ARCHS else 0
+    swa_cells = _swa_cells(spec, cfg, n_ctx_seq, n_par, unified, n_ubatch, n_stream)
     return ContextLayout(
         n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_ctx_slot=slot, n_parallel=n_par, kv_unified=unified,
         n_stream=n_stream, n_batch=n_batch, n_ubatch=n_ubatch,
@@ -465,7 +470,7 @@ def host_weight_buffers(spec: ModelSpec, cfg: ServerConfig, placement: Placement
     per buffer type: (bytes in that buffer, bytes of the same tensors in the file). The rules are
     in hardware/cpu_buffers.py, with their llama.cpp sources."""
     out: dict[str, tuple[int, int]] = {}
-    for t in _host_tensors(spec, cfg, placement):
+    for t in host_tensors(spec, cfg, placement):
         ch = host_weight_buffer(t.name, t.ggml_type, tuple(t.shape), t.n_bytes, cpu, extra_bufts=extra_bufts)
         if ch.buffer:
             b, f = out.get(ch.buffer, (0, 0))
@@ -478,7 +483,9 @@ def _in_extra_buffer(t: object, cpu: CpuFeatures, extra_bufts: bool) -> bool:
                                    cpu, extra_bufts=extra_bufts).buffer)
 
 
-def _host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list:
+def host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list[TensorInfo]:
+    """The tensors whose weights stay in host memory (a CPU layer's, the token embeddings, what
+    -ot sends to the CPU); the MTP layers' are not loaded without --spec-type draft-mtp."""
     out = []
     skip_from = spec.n_layer_main if spec.nextn_layers and not cfg.mtp else 1 << 30
     for t, il in zip(spec.tensors, _layers(spec), strict=True):
@@ -507,7 +514,7 @@ def mapped_host_bytes(spec: ModelSpec, cfg: ServerConfig, placement: Placement, 
         return None
     first = None
     last = 0
-    for t in _host_tensors(spec, cfg, placement):
+    for t in host_tensors(spec, cfg, placement):
         if _in_extra_buffer(t, cpu, extra_bufts):
             continue  # copied into AMX / CPU_REPACK, outside the mapping
         first = t.offset if first is None else min(first, t.offset)

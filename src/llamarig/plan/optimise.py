@@ -44,21 +44,22 @@ from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.calibration import Calibration, load_calibration
+from llamarig.plan.calibration import Calibration
+from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.planner import PlanInputs, make_plan
-from llamarig.plan.result import Plan
+from llamarig.plan.flash_attn import kv_path
+from llamarig.plan.planner import make_plan
+from llamarig.plan.result import Plan, PlanInputs
 from llamarig.plan.speed import (
     KV_QUALITY,
     SpeedReport,
-    _token_embd_bytes,
     acceptance_from_ratio,
-    kv_path,
     kv_quality_note,
     kv_quality_short,
     mtp_draft_bytes,
     speculative_bound,
     speed_report,
+    token_embd_bytes,
     tokens_per_step,
 )
 from llamarig.plan.verdict import TargetVerdict, target_verdict
@@ -102,7 +103,7 @@ class Targets:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class PlannedOption:
     cfg: ServerConfig
     plan: Plan
     speed: SpeedReport
@@ -155,14 +156,14 @@ class Candidate:
 @dataclass(frozen=True)
 class OptimiseResult:
     targets: Targets
-    candidates: tuple[Candidate, ...]  # ranked, best first
+    candidates: tuple[PlannedOption, ...]  # ranked, best first
     verdict: str  # ok | maybe (met only under an unmeasured assumption) | unlikely (predicted below a target the physical bound allows) | impossible
     reasons: tuple[str, ...]
     elapsed_s: float
     evaluated: int
 
     @property
-    def best(self) -> Candidate | None:
+    def best(self) -> PlannedOption | None:
         return self.candidates[0] if self.candidates else None
 
     def to_json(self) -> dict[str, Any]:
@@ -308,99 +309,61 @@ def _best_draft_n(spec: ModelSpec, inp: PlanInputs, cfg: ServerConfig, cal: Cali
 # ============================================================================ optimise
 
 
-def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
-             host_bandwidth_gbs: float | None = None, max_candidates: int = 12) -> OptimiseResult:
-    t_start = time.perf_counter()
-    targets.check()
-    if targets.vision and inp.mmproj is None:
-        raise InputError(_("--vision: no mmproj to plan for (give --mmproj FILE|f16|bf16, or a catalogue model that "
-                           "has one)"))
-    cal = cal or load_calibration()
-    spec = inp.spec
+def _layouts(inp: PlanInputs, cfg: ServerConfig, targets: Targets) -> tuple[list[tuple[ServerConfig, Plan, str]], int]:
+    """The layouts tried for one setting (several GPUs: the fastest first, by bandwidth, llama.cpp's
+    own split; layers to the CPU when none fits), and how many plans that took."""
     hw = inp.hardware
-    base = inp.cfg
-    slots = targets.slots
-    n_ctx = targets.ctx * slots
-    if spec.n_ctx_train and targets.ctx > spec.n_ctx_train:
-        raise InputError(_("--target-ctx {ctx} is larger than the model's n_ctx_train {n_ctx_train}: llama-server "
-                           "caps each slot there (server-context.cpp:1365-1368)").format(ctx=targets.ctx, n_ctx_train=spec.n_ctx_train))
-    cfg0 = _set(base, n_ctx=n_ctx, n_parallel=slots, flash_attn="on")
-    cfg0 = replace(cfg0, kv_unified=True if slots > 1 else None, fit=False,
-                   set_flags=frozenset(cfg0.set_flags | {"fit"}))
-    use_spec = bool(spec.nextn_layers or inp.draft is not None)
-    # --acceptance is the ratio llama-server reports, at the argv's --spec-draft-n-max (default 3):
-    # the per-position a it implies carries over to other draft lengths
-    acc_a = (acceptance_from_ratio(targets.acceptance, max(1, base.spec_draft_n_max))
-             if targets.acceptance is not None else None)
-    # MTP heads (in the model or as a separate -md file, as in the 307K-context MTP field report) use draft-mtp; any other draft
-    # model draft-simple (common/speculative.cpp:72-84)
-    spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
-    backends = [g.backend for g in hw.gpus] or ["CPU"]
     evaluated = 0
-    cands: list[Candidate] = []
-    depth = targets.depth
-    spec_n = _best_draft_n(spec, inp, cfg0, cal, acc_a, host_bandwidth_gbs, spec_type) if use_spec else 0
-    ubs = (512, 1024, 2048)
-    for tk, tv in kv_pairs(backends):
-        try:
-            M.check_kv_types(spec, _set(cfg0, cache_type_k=tk, cache_type_v=tv))
-        except InputError:
-            continue
-        for ub in ubs:
-            for spec_on in ((True, False) if use_spec else (False,)):
-                cfg = _set(cfg0, cache_type_k=tk, cache_type_v=tv, n_ubatch=ub, n_batch=max(2048, ub))
-                if spec_on:
-                    cfg = _set(cfg, spec_types=(spec_type,), spec_draft_n_max=spec_n)
-                layouts: list[tuple[ServerConfig, Plan, str]] = []
-                if len(hw.gpus) > 1:
-                    counts, left = fastest_first_split(inp, _set(cfg, split_mode="layer"), targets.headroom)
-                    evaluated += 1
-                    if left == 0:
-                        c, p = _repair_split(inp, _set(cfg, split_mode="layer"), list(counts), targets.headroom)
-                        layouts.append((c, p, "-ts fills the fastest GPU first (least time per token with -sm layer)"))
-                    bal = balanced_split(inp)
-                    c = _set(cfg, split_mode="layer", tensor_split=bal)
-                    layouts.append((c, _plan(inp, c), "-ts proportional to bandwidth (equal time per GPU)"))
-                    layouts.append((cfg, _plan(inp, cfg), "llama.cpp default split (proportional to free memory)"))
-                else:
-                    layouts.append((cfg, _plan(inp, cfg), "all layers on the GPU" if hw.gpus else "CPU only"))
-                evaluated += len(layouts)
-                if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
-                    start = layouts[0][0]
-                    off = _offload_search(inp, start, targets.headroom)
-                    evaluated += 6
-                    if off is not None:
-                        layouts.append(off)
-                for c, p, how in layouts:
-                    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=acc_a,
-                                       draft=inp.draft, host_bandwidth_gbs=host_bandwidth_gbs,
-                                       depths=sorted({0, 8192 if targets.ctx > 8192 else 0, depth, targets.ctx}))
-                    fits, min_free = _fits(p, targets.headroom)
-                    d = rep.at_depth(depth).decode_tok_s
-                    if rep.speculative is not None:
-                        d *= rep.speculative.speedup
-                    meets = targets.decode_tok_s is None or d >= targets.decode_tok_s
-                    notes = [kv_quality_note(tk, tv)]
-                    path = kv_path(backends[0], tk, tv, "on")
-                    if path.kind != "fast":
-                        notes.append(path.note)
-                    if rep.speculative is not None:
-                        notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
-                                     f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
-                    tv_ = target_verdict(rep, tk, tv, fits=fits, decode=d, target=targets.decode_tok_s, depth=depth,
-                                         swa_window=spec.swa_window, cal=cal,
-                                         split_mode=c.split_mode if len(hw.gpus) > 1 else "layer")
-                    cands.append(Candidate(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom,
-                                           tv_))
-    ranked = sorted(cands, key=lambda x: _rank_key(x, targets))
-    # drop duplicates (same command)
-    seen: set[tuple[str, ...]] = set()
-    uniq = []
-    for cand in ranked:
-        if cand.plan.command in seen:
-            continue
-        seen.add(cand.plan.command)
-        uniq.append(cand)
+    layouts: list[tuple[ServerConfig, Plan, str]] = []
+    if len(hw.gpus) > 1:
+        counts, left = fastest_first_split(inp, _set(cfg, split_mode="layer"), targets.headroom)
+        evaluated += 1
+        if left == 0:
+            c, p = _repair_split(inp, _set(cfg, split_mode="layer"), list(counts), targets.headroom)
+            layouts.append((c, p, "-ts fills the fastest GPU first (least time per token with -sm layer)"))
+        bal = balanced_split(inp)
+        c = _set(cfg, split_mode="layer", tensor_split=bal)
+        layouts.append((c, _plan(inp, c), "-ts proportional to bandwidth (equal time per GPU)"))
+        layouts.append((cfg, _plan(inp, cfg), "llama.cpp default split (proportional to free memory)"))
+    else:
+        layouts.append((cfg, _plan(inp, cfg), "all layers on the GPU" if hw.gpus else "CPU only"))
+    evaluated += len(layouts)
+    if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
+        off = _offload_search(inp, layouts[0][0], targets.headroom)
+        evaluated += 6
+        if off is not None:
+            layouts.append(off)
+    return layouts, evaluated
+
+
+def _option(inp: PlanInputs, layout: tuple[ServerConfig, Plan, str], kv: tuple[str, str], targets: Targets,
+            cal: Calibration, acc_a: float | None, host_bandwidth_gbs: float | None) -> PlannedOption:
+    """One layout with its speed, whether it fits and meets the targets, and its verdict."""
+    c, p, how = layout
+    spec, hw, depth = inp.spec, inp.hardware, targets.depth
+    tk, tv = kv
+    rep = speed_report(spec, c, hw, cal=cal, n_ctx=targets.ctx, acceptance=acc_a,
+                       draft=inp.draft, host_bandwidth_gbs=host_bandwidth_gbs,
+                       depths=sorted({0, 8192 if targets.ctx > 8192 else 0, depth, targets.ctx}))
+    fits, min_free = _fits(p, targets.headroom)
+    d = rep.at_depth(depth).decode_tok_s
+    if rep.speculative is not None:
+        d *= rep.speculative.speedup
+    meets = targets.decode_tok_s is None or d >= targets.decode_tok_s
+    notes = [kv_quality_note(tk, tv)]
+    path = kv_path(([g.backend for g in hw.gpus] or ["CPU"])[0], tk, tv, "on")
+    if path.kind != "fast":
+        notes.append(path.note)
+    if rep.speculative is not None:
+        notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
+                     f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
+    tv_ = target_verdict(rep, tk, tv, fits=fits, decode=d, target=targets.decode_tok_s, depth=depth,
+                         swa_window=spec.swa_window, cal=cal, split_mode=c.split_mode if len(hw.gpus) > 1 else "layer")
+    return PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom, tv_)
+
+
+def _verdict(inp: PlanInputs, targets: Targets, uniq: list[PlannedOption], cal: Calibration,
+             host_bandwidth_gbs: float | None) -> tuple[str, list[str]]:
     best = uniq[0] if uniq else None
     reasons = _explain(inp, targets, uniq, cal, host_bandwidth_gbs)
     verdict = best.verdict.word if best is not None and best.meets_all else "impossible"
@@ -413,11 +376,68 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
         if bound is not None:
             verdict = "unlikely" if bound[0] >= (targets.decode_tok_s or 0) else "impossible"
             reasons = [bound[1], *reasons]
+    return verdict, reasons
+
+
+def _base_config(inp: PlanInputs, targets: Targets) -> ServerConfig:
+    """The settings every candidate starts from: the target context over the slots, flash
+    attention on, --fit off (the search places the layers itself)."""
+    spec = inp.spec
+    if spec.n_ctx_train and targets.ctx > spec.n_ctx_train:
+        raise InputError(_("--target-ctx {ctx} is larger than the model's n_ctx_train {n_ctx_train}: llama-server "
+                           "caps each slot there (server-context.cpp:1365-1368)").format(ctx=targets.ctx, n_ctx_train=spec.n_ctx_train))
+    slots = targets.slots
+    cfg0 = _set(inp.cfg, n_ctx=targets.ctx * slots, n_parallel=slots, flash_attn="on")
+    return replace(cfg0, kv_unified=True if slots > 1 else None, fit=False, set_flags=frozenset(cfg0.set_flags | {"fit"}))
+
+
+def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
+             host_bandwidth_gbs: float | None = None, max_candidates: int = 12) -> OptimiseResult:
+    t_start = time.perf_counter()
+    targets.check()
+    if targets.vision and inp.mmproj is None:
+        raise InputError(_("--vision: no mmproj to plan for (give --mmproj FILE|f16|bf16, or a catalogue model that "
+                           "has one)"))
+    cal = cal or load_calibration()
+    spec = inp.spec
+    cfg0 = _base_config(inp, targets)
+    use_spec = bool(spec.nextn_layers or inp.draft is not None)
+    # --acceptance is the ratio llama-server reports, at the argv's --spec-draft-n-max (default 3):
+    # the per-position a it implies carries over to other draft lengths
+    acc_a = (acceptance_from_ratio(targets.acceptance, max(1, inp.cfg.spec_draft_n_max))
+             if targets.acceptance is not None else None)
+    # MTP heads (in the model or as a separate -md file, as in the 307K-context MTP field report) use draft-mtp; any other draft
+    # model draft-simple (common/speculative.cpp:72-84)
+    spec_type = "draft-mtp" if spec.nextn_layers or (inp.draft is not None and inp.draft.nextn_layers) else "draft-simple"
+    evaluated = 0
+    cands: list[PlannedOption] = []
+    spec_n = _best_draft_n(spec, inp, cfg0, cal, acc_a, host_bandwidth_gbs, spec_type) if use_spec else 0
+    for tk, tv in kv_pairs([g.backend for g in inp.hardware.gpus] or ["CPU"]):
+        try:
+            M.check_kv_types(spec, _set(cfg0, cache_type_k=tk, cache_type_v=tv))
+        except InputError:
+            continue
+        for ub in (512, 1024, 2048):
+            for spec_on in ((True, False) if use_spec else (False,)):
+                cfg = _set(cfg0, cache_type_k=tk, cache_type_v=tv, n_ubatch=ub, n_batch=max(2048, ub))
+                if spec_on:
+                    cfg = _set(cfg, spec_types=(spec_type,), spec_draft_n_max=spec_n)
+                layouts, n = _layouts(inp, cfg, targets)
+                evaluated += n
+                cands += [_option(inp, lay, (tk, tv), targets, cal, acc_a, host_bandwidth_gbs) for lay in layouts]
+    # drop duplicates (same command), best first
+    seen: set[tuple[str, ...]] = set()
+    uniq = []
+    for cand in sorted(cands, key=lambda x: _rank_key(x, targets)):
+        if cand.plan.command not in seen:
+            seen.add(cand.plan.command)
+            uniq.append(cand)
+    verdict, reasons = _verdict(inp, targets, uniq, cal, host_bandwidth_gbs)
     return OptimiseResult(targets, tuple(uniq[:max_candidates]), verdict, tuple(reasons),
                           time.perf_counter() - t_start, evaluated)
 
 
-def _decode_bound(cands: Sequence[Candidate], t: Targets) -> tuple[float, str] | None:
+def _decode_bound(cands: Sequence[PlannedOption], t: Targets) -> tuple[float, str] | None:
     """For a decode target no fitting candidate is predicted to meet: the hard bound (tok/s) of
     the fastest fitting candidate and a sentence naming it. The bound reads the weights and KV at
     peak bandwidth (efficiency 1, no overhead); with speculative decoding every drafted token is
@@ -462,7 +482,7 @@ def _decode_bound(cands: Sequence[Candidate], t: Targets) -> tuple[float, str] |
                              pred=top.decode_at_target)
 
 
-def _rank_key(c: Candidate, t: Targets) -> tuple:
+def _rank_key(c: PlannedOption, t: Targets) -> tuple[float, ...]:
     """Fitting first, then meeting the decode target, then KV quality (when the target is met),
     then speed; --agent weights prefill (long prompts) before KV quality."""
     q = -(KV_QUALITY.get(c.cfg.cache_type_k, 3) + KV_QUALITY.get(c.cfg.cache_type_v, 3))
@@ -477,7 +497,7 @@ def _rank_key(c: Candidate, t: Targets) -> tuple:
     return (0, maybe, -q, -round(c.decode_at_target, 0), -pf)
 
 
-def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calibration,
+def _explain(inp: PlanInputs, t: Targets, cands: Sequence[PlannedOption], cal: Calibration,
              host_bw: float | None) -> list[str]:
     out: list[str] = []
     spec = inp.spec
@@ -536,7 +556,7 @@ def _explain(inp: PlanInputs, t: Targets, cands: Sequence[Candidate], cal: Calib
         bw = gpu.bandwidth_gbs * GB * gpu.eff.weights
         n_main = max(1, spec.n_layer_main)
         head = mtp_draft_bytes(spec) if spec.nextn_layers else (
-            sum(x.n_bytes for x in spec.tensors if x.name == "output.weight") or _token_embd_bytes(spec))
+            sum(x.n_bytes for x in spec.tensors if x.name == "output.weight") or token_embd_bytes(spec))
         draft_s = (head + wbytes / n_main) / bw + 0.5 * gpu.eff.overhead_ms / 1000
         step = base_t * (1 + gpu.eff.verify_per_token * n) + n * draft_s
         est = tokens_per_step(a, n) / step

@@ -1,22 +1,26 @@
 """Plan inputs and results: frozen dataclasses, every figure with the formula behind it.
 
 ``Plan.speed`` is filled by the speed model (plan/speed.py); the memory model leaves it None.
-The JSON form is documented in docs/plan.md.
+What the planner has to say beside the figures is ``Plan.diagnostics`` (``warnings`` and
+``notes`` are their messages by severity). The JSON form is documented in docs/plan.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from llamarig.diagnostics import Diagnostic, Severity, messages
 from llamarig.i18n import _
 from llamarig.units import fmt_bytes
 
 if TYPE_CHECKING:  # annotations only: result.py stays importable without the readers
     from llamarig.catalogue.models import MMProjInfo
     from llamarig.gguf.spec import ModelSpec
+    from llamarig.hardware.cpu import CpuFeatures
     from llamarig.hardware.types import Hardware
     from llamarig.plan.config import ServerConfig
+    from llamarig.plan.speed import SpeedReport
 
 #: the per-device memory components, in table order
 COMPONENTS = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
@@ -151,13 +155,30 @@ class Plan:
     devices: tuple[DevicePlan, ...]
     host: HostPlan
     command: tuple[str, ...]
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    speed: Any = None  # filled by the speed model (plan/speed.py)
-    #: the settings llama-server runs after --fit moved layers or lowered the context (a
-    #: llamarig.plan.config.ServerConfig; None: --fit changed nothing): what the speed model sees
-    effective_cfg: Any = field(default=None, compare=False)
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: warnings and notes, in the order the estimators gave them (llamarig.plan.estimators)
+    diagnostics: tuple[Diagnostic, ...] = ()
+    speed: SpeedReport | None = None  # filled by the speed model (plan/speed.py)
+    #: the settings llama-server runs after --fit moved layers or lowered the context (None:
+    #: --fit changed nothing): what the speed model sees
+    effective_cfg: ServerConfig | None = field(default=None, compare=False)
+    #: the CPU the host buffers were planned for (its features decide AMX / CPU_REPACK)
+    cpu: CpuFeatures | None = field(default=None, compare=False)
+    #: the model's bytes per device as fit.cpp sums them (the draft model's included)
+    fit_model_bytes: tuple[int, ...] = field(default=(), compare=False)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The messages of the warnings (what may not run as meant)."""
+        return messages(self.diagnostics, Severity.WARNING)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The messages of the notes (worth knowing)."""
+        return messages(self.diagnostics, Severity.INFO)
+
+    def with_diagnostics(self, *diags: Diagnostic) -> Plan:
+        """This plan with ``diags`` after its own."""
+        return replace(self, diagnostics=(*self.diagnostics, *diags))
 
     @property
     def fits(self) -> bool:
@@ -202,11 +223,10 @@ class Plan:
             "command": list(self.command),
             "warnings": list(self.warnings),
             "notes": list(self.notes),
-            "cpu": self.extra.get("cpu"),
+            "cpu": self.cpu.to_json() if self.cpu is not None else None,
         }
         if self.speed is not None:
-            to_json = getattr(self.speed, "to_json", None)
-            d["speed"] = to_json() if callable(to_json) else self.speed
+            d["speed"] = self.speed.to_json()
         return d
 
 
@@ -218,4 +238,5 @@ class PlanInputs:
     mmproj: MMProjInfo | None = None
     draft: ModelSpec | None = None
     overhead_bytes: int | None = None  # per-GPU driver/context overhead override
-    notes: tuple[str, ...] = field(default=())  # notes from resolving the inputs (GPU names, ...)
+    #: what resolving the inputs found (which catalogue GPU a name matched, ...)
+    diagnostics: tuple[Diagnostic, ...] = field(default=())

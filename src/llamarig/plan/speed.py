@@ -29,19 +29,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llamarig.errors import InputError
-from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
 from llamarig.plan import memory as M
-from llamarig.plan.calibration import (
-    Calibration,
-    Efficiency,
-    builtin,
-    builtin_data,
-    load_calibration,
-)
+from llamarig.plan.calibration import Calibration, Efficiency, builtin, builtin_data
 from llamarig.plan.config import ServerConfig
+from llamarig.plan.flash_attn import kv_path
 from llamarig.plan.specmemo import per_spec
 
 GB = 1e9
@@ -51,38 +45,7 @@ _BLK_RE = re.compile(r"^blk\.(\d+)\.")
 
 
 # ============================================================================ KV path rules
-
-
-@dataclass(frozen=True)
-class KVPath:
-    """How attention runs for a K/V type pair on a backend."""
-
-    kind: str  # fast | convert | cpu | nofa
-    factor: float  # multiplier on KV read time
-    note: str
-
-
-def kv_path(backend: str, type_k: str, type_v: str, flash_attn: str = "auto") -> KVPath:
-    """The flash-attention path llama.cpp takes (ggml/src/ggml-cuda/fattn.cu:496-538,
-    llama-context.cpp:509-560). Only CUDA/ROCm (ggml-cuda) have these restrictions modelled."""
-    if backend not in ("CUDA", "ROCm"):
-        return KVPath("fast", 1.0, _("{backend}: flash attention handles K {k} / V {v}").format(
-            backend=backend, k=type_k, v=type_v))
-    quant_v = TYPE_SIZES[type_v][0] > 1
-    if type_k not in CUDA_FA_KV_TYPES or type_v not in CUDA_FA_KV_TYPES:
-        if flash_attn == "off" or (flash_attn == "auto" and not quant_v):
-            return KVPath("nofa", 2.0, _("K {k}: no CUDA flash-attention kernel; FA auto turns itself off and the "
-                                         "non-FA path reads K/V twice (KQ and KQV) - slower at depth").format(k=type_k))
-        return KVPath("cpu", 0.0, _("{k}/{v} has no CUDA flash-attention kernel: attention runs on the CPU and K/V "
-                                    "cross PCIe every token (fattn.cu:525-538) - very slow").format(k=type_k, v=type_v))
-    if (type_k, type_v) in CUDA_FA_VEC_PAIRS:
-        return KVPath("fast", 1.0, _("K {k} / V {v}: compiled CUDA FA vector kernel").format(k=type_k, v=type_v))
-    fk = TYPE_SIZES["f16"][1] / TYPE_SIZES["f16"][0]
-    q = (TYPE_SIZES[type_k][1] / TYPE_SIZES[type_k][0] + TYPE_SIZES[type_v][1] / TYPE_SIZES[type_v][0]) / 2
-    factor = (q + 4 * fk) / q  # read quantized, write f16, read f16 again (per element, K and V)
-    return KVPath("convert", factor, _("K {k} / V {v}: no compiled FA vector kernel in default builds "
-                                       "(GGML_CUDA_FA_QUANTS); K/V are converted to f16 every token "
-                                       "(fattn.cu:496-512)").format(k=type_k, v=type_v))
+# how attention runs for a K/V type pair on a backend: plan/flash_attn.py (the one flash-attention rule)
 
 
 #: relative quality cost of a KV type (lower = closer to f16); notes shown in the optimiser table
@@ -197,7 +160,7 @@ def _read_weighted_copy(spec: ModelSpec) -> ModelSpec:
     return replace(spec, tensors=tuple(read(t) for t in spec.tensors))
 
 
-def _token_embd_bytes(spec: ModelSpec) -> int:
+def token_embd_bytes(spec: ModelSpec) -> int:
     return sum(t.n_bytes for t in spec.tensors if t.name == "token_embd.weight")
 
 
@@ -231,14 +194,14 @@ def device_loads(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrat
                  host_bandwidth_gbs: float | None = None) -> list[DeviceLoad]:
     """Per-device bytes per token for this config (placement from memory.place_layers, the same
     rule the memory plan uses: llama-model.cpp:1558-1610)."""
-    cal = cal or load_calibration()
+    cal = cal or builtin()
     gpus = hw.gpus
     names = hw.backend_names()
     placement = M.place_layers(spec, cfg, names, [g.memory_bytes for g in gpus])
     ws_read = M.split_weights(_read_weighted(spec), cfg, placement)
     ws_all = M.split_weights(spec, cfg, placement)
     n_dev = len(gpus)
-    embd = _token_embd_bytes(spec)
+    embd = token_embd_bytes(spec)
     flash = cfg.flash_attn_enabled
     kv_on_gpu = not cfg.no_kv_offload
 
@@ -621,7 +584,7 @@ def mtp_draft_bytes(spec: ModelSpec) -> int:
         if m and int(m.group(1)) >= n_main or t.name == "output.weight":
             b += t.n_bytes
     if not any(t.name == "output.weight" for t in spec.tensors):
-        b += _token_embd_bytes(spec)  # tied head
+        b += token_embd_bytes(spec)  # tied head
     return b
 
 
@@ -672,7 +635,7 @@ def speculative(spec: ModelSpec, loads: Sequence[DeviceLoad], base_seconds: floa
     gpu = next((x for x in loads if x.backend != "CPU"), loads[0])
     bw = gpu.bandwidth_gbs * GB * gpu.eff.weights
     if draft is not None and not mtp_file:
-        dbytes = draft.weights_bytes - _token_embd_bytes(draft)
+        dbytes = draft.weights_bytes - token_embd_bytes(draft)
         catch_bytes = 0
     else:
         src_spec = draft if draft is not None else spec
@@ -721,7 +684,7 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     ``acceptance`` is the per-position probability a; ``acceptance_ratio`` (wins when given) is
     what llama-server reports, draft_n_accepted / draft_n, read as measured at this config's
     --spec-draft-n-max."""
-    cal = cal or load_calibration()
+    cal = cal or builtin()
     warnings: list[str] = []
     ctx = M.resolve_context(spec, cfg)
     n_ctx_eff = n_ctx or ctx.n_ctx_slot
@@ -863,41 +826,6 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
         groups.setdefault(phrase, []).append(x.name)
     parts = [", ".join(names) + " " + phrase for phrase, names in groups.items()]  # + keeps the Message
     return _("decode at depth: ") + _("; ").join(parts)
-
-
-def speed_for(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
-              host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
-              acceptance_ratio: float | None = None) -> SpeedReport:
-    """The speed report of a plain plan. ``inputs`` is the planner's PlanInputs (spec, cfg,
-    hardware, draft); ``plan`` (optional) supplies n_ctx_slot for the depth table.
-    ``dataclasses.replace(plan, speed=speed_for(inputs, plan))`` makes ``plan.to_json()`` carry it."""
-    n_ctx = getattr(plan, "n_ctx_slot", None) if plan is not None else None
-    return speed_report(inputs.spec, inputs.cfg, inputs.hardware, cal=cal, n_ctx=n_ctx,
-                        host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
-                        draft=getattr(inputs, "draft", None), acceptance_ratio=acceptance_ratio)
-
-
-def attach_speed(plan: Any, inputs: Any, *, cal: Calibration | None = None,
-                 host_bandwidth_gbs: float | None = None, acceptance: float | None = None,
-                 acceptance_ratio: float | None = None) -> Any:
-    """``plan`` with its ``speed`` slot filled; when speed cannot be predicted (a GPU without a
-    known bandwidth) the memory plan is kept and the reason joins its warnings."""
-    try:
-        rep = speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
-                        acceptance_ratio=acceptance_ratio)
-    except InputError as e:
-        return replace(plan, warnings=tuple(plan.warnings) + (str(e),))
-    except (ArithmeticError, ValueError, KeyError, IndexError) as e:  # never let speed break a memory plan
-        return replace(plan, warnings=tuple(plan.warnings) + (
-            _("speed model failed ({error}); memory figures are unaffected").format(error=f"{type(e).__name__}: {e}"),))
-    return replace(plan, speed=rep)
-
-
-def speed_json(inputs: Any, plan: Any = None, *, cal: Calibration | None = None,
-               host_bandwidth_gbs: float | None = None, acceptance: float | None = None) -> dict[str, Any]:
-    """The ``speed`` object of ``plan --json`` for a plain plan (docs/speed.md)."""
-    return speed_for(inputs, plan, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs,
-                     acceptance=acceptance).to_json()
 
 
 def gpu_time_per_layer(g: GPU, bytes_per_layer: float, cal: Calibration) -> float:

@@ -15,10 +15,9 @@ def _comment(lines: list[str], lang: str) -> list[str]:
     return [("# " + ln).rstrip() for ln in localize(lines, lang)]
 
 
-def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.local/state/llamarig}",
-                start_timeout_s: int = 300) -> str:
+def _command_lines(spec: RenderSpec) -> list[str]:
+    """run_llama_server's body: the command, one flag per continued line."""
     q = shlex.quote
-    name = spec.name
     groups = spec.groups()
     cmd_lines = [f"  exec {' '.join(q(t) for t in (*spec.wrappers, spec.binary))} \\"]
     for i, g in enumerate(groups):
@@ -28,35 +27,25 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         cmd_lines[0] = cmd_lines[0][:-2]
     if spec.workdir:  # the input's `cd DIR`: relative names (`./llama3-server`) resolve there
         cmd_lines.insert(0, f"  cd {q(spec.workdir)}")
-    env = [f"export {k}={q(v)}" for k, v in spec.env]
-    out: list[str] = ["#!/usr/bin/env bash"]
-    out += _comment(spec.header(), spec.lang)
-    out += _comment([
+    return cmd_lines
+
+
+def _usage(spec: RenderSpec) -> list[str]:
+    """The header comment: the plan's figures, the usage, each flag with what it does."""
+    q = shlex.quote
+    return _comment(spec.header(), spec.lang) + _comment([
         "",
-        _("usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)").format(name=name),
+        _("usage: {name}.sh [start|stop|restart|status|foreground]   (default: start)").format(name=spec.name),
         "  start       " + _("run in the background: PID file and log in $LLAMARIG_RUN_DIR"),
         "  stop        " + _("SIGTERM to the PID in the PID file only (after checking it is this"),
         "              " + _("llama-server), SIGKILL after 30 s"),
         "  foreground  " + _("exec the server in this shell (for systemd, containers, debugging)"),
         "",
     ] + spec.flag_table(lambda g: " ".join(q(t) for t in g)), spec.lang)
-    out += [
-        "set -euo pipefail",
-        "",
-        f"NAME={q(name)}",
-        f'RUN_DIR="{run_dir}"',
-        'PID_FILE="$RUN_DIR/$NAME.pid"',
-        'LOG_FILE="$RUN_DIR/$NAME.log"',
-        f"BIN={q(spec.binary)}",
-        f"PORT={spec.port}",
-        f"START_TIMEOUT={start_timeout_s}",
-        *env,
-        "",
-        "# " + _("the llama-server command: one flag per line, nothing between the continued lines"),
-        "run_llama_server() {",
-        *cmd_lines,
-        "}",
-        "",
+
+
+def _is_ours(spec: RenderSpec) -> list[str]:
+    return [
         "# " + _("true when PID is alive and its command line starts with our binary (not a reused PID)"),
         "# " + _("(or, when a wrapper such as timeout stays the parent, runs it)"),
         "is_ours() {",
@@ -70,7 +59,11 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         "read_pid() {",
         '  if [[ -f "$PID_FILE" ]]; then cat "$PID_FILE"; fi',
         "}",
-        "",
+    ]
+
+
+def _start() -> list[str]:
+    return [
         "start() {",
         '  mkdir -p "$RUN_DIR"',
         "  local pid",
@@ -99,44 +92,77 @@ def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.loc
         '  echo "$NAME: not ready after ${START_TIMEOUT} s (pid $pid still starting; log $LOG_FILE)" >&2',
         "  return 1",
         "}",
+    ]
+
+
+#: stop (only the PID it started, after checking it is ours), status and the dispatch
+_STOP_STATUS = (
+    "stop() {",
+    "  local pid i",
+    "  pid=$(read_pid)",
+    '  if [[ -z "$pid" ]]; then echo "$NAME: not running (no $PID_FILE)"; return 0; fi',
+    '  if ! is_ours "$pid"; then',
+    '    echo "$NAME: pid $pid is not our llama-server any more; removing the stale $PID_FILE"',
+    '    rm -f "$PID_FILE"',
+    "    return 0",
+    "  fi",
+    '  kill -TERM "$pid"',
+    '  for ((i = 0; i < 150; i++)); do',
+    '    kill -0 "$pid" 2>/dev/null || break',
+    "    sleep 0.2",
+    "  done",
+    '  if kill -0 "$pid" 2>/dev/null; then',
+    '    echo "$NAME: pid $pid did not exit 30 s after SIGTERM; sending SIGKILL" >&2',
+    '    kill -KILL "$pid"',
+    "  fi",
+    '  rm -f "$PID_FILE"',
+    '  echo "$NAME: stopped (pid $pid)"',
+    "}",
+    "",
+    "status() {",
+    "  local pid",
+    "  pid=$(read_pid)",
+    '  if is_ours "$pid"; then echo "$NAME: running (pid $pid, port $PORT)"; return 0; fi',
+    '  echo "$NAME: not running"',
+    "  return 3",
+    "}",
+    "",
+    'case "${1:-start}" in',
+    "  start) start ;;",
+    "  stop) stop ;;",
+    "  restart) stop && start ;;",
+    "  status) status ;;",
+    "  foreground) run_llama_server ;;",
+    '  *) echo "usage: $0 [start|stop|restart|status|foreground]" >&2; exit 2 ;;',
+    "esac",
+)
+
+
+def render_bash(spec: RenderSpec, run_dir: str = "${LLAMARIG_RUN_DIR:-$HOME/.local/state/llamarig}",
+                start_timeout_s: int = 300) -> str:
+    q = shlex.quote
+    out: list[str] = ["#!/usr/bin/env bash", *_usage(spec)]
+    out += [
+        "set -euo pipefail",
         "",
-        "stop() {",
-        "  local pid i",
-        "  pid=$(read_pid)",
-        '  if [[ -z "$pid" ]]; then echo "$NAME: not running (no $PID_FILE)"; return 0; fi',
-        '  if ! is_ours "$pid"; then',
-        '    echo "$NAME: pid $pid is not our llama-server any more; removing the stale $PID_FILE"',
-        '    rm -f "$PID_FILE"',
-        "    return 0",
-        "  fi",
-        '  kill -TERM "$pid"',
-        '  for ((i = 0; i < 150; i++)); do',
-        '    kill -0 "$pid" 2>/dev/null || break',
-        "    sleep 0.2",
-        "  done",
-        '  if kill -0 "$pid" 2>/dev/null; then',
-        '    echo "$NAME: pid $pid did not exit 30 s after SIGTERM; sending SIGKILL" >&2',
-        '    kill -KILL "$pid"',
-        "  fi",
-        '  rm -f "$PID_FILE"',
-        '  echo "$NAME: stopped (pid $pid)"',
+        f"NAME={q(spec.name)}",
+        f'RUN_DIR="{run_dir}"',
+        'PID_FILE="$RUN_DIR/$NAME.pid"',
+        'LOG_FILE="$RUN_DIR/$NAME.log"',
+        f"BIN={q(spec.binary)}",
+        f"PORT={spec.port}",
+        f"START_TIMEOUT={start_timeout_s}",
+        *(f"export {k}={q(v)}" for k, v in spec.env),
+        "",
+        "# " + _("the llama-server command: one flag per line, nothing between the continued lines"),
+        "run_llama_server() {",
+        *_command_lines(spec),
         "}",
         "",
-        "status() {",
-        "  local pid",
-        "  pid=$(read_pid)",
-        '  if is_ours "$pid"; then echo "$NAME: running (pid $pid, port $PORT)"; return 0; fi',
-        '  echo "$NAME: not running"',
-        "  return 3",
-        "}",
+        *_is_ours(spec),
         "",
-        'case "${1:-start}" in',
-        "  start) start ;;",
-        "  stop) stop ;;",
-        "  restart) stop && start ;;",
-        "  status) status ;;",
-        "  foreground) run_llama_server ;;",
-        '  *) echo "usage: $0 [start|stop|restart|status|foreground]" >&2; exit 2 ;;',
-        "esac",
+        *_start(),
+        "",
+        *_STOP_STATUS,
     ]
     return "\n".join(spec.local(out)) + "\n"

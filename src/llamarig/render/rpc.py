@@ -27,7 +27,7 @@ from llamarig.errors import InputError
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _, localize
 from llamarig.launch.rpc import RPC_SERVER_NAME, rpc_server_argv
-from llamarig.plan.rpc import parse_rpc_device, split_endpoint
+from llamarig.plan.rpc import split_endpoint
 from llamarig.render.systemd import systemd_quote
 
 #: llama.cpp's device name prefix per backend (as --list-devices prints them)
@@ -56,13 +56,13 @@ class RpcServerSpec:
         return f"{name}-rpc-{self.bind.replace('.', '-')}-{self.port}"
 
 
-def rpc_servers(rpc: str | None, described: Sequence[str], server_binary: str) -> list[RpcServerSpec]:
+def rpc_servers(rpc: str | None, described: Sequence[GPU], server_binary: str) -> list[RpcServerSpec]:
     """The rpc-servers ``--rpc`` names, in its order, with the devices ``--rpc-device`` gives
-    them. Raises InputError for an endpoint whose name does not resolve to an IPv4 address."""
+    them (``Hardware.rpc``). Raises InputError for an endpoint whose name does not resolve to an
+    IPv4 address."""
     devs: dict[str, list[GPU]] = {}
-    for text in described:
-        for g in parse_rpc_device(text):
-            devs.setdefault(g.endpoint, []).append(g)
+    for g in described:
+        devs.setdefault(g.endpoint, []).append(g)
     binary = str(Path(server_binary).with_name(RPC_SERVER_NAME))
     out = []
     for ep in (e.strip() for e in (rpc or "").split(",") if e.strip()):

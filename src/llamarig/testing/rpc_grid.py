@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llamarig.plan.logparse import ServerMemoryLog, parse_memory_log
+from llamarig.plan.memory_log import ServerMemoryLog, parse_memory_log
 from llamarig.plan.result import Plan
 from llamarig.units import MiB
 

@@ -173,7 +173,7 @@ _BLOCK = {"q8_0": 32, "q4_0": 32}
 _split_max_tensors = 0
 
 
-class _Builder:
+class _GGUFBuilder:
     def __init__(self, path: Path, arch: str, shape: SynthShape) -> None:
         # gguf-py writes NAME-0000i-of-0000n.gguf with split.* keys, as llama.cpp's gguf-split does
         self.w = GGUFWriter(str(path), arch, split_max_tensors=_split_max_tensors)
@@ -385,7 +385,7 @@ def _no_nextn(arch: str, s: SynthShape) -> None:
 
 def _llama(path: Path, s: SynthShape) -> None:
     _no_nextn("llama", s)
-    b = _Builder(path, "llama", s)
+    b = _GGUFBuilder(path, "llama", s)
     n_vocab = b.common("synth-llama")
     b.key("feed_forward_length", s.n_ff)
     b.key("vocab_size", n_vocab)
@@ -400,7 +400,7 @@ def _llama(path: Path, s: SynthShape) -> None:
 
 def _qwen3(path: Path, s: SynthShape) -> None:
     _no_nextn("qwen3", s)
-    b = _Builder(path, "qwen3", s)
+    b = _GGUFBuilder(path, "qwen3", s)
     n_vocab = b.common("synth-qwen3", pre="qwen2")
     b.key("feed_forward_length", s.n_ff)
     b.embeddings(n_vocab)
@@ -419,7 +419,7 @@ def _gemma3(path: Path, s: SynthShape) -> None:
     _no_nextn("gemma3", s)
     if s.swa_pattern is not None and len(s.swa_pattern) != s.n_layer:
         raise ValueError(f"gemma3: swa_pattern has {len(s.swa_pattern)} entries for {s.n_layer} layers")
-    b = _Builder(path, "gemma3", s)
+    b = _GGUFBuilder(path, "gemma3", s)
     n_vocab = b.common("synth-gemma3")
     b.key("feed_forward_length", s.n_ff)
     if s.swa_window > 0:
@@ -445,7 +445,7 @@ def _qwen3moe(path: Path, s: SynthShape) -> None:
     """qwen3moe (src/models/qwen3moe.cpp): qwen3 attention + routed experts, no shared one."""
     _no_nextn("qwen3moe", s)
     _check_experts("qwen3moe", s)
-    b = _Builder(path, "qwen3moe", s)
+    b = _GGUFBuilder(path, "qwen3moe", s)
     n_vocab = b.common("synth-qwen3moe", pre="qwen2")
     b.key("feed_forward_length", s.n_ff)
     b.key("expert_count", s.n_expert)
@@ -473,10 +473,8 @@ def qwen35_recurrent_flags(s: SynthShape) -> list[bool]:
     return [(il + 1) % s.full_attention_interval != 0 for il in range(s.n_layer)]
 
 
-def _qwen35_family(path: Path, s: SynthShape, arch: str, moe: bool) -> None:
-    """qwen35 / qwen35moe (src/models/qwen35.cpp, qwen35moe.cpp): gated-delta-net layers plus a
-    gated full-attention layer every ``full_attention_interval``; IMRoPE with 4 required
-    rope.dimension_sections; optional MTP (nextn) blocks after the main layers."""
+def _check_qwen35(arch: str, s: SynthShape, moe: bool) -> None:
+    """What llama.cpp asserts of a qwen35 / qwen35moe shape."""
     if s.recurrent_layers is not None and len(s.recurrent_layers) != s.n_layer:
         raise ValueError(f"{arch}: recurrent_layers has {len(s.recurrent_layers)} entries for {s.n_layer} layers")
     if s.full_attention_interval <= 0:
@@ -490,7 +488,10 @@ def _qwen35_family(path: Path, s: SynthShape, arch: str, moe: bool) -> None:
         raise ValueError(f"{arch}: mtp_only needs nextn_layers > 0")
     if moe:
         _check_experts(arch, s)
-    b = _Builder(path, arch, s)
+
+
+def _qwen35_keys(b: _GGUFBuilder, s: SynthShape, arch: str, moe: bool, rec: list[bool]) -> int:
+    """The header's keys; the vocabulary size."""
     n_vocab = b.common(f"synth-{arch}", pre="qwen35")  # llama-vocab.cpp knows "qwen35"
     b.key("feed_forward_length", s.n_ff)
     if moe:
@@ -504,18 +505,42 @@ def _qwen35_family(path: Path, s: SynthShape, arch: str, moe: bool) -> None:
     b.key("ssm.state_size", s.ssm_state_size)
     b.key("ssm.time_step_rank", s.ssm_time_step_rank)
     b.key("ssm.group_count", s.ssm_group_count)
-    rec = qwen35_recurrent_flags(s)
     if s.recurrent_layers is not None:
         # get_key_or_arr wants exactly block_count entries; MTP layers are never recurrent
         b.key("attention.recurrent_layers", rec + [False] * s.nextn_layers)
     else:
         b.key("full_attention_interval", s.full_attention_interval)
-    b.embeddings(n_vocab)
+    return n_vocab
 
+
+def _delta_net(b: _GGUFBuilder, s: SynthShape, p: str) -> None:
+    """A gated-delta-net layer's tensors."""
     key_dim = s.ssm_state_size * s.ssm_group_count
     value_dim = s.ssm_state_size * s.ssm_time_step_rank
     conv_dim = 2 * key_dim + value_dim
     nv = s.ssm_time_step_rank
+    b.tensor(f"{p}.attn_qkv.weight", s.n_embd, conv_dim)
+    b.tensor(f"{p}.attn_gate.weight", s.n_embd, value_dim)
+    # the conv kernel, dt bias and A stay F32 (ggml_ssm_conv; as in real quants)
+    b.tensor(f"{p}.ssm_conv1d.weight", s.ssm_conv_kernel, conv_dim, f32=True)
+    b.tensor(f"{p}.ssm_dt.bias", nv)
+    # ssm_a = -exp(A_log) (conversion/qwen.py): negative decay rates
+    a = -np.exp(0.1 * b.rng.standard_normal(nv)).astype(np.float32)
+    b.tensor(f"{p}.ssm_a", nv, data=a)
+    b.tensor(f"{p}.ssm_beta.weight", s.n_embd, nv)
+    b.tensor(f"{p}.ssm_alpha.weight", s.n_embd, nv)
+    b.tensor(f"{p}.ssm_norm.weight", s.ssm_state_size, norm=True)
+    b.tensor(f"{p}.ssm_out.weight", value_dim, s.n_embd)
+
+
+def _qwen35_family(path: Path, s: SynthShape, arch: str, moe: bool) -> None:
+    """qwen35 / qwen35moe (src/models/qwen35.cpp, qwen35moe.cpp): gated-delta-net layers plus a
+    gated full-attention layer every ``full_attention_interval``; IMRoPE with 4 required
+    rope.dimension_sections; optional MTP (nextn) blocks after the main layers."""
+    _check_qwen35(arch, s, moe)
+    b = _GGUFBuilder(path, arch, s)
+    rec = qwen35_recurrent_flags(s)
+    b.embeddings(_qwen35_keys(b, s, arch, moe, rec))
 
     def ffn(il: int) -> None:
         if moe:
@@ -531,18 +556,7 @@ def _qwen35_family(path: Path, s: SynthShape, arch: str, moe: bool) -> None:
         b.tensor(f"{p}.attn_norm.weight", s.n_embd, norm=True)
         b.tensor(f"{p}.post_attention_norm.weight", s.n_embd, norm=True)
         if rec[il]:
-            b.tensor(f"{p}.attn_qkv.weight", s.n_embd, conv_dim)
-            b.tensor(f"{p}.attn_gate.weight", s.n_embd, value_dim)
-            # the conv kernel, dt bias and A stay F32 (ggml_ssm_conv; as in real quants)
-            b.tensor(f"{p}.ssm_conv1d.weight", s.ssm_conv_kernel, conv_dim, f32=True)
-            b.tensor(f"{p}.ssm_dt.bias", nv)
-            # ssm_a = -exp(A_log) (conversion/qwen.py): negative decay rates
-            a = -np.exp(0.1 * b.rng.standard_normal(nv)).astype(np.float32)
-            b.tensor(f"{p}.ssm_a", nv, data=a)
-            b.tensor(f"{p}.ssm_beta.weight", s.n_embd, nv)
-            b.tensor(f"{p}.ssm_alpha.weight", s.n_embd, nv)
-            b.tensor(f"{p}.ssm_norm.weight", s.ssm_state_size, norm=True)
-            b.tensor(f"{p}.ssm_out.weight", value_dim, s.n_embd)
+            _delta_net(b, s, p)
         else:
             b.attention(il, qk_norm=True, gated_q=True)
         ffn(il)
@@ -663,7 +677,7 @@ def write_mmproj(path: str | Path, shape: SynthVisionShape | None = None, **over
         raise ValueError("image_size must be a multiple of patch_size * spatial_merge_size")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    b = _Builder(p, "clip", SynthShape(weight_type=v.weight_type, seed=v.seed))
+    b = _GGUFBuilder(p, "clip", SynthShape(weight_type=v.weight_type, seed=v.seed))
     w = b.w
     w.add_name("synth-mmproj")
     w.add_file_type(_FILE_TYPES[v.weight_type])

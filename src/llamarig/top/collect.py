@@ -20,10 +20,12 @@ from typing import Any
 import aiohttp
 
 from llamarig.bench.client import BenchClient, HTTPResult
+from llamarig.bench.gpu import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.bench.monitor import parse_metrics
 from llamarig.top import derive
-from llamarig.top.gpu import Nvml, is_local, remote_reading
-from llamarig.top.model import GpuReading, Raw, ServerRaw, Snapshot
+from llamarig.top.local import pool_hint
+from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
+from llamarig.top.pool import NO_HINT
 
 
 def _why(e: BaseException) -> str:
@@ -54,8 +56,10 @@ class Collector:
     of GETs and returns the next :class:`Snapshot` (rates need two)."""
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 2.0, metrics: bool = True,
-                 gpu: bool = True) -> None:
+                 gpu: bool = True, pool: PoolHint | None = None) -> None:
         self.url = url.rstrip("/")
+        self.given = pool  # top --pool: the server's pool as the user gives it
+        self.hint: PoolHint | None = None  # the pool found on first contact (read again when the server is back)
         self.timeout_s = timeout_s
         self.metrics = metrics
         self.client = BenchClient(self.url, timeout_s=max(timeout_s * 2, 5.0), api_key=api_key)
@@ -63,7 +67,7 @@ class Collector:
         self.props: dict[str, Any] = {}
         self.prev: Snapshot | None = None
         self.want_gpu = gpu
-        self.nvml: Nvml | None = None
+        self.telemetry: GpuTelemetry | None = None
         self.local: bool | None = None
 
     async def __aenter__(self) -> Collector:
@@ -72,8 +76,8 @@ class Collector:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.client.__aexit__(*exc)
-        if self.nvml is not None:
-            self.nvml.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
 
     async def _get(self, path: str) -> HTTPResult | BaseException:
         try:
@@ -120,9 +124,9 @@ class Collector:
             return GpuReading(False, "no server answered yet: whether it runs on this machine is not known", "unknown")
         if not self._local(tuple(s.url for s in servers)):
             return remote_reading()
-        if self.nvml is None:
-            self.nvml = Nvml()
-        return self.nvml.read()
+        if self.telemetry is None:
+            self.telemetry = GpuTelemetry()
+        return self.telemetry.read()
 
     # ------------------------------------------------------------------ a llama-server
     async def _server_round(self) -> ServerRaw:
@@ -132,12 +136,15 @@ class Collector:
         got = dict(zip(paths, await asyncio.gather(*(self._get(p) for p in paths)), strict=True))
         health = got["/health"]
         if isinstance(health, BaseException):
-            self.props = {}  # read again when it is back: it may be another build or model
+            self.props, self.hint = {}, None  # read again when it is back: another build, model or pool
             return ServerRaw("server", self.url, False, error=_why(health))
         pr = got.get("/props")
         if isinstance(pr, HTTPResult) and pr.status == 200 and isinstance(pr.body, dict):
             self.props = pr.body
+            self.hint = None
         slots, slots_err = _slots(got["/slots"])
+        if self.hint is None:
+            self.hint = self.given or pool_hint(self.url, _slot_ctx(self.props))
         metrics: Mapping[str, float] | None = None
         m_err = "not read (--no-metrics)"
         start: float | None = None
@@ -160,7 +167,7 @@ class Collector:
             m_err = f"GET /metrics: {_why(m)}"
         return ServerRaw("server", self.url, True, health=health.status, slots=slots, slots_error=slots_err,
                          metrics=metrics, metrics_error=m_err, start_time=start, uptime_s=uptime,
-                         props=self.props or None)
+                         props=self.props or None, pool_hint=self.hint)
 
     # ------------------------------------------------------------------ a gateway
     async def _gateway_round(self) -> tuple[tuple[ServerRaw, ...], dict[str, Any] | None, str]:
@@ -193,8 +200,34 @@ class Collector:
             props = sb.get("props") if isinstance(sb.get("props"), dict) else None
             out.append(ServerRaw(name, url, True, slots=slots, slots_error=str(sb.get("error") or ""),
                                  metrics=mets.get(name), metrics_error="" if name in mets else "no /metrics from this backend",
-                                 props=props))
+                                 props=props, pool_hint=gateway_pool_hint(b)))
         return tuple(out), status, ""
+
+
+def gateway_pool_hint(b: Mapping[str, Any]) -> PoolHint:
+    """One backend's KV pool as ``/gateway/status`` gives it: ``pool.server_tokens`` (the cells the
+    server has, from its log or ``/props``: gateway/pool.py) with ``pool.unified``; else the pool the
+    gateway admits against (``pool_tokens``, after its safety fraction)."""
+    p = b.get("pool")
+    if isinstance(p, Mapping):
+        tokens = p.get("server_tokens") if isinstance(p.get("server_tokens"), int) else p.get("tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            unified = p.get("unified")
+            how = [str(x) for x in (p.get("server_source") or p.get("source"), p.get("server_bound")) if x]
+            return PoolHint(tokens, unified if isinstance(unified, bool) else None, "gateway", ", ".join(how))
+    tokens = b.get("pool_tokens")
+    if not isinstance(tokens, int) or isinstance(tokens, bool):
+        return NO_HINT
+    conf = b.get("configured")
+    unified = conf.get("unified") if isinstance(conf, Mapping) else None
+    return PoolHint(tokens, unified if isinstance(unified, bool) else None, "gateway",
+                    str(b.get("pool_source") or ""))
+
+
+def _slot_ctx(props: Mapping[str, Any]) -> int | None:
+    gs = props.get("default_generation_settings")
+    n = gs.get("n_ctx") if isinstance(gs, Mapping) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
 def _gateway_error(body: Any) -> bool:
@@ -219,9 +252,12 @@ def _slots(r: HTTPResult | BaseException) -> tuple[tuple[Mapping[str, Any], ...]
 
 
 async def once(url: str, *, api_key: str | None = None, interval_s: float = 1.0, timeout_s: float = 2.0,
-               metrics: bool = True, gpu: bool = True) -> Snapshot:
-    """Two rounds ``interval_s`` apart (rates need two); the second snapshot."""
-    async with Collector(url, api_key=api_key, timeout_s=timeout_s, metrics=metrics, gpu=gpu) as c:
-        await c.snapshot()
-        await asyncio.sleep(interval_s)
-        return await c.snapshot()
+               metrics: bool = True, gpu: bool = True, pool: PoolHint | None = None) -> Snapshot:
+    """``derive.READINGS`` rounds ``interval_s`` apart (as many as the slowest rule needs: rates
+    take two, foreign work three); the last snapshot."""
+    async with Collector(url, api_key=api_key, timeout_s=timeout_s, metrics=metrics, gpu=gpu, pool=pool) as c:
+        snap = await c.snapshot()
+        for _ in range(derive.READINGS - 1):
+            await asyncio.sleep(interval_s)
+            snap = await c.snapshot()
+        return snap

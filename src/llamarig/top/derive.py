@@ -16,8 +16,10 @@ Server facts (llama.cpp build 11434, tools/server/server-context.cpp):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
+from llamarig.bench.gpu import GpuReading
 from llamarig.bench.monitor import SlotRuleState, judge_slots
 from llamarig.bench.records import note_text
 from llamarig.i18n import N_, join
@@ -25,10 +27,9 @@ from llamarig.top.model import (
     Alert,
     Event,
     GatewayView,
-    GpuRaw,
-    GpuReading,
     GpuView,
     Memo,
+    PoolView,
     Raw,
     ReplicaView,
     ReservationView,
@@ -39,9 +40,13 @@ from llamarig.top.model import (
     SlotView,
     Snapshot,
 )
+from llamarig.top.pool import more_than_one_slot, pool_alerts, pool_view
 
-#: a pool or slot this full is "near full"
+#: a slot this full (or the gateway's reservations this near its pool) is "near full"
 NEAR_FULL = 0.9
+#: readings the slowest rule needs before it can fire: more busy slots than requests in flight
+#: (three in a row, bench.monitor.judge_slots); ``top --once`` takes this many
+READINGS = 3
 #: a restart stays an alert this long (seconds); it stays in the timeline after
 RESTART_ALERT_S = 120.0
 #: a slot re-processing a continued context this many times in a row: checkpoints thrashing
@@ -104,15 +109,16 @@ def _slot(name: str, s: Mapping[str, Any], prev: SlotMemo | None, dt: float | No
             dec = (n_dec - prev.n_decoded) / dt
         if processed is not None and prev.processed is not None and processed >= prev.processed:
             pre = (processed - prev.processed) / dt
+    has_next = nt.get("has_next_token")
     view = SlotView(name, sid, busy, phase, _int(s.get("n_ctx")), ctx, n_dec, _int(nt.get("n_remain")), tid,
-                    _int(s.get("n_prompt_tokens_cache")), dec, pre)
+                    _int(s.get("n_prompt_tokens_cache")), dec, pre, has_next if isinstance(has_next, bool) else None)
     if prev is None or prev.id_task == tid:
         prev_ctx = prev.prev_ctx if prev else None
         judged = prev.judged if prev else True
         streak = prev.reprocess_streak if prev else 0
     else:  # a new task on this slot: judge its cache reuse against what the slot held
         prev_ctx, judged, streak = prev.ctx_used, False, prev.reprocess_streak
-    return view, SlotMemo(tid, n_dec, processed, ctx, prev_ctx, judged, streak)
+    return view, SlotMemo(tid, n_dec, processed, ctx, prev_ctx, judged, streak, busy)
 
 
 def _reuse(view: SlotView, memo: SlotMemo) -> tuple[SlotMemo, bool]:
@@ -125,13 +131,14 @@ def _reuse(view: SlotView, memo: SlotMemo) -> tuple[SlotMemo, bool]:
     cached = view.cached or 0
     bad = cached < memo.prev_ctx / 2
     streak = memo.reprocess_streak + 1 if bad else 0
-    return SlotMemo(memo.id_task, memo.n_decoded, memo.processed, memo.ctx_used, memo.prev_ctx, True, streak), bad
+    return replace(memo, judged=True, reprocess_streak=streak), bad
 
 
 def _counters_back(prev: Mapping[str, float], cur: Mapping[str, float]) -> str | None:
     for k in ("n_decode_total", "tokens_predicted_total", "prompt_tokens_total"):
         if k in prev and k in cur and cur[k] < prev[k]:
-            return f"/metrics {k} went down from {prev[k]:.0f} to {cur[k]:.0f}"
+            return note_text(N_("/metrics {counter} went down from {before} to {after}"), counter=k,
+                             before=f"{prev[k]:.0f}", after=f"{cur[k]:.0f}")
     return None
 
 
@@ -141,124 +148,247 @@ def _rate(prev: Mapping[str, float], cur: Mapping[str, float], key: str, dt: flo
     return (cur[key] - prev[key]) / dt
 
 
-def _server(raw: ServerRaw, prev: ServerMemo | None, t: float, wall: float,
-            gw_backend: Mapping[str, Any] | None, events: list[Event],
-            alerts: list[Alert]) -> tuple[ServerView, ServerMemo]:
-    name = raw.name
-    restarts = prev.restarts if prev else 0
-    last_restart = prev.last_restart if prev else None
-    rule = prev.rule if prev else SlotRuleState()
-    if not raw.reachable:
-        down_since = prev.down_since if prev and prev.down_since is not None else wall
-        if prev is None or prev.down_since is None:
-            events.append(Event(wall, "down", name, note_text(N_("{server} does not answer: {error}"), server=name, error=raw.error), {"error": raw.error}))
-        alerts.append(Alert("down", name, {"seconds": round(wall - down_since), "error": raw.error}))
-        memo = ServerMemo(t, False, prev.start_time if prev else None, prev.counters if prev else {},
-                          prev.slots if prev else {}, rule, restarts, down_since, last_restart, False)
-        view = ServerView(name, raw.url, "down", raw.error, None, None, None, None, wall - down_since, restarts,
-                          (), raw.slots_error, raw.metrics_error, None, None, None, None, None, None, None, None,
-                          *_gw_figures(gw_backend))
-        return view, memo
+@dataclass
+class _Out:
+    """What one round adds to the snapshot: events and alerts, in order."""
 
-    dt = (t - prev.t) if prev is not None and prev.reachable else None
-    why_restart: list[str] = []
-    if prev is not None and prev.down_since is not None:
-        events.append(Event(wall, "back", name, note_text(N_("{server} answers again after {seconds} s"), server=name, seconds=f"{wall - prev.down_since:.0f}"),
-                            {"seconds": round(wall - prev.down_since)}))
-    if prev is not None and raw.start_time is not None and prev.start_time is not None and raw.start_time != prev.start_time:
-        why_restart.append(note_text(N_("/metrics Process-Start-Time-Unix changed from {before} to {after}"),
-                                       before=f"{prev.start_time:.0f}", after=f"{raw.start_time:.0f}"))
-    counters = raw.metrics or {}
-    if prev is not None and counters:
-        back = _counters_back(prev.counters, counters)
-        if back:
-            why_restart.append(back)
+    t: float
+    wall: float
+    events: list[Event] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
 
-    # slots, their rates and the interference rule (gateway mode)
-    slot_views: list[SlotView] = []
-    slot_memos: dict[int, SlotMemo] = {}
-    prev_slots = prev.slots if prev else {}
-    foreign = False
-    if why_restart:  # a new process: nothing of the old one's slots carries over
-        prev_slots = {}
-        rule = SlotRuleState()
+    def event(self, kind: str, server: str, detail: str, **values: Any) -> None:
+        self.events.append(Event(self.wall, kind, server, detail, values))
+
+    def alert(self, kind: str, server: str, **values: Any) -> None:
+        self.alerts.append(Alert(kind, server, values))
+
+
+def _down(raw: ServerRaw, prev: ServerMemo | None, out: _Out,
+          gw_backend: Mapping[str, Any] | None) -> tuple[ServerView, ServerMemo]:
+    name, wall = raw.name, out.wall
+    down_since = prev.down_since if prev and prev.down_since is not None else wall
+    if prev is None or prev.down_since is None:
+        out.event("down", name, note_text(N_("{server} does not answer: {error}"), server=name, error=raw.error),
+                  error=raw.error)
+    out.alert("down", name, seconds=round(wall - down_since), error=raw.error)
+    memo = (replace(prev, t=out.t, reachable=False, down_since=down_since, foreign=False) if prev is not None
+            else ServerMemo(out.t, False, None, {}, {}, SlotRuleState(), 0, down_since, None, False))
+    view = ServerView(name, raw.url, "down", raw.error, None, None, None, None, wall - down_since, memo.restarts,
+                      (), raw.slots_error, raw.metrics_error, None, None, None, None, None, None, None, None,
+                      endings=memo.endings, **_gw_figures(gw_backend))
+    return view, memo
+
+
+def _restart_reasons(raw: ServerRaw, prev: ServerMemo | None) -> list[str]:
+    """Why this round's server is another process than the last one's (empty: the same)."""
+    why: list[str] = []
+    if prev is None:
+        return why
+    if raw.start_time is not None and prev.start_time is not None and raw.start_time != prev.start_time:
+        why.append(note_text(N_("/metrics Process-Start-Time-Unix changed from {before} to {after}"),
+                             before=f"{prev.start_time:.0f}", after=f"{raw.start_time:.0f}"))
+    back = _counters_back(prev.counters, raw.metrics or {})
+    if back:
+        why.append(back)
+    return why
+
+
+def _read_slots(raw: ServerRaw, prev_slots: Mapping[int, SlotMemo], dt: float | None,
+                out: _Out) -> tuple[list[SlotView], dict[int, SlotMemo]]:
+    """The slots with their rates; a continued context re-processed is an event, twice in a row
+    an alert (checkpoints thrashing)."""
+    views: list[SlotView] = []
+    memos: dict[int, SlotMemo] = {}
     for s in raw.slots or ():
         sid = _int(s.get("id"))
         if sid is None:
             continue
-        sv, sm = _slot(name, s, prev_slots.get(sid), dt)
+        sv, sm = _slot(raw.name, s, prev_slots.get(sid), dt)
         sm, reprocessed = _reuse(sv, sm)
         if reprocessed:
-            events.append(Event(wall, "reprocessed", name,
-                                note_text(N_("slot {slot}: task {task} reused {cached} of the {held} tokens the slot held"),
-                                          slot=sid, task=sv.id_task, cached=sv.cached or 0, held=sm.prev_ctx),
-                                {"slot": sid, "cached": sv.cached or 0, "held": sm.prev_ctx}))
+            out.event("reprocessed", raw.name,
+                      note_text(N_("slot {slot}: task {task} reused {cached} of the {held} tokens the slot held"),
+                                slot=sid, task=sv.id_task, cached=sv.cached or 0, held=sm.prev_ctx),
+                      slot=sid, cached=sv.cached or 0, held=sm.prev_ctx)
         if sm.reprocess_streak >= THRASH_STREAK:
-            alerts.append(Alert("checkpoint_thrash", name, {"slot": sid, "streak": sm.reprocess_streak}))
-        slot_views.append(sv)
-        slot_memos[sid] = sm
-    if raw.slots is not None:
-        if gw_backend is not None:
-            in_flight = _int(gw_backend.get("in_flight")) or 0
-            j = judge_slots(rule, [dict(s) for s in raw.slots], in_flight=in_flight, pinned={}, unpinned=in_flight, t=t)
-        else:  # nobody here started anything: only the task-id restart part applies
-            j = judge_slots(rule, [dict(s) for s in raw.slots], in_flight=0, pinned={}, unpinned=1 << 30, t=t)
-        rule = j.state
-        for ev in j.events:
-            if ev.kind == "restart":
-                why_restart.append(ev.detail)
-        foreign = j.foreign_now and gw_backend is not None
-        if foreign:
-            busy = sum(1 for v in slot_views if v.busy)
-            in_flight = _int(gw_backend.get("in_flight")) or 0 if gw_backend else 0
-            alerts.append(Alert("foreign_work", name, {"busy": busy, "in_flight": in_flight}))
-            if prev is None or not prev.foreign:
-                events.append(Event(wall, "foreign_work", name,
-                                    note_text(N_("{busy} slots busy, {in_flight} requests in flight through the gateway"),
-                                              busy=busy, in_flight=in_flight)))
-    if why_restart:
-        restarts += 1
-        last_restart = wall
-        events.append(Event(wall, "restart", name, join("; ", why_restart)))
-    if last_restart is not None and wall - last_restart <= RESTART_ALERT_S:
-        alerts.append(Alert("restart", name, {"seconds": round(wall - last_restart)}))
+            out.alert("checkpoint_thrash", raw.name, slot=sid, streak=sm.reprocess_streak)
+        views.append(sv)
+        memos[sid] = sm
+    return views, memos
 
-    pc = prev.counters if prev and not why_restart else {}
-    dec = [v.decode_tok_s for v in slot_views if v.decode_tok_s is not None]
-    pre = [v.prefill_tok_s for v in slot_views if v.prefill_tok_s is not None]
-    used = [v.ctx_used for v in slot_views if v.ctx_used is not None]
-    tot = [v.n_ctx for v in slot_views if v.n_ctx is not None]
+
+def _interference(raw: ServerRaw, rule: SlotRuleState, gw_backend: Mapping[str, Any] | None,
+                  views: list[SlotView], prev: ServerMemo | None,
+                  out: _Out) -> tuple[SlotRuleState, bool, list[str]]:
+    """The interference rule of llamarig bench (``judge_slots``): foreign work through a gateway
+    (which knows its own requests), restarts from task ids going back in every mode."""
+    if raw.slots is None:
+        return rule, False, []
+    in_flight = (_int(gw_backend.get("in_flight")) or 0) if gw_backend is not None else 0
+    # directly against a server nobody here started anything: only the task-id part applies
+    unpinned = in_flight if gw_backend is not None else 1 << 30
+    j = judge_slots(rule, [dict(s) for s in raw.slots], in_flight=in_flight, pinned={}, unpinned=unpinned, t=out.t)
+    restarts = [ev.detail for ev in j.events if ev.kind == "restart"]
+    foreign = j.foreign_now and gw_backend is not None
+    if foreign:
+        busy = sum(1 for v in views if v.busy)
+        out.alert("foreign_work", raw.name, busy=busy, in_flight=in_flight)
+        if prev is None or not prev.foreign:
+            out.event("foreign_work", raw.name,
+                      note_text(N_("{busy} slots busy, {in_flight} requests in flight through the gateway"),
+                                busy=busy, in_flight=in_flight))
+    return j.state, foreign, restarts
+
+
+def _ending(prev: SlotMemo | None, now: SlotView) -> str | None:
+    """How the task a slot held at the last reading ended, when this reading shows the slot idle
+    with that task: ``done`` (it finished its answer: has_next_token false), ``cancelled`` (it
+    stopped before, its cache kept: the client went away), ``cleared`` (stopped before, its cache
+    cleared: an error such as a full pool, or a cancel whose cache a new task cleared since)."""
+    if prev is None or not prev.busy or now.busy or now.id_task is None or now.id_task != prev.id_task:
+        return None
+    if now.has_next is None:
+        return None
+    if not now.has_next:
+        return "done"
+    return "cancelled" if now.ctx_used else "cleared"
+
+
+def _endings(name: str, views: list[SlotView], prev: ServerMemo | None, out: _Out) -> dict[str, int]:
+    """Count how the tasks that left their slots since the last reading ended; the early ends are
+    events. Tasks whose caches were cleared at once while the pool was near full (or two or more at
+    once: llama-server ends every busy slot when a decode finds no cell, server-context.cpp:4040)
+    ended with 'Context size has been exceeded'."""
+    counts = dict(prev.endings) if prev is not None else {}
+    if prev is None:
+        return counts
+    ended = [(v, _ending(prev.slots.get(v.id), v)) for v in views]
+    cleared = [v for v, how in ended if how == "cleared"]
+    overflow = bool(cleared) and (prev.pool_alarm or len(cleared) >= 2)
+    for v, how in ended:
+        if how is None:
+            continue
+        kind = "context_exceeded" if how == "cleared" and overflow else ("ended_early" if how == "cleared" else how)
+        counts[kind] = counts.get(kind, 0) + 1
+        pm = prev.slots[v.id]
+        req = pm.request
+        if kind == "cancelled":
+            out.event("cancelled", name, note_text(
+                N_("slot {slot}: task {task} cancelled after {tokens} generated tokens (its client went away)"),
+                slot=v.id, task=v.id_task, tokens=pm.n_decoded or 0), slot=v.id, task=v.id_task, request=req)
+        elif kind == "ended_early":
+            out.event("ended_early", name, note_text(
+                N_("slot {slot}: task {task} ended before its answer was complete and its cache was cleared "
+                   "(cancelled, or an error)"), slot=v.id, task=v.id_task), slot=v.id, task=v.id_task, request=req)
+    if overflow:
+        pool = prev.pool
+        out.event("context_exceeded", name, note_text(
+            N_("{n} requests ended with 'Context size has been exceeded' (slots {slots}): the busy slots held "
+               "{cells} of the {tokens} cells of the KV pool"), n=len(cleared),
+            slots=", ".join(str(v.id) for v in cleared), cells=pool.cells_busy if pool else "?",
+            tokens=pool.tokens if pool and pool.tokens else "?"),
+            slots=[v.id for v in cleared], tasks=[v.id_task for v in cleared],
+            requests=[r for v in cleared if (r := prev.slots[v.id].request) is not None])
+    return counts
+
+
+def _remember_requests(views: list[SlotView], memos: dict[int, SlotMemo],
+                       prev: Mapping[int, SlotMemo]) -> dict[int, SlotMemo]:
+    """The gateway request each slot's task was seen with, kept for the task's life: the gateway
+    may drop a request (its client went away) a reading before its slot is seen idle."""
+    out = dict(memos)
+    for v in views:
+        m = out.get(v.id)
+        if m is None:
+            continue
+        pm = prev.get(v.id)
+        kept = pm.request if pm is not None and pm.id_task == m.id_task else None
+        out[v.id] = replace(m, request=v.request or kept)
+    return out
+
+
+def _capacity_alerts(name: str, pool: PoolView, views: list[SlotView], gw: _GwFigures, out: _Out) -> bool:
+    """The pool's alerts (llamarig.top.pool), a busy slot near its own context, the gateway's
+    reservations near its pool; True when a pool alert is up (an overflow may come)."""
+    pa = pool_alerts(pool)
+    for kind, values in pa:
+        out.alert(kind, name, **values)
+    for v in views:
+        if v.busy and v.ctx_used is not None and v.n_ctx and v.ctx_used / v.n_ctx >= NEAR_FULL:
+            out.alert("slot_near_full", name, slot=v.id, used=v.ctx_used, n_ctx=v.n_ctx,
+                      pct=round(100 * v.ctx_used / v.n_ctx))
+    reserved, pool_tokens = gw["reserved_tokens"], gw["pool_tokens"]
+    if reserved is not None and pool_tokens and reserved / pool_tokens >= NEAR_FULL:
+        out.alert("reserved_near_full", name, reserved=reserved, pool=pool_tokens,
+                  pct=round(100 * reserved / pool_tokens))
+    return bool(pa)
+
+
+def _server(raw: ServerRaw, prev: ServerMemo | None, out: _Out, gw_backend: Mapping[str, Any] | None,
+            requests: Mapping[int, str]) -> tuple[ServerView, ServerMemo]:
+    """One server's view and memo from its round of GETs and the last memo (``requests``: slot ->
+    the gateway request that holds it)."""
+    if not raw.reachable:
+        return _down(raw, prev, out, gw_backend)
+    name = raw.name
+    dt = (out.t - prev.t) if prev is not None and prev.reachable else None
+    if prev is not None and prev.down_since is not None:
+        out.event("back", name, note_text(N_("{server} answers again after {seconds} s"), server=name,
+                                          seconds=f"{out.wall - prev.down_since:.0f}"),
+                  seconds=round(out.wall - prev.down_since))
+    why = _restart_reasons(raw, prev)
+    same = prev is not None and not why  # a new process: nothing of the old one's slots carries over
+    views, slot_memos = _read_slots(raw, prev.slots if prev is not None and same else {}, dt, out)
+    views = [replace(v, request=requests.get(v.id)) if v.busy and v.id in requests else v for v in views]
+    slot_memos = _remember_requests(views, slot_memos, prev.slots if prev is not None and same else {})
+    rule, foreign, more = _interference(raw, prev.rule if prev is not None and same else SlotRuleState(),
+                                        gw_backend, views, prev, out)
+    why += more
+    restarts = (prev.restarts if prev else 0) + (1 if why else 0)
+    last_restart = out.wall if why else (prev.last_restart if prev else None)
+    if why:
+        out.event("restart", name, join("; ", why))
+    if last_restart is not None and out.wall - last_restart <= RESTART_ALERT_S:
+        out.alert("restart", name, seconds=round(out.wall - last_restart))
+    split_seen = (prev is not None and same and prev.split_seen) or more_than_one_slot(views)
+    pool = pool_view(views, raw.pool_hint, split_seen)
+    endings = _endings(name, views, prev if same else None, out)
+    if prev is not None and not same:
+        endings = dict(prev.endings)  # counted since top started, across restarts
+    gw = _gw_figures(gw_backend)
+    alarm = _capacity_alerts(name, pool, views, gw, out)
+    counters = raw.metrics or {}
+    pc = prev.counters if prev and same else {}
+    view = _server_view(raw, views, pool, endings, restarts, dt, pc, gw)
+    memo = ServerMemo(out.t, True, raw.start_time if raw.start_time is not None else (prev.start_time if prev else None),
+                      counters or pc, slot_memos, rule, restarts, None, last_restart, foreign, split_seen, alarm,
+                      pool, endings)
+    return view, memo
+
+
+def _server_view(raw: ServerRaw, views: list[SlotView], pool: PoolView, endings: Mapping[str, int], restarts: int,
+                 dt: float | None, pc: Mapping[str, float], gw: _GwFigures) -> ServerView:
+    counters = raw.metrics or {}
+    dec = [v.decode_tok_s for v in views if v.decode_tok_s is not None]
+    pre = [v.prefill_tok_s for v in views if v.prefill_tok_s is not None]
+    used = [v.ctx_used for v in views if v.ctx_used is not None]
+    tot = [v.n_ctx for v in views if v.n_ctx is not None]
     props = raw.props or {}
-    view = ServerView(
-        name=name, url=raw.url, state="loading" if raw.health == 503 else "up", error="",
+    return ServerView(
+        name=raw.name, url=raw.url, state="loading" if raw.health == 503 else "up", error="",
         build=props.get("build_info") if isinstance(props.get("build_info"), str) else None,
-        model=_model_name(props), total_slots=_int(props.get("total_slots")) or (len(slot_views) or None),
+        model=_model_name(props), total_slots=_int(props.get("total_slots")) or (len(views) or None),
         uptime_s=raw.uptime_s, down_s=None, restarts=restarts,
-        slots=tuple(slot_views), slots_error=raw.slots_error, metrics_error=raw.metrics_error,
+        slots=tuple(views), slots_error=raw.slots_error, metrics_error=raw.metrics_error,
         requests_processing=counters.get("requests_processing"), requests_deferred=counters.get("requests_deferred"),
-        decode_tok_s=sum(dec) if dec else (0.0 if dt and slot_views else None),
-        prefill_tok_s=sum(pre) if pre else (0.0 if dt and slot_views else None),
+        decode_tok_s=sum(dec) if dec else (0.0 if dt and views else None),
+        prefill_tok_s=sum(pre) if pre else (0.0 if dt and views else None),
         finished_prompt_tok_s=_rate(pc, counters, "prompt_tokens_total", dt),
         finished_gen_tok_s=_rate(pc, counters, "tokens_predicted_total", dt),
         ctx_used=sum(used) if used else None, ctx_total=sum(tot) if tot else None,
-        **dict(zip(("reserved_tokens", "pool_tokens", "in_flight"), _gw_figures(gw_backend), strict=True)),
+        pool=pool, endings=endings, **gw,
     )
-    frac = view.pool_frac
-    # idle slots keep their last context cached: a full pool matters while something runs
-    if frac is not None and frac >= NEAR_FULL and view.busy:
-        alerts.append(Alert("pool_near_full", name, {"used": view.ctx_used, "total": view.ctx_total,
-                                                     "pct": round(100 * frac)}))
-    for v in slot_views:
-        if v.busy and v.ctx_used is not None and v.n_ctx and v.ctx_used / v.n_ctx >= NEAR_FULL:
-            alerts.append(Alert("slot_near_full", name, {"slot": v.id, "used": v.ctx_used, "n_ctx": v.n_ctx,
-                                                         "pct": round(100 * v.ctx_used / v.n_ctx)}))
-    if view.reserved_tokens is not None and view.pool_tokens and view.reserved_tokens / view.pool_tokens >= NEAR_FULL:
-        alerts.append(Alert("reserved_near_full", name, {"reserved": view.reserved_tokens, "pool": view.pool_tokens,
-                                                         "pct": round(100 * view.reserved_tokens / view.pool_tokens)}))
-    memo = ServerMemo(t, True, raw.start_time if raw.start_time is not None else (prev.start_time if prev else None),
-                      counters or (prev.counters if prev and not why_restart else {}), slot_memos, rule, restarts,
-                      None, last_restart, foreign)
-    return view, memo
 
 
 def _model_name(props: Mapping[str, Any]) -> str | None:
@@ -269,14 +399,23 @@ def _model_name(props: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _gw_figures(b: Mapping[str, Any] | None) -> tuple[int | None, int | None, int | None]:
+class _GwFigures(TypedDict):
+    reserved_tokens: int | None
+    pool_tokens: int | None
+    in_flight: int | None
+
+
+def _gw_figures(b: Mapping[str, Any] | None) -> _GwFigures:
+    """The gateway's view of one backend: tokens reserved, its pool, its requests in flight."""
     if b is None:
-        return None, None, None
-    return _int(b.get("reserved_tokens")), _int(b.get("pool_tokens")), _int(b.get("in_flight"))
+        return {"reserved_tokens": None, "pool_tokens": None, "in_flight": None}
+    return {"reserved_tokens": _int(b.get("reserved_tokens")), "pool_tokens": _int(b.get("pool_tokens")),
+            "in_flight": _int(b.get("in_flight"))}
 
 
-def _gateway(status: Mapping[str, Any], t: float, memo: Memo) -> tuple[GatewayView, tuple[tuple[float, int], ...]]:
-    q = status.get("queue") or {}
+def _rejections(status: Mapping[str, Any], t: float,
+                memo: Memo) -> tuple[int, float | None, float | None, tuple[tuple[float, int], ...]]:
+    """The gateway's 429 total, its rate per minute over the window and the window's span."""
     by_status = status.get("rejected_by_status") or {}
     n429 = _int(by_status.get("429")) or 0
     window = tuple((tt, n) for tt, n in memo.rejected_429 if t - tt <= REJECT_WINDOW_S) + ((t, n429),)
@@ -284,29 +423,45 @@ def _gateway(status: Mapping[str, Any], t: float, memo: Memo) -> tuple[GatewayVi
     if len(window) >= 2 and window[-1][0] > window[0][0] and window[-1][1] >= window[0][1]:
         span = window[-1][0] - window[0][0]
         per_min = (window[-1][1] - window[0][1]) / span * 60.0
-    reqs = tuple(
-        ReservationView(_int(r.get("id")) or 0, str(r.get("backend")), str(r.get("tier")), _int(r.get("priority")) or 0,
-                        r.get("key") if isinstance(r.get("key"), str) else None, _int(r.get("reserved_tokens")) or 0,
-                        float(r.get("age_s") or 0.0))
-        for r in status.get("requests") or () if isinstance(r, Mapping))
-    pools = [_int(b.get("pool_tokens")) for b in status.get("backends") or () if isinstance(b, Mapping) and b.get("healthy")]
-    pool = sum(p for p in pools if p) if any(pools) else None
-    up = status.get("uptime_s")
-    led_raw = status.get("ledger")
-    led: Mapping[str, Any] = led_raw if isinstance(led_raw, Mapping) else {}
-    replicas = tuple(
+    return n429, per_min, span, window
+
+
+def _request(r: Mapping[str, Any]) -> ReservationView:
+    """One admitted request of ``/gateway/status`` (gateway/status.py request_json): its id (the
+    request log's), backend, tier, priority, key name, reservation, age, the slot it holds and the
+    tokens it generated."""
+    generated = _int(r.get("generated_tokens"))
+    return ReservationView(str(r.get("id")), str(r.get("backend")), str(r.get("tier")), _int(r.get("priority")) or 0,
+                           r.get("key") if isinstance(r.get("key"), str) else None,
+                           _int(r.get("reserved_tokens")) or 0, float(r.get("age_s") or 0.0),
+                           _int(r.get("slot")), generated)
+
+
+def _replicas(led: Mapping[str, Any]) -> tuple[ReplicaView, ...]:
+    return tuple(
         ReplicaView(str(h.get("replica")), _int(h.get("requests")) or 0, _int(h.get("reserved_tokens")) or 0,
                     float(h["lease_left_s"]) if isinstance(h.get("lease_left_s"), (int, float)) else None,
                     {str(b): _int(v.get("reserved_tokens")) or 0 for b, v in (h.get("by_backend") or {}).items()
                      if isinstance(v, Mapping)})
         for h in led.get("replicas") or () if isinstance(h, Mapping))
+
+
+def _gateway(status: Mapping[str, Any], t: float, memo: Memo) -> tuple[GatewayView, tuple[tuple[float, int], ...]]:
+    q = status.get("queue") or {}
+    n429, per_min, span, window = _rejections(status, t, memo)
+    reqs = tuple(_request(r) for r in status.get("requests") or () if isinstance(r, Mapping))
+    pools = [_int(b.get("pool_tokens")) for b in status.get("backends") or () if isinstance(b, Mapping) and b.get("healthy")]
+    pool = sum(p for p in pools if p) if any(pools) else None
+    up = status.get("uptime_s")
+    led_raw = status.get("ledger")
+    led: Mapping[str, Any] = led_raw if isinstance(led_raw, Mapping) else {}
     view = GatewayView(
         uptime_s=float(up) if isinstance(up, (int, float)) else None, in_flight=_int(status.get("in_flight")) or 0,
         reserved_tokens=_int(status.get("reserved_tokens")) or 0, pool_tokens=pool,
         queue_length=_int(q.get("length")) or 0, queue_by_priority=dict(q.get("by_priority") or {}),
         queue_by_tier=dict(q.get("by_tier") or {}), requests=reqs, rejected_429=n429,
         rejected_429_per_min=per_min, window_s=span, ledger=str(led.get("kind") or "local"),
-        replica=led.get("replica") if isinstance(led.get("replica"), str) else None, replicas=replicas)
+        replica=led.get("replica") if isinstance(led.get("replica"), str) else None, replicas=_replicas(led))
     return view, window
 
 
@@ -325,47 +480,53 @@ def _gpu(reading: GpuReading, memo: Memo, tokens: float | None, dt: float | None
         tpj = tokens / joules if joules > 0 else None
         if tpj is None:
             source = ""
-    return GpuView(reading.available, reading.reason, reading.reason_kind, reading.gpus, tpj, source), energy
+    return GpuView(reading.available, reading.reason, reading.reason_kind, reading.gpus, tpj, source,
+                   reading.library_error), energy
 
 
 def build(prev: Snapshot | None, raw: Raw) -> Snapshot:
     """The next snapshot from the previous one (None for the first) and one round of GETs."""
     memo = prev.memo if prev is not None else Memo()
-    events: list[Event] = []
-    alerts: list[Alert] = []
+    out = _Out(raw.t, raw.wall)
     gw_backends: dict[str, Mapping[str, Any]] = {}
     if raw.gateway_status is not None:
         for b in raw.gateway_status.get("backends") or ():
             if isinstance(b, Mapping) and isinstance(b.get("name"), str):
                 gw_backends[b["name"]] = b
-    dt = (raw.t - prev_t(memo)) if memo.servers else None
-    servers: list[ServerView] = []
-    smemos: dict[str, ServerMemo] = {}
-    for s in raw.servers:
-        view, sm = _server(s, memo.servers.get(s.name), raw.t, raw.wall,
-                           gw_backends.get(s.name) if raw.mode == "gateway" else None, events, alerts)
-        servers.append(view)
-        smemos[s.name] = sm
     gateway = None
     window = memo.rejected_429
     if raw.gateway_status is not None:
         gateway, window = _gateway(raw.gateway_status, raw.t, memo)
     elif raw.mode == "gateway":
-        alerts.append(Alert("down", "gateway", {"seconds": 0, "error": raw.gateway_error}))
+        out.alert("down", "gateway", seconds=0, error=raw.gateway_error)
+    held = _held_slots(gateway, prev)
+    dt = (raw.t - prev_t(memo)) if memo.servers else None
+    servers: list[ServerView] = []
+    smemos: dict[str, ServerMemo] = {}
+    for s in raw.servers:
+        view, sm = _server(s, memo.servers.get(s.name), out, gw_backends.get(s.name) if raw.mode == "gateway" else None,
+                           held.get(s.name, {}))
+        servers.append(view)
+        smemos[s.name] = sm
     tok = [x for v in servers for x in (v.decode_tok_s, v.prefill_tok_s) if x is not None]
     tokens = sum(tok) * dt if tok and dt else None
     gpu, energy = _gpu(raw.gpu, memo, tokens, dt)
-    kept = (memo.events + tuple(events))[-EVENTS_KEPT:]
+    kept = (memo.events + tuple(out.events))[-EVENTS_KEPT:]
     new_memo = Memo(smemos, window, energy, kept)
-    return Snapshot(raw.url, raw.mode, raw.wall, dt, tuple(servers), gateway, gpu, tuple(alerts), kept,
+    return Snapshot(raw.url, raw.mode, raw.wall, dt, tuple(servers), gateway, gpu, tuple(out.alerts), kept,
                     METHODS, new_memo)
+
+
+def _held_slots(gateway: GatewayView | None, prev: Snapshot | None) -> dict[str, dict[int, str]]:
+    """backend -> slot -> the gateway request holding it, now or at the last reading (a request that
+    ended since is gone from the gateway's list, but its slot's ending is told with its id)."""
+    out: dict[str, dict[int, str]] = {}
+    for g in (prev.gateway if prev is not None else None, gateway):
+        for r in g.requests if g is not None else ():
+            if r.slot is not None:
+                out.setdefault(r.backend, {})[r.slot] = r.id
+    return out
 
 
 def prev_t(memo: Memo) -> float:
     return max(m.t for m in memo.servers.values())
-
-
-def gpu_raw(index: int, name: str, **kw: float | None) -> GpuRaw:
-    """A GpuRaw with absent fields as None (for tests and the NVML reader)."""
-    fields = ("mem_used_mib", "mem_total_mib", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz", "util_pct", "energy_j")
-    return GpuRaw(index, name, *(kw.get(f) for f in fields))

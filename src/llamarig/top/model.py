@@ -11,9 +11,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamarig.bench.gpu import GpuRaw, GpuReading
 from llamarig.bench.monitor import SlotRuleState
+from llamarig.bench.records import Json
 
 # ---------------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class PoolHint:
+    """What is known about a server's KV pool besides ``/slots`` (llamarig.top.pool): ``tokens``
+    (its cells) and ``unified`` (the slots share them), and where that came from: ``given``
+    (``top --pool``), ``log`` (the server's own start-up lines), ``command`` (its command line),
+    ``gateway`` (the gateway's pool); ``detail`` names the file or process."""
+
+    tokens: int | None = None
+    unified: bool | None = None
+    source: str = ""
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -32,28 +47,7 @@ class ServerRaw:
     start_time: float | None = None  # Process-Start-Time-Unix of /metrics (direct only; see derive)
     uptime_s: float | None = None  # from start_time, where the server runs on this machine
     props: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class GpuRaw:
-    index: int
-    name: str
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    power_w: float | None
-    temp_c: float | None
-    sm_clock_mhz: float | None
-    mem_clock_mhz: float | None
-    util_pct: float | None
-    energy_j: float | None  # the driver's total energy counter (Volta and later), None if absent
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    available: bool
-    reason: str = ""  # why not (no NVML, not this machine); English, for --json
-    reason_kind: str = ""  # "no_nvml" | "remote" | "nvml_error" (the view translates)
-    gpus: tuple[GpuRaw, ...] = ()
+    pool_hint: PoolHint = PoolHint()
 
 
 @dataclass(frozen=True)
@@ -87,6 +81,8 @@ class SlotView:
     cached: int | None  # prompt tokens reused from the cache by the task
     decode_tok_s: float | None  # delta n_decoded / delta t, same task, between two snapshots
     prefill_tok_s: float | None  # delta n_prompt_tokens_processed / delta t, same task
+    has_next: bool | None = None  # next_token.has_next_token: False once the task finished its answer
+    request: str | None = None  # the gateway request that holds the slot (through a gateway)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,7 +90,42 @@ class SlotView:
             "n_ctx": self.n_ctx, "ctx_used": self.ctx_used, "tokens_generated": self.n_decoded,
             "n_remain": self.n_remain, "id_task": self.id_task, "prompt_tokens_cached": self.cached,
             "decode_tok_s": _r(self.decode_tok_s), "prefill_tok_s": _r(self.prefill_tok_s),
+            "request": self.request, "has_next_token": self.has_next,
         }
+
+    @property
+    def stopped_early(self) -> bool:
+        """Idle, and its last task stopped before its answer was complete (has_next_token still
+        true: cancelled, or ended by an error such as a full pool)."""
+        return not self.busy and self.id_task is not None and self.has_next is True
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One server's KV pool (llamarig.top.pool): ``tokens`` cells, shared by the slots when
+    ``unified``, known from ``source`` (given, log, command, gateway; ``assumed``: one slot's
+    context taken as the shared pool; ``slots``: the sum of the slots' contexts); ``cells`` in use
+    by all slots, ``cells_busy`` by busy ones, ``cells_needed`` for the busy ones to finish (their
+    ``n_remain`` added), the rate the busy slots fill it and when it is full at that rate."""
+
+    tokens: int | None
+    unified: bool | None
+    source: str
+    detail: str
+    cells: int | None
+    cells_busy: int
+    cells_needed: int
+    fill_tok_s: float | None
+    full_in_s: float | None
+
+    @property
+    def frac(self) -> float | None:
+        return None if self.cells is None or not self.tokens else self.cells / self.tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "unified": self.unified, "source": self.source, "detail": self.detail or None,
+                "cells_used": self.cells, "cells_busy": self.cells_busy, "cells_needed": self.cells_needed,
+                "used_frac": _r(self.frac, 4), "fill_tok_s": _r(self.fill_tok_s), "full_in_s": _r(self.full_in_s, 1)}
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,8 @@ class ServerView:
     finished_gen_tok_s: float | None  # /metrics tokens_predicted_total delta / dt
     ctx_used: int | None  # sum over slots
     ctx_total: int | None  # sum of slot n_ctx
+    pool: PoolView | None = None
+    endings: Mapping[str, int] = field(default_factory=dict)  # outcome -> tasks seen ending so, since top started
     # the gateway's view of this backend
     reserved_tokens: int | None = None
     pool_tokens: int | None = None
@@ -131,9 +164,8 @@ class ServerView:
 
     @property
     def pool_frac(self) -> float | None:
-        if self.ctx_used is None or not self.ctx_total:
-            return None
-        return self.ctx_used / self.ctx_total
+        """Cells in use over the pool's cells (llamarig.top.pool)."""
+        return self.pool.frac if self.pool is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,23 +178,30 @@ class ServerView:
             "finished_prompt_tok_s": _r(self.finished_prompt_tok_s),
             "finished_gen_tok_s": _r(self.finished_gen_tok_s),
             "ctx_used": self.ctx_used, "ctx_total": self.ctx_total, "pool_used_frac": _r(self.pool_frac, 4),
+            "pool": self.pool.to_json() if self.pool is not None else None, "endings": dict(self.endings),
             "reserved_tokens": self.reserved_tokens, "pool_tokens": self.pool_tokens, "in_flight": self.in_flight,
         }
 
 
 @dataclass(frozen=True)
 class ReservationView:
-    id: int
+    """One request the gateway admitted: its id (the request log's), the slot it holds (None
+    until the gateway knows it) and how far it got (``generated`` tokens), when the gateway says."""
+
+    id: str
     backend: str
     tier: str
     priority: int
     key: str | None
     reserved_tokens: int
     age_s: float
+    slot: int | None = None
+    generated: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "backend": self.backend, "tier": self.tier, "priority": self.priority,
-                "key": self.key, "reserved_tokens": self.reserved_tokens, "age_s": self.age_s}
+                "key": self.key, "reserved_tokens": self.reserved_tokens, "age_s": self.age_s, "slot": self.slot,
+                "generated": self.generated}
 
 
 @dataclass(frozen=True)
@@ -220,6 +259,7 @@ class GpuView:
     gpus: tuple[GpuRaw, ...]
     tokens_per_joule: float | None
     joule_source: str  # "energy" (the driver's energy counter) | "power" (power x dt) | ""
+    library_error: str = ""  # NVML's own words for why it is missing
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -231,12 +271,13 @@ class GpuView:
 
 @dataclass(frozen=True)
 class Alert:
-    """Something to look at now. ``kind``: foreign_work | pool_near_full | slot_near_full |
-    restart | down | checkpoint_thrash. ``values`` fill the (translated) message."""
+    """Something to look at now. ``kind``: foreign_work | pool_near_full | pool_overflow_ahead |
+    slot_near_full | reserved_near_full | restart | down | checkpoint_thrash. ``values`` fill the
+    (translated) message."""
 
     kind: str
     server: str
-    values: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, Json] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "server": self.server, **dict(self.values)}
@@ -244,16 +285,18 @@ class Alert:
 
 @dataclass(frozen=True)
 class Event:
-    """Something that happened (a restart, down, back), kept for the timeline."""
+    """Something that happened, kept for the timeline: restart | down | back | foreign_work |
+    reprocessed, and how tasks ended early: context_exceeded | cancelled | ended_early."""
 
     wall: float
-    kind: str  # restart | down | back | foreign_work | reprocessed
+    kind: str
     server: str
-    detail: str  # English, for --json
-    values: Mapping[str, Any] = field(default_factory=dict)
+    detail: str  # a Message (English in --json, localized on the screen)
+    values: Mapping[str, Json] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"t_unix": round(self.wall, 3), "kind": self.kind, "server": self.server, "detail": self.detail}
+        return {"t_unix": round(self.wall, 3), "kind": self.kind, "server": self.server, "detail": self.detail,
+                **{k: v for k, v in self.values.items() if k not in ("t_unix", "kind", "server", "detail")}}
 
 
 @dataclass(frozen=True)
@@ -265,6 +308,8 @@ class SlotMemo:
     prev_ctx: int | None  # the context the slot held for the task before this one
     judged: bool  # this task's cache reuse was judged already
     reprocess_streak: int
+    busy: bool = False
+    request: str | None = None  # the gateway request seen holding the slot for this task
 
 
 @dataclass(frozen=True)
@@ -281,6 +326,10 @@ class ServerMemo:
     down_since: float | None  # wall time
     last_restart: float | None  # wall time of the last restart seen
     foreign: bool  # foreign work confirmed at the last poll
+    split_seen: bool = False  # more cells in use than one slot's context: no single pool of that size
+    pool_alarm: bool = False  # a pool alert was up at this reading (an overflow was coming)
+    pool: PoolView | None = None
+    endings: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

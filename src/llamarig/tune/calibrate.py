@@ -96,6 +96,87 @@ def calibration_ladder(n_ctx_slot: int, depth: int, n_predict: int, prefill_tok_
 ATTN_DECODE_RANGE = (1e-4, 1.5)
 
 
+@dataclass(frozen=True)
+class _DecodeFit:
+    """The decode fit of one measurement, and the deeper decodes that solve the host's attention."""
+
+    spec: ModelSpec
+    cfg: ServerConfig
+    hw: Hardware
+    backend: str
+    measured_tok_s: float
+    depth: int
+    host_bandwidth_gbs: float | None
+    rungs: tuple[tuple[int, float], ...]
+
+    def fit(self, cal: Calibration) -> tuple[_Fit, str]:
+        """The decode fit at ``depth``, with ``attn_decode`` (and its depths) solved from the rungs."""
+        cal = _with(cal, self.backend, attn_decode_depths=())
+        if not self.rungs:
+            return self._decode(cal), ""
+        d1, v1 = self.rungs[0]
+        a = _solve(lambda x: self._first(cal, x, d1)[1], v1, *ATTN_DECODE_RANGE)
+        fit, p1 = self._first(cal, a, d1)
+        fit.fields["attn_decode"] = round(a, 6)
+        got = [(d1, v1, p1)]
+        knots: list[tuple[int, float]] = [(d1, round(a, 6))]
+        for d, v in self.rungs[1:]:
+            knots.append(self._knot(fit.cal, knots, d, v))
+            got.append((d, v, self._at(fit.cal, knots[:-1], d, knots[-1][1])))
+        if len(knots) > 1:
+            fit.cal = _with(fit.cal, self.backend, attn_decode_depths=tuple(knots))
+            fit.fields["attn_decode_depths"] = [list(k) for k in knots]
+        shown = ", ".join(f"{v:.2f} tok/s at depth {d} (the plan gives {p:.2f})" for d, v, p in got)
+        what = "a second measured decode" if len(got) == 1 else f"{len(got)} measured decodes deeper in the context"
+        return fit, f"; attn_decode solved from {what}: {shown}"
+
+    def _decode(self, cal: Calibration) -> _Fit:
+        return _fit_decode(self.spec, self.cfg, self.hw, cal, self.backend, self.measured_tok_s, self.depth,
+                           self.host_bandwidth_gbs)
+
+    def _first(self, cal: Calibration, a: float, d1: int) -> tuple[_Fit, float]:
+        f = self._decode(_with(cal, self.backend, attn_decode=a))
+        return f, _predict(self.spec, self.cfg, self.hw, f.cal, d1)
+
+    def _at(self, cal: Calibration, knots: list[tuple[int, float]], d: int, e: float) -> float:
+        return _predict(self.spec, self.cfg, self.hw, _with(cal, self.backend, attn_decode_depths=(*knots, (d, e))), d)
+
+    def _knot(self, cal: Calibration, knots: list[tuple[int, float]], d: int, v: float) -> tuple[int, float]:
+        """The attention's average efficiency at depth ``d``: it never falls with depth, so at most
+        flat from the last point."""
+        pd, pe = knots[-1]
+        hi = min(ATTN_DECODE_RANGE[1], pe * d / pd)
+        e = round(_solve(lambda x: self._at(cal, knots, d, x), v, ATTN_DECODE_RANGE[0], hi), 6)
+        return d, min(e, hi)
+
+
+def _document(fit: _Fit, backend: str, cfg: ServerConfig, measured_tok_s: float, depth: int, attn_note: str,
+              prefill: tuple[float, int] | None, prefill_note: str, host_threads: int | None) -> dict[str, Any]:
+    """The calibration file's JSON for a fit (``prefill``: the measured (tok/s, prompt tokens))."""
+    fields, cal, p = fit.fields, fit.cal, fit.predicted
+    src = f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s at depth {depth}{attn_note}"
+    if prefill_note:
+        fields["attn_prefill"] = round(cal.for_device(backend).attn_prefill, 6)
+    data: dict[str, Any] = {"version": 1, "efficiency": [{"backend": backend, **fields, "source": src}]}
+    if fit.host_bandwidth_gbs:
+        data["host_bandwidth_gbs"] = round(float(fit.host_bandwidth_gbs), 3)
+        data["_host"] = fit.bw_note or "host_bandwidth_gbs: measured by llamarig tune (numpy copy, one thread, best of 3)"
+    if prefill is not None:
+        data["host_gflops"] = round(cal.host_gflops, 3)
+        data["_prefill"] = (f"host_gflops: solved so that the speed model predicts the measured prefill "
+                            f"{prefill[0]:.1f} tok/s of a {prefill[1]}-token prompt at -ub {cfg.n_ubatch} "
+                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)"
+                            f"{prefill_note}")
+    threads = host_threads or (cfg.threads_batch if cfg.threads_batch > 0 else cfg.threads if cfg.threads > 0 else None)
+    if backend == "CPU" and threads:
+        data["host_threads"] = int(threads)
+    data["_method"] = (__doc__ or "").split("\n\n", 1)[1].replace("\n", " ").strip()
+    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
+        data["_note"] = (f"the speed model cannot reproduce {measured_tok_s:.1f} tok/s with a plausible efficiency "
+                         f"(best {p:.1f}): the bandwidth figure of the device is probably wrong")
+    return data
+
+
 def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_tok_s: float, base: Calibration | None = None,
                     *, host_bandwidth_gbs: float | None = None, depth: int = 0, prefill_tok_s: float | None = None,
                     prompt_tokens: int | None = None, host_threads: int | None = None,
@@ -121,81 +202,25 @@ def fit_calibration(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, measured_t
         cal = replace(cal, host_bandwidth_gbs=float(host_bandwidth_gbs))
     loads = device_loads(spec, cfg, hw, cal)
     backend = loads[0].backend if loads else "CPU"
+    prefill = (prefill_tok_s, prompt_tokens) if backend == "CPU" and prefill_tok_s and prompt_tokens else None
     prefill_note = ""
-    if backend == "CPU" and prefill_tok_s and prompt_tokens:
+    if prefill is not None:
         # the host's compute first: decode at depth includes the host's attention, which runs at it
-        cal, prefill_note = _fit_prefill(spec, cfg, hw, cal, prefill_tok_s, prompt_tokens, deep_prefill)
-    rungs = [(int(d), float(v)) for d, v in deep if d > depth and v > 0] if backend == "CPU" else []
-
-    def decode_fit(cal: Calibration) -> tuple[_Fit, str]:
-        cal = _with(cal, backend, attn_decode_depths=())
-        fit = _fit_decode(spec, cfg, hw, cal, backend, measured_tok_s, depth, host_bandwidth_gbs)
-        if not rungs:
-            return fit, ""
-        d1, v1 = rungs[0]
-
-        def first(a: float) -> tuple[_Fit, float]:
-            f = _fit_decode(spec, cfg, hw, _with(cal, backend, attn_decode=a), backend, measured_tok_s, depth,
-                            host_bandwidth_gbs)
-            return f, _predict(spec, cfg, hw, f.cal, d1)
-
-        a = _solve(lambda x: first(x)[1], v1, *ATTN_DECODE_RANGE)
-        fit, p1 = first(a)
-        fit.fields["attn_decode"] = round(a, 6)
-        got = [(d1, v1, p1)]
-        knots: list[tuple[int, float]] = [(d1, round(a, 6))]
-        for d, v in rungs[1:]:
-            # the attention's time never falls with depth: at most flat from the last point
-            pd, pe = knots[-1]
-            hi = min(ATTN_DECODE_RANGE[1], pe * d / pd)
-
-            def at(e: float, d: int = d) -> float:
-                return _predict(spec, cfg, hw, _with(fit.cal, backend, attn_decode_depths=(*knots, (d, e))), d)
-
-            e = round(_solve(at, v, ATTN_DECODE_RANGE[0], hi), 6)
-            e = min(e, hi)
-            knots.append((d, e))
-            got.append((d, v, at(e)))
-        if len(knots) > 1:
-            fit.cal = _with(fit.cal, backend, attn_decode_depths=tuple(knots))
-            fit.fields["attn_decode_depths"] = [list(k) for k in knots]
-        shown = ", ".join(f"{v:.2f} tok/s at depth {d} (the plan gives {p:.2f})" for d, v, p in got)
-        what = "a second measured decode" if len(got) == 1 else f"{len(got)} measured decodes deeper in the context"
-        return fit, f"; attn_decode solved from {what}: {shown}"
-
-    fit, attn_note = decode_fit(cal)
-    if backend == "CPU" and prefill_tok_s and prompt_tokens:
+        cal, prefill_note = _fit_prefill(spec, cfg, hw, cal, prefill[0], prefill[1], deep_prefill)
+    rungs = tuple((int(d), float(v)) for d, v in deep if d > depth and v > 0) if backend == "CPU" else ()
+    decode = _DecodeFit(spec, cfg, hw, backend, measured_tok_s, depth, host_bandwidth_gbs, rungs)
+    fit, attn_note = decode.fit(cal)
+    if prefill is not None:
         # the host's compute again with the fitted decode figures (prefill reads the weights once
         # per micro-batch at them), then the decode fit once more at that compute rate (the host's
         # decode attention runs at it)
         # (only the prefill figures are taken from the refit: the decode fit starts again from the
         # calibration it started from the first time)
-        c2, prefill_note = _fit_prefill(spec, cfg, hw, fit.cal, prefill_tok_s, prompt_tokens, deep_prefill)
+        c2, prefill_note = _fit_prefill(spec, cfg, hw, fit.cal, prefill[0], prefill[1], deep_prefill)
         cal = _with(replace(cal, host_gflops=c2.host_gflops), backend, attn_prefill=c2.for_device(backend).attn_prefill)
-        fit, attn_note = decode_fit(cal)
-    fields, cal, p = fit.fields, fit.cal, fit.predicted
-    host_bandwidth_gbs = fit.host_bandwidth_gbs
-    src = f"llamarig tune: measured decode {measured_tok_s:.2f} tok/s at depth {depth}{attn_note}"
-    if prefill_note:
-        fields["attn_prefill"] = round(cal.for_device(backend).attn_prefill, 6)
-    data: dict[str, Any] = {"version": 1, "efficiency": [{"backend": backend, **fields, "source": src}]}
-    if host_bandwidth_gbs:
-        data["host_bandwidth_gbs"] = round(float(host_bandwidth_gbs), 3)
-        data["_host"] = fit.bw_note or "host_bandwidth_gbs: measured by llamarig tune (numpy copy, one thread, best of 3)"
-    if backend == "CPU" and prefill_tok_s and prompt_tokens:
-        data["host_gflops"] = round(cal.host_gflops, 3)
-        data["_prefill"] = (f"host_gflops: solved so that the speed model predicts the measured prefill "
-                            f"{prefill_tok_s:.1f} tok/s of a {prompt_tokens}-token prompt at -ub {cfg.n_ubatch} "
-                            f"(an effective matmul rate of llama.cpp on this host, these threads and weight types)"
-                            f"{prefill_note}")
-    threads = host_threads or (cfg.threads_batch if cfg.threads_batch > 0 else cfg.threads if cfg.threads > 0 else None)
-    if backend == "CPU" and threads:
-        data["host_threads"] = int(threads)
-    data["_method"] = __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()
-    if abs(p - measured_tok_s) > 0.02 * measured_tok_s:
-        data["_note"] = (f"the speed model cannot reproduce {measured_tok_s:.1f} tok/s with a plausible efficiency "
-                         f"(best {p:.1f}): the bandwidth figure of the device is probably wrong")
-    return data, p
+        fit, attn_note = decode.fit(cal)
+    return _document(fit, backend, cfg, measured_tok_s, depth, attn_note, prefill, prefill_note, host_threads), \
+        fit.predicted
 
 
 def _solve(pred: Callable[[float], float], target: float, lo: float, hi: float, steps: int = 40) -> float:
@@ -211,7 +236,7 @@ def _solve(pred: Callable[[float], float], target: float, lo: float, hi: float, 
             lo = mid
         else:
             hi = mid
-    return (lo * hi) ** 0.5
+    return float((lo * hi) ** 0.5)
 
 
 @dataclass
@@ -272,7 +297,7 @@ def _fit_decode(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, cal: Calibrati
         old = cal.for_device(backend).overhead_ms / 1000
         new = max(0.0, 1 / measured_tok_s - (1 / p - old))
         fields["overhead_ms"] = round(new * 1000, 6)
-    cal = _with(cal, backend, **fields)  # type: ignore[arg-type]
+    cal = _with(cal, backend, **fields)
     return _Fit(fields, cal, _predict(spec, cfg, hw, cal, depth), host_bandwidth_gbs, bw_note)
 
 

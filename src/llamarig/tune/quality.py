@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import urllib.error
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llamarig.errors import InputError, LlamarigError, ServerError
@@ -34,6 +35,66 @@ from llamarig.i18n import _, translator
 from llamarig.tune.measure import prompt_text, start_owned
 
 NEEDLE = 73914
+
+
+@dataclass(frozen=True)
+class NeedleResult:
+    """The needle at one depth: found in the greedy answer, and that answer the same as f16's."""
+
+    depth: float
+    found: bool
+    same_as_f16: bool
+    answer: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"depth": self.depth, "found": self.found, "same_as_f16": self.same_as_f16, "answer": self.answer}
+
+
+@dataclass(frozen=True)
+class QualityRow:
+    """One K/V type pair against f16: next-token agreement, KL divergence over f16's top-k,
+    top-k overlap (over ``positions`` positions), and the needle at each depth."""
+
+    type_k: str
+    type_v: str
+    top1_agreement: float
+    kl_mean: float
+    kl_max: float
+    topk_overlap: float
+    positions: int
+    needle: tuple[NeedleResult, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type_k": self.type_k, "type_v": self.type_v, "top1_agreement": self.top1_agreement,
+                "kl_mean": self.kl_mean, "kl_max": self.kl_max, "topk_overlap": self.topk_overlap,
+                "positions": self.positions, "needle": [n.to_json() for n in self.needle]}
+
+
+@dataclass(frozen=True)
+class QualityReport:
+    """``llamarig quality``'s result: a row per K/V type pair (f16 first, the reference), how it
+    was measured, and the method in words (``to_json()`` is ``quality --json``)."""
+
+    rows: tuple[QualityRow, ...]
+    prompts: int = 0
+    prompt_words: int = 0
+    positions_per_prompt: int = 0
+    top_k: int = 0
+    needle_words: int = 0
+    depths: tuple[float, ...] = ()
+    method: str = ""
+    #: why nothing was measured (tune's quality floor with no quantized K/V type to probe)
+    note: str = ""
+
+    def row(self, type_k: str, type_v: str) -> QualityRow | None:
+        return next((r for r in self.rows if (r.type_k, r.type_v) == (type_k, type_v)), None)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.note and not self.rows:
+            return {"rows": [], "note": self.note}
+        return {"rows": [r.to_json() for r in self.rows], "prompts": self.prompts, "prompt_words": self.prompt_words,
+                "positions_per_prompt": self.positions_per_prompt, "top_k": self.top_k,
+                "needle_words": self.needle_words, "depths": list(self.depths), "method": self.method}
 
 
 def parse_types(text: str) -> list[tuple[str, str]]:
@@ -113,39 +174,43 @@ def _run_type(binary: str, base: Sequence[str], k: str, v: str, prompts: list[st
 def run_quality(binary: str, base_args: Sequence[str], types: list[tuple[str, str]], *, n_prompts: int = 8,
                 prompt_words: int = 200, top_k: int = 10, positions: int = 4, needle_words: int = 400,
                 depths: Sequence[float] = (0.1, 0.5, 0.9),
-                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[str], None] | None = None) -> QualityReport:
+    """Start the model once per K/V type pair (f16 first) and measure what each changes."""
     prompts = [prompt_text(i, prompt_words) for i in range(n_prompts)]
     needles = [needle_prompt(needle_words, d) for d in depths]
     say = progress or (lambda _m: None)
     say("KV f16/f16 (reference)")
     ref = _run_type(binary, base_args, "f16", "f16", prompts, positions, top_k, needles)
-    rows = [{"type_k": "f16", "type_v": "f16", "top1_agreement": 1.0, "kl_mean": 0.0, "kl_max": 0.0,
-             "topk_overlap": 1.0, "positions": sum(len(d) for d in ref["dists"]),
-             "needle": [{"depth": d, "found": str(NEEDLE) in a, "same_as_f16": True, "answer": a}
-                        for d, a in zip(depths, ref["answers"], strict=True)]}]
+    rows = [QualityRow("f16", "f16", 1.0, 0.0, 0.0, 1.0, sum(len(d) for d in ref["dists"]),
+                       tuple(NeedleResult(d, str(NEEDLE) in a, True, a)
+                             for d, a in zip(depths, ref["answers"], strict=True)))]
     for k, v in types:
         say(f"KV {k}/{v}")
         got = _run_type(binary, base_args, k, v, prompts, positions, top_k, needles)
-        agree, kls, overlap, n = 0, [], [], 0
-        for dp, dq in zip(ref["dists"], got["dists"], strict=True):
-            for p, q in zip(dp, dq, strict=False):
-                if not p or not q:
-                    continue
-                n += 1
-                agree += max(p, key=p.__getitem__) == max(q, key=q.__getitem__)
-                kls.append(kl_topk(p, q))
-                overlap.append(len(set(p) & set(q)) / len(p))
-        rows.append({"type_k": k, "type_v": v, "top1_agreement": agree / n if n else float("nan"),
-                     "kl_mean": sum(kls) / len(kls) if kls else float("nan"), "kl_max": max(kls) if kls else float("nan"),
-                     "topk_overlap": sum(overlap) / len(overlap) if overlap else float("nan"), "positions": n,
-                     "needle": [{"depth": d, "found": str(NEEDLE) in a, "same_as_f16": a == ra, "answer": a}
-                                for d, a, ra in zip(depths, got["answers"], ref["answers"], strict=True)]})
-    return {"rows": rows, "prompts": n_prompts, "prompt_words": prompt_words, "positions_per_prompt": positions,
-            "top_k": top_k, "needle_words": needle_words, "depths": list(depths),
-            "method": " ".join(__doc__.split("Method (printed with every report):", 1)[1].split())}
+        rows.append(_compare(k, v, ref, got, depths))
+    return QualityReport(tuple(rows), n_prompts, prompt_words, positions, top_k, needle_words, tuple(depths),
+                         " ".join((__doc__ or "").split("Method (printed with every report):", 1)[1].split()))
 
 
-def render_report(rep: dict[str, Any], lang: str = "en") -> None:
+def _compare(k: str, v: str, ref: dict[str, Any], got: dict[str, Any], depths: Sequence[float]) -> QualityRow:
+    """One K/V type pair's distributions and answers against f16's."""
+    agree, kls, overlap, n = 0, [], [], 0
+    for dp, dq in zip(ref["dists"], got["dists"], strict=True):
+        for p, q in zip(dp, dq, strict=False):
+            if not p or not q:
+                continue
+            n += 1
+            agree += max(p, key=p.__getitem__) == max(q, key=q.__getitem__)
+            kls.append(kl_topk(p, q))
+            overlap.append(len(set(p) & set(q)) / len(p))
+    nan = float("nan")
+    return QualityRow(k, v, agree / n if n else nan, sum(kls) / len(kls) if kls else nan, max(kls) if kls else nan,
+                      sum(overlap) / len(overlap) if overlap else nan, n,
+                      tuple(NeedleResult(d, str(NEEDLE) in a, a == ra, a)
+                            for d, a, ra in zip(depths, got["answers"], ref["answers"], strict=True)))
+
+
+def render_report(rep: QualityReport, lang: str = "en") -> None:
     """The report on the terminal, in ``lang`` (llamarig.i18n)."""
     from rich.console import Console  # lazy: rich (40 ms), only to print (not --json)
     from rich.table import Table  # lazy: as above
@@ -154,15 +219,15 @@ def render_report(rep: dict[str, Any], lang: str = "en") -> None:
 
     con = Console(highlight=False)
     t = Table(title=_("KV cache quality vs f16 ({prompts} prompts x {positions} positions, top-{top_k})").format(
-        prompts=rep["prompts"], positions=rep["positions_per_prompt"], top_k=rep["top_k"]), title_justify="left")
+        prompts=rep.prompts, positions=rep.positions_per_prompt, top_k=rep.top_k), title_justify="left")
     t.add_column("K / V", justify="left")
     for c in (_("top-1 agreement"), _("KL mean (nats)"), _("KL max"), _("top-k overlap"), _("needle found"),
               _("needle = f16")):
         t.add_column(c, justify="right")
-    for r in rep["rows"]:
-        nd = r["needle"]
-        t.add_row(f"{r['type_k']} / {r['type_v']}", f"{r['top1_agreement']:.1%}", f"{r['kl_mean']:.5f}",
-                  f"{r['kl_max']:.5f}", f"{r['topk_overlap']:.1%}",
-                  f"{sum(x['found'] for x in nd)}/{len(nd)}", f"{sum(x['same_as_f16'] for x in nd)}/{len(nd)}")
+    for r in rep.rows:
+        nd = r.needle
+        t.add_row(f"{r.type_k} / {r.type_v}", f"{r.top1_agreement:.1%}", f"{r.kl_mean:.5f}", f"{r.kl_max:.5f}",
+                  f"{r.topk_overlap:.1%}", f"{sum(x.found for x in nd)}/{len(nd)}",
+                  f"{sum(x.same_as_f16 for x in nd)}/{len(nd)}")
     con.print(t)
-    con.print(_("method: {method}").format(method=rep["method"]), soft_wrap=True)
+    con.print(_("method: {method}").format(method=rep.method), soft_wrap=True)

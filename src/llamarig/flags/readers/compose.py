@@ -17,9 +17,14 @@ from typing import TYPE_CHECKING
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Note, Word
 from llamarig.flags.readers import yaml_nodes as Y
-from llamarig.flags.readers.containers import Env, Found, container_invocations
+from llamarig.flags.readers.containers import (
+    Env,
+    Found,
+    attach_note,
+    container_invocations,
+    merge_found,
+)
 from llamarig.flags.readers.interpolate import Interpolation, read_env_file
-from llamarig.flags.readers.kubernetes import _attach, _merge
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
 from llamarig.i18n import _
 
@@ -49,7 +54,7 @@ def read_compose(doc: Node, src: Y.Source, dotenv: dict[str, str] | None = None)
         env = _environment(svc, ip)
         notes += _missing_notes(ip, label, dotenv is not None)
         invs, more = container_invocations(entry, cmd, image, env, "compose", label, Y.line(kn))
-        _merge(found, (invs, [_attach(n) for n in notes] + more) if invs else
+        merge_found(found, (invs, [attach_note(n) for n in notes] + more) if invs else
                ([], [n for n in notes if n.kind == "shell-syntax"]))
     return found
 

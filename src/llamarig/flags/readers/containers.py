@@ -16,6 +16,8 @@ bash script.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Word
 from llamarig.flags.readers.bash import parse_bash
@@ -126,3 +128,17 @@ def _shell_script(args: list[Word]) -> Word | None:
 def _inv(program: str, args: list[Word], env: Env, source: str, label: str, line: int) -> Invocation:
     return Invocation(program, list(args), args[0].line if args else line, args[-1].line if args else line,
                       env=list(env), source=source, label=label)
+
+
+def attach_note(n: Note) -> Note:
+    """A note of the container, shown with its first invocation."""
+    return n if n.invocation is not None else replace(n, invocation=0)
+
+
+def merge_found(into: Found, more: Found) -> None:
+    """Append ``more`` to ``into``, re-indexing the notes' invocations."""
+    base = len(into[0])
+    into[0].extend(more[0])
+    for n in more[1]:
+        into[1].append(n if n.invocation is None else
+                       replace(n, invocation=n.invocation + base))

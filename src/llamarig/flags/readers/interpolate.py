@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from llamarig.flags.readers.located import Builder, Located
+from llamarig.flags.readers.located import Located, LocatedBuilder
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+?])(.*))?", re.S)
@@ -46,7 +46,7 @@ class Interpolation:
         s = loc.text
         if "$" not in s:
             return loc
-        b = Builder()
+        b = LocatedBuilder()
         i = 0
         n = len(s)
         while i < n:

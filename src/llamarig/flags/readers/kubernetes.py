@@ -22,14 +22,19 @@ own template may add arguments of its own, which a values file cannot show.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llamarig.flags.findings import Severity
 from llamarig.flags.parsed import Invocation, Note, Word
 from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.common import looks_like_server_args
-from llamarig.flags.readers.containers import Env, Found, container_invocations
+from llamarig.flags.readers.containers import (
+    Env,
+    Found,
+    attach_note,
+    container_invocations,
+    merge_found,
+)
 from llamarig.flags.readers.located import ShellSyntaxError, split_words
 from llamarig.i18n import _
 
@@ -76,7 +81,7 @@ def read_kubernetes(doc: Node, src: Y.Source, cms: dict[str, list[tuple[str, str
         invs: list[Invocation] = []
         notes: list[Note] = []
         for item in (Y.get(doc, "items").value if Y.is_seq(Y.get(doc, "items")) else []):  # type: ignore[union-attr]
-            _merge((invs, notes), read_kubernetes(item, src, cms))
+            merge_found((invs, notes), read_kubernetes(item, src, cms))
         return invs, notes
     spec: Node | None = doc
     for key in POD_SPEC_PATHS.get(kind, ()):
@@ -98,22 +103,8 @@ def read_kubernetes(doc: Node, src: Y.Source, cms: dict[str, list[tuple[str, str
             invs, more = container_invocations(entry, cmd, Y.text_of(Y.get(c, "image")) or "", env,
                                                "kubernetes", label, Y.line(c))
             if invs:
-                _merge(found, (invs, [_attach(n) for n in notes] + more))
+                merge_found(found, (invs, [attach_note(n) for n in notes] + more))
     return found
-
-
-def _attach(n: Note) -> Note:
-    """A note of the container, shown with its first invocation."""
-    return n if n.invocation is not None else replace(n, invocation=0)
-
-
-def _merge(into: Found, more: Found) -> None:
-    """Append ``more`` to ``into``, re-indexing the notes' invocations."""
-    base = len(into[0])
-    into[0].extend(more[0])
-    for n in more[1]:
-        into[1].append(n if n.invocation is None else
-                       replace(n, invocation=n.invocation + base))
 
 
 def _container_env(c: Node, cms: dict[str, list[tuple[str, str, int]]], label: str
@@ -237,7 +228,7 @@ def read_helm_values(doc: Node, src: Y.Source) -> Found:
         image = _image_of(node) or image
         keys = {k for k, _, _ in Y.items(node)}
         if keys & ({"command", "args"} | set(_EXTRA_KEYS)):
-            _merge(found, _helm_block(node, src, path or "(top level)", image))
+            merge_found(found, _helm_block(node, src, path or "(top level)", image))
         for k, _node, v in reversed(list(Y.items(node))):
             if k in ("command", "args", "env", "extraEnv") or k in _EXTRA_KEYS:
                 continue
@@ -282,7 +273,7 @@ def _helm_block(node: Node, src: Y.Source, path: str, image: str) -> Found:
             and not (args and not args[0].text.startswith("-")):
         return [], []
     invs, more = container_invocations(entry, args, image, env, "helm-values", label, Y.line(node))
-    return invs, ([_attach(n) for n in notes] + more) if invs else []
+    return invs, ([attach_note(n) for n in notes] + more) if invs else []
 
 
 def _helm_args(node: Node | None, src: Y.Source, label: str, notes: list[Note]) -> list[Word] | None:

@@ -31,7 +31,7 @@ from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.bash import docker_args
 from llamarig.flags.readers.common import basename, is_server_call, unwrap
 from llamarig.flags.readers.containers import Found
-from llamarig.flags.readers.located import Builder, Located, ShellSyntaxError, split_words
+from llamarig.flags.readers.located import Located, LocatedBuilder, ShellSyntaxError, split_words
 from llamarig.i18n import _
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class _Expander:
         self.macros = macros
         self.too_big = False
 
-    def expand(self, loc: Located, allowed: int, out: Builder, depth: int = 0) -> None:
+    def expand(self, loc: Located, allowed: int, out: LocatedBuilder, depth: int = 0) -> None:
         """Substitute every ``${name}`` of a macro at a position < ``allowed`` (reverse-order
         substitution: a macro's own value sees only the macros declared before it)."""
         text = loc.text
@@ -161,7 +161,7 @@ class _Expander:
 def _lines(loc: Located, sanitize: bool) -> Located:
     """StripComments (drop lines that start with ``#`` after blanks); with ``sanitize`` also
     SanitizeCommand's trailing backslash -> space."""
-    out = Builder()
+    out = LocatedBuilder()
     text = loc.text
     pos = 0
     first = True
@@ -191,7 +191,7 @@ def _substitute(loc: Located, name: str, value: str) -> Located:
     slug = f"${{{name}}}"
     if slug not in loc.text:
         return loc
-    out = Builder()
+    out = LocatedBuilder()
     pos = 0
     while True:
         k = loc.text.find(slug, pos)
@@ -239,7 +239,7 @@ def _expand_model(mid: str, cfg: Node, cmd_node: Node, macros: _Macros, src: Y.S
                   ) -> _Expanded:
     """A model's ``cmd`` and ``env`` items with its macros expanded."""
     ex = _Expander(macros)
-    b = Builder()
+    b = LocatedBuilder()
     ex.expand(_lines(Y.locate(cmd_node, src), sanitize=False), macros.size, b)
     cmd = b.build()
     if ex.too_big:
@@ -250,7 +250,7 @@ def _expand_model(mid: str, cfg: Node, cmd_node: Node, macros: _Macros, src: Y.S
     env_node = Y.get(cfg, "env")
     for it in (env_node.value if Y.is_seq(env_node) else []):  # type: ignore[union-attr]
         if Y.is_scalar(it):
-            eb = Builder()
+            eb = LocatedBuilder()
             ex.expand(Y.locate(it, src), macros.size, eb)
             env_items.append((eb.build(), Y.line(it)))
     return mid, cmd_node, cmd, env_items, macros

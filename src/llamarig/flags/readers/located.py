@@ -38,7 +38,7 @@ class Located:
         return self.lines[max(k, 0)]
 
 
-class Builder:
+class LocatedBuilder:
     """Concatenates Located pieces (and slices of them) into one Located string."""
 
     def __init__(self) -> None:

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 from llamarig.flags.parsed import Parsed
 from llamarig.flags.readers import yaml_nodes as Y
 from llamarig.flags.readers.compose import read_compose, read_dotenv
-from llamarig.flags.readers.containers import Found
+from llamarig.flags.readers.containers import Found, merge_found
 from llamarig.flags.readers.kubernetes import (
-    _merge,
     config_maps,
     is_workload,
     read_helm_values,
@@ -57,7 +56,7 @@ def parse_yaml(text: str, origin: Path | None = None) -> Parsed | None:
             kind, more = _document(d, src, cms, origin)
             if kind:
                 kinds.append(kind)
-            _merge(found, more)
+            merge_found(found, more)
     if not kinds:
         if not found[1]:
             return None

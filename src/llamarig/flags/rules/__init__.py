@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from llamarig.flags.argv import CLOSEST_BUDGET, Reading, read_invocation
+from llamarig.flags.argv import Reading, read_invocation
 from llamarig.flags.findings import Finding, Fix, Severity
 from llamarig.flags.parsed import Invocation, Parsed
 from llamarig.flags.preset import preset_invocation
@@ -106,11 +106,11 @@ def lint(parsed: Parsed, schema: Schema, ctx: Context | None = None,
          model_loader: Callable[[Invocation, Context], Context] | None = None
          ) -> tuple[list[Reading], list[Finding]]:
     """All findings for a parsed input, sorted by line."""
-    schema.memo[CLOSEST_BUDGET] = MAX_SIMILARITY_SEARCHES
+    schema.memo.search_budget = MAX_SIMILARITY_SEARCHES
     try:
         return _lint(parsed, schema, ctx, model_loader)
     finally:
-        schema.memo.pop(CLOSEST_BUDGET, None)
+        schema.memo.search_budget = None
 
 
 #: difflib searches for "closest spelling" per lint (llamarig.flags.argv.closest)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from llamarig.flags.argv import Reading
 from llamarig.flags.parsed import Invocation
 from llamarig.flags.schema import Schema
+from llamarig.hardware.types import GPU
 
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
@@ -53,7 +54,7 @@ class Context:
     #: where physical_cores comes from, named in the findings that depend on it: "this
     #: machine" (physical_cores() here), "--cores" (`check --cores N`), or what a caller says
     cores_source: str = "this machine"
-    gpus: tuple[str, ...] = ()  # `check --gpu NAME[:GB]`, for the memory plan
+    gpus: tuple[GPU, ...] = ()  # `check --gpu NAME[:GB]`, for the memory plan
     ram_bytes: int | None = None
     model_ref: str | None = None  # `check --model` (GGUF path or catalogue id)
     need_ctx: int | None = None  # `check --need-ctx`: tokens one request needs (prompt + output)
@@ -61,7 +62,7 @@ class Context:
     model_path: str | None = None  # the GGUF file -m (or `check --model`) names, when it exists
     model_error: str | None = None  # why that file could not be read (rule model-unreadable)
     #: (model_ref, mmproj_arg, gpus, ram_bytes, argv) -> Plan, for the memory rule (check --gpu)
-    planner: Callable[[str | None, str | None, list[str], int | None, list[str]], MemoryVerdict] | None = None
+    planner: Callable[[str | None, str | None, Sequence[GPU], int | None, list[str]], MemoryVerdict] | None = None
 
 
 @dataclass(frozen=True)

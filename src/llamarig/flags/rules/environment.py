@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 
-from llamarig.flags.argv import CLOSEST_BUDGET
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.knowledge import DEAD_ENV, LIVE_GGML_ENV, LIVE_GGML_PREFIXES, LIVE_LLAMA_ENV
 from llamarig.flags.rules.context import Subject
@@ -27,11 +26,8 @@ def env_vars(s: Subject) -> list[Finding]:
         elif name.startswith("LLAMA_ARG_"):
             opt = schema.by_env.get(name)
             if opt is None:
-                budget = schema.memo.get(CLOSEST_BUDGET)
                 near = difflib.get_close_matches(name, list(schema.by_env), n=2, cutoff=0.7) \
-                    if budget is None or budget > 0 else []
-                if budget is not None:
-                    schema.memo[CLOSEST_BUDGET] = budget - 1
+                    if schema.memo.take_search() else []
                 out.append(finding("unknown-env-var", Severity.WARNING, line, name,
                                    _("`{name}` is not read by this llama-server").format(name=name) +
                                    (_("; closest: {names}").format(names=", ".join(near)) if near else ""),

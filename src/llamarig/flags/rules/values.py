@@ -32,73 +32,93 @@ def check_values(s: Subject) -> list[Finding]:
 def _check_value(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
     # common/arg.cpp: handler_int -> std::stoi, float -> std::stof, enums compare exactly,
     # kv types: kv_cache_type_from_str (exact ggml_type_name), spec types: speculative.cpp
-    kind = opt.value_kind or "string"
-    sp = u.spelling
-    res: list[Finding] = []
-
-    def bad(msg: str, fix: str | None, action: Fix | None) -> None:
-        res.append(finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} {v}`: " + msg, fix, k, u.passed,
-                           action, u.index))
-
     if opt.removed or "$" in v:  # `$VAR`, `$(cmd)`, llama-swap `${PORT}`: known only at run time
-        return res
-    if kind == "kvtype":
-        allowed = opt.allowed or ()
-        if v not in allowed:
-            sug = KV_TYPE_FIXES.get(v.lower()) or (v.lower() if v.lower() in allowed else None)
-            bad(_("unsupported cache type (error while handling argument: Unsupported cache type: {value}); "
-                  "allowed: {allowed}").format(value=v, allowed=", ".join(allowed)),
-                _("use `{fixed}`").format(fixed=f"{sp} {sug}") if sug
-                else _("use one of {allowed}").format(allowed=", ".join(allowed)),
-                Fix("set-value", (sug or "q8_0",)))
-    elif kind == "enum":
-        allowed = opt.allowed or ()
-        if v not in allowed:
-            near = difflib.get_close_matches(v, allowed, n=1, cutoff=0.5)
-            bad(_("invalid value; allowed: {allowed}").format(allowed=", ".join(allowed)),
-                _("use `{fixed}`").format(fixed=f"{sp} {near[0]}") if near
-                else _("use one of {allowed}").format(allowed=", ".join(allowed)),
-                Fix("set-value", (near[0],)) if near else Fix("drop"))
-    elif kind == "csv_enum":
-        allowed = opt.allowed or ()
-        badv = [p for p in v.split(",") if p.strip() not in allowed]
-        if badv:
-            bad(_("unknown value(s) {values}; allowed: {allowed}").format(values=", ".join(badv),
-                                                                           allowed=", ".join(allowed)),
-                _("use values from {allowed}").format(allowed=", ".join(allowed)), Fix("drop"))
-    elif kind in ("int", "int_auto_all"):
-        if kind == "int_auto_all" and v in ("auto", "all"):
-            return res
-        m = INT_RE.match(v)
-        if not m:
-            bad(_("not an integer (std::stoi fails: error while handling argument)"),
-                _("give a number after `{flag}`").format(flag=sp), Fix("drop"))
-        else:
-            n = int(m.group(0))
-            if abs(n) > 2**31 - 1:
-                bad(_("out of int range (std::stoi throws out_of_range)"), _("use a smaller number"), Fix("drop"))
-            elif m.end() != len(v):
-                res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
-                                   _("`{given}`: std::stoi reads the leading digits and ignores the rest "
-                                     "without an error (common/arg.cpp:859 `opt.handler_int(params, "
-                                     "std::stoi(val))`), so llama-server uses {n}").format(given=f"{sp} {v}", n=n),
-                                   _("write `{fixed}`").format(fixed=f"{sp} {_expand(v) or n}"),
-                                   k, u.passed, Fix("set-value", (_expand(v) or str(n),)), u.index))
-            res.extend(_int_limits(u, opt, n, k))
-    elif kind == "float":
-        m = FLOAT_RE.match(v)
-        if not m:
-            bad(_("not a number (std::stof fails: error while handling argument)"),
-                _("give a number after `{flag}`").format(flag=sp), Fix("drop"))
-        elif m.end() != len(v.rstrip()):
-            res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
-                               _("`{given}`: std::stof reads the leading number and ignores the rest "
-                                 "without an error (the option's handler in common/arg.cpp calls "
-                                 "std::stof(value)), so llama-server uses {n}").format(given=f"{sp} {v}",
-                                                                                     n=m.group(0).strip()),
-                               _("write `{fixed}`").format(fixed=f"{sp} {m.group(0).strip()}"), k, u.passed,
-                               Fix("set-value", (m.group(0).strip(),)), u.index))
-    return res
+        return []
+    check = _BY_KIND.get(opt.value_kind or "string")
+    return check(u, opt, v, k) if check else []
+
+
+def _bad(u: Use, v: str, k: int | None, msg: str, fix: str | None, action: Fix | None) -> Finding:
+    sp = u.spelling
+    return finding("invalid-value", Severity.ERROR, u.line, sp, f"`{sp} {v}`: " + msg, fix, k, u.passed,
+                   action, u.index)
+
+
+def _kvtype(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
+    allowed = opt.allowed or ()
+    if v in allowed:
+        return []
+    sug = KV_TYPE_FIXES.get(v.lower()) or (v.lower() if v.lower() in allowed else None)
+    return [_bad(u, v, k, _("unsupported cache type (error while handling argument: Unsupported cache type: "
+                            "{value}); allowed: {allowed}").format(value=v, allowed=", ".join(allowed)),
+                 _("use `{fixed}`").format(fixed=f"{u.spelling} {sug}") if sug
+                 else _("use one of {allowed}").format(allowed=", ".join(allowed)),
+                 Fix("set-value", (sug or "q8_0",)))]
+
+
+def _enum(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
+    allowed = opt.allowed or ()
+    if v in allowed:
+        return []
+    near = difflib.get_close_matches(v, allowed, n=1, cutoff=0.5)
+    return [_bad(u, v, k, _("invalid value; allowed: {allowed}").format(allowed=", ".join(allowed)),
+                 _("use `{fixed}`").format(fixed=f"{u.spelling} {near[0]}") if near
+                 else _("use one of {allowed}").format(allowed=", ".join(allowed)),
+                 Fix("set-value", (near[0],)) if near else Fix("drop"))]
+
+
+def _csv_enum(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
+    allowed = opt.allowed or ()
+    badv = [p for p in v.split(",") if p.strip() not in allowed]
+    if not badv:
+        return []
+    return [_bad(u, v, k, _("unknown value(s) {values}; allowed: {allowed}").format(values=", ".join(badv),
+                                                                                 allowed=", ".join(allowed)),
+                 _("use values from {allowed}").format(allowed=", ".join(allowed)), Fix("drop"))]
+
+
+def _int(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
+    sp = u.spelling
+    if opt.value_kind == "int_auto_all" and v in ("auto", "all"):
+        return []
+    m = INT_RE.match(v)
+    if not m:
+        return [_bad(u, v, k, _("not an integer (std::stoi fails: error while handling argument)"),
+                     _("give a number after `{flag}`").format(flag=sp), Fix("drop"))]
+    n = int(m.group(0))
+    if abs(n) > 2**31 - 1:
+        return [_bad(u, v, k, _("out of int range (std::stoi throws out_of_range)"), _("use a smaller number"),
+                     Fix("drop"))]
+    res: list[Finding] = []
+    if m.end() != len(v):
+        res.append(finding("value-truncated", Severity.WARNING, u.line, sp,
+                           _("`{given}`: std::stoi reads the leading digits and ignores the rest "
+                             "without an error (common/arg.cpp:859 `opt.handler_int(params, "
+                             "std::stoi(val))`), so llama-server uses {n}").format(given=f"{sp} {v}", n=n),
+                           _("write `{fixed}`").format(fixed=f"{sp} {_expand(v) or n}"),
+                           k, u.passed, Fix("set-value", (_expand(v) or str(n),)), u.index))
+    return res + _int_limits(u, opt, n, k)
+
+
+def _float(u: Use, opt: Option, v: str, k: int | None) -> list[Finding]:
+    sp = u.spelling
+    m = FLOAT_RE.match(v)
+    if not m:
+        return [_bad(u, v, k, _("not a number (std::stof fails: error while handling argument)"),
+                     _("give a number after `{flag}`").format(flag=sp), Fix("drop"))]
+    if m.end() == len(v.rstrip()):
+        return []
+    read = m.group(0).strip()
+    return [finding("value-truncated", Severity.WARNING, u.line, sp,
+                    _("`{given}`: std::stof reads the leading number and ignores the rest "
+                      "without an error (the option's handler in common/arg.cpp calls "
+                      "std::stof(value)), so llama-server uses {n}").format(given=f"{sp} {v}", n=read),
+                    _("write `{fixed}`").format(fixed=f"{sp} {read}"), k, u.passed,
+                    Fix("set-value", (read,)), u.index)]
+
+
+_BY_KIND = {"kvtype": _kvtype, "enum": _enum, "csv_enum": _csv_enum, "int": _int, "int_auto_all": _int,
+            "float": _float}
 
 
 def _expand(v: str) -> str | None:

@@ -23,7 +23,7 @@ def separate_qkv(spec: ModelSpec) -> bool:
 class Qwen35Builder(Builder):
     def n_ff_shexp(self) -> int:
         v = (self.s.metadata or {}).get(f"{self.s.architecture}.expert_shared_feed_forward_length")
-        if v:
+        if isinstance(v, (int, float)) and v:
             return int(v)
         return next((int(t.shape[1]) for t in self.s.tensors if t.name.endswith("ffn_up_shexp.weight")), 0)
 

@@ -1,4 +1,6 @@
-"""Parse llama-server's memory lines (printed at ``-lv 4``) into numbers.
+"""What llama-server logged it allocated: its memory lines (printed at ``-lv 4``) as numbers, and
+the plan against them (``compare``, launch's verification). The line formats are logformat.py's
+(bench/logparse.py reads the same log for its timings).
 
 Formats from llama.cpp build 11434 (libllama INFO lines, printed at -lv 4: common/log.cpp:532-540):
 - ``load_tensors: %12s model buffer size = %8.2f MiB`` (src/llama-model.cpp)
@@ -36,6 +38,7 @@ from llamarig.logformat import (
     MEM_WEIGHTS,
     RE_CREATED,
 )
+from llamarig.plan.result import Plan
 from llamarig.units import MiB
 
 
@@ -104,6 +107,41 @@ class ServerMemoryLog:
         return sum(v for _, v in self.weights)
 
 
+def _model_line(out: ServerMemoryLog, line: str) -> bool:
+    """A line about the model, not a context (weights, checkpoints, slots): read into ``out``."""
+    if m := MEM_WEIGHTS.search(line):
+        w = (m.group(1), float(m.group(2)))
+        out.weights.append(w)
+        # a model is loaded before its context: weights after a new context start a new model
+        if not out.model_weights or len(out.contexts) >= len(out.model_weights):
+            out.model_weights.append([])
+        out.model_weights[-1].append(w)
+    elif m := RE_CREATED.search(line):
+        out.checkpoints.append(float(m.group(6)))
+    elif m := MEM_SLOTS.search(line):
+        out.slots = (int(m.group(1)), int(m.group(2)), m.group(3) == "true")
+    else:
+        return False
+    return True
+
+
+def _buffer_line(cur: ContextLog, line: str) -> None:
+    """One context's buffer line (KV, recurrent state, compute, output) or parameter."""
+    if m := MEM_KV_BUF.search(line):
+        cur.kv_buffers.append((m.group(1), float(m.group(2))))
+    elif m := MEM_RS_BUF.search(line):
+        cur.rs_buffers.append((m.group(1), float(m.group(2))))
+    elif m := MEM_RS_SIZE.search(line):
+        g = m.groups()
+        cur.rs_size = (float(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]))
+    elif m := MEM_COMPUTE.search(line):
+        cur.compute.append((m.group(1), float(m.group(2))))
+    elif m := MEM_OUTPUT.search(line):
+        cur.output.append((m.group(1), float(m.group(2))))
+    elif m := MEM_CTX_PARAM.search(line):
+        cur.params.setdefault(m.group(1), m.group(2))
+
+
 #: the lines --fit prints when it is done (common/fit.cpp:893-902, trace level: -lv 4)
 _FIT_END = "common_fit_params: "
 
@@ -123,49 +161,20 @@ def parse_memory_log(text: str) -> ServerMemoryLog:
             cur = ContextLog()
             out.contexts.append(cur)
             pending_kind = "kv"
+        elif _model_line(out, line) or cur is None:
             continue
-        if m := MEM_WEIGHTS.search(line):
-            w = (m.group(1), float(m.group(2)))
-            out.weights.append(w)
-            # a model is loaded before its context: weights after a new context start a new model
-            if not out.model_weights or len(out.contexts) >= len(out.model_weights):
-                out.model_weights.append([])
-            out.model_weights[-1].append(w)
-            continue
-        if m := RE_CREATED.search(line):
-            out.checkpoints.append(float(m.group(6)))
-            continue
-        if m := MEM_SLOTS.search(line):
-            out.slots = (int(m.group(1)), int(m.group(2)), m.group(3) == "true")
-            continue
-        if cur is None:
-            continue
-        if MEM_RESERVE.search(line):
+        elif MEM_RESERVE.search(line):
             cur.compute = []  # a re-reserve replaces the previous compute buffers
-            continue
-        if m := MEM_ISWA.search(line):
+        elif m := MEM_ISWA.search(line):
             pending_kind = m.group(1)
-        elif m := MEM_KV_BUF.search(line):
-            cur.kv_buffers.append((m.group(1), float(m.group(2))))
-        elif m := MEM_KV_SIZE.search(line):
+        elif not MEM_KV_BUF.search(line) and (m := MEM_KV_SIZE.search(line)):
             g = m.groups()
             cur.kv_caches.append(KVCacheLog(float(g[0]), int(g[1]), int(g[2]), int(g[4]), g[5],
                                             float(g[6]), g[7], float(g[8]), pending_kind))
-        elif m := MEM_RS_BUF.search(line):
-            cur.rs_buffers.append((m.group(1), float(m.group(2))))
-        elif m := MEM_RS_SIZE.search(line):
-            g = m.groups()
-            cur.rs_size = (float(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]))
-        elif m := MEM_COMPUTE.search(line):
-            cur.compute.append((m.group(1), float(m.group(2))))
-        elif m := MEM_OUTPUT.search(line):
-            cur.output.append((m.group(1), float(m.group(2))))
-        elif m := MEM_CTX_PARAM.search(line):
-            cur.params.setdefault(m.group(1), m.group(2))
+        else:
+            _buffer_line(cur, line)
     return out
 
-
-# ----------------------------------------------------------------------------- plan vs log
 
 # ----------------------------------------------------------------------------- plan vs log
 
@@ -220,13 +229,8 @@ def _base(comp: str) -> str:
     return comp.split(" ", 1)[0]
 
 
-def compare(plan: Any, log_text: str, modelled_tolerance: float = MODELLED_TOLERANCE) -> list[VerifyRow]:
-    """Planned vs logged buffers, per device and component, host weights per buffer type
-    (CPU_Mapped, CPU_REPACK, AMX, CUDA_Host, ...). Exact components (weights, KV, recurrent
-    state, and a compute buffer the plan replays exactly: qwen35 / qwen35moe on the CPU) must
-    match within the log's 2-decimal MiB rounding per buffer; modelled compute and output buffers
-    within MODELLED_TOLERANCE."""
-    mem = parse_memory_log(log_text)
+def _logged(mem: ServerMemoryLog) -> dict[tuple[str, str], list[float]]:
+    """(device, component) -> the MiB of each buffer the log shows; host weights per buffer type."""
     actual: dict[tuple[str, str], list[float]] = {}
 
     def put(comp: str, bufs: Sequence[tuple[str, float]]) -> None:
@@ -243,6 +247,11 @@ def compare(plan: Any, log_text: str, modelled_tolerance: float = MODELLED_TOLER
     put("output", tgt.output)
     if mem.draft is not None:  # the MTP / draft context: its KV cache and compute buffers
         put("draft", mem.draft.kv_buffers + mem.draft.compute)
+    return actual
+
+
+def _planned(plan: Plan) -> dict[tuple[str, str], tuple[int, str]]:
+    """(device, component) -> (bytes, method) of the plan; host weights per buffer type."""
     planned: dict[tuple[str, str], tuple[int, str]] = {}
     for d in plan.devices:
         for comp, ln in d.lines.items():
@@ -253,6 +262,18 @@ def compare(plan: Any, log_text: str, modelled_tolerance: float = MODELLED_TOLER
                 planned[("host", f"weights {buf}")] = (b, ln.method)
         else:
             planned[("host", comp)] = (ln.bytes, ln.method)
+    return planned
+
+
+def compare(plan: Plan, log_text: str, modelled_tolerance: float = MODELLED_TOLERANCE) -> list[VerifyRow]:
+    """Planned vs logged buffers, per device and component, host weights per buffer type
+    (CPU_Mapped, CPU_REPACK, AMX, CUDA_Host, ...). Exact components (weights, KV, recurrent
+    state, and a compute buffer the plan replays exactly: qwen35 / qwen35moe on the CPU) must
+    match within the log's 2-decimal MiB rounding per buffer; modelled compute and output buffers
+    within MODELLED_TOLERANCE."""
+    mem = parse_memory_log(log_text)
+    actual = _logged(mem)
+    planned = _planned(plan)
     rows = []
     comps = ("weights", "kv", "recurrent", "compute", "output", "draft")
     keys = sorted({k for k in planned if _base(k[1]) in comps} | set(actual),
@@ -266,9 +287,6 @@ def compare(plan: Any, log_text: str, modelled_tolerance: float = MODELLED_TOLER
         if _base(comp) in EXACT or (comp == "compute" and method == "exact"):
             tol = LOG_ROUNDING_MIB * max(1, len(vals or ()))
         else:
-            base = act if act else pb / MiB
-            tol = modelled_tolerance * base + 0.05
+            tol = modelled_tolerance * (act if act else pb / MiB) + 0.05
         rows.append(VerifyRow(dev, comp, pb, act, tol, method))
     return rows
-
-
