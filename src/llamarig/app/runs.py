@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamarig.app.check import WhatRuns, behaviour_changes
+from llamarig.app.check import WhatRuns, behaviour_changes, check, read_input, what_runs
 from llamarig.app.planning import plan_with_speed
 from llamarig.catalogue.models import is_catalogue_id
-from llamarig.errors import LlamarigError
+from llamarig.diagnostics import Diagnostic, info, warning
+from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.argv import Command
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _
@@ -166,10 +167,6 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
     diagnostics name the command, and, when the author meant more, what the meant command would
     change (what ``plan --from-script`` shows first). ``model``: a GGUF or catalogue id for a
     ``-m`` that is not on this machine."""
-    from llamarig.app.check import check, read_input, what_runs
-    from llamarig.diagnostics import Diagnostic, info, warning
-    from llamarig.errors import InputError
-
     text, name = read_input(path)
     base = Path(path).resolve().parent if path != "-" else None
     report = check(text, model=model, base_dir=base, origin=Path(path) if path != "-" else None, name=name)
