@@ -17,9 +17,9 @@ just before; the prediction uses them in place of the catalogue defaults.
 
 Method (--catalogue): every catalogue model at its first quant, on one RTX 3090 and on the 3gpu
 case's three cards: one ``make_plan`` (-c 32768 -np 1; MTP models with --spec-type draft-mtp) and
-one ``optimise`` (--target-ctx 65536, or n_ctx_train when smaller), each cold, best of R, as wall
-time (time.perf_counter) and this process's CPU time (time.process_time: less sensitive to the
-other processes of a shared machine).
+one ``optimise`` (--target-ctx 65536, or n_ctx_train when smaller), each cold, the median of R
+runs, as wall time (time.perf_counter) and this process's CPU time (time.process_time: less
+sensitive to the other processes of a shared machine); the load average before and after.
 
 Run:  .venv/bin/python benchmarks/bench_optimise.py [--repeat 20] [--cpu-server] [--catalogue]
 """
@@ -96,7 +96,7 @@ def forget_replays() -> None:
 
 
 def _cold(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Best wall and CPU time of ``repeat`` cold runs."""
+    """Median wall and CPU time of ``repeat`` cold runs."""
     wall, cpu = [], []
     for _ in range(repeat):
         forget_replays()
@@ -104,12 +104,13 @@ def _cold(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
         fn()
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-    return min(wall), min(cpu)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def bench_catalogue(repeat: int) -> None:
     """A plan and a search per catalogue model, one and three GPUs (--catalogue)."""
     setups = {"1 GPU": ["rtx3090"], "3 GPUs": ["rtx5070ti", "rtx5060ti16", "rtx4060ti16"]}
+    print(f"load average before: {os.getloadavg()[0]:.1f}; medians of {repeat} cold runs")
     print("| model | arch | GPUs | plan wall / CPU | optimise wall / CPU | configurations |")
     print("|---|---|---|---|---|---|")
     for mid in load_models():
@@ -133,6 +134,7 @@ def bench_catalogue(repeat: int) -> None:
             ow, oc = _cold(one_search, repeat)
             print(f"| {mid}:{q} | {spec.architecture} | {label} | {pw * 1000:.0f} / {pc * 1000:.0f} ms | "
                   f"{ow * 1000:.0f} / {oc * 1000:.0f} ms | {res[-1].evaluated} |", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 def bench_cpu_server(repeat: int = 3) -> None:

@@ -79,3 +79,15 @@ def test_function_calls_are_followed_within_a_budget(monkeypatch) -> None:  # ty
     assert len(p.invocations) == 10  # 3 commands per call: `{`, the server, `}`
     assert [n.kind for n in p.notes if n.kind == "not-followed"] == ["not-followed"]
     assert p.invocations[-1].argv == ["llama-server", "-m", "m9.gguf", "-c", "4096"]
+
+
+def test_a_four_mib_continued_rpc_server_command() -> None:
+    """One rpc-server command continued over 4 MiB of lines: read as one command with every
+    argument (each line is joined once; the growing command was re-copied per line before,
+    7 minutes for this input)."""
+    from llamarig.flags.rules.rpc import rpc_server_findings
+
+    line = "  -H 127.0.0.1 \\\n"
+    n = (4 * 1024 * 1024 - 64) // len(line)
+    fs = rpc_server_findings("rpc-server -p 50052 \\\n" + line * n + "  -c\n")
+    assert not [f for f in fs if f.rule in ("rpc-open", "rpc-unknown-arg")], fs[:3]

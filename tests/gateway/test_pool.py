@@ -1,5 +1,7 @@
-"""The pool as llama-server has it (llamarig.gateway.pool): derivation, the config meeting the
-server, the log. The log lines are build 11434's, as its server printed them (default verbosity)."""
+"""What admission reserves against (llamarig.gateway.pool): ``/props`` refused without its
+fields, the config meeting the server's pool, a group's caps, the log of a server llamarig
+launched. The pool itself (the log, /props, the command line, cells in use) is tested in
+tests/test_serverpool.py."""
 
 from __future__ import annotations
 
@@ -9,50 +11,11 @@ import pytest
 
 from llamarig.gateway.config import BackendConfig
 from llamarig.gateway.errors import BackendError
-from llamarig.gateway.pool import (
-    Pool,
-    ServerFacts,
-    Share,
-    admission_pool,
-    cells_in_use,
-    facts_from_props,
-    group_limits,
-    n_ctx_train,
-    newer_start,
-    read_log,
-    server_pool,
-)
+from llamarig.gateway.pool import Pool, Share, admission_pool, facts_from_props, group_limits
+from llamarig.serverpool import n_ctx_train, server_pool
 
 PROPS = {"default_generation_settings": {"n_ctx": 16384}, "total_slots": 4}
 MODELS = {"data": [{"id": "m.gguf", "meta": {"n_ctx": 16384, "n_ctx_train": 16384}}]}
-
-#: llama-server 11434, `-c 49152 -np 4 -kvu` on a model with n_ctx_train 16384 (default verbosity)
-LOG_49152 = """\
-0.00.001.423 I srv  llama_server: initializing ...
-0.00.002.683 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)
-0.00.003.242 I srv    load_model: loading model '/tmp/tiny.gguf'
-0.00.008.661 W llama_context: n_ctx_seq (49152) > n_ctx_train (16384) -- possible training context overflow
-0.00.018.510 W srv    load_model: the slot context (49152) exceeds the training context of the model (16384) - capping
-0.00.020.277 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 16384, kv_unified = 'true'
-0.00.021.833 I srv  llama_server: listening on http://127.0.0.1:18431
-"""
-#: the same server restarted with `-c 4096 -np 4 -kvu` (appended to the same file)
-LOG_4096 = """\
-0.00.001.100 I srv  llama_server: initializing ...
-0.00.020.100 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 4096, kv_unified = 'true'
-"""
-#: `-c 2048 -np 2 -kvu --kv-unified-per-slot 512`
-LOG_PER_SLOT = """\
-0.00.001.100 I srv  llama_server: initializing ...
-0.00.010.000 I srv    load_model: capping per-slot context (2048) to --kv-unified-per-slot (512)
-0.00.020.100 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 512, kv_unified = 'true'
-"""
-#: `-c 2048 -np 2` (not unified: each slot owns 1024)
-LOG_SPLIT = """\
-0.00.001.100 I srv  llama_server: initializing ...
-0.00.020.100 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 1024, kv_unified = 'false'
-"""
-
 
 def test_props_alone_exact_below_n_ctx_train_and_a_bound_at_it() -> None:
     f = facts_from_props({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 4}, MODELS)
@@ -67,37 +30,6 @@ def test_props_alone_exact_below_n_ctx_train_and_a_bound_at_it() -> None:
         facts_from_props({}, MODELS)
     with pytest.raises(BackendError, match="total_slots"):
         facts_from_props({"default_generation_settings": {"n_ctx": 5}}, MODELS)
-
-
-def test_the_log_gives_the_whole_pool(tmp_path: Path) -> None:
-    p = tmp_path / "server.log"
-    p.write_text(LOG_49152)
-    lg = read_log(str(p))
-    assert lg is not None and (lg.n_slots, lg.n_ctx_slot, lg.n_ctx_seq, lg.kv_unified) == (4, 16384, 49152, True)
-    sp = server_pool(facts_from_props(PROPS, MODELS, lg))
-    assert (sp.tokens, sp.bound, sp.source, sp.unified) == (49152, "exact", "log", True)
-    # a restart appended to the same file: the last start counts, and it is found in the new bytes
-    size = p.stat().st_size
-    assert not newer_start(str(p), size)
-    with p.open("a") as fh:
-        fh.write("0.01.000.000 I slot print_timing: id  0 | task 5 | eval time = 10 ms\n" * 50 + LOG_4096)
-    assert newer_start(str(p), size)
-    lg = read_log(str(p))
-    assert lg is not None and (lg.n_ctx_slot, lg.n_ctx_seq) == (4096, 4096)
-    # the log of another start than /props shows is not used
-    stale = facts_from_props(PROPS, MODELS, lg)
-    assert server_pool(stale).source == "props"
-    p.write_text(LOG_PER_SLOT)
-    lg = read_log(str(p))
-    assert lg is not None and server_pool(ServerFacts(2, 512, 16384, lg)).tokens == 2048
-    p.write_text(LOG_SPLIT)
-    lg = read_log(str(p))
-    assert lg is not None and not lg.kv_unified
-    assert server_pool(ServerFacts(2, 1024, 16384, lg)).tokens == 2048
-    p.write_text("no server here\n")
-    assert read_log(str(p)) is None and read_log(str(tmp_path / "missing.log")) is None
-    p.write_text("")
-    assert read_log(str(p)) is None
 
 
 def test_config_meets_server() -> None:
@@ -129,13 +61,10 @@ def test_config_meets_server() -> None:
         admission_pool(None, b)
 
 
-def test_shares_and_cells() -> None:
+def test_shares() -> None:
     pool = Pool(10000, 4, 8192, "props")
     limits = group_limits((Share("tier:B"), Share("cron", 0.25, 1)), pool)
     assert [(g, c.tokens, c.slots) for g, c in limits] == [("cron", 2500, 1)]
-    slots = [{"id": 0, "n_prompt_tokens": 120, "is_processing": True}, {"id": 1, "n_prompt_tokens": 30},
-             {"id": 2, "n_ctx": 4096}]
-    assert cells_in_use(slots) == 150 and cells_in_use({"error": 1}) is None
 
 
 def test_the_log_of_a_server_llamarig_launched_is_found(tmp_path: Path) -> None:
@@ -146,7 +75,7 @@ def test_the_log_of_a_server_llamarig_launched_is_found(tmp_path: Path) -> None:
     from llamarig.launch.process import LaunchState, write_state
 
     log = tmp_path / "launch-18555.log"
-    log.write_text(LOG_49152)
+    log.write_text("0.00.020.277 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 16384, kv_unified = 'true'\n")
     write_state(LaunchState(1, None, ("llama-server",), "llama-server", "127.0.0.1", 18555, str(log), 0.0))
     assert launched_log("http://127.0.0.1:18555") == str(log)
     assert launched_log("http://127.0.0.1:18556") is None  # nothing launched there

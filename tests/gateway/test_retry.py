@@ -10,6 +10,7 @@ import pytest
 from llamarig.gateway.pool import Cap
 from llamarig.gateway.progress import BackendProgress, read_slots
 from llamarig.gateway.retry import Room, Running, Want, wait_for_room
+from llamarig.serverpool import cells_in_use
 
 
 def room(name: str = "a", pool: int = 4096, slots: int = 4, rate: float | None = 100.0, **kw: object) -> Room:
@@ -83,7 +84,7 @@ def test_progress_matches_slots_by_n_predict_and_order() -> None:
     assert read_slots({"error": "x"}) is None
     bp = BackendProgress()
     first, second, other = R(1, 300, 12, 0.0), R(2, 300, 12, 0.5), R(3, 50, 5, 0.6)
-    bp.observe(slots, 10.0, [second, other, first])
+    bp.observe(slots, 10.0, [second, other, first], cells_in_use(SLOTS))
     assert (bp.slot_of(1), bp.slot_of(2), bp.slot_of(3)) == (0, 1, None)  # oldest request, oldest task
     assert bp.cells == 180 and bp.rate(10.0).value is None  # one reading: no rate yet
     later = read_slots([{**SLOTS[0], "next_token": [{"n_decoded": 178}]}, {**SLOTS[1], "next_token": [{"n_decoded": 78}]}])

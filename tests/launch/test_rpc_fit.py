@@ -9,10 +9,10 @@ each device, the same layers in host memory, hence the same weight and KV buffer
 rounding.
 
 Where the two end differently, the test replays every dry run fit made (the trace logs each
-one's layers per device and measured MiB) through the plan. If the plan measures one of them
-differently, the difference is in the memory model (the compute buffers per device: issue 31
-part 2), not in the port of fit, and the test is an xfail that names the run and the numbers;
-if every run measures the same and the decisions still differ, the port is wrong: a failure.
+one's layers per device and measured MiB) through the plan's measurement of a dry run
+(llamarig.plan.planner.fit_measurement: the prompt graph alone with nothing pinned, the MTP
+context at the user's placement) and names the run and the numbers that differ; if every run
+measures the same and the decisions still differ, the port of fit is wrong.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from llamarig.plan.fit import trial_config
 from llamarig.plan.fit_log import FitLog, parse_fit_log
 from llamarig.plan.inputs import build_inputs
 from llamarig.plan.memory_log import compare
-from llamarig.plan.planner import make_plan
+from llamarig.plan.planner import fit_measurement, make_plan
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.testing.plans import deployment_of
 from llamarig.testing.rpc import rpc_argument
@@ -89,7 +89,8 @@ def _measured_differently(inp: PlanInputs, fl: FitLog, names: list[str]) -> list
     """fit's dry runs (its initial projection and every layer trial) that the plan measures
     differently from llama-server, with the numbers."""
     out = []
-    first = make_plan(replace(inp, cfg=inp.cfg.with_(fit=False, n_ctx=inp.cfg.n_ctx or inp.spec.n_ctx_train)))
+    first = fit_measurement(replace(inp, cfg=inp.cfg.with_(fit=False, n_ctx=inp.cfg.n_ctx or inp.spec.n_ctx_train)),
+                            inp.cfg)
     logged = [d.used_mib for d in fl.devices if d.used_mib is not None]
     if len(logged) == len(names) and len(names) > 1:
         mine = _used_mib(first)
@@ -97,7 +98,7 @@ def _measured_differently(inp: PlanInputs, fl: FitLog, names: list[str]) -> list
             out.append(f"initial settings: plan {mine} MiB vs llama-server {logged} MiB")
     for k, t in enumerate(fl.trials):
         cfg = trial_config(inp, names, fl.n_ctx or 0, t.layers)
-        mine = _used_mib(make_plan(replace(inp, cfg=cfg.with_(fit=False))))
+        mine = _used_mib(fit_measurement(replace(inp, cfg=cfg.with_(fit=False)), inp.cfg))
         if any(abs(a - b) > 1 for a, b in zip(mine, t.mem_mib, strict=True)):
             out.append(f"dry run {k} (n_layer, n_part, overflow per device {list(t.layers)}): "
                        f"plan {mine} MiB vs llama-server {list(t.mem_mib)} MiB")
@@ -130,7 +131,6 @@ def test_plan_fit_equals_llama_server_fit(model, mems, flags, rpc_servers, llama
         return
     differently = _measured_differently(inp, fl, names)
     if differently:
-        pytest.xfail("the plan measures fit's dry runs differently from llama-server (the compute buffer per "
-                     "device, issue 31 part 2): " + "; ".join(differently[:3])
-                     + f"; so fit ends elsewhere: plan {mine} vs llama-server {theirs}")
+        pytest.fail("the plan measures fit's dry runs differently from llama-server: " + "; ".join(differently[:3])
+                    + f"; so fit ends elsewhere: plan {mine} vs llama-server {theirs}")
     pytest.fail(f"every dry run measures the same, yet fit ends elsewhere: plan {mine} vs llama-server {theirs}")

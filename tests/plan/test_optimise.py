@@ -112,6 +112,16 @@ def test_mtp_model_gets_speculative_decoding():
     assert best.decode_at_target > best.speed.at_depth(4096).decode_tok_s
 
 
+def test_mtp_off_candidates_are_off_when_the_command_asks_for_mtp():
+    """A command that already has --spec-type draft-mtp: the search's "without speculative
+    decoding" candidates drop it, so both are compared (not the user's MTP twice)."""
+    inp = inputs("qwen3.8-27b:ud-q4_k_xl", "rtx3090", args=("--spec-type", "draft-mtp"))
+    res = optimise(inp, Targets(ctx=65536, decode_tok_s=30))
+    kinds = {"--spec-type" in c.plan.command for c in res.candidates}
+    assert kinds == {True, False}
+    assert all(not c.cfg.spec_types for c in res.candidates if "--spec-type" not in c.plan.command)
+
+
 @pytest.mark.parametrize("targets, msg", [
     (Targets(ctx=0), "--target-ctx"),
     (Targets(ctx=65536, decode_tok_s=-5), "--target-decode"),

@@ -52,3 +52,29 @@ def test_cut_and_memo_equal_the_full_replay(model_id: str, kind: str, splits: tu
         if spec.architecture == "gemma3":
             p = GraphParams(**{**p.__dict__, "n_kv_swa": 2048})
         assert R.buffers(spec, p, setup) == R.replay(spec, p, setup), (model_id, kind, splits, p)
+
+
+@pytest.mark.parametrize("model_id", ["qwen3.6-27b:q4_k_m", "gemma3-12b:q4_k_m", "qwen3-30b-a3b:q4_k_m"])
+@pytest.mark.parametrize("kind", ["rpc", "cuda"])
+def test_cache_types_of_one_class_give_the_same_buffers(model_id: str, kind: str) -> None:
+    """The memo keeps one replay per class of cache types (replay.kv_class): every pair of types in
+    a class must give the same buffers, prompt and one-token graphs, flash attention on and off."""
+    spec = build_spec(*find_model(model_id))
+    n_dev = 2
+    devs = tuple(cuda_backend(f"CUDA{i}", 890) if kind == "cuda" else Backend(f"RPC{i}") for i in range(n_dev))
+    half = spec.n_layer // 2
+    lay = _layout(spec.n_layer_main, spec.n_layer, (half, spec.n_layer - half), 0, n_dev)
+    lay = Layout(lay.layers, lay.output, lay.cpu, keep=(*range(6), *range(half, half + 6)))  # a short graph
+    setup = R.Setup(lay, (*devs, Backend("CPU")), 4)
+    types = ("f16", "f32", "q8_0", "q4_0", "q5_1", "iq4_nl")
+    for n_tokens, fa in ((512, True), (1, True), (256, False)):
+        classes: dict[tuple[object, ...], list[GraphParams]] = {}
+        for tk in types:
+            for tv in types:
+                q = GraphParams(n_tokens, 1, 1, 8192, 1, 1, 0, fa, tk, tv, 2048 if spec.architecture == "gemma3" else 0)
+                classes.setdefault(R.kv_class(q, setup.backends), []).append(q)
+        assert len(classes) < len(types) ** 2
+        for qs in classes.values():
+            ref = R.replay_graph(spec, qs[0], setup)
+            for q in qs[1:]:
+                assert R.replay_graph(spec, q, setup) == ref, (model_id, kind, q, qs[0])

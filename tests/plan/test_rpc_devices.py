@@ -101,3 +101,41 @@ def test_fit_log_reads_the_trace():
     assert [d.description for d in fl.devices] == ["127.0.0.1:53419", "127.0.0.1:36415"]
     assert fl.devices[0].used_mib == 233 and fl.devices[1].target_mib == 32
     assert fl.trials[0].layers == ((0, 0, 4), (9, 0, 4)) and fl.trials[0].mem_mib == (0, 211)
+
+
+def _mixed(*flags: str, gpus: tuple[str, ...] = ("rtx3090", "rtx4090")):
+    """Two rpc-servers beside two local CUDA GPUs."""
+    return build_plan(deployment_of("qwen3-8b:q4_k_m", ["--rpc", "a:1,b:2", "-c", "8192", "-fit", "off", *flags],
+                                    gpus=list(gpus), rpc_devices=["a:1=16G", "b:2=16G"]))
+
+
+def test_rpc_servers_come_before_local_gpus():
+    """The model's devices: RPC servers first, then the local GPUs (src/llama.cpp:275-279)."""
+    assert [d.name for d in _mixed().devices] == ["RPC0[a:1]", "RPC0[b:2]", "CUDA0", "CUDA1"]
+
+
+@pytest.mark.parametrize(("mg", "name"), [("0", "RPC0[a:1]"), ("1", "RPC0[b:2]"), ("2", "CUDA0"), ("3", "CUDA1")])
+def test_sm_none_picks_the_main_gpu_of_the_whole_list(mg, name):
+    """-sm none keeps device -mg of that list, RPC servers included (src/llama.cpp:288-301)."""
+    p = _mixed("-sm", "none", "-mg", mg)
+    assert [d.name for d in p.devices] == [name]
+    assert p.devices[0].get("weights") > 0
+
+
+def test_sm_none_with_a_negative_main_gpu_runs_on_the_cpu():
+    """A negative -mg clears the list (src/llama.cpp:289-290): every layer on the CPU."""
+    p = _mixed("-sm", "none", "-mg", "-1")
+    assert p.devices == () and p.host.get("weights") > 0
+
+
+def test_dev_keeps_its_own_order_over_rpc_and_local():
+    """-dev names the devices in the order given (common/arg.cpp parse_device_list; src/llama.cpp:
+    160-183): the RPC-first order no longer applies, and -sm none indexes that list."""
+    p = _mixed("-dev", "CUDA1,RPC0")
+    assert [d.name for d in p.devices] == ["CUDA1", "RPC0[a:1]"]
+    assert [d.name for d in _mixed("-dev", "CUDA1,RPC0", "-sm", "none", "-mg", "1").devices] == ["RPC0[a:1]"]
+
+
+def test_sm_none_main_gpu_past_the_list_is_refused():
+    with pytest.raises(InputError, match="-mg 4"):
+        _mixed("-sm", "none", "-mg", "4")

@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from tests.top.helpers import get_json, wait_for
 
+from llamarig.serverpool import log_starts, server_facts
 from llamarig.top.collect import Collector
 from llamarig.top.local import listening_pid
 from llamarig.top.model import Snapshot
-from llamarig.top.pool import hint_from_argv, hint_from_log
+from llamarig.top.pool import command_layout, hint_of
 
 #: build 11434's start-up lines (verbatim from the server the tests start)
 LOG_UNIFIED = "0.00.134.283 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 4096, kv_unified = 'true'\n"
@@ -31,19 +32,43 @@ LOG_CAPPED = (
 LOG_SPLIT = "0.00.120.001 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 65536, kv_unified = 'false'\n"
 
 
+def props(slots: int, n_ctx: int) -> dict[str, Any]:
+    return {"total_slots": slots, "default_generation_settings": {"n_ctx": n_ctx}}
+
+
+def models(n_ctx_train: int) -> dict[str, Any]:
+    return {"data": [{"id": "m.gguf", "meta": {"n_ctx_train": n_ctx_train}}]}
+
+
 def test_pool_from_the_log_and_the_command_line() -> None:
-    u, c, s = hint_from_log(LOG_UNIFIED), hint_from_log(LOG_CAPPED), hint_from_log(LOG_SPLIT)
-    assert u is not None and (u.tokens, u.unified, u.source) == (4096, True, "log")
-    assert c is not None and (c.tokens, c.unified) == (8192, True)  # one slot capped at n_ctx_train, the pool not
-    assert s is not None and (s.tokens, s.unified) == (131072, False)
-    assert hint_from_log("no start-up line here\n") is None
+    """top's reading of a server it watches directly: the log's start (llamarig.serverpool, as the
+    gateway reads it), else the command line's layout, else /props with n_ctx_train, where a
+    capped slot makes the pool a lower bound."""
+    def hint(log: str | None, argv: list[str] | None, slots: int, n_ctx: int, train: int) -> Any:
+        lg = log_starts(log)[-1] if log else None
+        cmd = command_layout(argv) if argv is not None else None
+        return hint_of(server_facts(props(slots, n_ctx), models(train), lg, cmd), "pid 1")
+
+    u, c, s = hint(LOG_UNIFIED, None, 4, 4096, 8192), hint(LOG_CAPPED, None, 4, 4096, 4096), \
+        hint(LOG_SPLIT, None, 2, 65536, 65536)
+    assert (u.tokens, u.unified, u.source, u.bound) == (4096, True, "log", "exact")
+    assert (c.tokens, c.unified, c.bound) == (8192, True, "exact")  # one slot capped at n_ctx_train, the pool not
+    assert (s.tokens, s.unified) == (131072, False)
     # the 307K-context MTP field report's command line: 4 slots on a 307200-token pool, each slot
     # capped at the model's 262144 (what /props says)
     report = ["--ctx-size", "307200", "--parallel", "4", "--kv-unified", "--fit", "on"]
-    h = hint_from_argv(report, 262144)
-    assert (h.tokens, h.unified, h.source) == (307200, True, "command")
-    assert hint_from_argv(["-c", "16384", "-np", "4"], 4096).unified is False
-    assert hint_from_argv(["-c", "16384"], 16384).tokens == 16384  # no -np: 4 slots on a unified pool
+    h = hint(None, report, 4, 262144, 262144)
+    assert (h.tokens, h.unified, h.source, h.bound, h.detail) == (307200, True, "command", "exact", "pid 1")
+    assert command_layout(["-c", "16384", "-np", "4"]).unified is False
+    assert hint(None, ["-c", "16384"], 4, 16384, 32768).tokens == 16384  # no -np: 4 slots on a unified pool
+    # -c set in the environment (LLAMA_ARG_CTX_SIZE), a slot capped at n_ctx_train: a lower bound
+    h = hint(None, ["-np", "4", "-kvu"], 4, 16384, 16384)
+    assert (h.tokens, h.source, h.bound) == (16384, "command", "at_least")
+    # nothing but /props (a server on another machine): the server does not say whether the slots
+    # share the cells; a lower bound when the slot is capped at n_ctx_train
+    h = hint(None, None, 4, 16384, 16384)
+    assert (h.tokens, h.unified, h.source, h.bound, h.detail) == (16384, None, "props", "at_least", "n_ctx_train 16384")
+    assert hint(None, None, 4, 4096, 16384).bound == "exact"
 
 
 def test_the_process_listening_on_a_port() -> None:
@@ -230,12 +255,14 @@ def test_a_local_server_without_a_log_file_gives_its_command_line(tmp_path: Path
     (pid / "fd" / "2").symlink_to("socket:[77]")  # the journal
     argv = ["/usr/bin/llama-server", "--model", "m.gguf", "--ctx-size", "307200", "--parallel", "4", "--kv-unified"]
     (pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
-    h = pool_hint(f"http://127.0.0.1:{port}", 262144, proc=proc)
+    h = pool_hint(f"http://127.0.0.1:{port}", props(4, 262144), models(262144), proc=proc)
     assert (h.tokens, h.unified, h.source, h.detail) == (307200, True, "command", "pid 4321")
-    # and with a log file the log wins
+    # and with a log file the log wins, when it shows the start /props shows
     log = tmp_path / "server.log"
     log.write_text(LOG_CAPPED)
     (pid / "fd" / "2").unlink()
     (pid / "fd" / "2").symlink_to(log)
-    h = pool_hint(f"http://127.0.0.1:{port}", 4096, proc=proc)
+    h = pool_hint(f"http://127.0.0.1:{port}", props(4, 4096), models(4096), proc=proc)
     assert (h.tokens, h.unified, h.source, h.detail) == (8192, True, "log", str(log))
+    h = pool_hint(f"http://127.0.0.1:{port}", props(4, 262144), models(262144), proc=proc)
+    assert (h.tokens, h.source) == (307200, "command")  # a log of another start: the command line

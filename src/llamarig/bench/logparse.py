@@ -41,7 +41,6 @@ from llamarig.errors import InputError
 from llamarig.i18n import _, os_error
 from llamarig.logformat import (
     CTX_EXCEEDED,
-    MEM_SLOTS,
     RE_BUDGET,
     RE_BUILD,
     RE_CANCEL,
@@ -71,8 +70,8 @@ from llamarig.logformat import (
     RE_TG_PROGRESS,
     RE_TIMESTAMP,
     RE_TOTAL,
-    ctx_before_cap,
 )
+from llamarig.serverpool import LogStart, StartReader
 
 MAX_BYTES = 512 * 1024 * 1024
 #: INT_MAX: the budget when no --reasoning-budget reached the server (common/common.h reasoning_budget -1)
@@ -184,51 +183,6 @@ class Checkpoints:
     restores: int = 0
 
 
-@dataclass(frozen=True)
-class ServerStart:
-    """The ``initializing, n_slots = N, n_ctx_slot = C, kv_unified = '…'`` line (server-context.cpp:1383)
-    and the per-sequence context a capping line before it gave (1350, 1366: a slot's context cut
-    to n_ctx_train or --kv-unified-per-slot; the pool is not cut)."""
-
-    line: int
-    n_slots: int
-    n_ctx_slot: int
-    kv_unified: bool
-    n_ctx_seq: int
-
-    @property
-    def pool_tokens(self) -> int:
-        """The KV cells: one per-sequence context shared by the slots (unified), else one each
-        (src/llama-context.cpp:295-298)."""
-        return self.n_ctx_seq if self.kv_unified else self.n_ctx_seq * self.n_slots
-
-
-class StartReader:
-    """Reads llama-server's start-up lines one at a time: the capping lines, then the
-    ``initializing`` line that closes a start."""
-
-    def __init__(self) -> None:
-        self.seq: int | None = None
-
-    def feed(self, no: int, line: str) -> ServerStart | None:
-        if (seq := ctx_before_cap(line)) is not None:
-            self.seq = max(self.seq or 0, seq)
-            return None
-        m = MEM_SLOTS.search(line)
-        if m is None:
-            return None
-        n_slots, slot_ctx = int(m.group(1)), int(m.group(2))
-        start = ServerStart(no, n_slots, slot_ctx, m.group(3) == "true", max(self.seq or 0, slot_ctx))
-        self.seq = None
-        return start
-
-
-def server_starts(text: str) -> list[ServerStart]:
-    """Every start of a llama-server in ``text`` (a log may hold several runs)."""
-    reader = StartReader()
-    return [st for no, line in enumerate(text.splitlines(), 1) if (st := reader.feed(no, line)) is not None]
-
-
 @dataclass
 class LogParse:
     path: str
@@ -244,7 +198,7 @@ class LogParse:
     orphan_timings: int = 0
     ctx_slots: list[tuple[int, int]] = field(default_factory=list)  # (line, n_ctx_slot) as logged
     reasoning_budgets: list[tuple[int, int]] = field(default_factory=list)  # (line, budget tokens)
-    starts: list[ServerStart] = field(default_factory=list)
+    starts: list[LogStart] = field(default_factory=list)  # each start's lines (llamarig.serverpool)
     overflows: list[int] = field(default_factory=list)  # lines of 'decode: Context size has been exceeded'
 
 

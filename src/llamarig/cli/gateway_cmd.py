@@ -170,6 +170,23 @@ def _mismatch_lines(st: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _cells_lines(st: Mapping[str, Any]) -> list[str]:
+    """The KV cells each backend's slots hold, of the server's pool (or of a lower bound of it),
+    how full that is and one slot's context: the figures top and /metrics show (llamarig.serverpool)."""
+    out = []
+    for b in st.get("backends") or ():
+        p = b.get("pool") or {}
+        if p.get("cells_in_use") is None or p.get("server_tokens") is None:
+            continue
+        msg = (_("{backend}: {cells} of at least {tokens} KV cells in use (at most {pct}; {slot_ctx} per slot; "
+                 "GET /slots)") if p.get("server_bound") == "at_least" else
+               _("{backend}: {cells} of {tokens} KV cells in use ({pct}; {slot_ctx} per slot; GET /slots)"))
+        cells, tokens = p["cells_in_use"], p["server_tokens"]
+        out.append(msg.format(backend=b["name"], cells=cells, tokens=tokens, slot_ctx=p.get("server_slot_ctx") or "?",
+                              pct=f"{100 * cells / tokens:.0f} %" if tokens else "?"))  # as top's headline
+    return out
+
+
 def _share_lines(st: Mapping[str, Any]) -> list[str]:
     """Tiers and cron with a cap: what they hold of it."""
     parts = []
@@ -194,7 +211,7 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
         _("queue: {length}/{size} waiting (by tier: {by}); deadline {timeout} s; Retry-After now {retry} s").format(
             length=q["length"], size=q["size"], by=by, timeout=q["timeout_s"], retry=st["retry_after_s"]),
         _("rejected (429/503) by reason: {counts}").format(counts=rejected or _("none")),
-        *_mismatch_lines(st), *_share_lines(st),
+        *_cells_lines(st), *_mismatch_lines(st), *_share_lines(st),
         _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props, the "
           "server's log or the config (pool_tokens)"),
     ]

@@ -63,17 +63,19 @@ def _pct(a: int | None, b: int | None) -> str:
     return f"{100 * a / b:.0f} %"
 
 
-def _pool_total(snap: Snapshot) -> tuple[int, int]:
-    """Cells in use and the pools' cells over the servers whose pool is known."""
+def _pool_total(snap: Snapshot) -> tuple[int, int, bool]:
+    """Cells in use and the pools' cells over the servers whose pool is known, and whether one of
+    those is only a lower bound (the share is then at most that)."""
     pools = [s.pool for s in snap.servers if s.pool is not None and s.pool.tokens and s.pool.cells is not None]
-    return sum(p.cells or 0 for p in pools), sum(p.tokens or 0 for p in pools)
+    return (sum(p.cells or 0 for p in pools), sum(p.tokens or 0 for p in pools),
+            any(p.bound == "at_least" for p in pools))
 
 
 def headline(snap: Snapshot) -> Text:
     """One line: state, slots busy, pool use, decode rate (the alerts follow, one per line)."""
     busy = sum(1 for s in snap.slots if s.busy)
     n = len(snap.slots)
-    used, tot = _pool_total(snap)
+    used, tot, at_most = _pool_total(snap)
     rate = snap.decode_tok_s
     if snap.mode == "gateway":
         up = sum(1 for s in snap.servers if s.state == "up")
@@ -95,7 +97,7 @@ def headline(snap: Snapshot) -> Text:
             style = "bold green"
     parts = [
         _("{busy}/{n} slots busy").format(busy=busy, n=n) if n else _("slots unknown (no /slots)"),
-        _("pool {pct}").format(pct=_pct(used, tot)) if tot else _("pool ?"),
+        (_("pool ≤{pct}") if at_most else _("pool {pct}")).format(pct=_pct(used, tot)) if tot else _("pool ?"),
         _("decode {rate} tok/s").format(rate=_rate(rate)) if rate is not None else _("decode: next refresh"),
     ]
     if snap.gateway is not None:
@@ -198,7 +200,9 @@ def _pool_lines(srv: ServerView) -> list[Text]:
         source = {"given": _("--pool"), "log": _("the server's log"), "command": _("its command line"),
                   "gateway": _("the gateway"), "assumed": _("assumed: one slot's n_ctx, -kvu"),
                   "slots": _("more cells in use than one slot's n_ctx")}.get(p.source, p.source)
-        line = _("pool {cells} of {tokens} cells ({kind}; {source}), busy slots {busy}").format(
+        line = (_("pool {cells} of at least {tokens} cells ({kind}; {source}), busy slots {busy}")
+                if p.bound == "at_least" else
+                _("pool {cells} of {tokens} cells ({kind}; {source}), busy slots {busy}")).format(
             cells=p.cells, tokens=p.tokens, kind=kind, source=source, busy=p.cells_busy)
         if p.full_in_s is not None:
             line += _(", full in about {s} s").format(s=f"{p.full_in_s:.0f}")

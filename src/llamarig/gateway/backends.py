@@ -32,7 +32,6 @@ from llamarig.gateway.admission import AdmitRequest, ReservationLedger
 from llamarig.gateway.config import BackendConfig, GatewayConfig
 from llamarig.gateway.errors import BackendError
 from llamarig.gateway.pool import (
-    LogFacts,
     Pool,
     Share,
     admission_pool,
@@ -42,13 +41,11 @@ from llamarig.gateway.pool import (
     launched_log,
     log_size,
     mismatch_text,
-    newer_start,
-    read_log,
-    server_pool,
 )
 from llamarig.gateway.progress import BackendProgress, read_slots
 from llamarig.gateway.upstream import Clients
 from llamarig.i18n import _, localize
+from llamarig.serverpool import LogStart, cells_in_use, last_start, newer_start, server_pool
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -71,7 +68,7 @@ class BackendState:
     props: dict[str, Any] | None = None
     problem: str = ""  # why the last check failed: a kind of reasons.PROBLEMS; "" when it passed
     problem_detail: str = ""
-    log: LogFacts | None = None  # the server's start as its log showed it
+    log: LogStart | None = None  # the server's start as its log showed it
     log_path: str | None = None
     log_seen: tuple[int, int] | None = None  # (inode, size) of the log when last read
     n_ctx_train: int | None = None
@@ -319,11 +316,12 @@ class Backends:
             self._changed()  # an ejection was logged by mark_failure
 
     def _derive(self, st: BackendState, props: Mapping[str, Any], models: Mapping[str, Any] | None) -> None:
-        """The pool from what the server says now (llamarig.gateway.pool), and the lines on it."""
+        """The pool from what the server says now (llamarig.serverpool), what admission makes of it
+        (llamarig.gateway.pool), and the lines on it."""
         st.log_path = st.cfg.log or launched_log(st.cfg.url)
         if st.log_path is not None:
             st.log_seen = log_size(st.log_path)
-            st.log = read_log(st.log_path)
+            st.log = last_start(st.log_path)
         facts = facts_from_props(props, models, st.log)
         sp = server_pool(facts, st.cfg.unified)
         pool = admission_pool(sp, st.cfg, self.cfg.admission.safety)
@@ -407,26 +405,32 @@ class Backends:
             await self.check_all()
 
     # -- /slots: progress, slots held, cells in use
-    async def read_slots(self, st: BackendState) -> None:
-        """One ``GET /slots`` of ``st`` into its progress (the requests this replica has there)."""
+    async def read_slots(self, st: BackendState) -> tuple[Any, str]:
+        """One ``GET /slots`` of ``st`` into its progress (the requests this replica has there, the
+        cells in use): the answer read (None on an error) and the error ("" when none). Every reader
+        of the slots (``/gateway/status``, ``/metrics``, ``/gateway/slots``) takes them from here,
+        so all show the cells of one reading."""
         try:
             status, data = await self._get(st, "/slots")
-            slots = read_slots(json.loads(data)) if status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return
+            body = json.loads(data) if status == 200 else None
+            slots = read_slots(body)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            return None, f"GET /slots: {type(e).__name__}"
         except ValueError:  # not JSON: not llama-server's /slots
-            status, slots = 200, None
+            status, body, slots = 200, None, None
         if slots is None:  # --no-slots (501), no such endpoint, or not a list: stop asking
             st.progress.unsupported = status in (200, 404, 501)
-            return
+            return None, f"GET /slots: HTTP {status}" if status != 200 else "GET /slots: not a list of slots"
         mine = [r for r in self.ledger.active.values() if r.backend == st.name]
-        st.progress.observe(slots, time.monotonic(), mine)
+        st.progress.observe(slots, time.monotonic(), mine, cells_in_use(body))
+        return body, ""
 
     async def refresh_slots(self, max_age_s: float) -> None:
-        """Read the ``/slots`` of every healthy backend whose last reading is older than ``max_age_s``."""
+        """Read the ``/slots`` of every healthy backend whose last reading is older than ``max_age_s``
+        or than the end of a request there."""
         now = time.monotonic()
-        await asyncio.gather(*(self.read_slots(s) for s in self.healthy()
-                               if not s.progress.unsupported and now - s.progress.t >= max_age_s))
+        await asyncio.gather(*(self.read_slots(s) for s in self.healthy() if not s.progress.unsupported
+                               and (s.progress.stale or now - s.progress.t >= max_age_s)))
 
     async def _slots_loop(self) -> None:
         while True:

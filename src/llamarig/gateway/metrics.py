@@ -46,13 +46,19 @@ class GatewayMetrics:
         self.clamped = Counter(p + "clamped", "Requests whose max_tokens was lowered", ["tier"], registry=r)
         self.reloads = Counter(p + "config_reloads", "Config reloads by result", ["result"], registry=r)
         self.server_pool = Gauge(p + "server_pool_tokens", "KV pool of the backend as llama-server has it "
-                                 "(its log, or /props: a lower bound when pool_exact is 0)", ["backend"], registry=r)
-        self.pool_exact = Gauge(p + "pool_exact", "1 if the pool is known, 0 if only a lower bound is", ["backend"],
+                                 "(its log, or /props: a lower bound when server_pool_exact is 0)", ["backend"], registry=r)
+        self.pool_exact = Gauge(p + "pool_exact", "1 if the pool admission uses is known, 0 if only a lower bound is", ["backend"],
                                 registry=r)
         self.mismatch = Gauge(p + "pool_mismatch", "1: the config sets more than the server has (clamped); "
                               "-1: less (kept); 0: agrees", ["backend", "field"], registry=r)
         self.cells = Gauge(p + "kv_cells_in_use", "KV cells the backend's slots hold (GET /slots)", ["backend"],
                            registry=r)
+        self.server_exact = Gauge(p + "server_pool_exact", "1 if the server's pool (server_pool_tokens) is known, 0 if "
+                                  "only a lower bound is", ["backend"], registry=r)
+        self.slot_ctx = Gauge(p + "server_slot_ctx_tokens", "One slot's context as llama-server has it (/props n_ctx: "
+                              "the pool per sequence, capped at n_ctx_train)", ["backend"], registry=r)
+        self.pool_used = Gauge(p + "kv_pool_used_ratio", "KV cells in use over the server's pool (at most this when "
+                               "server_pool_exact is 0)", ["backend"], registry=r)
         self.decode_rate = Gauge(p + "decode_tokens_per_second", "Measured decode rate per stream", ["backend"],
                                  registry=r)
         self.group_reserved = Gauge(p + "group_reserved_tokens", "Tokens reserved by a tier or cron", ["group", "backend"],

@@ -1,41 +1,21 @@
-"""The KV pool of a llama-server as the server itself has it, and what admission reserves against.
+"""What admission reserves against on one backend: the KV pool llama-server has
+(:mod:`llamarig.serverpool`: how many cells, exact or a lower bound, from ``/props``,
+``/v1/models`` and the server's log, with the pinned build's source lines) meeting the config,
+and a group's cap on it.
 
-What build 11434 exposes (tools/server/ and src/ of the pinned tree):
+:func:`admission_pool` meets the config: a configured pool (or slot count, or slot context)
+larger than the server's is clamped to the server's (an error: admission would promise more than
+the server holds), a smaller one is kept (a note); a configured pool above a lower bound is
+consistent with it and used. :func:`facts_from_props` refuses a ``/props`` without the fields
+every llama-server has (a :class:`BackendError`: not a llama-server).
 
-- ``GET /props``: ``total_slots`` = ``-np`` (server-context.cpp:4970) and
-  ``default_generation_settings.n_ctx`` = ``n_ctx_slot()`` (server-context.cpp:4962, 4551), the
-  context of ONE slot: ``min(n_ctx_seq, --kv-unified-per-slot, n_ctx_train)``
-  (server-context.cpp:4377-4385). It does not say whether the cache is unified, nor ``-c``.
-- ``GET /v1/models``: ``data[0].meta.n_ctx_train`` (server-context.cpp:4913), so a slot context
-  equal to it may be the training-context cap rather than the pool.
-- ``n_ctx_seq`` is ``n_ctx`` with ``-kvu`` and ``n_ctx / n_seq`` (padded to 256) without
-  (src/llama-context.cpp:294-298): with ``-kvu`` it is the pool itself.
-- The log, at the default verbosity: ``initializing, n_slots = N, n_ctx_slot = C, kv_unified =
-  'true'`` (server-context.cpp:1383), and when a cap binds, the pool before the cap: ``capping
-  per-slot context (SEQ) to --kv-unified-per-slot (P)`` (server-context.cpp:1350), ``the slot
-  context (SEQ) exceeds the training context of the model (T) - capping``
-  (server-context.cpp:1366), ``--kv-unified-per-slot (P) exceeds the per-slot pool capacity
-  (SEQ)`` (server-context.cpp:1355). No cap line: ``n_ctx_seq`` = ``n_ctx_slot``.
-- ``GET /slots``: each slot's ``n_prompt_tokens`` = the tokens its sequence holds in the cache,
-  generated ones included (server-context.cpp:738, 578): their sum is the cells in use.
-- ``/metrics`` has no KV gauge at this build (server-task.cpp:1535-1600).
-
-So the pool is exact from the log; from ``/props`` it is exact (with ``-kvu``) when the slot
-context is below ``n_ctx_train`` and no ``--kv-unified-per-slot`` is set, and a lower bound when
-the slot context equals ``n_ctx_train`` (the 307K-context MTP field report: ``-c 307200 -np 4
--kvu`` with n_ctx_train 262144 shows 262144). :func:`server_pool` says which.
-:func:`admission_pool` then meets the config: a configured pool (or slot count, or slot
-context) larger than the server's is clamped to the server's (an error: admission would promise
-more than the server holds), a smaller one is kept (a note).
-
-Everything here is pure but :func:`read_log` (a local file) and :func:`launched_log` (the state
-file of ``llamarig launch``).
+Everything here is pure but :func:`log_size` (a stat) and :func:`launched_log` (the state file of
+``llamarig launch``).
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,50 +25,9 @@ from urllib.parse import urlsplit
 from llamarig.gateway.config import BackendConfig
 from llamarig.gateway.errors import BackendError
 from llamarig.i18n import _
-from llamarig.logformat import MEM_SLOTS, ctx_before_cap
+from llamarig.serverpool import LogStart, ServerFacts, ServerPool, n_ctx_train, props_slots
 
-# the log lines (tools/server/server.cpp:116, server-context.cpp:1350-1384)
-_START = b"llama_server: initializing ..."
-_INIT = b"initializing, n_slots = "
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
-
-
-@dataclass(frozen=True)
-class LogFacts:
-    """What llama-server printed when it started (the last start in the file)."""
-
-    path: str
-    n_slots: int
-    n_ctx_slot: int
-    n_ctx_seq: int  # the pool per sequence: the whole pool with -kvu
-    kv_unified: bool
-    at: int  # byte offset of its init line (a later start is a restart)
-
-
-@dataclass(frozen=True)
-class ServerFacts:
-    """What one llama-server says about its slots (``/props``, ``/v1/models``, its log)."""
-
-    slots: int
-    slot_ctx: int
-    n_ctx_train: int | None = None
-    log: LogFacts | None = None
-
-
-Bound = Literal["exact", "at_least"]
-
-
-@dataclass(frozen=True)
-class ServerPool:
-    """The server's KV pool in tokens (cells), how it is known, and its slots."""
-
-    tokens: int
-    bound: Bound  # "at_least": only a lower bound is visible (the slot context is capped)
-    source: Literal["log", "props"]
-    slots: int
-    slot_ctx: int
-    unified: bool | None  # None: not said by the server (the config's ``unified`` was assumed)
-    capped_by_train: bool = False  # the slot context is the model's n_ctx_train
 
 
 @dataclass(frozen=True)
@@ -168,41 +107,15 @@ def cap_blocks(cap: Cap, reserved: int, in_flight: int, tokens: int) -> bool:
 
 
 def facts_from_props(props: Mapping[str, Any] | None, models: Mapping[str, Any] | None = None,
-                     log: LogFacts | None = None) -> ServerFacts:
+                     log: LogStart | None = None) -> ServerFacts:
     """``/props`` (and ``/v1/models`` for n_ctx_train) as :class:`ServerFacts`; BackendError when
     ``/props`` lacks what every llama-server has."""
-    gs = (props or {}).get("default_generation_settings") or {}
-    slot_ctx = gs.get("n_ctx") if isinstance(gs, Mapping) else None
-    slots = (props or {}).get("total_slots")
-    if not isinstance(slot_ctx, int) or slot_ctx <= 0:
+    slots, slot_ctx = props_slots(props)
+    if slot_ctx is None:
         raise BackendError(_("backend /props has no default_generation_settings.n_ctx"))
-    if not isinstance(slots, int) or slots <= 0:
+    if slots is None:
         raise BackendError(_("backend /props has no total_slots"))
     return ServerFacts(slots=slots, slot_ctx=slot_ctx, n_ctx_train=n_ctx_train(models), log=log)
-
-
-def n_ctx_train(models: Mapping[str, Any] | None) -> int | None:
-    """``data[0].meta.n_ctx_train`` of ``GET /v1/models`` (server-context.cpp:4913)."""
-    data = (models or {}).get("data")
-    meta = data[0].get("meta") if isinstance(data, list) and data and isinstance(data[0], Mapping) else None
-    v = meta.get("n_ctx_train") if isinstance(meta, Mapping) else None
-    return v if isinstance(v, int) and v > 0 else None
-
-
-def server_pool(f: ServerFacts, unified: bool = True) -> ServerPool:
-    """The pool the server has. From its log when that start is the one ``/props`` shows (same
-    slots and slot context); else from ``/props`` with ``unified`` (the config's word, llama-server's
-    default when ``-np`` is auto) as the cache layout."""
-    lg = f.log
-    if lg is not None and (lg.n_slots, lg.n_ctx_slot) == (f.slots, f.slot_ctx):
-        tokens = lg.n_ctx_seq if lg.kv_unified else lg.n_ctx_seq * lg.n_slots
-        return ServerPool(tokens, "exact", "log", f.slots, f.slot_ctx, lg.kv_unified,
-                          capped_by_train=f.n_ctx_train == f.slot_ctx and lg.n_ctx_seq > f.slot_ctx)
-    capped = f.n_ctx_train is not None and f.slot_ctx >= f.n_ctx_train
-    if not unified:  # each slot owns its part: n_ctx_seq >= slot_ctx each
-        return ServerPool(f.slot_ctx * f.slots, "at_least" if capped else "exact", "props", f.slots, f.slot_ctx,
-                          None, capped)
-    return ServerPool(f.slot_ctx, "at_least" if capped else "exact", "props", f.slots, f.slot_ctx, None, capped)
 
 
 def admission_pool(sp: ServerPool | None, b: BackendConfig, safety: float = 1.0) -> Pool:
@@ -236,64 +149,6 @@ def _usable(pool: int, slots: int, slot_ctx: int, source: str, sp: ServerPool | 
     usable = max(1, math.floor(pool * safety))
     return Pool(pool_tokens=usable, slots=slots, slot_ctx=min(slot_ctx, usable), source=source, server=sp,
                 mismatches=mism)
-
-
-def cells_in_use(slots: Any) -> int | None:
-    """Cells the slots hold in the KV cache (``GET /slots``: the sum of ``n_prompt_tokens``,
-    which counts generated tokens too; idle slots keep theirs until cleared); None when the
-    answer is not a list of slots."""
-    if not isinstance(slots, list):
-        return None
-    n = 0
-    for s in slots:
-        v = s.get("n_prompt_tokens") if isinstance(s, Mapping) else None
-        n += v if isinstance(v, int) else 0
-    return n
-
-
-# ------------------------------------------------------------------------------ the log
-
-
-def read_log(path: str, after: int = 0) -> LogFacts | None:
-    """The last start of llama-server in the log at ``path`` at or after byte ``after`` (None:
-    no start there, or the file cannot be read). Searches from the end (``mmap.rfind``), so the
-    cost is the bytes after that start, not the file."""
-    try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
-                return None
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                return _facts(m, path, after)
-    except (OSError, ValueError):
-        return None
-
-
-def _facts(m: mmap.mmap, path: str, after: int) -> LogFacts | None:
-    at = m.rfind(_INIT, after)
-    if at < 0:
-        return None
-    line_end = m.find(b"\n", at)
-    init = MEM_SLOTS.search(m[at:line_end if line_end >= 0 else len(m)].decode("utf-8", "replace"))
-    if init is None:
-        return None
-    start = max(0, m.rfind(_START, 0, at))
-    block = m[start:at].decode("utf-8", "replace")
-    n_slots, n_ctx_slot = int(init.group(1)), int(init.group(2))
-    seq = max((c for ln in block.splitlines() if (c := ctx_before_cap(ln)) is not None), default=n_ctx_slot)
-    return LogFacts(path, n_slots, n_ctx_slot, max(seq, n_ctx_slot), init.group(3) == "true", at)
-
-
-def newer_start(path: str, since: int) -> bool:
-    """Has llama-server started again in the log after byte ``since`` (a restart appended to the
-    same file)? Reads only the bytes after ``since``."""
-    try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size <= since:
-                return False
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                return m.find(_INIT, max(0, since - len(_INIT))) >= 0
-    except (OSError, ValueError):
-        return False
 
 
 def log_size(path: str) -> tuple[int, int] | None:

@@ -4,8 +4,8 @@ Sources, best first:
 
 - ``GET /slots`` of the backend (read while it has requests in flight,
   ``health.slots_interval_s``): each processing slot's ``id_task``, ``next_token.n_decoded``
-  (tokens generated so far), ``n_prompt_tokens`` (the cells its sequence holds) and
-  ``params.n_predict`` (the max_tokens the gateway sent) (server-context.cpp:724-751). A
+  (tokens generated so far) and ``params.n_predict`` (the max_tokens the gateway sent)
+  (server-context.cpp:724-751); the cells the slots hold (llamarig.serverpool.cells_in_use). A
   request is matched to the slot whose ``n_predict`` is its max_tokens, in the order both
   arrived (the server numbers tasks as it receives them); a match holds while that slot runs
   that task, and a request whose task is gone is not matched again. Each matched request's own
@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llamarig.serverpool import CellsInUse
+
 #: weight of the newest measurement in the per-backend rates
 ALPHA = 0.3
 #: a /slots rate is the one used while its last reading is this recent (seconds); older, the
@@ -42,7 +44,6 @@ class SlotReading:
     processing: bool
     id_task: int | None
     n_decoded: int
-    n_tokens: int  # n_prompt_tokens: the cells the slot's sequence holds
     n_predict: int | None
 
 
@@ -60,8 +61,7 @@ def read_slots(data: Any) -> tuple[SlotReading, ...] | None:
         params: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         out.append(SlotReading(
             id=s["id"], processing=bool(s.get("is_processing")), id_task=_int(s.get("id_task")),
-            n_decoded=_int(first.get("n_decoded")) or 0, n_tokens=_int(s.get("n_prompt_tokens")) or 0,
-            n_predict=_int(params.get("n_predict"))))
+            n_decoded=_int(first.get("n_decoded")) or 0, n_predict=_int(params.get("n_predict"))))
     return tuple(out)
 
 
@@ -128,20 +128,23 @@ class BackendProgress:
     live_t: float = 0.0  # when ``live`` was last measured
     prefill: Rate = field(default_factory=Rate)
     slots: tuple[SlotReading, ...] | None = None
+    in_use: CellsInUse | None = None  # the cells the slots hold at that reading (llamarig.serverpool)
     t: float = 0.0  # time of the last /slots reading
     held: dict[int, Held] = field(default_factory=dict)  # reservation id -> its slot
     done: set[int] = field(default_factory=set)  # matched once, their task gone: not matched again
     unsupported: bool = False  # /slots answered 501 (--no-slots) or not a list
+    stale: bool = False  # a request ended since the last reading: its cells are not what the slots hold now
 
     @property
     def cells(self) -> int | None:
-        """The cells the slots hold now (the sum of their ``n_prompt_tokens``), None when unread."""
-        return None if self.slots is None else sum(s.n_tokens for s in self.slots)
+        """The cells the slots hold now (llamarig.serverpool.cells_in_use), None when unread."""
+        return None if self.slots is None or self.in_use is None else self.in_use.total
 
-    def observe(self, slots: tuple[SlotReading, ...], t: float, requests: Iterable[Tracked]) -> None:
-        """A new ``/slots`` reading at ``t``: the requests matched to slots, then the live rate
-        (the mean of their own rates)."""
-        self.slots, self.t = slots, t
+    def observe(self, slots: tuple[SlotReading, ...], t: float, requests: Iterable[Tracked],
+                in_use: CellsInUse | None = None) -> None:
+        """A new ``/slots`` reading at ``t`` (``in_use``: its cells in use): the requests matched
+        to slots, then the live rate (the mean of their own rates)."""
+        self.slots, self.in_use, self.t, self.stale = slots, in_use, t, False
         self._match(slots, t, sorted(requests, key=lambda r: r.admitted_at))
         rates = [r for h in self.held.values() for r in (h.rate(),) if r is not None]
         if rates:
@@ -181,8 +184,11 @@ class BackendProgress:
             self.prefill.add(qn / (qms / 1000.0), "timings")
 
     def forget(self, rid: int) -> None:
+        """Request ``rid`` ended: its slot is no longer its own, and the last reading is older than
+        the cells its slot holds now (the next ``/gateway/status`` or ``/metrics`` reads again)."""
         self.held.pop(rid, None)
         self.done.discard(rid)
+        self.stale = True
 
     def rate(self, now: float) -> Rate:
         """The decode rate per stream to use at ``now``: the live one (from ``/slots``, read in

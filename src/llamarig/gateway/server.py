@@ -294,6 +294,8 @@ class Gateway:
         cfg = self.cfg
         if not cfg.server.public_metrics:
             authenticate(request, cfg)
+        if cfg.health.slots_interval_s > 0:  # cells in use as fresh as /gateway/status's
+            await self.backends.refresh_slots(cfg.health.slots_interval_s)
         self.update_gauges()
         texts = await self.backends.backend_metrics()
         return Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -314,29 +316,17 @@ class Gateway:
         return json_response(200, self.status())  # runs between it and the snapshot)
 
     async def _slots(self, request: Request) -> Response | StreamResponse:
-        """GET /gateway/slots: every backend's ``/slots`` (request text removed), what its
-        ``/props`` said and the pool derived from it (``/gateway/status``'s ``backends[].pool``),
-        fetched now with the health timeout; read-only (``llamarig top``)."""
+        """GET /gateway/slots: every backend's ``/slots`` (request text removed), read now with the
+        health timeout, what its ``/props`` said and the pool derived from it with the cells of
+        that same reading (``/gateway/status``'s ``backends[].pool``, which shows them too until
+        the next reading); read-only (``llamarig top``)."""
         authenticate(request, self.cfg)
-        session = self.clients.session
-        timeout = aiohttp.ClientTimeout(total=self.cfg.health.timeout_s)
 
         async def one(st: Any) -> dict[str, Any]:
-            out: dict[str, Any] = {"name": st.name, "url": st.cfg.url, "healthy": st.healthy,
-                                   "props": st.props, "pool": gwstatus.pool_json(st), "slots": None, "error": None}
-            try:
-                async with session.get(st.cfg.url + "/slots", timeout=timeout, headers=st.headers()) as r:
-                    body = await r.read()
-                    if r.status != 200:
-                        out["error"] = f"GET /slots: HTTP {r.status}"
-                        return out
-                slots = json.loads(body)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
-                out["error"] = f"GET /slots: {type(e).__name__}"
-                return out
-            if isinstance(slots, list):
-                out["slots"] = [_without_text(s) for s in slots]
-            return out
+            slots, error = await self.backends.read_slots(st)
+            return {"name": st.name, "url": st.cfg.url, "healthy": st.healthy, "props": st.props,
+                    "pool": gwstatus.pool_json(st), "error": error or None,
+                    "slots": [_without_text(s) for s in slots] if isinstance(slots, list) else None}
 
         states = [s for s in self.backends.states.values() if not s.removed]
         return json_response(200, {"backends": list(await asyncio.gather(*(one(s) for s in states)))})

@@ -16,6 +16,7 @@ from llamarig.gateway.backends import Backends, BackendState
 from llamarig.gateway.config import GatewayConfig, dataclass_dict
 from llamarig.gateway.metrics import GatewayMetrics
 from llamarig.gateway.pool import Share
+from llamarig.serverpool import FRAC_PLACES, used_frac
 
 
 def groups(cfg: GatewayConfig) -> list[Share]:
@@ -35,8 +36,8 @@ def pool_json(st: BackendState) -> dict[str, Any] | None:
         "tokens": p.pool_tokens, "exact": p.exact, "source": p.source, "slots": p.slots, "slot_ctx": p.slot_ctx,
         "server_tokens": sp.tokens if sp else None, "server_bound": sp.bound if sp else None,
         "server_source": sp.source if sp else None, "unified": sp.unified if sp else None,
-        "n_ctx_train": st.n_ctx_train, "log": st.log_path,
-        "cells_in_use": prog.cells, "cells_age_s": round(time.monotonic() - prog.t, 3) if prog.slots is not None else None,
+        "server_slot_ctx": sp.slot_ctx if sp else None, "n_ctx_train": st.n_ctx_train, "log": st.log_path,
+        "cells_in_use": prog.cells, "used_frac": _round(used_frac(prog.cells, sp.tokens if sp else None), FRAC_PLACES), "cells_age_s": round(time.monotonic() - prog.t, 3) if prog.slots is not None else None,
         "mismatches": [m.to_json() for m in p.mismatches],
     }
 
@@ -61,8 +62,8 @@ def backend_json(st: BackendState, ledger: ReservationLedger) -> dict[str, Any]:
     }
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 2)
+def _round(v: float | None, places: int = 2) -> float | None:
+    return None if v is None else round(v, places)
 
 
 def request_json(r: Reservation, st: BackendState | None, now: float) -> dict[str, Any]:
@@ -168,14 +169,20 @@ def _backend_gauges(m: GatewayMetrics, s: BackendState, ledger: ReservationLedge
     m.pool.labels(s.name).set(s.pool.pool_tokens)
     m.slots.labels(s.name).set(s.pool.slots)
     m.pool_exact.labels(s.name).set(1 if s.pool.exact else 0)
-    if s.pool.server is not None:
-        m.server_pool.labels(s.name).set(s.pool.server.tokens)
+    sp = s.pool.server
+    if sp is not None:
+        m.server_pool.labels(s.name).set(sp.tokens)
+        m.slot_ctx.labels(s.name).set(sp.slot_ctx)
+        m.server_exact.labels(s.name).set(1 if sp.exact else 0)
     for f in ("pool_tokens", "slots", "slot_ctx"):
         mm = next((x for x in s.pool.mismatches if x.field == f), None)
         m.mismatch.labels(s.name, f).set(0 if mm is None else (1 if mm.larger else -1))
     cells = s.progress.cells
     if cells is not None:
         m.cells.labels(s.name).set(cells)
+    frac = used_frac(cells, sp.tokens if sp is not None else None)
+    if frac is not None:
+        m.pool_used.labels(s.name).set(round(frac, FRAC_PLACES))
     rate = s.progress.rate(time.monotonic()).value
     if rate is not None:
         m.decode_rate.labels(s.name).set(rate)

@@ -627,7 +627,7 @@ def _replay_method(spec: ModelSpec, gpus: Sequence[GPU], placement: Placement, o
 def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *, placement: Placement,
                      gpus: Sequence[GPU], overrides: Mapping[str, int], n_copies: int, full_offload: bool,
                      cache_types: tuple[str, str], mtp: bool = False, split_mode: str = "layer",
-                     kv_on_cpu: bool = False) -> DeviceCompute | None:
+                     kv_on_cpu: bool = False, dry_run: bool = False, op_offload: bool = True) -> DeviceCompute | None:
     """Every device's compute buffer and the host's for the target context (``mtp``: the MTP
     draft context), when the replay covers the setup: an architecture of
     :mod:`llamarig.plan.graphs`, every device an RPC server or a CUDA GPU (or none: the CPU
@@ -635,7 +635,10 @@ def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
     placement (-1 = CPU); ``overrides``: tensor name -> device (-1 = CPU) from -ot, --cpu-moe,
     --n-cpu-moe, --n-cpu-ffn; ``n_copies``: the scheduler's input copies (4 with pipeline
     parallelism, :func:`pipeline_parallel`); ``full_offload``: -ngl above n_layer_all (llama.cpp
-    then pins every layer's norms to the layer's device). None when not covered."""
+    then pins every layer's norms to the layer's device); ``dry_run``: what one of --fit's dry runs
+    measures (the prompt graph alone, nothing pinned: :func:`llamarig.plan.replay.buffers`);
+    ``op_offload``: --op-offload (a CUDA GPU takes over an op whose weight stays in host memory,
+    ggml-backend.cpp:1100-1118; --no-op-offload keeps it on the CPU). None when not covered."""
     if not (graphs.supports_mtp(spec) if mtp else graphs.supports(spec)):
         return None
     if (any(g.backend not in REPLAYED_BACKENDS or g.buffer_backend not in ("RPC", "CPU", "CUDA") for g in gpus)
@@ -653,13 +656,14 @@ def replayed_buffers(spec: ModelSpec, ctx: ContextLayout, n_outputs_max: int, *,
         return n_dev if d < 0 else d
 
     lay = Layout(tuple(be(d) for d in placement.layer_dev), be(placement.output_dev), n_dev,
-                 tuple(sorted((name, be(d)) for name, d in overrides.items())), kv_on_cpu, full_offload)
-    setup = Setup(lay, _backends(gpus, DEFAULT_CUDA_CC), n_copies)
+                 tuple(sorted((name, be(d)) for name, d in overrides.items())), kv_on_cpu, full_offload,
+                 pinned=not dry_run)
+    setup = Setup(lay, _backends(gpus, DEFAULT_CUDA_CC), n_copies, op_offload)
     p = replay_params(spec, ctx, n_outputs_max, cache_types[0], cache_types[1])
-    sizes = buffers(spec, p, setup, mtp)
+    sizes = buffers(spec, p, setup, mtp, dry_run=dry_run)
     names = ", ".join(b.name for b in setup.backends)
     host_weights = any(d < 0 for d in placement.layer_dev) or any(d < 0 for d in overrides.values())
-    offload = host_weights and any(g.backend == "CUDA" for g in gpus)
+    offload = op_offload and host_weights and any(g.backend == "CUDA" for g in gpus)
     formula = (_("ggml-backend's scheduler and ggml-alloc replayed on the {graph} over {names}").format(
                    graph=_replay_what(spec, p, mtp), names=names)
                + (_(", {n} copies of every split input and graph input (pipeline parallelism)").format(n=n_copies)

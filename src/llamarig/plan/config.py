@@ -68,6 +68,10 @@ class ServerConfig:
     cpu_moe: bool = False
     override_tensor: tuple[tuple[str, str], ...] = ()
     no_kv_offload: bool = False
+    #: --op-offload / --no-op-offload: a GPU takes over an op whose weight stays in host memory
+    #: for batches of 32 rows or more (cparams.op_offload, common/common.cpp:1717; the scheduler's
+    #: offload_op, ggml-backend.cpp:1100-1118)
+    op_offload: bool = True
     swa_full: bool = False
     cache_ram_mib: int = 8192
     ctx_checkpoints: int = 32
@@ -198,7 +202,7 @@ _ARGV: tuple[_Write, ...] = (
     _nonzero("tensor_split", "-ts", lambda v: ",".join(f"{x:g}" for x in v) if isinstance(v, tuple) else str(v)),
     _given("main_gpu", "-mg"), _switch("cpu_moe", "-cmoe"), _nonzero("n_cpu_moe", "--n-cpu-moe"),
     _nonzero("n_cpu_ffn", "--n-cpu-ffn"), _each("override_tensor", "-ot"), _switch("no_kv_offload", "-nkvo"),
-    _switch("swa_full", "--swa-full"), _given("cache_ram_mib", "--cache-ram"),
+    _switch("op_offload", "--no-op-offload", False), _switch("swa_full", "--swa-full"), _given("cache_ram_mib", "--cache-ram"),
     _given("ctx_checkpoints", "--ctx-checkpoints"), _given("checkpoint_min_step", "--checkpoint-min-step"),
     _nonzero("spec_types", "--spec-type", _joined), _given("spec_draft_n_max", "--spec-draft-n-max"),
     _given("load_mode", "--load-mode"), _given("fit", "--fit", lambda v: "on" if v else "off"),
@@ -309,12 +313,13 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "--gpu-layers": ("n_gpu_layers", "ngl"),
     "--split-mode": ("split_mode", "sm"),
     "--tensor-split": ("tensor_split", "ts"),
-    "--main-gpu": ("main_gpu", "int0"),
+    "--main-gpu": ("main_gpu", "int"),
     "--n-cpu-moe": ("n_cpu_moe", "int0"),
     "--n-cpu-ffn": ("n_cpu_ffn", "int0"),  # common/arg.cpp:2780-2789
     "--cpu-moe": ("cpu_moe", "true"),
     "--override-tensor": ("override_tensor", "ot"),
     "--kv-offload": ("no_kv_offload", "notbool"),
+    "--op-offload": ("op_offload", "bool"),
     "--swa-full": ("swa_full", "true"),
     "--cache-ram": ("cache_ram_mib", "int"),
     "--ctx-checkpoints": ("ctx_checkpoints", "int0"),

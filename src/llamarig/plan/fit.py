@@ -27,8 +27,9 @@ from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.units import MiB
 
-#: (inputs of one trial, the user's settings) -> the plan of that trial
-PlanFn = Callable[[PlanInputs, ServerConfig], Plan]
+#: (inputs of one trial, the user's settings, whether as fit's dry run measures it) -> the plan of
+#: that trial
+PlanFn = Callable[[PlanInputs, ServerConfig, bool], Plan]
 
 _U32 = 1 << 32
 _U32_MAX = _U32 - 1
@@ -155,12 +156,18 @@ class _Trials:
         hp_ngl = inp.spec.n_layer_main + (inp.spec.nextn_layers if inp.cfg.mtp else 0)  # fit.cpp:141-144
         return _Trials(inp, plan_fn, nd, free, margins, hp_ngl, [d.name for d in devs])
 
-    def plan(self, c: ServerConfig) -> Plan:
-        key = (c.n_ctx, c.n_gpu_layers, c.tensor_split, c.override_tensor)
+    def plan(self, c: ServerConfig, dry_run: bool = False) -> Plan:
+        """The plan of trial ``c``: as llama-server will allocate it, or (``dry_run``) as fit's dry
+        run measures it (llamarig.plan.planner.fit_measurement)."""
+        key = (c.n_ctx, c.n_gpu_layers, c.tensor_split, c.override_tensor, dry_run)
         hit = self.cache.get(key)
         if hit is None:
-            hit = self.cache[key] = self.plan_fn(replace(self.inp, cfg=c), self.inp.cfg)
+            hit = self.cache[key] = self.plan_fn(replace(self.inp, cfg=c), self.inp.cfg, dry_run)
         return hit
+
+    def measure(self, c: ServerConfig) -> list[int]:
+        """What fit's dry run of trial ``c`` finds used per device (common/fit.cpp:30-153)."""
+        return self.used(self.plan(c, dry_run=True))
 
     def used(self, p: Plan) -> list[int]:
         """model + context + compute per device, the draft/MTP context included (fit's view)."""
@@ -177,7 +184,7 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
     """common_params_fit_impl (common/fit.cpp:179-931), steps 1-4, on the memory model. None when
     --fit changes nothing (or cannot be modelled: a device of unknown size)."""
     tr = _Trials.make(inp, plan0, plan_fn)
-    if tr is None or not tr.short(tr.used(plan0)):  # step 1 (fit.cpp:261-370)
+    if tr is None or not tr.short(tr.measure(inp.cfg)):  # step 1 (fit.cpp:261-370)
         return None
     cfg = inp.cfg
     out = FitOutcome(plan0, cfg, [], [])
@@ -189,7 +196,7 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
         return out if out.notes else None
     why = _layers_stopped_by(cfg, tr.nd)
     if why:
-        if tr.short(tr.used(out.plan)):
+        if tr.short(tr.measure(out.cfg)):
             out.notes.append(_("--fit does not move layers to the CPU: {why}; the plan keeps your placement").format(why=why))
         out.result = replace(out.result, stopped=why)
         return out if out.notes else None
@@ -208,7 +215,7 @@ def _lower_context(tr: _Trials, plan0: Plan, out: FitOutcome) -> bool:
     n_ctx_min = _U32_MAX if (cfg.n_ctx == 0 and "n_ctx" in cfg.set_flags) else cfg.fit_ctx
     n_ctx_max = min((spec.n_ctx_train or 4096) * n_streams, _U32_MAX)
     n_ctx_min_total = min(n_ctx_min * n_streams, _U32_MAX)
-    used0 = tr.used(plan0)
+    used0 = tr.measure(cfg)
     surplus = sum(tr.free[i] - used0[i] for i in range(max(1, tr.nd))) - sum(tr.margins)
     if surplus >= 0 or not n_ctx_auto or n_ctx_max <= n_ctx_min_total:
         return False
@@ -219,7 +226,7 @@ def _lower_context(tr: _Trials, plan0: Plan, out: FitOutcome) -> bool:
         ngl_u = cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else _U32_MAX
         per_layer = _tdiv(model, max(1, min(ngl_u, tr.hp_ngl)))
         target -= (tr.nd + 1) * per_layer // (2 if spec.n_expert == 0 else 6)
-    used_min = sum(tr.used(tr.plan(cfg.with_(n_ctx=n_ctx_min_total))))
+    used_min = sum(tr.measure(cfg.with_(n_ctx=n_ctx_min_total)))
     done = False
     if target > used_min:
         n_ctx = n_ctx_min_total + _tdiv((n_ctx_max - n_ctx_min_total) * (target - used_min), sum(used0) - used_min)
@@ -277,7 +284,7 @@ class _Layers:
         return self.base.with_(n_gpu_layers=n_gpu, tensor_split=ts, override_tensor=tuple(ots))
 
     def mem(self, ngl: list[_Ngl], ob: list[str]) -> list[int]:
-        return self.tr.used(self.tr.plan(self.cfg_for(ngl, ob)))
+        return self.tr.measure(self.cfg_for(ngl, ob))
 
 
 def trial_config(inp: PlanInputs, device_names: Sequence[str], n_ctx: int,
@@ -287,7 +294,7 @@ def trial_config(inp: PlanInputs, device_names: Sequence[str], n_ctx: int,
     must measure the same as llama-server did. A device whose first partial layer overflows by
     a fraction (UP, GATE, ATTN) sends it to the next device (fit.cpp:817-822)."""
     nd = len(device_names)
-    tr = _Trials(inp, lambda i, c: NotImplemented, nd, [0] * nd, [0] * nd,
+    tr = _Trials(inp, lambda i, c, d: NotImplemented, nd, [0] * nd, [0] * nd,
                  inp.spec.n_layer_main + (inp.spec.nextn_layers if inp.cfg.mtp else 0), list(device_names))
     ngl = [_Ngl(n, p, ov) for n, p, ov in trial]
     ob = [device_names[i + 1] if ov in (_UP, _GATE, _ATTN) and i < nd - 1 else "CPU"
@@ -302,7 +309,7 @@ def _place_layers(tr: _Trials, out: FitOutcome) -> FitOutcome:
     try:
         surplus_cpu_moe = 0
         if moe:  # fit.cpp:616-644
-            u = tr.used(tr.plan(out.cfg.with_(override_tensor=((_MOE_ALL, "CPU"),))))
+            u = tr.measure(out.cfg.with_(override_tensor=((_MOE_ALL, "CPU"),)))
             surplus_cpu_moe = sum(tr.free[i] - u[i] - tr.margins[i] for i in range(tr.nd))
         ob = ["CPU"] * tr.nd
         ngl, mem = _fill_back_to_front(lay, ob, moe)

@@ -61,10 +61,11 @@ def tensor_bytes(type_: str, ne: Ne, nb: Ne | None = None) -> int:
     block, size = TYPE_SIZES[type_]
     if nb is None:
         return size * ne[0] // block * ne[1] * ne[2] * ne[3]
-    if min(ne) <= 0:
+    n0, n1, n2, n3 = ne
+    if n0 <= 0 or n1 <= 0 or n2 <= 0 or n3 <= 0:
         return 0
-    first = size + (ne[0] - 1) * nb[0] if block == 1 else ne[0] * nb[0] // block
-    return first + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3]
+    first = size + (n0 - 1) * nb[0] if block == 1 else n0 * nb[0] // block
+    return first + (n1 - 1) * nb[1] + (n2 - 1) * nb[2] + (n3 - 1) * nb[3]
 
 
 class Tensor:
@@ -75,6 +76,16 @@ class Tensor:
     __slots__ = ("op", "ne", "type", "nb", "src", "view_src", "view_offs", "external", "flags", "name",
                  "backend", "weight", "size", "pin",
                  "be", "n_children", "n_views", "allocated", "offset", "buffer", "asize", "stamp")
+
+    # scratch: set by schedule and allocate (_reset) before they are read, not in __init__ (a graph
+    # makes thousands of tensors); asize is the bytes ggml-alloc gave it (get_alloc_size)
+    be: int
+    n_children: int
+    n_views: int
+    allocated: bool
+    offset: int
+    buffer: int
+    asize: int
 
     def __init__(self, op: str, ne: Ne, type_: str, nb: Ne, src: tuple[Tensor, ...] = (),
                  view_src: Tensor | None = None, view_offs: int = 0, external: bool = False, flags: int = 0,
@@ -99,14 +110,6 @@ class Tensor:
         self.size = size
         #: a backend set before scheduling (ggml_backend_sched_set_tensor_backend), -1 for none
         self.pin = -1
-        self.be = -1
-        self.n_children = 0
-        self.n_views = 0
-        self.allocated = False
-        self.offset = -1
-        self.buffer = 0
-        #: the bytes ggml-alloc gave it in its buffer (get_alloc_size), -1 before
-        self.asize = -1
         self.stamp = 0
 
     @property
@@ -130,8 +133,11 @@ _ES = {name: (size if block == 1 else 1) for name, (block, size) in TYPE_SIZES.i
 _NB: dict[tuple[Ne, str], Ne] = {}
 
 
-def _contig_nb(ne: Ne, type_: str) -> Ne:
-    """A contiguous tensor's strides (remembered: graphs repeat a few shapes many times)."""
+def contiguous_nb(ne: Ne, type_: str) -> Ne:
+    """The strides ggml_new_tensor gives a tensor of shape ``ne`` and type ``type_``
+    (ggml/src/ggml.c:1842-1846: nb[0] the element size, each next one the previous times ne; a
+    quantized type counts 1 per element here, whose strides the graphs never compare); remembered:
+    graphs repeat a few shapes many times."""
     key = (ne, type_)
     nb = _NB.get(key)
     if nb is None:
@@ -164,32 +170,34 @@ class Graph:
     def new(self, op: str, ne: Sequence[int], type_: str = "f32", src: tuple[Tensor, ...] = (),
             name: str = "") -> Tensor:
         n = _ne4(ne)
-        t = Tensor(op, n, type_, _contig_nb(n, type_), src)
+        t = Tensor(op, n, type_, contiguous_nb(n, type_), src)
         if name:
             t.name = name
         return t
 
     def input(self, ne: Sequence[int], type_: str, name: str = "") -> Tensor:
-        return Tensor("NONE", _ne4(ne), type_, _contig_nb(_ne4(ne), type_), flags=FLAG_INPUT, name=name)
+        return Tensor("NONE", _ne4(ne), type_, contiguous_nb(_ne4(ne), type_), flags=FLAG_INPUT, name=name)
 
     def external(self, ne: Sequence[int], type_: str = "f32", name: str = "", backend: int = GPU,
                  weight: bool = False, size: int = -1) -> Tensor:
         n = _ne4(ne)
-        return Tensor("NONE", n, type_, _contig_nb(n, type_), external=True, name=name, backend=backend,
-                      weight=weight, size=size)
+        return Tensor("NONE", n, type_, contiguous_nb(n, type_), (), None, 0, True, 0, name, backend, weight, size)
 
     def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int] | None = None, offs: int = 0,
              op: str = "VIEW") -> Tensor:
-        n = _ne4(ne)
-        base = a.view_src if a.view_src is not None else a
+        n = ne if len(ne) == 4 and type(ne) is tuple else _ne4(ne)
+        base = a.view_src
+        if base is None:
+            base = a
+        type_ = a.type
         if nb is None:
-            nbv = _contig_nb(n, a.type)
+            nbv = contiguous_nb(n, type_)
         else:
             k = len(nb)
             nb1 = nb[0]
             nb2 = nb[1] if k > 1 else nb1 * n[1]
-            nbv = (_ES.get(a.type, 1), nb1, nb2, nb[2] if k > 2 else nb2 * n[2])
-        return Tensor(op, n, a.type, nbv, (a,), base, a.view_offs + offs, base.external)
+            nbv = (_ES.get(type_, 1), nb1, nb2, nb[2] if k > 2 else nb2 * n[2])
+        return Tensor(op, n, type_, nbv, (a,), base, a.view_offs + offs, base.external)
 
     def reshape(self, a: Tensor, *ne: int) -> Tensor:
         return self.view(a, ne, op="RESHAPE")
@@ -215,14 +223,14 @@ class Graph:
 
     # -------------------------------------------------------------------- ops
     def unary(self, a: Tensor, op: str = "UNARY") -> Tensor:
-        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a,))
+        return Tensor(op, a.ne, a.type, contiguous_nb(a.ne, a.type), (a,))
 
     def binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
-        return Tensor(op, a.ne, a.type, _contig_nb(a.ne, a.type), (a, b))
+        return Tensor(op, a.ne, a.type, contiguous_nb(a.ne, a.type), (a, b))
 
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
         ne = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
-        return Tensor("MUL_MAT", ne, "f32", _contig_nb(ne, "f32"), (a, b))
+        return Tensor("MUL_MAT", ne, "f32", contiguous_nb(ne, "f32"), (a, b))
 
     def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
         return self.new("GET_ROWS", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), "i32" if a.type == "i32" else "f32", (a, b))
@@ -253,19 +261,21 @@ class Graph:
         if t.stamp == stamp:
             return
         t.stamp = stamp
-        nodes, leafs = self.nodes, self.leafs
+        _visit(t, stamp, self.nodes, self.leafs)
 
-        def visit(node: Tensor) -> None:
-            for s in node.src:
-                if s.stamp != stamp:
-                    s.stamp = stamp
-                    visit(s)
-            if node.op == "NONE":
-                leafs.append(node)
-            else:
-                nodes.append(node)
 
-        visit(t)
+def _visit(node: Tensor, stamp: int, nodes: list[Tensor], leafs: list[Tensor]) -> None:
+    """ggml_visit_parents: ``node``'s unvisited sources, then ``node`` (a function of the module,
+    not a closure: a closure that calls itself is a reference cycle, and it would keep the whole
+    graph alive until the cycle collector ran)."""
+    for s in node.src:
+        if s.stamp != stamp:
+            s.stamp = stamp
+            _visit(s, stamp, nodes, leafs)
+    if node.op == "NONE":
+        leafs.append(node)
+    else:
+        nodes.append(node)
 
 
 # ======================================================================== ggml-alloc
@@ -285,7 +295,8 @@ class _DynAllocator:
         return (n + a - 1) // a * a
 
     def alloc(self, size: int) -> int:
-        size = self._align(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         bl = self.blocks
         best = -1
         best_size = 1 << 63
@@ -304,7 +315,8 @@ class _DynAllocator:
         return off
 
     def free(self, off: int, size: int) -> None:
-        size = self._align(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         bl = self.blocks
         for i, blk in enumerate(bl):
             if blk[0] + blk[1] == off:
@@ -353,7 +365,13 @@ class _GAlloc:
         a = t.asize
         if a < 0:
             f = self.alloc_size
-            a = t.asize = f(buf, t) if f is not None else t.nbytes
+            if f is not None:
+                a = t.asize = f(buf, t)
+            else:
+                a = t.size
+                if a < 0:
+                    a = t.size = tensor_bytes(t.type, t.ne, t.nb)
+                t.asize = a
         return a
 
     def allocate_node(self, node: Tensor, buf: int) -> None:
@@ -382,8 +400,9 @@ class _GAlloc:
 
     def _free_extra(self, node: Tensor, parent: Tensor) -> None:
         al = self.allocs[parent.buffer]
-        ps = al._align(self.size_of(parent.buffer, parent))
-        ns = al._align(self.size_of(parent.buffer, node))
+        a = al.alignment
+        ps = (self.size_of(parent.buffer, parent) + a - 1) // a * a
+        ns = (self.size_of(parent.buffer, node) + a - 1) // a * a
         if ps > ns:
             al.free(parent.offset + ns, ps - ns)
 
@@ -393,8 +412,10 @@ class _GAlloc:
         self.allocs[node.buffer].free(node.offset, self.size_of(node.buffer, node))
         node.allocated = False
 
-    def release_parents(self, node: Tensor) -> None:
-        for parent in node.src:
+    def release_parents(self, src: tuple[Tensor, ...]) -> None:
+        """A node's sources lose a child: a source (or the tensor it views) with no child and no
+        view left is freed (ggml-alloc.c:779-808)."""
+        for parent in src:
             parent.n_children -= 1
             if parent.n_children or parent.n_views:
                 continue
@@ -408,21 +429,16 @@ class _GAlloc:
 
 
 def _reset(graph: Graph) -> None:
+    """ggml-alloc's hash set cleared: every tensor of the graph (its sources and view sources are
+    among its leafs and nodes: ggml_build_forward_expand visits them all)."""
     for t in graph.leafs:
         t.n_children = t.n_views = 0
         t.allocated = False
         t.asize = -1
-    for node in graph.nodes:
-        node.n_children = node.n_views = 0
-        node.allocated = False
-        node.asize = -1
-        for s in node.src:
-            s.n_children = s.n_views = 0
-            s.allocated = False
-            s.asize = -1
-        if node.view_src is not None:
-            node.view_src.n_children = node.view_src.n_views = 0
-            node.view_src.allocated = False
+    for t in graph.nodes:
+        t.n_children = t.n_views = 0
+        t.allocated = False
+        t.asize = -1
 
 
 def allocate(graph: Graph, alignment: int = 32, *, node_buffer: Sequence[int] | None = None,
@@ -441,7 +457,8 @@ def allocate(graph: Graph, alignment: int = 32, *, node_buffer: Sequence[int] | 
     nbuf = node_buffer if node_buffer is not None else [0] * len(nodes)
     lbuf = leaf_buffer if leaf_buffer is not None else [0] * len(graph.leafs)
     for leaf, b in zip(graph.leafs, lbuf, strict=True):
-        ga.allocate_node(leaf, b)
+        if not leaf.external:
+            ga.allocate_node(leaf, b)
     # count children and views; allocate the graph inputs first (ggml-alloc.c:733-757)
     for node, b in zip(nodes, nbuf, strict=True):
         vs = node.view_src
@@ -455,10 +472,13 @@ def allocate(graph: Graph, alignment: int = 32, *, node_buffer: Sequence[int] | 
                 ga.allocate_node(s, b)
     allocate_node, release = ga.allocate_node, ga.release_parents
     for node, b in zip(nodes, nbuf, strict=True):
-        for parent in node.src:
+        src = node.src
+        for parent in src:
             if not (parent.allocated or parent.external or parent.view_src is not None):
                 allocate_node(parent, b)
-        allocate_node(node, b)
-        release(node)
+        if not (node.allocated or node.external or node.view_src is not None):
+            allocate_node(node, b)
+        if src:
+            release(src)
     sizes = tuple(a.max_size for a in ga.allocs)
     return AllocResult(sizes[0], sizes)

@@ -189,17 +189,20 @@ class _Sched:
         nodes = self.g.nodes
         first = next((i for i, n in enumerate(nodes) if n.op not in VIEW_OPS), len(nodes))
         cur = nodes[first].be if first < len(nodes) else 0
-        splits.append((cur, [], list(nodes[:first])))
+        inputs: list[Tensor] = []
+        members = list(nodes[:first])
+        splits.append((cur, inputs, members))
         for node in nodes[first:]:
-            if node.op in VIEW_OPS:
-                splits[-1][2].append(node)
-                continue
-            if node.be != cur or (splits[-1][1] and self._weight_elsewhere(node, cur)):
-                cur = node.be
-                splits.append((cur, [], []))
-            if any(s.be != cur for s in node.src):
-                node.src = tuple(self._input(s, cur, splits[-1][1], copies) for s in node.src)
-            splits[-1][2].append(node)
+            if node.op not in VIEW_OPS:
+                if node.be != cur or (inputs and self._weight_elsewhere(node, cur)):
+                    cur = node.be
+                    inputs, members = [], []
+                    splits.append((cur, inputs, members))
+                for s in node.src:
+                    if s.be != cur:
+                        node.src = tuple(self._input(x, cur, inputs, copies) for x in node.src)
+                        break
+            members.append(node)
         return splits, copies
 
     @staticmethod

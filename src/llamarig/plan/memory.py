@@ -29,6 +29,7 @@ from llamarig.hardware.cpu import CpuFeatures
 from llamarig.hardware.cpu_buffers import host_weight_buffer
 from llamarig.i18n import _
 from llamarig.plan.config import ServerConfig
+from llamarig.plan.specmemo import per_spec
 
 #: llm_arch_supports_rs_rollback (src/llama-arch.cpp:1162-1180)
 RS_ROLLBACK_ARCHS = frozenset({
@@ -342,6 +343,20 @@ def place_layers(spec: ModelSpec, cfg: ServerConfig, gpu_names: Sequence[str],
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.")
 _INPUT_RE = re.compile(r"^(token_embd|token_types|position_embd|per_layer_token_embd)")
+#: a tensor's layer (:func:`_layers`): blk.N -> N, the input layer, the output layer
+_INPUT_LAYER, _OUTPUT_LAYER = -1, -2
+
+
+@per_spec
+def _layers(spec: ModelSpec) -> tuple[int, ...]:
+    """Every tensor's layer, in ``spec.tensors``' order (llama-model.cpp:1558-1610: blk.N, the
+    input layer, or the output layer); worked out once per spec object (a plan walks the tensors
+    several times, and --fit and the optimiser plan one model dozens of times)."""
+    out = []
+    for t in spec.tensors:
+        m = _BLK_RE.match(t.name)
+        out.append(int(m.group(1)) if m else _INPUT_LAYER if _INPUT_RE.match(t.name) else _OUTPUT_LAYER)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -417,15 +432,14 @@ def split_weights(spec: ModelSpec, cfg: ServerConfig, placement: Placement,
     skipped = 0
     has_output = any(t.name == "output.weight" for t in spec.tensors)
     dup = 0
-    for t in spec.tensors:
-        m = _BLK_RE.match(t.name)
-        if m:
-            il = int(m.group(1))
-            if il >= spec.n_layer_main and spec.nextn_layers and not cfg.mtp:
+    skip_from = spec.n_layer_main if spec.nextn_layers and not cfg.mtp else 1 << 30
+    for t, il in zip(spec.tensors, _layers(spec), strict=True):
+        if il >= 0:
+            if il >= skip_from:
                 skipped += t.n_bytes  # TENSOR_SKIP unless draft-mtp (models/qwen35.cpp:38)
                 continue
             dev = placement.layer_dev[il] if il < len(placement.layer_dev) else -1
-        elif _INPUT_RE.match(t.name):
+        elif il == _INPUT_LAYER:
             dev = -1  # the input layer always stays on the CPU (llama-model.cpp:1603-1605)
             if t.name == "token_embd.weight" and not has_output and placement.output_dev >= 0:
                 # tied output: a duplicate of token_embd is created on the output device
@@ -473,14 +487,13 @@ def host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> li
     """The tensors whose weights stay in host memory (a CPU layer's, the token embeddings, what
     -ot sends to the CPU); the MTP layers' are not loaded without --spec-type draft-mtp."""
     out = []
-    for t in spec.tensors:
-        m = _BLK_RE.match(t.name)
-        if m:
-            il = int(m.group(1))
-            if il >= spec.n_layer_main and spec.nextn_layers and not cfg.mtp:
+    skip_from = spec.n_layer_main if spec.nextn_layers and not cfg.mtp else 1 << 30
+    for t, il in zip(spec.tensors, _layers(spec), strict=True):
+        if il >= 0:
+            if il >= skip_from:
                 continue
             dev = placement.layer_dev[il] if il < len(placement.layer_dev) else -1
-        elif _INPUT_RE.match(t.name):
+        elif il == _INPUT_LAYER:
             dev = -1
         else:
             dev = placement.output_dev

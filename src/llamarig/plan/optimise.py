@@ -422,6 +422,8 @@ def optimise(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = Non
                 cfg = _set(cfg0, cache_type_k=tk, cache_type_v=tv, n_ubatch=ub, n_batch=max(2048, ub))
                 if spec_on:
                     cfg = _set(cfg, spec_types=(spec_type,), spec_draft_n_max=spec_n)
+                elif use_spec:  # off is off, not the user's own --spec-type left in the base settings
+                    cfg = _set(cfg, spec_types=())
                 layouts, n = _layouts(inp, cfg, targets)
                 evaluated += n
                 cands += [_option(inp, lay, (tk, tv), targets, cal, acc_a, host_bandwidth_gbs) for lay in layouts]

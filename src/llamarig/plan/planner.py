@@ -31,7 +31,7 @@ from llamarig.plan.estimators.weights import estimate_weights
 from llamarig.plan.memory import recurrent_bytes_per_seq
 from llamarig.plan.result import Plan, PlanInputs
 
-__all__ = ["Plan", "PlanInputs", "effective_inputs", "make_plan", "plan_once"]
+__all__ = ["Plan", "PlanInputs", "effective_inputs", "fit_measurement", "make_plan", "plan_once"]
 
 
 def make_plan(inp: PlanInputs) -> Plan:
@@ -65,12 +65,22 @@ def _post_estimates(lay: PlanLayout, ledger: MemoryLines) -> tuple[tuple[int, ..
     return fit_model, extras.checkpoint_bytes
 
 
-def plan_once(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
+def fit_measurement(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
+    """What one of --fit's dry runs measures for ``inp`` (common/fit.cpp:30-153): the model loaded
+    without allocating, so each compute buffer is the prompt graph's alone with nothing pinned
+    (:func:`llamarig.plan.compute.replayed_buffers`), and the MTP context measured with the user's
+    own placement, ``base_cfg`` (its params are copied before fit changes the main model's,
+    common/common.cpp:1244-1258, and fit measures it again only when the context changes,
+    fit.cpp:205-258)."""
+    return plan_once(inp, base_cfg, dry_run=True)
+
+
+def plan_once(inp: PlanInputs, base_cfg: ServerConfig | None = None, dry_run: bool = False) -> Plan:
     """One plan for exactly these settings, without --fit. ``base_cfg``: the user's settings when
     ``inp.cfg`` is a --fit trial (the draft model keeps the user's -ts, fit.cpp changes only the
-    main model)."""
+    main model); ``dry_run``: as one of --fit's dry runs measures it (:func:`fit_measurement`)."""
     spec, cfg = inp.spec, inp.cfg
-    lay = layout(inp, base_cfg)
+    lay = layout(inp, base_cfg, dry_run)
     ledger = MemoryLines(lay.n_dev)
     fit_model, ckpt = _post_estimates(lay, ledger)
     bud = budget(lay, ledger)

@@ -6,28 +6,31 @@ one-token-per-sequence graph, the prompt graph again; ggml-alloc only ever grows
 marks on it.
 
 A replay of a 64-layer trunk costs tens of milliseconds, and the optimiser and --fit ask for the
-same graphs many times: results are remembered by the model's shape and the reservation, and a
-trunk whose layers repeat is replayed on two cuts of it (:func:`cut_layouts`).
+same graphs many times: results are remembered by the model's shape and the reservation (cache
+types by what the allocations see of them, :func:`kv_class`), and a trunk whose layers repeat is
+replayed on two cuts of it (:func:`cut_layouts`).
 """
 
 from __future__ import annotations
 
+import gc
 import re
-import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from llamarig.gguf.ggml_types import TYPE_SIZES
+from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan import cuda_fattn
-from llamarig.plan.ggml_graph import Tensor, allocate
+from llamarig.plan.ggml_graph import Tensor, allocate, tensor_bytes
 from llamarig.plan.ggml_sched import Backend, schedule
 from llamarig.plan.graphs import GraphParams, Layout, build_graph
 from llamarig.plan.memory import ContextLayout
+from llamarig.plan.specmemo import per_spec
 
-__all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "replay",
-           "replay_graph", "token_graph"]
+__all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "kv_class",
+           "replay", "replay_graph", "token_graph"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,9 @@ def _alloc_size(backends: tuple[Backend, ...]) -> Callable[[int, Tensor], int] |
         cc = ccs[buf]
         if cc is None or (t.type in _PLAIN and t.op != "FLASH_ATTN_EXT"):
             n = t.size
-            return n if n >= 0 else t.nbytes
+            if n < 0:
+                n = t.size = tensor_bytes(t.type, t.ne, t.nb)
+            return n
         return cuda_fattn.cuda_alloc_size(cc, t)
 
     return size
@@ -88,11 +93,27 @@ def _alloc_size(backends: tuple[Backend, ...]) -> Callable[[int, Tensor], int] |
 
 def replay_graph(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
     """Every backend's high-water mark for the one graph of ``q`` (no memo, no cut)."""
-    sch = schedule(build_graph(spec, q, setup.layout, mtp), setup.backends, n_copies=setup.n_copies,
-                   op_offload=setup.op_offload)
-    r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
-                 alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends))
+    with _no_gc():
+        sch = schedule(build_graph(spec, q, setup.layout, mtp), setup.backends, n_copies=setup.n_copies,
+                       op_offload=setup.op_offload)
+        r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
+                     alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends))
+        del sch  # freed while the collector is paused: it would look at every tensor once more
     return r.sizes
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Python's cycle collector paused while a graph is made: a graph is thousands of objects
+    with no cycle (tensors point to their sources only), freed by reference counting, and the
+    collections their allocation would trigger cost a sixth of a replay."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def token_graph(p: GraphParams) -> GraphParams:
@@ -153,17 +174,7 @@ def _make_shape(spec: ModelSpec) -> _Shape:
     return _Shape(key, _classes(sigs), _classes(sized))  # type: ignore[arg-type]
 
 
-_SHAPES: dict[int, tuple[weakref.ref[ModelSpec], _Shape]] = {}
-
-
-def _shape(spec: ModelSpec) -> _Shape:
-    k = id(spec)
-    hit = _SHAPES.get(k)
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
-    shape = _make_shape(spec)
-    _SHAPES[k] = (weakref.ref(spec, lambda _r, k=k: _SHAPES.pop(k, None)), shape)  # type: ignore[misc]
-    return shape
+_shape = per_spec(_make_shape)
 
 
 def _sized(setup: Setup) -> bool:
@@ -194,7 +205,7 @@ def _canonical(shape: _Shape, lay: Layout, sized: bool) -> tuple[object, ...]:
     classes = shape.classes_sized if sized else shape.classes
     keep = lay.keep if lay.keep is not None else range(len(classes))
     return (tuple((classes[il], lay.layers[il], per.get(il, ())) for il in keep), lay.layers[len(classes):],
-            lay.output, lay.cpu, lay.kv_on_cpu, lay.full_offload, other)
+            lay.output, lay.cpu, lay.kv_on_cpu, lay.full_offload, lay.pinned, other)
 
 
 # ------------------------------------------------------------------------ the period cut
@@ -256,6 +267,36 @@ def cut_layouts(spec: ModelSpec, lay: Layout, sized: bool = False) -> tuple[Layo
     return a, b
 
 
+# ------------------------------------------------------------------------ the cache types
+
+
+def _kv_type(t: str, cuda_fa: bool) -> object:
+    """What a graph's allocations see of one cache type: a plain type (f32, f16, bf16) as it is
+    (f32 caches are cast to f16, base.py attend; CUDA converts anything but f16 for flash
+    attention), a quantized one only as quantized (it is rotated, base.py rot_inputs; its tensors
+    are the caches and their views, outside the compute buffer), and under CUDA flash attention
+    whether the kernels take it (fattn.cu:525-538: a type they do not take gets no kernel, one
+    they do is converted to f16 whole, whichever it is: cuda_fattn.alloc_size)."""
+    if TYPE_SIZES[t][0] == 1:
+        return t
+    return ("quantized", t in CUDA_FA_KV_TYPES) if cuda_fa else "quantized"
+
+
+def kv_class(q: GraphParams, backends: tuple[Backend, ...]) -> tuple[object, ...]:
+    """The cache types as far as every compute buffer goes: two reservations whose types fall in
+    one class give the same buffers (q8_0/q8_0 and q4_0/q4_0 prompt graphs on a CUDA GPU, every
+    quantized pair on the CPU and RPC servers), so the memo keeps one replay for them. Under CUDA
+    flash attention the decode (vec) kernel's compiled pairs also count: a pair it lacks is
+    converted to f16 (fattn.cu:495-513, cuda_fattn.f16_copies)."""
+    cuda_fa = q.flash_attn and any(b.cuda_cc is not None for b in backends)
+    vec = (_f16(q.type_k), _f16(q.type_v)) in CUDA_FA_VEC_PAIRS if cuda_fa else None
+    return (_kv_type(q.type_k, cuda_fa), _kv_type(q.type_v, cuda_fa), vec)
+
+
+def _f16(t: str) -> str:
+    return "f16" if t == "f32" else t
+
+
 # ------------------------------------------------------------------------ the memo
 
 
@@ -267,7 +308,8 @@ MEMO_SIZE = 8192
 def _memoized(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
     shape = _shape(spec)
     lay = (setup.layout,) if mtp else _canonical(shape, setup.layout, sized)
-    key = (shape.key, lay, q, setup.backends, setup.n_copies, setup.op_offload, mtp)
+    key = (shape.key, lay, replace(q, type_k="", type_v=""), kv_class(q, setup.backends), setup.backends,
+           setup.n_copies, setup.op_offload, mtp)
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
@@ -289,13 +331,19 @@ def _graph_buffers(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, siz
     return _memoized(spec, q, setup, mtp, sized)
 
 
-def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False) -> tuple[int, ...]:
+def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False, *,
+            dry_run: bool = False) -> tuple[int, ...]:
     """Every backend's compute buffer (in ``setup.backends``' order) for the context reserving
     ``p``, as :func:`replay`, with each graph remembered by the model's shape and the layout's
     (layers of one class on one device are one key, whatever their number past the cut; the
     one-token graph does not depend on n_ubatch); a repeating trunk is replayed on two cuts,
-    whole only when they disagree."""
+    whole only when they disagree. ``dry_run``: what --fit's dry runs measure, the prompt graph
+    alone (a model loaded without allocating reserves only its sizes, llama-context.cpp:674-677;
+    the one-token graph and the second prompt graph are split only, 702 and 727), with
+    ``setup.layout.pinned`` off."""
     sized = _sized(setup)
     a = _graph_buffers(spec, p, setup, mtp, sized)
+    if dry_run:
+        return a
     b = _graph_buffers(spec, token_graph(p), setup, mtp, sized)
     return tuple(max(x, y) for x, y in zip(a, b, strict=True))

@@ -36,6 +36,7 @@ from llamarig.plan import memory as M
 from llamarig.plan.calibration import Calibration, Efficiency, builtin, builtin_data
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.flash_attn import kv_path
+from llamarig.plan.specmemo import per_spec
 
 GB = 1e9
 _EXPS_RE = re.compile(r"_(ch)?exps\b|_exps$|\.ffn_(up|down|gate|gate_up)_exps")
@@ -133,10 +134,16 @@ class DeviceLoad:
         return t
 
 
+@per_spec
 def _read_weighted(spec: ModelSpec) -> ModelSpec:
     """A copy of the spec whose tensors count the bytes one decode pass reads: expert tensors
     only the experts used; MTP (nextn) layers nothing (the draft pass reads them, see
-    speculative())."""
+    speculative()). One copy per spec object: the optimiser asks for it with every candidate,
+    and what is remembered per spec (memory's tensor layers, the replays) then holds."""
+    return _read_weighted_copy(spec)
+
+
+def _read_weighted_copy(spec: ModelSpec) -> ModelSpec:
     frac = spec.n_expert_used / spec.n_expert if spec.n_expert and spec.n_expert_used else 1.0
     n_main = spec.n_layer_main
 
@@ -496,9 +503,10 @@ def prompt_length(n_ctx_slot: int, requested: int | None = None, start: int = 0)
 
 
 def prefill(spec: ModelSpec, loads: Sequence[DeviceLoad], prompt: int, n_ubatch: int,
-            cal: Calibration, start: int = 0) -> Prefill:
+            cal: Calibration, start: int = 0, op_offload: bool = True) -> Prefill:
     """Prompt tokens per second for ``prompt`` new tokens processed in micro-batches, after
-    ``start`` tokens already in the cache (a follow-up turn: attention covers those too)."""
+    ``start`` tokens already in the cache (a follow-up turn: attention covers those too);
+    ``op_offload``: --op-offload (off: the CPU computes what its weights hold)."""
     prompt = max(1, prompt)
     ub = max(1, min(n_ubatch, prompt))
     params = matmul_params(spec)
@@ -509,7 +517,7 @@ def prefill(spec: ModelSpec, loads: Sequence[DeviceLoad], prompt: int, n_ubatch:
         d = min(avg_depth, spec.swa_window or avg_depth) if ly.kind == "swa" else avg_depth
         attn_flops += 4 * ly.n_head * (ly.head_dim_k + ly.head_dim_v) / 2 * d
     t_tok = 0.0
-    gpu_present = any(x.backend != "CPU" for x in loads)
+    gpu_present = op_offload and any(x.backend != "CPU" for x in loads)
     for x in loads:
         rate = x.tflops * 1e12 * x.eff.prefill * ub / (ub + x.eff.ubatch_half)
         if rate <= 0:
@@ -704,7 +712,8 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     t0 = decode_seconds(loads, 0, window, cal, sm)
     tl0 = decode_seconds(loads, 0, window, cal, sm, limit=True)
     n_prompt, prompt_note = prompt_length(n_ctx_eff, prompt_tokens, prompt_start)
-    pf = replace(prefill(spec, loads, n_prompt, ctx.n_ubatch, cal, prompt_start), prompt_note=prompt_note)
+    pf = replace(prefill(spec, loads, n_prompt, ctx.n_ubatch, cal, prompt_start, cfg.op_offload),
+                 prompt_note=prompt_note)
     if any(x.backend == "CPU" for x in loads):
         scale, why = host_thread_scale(cfg, hw, cal)
         if why and scale == 1.0:  # calibrated threads, but this plan's are unknown

@@ -49,9 +49,12 @@ GRID: list[tuple[str, int, str]] = [
     ("llama", 3, "-c 4096"),
     ("llama", 2, "-c 4096 -ts 3,1"),
     ("llama", 2, "-c 4096 -ngl 4"),
+    # the RPC backend has no offload_op (ggml-rpc.cpp:2264): --no-op-offload changes nothing here
+    ("llama", 2, "-c 4096 -ngl 4 --no-op-offload"),
     ("llama", 3, "-c 4096 -ngl 5 -ts 1,2,1"),
     ("llama", 2, r"-c 4096 -ot blk\.[0-2]\.attn_.*=CPU"),
     ("llama", 2, "-c 4096 -sm none -mg 1"),
+    ("llama", 2, "-c 4096 -sm none -mg -1"),
     ("llama", 2, "-c 4096 -np 3 -ub 128"),
     ("llama", 3, "-c 2048 -np 2 -ub 64 -fa off"),
     ("qwen3", 2, "-c 4096 -np 2 -kvu -ub 100"),

@@ -1,6 +1,7 @@
 """The I/O edge of ``llamarig top``: read-only ``GET``s with timeouts, one round per snapshot.
 
-A llama-server: ``/health``, ``/slots`` and ``/metrics`` every round, ``/props`` on first
+A llama-server: ``/health``, ``/slots`` and ``/metrics`` every round, ``/props`` and
+``/v1/models`` (n_ctx_train: whether the slot context is capped, llamarig.serverpool) on first
 contact and whenever the server comes back. A llamarig gateway (it answers
 ``/gateway/status``): ``/gateway/status``, ``/gateway/slots`` (each backend's ``/slots`` and
 ``/props``) and its ``/metrics`` (the backends' samples carry ``backend="NAME"``). Nothing is
@@ -23,6 +24,7 @@ from llamarig.bench.client import BenchClient, HTTPResult
 from llamarig.bench.gpu import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.bench.monitor import parse_metrics
 from llamarig.i18n import _, data_text, error_text
+from llamarig.serverpool import Bound
 from llamarig.top import derive
 from llamarig.top.local import pool_hint
 from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
@@ -66,6 +68,7 @@ class Collector:
         self.client = BenchClient(self.url, timeout_s=max(timeout_s * 2, 5.0), api_key=api_key)
         self.mode: str | None = None
         self.props: dict[str, Any] = {}
+        self.models: dict[str, Any] | None = None  # GET /v1/models, read with /props
         self.prev: Snapshot | None = None
         self.want_gpu = gpu
         self.telemetry: GpuTelemetry | None = None
@@ -133,7 +136,7 @@ class Collector:
     async def _server_round(self) -> ServerRaw:
         paths = ["/health", "/slots"] + (["/metrics"] if self.metrics else [])
         if not self.props:
-            paths.append("/props")
+            paths += ["/props", "/v1/models"]
         got = dict(zip(paths, await asyncio.gather(*(self._get(p) for p in paths)), strict=True))
         health = got["/health"]
         if isinstance(health, BaseException):
@@ -142,10 +145,12 @@ class Collector:
         pr = got.get("/props")
         if isinstance(pr, HTTPResult) and pr.status == 200 and isinstance(pr.body, dict):
             self.props = pr.body
+            md = got.get("/v1/models")
+            self.models = md.body if isinstance(md, HTTPResult) and md.status == 200 and isinstance(md.body, dict) else None
             self.hint = None
         slots, slots_err = _slots(got["/slots"])
         if self.hint is None:
-            self.hint = self.given or pool_hint(self.url, _slot_ctx(self.props))
+            self.hint = self.given or pool_hint(self.url, self.props, self.models)
         metrics: Mapping[str, float] | None = None
         m_err = "not read (--no-metrics)"
         start: float | None = None
@@ -207,29 +212,25 @@ class Collector:
 
 
 def gateway_pool_hint(b: Mapping[str, Any]) -> PoolHint:
-    """One backend's KV pool as ``/gateway/status`` gives it: ``pool.server_tokens`` (the cells the
-    server has, from its log or ``/props``: gateway/pool.py) with ``pool.unified``; else the pool the
-    gateway admits against (``pool_tokens``, after its safety fraction)."""
+    """One backend's KV pool as ``/gateway/status`` publishes it: ``pool.server_tokens`` and
+    ``pool.server_bound`` (the cells the server has, or a lower bound: llamarig.serverpool) with
+    ``pool.unified`` (else the layout the gateway's config assumes); else the pool the gateway
+    admits against (``pool_tokens``, after its safety fraction)."""
+    conf = b.get("configured")
+    assumed = conf.get("unified") if isinstance(conf, Mapping) else None
     p = b.get("pool")
     if isinstance(p, Mapping):
         tokens = p.get("server_tokens") if isinstance(p.get("server_tokens"), int) else p.get("tokens")
         if isinstance(tokens, int) and not isinstance(tokens, bool):
-            unified = p.get("unified")
+            unified = p.get("unified") if isinstance(p.get("unified"), bool) else assumed
             how = [str(x) for x in (p.get("server_source") or p.get("source"), p.get("server_bound")) if x]
-            return PoolHint(tokens, unified if isinstance(unified, bool) else None, "gateway", ", ".join(how))
+            bound: Bound = "at_least" if p.get("server_bound") == "at_least" else "exact"
+            return PoolHint(tokens, unified if isinstance(unified, bool) else None, "gateway", ", ".join(how), bound)
     tokens = b.get("pool_tokens")
     if not isinstance(tokens, int) or isinstance(tokens, bool):
         return NO_HINT
-    conf = b.get("configured")
-    unified = conf.get("unified") if isinstance(conf, Mapping) else None
-    return PoolHint(tokens, unified if isinstance(unified, bool) else None, "gateway",
+    return PoolHint(tokens, assumed if isinstance(assumed, bool) else None, "gateway",
                     str(b.get("pool_source") or ""))
-
-
-def _slot_ctx(props: Mapping[str, Any]) -> int | None:
-    gs = props.get("default_generation_settings")
-    n = gs.get("n_ctx") if isinstance(gs, Mapping) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
 def _gateway_error(body: Any) -> bool:

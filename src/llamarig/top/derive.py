@@ -23,6 +23,7 @@ from llamarig.bench.gpu import GpuReading
 from llamarig.bench.monitor import SlotRuleState, judge_slots
 from llamarig.bench.records import note_text
 from llamarig.i18n import N_, join
+from llamarig.serverpool import cells_in_use
 from llamarig.top.model import (
     Alert,
     Event,
@@ -63,8 +64,9 @@ METHODS = {
                     "over the time between them; per server: the sum over its slots",
     "prefill_tok_s": "per slot: delta of n_prompt_tokens_processed of the same task between two GET /slots, over the time between them",
     "ctx_used": "n_prompt_tokens of GET /slots: the tokens in the slot's cache (prompt and generated)",
-    "pool_used_frac": "sum of the slots' ctx_used over the sum of their n_ctx (with a unified KV cache, -kvu, "
-                      "the slots share one pool and this reads low); an alert at 90 % while a slot is busy",
+    "pool_used_frac": "cells in use (the sum of the slots' ctx_used) over the pool's cells (pool.tokens: from "
+                      "--pool, the gateway, the server's log or command line, else /props; over a lower bound "
+                      "when pool.bound is at_least, so at most this)",
     "finished_tok_s": "delta of /metrics prompt_tokens_total and tokens_predicted_total over the time between "
                       "two scrapes; they grow when a request finishes",
     "restart": "Process-Start-Time-Unix of /metrics changed, /metrics counters went down, or a slot's task "
@@ -352,7 +354,7 @@ def _server(raw: ServerRaw, prev: ServerMemo | None, out: _Out, gw_backend: Mapp
     if last_restart is not None and out.wall - last_restart <= RESTART_ALERT_S:
         out.alert("restart", name, seconds=round(out.wall - last_restart))
     split_seen = (prev is not None and same and prev.split_seen) or more_than_one_slot(views)
-    pool = pool_view(views, raw.pool_hint, split_seen)
+    pool = pool_view(views, raw.pool_hint, split_seen, cells_in_use(raw.slots))
     endings = _endings(name, views, prev if same else None, out)
     if prev is not None and not same:
         endings = dict(prev.endings)  # counted since top started, across restarts

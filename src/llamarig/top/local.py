@@ -1,43 +1,64 @@
 """The llama-server behind a URL on this machine, found through Linux's ``/proc``: the process
 that listens on the URL's port, its command line and its log (``--log-file``, or the file its
-stderr or stdout goes to). ``llamarig top`` reads the KV pool from them (llamarig.top.pool):
-the log says what ran, the command line only what was meant. Read once on first contact and
-whenever the server comes back; anything unreadable (another machine, another user's process, a
-container, not Linux) simply gives no hint."""
+stderr or stdout goes to). ``llamarig top`` derives the KV pool from them with what the server
+answers (llamarig.serverpool, through llamarig.top.pool): the log says what ran, the command line
+how the process was started. Read once on first contact and whenever the server comes back;
+anything unreadable (another machine, another user's process, a container, not Linux) simply
+adds nothing."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from llamarig.bench.gpu import is_local
 from llamarig.flags.argv import Command
+from llamarig.serverpool import CommandLayout, LogStart, last_start, server_facts
 from llamarig.top.model import PoolHint
-from llamarig.top.pool import NO_HINT, hint_from_argv, hint_from_log
+from llamarig.top.pool import command_layout, hint_of
 
 PROC = Path("/proc")
-#: the start-up lines are at a log's head; a log appended to by several runs has the last at its tail
-LOG_READ = 1024 * 1024
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 
 
-def pool_hint(url: str, slot_ctx: int | None, proc: Path = PROC) -> PoolHint:
-    """The pool of the llama-server at ``url`` if it runs here: from its log, else its command line."""
+@dataclass(frozen=True)
+class LocalServer:
+    """What the llama-server at a URL tells of itself on this machine: its last start in its log
+    (``path``: the file), its command line's layout, its process id."""
+
+    log: LogStart | None = None
+    command: CommandLayout | None = None
+    pid: int | None = None
+
+
+def pool_hint(url: str, props: Mapping[str, Any] | None, models: Mapping[str, Any] | None,
+              proc: Path = PROC) -> PoolHint:
+    """The pool of the llama-server at ``url`` from its ``/props`` and ``/v1/models`` and, if it
+    runs here, its log and command line."""
+    here = local_server(url, proc)
+    return hint_of(server_facts(props, models, here.log, here.command), f"pid {here.pid}" if here.command else "")
+
+
+def local_server(url: str, proc: Path = PROC) -> LocalServer:
+    """The log and command line of the process listening on ``url``'s port, if it runs here."""
     port = urlsplit(url).port
     if port is None or not is_local(url):
-        return NO_HINT
+        return LocalServer()
     pid = listening_pid(port, proc)
     if pid is None:
-        return NO_HINT
+        return LocalServer()
     argv = _cmdline(pid, proc)
-    for path, text in _logs(pid, argv, proc):
-        hint = hint_from_log(text, detail=path)
-        if hint is not None:
-            return hint
-    return hint_from_argv(argv[1:], slot_ctx, detail=f"pid {pid}") if argv else NO_HINT
+    command = command_layout(argv[1:]) if argv else None
+    for shown, path in _logs(pid, argv, proc):
+        start = last_start(str(path))
+        if start is not None:
+            return LocalServer(replace(start, path=shown), command, pid)
+    return LocalServer(None, command, pid)
 
 
 def listening_pid(port: int, proc: Path = PROC) -> int | None:
@@ -75,8 +96,8 @@ def _cmdline(pid: int, proc: Path) -> list[str]:
     return [w.decode(errors="replace") for w in raw.split(b"\0") if w]
 
 
-def _logs(pid: int, argv: list[str], proc: Path) -> Iterator[tuple[str, str]]:
-    """(path, text) of each file the server logs to: its ``--log-file``, its stderr, its stdout."""
+def _logs(pid: int, argv: list[str], proc: Path) -> Iterator[tuple[str, Path]]:
+    """(shown, path) of each file the server logs to: its ``--log-file``, its stderr, its stdout."""
     base = proc / str(pid)
     seen: set[str] = set()
     log_file = Command.parse(argv).get("--log-file") if argv else None
@@ -87,24 +108,6 @@ def _logs(pid: int, argv: list[str], proc: Path) -> Iterator[tuple[str, str]]:
             if target.startswith("/") and not target.startswith("/dev/"):
                 candidates.append((target.removesuffix(" (deleted)"), base / "fd" / fd))
     for shown, path in candidates:
-        if shown in seen:
-            continue
-        seen.add(shown)
-        text = _head_and_tail(path)
-        if text is not None:
-            yield shown, text
-
-
-def _head_and_tail(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(LOG_READ)
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            tail = b""
-            if size > LOG_READ:
-                f.seek(max(LOG_READ, size - LOG_READ))
-                tail = f.read(LOG_READ)
-    except OSError:
-        return None
-    return (head + b"\n" + tail).decode("utf-8", errors="replace")
+        if shown not in seen:
+            seen.add(shown)
+            yield shown, path

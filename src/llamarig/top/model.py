@@ -14,6 +14,7 @@ from typing import Any
 from llamarig.bench.gpu import GpuRaw, GpuReading
 from llamarig.bench.monitor import SlotRuleState
 from llamarig.bench.records import Json
+from llamarig.serverpool import FRAC_PLACES, Bound, used_frac
 
 # ---------------------------------------------------------------------------------- inputs
 
@@ -21,14 +22,16 @@ from llamarig.bench.records import Json
 @dataclass(frozen=True)
 class PoolHint:
     """What is known about a server's KV pool besides ``/slots`` (llamarig.top.pool): ``tokens``
-    (its cells) and ``unified`` (the slots share them), and where that came from: ``given``
-    (``top --pool``), ``log`` (the server's own start-up lines), ``command`` (its command line),
+    (its cells, or a lower bound of them: ``bound``) and ``unified`` (the slots share them), and
+    where that came from: ``given`` (``top --pool``), ``log`` (the server's own start-up lines),
+    ``command`` (its command line), ``props`` (``/props`` and ``/v1/models``: one slot's context),
     ``gateway`` (the gateway's pool); ``detail`` names the file or process."""
 
     tokens: int | None = None
     unified: bool | None = None
     source: str = ""
     detail: str = ""
+    bound: Bound = "exact"
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,12 @@ class SlotView:
 class PoolView:
     """One server's KV pool (llamarig.top.pool): ``tokens`` cells, shared by the slots when
     ``unified``, known from ``source`` (given, log, command, gateway; ``assumed``: one slot's
-    context taken as the shared pool; ``slots``: the sum of the slots' contexts); ``cells`` in use
-    by all slots, ``cells_busy`` by busy ones, ``cells_needed`` for the busy ones to finish (their
-    ``n_remain`` added), the rate the busy slots fill it and when it is full at that rate."""
+    context taken as the shared pool; ``slots``: the sum of the slots' contexts), ``bound``
+    ``at_least`` when only a lower bound of ``tokens`` is known (a slot capped at n_ctx_train);
+    ``slot_ctx`` one slot's context (``n_ctx`` of ``/slots``, as ``/props`` shows it);
+    ``cells`` in use by all slots, ``cells_busy`` by busy ones, ``cells_needed`` for the busy ones
+    to finish (their ``n_remain`` added), the rate the busy slots fill it and when it is full at
+    that rate."""
 
     tokens: int | None
     unified: bool | None
@@ -117,15 +123,20 @@ class PoolView:
     cells_needed: int
     fill_tok_s: float | None
     full_in_s: float | None
+    bound: Bound = "exact"
+    slot_ctx: int | None = None  # one slot's context: min(the pool per sequence, n_ctx_train, ...)
 
     @property
     def frac(self) -> float | None:
-        return None if self.cells is None or not self.tokens else self.cells / self.tokens
+        """Cells in use over the pool's cells (llamarig.serverpool.used_frac: at most that, when
+        the pool is a lower bound)."""
+        return used_frac(self.cells, self.tokens)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "unified": self.unified, "source": self.source, "detail": self.detail or None,
+        return {"tokens": self.tokens, "bound": self.bound, "unified": self.unified, "source": self.source,
+                "detail": self.detail or None, "slot_ctx": self.slot_ctx,
                 "cells_used": self.cells, "cells_busy": self.cells_busy, "cells_needed": self.cells_needed,
-                "used_frac": _r(self.frac, 4), "fill_tok_s": _r(self.fill_tok_s), "full_in_s": _r(self.full_in_s, 1)}
+                "used_frac": _r(self.frac, FRAC_PLACES), "fill_tok_s": _r(self.fill_tok_s), "full_in_s": _r(self.full_in_s, 1)}
 
 
 @dataclass(frozen=True)
@@ -177,7 +188,7 @@ class ServerView:
             "decode_tok_s": _r(self.decode_tok_s), "prefill_tok_s": _r(self.prefill_tok_s),
             "finished_prompt_tok_s": _r(self.finished_prompt_tok_s),
             "finished_gen_tok_s": _r(self.finished_gen_tok_s),
-            "ctx_used": self.ctx_used, "ctx_total": self.ctx_total, "pool_used_frac": _r(self.pool_frac, 4),
+            "ctx_used": self.ctx_used, "ctx_total": self.ctx_total, "pool_used_frac": _r(self.pool_frac, FRAC_PLACES),
             "pool": self.pool.to_json() if self.pool is not None else None, "endings": dict(self.endings),
             "reserved_tokens": self.reserved_tokens, "pool_tokens": self.pool_tokens, "in_flight": self.in_flight,
         }

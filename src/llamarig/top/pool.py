@@ -1,15 +1,13 @@
 """The KV pool of a llama-server as ``llamarig top`` sees it: how many cells it has, whether the
-slots share them, and how many are in use. Pure: the I/O that finds a hint (the server's log or
-command line on this machine) is in llamarig.top.local, the gateway's view in derive.
+slots share them, how it is known, and how many are in use. The pool as the server has it and
+the cells in use are llamarig.serverpool's (the gateway's too); here is what top adds: the
+command line read into its layout, the pool given with ``--pool``, the reading when the server
+does not say whether its slots share the cells, the fill rate and the alerts. Pure: the I/O that
+finds a local server's log and command line is in llamarig.top.local, the gateway's view in
+llamarig.top.collect.
 
-What llama.cpp build 11434 does (tools/server/server-context.cpp unless named):
-- Every slot's context is ``n_ctx_slot()`` (4377): the per-sequence context
-  (src/llama-context.cpp:295-298: the whole ``-c`` with a unified KV cache, ``-c / -np`` without),
-  capped by ``--kv-unified-per-slot`` and by the model's ``n_ctx_train``. ``/props`` and ``/slots``
-  report only that; none of ``/props``, ``/slots`` or ``/metrics`` says whether the cache is
-  unified or how many cells it has. The log does: ``initializing, n_slots = N, n_ctx_slot = C,
-  kv_unified = 'true'`` (1383), and when a cap binds, the uncapped per-sequence size (1350, 1366).
-  Without ``-np`` llama-server runs 4 slots on a unified cache (tools/server/server.cpp:168-173).
+What llama.cpp build 11434 does (tools/server/server-context.cpp unless named; the sources of
+the pool's size are cited in llamarig.serverpool):
 - Cells in use: ``/slots`` ``n_prompt_tokens`` is ``prompt.tokens.size()`` (738), the tokens in
   the slot's cache, prompt and generated. Their sum over the slots is the cells in use (an upper
   bound when slots share a prefix copied with ``seq_cp``, which only child tasks of one request do).
@@ -25,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from llamarig.bench.logparse import server_starts
 from llamarig.flags.argv import Command
+from llamarig.serverpool import CellsInUse, CommandLayout, ServerFacts, seen_tokens, server_pool
 from llamarig.top.model import PoolHint, PoolView, SlotView
 
 #: busy slots holding this share of a unified pool: near full
@@ -38,30 +36,30 @@ NEAR_FULL_ETA_S = 30.0
 NO_HINT = PoolHint()
 
 
-def hint_from_log(text: str, detail: str = "") -> PoolHint | None:
-    """The pool from llama-server's start-up lines (the last start in ``text``), read as
-    ``llamarig logs`` reads them (bench.logparse.server_starts)."""
-    starts = server_starts(text)
-    if not starts:
-        return None
-    st = starts[-1]
-    return PoolHint(st.pool_tokens, st.kv_unified, "log", detail)
-
-
-def hint_from_argv(argv: Sequence[str], slot_ctx: int | None, detail: str = "") -> PoolHint:
-    """The pool from a llama-server command line (what was meant, not what ran: ``--fit`` may
-    have lowered ``-c``): unified with ``-kvu`` or without ``-np``; its size is ``-c`` (padded to
-    256) where that is more than one slot's context (a capped slot), else one slot's context."""
+def command_layout(argv: Sequence[str]) -> CommandLayout:
+    """What a llama-server command line says of its cache: shared by the slots with ``-kvu`` or
+    without ``-np`` (tools/server/server.cpp:168-173), ``-c`` and ``--kv-unified-per-slot`` as
+    given."""
     cmd = Command.parse(argv)
     n_par = _int(cmd.get("--parallel"))
     kvu = cmd.enabled("--kv-unified")
     unified = kvu if kvu is not None else (n_par is None or n_par < 0)
-    if not unified:
-        return PoolHint(None, False, "command", detail)
-    c = _int(cmd.get("--ctx-size"))
-    padded = -(-c // 256) * 256 if c else None
-    tokens = padded if padded and slot_ctx and padded > slot_ctx else slot_ctx
-    return PoolHint(tokens, True, "command", detail)
+    return CommandLayout(unified, _int(cmd.get("--ctx-size")), _int(cmd.get("--kv-unified-per-slot")))
+
+
+def hint_of(facts: ServerFacts | None, process: str = "") -> PoolHint:
+    """The pool of a server read directly (llamarig.serverpool.server_pool: its log, its command
+    line, else ``/props`` with ``/v1/models``) as top's hint; the detail names the log file or
+    the ``process``. From ``/props`` alone the server does not say whether its slots share the
+    cells: :func:`pool_view` decides."""
+    if facts is None:
+        return NO_HINT
+    sp = server_pool(facts)
+    if sp.source == "props":
+        why = f"n_ctx_train {facts.n_ctx_train}" if sp.capped_by_train else ""
+        return PoolHint(sp.tokens, None, "props", why, sp.bound)
+    detail = facts.log.path if sp.source == "log" and facts.log is not None else process
+    return PoolHint(sp.tokens, sp.unified, sp.source, detail, sp.bound)
 
 
 def _int(v: str | None) -> int | None:
@@ -71,33 +69,29 @@ def _int(v: str | None) -> int | None:
         return None
 
 
-def pool_view(slots: Sequence[SlotView], hint: PoolHint, split_seen: bool) -> PoolView:
-    """The pool of one server from its slots and a hint. Without a hint the slots are taken to
-    share one pool of one slot's context (llama-server's default without ``-np``, and the reading
-    that warns first), until more cells are in use than that (``split_seen``: then each slot owns
-    its context, or a cap hides a larger pool)."""
-    used = [s.ctx_used for s in slots if s.ctx_used is not None]
-    cells = sum(used) if used else None
+def pool_view(slots: Sequence[SlotView], hint: PoolHint, split_seen: bool, cells: CellsInUse | None) -> PoolView:
+    """The pool of one server from its slots, its cells in use (llamarig.serverpool.cells_in_use)
+    and a hint. When the server does not say whether its slots share the cells (``/props`` alone,
+    or nothing), they are taken to share one pool of one slot's context (llama-server's default
+    without ``-np``, and the reading that warns first), until more cells are in use than that
+    (``split_seen``: then each slot owns its context, or a cap hides a larger pool)."""
     busy = [s for s in slots if s.busy]
-    cells_busy = sum(s.ctx_used or 0 for s in busy)
-    n_ctx = max((s.n_ctx for s in slots if s.n_ctx), default=None)
-    total = sum(s.n_ctx for s in slots if s.n_ctx) or None
+    ctxs = [s.n_ctx for s in slots if s.n_ctx]
+    n_ctx = max(ctxs, default=None)
     rate = sum(s.decode_tok_s or 0.0 for s in busy if s.phase == "decode")
-    needed = cells_busy + sum(s.n_remain for s in busy if s.n_remain is not None and s.n_remain > 0)
     tokens, unified, source, detail = hint.tokens, hint.unified, hint.source, hint.detail
-    if unified is None and tokens is None:
-        if split_seen:
-            tokens, unified, source = total, False, "slots"
-        else:
-            tokens, unified, source = n_ctx, True, "assumed"
-    elif unified is False:
-        tokens = tokens or total
-    else:  # a pool the slots share: of the size given, else of one slot's context
-        tokens, unified = tokens or n_ctx, True
+    if unified is None and source in ("", "props"):  # the layout not said: assumed shared, until seen split
+        unified, source = not split_seen, "slots" if split_seen else "assumed"
+        tokens = None if split_seen else tokens
+    unified = unified is not False  # a pool the slots share, unless said or seen otherwise
+    if tokens is None and n_ctx:  # of the size given, else what the slots' contexts show (llamarig.serverpool)
+        tokens = seen_tokens(n_ctx, len(ctxs), unified)
+    cells_busy = cells.busy if cells is not None and busy else 0
     eta = (tokens - cells_busy) / rate if tokens and unified and rate > 0 and cells_busy < tokens else None
-    return PoolView(tokens=tokens, unified=unified, source=source, detail=detail, cells=cells,
-                    cells_busy=cells_busy if busy else 0, cells_needed=needed if busy else 0,
-                    fill_tok_s=rate if busy else None, full_in_s=eta)
+    return PoolView(tokens=tokens, unified=unified, source=source, detail=detail,
+                    cells=cells.total if cells is not None else None, cells_busy=cells_busy,
+                    cells_needed=cells.needed if cells is not None and busy else 0,
+                    fill_tok_s=rate if busy else None, full_in_s=eta, bound=hint.bound, slot_ctx=n_ctx)
 
 
 def more_than_one_slot(slots: Iterable[SlotView]) -> bool:

@@ -82,10 +82,12 @@ def _commands(text: str) -> list[tuple[int, list[str]]]:
     i = 0
     while i < len(lines):
         start = i
-        logical = lines[i]
-        while logical.rstrip().endswith("\\") and i + 1 < len(lines):
+        parts = [lines[i]]  # joined once: a growing string re-copied per line would be quadratic
+        while parts[-1].rstrip().endswith("\\") and i + 1 < len(lines):
+            parts[-1] = parts[-1].rstrip()[:-1]
             i += 1
-            logical = logical.rstrip()[:-1] + " " + lines[i]
+            parts.append(lines[i])
+        logical = " ".join(parts)
         i += 1
         if unit and not re.match(r"^\s*ExecStart(Pre|Post)?=", logical):
             continue

@@ -65,6 +65,10 @@ class PlanLayout:
     mmap: bool
     #: what resolving the devices found (--rpc's assumed memory)
     diagnostics: tuple[Diagnostic, ...] = field(default=())
+    #: the memory per device the default split divides by
+    free: tuple[int, ...] = ()
+    #: as one of --fit's dry runs measures it (llamarig.plan.planner.fit_measurement)
+    dry_run: bool = False
 
     @property
     def spec(self) -> ModelSpec:

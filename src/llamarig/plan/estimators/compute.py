@@ -23,6 +23,7 @@ from llamarig.plan.compute import (
     pipeline_parallel,
     replayed_buffers,
 )
+from llamarig.plan.config import ServerConfig
 from llamarig.plan.estimators.base import HOST, Contribution, Entry, PlanLayout, entry, mib
 from llamarig.units import MiB
 
@@ -79,23 +80,40 @@ def replayed_entries(rb: DeviceCompute, names: tuple[str, ...], comp: str, what:
     return out
 
 
+def mtp_placement(lay: PlanLayout) -> tuple[ServerConfig, M.Placement]:
+    """The settings and layer placement the MTP context is made with: this plan's, but in one of
+    --fit's dry runs the user's own (the MTP context's params are copied before fit changes the
+    main model's, common/common.cpp:1244-1258, and fit measures it again only when the context
+    changes, common/fit.cpp:205-258)."""
+    if not lay.dry_run or lay.base_cfg is lay.cfg:
+        return lay.cfg, lay.placement
+    base = lay.base_cfg
+    return base, M.place_layers(lay.spec, base, lay.gpu_names, lay.free)
+
+
 def replay(lay: PlanLayout, n_out: int, cache_types: tuple[str, str], mtp: bool = False) -> DeviceCompute | None:
-    """The target context's (``mtp``: the MTP context's) compute buffers replayed through
-    ggml-backend's scheduler on every device, None where the replay does not cover the setup."""
-    cfg, spec = lay.cfg, lay.spec
-    return replayed_buffers(spec, lay.ctx, n_out, placement=lay.placement, gpus=lay.gpus,
-                            overrides=M.tensor_overrides(spec, cfg, lay.placement.devices),
-                            n_copies=_pipeline(lay).n_copies,
+    """The target context's (``mtp``: the MTP context's, placed by :func:`mtp_placement`)
+    compute buffers replayed through ggml-backend's scheduler on every device, None where the
+    replay does not cover the setup."""
+    spec = lay.spec
+    cfg, placement = mtp_placement(lay) if mtp else (lay.cfg, lay.placement)
+    return replayed_buffers(spec, lay.ctx, n_out, placement=placement, gpus=lay.gpus,
+                            overrides=M.tensor_overrides(spec, cfg, placement.devices),
+                            n_copies=_pipeline(lay, cfg, placement).n_copies,
                             full_offload=cfg.n_gpu_layers < 0 or cfg.n_gpu_layers > spec.n_layer,
-                            cache_types=cache_types, mtp=mtp, split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
+                            cache_types=cache_types, mtp=mtp, split_mode=cfg.split_mode, kv_on_cpu=cfg.no_kv_offload,
+                            dry_run=lay.dry_run, op_offload=cfg.op_offload)
 
 
-def _pipeline(lay: PlanLayout) -> PipelineParallel:
+def _pipeline(lay: PlanLayout, cfg: ServerConfig | None = None, placement: M.Placement | None = None
+              ) -> PipelineParallel:
     """Several GPUs, everything offloaded, layer split: the scheduler keeps 4 copies of each
-    stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py)."""
-    cfg = lay.cfg
+    stage's inputs (llama-context.cpp:431-457, GGML_SCHED_MAX_COPIES; plan/compute.py).
+    ``cfg``, ``placement``: the context's when not the plan's (:func:`mtp_placement`)."""
+    cfg = cfg or lay.cfg
+    placement = placement or lay.placement
     return pipeline_parallel(
-        n_devices=lay.n_dev, n_gpu_layers=lay.placement.n_gpu_layers, n_layer_all=len(lay.spec.layers),
+        n_devices=lay.n_dev, n_gpu_layers=placement.n_gpu_layers, n_layer_all=len(lay.spec.layers),
         split_mode=cfg.split_mode, offload_kqv=not cfg.no_kv_offload,
         tensor_overrides=bool(cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn),
         backends=tuple(g.backend for g in lay.gpus))
@@ -105,7 +123,7 @@ def _offload_copies(lay: PlanLayout, first_gpu: int) -> list[Entry]:
     """Op offload: matmuls whose weights stay in host memory run on the GPU for prompt batches
     (ggml-cuda.cu get_op_batch_size >= 32; ggml-backend sched copies the weight into the GPU's
     compute buffer). About two such copies are alive at once."""
-    host_mats = M.host_matrix_bytes(lay.spec, lay.cfg, lay.placement)
+    host_mats = M.host_matrix_bytes(lay.spec, lay.cfg, lay.placement) if lay.cfg.op_offload else []
     if not host_mats or min(lay.ctx.n_ctx, lay.ctx.n_ubatch) < 32:
         return []
     top = sorted(host_mats, reverse=True)[:2]

@@ -14,7 +14,7 @@ from llamarig.plan import memory as M
 from llamarig.plan.compute import estimate_compute, pipeline_parallel, replayed_buffers
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.estimators.base import HOST, Contribution, Entry, PlanLayout, entry, mib
-from llamarig.plan.estimators.compute import cuda_target, replay, replayed_entries
+from llamarig.plan.estimators.compute import cuda_target, mtp_placement, replay, replayed_entries
 from llamarig.plan.estimators.layout import devices, uses_mmap
 from llamarig.plan.estimators.weights import host_weights
 from llamarig.units import MiB
@@ -41,9 +41,14 @@ def estimate_mtp(lay: PlanLayout) -> MTPEstimate:
     mtp = M.mtp_kv_layers(spec, ctx, cfg)
     if not mtp:
         return MTPEstimate(Contribution((), diags), None)
+    place = mtp_placement(lay)[1]
+
+    def kv_device(layer: int) -> int:
+        return place.layer_dev[layer] if lay.kv_on_gpu else HOST
+
     out: list[Entry] = []
     for dev in range(-1, lay.n_dev):
-        sel = [x for x in mtp if lay.kv_device(x.layer) == dev]
+        sel = [x for x in mtp if kv_device(x.layer) == dev]
         if sel:
             b = sum(x.bytes for x in sel)
             out.append(entry(dev, "draft", b, _("MTP context KV: {n} nextn layer(s) x n_ctx {n_ctx} x (K {tk} + V {tv}) = "
@@ -51,7 +56,7 @@ def estimate_mtp(lay: PlanLayout) -> MTPEstimate:
                                                                  tv=cfg.cache_type_v_draft, size=mib(b))))
     out.append(entry(HOST, "output", M.output_buffer_bytes(spec, ctx.n_parallel),
                      _("MTP context logits {formula}").format(formula="n_vocab x n_parallel x 4 B")))
-    mdev = lay.kv_device(mtp[0].layer)
+    mdev = kv_device(mtp[0].layer)
     mb = replay(lay, ctx.n_parallel, (cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=True)
     if mb is not None:
         out += replayed_entries(mb, lay.gpu_names, "draft", _("MTP context compute: "))
@@ -156,7 +161,8 @@ def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
                           overrides=M.tensor_overrides(d, dcfg, placement.devices), n_copies=pp.n_copies,
                           full_offload=dcfg.n_gpu_layers < 0 or dcfg.n_gpu_layers > d.n_layer,
                           cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
-                          split_mode=dcfg.split_mode, kv_on_cpu=cfg.no_kv_offload)
+                          split_mode=dcfg.split_mode, kv_on_cpu=cfg.no_kv_offload, dry_run=lay.dry_run,
+                          op_offload=cfg.op_offload)
     if rb is not None:
         out += replayed_entries(rb, devs.names, "draft", _("draft model context compute: "),
                                 device=lambda i: index[devs.names[i]] if i >= 0 else HOST)

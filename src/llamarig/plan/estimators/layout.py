@@ -50,7 +50,10 @@ def devices(hw: Hardware, cfg: ServerConfig) -> Devices:
     if cfg.devices:
         names, gpus = _by_dev(cfg, names, dev_names, gpus)
     if cfg.split_mode == "none" and gpus:
-        # single-GPU mode keeps only the main GPU (src/llama.cpp:288-301)
+        # single-GPU mode keeps only the main GPU of the whole list, RPC servers first; a negative
+        # -mg keeps none: the model runs on the CPU (src/llama.cpp:288-301)
+        if cfg.main_gpu < 0:
+            return Devices((), (), (), tuple(info(RPC_MEMORY_ASSUMED, n) for n in notes))
         if cfg.main_gpu >= len(gpus):
             raise InputError(_("-mg {main_gpu}: invalid main GPU (devices: {names})").format(main_gpu=cfg.main_gpu, names=', '.join(names)))
         names, gpus = [names[cfg.main_gpu]], [gpus[cfg.main_gpu]]
@@ -79,13 +82,13 @@ def uses_mmap(cfg: ServerConfig) -> bool:
     return cfg.load_mode in ("auto", "mmap", "mmap+mlock")
 
 
-def layout(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> PlanLayout:
+def layout(inp: PlanInputs, base_cfg: ServerConfig | None = None, dry_run: bool = False) -> PlanLayout:
     """The PlanLayout of ``inp``: its context, devices and layer placement (llama-model.cpp's
-    split, memory.place_layers)."""
+    split, memory.place_layers); ``dry_run``: as one of --fit's dry runs measures it."""
     spec, cfg = inp.spec, inp.cfg
     M.check_kv_types(spec, cfg)
     ctx = M.resolve_context(spec, cfg)
     devs = devices(inp.hardware, cfg)
     placement = M.place_layers(spec, cfg, devs.names, devs.free)
     return PlanLayout(inp, base_cfg or cfg, ctx, devs.names, devs.gpus, placement,
-                  inp.hardware.cpu or DEFAULT_FEATURES, uses_mmap(cfg), devs.diagnostics)
+                      inp.hardware.cpu or DEFAULT_FEATURES, uses_mmap(cfg), devs.diagnostics, devs.free, dry_run)

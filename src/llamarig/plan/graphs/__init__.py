@@ -5,28 +5,19 @@ qwen3, qwen3moe, gemma3 (:mod:`.transformer`), qwen35 / qwen35moe and their MTP 
 
 from __future__ import annotations
 
-import weakref
-
 from llamarig.gguf.spec import ModelSpec
 from llamarig.plan.ggml_graph import Graph
 from llamarig.plan.graphs import qwen35, transformer
 from llamarig.plan.graphs.base import GraphParams, Layout
+from llamarig.plan.specmemo import per_spec
 
 __all__ = ["GraphParams", "Layout", "build_graph", "supports", "supports_mtp"]
 
 
-_SUPPORT: dict[int, tuple[weakref.ref[ModelSpec], tuple[bool, bool]]] = {}
-
-
+@per_spec
 def _support(spec: ModelSpec) -> tuple[bool, bool]:
     """(trunk, MTP draft) support, worked out once per spec object."""
-    k = id(spec)
-    hit = _SUPPORT.get(k)
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
-    out = (_supports(spec), _supports_mtp(spec))
-    _SUPPORT[k] = (weakref.ref(spec, lambda _r, k=k: _SUPPORT.pop(k, None)), out)  # type: ignore[misc]
-    return out
+    return _supports(spec), _supports_mtp(spec)
 
 
 def supports(spec: ModelSpec) -> bool:

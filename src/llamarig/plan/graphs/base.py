@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from llamarig.gguf.ggml_types import TYPE_SIZES
 from llamarig.gguf.spec import LayerSpec, ModelSpec
-from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, _contig_nb
+from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, Tensor, contiguous_nb
+from llamarig.plan.specmemo import per_spec
 
 #: the K/V types llama.cpp does not rotate (llama-kv-cache.cpp:321-355: only quantized caches,
 #: ggml_is_quantized: a block of more than one element)
@@ -58,6 +59,11 @@ class Layout:
     full_offload: bool = True
     #: the main layers built, in order (a cut of a repeating trunk); None: all of them
     keep: tuple[int, ...] | None = None
+    #: llama.cpp's backend choices made while building the graph (the norms above, the attention
+    #: output with -nkvo) hold; not in --fit's dry runs, where ggml_backend_sched_reserve_size
+    #: resets the scheduler after the graph is built (ggml-backend.cpp:2117-2129, called from
+    #: llama-context.cpp:2569-2571 when the model is not allocated)
+    pinned: bool = True
 
     @staticmethod
     def single(n_layer: int, backend: int = 0, cpu: int = 0) -> Layout:
@@ -66,6 +72,40 @@ class Layout:
 
 
 _INPUT = ("token_embd", "token_types", "position_embd", "per_layer_token_embd")
+
+#: where a weight lives (:func:`_where`): its layer's device, or the input layer's (the CPU), or the
+#: output layer's
+_IN, _OUT = -1, -2
+#: a weight as the graph sees it: its ggml type (f16 for one this module does not size), its
+#: bytes, and its layer (or _IN, _OUT)
+WeightInfo = tuple[str, int, int]
+
+
+def _where(name: str) -> int:
+    """llama.cpp's layer of a tensor (src/llama-model.cpp:1558-1610): blk.N is layer N, the token
+    embeddings and friends the input layer, anything else the output layer."""
+    if name.startswith("blk."):
+        return int(name[4:name.index(".", 4)])
+    return _IN if name.startswith(_INPUT) else _OUT
+
+
+@per_spec
+def _weights(spec: ModelSpec) -> dict[str, WeightInfo]:
+    """Every tensor of the file by name (:data:`WeightInfo`); made once per spec object, filled
+    in for the names a graph asks for that the file lacks (:func:`_weight`)."""
+    info = {}
+    for t in spec.tensors:
+        type_ = t.ggml_type.lower()
+        info[t.name] = (type_ if type_ in TYPE_SIZES else "f16", t.n_bytes, _where(t.name))
+    return info
+
+
+def _weight(info: dict[str, WeightInfo], name: str) -> WeightInfo:
+    """A weight the file does not hold: ``output.weight`` of tied embeddings is token_embd's
+    (on the output device), anything else an f16 tensor of unknown size."""
+    tok = info.get("token_embd.weight") if name == "output.weight" else None
+    out = info[name] = (tok[0], tok[1], _OUT) if tok is not None else ("f16", -1, _where(name))
+    return out
 
 
 class Builder:
@@ -77,31 +117,24 @@ class Builder:
         self.lay = lay
         self.g = Graph()
         self.W: dict[str, Tensor] = {}
-        self.tensors = {t.name: t for t in spec.tensors}
+        self.info = _weights(spec)
         self.overrides = dict(lay.overrides)
         self.e = spec.n_embd or 0
-        self.pin_norms = lay.full_offload or p.n_tokens < 32
+        self.pin_norms = lay.pinned and (lay.full_offload or p.n_tokens < 32)
 
     # ------------------------------------------------------------------ weights and caches
-    def backend_of(self, name: str) -> int:
-        ov = self.overrides.get(name)
-        if ov is not None:
-            return ov
-        if name.startswith("blk."):
-            return self.lay.layers[int(name[4:name.index(".", 4)])]
-        if name.startswith(_INPUT):
-            return self.lay.cpu
-        return self.lay.output
-
     def w(self, name: str, *ne: int) -> Tensor:
         """A weight (external: the model's buffers). ``output.weight`` of a file with tied
         embeddings is token_embd's duplicate on the output device (src/llama-model.cpp)."""
         t = self.W.get(name)
         if t is None:
-            info = self.tensors.get(name) or (self.tensors.get("token_embd.weight") if name == "output.weight" else None)
-            type_ = info.ggml_type.lower() if info is not None and info.ggml_type.lower() in TYPE_SIZES else "f16"
-            t = self.W[name] = self.g.external(ne, type_, name, backend=self.backend_of(name), weight=True,
-                                               size=info.n_bytes if info is not None else -1)
+            info = self.info.get(name) or _weight(self.info, name)
+            ov = self.overrides.get(name) if self.overrides else None
+            if ov is None:
+                il = info[2]
+                lay = self.lay
+                ov = lay.layers[il] if il >= 0 else (lay.cpu if il == _IN else lay.output)
+            t = self.W[name] = self.g.external(ne, info[0], name, ov, True, info[1])
         return t
 
     def cache_backend(self, il: int) -> int:
@@ -222,7 +255,7 @@ class Builder:
         g = self.g
         n = rot.ne[0]
         nel = cur.ne[0] * cur.ne[1] * cur.ne[2] * cur.ne[3]
-        contiguous = cur.nb == _contig_nb(cur.ne, cur.type)
+        contiguous = cur.nb == contiguous_nb(cur.ne, cur.type)
         res = g.reshape(cur, n, nel // n) if contiguous else g.cont(cur, n, nel // n)
         res = g.mul_mat(rot, res)
         return g.reshape(res, *cur.ne)
@@ -317,7 +350,7 @@ class Builder:
             kqv = g.mul_mat(v, kq)
             att = g.permute(kqv, 0, 2, 1, 3)
             att = g.cont(att, att.ne[0] * att.ne[1], att.ne[2] * att.ne[3])
-            if self.lay.kv_on_cpu:
+            if self.lay.kv_on_cpu and self.lay.pinned:
                 att.pin = self.lay.cpu  # llama-graph.cpp:2820-2823
         g.expand(att)
         return att
