@@ -31,7 +31,7 @@ _LAZY = {
     "plan_model": "llamarig.api", "inspect_model": "llamarig.api", "check_text": "llamarig.api",
     "models": "llamarig.api", "gpus": "llamarig.api", "bench_server": "llamarig.api",
     "plan_command": "llamarig.api", "check": "llamarig.api", "fix_report": "llamarig.api",
-    "explain_report": "llamarig.api", "resolve_command": "llamarig.api", "resolve": "llamarig.api", "render_command": "llamarig.api",
+    "explain_report": "llamarig.api", "resolve_command": "llamarig.api", "resolve": "llamarig.api", "script_deployment": "llamarig.api", "render_command": "llamarig.api",
     "launch_command": "llamarig.api", "tune_command": "llamarig.api", "compare_bench": "llamarig.api",
     "logs_report": "llamarig.api", "stop_server": "llamarig.api", "quality_report": "llamarig.api",
     "top_snapshot": "llamarig.api", "gateway_config": "llamarig.api", "serve_gateway": "llamarig.api",
@@ -56,7 +56,7 @@ __all__ = [
     "TuneResult", "TuneSettings", "UnknownNameError", "__version__", "bench_server", "check", "check_text",
     "compare_bench", "deployment", "explain_report", "fix_report", "gateway_config", "gpu", "gpus", "inspect_model",
     "launch_command", "logs_report", "machine", "make_plan", "models", "plan_command", "plan_inputs", "plan_model",
-    "quality_report", "render_command", "resolve", "resolve_command", "serve_gateway", "stop_server", "top_snapshot",
+    "quality_report", "render_command", "resolve", "resolve_command", "script_deployment", "serve_gateway", "stop_server", "top_snapshot",
     "tune_command",
 ]
 
@@ -84,6 +84,7 @@ if TYPE_CHECKING:
         render_command,
         resolve,
         resolve_command,
+        script_deployment,
         serve_gateway,
         stop_server,
         top_snapshot,

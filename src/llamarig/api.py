@@ -98,6 +98,21 @@ def deployment(model: str | None = None, args: Sequence[str] = (), *, command: S
                        overhead_bytes=overhead, diagnostics=tuple(notes))
 
 
+def script_deployment(path: str | Path, *, invocation: int = 1, model: str | None = None,
+                      hardware: Hardware | None = None, mmproj: str | None = None, draft: str | None = None,
+                      overhead: int | None = None, extra_args: Sequence[str] = ()) -> Deployment:
+    """The Deployment of the ``invocation``-th llama-server command of a script, systemd unit or
+    compose file (``-``: standard input) as llama-server really receives it (check's reading: a
+    comment line that cuts a ``\\`` continuation cuts the command there), its files found
+    against the script's directory; its diagnostics say which command was planned and what the
+    meant command would change. ``model``: a GGUF or catalogue id for an ``-m`` that is not on
+    this machine; ``extra_args``: llama-server flags applied after the script's."""
+    from llamarig.app.runs import script_deployment as _script  # lazy: keeps import llamarig light
+
+    return _script(str(path), invocation=invocation, model=model, hardware=hardware, overhead_bytes=overhead,
+                   draft=draft, mmproj=mmproj, extra_args=extra_args)
+
+
 def plan_inputs(d: Deployment) -> PlanInputs:
     """What the planner reads for ``d``: its model's header (a file, a catalogue entry or a remote
     header, read once), projector and draft, the settings and the hardware."""

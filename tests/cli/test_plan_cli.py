@@ -228,3 +228,52 @@ def test_estimated_file_sizes_are_labelled_and_ranged(capsys) -> None:
     assert dm["formulas"]["compute"]["spread"] == 0.15 and hi - lo >= 2 * int(dm["compute"] * 0.15)
     loaded = sum(x["weights"] for x in d["devices"]) + d["host"]["weights"]
     assert 0.95 * 17559178144 < loaded <= 17559178144 * 1.001  # the MTP block is not loaded without draft-mtp
+
+
+SEED_SCRIPT = "tests/fixtures/seeds/000_run105k.sh"  # verbatim from the RTX 3090 field report, `#` restored
+
+
+def test_from_script_plans_what_llama_server_receives(capsys) -> None:
+    """The RTX 3090 field report's script: a comment line cuts its `\\` continuation at line 10,
+    so llama-server runs with 4 slots and f16 KV, not the meant -np 1 and q2_K; plan prices what
+    runs, says so first, and names what the meant command would change. explain's KV figure
+    for what runs is the same number (one model of what runs)."""
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--from-script", SEED_SCRIPT,
+                       "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["n_parallel"] == 4 and plan["cache_type_k"] == "f16" and plan["kv_unified"]
+    assert plan["notes"][0].startswith(f"planned: {SEED_SCRIPT} line 5, the command llama-server receives")
+    (cut,) = [w for w in plan["warnings"] if "the script meant more" in w]
+    assert "cut off at line 10" in cut and "q2_K" in cut
+    code, out, _ = run(capsys, "explain", "--bundled", "--json", "--model", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090",
+                       SEED_SCRIPT)
+    runs = json.loads(out)["invocations"][0]["runs"]
+    assert runs["n_parallel"] == 4 and runs["kv_bytes"] == sum(d["kv"] for d in plan["devices"]) + plan["host"]["kv"]
+
+
+def test_from_script_human_view_opens_with_the_verdict(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--from-script", SEED_SCRIPT)
+    assert code == 0 and out.startswith("fits: CUDA0")
+    flat = " ".join(out.split())
+    assert "the command llama-server receives" in flat and "cut off at line 10" in flat
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--from-script", "tests/fixtures/pasted/seed000_105k.pasted.sh"], "receives no model"),
+    (["--from-script", SEED_SCRIPT, "--invocation", "3"], "no llama-server command number 3"),
+    (["--from-script", SEED_SCRIPT, "--invocation", "x"], "--invocation x"),
+    (["--from-script", SEED_SCRIPT, "--", "llama-server", "-c", "1"], "not both"),
+])
+def test_from_script_bad_input_is_one_line_exit_2(capsys, args: list[str], needle: str) -> None:
+    code, out, err = run(capsys, "plan", "qwen3.6-27b:iq4_nl", *args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and not out
+
+
+def test_script_deployment_in_the_library() -> None:
+    import llamarig
+
+    d = llamarig.script_deployment(SEED_SCRIPT, model="qwen3.6-27b:iq4_nl",
+                                   hardware=llamarig.machine([llamarig.gpu("rtx3090")]))
+    assert [x.code for x in d.diagnostics][:1] == ["script-command"] and "script-cut" in [x.code for x in d.diagnostics]
+    assert d.config.n_parallel == -1 and d.config.cache_type_k == "f16"  # -np unset: auto, 4 slots
+    assert llamarig.plan_command(d).fits

@@ -18,7 +18,7 @@ from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.argv import Command
 from llamarig.hardware.types import GPU, Hardware
-from llamarig.i18n import _
+from llamarig.i18n import _, join
 from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
 
@@ -160,13 +160,15 @@ def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (),
 
 def script_deployment(path: str, *, invocation: int = 1, model: str | None = None,
                       hardware: Hardware | None = None, overhead_bytes: int | None = None,
-                      draft: str | None = None) -> Deployment:
+                      draft: str | None = None, mmproj: str | None = None,
+                      extra_args: Sequence[str] = ()) -> Deployment:
     """The Deployment of the ``invocation``-th llama-server command of a script, unit or
     compose file (``-`` for standard input) as llama-server really receives it (a comment line
     that cuts a ``\\`` continuation cuts the command there, as bash does), on ``hardware``; its
     diagnostics name the command, and, when the author meant more, what the meant command would
     change (what ``plan --from-script`` shows first). ``model``: a GGUF or catalogue id for a
-    ``-m`` that is not on this machine."""
+    ``-m`` that is not on this machine; ``mmproj``: a projector instead of the script's;
+    ``extra_args``: llama-server flags applied after the script's (what if)."""
     text, name = read_input(path)
     base = Path(path).resolve().parent if path != "-" else None
     report = check(text, model=model, base_dir=base, origin=Path(path) if path != "-" else None, name=name)
@@ -176,19 +178,25 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
             name=name, k=invocation, n=n) if n else
             _("{name}: no llama-server command found in the input").format(name=name))
     pair = what_runs(report, invocation - 1)
-    m, args, mmproj, found = _inputs(pair.received, model, base)
+    if not loads_model(pair.received) and loads_model(pair.meant):
+        raise InputError(_("{name} line {line}: llama-server receives no model: the command ends at line {cut} "
+                           "before its -m, so it starts as a router that loads none (tools/server/server.cpp:150-153)"
+                           "; `llamarig check --fix` rebuilds the command that was meant").format(
+            name=name, line=pair.line, cut=pair.cut_line if pair.cut_line is not None else pair.line))
+    m, args, found_mmproj, found = _inputs(pair.received, model, base)
     if m is None:
-        raise InputError(_("{name} line {line}: the model `-m` is not on this machine: give --model FILE or a "
-                           "catalogue id").format(name=name, line=pair.line))
+        raise InputError(_("{name} line {line}: the model `-m` is not on this machine: give MODEL (a GGUF file or "
+                           "a catalogue id) beside --from-script").format(name=name, line=pair.line))
     notes: list[Diagnostic] = [info("script-command", _("planned: {name} line {line}, the command llama-server "
                                                         "receives").format(name=name, line=pair.line))]
     notes += [info("script-file", x) for x in found]
     if not pair.same:
-        changes = "; ".join(f"{what} {runs} -> {meant}" for what, runs, meant in
-                            behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
+        changes = join(_("; "), [_("{what} {runs} -> {meant}").format(what=w, runs=a, meant=b) for w, a, b in
+                                 behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])) if w != "error"])
         notes.append(warning("script-cut", _("the script meant more than llama-server receives (cut off at line "
                                              "{cut}); the meant command would change: {changes}").format(
             cut=pair.cut_line if pair.cut_line is not None else pair.line, changes=changes or "-")))
-    hw = hardware or Hardware()
-    return deployment(m, command=args, hardware=hw, mmproj=mmproj, draft=draft, overhead_bytes=overhead_bytes,
-                      diagnostics=tuple(notes))
+    if extra_args:
+        notes.append(info("script-extra", _("with {args} after the script's flags").format(args=" ".join(extra_args))))
+    return deployment(m, list(extra_args), command=args, hardware=hardware or Hardware(), mmproj=mmproj or found_mmproj,
+                      draft=draft, overhead_bytes=overhead_bytes, diagnostics=tuple(notes))

@@ -49,6 +49,10 @@ PLAN_HELP = HelpPage(
             ("--link 1gbe|2.5gbe|10gbe|GBIT[:RTT_MS]", N_("the network to the rpc-servers (repeatable; default the "
                                                            "three)")),
             ("--depth N", N_("context depth of the network figures")),
+            ("--from-script FILE", N_("plan the command of a script, systemd unit or compose file as llama-server "
+                                      "receives it (a cut-off continuation cuts it there; what the script meant "
+                                      "is named first); MODEL then stands in for an -m not on this machine")),
+            ("--invocation N", N_("which llama-server command of --from-script (default 1)")),
             ("--ram SIZE", N_("host RAM, e.g. 64G")),
             ("--overhead SIZE", N_("per-GPU driver/context overhead (default: catalogue)")),
             ("--why", N_("every figure's formula and source, and the speed table")),
@@ -68,6 +72,7 @@ PLAN_HELP = HelpPage(
         "llamarig plan hf:unsloth/Qwen3-8B-GGUF:Q4_K_M --gpu rtx3090 -c 65536",
         "llamarig plan model.gguf --gpu 5070ti --gpu 5060ti --gpu 4060ti -ts 3,2,2 -c 65536",
         "llamarig plan --gpu rtx3090 -- llama-server -m model.gguf -c 65000 -ngl 99 -fa on",
+        "llamarig plan qwen3.6-27b:iq4_nl --gpu rtx3090 --from-script run105k.sh",
         "llamarig plan qwen3.6-27b:q8_0 --rpc-device 192.168.1.20:50052=rtx3090 --gpu rtx3090 "
         "--rpc 192.168.1.20:50052 -c 65536 --link 2.5gbe",
     ),
@@ -91,12 +96,22 @@ class PlanOptions:
     cpu_features: str | None = None
     server_args: list[str] = field(default_factory=list)
     command: list[str] | None = None
+    #: --from-script: a script, unit or compose file whose command is planned as llama-server receives it
+    from_script: str | None = None
+    invocation: int = 1
 
     def deployment(self) -> Deployment:
-        """The Deployment these options describe (llamarig.api.deployment)."""
+        """The Deployment these options describe (llamarig.api.deployment, or
+        llamarig.api.script_deployment with --from-script)."""
         from llamarig.cli.options import hardware_of
 
         hw, notes = hardware_of(self.gpus, self.ram, self.detect, self.cpu_features, self.rpc_devices)
+        if self.from_script is not None:
+            if self.command is not None:
+                raise InputError(_("give either --from-script FILE or a command, not both"))
+            return api.script_deployment(self.from_script, invocation=self.invocation, model=self.model,
+                                         hardware=hw, mmproj=self.mmproj, draft=self.draft, overhead=self.overhead,
+                                         extra_args=self.server_args)
         return api.deployment(self.model, self.server_args, command=self.command, hardware=hw, mmproj=self.mmproj,
                               draft=self.draft, overhead=self.overhead, notes=notes)
 
@@ -149,7 +164,15 @@ _OWN_VALUE: dict[str, Callable[[PlanOptions, PlanView, str], None]] = {
     "--model-id": lambda pa, _v, val: None,
     "--cpu-features": lambda pa, _v, val: setattr(pa, "cpu_features", val),
     "--lang": _set_lang,
+    "--from-script": lambda pa, _v, val: setattr(pa, "from_script", val),
+    "--invocation": lambda pa, _v, val: setattr(pa, "invocation", _invocation(val)),
 }
+
+
+def _invocation(val: str) -> int:
+    if not val.isdigit() or int(val) < 1:
+        raise InputError(_("--invocation {val}: expected a command number (1 or more)").format(val=val))
+    return int(val)
 
 
 def _flag(a: str, out: PlanOptions, view: PlanView, speed: dict[str, Any]) -> bool:
