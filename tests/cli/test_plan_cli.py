@@ -243,6 +243,8 @@ def test_from_script_plans_what_llama_server_receives(capsys) -> None:
     plan = json.loads(out)
     assert code == 0 and plan["n_parallel"] == 4 and plan["cache_type_k"] == "f16" and plan["kv_unified"]
     assert plan["notes"][0].startswith(f"planned: {SEED_SCRIPT} line 5, the command llama-server receives")
+    codes = [d["code"] for d in plan["diagnostics"]]
+    assert codes[0] == "script-command" and "script-cut" in codes
     (cut,) = [w for w in plan["warnings"] if "the script meant more" in w]
     assert "cut off at line 10" in cut and "q2_K" in cut
     code, out, _ = run(capsys, "explain", "--bundled", "--json", "--model", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090",

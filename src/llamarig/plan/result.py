@@ -223,6 +223,7 @@ class Plan:
             "command": list(self.command),
             "warnings": list(self.warnings),
             "notes": list(self.notes),
+            "diagnostics": [x.to_json() for x in self.diagnostics],
             "cpu": self.cpu.to_json() if self.cpu is not None else None,
         }
         if self.speed is not None:
