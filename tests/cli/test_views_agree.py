@@ -60,4 +60,4 @@ def test_explain_json_on_fastllm_is_one_document(name: str, capsys: pytest.Captu
     exp = _json(capsys, "explain", "--bundled", "--json", path)
     (other,) = exp["other_engines"]
     assert other["engine"] == "FastLLM" and "-sm layer -ts 22,22,20 -np 8" in other["equivalent"]
-    assert exp["invocations"]
+    assert exp["invocations"][0]["line"] == other["line"]  # the equivalent is explained at its line

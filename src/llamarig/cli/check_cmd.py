@@ -125,13 +125,14 @@ def _explain_translations(report: CheckReport, schema: Schema, model: str | None
     from llamarig.flags.engines import ENGINES
     from llamarig.flags.engines.fastllm import translation_of
 
-    lines, seen = [], []
+    lines: list[str] = []  # each equivalent on its command's own line, so the views name that line
+    seen: list[dict[str, object]] = []
     for inv in report.parsed.others:
         tr = translation_of(inv, model)
         seen.append({"line": inv.line, "program": inv.program, "engine": ENGINES[inv.engine].name,
                      "equivalent": tr.command() if tr is not None else None})
         if tr is not None:
-            lines.append(tr.command())
+            lines += [""] * max(0, inv.line - 1 - len(lines)) + [tr.command()]
     return (api.check("\n".join(lines), schema=schema, model=model) if lines else report), seen
 
 
