@@ -186,24 +186,17 @@ def language() -> str:
     return _chosen or language_from_env()
 
 
-@cache
-def _translations(lang: str) -> gettext.NullTranslations:
-    loc = LANGUAGES.get(lang)
-    if loc is None:
-        return gettext.NullTranslations()
-    return gettext.translation(DOMAIN, localedir=str(LOCALE_DIR), languages=[loc], fallback=True)
-
-
 #: llama-server's own --help texts of the pinned build (summaries and worded defaults), translated
 SERVER_DOMAIN = "llama-server"
 
 
 @cache
-def _server_translations(lang: str) -> gettext.NullTranslations:
+def _catalogue(domain: str, lang: str) -> gettext.NullTranslations:
+    """The compiled catalogue of ``domain`` (llamarig's messages, or llama-server's help) in ``lang``."""
     loc = LANGUAGES.get(lang)
     if loc is None:
         return gettext.NullTranslations()
-    return gettext.translation(SERVER_DOMAIN, localedir=str(LOCALE_DIR), languages=[loc], fallback=True)
+    return gettext.translation(domain, localedir=str(LOCALE_DIR), languages=[loc], fallback=True)
 
 
 def server_text(text: str, lang: str) -> str | None:
@@ -212,13 +205,13 @@ def server_text(text: str, lang: str) -> str | None:
     caller shows the English original, marked as such."""
     if lang == "en" or not text:
         return text
-    out = _server_translations(lang).gettext(text)
+    out = _catalogue(SERVER_DOMAIN, lang).gettext(text)
     return out if out != text or not any(c.isalpha() for c in text) else None
 
 
 def translate(msgid: str, lang: str) -> str:
     """The catalogue's text for ``msgid`` in ``lang`` (``msgid`` itself when there is none)."""
-    return _translations(lang).gettext(msgid) if lang != "en" else msgid
+    return _catalogue(DOMAIN, lang).gettext(msgid) if lang != "en" else msgid
 
 
 @overload

@@ -262,6 +262,9 @@ def test_from_script_human_view_opens_with_the_verdict(capsys) -> None:
 
 @pytest.mark.parametrize("args, needle", [
     (["--from-script", "tests/fixtures/pasted/seed000_105k.pasted.sh"], "receives no model"),
+    (["--from-script", "tests/fixtures/pasted/seed000_fastllm.pasted.sh"], "is FastLLM, not llama-server; plan its "
+     "llama-server equivalent: llamarig plan --gpu ... -- llama-server -m qwen3.6-27b:iq4_nl -ngl all -sm layer "
+     "-ts 22,22,20 -np 8"),
     (["--from-script", SEED_SCRIPT, "--invocation", "3"], "no llama-server command number 3"),
     (["--from-script", SEED_SCRIPT, "--invocation", "x"], "--invocation x"),
     (["--from-script", SEED_SCRIPT, "--", "llama-server", "-c", "1"], "not both"),

@@ -17,6 +17,9 @@ from llamarig.catalogue.models import is_catalogue_id
 from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.argv import Command
+from llamarig.flags.engines import ENGINES
+from llamarig.flags.engines.fastllm import translation_of
+from llamarig.flags.parsed import Invocation
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _, join
 from llamarig.plan.deployment import Deployment, deployment
@@ -158,6 +161,20 @@ def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (),
     return PricedRuns(pair, runs, meant, changes, tuple(notes))
 
 
+def _no_command(others: Sequence[Invocation], name: str, k: int, n: int, model: str | None) -> InputError:
+    """Why there is no ``k``-th llama-server command; another engine's command (FastLLM) is
+    named, with the llama-server equivalent to plan instead."""
+    if n:
+        return InputError(_("{name}: no llama-server command number {k} (it has {n})").format(name=name, k=k, n=n))
+    for inv in others:
+        tr = translation_of(inv, model)
+        if tr is not None:
+            return InputError(_("{name} line {line}: `{program}` is {engine}, not llama-server; plan its llama-server "
+                                "equivalent: llamarig plan --gpu ... -- {command}").format(
+                name=name, line=inv.line, program=inv.program, engine=ENGINES[inv.engine].name, command=tr.command()))
+    return InputError(_("{name}: no llama-server command found in the input").format(name=name))
+
+
 def script_deployment(path: str, *, invocation: int = 1, model: str | None = None,
                       hardware: Hardware | None = None, overhead_bytes: int | None = None,
                       draft: str | None = None, mmproj: str | None = None,
@@ -174,9 +191,7 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
     report = check(text, model=model, base_dir=base, origin=Path(path) if path != "-" else None, name=name)
     n = len(report.parsed.invocations)
     if not 1 <= invocation <= n:
-        raise InputError(_("{name}: no llama-server command number {k} (it has {n})").format(
-            name=name, k=invocation, n=n) if n else
-            _("{name}: no llama-server command found in the input").format(name=name))
+        raise _no_command(report.parsed.others, name, invocation, n, model)
     pair = what_runs(report, invocation - 1)
     if not loads_model(pair.received) and loads_model(pair.meant):
         raise InputError(_("{name} line {line}: llama-server receives no model: the command ends at line {cut} "
