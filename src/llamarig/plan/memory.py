@@ -423,30 +423,74 @@ def cuda_alloc_bytes(t: object) -> int:
     return pad(n, 128)
 
 
-def split_weights(spec: ModelSpec, cfg: ServerConfig, placement: Placement,
-                  padded: Sequence[bool] = ()) -> WeightSplit:
-    """Weights per device. ``padded[i]``: device i is CUDA/ROCm (allocation padding applies)."""
-    n_dev = len(placement.devices)
-    per = [0] * n_dev
-    host = 0
-    skipped = 0
-    has_output = any(t.name == "output.weight" for t in spec.tensors)
-    dup = 0
-    skip_from = spec.n_layer_main if spec.nextn_layers and not cfg.mtp else 1 << 30
+def _has_overrides(cfg: ServerConfig) -> bool:
+    return bool(cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn)
+
+
+@dataclass(frozen=True)
+class _LayerBytes:
+    """A model's weights summed by layer (blk.N, the input layer, the output layer) as they sit
+    in host memory and in a CUDA buffer, once per spec object: without -ot and friends a layer's
+    tensors all go where the layer goes."""
+
+    by_layer: dict[int, tuple[int, int]]
+    embd: int  # token_embd.weight (a tied output duplicates it onto the output device)
+    has_output: bool
+
+
+@per_spec
+def _layer_bytes(spec: ModelSpec) -> _LayerBytes:
+    by: dict[int, tuple[int, int]] = {}
+    embd = 0
     for t, il in zip(spec.tensors, _layers(spec), strict=True):
-        if il >= 0:
-            if il >= skip_from:
-                skipped += t.n_bytes  # TENSOR_SKIP unless draft-mtp (models/qwen35.cpp:38)
-                continue
-            dev = placement.layer_dev[il] if il < len(placement.layer_dev) else -1
-        elif il == _INPUT_LAYER:
-            dev = -1  # the input layer always stays on the CPU (llama-model.cpp:1603-1605)
-            if t.name == "token_embd.weight" and not has_output and placement.output_dev >= 0:
-                # tied output: a duplicate of token_embd is created on the output device
-                dup = t.n_bytes
-                per[placement.output_dev] += t.n_bytes
+        b, c = by.get(il, (0, 0))
+        by[il] = (b + t.n_bytes, c + cuda_alloc_bytes(t))
+        if t.name == "token_embd.weight":
+            embd = t.n_bytes
+    return _LayerBytes(by, embd, any(t.name == "output.weight" for t in spec.tensors))
+
+
+def _dev_of(il: int, placement: Placement) -> int:
+    if il >= 0:
+        return placement.layer_dev[il] if il < len(placement.layer_dev) else -1
+    return -1 if il == _INPUT_LAYER else placement.output_dev  # the input layer stays on the CPU
+
+
+def _split_by_layer(spec: ModelSpec, placement: Placement, padded: Sequence[bool],
+                    skip_from: int) -> tuple[list[int], int, int, int]:
+    """:func:`split_weights`' sums without overrides, a layer at a time."""
+    per = [0] * len(placement.devices)
+    host = skipped = dup = 0
+    lb = _layer_bytes(spec)
+    for il, (b, cb) in lb.by_layer.items():
+        if il >= skip_from:
+            skipped += b  # TENSOR_SKIP unless draft-mtp (models/qwen35.cpp:38)
+            continue
+        if il == _INPUT_LAYER and lb.embd and not lb.has_output and placement.output_dev >= 0:
+            dup = lb.embd  # tied output: a duplicate of token_embd is created on the output device
+            per[placement.output_dev] += lb.embd
+        dev = _dev_of(il, placement)
+        if dev < 0:
+            host += b
         else:
-            dev = placement.output_dev
+            per[dev] += cb if dev < len(padded) and padded[dev] else b
+    return per, host, skipped, dup
+
+
+def _split_by_tensor(spec: ModelSpec, cfg: ServerConfig, placement: Placement, padded: Sequence[bool],
+                     skip_from: int) -> tuple[list[int], int, int, int]:
+    """:func:`split_weights`' sums a tensor at a time (-ot and friends move single tensors)."""
+    per = [0] * len(placement.devices)
+    host = skipped = dup = 0
+    has_output = any(t.name == "output.weight" for t in spec.tensors)
+    for t, il in zip(spec.tensors, _layers(spec), strict=True):
+        if il >= skip_from:
+            skipped += t.n_bytes
+            continue
+        if il == _INPUT_LAYER and t.name == "token_embd.weight" and not has_output and placement.output_dev >= 0:
+            dup = t.n_bytes
+            per[placement.output_dev] += t.n_bytes
+        dev = _dev_of(il, placement)
         ov = _override_dev(t.name, cfg, placement.devices)
         if ov is not None:
             dev = ov
@@ -454,6 +498,18 @@ def split_weights(spec: ModelSpec, cfg: ServerConfig, placement: Placement,
             host += t.n_bytes
         else:
             per[dev] += cuda_alloc_bytes(t) if dev < len(padded) and padded[dev] else t.n_bytes
+    return per, host, skipped, dup
+
+
+def split_weights(spec: ModelSpec, cfg: ServerConfig, placement: Placement,
+                  padded: Sequence[bool] = ()) -> WeightSplit:
+    """Weights per device. ``padded[i]``: device i is CUDA/ROCm (allocation padding applies)."""
+    n_dev = len(placement.devices)
+    skip_from = spec.n_layer_main if spec.nextn_layers and not cfg.mtp else 1 << 30
+    if _has_overrides(cfg):
+        per, host, skipped, dup = _split_by_tensor(spec, cfg, placement, padded, skip_from)
+    else:
+        per, host, skipped, dup = _split_by_layer(spec, placement, padded, skip_from)
     if cfg.split_mode in ("row", "tensor") and n_dev > 1:
         # row/tensor split: the matrices of each offloaded layer are divided by -ts
         ts = list(cfg.tensor_split[:n_dev]) if cfg.tensor_split else [1.0] * n_dev
@@ -486,21 +542,17 @@ def _in_extra_buffer(t: object, cpu: CpuFeatures, extra_bufts: bool) -> bool:
 def host_tensors(spec: ModelSpec, cfg: ServerConfig, placement: Placement) -> list[TensorInfo]:
     """The tensors whose weights stay in host memory (a CPU layer's, the token embeddings, what
     -ot sends to the CPU); the MTP layers' are not loaded without --spec-type draft-mtp."""
-    out = []
     skip_from = spec.n_layer_main if spec.nextn_layers and not cfg.mtp else 1 << 30
-    for t, il in zip(spec.tensors, _layers(spec), strict=True):
-        if il >= 0:
-            if il >= skip_from:
-                continue
-            dev = placement.layer_dev[il] if il < len(placement.layer_dev) else -1
-        elif il == _INPUT_LAYER:
-            dev = -1
-        else:
-            dev = placement.output_dev
+    pairs = zip(spec.tensors, _layers(spec), strict=True)
+    if not _has_overrides(cfg):
+        on_host = {il: il < skip_from and _dev_of(il, placement) < 0 for il in _layer_bytes(spec).by_layer}
+        return [t for t, il in pairs if on_host[il]]
+    out = []
+    for t, il in pairs:
+        if il >= skip_from:
+            continue
         ov = _override_dev(t.name, cfg, placement.devices)
-        if ov is not None:
-            dev = ov
-        if dev < 0:
+        if (ov if ov is not None else _dev_of(il, placement)) < 0:
             out.append(t)
     return out
 
