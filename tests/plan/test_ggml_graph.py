@@ -14,7 +14,7 @@ from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
 from llamarig.plan import replay as R
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.ggml_graph import FLAG_OUTPUT, Graph, _DynAllocator, allocate
+from llamarig.plan.ggml_graph import FLAG_OUTPUT, DynAllocator, Graph, allocate
 from llamarig.plan.graphs import GraphParams
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.units import MiB
@@ -23,7 +23,7 @@ from .test_against_server import SHAPES
 
 
 def test_best_fit_and_merging() -> None:
-    a = _DynAllocator(32)
+    a = DynAllocator(32)
     x = a.alloc(100)  # 128 after alignment
     y = a.alloc(64)
     z = a.alloc(256)

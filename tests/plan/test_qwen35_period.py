@@ -1,6 +1,6 @@
-"""The replay's shortcut (plan/replay.py ``cut_layouts``): a trunk whose layers repeat is replayed
-with 2 and 3 periods of layers per device; the figure must be the full replay's exactly, and a
-trunk that does not repeat gets the full replay."""
+"""The replay's shortcut (plan/replay.py ``make_cut``): a trunk whose layers repeat is replayed
+on a cut of a few periods per device; the figure must be the full replay's exactly, and a trunk
+that does not repeat gets the full replay."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _params(ub: int, kv: str, n_kv: int, n_rs: int, n_seqs: int) -> GraphParams:
 def test_cut_replay_equals_the_full_replay(model_id):
     m, q = find_model(model_id)
     spec = build_spec(m, q)
-    assert R.cut_layouts(spec, Layout.single(spec.n_layer)) is not None
+    assert R.make_cut(spec, Layout.single(spec.n_layer)) is not None
     cuda = R.Setup(Layout.single(spec.n_layer, 0, 1), (cuda_backend("CUDA0", 900), Backend("CUDA_Host")))
     for ub, kv, n_kv, n_rs, n_seqs in CASES:
         p = _params(ub, kv, n_kv, n_rs, n_seqs)
@@ -42,4 +42,4 @@ def test_a_trunk_that_does_not_repeat_is_replayed_whole():
     layers = list(spec.layers)
     i = next(k for k, ly in enumerate(layers) if ly.kind != "recurrent" and k > 20)
     layers[i] = replace(layers[i], n_head=layers[i].n_head // 2)  # one odd attention layer
-    assert R.cut_layouts(replace(spec, layers=tuple(layers)), Layout.single(spec.n_layer)) is None
+    assert R.make_cut(replace(spec, layers=tuple(layers)), Layout.single(spec.n_layer)) is None

@@ -1,4 +1,4 @@
-"""The replay's shortcuts (plan/replay.py): a trunk whose layers repeat is replayed on two cuts of
+"""The replay's shortcuts (plan/replay.py): a trunk whose layers repeat is replayed on a cut of
 every device's stretch of layers, and graphs are remembered by the model's and the layout's shape.
 Either way the buffers must be the full replay's exactly, on one device and several, with layers
 on the CPU, pinned or free norms, pipeline parallelism, and CUDA's op offload."""
@@ -47,7 +47,7 @@ def test_cut_and_memo_equal_the_full_replay(model_id: str, kind: str, splits: tu
     lay = _layout(n_main, spec.n_layer, splits, cpu_first, n_dev)
     setup = R.Setup(lay, (*devs, Backend("CPU")), n_copies)
     if model_id.startswith(("qwen3.6-27b", "llama", "qwen3-")):  # a short period and long stretches: cut
-        assert R.cut_layouts(spec, lay) is not None
+        assert R.make_cut(spec, lay) is not None
     for p in PARAMS:
         if spec.architecture == "gemma3":
             p = GraphParams(**{**p.__dict__, "n_kv_swa": 2048})

@@ -82,7 +82,7 @@ class Tensor:
     be: int
     n_children: int
     n_views: int
-    allocated: bool
+    allocated: bool | None
     offset: int
     buffer: int
     asize: int
@@ -164,6 +164,8 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: list[Tensor] = []
         self.leafs: list[Tensor] = []
+        #: each main layer's output (the residual stream it hands on), in the order built
+        self.layer_out: list[Tensor] = []
         self._stamp = next(_stamps)
 
     # -------------------------------------------------------------------- tensor creation
@@ -281,7 +283,7 @@ def _visit(node: Tensor, stamp: int, nodes: list[Tensor], leafs: list[Tensor]) -
 # ======================================================================== ggml-alloc
 
 
-class _DynAllocator:
+class DynAllocator:
     """ggml_dyn_tallocr with one chunk (the CPU, GPU and RPC buffer types have no size limit that
     a compute buffer reaches): free blocks sorted by offset, the last one is the open end."""
 
@@ -354,10 +356,12 @@ AllocSize = Callable[[int, Tensor], int]
 
 
 class _GAlloc:
-    """ggml_gallocr: one dynamic allocator per buffer (ggml-alloc.c:589-823)."""
+    """ggml_gallocr: one dynamic allocator per buffer (ggml-alloc.c:589-823). A tensor's
+    ``allocated`` is None when this allocator never places it (a view, a weight, a cache), else
+    whether it holds memory now."""
 
     def __init__(self, alignments: Sequence[int], alloc_size: AllocSize | None) -> None:
-        self.allocs = [_DynAllocator(a) for a in alignments]
+        self.allocs = [DynAllocator(a) for a in alignments]
         self.alloc_size = alloc_size
 
     def size_of(self, buf: int, t: Tensor) -> int:
@@ -375,9 +379,8 @@ class _GAlloc:
         return a
 
     def allocate_node(self, node: Tensor, buf: int) -> None:
-        """ggml_gallocr_allocate_node (ggml-alloc.c:623-689)."""
-        if node.external or node.allocated or node.view_src is not None:
-            return
+        """ggml_gallocr_allocate_node (ggml-alloc.c:623-689) for a tensor it owns and has not
+        placed (``node.allocated is False``)."""
         node.allocated = True
         if node.op in INPLACE_OPS and self._reuse_parent(node):
             return
@@ -407,22 +410,23 @@ class _GAlloc:
             al.free(parent.offset + ns, ps - ns)
 
     def free_node(self, node: Tensor) -> None:
+        """A placed tensor's memory back to its buffer (its size was set when it was placed)."""
         if node.flags & FLAG_OUTPUT:
             return
-        self.allocs[node.buffer].free(node.offset, self.size_of(node.buffer, node))
+        self.allocs[node.buffer].free(node.offset, node.asize)
         node.allocated = False
 
     def release_parents(self, src: tuple[Tensor, ...]) -> None:
         """A node's sources lose a child: a source (or the tensor it views) with no child and no
         view left is freed (ggml-alloc.c:779-808)."""
         for parent in src:
-            parent.n_children -= 1
-            if parent.n_children or parent.n_views:
+            n = parent.n_children = parent.n_children - 1
+            if n or parent.n_views:
                 continue
             vs = parent.view_src
             if vs is not None:
-                vs.n_views -= 1
-                if vs.n_views == 0 and vs.n_children == 0 and vs.allocated:
+                n = vs.n_views = vs.n_views - 1
+                if n == 0 and vs.n_children == 0 and vs.allocated:
                     self.free_node(vs)
             elif parent.allocated:
                 self.free_node(parent)
@@ -430,55 +434,61 @@ class _GAlloc:
 
 def _reset(graph: Graph) -> None:
     """ggml-alloc's hash set cleared: every tensor of the graph (its sources and view sources are
-    among its leafs and nodes: ggml_build_forward_expand visits them all)."""
-    for t in graph.leafs:
-        t.n_children = t.n_views = 0
-        t.allocated = False
-        t.asize = -1
-    for t in graph.nodes:
-        t.n_children = t.n_views = 0
-        t.allocated = False
-        t.asize = -1
+    among its leafs and nodes: ggml_build_forward_expand visits them all); ``allocated`` None
+    for what the allocator never places."""
+    for group in (graph.leafs, graph.nodes):
+        for t in group:
+            t.n_children = t.n_views = 0
+            t.allocated = None if t.external or t.view_src is not None else False
+            t.asize = -1
 
 
 def allocate(graph: Graph, alignment: int = 32, *, node_buffer: Sequence[int] | None = None,
              leaf_buffer: Sequence[int] | None = None, alignments: Sequence[int] | None = None,
-             alloc_size: AllocSize | None = None) -> AllocResult:
+             alloc_size: AllocSize | None = None, checkpoints: Sequence[int] = (),
+             on_checkpoint: Callable[[int, list[DynAllocator]], None] | None = None) -> AllocResult:
     """ggml_gallocr_alloc_graph_impl (ggml-alloc.c:718-823): the size ggml_gallocr_reserve_n
     gives each buffer (the dynamic allocators' high-water marks).
 
     One buffer by default. A scheduled graph (:func:`llamarig.plan.ggml_sched.schedule`) passes
     the buffer of every node and leaf (the scheduler's node and leaf backend ids), one alignment
     per buffer and the buffer types' ``alloc_size`` (ggml_backend_buft_get_alloc_size: the CUDA
-    buffer type makes a FLASH_ATTN_EXT node larger, :func:`llamarig.plan.cuda_fattn.alloc_size`)."""
+    buffer type makes a FLASH_ATTN_EXT node larger, :func:`llamarig.plan.cuda_fattn.alloc_size`).
+    ``on_checkpoint(i, allocators)`` is called once node ``i`` of ``checkpoints`` (ascending node
+    indices) is done: the state of every buffer there (:mod:`llamarig.plan.steady`)."""
     _reset(graph)
     ga = _GAlloc(alignments or (alignment,), alloc_size)
     nodes = graph.nodes
     nbuf = node_buffer if node_buffer is not None else [0] * len(nodes)
     lbuf = leaf_buffer if leaf_buffer is not None else [0] * len(graph.leafs)
+    allocate_node, release = ga.allocate_node, ga.release_parents
     for leaf, b in zip(graph.leafs, lbuf, strict=True):
-        if not leaf.external:
-            ga.allocate_node(leaf, b)
+        if leaf.allocated is False:
+            allocate_node(leaf, b)
     # count children and views; allocate the graph inputs first (ggml-alloc.c:733-757)
     for node, b in zip(nodes, nbuf, strict=True):
         vs = node.view_src
         if vs is not None and node.op != "NONE":
             vs.n_views += 1
-        if node.flags & FLAG_INPUT:
-            ga.allocate_node(node, b)
+        if node.flags & FLAG_INPUT and node.allocated is False:
+            allocate_node(node, b)
         for s in node.src:
             s.n_children += 1
-            if s.flags & FLAG_INPUT:
-                ga.allocate_node(s, b)
-    allocate_node, release = ga.allocate_node, ga.release_parents
-    for node, b in zip(nodes, nbuf, strict=True):
-        src = node.src
-        for parent in src:
-            if not (parent.allocated or parent.external or parent.view_src is not None):
-                allocate_node(parent, b)
-        if not (node.allocated or node.external or node.view_src is not None):
-            allocate_node(node, b)
-        if src:
-            release(src)
+            if s.flags & FLAG_INPUT and s.allocated is False:
+                allocate_node(s, b)
+    lo = 0
+    for hi in (*checkpoints, len(nodes) - 1):
+        for node, b in zip(nodes[lo:hi + 1], nbuf[lo:hi + 1], strict=True):
+            src = node.src
+            for parent in src:
+                if parent.allocated is False:
+                    allocate_node(parent, b)
+            if node.allocated is False:
+                allocate_node(node, b)
+            if src:
+                release(src)
+        if on_checkpoint is not None and hi < len(nodes) - 1:
+            on_checkpoint(hi, ga.allocs)
+        lo = hi + 1
     sizes = tuple(a.max_size for a in ga.allocs)
     return AllocResult(sizes[0], sizes)

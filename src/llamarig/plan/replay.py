@@ -8,7 +8,8 @@ marks on it.
 A replay of a 64-layer trunk costs tens of milliseconds, and the optimiser and --fit ask for the
 same graphs many times: results are remembered by the model's shape and the reservation (cache
 types by what the allocations see of them, :func:`kv_class`), and a trunk whose layers repeat is
-replayed on two cuts of it (:func:`cut_layouts`).
+replayed on a cut of it (:func:`make_cut`), whole only when the cut's replay does not show
+ggml-alloc's steady state (:mod:`llamarig.plan.steady`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from dataclasses import dataclass, replace
 
 from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
-from llamarig.plan import cuda_fattn
+from llamarig.plan import cuda_fattn, steady
 from llamarig.plan.ggml_graph import Tensor, allocate, tensor_bytes
 from llamarig.plan.ggml_sched import Backend, schedule
 from llamarig.plan.graphs import GraphParams, Layout, build_graph
 from llamarig.plan.memory import ContextLayout
 from llamarig.plan.specmemo import per_spec
 
-__all__ = ["Backend", "GraphParams", "Layout", "Setup", "buffers", "cut_layouts", "graph_params", "kv_class",
+__all__ = ["Backend", "Cut", "GraphParams", "Layout", "Setup", "buffers", "graph_params", "kv_class", "make_cut",
            "replay", "replay_graph", "token_graph"]
 
 
@@ -232,39 +233,43 @@ def _runs(lay: Layout, n_main: int, per: dict[int, tuple[tuple[str, int], ...]])
     return out
 
 
-def cut_layouts(spec: ModelSpec, lay: Layout, sized: bool = False) -> tuple[Layout, Layout] | None:
-    """Two cut-down layouts of a trunk whose layers repeat with a period P (qwen35: three
-    recurrent layers, then one attention layer; a dense model: P = 1): every long stretch of
-    layers on one device keeps its first m P (then (m + 1) P) layers plus its length mod P, m P at
-    least 3, so that each stretch starts and ends on the same layer kinds as in full.
-    ggml-alloc reaches its steady state within the first periods on every device, so when both
-    cuts give the same buffers the full trunk gives them too (checked on catalogue models, one
-    and several devices: tests/plan/test_replay_cut.py); None when the layers do not repeat or
-    are too few to cut. ``sized``: layers repeat only if their tensors' sizes do too (a weight may
-    be copied to a GPU)."""
+@dataclass(frozen=True)
+class Cut:
+    """A cut-down layout of the trunk and its long stretches: (index of the stretch's first
+    layer among those kept, layers kept of it); stretches kept whole are not listed."""
+
+    layout: Layout
+    stretches: tuple[tuple[int, int], ...]
+    period: int
+
+
+def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False) -> Cut | None:
+    """A cut-down layout of a trunk whose layers repeat with a period P (qwen35: three recurrent
+    layers, then one attention layer; a dense model: P = 1): every long stretch of layers on one
+    device keeps its first 2 P + 2 layers or a few more, so that what is left out is a multiple
+    of 2 P (the stretch keeps its length mod 2 P: it starts and ends on the same layer kinds as
+    in full, and the allocators' state, which may repeat only every other period, ends in the same
+    phase). One replay of the cut gives the whole trunk's buffers when it shows the steady state
+    (:mod:`llamarig.plan.steady`: two periods between the stretch's first and last layers);
+    None when the layers do not repeat or no stretch is long enough to cut. ``sized``: layers
+    repeat only if their tensors' sizes do too (a weight may be copied to a GPU)."""
     shape = _shape(spec)
     classes = shape.classes_sized if sized else shape.classes
     period = _period(classes)
     if period is None:
         return None
     per, _other = _layer_overrides(lay)
-    runs = _runs(lay, len(classes), per)
-    # a device's first layer reads the copies, its last one feeds the next device (or selects the
-    # output rows): a steady state needs a layer between them, so at least 3 layers per cut
-    m1 = -(-3 // period)
-    if all(n < (m1 + 2) * period for _s, n in runs):
+    k = 2 * period + 2
+    keep: list[int] = []
+    long: list[tuple[int, int]] = []
+    for start, n in _runs(lay, len(classes), per):
+        size = k + (n - k) % (2 * period) if n >= k else n
+        if size < n:
+            long.append((len(keep), size))
+        keep += range(start, start + size)
+    if not long:
         return None
-    cuts = []
-    for m in (m1, m1 + 1):
-        keep: list[int] = []
-        for start, n in runs:
-            size = n if n < (m1 + 2) * period else m * period + n % period
-            keep += range(start, start + size)
-        cuts.append(replace(lay, keep=tuple(keep)))
-    a, b = cuts
-    if a.keep is not None and b.keep is not None and len(a.keep) + len(b.keep) >= len(classes):
-        return None  # the two cuts would cost more than the whole trunk
-    return a, b
+    return Cut(replace(lay, keep=tuple(keep)), tuple(long), period)
 
 
 # ------------------------------------------------------------------------ the cache types
@@ -282,14 +287,28 @@ def _kv_type(t: str, cuda_fa: bool) -> object:
     return ("quantized", t in CUDA_FA_KV_TYPES) if cuda_fa else "quantized"
 
 
-def kv_class(q: GraphParams, backends: tuple[Backend, ...]) -> tuple[object, ...]:
+def _caches_stay(lay: Layout, backends: tuple[Backend, ...]) -> bool:
+    """Whether every cache is read where it sits: each layer on a device, its KV there too (a
+    layer on the CPU keeps its cache in host memory, and the scheduler may run its attention on a
+    GPU, which then reads a copy of the cache's views: bytes of the exact type)."""
+    return len(backends) == 1 or not (lay.kv_on_cpu or lay.cpu in lay.layers)
+
+
+def kv_class(q: GraphParams, backends: tuple[Backend, ...], lay: Layout | None = None) -> tuple[object, ...]:
     """The cache types as far as every compute buffer goes: two reservations whose types fall in
     one class give the same buffers (q8_0/q8_0 and q4_0/q4_0 prompt graphs on a CUDA GPU, every
-    quantized pair on the CPU and RPC servers), so the memo keeps one replay for them. Under CUDA
+    quantized pair on the CPU and RPC servers), so the memo keeps one replay for them; the exact
+    types when a cache may be copied to another backend (``lay``, :func:`_caches_stay`). Under CUDA
     flash attention the decode (vec) kernel's compiled pairs also count: a pair it lacks is
-    converted to f16 (fattn.cu:495-513, cuda_fattn.f16_copies)."""
+    converted to f16 (fattn.cu:495-513, cuda_fattn.f16_copies), but only in a graph whose
+    attention has at most two query rows per stream: every kernel choice takes the vector kernel
+    only then (fattn.cu:660-719, cuda_fattn.best_kernel), so a prompt graph of many rows converts
+    K and V to f16 whatever the pair."""
+    if lay is not None and not _caches_stay(lay, backends):
+        return (q.type_k, q.type_v)
     cuda_fa = q.flash_attn and any(b.cuda_cc is not None for b in backends)
-    vec = (_f16(q.type_k), _f16(q.type_v)) in CUDA_FA_VEC_PAIRS if cuda_fa else None
+    may_vec = cuda_fa and q.n_tokens // max(1, q.n_stream) <= 2
+    vec = (_f16(q.type_k), _f16(q.type_v)) in CUDA_FA_VEC_PAIRS if may_vec else None
     return (_kv_type(q.type_k, cuda_fa), _kv_type(q.type_v, cuda_fa), vec)
 
 
@@ -303,31 +322,77 @@ def _f16(t: str) -> str:
 _MEMO: OrderedDict[tuple[object, ...], tuple[int, ...]] = OrderedDict()
 #: replays remembered (a few hundred bytes each); the optimiser on one model needs hundreds
 MEMO_SIZE = 8192
+#: whether a cut's replay showed the steady state of every long stretch, by the cut's memo key
+_STEADY: OrderedDict[tuple[object, ...], bool] = OrderedDict()
+
+
+def _key(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[object, ...]:
+    shape = _shape(spec)
+    lay = (setup.layout,) if mtp else _canonical(shape, setup.layout, sized)
+    return (shape.key, lay, replace(q, type_k="", type_v=""), kv_class(q, setup.backends, setup.layout), setup.backends,
+            setup.n_copies, setup.op_offload, mtp)
+
+
+def _remember(memo: OrderedDict[tuple[object, ...], object], key: tuple[object, ...], value: object) -> None:
+    memo[key] = value
+    if len(memo) > MEMO_SIZE:
+        memo.popitem(last=False)
 
 
 def _memoized(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
-    shape = _shape(spec)
-    lay = (setup.layout,) if mtp else _canonical(shape, setup.layout, sized)
-    key = (shape.key, lay, replace(q, type_k="", type_v=""), kv_class(q, setup.backends), setup.backends,
-           setup.n_copies, setup.op_offload, mtp)
+    key = _key(spec, q, setup, mtp, sized)
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
         return hit
     out = replay_graph(spec, q, setup, mtp)
-    _MEMO[key] = out
-    if len(_MEMO) > MEMO_SIZE:
-        _MEMO.popitem(last=False)
+    _remember(_MEMO, key, out)  # type: ignore[arg-type]
     return out
+
+
+def _layer_ends(nodes: list[Tensor], outs: list[Tensor]) -> list[int]:
+    """The node index of each layer's output (built in order, so found in order)."""
+    marks = set(map(id, outs))
+    return [i for i, t in enumerate(nodes) if id(t) in marks]
+
+
+def _steady_replay(spec: ModelSpec, q: GraphParams, setup: Setup, cut: Cut) -> tuple[tuple[int, ...], bool]:
+    """Every backend's high-water mark for ``q`` on the cut, and whether the allocators' states
+    show that every long stretch reached its steady state (:mod:`llamarig.plan.steady`)."""
+    with _no_gc():
+        g = build_graph(spec, q, cut.layout, False)
+        sch = schedule(g, setup.backends, n_copies=setup.n_copies, op_offload=setup.op_offload)
+        nodes = sch.graph.nodes
+        ends = _layer_ends(nodes, g.layer_out)
+        watch = steady.Watches(nodes, [steady.Probe(ends[f - 1] + 1 if f else 0, tuple(ends[f:f + n]), cut.period)
+                                       for f, n in cut.stretches])
+        r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
+                     alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends),
+                     checkpoints=watch.checkpoints(), on_checkpoint=watch.seen)
+        proven = watch.steady()
+        del sch, g, nodes, watch  # freed while the collector is paused (see replay_graph)
+    return r.sizes, proven
+
+
+def _proved(spec: ModelSpec, q: GraphParams, setup: Setup, cut: Cut, sized: bool) -> tuple[tuple[int, ...], bool]:
+    """:func:`_steady_replay`, remembered like any replay."""
+    key = _key(spec, q, replace(setup, layout=cut.layout), False, sized)
+    hit, ok = _MEMO.get(key), _STEADY.get(key)
+    if hit is not None and ok is not None:
+        return hit, ok
+    out, ok = _steady_replay(spec, q, setup, cut)
+    _remember(_MEMO, key, out)  # type: ignore[arg-type]
+    _remember(_STEADY, key, ok)  # type: ignore[arg-type]
+    return out, ok
 
 
 def _graph_buffers(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
     if not mtp:
-        cut = cut_layouts(spec, setup.layout, sized)
+        cut = make_cut(spec, setup.layout, sized)
         if cut is not None:
-            a, b = (_memoized(spec, q, replace(setup, layout=c), False, sized) for c in cut)
-            if a == b:
-                return a
+            one, ok = _proved(spec, q, setup, cut, sized)
+            if ok:
+                return one
     return _memoized(spec, q, setup, mtp, sized)
 
 
@@ -336,8 +401,8 @@ def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False, *,
     """Every backend's compute buffer (in ``setup.backends``' order) for the context reserving
     ``p``, as :func:`replay`, with each graph remembered by the model's shape and the layout's
     (layers of one class on one device are one key, whatever their number past the cut; the
-    one-token graph does not depend on n_ubatch); a repeating trunk is replayed on two cuts,
-    whole only when they disagree. ``dry_run``: what --fit's dry runs measure, the prompt graph
+    one-token graph does not depend on n_ubatch); a repeating trunk is replayed on a cut, whole
+    only when the cut does not show the steady state (:func:`make_cut`). ``dry_run``: what --fit's dry runs measure, the prompt graph
     alone (a model loaded without allocating reserves only its sizes, llama-context.cpp:674-677;
     the one-token graph and the second prompt graph are split only, 702 and 727), with
     ``setup.layout.pinned`` off."""

@@ -191,6 +191,7 @@ class Qwen35Builder(Builder):
             else:
                 cur = self.layer_attn(cur, il, a, pos)
             inp = self.residual_ffn(cur, inp, il)
+            g.layer_out.append(inp)
         self.output_head(inp, out_ids, get_rows_first=True)
         return g
 

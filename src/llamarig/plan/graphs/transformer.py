@@ -92,5 +92,6 @@ class TransformerBuilder(Builder):
         layers = self.main_layers()
         for i, ly in enumerate(layers):
             inp = self.block(ly.index, inp, pos, attn, out_ids, i == len(layers) - 1)
+            self.g.layer_out.append(inp)
         self.output_head(inp, out_ids)
         return self.g
