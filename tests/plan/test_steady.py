@@ -32,8 +32,8 @@ def _t(dist: int, offset: int, children: int = 1) -> tuple[int, int, int, int, i
     return (dist, 0, offset, 64, children, 0, 0)
 
 
-def _steady(*states: State) -> bool:
-    w = Watch()
+def _steady(*states: State, every: int = 2) -> bool:
+    w = Watch(every)
     for s in states:
         w.add(s)
     return w.steady
@@ -52,6 +52,8 @@ def test_a_state_that_alternates_is_steady_over_two_periods() -> None:
     y = _state(((64, 1 << 62),), (_t(0, 0), _T()))
     assert not _steady(x, y)
     assert _steady(x, y, x)
+    # a cut that leaves out single periods must not take it: it could end in the other phase
+    assert not _steady(x, y, x, every=1)
 
 
 def test_different_blocks_roles_or_children_are_not_steady() -> None:

@@ -367,11 +367,16 @@ class WeightSplit:
     host_duplicate_output: int  # tied embeddings duplicated onto the output device
 
 
+def _has_overrides(cfg: ServerConfig) -> bool:
+    """Whether -ot / --cpu-moe / --n-cpu-moe / --n-cpu-ffn move any tensor."""
+    return bool(cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn)
+
+
 def _override_dev(name: str, cfg: ServerConfig, gpu_names: Sequence[str]) -> int | None:
     """-ot / --cpu-moe / --n-cpu-moe: buffer type for a tensor (first match wins,
     llama-model-loader / common.cpp). Remembered: a plan asks for every tensor several times, and
     --fit and the optimiser replan the same model dozens of times."""
-    if not (cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn):
+    if not _has_overrides(cfg):
         return None
     return _override_cached(name, cfg.override_tensor, cfg.cpu_moe, cfg.n_cpu_moe, cfg.n_cpu_ffn, tuple(gpu_names))
 
@@ -403,6 +408,8 @@ def _override_cached(name: str, override_tensor: tuple[tuple[str, str], ...], cp
 
 def tensor_overrides(spec: ModelSpec, cfg: ServerConfig, gpu_names: Sequence[str]) -> dict[str, int]:
     """The tensors -ot / --cpu-moe / --n-cpu-moe / --n-cpu-ffn move: name -> device (-1 = CPU)."""
+    if not _has_overrides(cfg):
+        return {}
     out = {}
     for t in spec.tensors:
         d = _override_dev(t.name, cfg, gpu_names)
@@ -421,10 +428,6 @@ def cuda_alloc_bytes(t: object) -> int:
     if typ in TYPE_SIZES and TYPE_SIZES[typ][0] > 1 and shape and shape[0] % 512:
         n += row_size(typ, 512 - shape[0] % 512)
     return pad(n, 128)
-
-
-def _has_overrides(cfg: ServerConfig) -> bool:
-    return bool(cfg.override_tensor or cfg.cpu_moe or cfg.n_cpu_moe or cfg.n_cpu_ffn)
 
 
 @dataclass(frozen=True)

@@ -236,40 +236,45 @@ def _runs(lay: Layout, n_main: int, per: dict[int, tuple[tuple[str, int], ...]])
 @dataclass(frozen=True)
 class Cut:
     """A cut-down layout of the trunk and its long stretches: (index of the stretch's first
-    layer among those kept, layers kept of it); stretches kept whole are not listed."""
+    layer among those kept, layers kept of it); stretches kept whole are not listed. What it
+    leaves out of each stretch is a multiple of ``every`` periods."""
 
     layout: Layout
     stretches: tuple[tuple[int, int], ...]
     period: int
+    every: int = 1
 
 
-def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False) -> Cut | None:
+def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False, every: int = 1) -> Cut | None:
     """A cut-down layout of a trunk whose layers repeat with a period P (qwen35: three recurrent
-    layers, then one attention layer; a dense model: P = 1): every long stretch of layers on one
-    device keeps its first 2 P + 2 layers or a few more, so that what is left out is a multiple
-    of 2 P (the stretch keeps its length mod 2 P: it starts and ends on the same layer kinds as
-    in full, and the allocators' state, which may repeat only every other period, ends in the same
-    phase). One replay of the cut gives the whole trunk's buffers when it shows the steady state
-    (:mod:`llamarig.plan.steady`: two periods between the stretch's first and last layers);
-    None when the layers do not repeat or no stretch is long enough to cut. ``sized``: layers
-    repeat only if their tensors' sizes do too (a weight may be copied to a GPU)."""
+    layers, then one attention layer; gemma3: five sliding-window layers, then a global one; a
+    dense model: P = 1): every long stretch of layers on one device keeps its first ``every`` P
+    + 2 layers or a few more, so that what it leaves out is a multiple of ``every`` P (the stretch
+    keeps its length mod ``every`` P: it starts and ends on the same layer kinds as in full, and
+    ggml-alloc's state, which may repeat only every other period, ends in the same phase). One
+    replay of the cut gives the whole trunk's buffers when it shows the steady state
+    (:mod:`llamarig.plan.steady`: ``every`` periods between the stretch's first and last layers
+    that change nothing); None when the layers do not repeat or no stretch is long enough to cut.
+    ``sized``: layers repeat only if their tensors' sizes do too (a weight may be copied to a
+    GPU)."""
     shape = _shape(spec)
     classes = shape.classes_sized if sized else shape.classes
     period = _period(classes)
     if period is None:
         return None
     per, _other = _layer_overrides(lay)
-    k = 2 * period + 2
+    step = every * period
+    k = step + 2
     keep: list[int] = []
     long: list[tuple[int, int]] = []
     for start, n in _runs(lay, len(classes), per):
-        size = k + (n - k) % (2 * period) if n >= k else n
+        size = k + (n - k) % step if n >= k else n
         if size < n:
             long.append((len(keep), size))
         keep += range(start, start + size)
     if not long:
         return None
-    return Cut(replace(lay, keep=tuple(keep)), tuple(long), period)
+    return Cut(replace(lay, keep=tuple(keep)), tuple(long), period, every)
 
 
 # ------------------------------------------------------------------------ the cache types
@@ -324,6 +329,9 @@ _MEMO: OrderedDict[tuple[object, ...], tuple[int, ...]] = OrderedDict()
 MEMO_SIZE = 8192
 #: whether a cut's replay showed the steady state of every long stretch, by the cut's memo key
 _STEADY: OrderedDict[tuple[object, ...], bool] = OrderedDict()
+#: models whose allocators' state was seen to repeat only every other period, by shape: their
+#: cuts leave out multiples of two periods from the start (a one-period cut is tried first)
+_EVERY: dict[tuple[object, ...], int] = {}
 
 
 def _key(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[object, ...]:
@@ -365,7 +373,7 @@ def _steady_replay(spec: ModelSpec, q: GraphParams, setup: Setup, cut: Cut) -> t
         nodes = sch.graph.nodes
         ends = _layer_ends(nodes, g.layer_out)
         watch = steady.Watches(nodes, [steady.Probe(ends[f - 1] + 1 if f else 0, tuple(ends[f:f + n]), cut.period)
-                                       for f, n in cut.stretches])
+                                       for f, n in cut.stretches], cut.every)
         r = allocate(sch.graph, node_buffer=sch.node_buffer, leaf_buffer=sch.leaf_buffer,
                      alignments=[b.alignment for b in setup.backends], alloc_size=_alloc_size(setup.backends),
                      checkpoints=watch.checkpoints(), on_checkpoint=watch.seen)
@@ -388,10 +396,15 @@ def _proved(spec: ModelSpec, q: GraphParams, setup: Setup, cut: Cut, sized: bool
 
 def _graph_buffers(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
     if not mtp:
-        cut = make_cut(spec, setup.layout, sized)
-        if cut is not None:
+        shape = _shape(spec).key
+        for every in ((1, 2) if _EVERY.get(shape, 1) == 1 else (2,)):
+            cut = make_cut(spec, setup.layout, sized, every)
+            if cut is None:
+                continue
             one, ok = _proved(spec, q, setup, cut, sized)
             if ok:
+                if every > 1:
+                    _EVERY[shape] = every  # its state repeats every other period: start there
                 return one
     return _memoized(spec, q, setup, mtp, sized)
 

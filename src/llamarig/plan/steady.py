@@ -3,21 +3,22 @@ seen in the allocators' state.
 
 A trunk whose layers repeat with a period P is replayed on a cut
 (:func:`llamarig.plan.replay.make_cut`): each long stretch of layers on one device keeps its
-first 2 P + 2 layers or a few more, what it leaves out being a multiple of 2 P. ggml-alloc is
-deterministic: what it does next depends only on its free blocks, on the tensors it holds and on
-the nodes still to come (ggml-alloc.c:202-350 ggml_dyn_tallocr_alloc/free, 779-808 the frees when
-a source's last child is done). So if, in a stretch, the state after layer x equals the state
-after layer x + d (every buffer's free blocks, and the tensors alive, matched by their distance
-back from that point, their place, size and the children and views they still wait for), the d
-layers after x + d of the whole trunk, built like the d layers before, do exactly what those did,
-and so on: the whole trunk reaches no higher mark than the cut, and when what the cut leaves out
-is a multiple of d, its last layers start from the state the cut's start from. Layers x + 1 ..
-x + d must be ordinary ones: not the stretch's first (it reads the copies from the previous
-device) nor its last (it feeds the next one; the model's last layer is built differently,
-llama-graph's out_ids). d is P or 2 P: a residual stream that changes place with each recurrent
-layer (qwen35: three of every four) makes the state repeat only every other period, and a cut
-that leaves out an odd number of periods would end in the other phase (a higher mark than the
-whole trunk's, seen on a two-GPU qwen35 layout with four sequences).
+first P + 2 (or 2 P + 2) layers or a few more, what it leaves out being a multiple of P (2 P).
+ggml-alloc is deterministic: what it does next depends only on its free blocks, on the tensors it
+holds and on the nodes still to come (ggml-alloc.c:202-350 ggml_dyn_tallocr_alloc/free, 779-808
+the frees when a source's last child is done). So if, in a stretch, the state after layer x
+equals the state after layer x + d (every buffer's free blocks, and the tensors alive, matched by
+their distance back from that point, their place, size and the children and views they still
+wait for), the d layers after x + d of the whole trunk, built like the d layers before, do
+exactly what those did, and so on: the whole trunk reaches no higher mark than the cut, and when
+what the cut leaves out is a multiple of d, its last layers start from the state the cut's start
+from. Layers x + 1 .. x + d must be ordinary ones: not the stretch's first (it reads the copies
+from the previous device) nor its last (it feeds the next one; the model's last layer is built
+differently, llama-graph's out_ids). d is P (gemma3, dense models) or 2 P: a residual stream
+that changes place with each recurrent layer (qwen35: three of every four) makes the state
+repeat only every other period, and a cut that leaves out an odd number of periods would end in
+the other phase (a higher mark than the whole trunk's, seen on a two-GPU qwen35 layout with four
+sequences); such a model's cuts leave out multiples of 2 P.
 
 Before this, a trunk was replayed on two cuts, one period apart, and taken as steady when they
 gave the same buffers: cheaper per replay, but two replays, and no proof (a -nkvo layout over RPC
@@ -39,16 +40,18 @@ __all__ = ["Probe", "State", "Watch", "Watches", "same", "snapshot"]
 class Probe:
     """One long stretch of a cut, its layers' outputs being graph nodes ``ends``: the allocators'
     state is taken after its layers 0, P, 2P, ... (the last layer left out), each scanning the
-    nodes since the output two periods before (or the stretch's first node, ``start``)."""
+    nodes since the farthest checkpoint it is compared with (or the stretch's first node,
+    ``start``)."""
 
     start: int
     ends: tuple[int, ...]
     period: int
 
-    def checkpoints(self) -> dict[int, int]:
-        """Node index of each checkpoint -> the first node its scan reads."""
-        p = self.period
-        return {self.ends[k]: (self.ends[k - 2 * p] + 1 if k >= 2 * p else self.start)
+    def checkpoints(self, every: int) -> dict[int, int]:
+        """Node index of each checkpoint -> the first node its scan reads (back to the checkpoint
+        ``every`` periods before, the farthest one compared with)."""
+        p, back = self.period, every * self.period
+        return {self.ends[k]: (self.ends[k - back] + 1 if k >= back else self.start)
                 for k in range(0, len(self.ends) - 1, p)}
 
 
@@ -100,27 +103,30 @@ def same(before: State, now: State) -> bool:
 
 class Watch:
     """The states of one stretch after its layers 0, P, 2P, ..., each compared when taken with
-    the one and two periods before."""
+    the one (and, ``every`` = 2, two) periods before: a steady state over a number of periods
+    that divides what the cut leaves out."""
 
-    def __init__(self) -> None:
+    def __init__(self, every: int = 2) -> None:
         self.states: list[State] = []
+        self.every = every
         self.steady = False
 
     def add(self, state: State) -> None:
         self.states.append(state)
-        self.steady = any(same(self.states[-1 - d], state) for d in (1, 2) if len(self.states) > d)
+        self.steady = any(same(self.states[-1 - d], state) for d in range(1, self.every + 1)
+                          if len(self.states) > d and self.every % d == 0)
 
 
 class Watches:
     """The watches of a cut's long stretches over one allocation: which checkpoints to stop at
     and what to do there (:func:`llamarig.plan.ggml_graph.allocate`'s ``on_checkpoint``)."""
 
-    def __init__(self, nodes: Sequence[Tensor], probes: Sequence[Probe]) -> None:
+    def __init__(self, nodes: Sequence[Tensor], probes: Sequence[Probe], every: int) -> None:
         self.nodes = nodes
-        self.watches = [Watch() for _p in probes]
+        self.watches = [Watch(every) for _p in probes]
         self.at: dict[int, tuple[Watch, int]] = {}
         for w, p in zip(self.watches, probes, strict=True):
-            for at, first in p.checkpoints().items():
+            for at, first in p.checkpoints(every).items():
                 self.at[at] = (w, first)
 
     def checkpoints(self) -> list[int]:
