@@ -92,7 +92,7 @@ def bench_optimiser(repeat: int) -> None:
 def forget_replays() -> None:
     """Cold start: the compute replays a previous run remembered (by the model's shape) are
     forgotten, as in a fresh `llamarig plan` process."""
-    replay._MEMO.clear()
+    replay.forget()
 
 
 def _cold(fn: Callable[[], object], repeat: int) -> tuple[float, float]:

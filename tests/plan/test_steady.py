@@ -89,30 +89,48 @@ CASES = [
     ("qwen3.6-27b:q4_k_m", "cuda", (22, 22, 21), 0, 4),
     ("qwen3.8-27b:ud-q4_k_xl", "cuda", (45, 21), 0, 4),
     ("qwen3.6-27b:q4_k_m", "rpc", (13, 30, 21), 0, 4),
+    ("gemma3-27b:q4_k_m", "cuda", (21, 21, 20), 0, 4),
     ("llama3.1-8b:q4_k_m", "rpc", (17, 16), 0, 4),
     ("llama3.1-70b:q4_k_m", "cuda", (39,), 41, 1),
 ]
 
 
 @pytest.mark.parametrize(("model_id", "kind", "splits", "cpu_first", "n_copies"), CASES)
-def test_one_replay_of_the_cut_gives_the_full_buffers(model_id: str, kind: str, splits: tuple[int, ...],
-                                                     cpu_first: int, n_copies: int,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cut_gives_the_full_buffers_without_the_whole_trunk(model_id: str, kind: str, splits: tuple[int, ...],
+                                                               cpu_first: int, n_copies: int,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     spec = build_spec(*find_model(model_id))
     devs = tuple(cuda_backend(f"CUDA{i}", 890) if kind == "cuda" else Backend(f"RPC{i}") for i in range(len(splits)))
     setup = R.Setup(_layout(spec.n_layer, splits, cpu_first), (*devs, Backend("CPU")), n_copies)
-    others: list[object] = []
-    plain = R.replay_graph
-    monkeypatch.setattr(R, "replay_graph", lambda *a, **k: others.append(a) or plain(*a, **k))
+    whole = R.replay_graph
+    calls: list[object] = []
+
+    def counted(*a: object, **k: object) -> tuple[int, ...]:
+        calls.append(a)
+        return whole(*a, **k)  # type: ignore[arg-type]
+
     for p in (GraphParams(512, 1, 1, 32768, 1, 1, 0, True, "f16", "f16"),
               GraphParams(2048, 2, 2, 16384, 1, 2, 0, True, "q8_0", "q4_0")):
-        R._MEMO.clear()
-        R._STEADY.clear()
+        R.forget()
+        monkeypatch.setattr(R, "replay_graph", counted)
         got = R.buffers(spec, p, setup)
-        assert not others, "a second cut or the whole trunk was replayed"
-        monkeypatch.setattr(R, "replay_graph", plain)
+        monkeypatch.setattr(R, "replay_graph", whole)
+        assert not calls, "the whole trunk was replayed: no cut showed the steady state"
         assert got == R.replay(spec, p, setup), (model_id, splits, p)
-        monkeypatch.setattr(R, "replay_graph", lambda *a, **k: others.append(a) or plain(*a, **k))
+
+
+def test_a_model_whose_state_repeats_every_other_period_is_cut_by_two_from_then_on() -> None:
+    spec = build_spec(*find_model("qwen3.6-27b:q4_k_m"))
+    setup = R.Setup(_layout(spec.n_layer, (22, 22, 21)), (*(Backend(f"RPC{i}") for i in range(3)), Backend("CPU")), 4)
+    p = GraphParams(512, 1, 1, 32768, 1, 1, 0, True, "f16", "f16")
+    R.forget()
+    one = R.make_cut(spec, setup.layout, every=1)
+    two = R.make_cut(spec, setup.layout, every=2)
+    assert one is not None and two is not None
+    assert not R._steady_replay(spec, p, setup, one)[1]  # a residual that changes place: no proof
+    assert R._steady_replay(spec, p, setup, two)[1]
+    R.buffers(spec, p, setup)
+    assert R._EVERY == {R._shape(spec).key: 2}
 
 
 def test_cache_types_count_exactly_when_a_cache_is_copied() -> None:
@@ -140,5 +158,5 @@ def test_a_cut_that_does_not_show_the_steady_state_gives_way_to_the_whole_trunk(
     cut = R.make_cut(spec, lay)
     assert cut is not None
     assert not R._steady_replay(spec, p, setup, cut)[1]
-    R._MEMO.clear()
+    R.forget()
     assert R.buffers(spec, p, setup) == R.replay(spec, p, setup)

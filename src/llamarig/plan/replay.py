@@ -30,7 +30,7 @@ from llamarig.plan.graphs import GraphParams, Layout, build_graph
 from llamarig.plan.memory import ContextLayout
 from llamarig.plan.specmemo import per_spec
 
-__all__ = ["Backend", "Cut", "GraphParams", "Layout", "Setup", "buffers", "graph_params", "kv_class", "make_cut",
+__all__ = ["Backend", "Cut", "GraphParams", "Layout", "Setup", "buffers", "forget", "graph_params", "kv_class", "make_cut",
            "replay", "replay_graph", "token_graph"]
 
 
@@ -332,6 +332,13 @@ _STEADY: OrderedDict[tuple[object, ...], bool] = OrderedDict()
 #: models whose allocators' state was seen to repeat only every other period, by shape: their
 #: cuts leave out multiples of two periods from the start (a one-period cut is tried first)
 _EVERY: dict[tuple[object, ...], int] = {}
+
+
+def forget() -> None:
+    """Every replay remembered forgotten, as in a fresh process (benchmarks time cold runs)."""
+    _MEMO.clear()
+    _STEADY.clear()
+    _EVERY.clear()
 
 
 def _key(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[object, ...]:
