@@ -25,7 +25,7 @@ class _T:
 
 
 def _state(blocks: tuple[tuple[int, int], ...], *live: tuple[tuple[int, int, int, int, int, int, int], _T]) -> State:
-    return State((blocks,), tuple(live))  # type: ignore[arg-type]
+    return State(0, (blocks,), tuple(live))  # type: ignore[arg-type]
 
 
 def _t(dist: int, offset: int, children: int = 1) -> tuple[int, int, int, int, int, int, int]:
@@ -159,5 +159,23 @@ def test_a_cut_that_does_not_show_the_steady_state_gives_way_to_the_whole_trunk(
     cut = R.make_cut(spec, lay)
     assert cut is not None
     assert not R._steady_replay(spec, p, setup, cut)[1]
+    R.forget()
+    assert R.buffers(spec, p, setup) == R.replay(spec, p, setup)
+
+
+def test_a_copy_made_where_a_stretch_first_needs_it_keeps_the_proof_away() -> None:
+    """26 gemma3 layers on the CPU before two GPUs: CUDA0 takes over their matrix products and
+    flash attention, and the first global-attention layer (the sixth) makes CUDA0's copy of the
+    global mask, which the whole stretch keeps for its later global layers; a cut of 8 layers
+    frees it at once, and its state after layer 6 equals the one after layer 0. That window does
+    not count: the proof comes from later layers, and the buffers are the whole trunk's
+    (a cut trusted there gave CUDA0 739 MiB instead of 813)."""
+    spec = build_spec(*find_model("gemma3-27b:q4_k_m"))
+    lay = Layout(tuple([2] * 26 + [0] * 2 + [1] * 34), 2, 2, full_offload=False)
+    setup = R.Setup(lay, (cuda_backend("CUDA0", 860), cuda_backend("CUDA1", 860), Backend("CPU")))
+    p = GraphParams(2048, 2, 2, 4096, 2, 2, 0, True, "q4_0", "q4_0", 2048)
+    one = R.make_cut(spec, lay, R._sized(setup), every=1)
+    assert one is not None
+    assert not R._steady_replay(spec, p, setup, one)[1]
     R.forget()
     assert R.buffers(spec, p, setup) == R.replay(spec, p, setup)

@@ -47,12 +47,29 @@ class Probe:
     ends: tuple[int, ...]
     period: int
 
+    def first_copies(self, nodes: Sequence[Tensor]) -> tuple[int, ...]:
+        """Where the scheduler copies onto another backend a tensor made before the stretch (a
+        graph input: the masks, the positions): its copy is made once, where the stretch first
+        needs it there (ggml-backend.cpp:1436-1545), and serves every later layer of that kind.
+        A stretch cut short may free it at once where the whole one keeps it, so a stretch of
+        layers holding such a copy does not stand for the layers after it."""
+        seg = nodes[self.start:self.ends[-1] + 1]
+        made = set(map(id, seg))
+        return tuple(self.start + i for i, t in enumerate(seg)
+                     if t.op == "NONE" and t.src and _from_before(t.src[0], made))
+
     def checkpoints(self, every: int) -> dict[int, int]:
         """Node index of each checkpoint -> the first node its scan reads (back to the checkpoint
         ``every`` periods before, the farthest one compared with)."""
         p, back = self.period, every * self.period
         return {self.ends[k]: (self.ends[k - back] + 1 if k >= back else self.start)
                 for k in range(0, len(self.ends) - 1, p)}
+
+
+def _from_before(s: Tensor, made: set[int]) -> bool:
+    """Made before the stretch, and not a weight or a cache (whose copies serve one layer)."""
+    base = s.view_src if s.view_src is not None else s
+    return not base.external and id(s) not in made and id(base) not in made
 
 
 #: a tensor alive at a checkpoint: its distance back from it (node indices) and what decides
@@ -70,6 +87,7 @@ class State:
     """Every buffer's free blocks and the tensors alive at one checkpoint that were made since
     the scan's first node."""
 
+    at: int
     blocks: tuple[tuple[tuple[int, int], ...], ...]
     live: tuple[tuple[_Live, Tensor], ...]
 
@@ -84,7 +102,7 @@ def snapshot(nodes: Sequence[Tensor], first: int, at: int, allocs: Sequence[DynA
             live.append(((at - j, t.buffer, t.offset, t.asize, t.n_children, t.n_views, t.flags & FLAG_OUTPUT), t))
         elif t.view_src is not None and t.n_children and t.view_src.allocated is not None:
             live.append(((at - j, -1, 0, 0, t.n_children, 0, 0), t))
-    return State(blocks, tuple(live))
+    return State(at, blocks, tuple(live))
 
 
 def same(before: State, now: State) -> bool:
@@ -104,17 +122,23 @@ def same(before: State, now: State) -> bool:
 class Watch:
     """The states of one stretch after its layers 0, P, 2P, ..., each compared when taken with
     the one (and, ``every`` = 2, two) periods before: a steady state over a number of periods
-    that divides what the cut leaves out."""
+    that divides what the cut leaves out, in layers that make none of the ``first_copies``."""
 
-    def __init__(self, every: int = 2) -> None:
+    def __init__(self, every: int = 2, first_copies: Sequence[int] = ()) -> None:
         self.states: list[State] = []
         self.every = every
+        self.first_copies = first_copies
         self.steady = False
 
     def add(self, state: State) -> None:
         self.states.append(state)
-        self.steady = any(same(self.states[-1 - d], state) for d in range(1, self.every + 1)
+        self.steady = any(self._stands(self.states[-1 - d], state) for d in range(1, self.every + 1)
                           if len(self.states) > d and self.every % d == 0)
+
+    def _stands(self, before: State, now: State) -> bool:
+        if any(before.at < c <= now.at for c in self.first_copies):
+            return False
+        return same(before, now)
 
 
 class Watches:
@@ -123,7 +147,7 @@ class Watches:
 
     def __init__(self, nodes: Sequence[Tensor], probes: Sequence[Probe], every: int) -> None:
         self.nodes = nodes
-        self.watches = [Watch(every) for _p in probes]
+        self.watches = [Watch(every, p.first_copies(nodes)) for p in probes]
         self.at: dict[int, tuple[Watch, int]] = {}
         for w, p in zip(self.watches, probes, strict=True):
             for at, first in p.checkpoints(every).items():
