@@ -4,6 +4,8 @@ give the full replay's buffers exactly and be the only one made."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from llamarig.catalogue.models import build_spec, find_model
@@ -11,6 +13,7 @@ from llamarig.plan import replay as R
 from llamarig.plan.ggml_sched import Backend, cuda_backend
 from llamarig.plan.graphs import GraphParams, Layout
 from llamarig.plan.steady import State, Watch, same
+from llamarig.testing.layouts import random_case
 
 FREE = ((0, 1 << 62),)
 
@@ -179,3 +182,14 @@ def test_a_copy_made_where_a_stretch_first_needs_it_keeps_the_proof_away() -> No
     assert not R._steady_replay(spec, p, setup, one)[1]
     R.forget()
     assert R.buffers(spec, p, setup) == R.replay(spec, p, setup)
+
+
+@pytest.mark.parametrize(("seed", "overrides"), [(0, False), (1, False), (2, True)])
+def test_random_reservations_equal_the_whole_trunk(seed: int, overrides: bool) -> None:
+    """Seeded random cases (llamarig.testing.layouts; benchmarks/check_cut.py runs thousands): the
+    shortcuts give the whole trunk's buffers on every backend."""
+    rng = random.Random(seed)
+    for _i in range(25):
+        c = random_case(rng, overrides=overrides)
+        R.forget()
+        assert R.buffers(c.spec, c.params, c.setup) == R.replay(c.spec, c.params, c.setup), (seed, _i, c.model)
