@@ -120,3 +120,15 @@ def test_joined_messages_keep_their_language() -> None:
     slot = [f for f in rep.findings if f.rule == "per-slot-ctx"]
     assert slot and "; below 16384" in slot[0].message
     assert "; " not in localize(slot[0].message, "zh")
+
+
+def test_a_list_of_like_items_takes_the_enumeration_comma() -> None:
+    """Line numbers and layer kinds are listed with "、" in Chinese; "，" stays between clauses."""
+    from llamarig.flags.reading import _few
+    from llamarig.i18n import listing
+
+    assert localize(listing(["3", "5", "7"]), "zh") == "3、5、7"
+    assert str(listing(["3", "5", "7"])) == "3, 5, 7" == localize(listing(["3", "5", "7"]), "en")
+    assert localize(_few([2, 4, 6, 8, 10, 12, 14]), "zh") == "2、4、6、8、10、…、14"
+    assert localize(join(_(", "), ["a", "b"]), "zh") == "a，b"
+    assert pickle.loads(pickle.dumps(listing(["1", "2"]))) == "1, 2"

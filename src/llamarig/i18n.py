@@ -146,6 +146,16 @@ def _given(english: str, texts: dict[str, str]) -> Message:
     return Message.given(english, **texts)
 
 
+#: the comma between like items of a list (line numbers, layer kinds): the enumeration comma
+#: "、" in Chinese, where the catalogue's ", " between clauses is "，"
+LIST_SEP = Message.given(", ", zh="、")
+
+
+def listing(items: Iterable[str]) -> Message:
+    """Like items as a list: ``3, 5, 7`` in English, ``3、5、7`` in Chinese."""
+    return join(LIST_SEP, items)
+
+
 def join(sep: str, items: Iterable[str]) -> Message:
     """``sep.join(items)`` as a composite Message (``sep`` and each item may be a Message)."""
     parts: list[str] = []

@@ -19,7 +19,7 @@ from llamarig.cli.lang import N_, _, lang, localize
 from llamarig.cli.options import hardware_of
 from llamarig.errors import ExitCode, InputError
 from llamarig.flags.schema import Schema
-from llamarig.i18n import set_language
+from llamarig.i18n import listing, set_language
 
 if TYPE_CHECKING:
     from llamarig.app.explain import ExplainReport
@@ -104,7 +104,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
         if fixed.unplaced:
             click.echo(_("llamarig: which command are the flags on lines {lines} for? --fix cannot tell: they are "
                          "written as comments; move them into the command they belong to").format(
-                             lines=_(", ").join(str(n) for n in fixed.unplaced)), err=True)
+                             lines=listing(str(n) for n in fixed.unplaced)), err=True)
             sys.exit(ExitCode.NEEDS_ANSWER)
     elif as_json:
         click.echo(dump_json(report.to_json()))

@@ -14,6 +14,7 @@ from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, Sheet, labelled, print_wrapped
 from llamarig.gguf import ModelSpec
+from llamarig.i18n import listing
 from llamarig.units import fmt_bytes
 
 
@@ -62,9 +63,10 @@ KINDS = {"attention": N_("attention"), "recurrent": N_("recurrent"), "swa": N_("
 def _model_rows(spec: ModelSpec) -> list[tuple[str, str]]:
     """(field, value) of a language model's shape: layers, sizes, context, recurrent state, experts, RoPE."""
     kinds = Counter(ly.kind for ly in spec.layers if not ly.nextn)
-    blocks = _(", ").join(_("{n} {kind}").format(n=n, kind=_(KINDS.get(k, k))) for k, n in kinds.items())
+    kinds_n = [_("{n} {kind}").format(n=n, kind=_(KINDS.get(k, k))) for k, n in kinds.items()]
     if spec.nextn_layers:
-        blocks += _(", ") + _("{n} MTP/nextn").format(n=spec.nextn_layers)
+        kinds_n.append(_("{n} MTP/nextn").format(n=spec.nextn_layers))
+    blocks = listing(kinds_n)
     rows = [(_("layers"), _("{n} blocks: {kinds}").format(n=spec.n_layer, kinds=blocks)),
             ("n_embd / n_ff / n_vocab", f"{_v(spec.n_embd)} / {_v(spec.n_ff)} / {_v(spec.n_vocab)}"),
             ("n_ctx_train", _v(spec.n_ctx_train))]

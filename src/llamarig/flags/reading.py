@@ -22,7 +22,7 @@ from llamarig.flags.parsed import Invocation, LineNote, Note, Parsed
 from llamarig.flags.readers import parse_text
 from llamarig.flags.readers.common import ends_with_backslash
 from llamarig.flags.readers.paste import scan
-from llamarig.i18n import N_, _
+from llamarig.i18n import N_, _, listing
 
 __all__ = ["LineNote", "ScriptReading", "read_script", "reading_of", "verdict"]
 
@@ -210,4 +210,4 @@ def verdict(parsed: Parsed) -> list[str]:
 def _few(lines: list[int]) -> str:
     """Line numbers as a short list: the first five and the last."""
     shown = [str(n) for n in lines] if len(lines) <= 6 else [*(str(n) for n in lines[:5]), "…", str(lines[-1])]
-    return _(", ").join(shown)
+    return listing(shown)
