@@ -245,18 +245,21 @@ class Cut:
     every: int = 1
 
 
-def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False, every: int = 1) -> Cut | None:
+def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False, every: int = 1, freed: bool = True) -> Cut | None:
     """A cut-down layout of a trunk whose layers repeat with a period P (qwen35: three recurrent
     layers, then one attention layer; gemma3: five sliding-window layers, then a global one; a
     dense model: P = 1): every long stretch of layers on one device keeps its first ``every`` P
-    + 2 layers or a few more, so that what it leaves out is a multiple of ``every`` P (the stretch
+    + 2 layers (one period more in host memory) or a few more, so that what it leaves out is a
+    multiple of ``every`` P (the stretch
     keeps its length mod ``every`` P: it starts and ends on the same layer kinds as in full, and
     ggml-alloc's state, which may repeat only every other period, ends in the same phase). One
     replay of the cut gives the whole trunk's buffers when it shows the steady state
     (:mod:`llamarig.plan.steady`: ``every`` periods between the stretch's first and last layers
     that change nothing); None when the layers do not repeat or no stretch is long enough to cut.
     ``sized``: layers repeat only if their tensors' sizes do too (a weight may be copied to a
-    GPU)."""
+    GPU). ``freed``: the copies of the graph inputs a stretch reads die after their last use
+    (without pipeline parallelism, ggml-backend.cpp:1547-1745), in the stretch's last period:
+    the periods compared must end before it, one period more kept."""
     shape = _shape(spec)
     classes = shape.classes_sized if sized else shape.classes
     period = _period(classes)
@@ -264,10 +267,14 @@ def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False, every: int = 1) 
         return None
     per, _other = _layer_overrides(lay)
     step = every * period
-    k = step + 2
     keep: list[int] = []
     long: list[tuple[int, int]] = []
     for start, n in _runs(lay, len(classes), per):
+        # a stretch in host memory (or with weights there) hands ops to a GPU layer by layer, and
+        # the GPU's copies of the graph inputs are made where the stretch first needs them: the
+        # proof looks at the periods after the first one (steady.Probe.first_copies)
+        skip = 1 if lay.layers[start] == lay.cpu or per.get(start) else 0
+        k = (skip * period) + step + (period + 1 if freed else 2)
         size = k + (n - k) % step if n >= k else n
         if size < n:
             long.append((len(keep), size))
@@ -400,7 +407,7 @@ def _proved(spec: ModelSpec, q: GraphParams, setup: Setup, cut: Cut, sized: bool
 def _graph_buffers(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) -> tuple[int, ...]:
     if not mtp:
         for every in _periods_left_out(spec):
-            cut = make_cut(spec, setup.layout, sized, every)
+            cut = make_cut(spec, setup.layout, sized, every, setup.n_copies == 1)
             if cut is not None:
                 one, ok = _proved(spec, q, setup, cut, sized)
                 if ok:
