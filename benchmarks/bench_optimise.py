@@ -15,8 +15,8 @@ llama-server (-t 1, -c 2048, -fa on); /completion with a ~440-token prompt and 4
 tokens, best of 3; host bandwidth (numpy copy, one thread) and GFLOPS (numpy matmul) measured
 just before; the prediction uses them in place of the catalogue defaults.
 
-Method (--catalogue): every catalogue model at its first quant, on one RTX 3090 and on the 3gpu
-case's three cards: one ``make_plan`` (-c 32768 -np 1; MTP models with --spec-type draft-mtp) and
+Method (--catalogue): every catalogue model at its first quant, on one RTX 3090, on one RTX 4060
+Ti 16 GB (where the 27B models need layers on the CPU) and on the 3gpu case's three cards: one ``make_plan`` (-c 32768 -np 1; MTP models with --spec-type draft-mtp) and
 one ``optimise`` (--target-ctx 65536, or n_ctx_train when smaller), each cold, the median of R
 runs, as wall time (time.perf_counter) and this process's CPU time (time.process_time: less
 sensitive to the other processes of a shared machine); the load average before and after.
@@ -109,7 +109,7 @@ def _cold(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
 
 def bench_catalogue(repeat: int) -> None:
     """A plan and a search per catalogue model, one and three GPUs (--catalogue)."""
-    setups = {"1 GPU": ["rtx3090"], "3 GPUs": ["rtx5070ti", "rtx5060ti16", "rtx4060ti16"]}
+    setups = {"1 GPU": ["rtx3090"], "1 x 16 GB": ["rtx4060ti16"], "3 GPUs": ["rtx5070ti", "rtx5060ti16", "rtx4060ti16"]}
     print(f"load average before: {os.getloadavg()[0]:.1f}; medians of {repeat} cold runs")
     print("| model | arch | GPUs | plan wall / CPU | optimise wall / CPU | configurations |")
     print("|---|---|---|---|---|---|")

@@ -291,3 +291,42 @@ def test_target_json_has_top_level_speed_of_the_winner(seed_inputs):
     for k in ("decode_tok_s", "decode_limit_tok_s", "by_depth", "prefill_tok_s", "speculative", "depth_note"):
         assert k in j["speed"]
     assert "published f16 decodes" in j["speed"]["depth_note"] or "assumed to read as fast" in j["speed"]["depth_note"]
+
+
+@pytest.mark.parametrize("bound", [None, 0, 1, 7, 33, 64])
+@pytest.mark.parametrize("guess", [-5, 0, 3, 32, 63, 64, 90])
+def test_the_offload_search_finds_the_bound_from_any_guess(bound: int | None, guess: int) -> None:
+    """The largest value that fits (fitting holds up to a bound), found from a guess outward: the
+    same answer as halving the whole range, in two probes when the guess is right."""
+    from llamarig.plan.optimise import _largest
+
+    probes: list[int] = []
+
+    def ok(v: int) -> bool:
+        probes.append(v)
+        return bound is not None and v <= bound
+
+    assert _largest(0, 64, guess, ok) == bound
+    assert len(probes) == len(set(probes))  # no plan made twice
+    if bound is not None and guess == bound and 0 < bound < 64:
+        assert len(probes) == 2
+
+
+@pytest.mark.parametrize(("model_id", "key"), [("qwen3.6-27b:q4_k_m", "n_gpu_layers"),
+                                               ("qwen3.6-35b-a3b:q4_k_m", "n_cpu_moe")])
+def test_the_offload_search_agrees_with_trying_every_value(model_id: str, key: str) -> None:
+    """One 16 GB card, 128K of context: the -ngl (--n-cpu-moe) the search settles on is the one
+    a plan of every value finds, the largest (smallest) that leaves the headroom."""
+    from llamarig.plan import optimise as O
+
+    inp = inputs(model_id, "rtx4060ti16")
+    targets = Targets(ctx=131072)
+    cfg = O._base_config(inp, targets)
+    full = O._plan(inp, cfg)
+    assert not O._fits(full, targets.headroom)[0]
+    found = O._offload_search(inp, cfg, full, targets.headroom, {})
+    assert found is not None
+    n = inp.spec.n_layer if key == "n_gpu_layers" else inp.spec.n_layer_main
+    fitting = [v for v in range(n + 1) if O._fits(O._plan(inp, O._set(cfg, **{key: v})), targets.headroom)[0]]
+    want = max(fitting) if key == "n_gpu_layers" else min(v for v in fitting if v >= 1)
+    assert getattr(found[0], key) == want

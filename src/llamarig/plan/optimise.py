@@ -36,7 +36,7 @@ Not searched, and why (docs/speed.md "Optimiser"):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -262,35 +262,77 @@ def _repair_split(inp: PlanInputs, cfg: ServerConfig, counts: list[float], headr
     return cur, plan
 
 
-def _offload_search(inp: PlanInputs, cfg: ServerConfig, headroom: int) -> tuple[ServerConfig, Plan, str] | None:
-    """Smallest CPU share that fits: --n-cpu-moe for MoE models, else the largest -ngl."""
+def _largest(lo: int, hi: int, guess: int, ok: Callable[[int], bool]) -> int | None:
+    """The largest v in [lo, hi] with ok(v), where ok holds up to a bound and not past it (None
+    when it never holds): probed outward from a guess in steps of 1, 2, 4, ..., then halved. A
+    close guess costs two plans where halving [lo, hi] from the start costs six or seven."""
+    good: int | None = None
+    bad: int | None = None
+    g = min(max(guess, lo), hi)
+    step = 1
+    if ok(g):
+        good = g
+        while good < hi:
+            nxt = min(good + step, hi)
+            if not ok(nxt):
+                bad = nxt
+                break
+            good, step = nxt, step * 2
+        if bad is None:
+            return good
+    else:
+        bad = g
+        while bad > lo:
+            nxt = max(bad - step, lo)
+            if ok(nxt):
+                good = nxt
+                break
+            bad, step = nxt, step * 2
+        if good is None:
+            return None
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def _short(plan: Plan, headroom: int) -> int:
+    """Bytes the GPUs lack for ``plan`` with ``headroom`` left on each."""
+    return sum(max(0, headroom - d.free) for d in plan.devices if d.free is not None and d.capacity)
+
+
+def _offload_search(inp: PlanInputs, cfg: ServerConfig, full: Plan, headroom: int,
+                    plans: dict[int, tuple[ServerConfig, Plan]]) -> tuple[ServerConfig, Plan, str] | None:
+    """Smallest CPU share that fits: --n-cpu-moe for MoE models, else the largest -ngl. The
+    search starts from what the plan with everything on the GPUs (``full``) lacks, in layers;
+    ``plans`` gets every plan it made."""
     spec = inp.spec
     n_all = spec.n_layer_main
+
+    def fits(key: str, n: int) -> bool:
+        c = _set(cfg, **{key: n})
+        p = plans[n] = (c, _plan(inp, c))
+        return _fits(p[1], headroom)[0]
+
+    short = _short(full, headroom)
     if spec.n_expert:
-        lo, hi = 1, n_all
-        best = None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            c = _set(cfg, n_cpu_moe=mid)
-            p = _plan(inp, c)
-            if _fits(p, headroom)[0]:
-                best = (c, p, _("--n-cpu-moe {n}: experts of the first {n} layers in host RAM").format(n=mid))
-                hi = mid - 1
-            else:
-                lo = mid + 1
-        return best
-    lo, hi = 0, spec.n_layer
-    best = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        c = _set(cfg, n_gpu_layers=mid)
-        p = _plan(inp, c)
-        if _fits(p, headroom)[0]:
-            best = (c, p, _("-ngl {n}: {cpu} layer(s) on the CPU").format(n=mid, cpu=spec.n_layer + 1 - mid))
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return best
+        experts = sum(t.n_bytes for t in spec.tensors if "_exps" in t.name) / max(1, n_all)
+        guess = n_all - (-(-short // int(experts)) if experts >= 1 else n_all)
+        # the fewest layers' experts in host memory: the most layers' experts kept on the GPUs
+        kept = _largest(0, n_all - 1, guess, lambda k: fits("n_cpu_moe", n_all - k))
+        if kept is None:
+            return None
+        n = n_all - kept
+        return (*plans[n], _("--n-cpu-moe {n}: experts of the first {n} layers in host RAM").format(n=n))
+    per_layer = sum(d.get("weights") + d.get("kv") + d.get("recurrent") for d in full.devices) / max(1, spec.n_layer)
+    guess = spec.n_layer - (-(-short // int(per_layer)) if per_layer >= 1 else spec.n_layer)
+    ngl = _largest(0, spec.n_layer, guess, lambda k: fits("n_gpu_layers", k))
+    if ngl is None:
+        return None
+    return (*plans[ngl], _("-ngl {n}: {cpu} layer(s) on the CPU").format(n=ngl, cpu=spec.n_layer + 1 - ngl))
 
 
 def _best_draft_n(spec: ModelSpec, inp: PlanInputs, cfg: ServerConfig, cal: Calibration,
@@ -329,8 +371,9 @@ def _layouts(inp: PlanInputs, cfg: ServerConfig, targets: Targets) -> tuple[list
         layouts.append((cfg, _plan(inp, cfg), _("all layers on the GPU") if hw.gpus else _("CPU only")))
     evaluated += len(layouts)
     if hw.gpus and not any(_fits(p, targets.headroom)[0] for _, p, _ in layouts):
-        off = _offload_search(inp, layouts[0][0], targets.headroom)
-        evaluated += 6
+        searched: dict[int, tuple[ServerConfig, Plan]] = {}
+        off = _offload_search(inp, layouts[0][0], layouts[0][1], targets.headroom, searched)
+        evaluated += len(searched)
         if off is not None:
             layouts.append(off)
     return layouts, evaluated
