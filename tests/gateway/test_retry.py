@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -111,3 +112,14 @@ def test_rates_from_answer_timings() -> None:
     assert bp.prefill.value == pytest.approx(2000.0)
     bp.finished({"predicted_n": 1})  # too short to measure: ignored
     assert bp.decode.samples == 1
+
+
+@pytest.mark.parametrize("seconds", [6.0004, 6.0, 5.9999999, 0.0001, 12.3456])
+def test_the_body_estimate_rounds_so_the_header_is_its_ceiling(seconds: float) -> None:
+    """The 429 body's seconds and the Retry-After header agree: the header is the body's ceiling
+    (a 6.0004 s estimate was written 6.0 beside a header of 7)."""
+    from llamarig.gateway.retry import Estimate
+
+    shown = Estimate(seconds, "in_flight", 1, 100.0).to_json()["seconds"]
+    assert isinstance(shown, float) and shown >= seconds - 1e-12
+    assert math.ceil(shown) == math.ceil(seconds)

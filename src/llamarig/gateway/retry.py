@@ -78,8 +78,12 @@ class Estimate:
     rate: float | None = None  # the decode rate used (tokens/s per stream), of the backend it fits on
 
     def to_json(self) -> dict[str, object]:
-        return {"seconds": None if self.seconds is None else round(self.seconds, 3), "method": self.method,
-                "waits_for": self.waits_for, "decode_tok_s": None if self.rate is None else round(self.rate, 2)}
+        """The 429 body's ``retry_after_estimate``: seconds rounded up to the millisecond, so that
+        the header's whole seconds are always its ceiling (6.0004 s was written 6.0 beside a
+        header of 7)."""
+        return {"seconds": None if self.seconds is None else math.ceil(self.seconds * 1000) / 1000,
+                "method": self.method, "waits_for": self.waits_for,
+                "decode_tok_s": None if self.rate is None else round(self.rate, 2)}
 
 
 class _Replay:
