@@ -196,3 +196,23 @@ def test_random_reservations_equal_the_whole_trunk(seed: int, overrides: bool) -
         c = random_case(rng, overrides=overrides)
         R.forget()
         assert R.buffers(c.spec, c.params, c.setup) == R.replay(c.spec, c.params, c.setup), (seed, _i, c.model)
+
+
+def test_a_quant_mix_keeps_the_host_stretch_whole_and_cuts_the_gpu_one() -> None:
+    """Q4_K_M gives some layers a bigger ffn_down; a GPU that takes over the ops of layers in host
+    memory copies their weights in, so the host stretch repeats only by size, and does not: it
+    is kept whole, while the GPU's stretch, whose weights are never copied, is cut."""
+    from llamarig.testing.layouts import quant_mix
+
+    spec = quant_mix(build_spec(*find_model("qwen3.8-27b:ud-q4_k_xl")))
+    lay = Layout(tuple([1] * 20 + [0] * (spec.n_layer - 20)), 0, 1, full_offload=False)
+    setup = R.Setup(lay, (cuda_backend("CUDA0", 890), Backend("CUDA_Host")))
+    assert R._sized(setup)
+    cut = R.make_cut(spec, lay, True, every=2)
+    assert cut is not None and cut.layout.keep is not None
+    assert cut.layout.keep[:20] == tuple(range(20))  # the host stretch, whole
+    assert [f for f, _n in cut.stretches] == [20]  # only the GPU's is cut
+    p = GraphParams(1024, 1, 1, 65536, 1, 1, 0, True, "q8_0", "q8_0")
+    R.forget()
+    assert R.buffers(spec, p, setup) == R.replay(spec, p, setup)
+    assert R._steady_replay(spec, p, setup, cut)[1]

@@ -221,6 +221,11 @@ def _period(classes: tuple[int, ...]) -> int | None:
     return None
 
 
+def _repeats(classes: tuple[int, ...], start: int, n: int, step: int) -> bool:
+    """Whether the layers start .. start + n - 1 repeat every ``step`` layers."""
+    return all(classes[i] == classes[i + step] for i in range(start, start + n - step))
+
+
 def _runs(lay: Layout, n_main: int, per: dict[int, tuple[tuple[str, int], ...]]) -> list[tuple[int, int]]:
     """(start, length) of the stretches of main layers with the same device and overrides."""
     out: list[tuple[int, int]] = []
@@ -256,26 +261,30 @@ def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False, every: int = 1, 
     replay of the cut gives the whole trunk's buffers when it shows the steady state
     (:mod:`llamarig.plan.steady`: ``every`` periods between the stretch's first and last layers
     that change nothing); None when the layers do not repeat or no stretch is long enough to cut.
-    ``sized``: layers repeat only if their tensors' sizes do too (a weight may be copied to a
-    GPU). ``freed``: the copies of the graph inputs a stretch reads die after their last use
+    ``sized``: a GPU may take over the ops of layers whose weights sit in host memory and copy
+    the weights in: such a stretch repeats only if its tensors' sizes do too (a quant mix such as
+    Q4_K_M gives some layers bigger tensors: llama.cpp's use_more_bits), else it is kept whole;
+    the GPUs' own weights are never copied, so their stretches go by the layers' kinds. ``freed``: the copies of the graph inputs a stretch reads die after their last use
     (without pipeline parallelism, ggml-backend.cpp:1547-1745), in the stretch's last period:
     the periods compared must end before it, one period more kept."""
     shape = _shape(spec)
-    classes = shape.classes_sized if sized else shape.classes
-    period = _period(classes)
+    period = _period(shape.classes)
     if period is None:
         return None
     per, _other = _layer_overrides(lay)
     step = every * period
     keep: list[int] = []
     long: list[tuple[int, int]] = []
-    for start, n in _runs(lay, len(classes), per):
+    for start, n in _runs(lay, len(shape.classes), per):
         # a stretch in host memory (or with weights there) hands ops to a GPU layer by layer, and
         # the GPU's copies of the graph inputs are made where the stretch first needs them: the
         # proof looks at the periods after the first one (steady.Probe.first_copies)
-        skip = 1 if lay.layers[start] == lay.cpu or per.get(start) else 0
+        host = lay.layers[start] == lay.cpu or bool(per.get(start))
+        skip = 1 if host else 0
         k = (skip * period) + step + (period + 1 if freed else 2)
         size = k + (n - k) % step if n >= k else n
+        if sized and host and not _repeats(shape.classes_sized, start, n, step):
+            size = n  # weights copied to a GPU whose sizes do not repeat (a quant mix): whole
         if size < n:
             long.append((len(keep), size))
         keep += range(start, start + size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.gguf.spec import ModelSpec
@@ -73,11 +73,30 @@ def _params(rng: random.Random, spec: ModelSpec) -> GraphParams:
                        0, fa, tk, tv, 2048 if spec.architecture == "gemma3" else 0)
 
 
+def quant_mix(spec: ModelSpec) -> ModelSpec:
+    """The spec with Q4_K_M's mix: ffn_down half again as big in llama.cpp's use_more_bits layers
+    (the first and last eighth, and every third between: src/llama-quant.cpp), so that the
+    layers' sizes do not repeat where their kinds do."""
+    n = spec.n_layer_main
+    out = []
+    for t in spec.tensors:
+        m = _BLOCK.match(t.name)
+        if m and m.group(2).startswith("ffn_down"):
+            i = int(m.group(1))
+            if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
+                t = replace(t, n_bytes=t.n_bytes * 3 // 2, ggml_type="q6_K")
+        out.append(t)
+    return replace(spec, tensors=tuple(out))
+
+
 def random_case(rng: random.Random, specs: dict[str, ModelSpec] | None = None, overrides: bool = False) -> Case:
-    """One model, 1-3 CUDA GPUs (compute capability 7.5-12.0) or RPC servers behind the CPU,
-    layers on the CPU first or not, and one reservation's parameters."""
+    """One model (its weights a quant mix one time in three), 1-3 CUDA GPUs (compute capability
+    7.5-12.0) or RPC servers behind the CPU, layers on the CPU first or not, and one reservation's
+    parameters."""
     model = rng.choice(MODELS)
     spec = specs[model] if specs is not None and model in specs else build_spec(*find_model(model))
+    if rng.random() < 1 / 3:
+        spec = quant_mix(spec)
     n_dev = rng.choice((1, 2, 3))
     cuda = rng.random() < 0.5
     devs = tuple(cuda_backend(f"CUDA{k}", rng.choice((750, 860, 890, 1200))) if cuda else Backend(f"RPC{k}")
