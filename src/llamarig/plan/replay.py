@@ -438,10 +438,10 @@ def buffers(spec: ModelSpec, p: GraphParams, setup: Setup, mtp: bool = False, *,
     ``p``, as :func:`replay`, with each graph remembered by the model's shape and the layout's
     (layers of one class on one device are one key, whatever their number past the cut; the
     one-token graph does not depend on n_ubatch); a repeating trunk is replayed on a cut, whole
-    only when the cut does not show the steady state (:func:`make_cut`). ``dry_run``: what --fit's dry runs measure, the prompt graph
-    alone (a model loaded without allocating reserves only its sizes, llama-context.cpp:674-677;
-    the one-token graph and the second prompt graph are split only, 702 and 727), with
-    ``setup.layout.pinned`` off."""
+    only when the cut does not show the steady state (:func:`make_cut`). ``dry_run``: what
+    --fit's dry runs measure, the prompt graph alone (a model loaded without allocating reserves
+    only its sizes, llama-context.cpp:674-677; the one-token graph and the second prompt graph are
+    split only, 702 and 727), with ``setup.layout.pinned`` off."""
     sized = _sized(setup)
     a = _graph_buffers(spec, p, setup, mtp, sized)
     if dry_run:
