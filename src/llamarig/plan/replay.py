@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from llamarig.gguf.ggml_types import CUDA_FA_KV_TYPES, CUDA_FA_VEC_PAIRS, TYPE_SIZES
 from llamarig.gguf.spec import ModelSpec
@@ -253,20 +254,20 @@ class Cut:
 def make_cut(spec: ModelSpec, lay: Layout, sized: bool = False, every: int = 1, freed: bool = True) -> Cut | None:
     """A cut-down layout of a trunk whose layers repeat with a period P (qwen35: three recurrent
     layers, then one attention layer; gemma3: five sliding-window layers, then a global one; a
-    dense model: P = 1): every long stretch of layers on one device keeps its first ``every`` P
-    + 2 layers (one period more in host memory) or a few more, so that what it leaves out is a
-    multiple of ``every`` P (the stretch
-    keeps its length mod ``every`` P: it starts and ends on the same layer kinds as in full, and
-    ggml-alloc's state, which may repeat only every other period, ends in the same phase). One
-    replay of the cut gives the whole trunk's buffers when it shows the steady state
-    (:mod:`llamarig.plan.steady`: ``every`` periods between the stretch's first and last layers
-    that change nothing); None when the layers do not repeat or no stretch is long enough to cut.
-    ``sized``: a GPU may take over the ops of layers whose weights sit in host memory and copy
-    the weights in: such a stretch repeats only if its tensors' sizes do too (a quant mix such as
-    Q4_K_M gives some layers bigger tensors: llama.cpp's use_more_bits), else it is kept whole;
-    the GPUs' own weights are never copied, so their stretches go by the layers' kinds. ``freed``: the copies of the graph inputs a stretch reads die after their last use
-    (without pipeline parallelism, ggml-backend.cpp:1547-1745), in the stretch's last period:
-    the periods compared must end before it, one period more kept."""
+    dense model: P = 1). Every long stretch of layers on one device keeps its first layers and
+    leaves out a multiple of ``every`` P, so that it starts and ends on the same layer kinds as
+    in full and ggml-alloc's state, which may repeat only every other period, ends in the same
+    phase. What it keeps: ``every`` P layers to compare (:mod:`llamarig.plan.steady`), after
+    the stretch's first layer (it reads the copies from the previous device), and after a whole
+    first period for a stretch in host memory or with weights there (a GPU takes over its ops
+    and makes its copies of the graph inputs where the stretch first needs them); then its last
+    layer, or with ``freed`` its last period (without pipeline parallelism those copies die
+    after their last use, ggml-backend.cpp:1547-1745). ``sized``: a GPU copies in the weights
+    of the ops it takes over, so a stretch in host memory repeats only if its tensors' sizes do
+    too (a quant mix such as Q4_K_M gives some layers bigger tensors: llama.cpp's
+    use_more_bits), else it is kept whole; the GPUs' own weights are never copied. One replay of
+    the cut gives the whole trunk's buffers when it shows the steady state; None when the layers
+    do not repeat or no stretch is long enough to cut."""
     shape = _shape(spec)
     period = _period(shape.classes)
     if period is None:
@@ -340,6 +341,7 @@ def _f16(t: str) -> str:
 # ------------------------------------------------------------------------ the memo
 
 
+_V = TypeVar("_V")
 _MEMO: OrderedDict[tuple[object, ...], tuple[int, ...]] = OrderedDict()
 #: replays remembered (a few hundred bytes each); the optimiser on one model needs hundreds
 MEMO_SIZE = 8192
@@ -360,7 +362,7 @@ def _key(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: bool) 
             setup.n_copies, setup.op_offload, mtp)
 
 
-def _remember(memo: OrderedDict[tuple[object, ...], object], key: tuple[object, ...], value: object) -> None:
+def _remember(memo: OrderedDict[tuple[object, ...], _V], key: tuple[object, ...], value: _V) -> None:
     memo[key] = value
     if len(memo) > MEMO_SIZE:
         memo.popitem(last=False)
@@ -373,7 +375,7 @@ def _memoized(spec: ModelSpec, q: GraphParams, setup: Setup, mtp: bool, sized: b
         _MEMO.move_to_end(key)
         return hit
     out = replay_graph(spec, q, setup, mtp)
-    _remember(_MEMO, key, out)  # type: ignore[arg-type]
+    _remember(_MEMO, key, out)
     return out
 
 
@@ -408,8 +410,8 @@ def _proved(spec: ModelSpec, q: GraphParams, setup: Setup, cut: Cut, sized: bool
     if hit is not None and ok is not None:
         return hit, ok
     out, ok = _steady_replay(spec, q, setup, cut)
-    _remember(_MEMO, key, out)  # type: ignore[arg-type]
-    _remember(_STEADY, key, ok)  # type: ignore[arg-type]
+    _remember(_MEMO, key, out)
+    _remember(_STEADY, key, ok)
     return out, ok
 
 
