@@ -111,3 +111,19 @@ RE_KV_SLOT = re.compile(r"\bid_slot=(-?\d+)\b")
 RE_KV_TASK = re.compile(r"\bid_task=(-?\d+)\b")
 #: the level/function prefix of those builds' text lines: ``INFO [  update_slots] …``
 RE_OLD_PREFIX = re.compile(r"^\s*(?:INFO|WARN|WARNING|ERR|ERROR|VERB|DEBUG)\s+\[\s*\w+\]\s")
+
+# ---------------------------------------------------------------- runs of the server (bench.logparse)
+
+#: the first line of a run of llama-server (tools/server/server.cpp:116 ``initializing ...``);
+#: older builds began with ``main: build = N (hash)`` (examples/server) or common's
+#: ``build: N (hash) with CC for ARCH``
+RE_RUN_START = re.compile(r"llama_server: initializing \.\.\.|\bmain: build = \d+|(?:^|\s)build: \d+ \([0-9a-f]+\) with ")
+#: a run that stops cleanly says so (tools/server/server.cpp:425, 465)
+RE_RUN_EXIT = re.compile(r"cleaning up before exit")
+#: the prefix a journal (``journalctl``, syslog) puts before each line of a unit's output: the
+#: short format ``Dec 07 23:00:01 host unit[PID]: `` or short-iso ``2026-12-07T23:00:01+0000 host
+#: unit[PID]: ``; the PID tells one run of the process from the next
+RE_JOURNAL = re.compile(
+    r"^(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
+    r" \S+ [^\s:\[]+(?:\[(\d+)\])?: "
+)

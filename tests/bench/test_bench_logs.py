@@ -197,13 +197,13 @@ SCRIPT_000 = Path(__file__).resolve().parents[1] / "flags" / "fixtures" / "seed0
 def test_logs_turn_the_3090_report_into_findings(tmp_path: Path) -> None:
     """The RTX 3090 field report's log answers its own question: an unlimited reasoning budget
     where the script says 768 (the flag never reached the server: the script is cut off at line
-    10); n_ctx_slot = 95232 where the script's -c 105000 (which does reach the server) gives
-    105216 (tests/app/test_logs_script.py sets it against the plan)."""
+    10); n_ctx_slot = 95232 where the plan of the script's -c 105000 gives 105216
+    (tests/app/test_logs_script.py sets it against the plan on the GPU)."""
     from llamarig.app.logs import logs_report
 
-    doc = logs_report(SEED_000, SCRIPT_000).to_json()
+    doc = logs_report(SEED_000, SCRIPT_000, model="qwen3.6-27b:iq4_nl").to_json()
     text = "\n".join(doc["findings"])
-    assert "n_ctx_slot = 95232" in text and "gives 105216 (-c 105000" in text
+    assert "n_ctx_slot = 95232, not the 105216 that" in text and "gives (-c 105000" in text
     assert "--reasoning-budget 768" in text and "never reached llama-server" in text
     assert "cut off at line 10" in text
     # without the script the log still says what ran
@@ -323,3 +323,26 @@ def test_logs_screen_shows_outcomes(capsys) -> None:
     out = capsys.readouterr().out
     assert "cancelled" in out and "context" in out and "~" in out
     assert "[yellow]" not in out and "[/]" not in out
+
+
+def test_recorded_restarts_each_run_on_its_own(validate_doc) -> None:
+    """The recorded log of three runs (tests/fixtures/logs/README.md; tests/bench/test_logs_restarts.py
+    makes one afresh against the real server): the old reading paired task ids across runs,
+    ran the killed run's three requests through the later runs (a serial run 'with others
+    active', 'up to 5 at once' on 1 and 2 slots) and stated three n_ctx_slot values in one line
+    and one median."""
+    doc = logs_report(LOGS / "restarts.log").to_json()
+    validate_doc(doc)
+    truth = json.loads((LOGS / "restarts.requests.json").read_text())["runs"]
+    runs = doc["runs"]
+    assert [len(r["requests"]) for r in truth] == [r["requests"] for r in runs] == [7, 15, 2]
+    assert [(r["server"]["n_slots"], r["server"]["n_ctx_slot"]) for r in runs] == [(4, 4096), (1, 2048), (2, 3072)]
+    assert [r["exited"] for r in runs] == [False, True, True]
+    for k, slots in ((1, 4), (2, 1), (3, 2)):
+        assert max(t["concurrency"] for t in doc["timeline"] if t["run"] == k) <= slots
+    f = {x["name"]: x for x in doc["figures"]}
+    assert f["log_decode_tok_s_median_run2"]["n"] == 15 and "every request decoded alone" in f[
+        "log_decode_tok_s_median_run2"]["method"]
+    assert not any("n_ctx_slot = 2048, 3072" in x for x in doc["findings"])
+    text = "\n".join(doc["findings"])
+    assert text.count("llama-server started again") == 2 and "run 1: 3 request(s) were still running" in text

@@ -28,6 +28,16 @@ Concurrency: the server's loop is one thread, so the order of the lines is the o
 A request is active from its first line (``processing task``) to its last (``stop processing``,
 else its timings); the requests active at once with it are counted from those spans
 (:func:`concurrency`), so a slowdown can be told from parallel decoding rather than depth.
+
+Runs: a log may hold several runs of llama-server, one after the other (a file the server
+appends to, a systemd journal). Each run is read on its own (:attr:`LogParse.runs`): task ids
+start again at 0 in each, so a request, a span and a timing pair only within their run, and a
+request a run left unfinished ends with its run. A run begins at the server's first line
+(``llama_server: initializing ...``, tools/server/server.cpp:116; ``main: build = N`` or
+``build: N (hash) with`` in older builds) once the run before has started serving (its
+``initializing, n_slots`` line or a request), at a second ``initializing, n_slots`` line (a log
+filtered of its first lines), or where a journal's PID changes. A journal's prefix (``Dec 07
+23:00:01 host unit[PID]: ``) is taken off every line before it is read.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from llamarig.errors import InputError
 from llamarig.i18n import _, os_error
 from llamarig.logformat import (
     CTX_EXCEEDED,
+    MEM_SLOTS,
     RE_BUDGET,
     RE_BUILD,
     RE_CANCEL,
@@ -50,6 +61,7 @@ from llamarig.logformat import (
     RE_ERASED,
     RE_EVAL,
     RE_FORCE,
+    RE_JOURNAL,
     RE_KNOWN,
     RE_KV_SLOT,
     RE_KV_SUFFIX,
@@ -63,6 +75,8 @@ from llamarig.logformat import (
     RE_RELEASE,
     RE_RESTORED,
     RE_REUSE,
+    RE_RUN_EXIT,
+    RE_RUN_START,
     RE_SELECT,
     RE_SEND_ERROR,
     RE_SEQ_RM,
@@ -200,6 +214,16 @@ class LogParse:
     reasoning_budgets: list[tuple[int, int]] = field(default_factory=list)  # (line, budget tokens)
     starts: list[LogStart] = field(default_factory=list)  # each start's lines (llamarig.serverpool)
     overflows: list[int] = field(default_factory=list)  # lines of 'decode: Context size has been exceeded'
+    first_line: int = 1  # the lines of the text this parse covers (a run: its own)
+    last_line: int = 0
+    exited: bool = False  # a run that said 'cleaning up before exit' (stopped, not killed)
+    pid: int | None = None  # the PID a journal's prefix gives
+    runs: list[LogParse] = field(default_factory=list)  # the whole log: each run of the server on its own
+
+    @property
+    def served(self) -> bool:
+        """Whether this run had started serving (its slots initialized, or a request)."""
+        return bool(self.starts or self.requests)
 
 
 def _json_msg(line: str) -> tuple[str, dict[str, Any]] | None:
@@ -239,6 +263,15 @@ class _Line:
     t: float | None = None
 
 
+def unprefix(raw: str) -> tuple[str, int | None]:
+    """A line without the journal's prefix, and the PID the prefix names (None: no prefix, or
+    none named)."""
+    m = RE_JOURNAL.match(raw)
+    if m is None:
+        return raw, None
+    return raw[m.end():], int(m.group(1)) if m.group(1) else None
+
+
 def _read_line(no: int, raw: str) -> _Line:
     line = raw.strip()
     ln = _Line(no, line, line, t=_timestamp(line))
@@ -263,8 +296,8 @@ def _read_line(no: int, raw: str) -> _Line:
 class _Parser:
     """The state of one pass over a log (:func:`parse_log_text`)."""
 
-    def __init__(self, path: str) -> None:
-        self.res = LogParse(path)
+    def __init__(self, path: str, first_line: int = 1) -> None:
+        self.res = LogParse(path, first_line=first_line)
         self.by_key: dict[tuple[int, int], LogRequest] = {}
         self.by_task: dict[int, LogRequest] = {}  # the latest request of each task id
         self.last_timing_ctx: tuple[int, int] | None = None  # slot/task of a 'print_timing' line without payload
@@ -458,22 +491,70 @@ class _Parser:
             if r is not None and not r.outcome:
                 r.outcome = "cancelled"  # after an error the HTTP side cancels too: the error stands
             hit = True
+        if RE_RUN_EXIT.search(line):
+            res.exited = hit = True
         return hit
 
+    def begins_run(self, line: str, pid: int | None) -> bool:
+        """Whether ``line`` (its journal prefix taken off) starts another run of the server
+        than the one read so far (see the module)."""
+        res = self.res
+        if pid is not None and res.pid is not None and pid != res.pid:
+            return True
+        if not res.served:
+            return False
+        return bool(RE_RUN_START.search(line)) or (bool(res.starts) and MEM_SLOTS.search(line) is not None)
+
     def finish(self, last_line: int) -> LogParse:
+        self.res.last_line = last_line
+        self.res.lines = last_line - self.res.first_line + 1
         concurrency(self.res.requests, last_line)
         return self.res
 
 
 def parse_log_text(text: str, path: str = "<text>") -> LogParse:
+    """The log as a whole (every run's requests, in order) and each run of the server in it
+    (``runs``), each read on its own."""
     raw_lines = text.splitlines()
+    runs: list[LogParse] = []
     p = _Parser(path)
-    p.res.lines = len(raw_lines)
-    if text and not text.endswith("\n") and raw_lines and (RE_KNOWN.search(raw_lines[-1]) or RE_SLOT.search(raw_lines[-1])):
-        p.res.truncated_tail = True
     for no, raw in enumerate(raw_lines, 1):
-        p.feed(no, raw)
-    return p.finish(len(raw_lines))
+        line, pid = unprefix(raw)
+        if p.begins_run(line, pid):
+            runs.append(p.finish(no - 1))
+            p = _Parser(path, no)
+        if pid is not None:
+            p.res.pid = pid
+        p.feed(no, line)
+    runs.append(p.finish(len(raw_lines)))
+    whole = _whole(path, runs, len(raw_lines))
+    if text and not text.endswith("\n") and raw_lines and (RE_KNOWN.search(raw_lines[-1]) or RE_SLOT.search(raw_lines[-1])):
+        whole.truncated_tail = runs[-1].truncated_tail = True
+    return whole
+
+
+def _whole(path: str, runs: list[LogParse], lines: int) -> LogParse:
+    """The whole log from its runs: their requests and events in order, the counts summed; the
+    checkpoints kept are the last run's (a restart frees the others)."""
+    w = LogParse(path, lines=lines, last_line=lines, runs=runs, exited=runs[-1].exited, pid=runs[-1].pid)
+    last = runs[-1].checkpoints
+    w.checkpoints = Checkpoints(kept_by_slot=dict(last.kept_by_slot), limit=last.limit)
+    for r in runs:
+        w.recognised, w.skipped, w.empty = w.recognised + r.recognised, w.skipped + r.skipped, w.empty + r.empty
+        w.requests += r.requests
+        w.starts += r.starts
+        w.ctx_slots += r.ctx_slots
+        w.reasoning_budgets += r.reasoning_budgets
+        w.overflows += r.overflows
+        w.forced_full += r.forced_full
+        w.orphan_timings += r.orphan_timings
+        w.build = w.build or r.build
+        ck = r.checkpoints
+        w.checkpoints.created += ck.created
+        w.checkpoints.erased += ck.erased
+        w.checkpoints.sizes_mib += ck.sizes_mib
+        w.checkpoints.restores += ck.restores
+    return w
 
 
 def concurrency(requests: list[LogRequest], last_line: int) -> None:

@@ -2,6 +2,11 @@
 per-request timeline and plain-language findings, each with its method: the typed
 :class:`LogsReport` (``to_json()`` is the ``--json`` document, ``"kind": "logs"``).
 
+A log with several runs of the server (a restart appended to the file, a systemd journal) is
+read run by run (llamarig.bench.logparse): each run has its own section (its settings, slots and
+pool, its findings, its figures: the last run's under the plain names, an earlier run's with
+``_run<K>``), and each restart is a finding.
+
 Decode rates are medians of the server's own ``eval time`` lines, and every median says which
 concurrency it holds: how many requests were active at once while each decoded (the spans of
 llamarig.bench.logparse.concurrency). A slowdown between requests is put down to parallel decoding
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,7 @@ from llamarig.bench.records import Figure, Json, single_figure, stat_figures
 from llamarig.bench.result import SCHEMA_VERSION
 from llamarig.errors import InputError
 from llamarig.i18n import _
+from llamarig.serverpool import LogStart
 
 #: a depth difference smaller than this (and than a quarter of the shallower depth) cannot explain
 #: a change of decode speed
@@ -40,51 +46,186 @@ FLAT_PCT = 2.0
 SERIES_ROWS = 5000
 
 
+#: what a comparison can tell in place of the log's own line: the context the slots ran with, the
+#: reasoning budget
+FACTS = ("context", "budget")
+
+
+@dataclass(frozen=True)
+class LogComparison:
+    """What a comparison (a launch script, a plan: llamarig.app.logs) finds in a log: its
+    findings, placed first, and the facts of :data:`FACTS` they tell, which the log's own
+    findings then do not tell again (one finding per fact)."""
+
+    findings: tuple[str, ...]
+    told: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class FigureSource:
+    """Where figures come from, as their methods name it: the file, or one run of it."""
+
+    en: str
+    zh: str
+
+    def __str__(self) -> str:
+        return self.en
+
+
+@dataclass(frozen=True)
+class RunSection:
+    """One run of llama-server in the log: its lines, how it started and ended, its settings
+    (the ``initializing`` line: None when the log begins mid-run), its findings and the suffix
+    of its figures' names."""
+
+    run: int
+    line: int
+    line_end: int
+    start: LogStart | None
+    exited: bool
+    pid: int | None
+    build: str | None
+    requests: int
+    findings: tuple[str, ...]
+    suffix: str = ""
+
+    def to_json(self) -> dict[str, Json]:
+        st = self.start
+        return {"run": self.run, "line": self.line, "line_end": self.line_end, "exited": self.exited,
+                "pid": self.pid, "build": self.build, "requests": self.requests, "figures_suffix": self.suffix,
+                "server": None if st is None else _server_json(st),
+                "settings": run_settings(st) if st is not None else _("its start is not in the log"),
+                "findings": list(self.findings)}
+
+
+def _server_json(st: LogStart) -> dict[str, Json]:
+    return {"line": st.line, "n_slots": st.n_slots, "n_ctx_slot": st.n_ctx_slot, "kv_unified": st.kv_unified,
+            "pool_tokens": st.pool_tokens}
+
+
 @dataclass(frozen=True)
 class LogsReport:
     """What ``llamarig logs`` found in one log: ``source`` (what was read), ``figures`` (each with
     its method), ``findings`` (catalogue Messages: English in ``to_json()``, the reader's language
-    on the screen), one ``timeline`` row per request, and the plot ``series``."""
+    on the screen; a run's own findings prefixed with its number where the log has several), one
+    ``timeline`` row per request (with its run), the plot ``series``, and one section per run of
+    the server (``runs``)."""
 
     source: Mapping[str, Json]
     figures: tuple[Figure, ...]
     findings: tuple[str, ...]
     timeline: tuple[Mapping[str, Json], ...]
     series: Mapping[str, Json] = field(default_factory=dict)
+    runs: tuple[RunSection, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "kind": "logs", "tool": f"llamarig {__version__}",
                 "source": dict(self.source), "figures": [f.to_json() for f in self.figures],
                 "findings": list(self.findings), "timeline": [dict(t) for t in self.timeline],
-                "series": dict(self.series), "errors": []}
+                "series": dict(self.series), "runs": [r.to_json() for r in self.runs], "errors": []}
 
 
-def logs_report(path: Path, compare: Callable[[LogParse], list[str]] | None = None) -> LogsReport:
+def logs_report(path: Path, compare: Callable[[LogParse], LogComparison] | None = None) -> LogsReport:
     """Read ``path``; ``compare``: findings that set the log against what was meant or planned (a
-    launch script, a plan: the caller's, llamarig.app.logs), placed first."""
+    launch script, a plan: the caller's, llamarig.app.logs), placed first; it is given the last
+    run of the server in the log (the one the script started last)."""
     p = parse_log_text(read_log(path), str(path))
     if p.recognised == 0:
         what = "empty" if p.lines == p.empty else "not a llama-server log"
         raise InputError(_("{path}: {what}: no line llama-server writes was found ({lines} line(s))").format(
             path=path, what=what, lines=p.lines))
-    figures, findings = analyse(p)
-    if compare is not None:
-        findings = compare(p) + findings
+    cmp = compare(p.runs[-1] if len(p.runs) > 1 else p) if compare is not None else LogComparison(())
+    sections = _sections(p, cmp.told)
+    figures = tuple(f for _s, figs in sections for f in figs)
+    findings = list(cmp.findings) + restart_findings(p)
+    if len(p.runs) == 1:
+        findings += sections[0][0].findings
+    else:
+        findings += [_("run {k}: {finding}").format(k=s.run, finding=f) for s, _f in sections for f in s.findings]
     start = p.starts[-1] if p.starts else None
     source: dict[str, Json] = {"path": str(path), "lines": p.lines, "recognised": p.recognised, "skipped": p.skipped,
               "empty": p.empty, "build": p.build, "truncated_tail": p.truncated_tail, "requests": len(p.requests),
-              "orphan_timings": p.orphan_timings,
-              "server": None if start is None else {"line": start.line, "n_slots": start.n_slots,
-                                                    "n_ctx_slot": start.n_ctx_slot, "kv_unified": start.kv_unified,
-                                                    "pool_tokens": start.pool_tokens}}
-    rows = tuple(timeline_row(r) for r in p.requests)
-    return LogsReport(source, tuple(figures), tuple(findings), rows, _series(p, rows))
+              "orphan_timings": p.orphan_timings, "runs": len(p.runs),
+              "server": None if start is None else _server_json(start)}
+    rows = tuple(timeline_row(r, k) for k, run in enumerate(p.runs, 1) for r in run.requests)
+    return LogsReport(source, figures, tuple(findings), rows, _series(p, rows), tuple(s for s, _f in sections))
+
+
+def _sections(p: LogParse, told: frozenset[str]) -> list[tuple[RunSection, list[Figure]]]:
+    """Each run analysed on its own: its section and its figures (an earlier run's names end in
+    ``_run<K>``)."""
+    name, n = Path(p.path).name, len(p.runs)
+    out: list[tuple[RunSection, list[Figure]]] = []
+    for k, run in enumerate(p.runs, 1):
+        last = k == n
+        scope = FigureSource(name, name) if n == 1 else FigureSource(
+            f"{name}, run {k} of {n} (lines {run.first_line}-{run.last_line})",
+            f"{name} 第 {k} 次运行（共 {n} 次，第 {run.first_line}-{run.last_line} 行）")
+        figs, findings = analyse(run, scope, told=told if last else frozenset())
+        findings += [] if last else _unfinished(run)
+        suffix = "" if last else f"_run{k}"
+        figs = [replace(f, name=f.name + suffix, params={**f.params, "run": k}) if n > 1 else f for f in figs]
+        st = run.starts[-1] if run.starts else None
+        out.append((RunSection(k, run.first_line, run.last_line, st, run.exited, run.pid, run.build,
+                               len(run.requests), tuple(findings), suffix), figs))
+    return out
+
+
+def run_settings(st: LogStart) -> str:
+    """A run's slots and pool, as its ``initializing`` line has them."""
+    if st.kv_unified:
+        return _("{slots} slot(s) sharing one KV pool of {pool} cells, n_ctx_slot {ctx}").format(
+            slots=st.n_slots, pool=st.pool_tokens, ctx=st.n_ctx_slot)
+    return _("{slots} slot(s) of {ctx} cells each, n_ctx_slot {ctx}").format(slots=st.n_slots, ctx=st.n_ctx_slot)
+
+
+def restart_findings(p: LogParse) -> list[str]:
+    """Each restart of the server in the log: where, how the run before ended, what changed;
+    and a first run that the log begins in the middle of."""
+    runs = p.runs
+    if len(runs) < 2:
+        return []
+    out: list[str] = []
+    if runs[0].served and not runs[0].starts:
+        out.append(_("run 1 (lines {a}-{b}) begins mid-run: its start, and so its slots and pool, are not in the "
+                     "log").format(a=runs[0].first_line, b=runs[0].last_line))
+    for k in range(1, len(runs)):
+        before, run = runs[k - 1], runs[k]
+        ended = (_("run {k} stopped cleanly ('cleaning up before exit')").format(k=k) if before.exited else
+                 _("run {k} ended without 'cleaning up before exit' (killed, crashed, or its log cut)").format(k=k))
+        st = run.starts[-1] if run.starts else None
+        now = run_settings(st) if st is not None else _("its slots are not in the log")
+        out.append(_("line {line}: llama-server started again (run {n} of {total}) after {ended}; now {now}{changed}; "
+                     "task ids start again at 0, so each run is read on its own").format(
+            line=run.first_line, n=k + 1, total=len(runs), ended=ended, now=now,
+            changed=_changes(before.starts[-1] if before.starts else None, st)))
+    return out
+
+
+def _changes(a: LogStart | None, b: LogStart | None) -> str:
+    """What a restart changed of the slots and the pool, e.g. '; before, 4 slot(s) ...'."""
+    if a is None or b is None:
+        return ""
+    if (a.n_slots, a.n_ctx_slot, a.kv_unified, a.pool_tokens) == (b.n_slots, b.n_ctx_slot, b.kv_unified, b.pool_tokens):
+        return _(", as before")
+    return _("; before, {before}").format(before=run_settings(a))
+
+
+def _unfinished(run: LogParse) -> list[str]:
+    """The requests a run left running when it ended (a restart followed): no timings, no end."""
+    left = [r for r in run.requests if r.slot >= 0 and not r.outcome and r.eval_tok_s is None and r.line_end is None]
+    if not left:
+        return []
+    return [_("{n} request(s) were still running when this run ended (tasks {tasks}): the server went away before "
+              "they finished").format(n=len(left), tasks=", ".join(str(r.task) for r in left[:8]))]
 
 
 # ---------------------------------------------------------------------------- the analysis
-def analyse(p: LogParse) -> tuple[list[Figure], list[str]]:
-    """Figures and plain-language findings from a parse."""
-    src = Path(p.path).name
+def analyse(p: LogParse, src: FigureSource | None = None, told: frozenset[str] = frozenset()) -> tuple[list[Figure], list[str]]:
+    """Figures and plain-language findings from a parse (one run of the server); ``src``: where
+    the methods say the figures come from (the file's name); ``told``: facts a comparison told
+    already (:data:`FACTS`)."""
+    src = src or FigureSource(Path(p.path).name, Path(p.path).name)
     dec = _decoded(p.requests)
     figs = _decode_figures(dec, src) + _prefill_figures(p.requests, src) + _task_figures(dec, src)
     findings = _speed_findings(dec) + _ending_findings(p)
@@ -92,7 +233,7 @@ def analyse(p: LogParse) -> tuple[list[Figure], list[str]]:
     figs += ck_figs
     findings += ck_findings + _cache_findings(p) + _prefill_size_findings(p.requests)
     figs += _draft_figures(p.requests, src)
-    findings += _run_findings(p)
+    findings += _run_findings(p, told)
     return figs, findings
 
 
@@ -117,13 +258,13 @@ def _mix_text(mix: dict[str, int]) -> str:
             "at once): the median mixes both")
 
 
-def _decode_figures(dec: list[LogRequest], src: str) -> list[Figure]:
+def _decode_figures(dec: list[LogRequest], src: FigureSource) -> list[Figure]:
     if not dec:
         return []
     mix = _mix(dec)
     method = (f"'eval time = … tokens per second' lines of {src} (the server's own figure; build 11434 computes "
               f"(n_gen − 1) ÷ t, older builds n ÷ t); concurrency: {_mix_text(mix)}")
-    zh = (f"{src} 中 'eval time = … tokens per second' 行的速度（服务器自己算的数：构建 11434 为 (n_gen − 1) ÷ t，"
+    zh = (f"{src.zh} 中 'eval time = … tokens per second' 行的速度（服务器自己算的数：构建 11434 为 (n_gen − 1) ÷ t，"
           "旧构建为 n ÷ t）；并发：" + ("每个请求都是单独解码（当时没有其他请求在跑）" if not mix["parallel"] else
                                      f"{mix['alone']} 个单独解码，{mix['parallel']} 个解码时有其他请求在跑（最多 "
                                      f"{mix['max_concurrency']} 个同时），中位数两者都算"))
@@ -145,7 +286,7 @@ def _decode_figures(dec: list[LogRequest], src: str) -> list[Figure]:
     return figs
 
 
-def _prefill_figures(requests: Sequence[LogRequest], src: str) -> list[Figure]:
+def _prefill_figures(requests: Sequence[LogRequest], src: FigureSource) -> list[Figure]:
     pre = [r.prompt_tok_s for r in requests if r.prompt_tok_s is not None]
     if not pre:
         return []
@@ -155,7 +296,7 @@ def _prefill_figures(requests: Sequence[LogRequest], src: str) -> list[Figure]:
                         method_zh="日志中的“prompt eval time”行（不含缓存命中的 token）")
 
 
-def _task_figures(dec: list[LogRequest], src: str) -> list[Figure]:
+def _task_figures(dec: list[LogRequest], src: FigureSource) -> list[Figure]:
     figs: list[Figure] = []
     seen: set[str] = set()
     for r in dec:
@@ -172,7 +313,7 @@ def _task_figures(dec: list[LogRequest], src: str) -> list[Figure]:
             samples=[r.eval_tok_s] if r.eval_tok_s is not None else [], scenario="logs",
             params={"depth": r.depth, "slot": r.slot, "task": r.task, "prompt_eval_n": r.prompt_eval_n,
                     "cached": r.cached, "concurrency": r.concurrency},
-            method_zh=f"{src} 第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 "
+            method_zh=f"{src.zh} 第 {r.line} 行：槽位 {r.slot} 任务 {r.task}，深度 {r.depth} 时 {r.eval_ms} ms 生成 {r.eval_n} 个 "
                       f"token，同时在跑 {r.concurrency} 个请求（深度 = 'new prompt' 行的 task.n_tokens，没有时取 'stop processing' "
                       "行的 n_tokens − 生成数 + 1）",
         ))
@@ -293,7 +434,7 @@ def _overflow_finding(p: LogParse, over: list[LogRequest]) -> str:
     return base
 
 
-def _checkpoint_part(ck: Checkpoints, src: str) -> tuple[list[Figure], list[str]]:
+def _checkpoint_part(ck: Checkpoints, src: FigureSource) -> tuple[list[Figure], list[str]]:
     if not ck.sizes_mib:
         return [], []
     size = statistics.median(ck.sizes_mib)
@@ -303,12 +444,12 @@ def _checkpoint_part(ck: Checkpoints, src: str) -> tuple[list[Figure], list[str]
         single_figure("checkpoint_size_mib", size, "MiB",
                       f"'created context checkpoint K of N (… size = S MiB)' lines of {src}: median S",
                       samples=ck.sizes_mib, scenario="logs",
-                      method_zh=f"{src} 中 'created context checkpoint K of N (… size = S MiB)' 行的 S 的中位数"),
+                      method_zh=f"{src.zh} 中 'created context checkpoint K of N (… size = S MiB)' 行的 S 的中位数"),
         single_figure("checkpoints_kept", float(kept), "checkpoints",
                       f"last 'created context checkpoint K of N' K per slot in {src}, minus later 'erased invalidated' lines",
                       scenario="logs", params={"by_slot": {str(k): v for k, v in ck.kept_by_slot.items()}, "limit": ck.limit,
                                                "created": ck.created, "erased": ck.erased},
-                      method_zh=f"{src} 中每个槽位最后一行 'created context checkpoint K of N' 的 K，减去之后 'erased invalidated' 的行数"),
+                      method_zh=f"{src.zh} 中每个槽位最后一行 'created context checkpoint K of N' 的 K，减去之后 'erased invalidated' 的行数"),
         single_figure("checkpoint_host_ram_mib", ram, "MiB",
                       "checkpoints kept × median checkpoint size (checkpoints live in host RAM: server_prompt_checkpoint "
                       "data, tools/server/server-common.h)",
@@ -358,7 +499,7 @@ def _prefill_size_findings(requests: Sequence[LogRequest]) -> list[str]:
         r0=small.prompt_tok_s, n0=small.prompt_eval_n, r1=big.prompt_tok_s, n1=big.prompt_eval_n)]
 
 
-def _draft_figures(requests: Sequence[LogRequest], src: str) -> list[Figure]:
+def _draft_figures(requests: Sequence[LogRequest], src: FigureSource) -> list[Figure]:
     drafts = [r for r in requests if r.draft_generated]
     if not drafts:
         return []
@@ -366,19 +507,20 @@ def _draft_figures(requests: Sequence[LogRequest], src: str) -> list[Figure]:
     return [single_figure("log_spec_acceptance", acc, "ratio",
                           f"Σ accepted ÷ Σ generated over 'draft acceptance = … (A accepted / G generated)' lines of {src}",
                           samples=[r.draft_acceptance for r in drafts if r.draft_acceptance is not None], scenario="logs",
-                          method_zh=f"{src} 中 'draft acceptance = … (A accepted / G generated)' 行：Σ accepted ÷ Σ generated")]
+                          method_zh=f"{src.zh} 中 'draft acceptance = … (A accepted / G generated)' 行：Σ accepted ÷ Σ generated")]
 
 
-def _run_findings(p: LogParse) -> list[str]:
-    """What ran (reasoning budget, slot context) and how the file read."""
+def _run_findings(p: LogParse, told: frozenset[str] = frozenset()) -> list[str]:
+    """What ran (reasoning budget, slot context: unless a comparison ``told`` them) and how the
+    file read."""
     out: list[str] = []
-    if any(b == UNLIMITED_BUDGET for _, b in p.reasoning_budgets):
+    if "budget" not in told and any(b == UNLIMITED_BUDGET for _, b in p.reasoning_budgets):
         at = next(n for n, b in p.reasoning_budgets if b == UNLIMITED_BUDGET)
         out.append(_("line {line}: reasoning budget {budget} tokens (INT_MAX): the server got no --reasoning-budget, so "
                      "thinking is unlimited; if the launch script sets one, that flag never reached llama-server "
                      "(`llamarig check SCRIPT` shows where the command is cut off)").format(line=at, budget=UNLIMITED_BUDGET))
     slots = sorted({c for _, c in p.ctx_slots})
-    if slots:
+    if slots and "context" not in told:
         out.append(_("the server ran with n_ctx_slot = {slots} tokens per slot (first at line {line})").format(
             slots=", ".join(str(c) for c in slots), line=p.ctx_slots[0][0]))
     if p.skipped:
@@ -393,11 +535,11 @@ def _run_findings(p: LogParse) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- the timeline
-def timeline_row(r: LogRequest) -> dict[str, Any]:
-    """One request of the timeline: its slot and task, depth and cache, rates, how it ended
+def timeline_row(r: LogRequest, run: int = 1) -> dict[str, Any]:
+    """One request of the timeline: its run of the server, its slot and task, depth and cache, rates, how it ended
     (``outcome``) and how many requests were active at once with it (``concurrency``). A request
     that ended early has its decode rate and tokens from its last progress line (``decode_from``)."""
-    return {"slot": r.slot, "task": r.task, "line": r.line, "depth": r.depth, "prompt_tokens": r.prompt_tokens,
+    return {"run": run, "slot": r.slot, "task": r.task, "line": r.line, "depth": r.depth, "prompt_tokens": r.prompt_tokens,
             "cached": r.cached, "prompt_eval_n": r.prompt_eval_n, "prefill_tok_s": r.prompt_tok_s,
             "eval_n": r.generated, "decode_tok_s": r.decode_tok_s, "decode_from": r.decode_from or None,
             "restored_checkpoint": r.restored_n_past, "selection": r.selection, "lcp_similarity": r.lcp_similarity,

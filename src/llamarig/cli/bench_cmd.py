@@ -211,5 +211,8 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
         requests=src["requests"])
     if src.get("build"):
         head += _(", build {build}").format(build=src["build"])
+    if (src.get("runs") or 1) > 1:
+        head += _("; {n} runs of llama-server (restarts): each has its own section, the headline is the last "
+                  "run's").format(n=src["runs"])
     print_wrapped(con, head, indent="  ")
     report_view.render(doc, con, lang())  # the headline first, then the per-request timeline

@@ -27,11 +27,13 @@ UNITS = {"checkpoints": N_("checkpoints"), "ratio": N_("ratio"), "tokens": N_("t
 TIMELINE = ("slot", "task", "depth", "cached", "prompt_eval_n", "prefill_tok_s", "eval_n", "decode_tok_s")
 
 
-def timeline(doc: dict[str, Any]) -> tuple[Sheet, bool] | None:
+def timeline(doc: dict[str, Any], run: int | None = None) -> tuple[Sheet, bool] | None:
     """logs: one row per request (a block per request where its columns do not fit): depth and
     cache, rates, how many requests were active at once and how each ended; a decode rate from a
-    progress line (a request that ended early) is marked ~. Also whether one is."""
-    if not doc.get("timeline"):
+    progress line (a request that ended early) is marked ~. Also whether one is. ``run``: that
+    run's rows only."""
+    rows = [r for r in doc.get("timeline") or [] if run is None or r.get("run", 1) == run]
+    if not rows:
         return None
     from llamarig.bench.logs import outcome_words
 
@@ -41,7 +43,7 @@ def timeline(doc: dict[str, Any]) -> tuple[Sheet, bool] | None:
     t = Sheet(cols, title=Text(_("requests (timeline)"), style="bold"))
     words = outcome_words()
     approx = False
-    for r in doc["timeline"]:
+    for r in rows:
         cells = [fmt_value(r.get(k), "") if r.get(k) is not None else "—" for k in TIMELINE]
         if r.get("decode_from") == "progress":
             cells[-1], approx = "~" + cells[-1], True
@@ -49,6 +51,25 @@ def timeline(doc: dict[str, Any]) -> tuple[Sheet, bool] | None:
         cells += [str(r.get("concurrency") or 1), localize(words.get(outcome, outcome)) if outcome else "—"]
         t.add_row(*cells, style="yellow" if outcome in ("context_exceeded", "error", "cancelled") else "")
     return t, approx
+
+
+def _timeline(doc: dict[str, Any], run: int | None, console: Console) -> None:
+    tl = timeline(doc, run)
+    if tl is not None:
+        console.print(tl[0])
+        if tl[1]:
+            print_wrapped(console, _("~ decode so far, from the last progress line (n_gen, tg) of a request that did "
+                                     "not finish"), indent="  ", style="dim")
+
+
+def _run_section(doc: dict[str, Any], r: dict[str, Any], n: int, console: Console) -> None:
+    """logs, one run of the server: its lines and settings, its findings, its requests."""
+    head = _("Run {k} of {n} (lines {a}-{b}): {settings}").format(k=r["run"], n=n, a=r["line"], b=r["line_end"],
+                                                                 settings=localize(r["settings"]))
+    print_wrapped(console, head, style="bold")
+    for f in r["findings"]:
+        print_wrapped(console, "• " + localize(f), indent="  ")
+    _timeline(doc, r["run"], console)
 
 
 def _spread(f: dict[str, Any]) -> str:
@@ -127,16 +148,19 @@ def render(doc: dict[str, Any], console: Console, lang: str) -> None:
     if doc.get("kind") != "logs":  # logs: the command's own first line names the log
         print_wrapped(console, _head(doc), indent="  ")
     _headline(doc, console, lang)
-    if doc.get("findings"):
+    runs = doc.get("runs") or []
+    findings = list(doc.get("findings", []))
+    if len(runs) > 1:  # the log-wide findings (script, restarts), then one section per run
+        findings = findings[:len(findings) - sum(len(r["findings"]) for r in runs)]
+    if findings:
         print_wrapped(console, _("{heading}:").format(heading=lab["findings"]), style="bold")
-    for f in doc.get("findings", []):
+    for f in findings:
         print_wrapped(console, "• " + localize(f), indent="  ")
-    tl = timeline(doc)
-    if tl is not None:
-        console.print(tl[0])
-        if tl[1]:
-            print_wrapped(console, _("~ decode so far, from the last progress line (n_gen, tg) of a request that did "
-                                     "not finish"), indent="  ", style="dim")
+    if len(runs) > 1:
+        for r in runs:
+            _run_section(doc, r, len(runs), console)
+    else:
+        _timeline(doc, None, console)
     if doc.get("figures"):
         sheet, methods = figures(doc, lang)
         console.print(sheet)
