@@ -125,3 +125,12 @@ def test_the_findings_tell_one_story(which: str, machine: str) -> None:
 
 def test_without_the_script_the_log_says_each_fact_once() -> None:
     _story(logs_report(LOG).to_json()["findings"])
+
+
+def test_the_hint_check_and_plan_give_names_the_command() -> None:
+    from llamarig.app.logs import log_hint
+    from llamarig.i18n import localize
+
+    hint = log_hint("run.sh")
+    assert "`llamarig logs LOG --script run.sh --model MODEL --gpu GPU`" in hint
+    assert "`llamarig logs 日志 --script run.sh" in localize(hint, "zh")

@@ -302,6 +302,14 @@ def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[GPU
     return compare
 
 
+def log_hint(script: str) -> str:
+    """What ``check`` and ``plan --from-script`` say of a script, that a log would tell more:
+    the command to run with it (a catalogue message; English, localized where printed)."""
+    return _("with the server's log, `llamarig logs LOG --script {script} --model MODEL --gpu GPU` says what it "
+             "really ran: the flags that never reached it, the context --fit chose and the memory that implies").format(
+        script=script)
+
+
 def logs_report(path: Path, script: Path | None = None, *, model: str | None = None, gpus: Sequence[GPU] = (),
                 ram: int | None = None) -> LogsReport:
     """``llamarig logs FILE [--script S --model M --gpu G]``: the log report (bench.logs; its
