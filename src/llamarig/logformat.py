@@ -122,8 +122,11 @@ RE_RUN_START = re.compile(r"llama_server: initializing \.\.\.|\bmain: build = \d
 RE_RUN_EXIT = re.compile(r"cleaning up before exit")
 #: the prefix a journal (``journalctl``, syslog) puts before each line of a unit's output: the
 #: short format ``Dec 07 23:00:01 host unit[PID]: `` or short-iso ``2026-12-07T23:00:01+0000 host
-#: unit[PID]: ``; the PID tells one run of the process from the next
+#: unit[PID]: ``; the PID tells one run of the process from the next (the identifier: the
+#: process's own lines from systemd's about the unit)
 RE_JOURNAL = re.compile(
     r"^(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
-    r" \S+ [^\s:\[]+(?:\[(\d+)\])?: "
+    r" \S+ ([^\s:\[]+)(?:\[(\d+)\])?: "
 )
+#: journal identifiers that are not the server's own output (systemd's lines about the unit)
+JOURNAL_NOT_SERVER = ("systemd", "kernel", "init")

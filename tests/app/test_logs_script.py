@@ -123,8 +123,14 @@ def test_the_findings_tell_one_story(which: str, machine: str) -> None:
         assert i["context"] + 1 == i["fit"] < i["never"] < i["ran"], findings
 
 
-def test_without_the_script_the_log_says_each_fact_once() -> None:
-    _story(logs_report(LOG).to_json()["findings"])
+@pytest.mark.parametrize("seed", sorted(p.name for p in SEEDS.glob("*.txt")))
+def test_without_the_script_the_log_says_each_fact_once(seed: str) -> None:
+    _story(logs_report(SEEDS / seed).to_json()["findings"])
+
+
+def test_report_004s_log_with_its_unit_tells_one_story() -> None:
+    log = next(SEEDS.glob("004_*.txt"))
+    _story(logs_report(log, SEEDS / "004_execstart.sh", model="qwen3.8-27b:ud-q4_k_xl").to_json()["findings"])
 
 
 def test_the_hint_check_and_plan_give_names_the_command() -> None:

@@ -160,17 +160,21 @@ def test_the_log_cut_before_the_first_restart_reads_the_same(restarted_log: tupl
 
 def test_a_journal_reads_the_same(restarted_log: tuple[str, list[int]], tmp_path: Path) -> None:
     """As ``journalctl -u llama-server`` shows it: each line behind the journal's prefix, the
-    llama-server timestamps kept, the PID of each run in the prefix."""
+    llama-server timestamps kept, the PID of each run in the prefix, systemd's lines about the
+    unit between the runs."""
     text, pids = restarted_log
     plain = parse_log_text(text)
     lines = []
     for run, pid in zip(plain.runs, pids, strict=True):
+        lines.append("Dec 07 23:00:00 gpu-box systemd[1]: Started llama-server.service - llama-server.")
         for ln in text.splitlines()[run.first_line - 1: run.last_line]:
             lines.append(f"Dec 07 23:00:01 gpu-box llama-server[{pid}]: {ln}")
+        lines.append("Dec 07 23:00:02 gpu-box systemd[1]: llama-server.service: Deactivated successfully.")
     doc = _doc(tmp_path, "\n".join(lines) + "\n")
     _check_runs(doc)
     assert [r["pid"] for r in doc["runs"]] == pids
-    assert doc["source"]["skipped"] == logs_report_skipped(tmp_path, text)
+    # systemd's own lines are skipped, not taken for another run
+    assert doc["source"]["skipped"] == logs_report_skipped(tmp_path, text) + 2 * len(pids)
 
 
 def logs_report_skipped(tmp_path: Path, text: str) -> int:

@@ -51,6 +51,7 @@ from llamarig.errors import InputError
 from llamarig.i18n import _, os_error
 from llamarig.logformat import (
     CTX_EXCEEDED,
+    JOURNAL_NOT_SERVER,
     MEM_SLOTS,
     RE_BUDGET,
     RE_BUILD,
@@ -264,12 +265,13 @@ class _Line:
 
 
 def unprefix(raw: str) -> tuple[str, int | None]:
-    """A line without the journal's prefix, and the PID the prefix names (None: no prefix, or
-    none named)."""
+    """A line without the journal's prefix, and the PID the prefix names (None: no prefix, none
+    named, or a line of systemd's about the unit)."""
     m = RE_JOURNAL.match(raw)
     if m is None:
         return raw, None
-    return raw[m.end():], int(m.group(1)) if m.group(1) else None
+    own = m.group(2) is not None and m.group(1) not in JOURNAL_NOT_SERVER
+    return raw[m.end():], int(m.group(2)) if own else None
 
 
 def _read_line(no: int, raw: str) -> _Line:
