@@ -140,3 +140,20 @@ def test_the_hint_check_and_plan_give_names_the_command() -> None:
     hint = log_hint("run.sh")
     assert "`llamarig logs LOG --script run.sh --model MODEL --gpu GPU`" in hint
     assert "`llamarig logs 日志 --script run.sh" in localize(hint, "zh")
+
+
+def test_a_log_with_restarts_is_set_against_its_last_run(tmp_path: Path) -> None:
+    """The recorded three-run log (tests/fixtures/logs/restarts.log): the script that started the
+    last run (-c 6144 -np 2) is set against that run alone, planned on the model it served."""
+    from llamarig.testing.synth import write_model
+
+    model = write_model(tmp_path / "llama.gguf", "llama", n_ctx_train=8192)
+    script = tmp_path / "run.sh"
+    script.write_text(f"llama-server -m {model} -c 6144 -np 2 -t 2\n")
+    log = SEEDS.parent / "logs" / "restarts.log"
+    doc = logs_report(log, script).to_json()
+    first = doc["findings"][0]
+    assert first.startswith("line 162: n_ctx_slot = 3072, as") and "(-c 6144, 2 slot(s), one pool each)" in first
+    _story(doc["findings"])
+    assert not any("n_ctx_slot = 3072 tokens per slot" in f for f in doc["findings"])  # told once
+    assert any("n_ctx_slot = 4096 tokens per slot" in f for f in doc["runs"][0]["findings"])
