@@ -493,7 +493,7 @@ class _Parser:
             if r is not None and not r.outcome:
                 r.outcome = "cancelled"  # after an error the HTTP side cancels too: the error stands
             hit = True
-        if RE_RUN_EXIT.search(line):
+        if "cleaning" in line and RE_RUN_EXIT.search(line):
             res.exited = hit = True
         return hit
 
@@ -503,7 +503,7 @@ class _Parser:
         res = self.res
         if pid is not None and res.pid is not None and pid != res.pid:
             return True
-        if not res.served:
+        if not res.served or ("initializing" not in line and "build" not in line):  # most lines: no regex
             return False
         return bool(RE_RUN_START.search(line)) or (bool(res.starts) and MEM_SLOTS.search(line) is not None)
 
