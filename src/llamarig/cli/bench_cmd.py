@@ -176,7 +176,8 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
 
 
 @click.command("logs", cls=HelpCommand, epilog="Exit codes: 0 ok; 2 unreadable, empty or non-llama-server file.",
-               examples=("llamarig logs /tmp/llama-server.log --html log.html",))
+               examples=("llamarig logs /tmp/llama-server.log --html log.html",
+                         "llamarig logs server.log --script start.sh --model qwen3.6-27b:iq4_nl --gpu rtx3090"))
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write figures, timeline and findings as JSON.")
 @click.option("--md", "md_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown report: the headline, then the figure table with numbered method footnotes (指标 | 数值 | 测法 with --lang zh).")
@@ -185,14 +186,16 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
 @click.option("--script", "script", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The launch script that started this server: say where the log shows something else ran.")
 @click.option("--model", metavar="MODEL", type=str, default=None,
-              help="With --script: GGUF or catalogue id to plan instead of the script's -m.")
+              help="With --script: GGUF or catalogue id to plan instead of the script's -m (the slots, context and "
+                   "K/V types are its plan's).")
 @click.option("--gpu", "gpus", metavar="GPU", multiple=True,
               help="With --script: GPU the server ran on (repeatable): set the log against the plan.")
 @click.option("--ram", metavar="SIZE", type=str, default=None, help="With --script: host RAM of that machine, e.g. 64G.")
 def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path: Path | None, quiet: bool,
              script: Path | None, model: str | None, gpus: tuple[str, ...], ram: str | None) -> None:
-    """Parse a llama-server log (pinned and older formats, pasted fragments too) into a
-    per-request timeline, decode vs depth, checkpoint RAM and plain-language findings."""
+    """Parse a llama-server log (pinned and older formats, pasted fragments, a journal with
+    restarts: each run of the server its own section) into a per-request timeline, decode vs
+    depth, checkpoint RAM and plain-language findings."""
     from llamarig.app.logs import logs_report
     from llamarig.cli import report_view
 
