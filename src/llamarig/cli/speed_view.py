@@ -106,6 +106,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         "memory per GPU in device order (GiB); q = KV quality: ref = f16, ~ref = q8_0 (about +0.01-0.02 "
         "perplexity), V4 = 8-bit K with 4-5 bit V, 4bit = 4-5 bit K and V (measurable long-context recall loss); "
         "--json has the full note per candidate"), "dim")]
+    parts += _assumed(res.candidates[:show])
     if res.best is not None:
         parts += _winner(res.best, res.verdict, targets)
     parts += _verdict(res.verdict, res.reasons)
@@ -134,10 +135,33 @@ def _candidates(cands: Sequence[PlannedOption], t: Targets) -> Sheet:
             str(i), cfg.cache_type_k if cfg.cache_type_k == cfg.cache_type_v else f"{cfg.cache_type_k}/{cfg.cache_type_v}",
             localize(kv_quality_short(cfg.cache_type_k, cfg.cache_type_v)), str(c.plan.n_ubatch), _layout(c),
             ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
-            _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
-            _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
+            _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_range(c.decode_low, c.decode_at_target),
+            _fmt_range(*c.ctx_decode(t.ctx)), _fmt_tok(s.prefill.tok_s),
             words.get(c.verdict.word, c.verdict.word))
     return sheet
+
+
+def _fmt_range(low: float, figure: float) -> str:
+    """A decode figure, as ``low-figure`` where it rests on an assumption that may fail."""
+    return _fmt_tok(figure) if _fmt_tok(low) == _fmt_tok(figure) else f"{_fmt_tok(low)}-{_fmt_tok(figure)}"
+
+
+def _assumed(cands: Sequence[PlannedOption]) -> list[Any]:
+    """Beside the ranking: what the higher end of a shown range assumes ("maybe, if ..."), and
+    that the ranking used the low end."""
+    types: dict[str, None] = {}
+    gpus: dict[str, None] = {}
+    for c in cands:
+        if any(a is not None and a.decode_if_wrong is not None for a in (c.depth_assumption, c.ctx_assumption)):
+            types.setdefault(f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}", None)
+            gpus.update(dict.fromkeys(x.label for x in c.speed.devices if x.backend != "CPU"))
+    if not types:
+        return []
+    return [Para.of(_("a-b: maybe b, if quantized K/V ({types}) reads as fast per byte as f16 on {gpus} (not measured "
+                      "there); a if as slowly as measured on an H200 (benchmarks/evidence). Ranked by a: the "
+                      "assumption lifts no candidate above a measured one; a GPU evidence file of this card "
+                      "(--calibration FILE, benchmarks/gpu_evidence_run.sh) replaces it").format(
+        types=", ".join(types), gpus=", ".join(gpus)), "yellow")]
 
 
 def _layout(c: PlannedOption) -> str:

@@ -62,7 +62,7 @@ from llamarig.plan.speed import (
     token_embd_bytes,
     tokens_per_step,
 )
-from llamarig.plan.verdict import TargetVerdict, target_verdict
+from llamarig.plan.verdict import Assumption, TargetVerdict, kv_read_assumption, target_verdict
 from llamarig.units import GiB, fmt_bytes
 
 GB = 1e9
@@ -116,10 +116,29 @@ class PlannedOption:
     headroom: int = 0  # the free memory every GPU must keep (Targets.headroom)
     #: yes / maybe (met only under a named, unmeasured assumption) / slow / no fit (plan.verdict)
     verdict: TargetVerdict = TargetVerdict("yes")
+    #: what the decode figures at the target depth and the target context rest on that was not
+    #: measured (quantized K/V read as fast per byte as f16 on a GPU with no evidence for them),
+    #: with the figure if it fails as measured elsewhere (plan.verdict.kv_read_assumption)
+    depth_assumption: Assumption | None = None
+    ctx_assumption: Assumption | None = None
 
     @property
     def meets_all(self) -> bool:
         return self.fits and self.meets_decode
+
+    @property
+    def decode_low(self) -> float:
+        """The low end of the decode at the target depth: the figure if the unmeasured
+        assumption fails as measured elsewhere; the figure itself when nothing is assumed. The
+        optimiser ranks by it, so no candidate rises above another on an assumption alone."""
+        return _low(self.depth_assumption, self.decode_at_target)
+
+    def ctx_decode(self, ctx: int) -> tuple[float, float]:
+        """(low end, figure) of the decode with the target context (``ctx``) full, speculative
+        decoding included."""
+        sp = self.speed.speculative
+        d = self.speed.at_depth(ctx).decode_tok_s * (sp.speedup if sp else 1.0)
+        return _low(self.ctx_assumption, d), d
 
     def to_json(self) -> dict[str, Any]:
         sp = self.speed
@@ -141,16 +160,28 @@ class PlannedOption:
             "host_total": self.plan.host.total,
             "host_free": self.plan.host.free,
             "decode_at_target_depth_tok_s": round(self.decode_at_target, 2),
+            # the figure the ranking uses: the low end when the figure above rests on an assumption
+            "decode_at_target_depth_low_tok_s": round(self.decode_low, 2),
+            "decode_assumed": self.depth_assumption is not None,
+            "decode_assumptions": [_assumption_json(a) for a in (self.depth_assumption, self.ctx_assumption)
+                                   if a is not None],
             "speed": sp.to_json(),
             "kv_quality": kv_quality_note(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_quality_short": kv_quality_short(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_note": sp.kv_note,
             "notes": list(self.notes),
             "verdict": self.verdict.word,
-            "assumptions": [{"code": a.code, "message": a.message, "decode_if_wrong_tok_s":
-                             round(a.decode_if_wrong, 2) if a.decode_if_wrong is not None else None}
-                            for a in self.verdict.assumptions],
+            "assumptions": [_assumption_json(a) for a in self.verdict.assumptions],
         }
+
+
+def _low(a: Assumption | None, figure: float) -> float:
+    return min(figure, a.decode_if_wrong) if a is not None and a.decode_if_wrong is not None else figure
+
+
+def _assumption_json(a: Assumption) -> dict[str, Any]:
+    return {"code": a.code, "message": a.message,
+            "decode_if_wrong_tok_s": round(a.decode_if_wrong, 2) if a.decode_if_wrong is not None else None}
 
 
 @dataclass(frozen=True)
@@ -173,6 +204,8 @@ class OptimiseResult:
                         "headroom": t.headroom, "slots": t.slots, "vision": t.vision, "agent": t.agent},
             "verdict": self.verdict,
             "reasons": list(self.reasons),
+            # candidates are ranked by the low end of their decode (an assumption lifts none)
+            "ranked_by": "decode_at_target_depth_low_tok_s",
             # the winner's speed figures, same schema as a plain plan's `speed` (docs/speed.md)
             "speed": self.best.speed.to_json() if self.best else None,
             "best": self.best.to_json() if self.best else None,
@@ -400,9 +433,13 @@ def _option(inp: PlanInputs, layout: tuple[ServerConfig, Plan, str], kv: tuple[s
     if rep.speculative is not None:
         notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
                      f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
+    split = c.split_mode if len(hw.gpus) > 1 else "layer"
     tv_ = target_verdict(rep, tk, tv, fits=fits, decode=d, target=targets.decode_tok_s, depth=depth,
-                         swa_window=spec.swa_window, cal=cal, split_mode=c.split_mode if len(hw.gpus) > 1 else "layer")
-    return PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom, tv_)
+                         swa_window=spec.swa_window, cal=cal, split_mode=split)
+    at_depth, at_ctx = (kv_read_assumption(rep, tk, tv, x, swa_window=spec.swa_window, split_mode=split, cal=cal)
+                        for x in (depth, targets.ctx))
+    return PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom, tv_,
+                         at_depth, at_ctx)
 
 
 def _verdict(inp: PlanInputs, targets: Targets, uniq: list[PlannedOption], cal: Calibration,
@@ -529,17 +566,22 @@ def _decode_bound(cands: Sequence[PlannedOption], t: Targets) -> tuple[float, st
 
 def _rank_key(c: PlannedOption, t: Targets) -> tuple[float, ...]:
     """Fitting first, then meeting the decode target, then KV quality (when the target is met),
-    then speed; --agent weights prefill (long prompts) before KV quality."""
+    then speed; --agent weights prefill (long prompts) before KV quality. Speed is the low end of
+    the decode (:attr:`PlannedOption.decode_low`): a figure that rests on an unmeasured rate
+    (quantized K/V read as fast per byte as f16 on a GPU with no evidence for it) counts at what
+    it would be if the rate is as measured elsewhere, so the assumption alone lifts no candidate
+    above a measured one; the table shows both ends and the assumption beside the ranking."""
     q = -(KV_QUALITY.get(c.cfg.cache_type_k, 3) + KV_QUALITY.get(c.cfg.cache_type_v, 3))
     pf = c.speed.prefill.tok_s
     if not c.fits:
         return (2, -(c.min_free or 0), -c.decode_at_target)
+    low = c.decode_low
     if not c.meets_decode:
-        return (1, -c.decode_at_target, -q, -pf)
+        return (1, -round(low, 1), -q, -pf)
     maybe = c.verdict.word == "maybe"  # a target met whatever the assumptions comes first
     if t.agent:
-        return (0, maybe, -round(pf, -2), -q, -c.decode_at_target)
-    return (0, maybe, -q, -round(c.decode_at_target, 0), -pf)
+        return (0, maybe, -round(pf, -2), -q, -low)
+    return (0, maybe, -q, -round(low, 0), -pf)
 
 
 def _explain(inp: PlanInputs, t: Targets, cands: Sequence[PlannedOption], cal: Calibration,
