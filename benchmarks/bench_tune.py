@@ -69,16 +69,29 @@ GRID = ["-t=1,2", "-ub=64,256", "-fa=on,off", "-ctk=f16,q8_0", "-np=1,2", "--spe
 BUDGET = 3
 
 
-def _cands() -> list[S.Candidate]:
-    return S.space([S.parse_dim(d) for d in GRID])
+#: --reduced: threads fixed at 1 in the base command (on 2 cores shared with other work, -t 2 ran
+#: 10-100x slower than -t 1 and a 64-candidate pass did not fit the session), the other five
+#: dimensions: 32 candidates
+REDUCED_BASE = ["-t", "1"]
 
 
-def _exhaustive(binary: str, base: list[str], work: Path, prompt_words: int, n_predict: int) -> dict[str, object]:
-    """Every candidate once with BUDGET requests, then the 8 best by decode and by prefill again."""
+def _grid(a: argparse.Namespace) -> list[str]:
+    return GRID[1:] if a.reduced else GRID
+
+
+def _base(model: Path, a: argparse.Namespace) -> list[str]:
+    return ["-m", str(model), "-c", "4096", *(REDUCED_BASE if a.reduced else [])]
+
+
+def _exhaustive(binary: str, base: list[str], grid: list[str], work: Path, prompt_words: int, n_predict: int,
+                first: dict[str, dict[str, float]]) -> dict[str, object]:
+    """Every candidate once with BUDGET requests (those not in ``first`` already), then the 8
+    best by decode and by prefill again."""
     meas = ServerMeasure(binary, base, "decode", 0.5, prompt_words, n_predict, log_dir=str(work))
-    cands = _cands()
-    first: dict[str, dict[str, float]] = {}
+    cands = S.space([S.parse_dim(d) for d in grid])
     for i, c in enumerate(cands):
+        if c.key in first:
+            continue
         m = meas(c, BUDGET)
         first[c.key] = dict(m.metrics) if m.error is None else {"error": 1.0}
         print(f"  exhaustive {i + 1}/{len(cands)} {c.key}: {m.metrics.get('decode_tok_s', 0):.1f} / "
@@ -89,12 +102,15 @@ def _exhaustive(binary: str, base: list[str], work: Path, prompt_words: int, n_p
     for c in cands:
         if c.key in top:
             m = meas(c, BUDGET)
+            print(f"  again {c.key}: {m.metrics.get('decode_tok_s', 0):.1f} / {m.metrics.get('prefill_tok_s', 0):.1f}",
+                  flush=True)
             if m.error is None:
                 again[c.key] = dict(m.metrics)
     return {"first": first, "again": again, "launches": meas.launches, "requests": meas.requests}
 
 
-def _tune(model: Path, objective: str, work: Path, prompt_words: int, n_predict: int) -> dict[str, object]:
+def _tune(model: Path, objective: str, work: Path, prompt_words: int, n_predict: int, a: argparse.Namespace
+          ) -> dict[str, object]:
     """``llamarig tune`` on the same space and method (its CLI, --json)."""
     import subprocess
     import sys
@@ -103,9 +119,9 @@ def _tune(model: Path, objective: str, work: Path, prompt_words: int, n_predict:
            "--min-runs", "1", "--max-runs", str(BUDGET), "--eta", "3", "--prompt-words", str(prompt_words),
            "--n-predict", str(n_predict), "--state", str(work / f"tune-{objective}.json"), "--restart",
            "--calibration-out", str(work / f"cal-{objective}.json")]
-    for d in GRID:
+    for d in _grid(a):
         cmd.append(f"--try={d}")
-    cmd += ["--", "llama-server", "-m", str(model), "-c", "4096"]
+    cmd += ["--", "llama-server", *_base(model, a)]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
@@ -123,13 +139,12 @@ def _both(ex: dict[str, object], key: str, field: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _coordinate(binary: str, model: Path, objective: str, work: Path, prompt_words: int, n_predict: int
-                ) -> dict[str, object]:
+def _coordinate(binary: str, model: Path, objective: str, work: Path, prompt_words: int, n_predict: int,
+                a: argparse.Namespace) -> dict[str, object]:
     """llamarig.tune.search.coordinate_descent with tune's measurement, on the same grid."""
-    meas = ServerMeasure(binary, ["-m", str(model), "-c", "4096"], objective, 0.5, prompt_words, n_predict,
-                         log_dir=str(work))
+    meas = ServerMeasure(binary, _base(model, a), objective, 0.5, prompt_words, n_predict, log_dir=str(work))
     t0 = time.time()
-    cd = S.coordinate_descent([S.parse_dim(d) for d in GRID], meas, budget=BUDGET)
+    cd = S.coordinate_descent([S.parse_dim(d) for d in _grid(a)], meas, budget=BUDGET)
     return {"search": cd.to_json(), "wall_s": time.time() - t0}
 
 
@@ -163,12 +178,17 @@ def exhaustive_main(a: argparse.Namespace) -> None:
     load0 = os.getloadavg()
     prev: dict[str, object] = json.loads(Path(a.reuse).read_text()) if a.reuse else {}
     t0 = time.time()
-    ex = prev.get("exhaustive") or _exhaustive(binary, ["-m", str(model), "-c", "4096"], work, prompt_words, n_predict)
-    assert isinstance(ex, dict)
-    ex_s = prev.get("exhaustive_s") or time.time() - t0
-    tunes = prev.get("tune") or {o: _tune(model, o, work, prompt_words, n_predict) for o in ("decode", "prefill")}
+    ex = prev.get("exhaustive")
+    if not isinstance(ex, dict) or not ex.get("again"):
+        got = ex.get("first", {}) if isinstance(ex, dict) else {}
+        assert isinstance(got, dict)
+        ex = _exhaustive(binary, _base(model, a), _grid(a), work, prompt_words, n_predict, got)
+    ex_s = _f(prev.get("exhaustive_s")) or time.time() - t0
+    tunes = prev.get("tune") or {o: _tune(model, o, work, prompt_words, n_predict, a) for o in ("decode", "prefill")}
     assert isinstance(tunes, dict)
-    coords = {o: _coordinate(binary, model, o, work, prompt_words, n_predict) for o in ("decode", "prefill")}
+    coords = prev.get("coordinate") or {o: _coordinate(binary, model, o, work, prompt_words, n_predict, a)
+                                        for o in ("decode", "prefill")}
+    assert isinstance(coords, dict)
     load1 = os.getloadavg()
     first, again = ex["first"], ex["again"]
     assert isinstance(first, dict) and isinstance(again, dict)
@@ -177,7 +197,7 @@ def exhaustive_main(a: argparse.Namespace) -> None:
     rows = [_row(ex, name, o, res[o], spreads) for name, res in (("tune (successive halving)", tunes),
                                                                  ("coordinate descent", coords))
             for o in ("decode", "prefill")]
-    out = {"model": MTP_SHAPE, "grid": GRID, "budget": BUDGET, "prompt_words": prompt_words, "n_predict": n_predict,
+    out = {"model": MTP_SHAPE, "grid": _grid(a), "base": _base(model, a)[2:], "reduced": a.reduced, "budget": BUDGET, "prompt_words": prompt_words, "n_predict": n_predict,
            "exhaustive": ex, "exhaustive_s": ex_s, "tune": tunes, "coordinate": coords, "rows": rows,
            "loadavg_before": prev.get("loadavg_before", load0), "loadavg_after": load1, "cores": os.cpu_count()}
     print("\n| search | objective | measured best | pick | pick / best | launches, requests | exhaustive: "
@@ -197,6 +217,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
     ap.add_argument("--exhaustive", action="store_true", help="tune against the measured best of a grid")
+    ap.add_argument("--reduced", action="store_true", help="--exhaustive: threads fixed at 1 (32 candidates)")
     ap.add_argument("--reuse", default=None, metavar="JSON",
                     help="--exhaustive: take the exhaustive table (and tune's runs) from an earlier --json")
     ap.add_argument("--json", default=None)

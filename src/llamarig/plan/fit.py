@@ -335,17 +335,24 @@ def _under_counted(tr: _Trials, settled: list[int], out: FitOutcome) -> None:
     and keeps 4 copies of each stage's inputs, llama-context.cpp:431-457; the MTP context's graph
     grows with it). The plan counts the final placement: say so where fit's count is short."""
     real = tr.used(out.plan)
+    layers = out.result.layers
     for i, (was, now) in enumerate(zip(settled, real, strict=True)):
         target = tr.free[i] - tr.margins[i]
-        if now > target >= was:
-            out.warnings.append(_(
-                "--fit under-counts {device}: it settled the device at {was} (its dry run while filling it; "
-                "common/fit.cpp:706 checks only the device being filled), but the final placement needs {now} "
-                "of {free}, {short} past --fit-target, once the devices before it took layers (all layers "
-                "offloaded: pipeline parallelism, 4 copies of each stage's inputs, llama-context.cpp:431-457); "
-                "expect an out-of-memory there: set -ngl / -ts yourself, or raise -fitt by {short}").format(
-                device=tr.names[i], was=fmt_bytes(was), now=fmt_bytes(now), free=fmt_bytes(tr.free[i]),
-                short=fmt_bytes(now - target)))
+        if not now > target >= was:
+            continue
+        if any(layers[:i]):
+            why = _("once the devices before it took layers (all layers offloaded: pipeline parallelism, 4 copies "
+                    "of each stage's inputs, llama-context.cpp:431-457)")
+        else:
+            why = _("as loaded (a dry run reserves the prompt graph alone, fit.cpp:56-58; the server also the "
+                    "one-token graph, llama-context.cpp:674-677)")
+        out.warnings.append(_(
+            "--fit under-counts {device}: it settled the device at {was} (its dry run while filling it; "
+            "common/fit.cpp:706 checks only the device being filled), but the final placement needs {now} "
+            "of {free}, {short} past --fit-target, {why}; expect an out-of-memory there: set -ngl / -ts "
+            "yourself, or raise -fitt by {short}").format(
+            device=tr.names[i], was=fmt_bytes(was), now=fmt_bytes(now), free=fmt_bytes(tr.free[i]),
+            short=fmt_bytes(now - target), why=why))
 
 
 def _fill_back_to_front(lay: _Layers, ob: list[str], moe: bool) -> tuple[list[_Ngl], list[int], list[int]]:
