@@ -349,10 +349,10 @@ def test_an_unmeasured_kv_rate_lifts_no_candidate_above_f16(seed_inputs):
     assert {c.cfg.cache_type_k for c in fitting[:first_q4]} >= {"f16", "q8_0"}
     for c in fitting:
         if _quant(c):
-            a = c.depth_assumption
+            a = next((x for x in c.depth_assumptions if x.code == "kv-quant-read"), None)
             assert a is not None and a.code == "kv-quant-read" and c.decode_low < c.decode_at_target
         else:
-            assert c.depth_assumption is None and c.decode_low == c.decode_at_target
+            assert not c.depth_assumptions and c.decode_low == c.decode_at_target
     lows = [round(c.decode_low, 1) for c in fitting if not c.meets_decode]
     assert lows == sorted(lows, reverse=True)
     j = res.to_json()
@@ -387,7 +387,32 @@ def test_evidence_of_this_gpu_replaces_the_assumption(seed_inputs):
         {"backend": "CUDA", "gpu": "rtx3090", "kv_by_type": {"q4_0": kv, "q8_0": kv},
          "source": "GPU evidence file rtx3090.json"}]}, "test")
     res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=40, vision=True), cal=cal)
-    assert all(c.depth_assumption is None for c in res.candidates)
+    assert all(not c.depth_assumptions for c in res.candidates)
     best = res.best
     assert best is not None and best.cfg.cache_type_v == "q4_0"  # measured as fast: its bytes win
     assert "measured on this GPU (GPU evidence file rtx3090.json)" in best.speed.depth_note
+
+
+def test_an_assumed_draft_acceptance_is_a_range_until_given() -> None:
+    """MTP on the family's default acceptance (not measured): the low end is the decode at the
+    lowest published acceptance (plan.speed.LOWEST_PUBLISHED_ACCEPTANCE), the ranking uses it and
+    a target met only on the default is "maybe"; --acceptance (a measured ratio) removes it."""
+    from llamarig.plan.speed import (
+        LOWEST_PUBLISHED_ACCEPTANCE,
+        acceptance_from_ratio,
+        tokens_per_step,
+    )
+
+    inp = inputs("qwen3.8-27b:q4_k_m", "rtx3090")
+    res = optimise(inp, Targets(ctx=65536, decode_tok_s=50))
+    mtp = [c for c in res.candidates if c.speed.speculative is not None and not _quant(c)]
+    assert mtp
+    c = mtp[0]
+    (a,) = [x for x in c.depth_assumptions if x.code == "spec-acceptance"]
+    sp = c.speed.speculative
+    low = tokens_per_step(acceptance_from_ratio(LOWEST_PUBLISHED_ACCEPTANCE, sp.n_max), sp.n_max)
+    assert a.decode_if_wrong == pytest.approx(c.decode_at_target * low / sp.tokens_per_step)
+    assert c.decode_low < 50 <= c.decode_at_target and c.verdict.word == "maybe"
+    given = optimise(inp, Targets(ctx=65536, decode_tok_s=50, acceptance=0.7))
+    g = next(x for x in given.candidates if x.speed.speculative is not None and not _quant(x))
+    assert not any(x.code == "spec-acceptance" for x in g.depth_assumptions)

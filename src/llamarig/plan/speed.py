@@ -80,6 +80,10 @@ def kv_quality_short(type_k: str, type_v: str) -> str:
 #: report's log at 30.5K / 45.2K depth and llama.cpp pulls #17505 / #17891 at 32K; docs/accuracy-speed.md
 #: "Decode at depth"); quantized K/V share the constant without a published figure.
 KV_MEASURED_TYPES = ("f16", "bf16")
+#: the lowest draft acceptance (llama-server's draft_n_accepted / draft_n) among the published
+#: MTP runs data/speed_calibration.json lists (its acceptance._about): the 307K-context MTP field
+#: report, 0.47-0.67 at n = 4 "by load and time of day" (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt)
+LOWEST_PUBLISHED_ACCEPTANCE = 0.47
 
 
 # ============================================================================ devices
