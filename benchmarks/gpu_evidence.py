@@ -14,7 +14,9 @@ Method (benchmarks/RESULTS.md "GPU evidence kit"; docs/accuracy-speed.md):
    (``cache_prompt`` off, ``ignore_eos``), and record llama-server's own timings: prefill
    (``prompt_per_second``) and decode (``predicted_per_second``) with their token counts. A model
    with MTP layers gets one more run with ``--spec-type draft-mtp --spec-draft-n-max 4``
-   (``--mtp``), recording ``draft_n`` / ``draft_n_accepted``: the time of a speculative step.
+   (``--mtp``) per ``--mtp-kv`` type, recording ``draft_n`` / ``draft_n_accepted``: the time of a
+   speculative step. The order: every K/V type at the first -ub, the MTP runs, the other -ub
+   values, so that a short budget keeps what the optimiser's K/V and MTP figures need.
 4. Write one JSON file: the machine (nvidia-smi, CPU), the server (``--version``), and per run
    the model, the synthetic file's bytes and tensor count, the argv, every buffer line of the log
    (and the parsed memory figures) and the measurements.
@@ -276,6 +278,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   "weights); one /completion per depth with that many prompt token ids, cache_prompt off; "
                   "prefill and decode are llama-server's timings (prompt_per_second, predicted_per_second)",
         "runs": [], "skipped": []}
+    if args.note:
+        doc["note"] = args.note
     if previous is not None:  # --resume: keep what was measured, try the rest again
         doc["created"], doc["resumed"] = previous.get("created", doc["created"]), doc["created"]
         doc["runs"] = [r for r in previous.get("runs", []) if "error" not in r]
@@ -284,9 +288,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         n_vocab = int(synth.pop("n_vocab"))
         depths = sorted(set(args.depths))
         ctx = max(depths) + args.n_predict + 512
-        plan = [(ub, kv, 0) for ub in args.ub for kv in args.kv]  # every K/V type at the first -ub first
+        # every K/V type at the first -ub first, then MTP on (off is the runs before) for each
+        # --mtp-kv type, then the other -ub values: what the optimiser's assumptions need comes
+        # first when the time budget runs out
+        plan = [(args.ub[0], kv, 0) for kv in args.kv]
         if shape.nextn_layers and args.mtp > 0:  # the MTP step: drafting + batched verification
-            plan.append((args.ub[0], args.kv[-1], args.mtp))
+            plan += [(args.ub[0], kv, args.mtp) for kv in (args.mtp_kv or [args.kv[-1]])]
+        plan += [(ub, kv, 0) for ub in args.ub[1:] for kv in args.kv]
         for ub, kv, n_mtp in plan:
             if run_key(model_id, kv, ub, n_mtp) in done:
                 continue
@@ -322,6 +330,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--mtp", type=int, default=4,
                     help="for models with MTP layers, one more run with --spec-type draft-mtp --spec-draft-n-max N "
                          "(the step time; random weights accept almost nothing, which the file records; 0: off)")
+    ap.add_argument("--mtp-kv", default="",
+                    help="K/V types of the MTP runs, comma-separated (default: the last of --kv)")
+    ap.add_argument("--note", default="", help="a line kept in the file (e.g. the power limit it ran under)")
     ap.add_argument("--weights", default="q4_0", choices=("q4_0", "q8_0", "f16"), help="synthetic weight type")
     ap.add_argument("--ngl", type=int, default=99)
     ap.add_argument("--threads", type=int, default=None, help="-t (default: llama-server's)")
@@ -340,6 +351,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     a.models = [m.strip() for m in (a.models or ",".join(SMOKE_MODELS if a.smoke else DEFAULT_MODELS)).split(",")
                 if m.strip()]
     a.kv = [x.strip() for x in a.kv.split(",") if x.strip()]
+    a.mtp_kv = [x.strip() for x in a.mtp_kv.split(",") if x.strip()]
     try:
         a.ub = [int(x) for x in a.ub.split(",") if x.strip()]
         a.depths = [int(x) for x in a.depths.split(",") if x.strip()]

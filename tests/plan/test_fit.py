@@ -223,3 +223,55 @@ def test_gpu_name_ambiguity_note(capsys) -> None:
     assert gpu_match_note("a100-80") is None and gpu_match_note("rtx3090") is None
     r = _run(capsys, "qwen3.6-27b:iq4_nl", "--gpu", "A100", "-c", "8192", "--json")
     assert any("a100-80" in n for n in json.loads(r.output[: len(r.output) - len(r.err)])["notes"])
+
+
+# ---------------------------------------------------------------- fit and the draft (issue 42)
+
+
+def _rpc_plan(synth_model, shape: str, mems: list[int], flags: str):
+    from llamarig.plan.inputs import build_plan
+    from llamarig.testing.plans import deployment_of
+    from llamarig.testing.rpc_grid import SHAPES, draft_shapes
+
+    arch, kw = SHAPES[shape]
+    path = synth_model(arch, **kw)
+    drafts = {n: str(synth_model(SHAPES[n][0], **SHAPES[n][1])) for n in draft_shapes(flags)}
+    eps = [f"127.0.0.1:{5000 + i}" for i in range(len(mems))]
+    return build_plan(deployment_of(str(path), ["--rpc", ",".join(eps), *flags.format(**drafts).split()],
+                                    rpc_devices=[f"{e}={m}M" for e, m in zip(eps, mems, strict=True)]))
+
+
+def test_fit_under_counts_a_device_settled_before_the_others_took_layers(synth_model) -> None:
+    """The RPC rig's case (tests/plan/test_rpc_grid.py, FIT_GRID): fit settles the last device
+    at 4 layers with 42 MiB counted (its trace: "4 layers, 42 MiB used"), then the first takes 3,
+    every layer is offloaded, pipeline parallelism turns on, and the last device ends at 61.37
+    MiB on 48 (what the rpc-server holds): the plan counts that and says fit under-counts it."""
+    p = _rpc_plan(synth_model, "qwen35-mtp", [40, 48], "-c 4096 -fitt 2 --spec-type draft-mtp")
+    assert p.effective_cfg is not None and tuple(p.effective_cfg.tensor_split) == (3, 4)
+    last = p.devices[1]
+    assert round(last.total / MiB, 2) == 61.37 and last.capacity == 48 * MiB
+    (w,) = [w for w in p.warnings if "--fit under-counts" in w]
+    assert last.name in w and "42.76 MiB" in w and "common/fit.cpp:706" in w
+    assert not any(p.devices[0].name in x for x in p.warnings if "--fit under-counts" in x)
+    # where fit's count holds, no such warning
+    ok = _rpc_plan(synth_model, "qwen35-mtp", [80, 80], "-c 4096 -fitt 8 --spec-type draft-mtp")
+    assert not any("--fit under-counts" in x for x in ok.warnings)
+
+
+def test_the_draft_model_follows_fits_split(synth_model) -> None:
+    """fit writes its layers per device into the main params' tensor_split, and the server makes
+    the draft's params from those after fitting: on two 40 MiB devices fit puts the main model on
+    the second, and the draft goes there too (as the rpc-server's trace shows), not half and half
+    as the user's (default) split would put it."""
+    p = _rpc_plan(synth_model, "llama", [40, 40], "-c 4096 -fitt 4 -md {llama-draft} --spec-type draft-simple")
+    assert p.effective_cfg is not None and p.effective_cfg.tensor_split[0] == 0
+    assert p.devices[0].get("draft") == 0 and p.devices[1].get("draft") > 0
+
+
+def test_a_draft_model_without_a_spec_type_is_loaded_then_freed(synth_model) -> None:
+    from llamarig.plan.estimators.draft import DRAFT_UNUSED
+
+    unused = _rpc_plan(synth_model, "llama", [400, 400], "-c 4096 -md {llama-draft}")
+    assert any(d.code == DRAFT_UNUSED for d in unused.diagnostics)
+    used = _rpc_plan(synth_model, "llama", [400, 400], "-c 4096 -md {llama-draft} --spec-type draft-simple")
+    assert not any(d.code == DRAFT_UNUSED for d in used.diagnostics)

@@ -330,3 +330,89 @@ def test_the_offload_search_agrees_with_trying_every_value(model_id: str, key: s
     fitting = [v for v in range(n + 1) if O._fits(O._plan(inp, O._set(cfg, **{key: v})), targets.headroom)[0]]
     want = max(fitting) if key == "n_gpu_layers" else min(v for v in fitting if v >= 1)
     assert getattr(found[0], key) == want
+
+
+def _quant(c) -> bool:
+    return c.cfg.cache_type_k != "f16" or c.cfg.cache_type_v != "f16"
+
+
+def test_an_unmeasured_kv_rate_lifts_no_candidate_above_f16(seed_inputs):
+    """The report-000 query (issue 42): quantized K/V is faster on the RTX 3090 only if it reads
+    as fast per byte as f16, which nobody measured there (on the H200 it reads 9-21x slower):
+    such a candidate is ranked by the low end of its range, and the table and --json name the
+    assumption; no 4-bit cache is ranked above f16 or q8_0."""
+    res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=40, vision=True))
+    fitting = [c for c in res.candidates if c.fits]
+    assert fitting[0].cfg.cache_type_k == "f16" and not _quant(fitting[0])
+    first_q4 = next(i for i, c in enumerate(fitting) if c.cfg.cache_type_v == "q4_0")
+    assert all(c.cfg.cache_type_v != "q4_0" for c in fitting[:first_q4])
+    assert {c.cfg.cache_type_k for c in fitting[:first_q4]} >= {"f16", "q8_0"}
+    for c in fitting:
+        if _quant(c):
+            a = next((x for x in c.depth_assumptions if x.code == "kv-quant-read"), None)
+            assert a is not None and a.code == "kv-quant-read" and c.decode_low < c.decode_at_target
+        else:
+            assert not c.depth_assumptions and c.decode_low == c.decode_at_target
+    lows = [round(c.decode_low, 1) for c in fitting if not c.meets_decode]
+    assert lows == sorted(lows, reverse=True)
+    j = res.to_json()
+    q4 = next(c for c in j["candidates"] if c["cache_type_v"] == "q4_0")
+    assert q4["decode_assumed"] and q4["decode_assumptions"][0]["code"] == "kv-quant-read"
+    assert q4["decode_at_target_depth_low_tok_s"] < q4["decode_at_target_depth_tok_s"]
+    assert j["ranked_by"] == "decode_at_target_depth_low_tok_s"
+    f16 = j["candidates"][0]
+    assert not f16["decode_assumed"] and f16["decode_at_target_depth_low_tok_s"] == f16["decode_at_target_depth_tok_s"]
+
+
+def test_the_table_shows_the_range_and_the_assumption_beside_it(seed_inputs):
+    from rich.console import Console
+
+    group, _j, _rc = optimise_report(seed_inputs, Targets(ctx=105000, decode_tok_s=40, vision=True))
+    con = Console(width=100, record=True, color_system=None)
+    con.print(group)
+    text = con.export_text()
+    rows = [ln for ln in text.splitlines() if " q4_0 " in ln]
+    assert rows and all("-" in ln.split()[-3] for ln in rows), rows  # "15-39"
+    assert "maybe b, if quantized K/V" in " ".join(text.split())
+
+
+def test_evidence_of_this_gpu_replaces_the_assumption(seed_inputs):
+    """A measured read rate for q4_0 on this card (a GPU evidence file's fit, --calibration) is
+    no assumption: the range goes, the candidate is ranked by its figure, and the depth note says
+    the rate was measured."""
+    from llamarig.plan.calibration import builtin, calibration_from_json
+
+    kv = builtin().for_device("CUDA", "rtx3090").kv
+    cal = calibration_from_json({"version": 1, "efficiency": [
+        {"backend": "CUDA", "gpu": "rtx3090", "kv_by_type": {"q4_0": kv, "q8_0": kv},
+         "source": "GPU evidence file rtx3090.json"}]}, "test")
+    res = optimise(seed_inputs, Targets(ctx=105000, decode_tok_s=40, vision=True), cal=cal)
+    assert all(not c.depth_assumptions for c in res.candidates)
+    best = res.best
+    assert best is not None and best.cfg.cache_type_v == "q4_0"  # measured as fast: its bytes win
+    assert "measured on this GPU (GPU evidence file rtx3090.json)" in best.speed.depth_note
+
+
+def test_an_assumed_draft_acceptance_is_a_range_until_given() -> None:
+    """MTP on the family's default acceptance (not measured): the low end is the decode at the
+    lowest published acceptance (plan.speed.LOWEST_PUBLISHED_ACCEPTANCE), the ranking uses it and
+    a target met only on the default is "maybe"; --acceptance (a measured ratio) removes it."""
+    from llamarig.plan.speed import (
+        LOWEST_PUBLISHED_ACCEPTANCE,
+        acceptance_from_ratio,
+        tokens_per_step,
+    )
+
+    inp = inputs("qwen3.8-27b:q4_k_m", "rtx3090")
+    res = optimise(inp, Targets(ctx=65536, decode_tok_s=50))
+    mtp = [c for c in res.candidates if c.speed.speculative is not None and not _quant(c)]
+    assert mtp
+    c = mtp[0]
+    (a,) = [x for x in c.depth_assumptions if x.code == "spec-acceptance"]
+    sp = c.speed.speculative
+    low = tokens_per_step(acceptance_from_ratio(LOWEST_PUBLISHED_ACCEPTANCE, sp.n_max), sp.n_max)
+    assert a.decode_if_wrong == pytest.approx(c.decode_at_target * low / sp.tokens_per_step)
+    assert c.decode_low < 50 <= c.decode_at_target and c.verdict.word == "maybe"
+    given = optimise(inp, Targets(ctx=65536, decode_tok_s=50, acceptance=0.7))
+    g = next(x for x in given.candidates if x.speed.speculative is not None and not _quant(x))
+    assert not any(x.code == "spec-acceptance" for x in g.depth_assumptions)

@@ -250,3 +250,32 @@ def test_apply_removes_every_spelling_of_a_tried_option() -> None:
     c = Candidate((("-ub", "256"),))
     base = ["-m", "a.gguf", "--ubatch-size", "512", "-a", "-ub", "-c", "4096"]
     assert c.apply(base) == ["-m", "a.gguf", "-a", "-ub", "-c", "4096", "-ub", "256"]
+
+
+def test_coordinate_descent_finds_an_additive_best_with_a_fraction_of_the_measurements() -> None:
+    """Six two-valued dimensions whose effects multiply (threads, -ub, ... on one device): the
+    best of the 64 in 1 + 6 + 6 measurements at most, noise well under the effects."""
+    dims = [(f"-d{i}", ["a", "b"]) for i in range(6)]
+    gain = {f"-d{i}": (1.3 if i % 2 else 0.8) for i in range(6)}  # b is better on odd dimensions
+    cands = S.space(dims)
+    true = {}
+    for c in cands:
+        v = 100.0
+        for f, val in c.flags:
+            v *= gain[f] if val == "b" else 1.0
+        true[c.key] = v
+    best = max(true, key=true.__getitem__)
+    calls: list[str] = []
+    cd = S.coordinate_descent(dims, fake_measure(true, 0.01, 3, calls), budget=3)
+    assert cd.winner is not None and cd.winner.key == best
+    assert len(calls) == len(set(calls)) <= 13 and cd.cost == 3 * len(calls)
+
+
+def test_coordinate_descent_does_not_move_on_noise() -> None:
+    """Every value within a few per cent: nothing beats the start by more than the noise floor
+    (NOISE_FLOOR), so the first values (the defaults) are kept after one pass."""
+    dims = [("-t", ["1", "2"]), ("-ub", ["64", "256"])]
+    true = {c.key: 100.0 * (1 + 0.01 * i) for i, c in enumerate(S.space(dims))}
+    calls: list[str] = []
+    cd = S.coordinate_descent(dims, fake_measure(true, 0.0, 0, calls), budget=2)
+    assert cd.winner is not None and cd.winner.key == "-t 1 -ub 64" and len(calls) == 3

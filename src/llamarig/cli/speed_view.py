@@ -17,7 +17,12 @@ from llamarig.plan.calibration import Calibration
 from llamarig.plan.calibration_files import load_calibration
 from llamarig.plan.optimise import GB, PlannedOption, Targets, optimise
 from llamarig.plan.result import PlanInputs
-from llamarig.plan.speed import DEFAULT_PROMPT, SpeedReport, kv_quality_short
+from llamarig.plan.speed import (
+    DEFAULT_PROMPT,
+    LOWEST_PUBLISHED_ACCEPTANCE,
+    SpeedReport,
+    kv_quality_short,
+)
 from llamarig.units import GiB, fmt_bytes
 
 
@@ -106,6 +111,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
         "memory per GPU in device order (GiB); q = KV quality: ref = f16, ~ref = q8_0 (about +0.01-0.02 "
         "perplexity), V4 = 8-bit K with 4-5 bit V, 4bit = 4-5 bit K and V (measurable long-context recall loss); "
         "--json has the full note per candidate"), "dim")]
+    parts += _assumed(res.candidates[:show])
     if res.best is not None:
         parts += _winner(res.best, res.verdict, targets)
     parts += _verdict(res.verdict, res.reasons)
@@ -128,16 +134,62 @@ def _candidates(cands: Sequence[PlannedOption], t: Targets) -> Sheet:
     words = {"yes": _("yes"), "maybe": _("maybe"), "no fit": _("no fit"), "slow": _("slow")}
     for i, c in enumerate(cands, 1):
         s, cfg = c.speed, c.cfg
-        eff = s.speculative.speedup if s.speculative else 1.0
         frees = [d.free for d in c.plan.devices if d.free is not None and d.capacity]
         sheet.add_row(
             str(i), cfg.cache_type_k if cfg.cache_type_k == cfg.cache_type_v else f"{cfg.cache_type_k}/{cfg.cache_type_v}",
             localize(kv_quality_short(cfg.cache_type_k, cfg.cache_type_v)), str(c.plan.n_ubatch), _layout(c),
             ("/".join(f"{f / GiB:.1f}" for f in frees) + "G") if frees else "-",
-            _fmt_tok(s.by_depth[0].decode_tok_s * eff), _fmt_tok(s.at_depth(t.depth).decode_tok_s * eff),
-            _fmt_tok(s.at_depth(t.ctx).decode_tok_s * eff), _fmt_tok(s.prefill.tok_s),
+            _fmt_range(*_at_zero(c)), _fmt_range(c.decode_low, c.decode_at_target),
+            _fmt_range(*c.ctx_decode(t.ctx)), _fmt_tok(s.prefill.tok_s),
             words.get(c.verdict.word, c.verdict.word))
     return sheet
+
+
+def _at_zero(c: PlannedOption) -> tuple[float, float]:
+    """(low end, figure) at depth 0: no K/V read there, only an assumed draft acceptance scales it
+    (the same factor at every depth: tokens per step)."""
+    sp = c.speed.speculative
+    fig = c.speed.by_depth[0].decode_tok_s * (sp.speedup if sp else 1.0)
+    acc = next((a for a in c.depth_assumptions if a.code == "spec-acceptance" and a.decode_if_wrong), None)
+    if acc is None or acc.decode_if_wrong is None or c.decode_at_target <= 0:
+        return fig, fig
+    return fig * acc.decode_if_wrong / c.decode_at_target, fig
+
+
+def _fmt_range(low: float, figure: float) -> str:
+    """A decode figure, as ``low-figure`` where it rests on an assumption that may fail."""
+    return _fmt_tok(figure) if _fmt_tok(low) == _fmt_tok(figure) else f"{_fmt_tok(low)}-{_fmt_tok(figure)}"
+
+
+def _assumed(cands: Sequence[PlannedOption]) -> list[Any]:
+    """Beside the ranking: what the higher end of a shown range assumes ("maybe, if ..."), and
+    that the ranking used the low end."""
+    types: dict[str, None] = {}
+    gpus: dict[str, None] = {}
+    acceptance = False
+    for c in cands:
+        for a in (*c.depth_assumptions, *c.ctx_assumptions):
+            if a.decode_if_wrong is None:
+                continue
+            if a.code == "kv-quant-read":
+                types.setdefault(f"{c.cfg.cache_type_k}/{c.cfg.cache_type_v}", None)
+                gpus.update(dict.fromkeys(x.label for x in c.speed.devices if x.backend != "CPU"))
+            else:
+                acceptance = True
+    out: list[Any] = []
+    if types:
+        out.append(Para.of(_(
+            "a-b: maybe b, if quantized K/V ({types}) reads as fast per byte as f16 on {gpus} (not measured "
+            "there); a if as slowly as measured on an H200 (benchmarks/evidence). Ranked by a: the "
+            "assumption lifts no candidate above a measured one; a GPU evidence file of this card "
+            "(--calibration FILE, benchmarks/gpu_evidence_run.sh) replaces it").format(
+            types=", ".join(types), gpus=", ".join(gpus)), "yellow"))
+    if acceptance:
+        out.append(Para.of(_(
+            "a-b with MTP n: maybe b, if the draft acceptance is the family default (not measured); a at the "
+            "lowest published acceptance ({low:.2f}). Ranked by a; --acceptance RATIO (llama-server's "
+            "draft_n_accepted / draft_n) replaces it").format(low=LOWEST_PUBLISHED_ACCEPTANCE), "yellow"))
+    return out
 
 
 def _layout(c: PlannedOption) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from llamarig.i18n import _, join
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import Plan, PlanInputs
-from llamarig.units import MiB
+from llamarig.units import MiB, fmt_bytes
 
 #: (inputs of one trial, the user's settings, whether as fit's dry run measures it) -> the plan of
 #: that trial
@@ -312,7 +312,7 @@ def _place_layers(tr: _Trials, out: FitOutcome) -> FitOutcome:
             u = tr.measure(out.cfg.with_(override_tensor=((_MOE_ALL, "CPU"),)))
             surplus_cpu_moe = sum(tr.free[i] - u[i] - tr.margins[i] for i in range(tr.nd))
         ob = ["CPU"] * tr.nd
-        ngl, mem = _fill_back_to_front(lay, ob, moe)
+        ngl, mem, settled = _fill_back_to_front(lay, ob, moe)
         if moe and surplus_cpu_moe > 0:
             ngl, ob, mem = _fit_step4(lay, ngl, ob, mem)
         final_cfg = lay.cfg_for(ngl, ob)
@@ -324,39 +324,77 @@ def _place_layers(tr: _Trials, out: FitOutcome) -> FitOutcome:
     out.result = replace(out.result, layers=tuple(x.n_layer for x in ngl), overflowing=tuple(x.n_part for x in ngl),
                          n_gpu_layers=final_cfg.n_gpu_layers, overrides=final_cfg.override_tensor)
     _placement_notes(tr, ngl, final_cfg, out)
+    _under_counted(tr, settled, out)
     return out
 
 
-def _fill_back_to_front(lay: _Layers, ob: list[str], moe: bool) -> tuple[list[_Ngl], list[int]]:
+def _under_counted(tr: _Trials, settled: list[int], out: FitOutcome) -> None:
+    """fit settles each device from the last to the first and checks only the one it is filling
+    (common/fit.cpp:689, 706): a device settled within its target can need more once the devices
+    before it take layers (with every layer offloaded the scheduler runs the devices as a pipeline
+    and keeps 4 copies of each stage's inputs, llama-context.cpp:431-457; the MTP context's graph
+    grows with it). The plan counts the final placement: say so where fit's count is short."""
+    real = tr.used(out.plan)
+    layers = out.result.layers
+    for i, (was, now) in enumerate(zip(settled, real, strict=True)):
+        target = tr.free[i] - tr.margins[i]
+        if not now > target >= was:
+            continue
+        if any(layers[:i]):
+            why = _("once the devices before it took layers (all layers offloaded: pipeline parallelism, 4 copies "
+                    "of each stage's inputs, llama-context.cpp:431-457)")
+        else:
+            why = _("as loaded (a dry run reserves the prompt graph alone, fit.cpp:56-58; the server also the "
+                    "one-token graph, llama-context.cpp:674-677)")
+        out.warnings.append(_(
+            "--fit under-counts {device}: it settled the device at {was} (its dry run while filling it; "
+            "common/fit.cpp:706 checks only the device being filled), but the final placement needs {now} "
+            "of {free}, {short} past --fit-target, {why}; expect an out-of-memory there: set -ngl / -ts "
+            "yourself, or raise -fitt by {short}").format(
+            device=tr.names[i], was=fmt_bytes(was), now=fmt_bytes(now), free=fmt_bytes(tr.free[i]),
+            short=fmt_bytes(now - target), why=why))
+
+
+def _fill_back_to_front(lay: _Layers, ob: list[str], moe: bool) -> tuple[list[_Ngl], list[int], list[int]]:
     """Step 3 (fit.cpp:653-732): each device from the last, the largest layer count (dense, or
-    dense-only for MoE) that keeps its target, by the method of false position."""
-    nd, targets = lay.nd, lay.targets
+    dense-only for MoE) that keeps its target, by the method of false position. Also what fit
+    counted on each device when it settled it (its trace's "MiB used", fit.cpp:725-729)."""
+    nd = lay.nd
     ngl = [_Ngl() for _ in range(nd)]
     mem = lay.mem(ngl, ob)
+    settled = [0] * nd
     for i in range(nd - 1, -1, -1):
-        high = _copy(ngl)
-        high[i].n_layer = lay.tr.hp_ngl + 1 - sum(ngl[j].n_layer for j in range(i + 1, nd))
+        ngl, mem = _fill_device(lay, ngl, mem, ob, moe, i)
+        settled[i] = mem[i]
+    return ngl, mem, settled
+
+
+def _fill_device(lay: _Layers, ngl: list[_Ngl], mem: list[int], ob: list[str], moe: bool,
+                 i: int) -> tuple[list[_Ngl], list[int]]:
+    """One device of step 3 (fit.cpp:675-724)."""
+    nd, targets = lay.nd, lay.targets
+    high = _copy(ngl)
+    high[i].n_layer = lay.tr.hp_ngl + 1 - sum(ngl[j].n_layer for j in range(i + 1, nd))
+    if moe:
+        high[i].n_part = high[i].n_layer if i < nd - 1 else high[i].n_layer - 1
+    if high[i].n_layer <= 0:
+        return ngl, mem
+    mem_high = lay.mem(high, ob)
+    if mem_high[i] <= targets[i]:
+        return high, mem_high
+    delta = high[i].n_layer - ngl[i].n_layer
+    while delta > 1:
+        step = _step(delta, targets[i], mem[i], mem_high[i])
+        test = _copy(ngl)
+        test[i].n_layer += step
         if moe:
-            high[i].n_part = high[i].n_layer if i < nd - 1 else high[i].n_layer - 1
-        if high[i].n_layer <= 0:
-            continue
-        mem_high = lay.mem(high, ob)
-        if mem_high[i] <= targets[i]:
-            ngl, mem = high, mem_high
-            continue
+            test[i].n_part += step - 1 if (i == nd - 1 and test[i].n_part == 0) else step
+        mem_test = lay.mem(test, ob)
+        if mem_test[i] <= targets[i]:
+            ngl, mem = test, mem_test
+        else:
+            high, mem_high = test, mem_test
         delta = high[i].n_layer - ngl[i].n_layer
-        while delta > 1:
-            step = _step(delta, targets[i], mem[i], mem_high[i])
-            test = _copy(ngl)
-            test[i].n_layer += step
-            if moe:
-                test[i].n_part += step - 1 if (i == nd - 1 and test[i].n_part == 0) else step
-            mem_test = lay.mem(test, ob)
-            if mem_test[i] <= targets[i]:
-                ngl, mem = test, mem_test
-            else:
-                high, mem_high = test, mem_test
-            delta = high[i].n_layer - ngl[i].n_layer
     return ngl, mem
 
 

@@ -52,6 +52,7 @@ from llamarig.plan.planner import make_plan
 from llamarig.plan.result import Plan, PlanInputs
 from llamarig.plan.speed import (
     KV_QUALITY,
+    LOWEST_PUBLISHED_ACCEPTANCE,
     SpeedReport,
     acceptance_from_ratio,
     kv_quality_note,
@@ -62,7 +63,7 @@ from llamarig.plan.speed import (
     token_embd_bytes,
     tokens_per_step,
 )
-from llamarig.plan.verdict import TargetVerdict, target_verdict
+from llamarig.plan.verdict import Assumption, TargetVerdict, kv_read_assumption, target_verdict
 from llamarig.units import GiB, fmt_bytes
 
 GB = 1e9
@@ -116,10 +117,30 @@ class PlannedOption:
     headroom: int = 0  # the free memory every GPU must keep (Targets.headroom)
     #: yes / maybe (met only under a named, unmeasured assumption) / slow / no fit (plan.verdict)
     verdict: TargetVerdict = TargetVerdict("yes")
+    #: what the decode figures at the target depth and the target context rest on that was not
+    #: measured (quantized K/V read as fast per byte as f16 on a GPU with no evidence for them,
+    #: plan.verdict.kv_read_assumption; a draft acceptance not given), each with the figure if it
+    #: fails as measured elsewhere
+    depth_assumptions: tuple[Assumption, ...] = ()
+    ctx_assumptions: tuple[Assumption, ...] = ()
 
     @property
     def meets_all(self) -> bool:
         return self.fits and self.meets_decode
+
+    @property
+    def decode_low(self) -> float:
+        """The low end of the decode at the target depth: the figure if the unmeasured
+        assumption fails as measured elsewhere; the figure itself when nothing is assumed. The
+        optimiser ranks by it, so no candidate rises above another on an assumption alone."""
+        return _low(self.depth_assumptions, self.decode_at_target)
+
+    def ctx_decode(self, ctx: int) -> tuple[float, float]:
+        """(low end, figure) of the decode with the target context (``ctx``) full, speculative
+        decoding included."""
+        sp = self.speed.speculative
+        d = self.speed.at_depth(ctx).decode_tok_s * (sp.speedup if sp else 1.0)
+        return _low(self.ctx_assumptions, d), d
 
     def to_json(self) -> dict[str, Any]:
         sp = self.speed
@@ -141,16 +162,50 @@ class PlannedOption:
             "host_total": self.plan.host.total,
             "host_free": self.plan.host.free,
             "decode_at_target_depth_tok_s": round(self.decode_at_target, 2),
+            # the figure the ranking uses: the low end when the figure above rests on an assumption
+            "decode_at_target_depth_low_tok_s": round(self.decode_low, 2),
+            "decode_assumed": bool(self.depth_assumptions),
+            "decode_assumptions": [_assumption_json(a) for a in (*self.depth_assumptions, *self.ctx_assumptions)],
             "speed": sp.to_json(),
             "kv_quality": kv_quality_note(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_quality_short": kv_quality_short(self.cfg.cache_type_k, self.cfg.cache_type_v),
             "kv_note": sp.kv_note,
             "notes": list(self.notes),
             "verdict": self.verdict.word,
-            "assumptions": [{"code": a.code, "message": a.message, "decode_if_wrong_tok_s":
-                             round(a.decode_if_wrong, 2) if a.decode_if_wrong is not None else None}
-                            for a in self.verdict.assumptions],
+            "assumptions": [_assumption_json(a) for a in self.verdict.assumptions],
         }
+
+
+def _low(assumptions: Sequence[Assumption], figure: float) -> float:
+    """The figure with every assumption failing at once (each scales it by what it says)."""
+    low = figure
+    for a in assumptions:
+        if a.decode_if_wrong is not None and figure > 0:
+            low *= a.decode_if_wrong / figure
+    return min(low, figure)
+
+
+def _acceptance_assumption(rep: SpeedReport, decode: float, depth: int) -> Assumption | None:
+    """A speculative figure on the family's default acceptance (none given): the decode at the
+    lowest published acceptance instead. Only tokens per step change with it (the step's time
+    does not: plan.speed.speculative), so the figure scales by their ratio."""
+    sp = rep.speculative
+    if sp is None or sp.acceptance_source.startswith("given"):
+        return None
+    low = acceptance_from_ratio(LOWEST_PUBLISHED_ACCEPTANCE, sp.n_max)
+    if low >= sp.acceptance or sp.tokens_per_step <= 0:
+        return None
+    wrong = decode * tokens_per_step(low, sp.n_max) / sp.tokens_per_step
+    return Assumption("spec-acceptance", _(
+        "draft acceptance {ratio:.2f} (draft_n_accepted / draft_n) at n = {n}: the family default, not measured; "
+        "at the lowest published {low:.2f} (the 307K-context MTP field report) {rate:.0f} tok/s at depth {depth}; "
+        "--acceptance sets it").format(ratio=sp.ratio, n=sp.n_max, low=LOWEST_PUBLISHED_ACCEPTANCE,
+        rate=wrong, depth=depth), wrong)
+
+
+def _assumption_json(a: Assumption) -> dict[str, Any]:
+    return {"code": a.code, "message": a.message,
+            "decode_if_wrong_tok_s": round(a.decode_if_wrong, 2) if a.decode_if_wrong is not None else None}
 
 
 @dataclass(frozen=True)
@@ -173,6 +228,8 @@ class OptimiseResult:
                         "headroom": t.headroom, "slots": t.slots, "vision": t.vision, "agent": t.agent},
             "verdict": self.verdict,
             "reasons": list(self.reasons),
+            # candidates are ranked by the low end of their decode (an assumption lifts none)
+            "ranked_by": "decode_at_target_depth_low_tok_s",
             # the winner's speed figures, same schema as a plain plan's `speed` (docs/speed.md)
             "speed": self.best.speed.to_json() if self.best else None,
             "best": self.best.to_json() if self.best else None,
@@ -400,9 +457,20 @@ def _option(inp: PlanInputs, layout: tuple[ServerConfig, Plan, str], kv: tuple[s
     if rep.speculative is not None:
         notes.append(f"MTP n={rep.speculative.n_max}, a={rep.speculative.acceptance:.2f} "
                      f"({rep.speculative.tokens_per_step:.2f} tokens/step)")
+    split = c.split_mode if len(hw.gpus) > 1 else "layer"
     tv_ = target_verdict(rep, tk, tv, fits=fits, decode=d, target=targets.decode_tok_s, depth=depth,
-                         swa_window=spec.swa_window, cal=cal, split_mode=c.split_mode if len(hw.gpus) > 1 else "layer")
-    return PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom, tv_)
+                         swa_window=spec.swa_window, cal=cal, split_mode=split)
+    sp = rep.speculative.speedup if rep.speculative is not None else 1.0
+    at: list[tuple[Assumption, ...]] = []
+    for x in (depth, targets.ctx):
+        kv_a = kv_read_assumption(rep, tk, tv, x, swa_window=spec.swa_window, split_mode=split, cal=cal)
+        acc_a_ = _acceptance_assumption(rep, rep.at_depth(x).decode_tok_s * sp, x)
+        at.append(tuple(a for a in (kv_a, acc_a_) if a is not None))
+    if tv_.word == "yes" and targets.decode_tok_s is not None and _low(at[0], d) < targets.decode_tok_s:
+        # met only if the draft acceptance is as the family default says (verdict.py judges K/V)
+        tv_ = TargetVerdict("maybe", tuple(a for a in at[0] if a.decode_if_wrong is not None))
+    return PlannedOption(c, p, rep, how, fits, min_free, d, meets, tuple(notes), targets.headroom, tv_,
+                         at[0], at[1])
 
 
 def _verdict(inp: PlanInputs, targets: Targets, uniq: list[PlannedOption], cal: Calibration,
@@ -529,17 +597,22 @@ def _decode_bound(cands: Sequence[PlannedOption], t: Targets) -> tuple[float, st
 
 def _rank_key(c: PlannedOption, t: Targets) -> tuple[float, ...]:
     """Fitting first, then meeting the decode target, then KV quality (when the target is met),
-    then speed; --agent weights prefill (long prompts) before KV quality."""
+    then speed; --agent weights prefill (long prompts) before KV quality. Speed is the low end of
+    the decode (:attr:`PlannedOption.decode_low`): a figure that rests on an unmeasured rate
+    (quantized K/V read as fast per byte as f16 on a GPU with no evidence for it) counts at what
+    it would be if the rate is as measured elsewhere, so the assumption alone lifts no candidate
+    above a measured one; the table shows both ends and the assumption beside the ranking."""
     q = -(KV_QUALITY.get(c.cfg.cache_type_k, 3) + KV_QUALITY.get(c.cfg.cache_type_v, 3))
     pf = c.speed.prefill.tok_s
     if not c.fits:
         return (2, -(c.min_free or 0), -c.decode_at_target)
+    low = c.decode_low
     if not c.meets_decode:
-        return (1, -c.decode_at_target, -q, -pf)
+        return (1, -round(low, 1), -q, -pf)
     maybe = c.verdict.word == "maybe"  # a target met whatever the assumptions comes first
     if t.agent:
-        return (0, maybe, -round(pf, -2), -q, -c.decode_at_target)
-    return (0, maybe, -q, -round(c.decode_at_target, 0), -pf)
+        return (0, maybe, -round(pf, -2), -q, -low)
+    return (0, maybe, -q, -round(low, 0), -pf)
 
 
 def _explain(inp: PlanInputs, t: Targets, cands: Sequence[PlannedOption], cal: Calibration,

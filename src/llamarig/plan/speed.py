@@ -80,6 +80,10 @@ def kv_quality_short(type_k: str, type_v: str) -> str:
 #: report's log at 30.5K / 45.2K depth and llama.cpp pulls #17505 / #17891 at 32K; docs/accuracy-speed.md
 #: "Decode at depth"); quantized K/V share the constant without a published figure.
 KV_MEASURED_TYPES = ("f16", "bf16")
+#: the lowest draft acceptance (llama-server's draft_n_accepted / draft_n) among the published
+#: MTP runs data/speed_calibration.json lists (its acceptance._about): the 307K-context MTP field
+#: report, 0.47-0.67 at n = 4 "by load and time of day" (tests/fixtures/seeds/004_d9cc8479c3afbc2e.txt)
+LOWEST_PUBLISHED_ACCEPTANCE = 0.47
 
 
 # ============================================================================ devices
@@ -795,6 +799,14 @@ def _short_source(source: str) -> str:
     return source[:60]
 
 
+def _kv_types_measured(eff: Efficiency, type_k: str, type_v: str) -> bool:
+    """Whether this device's efficiency has its own measured read rate for these (not f16) K/V
+    types: a GPU evidence file's fit (--calibration), the built-in H200 entry; an entry copied
+    from another GPU (source "assumed ...") measured none."""
+    quant = {t.lower() for t in (type_k, type_v)} - set(KV_MEASURED_TYPES)
+    return bool(quant) and quant <= {t for t, _e in eff.kv_by_type} and not eff.source.startswith("assumed")
+
+
 def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int | None, cal: Calibration,
                 split_mode: str, type_k: str = "f16", type_v: str = "f16") -> str:
     """What the decode figures at depth rest on: the KV read efficiency of each device that reads
@@ -808,9 +820,9 @@ def _depth_note(loads: Sequence[DeviceLoad], depths: Sequence[int], window: int 
     groups: dict[str, list[str]] = {}  # phrase -> device names
     for x in kv_devs:
         ref = base.for_device(x.backend, next((k for k, e in base.gpus.items() if e.source == x.eff.source), None))
-        if x.eff.kv_by_type and x.eff.source == ref.source and (type_k != "f16" or type_v != "f16"):
+        if _kv_types_measured(x.eff, type_k, type_v):
             phrase = _("kv {kv:g} for K {type_k} / V {type_v}, measured on this GPU ({source})").format(
-                kv=x.eff.kv, type_k=type_k, type_v=type_v, source=_short_source(ref.source))
+                kv=x.eff.kv, type_k=type_k, type_v=type_v, source=_short_source(x.eff.source))
         elif x.backend == "CPU" and x.eff.attn_decode_depths:
             pts = x.eff.attn_decode_depths
             phrase = _("the host's attention measured by llamarig tune at depths {first}-{last} "

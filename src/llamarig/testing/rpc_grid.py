@@ -71,13 +71,52 @@ GRID: list[tuple[str, int, str]] = [
     ("qwen35-mtp", 2, "-c 4096 -np 2 -ts 1,3 --spec-type draft-mtp"),
     ("qwen35-mtp", 3, "-c 4096 -np 4 -ub 256 --spec-type draft-mtp --spec-draft-n-max 3 -ctk q8_0 -ctv q8_0"),
     ("qwen35-mtp", 2, "-c 4096 -ngl 4 --spec-type draft-mtp"),
+    ("qwen35-mtp", 3, "-c 4096 -np 2 -ts 1,1,3 --spec-type draft-mtp -ctkd q8_0 -ctvd q8_0"),
     ("qwen3moe", 2, "-c 4096"),
     ("qwen3moe", 3, "-c 4096 --n-cpu-moe 2"),
     ("qwen35moe", 2, "-c 4096 -np 2 -ub 256"),
     ("qwen35moe", 2, "-c 4096 -ts 1,2 --n-cpu-moe 1"),
     ("llama", 2, "-c 4096 -np 2 -md {llama-draft}"),
     ("llama", 3, "-c 4096 -md {llama-draft} -ngld 3"),
+    ("llama", 2, "-c 4096 -np 2 -ts 1,3 -md {llama-draft} --spec-type draft-simple"),
 ]
+
+
+#: (shape, MiB each rpc-server reports, llama-server flags): --fit over devices of chosen memory
+#: (llamarig.testing.rpc's shim). The first two leave fit a placement whose last device ends
+#: past its target once the first takes layers (plan/fit.py _under_counted): the plan must
+#: count what the servers then hold, not what fit counted
+FIT_GRID: list[tuple[str, list[int], str]] = [
+    ("qwen35-mtp", [40, 48], "-c 4096 -fitt 2 --spec-type draft-mtp"),
+    ("qwen35-mtp", [36, 30, 48], "-c 4096 -fitt 2 --spec-type draft-mtp"),
+    ("qwen35-mtp", [60, 60], "-c 4096 -np 2 -fitt 4 --spec-type draft-mtp"),
+    ("llama", [40, 40], "-c 4096 -fitt 4 -md {llama-draft}"),
+    ("llama", [30, 40], "-c 4096 -np 2 -fitt 2 -md {llama-draft} --spec-type draft-simple"),
+]
+
+#: the environment that makes an rpc-server trace every buffer it allocates and frees
+#: (ggml/src/ggml-rpc/ggml-rpc.cpp:26-29, 1261, 1295)
+RPC_TRACE_ENV = {"GGML_RPC_DEBUG": "1"}
+
+_ALLOC = re.compile(r"\[alloc_buffer\] device: \d+, size: (\d+) -> remote_ptr: (\w+), remote_size: (\d+)")
+_FREE = re.compile(r"\[free_buffer\] remote_ptr: (\w+)")
+
+
+def rpc_held_bytes(rpc_log: str) -> int:
+    """What an rpc-server holds now: the buffers its trace (:data:`RPC_TRACE_ENV`) allocated and
+    has not freed. A context that reserves its graph twice frees the first buffers before the
+    second reservation allocates (src/llama-context.cpp:643 replaces the scheduler), so that is
+    each buffer once, whatever the -lv 4 log repeats. Not counted: what was freed during loading,
+    --fit's dry runs' recurrent state (allocated for real, src/llama-memory-recurrent.cpp:118-119,
+    where the KV cache honours no_alloc, src/llama-kv-cache.cpp:279-283) and a draft model
+    loaded without a speculative type (freed, tools/server/server-context.cpp:1406-1412)."""
+    live: dict[str, int] = {}
+    for line in rpc_log.splitlines():
+        if m := _ALLOC.search(line):
+            live[m.group(2)] = int(m.group(3))
+        elif m := _FREE.search(line):
+            live.pop(m.group(1), None)
+    return sum(live.values())
 
 
 def draft_shapes(args: str) -> list[str]:

@@ -21,6 +21,8 @@ from llamarig.units import MiB
 
 #: a diagnostic code: --spec-type draft-mtp on a model without MTP layers
 NO_MTP_LAYERS = "no-mtp-layers"
+#: a diagnostic code: -md without a draft speculative type (the draft is loaded, then freed)
+DRAFT_UNUSED = "draft-unused"
 
 
 @dataclass(frozen=True)
@@ -81,16 +83,27 @@ class DraftEstimate:
     weights_per_device: tuple[int, ...]
 
 
-def _draft_cfg(cfg: ServerConfig) -> ServerConfig:
+def _draft_cfg(cfg: ServerConfig, tensor_split: tuple[float, ...]) -> ServerConfig:
     """The draft's params: a copy of the main ones with -ngld, -devd, -otd, -cmoed, -ncmoed in
-    place (common/speculative.cpp:2536-2551); a single -devd device forces -sm layer."""
+    place (common/speculative.cpp:2536-2551); a single -devd device forces -sm layer.
+    ``tensor_split``: the main model's as the draft is loaded (:func:`_draft_split`)."""
     split = cfg.split_mode if len(cfg.devices_draft) != 1 else "layer"
     return ServerConfig(
-        n_gpu_layers=cfg.n_gpu_layers_draft, split_mode=split, tensor_split=cfg.tensor_split,
+        n_gpu_layers=cfg.n_gpu_layers_draft, split_mode=split, tensor_split=tensor_split,
         main_gpu=cfg.main_gpu, override_tensor=cfg.override_tensor_draft, cpu_moe=cfg.cpu_moe_draft,
         n_cpu_moe=cfg.n_cpu_moe_draft, devices=cfg.devices_draft or cfg.devices, rpc=cfg.rpc,
         repack=cfg.repack, no_host=cfg.no_host, load_mode=cfg.load_mode,
         no_kv_offload=cfg.no_kv_offload, spec_types=cfg.spec_types)
+
+
+def _draft_split(lay: PlanLayout) -> tuple[float, ...]:
+    """The -ts the draft model is split by. --fit writes the layers it gives each device into the
+    main params' tensor_split in place (common/common.cpp:1261 passes params.tensor_split,
+    common/fit.cpp:556), and the server derives the draft's params from those after fitting
+    (tools/server/server-context.cpp:1208, 1242; common/speculative.cpp:2531 copies them): the
+    loaded draft follows fit's split. fit itself measured the draft at the user's -ts (its params
+    were copied before fitting, common/common.cpp:1244-1258), so a dry run keeps that one."""
+    return (lay.base_cfg if lay.dry_run else lay.cfg).tensor_split
 
 
 def _draft_kv(lay: PlanLayout, d: ModelSpec, placement: M.Placement, d_names: tuple[str, ...],
@@ -122,7 +135,7 @@ def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
     if d is None:
         return DraftEstimate(Contribution(), (0,) * lay.n_dev)
     cfg, ctx, gpu_names = lay.base_cfg, lay.ctx, lay.gpu_names
-    dcfg = _draft_cfg(cfg)
+    dcfg = _draft_cfg(cfg, _draft_split(lay))
     devs = devices(lay.hw, dcfg)
     index = {n: i for i, n in enumerate(gpu_names)}
     missing = [n for n in devs.names if n not in index]
@@ -163,14 +176,28 @@ def estimate_draft_model(lay: PlanLayout) -> DraftEstimate:
                           cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft), mtp=d.mtp_sidecar,
                           split_mode=dcfg.split_mode, kv_on_cpu=cfg.no_kv_offload, dry_run=lay.dry_run,
                           op_offload=cfg.op_offload)
+    diags = _unused(cfg)
     if rb is not None:
         out += replayed_entries(rb, devs.names, "draft", _("draft model context compute: "),
                                 device=lambda i: index[devs.names[i]] if i >= 0 else HOST)
-        return DraftEstimate(Contribution(tuple(out)), tuple(on_dev))
+        return DraftEstimate(Contribution(tuple(out), diags), tuple(on_dev))
     gpu_js = [j for j in range(len(devs.names)) if any(x == j for x in placement.layer_dev)]
     dest = estimate_compute(d, ctx, ctx.n_parallel, layers="mtp" if d.mtp_sidecar else "main",
                             gpu=bool(gpu_js) and d.mtp_sidecar,
                             cache_types=(cfg.cache_type_k_draft, cfg.cache_type_v_draft))
     out.append(entry(index[devs.names[gpu_js[0]]] if gpu_js else HOST, "draft", dest.bytes,
                      _("draft model context compute: ") + dest.formula, dest.method if not gpu_js else "modelled"))
-    return DraftEstimate(Contribution(tuple(out)), tuple(on_dev))
+    return DraftEstimate(Contribution(tuple(out), diags), tuple(on_dev))
+
+
+def _unused(cfg: ServerConfig) -> tuple[Diagnostic, ...]:
+    """-md without a draft-* --spec-type: llama-server loads the draft model and creates its
+    context (what a device must hold while loading, so the plan counts it), finds no speculative
+    implementation (common/speculative.cpp:2785-2787) and frees both (tools/server/
+    server-context.cpp:1406-1412; seen on the RPC rig: every draft buffer freed after loading)."""
+    if any(t.startswith("draft-") for t in cfg.spec_types):
+        return ()
+    return (warning(DRAFT_UNUSED, _(
+        "-md without --spec-type: llama-server loads the draft model and its context, then frees them unused "
+        "(no speculative implementation, common/speculative.cpp:2785-2787, server-context.cpp:1406-1412); the "
+        "plan counts them, as loading needs the memory; add --spec-type draft-simple to decode with the draft")),)
