@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "llamarig"
 
 #: lowest first; a package may import its own layer and those below (docs/architecture.md)
 LAYERS: list[set[str]] = [
-    {"units", "errors", "paths", "procs", "logformat", "serverpool", "binary", "i18n", "text", "diagnostics", "data",
+    {"units", "errors", "extras", "paths", "procs", "logformat", "serverpool", "binary", "i18n", "text", "diagnostics", "data",
      "locale", "__init__", "__main__"},
     {"gguf", "hardware", "hub"},
     {"catalogue", "detect"},

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import aiohttp
-
 from llamarig import __version__
 from llamarig.bench.client import BenchClient, RequestSample
 from llamarig.bench.gpu import GpuSampler, energy_joules, is_local
@@ -31,7 +29,11 @@ from llamarig.bench.monitor import InterferenceEvent, Monitor, Scrape, Tracker, 
 from llamarig.bench.records import Figure, note_text, single_figure
 from llamarig.bench.result import BenchReport, Interference, Scenario, Target
 from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
+from llamarig.extras import needed
 from llamarig.i18n import N_, _, error_text, unknown_name
+
+with needed("bench"):
+    import aiohttp
 
 SCENARIOS = ("decode", "prefill", "ttft", "depth", "concurrency", "spec", "workload")
 LLAMA_ONLY = ("prefill", "ttft", "depth")
