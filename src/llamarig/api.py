@@ -78,7 +78,7 @@ def machine(gpus: Sequence[GPU] = (), *, ram: int | None = None, cpu: CpuFeature
             detect: bool = False, rpc: Sequence[GPU] = ()) -> Hardware:
     """The machine (``Hardware``) a deployment runs on: ``gpus`` in device order (:func:`gpu`), ``ram`` (host RAM,
     bytes), ``cpu`` (the CPU llama-server runs on; its features decide AMX / CPU_REPACK weight
-    buffers); ``detect``: this machine's (nvidia-smi, /proc), with the given values in place;
+    buffers); ``detect``: this machine's (NVML or nvidia-smi, /proc), with the given values in place;
     ``rpc``: the devices behind the rpc-servers of ``--rpc`` (``GPU.endpoint`` set,
     ``llamarig.plan.rpc.parse_rpc_device``)."""
     from llamarig.plan.deployment import hardware as _hardware

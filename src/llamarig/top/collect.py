@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from llamarig.bench.client import BenchClient, HTTPResult
-from llamarig.bench.gpu import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.bench.monitor import parse_metrics
 from llamarig.extras import needed
+from llamarig.hardware.telemetry import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.i18n import _, data_text, error_text
 from llamarig.serverpool import Bound
 from llamarig.top import derive
