@@ -54,9 +54,13 @@ def _declared() -> tuple[set[str], dict[str, set[str]]]:
     return core, extras
 
 
+#: import name -> distribution, where they differ (for a package that is not installed here)
+IMPORT_NAMES = {"yaml": "PyYAML", "pynvml": "nvidia-ml-py", "modelscope_hub": "modelscope-hub"}
+
+
 def _dists_of(module: str) -> set[str]:
-    """The distributions that provide a top-level module (its own name where none is installed)."""
-    found = importlib.metadata.packages_distributions().get(module) or [module]
+    """The distributions that provide a top-level module (as installed, else IMPORT_NAMES)."""
+    found = importlib.metadata.packages_distributions().get(module) or [IMPORT_NAMES.get(module, module)]
     return {_dist(d) for d in found}
 
 
