@@ -182,6 +182,20 @@ def test_the_core_runs_without_any_extra(here: Path, args: list[str]) -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_the_core_use_cases_import_without_any_extra() -> None:
+    """launch, stop, tune and quality talk to llama-server through the standard library (the
+    servers they start need a binary, so here their modules are imported, as the CLI does)."""
+    code = ("import sys\n"
+            f"for m in {OPTIONAL_MODULES!r}:\n"
+            "    sys.modules[m] = None\n"
+            "import llamarig.app.launch, llamarig.app.tune, llamarig.tune.quality, llamarig.launch.process\n"
+            "import llamarig.api, llamarig.app.logs, llamarig.detect\n"
+            "llamarig.detect.detect()  # NVML missing: nvidia-smi, else no GPU\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 @pytest.mark.parametrize(("extra", "blocked", "args"), [
     ("gateway", ["aiohttp"], ["gateway", "--backend", "http://127.0.0.1:9", "--port", "0"]),
     ("gateway", ["httptools"], ["gateway", "--backend", "http://127.0.0.1:9", "--port", "0"]),

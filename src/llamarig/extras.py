@@ -3,7 +3,8 @@ way a module says it needs one: its third-party imports sit in ``with needed("ga
 missing package becomes a one-line :class:`~llamarig.errors.MissingExtraError` (exit 3) naming the
 ``pip install 'llamarig[...]'`` to run, where the import happens.
 
-The core (inspect, plan, check, explain, render, logs, models, gpus) needs none of them;
+The core (inspect, plan, check, explain, render, launch, stop, tune, quality, logs, models, gpus)
+needs none of them;
 tests/test_extras.py keeps this table, pyproject.toml and the imports in step.
 """
 
@@ -28,7 +29,7 @@ class Extra:
 
 #: extra name -> the modules it brings (import names); pyproject.toml lists their distributions
 EXTRAS: dict[str, Extra] = {e.name: e for e in (
-    Extra("bench", ("aiohttp",), "bench, tune, quality, top: measuring a running server"),
+    Extra("bench", ("aiohttp",), "bench and top: their HTTP client"),
     Extra("gateway", ("aiohttp", "httptools", "prometheus_client", "uvloop", "tomli"), "gateway"),
     Extra("gpu", ("pynvml",), "GPU telemetry through NVML in bench and top (else nvidia-smi)"),
     Extra("hub", ("huggingface_hub", "httpx2"), "hf:, ms: and URL models (inspect, plan, models)"),
