@@ -32,10 +32,15 @@ exit codes (docs/exit-codes.md). tests/test_api.py checks that every command has
 
 from __future__ import annotations
 
+import copy
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+# lazy imports: each function imports its use case when it is called, so a command or a library
+# call loads only its own path (at module level, `import llamarig.api` would load 334 modules in
+# 0.8 s instead of 73 in 0.08 s; docs/architecture.md, Layers)
 
 if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
@@ -64,7 +69,7 @@ if TYPE_CHECKING:
 def gpu(name: str) -> GPU:
     """A GPU of the built-in catalogue by id, alias or name ('rtx3090', 'RTX 3090', '3090'); another
     memory size is ``dataclasses.replace(gpu(name), memory_bytes=...)``."""
-    from llamarig.catalogue.gpus import find_gpu  # lazy: keeps import llamarig light
+    from llamarig.catalogue.gpus import find_gpu
 
     return find_gpu(name)
 
@@ -73,10 +78,10 @@ def machine(gpus: Sequence[GPU] = (), *, ram: int | None = None, cpu: CpuFeature
             detect: bool = False, rpc: Sequence[GPU] = ()) -> Hardware:
     """The machine (``Hardware``) a deployment runs on: ``gpus`` in device order (:func:`gpu`), ``ram`` (host RAM,
     bytes), ``cpu`` (the CPU llama-server runs on; its features decide AMX / CPU_REPACK weight
-    buffers); ``detect``: this machine's (nvidia-smi, /proc), with the given values in place;
+    buffers); ``detect``: this machine's (NVML or nvidia-smi, /proc), with the given values in place;
     ``rpc``: the devices behind the rpc-servers of ``--rpc`` (``GPU.endpoint`` set,
     ``llamarig.plan.rpc.parse_rpc_device``)."""
-    from llamarig.plan.deployment import hardware as _hardware  # lazy: keeps import llamarig light
+    from llamarig.plan.deployment import hardware as _hardware
 
     return _hardware(gpus, ram_bytes=ram, cpu=cpu, detect=detect, rpc=rpc)
 
@@ -92,7 +97,7 @@ def deployment(model: str | None = None, args: Sequence[str] = (), *, command: S
     (a catalogue model's projector) or ``none``; ``draft``: a draft model; ``overhead``: bytes of
     driver/context overhead per GPU (default: the catalogue's); ``notes``: what reading the input
     found, shown first in the plan. Bad flags are an InputError here."""
-    from llamarig.plan import deployment as D  # lazy: keeps import llamarig light
+    from llamarig.plan import deployment as D
 
     return D.deployment(model, args, command=command, hardware=hardware, mmproj=mmproj, draft=draft,
                        overhead_bytes=overhead, diagnostics=tuple(notes))
@@ -107,7 +112,7 @@ def script_deployment(path: str | Path, *, invocation: int = 1, model: str | Non
     against the script's directory; its diagnostics say which command was planned and what the
     meant command would change. ``model``: a GGUF or catalogue id for an ``-m`` that is not on
     this machine; ``extra_args``: llama-server flags applied after the script's."""
-    from llamarig.app.runs import script_deployment as _script  # lazy: keeps import llamarig light
+    from llamarig.app.runs import script_deployment as _script
 
     return _script(str(path), invocation=invocation, model=model, hardware=hardware, overhead_bytes=overhead,
                    draft=draft, mmproj=mmproj, extra_args=extra_args)
@@ -116,7 +121,7 @@ def script_deployment(path: str | Path, *, invocation: int = 1, model: str | Non
 def plan_inputs(d: Deployment) -> PlanInputs:
     """What the planner reads for ``d``: its model's header (a file, a catalogue entry or a remote
     header, read once), projector and draft, the settings and the hardware."""
-    from llamarig.plan.inputs import build_inputs  # lazy: keeps import llamarig light
+    from llamarig.plan.inputs import build_inputs
 
     return build_inputs(d)
 
@@ -124,7 +129,7 @@ def plan_inputs(d: Deployment) -> PlanInputs:
 def plan_model(d: Deployment) -> Plan:
     """The memory plan alone (no speed): memory per device and host RAM, each figure with its
     formula and method, after what --fit would change."""
-    from llamarig.plan.inputs import build_plan  # lazy: keeps import llamarig light
+    from llamarig.plan.inputs import build_plan
 
     return build_plan(d)
 
@@ -136,7 +141,7 @@ def plan_command(d: Deployment, *, calibration: Calibration | str | None = None,
     on the settings llama-server runs after ``--fit``; render, launch and tune use the same.
     ``calibration``: a Calibration, a file, ``builtin`` or None (the file ``llamarig tune``
     wrote, else the built-in one); ``inputs``: :func:`plan_inputs` of ``d`` when already read."""
-    from llamarig.app.planning import plan_with_speed  # lazy: keeps import llamarig light
+    from llamarig.app.planning import plan_with_speed
 
     return plan_with_speed(d, calibration=calibration, host_bandwidth_gbs=host_bandwidth_gbs, acceptance=acceptance,
                            inputs=inputs)
@@ -145,9 +150,9 @@ def plan_command(d: Deployment, *, calibration: Calibration | str | None = None,
 def inspect_model(path: str) -> ModelSpec:
     """A GGUF's model as `llamarig inspect` shows it, from the header alone: a path, or a remote
     reference (``hf:OWNER/REPO:QUANT``, ``ms:…``, an https URL), of which only the header is read."""
-    from llamarig.catalogue.models import resolve_model  # lazy: keeps import llamarig light
-    from llamarig.gguf import load_spec  # lazy: keeps import llamarig light
-    from llamarig.hub.ref import is_remote  # lazy: keeps import llamarig light
+    from llamarig.catalogue.models import resolve_model
+    from llamarig.gguf import load_spec
+    from llamarig.hub.ref import is_remote
 
     return resolve_model(path)[0] if is_remote(path) else load_spec(path)
 
@@ -161,7 +166,7 @@ def check(text: str | Deployment, *, schema: Schema | None = None, server_bin: s
     and ``ram`` (bytes): the target machine, for the memory verdict; ``name``: what the findings
     call the input. ``text`` may be a Deployment: its command is checked, with its model and
     hardware unless given here."""
-    from llamarig.app.check import check as _check  # lazy: keeps import llamarig light
+    from llamarig.app.check import check as _check
 
     if not isinstance(text, str):
         d = text
@@ -186,7 +191,7 @@ def check_text(text: str, *, kind: str | None = None, server_bin: str | None = N
 
 def fix_report(report: CheckReport) -> FixResult:
     """`llamarig check --fix`: the repaired text, and what the repair changes in each server."""
-    from llamarig.app.check import fix  # lazy: keeps import llamarig light
+    from llamarig.app.check import fix
 
     return fix(report)
 
@@ -195,7 +200,7 @@ def explain_report(report: CheckReport, *, model: str | None = None, lang: str =
                    ram: int | None = None) -> ExplainReport:
     """`llamarig explain`: every flag of each command, in ``lang`` (en or zh), its effect priced
     on what llama-server receives (``ExplainReport.to_json()`` is ``explain --json``)."""
-    from llamarig.app.explain import explain  # lazy: keeps import llamarig light
+    from llamarig.app.explain import explain
 
     return explain(report, model=model, base_dir=report.origin.parent if report.origin else None, lang=lang,
                    gpus=gpus, ram=ram)
@@ -214,7 +219,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
     here; ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine reports, for
     the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
-    from llamarig.app import command  # lazy: keeps import llamarig light
+    from llamarig.app import command
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
@@ -236,7 +241,7 @@ def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bo
 
 
 def _resolved(r: Resolved | Deployment, *, allow_no_binary: bool = False) -> Resolved:
-    from llamarig.plan import deployment as D  # lazy: keeps import llamarig light
+    from llamarig.plan import deployment as D
 
     return resolve(r, allow_no_binary=allow_no_binary) if isinstance(r, D.Deployment) else r
 
@@ -247,7 +252,7 @@ def render_command(res: Resolved | Deployment, fmt: str = "bash", *, name: str |
     llama-server router preset (its comments in ``lang``, en or zh; ``out``: the file it will be
     written to). ``res``: :func:`resolve_command`'s or :func:`resolve`'s result, or a Deployment
     (resolved here; without a llama-server the bundled schema stands in)."""
-    from llamarig.app.render import render_command as _render  # lazy: keeps import llamarig light
+    from llamarig.app.render import render_command as _render
 
     return _render(_resolved(res, allow_no_binary=True), fmt, name=name, compose_backend=compose_backend, user=user, lang=lang, out=out)
 
@@ -259,7 +264,7 @@ def launch_command(res: Resolved | Deployment, *, host: str | None = None, port:
     own), wait for /health, verify its allocations against the plan. Stop it with
     ``llamarig.launch.process.stop(state_file=...)``. ``res``: a Resolved or a Deployment
     (:func:`resolve`)."""
-    from llamarig.app.launch import launch_command as _launch  # lazy: keeps import llamarig light
+    from llamarig.app.launch import launch_command as _launch
 
     return _launch(_resolved(res), host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force, env=env)
 
@@ -270,8 +275,8 @@ def tune_command(res: Resolved | Deployment, settings: TuneSettings | None = Non
     ``res.hardware``. ``notify``: one line per event (search space, pruned candidates, resumed
     measurements); ``progress(done, total, what)``: each measurement; ``lang``: the language of
     the winning launcher's comments; ``res``: a Resolved or a Deployment (:func:`resolve`)."""
-    from llamarig.app.tune import TuneSettings as _Settings  # lazy: keeps import llamarig light
-    from llamarig.app.tune import tune_command as _tune  # lazy: keeps import llamarig light
+    from llamarig.app.tune import TuneSettings as _Settings
+    from llamarig.app.tune import tune_command as _tune
 
     return _tune(_resolved(res), settings or _Settings(), notify=notify, progress=progress, lang=lang)
 
@@ -279,16 +284,14 @@ def tune_command(res: Resolved | Deployment, settings: TuneSettings | None = Non
 def models() -> dict[str, CatalogueModel]:
     """The built-in model catalogue (`llamarig models`), by id, each entry with its sources: a copy,
     so that changing it changes nothing the planner reads."""
-    import copy  # lazy: keeps import llamarig light
-
-    from llamarig.catalogue.models import load_models  # lazy: keeps import llamarig light
+    from llamarig.catalogue.models import load_models
 
     return copy.deepcopy(load_models())
 
 
 def gpus() -> tuple[GPU, ...]:
     """The built-in GPU catalogue (`llamarig gpus`), each entry with its sources."""
-    from llamarig.catalogue.gpus import load_gpus  # lazy: keeps import llamarig light
+    from llamarig.catalogue.gpus import load_gpus
 
     return load_gpus()
 
@@ -297,7 +300,7 @@ def bench_server(url: str, **config: Any) -> BenchReport:
     """`llamarig bench --url URL`: the measurement (docs/bench.md), every figure with its method;
     ``to_json()`` is the ``--json`` document. ``config``: fields of llamarig.bench.runner.BenchConfig
     (scenarios, k, n_predict, ...)."""
-    from llamarig.bench.runner import BenchConfig, run_bench  # lazy: keeps import llamarig light
+    from llamarig.bench.runner import BenchConfig, run_bench
 
     return run_bench(BenchConfig(url=url, **config))
 
@@ -305,8 +308,8 @@ def bench_server(url: str, **config: Any) -> BenchReport:
 def compare_bench(a: str | Path, b: str | Path) -> Comparison:
     """`llamarig bench compare A B --json`: two bench (or logs) documents figure by figure, with
     a noise band from each figure's spread."""
-    from llamarig.bench.compare import compare  # lazy: keeps import llamarig light
-    from llamarig.bench.report import read_json  # lazy: keeps import llamarig light
+    from llamarig.bench.compare import compare
+    from llamarig.bench.report import read_json
 
     return compare(read_json(Path(a)), read_json(Path(b)))
 
@@ -316,7 +319,7 @@ def logs_report(path: str | Path, script: str | Path | None = None, *, model: st
     """`llamarig logs FILE`: a llama-server log as figures, a per-request timeline and findings
     (``script``: the launch script, to compare what was meant with what ran; with ``gpus`` (and
     ``model`` instead of its -m) also with the plan of what ran); ``to_json()`` is ``--json``."""
-    from llamarig.app.logs import logs_report as report  # lazy: keeps import llamarig light
+    from llamarig.app.logs import logs_report as report
 
     return report(Path(path), Path(script) if script is not None else None, model=model, gpus=gpus, ram=ram)
 
@@ -324,7 +327,7 @@ def logs_report(path: str | Path, script: str | Path | None = None, *, model: st
 def stop_server(port: int | None = None, state_file: str | Path | None = None, timeout_s: float = 30) -> str:
     """`llamarig stop`: stop the llama-server a launch started, and only that process (its pid,
     start time and command line must still match the state file); returns what was done."""
-    from llamarig.launch.process import stop  # lazy: keeps import llamarig light
+    from llamarig.launch.process import stop
 
     return stop(port, Path(state_file) if state_file is not None else None, timeout_s)
 
@@ -336,8 +339,8 @@ def quality_report(res: Resolved, types: Sequence[tuple[str, str]] = (("q8_0", "
     """`llamarig quality`: what each quantized KV type changes against f16 KV (top-1 agreement,
     KL divergence over the returned top-k, a needle at several depths); ``to_json()`` is
     ``quality --json``. ``progress``: one line per K/V type started."""
-    from llamarig.app.tune import base_args  # lazy: keeps import llamarig light
-    from llamarig.tune.quality import run_quality  # lazy: keeps import llamarig light
+    from llamarig.app.tune import base_args
+    from llamarig.tune.quality import run_quality
 
     return run_quality(res.binary, base_args(res), list(types), n_prompts=n_prompts, prompt_words=prompt_words,
                        top_k=top_k, needle_words=needle_words, depths=depths, progress=progress)
@@ -347,9 +350,9 @@ def top_snapshot(url: str, *, interval_s: float = 1.0, api_key: str | None = Non
                  gpu: bool = True) -> Snapshot:
     """`llamarig top --once --json`: one view of a llama-server or gateway (two reads
     ``interval_s`` apart, since rates need two)."""
-    import asyncio  # lazy: keeps import llamarig light
+    import asyncio
 
-    from llamarig.top.collect import once  # lazy: keeps import llamarig light
+    from llamarig.top.collect import once
 
     return asyncio.run(once(url, api_key=api_key, interval_s=interval_s, metrics=metrics, gpu=gpu))
 
@@ -359,7 +362,7 @@ def gateway_config(path: str | Path | None = None, *, backends: Sequence[str] = 
     """`llamarig gateway --check`: the gateway's configuration (a TOML/YAML file, else the
     built-in defaults) with the command line's overrides, validated; ``ledger``:
     ``redis://HOST:PORT/DB`` to share admission with other replicas, ``replica`` its name."""
-    from llamarig.gateway.config import (  # lazy: keeps import light
+    from llamarig.gateway.config import (
         build_config,
         load_config,
         with_overrides,
@@ -372,6 +375,6 @@ def gateway_config(path: str | Path | None = None, *, backends: Sequence[str] = 
 
 def serve_gateway(cfg: GatewayConfig) -> None:
     """`llamarig gateway`: run the gateway until SIGINT/SIGTERM."""
-    from llamarig.gateway.server import serve  # lazy: keeps import llamarig light
+    from llamarig.gateway.server import serve
 
     serve(cfg)

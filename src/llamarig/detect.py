@@ -1,16 +1,16 @@
-"""Read the local machine: GPUs via nvidia-smi (when present, matched to the GPU catalogue), CPU
-cores, CPU features and RAM from the OS."""
+"""Read the local machine: GPUs by ``hardware.telemetry`` (NVML, else nvidia-smi; matched to the
+GPU catalogue), CPU cores, CPU features and RAM from the OS."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
+from collections.abc import Iterable
 from dataclasses import replace
 
 from llamarig.catalogue.gpus import find_gpu
 from llamarig.errors import UnknownNameError
 from llamarig.hardware.cpu import detect_cpu
+from llamarig.hardware.telemetry import GpuRaw, GpuTelemetry
 from llamarig.hardware.types import GPU, Hardware, MiB
 
 
@@ -36,40 +36,34 @@ def cpu_cores() -> int | None:
         return os.cpu_count()
 
 
-def parse_nvidia_smi(text: str) -> list[GPU]:
-    """Lines of ``nvidia-smi --query-gpu=name,memory.total,memory.free --format=csv,noheader,nounits``."""
+#: what read the GPUs, for a GPU the catalogue does not know
+TOOLS = {"nvml": "NVML", "nvidia-smi": "nvidia-smi"}
+
+
+def gpus_of(raws: Iterable[GpuRaw], source: str = "nvidia-smi") -> list[GPU]:
+    """This machine's GPUs as planner GPUs: the catalogue's entry with the memory read here, or
+    one without bandwidth/TFLOPS for a board the catalogue does not know."""
     out = []
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 2:
+    for raw in raws:
+        if raw.mem_total_mib is None:
             continue
-        name = parts[0]
+        total = int(raw.mem_total_mib) * MiB
         try:
-            total = int(float(parts[1])) * MiB
-        except ValueError:
-            continue
-        try:
-            g = replace(find_gpu(name), memory_bytes=total, detected=True)
+            g = replace(find_gpu(raw.name), memory_bytes=total, detected=True)
         except UnknownNameError:
-            g = GPU(id=name.lower().replace(" ", "-"), name=name, backend="CUDA", memory_bytes=total,
+            g = GPU(id=raw.name.lower().replace(" ", "-"), name=raw.name, backend="CUDA", memory_bytes=total,
                     bandwidth_gbs=None, fp16_tflops=None, overhead_bytes=300 * MiB,
-                    source="nvidia-smi (not in the catalogue: no bandwidth/TFLOPS)", detected=True)
+                    source=f"{TOOLS.get(source, source)} (not in the catalogue: no bandwidth/TFLOPS)", detected=True)
         out.append(g)
     return out
 
 
 def detect(timeout: float = 5.0) -> Hardware:
-    gpus: list[GPU] = []
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            r = subprocess.run(
-                [smi, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=timeout, check=False,
-            )
-            if r.returncode == 0:
-                gpus = parse_nvidia_smi(r.stdout)
-        except (OSError, subprocess.TimeoutExpired):
-            gpus = []
+    tel = GpuTelemetry(smi_timeout_s=timeout)
+    try:
+        got = tel.read()
+    finally:
+        tel.close()
+    gpus = gpus_of(got.gpus, got.source) if got.available else []
     total, avail = host_memory()
     return Hardware(tuple(gpus), total, avail, cpu_cores(), source="detected", cpu=detect_cpu())

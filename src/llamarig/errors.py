@@ -74,6 +74,17 @@ class NetworkError(LlamarigError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class MissingExtraError(LlamarigError):
+    """An optional part of the install that this needs is not installed (``llamarig.extras``):
+    the message names the ``pip install 'llamarig[EXTRA]'`` to run."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+    def __init__(self, message: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(message)
+
+
 class ServerError(LlamarigError):
     """llama-server missing, failing to start, or unreachable."""
 

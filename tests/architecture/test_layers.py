@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "llamarig"
 
 #: lowest first; a package may import its own layer and those below (docs/architecture.md)
 LAYERS: list[set[str]] = [
-    {"units", "errors", "paths", "procs", "logformat", "serverpool", "binary", "i18n", "text", "diagnostics", "data",
+    {"units", "errors", "extras", "paths", "procs", "logformat", "serverpool", "binary", "i18n", "text", "diagnostics", "data",
      "locale", "__init__", "__main__"},
     {"gguf", "hardware", "hub"},
     {"catalogue", "detect"},
@@ -151,3 +151,33 @@ def test_library_never_names_the_cli() -> None:
         text = f.read_text()
         bad += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in _NAMES_CLI.finditer(text)]
     assert not bad, "library modules naming the CLI:\n" + "\n".join(bad)
+
+
+#: the one module that asks the NVIDIA driver (NVML through nvidia-ml-py, else nvidia-smi)
+TELEMETRY = Path("hardware/telemetry.py")
+#: calls that find or run a program
+_RUNS = {"which", "run", "Popen", "check_output", "check_call", "call", "create_subprocess_exec"}
+
+
+def _callee(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def test_gpu_telemetry_has_one_home() -> None:
+    """NVML (``pynvml``) is imported and ``nvidia-smi`` is named in a call (which, run) only in
+    hardware/telemetry.py: bench, top and detect all read GPUs through it."""
+    bad = []
+    for f in sorted(SRC.rglob("*.py")):
+        rel = f.relative_to(SRC)
+        if rel == TELEMETRY:
+            continue
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                bad += [f"{rel}:{node.lineno}: imports {n}" for n in names if n.split(".")[0] == "pynvml"]
+            elif isinstance(node, ast.Call) and _callee(node) in _RUNS and any(
+                    isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("nvidia-smi")
+                    for a in node.args for c in ast.walk(a)):
+                bad.append(f"{rel}:{node.lineno}: calls with 'nvidia-smi'")
+    assert not bad, "GPU telemetry outside hardware/telemetry.py:\n" + "\n".join(bad)

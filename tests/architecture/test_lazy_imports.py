@@ -6,6 +6,10 @@ line), e.g. ``import numpy as np  # lazy: numpy (0.2 s), only for the host bandw
 ``# lazy: cycle with speed.py``. Every other import belongs at the top of its module: a function-
 level import that saves nothing only hides the module's dependencies (and its cycles).
 
+A module whose every function imports lazily for one reason says it once, in a comment line of
+its own at module level: ``# lazy imports: <why>`` (llamarig/api.py: each function imports its
+use case when called, so a command loads only its own path).
+
 llamarig/cli/ is not checked: its commands are loaded lazily for start-up by design (the lazy
 click group in cli/main.py imports a command's module on first use, and each command imports
 the library only when it runs), so nearly every import there is lazy for the same reason.
@@ -28,6 +32,8 @@ EXCLUDED = {"cli"}
 PENDING: dict[str, str] = {
 }
 _MARK = re.compile(r"#\s*lazy:\s*\S")
+#: a module-level comment line that covers every function-level import of its module
+_MODULE_MARK = re.compile(r"^# lazy imports:[ \t]*\S", re.M)
 
 
 def _marked_lines(source: str) -> set[int]:
@@ -41,6 +47,8 @@ def _marked_lines(source: str) -> set[int]:
 
 def unmarked_lazy_imports(source: str, filename: str = "<string>") -> list[tuple[int, str]]:
     """(line, import as written) for each import inside a function without a ``# lazy:``."""
+    if _MODULE_MARK.search(source):
+        return []
     tree = ast.parse(source, filename)
     marked = _marked_lines(source)
     lines = source.splitlines()
@@ -120,3 +128,10 @@ class C:
 '''
     got = [text for _, text in unmarked_lazy_imports(src)]
     assert got == ["import json", "from e import (", "import yaml  # lazy:", "import sys"]
+
+
+def test_a_module_can_say_why_once() -> None:
+    body = "def f():\n    import json\n"
+    assert unmarked_lazy_imports(body) == [(2, "import json")]
+    assert unmarked_lazy_imports("# lazy imports: each function loads its own path\n\n" + body) == []
+    assert unmarked_lazy_imports("# lazy imports:\n" + body) == [(3, "import json")]  # a why is needed

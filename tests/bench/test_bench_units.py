@@ -11,13 +11,14 @@ import pytest
 
 from llamarig.bench.client import RequestSample
 from llamarig.bench.compare import compare_docs
-from llamarig.bench.gpu import energy_joules, parse_nvidia_smi
+from llamarig.bench.gpu import energy_joules
 from llamarig.bench.monitor import Monitor, Scrape, Tracker, parse_metrics, reconcile
 from llamarig.bench.prompts import TETRIS_PROMPT, load_workload, prompt_set
 from llamarig.bench.records import percentile, spread_of, stat_figures
 from llamarig.bench.report import markdown, schema
 from llamarig.cli.main import main
 from llamarig.errors import InputError
+from llamarig.hardware.telemetry import parse_nvidia_smi
 
 
 def test_percentile_matches_numpy_type7() -> None:

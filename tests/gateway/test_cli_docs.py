@@ -204,7 +204,7 @@ def test_replicas_compose_file_parses_and_each_gateway_command_checks() -> None:
         assert cfg["ledger"]["url"] == "redis://valkey:6379/0" and cfg["ledger"]["replica"] == name
         assert [b["url"] for b in cfg["backends"]] == ["http://10.0.0.5:8080", "http://10.0.0.6:8080"]
     (dockerfile,) = blocks("dockerfile")
-    assert "[ledger]" in dockerfile
+    assert "[gateway,ledger]" in dockerfile  # the image needs the gateway and the shared ledger
 
 
 def test_ledger_url_password_is_not_printed() -> None:

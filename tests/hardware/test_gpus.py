@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from llamarig.catalogue.gpus import find_gpu, load_gpus, parse_gpu_arg
-from llamarig.detect import cpu_cores, detect, host_memory, parse_nvidia_smi
+from llamarig.detect import cpu_cores, detect, gpus_of, host_memory
 from llamarig.errors import InputError, UnknownNameError
+from llamarig.hardware.telemetry import parse_nvidia_smi
 
 GiB = 1 << 30
 
@@ -49,10 +50,13 @@ def test_vram_override() -> None:
         parse_gpu_arg("3090:-1")
 
 
-def test_parse_nvidia_smi() -> None:
-    gpus = parse_nvidia_smi("NVIDIA GeForce RTX 3090, 24576, 23000\nSome Future GPU, 8192, 8000\n")
-    assert [g.id for g in gpus][0] == "rtx3090"
+def test_gpus_of_an_nvidia_smi_reading() -> None:
+    raws = parse_nvidia_smi("0, NVIDIA GeForce RTX 3090, 300.5, 47, 1800, 9751, 1000, 24576, 98\n"
+                            "1, Some Future GPU, [N/A], 40, 1, 2, 100, 8192, 5\n")
+    gpus = gpus_of(raws, "nvidia-smi")
+    assert [g.id for g in gpus][0] == "rtx3090" and gpus[0].memory_bytes == 24576 << 20
     assert gpus[1].memory_bytes == 8192 << 20 and gpus[1].bandwidth_gbs is None
+    assert gpus[1].source == "nvidia-smi (not in the catalogue: no bandwidth/TFLOPS)"
 
 
 def test_detect_reads_the_os() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from llamarig.bench.gpu import GpuRaw, GpuReading, GpuTelemetry, Nvml, is_local
 from llamarig.cli.top_view import ViewState, plain
+from llamarig.hardware.telemetry import GpuRaw, GpuReading, GpuTelemetry, Nvml, is_local
 from llamarig.testing.server import free_port
 from llamarig.top.derive import build
 from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot

@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from llamarig.bench.records import Json, note_text
 from llamarig.errors import ServerError
+from llamarig.extras import needed
 from llamarig.i18n import N_, _
+
+with needed("bench"):
+    import aiohttp
 
 #: large read buffer: aiohttp's 64 KiB default throttles long SSE lines (vllm#39963)
 READ_BUFSIZE = 4 * 1024 * 1024

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llamarig import __version__
-from llamarig.bench.client import RequestSample
-from llamarig.bench.monitor import InterferenceEvent
 from llamarig.bench.records import Figure, Json
+
+if TYPE_CHECKING:  # annotations only: the HTTP client (the bench extra) stays off `llamarig logs`
+    from llamarig.bench.client import RequestSample
+    from llamarig.bench.monitor import InterferenceEvent
 
 SCHEMA_VERSION = 1
 

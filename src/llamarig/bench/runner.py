@@ -22,16 +22,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import aiohttp
-
 from llamarig import __version__
 from llamarig.bench.client import BenchClient, RequestSample
-from llamarig.bench.gpu import GpuSampler, energy_joules, is_local
+from llamarig.bench.gpu import GpuSampler, energy_joules
 from llamarig.bench.monitor import InterferenceEvent, Monitor, Scrape, Tracker, reconcile
 from llamarig.bench.records import Figure, note_text, single_figure
 from llamarig.bench.result import BenchReport, Interference, Scenario, Target
 from llamarig.errors import ExitCode, InputError, LlamarigError, ServerError
+from llamarig.extras import needed
+from llamarig.hardware.telemetry import is_local
 from llamarig.i18n import N_, _, error_text, unknown_name
+
+with needed("bench"):
+    import aiohttp
 
 SCENARIOS = ("decode", "prefill", "ttft", "depth", "concurrency", "spec", "workload")
 LLAMA_ONLY = ("prefill", "ttft", "depth")

@@ -25,8 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
+from llamarig.extras import needed
 from llamarig.gateway import reasons
 from llamarig.gateway.admission import AdmitRequest, ReservationLedger
 from llamarig.gateway.config import BackendConfig, GatewayConfig
@@ -46,6 +45,9 @@ from llamarig.gateway.progress import BackendProgress, read_slots
 from llamarig.gateway.upstream import Clients
 from llamarig.i18n import _, localize
 from llamarig.serverpool import LogStart, cells_in_use, last_start, newer_start, server_pool
+
+with needed("gateway"):
+    import aiohttp
 
 log = logging.getLogger("llamarig.gateway")
 

@@ -21,7 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from llamarig.extras import needed
+
+with needed("gateway"):
+    from aiohttp import web
 
 
 @dataclass

@@ -29,9 +29,11 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
-import httptools
-
+from llamarig.extras import needed
 from llamarig.i18n import _
+
+with needed("gateway"):
+    import httptools
 
 log = logging.getLogger("llamarig.gateway")
 

@@ -11,8 +11,12 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics import MetricWrapperBase
+from llamarig.extras import needed
+
+with needed("gateway"):
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from prometheus_client.metrics import MetricWrapperBase
+
 
 log = logging.getLogger("llamarig.gateway")
 

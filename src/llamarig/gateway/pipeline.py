@@ -37,8 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
+from llamarig.extras import needed
 from llamarig.gateway.admission import Admission, AdmitRequest, Reservation
 from llamarig.gateway.backends import Backends
 from llamarig.gateway.config import GatewayConfig, KeyConfig
@@ -58,6 +57,9 @@ from llamarig.gateway.tiers import (
 from llamarig.gateway.upstream import Clients, UpstreamConnectError, UpstreamPayloadError
 from llamarig.i18n import _, localize
 from llamarig.units import MiB
+
+with needed("gateway"):
+    import aiohttp
 
 log = logging.getLogger("llamarig.gateway")
 

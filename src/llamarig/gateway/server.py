@@ -27,9 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-import aiohttp
-
-from llamarig.errors import LlamarigError, ServerError
+from llamarig.errors import LlamarigError
+from llamarig.extras import needed
 from llamarig.gateway import reasons, retry
 from llamarig.gateway import status as gwstatus
 from llamarig.gateway.admission import (
@@ -49,6 +48,9 @@ from llamarig.gateway.pool import Share
 from llamarig.gateway.tiers import CHAT, NATIVE, OAI_COMPLETION
 from llamarig.gateway.upstream import Clients
 from llamarig.i18n import _, localize
+
+with needed("gateway"):
+    import aiohttp
 
 log = logging.getLogger("llamarig.gateway")
 
@@ -359,11 +361,8 @@ def make_ledger(cfg: GatewayConfig) -> ReservationLedger:
     lc = cfg.ledger
     if lc.url is None:
         return Ledger()
-    try:
-        from llamarig.gateway.shared_ledger import RedisLedger  # lazy: needs redis (optional)
-    except ImportError as e:
-        raise ServerError(_("--ledger needs the redis package: pip install 'llamarig[ledger]' ({error})").format(
-            error=e)) from None
+    from llamarig.gateway.shared_ledger import RedisLedger  # lazy: the ledger extra, for ledger.url
+
     return RedisLedger(lc.url, replica=lc.replica, lease_s=lc.lease_s, timeout_s=lc.timeout_s)
 
 

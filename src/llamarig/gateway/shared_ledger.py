@@ -59,12 +59,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
+from llamarig.extras import needed
 from llamarig.gateway.admission import LedgerUnavailable, Limits, Reservation, view_fits
 from llamarig.gateway.config import redact_url
 from llamarig.gateway.pool import Pool
+
+with needed("ledger"):
+    import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
 
 log = logging.getLogger("llamarig.gateway")
 

@@ -30,13 +30,15 @@ import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-import aiohttp
-import httptools
-
 from llamarig.errors import ServerError
+from llamarig.extras import needed
 from llamarig.gateway.http import Headers
 from llamarig.i18n import _, os_error
 from llamarig.units import MiB
+
+with needed("gateway"):
+    import aiohttp
+    import httptools
 
 #: bytes buffered for the reader before the socket stops being read
 HIGH_WATER = MiB

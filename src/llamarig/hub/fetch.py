@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2
-from huggingface_hub import get_session
-
 from llamarig.errors import GGUFError, NetworkError, RemoteError
+from llamarig.extras import needed
 from llamarig.gguf.reader import GGUFHeader, HeaderIncomplete, parse_header
 from llamarig.i18n import _
 from llamarig.paths import header_cache_dir
+
+with needed("hub"):
+    import httpx2
+    from huggingface_hub import get_session
 
 #: the first range asked for (bytes); each next one at least doubles what is held
 FIRST_RANGE = 256 << 10

@@ -10,12 +10,24 @@ from typing import Any
 from urllib.parse import quote
 
 from llamarig.errors import NetworkError, RemoteError, one_line
+from llamarig.extras import needed
 from llamarig.gguf.reader import GGUFHeader
 from llamarig.gguf.spec import ModelSpec, RemoteRead, spec_from_headers
 from llamarig.hub import fetch
 from llamarig.hub.ref import ModelRef, parse_ref
 from llamarig.hub.select import RepoFile, best_model, best_sibling, quants, split_info, split_parts
 from llamarig.i18n import _
+
+with needed("hub"):
+    import httpx2
+    from huggingface_hub import HfApi, constants, hf_hub_url
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import _headers
 
 
 @dataclass(frozen=True)
@@ -39,8 +51,6 @@ def offline() -> bool:
 def hf_endpoint() -> str:
     """The Hugging Face endpoint: ``$HF_ENDPOINT`` (a mirror such as https://hf-mirror.com) or
     huggingface_hub's default."""
-    from huggingface_hub import constants  # lazy: huggingface_hub (0.3 s), only for hf: references
-
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
@@ -52,15 +62,6 @@ def ms_endpoint() -> str:
 
 
 def _hf_list(ref: ModelRef, stats: fetch.FetchStats) -> Listing:
-    import httpx2  # lazy: with huggingface_hub, only for hf: references
-    from huggingface_hub import HfApi  # lazy: huggingface_hub (0.3 s), only for hf: references
-    from huggingface_hub.errors import (  # lazy: as above
-        GatedRepoError,
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
     ep = hf_endpoint()
     stats.requests += 1
     try:
@@ -87,11 +88,8 @@ def _hf_list(ref: ModelRef, stats: fetch.FetchStats) -> Listing:
 
 
 def _ms_list(ref: ModelRef, stats: fetch.FetchStats) -> Listing:
-    try:
-        from modelscope_hub import HubApi  # lazy: optional dependency, only for ms: references
-    except ImportError:
-        raise RemoteError(_("{ref}: ModelScope needs the modelscope-hub package "
-                            "(pip install 'llamarig[modelscope]')").format(ref=ref.text)) from None
+    with needed("modelscope"):
+        from modelscope_hub import HubApi  # lazy: an optional client, only for ms: references
     ep = ms_endpoint()
     stats.requests += 1
     try:
@@ -148,8 +146,6 @@ def file_url(lst: Listing, path: str) -> str:
     """Where a repo file's bytes are: huggingface_hub's ``hf_hub_url`` at the listed commit, or
     ModelScope's resolve URL."""
     if lst.hub == "hf":
-        from huggingface_hub import hf_hub_url  # lazy: huggingface_hub, only for hf: references
-
         return hf_hub_url(lst.repo, path, revision=lst.commit or None, endpoint=lst.endpoint)
     return f"{lst.endpoint}/models/{lst.repo}/resolve/{quote(lst.commit, safe='')}/{quote(path)}"
 
@@ -159,8 +155,6 @@ def auth_headers(hub: str) -> dict[str, str]:
     if hub != "hf":
         token = os.environ.get("MODELSCOPE_API_TOKEN")
         return {"Authorization": f"Bearer {token}"} if token else {}
-    from huggingface_hub.utils import _headers  # lazy: huggingface_hub, only for hf:
-
     h = _headers.build_hf_headers()
     return {"Authorization": h["authorization"]} if "authorization" in h else {}
 

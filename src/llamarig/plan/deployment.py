@@ -75,7 +75,7 @@ def deployment(model: str | None = None, args: Sequence[str] = (), *, command: S
 
 def hardware(gpus: Sequence[GPU] = (), *, ram_bytes: int | None = None, cpu: CpuFeatures | None = None,
              detect: bool = False, rpc: Sequence[GPU] = ()) -> Hardware:
-    """The hardware a deployment runs on: this machine's (``detect``: GPUs by nvidia-smi, RAM,
+    """The hardware a deployment runs on: this machine's (``detect``: GPUs by NVML, else nvidia-smi, RAM,
     cores, CPU features; its ``source`` is then ``detected``), with ``gpus`` (in device order),
     ``ram_bytes`` and ``cpu`` in place of what was detected where given; ``rpc``: the devices
     behind the rpc-servers of ``--rpc``."""

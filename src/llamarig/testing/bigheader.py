@@ -12,8 +12,13 @@ import os
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
-from gguf.constants import GGML_QUANT_SIZES
+
+from llamarig.extras import needed
+
+with needed("synth"):
+    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf.constants import GGML_QUANT_SIZES
+
 
 # Qwen3.6-27B (Qwen3.5-27B family) hyperparameters, from the model's public config.json
 N_LAYER = 64

@@ -17,9 +17,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-from gguf.gguf_writer import GGUFWriter
-from gguf.quants import quantize
+
+from llamarig.extras import needed
+
+with needed("synth"):
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.gguf_writer import GGUFWriter
+    from gguf.quants import quantize
+
 
 __all__ = [
     "ARCHITECTURES",

@@ -18,17 +18,19 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-
 from llamarig.bench.client import BenchClient, HTTPResult
-from llamarig.bench.gpu import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.bench.monitor import parse_metrics
+from llamarig.extras import needed
+from llamarig.hardware.telemetry import GpuReading, GpuTelemetry, is_local, remote_reading
 from llamarig.i18n import _, data_text, error_text
 from llamarig.serverpool import Bound
 from llamarig.top import derive
 from llamarig.top.local import pool_hint
 from llamarig.top.model import PoolHint, Raw, ServerRaw, Snapshot
 from llamarig.top.pool import NO_HINT
+
+with needed("bench"):
+    import aiohttp
 
 #: the name of the one server top watches (a Message: "server" in --json, 服务器 on a Chinese screen)
 SERVER = data_text("server")

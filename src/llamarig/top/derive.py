@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
-from llamarig.bench.gpu import GpuReading
 from llamarig.bench.monitor import SlotRuleState, judge_slots
 from llamarig.bench.records import note_text
+from llamarig.hardware.telemetry import GpuReading
 from llamarig.i18n import N_, join
 from llamarig.serverpool import cells_in_use
 from llamarig.top.model import (

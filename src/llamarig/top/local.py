@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from llamarig.bench.gpu import is_local
 from llamarig.flags.argv import Command
+from llamarig.hardware.telemetry import is_local
 from llamarig.serverpool import CommandLayout, LogStart, last_start, server_facts
 from llamarig.top.model import PoolHint
 from llamarig.top.pool import command_layout, hint_of

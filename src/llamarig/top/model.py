@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamarig.bench.gpu import GpuRaw, GpuReading
 from llamarig.bench.monitor import SlotRuleState
 from llamarig.bench.records import Json
+from llamarig.hardware.telemetry import GpuRaw, GpuReading
 from llamarig.serverpool import FRAC_PLACES, Bound, used_frac
 
 # ---------------------------------------------------------------------------------- inputs

@@ -5,12 +5,12 @@ itself a finding (model-unreadable); without a model the other rules here stay s
 from __future__ import annotations
 
 import math
-import shutil
 
 from llamarig.flags.argv import int_of, kv_unified, last_int
 from llamarig.flags.findings import Finding, Fix, Severity, finding
 from llamarig.flags.rules.context import Subject
 from llamarig.hardware.cpu_buffers import AMX_TILE_TYPES, host_weight_buffer
+from llamarig.hardware.telemetry import nvidia_smi
 from llamarig.i18n import _
 
 
@@ -86,7 +86,7 @@ def amx_tile_crash(s: Subject) -> list[Finding]:
         or r.has("--no-host")
     # without a flag that keeps the weights on the CPU, this machine decides: no GPU here (no
     # nvidia-smi) and no target GPU given (`check --gpu`)
-    no_gpu_here = not by_flags and not s.ctx.gpus and shutil.which("nvidia-smi") is None
+    no_gpu_here = not by_flags and not s.ctx.gpus and nvidia_smi() is None
     if not (by_flags or no_gpu_here):
         return []
     cpu = s.cpu()
