@@ -226,13 +226,12 @@ def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bo
             want_plan: bool = True) -> Resolved:
     """``d`` resolved against a llama-server binary (``server_bin``, ``$LLAMARIG_SERVER_BIN``,
     PATH) as render, launch and tune start from it: the binary, the final args (relative paths
-    made absolute), and the plan with its speed on ``d.hardware``. ``allow_no_binary``: the
+    made absolute), and the plan with its speed of ``d`` itself on ``d.hardware`` (its projector,
+    draft and overhead kept), with the settings the server runs (``Resolved.settings``). ``allow_no_binary``: the
     bundled schema stands in when there is no llama-server here (what render does)."""
-    tokens = d.command.server_args()
-    if d.model is not None:
-        tokens = [d.model, *tokens]
-    return resolve_command(tokens, server_bin=server_bin, hardware=d.hardware, notes=d.diagnostics,
-                           want_plan=want_plan, allow_no_binary=allow_no_binary)
+    from llamarig.app import command  # lazy: keeps import llamarig light
+
+    return command.resolve_deployment(d, server_bin=server_bin, allow_no_binary=allow_no_binary, want_plan=want_plan)
 
 
 def _resolved(r: Resolved | Deployment, *, allow_no_binary: bool = False) -> Resolved:

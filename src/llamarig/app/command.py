@@ -13,6 +13,7 @@ from typing import Any
 
 from llamarig.app.check import CheckReport, check, fix, get_schema, read_input
 from llamarig.app.planning import plan_with_speed
+from llamarig.app.resolution import FitState, Settings, fit_state, plan_settings
 from llamarig.binary import find_binary
 from llamarig.diagnostics import Diagnostic
 from llamarig.errors import InputError, LlamarigError, ServerError
@@ -30,8 +31,13 @@ from llamarig.plan.speed import SpeedReport
 from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resolved:
+    """What render, launch and tune start from, computed once per input: the binary, the final
+    llama-server args (relative paths made absolute), the environment, the plan of its
+    Deployment, the settings the server runs and what ``--fit`` can do there
+    (llamarig.app.resolution), and what reading the input found."""
+
     binary: str
     args: list[str]
     env: list[tuple[str, str]] = field(default_factory=list)
@@ -48,6 +54,11 @@ class Resolved:
     hardware: Hardware = field(default_factory=Hardware)
     wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
     workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
+    #: what the server runs (the plan's settings: slots, the per-slot context as the server caps
+    #: it, KV types, after --fit); None without a plan
+    settings: Settings | None = None
+    #: what --fit can do for this command (why it cannot act), None without a Deployment
+    fit: FitState | None = None
 
     @property
     def speed(self) -> SpeedReport | None:
@@ -95,19 +106,22 @@ def _model_args(model: str) -> list[str]:
     return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
-def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic]
+def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic], base: Deployment | None = None
           ) -> tuple[Plan | None, str, LlamarigError | None, Deployment | None]:
-    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args."""
+    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args;
+    ``base``: the Deployment the args were taken from (the API's): planned as it is, on
+    ``hardware``, not rebuilt from the args."""
     d = None
     try:
-        d = deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes))
+        d = (replace(base, hardware=hardware) if base is not None else
+             deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes)))
         plan = plan_with_speed(d)
     except LlamarigError as e:
         return None, _("plan: not computed ({error})").format(error=e), e, d
     note = ""
     model = plan.model
     if model.startswith("<") and model.endswith(".gguf>"):
-        m = Command.parse(args, program=False).get("--model") or model
+        m = d.model or d.config.model or model
         note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
                  "are for the catalogue's header)").format(model=m)
     return plan, note, None, d
@@ -296,7 +310,8 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                     server_bin: str | None = None, hardware: Hardware | None = None,
                     notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
-                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None) -> Resolved:
+                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None,
+                    base: Deployment | None = None) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
@@ -308,7 +323,9 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     instead of a ServerError. ``hardware``: what the command is planned on (``Hardware.rpc``: what
     each rpc-server of ``--rpc`` brings); ``notes``: what reading it found;
     ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine will report, for
-    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe. ``base``: the
+    Deployment ``tokens`` were written from (:func:`resolve_deployment`): it is what is planned
+    (its projector, draft and overhead kept), not a Deployment rebuilt from the tokens."""
     if from_script and tokens:
         raise InputError(_("give either --from-script FILE or a command, not both"))
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
@@ -334,11 +351,19 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         loopback = loopback_descriptions(Command.parse(args, program=False).get("--rpc"), [g.endpoint for g in hw.rpc],
                                          loopback_rpc_memory)
         hw = replace(hw, rpc=(*hw.rpc, *(g for text in loopback for g in parse_rpc_device(text))))
-    res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
-                   wrappers=inp.wrappers, workdir=inp.workdir, hardware=hw)
-    if want_plan:
-        res.plan, res.plan_note, res.plan_error, res.deployment = _plan(args, hw, notes)
-    return res
+    plan, note, error, d = _plan(args, hw, notes, base) if want_plan else (None, "", None, None)
+    return Resolved(binary, args, inp.env, plan, note, error, inp.findings, inp.notes, schema, d, hw, inp.wrappers,
+                    inp.workdir, plan_settings(plan, d.config) if plan is not None and d is not None else None,
+                    fit_state(d.config, plan) if d is not None else None)
+
+
+def resolve_deployment(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,
+                       want_plan: bool = True) -> Resolved:
+    """``d`` resolved against a llama-server binary: its command as llama-server takes it (the
+    model as ``-m`` or ``-hf``), and ``d`` itself planned (no round trip through tokens)."""
+    tokens = [*([d.model] if d.model is not None else []), *d.command.server_args()]
+    return resolve_command(tokens, server_bin=server_bin, hardware=d.hardware, notes=d.diagnostics,
+                           want_plan=want_plan, allow_no_binary=allow_no_binary, base=d)
 
 
 def schema_of(binary: str) -> Schema:

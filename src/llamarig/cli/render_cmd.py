@@ -25,6 +25,7 @@ from llamarig.cli.options import (
     CTX,
     command_name,
     hardware_of,
+    hoist_own_options,
     input_options,
     own_options,
     refuse_or_warn,
@@ -49,7 +50,8 @@ from llamarig.procs import exit_description
 @input_options
 @rpc_device_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str | None, user: str | None,
+@click.pass_context
+def render_cmd(ctx: click.Context, fmt: str, out: str | None, name: str | None, compose_backend: str | None, user: str | None,
                force: bool, fix: bool, from_script: str | None, invocation: int, server_bin: str | None,
                gpus: tuple[str, ...], ram: str | None, detect: bool, rpc_devices: tuple[str, ...],
                command: tuple[str, ...]) -> None:
@@ -57,6 +59,8 @@ def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str
     docker compose service, a llama-swap entry or a llama-server router preset (--models-preset
     INI), with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
+    if not from_script and hoist_own_options(ctx, command):  # `render MODEL --gpu X ...`, as plan takes it
+        return
     hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
                               hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
@@ -151,7 +155,8 @@ def _verify_table(rows: list[Any]) -> None:
 @input_options
 @rpc_device_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, timeout_s: float,
+@click.pass_context
+def launch_cmd(ctx: click.Context, detach: bool, host: str | None, port: int | None, force: bool, timeout_s: float,
                log_path: str | None, as_json: bool, from_script: str | None, invocation: int,
                server_bin: str | None, gpus: tuple[str, ...], ram: str | None, detect: bool,
                rpc_devices: tuple[str, ...], command: tuple[str, ...]) -> None:
@@ -161,6 +166,8 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     port in use / start failed."""
     from llamarig.launch import process as L
 
+    if not from_script and hoist_own_options(ctx, command):  # `launch MODEL --gpu X ...`, as plan takes it
+        return
     if not detach:
         # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start
         import signal
