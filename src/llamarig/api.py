@@ -205,7 +205,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                     server_bin: str | None = None, hardware: Hardware | None = None, notes: Sequence[Diagnostic] = (),
                     want_plan: bool = True, repair: bool = False, keep_script: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False,
-                    loopback_rpc_memory: int | None = None) -> Resolved:
+                    loopback_rpc_memory: int | None = None, model_path: str | None = None) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
     environment, and the plan with its speed on ``hardware`` (:func:`machine`); its
@@ -213,13 +213,16 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     spellings, refused after the model (``command_name`` names that command);
     ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
     here; ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine reports, for
-    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe; ``model_path``
+    (render): for a catalogue MODEL, the GGUF's path where the output runs (planned as the
+    catalogue's)."""
     from llamarig.app import command  # lazy: keeps import llamarig light
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
                                    keep_script=keep_script, own=own, command_name=command_name,
-                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory)
+                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory,
+                                   model_path=model_path)
 
 
 def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,

@@ -26,7 +26,7 @@ from llamarig.flags.rules.rpc import rpc_server_findings
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _, os_error
-from llamarig.plan.config import parse_server_args
+from llamarig.plan.config import ServerConfig, parse_server_args
 from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
@@ -269,19 +269,25 @@ def slot_layout(argv: list[str]) -> SlotLayout | None:
     return SlotLayout(st.slots, st.unified, st.n_ctx, st.n_ctx_slot) if st is not None else None
 
 
+def read_config(argv: Sequence[str]) -> tuple[ServerConfig | LlamarigError, str, str]:
+    """What the planner reads of a llama-server argv (program optional), or why the server
+    refuses it, and the KV types as written (a type llama-server rejects is still what the
+    command says)."""
+    cmd = Command.parse(list(argv))
+    type_k, type_v = cmd.get("--cache-type-k") or "f16", cmd.get("--cache-type-v") or "f16"
+    try:
+        return parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False), type_k, type_v
+    except LlamarigError as e:
+        return e, type_k, type_v
+
+
 def read_settings(argv: Sequence[str]) -> Settings | LlamarigError:
     """What a llama-server argv (program optional) runs read from its flags alone
     (:func:`llamarig.app.resolution.flag_settings`: llama-server's defaults where unset), or
     why the server refuses it. With the model known the resolved deployment's settings are the
     plan's (``Resolution.settings``)."""
-    cmd = Command.parse(list(argv))
-    # the KV types as written: a type llama-server rejects is still what the command says
-    type_k, type_v = cmd.get("--cache-type-k"), cmd.get("--cache-type-v")
-    try:
-        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
-    except LlamarigError as e:
-        return e
-    return flag_settings(cfg, type_k or "f16", type_v or "f16")
+    cfg, type_k, type_v = read_config(argv)
+    return cfg if isinstance(cfg, LlamarigError) else flag_settings(cfg, type_k, type_v)
 
 
 def argv_settings(argv: Sequence[str]) -> Settings | None:

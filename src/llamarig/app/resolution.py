@@ -129,6 +129,9 @@ class FitState:
     context_fixed: bool = False
     layers_fixed: tuple[str, ...] = ()
     changed: bool = False
+    #: --fit or --fit-target written in the command (kept as a fallback): then ``blocked`` says
+    #: why it cannot act; fit as the default is the plan's to describe
+    written: bool = False
     blocked: tuple[Diagnostic, ...] = ()
 
     @property
@@ -137,7 +140,8 @@ class FitState:
 
     def to_json(self) -> dict[str, object]:
         return {"on": self.on, "context_fixed": self.context_fixed, "layers_fixed": list(self.layers_fixed),
-                "changed": self.changed, "can_act": self.can_act, "blocked": [d.to_json() for d in self.blocked]}
+                "changed": self.changed, "can_act": self.can_act, "written": self.written,
+                "blocked": [d.to_json() for d in self.blocked]}
 
 
 #: ServerConfig fields that, given, stop fit moving layers (common/fit.cpp:462-486), and the flag
@@ -146,7 +150,8 @@ _LAYER_FIELDS = (("n_gpu_layers", "-ngl"), ("tensor_split", "-ts"), ("override_t
 
 
 def fit_state(cfg: ServerConfig, plan: Plan | None = None) -> FitState:
-    """What ``--fit`` can do for ``cfg``: with ``-c N`` (N > 0) the context is not changed
+    """What ``--fit`` can do for ``cfg`` (its diagnostics only where ``--fit``/``--fit-target`` is
+    written: kept as a fallback): with ``-c N`` (N > 0) the context is not changed
     (common/fit.cpp:455), with ``-ngl``, ``-ts``, ``-ot``, ``-cmoe`` or ``-ncmoe`` given no layer
     is moved (common/fit.cpp:462-486)."""
     if not cfg.fit:
@@ -168,7 +173,8 @@ def fit_state(cfg: ServerConfig, plan: Plan | None = None) -> FitState:
             "layers (common/fit.cpp:464-486); it runs once at start and never when memory grows, so it is no "
             "fallback: size -c and the KV cache to fit").format(n=cfg.n_ctx, flags=", ".join(layers)))]
     changed = plan is not None and plan.effective_cfg is not None
-    return FitState(True, ctx_fixed, layers, changed, tuple(out))
+    written = "fit" in cfg.set_flags or "fit_target_mib" in cfg.set_flags
+    return FitState(True, ctx_fixed, layers, changed, written, tuple(out) if written else ())
 
 
 @dataclass(frozen=True)

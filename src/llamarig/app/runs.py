@@ -15,6 +15,7 @@ from llamarig.app.check import (
     WhatRuns,
     behaviour_changes,
     check,
+    read_config,
     read_input,
     read_settings,
     what_runs,
@@ -152,21 +153,17 @@ def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (),
     if pair.same:
         return Resolution(pair, runs, None, (), tuple(notes), fit, diags)
     meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
-    changes = (changes_between(runs.settings, meant.settings) if runs.settings is not None and meant.settings
-               is not None else tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:]))))
+    # both planned: the plans' settings; else both read from their flags alone (never one of each)
+    both = runs.settings is not None and meant.settings is not None and runs.settings.method == meant.settings.method
+    changes = (changes_between(runs.settings, meant.settings) if both
+               else tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:]))))
     return Resolution(pair, runs, meant, changes, tuple(notes), fit, diags)
 
 
 def _flag_fit(argv: Sequence[str]) -> FitState:
     """What --fit can do, from the flags alone (no model to plan)."""
-    from llamarig.plan.config import parse_server_args  # the planner's reading of the flags
-
-    try:
-        cfg = parse_server_args(Command.parse(list(argv)).without("--cache-type-k", "--cache-type-v").to_argv(),
-                                strict=False)
-    except LlamarigError:
-        return FitState(False)
-    return fit_state(cfg)
+    cfg, _k, _v = read_config(argv)
+    return FitState(False) if isinstance(cfg, LlamarigError) else fit_state(cfg)
 
 
 def _no_command(others: Sequence[Invocation], name: str, k: int, n: int, model: str | None) -> InputError:
@@ -223,8 +220,7 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
         notes.append(info("script-extra", _("with {args} after the script's flags").format(args=" ".join(extra_args))))
     d = deployment(m, list(extra_args), command=args, hardware=hardware or Hardware(), mmproj=mmproj or found_mmproj,
                    draft=draft, overhead_bytes=overhead_bytes)
-    if "fit" in d.config.set_flags or d.config.fit_target_mib != (1024,):  # --fit written as a fallback
-        notes += fit_state(d.config).blocked
+    notes += fit_state(d.config).blocked  # --fit written as a fallback where it cannot act
     if path != "-":
         notes.append(info(LOG_HINT, log_hint(path)))
     return replace(d, diagnostics=tuple(notes))

@@ -122,7 +122,15 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
 
         from llamarig.cli import check_view
 
-        check_view.render(report.parsed, report.findings, report.schema, name, Console(highlight=False))
+        console = Console(highlight=False)
+        check_view.render(report.parsed, report.findings, report.schema, name, console)
+        if origin is not None and any(inv.orphans for inv in report.parsed.invocations):
+            # what the cut-off command really ran, and why memory differs, is in the server's log
+            from llamarig.app.runs import log_hint
+            from llamarig.cli.layout import print_wrapped
+
+            console.print()
+            print_wrapped(console, localize(log_hint(file)), indent="  ", style="dim")
     if report.errors:
         sys.exit(ExitCode.PROBLEMS)
 

@@ -78,10 +78,16 @@ def lang_param() -> click.Option:
                         expose_value=False, callback=_set_lang, help=LANG_HELP)
 
 
+#: the options that say what the command is planned on or written in, taken after the model as
+#: ``plan`` takes them (``render MODEL --gpu rtx3090 -c 8192``); the others (-o, -f, --force, ...)
+#: stay refused there: a typo'd server flag must not silently change what is written
+AFTER_MODEL = frozenset({"--gpu", "--ram", "--detect", "--rpc-device", "--lang", "--model-path"})
+
+
 def hoist_own_options(ctx: click.Context, command: Sequence[str]) -> bool:
     """MODEL-first order, as ``plan`` takes it (``render MODEL --gpu rtx3090 -c 8192``): the
-    command's own options written after the model that llama-server does not take are moved in
-    front and the command invoked again with them (True); False when there are none."""
+    options of :data:`AFTER_MODEL` written after the model (llama-server has none of them) are
+    moved in front and the command invoked again with them (True); False when there are none."""
     from llamarig.flags.schema import (
         load_bundled,  # lazy: the schema only when options trail the model
     )
@@ -91,8 +97,10 @@ def hoist_own_options(ctx: click.Context, command: Sequence[str]) -> bool:
     toks = list(command)
     if not toks or toks[0].startswith("-"):
         return False
+    if "--" in toks:  # after `--` everything is the server's, as written
+        return False
     bad = set(misplaced_options(toks[1:], load_bundled(), own))
-    if not bad:
+    if not bad or not bad <= AFTER_MODEL:  # another llamarig option after the model: refused as before
         return False
     moved: list[str] = []
     rest: list[str] = []
