@@ -223,3 +223,40 @@ def test_no_server_command_is_bad_input(text: str, tmp_path: Path, cli) -> None:
     script.write_text(text)
     code, out, err = cli("check", "--bundled", str(script))
     assert code == 2 and not out and len(err.strip().splitlines()) == 1 and "no llama-server command" in err
+
+
+def test_render_prices_a_catalogue_model_as_plan_does(tmp_path: Path, cli) -> None:
+    """The 3090 owner's priced deployment script: a catalogue id rendered with the GGUF's path
+    where it runs (--model-path), its header the plan's figures for the same command."""
+    args = ["-c", "105000", "-np", "1", "-ctk", "q8_0", "-ctv", "q8_0"]
+    code, out, err = cli("render", "--model-path", "/data/models/q.gguf", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090",
+                         *args)
+    assert code == 0, err
+    _c, pj, _e = _run(cli, "plan", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", "--json", *args)
+    plan = json.loads(pj)
+    m = _rx("n_ctx {n_ctx}, {n_par} slot(s) x {per} tokens, KV K {tk} / V {tv} = {bpt} B/token, n_ubatch {ub}, "
+            "flash attention {fa}", "en").search(_flat(out))
+    assert m and (int(m["n_par"]), int(m["per"]), m["tk"]) == (plan["n_parallel"], plan["n_ctx_slot"],
+                                                               plan["cache_type_k"])
+    assert "-m /data/models/q.gguf" in out and "planned from the catalogue" in " ".join(out.split())
+    code, out, err = cli("render", "qwen3.6-27b:iq4_nl", "--gpu", "rtx3090", *args)
+    assert code == 2 and not out and "--model-path" in err
+
+
+def test_a_placeholder_path_is_named_not_resolved(small_model: Path, cli) -> None:
+    code, out, err = cli("render", str(small_model), "-c", "2048", "--chat-template-file",
+                         ".../chat_template_fixed_patched.jinja")
+    assert code == 0, err
+    assert "--chat-template-file .../chat_template_fixed_patched.jinja" in out
+    assert "is a placeholder" in " ".join(out.split())
+
+
+def test_every_subcommand_takes_lang(cli) -> None:
+    """--lang comes from one definition (cli/options.py) on every subcommand; render no longer
+    hands it to llama-server."""
+    from llamarig.cli.main import COMMANDS
+
+    for name in COMMANDS:
+        code, out, err = cli(name, "--lang", "zh", "--help")
+        assert code == 0 and out, (name, err)
+        i18n.set_language(None)
