@@ -298,10 +298,11 @@ def _catalogue_source(model: str, model_path: str | None) -> list[str] | None:
                        "(hf:OWNER/REPO:QUANT, which llama-server downloads with -hf)").format(model=model))
 
 
-def _from_tokens(tokens: Sequence[str], model_path: str | None = None) -> _Input:
-    """``MODEL flags``, ``llama-server flags`` or ``flags``; a catalogue MODEL is planned as the
-    catalogue's and loaded from ``model_path`` (or its repo)."""
-    source = _catalogue_source(tokens[0], model_path) if tokens else None
+def _from_tokens(tokens: Sequence[str], model_path: str | None = None, catalogue: bool = False) -> _Input:
+    """``MODEL flags``, ``llama-server flags`` or ``flags``; with ``catalogue`` (render: a file
+    for another machine) a catalogue MODEL is planned as the catalogue's and loaded from
+    ``model_path`` (or its repo); launch and tune need the file itself."""
+    source = _catalogue_source(tokens[0], model_path) if tokens and (catalogue or model_path) else None
     if source is not None:
         inp = _Input(None, [*source, *tokens[1:]], planned_model=tokens[0])
         inp.notes.append(_("model: {model} planned from the catalogue; the server loads {source}").format(
@@ -373,7 +374,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     if from_script and tokens:
         raise InputError(_("give either --from-script FILE or a command, not both"))
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
-           else _from_tokens(tokens, model_path))
+           else _from_tokens(tokens, model_path, catalogue=allow_no_binary))
     binary, schema = _resolve_binary(inp, server_bin, allow_no_binary)
     args = inp.args
     if own and not from_script:

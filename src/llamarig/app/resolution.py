@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.errors import LlamarigError
+from llamarig.flags.rules import RESOLVED_RULES
 from llamarig.i18n import _
 
 if TYPE_CHECKING:
@@ -31,10 +32,9 @@ if TYPE_CHECKING:
     from llamarig.plan.deployment import Deployment
     from llamarig.plan.result import Plan
 
-#: the Diagnostic codes of this module (docs/check.md lists them)
-FIT_CONTEXT_FIXED = "fit-context-fixed"
-FIT_LAYERS_FIXED = "fit-layers-fixed"
-FIT_CANNOT_ACT = "fit-cannot-act"
+#: the Diagnostic codes of this module (docs/check.md lists them; check reports fit's under these
+#: rule ids, llamarig.flags.rules.RESOLVED_RULES)
+FIT_CANNOT_ACT, FIT_CONTEXT_FIXED, FIT_LAYERS_FIXED = RESOLVED_RULES
 SLOT_CLAMPED = "slot-ctx-clamped"
 
 
