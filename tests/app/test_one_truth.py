@@ -260,3 +260,18 @@ def test_every_subcommand_takes_lang(cli) -> None:
         code, out, err = cli(name, "--lang", "zh", "--help")
         assert code == 0 and out, (name, err)
         i18n.set_language(None)
+
+
+@pytest.mark.parametrize(("args", "fixed", "cites"), [
+    (["-c", "8192"], True, "common/fit.cpp:455"),
+    (["-c", "0"], True, "common/arg.cpp:1648"),  # the full training context: fit never reduces it
+    ([], False, None),
+])
+def test_fit_keeps_a_context_the_user_gave(args: list[str], fixed: bool, cites: str | None) -> None:
+    from llamarig.app.resolution import fit_state
+    from llamarig.plan.config import parse_server_args
+
+    st = fit_state(parse_server_args(["--fit", "on", "-ngl", "99", *args], strict=False))
+    assert st.context_fixed is fixed and st.layers_fixed == ("-ngl",) and st.written
+    assert [d.code for d in st.blocked] == (["fit-cannot-act"] if fixed else ["fit-layers-fixed"])
+    assert cites is None or cites in st.blocked[0].message

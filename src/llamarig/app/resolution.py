@@ -151,27 +151,30 @@ _LAYER_FIELDS = (("n_gpu_layers", "-ngl"), ("tensor_split", "-ts"), ("override_t
 
 def fit_state(cfg: ServerConfig, plan: Plan | None = None) -> FitState:
     """What ``--fit`` can do for ``cfg`` (its diagnostics only where ``--fit``/``--fit-target`` is
-    written: kept as a fallback): with ``-c N`` (N > 0) the context is not changed
+    written: kept as a fallback): with ``-c N`` given (``-c 0`` too: the full training context,
+    common/arg.cpp:1648) the context is not changed
     (common/fit.cpp:455), with ``-ngl``, ``-ts``, ``-ot``, ``-cmoe`` or ``-ncmoe`` given no layer
     is moved (common/fit.cpp:462-486)."""
     if not cfg.fit:
         return FitState(False)
-    ctx_fixed = "n_ctx" in cfg.set_flags and cfg.n_ctx > 0
+    # -c N is kept as given (fit.cpp:455); an explicit -c 0 asks for the full training context,
+    # which fit never reduces (common/arg.cpp:1648 sets fit_params_min_ctx = UINT32_MAX; fit.cpp:448)
+    ctx_fixed = "n_ctx" in cfg.set_flags
+    where = "common/fit.cpp:455" if cfg.n_ctx > 0 else "common/arg.cpp:1648, common/fit.cpp:448"
     layers = tuple(flag for name, flag in _LAYER_FIELDS if name in cfg.set_flags)
     out: list[Diagnostic] = []
     if ctx_fixed:
         out.append(info(FIT_CONTEXT_FIXED, _(
-            "--fit does not change the context: -c {n} is set (\"context size set by user ... -> no change\", "
-            "common/fit.cpp:455)").format(n=cfg.n_ctx)))
+            "--fit does not change the context: -c {n} is set ({where})").format(n=cfg.n_ctx, where=where)))
     if layers:
         out.append(info(FIT_LAYERS_FIXED, _(
             "--fit does not move layers: {flags} set (\"n_gpu_layers already set by user ... abort\", "
             "common/fit.cpp:464-486)").format(flags=", ".join(layers))))
     if ctx_fixed and layers:
         out = [warning(FIT_CANNOT_ACT, _(
-            "--fit can change nothing here: -c {n} fixes the context (common/fit.cpp:455) and {flags} the "
+            "--fit can change nothing here: -c {n} fixes the context ({where}) and {flags} the "
             "layers (common/fit.cpp:464-486); it runs once at start and never when memory grows, so it is no "
-            "fallback: size -c and the KV cache to fit").format(n=cfg.n_ctx, flags=", ".join(layers)))]
+            "fallback: size -c and the KV cache to fit").format(n=cfg.n_ctx, where=where, flags=", ".join(layers)))]
     changed = plan is not None and plan.effective_cfg is not None
     written = "fit" in cfg.set_flags or "fit_target_mib" in cfg.set_flags
     return FitState(True, ctx_fixed, layers, changed, written, tuple(out) if written else ())
