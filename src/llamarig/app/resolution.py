@@ -253,8 +253,3 @@ def slot_diagnostics(st: Settings | None, need_ctx: int | None = None) -> tuple[
             "one slot holds {per} tokens, below the {need} the workload needs (--need-ctx): a longer request fails "
             "or is truncated").format(per=st.n_ctx_slot, need=need_ctx)))
     return tuple(out)
-
-
-def resolution_diagnostics(res: Sequence[Diagnostic], fit: FitState) -> tuple[Diagnostic, ...]:
-    """The resolution's diagnostics in the order a view shows them: the slots', then fit's."""
-    return (*res, *fit.blocked)
