@@ -17,7 +17,6 @@ No view re-derives a slot, a context or a fit from argv: it reads these values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
