@@ -210,7 +210,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                     server_bin: str | None = None, hardware: Hardware | None = None, notes: Sequence[Diagnostic] = (),
                     want_plan: bool = True, repair: bool = False, keep_script: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False,
-                    loopback_rpc_memory: int | None = None) -> Resolved:
+                    loopback_rpc_memory: int | None = None, model_path: str | None = None) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
     environment, and the plan with its speed on ``hardware`` (:func:`machine`); its
@@ -218,26 +218,28 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     spellings, refused after the model (``command_name`` names that command);
     ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
     here; ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine reports, for
-    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe; ``model_path``
+    (render): for a catalogue MODEL, the GGUF's path where the output runs (planned as the
+    catalogue's)."""
     from llamarig.app import command
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
                                    keep_script=keep_script, own=own, command_name=command_name,
-                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory)
+                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory,
+                                   model_path=model_path)
 
 
 def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,
             want_plan: bool = True) -> Resolved:
     """``d`` resolved against a llama-server binary (``server_bin``, ``$LLAMARIG_SERVER_BIN``,
     PATH) as render, launch and tune start from it: the binary, the final args (relative paths
-    made absolute), and the plan with its speed on ``d.hardware``. ``allow_no_binary``: the
+    made absolute), and the plan with its speed of ``d`` itself on ``d.hardware`` (its projector,
+    draft and overhead kept), with the settings the server runs (``Resolved.settings``). ``allow_no_binary``: the
     bundled schema stands in when there is no llama-server here (what render does)."""
-    tokens = d.command.server_args()
-    if d.model is not None:
-        tokens = [d.model, *tokens]
-    return resolve_command(tokens, server_bin=server_bin, hardware=d.hardware, notes=d.diagnostics,
-                           want_plan=want_plan, allow_no_binary=allow_no_binary)
+    from llamarig.app import command  # lazy: keeps import llamarig light
+
+    return command.resolve_deployment(d, server_bin=server_bin, allow_no_binary=allow_no_binary, want_plan=want_plan)
 
 
 def _resolved(r: Resolved | Deployment, *, allow_no_binary: bool = False) -> Resolved:

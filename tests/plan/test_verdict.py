@@ -88,3 +88,25 @@ def test_everything_on_the_gpu_is_a_plain_fits() -> None:
     assert not q.qualified and q.verdict(plan.fits) == "fits"
     h = decode_headline(plan.speed)
     assert h.n_max is None and h.d0 <= h.limit
+
+
+def test_the_headline_counts_host_layers_from_fits_placement(tmp_path) -> None:
+    """Two rpc-servers of 48 and 32 MiB, -fitt 4 -np 1, a 6-layer llama: --fit places 5 of the 7
+    layers (the output layer counted) on the devices (-ngl 5 -ts 3,2); the speed model runs an
+    rpc-server's CPU device on the CPU backend like the host, so the headline must read the
+    placement from fit (2 of 7 in host RAM), as the plan's own --fit note does, not 7 of 7."""
+    import llamarig
+    from llamarig.plan.rpc import parse_rpc_device
+    from llamarig.testing.synth import write_model
+
+    model = write_model(tmp_path / "l6.gguf", "llama", n_layer=6, n_embd=512, n_head=8, n_head_kv=4, head_dim=64,
+                        n_ff=1024, n_ctx_train=4096)
+    rpc = (*parse_rpc_device("127.0.0.1:50052=48M"), *parse_rpc_device("127.0.0.1:50053=32M"))
+    d = llamarig.deployment(str(model), command=["llama-server", "--rpc", "127.0.0.1:50052,127.0.0.1:50053", "-fitt",
+                                                 "4", "-np", "1"], hardware=llamarig.machine(rpc=rpc))
+    plan = llamarig.plan_command(d)
+    eff = plan.effective_cfg
+    assert eff is not None and eff.n_gpu_layers == 5 and eff.tensor_split == (3.0, 2.0)
+    q = fit_qualifier(plan)
+    assert (q.host_layers, q.n_layers, q.by_fit) == (2, 7, True)
+    assert any("5 of 7 layers" in n and "2 layer(s) in host memory" in n for n in plan.notes)

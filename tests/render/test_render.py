@@ -272,12 +272,15 @@ def test_llamarig_options_after_the_model_are_refused(synth_model, with_bin: Pat
 
     model = synth_model("llama", **SHAPES["llama"])
     out_file = tmp_path / "tiny.sh"
-    for extra in (["-o", str(out_file)], ["--out", str(out_file)], ["-f", "systemd"], ["--ram", "64G"],
-                  ["--gpu", "rtx3090"], ["--name=tiny"], ["--force"]):
+    for extra in (["-o", str(out_file)], ["--out", str(out_file)], ["-f", "systemd"], ["--name=tiny"], ["--force"],
+                  ["--gpu", "rtx3090", "-o", str(out_file)]):
         code, out, err = cli("render", "--name", "tiny", str(model), "-c", "2048", *extra)
         assert code == 2 and out == "" and not out_file.exists(), (extra, out, err)
         assert "put llamarig options before the model" in err and extra[0].split("=")[0] in err
         assert len(err.strip().splitlines()) == 1
+    # what the plan is made on is taken after the model, as plan takes it (docs/render.md "Input")
+    code, out, err = cli("render", str(model), "-c", "2048", "--gpu", "rtx3090", "--ram", "64G", "--lang", "zh")
+    assert code == 0 and "CUDA0" in out and "RTX 3090" in out and "--gpu" not in out.split("\nexec")[-1], err
     # the explicit `--` form too
     code, _, err = cli("render", "--", str(with_bin), "-m", str(model), "-o", str(out_file))
     assert code == 2 and "put llamarig options before the model" in err

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamarig.app.resolution import Settings, changes_between, flag_settings
 from llamarig.errors import InputError, LlamarigError
-from llamarig.flags.argv import Command, Reading
+from llamarig.flags.argv import Command, Reading, Use
+from llamarig.flags.findings import finding
 from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
@@ -24,7 +26,7 @@ from llamarig.flags.rules.rpc import rpc_server_findings
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _, os_error
-from llamarig.plan.config import parse_server_args
+from llamarig.plan.config import ServerConfig, parse_server_args
 from llamarig.plan.inputs import plan_for_check
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
@@ -128,7 +130,55 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
-    return CheckReport(parsed, readings, findings, schema, name, kind, origin, reading)
+    report = CheckReport(parsed, readings, findings, schema, name, kind, origin, reading)
+    extra = resolution_findings(report, model=model, gpus=gpus, ram=ram, need_ctx=need_ctx, base_dir=base_dir)
+    if extra:
+        report.findings = sorted([*findings, *extra], key=lambda f: f.line)
+    return report
+
+
+#: a Diagnostic of the resolved deployment -> the check rule that reports it, and the rules
+#: whose finding already says it (not said twice)
+_AS_RULE = {"slot-ctx-clamped": ("slot-ctx-above-train", ("slot-ctx-above-train",)),
+            "need-ctx": ("per-slot-ctx", ("per-slot-ctx",)),
+            "fit-cannot-act": ("fit-cannot-act", ()), "fit-context-fixed": ("fit-context-fixed", ()),
+            "fit-layers-fixed": ("fit-layers-fixed", ())}
+
+
+def resolution_findings(report: CheckReport, *, model: str | None = None, gpus: Sequence[GPU] = (),
+                        ram: int | None = None, need_ctx: int | None = None,
+                        base_dir: Path | None = None) -> list[Finding]:
+    """What the resolved deployment of each command says that its flags alone do not: the
+    per-slot context as the server caps it (and against ``need_ctx``), ``--fit`` written where
+    it cannot act. A command is resolved when a model is given, ``need_ctx`` is, or it writes
+    ``--fit``/``--fit-target`` (``llamarig.app.resolution``)."""
+    from llamarig.app.runs import price  # lazy: the resolution prices check's reading
+
+    out: list[Finding] = []
+    for k, inv in enumerate(report.parsed.invocations):
+        r = report.readings[k] if k < len(report.readings) else None
+        if inv.source == "fragment" or r is None:
+            continue
+        fit_use = r.last("--fit") or r.last("--fit-target")
+        if fit_use is None and model is None and need_ctx is None:
+            continue
+        res = price(what_runs(report, k), model=model, gpus=gpus, ram=ram, base_dir=base_dir, need_ctx=need_ctx)
+        have = {f.rule for f in report.findings if f.invocation == k and f.severity != Severity.INFO}
+        c_use = r.last("--ctx-size")
+        use: Use | None
+        for d in res.diagnostics:
+            rule, said = _AS_RULE.get(d.code, (d.code, ()))
+            if any(x in have for x in said):
+                continue
+            if rule.startswith("fit-"):
+                if fit_use is None:
+                    continue  # fit as the default, not written as a fallback: the plan says it
+                use = fit_use
+            else:
+                use = c_use
+            out.append(finding(rule, d.severity, use.line if use else inv.line, use.spelling if use else None,
+                               d.message, None, k, use.passed if use else True))
+    return out
 
 
 @dataclass(frozen=True)
@@ -197,8 +247,9 @@ def dump_json(data: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class SlotLayout:
-    """How a command shares its context: slots, one pool or one per slot, the context as given
-    (0: unset, the model's training context) and the cells one slot holds (0: unknown here)."""
+    """Deprecated: read :class:`llamarig.app.resolution.Settings` (``Resolution.settings``).
+    How a command shares its context, from its flags alone (kept for app/logs.py until it reads
+    the resolved deployment)."""
 
     slots: int
     unified: bool
@@ -212,49 +263,56 @@ class SlotLayout:
 
 
 def slot_layout(argv: list[str]) -> SlotLayout | None:
-    """The slots and context of a llama-server argv (program optional), llama-server's defaults
-    where unset: -np unset is 4 slots sharing one pool (server.cpp:168-173), -c is padded to 256
-    and split per slot without a shared pool (llama-context.cpp:290-305). None when the command
-    cannot be read."""
-    cmd = Command.parse(argv)
+    """Deprecated shim over :func:`argv_settings` (the flags alone, no model: no cap at the
+    training context); the views read ``Resolution.settings``."""
+    st = argv_settings(argv)
+    return SlotLayout(st.slots, st.unified, st.n_ctx, st.n_ctx_slot) if st is not None else None
+
+
+def read_config(argv: Sequence[str]) -> tuple[ServerConfig | LlamarigError, str, str]:
+    """What the planner reads of a llama-server argv (program optional), or why the server
+    refuses it, and the KV types as written (a type llama-server rejects is still what the
+    command says)."""
+    cmd = Command.parse(list(argv))
+    type_k, type_v = cmd.get("--cache-type-k") or "f16", cmd.get("--cache-type-v") or "f16"
     try:
-        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
-    except LlamarigError:
-        return None
-    slots = cfg.n_parallel if cfg.n_parallel > 0 else 4
-    unified = bool(cfg.kv_unified) if cfg.n_parallel > 0 else True
-    n_ctx = -(-cfg.n_ctx // 256) * 256 if cfg.n_ctx else 0
-    per_slot = (n_ctx if unified else -(-(n_ctx // slots) // 256) * 256) if n_ctx else 0
-    return SlotLayout(slots, unified, cfg.n_ctx, per_slot)
+        return parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False), type_k, type_v
+    except LlamarigError as e:
+        return e, type_k, type_v
+
+
+def read_settings(argv: Sequence[str]) -> Settings | LlamarigError:
+    """What a llama-server argv (program optional) runs read from its flags alone
+    (:func:`llamarig.app.resolution.flag_settings`: llama-server's defaults where unset), or
+    why the server refuses it. With the model known the resolved deployment's settings are the
+    plan's (``Resolution.settings``)."""
+    cfg, type_k, type_v = read_config(argv)
+    return cfg if isinstance(cfg, LlamarigError) else flag_settings(cfg, type_k, type_v)
+
+
+def argv_settings(argv: Sequence[str]) -> Settings | None:
+    """:func:`read_settings`, None when the server refuses the command."""
+    st = read_settings(argv)
+    return st if isinstance(st, Settings) else None
 
 
 def settings(argv: list[str]) -> dict[str, str]:
-    """What a llama-server argv runs, in the terms a user compares: slots, context per slot, KV
-    types, batch sizes, GPU layers, flash attention (llama-server's defaults where unset)."""
-
-    cmd = Command.parse(argv)
-    # the KV types as written: a type llama-server rejects is still what the command says
-    type_k, type_v = cmd.get("--cache-type-k") or "f16", cmd.get("--cache-type-v") or "f16"
-    try:
-        cfg = parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False)
-    except LlamarigError as e:
-        return {"error": str(e)}
-    lay = slot_layout(argv)
-    assert lay is not None  # the same reading as above
-    return {
-        _("slots (-np)"): f"{lay.slots}" + (_(" (unified KV)") if lay.unified and lay.slots > 1 else ""),
-        _("context per slot"): str(lay.per_slot) if lay.per_slot else _("the model's training context"),
-        _("KV cache K / V"): f"{type_k} / {type_v}",
-        "-b / -ub": f"{cfg.n_batch} / {cfg.n_ubatch}",
-        "-ngl": {-1: "auto", -2: "all"}.get(cfg.n_gpu_layers, str(cfg.n_gpu_layers)),
-        _("flash attention"): cfg.flash_attn,
-    }
+    """What a llama-server argv runs, in the terms a user compares (``Settings.rows``), from its
+    flags alone; ``{"error": why}`` when the server refuses it."""
+    st = read_settings(argv)
+    return st.rows() if isinstance(st, Settings) else {"error": str(st)}
 
 
 def behaviour_changes(before: list[str], after: list[str]) -> list[tuple[str, str, str]]:
     """(what, before, after) for every setting a fix changes in the running server."""
-    a, b = settings(before), settings(after)
-    return [(k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    a, b = read_settings(before), read_settings(after)
+    if isinstance(a, Settings) and isinstance(b, Settings):
+        return list(changes_between(a, b))
+    if isinstance(a, Settings) or isinstance(b, Settings) or str(a) != str(b):
+        # one of them does not start: that is the change, not each setting
+        return [(_("the server"), str(a) if not isinstance(a, Settings) else _("starts"),
+                 str(b) if not isinstance(b, Settings) else _("starts"))]
+    return []
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from llamarig.app.check import CheckReport, check, fix, get_schema, read_input
 from llamarig.app.planning import plan_with_speed
+from llamarig.app.resolution import FitState, Settings, fit_state, plan_settings
 from llamarig.binary import find_binary
 from llamarig.diagnostics import Diagnostic
 from llamarig.errors import InputError, LlamarigError, ServerError
@@ -27,11 +29,22 @@ from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
 from llamarig.plan.rpc import loopback_descriptions, parse_rpc_device
 from llamarig.plan.speed import SpeedReport
-from llamarig.render.argv import absolutize, catalogue_id, check_argv, misplaced_options
+from llamarig.render.argv import (
+    absolutize,
+    catalogue_id,
+    check_argv,
+    misplaced_options,
+    placeholders,
+)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resolved:
+    """What render, launch and tune start from, computed once per input: the binary, the final
+    llama-server args (relative paths made absolute), the environment, the plan of its
+    Deployment, the settings the server runs and what ``--fit`` can do there
+    (llamarig.app.resolution), and what reading the input found."""
+
     binary: str
     args: list[str]
     env: list[tuple[str, str]] = field(default_factory=list)
@@ -48,6 +61,11 @@ class Resolved:
     hardware: Hardware = field(default_factory=Hardware)
     wrappers: list[str] = field(default_factory=list)  # --from-script: the script's wrappers, kept
     workdir: str | None = None  # --from-script: the directory the script runs the server in, kept
+    #: what the server runs (the plan's settings: slots, the per-slot context as the server caps
+    #: it, KV types, after --fit); None without a plan
+    settings: Settings | None = None
+    #: what --fit can do for this command (why it cannot act), None without a Deployment
+    fit: FitState | None = None
 
     @property
     def speed(self) -> SpeedReport | None:
@@ -55,7 +73,11 @@ class Resolved:
         return self.plan.speed if self.plan is not None else None
 
     def command(self) -> Command:
-        """The final llama-server args, parsed against the binary's flags."""
+        """The final llama-server args, parsed against the binary's flags (once)."""
+        return self._command
+
+    @cached_property
+    def _command(self) -> Command:
         return Command.parse(self.args, self.schema, program=False)
 
 
@@ -95,19 +117,22 @@ def _model_args(model: str) -> list[str]:
     return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
-def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic]
+def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic], base: Deployment | None = None
           ) -> tuple[Plan | None, str, LlamarigError | None, Deployment | None]:
-    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args."""
+    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args;
+    ``base``: the Deployment the args were taken from (the API's): planned as it is, on
+    ``hardware``, not rebuilt from the args."""
     d = None
     try:
-        d = deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes))
+        d = (replace(base, hardware=hardware) if base is not None else
+             deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes)))
         plan = plan_with_speed(d)
     except LlamarigError as e:
         return None, _("plan: not computed ({error})").format(error=e), e, d
     note = ""
     model = plan.model
     if model.startswith("<") and model.endswith(".gguf>"):
-        m = Command.parse(args, program=False).get("--model") or model
+        m = d.model or d.config.model or model
         note = _("model: '{model}' is a catalogue id, not a file: replace it with the GGUF's path (the figures "
                  "are for the catalogue's header)").format(model=m)
     return plan, note, None, d
@@ -206,6 +231,9 @@ class _Input:
     kept_binary: str | None = None
     wrappers: list[str] = field(default_factory=list)
     workdir: str | None = None
+    #: a catalogue id the command is planned with (render of ``qwen3.6-27b:iq4_nl``): its server
+    #: args name the file as it will be found where it runs (``--model-path``, ``-hf REPO:QUANT``)
+    planned_model: str | None = None
 
 
 def _checked_script(path: str, schema: Schema, repair: bool, notes: list[str]) -> CheckReport:
@@ -251,8 +279,37 @@ def _from_script(path: str, invocation: int, server_bin: str | None, repair: boo
     return inp
 
 
-def _from_tokens(tokens: Sequence[str]) -> _Input:
-    """``MODEL flags``, ``llama-server flags`` or ``flags``."""
+def _catalogue_source(model: str, model_path: str | None) -> list[str] | None:
+    """The server args that load a catalogue model where the rendered file runs: ``-m
+    model_path``, else ``-hf OWNER/REPO:QUANT`` when the catalogue names its repo; None when it
+    is no catalogue id (or a file of that name is here)."""
+    from llamarig.catalogue.models import find_model  # lazy: the catalogue only for a catalogue id
+
+    if Path(os.path.expanduser(model)).exists() or model.startswith("-") or not catalogue_id(model):
+        return None
+    if model_path:
+        return ["-m", model_path]
+    entry, quant = find_model(model)
+    repo = str(entry.entry.get("repo") or "")
+    if repo.startswith("hf:"):
+        return ["-hf", f"{repo[3:]}:{quant}"]
+    raise InputError(_("{model}: a catalogue id, not a file: give the GGUF's path on the machine that runs it with "
+                       "--model-path PATH (the plan is the catalogue's), or its Hugging Face repo as MODEL "
+                       "(hf:OWNER/REPO:QUANT, which llama-server downloads with -hf)").format(model=model))
+
+
+def _from_tokens(tokens: Sequence[str], model_path: str | None = None, catalogue: bool = False) -> _Input:
+    """``MODEL flags``, ``llama-server flags`` or ``flags``; with ``catalogue`` (render: a file
+    for another machine) a catalogue MODEL is planned as the catalogue's and loaded from
+    ``model_path`` (or its repo); launch and tune need the file itself."""
+    source = _catalogue_source(tokens[0], model_path) if tokens and (catalogue or model_path) else None
+    if source is not None:
+        inp = _Input(None, [*source, *tokens[1:]], planned_model=tokens[0])
+        inp.notes.append(_("model: {model} planned from the catalogue; the server loads {source}").format(
+            model=tokens[0], source=" ".join(source)))
+        return inp
+    if model_path:
+        raise InputError(_("--model-path is for a catalogue MODEL (`llamarig models`): give the file as MODEL instead"))
     program, args = _split(list(tokens))
     inp = _Input(program, args)
     if ("-hf" in args or "-mu" in args) and os.environ.get("HF_ENDPOINT") and tokens and not tokens[0].startswith("-"):
@@ -296,7 +353,8 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
                     server_bin: str | None = None, hardware: Hardware | None = None,
                     notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
                     own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
-                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None) -> Resolved:
+                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None,
+                    base: Deployment | None = None, model_path: str | None = None) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
@@ -308,11 +366,15 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     instead of a ServerError. ``hardware``: what the command is planned on (``Hardware.rpc``: what
     each rpc-server of ``--rpc`` brings); ``notes``: what reading it found;
     ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine will report, for
-    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe."""
+    the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe. ``base``: the
+    Deployment ``tokens`` were written from (:func:`resolve_deployment`): it is what is planned
+    (its projector, draft and overhead kept), not a Deployment rebuilt from the tokens.
+    ``model_path`` (render): for a catalogue MODEL, the GGUF's path where the output runs; the
+    plan is the catalogue's (without it, the catalogue's repo as ``-hf``, else an InputError)."""
     if from_script and tokens:
         raise InputError(_("give either --from-script FILE or a command, not both"))
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
-           else _from_tokens(tokens))
+           else _from_tokens(tokens, model_path, catalogue=allow_no_binary))
     binary, schema = _resolve_binary(inp, server_bin, allow_no_binary)
     args = inp.args
     if own and not from_script:
@@ -322,8 +384,11 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
             raise InputError(_("{bad}: llamarig option(s) after the model (or after `--`) would be passed to "
                                "llama-server, which does not take them: put llamarig options before the model, e.g. "
                                "`llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(bad=', '.join(bad), cmd=cmd, first=bad[0]))
-    if not from_script:
+    if not from_script and inp.planned_model is None:
         _refuse_catalogue_names(args)
+    for p in placeholders(args, schema):
+        inp.notes.append(_("path: {path} is a placeholder, not a file: it is written as given; put the real path "
+                           "there before running it").format(path=p))
     args, changed = absolutize(args, schema, inp.bases)
     if changed:
         where = _(" or ").join(str(b) for b in inp.bases)
@@ -334,11 +399,22 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
         loopback = loopback_descriptions(Command.parse(args, program=False).get("--rpc"), [g.endpoint for g in hw.rpc],
                                          loopback_rpc_memory)
         hw = replace(hw, rpc=(*hw.rpc, *(g for text in loopback for g in parse_rpc_device(text))))
-    res = Resolved(binary, args, inp.env, findings=inp.findings, notes=inp.notes, schema=schema,
-                   wrappers=inp.wrappers, workdir=inp.workdir, hardware=hw)
-    if want_plan:
-        res.plan, res.plan_note, res.plan_error, res.deployment = _plan(args, hw, notes)
-    return res
+    if inp.planned_model is not None and base is None:  # the catalogue's model, with the command's flags
+        base = deployment(inp.planned_model, command=["llama-server", *Command.parse(args, program=False).without(
+            "--model", "--hf-repo").to_argv()], hardware=hw, diagnostics=tuple(notes))
+    plan, note, error, d = _plan(args, hw, notes, base) if want_plan else (None, "", None, None)
+    return Resolved(binary, args, inp.env, plan, note, error, inp.findings, inp.notes, schema, d, hw, inp.wrappers,
+                    inp.workdir, plan_settings(plan, d.config) if plan is not None and d is not None else None,
+                    fit_state(d.config, plan) if d is not None else None)
+
+
+def resolve_deployment(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,
+                       want_plan: bool = True) -> Resolved:
+    """``d`` resolved against a llama-server binary: its command as llama-server takes it (the
+    model as ``-m`` or ``-hf``), and ``d`` itself planned (no round trip through tokens)."""
+    tokens = [*([d.model] if d.model is not None else []), *d.command.server_args()]
+    return resolve_command(tokens, server_bin=server_bin, hardware=d.hardware, notes=d.diagnostics,
+                           want_plan=want_plan, allow_no_binary=allow_no_binary, base=d)
 
 
 def schema_of(binary: str) -> Schema:

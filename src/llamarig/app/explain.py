@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamarig.app.check import CheckReport, settings, what_runs
-from llamarig.app.runs import Priced, PricedRuns, price
+from llamarig.app.check import CheckReport, what_runs
+from llamarig.app.resolution import Priced, Resolution, Settings
+from llamarig.app.runs import price
 from llamarig.errors import GGUFError, UnknownNameError
 from llamarig.flags.argv import read_invocation
 from llamarig.flags.explain import Row, explain_rows
@@ -34,7 +35,7 @@ class ExplainedCommand:
     model: str | None = None
     cut_line: int | None = None
     summary: tuple[str, ...] = ()
-    priced: PricedRuns | None = field(default=None, repr=False)
+    priced: Resolution | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         pr = self.priced
@@ -42,7 +43,9 @@ class ExplainedCommand:
                 "rows": [r.to_json() for r in self.rows], "summary": list(self.summary),
                 "runs": _priced_json(pr.runs) if pr is not None else None,
                 "meant": _priced_json(pr.meant) if pr is not None and pr.meant is not None else None,
-                "changes": [{"what": w, "runs": a, "meant": b} for w, a, b in pr.changes] if pr is not None else []}
+                "changes": [{"what": w, "runs": a, "meant": b} for w, a, b in pr.changes] if pr is not None else [],
+                "fit": pr.fit.to_json() if pr is not None else None,
+                "diagnostics": [d.to_json() for d in pr.diagnostics] if pr is not None else []}
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ def _priced_json(p: Priced) -> dict[str, Any]:
             "n_ctx_slot": plan.n_ctx_slot if plan is not None else None,
             "n_parallel": plan.n_parallel if plan is not None else None,
             "cache_type_k": plan.cache_type_k if plan is not None else None,
-            "cache_type_v": plan.cache_type_v if plan is not None else None}
+            "cache_type_v": plan.cache_type_v if plan is not None else None,
+            "settings": p.settings.to_json() if p.settings is not None else None}
 
 
 def _total(plan: Plan, comp: str) -> int:
@@ -115,22 +119,21 @@ def plan_effects(plan: Plan, lang: str = "en") -> dict[str, str]:
 _RUNS_KEYS = 3
 
 
-def _describe(st: dict[str, str]) -> str:
-    return join(_(", "), [_("{what} {value}").format(what=k, value=v) for k, v in list(st.items())[:_RUNS_KEYS]
-                          if k != "error"])
+def _describe(st: Settings | None) -> str:
+    rows = st.rows() if st is not None else {}
+    return join(_(", "), [_("{what} {value}").format(what=k, value=v) for k, v in list(rows.items())[:_RUNS_KEYS]])
 
 
-def summary_lines(pr: PricedRuns) -> list[str]:
+def summary_lines(pr: Resolution) -> list[str]:
     """What runs (the received command priced), and what the command as meant would change."""
     pair, runs = pr.pair, pr.runs
-    head = _("what runs (line {line}): {settings}").format(line=pair.line, settings=_describe(settings(
-        list(pair.received[1:]))))
+    head = _("what runs (line {line}): {settings}").format(line=pair.line, settings=_describe(runs.settings))
     out = [join(_("; "), [head, _("KV {size} (the plan of this command)").format(size=fmt_bytes(runs.kv_bytes))])
            if runs.kv_bytes is not None else head]
     if runs.error is not None:
         out.append(_("not priced: {error}").format(error=runs.error))
     if pr.meant is not None:
-        parts = [_("{what} {runs} -> {meant}").format(what=w, runs=a, meant=b) for w, a, b in pr.changes if w != "error"]
+        parts = [_("{what} {runs} -> {meant}").format(what=w, runs=a, meant=b) for w, a, b in pr.changes if w not in ("error", _("the server"))]
         if pr.meant.error is not None:
             parts.append(_("llama-server would not start: {error}").format(error=pr.meant.error))
         elif pr.meant.kv_bytes is not None and runs.kv_bytes is not None:
@@ -141,6 +144,7 @@ def summary_lines(pr: PricedRuns) -> list[str]:
         if parts:
             out.append(_("as meant (the flags cut off at line {line} put back): {changes}").format(
                 line=pair.cut_line, changes=join(_("; "), parts)))
+    out += [d.message for d in pr.diagnostics]
     out += list(pr.notes)
     return out
 

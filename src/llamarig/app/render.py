@@ -92,7 +92,7 @@ def _local_units(rpc: list[RpcServerSpec], name: str) -> tuple[str, ...]:
 
 def rpc_servers_of(res: Resolved) -> list[RpcServerSpec]:
     """The rpc-servers of the command's ``--rpc``, with what ``--rpc-device`` says they bring."""
-    rpc = Command.parse(res.args, program=False).get("--rpc")
+    rpc = res.command().get("--rpc")
     return rpc_servers(rpc, res.hardware.rpc, res.binary)
 
 

@@ -8,11 +8,29 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
-from llamarig.app.check import WhatRuns, behaviour_changes, check, read_input, what_runs
+from llamarig.app.check import (
+    WhatRuns,
+    behaviour_changes,
+    check,
+    read_config,
+    read_input,
+    read_settings,
+    what_runs,
+)
 from llamarig.app.planning import plan_with_speed
+from llamarig.app.resolution import (
+    FitState,
+    Resolution,
+    Settings,
+    changes_between,
+    fit_state,
+    plan_settings,
+    slot_diagnostics,
+)
+from llamarig.app.resolution import Priced as Priced  # re-exported: app/logs.py reads it here
 from llamarig.catalogue.models import is_catalogue_id
 from llamarig.diagnostics import Diagnostic, info, warning
 from llamarig.errors import InputError, LlamarigError
@@ -23,38 +41,9 @@ from llamarig.flags.parsed import Invocation
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.i18n import _, join
 from llamarig.plan.deployment import Deployment, deployment
-from llamarig.plan.result import Plan
 
-
-@dataclass(frozen=True)
-class Priced:
-    """One argv and its plan, or why it has none (``error``: llama-server would refuse the
-    command, the model cannot be read; both None: no model to plan, -m is not on this machine)."""
-
-    argv: tuple[str, ...]
-    plan: Plan | None = None
-    error: LlamarigError | None = None
-
-    @property
-    def kv_bytes(self) -> int | None:
-        """The whole KV cache (every device and host RAM), as the plan has it."""
-        if self.plan is None:
-            return None
-        return sum(d.get("kv") for d in self.plan.devices) + self.plan.host.get("kv")
-
-
-@dataclass(frozen=True)
-class PricedRuns:
-    """A :class:`WhatRuns` pair priced: ``runs`` is what llama-server receives; ``meant`` the
-    command its author meant (None when it is the same command); ``changes`` the settings the
-    meant command would change, (what, runs, meant); ``notes`` how the model and projector were
-    found."""
-
-    pair: WhatRuns
-    runs: Priced
-    meant: Priced | None
-    changes: tuple[tuple[str, str, str], ...] = ()
-    notes: tuple[str, ...] = ()
+#: the priced pair is the resolved deployment (llamarig.app.resolution); the old name stays
+PricedRuns = Resolution
 
 
 def _local(path: str, base_dir: Path | None) -> str | None:
@@ -120,17 +109,20 @@ def deployment_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequen
 def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
                base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
     """The plan of one llama-server argv (program first), as ``llamarig plan`` makes it for the
-    same command (``model``: a GGUF or catalogue id instead of ``-m``), and the notes on how its
-    files were found."""
+    same command (``model``: a GGUF or catalogue id instead of ``-m``), with the settings it runs
+    (the plan's, else the flags'), and the notes on how its files were found."""
     m, args, mmproj, notes = _inputs(argv, model, base_dir)
+    flags = read_settings(argv)
+    st = flags if isinstance(flags, Settings) else None
     if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
-        return Priced(tuple(argv)), []
+        return Priced(tuple(argv), settings=st), []
+    d = None
     try:
         d = deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj)
         plan = plan_with_speed(d, speed=speed)
     except LlamarigError as e:
-        return Priced(tuple(argv), error=e), notes
-    return Priced(tuple(argv), plan), notes
+        return Priced(tuple(argv), error=e, settings=st, deployment=d), notes
+    return Priced(tuple(argv), plan, settings=plan_settings(plan, d.config), deployment=d), notes
 
 
 #: the options that name the model llama-server loads; without one it starts as a router that
@@ -144,9 +136,10 @@ def loads_model(argv: Sequence[str]) -> bool:
 
 
 def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
-          base_dir: Path | None = None, speed: bool = False) -> PricedRuns:
-    """``pair`` priced: the plan of what llama-server receives, and of what was meant when that
-    differs, with the settings the meant command would change. A received command without a
+          base_dir: Path | None = None, speed: bool = False, need_ctx: int | None = None) -> Resolution:
+    """``pair`` resolved: the plan of what llama-server receives, and of what was meant when that
+    differs, with the settings the meant command would change, what ``--fit`` can do and the
+    coded diagnostics (``need_ctx``: tokens one request needs). A received command without a
     model (its ``-m`` cut off) loads none: it is not priced as if it did, whatever ``model``."""
     if loads_model(pair.received) or not loads_model(pair.meant):
         runs, notes = price_argv(pair.received, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
@@ -154,11 +147,23 @@ def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (),
         runs, notes = Priced(pair.received, error=LlamarigError(_(
             "llama-server receives no model (-m): it starts as a router that loads none "
             "(tools/server/server.cpp:150-153)"))), []
+    cfg = runs.deployment.config if runs.deployment is not None else None
+    fit = fit_state(cfg, runs.plan) if cfg is not None else _flag_fit(pair.received)
+    diags = (*slot_diagnostics(runs.settings, need_ctx), *fit.blocked)
     if pair.same:
-        return PricedRuns(pair, runs, None, (), tuple(notes))
+        return Resolution(pair, runs, None, (), tuple(notes), fit, diags)
     meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
-    changes = tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])))
-    return PricedRuns(pair, runs, meant, changes, tuple(notes))
+    # both planned: the plans' settings; else both read from their flags alone (never one of each)
+    both = runs.settings is not None and meant.settings is not None and runs.settings.method == meant.settings.method
+    changes = (changes_between(runs.settings, meant.settings) if both
+               else tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:]))))
+    return Resolution(pair, runs, meant, changes, tuple(notes), fit, diags)
+
+
+def _flag_fit(argv: Sequence[str]) -> FitState:
+    """What --fit can do, from the flags alone (no model to plan)."""
+    cfg, _k, _v = read_config(argv)
+    return FitState(False) if isinstance(cfg, LlamarigError) else fit_state(cfg)
 
 
 def _no_command(others: Sequence[Invocation], name: str, k: int, n: int, model: str | None) -> InputError:
@@ -213,5 +218,19 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
             cut=pair.cut_line if pair.cut_line is not None else pair.line, changes=changes or "-")))
     if extra_args:
         notes.append(info("script-extra", _("with {args} after the script's flags").format(args=" ".join(extra_args))))
-    return deployment(m, list(extra_args), command=args, hardware=hardware or Hardware(), mmproj=mmproj or found_mmproj,
-                      draft=draft, overhead_bytes=overhead_bytes, diagnostics=tuple(notes))
+    d = deployment(m, list(extra_args), command=args, hardware=hardware or Hardware(), mmproj=mmproj or found_mmproj,
+                   draft=draft, overhead_bytes=overhead_bytes)
+    notes += fit_state(d.config).blocked  # --fit written as a fallback where it cannot act
+    if path != "-":
+        notes.append(info(LOG_HINT, log_hint(path)))
+    return replace(d, diagnostics=tuple(notes))
+
+
+#: the diagnostic that names the command a server's log is read with
+LOG_HINT = "log-explains"
+
+
+def log_hint(script: str) -> str:
+    """What a log of this script's server would add: what really ran, read against the script."""
+    return _("with this server's log, `llamarig logs LOG --script {script}` says what really ran and why it differs "
+             "(docs/logs.md)").format(script=script)

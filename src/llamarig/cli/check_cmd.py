@@ -3,6 +3,7 @@ flag schema of the installed build (see docs/check.md, docs/explain.md)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import shlex
@@ -88,9 +89,14 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
            need_ctx: int | None) -> None:
     origin = Path(file) if file != "-" else None
     hw, _notes = hardware_of(gpus, ram)
-    report = api.check(text, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
-                       base_dir=origin.parent if origin else None, gpus=hw.gpus, ram=hw.ram_bytes, need_ctx=need_ctx,
-                       origin=origin, name=name)
+    run = functools.partial(api.check, schema=schema, kind=None if kind == "auto" else kind, cores=cores, model=model,
+                            base_dir=origin.parent if origin else None, gpus=hw.gpus, ram=hw.ram_bytes,
+                            need_ctx=need_ctx, origin=origin, name=name)
+    report = run(text)
+    if _no_command(report):
+        raise InputError(_("{name}: no llama-server command found (a program named llama-server, llama-*-server or "
+                           "server, a llama.cpp docker image, ExecStart=, compose command: or llama-swap cmd:)").format(
+            name=name))
     if do_fix:
         fixed = fix(report, lang())
         click.echo(fixed.text, nl=False)
@@ -106,6 +112,9 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                          "written as comments; move them into the command they belong to").format(
                              lines=listing(str(n) for n in fixed.unplaced)), err=True)
             sys.exit(ExitCode.NEEDS_ANSWER)
+        # the code says whether the repaired text still has an error: 0 when --fix repaired all
+        after = run(fixed.text) if fixed.text != text else report
+        sys.exit(ExitCode.PROBLEMS if after.errors else ExitCode.OK)
     elif as_json:
         click.echo(dump_json(report.to_json()))
     else:
@@ -113,9 +122,23 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
 
         from llamarig.cli import check_view
 
-        check_view.render(report.parsed, report.findings, report.schema, name, Console(highlight=False))
+        console = Console(highlight=False)
+        check_view.render(report.parsed, report.findings, report.schema, name, console)
+        if origin is not None and any(inv.orphans for inv in report.parsed.invocations):
+            # what the cut-off command really ran, and why memory differs, is in the server's log
+            from llamarig.app.runs import log_hint
+            from llamarig.cli.layout import print_wrapped
+
+            console.print()
+            print_wrapped(console, localize(log_hint(file)), indent="  ", style="dim")
     if report.errors:
         sys.exit(ExitCode.PROBLEMS)
+
+
+def _no_command(report: CheckReport) -> bool:
+    """The input holds no server command at all (an empty file, comments only): bad input."""
+    return not report.parsed.invocations and not report.parsed.others and all(
+        f.rule == "no-invocation" for f in report.findings)
 
 
 def _explain_translations(report: CheckReport, schema: Schema, model: str | None

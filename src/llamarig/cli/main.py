@@ -35,6 +35,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _with_lang(cmd: click.Command) -> None:
+    """Every subcommand takes ``--lang`` (one definition, cli/options.py), its subcommands too."""
+    from llamarig.cli.options import lang_param
+
+    if not any(isinstance(p, click.Option) and "--lang" in p.opts for p in cmd.params):
+        cmd.params.insert(0, lang_param())
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _with_lang(sub)
+
+
 class LazyGroup(Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(COMMANDS) | set(self.commands))
@@ -53,6 +64,7 @@ class LazyGroup(Group):
                 return None
             raise
         cmd: click.Command = getattr(mod, attr)
+        _with_lang(cmd)
         return cmd
 
     def short_help_of(self, name: str, cmd: click.Command) -> str:

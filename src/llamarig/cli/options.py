@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from llamarig.cli.lang import _, localize
+from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import echo
 from llamarig.errors import LlamarigError
 from llamarig.flags.findings import Finding
@@ -58,6 +58,88 @@ def own_options() -> list[str]:
     for p in ctx.command.params:
         if isinstance(p, click.Option):
             out += [*p.opts, *p.secondary_opts]
+    return out
+
+
+def _set_lang(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None and not ctx.resilient_parsing:
+        from llamarig.i18n import set_language
+
+        set_language(value)
+
+
+LANG_HELP = N_("Language of the output (default: llamarig --lang, $LLAMARIG_LANG, else the locale).")
+
+
+def lang_param() -> click.Option:
+    """``--lang en|zh`` as every subcommand takes it (cli/main.py adds it to those that do not
+    declare their own): read first (eager), so the help and the errors are in that language too."""
+    return click.Option(["--lang"], type=click.Choice(["en", "zh"]), default=None, is_eager=True,
+                        expose_value=False, callback=_set_lang, help=LANG_HELP)
+
+
+#: the options that say what the command is planned on or written in, taken after the model as
+#: ``plan`` takes them (``render MODEL --gpu rtx3090 -c 8192``); the others (-o, -f, --force, ...)
+#: stay refused there: a typo'd server flag must not silently change what is written
+AFTER_MODEL = frozenset({"--gpu", "--ram", "--detect", "--rpc-device", "--lang", "--model-path"})
+
+
+def hoist_own_options(ctx: click.Context, command: Sequence[str]) -> bool:
+    """MODEL-first order, as ``plan`` takes it (``render MODEL --gpu rtx3090 -c 8192``): the
+    options of :data:`AFTER_MODEL` written after the model (llama-server has none of them) are
+    moved in front and the command invoked again with them (True); False when there are none."""
+    from llamarig.flags.schema import (
+        load_bundled,  # lazy: the schema only when options trail the model
+    )
+    from llamarig.render.argv import misplaced_options
+
+    own = {o: p for p in ctx.command.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
+    toks = list(command)
+    if not toks or toks[0].startswith("-"):
+        return False
+    if "--" in toks:  # after `--` everything is the server's, as written
+        return False
+    bad = set(misplaced_options(toks[1:], load_bundled(), own))
+    if not bad or not bad <= AFTER_MODEL:  # another llamarig option after the model: refused as before
+        return False
+    moved: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        key = t.split("=", 1)[0]
+        if i > 0 and key in bad:
+            moved.append(t)
+            if "=" not in t and not own[key].is_flag and i + 1 < len(toks):
+                moved.append(toks[i + 1])
+                i += 1
+        else:
+            rest.append(t)
+        i += 1
+    given = [*_given_args(ctx), *moved, *rest]
+    sub = ctx.command.make_context(ctx.info_name or "", given, parent=ctx.parent)
+    with sub:
+        ctx.command.invoke(sub)
+    return True
+
+
+def _given_args(ctx: click.Context) -> list[str]:
+    """The options given before the model, as words again (the command is parsed once more)."""
+    out: list[str] = []
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option) or p.name is None or not p.expose_value:
+            continue
+        if ctx.get_parameter_source(p.name) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        v = ctx.params.get(p.name)
+        name = p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0]
+        if p.is_flag:
+            out.append(name if v else (p.secondary_opts[0] if p.secondary_opts else name))
+        elif p.multiple:
+            for x in v or ():
+                out += [name, str(x)]
+        elif v is not None:
+            out += [name, str(v)]
     return out
 
 

@@ -25,6 +25,7 @@ from llamarig.cli.options import (
     CTX,
     command_name,
     hardware_of,
+    hoist_own_options,
     input_options,
     own_options,
     refuse_or_warn,
@@ -46,21 +47,27 @@ from llamarig.procs import exit_description
 @click.option("--user", metavar="USER", type=str, default=None, help="systemd User= of the service.")
 @click.option("--force", is_flag=True, help="Render even when the input has check errors or the plan does not fit.")
 @click.option("--fix", is_flag=True, help="With --from-script: apply `llamarig check --fix` repairs first.")
+@click.option("--model-path", metavar="PATH", type=str, default=None,
+              help="For a catalogue MODEL (`llamarig models`): the GGUF's path on the machine that runs the output; "
+                   "the plan is the catalogue's.")
 @input_options
 @rpc_device_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_cmd(fmt: str, out: str | None, name: str | None, compose_backend: str | None, user: str | None,
-               force: bool, fix: bool, from_script: str | None, invocation: int, server_bin: str | None,
+@click.pass_context
+def render_cmd(ctx: click.Context, fmt: str, out: str | None, name: str | None, compose_backend: str | None, user: str | None,
+               force: bool, fix: bool, model_path: str | None, from_script: str | None, invocation: int, server_bin: str | None,
                gpus: tuple[str, ...], ram: str | None, detect: bool, rpc_devices: tuple[str, ...],
                command: tuple[str, ...]) -> None:
     """Render a planned or checked llama-server command as a bash launcher, a systemd unit, a
     docker compose service, a llama-swap entry or a llama-server router preset (--models-preset
     INI), with the plan's figures as comments.
     Exit 0, 1 when the input has check errors or the plan does not fit (without --force), 2 bad input."""
+    if not from_script and hoist_own_options(ctx, command):  # `render MODEL --gpu X ...`, as plan takes it
+        return
     hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
                               hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
-                              keep_script=True, allow_no_binary=True)
+                              keep_script=True, allow_no_binary=True, model_path=model_path)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:

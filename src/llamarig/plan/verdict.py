@@ -208,6 +208,18 @@ class FitQualifier:
         return out
 
 
+def _fit_placement(plan: Plan, n_layers: int) -> int | None:
+    """The layers --fit placed on the devices (its -ngl, the output layer counted), as the plan's
+    JSON and its --fit note have them; None when fit placed none. The speed model counts an
+    rpc-server's CPU device with the host's (both run on the CPU backend), so the layer count
+    on the devices is read here from fit's placement (plan.fit), not from the speed devices."""
+    eff = plan.effective_cfg
+    ngl = getattr(eff, "n_gpu_layers", -1)
+    if eff is None or ngl < 0 or n_layers <= 0:
+        return None
+    return min(ngl, n_layers)
+
+
 def fit_qualifier(plan: Plan) -> FitQualifier:
     """How "fits" must be qualified for this plan (no GPU: nothing to qualify, the host is the
     device). Layers are counted where the speed model (on the planner's placement) puts them."""
@@ -219,6 +231,9 @@ def fit_qualifier(plan: Plan) -> FitQualifier:
     # -ngl counts the output layer as one more, offloaded first (src/llama-model.cpp:1558-1610)
     n_layers = host_layers + gpu_layers + 1 if loads else 0
     host_layers += 1 if loads and host_layers and not gpu_layers else 0
+    placed = _fit_placement(plan, n_layers)
+    if placed is not None:  # --fit chose the layers per device: the plan's placement, not the speed model's
+        host_layers = n_layers - placed
     host_weights = sum(x.weights_read for x in loads if x.backend == "CPU")
     # without speed figures (a GPU of unknown bandwidth) the count is unknown: --fit having set
     # -ngl still says the host holds layers

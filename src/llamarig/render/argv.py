@@ -112,6 +112,8 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
     changed: list[str] = []
 
     def fix(po: PathOption, p: str) -> str:
+        if placeholder(p):  # `.../x.jinja`, `/path/to/model.gguf`: for the user to fill in, not a path
+            return p
         q = os.path.expanduser(p)
         if not os.path.isabs(q):
             base = next((b for b in bases if (b / q).exists()), None)
@@ -123,6 +125,30 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
         return q
 
     return map_paths(args, schema, fix), changed
+
+
+#: path components that stand for a path the writer left out (`.../chat.jinja`, `…/x`)
+_ELIDED = ("...", "…")
+
+
+def placeholder(path: str) -> bool:
+    """Whether ``path`` is a placeholder someone left to fill in, not a path: a component ``...``
+    or ``…`` (report 004's ``.../chat_template_fixed_patched.jinja``), ``/path/to/``, ``<...>``."""
+    parts = path.replace("\\", "/").split("/")
+    return any(p in _ELIDED for p in parts) or "/path/to/" in f"/{path}" or (path.startswith("<") and path.endswith(">"))
+
+
+def placeholders(args: Sequence[str], schema: Any) -> list[str]:
+    """The path values of ``args`` that are placeholders (:func:`placeholder`), as written."""
+    found: list[str] = []
+
+    def grab(_po: PathOption, p: str) -> str:
+        if placeholder(p) and p not in found:
+            found.append(p)
+        return p
+
+    map_paths(args, schema, grab)
+    return found
 
 
 def catalogue_id(text: str) -> bool:

@@ -192,8 +192,10 @@ def _no_equivalent(u: EngineUse, notes: list[str]) -> None:
         notes.append(_("`{what}` ({intent}): not a FastLLM option, and llama-server needs nothing for it").format(
             what=what, intent=_(lore.intent)))
     elif u.spelling in ("--gpu-memory-utilization", "--gpu_mem_ratio"):
-        notes.append(_("`{what}`: llama-server sizes its buffers itself; `--fit` (on by default) keeps "
-                       "`--fit-target` MiB free on each GPU (1024 by default)").format(what=what))
+        notes.append(_("`{what}`: llama-server sizes its buffers itself; `--fit` (on by default) leaves "
+                       "`--fit-target` MiB free on each GPU (1024 by default) only by what it may change: the "
+                       "context while -c is unset (common/fit.cpp:455), the layers while -ngl, -ts and -ot are "
+                       "unset (common/fit.cpp:464-486); with both set it changes nothing").format(what=what))
     else:
         notes.append(_("`{what}`: no llama-server equivalent").format(what=what))
 

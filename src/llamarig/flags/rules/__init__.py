@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from llamarig.hardware.cpu import CpuFeatures
 
 __all__ = [
-    "PARSE_RULES", "RULES", "Context", "Finding", "Fix", "Rule", "Severity", "Subject",
+    "PARSE_RULES", "RESOLVED_RULES", "RULES", "Context", "Finding", "Fix", "Rule", "Severity", "Subject",
     "lint", "lint_invocation", "physical_cores",
 ]
 
@@ -81,6 +81,11 @@ PARSE_RULES = frozenset({
     "invalid-value", "removed-flag",
 })
 
+
+#: rules whose findings come from the resolved deployment of a command (llamarig.app.resolution,
+#: added by app/check.py's resolution_findings), not from a function of ``RULES``: what --fit can
+#: do where it is written (common/fit.cpp:455, 464-486); docs/check.md lists them
+RESOLVED_RULES = ("fit-cannot-act", "fit-context-fixed", "fit-layers-fixed")
 
 #: findings about the text itself rather than the invocation: reported once per script
 _ONCE_PER_SCRIPT = frozenset({"dead-env-var", "unknown-env-var"})

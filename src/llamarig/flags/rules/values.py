@@ -143,6 +143,14 @@ def _int_limits(u: Use, opt: Option, n: int, k: int | None) -> list[Finding]:
                           "argument: invalid value)").format(given=f"{sp} {n}"),
                         _("use `{fixed}`").format(fixed=f"{sp} -1"),
                         k, u.passed, Fix("set-value", ("-1",)), u.index)]
+    if opt.name == "--ctx-size" and n < 0:
+        # the parser takes it (common/arg.cpp handler_int); cparams.n_ctx wraps around as uint32 and
+        # the first graph reserve aborts (plan rejects it too: llamarig.plan.config)
+        return [finding("server-aborts", Severity.ERROR, u.line, sp,
+                        _("`{given}`: the server takes it, then aborts while loading the model with "
+                          "GGML_ASSERT(n_outputs >= 1) (src/llama-context.cpp:2529)").format(given=f"{sp} {n}"),
+                        _("use `{sp} 0` (the model's training context) or a positive size").format(sp=sp),
+                        k, u.passed, Fix("set-value", ("0",)), u.index)]
     return []
 
 
