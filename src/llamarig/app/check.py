@@ -245,30 +245,6 @@ def dump_json(data: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- fix
 
 
-@dataclass(frozen=True)
-class SlotLayout:
-    """Deprecated: read :class:`llamarig.app.resolution.Settings` (``Resolution.settings``).
-    How a command shares its context, from its flags alone (kept for app/logs.py until it reads
-    the resolved deployment)."""
-
-    slots: int
-    unified: bool
-    n_ctx: int
-    per_slot: int
-
-    @property
-    def streams(self) -> int:
-        """KV streams: one shared pool, or one per slot."""
-        return 1 if self.unified else self.slots
-
-
-def slot_layout(argv: list[str]) -> SlotLayout | None:
-    """Deprecated shim over :func:`argv_settings` (the flags alone, no model: no cap at the
-    training context); the views read ``Resolution.settings``."""
-    st = argv_settings(argv)
-    return SlotLayout(st.slots, st.unified, st.n_ctx, st.n_ctx_slot) if st is not None else None
-
-
 def read_config(argv: Sequence[str]) -> tuple[ServerConfig | LlamarigError, str, str]:
     """What the planner reads of a llama-server argv (program optional), or why the server
     refuses it, and the KV types as written (a type llama-server rejects is still what the
