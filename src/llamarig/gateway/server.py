@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from llamarig.errors import LlamarigError, ServerError
-from llamarig.gateway import reasons, retry
+from llamarig.gateway import reasons, retry, ui
 from llamarig.gateway import status as gwstatus
 from llamarig.gateway.admission import (
     Admission,
@@ -84,6 +84,7 @@ class Gateway:
         self.started = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
         self._config_mtime: float | None = None
+        self.page = ui.Page(self)  # the live page, /ui/ (llamarig.gateway.ui)
         self.http = self._make_server()
         self.runner: GatewayRunner | None = None
 
@@ -120,6 +121,7 @@ class Gateway:
         srv.add("GET", "/metrics", self._wrap(self._metrics))
         srv.add("GET", "/gateway/status", self._wrap(self._status))
         srv.add("GET", "/gateway/slots", self._wrap(self._slots))
+        self.page.routes(lambda m, p, h: srv.add(m, p, self._wrap(h)))
         return srv
 
     def _too_large(self, content_length: int | None, limit: int) -> Response:
@@ -148,6 +150,7 @@ class Gateway:
                 loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
 
     async def _on_cleanup(self) -> None:
+        await self.page.feed.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -192,6 +195,7 @@ class Gateway:
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
         self.cfg = new
         self.backends.apply_config(new)
+        self.page.apply_config(new)
         a = new.admission
         self.admission.queue_size = a.queue_size
         self.admission.queue_timeout_s = a.queue_timeout_s
@@ -297,6 +301,7 @@ class Gateway:
         if cfg.health.slots_interval_s > 0:  # cells in use as fresh as /gateway/status's
             await self.backends.refresh_slots(cfg.health.slots_interval_s)
         self.update_gauges()
+        self.page.update_gauges()
         texts = await self.backends.backend_metrics()
         return Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -346,6 +351,8 @@ class Gateway:
             await self._on_cleanup()  # closes the upstream sessions and the health loop
             raise
         self.runner = GatewayRunner(self)
+        if self.cfg.ui.enabled and self.cfg.ui.watch:
+            self.page.feed.start()
         return self.runner
 
     @property
