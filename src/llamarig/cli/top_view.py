@@ -109,7 +109,7 @@ def headline(snap: Snapshot) -> Text:
 
 
 def alert_text(a: Alert) -> str:
-    return localize(text.alert_text(a))
+    return str(localize(text.alert_text(a)))
 
 
 def _slot_rows(slots: Sequence[SlotView], sort: str) -> list[SlotView]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llamarig.gateway.http import Request, Response, StreamResponse
 from llamarig.i18n import _, localize
+from llamarig.top.collect import Collector
 from llamarig.web import assets
 from llamarig.web.alerts import Thresholds
 from llamarig.web.feed import Feed
@@ -44,9 +45,7 @@ class Page:
         self.feed = Feed(self._collector, cfg.ui.interval_s, thresholds(cfg.ui))
         self.gauges = AlertGauges(gw.metrics.registry, self.feed.thresholds)
 
-    def _collector(self) -> Any:
-        from llamarig.top.collect import Collector
-
+    def _collector(self) -> Collector:
         cfg = self.gw.cfg
         host = cfg.server.host
         host = "127.0.0.1" if host in ("", "0.0.0.0") else ("::1" if host == "::" else host)
@@ -68,7 +67,7 @@ class Page:
         self.gauges.set_thresholds(self.feed.thresholds)
 
     def update_gauges(self) -> None:
-        self.gauges.update(self.feed.crossed())
+        self.gauges.update(self.feed.last, self.feed.crossed())
 
     def _guarded(self, fn: Handler) -> Handler:
         async def handler(request: Request) -> Response | StreamResponse:

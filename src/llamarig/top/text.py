@@ -1,5 +1,5 @@
 """What ``llamarig top``'s alerts and events say, as catalogue messages (llamarig.i18n): the
-terminal (cli/top_view.py) and the web page (llamarig.web) write them in the reader's language."""
+terminal screen and the web page (llamarig.web) write them in the reader's language."""
 
 from __future__ import annotations
 

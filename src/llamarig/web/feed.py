@@ -32,7 +32,7 @@ QUEUE = 4
 KEEP_S = 3600.0
 
 
-class Source(Protocol):
+class SnapshotSource(Protocol):
     async def snapshot(self) -> Snapshot: ...
 
 
@@ -93,7 +93,7 @@ class Feed:
     """Polls ``source`` every ``interval_s`` seconds while it runs and hands each update to the
     pages subscribed (:meth:`events`); ``last`` is the latest snapshot (the ``/metrics`` gauges)."""
 
-    def __init__(self, source: Callable[[], AbstractAsyncContextManager[Source]], interval_s: float,
+    def __init__(self, source: Callable[[], AbstractAsyncContextManager[SnapshotSource]], interval_s: float,
                  thresholds: alerts.Thresholds, keep_s: float = KEEP_S) -> None:
         self.source = source
         self.interval_s = interval_s

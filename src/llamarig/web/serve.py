@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from llamarig.errors import InputError
 from llamarig.i18n import _
+from llamarig.top.collect import Collector
 from llamarig.web import assets
 from llamarig.web.alerts import Thresholds
 from llamarig.web.feed import Feed, document
@@ -84,7 +85,7 @@ def make_app(feed: Feed, key: str | None) -> web.Application:
                                      "Cache-Control": "no-store"})
 
     async def metrics(request: web.Request) -> web.StreamResponse:
-        gauges.update(feed.crossed())
+        gauges.update(feed.last, feed.crossed())
         return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -155,8 +156,6 @@ def check_bind(host: str, key: str | None, option: str) -> None:
 def run(url: str, bind: str, key: str | None, interval_s: float, thresholds: Thresholds, opts: Mapping[str, Any],
         ready: Callable[[str], None]) -> None:
     """``llamarig top --web``: serve the page of the server at ``url`` until interrupted."""
-    from llamarig.top.collect import Collector
-
     host, port = parse_bind(bind)
     check_bind(host, key, "--web")
     feed = Feed(lambda: Collector(url, **opts), interval_s, thresholds)

@@ -30,7 +30,7 @@ LABELS = {
     "title": N_("llamarig live"),
     "gpus": N_("GPUs"),
     "memory": N_("memory"),
-    "memory_nvml": N_("used of total (NVML)"),
+    "memory_nvml": N_("memory used of total (NVML)"),
     "memory_plan": N_("as planned"),
     "plan_unknown": N_("the plan is not known to this page: compare with llamarig plan"),
     "power": N_("power"),
@@ -109,7 +109,7 @@ def crossed_text(c: Crossed) -> str:
 
 
 def gpu_reason(g: GpuView | GpuReading) -> str:
-    """Why the page shows no GPU figure (the terminal's words, cli/top_view.py)."""
+    """Why the page shows no GPU figure (the terminal screen's words)."""
     why = g.library_error or g.reason
     msg = {
         "no_nvml": _("GPU: no NVML and no nvidia-smi on this machine ({reason})"),

@@ -110,7 +110,7 @@
     if (!g.available) {
       var dl = el("dl", "figs");
       var why = doc.gpu_reason || L("unavailable");
-      fig(dl, L("memory") + " (" + L("memory_nvml") + ")", "\u2014", why, "gpu_memory");
+      fig(dl, L("memory_nvml"), "\u2014", why, "gpu_memory");
       fig(dl, L("memory_plan"), "\u2014", L("plan_unknown"));
       fig(dl, L("power"), "\u2014", why, "gpu_power");
       fig(dl, L("temperature"), "\u2014", why, "gpu_temp");
@@ -125,7 +125,7 @@
       var dl = el("dl", "figs");
       var used = d.mem_used_mib, total = d.mem_total_mib;
       var mem = used === null || !total ? "\u2014" : num(used / 1024, 1) + " / " + num(total / 1024, 1) + " GiB";
-      fig(dl, L("memory"), mem, L("m_memory"), "gpu_memory");
+      fig(dl, L("memory_nvml"), mem, L("m_memory"), "gpu_memory");
       fig(dl, L("memory_plan"), "\u2014", L("plan_unknown"));
       var pw = d.power_w === null ? "\u2014" : num(d.power_w, 0) + " W" + (th.power_w ? " / " + num(th.power_w, 0) + " W" : "");
       fig(dl, L("power"), pw, L("m_power"), "gpu_power");
@@ -261,6 +261,18 @@
 
   function css(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#888"; }
 
+  function clock(u, splits) {
+    return splits.map(function (v) {
+      var d = new Date(v * 1000);
+      return String(d.getHours()).padStart(2, "0") + ":" + String(d.getMinutes()).padStart(2, "0") +
+        (u.scales.x.max - u.scales.x.min < 600 ? ":" + String(d.getSeconds()).padStart(2, "0") : "");
+    });
+  }
+
+  function amounts(u, splits) {
+    return splits.map(function (v) { return v >= 10000 ? (v / 1000).toFixed(0) + "k" : (Math.abs(v) < 10 && v % 1 ? v.toFixed(1) : v.toFixed(0)); });
+  }
+
   function chartWidth(box) { return Math.max(200, box.parentNode.clientWidth - 4); }
 
   function makeCharts() {
@@ -272,7 +284,8 @@
       var opts = {
         width: chartWidth(box), height: phone ? 110 : 140, legend: { show: false }, cursor: { show: true, drag: { x: false, y: false } },
         scales: { x: { time: true }, y: { range: function (u, lo, hi) { return [Math.min(0, lo || 0), Math.max(1, (hi || 0) * 1.15)]; } } },
-        axes: [{ stroke: css("--dim"), grid: grid, ticks: grid }, { stroke: css("--dim"), grid: grid, ticks: grid, size: 44 }],
+        axes: [{ stroke: css("--dim"), grid: grid, ticks: grid, space: 70, values: clock },
+               { stroke: css("--dim"), grid: grid, ticks: grid, size: 54, values: amounts }],
         series: [{}, { stroke: css(c[2]), width: 2, fill: css(c[2]) + "22", spanGaps: false, points: { show: false } }]
       };
       return new window.uPlot(opts, [S.data[0], S.data[c[1]]], box);
