@@ -107,6 +107,7 @@
     var box = clear($("gpus"));
     var g = doc.snapshot.gpu;
     var th = doc.thresholds;
+    gpuCharts(g.available ? "" : (doc.gpu_reason || L("unavailable")));
     if (!g.available) {
       var dl = el("dl", "figs");
       var why = doc.gpu_reason || L("unavailable");
@@ -138,6 +139,14 @@
     var tpj = g.tokens_per_joule === null ? "\u2014" : num(g.tokens_per_joule, 2);
     fig(t, L("tpj"), tpj, doc.snapshot.methods.tokens_per_joule + (g.joule_source ? " (" + g.joule_source + ")" : ""), "tpj");
     box.appendChild(t);
+  }
+
+  function gpuCharts(why) {
+    [["c-power", "chart_power"], ["c-temp", "chart_temp"]].forEach(function (c) {
+      var t = $(c[0]).parentNode.querySelector(".ct");
+      t.textContent = L(c[1]) + (why ? " \u2014 " + L("unavailable") : "");
+      t.title = why;
+    });
   }
 
   function renderPools(doc) {
