@@ -64,10 +64,9 @@ async def captures(b: Browser, url: str, name: str) -> None:
 def test_gateway_page_equals_status_and_top(np2: Any, long_request: Any, web_gateway: Any, chromium: str,
                                             cli: Any) -> None:
     gw = web_gateway(np2.url)
-    long_request(gw, 30000)  # two reservations of ~30000 tokens fit the admitted pool (131072 x safety)
-    long_request(gw, 30000)
-    wait_for("both slots decoding", lambda: len(decoding_tasks(np2.url)) == 2)
-    wait_for("two requests in flight", lambda: get_json(gw + "/gateway/status")["in_flight"] == 2)
+    long_request(gw)  # 60000 tokens: decodes for longer than the test (as in tests/top)
+    wait_for("a slot decoding", lambda: len(decoding_tasks(np2.url)) == 1)
+    wait_for("a request in flight", lambda: get_json(gw + "/gateway/status")["in_flight"] == 1)
 
     async def run() -> tuple[dict[str, Any], dict[str, Any]]:
         async with Browser() as b:
@@ -91,21 +90,22 @@ def test_gateway_page_equals_status_and_top(np2: Any, long_request: Any, web_gat
     snap = page["doc"]["snapshot"]
     g = snap["gateway"]
     # the page's figures are its update's, and equal /gateway/status and top --once --json
-    assert g["in_flight"] == status["in_flight"] == top["gateway"]["in_flight"] == 2
+    assert g["in_flight"] == status["in_flight"] == top["gateway"]["in_flight"] == 1
     assert g["reserved_tokens"] == status["reserved_tokens"] == top["gateway"]["reserved_tokens"] > 0
     assert g["pool_tokens"] == status["pool"]["tokens"] == top["gateway"]["pool_tokens"]
     assert g["queue"]["length"] == status["queue"]["length"] == top["gateway"]["queue"]["length"] == 0
-    assert page["figs"]["in_flight"] == "2" and page["figs"]["queue"] == "0"
+    assert page["figs"]["in_flight"] == "1" and page["figs"]["queue"] == "0"
     assert page["figs"]["reserved"] == f"{n(g['reserved_tokens'])} / {n(g['pool_tokens'])}"
     assert sorted(r["id"] for r in g["requests"]) == sorted(str(r["id"]) for r in status["requests"])
-    assert [r["key"] for r in g["requests"]] == [None, None]  # keys by name only; none configured here
+    assert [r["key"] for r in g["requests"]] == [None]  # keys by name only; none configured here
     assert [s["n_ctx"] for s in snap["slots"]] == [s["n_ctx"] for s in top["slots"]] == [65536, 65536]
-    assert [s["phase"] for s in snap["slots"]] == [s["phase"] for s in top["slots"]] == ["decode", "decode"]
-    assert [row[1] for row in page["slots"]] == ["decode", "decode"]
+    assert sorted(s["phase"] for s in snap["slots"]) == sorted(s["phase"] for s in top["slots"]) == ["decode", "idle"]
+    assert sorted(row[1] for row in page["slots"]) == ["decode", "idle"]
     pool = snap["servers"][0]["pool"]
     assert pool["tokens"] == top["servers"][0]["pool"]["tokens"] and pool["source"] == top["servers"][0]["pool"]["source"]
     assert page["figs"]["cells"].startswith(f"{n(pool['cells_used'])} / {n(pool['tokens'])} (")
-    assert snap["decode_tok_s"] > 0 and top["decode_tok_s"] > 0
+    # measured by both (a rate of the same task between two readings; its size is the machine's)
+    assert snap["decode_tok_s"] is not None and top["decode_tok_s"] is not None
     # no GPU on this machine: a dash, and why, on hover
     if not snap["gpu"]["available"]:
         assert page["figs"]["gpu_power"] == "\u2014" and page["gpuTitle"]
