@@ -21,7 +21,7 @@ from llamarig.i18n import os_error, set_language
 
 @click.command("top", cls=HelpCommand, examples=(
     "llamarig top --url http://127.0.0.1:8080", "llamarig top --url http://127.0.0.1:8080 --once --json",
-    "llamarig top --url http://127.0.0.1:8000"))
+    "llamarig top --url http://127.0.0.1:8000", "llamarig top --url http://127.0.0.1:8080 --web 8088"))
 @click.option("--url", required=True, metavar="URL", help="A llama-server, or a llamarig gateway (its backends are shown).")
 @click.option("--interval", type=float, default=1.0, show_default=True, metavar="S",
               help="Seconds between refreshes (0.2 to 3600); rates are deltas over it.")
@@ -45,8 +45,8 @@ from llamarig.i18n import os_error, set_language
 @click.option("--alert-power", type=float, default=None, metavar="W", help="--web: alert when a GPU draws W watts or more.")
 @click.option("--alert-temp", type=float, default=85.0, show_default=True, metavar="C",
               help="--web: alert at C degrees or more.")
-@click.option("--alert-pool", type=float, default=90.0, show_default=True, metavar="PCT",
-              help="--web: alert when a KV pool is PCT % full or more.")
+@click.option("--alert-pool", type=float, default=90.0, show_default=True, metavar="N",
+              help="--web: alert when a KV pool is N % full or more.")
 @lang_option(N_("Language of the screen."))
 def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json: bool, timeout: float,
             no_metrics: bool, no_gpu: bool, pool: str | None, web: str | None, web_key: str | None,
