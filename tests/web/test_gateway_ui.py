@@ -83,3 +83,34 @@ def test_ui_section_is_checked_and_its_key_masked(tmp_path: Any) -> None:
     out = CliRunner().invoke(gateway_cmd, ["--config", str(p), "--check"])
     assert out.exit_code == 0 and '"admin_key": "***"' in out.output and "s3cret" not in out.output
     assert '"alert_power_w": 350.0' in out.output
+
+
+def test_pages_that_leave_are_forgotten() -> None:
+    """Ten pages open the stream and go away: the feed keeps no queue of theirs (bounded memory)."""
+    import aiohttp
+
+    async def run() -> tuple[int, int, bytes]:
+        gw = gateway({"interval_s": 0.2})
+        runner = await gw.start(port=0)
+        try:
+            url = f"http://127.0.0.1:{gw.port}/ui/events"
+            async with aiohttp.ClientSession() as s:
+                resps = [await s.get(url) for _ in range(10)]
+                first = await resps[0].content.readuntil(b"\n\n")
+                for _ in range(100):  # every page subscribed (an event, bounded)
+                    if len(gw.page.feed.pages) == 10:
+                        break
+                    await asyncio.sleep(0.05)
+                during = len(gw.page.feed.pages)
+                for r in resps:
+                    r.close()
+            for _ in range(100):  # each disconnect cancels its handler, which unsubscribes
+                if not gw.page.feed.pages:
+                    break
+                await asyncio.sleep(0.05)
+            return during, len(gw.page.feed.pages), first
+        finally:
+            await runner.cleanup()
+
+    during, after, first = asyncio.run(run())
+    assert during == 10 and after == 0 and first.startswith(b"retry: 3000")

@@ -10,6 +10,7 @@ or Bearer); without one configured, the page answers this machine only.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Awaitable, Callable
@@ -110,8 +111,9 @@ class Page:
     async def _events(self, request: Request) -> StreamResponse:
         resp = StreamResponse(headers=assets.SSE_HEADERS)
         await resp.prepare(request)
-        async for chunk in self.feed.events(self._lang(request)):
-            await resp.write(chunk)
+        async with contextlib.aclosing(self.feed.events(self._lang(request))) as stream:  # a page gone: unsubscribed
+            async for chunk in stream:
+                await resp.write(chunk)
         return resp
 
 

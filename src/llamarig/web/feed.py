@@ -15,7 +15,7 @@ import contextlib
 import json
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -141,7 +141,7 @@ class Feed:
     def history(self) -> bytes:
         return sse("history", [s.to_json() for s in self.samples])
 
-    async def events(self, lang: str) -> AsyncIterator[bytes]:
+    async def events(self, lang: str) -> AsyncGenerator[bytes, None]:
         """One page's stream: the chart history, the latest update, then each new one, with a
         comment line every 15 s so that proxies keep the connection open."""
         lang = lang if lang in LANGUAGES else "en"

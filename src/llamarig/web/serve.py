@@ -67,8 +67,10 @@ def make_app(feed: Feed, key: str | None) -> web.Application:
     async def events(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers=assets.SSE_HEADERS)
         await resp.prepare(request)
-        async for chunk in feed.events(lang_of(request.query.get("lang"), request.headers.get("Accept-Language", ""))):
-            await resp.write(chunk)
+        lang = lang_of(request.query.get("lang"), request.headers.get("Accept-Language", ""))
+        async with contextlib.aclosing(feed.events(lang)) as stream:  # a page gone: unsubscribed at once
+            async for chunk in stream:
+                await resp.write(chunk)
         return resp
 
     def lang(request: web.Request) -> str:
