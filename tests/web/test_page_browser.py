@@ -126,6 +126,8 @@ def test_top_web_without_a_gateway_in_chinese(np2: Any, long_request: Any, top_w
     long_request(np2.url)
     wait_for("a slot decoding", lambda: len(decoding_tasks(np2.url)) == 1)
     url = top_web(np2.url, "--interval", "0.5", "--alert-pool", "50")
+    # and one whose threshold the decoding slot crosses at once: the alert, its notification, /metrics
+    low = top_web(np2.url, "--interval", "0.5", "--alert-pool", "0.01")
 
     async def run() -> dict[str, Any]:
         async with Browser(lang="zh-CN") as b:  # the browser's language picks the page's
@@ -136,8 +138,14 @@ def test_top_web_without_a_gateway_in_chinese(np2: Any, long_request: Any, top_w
             later = await read(b, page["updates"] + 2)
             assert later["points"] > page["points"] and max(later["decode"]) > 0 and later["canvases"] == 4
             await captures(b, url, "web-top")
+            await b.open(low)
+            alarmed = await read(b)
+            await b.call("Browser.grantPermissions", permissions=["notifications"], origin=low.split("/ui/")[0])
+            await b.js("document.getElementById('notify').click()")
+            told = await b.wait("window.__llamarig.notify && window.__llamarig.notified")  # shown once, by key
+            assert told.startswith("near_overflow|pool") and alarmed["verdict"] == "near_overflow"
             assert b.problems == [], b.problems
-            return page
+            return page | {"alarmed": alarmed}
 
     page = asyncio.run(run())
     code, out, err = cli("top", "--url", np2.url, "--once", "--json")
@@ -154,4 +162,8 @@ def test_top_web_without_a_gateway_in_chinese(np2: Any, long_request: Any, top_w
     assert row[1] == "解码" and row[2] == f"{n(busy['ctx_used'])} / {n(busy['n_ctx'])}"
     assert page["lang"] == "zh-CN" and page["title"] == "llamarig 实时"
     assert any("\u4e00" <= c <= "\u9fff" for c in page["verdictText"])
-    assert page["doc"]["thresholds"]["pool_pct"] == 50.0
+    assert page["doc"]["thresholds"]["pool_pct"] == 50.0 and not page["doc"]["crossed"]
+    alarmed = page["alarmed"]["doc"]
+    assert [c["kind"] for c in alarmed["crossed"]] == ["pool"] and "KV 池" in alarmed["crossed"][0]["text"]
+    metrics = get_text(low.replace("/ui/", "/metrics"))
+    assert 'llamarig_alert{kind="pool",subject="server"} 1.0' in metrics and 'llamarig_alerts_firing{kind="pool"} 1.0' in metrics
