@@ -33,6 +33,11 @@
     return v.toFixed(digits);
   }
 
+  function hms(t) {
+    var d = new Date(t * 1000);
+    return [d.getHours(), d.getMinutes(), d.getSeconds()].map(function (x) { return String(x).padStart(2, "0"); }).join(":");
+  }
+
   function rate(v) { return v === null || v === undefined ? "\u2014" : (v >= 100 ? num(v, 0) : num(v, 1)); }
 
   function fig(dl, label, value, title, key) {
@@ -94,7 +99,7 @@
     var d = el("span", "", L("chart_decode") + " " + rate(snap.decode_tok_s), snap.methods.decode_tok_s);
     d.setAttribute("data-fig", "decode_tok_s");
     sum.appendChild(d);
-    $("updated").textContent = L("updated") + " " + new Date(snap.t_unix * 1000).toLocaleTimeString();
+    $("updated").textContent = L("updated") + " " + hms(snap.t_unix);
     var ul = clear($("alerts"));
     doc.crossed.forEach(function (c) { ul.appendChild(el("li", "bad", c.text)); });
     doc.alerts.forEach(function (a) {
@@ -222,8 +227,9 @@
     var reqs = {};
     if (snap.gateway) { snap.gateway.requests.forEach(function (r) { reqs[r.id] = r; }); }
     var hr = el("tr");
+    var gw = !!snap.gateway; // tier and key are the gateway's to know
     var cols = [["slot", "l", ""], ["phase", "l", ""], ["tokens", "", snap.methods.ctx_used],
-                ["tok_s", "", snap.methods.decode_tok_s], ["tier", "l hide-phone", ""], ["key", "l hide-phone", ""]];
+                ["tok_s", "", snap.methods.decode_tok_s]].concat(gw ? [["tier", "l hide-phone", ""], ["key", "l hide-phone", ""]] : []);
     cols.forEach(function (c) { hr.appendChild(el("th", c[1], L(c[0]), c[2])); });
     head.appendChild(hr);
     snap.slots.forEach(function (s) {
@@ -238,8 +244,10 @@
       var rt = el("td", "", s.phase === "decode" ? rate(s.decode_tok_s) : (s.phase === "prefill" ? rate(s.prefill_tok_s) : "\u2014"));
       rt.setAttribute("data-fig", "rate");
       tr.appendChild(rt);
-      tr.appendChild(el("td", "l hide-phone", r ? r.tier : "\u2014"));
-      tr.appendChild(el("td", "l hide-phone", r ? (r.key || "\u2014") : "\u2014"));
+      if (gw) {
+        tr.appendChild(el("td", "l hide-phone", r ? r.tier : "\u2014"));
+        tr.appendChild(el("td", "l hide-phone", r ? (r.key || "\u2014") : "\u2014"));
+      }
       tb.appendChild(tr);
     });
   }
@@ -250,7 +258,7 @@
     if (!evs.length) { ol.appendChild(el("li", "dim", L("no_events"))); return; }
     evs.forEach(function (e) {
       var li = el("li");
-      li.appendChild(el("span", "dim", new Date(e.t_unix * 1000).toLocaleTimeString() + " "));
+      li.appendChild(el("span", "dim", hms(e.t_unix) + " "));
       var bad = e.kind === "restart" || e.kind === "down" || e.kind === "context_exceeded";
       li.appendChild(el("span", bad ? "k bad" : "k", e.kind_text));
       li.appendChild(el("span", "", e.server + ": " + e.text));
@@ -294,7 +302,7 @@
         width: chartWidth(box), height: phone ? 110 : 140, legend: { show: false }, cursor: { show: true, drag: { x: false, y: false } },
         scales: { x: { time: true }, y: { range: function (u, lo, hi) { return [Math.min(0, lo || 0), Math.max(1, (hi || 0) * 1.15)]; } } },
         axes: [{ stroke: css("--dim"), grid: grid, ticks: grid, space: 70, values: clock },
-               { stroke: css("--dim"), grid: grid, ticks: grid, size: 54, values: amounts }],
+               { stroke: css("--dim"), grid: grid, ticks: grid, size: 54, space: 22, values: amounts }],
         series: [{}, { stroke: css(c[2]), width: 2, fill: css(c[2]) + "22", spanGaps: false, points: { show: false } }]
       };
       return new window.uPlot(opts, [S.data[0], S.data[c[1]]], box);
