@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
@@ -25,6 +26,8 @@ from llamarig.top.model import Snapshot
 from llamarig.top.text import alert_text, event_kind
 from llamarig.web import alerts
 from llamarig.web.strings import crossed_text, gpu_reason, verdict_text
+
+log = logging.getLogger("llamarig.web")
 
 #: a page's pending updates; past it the oldest is dropped (a slow page skips, memory stays flat)
 QUEUE = 4
@@ -117,10 +120,16 @@ class Feed:
             self.task = None
 
     async def _run(self) -> None:
-        async with self.source() as src:
-            while True:
-                snap = await src.snapshot()
-                self.publish(snap)
+        while True:
+            try:
+                async with self.source() as src:
+                    while True:
+                        self.publish(await src.snapshot())
+                        await asyncio.sleep(self.interval_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not stop the page for good: say it, start again
+                log.exception("the live page's collector failed; starting it again")
                 await asyncio.sleep(self.interval_s)
 
     def publish(self, snap: Snapshot) -> None:
