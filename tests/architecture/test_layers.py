@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"flags"},
     {"plan"},
     {"render", "launch"},
-    {"bench", "tune", "gateway", "top"},
+    {"bench", "tune", "gateway", "top", "web"},
     {"app"},
     {"testing"},
     {"api"},

@@ -15,13 +15,13 @@ import click
 
 from llamarig.cli.help import HelpCommand, lang_option
 from llamarig.cli.lang import N_, _
-from llamarig.errors import ExitCode, InputError
-from llamarig.i18n import set_language
+from llamarig.errors import ExitCode, InputError, ServerError
+from llamarig.i18n import os_error, set_language
 
 
 @click.command("top", cls=HelpCommand, examples=(
     "llamarig top --url http://127.0.0.1:8080", "llamarig top --url http://127.0.0.1:8080 --once --json",
-    "llamarig top --url http://127.0.0.1:8000"))
+    "llamarig top --url http://127.0.0.1:8000", "llamarig top --url http://127.0.0.1:8080 --web 8088"))
 @click.option("--url", required=True, metavar="URL", help="A llama-server, or a llamarig gateway (its backends are shown).")
 @click.option("--interval", type=float, default=1.0, show_default=True, metavar="S",
               help="Seconds between refreshes (0.2 to 3600); rates are deltas over it.")
@@ -38,9 +38,19 @@ from llamarig.i18n import set_language
               help="The server's KV pool: TOKENS cells shared by the slots (-kvu), or 'split' (each slot its own "
                    "n_ctx). Default: from the server's log or command line when it runs here, else one slot's n_ctx "
                    "taken as shared.")
+@click.option("--web", "web", default=None, metavar="[HOST:]PORT",
+              help="Serve a live web page instead of the screen (127.0.0.1 unless HOST says otherwise; docs/top.md).")
+@click.option("--web-key", metavar="KEY", envvar="LLAMARIG_WEB_KEY", default=None,
+              help="The admin key another machine needs to read the page (HTTP Basic password; env LLAMARIG_WEB_KEY).")
+@click.option("--alert-power", type=float, default=None, metavar="W", help="--web: alert when a GPU draws W watts or more.")
+@click.option("--alert-temp", type=float, default=85.0, show_default=True, metavar="C",
+              help="--web: alert at C degrees or more.")
+@click.option("--alert-pool", type=float, default=90.0, show_default=True, metavar="N",
+              help="--web: alert when a KV pool is N % full or more.")
 @lang_option(N_("Language of the screen."))
 def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json: bool, timeout: float,
-            no_metrics: bool, no_gpu: bool, pool: str | None, lang: str | None) -> None:
+            no_metrics: bool, no_gpu: bool, pool: str | None, web: str | None, web_key: str | None,
+            alert_power: float | None, alert_temp: float, alert_pool: float, lang: str | None) -> None:
     """Watch a llama-server (or a llamarig gateway) live: slots, rates, pool, reservations, GPU,
     alerts. Read-only GETs with timeouts; keys: q quits, s sorts, v switches views, p pauses."""
     if lang is not None:
@@ -53,7 +63,9 @@ def top_cmd(url: str, interval: float, api_key: str | None, once: bool, as_json:
         raise InputError(_("--timeout {v}: expected 0.1 to 600 seconds").format(v=timeout))
     opts: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout, "metrics": not no_metrics, "gpu": not no_gpu,
                             "pool": _pool_option(pool)}
-    if once:
+    if web is not None:
+        _web(url, web, web_key, interval, opts, alert_power, alert_temp, alert_pool)
+    elif once:
         _once(url, interval, as_json, opts)
     elif as_json or not sys.stdout.isatty():
         asyncio.run(_stream(url, interval, opts, as_json))  # no terminal to draw on: one record per refresh
@@ -78,6 +90,21 @@ def _pool_option(value: str | None) -> Any:
     if n <= 0:
         raise InputError(_("--pool {value}: expected a number of tokens (1k = 1024) or 'split'").format(value=value))
     return PoolHint(n, True, "given")
+
+
+def _web(url: str, bind: str, key: str | None, interval: float, opts: dict[str, Any], power: float | None,
+         temp: float, pool_pct: float) -> None:
+    from llamarig.web.alerts import Thresholds
+    from llamarig.web.serve import run
+
+    def ready(page: str) -> None:
+        click.echo(_("llamarig top: the live page of {url} is on {page} (read-only; Ctrl-C stops)").format(
+            url=url, page=page), err=True)
+
+    try:
+        run(url, bind, key, interval, Thresholds(power, temp, pool_pct), opts, ready)
+    except OSError as e:
+        raise ServerError(_("--web {bind}: cannot listen: {error}").format(bind=bind, error=os_error(e))) from None
 
 
 def _all_down(snap: Any) -> bool:

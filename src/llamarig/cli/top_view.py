@@ -16,6 +16,7 @@ from rich.text import Text
 
 from llamarig.cli.lang import _, localize
 from llamarig.cli.layout import Para
+from llamarig.top import text
 from llamarig.top.model import Alert, ServerView, SlotView, Snapshot
 
 SORTS = ("id", "busy", "rate")
@@ -108,24 +109,7 @@ def headline(snap: Snapshot) -> Text:
 
 
 def alert_text(a: Alert) -> str:
-    v = dict(a.values)
-    msg = {
-        "foreign_work": _("{server}: {busy} slots busy but only {in_flight} requests in flight through the gateway: "
-                          "work nobody here started (another client on the backend)"),
-        "pool_near_full": _("{server}: KV pool near full: busy slots hold {used} of {total} cells ({pct} %)")
-        + (_(", full in about {s} s at their decode rate").format(s=v["full_in_s"]) if v.get("full_in_s") is not None
-           else ""),
-        "pool_overflow_ahead": _("{server}: the busy slots need {needed} cells to finish but the KV pool has {total}: "
-                                 "llama-server will end them all with 'Context size has been exceeded'")
-        + (_(" in about {s} s").format(s=v["full_in_s"]) if v.get("full_in_s") is not None else ""),
-        "slot_near_full": _("{server}: slot {slot} context near full: {used} of {n_ctx} tokens ({pct} %)"),
-        "reserved_near_full": _("{server}: gateway reservations near the pool: {reserved} of {pool} tokens ({pct} %)"),
-        "restart": _("{server}: restarted {seconds} s ago"),
-        "down": _("{server}: not answering for {seconds} s ({error})"),
-        "checkpoint_thrash": _("{server}: slot {slot} re-processed a continued context {streak} times in a row "
-                               "(checkpoints thrashing? estimated)"),
-    }.get(a.kind, "{server}: " + a.kind)
-    return msg.format(**{"server": a.server, **v})
+    return str(localize(text.alert_text(a)))
 
 
 def _slot_rows(slots: Sequence[SlotView], sort: str) -> list[SlotView]:
@@ -319,15 +303,12 @@ def method_lines(snap: Snapshot) -> list[Para]:
 
 
 def event_lines(snap: Snapshot, n: int) -> list[Text]:
-    kinds = {"restart": _("restart"), "down": _("down"), "back": _("back"), "foreign_work": _("foreign work"),
-             "reprocessed": _("re-processed"), "context_exceeded": _("context exceeded"), "cancelled": _("cancelled"),
-             "ended_early": _("ended early")}
     out = []
     for e in snap.events[-n:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.wall))
         red = e.kind in ("restart", "down", "context_exceeded")
         out.append(Text(_("{stamp} {server}: {kind}: {detail}").format(
-            stamp=stamp, server=localize(e.server), kind=kinds.get(e.kind, e.kind), detail=localize(e.detail)),
+            stamp=stamp, server=localize(e.server), kind=localize(text.event_kind(e.kind)), detail=localize(e.detail)),
             style="red" if red else ""))
     return out
 

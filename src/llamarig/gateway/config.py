@@ -274,6 +274,26 @@ class LedgerConfig:
             raise Invalid("", _("lease_s and timeout_s must be > 0"))
 
 
+@dataclass(frozen=True)
+class UiConfig:
+    """The ``[ui]`` section: the live page at ``/ui/`` (llamarig.gateway.ui; docs/gateway.md
+    "The live page"). Another machine reads it only with ``admin_key``; the ``alert_*``
+    thresholds are shown on the page and as ``llamarig_alert`` gauges of ``/metrics``."""
+
+    enabled: bool = True
+    admin_key: str | None = _f(None, env=True)
+    interval_s: float = _f(2.0, lo=0.2, hi=3600)
+    watch: bool = False  # poll from start-up (alerts in /metrics with no page open); else from the first visit
+    alert_power_w: float | None = None
+    alert_temp_c: float = _f(85.0, lo=1)
+    alert_pool_pct: float = _f(90.0, lo=1, hi=100)
+    alert_queue: int = _f(8, lo=1)
+
+    def __post_init__(self) -> None:
+        if self.admin_key is not None and len(self.admin_key) < 8:
+            raise Invalid("admin_key", _("the admin key must be at least 8 characters"))
+
+
 #: the 307K-context MTP field report's TIER table (B/C1/C2/D) plus A and V (llamarig defaults).
 DEFAULT_TIERS: dict[str, TierConfig] = {
     "B": TierConfig("B", max_tokens=4096, thinking=False),
@@ -299,6 +319,7 @@ class GatewayConfig:
     health: HealthConfig = HealthConfig()
     keys: tuple[KeyConfig, ...] = ()
     ledger: LedgerConfig = LedgerConfig()
+    ui: UiConfig = UiConfig()
     inherit_default_tiers: bool = True  # start from B/C1/C2/D/A/V; false: only the file's tiers
     source: str | None = field(default=None, metadata={"internal": True})  # path it was read from
 
@@ -643,7 +664,7 @@ def dataclass_dict(obj: Any) -> Any:
         out = {}
         for f in fields(obj):
             val = getattr(obj, f.name)
-            if f.name in ("key", "api_key") and val:
+            if f.name in ("key", "api_key", "admin_key") and val:
                 val = "***"
             elif isinstance(obj, LedgerConfig) and f.name == "url" and val:
                 val = redact_url(val)

@@ -29,7 +29,7 @@ from typing import Any
 
 from llamarig.errors import LlamarigError
 from llamarig.extras import needed
-from llamarig.gateway import reasons, retry
+from llamarig.gateway import reasons, retry, ui
 from llamarig.gateway import status as gwstatus
 from llamarig.gateway.admission import (
     Admission,
@@ -86,6 +86,7 @@ class Gateway:
         self.started = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
         self._config_mtime: float | None = None
+        self.page = ui.Page(self)  # the live page, /ui/ (llamarig.gateway.ui)
         self.http = self._make_server()
         self.runner: GatewayRunner | None = None
 
@@ -122,6 +123,7 @@ class Gateway:
         srv.add("GET", "/metrics", self._wrap(self._metrics))
         srv.add("GET", "/gateway/status", self._wrap(self._status))
         srv.add("GET", "/gateway/slots", self._wrap(self._slots))
+        self.page.routes(lambda m, p, h: srv.add(m, p, self._wrap(h)))
         return srv
 
     def _too_large(self, content_length: int | None, limit: int) -> Response:
@@ -150,6 +152,7 @@ class Gateway:
                 loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
 
     async def _on_cleanup(self) -> None:
+        await self.page.feed.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -194,6 +197,7 @@ class Gateway:
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
         self.cfg = new
         self.backends.apply_config(new)
+        self.page.apply_config(new)
         a = new.admission
         self.admission.queue_size = a.queue_size
         self.admission.queue_timeout_s = a.queue_timeout_s
@@ -299,6 +303,7 @@ class Gateway:
         if cfg.health.slots_interval_s > 0:  # cells in use as fresh as /gateway/status's
             await self.backends.refresh_slots(cfg.health.slots_interval_s)
         self.update_gauges()
+        self.page.update_gauges()
         texts = await self.backends.backend_metrics()
         return Response(body=self.metrics.render(texts), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -348,6 +353,8 @@ class Gateway:
             await self._on_cleanup()  # closes the upstream sessions and the health loop
             raise
         self.runner = GatewayRunner(self)
+        if self.cfg.ui.enabled and self.cfg.ui.watch:
+            self.page.feed.start()
         return self.runner
 
     @property

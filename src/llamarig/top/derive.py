@@ -463,8 +463,22 @@ def _gateway(status: Mapping[str, Any], t: float, memo: Memo) -> tuple[GatewayVi
         queue_length=_int(q.get("length")) or 0, queue_by_priority=dict(q.get("by_priority") or {}),
         queue_by_tier=dict(q.get("by_tier") or {}), requests=reqs, rejected_429=n429,
         rejected_429_per_min=per_min, window_s=span, ledger=str(led.get("kind") or "local"),
-        replica=led.get("replica") if isinstance(led.get("replica"), str) else None, replicas=_replicas(led))
+        replica=led.get("replica") if isinstance(led.get("replica"), str) else None, replicas=_replicas(led),
+        retry_after_s=_int(status.get("retry_after_s")), **_cron(status))
     return view, window
+
+
+class _Cron(TypedDict):
+    cron_reserved_tokens: int
+    cron_in_flight: int
+
+
+def _cron(status: Mapping[str, Any]) -> _Cron:
+    """What cron holds over every backend (``shares.cron`` of /gateway/status)."""
+    shares = status.get("shares")
+    c = shares.get("cron") if isinstance(shares, Mapping) else None
+    c = c if isinstance(c, Mapping) else {}
+    return {"cron_reserved_tokens": _int(c.get("reserved_tokens")) or 0, "cron_in_flight": _int(c.get("in_flight")) or 0}
 
 
 def _gpu(reading: GpuReading, memo: Memo, tokens: float | None, dt: float | None) -> tuple[GpuView, dict[int, float]]:

@@ -247,6 +247,9 @@ class GatewayView:
     ledger: str = "local"  # where the reservations live: "local" (this gateway) or "redis" (shared)
     replica: str | None = None  # the replica answering, with a shared ledger
     replicas: tuple[ReplicaView, ...] = ()  # every replica sharing the ledger
+    retry_after_s: int | None = None  # the Retry-After a 429 would carry now (/gateway/status retry_after_s)
+    cron_reserved_tokens: int = 0  # what cron holds (/gateway/status shares.cron)
+    cron_in_flight: int = 0
 
     def to_json(self) -> dict[str, Any]:
         shared = {"ledger": {"kind": self.ledger, "replica": self.replica,
@@ -259,6 +262,8 @@ class GatewayView:
                                                        "by_tier": dict(self.queue_by_tier)},
             "requests": [r.to_json() for r in self.requests], "rejected_429_total": self.rejected_429,
             "rejected_429_per_min": _r(self.rejected_429_per_min, 2), "rejected_window_s": _r(self.window_s, 1),
+            "retry_after_s": self.retry_after_s,
+            "cron": {"reserved_tokens": self.cron_reserved_tokens, "in_flight": self.cron_in_flight},
         }
 
 
