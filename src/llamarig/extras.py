@@ -29,7 +29,7 @@ class Extra:
 
 #: extra name -> the modules it brings (import names); pyproject.toml lists their distributions
 EXTRAS: dict[str, Extra] = {e.name: e for e in (
-    Extra("bench", ("aiohttp",), "bench and top: their HTTP client"),
+    Extra("bench", ("aiohttp", "prometheus_client"), "bench and top: their HTTP client; top --web's gauges"),
     Extra("gateway", ("aiohttp", "httptools", "prometheus_client", "uvloop", "tomli"), "gateway"),
     Extra("gpu", ("pynvml",), "GPU telemetry through NVML in bench and top (else nvidia-smi)"),
     Extra("hub", ("huggingface_hub", "httpx2"), "hf:, ms: and URL models (inspect, plan, models)"),

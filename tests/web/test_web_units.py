@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llamarig.bench.gpu import GpuRaw, GpuReading
+from llamarig.hardware.telemetry import GpuRaw, GpuReading
 from llamarig.top import derive
 from llamarig.top.model import Raw, ServerRaw, Snapshot
 from llamarig.web import alerts, assets

@@ -21,9 +21,9 @@ from llamarig.i18n import _, localize
 from llamarig.top.collect import Collector
 from llamarig.web import assets
 from llamarig.web.alerts import Thresholds
-from llamarig.web.feed import Feed
+from llamarig.web.feed import Feed, snapshot_body
 from llamarig.web.gauges import AlertGauges
-from llamarig.web.serve import lang_of, snapshot_body, strings_body
+from llamarig.web.strings import lang_of, strings_body
 
 if TYPE_CHECKING:
     from llamarig.gateway.config import GatewayConfig, UiConfig

@@ -169,3 +169,8 @@ class Feed:
                     yield b": keep-alive\n\n"
         finally:
             self.pages.discard(page)
+
+
+def snapshot_body(feed: Feed, lang: str) -> bytes:
+    doc: dict[str, Any] | None = document(feed.last, feed.thresholds, lang) if feed.last is not None else None
+    return json.dumps(doc, ensure_ascii=False).encode()

@@ -1,16 +1,18 @@
 """The page's alerts as Prometheus gauges (the gateway's ``/metrics``, ``top --web``'s
 ``/metrics``): ``llamarig_alert{kind,subject}`` 1 while a threshold is crossed (0 once it is not
 any more), ``llamarig_alert_threshold{kind}`` the threshold itself; and each GPU as the page
-reads it (NVML, llamarig.bench.gpu): ``llamarig_gpu_memory_used_bytes``,
+reads it (NVML, llamarig.hardware.telemetry): ``llamarig_gpu_memory_used_bytes``,
 ``llamarig_gpu_memory_total_bytes``, ``llamarig_gpu_power_watts``,
 ``llamarig_gpu_temperature_celsius`` (none on a machine without NVML)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge
-
+from llamarig.extras import needed
 from llamarig.top.model import Snapshot
 from llamarig.web.alerts import KINDS, Crossed, Thresholds
+
+with needed("bench"):
+    from prometheus_client import CollectorRegistry, Gauge
 
 MIB = 1 << 20
 

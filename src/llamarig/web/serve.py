@@ -10,40 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-
 from llamarig.errors import InputError
+from llamarig.extras import needed
 from llamarig.i18n import _
 from llamarig.top.collect import Collector
 from llamarig.web import assets
 from llamarig.web.alerts import Thresholds
-from llamarig.web.feed import Feed, document
+from llamarig.web.feed import Feed, snapshot_body
 from llamarig.web.gauges import AlertGauges
-from llamarig.web.strings import labels
+from llamarig.web.strings import lang_of, strings_body
+
+with needed("bench"):
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry, generate_latest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def lang_of(query: str | None, accept: str) -> str:
-    """The page's language: ``?lang=`` first, else the browser's (``Accept-Language``)."""
-    if query in ("en", "zh"):
-        return query
-    first = accept.split(",")[0].strip().lower()
-    return "zh" if first.startswith("zh") else "en"
-
-
-def strings_body(lang: str) -> bytes:
-    return json.dumps({"lang": lang, "labels": labels(lang)}, ensure_ascii=False).encode()
-
-
-def snapshot_body(feed: Feed, lang: str) -> bytes:
-    doc: dict[str, Any] | None = document(feed.last, feed.thresholds, lang) if feed.last is not None else None
-    return json.dumps(doc, ensure_ascii=False).encode()
 
 
 def make_app(feed: Feed, key: str | None) -> web.Application:

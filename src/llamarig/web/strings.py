@@ -3,7 +3,9 @@ shows (served as JSON, ``/ui/strings.json?lang=zh``), the verdicts and the thres
 
 from __future__ import annotations
 
-from llamarig.bench.gpu import GpuReading
+import json
+
+from llamarig.hardware.telemetry import GpuReading
 from llamarig.i18n import N_, _, translate
 from llamarig.top.model import GpuView
 from llamarig.web.alerts import Crossed
@@ -117,3 +119,15 @@ def gpu_reason(g: GpuView | GpuReading) -> str:
         "off": _("GPU: not read (--no-gpu)"),
     }.get(g.reason_kind, _("GPU: not available ({reason})"))
     return msg.format(reason=why)
+
+
+def lang_of(query: str | None, accept: str) -> str:
+    """The page's language: ``?lang=`` first, else the browser's (``Accept-Language``)."""
+    if query in ("en", "zh"):
+        return query
+    first = accept.split(",")[0].strip().lower()
+    return "zh" if first.startswith("zh") else "en"
+
+
+def strings_body(lang: str) -> bytes:
+    return json.dumps({"lang": lang, "labels": labels(lang)}, ensure_ascii=False).encode()
