@@ -63,14 +63,33 @@ def test_backend_killed_mid_stream_gives_error_event(lt: Any) -> None:
 
 
 def test_slow_backend_client_gives_up(lt: Any) -> None:
-    fb = lt.fake(first_byte_delay_s=3.0)
+    """A non-streamed request whose client left keeps its reservation until the backend has
+    answered (llama-server runs a non-streamed request to its end), then releases it."""
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate)
     gw = lt.gateway(backends=[fb.url])
-    t0 = time.monotonic()
     with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
         post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.5)
-    # the client left: the reservation is released at once, not when the backend answers
-    assert wait_until(lambda: reserved(lt, gw) == 0, 1.5)
-    assert time.monotonic() - t0 < 2.5
+    assert reserved(lt, gw) > 0 and fb.stats.completed == 0  # the backend still runs it: kept
+    assert lt.call(lambda: len(gw.pipeline.detached)) == 1
+    lt.call(gate.set)
+    assert wait_until(lambda: reserved(lt, gw) == 0)
+    assert fb.stats.completed == 1 and lt.call(lambda: len(gw.pipeline.detached)) == 0
+
+
+def test_queued_non_stream_client_gone_leaves_the_queue(lt: Any) -> None:
+    """A non-streamed request whose client leaves while it waits in the queue is never sent."""
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate, total_slots=1)
+    gw = lt.gateway(backends=[fb.url])
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.3)  # holds the one slot
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.3)  # queued, then gone
+    assert wait_until(lambda: lt.call(lambda: gw.admission.queued) == 0)
+    lt.call(gate.set)
+    assert wait_until(lambda: reserved(lt, gw) == 0)
+    assert len(fb.stats.received) == 1 and fb.stats.completed == 1
 
 
 def test_503_fails_over_500_passes_through(lt: Any) -> None:

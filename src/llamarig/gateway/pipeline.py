@@ -71,6 +71,11 @@ MAX_UPSTREAM_BODY = 256 * MiB
 _UPSTREAM_FAILED = (UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError)
 
 
+class ClientGone(Exception):
+    """The client of a non-streamed request left before it was sent upstream: nothing more is
+    started for it (no failover, no retry)."""
+
+
 def error_event(message: str, code: str, type_: str = "server_error", body: dict[str, Any] | None = None) -> bytes:
     """An SSE event the openai client turns into an APIError (``body``: a whole error body)."""
     err = body or {"error": {"message": message, "type": type_, "param": None, "code": code}}
@@ -142,6 +147,9 @@ class Call:
     backend: str | None = None  # where the reservation was (kept after it is released)
     queued: bool = False  # it waited in the queue before it was admitted
     slot: int | None = None  # the backend slot it held, when /slots showed it
+    #: the client left while the server still runs the request (a non-streamed one): the answer
+    #: is read to its end and dropped, and the reservation is kept until then
+    client_gone: bool = False
 
 
 class Pipeline:
@@ -159,6 +167,8 @@ class Pipeline:
         self.ids = ids  # request ids: the request log's, /gateway/status's, X-Llamarig-Request-Id
         self.lang = lang
         self.served = 0
+        #: non-streamed requests whose client left while llama-server still runs them
+        self.detached: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------------------ 1. parse
 
@@ -270,9 +280,11 @@ class Pipeline:
         areq = AdmitRequest(tokens=prompt_tokens + max_tokens, tier=d.tier, priority=d.priority,
                             key=key.name if key else None, key_limit=key.max_concurrent if key else 0, affinity=aff,
                             request_id=rid, max_tokens=max_tokens, shares=d.shares, backends=d.backends,
-                            on_busy=d.on_busy, timeout_s=d.timeout_s, cron=d.cron)
+                            on_busy=d.on_busy, timeout_s=d.timeout_s, cron=d.cron, yields=d.yields,
+                            queue_timeout_s=d.queue_timeout_s)
+        qt = d.queue_timeout_s if d.queue_timeout_s is not None else cfg.admission.queue_timeout_s
         return Call(request=request, path=path, cfg=cfg, t_arrive=t_arrive, body=body, d=d, rec=rec, areq=areq,
-                    aff=aff, stream=stream, deadline=t_arrive + cfg.admission.queue_timeout_s,
+                    aff=aff, stream=stream, deadline=t_arrive + qt,
                     payload=json.dumps(up, ensure_ascii=False, separators=(",", ":")).encode(),
                     read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60))
 
@@ -373,6 +385,8 @@ class Pipeline:
         upstream. None: ``call.upstream`` is ready to forward. A response: the request was rejected
         after keep-alive comments started the stream (the error event is written in it)."""
         while True:
+            if call.client_gone:
+                raise ClientGone()
             call.areq.exclude = frozenset(call.tried)
             try:
                 call.res = await self.admit(call)
@@ -389,11 +403,23 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------ 3. forward
 
-    def account(self, call: Call, tail: bytes, t_first: float, t_end: float) -> None:
+    def account(self, call: Call, tail: bytes, t_first: float | None, t_end: float) -> None:
         """Token counts from the answer's last bytes into metrics, the request log and the
-        backend's measured rates."""
+        backend's measured rates. ``t_first``: the first streamed byte; None for a whole answer,
+        whose first token is when the server says its prompt was done (its ``prompt_ms``, after
+        the time the request spent before the server started it, which the gateway cannot see:
+        a lower bound), never the whole generation."""
         tier, backend = call.d.tier, call.backend or ""
         c = counts(tail)
+        if t_first is not None:
+            ttft_ms: float | None = round((t_first - call.t_admit) * 1000, 2)
+            method = "first_byte"
+        else:
+            prompt_ms = c.get("prompt_ms")
+            ttft_ms = round(prompt_ms, 2) if prompt_ms is not None else None
+            method = "server_prompt_ms"
+        if ttft_ms is not None:
+            self.metrics.child(self.metrics.ttft, tier, backend).observe(ttft_ms / 1000)
         prompt = _i(c.get("prompt_n", c.get("prompt_tokens")))
         pred = _i(c.get("predicted_n", c.get("completion_tokens")))
         cache = _i(c.get("cache_n"))
@@ -405,7 +431,7 @@ class Pipeline:
         if st is not None:
             st.progress.finished(c)
         call.rec.update(upstream_prompt_tokens=prompt, completion_tokens=pred, cached_tokens=cache,
-                        ttft_ms=round((t_first - call.t_admit) * 1000, 2),
+                        cache_state=cache_state(cache, prompt), ttft_ms=ttft_ms, ttft_method=method,
                         upstream_ms=round((t_end - call.t_admit) * 1000, 2))
 
     def _answer_headers(self, call: Call) -> dict[str, str]:
@@ -429,14 +455,13 @@ class Pipeline:
         ct = up.headers.get("Content-Type", "application/json")
         try:
             data = await up.read(MAX_UPSTREAM_BODY)
-        except (UpstreamPayloadError, asyncio.TimeoutError) as e:
+        except (UpstreamPayloadError, UpstreamConnectError, asyncio.TimeoutError, OSError) as e:
             self._failed(backend, f"{type(e).__name__}: {e}")
             raise RequestError(502, _("backend {name} failed: {error}").format(name=backend, error=f"{type(e).__name__}: {e}"),
                                type_="server_error", code="upstream_error") from None
         t_end = time.monotonic()
-        self.metrics.child(self.metrics.ttft, call.d.tier, backend).observe(t_end - call.t_admit)
         call.outcome = "ok" if up.status < 400 else f"http_{up.status}"
-        self.account(call, data, t_end, t_end)
+        self.account(call, data, None, t_end)
         if call.resp is not None:  # we already started an SSE response while queued
             await call.resp.write(data if up.status < 400 else
                                   error_event(data.decode("utf-8", "replace")[:2000], f"upstream_{up.status}"))
@@ -446,7 +471,7 @@ class Pipeline:
     async def _relay(self, call: Call, resp: StreamResponse) -> tuple[bytes, float | None, bool, str | None]:
         """Pass the upstream chunks on: (the last two chunks, the first chunk's time, the client
         went away, why upstream failed)."""
-        backend, up = call.backend or "", call.upstream
+        up = call.upstream
         t_first: float | None = None
         prev = last = b""
         try:
@@ -455,7 +480,6 @@ class Pipeline:
                     t_first = time.monotonic()
                     if call.res is not None:
                         call.res.t_first = t_first
-                    self.metrics.child(self.metrics.ttft, call.d.tier, backend).observe(t_first - call.t_admit)
                 try:
                     await resp.write(chunk)
                 except CLIENT_GONE:
@@ -504,6 +528,9 @@ class Pipeline:
                 up.release()
             else:
                 up.close()  # drop the connection: llama-server sees it and frees the slot
+        if call.client_gone and call.outcome == "ok":
+            call.outcome = "client_disconnected"  # the server ran it to the end; nobody read it
+            call.rec["kept_until_server_done"] = True
         r = call.res
         self.give_back(call)
         if r is not None:
@@ -518,8 +545,32 @@ class Pipeline:
         self.reqlog.write(call.rec, call.body)
 
     async def handle(self, request: Request, kind: str, path: str) -> Response | StreamResponse:
-        """One inference request (``kind``: tiers.CHAT / OAI_COMPLETION / NATIVE) to upstream ``path``."""
+        """One inference request (``kind``: tiers.CHAT / OAI_COMPLETION / NATIVE) to upstream ``path``.
+
+        A non-streamed request runs in its own task: llama-server does not stop a non-streamed
+        request when its client goes away (it runs the task to the end), so when the client
+        leaves after the request went upstream the task goes on, reads the answer to its end and
+        only then releases the reservation: the books follow the server (docs/gateway.md,
+        "Client gone"). Before it went upstream (queued), the task is cancelled."""
         call = await self.parse(request, kind, path)
+        if call.stream:
+            return await self.serve(call)
+        task = asyncio.get_running_loop().create_task(self.serve(call))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                call.client_gone = True
+                if call.res is None:  # not admitted or between failover attempts: nothing upstream
+                    task.cancel()
+                else:
+                    call.res.client_gone = True
+                    self.detached.add(task)
+                    task.add_done_callback(self.detached.discard)
+            raise
+
+    async def serve(self, call: Call) -> Response | StreamResponse:
+        """Admit, forward and finish ``call`` (:meth:`handle`)."""
         try:
             early = await self.admit_and_connect(call)
             if early is not None:
@@ -528,14 +579,38 @@ class Pipeline:
             if ct.startswith("text/event-stream"):
                 return await self.forward_stream(call)
             return await self.forward_whole(call)
-        except CLIENT_GONE:
+        except (*CLIENT_GONE, ClientGone):
             call.outcome = "client_disconnected"
             return call.resp or Response(status=499)
         except asyncio.CancelledError:
             call.outcome = "client_disconnected"
             raise
+        except (RequestError, Rejected) as e:
+            call.rec["status"] = e.status
+            raise
         finally:
             self.finish(call)
+
+    async def close(self) -> None:
+        """Shutdown: stop reading the answers of requests whose client left (their reservations
+        are released and logged as they end)."""
+        tasks = list(self.detached)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+
+def cache_state(cached: int | None, prompt: int | None) -> str | None:
+    """How much of the prompt the server took from the slot's cache: "hit" (at least 90 % of it),
+    "partial", "miss" (nothing); None when the server gave no counts. ``prompt``: the server's
+    ``prompt_n``, the tokens it evaluated; ``cached``: its ``cache_n``, the tokens it reused."""
+    if cached is None or prompt is None:
+        return None
+    if cached == 0:
+        return "miss"
+    return "hit" if cached >= 0.9 * (cached + prompt) else "partial"
 
 
 def _i(v: float | None) -> int | None:

@@ -37,6 +37,8 @@ SHUTTING_DOWN = "shutting_down"
 LEDGER_UNAVAILABLE = "ledger_unavailable"
 TIER_CAP = "tier_cap"
 QUEUE_AHEAD = "queue_ahead"
+HELD = "held"
+YIELDING = "yielding"
 
 #: reason code -> a short label (``llamarig gateway status``: "429s by reason: slots busy 3")
 REASONS: dict[str, str] = {
@@ -51,6 +53,8 @@ REASONS: dict[str, str] = {
     LEDGER_UNAVAILABLE: N_("shared ledger unreachable"),
     TIER_CAP: N_("tier or cron cap"),
     QUEUE_AHEAD: N_("requests queued ahead"),
+    HELD: N_("tier held"),
+    YIELDING: N_("yielding to higher tiers"),
 }
 
 
@@ -178,6 +182,12 @@ def cause(b: Blocked | None) -> str:
                  "context of any free slot").format(need=d["need_tokens"], slot_ctx=d["slot_ctx"])
     if r == TIER_CAP:
         return _tier_cap(d)
+    if r == HELD:
+        return _("{group} held for {seconds} s more (POST /gateway/hold)").format(
+            group=group_label(d["group"]), seconds=d["held_for_s"])
+    if r == YIELDING:
+        return _("it yields to higher tiers: a request of a better priority is in flight on {backends} or "
+                 "waits").format(backends=", ".join(d["busy_backends"]) or "-")
     if r == QUEUE_AHEAD:
         return _("{queued} requests of the same or a better priority wait ahead of it").format(queued=d.get("queued", 0))
     if r == NO_BACKEND:
@@ -193,6 +203,8 @@ def cause(b: Blocked | None) -> str:
 
 
 def _tier_cap(d: Mapping[str, Any]) -> str:
+    if d.get("max_slots") == 0:
+        return _("{group} is held: max_slots = 0").format(group=group_label(d["group"]))
     if d.get("max_slots") is not None and d.get("group_in_flight", 0) >= d["max_slots"]:
         return _("{group} hold {n} of their {cap} slots on {backend} (max_slots)").format(
             group=group_label(d["group"]), n=d["group_in_flight"], cap=d["max_slots"], backend=d["backend"])

@@ -120,6 +120,8 @@ class Gateway:
         srv.add("GET", "/metrics", self._wrap(self._metrics))
         srv.add("GET", "/gateway/status", self._wrap(self._status))
         srv.add("GET", "/gateway/slots", self._wrap(self._slots))
+        srv.add("POST", "/gateway/hold", self._wrap(self._hold))
+        srv.add("POST", "/gateway/release", self._wrap(self._hold))
         return srv
 
     def _too_large(self, content_length: int | None, limit: int) -> Response:
@@ -153,6 +155,7 @@ class Gateway:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        await self.pipeline.close()
         self.admission.reject_all("shutting_down", reasons.shutting_down_message())
         await self.backends.stop()
         await self.ledger.close()
@@ -331,6 +334,32 @@ class Gateway:
         states = [s for s in self.backends.states.values() if not s.removed]
         return json_response(200, {"backends": list(await asyncio.gather(*(one(s) for s in states)))})
 
+    async def _hold(self, request: Request) -> Response | StreamResponse:
+        """POST /gateway/hold ``{"tiers": ["cron", "B"], "seconds": 600}``: admit nothing of
+        those tiers (``cron``: cron jobs) for that long (requests in flight run on, new ones
+        wait); POST /gateway/release ``{"tiers": [...]}`` (none: every hold) ends it. An admin
+        key when the gateway has keys (``keys[].admin``). Answers the holds now in force."""
+        cfg = self.cfg
+        key = authenticate(request, cfg)
+        if key is not None and not key.admin:
+            raise RequestError(403, _("holding tiers needs an admin key (keys[].admin = true)"), code="not_admin")
+        body = parse_json(read_body(request, cfg.server.max_body_bytes)) if request.body else {}
+        groups = hold_groups(body, cfg)
+        adm = self.admission
+        if request.path.endswith("/hold"):
+            seconds = body.get("seconds", 600)
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86400:
+                raise RequestError(400, _("'{field}' must be a number of seconds in (0, 86400]").format(field="seconds"),
+                                   param="seconds")
+            if not groups:
+                raise RequestError(400, _("'{field}' must be a non-empty array").format(field="tiers"), param="tiers")
+            adm.hold(groups, float(seconds))
+            log.info("held %s for %s s", ", ".join(groups), seconds)
+        else:
+            adm.release_holds(groups)
+            log.info("released holds of %s", ", ".join(groups) or "every group")
+        return json_response(200, {"holds": {g: round(t, 1) for g, t in adm.active_holds().items()}})
+
     async def _not_found(self, request: Request) -> Response | StreamResponse:
         msg = _("unknown endpoint {method} {path}").format(method=request.method, path=request.path)
         return json_response(404, {"error": {"message": msg,
@@ -352,6 +381,25 @@ class Gateway:
     def port(self) -> int:
         """The port actually bound (useful with port 0)."""
         return self.http.port
+
+
+def hold_groups(body: Any, cfg: GatewayConfig) -> tuple[str, ...]:
+    """The admission groups named by a hold's ``tiers`` (``cron``, or a tier name); RequestError(400)."""
+    if not isinstance(body, dict):
+        raise RequestError(400, _("request body must be a JSON object"))
+    names = body.get("tiers", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RequestError(400, _("'{field}' must be an array").format(field="tiers"), param="tiers")
+    out: list[str] = []
+    for n in names:
+        if n == "cron":
+            out.append("cron")
+        elif n in cfg.tiers:
+            out.append(f"tier:{n}")
+        else:
+            raise RequestError(400, _("unknown tier '{tier}'; tiers: {tiers}").format(
+                tier=n, tiers=", ".join([*cfg.tiers, "cron"])), param="tiers")
+    return tuple(out)
 
 
 def make_ledger(cfg: GatewayConfig) -> ReservationLedger:

@@ -73,6 +73,7 @@ def request_json(r: Reservation, st: BackendState | None, now: float) -> dict[st
     ends = st.progress.ends_in(r, now) if st is not None else None
     return {
         "id": r.request_id or r.id, "reservation_id": r.id, "backend": r.backend, "tier": r.tier, "cron": r.cron,
+        "client_gone": r.client_gone,
         "priority": r.priority, "key": r.key, "reserved_tokens": r.tokens, "prompt_tokens": r.prompt_tokens,
         "max_tokens": r.max_or_all, "generated_tokens": done if how else None, "generated_source": how or None,
         "progress": round(done / r.max_or_all, 3) if how and r.max_or_all else None,
@@ -139,6 +140,7 @@ def status(cfg: GatewayConfig, backends: Backends, ledger: ReservationLedger, ad
         "tiers": {n: dataclass_dict(t) for n, t in cfg.tiers.items()},
         "keys": [k.name for k in cfg.keys], "affinity_entries": len(backends.affinity),
         "ledger": ledger.describe(),
+        "holds": {g: round(t, 1) for g, t in adm.active_holds().items()},
     }
 
 

@@ -1,0 +1,86 @@
+"""Cron that yields (issue 40 item 2), against a fake llama-server whose answers are held by an
+event: a yielding tier is admitted only while no better priority is in flight or waits; a held
+tier (``max_slots = 0``, or POST /gateway/hold) waits, then 429 after its own queue timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from tests.gateway.test_faults import MSG, post, reserved, wait_until
+
+CRON = {"x-llamarig-source": "CRON-digest"}
+AGENT = {"x-llamarig-agent": "1"}
+
+
+def _bg(url: str, body: Any, headers: dict[str, str], out: list[Any]) -> threading.Thread:
+    t = threading.Thread(target=lambda: out.append(post(url, body, headers, timeout=30)), daemon=True)
+    t.start()
+    return t
+
+
+def test_yielding_cron_waits_for_the_agent_and_never_runs_beside_it(lt: Any) -> None:
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate, total_slots=4, n_ctx=32768)
+    gw = lt.gateway({"cron": {"yields": True}}, backends=[fb.url])
+    url = gw.url + "/v1/chat/completions"
+    out: list[Any] = []
+    agent = _bg(url, {"messages": MSG}, AGENT, out)
+    assert wait_until(lambda: len(fb.stats.received) == 1)  # the agent runs (held by the gate)
+    cron = _bg(url, {"messages": MSG}, CRON, out)
+    assert wait_until(lambda: lt.call(lambda: gw.admission.queued) == 1)
+    st = lt.call(gw.status)
+    assert len(fb.stats.received) == 1 and st["queue"]["by_tier"] == {"B": 1}  # three slots free: it yields
+    lt.call(gate.set)
+    agent.join(10)
+    cron.join(10)
+    assert [o[0] for o in out] == [200, 200] and len(fb.stats.received) == 2
+    assert reserved(lt, gw) == 0
+
+
+def test_without_yield_cron_runs_beside_the_agent(lt: Any) -> None:
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate, total_slots=4, n_ctx=32768)
+    gw = lt.gateway(backends=[fb.url])
+    url = gw.url + "/v1/chat/completions"
+    out: list[Any] = []
+    ts = [_bg(url, {"messages": MSG}, AGENT, out), _bg(url, {"messages": MSG}, CRON, out)]
+    assert wait_until(lambda: len(fb.stats.received) == 2)
+    lt.call(gate.set)
+    for t in ts:
+        t.join(10)
+    assert reserved(lt, gw) == 0
+
+
+def test_max_slots_zero_holds_and_the_tiers_queue_timeout_applies(lt: Any) -> None:
+    fb = lt.fake()
+    gw = lt.gateway({"cron": {"max_slots": 0, "queue_timeout_s": 0.2}}, backends=[fb.url])
+    st, _h, body = post(gw.url + "/v1/chat/completions", {"messages": MSG}, CRON)
+    err = json.loads(body)["error"]
+    assert (st, err["code"], err["reason"]) == (429, "queue_timeout", "tier_cap")
+    assert err["details"]["queue_timeout_s"] == 0.2 and "max_slots = 0" in err["message"]
+    assert fb.stats.received == [] and post(gw.url + "/v1/chat/completions", {"messages": MSG})[0] == 200
+
+
+def test_hold_endpoint_holds_a_tier_for_a_window_and_release_ends_it(lt: Any) -> None:
+    fb = lt.fake()
+    gw = lt.gateway({"cron": {"queue_timeout_s": 20}, "keys": [{"key": "admin-key-1", "admin": True},
+                                                                  {"key": "user-key-1"}]}, backends=[fb.url])
+    admin, user = {"Authorization": "Bearer admin-key-1"}, {"Authorization": "Bearer user-key-1"}
+    assert post(gw.url + "/gateway/hold", {"tiers": ["cron"], "seconds": 60}, user)[0] == 403
+    assert post(gw.url + "/gateway/hold", {"tiers": ["nope"]}, admin)[0] == 400
+    st, _h, body = post(gw.url + "/gateway/hold", {"tiers": ["cron"], "seconds": 60}, admin)
+    assert st == 200 and 59 <= json.loads(body)["holds"]["cron"] <= 60
+    out: list[Any] = []
+    cron = _bg(gw.url + "/v1/chat/completions", {"messages": MSG}, {**CRON, **user}, out)
+    assert wait_until(lambda: lt.call(lambda: gw.admission.queued) == 1)
+    assert post(gw.url + "/v1/chat/completions", {"messages": MSG}, user)[0] == 200  # other tiers run
+    blocked = lt.call(lambda: gw.admission.blocked(gw.admission.waiting()[0]))
+    assert blocked.reason == "held" and blocked.details["group"] == "cron"
+    assert len(fb.stats.received) == 1
+    st, _h, body = post(gw.url + "/gateway/release", {"tiers": ["cron"]}, admin)
+    assert st == 200 and json.loads(body)["holds"] == {}
+    cron.join(10)
+    assert out[0][0] == 200 and len(fb.stats.received) == 2
