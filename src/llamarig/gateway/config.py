@@ -263,6 +263,9 @@ class GatewayServerConfig:
     log_content: bool = False
     public_metrics: bool = True
     accept_any_model: bool = False
+    #: non-streamed chat and completions requests go upstream as streams and come back whole, so
+    #: closing the upstream stops them (llamarig.gateway.aggregate; docs/gateway.md, "Client gone")
+    stream_upstream: bool = True
 
 
 @dataclass(frozen=True)

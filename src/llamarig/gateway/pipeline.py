@@ -39,6 +39,7 @@ from typing import Any
 
 import aiohttp
 
+from llamarig.gateway import aggregate
 from llamarig.gateway.admission import Admission, AdmitRequest, Reservation
 from llamarig.gateway.backends import Backends
 from llamarig.gateway.config import GatewayConfig, KeyConfig
@@ -68,6 +69,9 @@ _RE_COUNTS = re.compile(rb'"(prompt_n|predicted_n|cache_n|prompt_tokens|completi
 CLIENT_GONE = (ConnectionResetError, ConnectionError, aiohttp.ClientConnectionResetError)
 #: a non-streamed upstream answer larger than this is an error (memory stays bounded)
 MAX_UPSTREAM_BODY = 256 * MiB
+#: a stopped request's reservation waits at most this long for the server to show it stopped
+LINGER_MAX_S = 60.0
+LINGER_POLL_S = 0.1
 _UPSTREAM_FAILED = (UpstreamConnectError, UpstreamPayloadError, asyncio.TimeoutError, OSError)
 
 
@@ -150,6 +154,9 @@ class Call:
     #: the client left while the server still runs the request (a non-streamed one): the answer
     #: is read to its end and dropped, and the reservation is kept until then
     client_gone: bool = False
+    kind: str = CHAT
+    aggregate: bool = False  # non-streamed for the client, a stream upstream (llamarig.gateway.aggregate)
+    sent: bool = False  # the request was written to a backend (it may be running there)
 
 
 class Pipeline:
@@ -270,12 +277,15 @@ class Pipeline:
         if max_tokens < (d.requested_max_tokens or 0):
             self.metrics.clamped.labels(d.tier).inc()
         stream = bool(body.get("stream"))
+        agg = cfg.server.stream_upstream and aggregate.applies(body, kind)
+        if agg:
+            aggregate.as_stream(up, kind)
         rid = next(self.ids)
         rec: dict[str, Any] = {
             "id": rid, "path": request.path, "tier": d.tier, "tier_reason": d.reason, "cron": d.cron,
             "key": key.name if key else None, "stream": stream, "prompt_tokens": prompt_tokens,
             "prompt_count": method, "max_tokens": max_tokens, "requested_max_tokens": d.requested_max_tokens,
-            "widened": d.widened,
+            "widened": d.widened, "upstream_stream": stream or agg,
         }
         areq = AdmitRequest(tokens=prompt_tokens + max_tokens, tier=d.tier, priority=d.priority,
                             key=key.name if key else None, key_limit=key.max_concurrent if key else 0, affinity=aff,
@@ -286,7 +296,7 @@ class Pipeline:
         return Call(request=request, path=path, cfg=cfg, t_arrive=t_arrive, body=body, d=d, rec=rec, areq=areq,
                     aff=aff, stream=stream, deadline=t_arrive + qt,
                     payload=json.dumps(up, ensure_ascii=False, separators=(",", ":")).encode(),
-                    read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60))
+                    read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60), kind=kind, aggregate=agg)
 
     # ------------------------------------------------------------------------------ 2. admit, connect
 
@@ -340,6 +350,7 @@ class Pipeline:
         cfg, res, backends = call.cfg, call.res, self.backends
         be = backends.states.get(res.backend)
         url = (be.cfg.url if be else "") + call.path
+        call.sent = True
         try:
             call.upstream = await self.clients.for_url(url).post(
                 url, call.payload, {"Content-Type": "application/json", **(be.headers() if be else {})},
@@ -468,6 +479,38 @@ class Pipeline:
             return call.resp
         return Response(status=up.status, body=data, headers={"Content-Type": ct, **extra})
 
+    async def forward_aggregate(self, call: Call) -> Response:
+        """A non-streamed request's streamed upstream answer, put back together
+        (llamarig.gateway.aggregate); a backend failing before its end is a 502 (nothing was
+        sent to the client yet)."""
+        extra = self._answer_headers(call)
+        backend, up = call.backend or "", call.upstream
+        agg = aggregate.Aggregator(call.kind)
+        t_first: float | None = None
+        tail = b""
+        try:
+            async for chunk in up.iter_any():
+                if agg.feed(chunk) and t_first is None:
+                    t_first = time.monotonic()
+                    if call.res is not None:
+                        call.res.t_first = t_first
+                if agg.size > MAX_UPSTREAM_BODY:
+                    raise UpstreamPayloadError(_("response body larger than {limit} bytes").format(limit=MAX_UPSTREAM_BODY))
+                tail = (tail + chunk)[-8192:]
+            if not agg.done and agg.error is None:
+                raise UpstreamPayloadError(_("stream ended without [DONE]"))
+        except (UpstreamPayloadError, UpstreamConnectError, asyncio.TimeoutError, OSError) as e:
+            self._failed(backend, f"{type(e).__name__}: {e}")
+            raise RequestError(502, _("backend {name} failed: {error}").format(name=backend, error=f"{type(e).__name__}: {e}"),
+                               type_="server_error", code="upstream_error") from None
+        status, obj = agg.result()
+        t_end = time.monotonic()
+        call.outcome = "ok" if status < 400 else f"http_{status}"
+        call.rec["status"] = status
+        self.account(call, tail, t_first or t_end, t_end)
+        return Response(status=status, body=json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(),
+                        headers={"Content-Type": "application/json; charset=utf-8", **extra})
+
     async def _relay(self, call: Call, resp: StreamResponse) -> tuple[bytes, float | None, bool, str | None]:
         """Pass the upstream chunks on: (the last two chunks, the first chunk's time, the client
         went away, why upstream failed)."""
@@ -521,7 +564,9 @@ class Pipeline:
 
     def finish(self, call: Call) -> None:
         """Always, exactly once per admitted-or-rejected request: drop or keep the upstream
-        connection, release the reservation, count the outcome, write the request log."""
+        connection, then (:meth:`close_books`) release the reservation, count the outcome, write
+        the request log. A request that went upstream and was stopped (its client left, it was
+        preempted) keeps its reservation until the server shows it stopped (:meth:`linger`)."""
         up = call.upstream
         if up is not None:
             if call.outcome == "ok":
@@ -531,6 +576,40 @@ class Pipeline:
         if call.client_gone and call.outcome == "ok":
             call.outcome = "client_disconnected"  # the server ran it to the end; nobody read it
             call.rec["kept_until_server_done"] = True
+        if call.res is not None and call.sent and call.outcome == "client_disconnected" and not call.client_gone:
+            task = asyncio.get_running_loop().create_task(self.linger(call))
+            self.detached.add(task)
+            task.add_done_callback(self.detached.discard)
+            return
+        self.close_books(call)
+
+    async def linger(self, call: Call) -> None:
+        """Keep a stopped request's reservation until the backend's ``/slots`` shows no more
+        requests processing than the gateway has books for there (llama-server stops a closed
+        stream at its next write, after the prompt when it is still being read; at most
+        ``LINGER_MAX_S``, and not at all where /slots cannot be read)."""
+        try:
+            st = self.backends.states.get(call.backend or "")
+            end = time.monotonic() + LINGER_MAX_S
+            while st is not None and not st.progress.unsupported and time.monotonic() < end:
+                slots, error = await self.backends.read_slots(st)
+                if error or not isinstance(slots, list):
+                    break
+                mine = call.res.id if call.res is not None else None
+                others = sum(1 for r in self.admission.ledger.active.values()
+                             if r.backend == st.name and r.id != mine and not r.released)
+                if sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing")) <= others:
+                    call.rec["released_when"] = "server_stopped"
+                    break
+                await asyncio.sleep(LINGER_POLL_S)
+            else:
+                call.rec.setdefault("released_when", "linger_limit")
+        finally:
+            self.close_books(call)
+
+    def close_books(self, call: Call) -> None:
+        """Release the reservation, count the outcome, write the request log."""
+        up = call.upstream
         r = call.res
         self.give_back(call)
         if r is not None:
@@ -539,7 +618,12 @@ class Pipeline:
             m.child(m.duration, call.d.tier, r.backend).observe(time.monotonic() - r.admitted_at)
         call.rec["outcome"] = call.outcome
         call.rec["slot"] = call.slot
-        call.rec.setdefault("status", up.status if up is not None else None)
+        if up is not None:
+            call.rec["upstream_status"] = up.status
+        if call.outcome == "client_disconnected" and call.resp is None:
+            call.rec["status"] = 499  # nothing was answered: nginx's "client closed request"
+        elif call.rec.get("status") is None:  # never null
+            call.rec["status"] = up.status if up is not None else 500
         call.rec["total_ms"] = round((time.monotonic() - call.t_arrive) * 1000, 2)
         self.served += 1
         self.reqlog.write(call.rec, call.body)
@@ -553,7 +637,7 @@ class Pipeline:
         only then releases the reservation: the books follow the server (docs/gateway.md,
         "Client gone"). Before it went upstream (queued), the task is cancelled."""
         call = await self.parse(request, kind, path)
-        if call.stream:
+        if call.stream or call.aggregate:  # closing the upstream stops it: a client gone cancels it
             return await self.serve(call)
         task = asyncio.get_running_loop().create_task(self.serve(call))
         try:
@@ -577,7 +661,7 @@ class Pipeline:
                 return early
             ct: str = call.upstream.headers.get("Content-Type", "application/json")
             if ct.startswith("text/event-stream"):
-                return await self.forward_stream(call)
+                return await (self.forward_aggregate(call) if call.aggregate else self.forward_stream(call))
             return await self.forward_whole(call)
         except (*CLIENT_GONE, ClientGone):
             call.outcome = "client_disconnected"
