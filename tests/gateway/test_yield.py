@@ -84,3 +84,39 @@ def test_hold_endpoint_holds_a_tier_for_a_window_and_release_ends_it(lt: Any) ->
     assert st == 200 and json.loads(body)["holds"] == {}
     cron.join(10)
     assert out[0][0] == 200 and len(fb.stats.received) == 2
+
+
+def test_an_agent_preempts_a_running_yielding_cron_job(lt: Any) -> None:
+    """A yielding cron job already running (sent upstream as a stream) is stopped the moment a
+    better priority is admitted on its backend: 503 with Retry-After, the upstream closed."""
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate, total_slots=4, n_ctx=32768)
+    gw = lt.gateway({"cron": {"yields": True}}, backends=[fb.url])
+    url = gw.url + "/v1/chat/completions"
+    out: list[Any] = []
+    cron = _bg(url, {"messages": MSG}, CRON, out)
+    assert wait_until(lambda: fb.stats.active == 1)  # the cron job streams upstream, held by the gate
+    agent = _bg(url, {"messages": MSG}, AGENT, out)
+    cron.join(10)
+    st, headers, body = out[0]
+    err = json.loads(body)["error"]
+    assert (st, err["code"], err["reason"]) == (503, "preempted", "yielding") and int(headers["Retry-After"]) >= 1
+    assert wait_until(lambda: fb.stats.client_closed == 1)  # the server's task was stopped
+    lt.call(gate.set)
+    agent.join(10)
+    assert out[1][0] == 200 and wait_until(lambda: reserved(lt, gw) == 0)
+
+
+def test_yield_after_keeps_cron_out_between_two_agent_turns(lt: Any) -> None:
+    fb = lt.fake(total_slots=4, n_ctx=32768)
+    gw = lt.gateway({"cron": {"yields": True, "yield_after_s": 3600}}, backends=[fb.url])
+    url = gw.url + "/v1/chat/completions"
+    assert post(url, {"messages": MSG}, AGENT)[0] == 200  # the agent's turn ended just now
+    out: list[Any] = []
+    cron = _bg(url, {"messages": MSG}, CRON, out)
+    assert wait_until(lambda: lt.call(lambda: gw.admission.queued) == 1)
+    assert len(fb.stats.received) == 1  # within an hour of the agent's last turn: it waits
+    lt.call(lambda: gw.admission.ended.clear())  # as if the hour had passed
+    lt.call(gw.admission.pump)
+    cron.join(10)
+    assert out[0][0] == 200

@@ -230,6 +230,7 @@ class AdmitRequest:
     cron: bool = False
     yields: bool = False  # admitted only while no better priority is in flight on the backend or queued
     queue_timeout_s: float | None = None  # its tier's (None: the admission's); the caller's deadline applies it
+    yield_after_s: float = 0.0  # a yielding request waits until better priorities were idle this long
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -343,6 +344,8 @@ class Admission:
         self.rejected_status: dict[int, int] = {}  # by HTTP status (429, 503)
         #: held groups (``tier:NAME``, ``cron``) -> until when (time.monotonic()); POST /gateway/hold
         self.holds: dict[str, float] = {}
+        #: backend -> priority -> when a request of that priority last ended there (yield_after_s)
+        self.ended: dict[str, dict[int, float]] = {}
 
     # -- views
     @property
@@ -425,10 +428,23 @@ class Admission:
     def _better_waiting(self, req: AdmitRequest) -> bool:
         return any(not w.gone and w.priority < req.priority for w in self._heap)
 
-    def _better_on(self, priority: int | None = None) -> frozenset[str]:
-        """The backends where a request of a better priority than ``priority`` is in flight."""
+    def _better_on(self, priority: int | None = None, idle_s: float = 0.0) -> frozenset[str]:
+        """The backends where a request of a better priority than ``priority`` is in flight, or
+        ended less than ``idle_s`` ago (a pump is due when that time has passed)."""
         act = self.ledger.active.values()
-        return frozenset(r.backend for r in act if not r.released and (priority is None or r.priority < priority))
+        out = {r.backend for r in act if not r.released and (priority is None or r.priority < priority)}
+        if idle_s > 0 and priority is not None:
+            now = time.monotonic()
+            for name, by in self.ended.items():
+                last = max((t for p, t in by.items() if p < priority), default=None)
+                if last is not None and now - last < idle_s:
+                    out.add(name)
+                    self._pump_at(last + idle_s)
+        return frozenset(out)
+
+    def _pump_at(self, when: float) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_at(loop.time() + max(0.0, when - time.monotonic()) + 0.001, self.pump)
 
     def _gate(self, req: AdmitRequest) -> frozenset[str] | None:
         """Backends ``req`` must not go to now (held: None, it goes nowhere)."""
@@ -438,7 +454,7 @@ class Admission:
             return frozenset()
         if self._better_waiting(req):
             return None
-        return self._better_on(req.priority)
+        return self._better_on(req.priority, req.yield_after_s)
 
     # -- admission
     def _try(self, req: AdmitRequest, exclude: frozenset[str] = frozenset(), fresh: bool = False
@@ -518,6 +534,11 @@ class Admission:
                 return r
             refused |= {r.backend}  # another replica filled it since this one last looked
         return None
+
+    def preempted(self, req: AdmitRequest) -> Rejected:
+        """503 for a yielding request that a better priority took the place of (it may retry)."""
+        return self._reject(503, "preempted", reasons.preempted_message(), reasons.YIELDING, {"priority": req.priority},
+                            req)
 
     def busy(self, req: AdmitRequest) -> Rejected:
         """429 at once for a request whose tier (or cron) rejects instead of queueing: what
@@ -615,6 +636,7 @@ class Admission:
     def release(self, r: Reservation) -> None:
         """Give the tokens back (idempotent) and admit waiters that now fit."""
         if self.ledger.release(r):
+            self.ended.setdefault(r.backend, {})[r.priority] = time.monotonic()
             self._key_dec(r.key)
             self.pump()
 

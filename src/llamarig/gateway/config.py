@@ -103,6 +103,9 @@ class TierConfig:
     #: admitted only while no request of a better priority (a lower number) is in flight on the
     #: backend or waits in the queue: it gives way to interactive work (docs/gateway.md, "Cron that yields")
     yields: bool = False
+    #: with ``yields``: also wait until better priorities have been idle this long (an agent's
+    #: tool call between two turns), so a yielding job does not start only to be preempted
+    yield_after_s: float = _f(0.0, lo=0.0)
     queue_timeout_s: float | None = _f(None, lo=0.0)  # None: admission.queue_timeout_s
 
     def __post_init__(self) -> None:
@@ -216,6 +219,7 @@ class CronConfig:
     backends: tuple[str, ...] = ()
     on_busy: OnBusy = "queue"
     yields: bool = False  # as a tier's: cron runs only while better priorities are idle
+    yield_after_s: float = _f(0.0, lo=0.0)
     queue_timeout_s: float | None = _f(None, lo=0.0)  # None: the tier's, else admission.queue_timeout_s
 
     def __post_init__(self) -> None:

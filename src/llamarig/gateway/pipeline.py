@@ -157,6 +157,7 @@ class Call:
     kind: str = CHAT
     aggregate: bool = False  # non-streamed for the client, a stream upstream (llamarig.gateway.aggregate)
     sent: bool = False  # the request was written to a backend (it may be running there)
+    preempted: bool = False  # a better priority took its place (Pipeline.track)
 
 
 class Pipeline:
@@ -176,6 +177,8 @@ class Pipeline:
         self.served = 0
         #: non-streamed requests whose client left while llama-server still runs them
         self.detached: set[asyncio.Task[Any]] = set()
+        #: yielding requests a better priority preempts (reservation id -> the call and its task)
+        self.preemptible: dict[int, tuple[Call, asyncio.Task[Any]]] = {}
 
     # ------------------------------------------------------------------------------ 1. parse
 
@@ -291,7 +294,7 @@ class Pipeline:
                             key=key.name if key else None, key_limit=key.max_concurrent if key else 0, affinity=aff,
                             request_id=rid, max_tokens=max_tokens, shares=d.shares, backends=d.backends,
                             on_busy=d.on_busy, timeout_s=d.timeout_s, cron=d.cron, yields=d.yields,
-                            queue_timeout_s=d.queue_timeout_s)
+                            queue_timeout_s=d.queue_timeout_s, yield_after_s=d.yield_after_s)
         qt = d.queue_timeout_s if d.queue_timeout_s is not None else cfg.admission.queue_timeout_s
         return Call(request=request, path=path, cfg=cfg, t_arrive=t_arrive, body=body, d=d, rec=rec, areq=areq,
                     aff=aff, stream=stream, deadline=t_arrive + qt,
@@ -315,6 +318,7 @@ class Pipeline:
             return r
         if call.areq.on_busy == "reject":
             raise adm.busy(call.areq)
+        self.make_room(call)
         call.queued = True
         ka = call.cfg.admission.keepalive_s
         if not call.stream or ka <= 0:
@@ -332,10 +336,48 @@ class Pipeline:
             ticket.abandon()
             raise
 
+    def make_room(self, call: Call) -> None:
+        """``call`` does not fit now: preempt the yielding requests of a worse priority on the
+        backend (of its route) that runs most of them; their reservations go once the server
+        shows them stopped, and ``call`` waits in the queue ahead of them."""
+        p, allowed = call.areq.priority, call.areq.backends
+        by: dict[str, list[tuple[Call, asyncio.Task[Any]]]] = {}
+        for other, task in self.preemptible.values():
+            o = other.res
+            if o is not None and o.priority > p and not other.preempted and (allowed is None or o.backend in allowed):
+                by.setdefault(o.backend, []).append((other, task))
+        if by:
+            for other, task in max(by.values(), key=len):
+                self._preempt(other, task, call)
+
+    def _preempt(self, other: Call, task: asyncio.Task[Any], by: Call) -> None:
+        o = other.res
+        assert o is not None
+        other.preempted = True
+        by.rec.setdefault("preempted", []).append(o.request_id)
+        log.info("request %s (tier %s%s) preempted by request %s (tier %s) on %s", o.request_id, o.tier,
+                 ", cron" if o.cron else "", by.rec["id"], by.d.tier, o.backend)
+        task.cancel()
+
+    def track(self, call: Call) -> None:
+        """``call`` was admitted: preempt the yielding requests it outranks on its backend, and
+        keep it where a better one can preempt it (a yielding stream, or a request sent upstream
+        as a stream: closing either stops the server's task)."""
+        assert call.res is not None
+        r = call.res
+        for other, task in list(self.preemptible.values()):
+            o = other.res
+            if o is not None and o.backend == r.backend and o.priority > r.priority and not other.preempted:
+                self._preempt(other, task, call)
+        task_now = asyncio.current_task()
+        if call.areq.yields and (call.stream or call.aggregate) and task_now is not None:
+            self.preemptible[r.id] = (call, task_now)
+
     def give_back(self, call: Call) -> None:
         """Release the reservation ``call`` owns, if any; clears it first, so never twice."""
         r, call.res = call.res, None
         if r is not None:
+            self.preemptible.pop(r.id, None)
             st = self.backends.states.get(r.backend)
             if st is not None:
                 call.slot = st.progress.slot_of(r.id) if call.slot is None else call.slot
@@ -408,7 +450,9 @@ class Pipeline:
                 return early
             call.backend = call.res.backend
             call.t_admit = time.monotonic()
+            call.rec.setdefault("admitted_ts", round(time.time(), 3))
             self.metrics.child(self.metrics.queue_wait, call.d.tier).observe(call.t_admit - call.t_arrive)
+            self.track(call)
             if await self.connect(call):
                 return None
 
@@ -576,7 +620,8 @@ class Pipeline:
         if call.client_gone and call.outcome == "ok":
             call.outcome = "client_disconnected"  # the server ran it to the end; nobody read it
             call.rec["kept_until_server_done"] = True
-        if call.res is not None and call.sent and call.outcome == "client_disconnected" and not call.client_gone:
+        if call.res is not None and call.sent and call.outcome in ("client_disconnected", "preempted") \
+                and not call.client_gone:
             task = asyncio.get_running_loop().create_task(self.linger(call))
             self.detached.add(task)
             task.add_done_callback(self.detached.discard)
@@ -620,7 +665,9 @@ class Pipeline:
         call.rec["slot"] = call.slot
         if up is not None:
             call.rec["upstream_status"] = up.status
-        if call.outcome == "client_disconnected" and call.resp is None:
+        if call.outcome == "preempted":
+            call.rec["status"] = 503
+        elif call.outcome == "client_disconnected" and call.resp is None:
             call.rec["status"] = 499  # nothing was answered: nginx's "client closed request"
         elif call.rec.get("status") is None:  # never null
             call.rec["status"] = up.status if up is not None else 500
@@ -667,6 +714,8 @@ class Pipeline:
             call.outcome = "client_disconnected"
             return call.resp or Response(status=499)
         except asyncio.CancelledError:
+            if call.preempted and _uncancel():
+                return await self._preempted(call)
             call.outcome = "client_disconnected"
             raise
         except (RequestError, Rejected) as e:
@@ -674,6 +723,17 @@ class Pipeline:
             raise
         finally:
             self.finish(call)
+
+    async def _preempted(self, call: Call) -> Response | StreamResponse:
+        """The answer of a preempted request: 503 with Retry-After (in a started stream, an error
+        event); its upstream is closed in finish."""
+        e = self.admission.preempted(call.areq)
+        early = await self._rejected(call, e)
+        call.outcome = "preempted"
+        if early is not None:
+            return early
+        return Response(status=e.status, body=json.dumps(localize(e.body(), self.lang)).encode(),
+                        headers={"Content-Type": "application/json", "Retry-After": str(e.retry_after)})
 
     async def close(self) -> None:
         """Shutdown: stop reading the answers of requests whose client left (their reservations
@@ -684,6 +744,16 @@ class Pipeline:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+
+
+def _uncancel() -> bool:
+    """Take back a cancellation this module asked for (a preemption), so the task may answer;
+    False where the task was cancelled more than once (its client left too, or a shutdown)."""
+    task = asyncio.current_task()
+    uncancel = getattr(task, "uncancel", None)  # Python >= 3.11
+    if uncancel is None:
+        return True
+    return bool(uncancel() == 0)
 
 
 def cache_state(cached: int | None, prompt: int | None) -> str | None:

@@ -202,6 +202,11 @@ def cause(b: Blocked | None) -> str:
     return _("nothing blocks it now; it was not admitted in time behind the requests ahead of it")
 
 
+def preempted_message() -> str:
+    return _("preempted: a request of a better priority was admitted on its backend, and this tier yields "
+             "(retry after Retry-After)")
+
+
 def _tier_cap(d: Mapping[str, Any]) -> str:
     if d.get("max_slots") == 0:
         return _("{group} is held: max_slots = 0").format(group=group_label(d["group"]))

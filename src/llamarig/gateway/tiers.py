@@ -62,6 +62,7 @@ class Decision:
     backends: frozenset[str] | None = None  # where it may go (its tier's and cron's routes); None: any
     on_busy: str = "queue"  # "reject": 429 at once when no backend can take it now
     yields: bool = False  # admitted only while better priorities are idle (its tier's or cron's ``yields``)
+    yield_after_s: float = 0.0  # ... and have been for this long
     queue_timeout_s: float | None = None  # its tier's or cron's; None: admission.queue_timeout_s
 
 
@@ -373,9 +374,10 @@ def _limits(tier: TierConfig, cron: bool, cfg: GatewayConfig) -> dict[str, Any]:
         on_busy = "reject" if "reject" in (on_busy, c.on_busy) else "queue"
     allowed = frozenset(set.intersection(*routes)) if routes else None
     yields = tier.yields or (cron and cfg.cron.yields)
+    after = max(tier.yield_after_s if tier.yields else 0.0, cfg.cron.yield_after_s if cron and cfg.cron.yields else 0.0)
     qt = cfg.cron.queue_timeout_s if cron and cfg.cron.queue_timeout_s is not None else tier.queue_timeout_s
     return {"shares": tuple(shares), "backends": allowed, "on_busy": on_busy, "yields": yields,
-            "queue_timeout_s": qt}
+            "yield_after_s": after, "queue_timeout_s": qt}
 
 
 def rewrite(body: Mapping[str, Any], d: Decision, cfg: GatewayConfig, kind: str) -> dict[str, Any]:
