@@ -107,6 +107,9 @@ class TierConfig:
     #: tool call between two turns), so a yielding job does not start only to be preempted
     yield_after_s: float = _f(0.0, lo=0.0)
     queue_timeout_s: float | None = _f(None, lo=0.0)  # None: admission.queue_timeout_s
+    #: each session (conversation) of this tier keeps its slot this long after its last request:
+    #: other traffic is sent to other slots (``id_slot``), so its prompt cache stays (llamarig.gateway.slots)
+    pin_ttl_s: float | None = _f(None, lo=1.0)
 
     def __post_init__(self) -> None:
         if self.reasoning_budget is not None and self.reasoning_budget >= self.max_tokens:

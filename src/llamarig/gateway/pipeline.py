@@ -46,6 +46,7 @@ from llamarig.gateway.config import GatewayConfig, KeyConfig
 from llamarig.gateway.errors import Rejected, RequestError
 from llamarig.gateway.http import Request, Response, StreamResponse
 from llamarig.gateway.metrics import GatewayMetrics, RequestLog
+from llamarig.gateway.slots import SlotTable
 from llamarig.gateway.tiers import (
     CHAT,
     NATIVE,
@@ -158,6 +159,7 @@ class Call:
     aggregate: bool = False  # non-streamed for the client, a stream upstream (llamarig.gateway.aggregate)
     sent: bool = False  # the request was written to a backend (it may be running there)
     preempted: bool = False  # a better priority took its place (Pipeline.track)
+    up: dict[str, Any] = field(default_factory=dict)  # the body sent upstream (``payload`` is its JSON)
 
 
 class Pipeline:
@@ -179,6 +181,10 @@ class Pipeline:
         self.detached: set[asyncio.Task[Any]] = set()
         #: yielding requests a better priority preempts (reservation id -> the call and its task)
         self.preemptible: dict[int, tuple[Call, asyncio.Task[Any]]] = {}
+        #: per backend: the slots this gateway gives out and the pins (llamarig.gateway.slots)
+        self.slots: dict[str, SlotTable] = {}
+        #: per tier: [requests with counts, cache hits, cached tokens, evaluated prompt tokens]
+        self.cache: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------------------ 1. parse
 
@@ -299,7 +305,8 @@ class Pipeline:
         return Call(request=request, path=path, cfg=cfg, t_arrive=t_arrive, body=body, d=d, rec=rec, areq=areq,
                     aff=aff, stream=stream, deadline=t_arrive + qt,
                     payload=json.dumps(up, ensure_ascii=False, separators=(",", ":")).encode(),
-                    read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60), kind=kind, aggregate=agg)
+                    read_timeout=max(cfg.server.read_timeout_s, (d.timeout_s or 0) + 60), kind=kind, aggregate=agg,
+                    up=up)
 
     # ------------------------------------------------------------------------------ 2. admit, connect
 
@@ -373,11 +380,48 @@ class Pipeline:
         if call.areq.yields and (call.stream or call.aggregate) and task_now is not None:
             self.preemptible[r.id] = (call, task_now)
 
+    def place(self, call: Call) -> None:
+        """The slot ``call`` is sent to (``id_slot``; llamarig.gateway.slots): its session's pin,
+        else an unpinned free slot, when a tier pins slots; a slot the client named that is busy
+        here or pinned by another session is moved to a free one. Pin events are logged."""
+        assert call.res is not None
+        r, cfg = call.res, call.cfg
+        st = self.backends.states.get(r.backend)
+        if st is None or st.pool is None:
+            return
+        asked = call.up.get("id_slot")
+        asked = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 0 else None
+        manage = any(t.pin_ttl_s is not None for t in cfg.tiers.values())
+        ch = self.slots.setdefault(r.backend, SlotTable()).choose(
+            st.pool.slots, r.id, time.monotonic(), session=call.aff, tier=call.d.tier, pin_ttl_s=call.d.pin_ttl_s,
+            asked=asked, manage=manage,
+            server_busy=frozenset(s.id for s in st.progress.slots or () if s.processing))
+        for ev in ch.events:
+            self.metrics.child(self.metrics.pin_events, r.backend, ev.why).inc()
+            log.info("slot %s of %s: %s (tier %s, session %s)", ev.slot, r.backend, ev.why, ev.tier, ev.session[:12])
+            if ev.why == "pool_needed":
+                call.rec["unpinned_slot"] = ev.slot
+        if ch.slot is not None and ch.slot != asked:
+            call.up["id_slot"] = ch.slot
+            call.payload = json.dumps(call.up, ensure_ascii=False, separators=(",", ":")).encode()
+        if ch.slot is not None:
+            call.rec.update(id_slot=ch.slot, pinned=ch.pinned)
+            if asked is not None and ch.slot != asked:
+                call.rec["id_slot_asked"] = asked
+
+    def pins(self) -> dict[str, list[dict[str, object]]]:
+        """Each backend's pins now (/gateway/status)."""
+        now = time.monotonic()
+        return {name: t.view(now) for name, t in self.slots.items() if t.pins}
+
     def give_back(self, call: Call) -> None:
         """Release the reservation ``call`` owns, if any; clears it first, so never twice."""
         r, call.res = call.res, None
         if r is not None:
             self.preemptible.pop(r.id, None)
+            table = self.slots.get(r.backend)
+            if table is not None:
+                table.release(r.id)
             st = self.backends.states.get(r.backend)
             if st is not None:
                 call.slot = st.progress.slot_of(r.id) if call.slot is None else call.slot
@@ -392,6 +436,7 @@ class Pipeline:
         cfg, res, backends = call.cfg, call.res, self.backends
         be = backends.states.get(res.backend)
         url = (be.cfg.url if be else "") + call.path
+        self.place(call)
         call.sent = True
         try:
             call.upstream = await self.clients.for_url(url).post(
@@ -468,13 +513,12 @@ class Pipeline:
         c = counts(tail)
         if t_first is not None:
             ttft_ms: float | None = round((t_first - call.t_admit) * 1000, 2)
-            method = "first_byte"
+            method = "first_chunk"
         else:
             prompt_ms = c.get("prompt_ms")
             ttft_ms = round(prompt_ms, 2) if prompt_ms is not None else None
             method = "server_prompt_ms"
-        if ttft_ms is not None:
-            self.metrics.child(self.metrics.ttft, tier, backend).observe(ttft_ms / 1000)
+
         prompt = _i(c.get("prompt_n", c.get("prompt_tokens")))
         pred = _i(c.get("predicted_n", c.get("completion_tokens")))
         cache = _i(c.get("cache_n"))
@@ -485,8 +529,18 @@ class Pipeline:
         st = self.backends.states.get(backend)
         if st is not None:
             st.progress.finished(c)
+        if cache is not None and prompt is not None:
+            c4 = self.cache.setdefault(tier, [0, 0, 0, 0])
+            c4[0] += 1
+            c4[1] += cache_state(cache, prompt) == "hit"
+            c4[2] += cache
+            c4[3] += prompt
+        state = cache_state(cache, prompt)
+        if ttft_ms is not None:
+            self.metrics.child(self.metrics.ttft, tier, backend, "1" if call.d.cron else "0",
+                               state or "unknown").observe(ttft_ms / 1000)
         call.rec.update(upstream_prompt_tokens=prompt, completion_tokens=pred, cached_tokens=cache,
-                        cache_state=cache_state(cache, prompt), ttft_ms=ttft_ms, ttft_method=method,
+                        cache_state=state, ttft_ms=ttft_ms, ttft_method=method,
                         upstream_ms=round((t_end - call.t_admit) * 1000, 2))
 
     def _answer_headers(self, call: Call) -> dict[str, str]:

@@ -308,7 +308,7 @@ class Gateway:
 
     def status(self) -> dict[str, Any]:
         return gwstatus.status(self.cfg, self.backends, self.ledger, self.admission, started=self.started,
-                               served=self.served)
+                               served=self.served, pins=self.pipeline.pins(), cache=self.pipeline.cache)
 
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)

@@ -63,6 +63,7 @@ class Decision:
     on_busy: str = "queue"  # "reject": 429 at once when no backend can take it now
     yields: bool = False  # admitted only while better priorities are idle (its tier's or cron's ``yields``)
     yield_after_s: float = 0.0  # ... and have been for this long
+    pin_ttl_s: float | None = None  # its tier's: its session keeps a slot (llamarig.gateway.slots)
     queue_timeout_s: float | None = None  # its tier's or cron's; None: admission.queue_timeout_s
 
 
@@ -377,7 +378,7 @@ def _limits(tier: TierConfig, cron: bool, cfg: GatewayConfig) -> dict[str, Any]:
     after = max(tier.yield_after_s if tier.yields else 0.0, cfg.cron.yield_after_s if cron and cfg.cron.yields else 0.0)
     qt = cfg.cron.queue_timeout_s if cron and cfg.cron.queue_timeout_s is not None else tier.queue_timeout_s
     return {"shares": tuple(shares), "backends": allowed, "on_busy": on_busy, "yields": yields,
-            "yield_after_s": after, "queue_timeout_s": qt}
+            "yield_after_s": after, "queue_timeout_s": qt, "pin_ttl_s": tier.pin_ttl_s}
 
 
 def rewrite(body: Mapping[str, Any], d: Decision, cfg: GatewayConfig, kind: str) -> dict[str, Any]:
