@@ -120,3 +120,21 @@ def test_yield_after_keeps_cron_out_between_two_agent_turns(lt: Any) -> None:
     lt.call(gw.admission.pump)
     cron.join(10)
     assert out[0][0] == 200
+
+
+def test_bench_hold_asks_the_gateway_and_releases(lt: Any) -> None:
+    from llamarig.cli.bench_cmd import _gateway_hold
+    from llamarig.errors import InputError
+
+    fb = lt.fake()
+    gw = lt.gateway({"keys": [{"key": "admin-key-1", "admin": True}]}, backends=[fb.url])
+    _gateway_hold(gw.url, "hold", ("cron",), "admin-key-1")
+    assert "cron" in lt.call(gw.status)["holds"]
+    _gateway_hold(gw.url, "release", ("cron",), "admin-key-1")
+    assert lt.call(gw.status)["holds"] == {}
+    try:
+        _gateway_hold(gw.url, "hold", ("cron",), None)
+    except InputError as e:
+        assert "HTTP 401" in str(e)
+    else:
+        raise AssertionError("no error without the key")

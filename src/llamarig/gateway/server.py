@@ -140,6 +140,7 @@ class Gateway:
         # a backend that fails it is not waited for (the health loop keeps checking it), and
         # Backends.startup_lines() says what it found (the CLI prints them)
         await self.backends.check_all()
+        self._warn_pins()
         self.backends.start()
         loop = asyncio.get_running_loop()
         if self.config_path:
@@ -148,6 +149,19 @@ class Gateway:
             self._tasks.append(loop.create_task(self._watch_config(self.config_path)))
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
                 loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
+
+    def _warn_pins(self) -> None:
+        """Slot pins on a unified pool: llama-server clears idle slots there while its RAM prompt
+        cache is on (docs/gateway.md, "Slot pins")."""
+        if not any(t.pin_ttl_s is not None for t in self.cfg.tiers.values()):
+            return
+        for st in self.backends.states.values():
+            sp = st.pool.server if st.pool is not None else None
+            if sp is not None and sp.unified:
+                log.warning("%s", _("backend {name}: slot pins keep a prompt only where the slot is its cache: on a "
+                                    "unified pool (-kvu) start llama-server with --cache-ram 0 or "
+                                    "--no-cache-idle-slots, else it clears idle slots at each new task and a pin "
+                                    "stops its RAM cache's restore (docs/gateway.md, Slot pins)").format(name=st.name))
 
     async def _on_cleanup(self) -> None:
         for t in self._tasks:
