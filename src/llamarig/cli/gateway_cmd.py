@@ -18,6 +18,15 @@ from llamarig.errors import InputError, ServerError
 from llamarig.i18n import error_text, os_error
 
 
+class _LocalizedLog(logging.Filter):
+    """The gateway's log lines in the chosen language (their catalogue messages localized)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(localize(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
 @click.group("gateway", cls=Group, invoke_without_command=True, examples=(
     "llamarig gateway --backend http://127.0.0.1:8080 --port 8000", "llamarig gateway --config gateway.toml",
     "llamarig gateway --backend http://10.0.0.5:8080 --ledger redis://10.0.0.9:6379/0",
@@ -54,6 +63,8 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
         click.echo(json.dumps(dataclass_dict(cfg), indent=2, ensure_ascii=False))
         return
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(asctime)s %(levelname)s %(message)s")
+    for h in logging.getLogger().handlers:
+        h.addFilter(_LocalizedLog())
     from llamarig.gateway.server import serve
 
     def ready(gw: Any) -> None:

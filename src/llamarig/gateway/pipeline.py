@@ -651,8 +651,8 @@ class Pipeline:
             call.outcome = "upstream_error"
             self._failed(backend, upstream_failed)
             with contextlib.suppress(*CLIENT_GONE):
-                await resp.write(error_event(_("backend {name} failed mid-stream: {error}").format(
-                    name=backend, error=upstream_failed), "upstream_error"))
+                await resp.write(error_event(localize(_("backend {name} failed mid-stream: {error}").format(
+                    name=backend, error=upstream_failed), self.lang), "upstream_error"))
         else:
             call.outcome = "ok" if up.status < 400 else f"http_{up.status}"
         self.account(call, tail, t_first or t_end, t_end)

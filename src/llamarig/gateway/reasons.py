@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamarig.gateway.pool import Share, cap_blocks
-from llamarig.i18n import N_, _
+from llamarig.i18n import N_, _, join
 
 if TYPE_CHECKING:
     from llamarig.gateway.admission import ReservationLedger as Ledger
@@ -282,7 +282,7 @@ def source_label(source: str | None) -> str:
     if not source:
         return "?"
     names = {"props": "/props", "config": _("config"), "log": _("the server's log")}
-    return " + ".join(names.get(p, p) for p in source.split("+"))
+    return join(" + ", [names.get(p, p) for p in source.split("+")])  # a composite: each part localized
 
 
 def backend_ok_line(name: str, url: str, slots: int, pool: int, source: str, slot_ctx: int,

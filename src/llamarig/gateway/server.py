@@ -197,15 +197,17 @@ class Gateway:
         try:
             new = with_overrides(load_config(self.config_path), **self.overrides)
         except LlamarigError as e:
-            log.error("config reload failed, keeping the running config: %s", e)
+            log.error("%s", _("config reload failed, keeping the running config: {error}").format(error=e))
             self.metrics.reloads.labels("error").inc()
             return False
         old = self.cfg
         if new.ledger != old.ledger:
-            log.warning("config reload: ledger changes need a restart; keeping %s", self.ledger.describe().get("url", "local"))
+            log.warning("%s", _("config reload: ledger changes need a restart; keeping {ledger}").format(
+                ledger=self.ledger.describe().get("url", "local")))
             new = replace(new, ledger=old.ledger)
         if (new.server.host, new.server.port) != (old.server.host, old.server.port):
-            log.warning("config reload: host/port changes need a restart; keeping %s:%s", old.server.host, old.server.port)
+            log.warning("%s", _("config reload: host/port changes need a restart; keeping {host}:{port}").format(
+                host=old.server.host, port=old.server.port))
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
         self.cfg = new
         self.backends.apply_config(new)
@@ -217,7 +219,7 @@ class Gateway:
         await self.backends.check_all()
         self.admission.pump()
         self.metrics.reloads.labels("ok").inc()
-        log.info("config reloaded from %s", self.config_path)
+        log.info("%s", _("config reloaded from {path}").format(path=self.config_path))
         return True
 
     # ------------------------------------------------------------------ helpers
@@ -368,14 +370,14 @@ class Gateway:
             if not groups:
                 raise RequestError(400, _("'{field}' must be a non-empty array").format(field="tiers"), param="tiers")
             adm.hold(groups, float(seconds))
-            log.info("held %s for %s s", ", ".join(groups), seconds)
+            log.info("%s", _("held {groups} for {seconds} s").format(groups=", ".join(groups), seconds=seconds))
         else:
             adm.release_holds(groups)
-            log.info("released holds of %s", ", ".join(groups) or "every group")
+            log.info("%s", _("released the holds of {groups}").format(groups=", ".join(groups) or "*"))
         return json_response(200, {"holds": {g: round(t, 1) for g, t in adm.active_holds().items()}})
 
     async def _not_found(self, request: Request) -> Response | StreamResponse:
-        msg = _("unknown endpoint {method} {path}").format(method=request.method, path=request.path)
+        msg = localize(_("unknown endpoint {method} {path}").format(method=request.method, path=request.path), self.lang)
         return json_response(404, {"error": {"message": msg,
                                              "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
