@@ -51,6 +51,9 @@ class ServerRaw:
     uptime_s: float | None = None  # from start_time, where the server runs on this machine
     props: Mapping[str, Any] | None = None
     pool_hint: PoolHint = PoolHint()
+    #: the model keeps context checkpoints (recurrent/hybrid layers or sliding-window attention,
+    #: from its GGUF where ``props.model_path`` is readable here); None: not known
+    checkpoints: bool | None = None
 
 
 @dataclass(frozen=True)
