@@ -9,6 +9,7 @@ import json
 import threading
 from typing import Any
 
+import pytest
 from tests.gateway.test_faults import MSG, post, reserved, wait_until
 
 CRON = {"x-llamarig-source": "CRON-digest"}
@@ -138,3 +139,21 @@ def test_bench_hold_asks_the_gateway_and_releases(lt: Any) -> None:
         assert "HTTP 401" in str(e)
     else:
         raise AssertionError("no error without the key")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_gateway_status_at_80_columns_shows_holds_and_cuts_no_cell(lt: Any, lang: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from llamarig.cli.gateway_cmd import gateway_cmd
+
+    fb = lt.fake()
+    gw = lt.gateway(backends=[fb.url])
+    assert post(gw.url + "/gateway/hold", {"tiers": ["cron"], "seconds": 60})[0] == 200
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LLAMARIG_LANG", lang)
+    out = CliRunner().invoke(gateway_cmd, ["status", "--url", gw.url])
+    assert out.exit_code == 0, out.output
+    assert "…" not in out.output and max(len(x) for x in out.output.splitlines()) <= 80
+    assert ("held: cron" if lang == "en" else "暂停中：cron") in out.output
