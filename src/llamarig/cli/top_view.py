@@ -66,7 +66,9 @@ def _pct(a: int | None, b: int | None) -> str:
 def _pool_total(snap: Snapshot) -> tuple[int, int, bool]:
     """Cells in use and the pools' cells over the servers whose pool is known, and whether one of
     those is only a lower bound (the share is then at most that)."""
-    pools = [s.pool for s in snap.servers if s.pool is not None and s.pool.tokens and s.pool.cells is not None]
+    # a known pool counts from the start: no cells in use yet (no slot holds tokens) is 0, not "?"
+    pools = [s.pool for s in snap.servers if s.pool is not None and s.pool.tokens
+             and (s.pool.cells is not None or s.slots)]
     return (sum(p.cells or 0 for p in pools), sum(p.tokens or 0 for p in pools),
             any(p.bound == "at_least" for p in pools))
 
