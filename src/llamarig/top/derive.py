@@ -436,7 +436,7 @@ def _request(r: Mapping[str, Any]) -> ReservationView:
     return ReservationView(str(r.get("id")), str(r.get("backend")), str(r.get("tier")), _int(r.get("priority")) or 0,
                            r.get("key") if isinstance(r.get("key"), str) else None,
                            _int(r.get("reserved_tokens")) or 0, float(r.get("age_s") or 0.0),
-                           _int(r.get("slot")), generated)
+                           _int(r.get("slot")), generated, cron=r.get("cron") is True)
 
 
 def _replicas(led: Mapping[str, Any]) -> tuple[ReplicaView, ...]:

@@ -211,11 +211,12 @@ class ReservationView:
     age_s: float
     slot: int | None = None
     generated: int | None = None
+    cron: bool = False  # a cron job (its tier is its own tier)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "backend": self.backend, "tier": self.tier, "priority": self.priority,
                 "key": self.key, "reserved_tokens": self.reserved_tokens, "age_s": self.age_s, "slot": self.slot,
-                "generated": self.generated}
+                "generated": self.generated, "cron": self.cron}
 
 
 @dataclass(frozen=True)
