@@ -81,7 +81,7 @@ def test_cron_that_yields_never_decodes_beside_an_agent(lt: Any, synth_model: An
     srv = llama_server(synth_model("llama", n_ctx_train=32768), "-c", "32768", "-np", "4", "-kvu", "-t", "1")
     logs = {}
     res = {}
-    for name, cron in (("no yield", {}), ("yield", {"yields": True, "yield_after_s": 2})):
+    for name, cron in (("no yield", {}), ("yield", {"yields": True, "yield_after_s": 30})):
         reqlog = tmp_path / f"{name}.jsonl"
         gw = lt.gateway({"cron": {"max_tokens": 6000, **cron}, "server": {"request_log": str(reqlog)},
                          "health": {"slots_interval_s": 0.5}}, backends=[srv.url])
@@ -92,10 +92,16 @@ def test_cron_that_yields_never_decodes_beside_an_agent(lt: Any, synth_model: An
     # the pitfall: cron jobs decode beside every agent
     assert all(n >= 1 for n in free["cron_beside_agents"]) and 503 not in free["cron_status"]
     # yielding: the agent's arrival preempted the running cron jobs, none decodes beside an agent
-    # (the first agent may end before the /slots reading that shows the preempted jobs stopped:
-    # their reservations, not their decoding; the request log's times say none ran beside it)
-    assert yielding["cron_beside_agents"][1:] == [0, 0] and 503 in yielding["cron_status"]
+    # yielding: the agents' arrival preempted the running cron jobs, and no cron job ran to its end
+    # beside an agent (the request log's times). "Beside" counts reservations: a preempted job's
+    # stays until the gateway's next /slots reading shows it stopped, which a 48-token agent may
+    # outrun; what ran on the server is the request log's (and the rates, benchmarks/RESULTS.md)
+    assert 503 in yielding["cron_status"]
     assert _overlaps(logs["yield"]) == 0
+    agents = [(r["admitted_ts"], r["ts"]) for r in logs["yield"] if r["tier"] == "C2"]
+    admitted = [r["admitted_ts"] for r in logs["yield"] if r["cron"] and "admitted_ts" in r]
+    assert admitted and not [c for c in admitted for a0, a1 in agents if a0 < c < a1]  # none admitted beside an agent
+    assert _overlaps(logs["no yield"]) + sum(free["cron_beside_agents"]) > 0
     preempted = [r for r in logs["yield"] if r["cron"] and r["outcome"] == "preempted"]
     assert preempted and all(r["status"] == 503 and r["released_when"] == "server_stopped" for r in preempted)
     assert "context size has been exceeded" not in srv.log.lower()
