@@ -157,3 +157,20 @@ def test_gateway_status_at_80_columns_shows_holds_and_cuts_no_cell(lt: Any, lang
     assert out.exit_code == 0, out.output
     assert "…" not in out.output and max(len(x) for x in out.output.splitlines()) <= 80
     assert ("held: cron" if lang == "en" else "暂停中：cron") in out.output
+
+
+def test_a_preempted_yielding_stream_ends_with_an_error_event(lt: Any) -> None:
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate, total_slots=4, n_ctx=32768)
+    gw = lt.gateway({"cron": {"yields": True}}, backends=[fb.url])
+    url = gw.url + "/v1/chat/completions"
+    out: list[Any] = []
+    cron = _bg(url, {"messages": MSG, "stream": True}, CRON, out)
+    assert wait_until(lambda: fb.stats.active == 1)
+    agent = _bg(url, {"messages": MSG}, AGENT, out)
+    cron.join(10)
+    st, _h, body = out[0]
+    assert st == 200 and b'"code": "preempted"' in body  # the stream had started: an SSE error event
+    lt.call(gate.set)
+    agent.join(10)
+    assert out[1][0] == 200 and wait_until(lambda: reserved(lt, gw) == 0)

@@ -752,6 +752,7 @@ class Pipeline:
                     call.res.client_gone = True
                     self.detached.add(task)
                     task.add_done_callback(self.detached.discard)
+                    task.add_done_callback(_retrieved)  # its error has nobody to answer: logged in finish
             raise
 
     async def serve(self, call: Call) -> Response | StreamResponse:
@@ -798,6 +799,12 @@ class Pipeline:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Read a detached task's outcome, so asyncio does not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _uncancel() -> bool:
