@@ -116,13 +116,12 @@ class Aggregator:
 
     def _tool(self, tc: dict[str, Any]) -> None:
         t = self._tools.setdefault(int(tc.get("index", 0)), {"type": "function", "function": {"name": "", "arguments": ""}})
-        for k in ("id", "type"):
-            if tc.get(k):
-                t[k] = tc[k]
         fn = tc.get("function") or {}
         for k in ("name", "arguments"):
             if isinstance(fn.get(k), str):
                 t["function"][k] += fn[k]
+        if tc.get("id"):
+            t["id"] = tc["id"]
 
     def result(self) -> tuple[int, dict[str, Any]]:
         """(HTTP status, the answer llama-server gives without ``stream``)."""
@@ -135,7 +134,9 @@ class Aggregator:
             choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": self._finish}
             obj = "text_completion"
         else:
-            msg: dict[str, Any] = {"role": "assistant", "content": text if text or not self._tools else None}
+            # common/chat.cpp common_chat_msg::to_json_oaicompat: content "" when empty, then
+            # reasoning_content, then tool_calls as {type, function {name, arguments}, id}
+            msg: dict[str, Any] = {"role": "assistant", "content": text}
             if self._reasoning:
                 msg["reasoning_content"] = "".join(self._reasoning)
             if self._tools:
