@@ -9,10 +9,13 @@ Method (everything on this machine, loopback only):
   ``-t --threads``;
 - the gateway in this process (llamarig.gateway.server.Gateway), built-in tiers, cron jobs locked
   to 6000 tokens so they outlast the agents;
-- three set-ups, each round running all three in turn (``--rounds``) so load drift on a shared
+- four set-ups, each round running all four in turn (``--rounds``) so load drift on a shared
   machine hits each: *no cap* (four cron jobs: they take every slot, the first agent waits for
   one of them to end, then the agents decode beside three), *cap* (``cron.max_slots = 1``: one
-  cron job runs, three wait, the agents decode beside one), *alone* (no cron job);
+  cron job runs, three wait, the agents decode beside one), *yield* (``cron.yields = true``,
+  ``yield_after_s = 2``: four non-streamed cron jobs, each sent again as soon as it ends; the
+  first agent preempts them, tests/gateway/test_real_yield.py ``cron_yield_and_agents``),
+  *alone* (no cron job);
 - each set-up: the same scenario tests/gateway/test_pool_real.py asserts on (its
   ``cron_and_agents``), ``--agents`` agent requests one after the other (``/completion``, 48
   tokens, ``ignore_eos``, tier C2 by the ``x-llamarig-agent`` header); an agent's decode rate is
@@ -44,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.gateway.test_pool_real import AGENT, cron_and_agents  # noqa: E402
+from tests.gateway.test_real_yield import cron_yield_and_agents  # noqa: E402
 
 from llamarig.gateway.config import build_config, with_overrides  # noqa: E402
 from llamarig.gateway.server import Gateway  # noqa: E402
@@ -86,7 +90,8 @@ async def main(a: argparse.Namespace) -> dict[str, Any]:
     srv = start_server(server_bin(), model, ["-c", "32768", "-np", "4", "-kvu", "-t", str(a.threads)], log_dir=work)
     gws: dict[str, Gateway] = {}
     try:
-        for name, cron in (("no cap", {}), ("cap", {"max_slots": 1}), ("alone", {})):
+        for name, cron in (("no cap", {}), ("cap", {"max_slots": 1}), ("yield", {"yields": True, "yield_after_s": 2}),
+                           ("alone", {})):
             cfg = with_overrides(build_config({"cron": {"max_tokens": 6000, **cron}, "admission": {"keepalive_s": 0},
                                                "health": {"slots_interval_s": 0.5}}, "bench"),
                                  backends=[srv.url], port=0)
@@ -98,7 +103,8 @@ async def main(a: argparse.Namespace) -> dict[str, Any]:
         load = [os.getloadavg()[0]]
         for rnd in range(a.rounds):
             for name, gw in gws.items():
-                r = await (alone(gw, a.agents) if name == "alone" else cron_and_agents(gw, name == "cap", a.agents))
+                r = await (alone(gw, a.agents) if name == "alone" else cron_yield_and_agents(gw, a.agents)
+                           if name == "yield" else cron_and_agents(gw, name == "cap", a.agents))
                 runs[name].append(r)
                 print(f"round {rnd + 1} {name}: agents {[round(x, 1) for x in r['agent_decode_tok_s']]} tok/s, "
                       f"cron jobs beside {r['cron_beside_agents']}", flush=True)

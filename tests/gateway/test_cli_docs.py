@@ -56,6 +56,7 @@ def test_the_field_reports_proxy_as_a_config(tmp_path: Path) -> None:
     assert (t["C2"].long_output_max_tokens, t["C2"].long_output_timeout_s, t["C2"].max_slots) == (32768, 1800.0, 3)
     c = cfg.cron
     assert (c.max_tokens, c.max_tokens_thinking, c.priority, c.max_slots, c.max_pool_share) == (1024, 2048, 10, 1, 0.25)
+    assert (c.yields, c.yield_after_s, c.queue_timeout_s, t["C2"].pin_ttl_s) == (True, 30, 600, 2700)
     assert (cfg.server.port, cfg.backends[0].url, cfg.backends[0].log) == (8001, "http://127.0.0.1:8002",
                                                                           "/home/yijingu/logs/llama-server.log")
 
@@ -70,6 +71,7 @@ def test_the_field_reports_proxy_as_a_config(tmp_path: Path) -> None:
     assert tier("你好") == ("B", 4096, False)
     assert tier("写个脚本", max_tokens=32768, tools=[{"type": "function"}]) == ("C2", 32768, False)  # widened
     assert tier("nightly digest", {"x-llamarig-source": "cron-digest"}, max_tokens=32768) == ("B", 1024, True)
+    assert tier("nightly digest", {"x-llamarig-source": "CRON-digest"}, max_tokens=32768) == ("B", 1024, True)
     d = decide({"messages": [{"role": "system", "content": "你是一个编程助手"}, {"role": "user", "content": "改代码"}]},
                {}, cfg)
     assert (d.tier, d.reason) == ("C2", "system_prompt")

@@ -132,7 +132,8 @@ def test_overrides_and_no_backend() -> None:
 @pytest.mark.parametrize("text,where", [
     ("[tiers.B]\nmax_pool_share = 1.5\n", "tiers.B.max_pool_share: must be <= 1.0"),
     ("[tiers.B]\nmax_pool_share = 0\n", "tiers.B.max_pool_share: must be in (0, 1]"),
-    ("[cron]\nmax_slots = 0\n", "cron.max_slots: must be >= 1"),
+    ("[cron]\nmax_slots = -1\n", "cron.max_slots: must be >= 0"),
+    ("[tiers.B]\nqueue_timeout_s = -1\n", "tiers.B.queue_timeout_s: must be >= 0.0"),
     ("[cron]\non_busy = 'drop'\n", "cron.on_busy: expected 'queue' or 'reject', got 'drop'"),
     ("[[routing.rules]]\ntier = 'A'\n", "routing.rules[0]: a rule needs exactly one of 'system' and 'user'"),
     ("[[routing.rules]]\ntier = 'A'\nuser = '('\n", "routing.rules[0].user: bad regular expression"),

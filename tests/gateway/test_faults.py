@@ -62,15 +62,50 @@ def test_backend_killed_mid_stream_gives_error_event(lt: Any) -> None:
     assert r.choices[0].message.content == "tok" * 20
 
 
-def test_slow_backend_client_gives_up(lt: Any) -> None:
-    fb = lt.fake(first_byte_delay_s=3.0)
+def test_non_stream_client_gone_stops_the_upstream_stream(lt: Any) -> None:
+    """A non-streamed chat request goes upstream as a stream: its client leaving closes the
+    upstream (llama-server stops a stream at its next write) and releases the reservation."""
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate)
     gw = lt.gateway(backends=[fb.url])
-    t0 = time.monotonic()
     with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
         post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.5)
-    # the client left: the reservation is released at once, not when the backend answers
-    assert wait_until(lambda: reserved(lt, gw) == 0, 1.5)
-    assert time.monotonic() - t0 < 2.5
+    assert wait_until(lambda: reserved(lt, gw) == 0) and fb.stats.received[0]["stream"] is True
+    lt.call(gate.set)
+    assert wait_until(lambda: fb.stats.client_closed == 1) and fb.stats.completed == 0
+    st, _h, body = post(gw.url + "/v1/chat/completions", {"messages": MSG})  # and whole when it stays
+    assert st == 200 and json.loads(body)["choices"][0]["message"]["content"] == "tok" * 8
+
+
+def test_slow_backend_client_gives_up(lt: Any) -> None:
+    """Sent whole (``stream_upstream = false``, or native /completion), a non-streamed request
+    whose client left keeps its reservation until the backend has answered (llama-server runs a
+    non-streamed request to its end while other tasks produce results), then releases it."""
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate)
+    gw = lt.gateway({"server": {"stream_upstream": False}}, backends=[fb.url])
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.5)
+    assert reserved(lt, gw) > 0 and fb.stats.completed == 0  # the backend still runs it: kept
+    assert lt.call(lambda: len(gw.pipeline.detached)) == 1
+    lt.call(gate.set)
+    assert wait_until(lambda: reserved(lt, gw) == 0)
+    assert fb.stats.completed == 1 and lt.call(lambda: len(gw.pipeline.detached)) == 0
+
+
+def test_queued_non_stream_client_gone_leaves_the_queue(lt: Any) -> None:
+    """A non-streamed request whose client leaves while it waits in the queue is never sent."""
+    gate = lt.call(asyncio.Event)
+    fb = lt.fake(gate=gate, total_slots=1)
+    gw = lt.gateway({"server": {"stream_upstream": False}}, backends=[fb.url])
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.3)  # holds the one slot
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        post(gw.url + "/v1/chat/completions", {"messages": MSG}, timeout=0.3)  # queued, then gone
+    assert wait_until(lambda: lt.call(lambda: gw.admission.queued) == 0)
+    lt.call(gate.set)
+    assert wait_until(lambda: reserved(lt, gw) == 0)
+    assert len(fb.stats.received) == 1 and fb.stats.completed == 1
 
 
 def test_503_fails_over_500_passes_through(lt: Any) -> None:
@@ -352,8 +387,9 @@ def test_queued_stream_rejected_after_keepalive_gets_error_event(lt: Any) -> Non
 def test_conversation_affinity_across_backends(lt: Any) -> None:
     a = lt.fake(tokens=40, token_interval_s=0.02, n_ctx=20000)
     b = lt.fake(tokens=40, token_interval_s=0.02, n_ctx=20000)
+    # whole answers upstream: the fake sends those at once, so x1 ends while y and z still stream
     gw = lt.gateway({"backends": [{"url": a.url, "name": "a"}, {"url": b.url, "name": "b"}],
-                     "admission": {"prompt_tokens": "estimate"}})
+                     "admission": {"prompt_tokens": "estimate"}, "server": {"stream_upstream": False}})
     conv = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "first question"}]
 
     async def run() -> list[str]:

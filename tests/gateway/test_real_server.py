@@ -165,6 +165,10 @@ def test_client_disconnect_frees_the_slot(lt: Any, synth_model: Any, llama_serve
     while time.monotonic() < end and any(s["is_processing"] for s in srv.get("/slots")):
         time.sleep(0.05)
     assert not any(s["is_processing"] for s in srv.get("/slots"))  # upstream closed -> slot freed
+    # the reservation goes once the gateway's own reading of /slots shows the slot stopped
+    end = time.monotonic() + 10
+    while time.monotonic() < end and lt.call(lambda: gw.ledger.total_reserved()):
+        time.sleep(0.05)
     assert lt.call(lambda: gw.ledger.total_reserved()) == 0
     n_decoded = max((s for s in srv.get("/slots") if "id_task" in s), key=lambda s: s["id_task"])["next_token"][0]["n_decoded"]
     assert n_decoded < 4000

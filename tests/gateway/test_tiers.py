@@ -211,3 +211,19 @@ def test_caps_routes_and_on_busy_of_a_decision() -> None:
     assert cron.backends == frozenset({"b"}) and cron.priority == 10  # the routes meet
     assert decide({"messages": MSG}, {"x-llamarig-tier": "A"}, cfg).on_busy == "reject"
     assert decide({"messages": MSG}, {}, cfg).backends is None  # B: any backend
+
+
+def test_cron_by_key_or_any_case_prefix_with_its_queue_timeout_and_yield() -> None:
+    """Report 004's owner: ``CRON-digest`` got 4096 (the prefix was case-sensitive), and a key
+    could not mark its requests as cron jobs."""
+    cfg = build_config({"cron": {"yields": True, "queue_timeout_s": 600},
+                        "tiers": {"C2": {"max_tokens": 6144, "queue_timeout_s": 5}}})
+    for v in ("cron-digest", "CRON-digest", "Cron"):
+        x = decide({"messages": MSG}, {"x-llamarig-source": v}, cfg)
+        assert (x.cron, x.max_tokens, x.yields, x.queue_timeout_s) == (True, 1024, True, 600)
+    key = KeyConfig(key="k" * 8, name="nightly", cron=True)
+    assert decide({"messages": MSG}, {}, cfg, key).cron
+    plain = decide({"messages": MSG}, {}, cfg)
+    assert (plain.cron, plain.yields, plain.queue_timeout_s) == (False, False, None)
+    agent = decide({"messages": MSG, "tools": [{"type": "function"}]}, {}, cfg)
+    assert (agent.tier, agent.queue_timeout_s) == ("C2", 5)

@@ -4,6 +4,7 @@ plus the CLI's errors. The real server's behaviour is in test_top_server.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -29,11 +30,12 @@ def slot(sid: int, *, busy: bool = False, task: int = 1, dec: int = 0, ctx: int 
 
 def raw(t: float, slots: list[dict[str, Any]] | None = None, *, metrics: dict[str, float] | None = None,
         start: float | None = 5.0, reachable: bool = True, gpu: GpuReading = NO_GPU, status: Any = None,
-        name: str = "server", hint: PoolHint = NO_HINT) -> Raw:
+        name: str = "server", hint: PoolHint = NO_HINT, checkpoints: bool | None = True) -> Raw:
     srv = ServerRaw(name, "http://127.0.0.1:1", reachable, health=200 if reachable else None,
                     error="" if reachable else "connection refused",
                     slots=tuple(slots) if slots is not None else None, metrics=metrics, start_time=start,
-                    props={"build_info": "b11434", "model_alias": "m.gguf", "total_slots": 2}, pool_hint=hint)
+                    props={"build_info": "b11434", "model_alias": "m.gguf", "total_slots": 2}, pool_hint=hint,
+                    checkpoints=checkpoints)
     return Raw("http://127.0.0.1:1", "gateway" if status is not None else "server", t, 1000.0 + t, (srv,), gpu, status)
 
 
@@ -98,6 +100,14 @@ def test_checkpoint_thrash_alert_after_two_reprocessed_continuations() -> None:
     assert [e.kind for e in snaps[1].events] == ["reprocessed"]
     assert not [a for a in snaps[1].alerts if a.kind == "checkpoint_thrash"]
     assert [a.kind for a in snaps[3].alerts] == ["checkpoint_thrash"]
+    # a model without checkpoints (plain attention: report 004's llama) re-processes too, but
+    # that is an event (its prefix was lost), never the checkpoint alarm
+    plain = run(*(dataclasses.replace(r, servers=(dataclasses.replace(r.servers[0], checkpoints=False),))
+                  for r in (raw(0, [slot(0, task=1, ctx=held)]),
+                            raw(1, [slot(0, busy=True, task=2, ctx=held + 100, cached=10, processed=held + 90)]),
+                            raw(2, [slot(0, task=2, ctx=held + 200, cached=10)]),
+                            raw(3, [slot(0, busy=True, task=3, ctx=held + 300, cached=5, processed=held + 295)]))))
+    assert [e.kind for e in plain[1].events] == ["reprocessed"] and not plain[3].alerts
     # a continuation served from the cache breaks the streak
     ok = run(raw(0, [slot(0, task=1, ctx=held)]), raw(1, [slot(0, busy=True, task=2, ctx=held + 50, cached=held)]))
     assert not ok[1].events

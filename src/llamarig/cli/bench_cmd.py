@@ -98,12 +98,15 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
 @click.option("--poll-interval", type=float, default=0.2, show_default=True, help="Seconds between /slots polls.")
 @click.option("--api-key", metavar="KEY", envvar="LLAMARIG_API_KEY", help="Bearer token (or $LLAMARIG_API_KEY).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table (files only).")
+@click.option("--hold", metavar="TIERS", default=None,
+              help="Through a llamarig gateway: hold these tiers (e.g. cron,B) while the bench runs "
+                   "(POST /gateway/hold, released at the end).")
 @click.pass_context
 def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], json_path: Path | None, md_path: Path | None,
               html_path: Path | None, k: int, n_predict: int, prompt_set: str, endpoint: str, seed: int, temperature: float | None, warmup: int, lengths: str,
               repeats: int, depths: str, conc: str, ttft_prefix: int, slot: str, baseline_url: str | None,
               workload: Path | None, strict: bool, wait_ready: float, timeout_s: float, poll_interval: float,
-              api_key: str | None, quiet: bool) -> None:
+              api_key: str | None, quiet: bool, hold: str | None) -> None:
     """Measure a running llama-server: decode, cold prefill, warm TTFT, depth, concurrency,
     speculative acceptance, workload replay; with interference detection and the method on
     every number."""
@@ -134,22 +137,54 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     )
     out = Console()
     err = Console(stderr=True)
-    if quiet or not err.is_terminal:
-        doc = run_bench(cfg).to_json()
-    else:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True) as prog:
-            task = prog.add_task("starting", total=None)
+    held = tuple(t.strip() for t in (hold or "").split(",") if t.strip())
+    if held:
+        _gateway_hold(url, "hold", held, api_key)
+    try:
+        if quiet or not err.is_terminal:
+            doc = run_bench(cfg).to_json()
+        else:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err, transient=True) as prog:
+                task = prog.add_task("starting", total=None)
 
-            def progress(label: str, done: int, total: int) -> None:
-                prog.update(task, description=label[:40], completed=done, total=total)
+                def progress(label: str, done: int, total: int) -> None:
+                    prog.update(task, description=label[:40], completed=done, total=total)
 
-            doc = run_bench(cfg, progress).to_json()
+                doc = run_bench(cfg, progress).to_json()
+    finally:
+        if held:
+            _gateway_hold(url, "release", held, api_key)
+    if held:
+        doc["gateway_hold"] = list(held)
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
         report_view.render(doc, out, lang())
     if doc.get("errors") or doc.get("aborted"):
         sys.exit(ExitCode.PROBLEMS)
+
+
+#: how long ``--hold`` holds at most (the bench releases it at its end; this bounds a bench that dies)
+HOLD_S = 3600
+
+
+def _gateway_hold(url: str, action: str, tiers: tuple[str, ...], api_key: str | None) -> None:
+    """POST /gateway/hold or /gateway/release on a llamarig gateway (``--hold``); InputError."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    body = {"tiers": list(tiers), **({"seconds": HOLD_S} if action == "hold" else {})}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    req = urllib.request.Request(url.rstrip("/") + f"/gateway/{action}", data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
+    except urllib.error.HTTPError as e:
+        raise InputError(_("--hold: {url} answered HTTP {status} to /gateway/{action} (a llamarig gateway, with an "
+                           "admin key where it has keys?)").format(url=url, status=e.code, action=action)) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise InputError(_("--hold: cannot reach {url}: {error}").format(url=url, error=e)) from None
 
 
 @bench_cmd.command("compare", epilog="Exit codes: 0 ok; 2 unreadable or non-llamarig JSON.")

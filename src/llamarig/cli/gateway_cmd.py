@@ -18,6 +18,15 @@ from llamarig.errors import InputError, ServerError
 from llamarig.i18n import error_text, os_error
 
 
+class _LocalizedLog(logging.Filter):
+    """The gateway's log lines in the chosen language (their catalogue messages localized)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(localize(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
 @click.group("gateway", cls=Group, invoke_without_command=True, examples=(
     "llamarig gateway --backend http://127.0.0.1:8080 --port 8000", "llamarig gateway --config gateway.toml",
     "llamarig gateway --backend http://10.0.0.5:8080 --ledger redis://10.0.0.9:6379/0",
@@ -54,6 +63,8 @@ def gateway_cmd(ctx: click.Context, config_path: str | None, backends: tuple[str
         click.echo(json.dumps(dataclass_dict(cfg), indent=2, ensure_ascii=False))
         return
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(asctime)s %(levelname)s %(message)s")
+    for h in logging.getLogger().handlers:
+        h.addFilter(_LocalizedLog())
     from llamarig.gateway.server import serve
 
     def ready(gw: Any) -> None:
@@ -143,7 +154,7 @@ def status_table(url: str, st: Mapping[str, Any], table_cls: Any) -> Any:
         url=url, uptime=st["uptime_s"], served=st["served"]))
     for col in (_("backend"), _("url"), _("health"), _("reserved / pool tokens"), _("in flight / slots"),
                 _("slot ctx"), _("problem")):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # at 80 columns a long URL or error folds, never cut with "…"
     safety = float(st.get("safety") or 1.0)
     timeout = float((st.get("health") or {}).get("timeout_s") or 0)
     for b in st["backends"]:
@@ -156,6 +167,27 @@ def status_table(url: str, st: Mapping[str, Any], table_cls: Any) -> Any:
                  problem or b.get("last_error") or "")
         t.add_row(*(Text(str(localize(c))) for c in cells))  # no rich markup in names, URLs, errors
     return t
+
+
+def _yield_lines(st: Mapping[str, Any]) -> list[str]:
+    """Holds, slot pins, cron jobs in flight and the prompt cache per tier."""
+    out = []
+    holds = st.get("holds") or {}
+    if holds:
+        out.append(_("held: {holds}").format(holds=", ".join(f"{g} {s:.0f} s" for g, s in sorted(holds.items()))))
+    for backend, pins in sorted((st.get("pins") or {}).items()):
+        out.append(_("pinned slots on {backend}: {pins}").format(backend=backend, pins=", ".join(
+            _("slot {slot} (tier {tier}, {left:.0f} s left)").format(slot=p["slot"], tier=p["tier"], left=p["ttl_left_s"])
+            for p in pins)))
+    cron = sum(1 for r in st.get("requests") or () if r.get("cron"))
+    if cron:
+        out.append(_("cron jobs in flight: {n}").format(n=cron))
+    for tier, c in sorted((st.get("cache") or {}).items()):
+        if c.get("requests"):
+            out.append(_("prompt cache, tier {tier}: {hits} of {n} requests hits, {frac} of their prompt tokens "
+                         "from the cache").format(tier=tier, hits=c["hits"], n=c["requests"],
+                                                  frac=f"{c['cached_frac']:.0%}" if c.get("cached_frac") is not None else "?"))
+    return out
 
 
 def _mismatch_lines(st: Mapping[str, Any]) -> list[str]:
@@ -211,7 +243,7 @@ def status_footer(st: Mapping[str, Any]) -> list[str]:
         _("queue: {length}/{size} waiting (by tier: {by}); deadline {timeout} s; Retry-After now {retry} s").format(
             length=q["length"], size=q["size"], by=by, timeout=q["timeout_s"], retry=st["retry_after_s"]),
         _("rejected (429/503) by reason: {counts}").format(counts=rejected or _("none")),
-        *_cells_lines(st), *_mismatch_lines(st), *_share_lines(st),
+        *_cells_lines(st), *_mismatch_lines(st), *_share_lines(st), *_yield_lines(st),
         _("reserved = prompt tokens + max_tokens of every admitted request; the pool comes from /props, the "
           "server's log or the config (pool_tokens)"),
     ]

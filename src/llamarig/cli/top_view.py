@@ -67,7 +67,9 @@ def _pct(a: int | None, b: int | None) -> str:
 def _pool_total(snap: Snapshot) -> tuple[int, int, bool]:
     """Cells in use and the pools' cells over the servers whose pool is known, and whether one of
     those is only a lower bound (the share is then at most that)."""
-    pools = [s.pool for s in snap.servers if s.pool is not None and s.pool.tokens and s.pool.cells is not None]
+    # a known pool counts from the start: no cells in use yet (no slot holds tokens) is 0, not "?"
+    pools = [s.pool for s in snap.servers if s.pool is not None and s.pool.tokens
+             and (s.pool.cells is not None or s.slots)]
     return (sum(p.cells or 0 for p in pools), sum(p.tokens or 0 for p in pools),
             any(p.bound == "at_least" for p in pools))
 
@@ -223,13 +225,14 @@ def gateway_part(snap: Snapshot, full: bool) -> list[Any]:
         prio=prio, r429=r429), style="bold")]
     if g.requests:
         t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for c in (_("request"), _("backend"), _("slot"), _("tier"), _("priority"), _("key"), _("reserved"), _("age")):
+        for c in (_("request"), _("backend"), _("slot"), _("tier"), _("cron"), _("priority"), _("key"), _("reserved"),
+                  _("age")):
             t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=14)
         rows = g.requests if full else g.requests[:8]
         for r in rows:
             slot = "-" if r.slot is None else str(r.slot)
-            t.add_row(*(Text(c) for c in (r.id, r.backend, slot, r.tier, str(r.priority), r.key or "-",
-                                          str(r.reserved_tokens), _dur(r.age_s))))
+            t.add_row(*(Text(c) for c in (r.id, r.backend, slot, r.tier, _("yes") if r.cron else "-", str(r.priority),
+                                          r.key or "-", str(r.reserved_tokens), _dur(r.age_s))))
         out.append(t)
         if len(rows) < len(g.requests):
             out.append(Text(_("... and {n} more (v: gateway view)").format(n=len(g.requests) - len(rows)), style="dim"))

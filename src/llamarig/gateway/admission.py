@@ -65,6 +65,7 @@ class Reservation:
     timeout_s: float | None = None  # the tier's time limit (it ends by then)
     t_first: float | None = None  # the first upstream byte (set by the pipeline)
     cron: bool = False
+    client_gone: bool = False  # its client left; kept until the server has finished it (the pipeline)
 
     @property
     def prompt_tokens(self) -> int:
@@ -227,6 +228,9 @@ class AdmitRequest:
     on_busy: str = "queue"  # "reject": 429 at once instead of queueing
     timeout_s: float | None = None
     cron: bool = False
+    yields: bool = False  # admitted only while no better priority is in flight on the backend or queued
+    queue_timeout_s: float | None = None  # its tier's (None: the admission's); the caller's deadline applies it
+    yield_after_s: float = 0.0  # a yielding request waits until better priorities were idle this long
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -338,6 +342,10 @@ class Admission:
         self.rejected: dict[str, int] = {}  # by code (what happened)
         self.rejected_reasons: dict[str, int] = {}  # by reason (the real cause)
         self.rejected_status: dict[int, int] = {}  # by HTTP status (429, 503)
+        #: held groups (``tier:NAME``, ``cron``) -> until when (time.monotonic()); POST /gateway/hold
+        self.holds: dict[str, float] = {}
+        #: backend -> priority -> when a request of that priority last ended there (yield_after_s)
+        self.ended: dict[str, dict[int, float]] = {}
 
     # -- views
     @property
@@ -379,14 +387,84 @@ class Admission:
 
     def blocked(self, req: AdmitRequest) -> Blocked | None:
         """Why ``req`` fits no backend now (None: it fits, or no ``diagnose`` was given)."""
+        group = self.held(req)
+        if group is not None:
+            return Blocked(reasons.HELD, {"group": group,
+                                          "held_for_s": round(max(0.0, self.holds[group] - time.monotonic()), 1)})
+        if req.yields and (self._better_waiting(req) or self._better_on()):
+            better = self._better_on(req.priority)
+            return Blocked(reasons.YIELDING, {"priority": req.priority, "busy_backends": sorted(better),
+                                              "better_queued": self._better_waiting(req)})
         return self.diagnose(req) if self.diagnose is not None else None
+
+    # -- holds and yielding (docs/gateway.md, "Cron that yields")
+    def hold(self, groups: tuple[str, ...], seconds: float) -> None:
+        """Admit nothing of ``groups`` for ``seconds`` (requests in flight run on; waiters wait)."""
+        until = time.monotonic() + seconds
+        for g in groups:
+            self.holds[g] = until
+        asyncio.get_running_loop().call_later(seconds, self.pump)
+
+    def release_holds(self, groups: tuple[str, ...] = ()) -> None:
+        """End the holds of ``groups`` (all: empty) and admit what now fits."""
+        for g in groups or tuple(self.holds):
+            self.holds.pop(g, None)
+        self.pump()
+
+    def active_holds(self) -> dict[str, float]:
+        """Held group -> seconds left."""
+        now = time.monotonic()
+        for g in [g for g, t in self.holds.items() if t <= now]:
+            del self.holds[g]
+        return {g: t - now for g, t in self.holds.items()}
+
+    def held(self, req: AdmitRequest) -> str | None:
+        """The first of ``req``'s groups that is held now (None: none)."""
+        if not self.holds:
+            return None
+        left = self.active_holds()
+        return next((g for g in req.groups if g in left), None)
+
+    def _better_waiting(self, req: AdmitRequest) -> bool:
+        return any(not w.gone and w.priority < req.priority for w in self._heap)
+
+    def _better_on(self, priority: int | None = None, idle_s: float = 0.0) -> frozenset[str]:
+        """The backends where a request of a better priority than ``priority`` is in flight, or
+        ended less than ``idle_s`` ago (a pump is due when that time has passed)."""
+        act = self.ledger.active.values()
+        out = {r.backend for r in act if not r.released and (priority is None or r.priority < priority)}
+        if idle_s > 0 and priority is not None:
+            now = time.monotonic()
+            for name, by in self.ended.items():
+                last = max((t for p, t in by.items() if p < priority), default=None)
+                if last is not None and now - last < idle_s:
+                    out.add(name)
+                    self._pump_at(last + idle_s)
+        return frozenset(out)
+
+    def _pump_at(self, when: float) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_at(loop.time() + max(0.0, when - time.monotonic()) + 0.001, self.pump)
+
+    def _gate(self, req: AdmitRequest) -> frozenset[str] | None:
+        """Backends ``req`` must not go to now (held: None, it goes nowhere)."""
+        if self.held(req) is not None:
+            return None
+        if not req.yields:
+            return frozenset()
+        if self._better_waiting(req):
+            return None
+        return self._better_on(req.priority, req.yield_after_s)
 
     # -- admission
     def _try(self, req: AdmitRequest, exclude: frozenset[str] = frozenset(), fresh: bool = False
              ) -> tuple[Reservation, asyncio.Future[bool]] | None:
         """Pick a backend and claim ``req`` on it: (reservation, decision), or None when the
         picker finds no backend that fits now."""
-        name = self.picker(req, req.exclude | exclude)
+        gate = self._gate(req)
+        if gate is None:
+            return None
+        name = self.picker(req, req.exclude | exclude | gate)
         if name is None:
             return None
         r = Reservation(next(self._ids), name, req.tokens, req.key, req.tier, req.priority, time.monotonic(),
@@ -457,6 +535,11 @@ class Admission:
             refused |= {r.backend}  # another replica filled it since this one last looked
         return None
 
+    def preempted(self, req: AdmitRequest) -> Rejected:
+        """503 for a yielding request that a better priority took the place of (it may retry)."""
+        return self._reject(503, "preempted", reasons.preempted_message(), reasons.YIELDING, {"priority": req.priority},
+                            req)
+
     def busy(self, req: AdmitRequest) -> Rejected:
         """429 at once for a request whose tier (or cron) rejects instead of queueing: what
         blocks it now (slots, pool, its tier's cap, ...), or the queue ahead of it."""
@@ -479,12 +562,12 @@ class Admission:
             raise self._reject(429, "queue_full", reasons.queue_full_message(self._queued, self.queue_size, b),
                                reasons.QUEUE_FULL, details, req)
         loop = asyncio.get_running_loop()
+        timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
         w = _Waiter(req.priority, next(self._seq), req, loop.create_future(), time.monotonic())
         heapq.heappush(self._heap, w)
         self._queued += 1
         self._key_inc(req.key)
         self.ledger.queue_add(w.seq, w.priority)
-        timeout = self.queue_timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
         w.timer = loop.call_later(timeout, self._expire, w)
         if ahead:
             self.pump()  # first fit: it may fit beside the waiters ahead of it
@@ -514,7 +597,8 @@ class Admission:
         waited = time.monotonic() - w.enqueued
         b = self.blocked(w.req)
         details = {**(b.details if b is not None else {}), "need_tokens": w.req.tokens,
-                   "waited_s": round(waited, 3), "queue_timeout_s": self.queue_timeout_s}
+                   "waited_s": round(waited, 3),
+                   "queue_timeout_s": w.req.queue_timeout_s if w.req.queue_timeout_s is not None else self.queue_timeout_s}
         w.fut.set_exception(self._reject(429, "queue_timeout", reasons.queue_timeout_message(waited, b),
                                          b.reason if b is not None else reasons.QUEUE_TIMEOUT, details, w.req))
 
@@ -552,6 +636,7 @@ class Admission:
     def release(self, r: Reservation) -> None:
         """Give the tokens back (idempotent) and admit waiters that now fit."""
         if self.ledger.release(r):
+            self.ended.setdefault(r.backend, {})[r.priority] = time.monotonic()
             self._key_dec(r.key)
             self.pump()
 

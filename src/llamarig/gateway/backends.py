@@ -371,6 +371,7 @@ class Backends:
         st.fails = 0
         st.successes += 1
         st.problem = st.problem_detail = ""
+        st.last_error = ""  # a recovered backend shows no stale error
         if not st.healthy and st.successes >= self.cfg.health.recover_after and st.pool is not None:
             st.healthy = True
             self._changed()

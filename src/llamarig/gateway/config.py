@@ -96,10 +96,20 @@ class TierConfig:
     long_output_timeout_s: float | None = None
     #: the most of a backend's KV pool (a fraction) and of its slots this tier's requests hold at once
     max_pool_share: float | None = _f(None, lo=0.0, hi=1.0)
-    max_slots: int | None = _f(None, lo=1)
+    max_slots: int | None = _f(None, lo=0)  # 0: the tier is held (its requests wait, then 429)
     #: the backends (names) this tier's requests go to; empty: any
     backends: tuple[str, ...] = ()
     on_busy: OnBusy = "queue"
+    #: admitted only while no request of a better priority (a lower number) is in flight on the
+    #: backend or waits in the queue: it gives way to interactive work (docs/gateway.md, "Cron that yields")
+    yields: bool = False
+    #: with ``yields``: also wait until better priorities have been idle this long (an agent's
+    #: tool call between two turns), so a yielding job does not start only to be preempted
+    yield_after_s: float = _f(0.0, lo=0.0)
+    queue_timeout_s: float | None = _f(None, lo=0.0)  # None: admission.queue_timeout_s
+    #: each session (conversation) of this tier keeps its slot this long after its last request:
+    #: other traffic is sent to other slots (``id_slot``), so its prompt cache stays (llamarig.gateway.slots)
+    pin_ttl_s: float | None = _f(None, lo=1.0)
 
     def __post_init__(self) -> None:
         if self.reasoning_budget is not None and self.reasoning_budget >= self.max_tokens:
@@ -144,6 +154,8 @@ class KeyConfig:
     tier: str | None = None
     priority: int | None = None
     max_concurrent: int = _f(0, lo=0)  # 0: unlimited (in flight + queued)
+    cron: bool = False  # every request with this key is a cron job (as with the cron header)
+    admin: bool = False  # may hold and release tiers (POST /gateway/hold, /gateway/release)
 
     def __post_init__(self) -> None:
         if len(self.key) < 8:
@@ -206,9 +218,12 @@ class CronConfig:
     priority: int = 10
     timeout_s: float | None = None
     max_pool_share: float | None = _f(None, lo=0.0, hi=1.0)
-    max_slots: int | None = _f(None, lo=1)
+    max_slots: int | None = _f(None, lo=0)  # 0: cron is held
     backends: tuple[str, ...] = ()
     on_busy: OnBusy = "queue"
+    yields: bool = False  # as a tier's: cron runs only while better priorities are idle
+    yield_after_s: float = _f(0.0, lo=0.0)
+    queue_timeout_s: float | None = _f(None, lo=0.0)  # None: the tier's, else admission.queue_timeout_s
 
     def __post_init__(self) -> None:
         _share(self.max_pool_share)
@@ -255,6 +270,9 @@ class GatewayServerConfig:
     log_content: bool = False
     public_metrics: bool = True
     accept_any_model: bool = False
+    #: non-streamed chat and completions requests go upstream as streams and come back whole, so
+    #: closing the upstream stops them (llamarig.gateway.aggregate; docs/gateway.md, "Client gone")
+    stream_upstream: bool = True
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,12 @@ class GatewayMetrics:
         self.in_flight = Gauge(p + "in_flight", "Admitted requests in flight", ["backend"], registry=r)
         self.slots = Gauge(p + "slots", "Backend slots (-np)", ["backend"], registry=r)
         self.up = Gauge(p + "backend_up", "1 if the backend is healthy (not ejected)", ["backend"], registry=r)
-        self.ttft = Histogram(p + "ttft_seconds", "Time to first upstream byte after admission", ["tier", "backend"],
+        self.ttft = Histogram(p + "ttft_seconds", "Time to first token after admission: a stream's first chunk with "
+                              "text, a whole answer's server prompt time (timings.prompt_ms); cron 1 for cron jobs, "
+                              "cache: the prompt cache (hit, partial, miss, unknown)", ["tier", "backend", "cron", "cache"],
                               registry=r, buckets=_LAT)
+        self.pin_events = Counter(p + "slot_pin_events", "Slot pins made, expired, or released early because the pool "
+                                  "needed the slot", ["backend", "event"], registry=r)
         self.duration = Histogram(p + "request_seconds", "Admission to last byte", ["tier", "backend"], registry=r, buckets=_LAT)
         self.tokens = Counter(p + "tokens", "Tokens reported by the backend (timings/usage)", ["tier", "backend", "kind"], registry=r)
         self.errors = Counter(p + "upstream_errors", "Upstream failures", ["backend", "kind"], registry=r)

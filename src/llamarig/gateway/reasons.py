@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamarig.gateway.pool import Share, cap_blocks
-from llamarig.i18n import N_, _
+from llamarig.i18n import N_, _, join
 
 if TYPE_CHECKING:
     from llamarig.gateway.admission import ReservationLedger as Ledger
@@ -37,6 +37,8 @@ SHUTTING_DOWN = "shutting_down"
 LEDGER_UNAVAILABLE = "ledger_unavailable"
 TIER_CAP = "tier_cap"
 QUEUE_AHEAD = "queue_ahead"
+HELD = "held"
+YIELDING = "yielding"
 
 #: reason code -> a short label (``llamarig gateway status``: "429s by reason: slots busy 3")
 REASONS: dict[str, str] = {
@@ -51,6 +53,8 @@ REASONS: dict[str, str] = {
     LEDGER_UNAVAILABLE: N_("shared ledger unreachable"),
     TIER_CAP: N_("tier or cron cap"),
     QUEUE_AHEAD: N_("requests queued ahead"),
+    HELD: N_("tier held"),
+    YIELDING: N_("yielding to higher tiers"),
 }
 
 
@@ -178,6 +182,12 @@ def cause(b: Blocked | None) -> str:
                  "context of any free slot").format(need=d["need_tokens"], slot_ctx=d["slot_ctx"])
     if r == TIER_CAP:
         return _tier_cap(d)
+    if r == HELD:
+        return _("{group} held for {seconds} s more (POST /gateway/hold)").format(
+            group=group_label(d["group"]), seconds=d["held_for_s"])
+    if r == YIELDING:
+        return _("it yields to higher tiers: a request of a better priority is in flight on {backends} or "
+                 "waits").format(backends=", ".join(d["busy_backends"]) or "-")
     if r == QUEUE_AHEAD:
         return _("{queued} requests of the same or a better priority wait ahead of it").format(queued=d.get("queued", 0))
     if r == NO_BACKEND:
@@ -192,7 +202,14 @@ def cause(b: Blocked | None) -> str:
     return _("nothing blocks it now; it was not admitted in time behind the requests ahead of it")
 
 
+def preempted_message() -> str:
+    return _("preempted: a request of a better priority was admitted on its backend, and this tier yields "
+             "(retry after Retry-After)")
+
+
 def _tier_cap(d: Mapping[str, Any]) -> str:
+    if d.get("max_slots") == 0:
+        return _("{group} is held: max_slots = 0").format(group=group_label(d["group"]))
     if d.get("max_slots") is not None and d.get("group_in_flight", 0) >= d["max_slots"]:
         return _("{group} hold {n} of their {cap} slots on {backend} (max_slots)").format(
             group=group_label(d["group"]), n=d["group_in_flight"], cap=d["max_slots"], backend=d["backend"])
@@ -265,7 +282,7 @@ def source_label(source: str | None) -> str:
     if not source:
         return "?"
     names = {"props": "/props", "config": _("config"), "log": _("the server's log")}
-    return " + ".join(names.get(p, p) for p in source.split("+"))
+    return join(" + ", [names.get(p, p) for p in source.split("+")])  # a composite: each part localized
 
 
 def backend_ok_line(name: str, url: str, slots: int, pool: int, source: str, slot_ctx: int,

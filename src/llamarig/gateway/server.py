@@ -124,6 +124,8 @@ class Gateway:
         srv.add("GET", "/gateway/status", self._wrap(self._status))
         srv.add("GET", "/gateway/slots", self._wrap(self._slots))
         self.page.routes(lambda m, p, h: srv.add(m, p, self._wrap(h)))
+        srv.add("POST", "/gateway/hold", self._wrap(self._hold))
+        srv.add("POST", "/gateway/release", self._wrap(self._hold))
         return srv
 
     def _too_large(self, content_length: int | None, limit: int) -> Response:
@@ -142,6 +144,7 @@ class Gateway:
         # a backend that fails it is not waited for (the health loop keeps checking it), and
         # Backends.startup_lines() says what it found (the CLI prints them)
         await self.backends.check_all()
+        self._warn_pins()
         self.backends.start()
         loop = asyncio.get_running_loop()
         if self.config_path:
@@ -151,6 +154,19 @@ class Gateway:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
                 loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
 
+    def _warn_pins(self) -> None:
+        """Slot pins on a unified pool: llama-server clears idle slots there while its RAM prompt
+        cache is on (docs/gateway.md, "Slot pins")."""
+        if not any(t.pin_ttl_s is not None for t in self.cfg.tiers.values()):
+            return
+        for st in self.backends.states.values():
+            sp = st.pool.server if st.pool is not None else None
+            if sp is not None and sp.unified:
+                log.warning("%s", _("backend {name}: slot pins keep a prompt only where the slot is its cache: on a "
+                                    "unified pool (-kvu) start llama-server with --cache-ram 0 or "
+                                    "--no-cache-idle-slots, else it clears idle slots at each new task and a pin "
+                                    "stops its RAM cache's restore (docs/gateway.md, Slot pins)").format(name=st.name))
+
     async def _on_cleanup(self) -> None:
         await self.page.feed.stop()
         for t in self._tasks:
@@ -158,6 +174,7 @@ class Gateway:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        await self.pipeline.close()
         self.admission.reject_all("shutting_down", reasons.shutting_down_message())
         await self.backends.stop()
         await self.ledger.close()
@@ -185,15 +202,17 @@ class Gateway:
         try:
             new = with_overrides(load_config(self.config_path), **self.overrides)
         except LlamarigError as e:
-            log.error("config reload failed, keeping the running config: %s", e)
+            log.error("%s", _("config reload failed, keeping the running config: {error}").format(error=e))
             self.metrics.reloads.labels("error").inc()
             return False
         old = self.cfg
         if new.ledger != old.ledger:
-            log.warning("config reload: ledger changes need a restart; keeping %s", self.ledger.describe().get("url", "local"))
+            log.warning("%s", _("config reload: ledger changes need a restart; keeping {ledger}").format(
+                ledger=self.ledger.describe().get("url", "local")))
             new = replace(new, ledger=old.ledger)
         if (new.server.host, new.server.port) != (old.server.host, old.server.port):
-            log.warning("config reload: host/port changes need a restart; keeping %s:%s", old.server.host, old.server.port)
+            log.warning("%s", _("config reload: host/port changes need a restart; keeping {host}:{port}").format(
+                host=old.server.host, port=old.server.port))
             new = replace(new, server=replace(new.server, host=old.server.host, port=old.server.port))
         self.cfg = new
         self.backends.apply_config(new)
@@ -206,7 +225,7 @@ class Gateway:
         await self.backends.check_all()
         self.admission.pump()
         self.metrics.reloads.labels("ok").inc()
-        log.info("config reloaded from %s", self.config_path)
+        log.info("%s", _("config reloaded from {path}").format(path=self.config_path))
         return True
 
     # ------------------------------------------------------------------ helpers
@@ -312,7 +331,7 @@ class Gateway:
 
     def status(self) -> dict[str, Any]:
         return gwstatus.status(self.cfg, self.backends, self.ledger, self.admission, started=self.started,
-                               served=self.served)
+                               served=self.served, pins=self.pipeline.pins(), cache=self.pipeline.cache)
 
     async def _status(self, request: Request) -> Response | StreamResponse:
         authenticate(request, self.cfg)
@@ -338,8 +357,34 @@ class Gateway:
         states = [s for s in self.backends.states.values() if not s.removed]
         return json_response(200, {"backends": list(await asyncio.gather(*(one(s) for s in states)))})
 
+    async def _hold(self, request: Request) -> Response | StreamResponse:
+        """POST /gateway/hold ``{"tiers": ["cron", "B"], "seconds": 600}``: admit nothing of
+        those tiers (``cron``: cron jobs) for that long (requests in flight run on, new ones
+        wait); POST /gateway/release ``{"tiers": [...]}`` (none: every hold) ends it. An admin
+        key when the gateway has keys (``keys[].admin``). Answers the holds now in force."""
+        cfg = self.cfg
+        key = authenticate(request, cfg)
+        if key is not None and not key.admin:
+            raise RequestError(403, _("holding tiers needs an admin key (keys[].admin = true)"), code="not_admin")
+        body = parse_json(read_body(request, cfg.server.max_body_bytes)) if request.body else {}
+        groups = hold_groups(body, cfg)
+        adm = self.admission
+        if request.path.endswith("/hold"):
+            seconds = body.get("seconds", 600)
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86400:
+                raise RequestError(400, _("'{field}' must be a number of seconds in (0, 86400]").format(field="seconds"),
+                                   param="seconds")
+            if not groups:
+                raise RequestError(400, _("'{field}' must be a non-empty array").format(field="tiers"), param="tiers")
+            adm.hold(groups, float(seconds))
+            log.info("%s", _("held {groups} for {seconds} s").format(groups=", ".join(groups), seconds=seconds))
+        else:
+            adm.release_holds(groups)
+            log.info("%s", _("released the holds of {groups}").format(groups=", ".join(groups) or "*"))
+        return json_response(200, {"holds": {g: round(t, 1) for g, t in adm.active_holds().items()}})
+
     async def _not_found(self, request: Request) -> Response | StreamResponse:
-        msg = _("unknown endpoint {method} {path}").format(method=request.method, path=request.path)
+        msg = localize(_("unknown endpoint {method} {path}").format(method=request.method, path=request.path), self.lang)
         return json_response(404, {"error": {"message": msg,
                                              "type": "invalid_request_error", "param": None, "code": "not_found"}})
 
@@ -361,6 +406,25 @@ class Gateway:
     def port(self) -> int:
         """The port actually bound (useful with port 0)."""
         return self.http.port
+
+
+def hold_groups(body: Any, cfg: GatewayConfig) -> tuple[str, ...]:
+    """The admission groups named by a hold's ``tiers`` (``cron``, or a tier name); RequestError(400)."""
+    if not isinstance(body, dict):
+        raise RequestError(400, _("request body must be a JSON object"))
+    names = body.get("tiers", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise RequestError(400, _("'{field}' must be an array").format(field="tiers"), param="tiers")
+    out: list[str] = []
+    for n in names:
+        if n == "cron":
+            out.append("cron")
+        elif n in cfg.tiers:
+            out.append(f"tier:{n}")
+        else:
+            raise RequestError(400, _("unknown tier '{tier}'; tiers: {tiers}").format(
+                tier=n, tiers=", ".join([*cfg.tiers, "cron"])), param="tiers")
+    return tuple(out)
 
 
 def make_ledger(cfg: GatewayConfig) -> ReservationLedger:

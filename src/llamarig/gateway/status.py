@@ -73,6 +73,7 @@ def request_json(r: Reservation, st: BackendState | None, now: float) -> dict[st
     ends = st.progress.ends_in(r, now) if st is not None else None
     return {
         "id": r.request_id or r.id, "reservation_id": r.id, "backend": r.backend, "tier": r.tier, "cron": r.cron,
+        "client_gone": r.client_gone,
         "priority": r.priority, "key": r.key, "reserved_tokens": r.tokens, "prompt_tokens": r.prompt_tokens,
         "max_tokens": r.max_or_all, "generated_tokens": done if how else None, "generated_source": how or None,
         "progress": round(done / r.max_or_all, 3) if how and r.max_or_all else None,
@@ -112,8 +113,20 @@ def queued_by_group(adm: Admission) -> dict[str, int]:
     return out
 
 
+def cache_json(cache: Mapping[str, list[int]]) -> dict[str, Any]:
+    """Per tier: the requests the server gave cache counts for, how many were hits (90 % of the
+    prompt from the slot's cache), and the prompt tokens it took from the cache and evaluated."""
+    out: dict[str, Any] = {}
+    for tier, (n, hits, cached, evaluated) in sorted(cache.items()):
+        total = cached + evaluated
+        out[tier] = {"requests": n, "hits": hits, "cached_tokens": cached, "evaluated_tokens": evaluated,
+                     "cached_frac": round(cached / total, 3) if total else None}
+    return out
+
+
 def status(cfg: GatewayConfig, backends: Backends, ledger: ReservationLedger, adm: Admission, *,
-           started: float, served: int) -> dict[str, Any]:
+           started: float, served: int, pins: Mapping[str, Any] | None = None,
+           cache: Mapping[str, list[int]] | None = None) -> dict[str, Any]:
     """The document of ``GET /gateway/status``."""
     states = [s for s in backends.states.values()]
     live = [s for s in states if s.healthy and s.pool is not None]
@@ -139,6 +152,8 @@ def status(cfg: GatewayConfig, backends: Backends, ledger: ReservationLedger, ad
         "tiers": {n: dataclass_dict(t) for n, t in cfg.tiers.items()},
         "keys": [k.name for k in cfg.keys], "affinity_entries": len(backends.affinity),
         "ledger": ledger.describe(),
+        "holds": {g: round(t, 1) for g, t in adm.active_holds().items()},
+        "pins": dict(pins or {}), "cache": cache_json(cache or {}),
     }
 
 

@@ -61,6 +61,10 @@ class Decision:
     shares: tuple[Share, ...] = ()  # its groups (tier:NAME, cron) and their caps
     backends: frozenset[str] | None = None  # where it may go (its tier's and cron's routes); None: any
     on_busy: str = "queue"  # "reject": 429 at once when no backend can take it now
+    yields: bool = False  # admitted only while better priorities are idle (its tier's or cron's ``yields``)
+    yield_after_s: float = 0.0  # ... and have been for this long
+    pin_ttl_s: float | None = None  # its tier's: its session keeps a slot (llamarig.gateway.slots)
+    queue_timeout_s: float | None = None  # its tier's or cron's; None: admission.queue_timeout_s
 
 
 # ------------------------------------------------------------------------------ validation
@@ -299,9 +303,13 @@ def _agent_prompt(body: Mapping[str, Any], cfg: GatewayConfig) -> tuple[str, str
     return None
 
 
-def is_cron(headers: Mapping[str, str], cfg: GatewayConfig) -> bool:
+def is_cron(headers: Mapping[str, str], cfg: GatewayConfig, key: KeyConfig | None = None) -> bool:
+    """A cron job: its key says so, or the cron header's value starts with the prefix (either
+    case: ``CRON-digest`` matches ``cron``)."""
+    if key is not None and key.cron:
+        return True
     v = headers.get(cfg.cron.header.lower())
-    return bool(v and v.startswith(cfg.cron.prefix))
+    return bool(v and v.lower().startswith(cfg.cron.prefix.lower()))
 
 
 def resolve_auto_c2_max_tokens(requested: int | None, tier: TierConfig, cron: bool) -> int | None:
@@ -325,7 +333,7 @@ def decide(body: Mapping[str, Any], headers: Mapping[str, str], cfg: GatewayConf
            key: KeyConfig | None = None) -> Decision:
     name, reason = choose_tier(body, headers, cfg, key)
     tier = cfg.tiers[name]
-    cron = is_cron(headers, cfg)
+    cron = is_cron(headers, cfg, key)
     req = requested_max_tokens(body)
     widened_to = resolve_auto_c2_max_tokens(req, tier, cron)
     timeout = tier.timeout_s
@@ -366,7 +374,11 @@ def _limits(tier: TierConfig, cron: bool, cfg: GatewayConfig) -> dict[str, Any]:
         routes += [set(c.backends)] if c.backends else []
         on_busy = "reject" if "reject" in (on_busy, c.on_busy) else "queue"
     allowed = frozenset(set.intersection(*routes)) if routes else None
-    return {"shares": tuple(shares), "backends": allowed, "on_busy": on_busy}
+    yields = tier.yields or (cron and cfg.cron.yields)
+    after = max(tier.yield_after_s if tier.yields else 0.0, cfg.cron.yield_after_s if cron and cfg.cron.yields else 0.0)
+    qt = cfg.cron.queue_timeout_s if cron and cfg.cron.queue_timeout_s is not None else tier.queue_timeout_s
+    return {"shares": tuple(shares), "backends": allowed, "on_busy": on_busy, "yields": yields,
+            "yield_after_s": after, "queue_timeout_s": qt, "pin_ttl_s": tier.pin_ttl_s}
 
 
 def rewrite(body: Mapping[str, Any], d: Decision, cfg: GatewayConfig, kind: str) -> dict[str, Any]:

@@ -243,6 +243,20 @@ class UpstreamResponse:
         self.conn.abort()
 
 
+def _send(conn: _UpstreamConn, data: bytes) -> bool:
+    """Write a request on ``conn``; False when its transport is closed already (a backend that
+    died since the connection was made or last used: uvloop raises RuntimeError "unable to
+    perform operation on <TCPTransport closed=True>" on such a write, asyncio drops it)."""
+    t = conn.transport
+    if t is None or conn.closed or t.is_closing():
+        return False
+    try:
+        t.write(data)
+    except RuntimeError:
+        return False
+    return True
+
+
 def _timeout(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_exception(asyncio.TimeoutError())
@@ -309,8 +323,12 @@ class UpstreamPool:
             conn.resp = resp
             loop = asyncio.get_running_loop()
             resp.head_waiter = loop.create_future()
-            assert conn.transport is not None
-            conn.transport.write(head + body)
+            if not _send(conn, head + body):
+                resp.close()
+                if conn.reused and attempt == 0:
+                    continue  # closed while idle: the request never reached a live server
+                raise UpstreamConnectError(_("backend closed the connection before answering ({why})").format(
+                    why="connection closed"))
             timer = loop.call_later(read_timeout, _timeout, resp.head_waiter) if read_timeout else None
             try:
                 await resp.head_waiter

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from llamarig.bench.client import BenchClient, HTTPResult
@@ -176,7 +177,7 @@ class Collector:
             m_err = f"GET /metrics: {_why(m)}"
         return ServerRaw(SERVER, self.url, True, health=health.status, slots=slots, slots_error=slots_err,
                          metrics=metrics, metrics_error=m_err, start_time=start, uptime_s=uptime,
-                         props=self.props or None, pool_hint=self.hint)
+                         props=self.props or None, pool_hint=self.hint, checkpoints=checkpoints_of(self.props))
 
     # ------------------------------------------------------------------ a gateway
     async def _gateway_round(self) -> tuple[tuple[ServerRaw, ...], dict[str, Any] | None, str]:
@@ -209,8 +210,28 @@ class Collector:
             props = sb.get("props") if isinstance(sb.get("props"), dict) else None
             out.append(ServerRaw(name, url, True, slots=slots, slots_error=str(sb.get("error") or ""),
                                  metrics=mets.get(name), metrics_error="" if name in mets else "no /metrics from this backend",
-                                 props=props, pool_hint=gateway_pool_hint(b)))
+                                 props=props, pool_hint=gateway_pool_hint(b), checkpoints=checkpoints_of(props)))
         return tuple(out), status, ""
+
+
+def checkpoints_of(props: Mapping[str, Any] | None) -> bool | None:
+    """Whether the server's model keeps context checkpoints: only recurrent/hybrid models and
+    sliding-window attention have them (tools/server/server-context.cpp: checkpoints are made
+    for ``n_swa > 0`` or a recurrent memory); read from the GGUF at ``props.model_path`` when that
+    file is on this machine, None otherwise."""
+    path = props.get("model_path") if props else None
+    return _checkpoints(path) if isinstance(path, str) and path else None
+
+
+@lru_cache(maxsize=64)
+def _checkpoints(path: str) -> bool | None:
+    from llamarig.gguf.spec import load_spec  # lazy: only when a local model file is named
+
+    try:
+        spec = load_spec(path)
+    except Exception:  # noqa: BLE001 - not readable here, another machine's path, not a GGUF
+        return None
+    return bool(spec.is_recurrent_or_hybrid or spec.swa_window)
 
 
 def gateway_pool_hint(b: Mapping[str, Any]) -> PoolHint:

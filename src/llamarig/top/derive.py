@@ -213,7 +213,7 @@ def _read_slots(raw: ServerRaw, prev_slots: Mapping[int, SlotMemo], dt: float | 
                       note_text(N_("slot {slot}: task {task} reused {cached} of the {held} tokens the slot held"),
                                 slot=sid, task=sv.id_task, cached=sv.cached or 0, held=sm.prev_ctx),
                       slot=sid, cached=sv.cached or 0, held=sm.prev_ctx)
-        if sm.reprocess_streak >= THRASH_STREAK:
+        if sm.reprocess_streak >= THRASH_STREAK and raw.checkpoints:  # only a model with checkpoints thrashes them
             out.alert("checkpoint_thrash", raw.name, slot=sid, streak=sm.reprocess_streak)
         views.append(sv)
         memos[sid] = sm
@@ -436,7 +436,7 @@ def _request(r: Mapping[str, Any]) -> ReservationView:
     return ReservationView(str(r.get("id")), str(r.get("backend")), str(r.get("tier")), _int(r.get("priority")) or 0,
                            r.get("key") if isinstance(r.get("key"), str) else None,
                            _int(r.get("reserved_tokens")) or 0, float(r.get("age_s") or 0.0),
-                           _int(r.get("slot")), generated)
+                           _int(r.get("slot")), generated, cron=r.get("cron") is True)
 
 
 def _replicas(led: Mapping[str, Any]) -> tuple[ReplicaView, ...]:

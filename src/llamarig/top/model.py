@@ -51,6 +51,9 @@ class ServerRaw:
     uptime_s: float | None = None  # from start_time, where the server runs on this machine
     props: Mapping[str, Any] | None = None
     pool_hint: PoolHint = PoolHint()
+    #: the model keeps context checkpoints (recurrent/hybrid layers or sliding-window attention,
+    #: from its GGUF where ``props.model_path`` is readable here); None: not known
+    checkpoints: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -208,11 +211,12 @@ class ReservationView:
     age_s: float
     slot: int | None = None
     generated: int | None = None
+    cron: bool = False  # a cron job (its tier is its own tier)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "backend": self.backend, "tier": self.tier, "priority": self.priority,
                 "key": self.key, "reserved_tokens": self.reserved_tokens, "age_s": self.age_s, "slot": self.slot,
-                "generated": self.generated}
+                "generated": self.generated, "cron": self.cron}
 
 
 @dataclass(frozen=True)
