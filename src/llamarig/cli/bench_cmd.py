@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from llamarig import api
 from llamarig.cli.help import Group, HelpCommand
 from llamarig.cli.lang import N_, _, lang
 from llamarig.cli.layout import print_wrapped
@@ -110,7 +111,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     if ctx.invoked_subcommand is not None:
         return
     from llamarig.bench.prompts import PROMPT_SETS
-    from llamarig.bench.runner import BenchConfig, run_bench
+    from llamarig.bench.runner import BenchConfig
     from llamarig.cli import report_view
 
     if not url:
@@ -135,7 +136,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     out = Console()
     err = Console(stderr=True)
     if quiet or not err.is_terminal:
-        doc = run_bench(cfg).to_json()
+        doc = api.bench_server(cfg).to_json()
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True) as prog:
@@ -144,7 +145,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
             def progress(label: str, done: int, total: int) -> None:
                 prog.update(task, description=label[:40], completed=done, total=total)
 
-            doc = run_bench(cfg, progress).to_json()
+            doc = api.bench_server(cfg, progress=progress).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if not quiet:
         report_view.render(doc, out, lang())
@@ -161,12 +162,9 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
     figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
     import json
 
-    from llamarig.bench.compare import compare
-    from llamarig.bench.report import read_json
     from llamarig.cli import report_view
 
-    da, db = read_json(a), read_json(b)
-    result = compare(da, db)
+    result = api.compare_bench(a, b)
     report_view.comparison(list(result.rows), Console(highlight=False), str(a), str(b))
     if json_path:
         try:
@@ -196,14 +194,13 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     """Parse a llama-server log (pinned and older formats, pasted fragments, a journal with
     restarts: each run of the server its own section) into a per-request timeline, decode vs
     depth, checkpoint RAM and plain-language findings."""
-    from llamarig.app.logs import logs_report
     from llamarig.cli import report_view
 
     # English: the JSON's words never change with the language
     from llamarig.cli.options import hardware_of
 
     hw, _notes = hardware_of(gpus, ram)
-    doc = logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
+    doc = api.logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return
