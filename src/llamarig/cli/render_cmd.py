@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,6 +32,9 @@ from llamarig.cli.options import (
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.i18n import os_error
 from llamarig.procs import exit_description
+
+if TYPE_CHECKING:
+    from llamarig.launch.process import Launched
 
 
 @click.command("render", cls=HelpCommand, context_settings=CTX)
@@ -227,15 +230,12 @@ def _launch_report(lr: Any, as_json: bool) -> None:
             tolerance=r.tolerance_mib, method=r.method), err=True)
 
 
-def _foreground(lr: Any) -> None:
-    from llamarig.launch import process as L
-
+def _foreground(lr: Launched) -> None:
     click.echo(_("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it"), err=True)
     try:
-        code = lr.proc.wait()
-        for line in L.stop_rpc(lr.state):  # its rpc-servers go with it
+        code, done = lr.wait()
+        for line in done:  # its rpc-servers go with it
             click.echo(localize(line), err=True)
-        lr.state_file.unlink(missing_ok=True)
         click.echo(_("llama-server {exit_description}").format(exit_description=exit_description(code)), err=True)
         if code:
             sys.exit(ExitCode.ENVIRONMENT)
