@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from llamarig.api import bench_server
+from llamarig.bench.runner import BenchConfig
 from llamarig.launch.rpc import rpc_server_binary, start_rpc_servers
 from llamarig.launch.server import start_server
 from llamarig.plan.inputs import build_inputs
@@ -64,8 +65,8 @@ def measure(binary: str, model: Path, delay_ms: float, rate_mbit: float | None, 
         eps = ",".join(p.endpoint for p in proxies)
         srv = start_server(binary, model, ["--rpc", eps, *FLAGS], log_dir=log_dir, threads=1, timeout=600)
         try:
-            doc = bench_server(srv.url, scenarios=("decode", "prefill"), n_predict=32, k=8, warmup=1,
-                               endpoint="completion", prefill_lengths=(512,), repeats=5, temperature=0.0)
+            doc = bench_server(BenchConfig(url=srv.url, scenarios=("decode", "prefill"), n_predict=32, k=8, warmup=1,
+                                           endpoint="completion", prefill_lengths=(512,), repeats=5, temperature=0.0))
             per_tok, late_ms = _decode_bytes(srv, proxies)
         finally:
             srv.stop()

@@ -15,19 +15,19 @@ ROOT = Path(__file__).resolve().parent.parent
 #: command is resolve_command + its own)
 FUNCTIONS = {
     "inspect": ["inspect_model"],
-    "plan": ["deployment", "machine", "gpu", "plan_inputs", "plan_command", "plan_model"],
-    "models": ["models"],
-    "gpus": ["gpus"],
+    "plan": ["deployment", "machine", "gpu", "plan_inputs", "plan_command", "plan_model", "plan_targets"],
+    "models": ["models", "model", "bits_per_weight", "repo_models", "refresh_model"],
+    "gpus": ["gpus", "gpu"],
     "check": ["check", "check_text", "fix_report"],
     "explain": ["check", "explain_report"],
-    "bench": ["bench_server", "compare_bench"],
+    "bench": ["bench_server", "compare_bench", "gateway_hold"],
     "logs": ["logs_report"],
     "gateway": ["gateway_config", "serve_gateway"],
-    "render": ["resolve_command", "render_command"],
-    "launch": ["resolve_command", "launch_command"],
+    "render": ["resolve_command", "check_resolved", "render_command", "rpc_units"],
+    "launch": ["resolve_command", "check_resolved", "launch_command"],
     "stop": ["stop_server"],
     "tune": ["resolve_command", "tune_command"],
-    "top": ["top_snapshot"],
+    "top": ["top_snapshot", "serve_top_web"],
     "quality": ["resolve_command", "quality_report"],
 }
 
@@ -54,21 +54,49 @@ def test_models_is_a_copy() -> None:
 
 
 def test_the_cli_goes_through_the_api() -> None:
-    """The commands that plan, render, launch, tune and check call llamarig.api, not the use cases
-    behind it (the API is the one public signature of each)."""
+    """Each command calls its llamarig.api functions, not the use cases behind them (the API is
+    the one public signature of each; tests/architecture/test_layers.py holds every command
+    module to importing no use case)."""
     import ast
 
     cli = ROOT / "src" / "llamarig" / "cli"
-    for name, uses in {"plan_cmd.py": ["plan_command", "deployment", "plan_inputs"],
-                       "render_cmd.py": ["resolve_command", "render_command", "launch_command"],
+    for name, uses in {"plan_cmd.py": ["plan_command", "deployment", "plan_inputs", "plan_targets"],
+                       "render_cmd.py": ["resolve_command", "check_resolved", "render_command", "rpc_units",
+                                         "launch_command", "stop_server"],
                        "tune_cmd.py": ["resolve_command", "tune_command", "quality_report"],
-                       "check_cmd.py": ["check"]}.items():
+                       "check_cmd.py": ["check", "fix_report", "explain_report"],
+                       "bench_cmd.py": ["bench_server", "compare_bench", "gateway_hold", "logs_report"],
+                       "catalogue_cmd.py": ["models", "model", "bits_per_weight", "repo_models", "refresh_model",
+                                            "gpus", "gpu"],
+                       "inspect_cmd.py": ["inspect_model"]}.items():
         tree = ast.parse((cli / name).read_text())
         called = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                   and isinstance(n.value, ast.Name) and n.value.id == "api"}
         assert set(uses) <= called, (name, set(uses) - called)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module in ("llamarig.app.planning", "llamarig.app.command",
-                                                                    "llamarig.app.tune", "llamarig.app.check"):
-                bad = {a.name for a in node.names} & {"plan_with_speed", "resolve_command", "tune_command", "check"}
-                assert not bad, (name, bad)
+
+
+def test_public_signatures_hold_no_cli_options() -> None:
+    """What only the CLI needs (its own option spellings, its name) is not in a public signature;
+    bench's settings are typed, not ``**kwargs``."""
+    import inspect
+
+    for name in llamarig.__all__:
+        obj = getattr(llamarig, name)
+        if not inspect.isfunction(obj):
+            continue
+        params = inspect.signature(obj).parameters
+        assert not {"own", "command_name"} & set(params), name
+        assert all(p.kind is not p.VAR_KEYWORD for p in params.values()), name
+
+
+def test_plan_targets_answers_with_its_verdict(tmp_path: Path) -> None:
+    """``plan --target-*`` as a library call: the verdict the command exits on is a field."""
+    from llamarig.testing.synth import write_model
+
+    write_model(str(tmp_path / "tiny.gguf"), "qwen3")
+    d = llamarig.deployment(str(tmp_path / "tiny.gguf"), hardware=llamarig.machine([llamarig.gpu("rtx3090")]))
+    found = llamarig.plan_targets(d, target_ctx=4096)
+    assert found.met and found.exit_code == 0 and found.targets.ctx == 4096
+    assert found.to_json()["verdict"] in ("ok", "maybe")
+    slow = llamarig.plan_targets(d, target_ctx=4096, target_decode=99_999)
+    assert not slow.met and slow.exit_code == 1 and slow.result.verdict in ("unlikely", "impossible")

@@ -8,18 +8,18 @@
 
 | command | function |
 |---|---|
-| ``llamarig plan`` | :func:`deployment` (with :func:`machine`, :func:`gpu`), then :func:`plan_command` (memory and speed; :func:`plan_model`: memory only; :func:`plan_inputs`: what it reads) |
+| ``llamarig plan`` | :func:`deployment` (with :func:`machine`, :func:`gpu`), then :func:`plan_command` (memory and speed; :func:`plan_model`: memory only; :func:`plan_inputs`: what it reads); ``--target-*``: :func:`plan_targets` |
 | ``llamarig inspect`` | :func:`inspect_model` |
 | ``llamarig check`` / ``explain`` | :func:`check` (a :class:`CheckReport`), :func:`check_text`, :func:`fix_report`, :func:`explain_report` |
-| ``llamarig render`` | :func:`resolve_command` then :func:`render_command` |
-| ``llamarig launch`` | :func:`resolve_command` then :func:`launch_command` |
+| ``llamarig render`` | :func:`resolve_command` then :func:`check_resolved` and :func:`render_command` (``-f systemd`` with ``--rpc``: :func:`rpc_units`) |
+| ``llamarig launch`` | :func:`resolve_command` then :func:`check_resolved` and :func:`launch_command` |
 | ``llamarig tune`` | :func:`resolve_command` then :func:`tune_command` (a :class:`TuneResult`) |
 | ``llamarig stop`` | :func:`stop_server` |
 | ``llamarig quality`` | :func:`resolve_command` then :func:`quality_report` |
-| ``llamarig models`` / ``gpus`` | :func:`models`, :func:`gpus` |
-| ``llamarig bench`` / ``bench compare`` | :func:`bench_server`, :func:`compare_bench` |
+| ``llamarig models`` / ``gpus`` | :func:`models`, :func:`gpus` (one entry: :func:`model`, :func:`gpu`; sizes: :func:`bits_per_weight`; a hub repo: :func:`repo_models`, :func:`refresh_model`) |
+| ``llamarig bench`` / ``bench compare`` / ``bench --hold`` | :func:`bench_server`, :func:`compare_bench`, :func:`gateway_hold` |
 | ``llamarig logs`` | :func:`logs_report` |
-| ``llamarig top --once`` | :func:`top_snapshot` |
+| ``llamarig top --once`` / ``top --web`` | :func:`top_snapshot`, :func:`serve_top_web` |
 | ``llamarig gateway`` | :func:`gateway_config` then :func:`serve_gateway` |
 
 (``plan``, ``render``, ``launch``, ``tune`` and ``bench`` are the subpackages llamarig.plan,
@@ -46,10 +46,12 @@ if TYPE_CHECKING:
     from llamarig.app.check import CheckReport, FixResult
     from llamarig.app.command import Resolved
     from llamarig.app.explain import ExplainReport
+    from llamarig.app.targets import TargetResult
     from llamarig.app.tune import TuneResult, TuneSettings
     from llamarig.bench.compare import Comparison
     from llamarig.bench.logs import LogsReport
     from llamarig.bench.result import BenchReport
+    from llamarig.bench.runner import BenchConfig, ProgressFn
     from llamarig.catalogue.models import CatalogueModel
     from llamarig.diagnostics import Diagnostic
     from llamarig.flags.findings import Finding
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from llamarig.plan.result import Plan, PlanInputs
     from llamarig.top.model import Snapshot
     from llamarig.tune.quality import QualityReport
+    from llamarig.web.alerts import Thresholds
 
 
 def gpu(name: str) -> GPU:
@@ -147,14 +150,33 @@ def plan_command(d: Deployment, *, calibration: Calibration | str | None = None,
                            inputs=inputs)
 
 
-def inspect_model(path: str) -> ModelSpec:
-    """A GGUF's model as `llamarig inspect` shows it, from the header alone: a path, or a remote
-    reference (``hf:OWNER/REPO:QUANT``, ``ms:…``, an https URL), of which only the header is read."""
-    from llamarig.catalogue.models import resolve_model
-    from llamarig.gguf import load_spec
-    from llamarig.hub.ref import is_remote
+def plan_targets(d: Deployment, *, target_ctx: int | None = None, target_decode: float | None = None,
+                 target_depth: int | None = None, headroom: int | None = None, slots: int | None = None,
+                 vision: bool = False, agent: bool = False, acceptance: float | None = None,
+                 calibration: Calibration | str | None = None, host_bandwidth_gbs: float | None = None,
+                 inputs: PlanInputs | None = None) -> TargetResult:
+    """`llamarig plan --target-ctx N [--target-decode T ...]`: the layouts (KV types, -ub, -ts,
+    -ngl, MTP) that hold ``target_ctx`` tokens per slot with ``headroom`` bytes free on every
+    GPU (default 1 GiB), ranked by decode at ``target_depth``; ``TargetResult.met`` says whether
+    the winner meets every target (``exit_code`` 0, else 1: verdict ``unlikely`` or
+    ``impossible``, with the bound that says so). The slots and context default to the
+    command's ``-np`` and ``-c``; a target contradicting them is an InputError."""
+    from llamarig.app.targets import plan_targets as _targets
+    from llamarig.app.targets import targets_for
 
-    return resolve_model(path)[0] if is_remote(path) else load_spec(path)
+    inp = inputs if inputs is not None else plan_inputs(d)
+    t = targets_for(inp, target_ctx=target_ctx, target_decode=target_decode, target_depth=target_depth,
+                    headroom=headroom, slots=slots, vision=vision, agent=agent, acceptance=acceptance)
+    return _targets(d, t, calibration=calibration, host_bandwidth_gbs=host_bandwidth_gbs, inputs=inp)
+
+
+def inspect_model(path: str) -> ModelSpec:
+    """A GGUF's model as `llamarig inspect` shows it, from the header alone: a path, a catalogue
+    id (``qwen3.6-27b:iq4_nl``: its built-in entry, no file read), or a remote reference
+    (``hf:OWNER/REPO:QUANT``, ``ms:…``, an https URL), of which only the header is read."""
+    from llamarig.catalogue.models import resolve_model
+
+    return resolve_model(path)[0]
 
 
 def check(text: str | Deployment, *, schema: Schema | None = None, server_bin: str | None = None, kind: str | None = None,
@@ -189,11 +211,12 @@ def check_text(text: str, *, kind: str | None = None, server_bin: str | None = N
                  base_dir=Path(origin).parent if origin is not None else None).findings
 
 
-def fix_report(report: CheckReport) -> FixResult:
-    """`llamarig check --fix`: the repaired text, and what the repair changes in each server."""
+def fix_report(report: CheckReport, *, lang: str = "en") -> FixResult:
+    """`llamarig check --fix`: the repaired text (its comments in ``lang``, en or zh), and what
+    the repair changes in each server."""
     from llamarig.app.check import fix
 
-    return fix(report)
+    return fix(report, lang)
 
 
 def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en", gpus: Sequence[GPU] = (),
@@ -209,14 +232,12 @@ def explain_report(report: CheckReport, *, model: str | None = None, lang: str =
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, hardware: Hardware | None = None, notes: Sequence[Diagnostic] = (),
                     want_plan: bool = True, repair: bool = False, keep_script: bool = False,
-                    own: Sequence[str] = (), command_name: str = "render", allow_no_binary: bool = False,
-                    loopback_rpc_memory: int | None = None, model_path: str | None = None) -> Resolved:
+                    allow_no_binary: bool = False, loopback_rpc_memory: int | None = None,
+                    model_path: str | None = None) -> Resolved:
     """What render, launch and tune start from: ``tokens`` (``MODEL flags``, ``llama-server
     flags`` or flags) or a command of ``from_script``, as the binary, the final args, the
     environment, and the plan with its speed on ``hardware`` (:func:`machine`); its
-    ``deployment`` is what the plan was made of. ``own``: the calling command's option
-    spellings, refused after the model (``command_name`` names that command);
-    ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
+    ``deployment`` is what the plan was made of. ``allow_no_binary``: for render, the bundled schema stands in when there is no llama-server
     here; ``loopback_rpc_memory`` (launch): the memory an rpc-server of this machine reports, for
     the ``--rpc`` endpoints on 127.0.0.1 that ``hardware.rpc`` does not describe; ``model_path``
     (render): for a catalogue MODEL, the GGUF's path where the output runs (planned as the
@@ -225,8 +246,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
 
     return command.resolve_command(tokens, from_script=from_script, invocation=invocation, server_bin=server_bin,
                                    hardware=hardware, notes=notes, want_plan=want_plan, repair=repair,
-                                   keep_script=keep_script, own=own, command_name=command_name,
-                                   allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory,
+                                   keep_script=keep_script, allow_no_binary=allow_no_binary, loopback_rpc_memory=loopback_rpc_memory,
                                    model_path=model_path)
 
 
@@ -240,6 +260,30 @@ def resolve(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bo
     from llamarig.app import command  # lazy: keeps import llamarig light
 
     return command.resolve_deployment(d, server_bin=server_bin, allow_no_binary=allow_no_binary, want_plan=want_plan)
+
+
+def check_resolved(res: Resolved, *, host: str | None = None, port: int | None = None, cores: int | None = None,
+                   this_machine: bool = False, reported: Sequence[Finding] = ()) -> list[Finding]:
+    """`llamarig check`'s errors and warnings on the command render writes or launch starts: the
+    binary with ``res``'s args (``--host``/``--port`` replaced when given, as launch runs it),
+    against the binary's flags; ``cores``: the physical cores it runs on (``this_machine``:
+    this machine's); ``reported``: findings already shown (of a --from-script input), not
+    repeated. render and launch refuse a command with errors unless forced."""
+    from llamarig.app.command import final_findings
+    from llamarig.app.launch import launch_args
+    from llamarig.flags.rules import physical_cores
+
+    args = launch_args(res, host, port) if host is not None or port is not None else None
+    return final_findings(res, args, cores if cores is not None or not this_machine else physical_cores(),
+                          reported=reported)
+
+
+def rpc_units(res: Resolved, *, name: str | None = None, lang: str = "en") -> list[tuple[str, str]]:
+    """`llamarig render -f systemd` of a command with ``--rpc``: (file name, text) of a systemd
+    unit per rpc-server, to install on its host (comments in ``lang``)."""
+    from llamarig.app.render import rpc_units as _units
+
+    return _units(res, name=name, lang=lang)
 
 
 def _resolved(r: Resolved | Deployment, *, allow_no_binary: bool = False) -> Resolved:
@@ -298,13 +342,56 @@ def gpus() -> tuple[GPU, ...]:
     return load_gpus()
 
 
-def bench_server(url: str, **config: Any) -> BenchReport:
-    """`llamarig bench --url URL`: the measurement (docs/bench.md), every figure with its method;
-    ``to_json()`` is the ``--json`` document. ``config``: fields of llamarig.bench.runner.BenchConfig
-    (scenarios, k, n_predict, ...)."""
-    from llamarig.bench.runner import BenchConfig, run_bench
+def model(ref: str) -> CatalogueModel:
+    """`llamarig models ID`: one entry of the model catalogue by id, ``ID:QUANT`` or alias; an
+    unknown one is an UnknownNameError naming the close ones."""
+    from llamarig.catalogue.models import find_model
 
-    return run_bench(BenchConfig(url=url, **config))
+    return copy.deepcopy(find_model(ref)[0])
+
+
+def bits_per_weight() -> dict[str, float]:
+    """The bits per weight of each quant type, what a catalogue entry's size is estimated from
+    where its source gives no file size (``CatalogueModel.file_bytes(quant, bits_per_weight())``)."""
+    from llamarig.catalogue.models import bpw_table
+
+    return dict(bpw_table())
+
+
+def repo_models(ref: str) -> dict[str, Any]:
+    """`llamarig models hf:OWNER/REPO` (or ``ms:``): the repo's quants with their exact sizes and
+    references to plan, from the hub's file listing (the ``--json`` document)."""
+    from llamarig.hub.resolve import repo_quants
+
+    return repo_quants(ref)
+
+
+def refresh_model(ref: str, repo: str | None = None) -> dict[str, Any]:
+    """`llamarig models ID --refresh [REPO]`: each quant's catalogue size next to the real file's,
+    from the hub's file listing of the repo the entry names (or ``repo``)."""
+    from llamarig.catalogue.models import find_model, refresh_from_repo
+
+    return refresh_from_repo(find_model(ref)[0], bits_per_weight(), repo)
+
+
+def bench_server(config: str | BenchConfig, *, progress: ProgressFn | None = None) -> BenchReport:
+    """`llamarig bench --url URL`: the measurement (docs/bench.md), every figure with its method;
+    ``to_json()`` is the ``--json`` document. ``config``: a URL (the defaults: decode, k 5, -n
+    128) or a :class:`BenchConfig` (frozen: scenarios, k, n_predict, lengths, ...);
+    ``progress(label, done, total)``: each measured request."""
+    from llamarig.bench.runner import BenchConfig as _Config
+    from llamarig.bench.runner import run_bench
+
+    return run_bench(_Config(url=config) if isinstance(config, str) else config, progress)
+
+
+def gateway_hold(url: str, action: str, tiers: Sequence[str], *, api_key: str | None = None) -> None:
+    """`llamarig bench --hold TIERS`: ``action`` "hold" admits nothing of those tiers of the
+    llamarig gateway at ``url`` (``cron``: its cron jobs) for at most an hour, "release" ends the
+    hold (docs/gateway.md, "Cron that yields"); an unreachable or refusing gateway: InputError."""
+    from llamarig.bench.hold import gateway_hold as _hold
+
+    _hold(url, action, tuple(tiers), api_key=api_key)
 
 
 def compare_bench(a: str | Path, b: str | Path) -> Comparison:
@@ -357,6 +444,18 @@ def top_snapshot(url: str, *, interval_s: float = 1.0, api_key: str | None = Non
     from llamarig.top.collect import once
 
     return asyncio.run(once(url, api_key=api_key, interval_s=interval_s, metrics=metrics, gpu=gpu))
+
+
+def serve_top_web(url: str, bind: str, *, key: str | None = None, interval_s: float = 1.0,
+                  thresholds: Thresholds | None = None, collector: Mapping[str, Any] | None = None,
+                  ready: Callable[[str], None] | None = None) -> None:
+    """`llamarig top --web [HOST:]PORT`: serve the live page of the llama-server at ``url`` until
+    interrupted (docs/top.md); off loopback only with ``key``; ``thresholds`` the alerts,
+    ``collector`` the options of top's collector, ``ready(page_url)`` once it listens."""
+    from llamarig.web.alerts import Thresholds as _Thresholds
+    from llamarig.web.serve import run
+
+    run(url, bind, key, interval_s, thresholds or _Thresholds(), collector or {}, ready or (lambda _page: None))
 
 
 def gateway_config(path: str | Path | None = None, *, backends: Sequence[str] = (), host: str | None = None,

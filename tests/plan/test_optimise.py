@@ -7,11 +7,18 @@ from dataclasses import replace
 import pytest
 from tests.plan.speed_helpers import inputs
 
+from llamarig.app.targets import TargetResult, targets_for
 from llamarig.cli.speed_view import optimise_report
 from llamarig.errors import InputError
 from llamarig.plan.optimise import Targets, optimise
 from llamarig.plan.speed import speed_report
 from llamarig.units import GiB
+
+
+def _report(inp, targets):
+    """(renderable, JSON, exit code) of ``plan --target-*`` for these inputs and targets."""
+    found = TargetResult.of(optimise(inp, targets))
+    return optimise_report(found), found.to_json(), found.exit_code
 
 
 def test_seed_105k_on_3090(seed_inputs):
@@ -69,7 +76,7 @@ def test_seed_105k_depth_target_keeps_f16_when_it_meets_the_target(seed_inputs):
 
 
 def test_impossible_200_tok_s_is_an_answer(seed_inputs):
-    renderable, j, code = optimise_report(seed_inputs, Targets(ctx=65000, decode_tok_s=200))
+    renderable, j, code = _report(seed_inputs, Targets(ctx=65000, decode_tok_s=200))
     assert code == 1
     assert j["verdict"] == "impossible"
     reasons = " ".join(j["reasons"])
@@ -179,14 +186,12 @@ def test_bad_speed_args(argv, msg):
 
 
 def test_contradicting_flags():
-    from llamarig.cli.speed_view import SpeedArgs
-
     inp = inputs("qwen3.6-27b:iq4_nl", "rtx3090", args=("-np", "4", "-c", "65536"))
     with pytest.raises(InputError, match="--slots 2 contradicts -np 4"):
-        SpeedArgs(target_ctx=8192, slots=2).targets(inp)
+        targets_for(inp, target_ctx=8192, slots=2)
     with pytest.raises(InputError, match="contradicts -c 65536"):
-        SpeedArgs(target_ctx=65536).targets(inp)
-    t = SpeedArgs(target_decode=30).targets(inp)
+        targets_for(inp, target_ctx=65536)
+    t = targets_for(inp, target_decode=30)
     assert t.ctx == 16384 and t.slots == 4
 
 
@@ -274,7 +279,7 @@ def test_candidates_carry_free_memory_per_device_and_kv_quality():
             assert d["keeps_headroom"] == (d["free"] >= GiB) and d["headroom"] == GiB
         assert c["kv_quality"] and c["kv_quality_short"] in ("ref", "~ref", "V4", "4bit")
         assert "host_free" in c
-    renderable, _, _ = optimise_report(inp, Targets(ctx=65536, headroom=GiB))
+    renderable, _, _ = _report(inp, Targets(ctx=65536, headroom=GiB))
     from rich.console import Console
 
     con = Console(width=80, record=True)
@@ -367,7 +372,7 @@ def test_an_unmeasured_kv_rate_lifts_no_candidate_above_f16(seed_inputs):
 def test_the_table_shows_the_range_and_the_assumption_beside_it(seed_inputs):
     from rich.console import Console
 
-    group, _j, _rc = optimise_report(seed_inputs, Targets(ctx=105000, decode_tok_s=40, vision=True))
+    group, _j, _rc = _report(seed_inputs, Targets(ctx=105000, decode_tok_s=40, vision=True))
     con = Console(width=100, record=True, color_system=None)
     con.print(group)
     text = con.export_text()

@@ -33,7 +33,6 @@ from llamarig.render.argv import (
     absolutize,
     catalogue_id,
     check_argv,
-    misplaced_options,
     placeholders,
 )
 
@@ -352,15 +351,13 @@ def _resolve_binary(inp: _Input, server_bin: str | None, allow_no_binary: bool) 
 def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = None, invocation: int = 1,
                     server_bin: str | None = None, hardware: Hardware | None = None,
                     notes: Sequence[Diagnostic] = (), want_plan: bool = True, repair: bool = False,
-                    own: Sequence[str] = (), command_name: str = "render", keep_script: bool = False,
+                    keep_script: bool = False,
                     allow_no_binary: bool = False, loopback_rpc_memory: int | None = None,
                     base: Deployment | None = None, model_path: str | None = None) -> Resolved:
     """The binary, the final llama-server args (relative paths made absolute), env and plan.
     ``tokens``: ``MODEL flags``, ``llama-server flags`` or ``flags``; ``from_script``: a file
     instead (its ``invocation``-th command; checked, and with ``repair`` fixed first by
-    `llamarig check --fix`'s repairs). ``own``: the calling command's option spellings
-    (``command_name``'s); one of them among the server flags (written after the model) that
-    llama-server does not know is an InputError. ``keep_script`` (render): a --from-script
+    `llamarig check --fix`'s repairs). ``keep_script`` (render): a --from-script
     command keeps its own binary, wrappers and directory. ``allow_no_binary`` (render): without
     a llama-server here, the bundled schema and the program's name stand in (a note says so),
     instead of a ServerError. ``hardware``: what the command is planned on (``Hardware.rpc``: what
@@ -377,13 +374,6 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
            else _from_tokens(tokens, model_path, catalogue=allow_no_binary))
     binary, schema = _resolve_binary(inp, server_bin, allow_no_binary)
     args = inp.args
-    if own and not from_script:
-        bad = misplaced_options(args, schema, own)
-        if bad:
-            cmd = command_name
-            raise InputError(_("{bad}: llamarig option(s) after the model (or after `--`) would be passed to "
-                               "llama-server, which does not take them: put llamarig options before the model, e.g. "
-                               "`llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(bad=', '.join(bad), cmd=cmd, first=bad[0]))
     if not from_script and inp.planned_model is None:
         _refuse_catalogue_names(args)
     for p in placeholders(args, schema):

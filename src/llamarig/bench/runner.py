@@ -51,8 +51,10 @@ class InterferenceError(LlamarigError):
 FIT_CTX = -1
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchConfig:
+    """What ``llamarig bench`` measures and how (``llamarig.bench_server``'s settings)."""
+
     url: str
     scenarios: tuple[str, ...] = ("decode",)
     seed: int = 0

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from llamarig import api
 from llamarig.cli.help import Group, HelpCommand
 from llamarig.cli.lang import N_, _, lang
 from llamarig.cli.layout import print_wrapped
@@ -113,7 +114,7 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     if ctx.invoked_subcommand is not None:
         return
     from llamarig.bench.prompts import PROMPT_SETS
-    from llamarig.bench.runner import BenchConfig, run_bench
+    from llamarig.bench.runner import BenchConfig
     from llamarig.cli import report_view
 
     if not url:
@@ -139,10 +140,10 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
     err = Console(stderr=True)
     held = tuple(t.strip() for t in (hold or "").split(",") if t.strip())
     if held:
-        _gateway_hold(url, "hold", held, api_key)
+        api.gateway_hold(url, "hold", held, api_key=api_key)
     try:
         if quiet or not err.is_terminal:
-            doc = run_bench(cfg).to_json()
+            doc = api.bench_server(cfg).to_json()
         else:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=err, transient=True) as prog:
@@ -151,10 +152,10 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
                 def progress(label: str, done: int, total: int) -> None:
                     prog.update(task, description=label[:40], completed=done, total=total)
 
-                doc = run_bench(cfg, progress).to_json()
+                doc = api.bench_server(cfg, progress=progress).to_json()
     finally:
         if held:
-            _gateway_hold(url, "release", held, api_key)
+            api.gateway_hold(url, "release", held, api_key=api_key)
     if held:
         doc["gateway_hold"] = list(held)
     _write_outputs(doc, json_path, md_path, html_path)
@@ -162,29 +163,6 @@ def bench_cmd(ctx: click.Context, url: str | None, scenarios: tuple[str, ...], j
         report_view.render(doc, out, lang())
     if doc.get("errors") or doc.get("aborted"):
         sys.exit(ExitCode.PROBLEMS)
-
-
-#: how long ``--hold`` holds at most (the bench releases it at its end; this bounds a bench that dies)
-HOLD_S = 3600
-
-
-def _gateway_hold(url: str, action: str, tiers: tuple[str, ...], api_key: str | None) -> None:
-    """POST /gateway/hold or /gateway/release on a llamarig gateway (``--hold``); InputError."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    body = {"tiers": list(tiers), **({"seconds": HOLD_S} if action == "hold" else {})}
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
-    req = urllib.request.Request(url.rstrip("/") + f"/gateway/{action}", data=json.dumps(body).encode(), headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            r.read()
-    except urllib.error.HTTPError as e:
-        raise InputError(_("--hold: {url} answered HTTP {status} to /gateway/{action} (a llamarig gateway, with an "
-                           "admin key where it has keys?)").format(url=url, status=e.code, action=action)) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise InputError(_("--hold: cannot reach {url}: {error}").format(url=url, error=e)) from None
 
 
 @bench_cmd.command("compare", epilog="Exit codes: 0 ok; 2 unreadable or non-llamarig JSON.")
@@ -196,12 +174,9 @@ def compare_cmd(a: Path, b: Path, json_path: Path | None) -> None:
     figure's spread: "ubatch 2048 vs 4096" answered with evidence."""
     import json
 
-    from llamarig.bench.compare import compare
-    from llamarig.bench.report import read_json
     from llamarig.cli import report_view
 
-    da, db = read_json(a), read_json(b)
-    result = compare(da, db)
+    result = api.compare_bench(a, b)
     report_view.comparison(list(result.rows), Console(highlight=False), str(a), str(b))
     if json_path:
         try:
@@ -231,14 +206,13 @@ def logs_cmd(file: Path, json_path: Path | None, md_path: Path | None, html_path
     """Parse a llama-server log (pinned and older formats, pasted fragments, a journal with
     restarts: each run of the server its own section) into a per-request timeline, decode vs
     depth, checkpoint RAM and plain-language findings."""
-    from llamarig.app.logs import logs_report
     from llamarig.cli import report_view
 
     # English: the JSON's words never change with the language
     from llamarig.cli.options import hardware_of
 
     hw, _notes = hardware_of(gpus, ram)
-    doc = logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
+    doc = api.logs_report(file, script, model=model, gpus=hw.gpus, ram=hw.ram_bytes).to_json()
     _write_outputs(doc, json_path, md_path, html_path)
     if quiet:
         return

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
+from llamarig import api
 from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import _, localize
 from llamarig.cli.layout import Column, Sheet, cells, labelled, print_wrapped
@@ -57,9 +58,7 @@ def _model_json(m: CatalogueModel, bpw: dict[str, float]) -> dict[str, object]:
 def _repo_models(ref: str, as_json: bool, console: Any) -> None:
     from rich.markup import escape
 
-    from llamarig.hub.resolve import repo_quants
-
-    doc = repo_quants(ref)
+    doc = api.repo_models(ref)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
@@ -92,10 +91,8 @@ def _entry(m: CatalogueModel, bpw: dict[str, float], console: Console) -> None:
 
 def _refreshed(model_id: str, refresh: str, bpw: dict[str, float], as_json: bool, console: Console) -> None:
     """``models ID --refresh``: each quant's catalogue size next to the repo's file."""
-    from llamarig.catalogue.models import find_model, refresh_from_repo
-
-    m, _quant = find_model(model_id)
-    doc = refresh_from_repo(m, bpw, refresh or None)
+    m = api.model(model_id)
+    doc = api.refresh_model(model_id, refresh or None)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
@@ -112,10 +109,8 @@ def _refreshed(model_id: str, refresh: str, bpw: dict[str, float], as_json: bool
 def _model_list(sources: bool, console: Console) -> None:
     """Every model on one line (its quants cut at a whole quant with "…" where the line ends;
     ``models ID`` has them all); with ``sources``, one block per model below the table width."""
-    from llamarig.catalogue.models import bpw_table, load_models
-
-    bpw = bpw_table()
-    models = load_models()
+    bpw = api.bits_per_weight()
+    models = api.models()
     print_wrapped(console, _("built-in models: llamarig plan ID:QUANT (file size in GB; ~ = estimated from bits per "
                              "weight)"), indent="  ")
     rows = [[m.id, m.arch, _quants(m, bpw), _mmproj(m)] for m in models.values()]
@@ -145,21 +140,19 @@ def models_cmd(model_id: str | None, sources: bool, as_json: bool, refresh: str 
     ms:OWNER/REPO) lists a repo's quants with their exact sizes, from the hub's file listing."""
     from rich.console import Console
 
-    from llamarig.catalogue.models import bpw_table, find_model, load_models
-
     console = Console(highlight=False)
     if model_id and is_remote(model_id):
         _repo_models(model_id, as_json, console)
     elif model_id and refresh is not None:
-        _refreshed(model_id, refresh, bpw_table(), as_json, console)
+        _refreshed(model_id, refresh, api.bits_per_weight(), as_json, console)
     elif model_id:
-        m, _quant = find_model(model_id)
+        m = api.model(model_id)
         if as_json:
-            click.echo(json.dumps(_model_json(m, bpw_table()), indent=2))
+            click.echo(json.dumps(_model_json(m, api.bits_per_weight()), indent=2))
         else:
-            _entry(m, bpw_table(), console)
+            _entry(m, api.bits_per_weight(), console)
     elif as_json:
-        click.echo(json.dumps([_model_json(m, bpw_table()) for m in load_models().values()], indent=2))
+        click.echo(json.dumps([_model_json(m, api.bits_per_weight()) for m in api.models().values()], indent=2))
     else:
         _model_list(sources, console)
 
@@ -208,18 +201,16 @@ def gpus_cmd(gpu_id: str | None, sources: bool, as_json: bool) -> None:
     entry with its sources."""
     from rich.console import Console
 
-    from llamarig.catalogue.gpus import find_gpu, load_gpus
-
     console = Console(highlight=False)
     if gpu_id:
-        g = find_gpu(gpu_id)
+        g = api.gpu(gpu_id)
         if as_json:
             click.echo(json.dumps(g.to_json(), indent=2))
             return
         print_wrapped(console, "  ".join(_gpu_line(g)), indent="  ")
         print_wrapped(console, _("sources: {source}").format(source=localize(g.source)), indent="  ")
         return
-    gpus = load_gpus()
+    gpus = api.gpus()
     if as_json:
         click.echo(json.dumps([g.to_json() for g in gpus], indent=2))
         return

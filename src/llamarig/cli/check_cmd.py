@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from llamarig import api
-from llamarig.app.check import CheckReport, dump_json, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, dump_json, get_schema, read_input
 from llamarig.cli.help import HelpCommand, lang_option
 from llamarig.cli.lang import N_, _, lang, localize
 from llamarig.cli.options import hardware_of
@@ -98,7 +98,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                            "server, a llama.cpp docker image, ExecStart=, compose command: or llama-swap cmd:)").format(
             name=name))
     if do_fix:
-        fixed = fix(report, lang())
+        fixed = api.fix_report(report, lang=lang())
         click.echo(fixed.text, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
         for k, line, changes in fixed.changes:

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from llamarig import api
 from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, Sheet, labelled, print_wrapped
@@ -21,13 +22,6 @@ from llamarig.units import fmt_bytes
 def _v(x: object) -> str:
     """A header value for human text: ``?`` where the header does not say (JSON keeps null)."""
     return "?" if x is None else str(x)
-
-
-def resolve_model(text: str) -> ModelSpec:
-    """MODEL as a GGUF path or a catalogue id (plan.catalogue.resolve_model)."""
-    from llamarig.catalogue.models import resolve_model as resolve
-
-    return resolve(text)[0]
 
 
 def _layer_runs(spec: ModelSpec) -> list[tuple[str, int, str, str]]:
@@ -152,7 +146,7 @@ def inspect_cmd(model: str, as_json: bool, tensors: bool) -> None:
     from its built-in entry, no file read. A remote GGUF (hf:OWNER/REPO:QUANT, OWNER/REPO:QUANT,
     hf:OWNER/REPO/FILE.gguf, ms:OWNER/REPO:QUANT, https://…/FILE.gguf) is read by its header
     alone, over HTTP range requests, and cached (docs/plan.md)."""
-    spec = resolve_model(model)
+    spec = api.inspect_model(model)
     if spec.remote is not None:  # what reading the remote header cost, on stderr
         from llamarig.hub.resolve import describe
 

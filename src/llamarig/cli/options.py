@@ -10,11 +10,12 @@ import click
 
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import echo
-from llamarig.errors import LlamarigError
+from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.findings import Finding
 from llamarig.units import parse_size
 
 if TYPE_CHECKING:
+    from llamarig.app.command import Resolved
     from llamarig.diagnostics import Diagnostic
     from llamarig.hardware.types import Hardware
 
@@ -146,6 +147,21 @@ def _given_args(ctx: click.Context) -> list[str]:
 def command_name() -> str:
     ctx = click.get_current_context(silent=True)
     return (ctx.info_name or "") if ctx is not None else ""
+
+
+def refuse_trailing_options(res: Resolved) -> None:
+    """The running command's own options (:func:`own_options`) among the resolved server flags
+    (written after the model, or after ``--``), where llama-server would receive them: those this
+    llama-server does not know (``res.schema``) and those always llamarig's are an InputError,
+    before anything is written or started."""
+    from llamarig.render.argv import misplaced_options  # lazy: render's argv helpers
+
+    bad = misplaced_options(res.args, res.schema, own_options())
+    if bad:
+        raise InputError(_("{bad}: llamarig option(s) after the model (or after `--`) would be passed to "
+                           "llama-server, which does not take them: put llamarig options before the model, e.g. "
+                           "`llamarig {cmd} {first} ... MODEL.gguf [SERVER FLAGS]`").format(
+            bad=", ".join(bad), cmd=command_name(), first=bad[0]))
 
 
 def refuse_or_warn(findings: Sequence[Finding], force: bool, what: str, label: str) -> None:

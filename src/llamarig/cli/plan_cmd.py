@@ -262,21 +262,22 @@ def plan_cmd(args: tuple[str, ...]) -> None:
         from llamarig.hub.resolve import describe
 
         click.echo(describe(inp.spec.remote), err=True)
-    cal = sa.calibration_obj()
+    cal = sa.calibration
     from rich.console import Console
 
     if sa.wants_optimiser:
-        from llamarig.app.planning import host_bandwidth
         from llamarig.cli.speed_view import optimise_report
 
-        host_bw = host_bandwidth(d, cal, sa.host_bandwidth_gbs)
-        renderable, js, code = optimise_report(inp, sa.targets(inp), cal=cal, host_bandwidth_gbs=host_bw)
+        found = api.plan_targets(d, target_ctx=sa.target_ctx, target_decode=sa.target_decode,
+                                 target_depth=sa.target_depth, headroom=sa.headroom, slots=sa.slots, vision=sa.vision,
+                                 agent=sa.agent, acceptance=sa.acceptance, calibration=cal,
+                                 host_bandwidth_gbs=sa.host_bandwidth_gbs, inputs=inp)
         if view.as_json:
-            click.echo(json.dumps(js, indent=2))
+            click.echo(json.dumps(found.to_json(), indent=2))
         else:
-            Console().print(renderable)
-        if code:
-            raise click.exceptions.Exit(code)
+            Console().print(optimise_report(found))
+        if not found.met:
+            raise click.exceptions.Exit(found.exit_code)
         return
     from llamarig.cli.speed_view import speed_table
 

@@ -12,28 +12,29 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llamarig import api
-from llamarig.app.command import final_findings
 from llamarig.app.render import FORMATS
 from llamarig.cli.help import HelpCommand
 from llamarig.cli.lang import _, lang, localize
 from llamarig.cli.options import (
     CTX,
-    command_name,
     hardware_of,
     hoist_own_options,
     input_options,
-    own_options,
     refuse_or_warn,
+    refuse_trailing_options,
     rpc_device_option,
 )
 from llamarig.errors import ExitCode, InputError, LlamarigError
 from llamarig.i18n import os_error
 from llamarig.procs import exit_description
+
+if TYPE_CHECKING:
+    from llamarig.launch.process import Launched
 
 
 @click.command("render", cls=HelpCommand, context_settings=CTX)
@@ -66,8 +67,10 @@ def render_cmd(ctx: click.Context, fmt: str, out: str | None, name: str | None, 
         return
     hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                              hardware=hw, notes=notes, repair=fix, own=own_options(), command_name=command_name(),
-                              keep_script=True, allow_no_binary=True, model_path=model_path)
+                              hardware=hw, notes=notes, repair=fix, keep_script=True, allow_no_binary=True,
+                              model_path=model_path)
+    if not from_script:
+        refuse_trailing_options(res)
     errors = [f for f in res.findings if f.severity == "error"]
     if errors and not force:
         for f in errors:
@@ -78,17 +81,12 @@ def render_cmd(ctx: click.Context, fmt: str, out: str | None, name: str | None, 
         click.echo(_("llamarig: warning: line {line}: [{rule}] {message} (--force: render anyway)").format(
             line=f.line, rule=f.rule, message=f.message), err=True)
     # the rendered command itself must pass `llamarig check` (cores: of this machine only with --detect)
-    from llamarig.flags.rules import physical_cores
-
-    refuse_or_warn(final_findings(res, cores=physical_cores() if detect else None, reported=errors), force, "render",
-                   _schema_label(res))
+    refuse_or_warn(api.check_resolved(res, this_machine=detect, reported=errors), force, "render", _schema_label(res))
     if res.plan is not None and not res.plan.fits and not force:
         raise LlamarigError(_("the plan does not fit ({shortfalls}): pass --force to render anyway").format(
             shortfalls=_("; ").join(localize(res.plan.shortfalls()))))
     text = api.render_command(res, fmt, name=name, compose_backend=compose_backend, user=user, lang=lang(), out=out)
-    from llamarig.app.render import rpc_units
-
-    units = rpc_units(res, name=name, lang=lang()) if fmt == "systemd" else []
+    units = api.rpc_units(res, name=name, lang=lang()) if fmt == "systemd" else []
     if out:
         _write(Path(out), text, fmt)
         for fname, unit in units:  # each rpc-server's unit beside the coordinator's
@@ -166,8 +164,6 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
     Exit 0 running (1 with --detach when verification differs is NOT used: differences are
     warnings), 1 check errors in the command or plan does not fit, 2 bad input, 3 binary missing /
     port in use / start failed."""
-    from llamarig.launch import process as L
-
     if not detach:
         # foreground: SIGTERM (systemd, kill) stops the server like Ctrl-C does, from the start
         import signal
@@ -182,20 +178,18 @@ def launch_cmd(detach: bool, host: str | None, port: int | None, force: bool, ti
 
     hw, notes = hardware_of(gpus, ram, detect, rpc_devices=rpc_devices)
     res = api.resolve_command(command, from_script=from_script, invocation=invocation, server_bin=server_bin,
-                              hardware=hw, notes=notes, own=own_options(), command_name=command_name(),
-                              loopback_rpc_memory=host_memory())
+                              hardware=hw, notes=notes, loopback_rpc_memory=host_memory())
+    if not from_script:
+        refuse_trailing_options(res)
     if res.plan is None and res.plan_note:
         click.echo(_("llamarig: note: {note}; launching without verification").format(note=res.plan_note), err=True)
-    from llamarig.app.launch import launch_args
-    from llamarig.flags.rules import physical_cores
-
-    refuse_or_warn(final_findings(res, launch_args(res, host, port), physical_cores()), force, "launch",
+    refuse_or_warn(api.check_resolved(res, host=host, port=port, this_machine=True), force, "launch",
                    _schema_label(res))
     lr = api.launch_command(res, host=host, port=port, log_path=log_path, timeout_s=timeout_s, force=force)
     try:
         _launch_report(lr, as_json)
     except KeyboardInterrupt:
-        click.echo(localize(L.stop(state_file=lr.state_file)), err=True)
+        click.echo(localize(api.stop_server(state_file=lr.state_file)), err=True)
         sys.exit(ExitCode.INTERRUPTED)
     if detach:
         return
@@ -236,20 +230,17 @@ def _launch_report(lr: Any, as_json: bool) -> None:
             tolerance=r.tolerance_mib, method=r.method), err=True)
 
 
-def _foreground(lr: Any) -> None:
-    from llamarig.launch import process as L
-
+def _foreground(lr: Launched) -> None:
     click.echo(_("running in the foreground: Ctrl-C (or SIGTERM to llamarig) stops it"), err=True)
     try:
-        code = lr.proc.wait()
-        for line in L.stop_rpc(lr.state):  # its rpc-servers go with it
+        code, done = lr.wait()
+        for line in done:  # its rpc-servers go with it
             click.echo(localize(line), err=True)
-        lr.state_file.unlink(missing_ok=True)
         click.echo(_("llama-server {exit_description}").format(exit_description=exit_description(code)), err=True)
         if code:
             sys.exit(ExitCode.ENVIRONMENT)
     except KeyboardInterrupt:
-        click.echo(localize(L.stop(state_file=lr.state_file)), err=True)
+        click.echo(localize(api.stop_server(state_file=lr.state_file)), err=True)
         sys.exit(ExitCode.INTERRUPTED)
 
 
@@ -261,6 +252,4 @@ def _foreground(lr: Any) -> None:
 def stop_cmd(port: int | None, state_file: str | None, timeout_s: float) -> None:
     """Stop the llama-server that `llamarig launch` started, and only that process (its pid, start
     time and command line must still match the state file). Exit 0, 2 when there is no state."""
-    from llamarig.launch import process as L
-
-    click.echo(localize(L.stop(port, Path(state_file) if state_file else None, timeout_s)))
+    click.echo(localize(api.stop_server(port, state_file, timeout_s)))

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, CommandText, Para, Sheet, labelled
 from llamarig.errors import InputError
-from llamarig.plan.calibration import Calibration
-from llamarig.plan.calibration_files import load_calibration
-from llamarig.plan.optimise import GB, PlannedOption, Targets, optimise
-from llamarig.plan.result import PlanInputs
+from llamarig.plan.optimise import GB, PlannedOption, Targets
 from llamarig.plan.speed import (
     DEFAULT_PROMPT,
     LOWEST_PUBLISHED_ACCEPTANCE,
@@ -24,6 +21,9 @@ from llamarig.plan.speed import (
     kv_quality_short,
 )
 from llamarig.units import GiB, fmt_bytes
+
+if TYPE_CHECKING:
+    from llamarig.app.targets import TargetResult
 
 
 def calibration_label(source: str) -> str:
@@ -95,16 +95,15 @@ def _fmt_tok(v: float) -> str:
     return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
 
 
-def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | None = None,
-                    host_bandwidth_gbs: float | None = None, show: int = 8) -> tuple[Any, dict[str, Any], int]:
-    """(rich renderable, JSON dict, exit code) for ``llamarig plan --target-*``. Exit 0 when the
-    winner meets every target, 1 when it does not: verdict ``impossible`` (above a physical bound, or
-    nothing fits) or ``unlikely`` (predicted below the target, under the bound); an answer, not an
-    error. The candidates are a table where the terminal is wide enough, one block each where
-    it is not (cli/layout.py); every note wraps at the terminal's width."""
+def optimise_report(found: TargetResult, *, show: int = 8) -> Any:
+    """The rich renderable of ``llamarig plan --target-*`` (``api.plan_targets``'s answer): the
+    candidates, the winner, the verdict (``impossible``: above a physical bound, or nothing fits;
+    ``unlikely``: predicted below the target, under the bound) and its reasons. The candidates
+    are a table where the terminal is wide enough, one block each where it is not
+    (cli/layout.py); every note wraps at the terminal's width."""
     from rich.console import Group
 
-    res = optimise(inp, targets, cal=cal, host_bandwidth_gbs=host_bandwidth_gbs)
+    res, targets = found.result, found.targets
     parts: list[Any] = [_candidates(res.candidates[:show], targets), Para.of(_(
         "decode tok/s at depth 0 / target depth / target context (with speculative decoding when the layout shows "
         "MTP n); prefill tok/s for an 8192-token prompt (shorter when a slot holds fewer tokens); free = free "
@@ -118,7 +117,7 @@ def optimise_report(inp: PlanInputs, targets: Targets, *, cal: Calibration | Non
     parts += [Text(""), Para.of(_("{n} configurations evaluated in {ms:.0f} ms; calibration: {source}").format(
         n=res.evaluated, ms=res.elapsed_s * 1000,
         source=calibration_label(res.best.speed.calibration) if res.best else ""), "dim")]
-    return Group(*parts), res.to_json(), 0 if res.verdict in ("ok", "maybe") else 1
+    return Group(*parts)
 
 
 def _candidates(cands: Sequence[PlannedOption], t: Targets) -> Sheet:
@@ -256,24 +255,6 @@ class SpeedArgs:
     @property
     def wants_optimiser(self) -> bool:
         return self.target_ctx is not None or self.target_decode is not None
-
-    def calibration_obj(self) -> Calibration:
-        return load_calibration(self.calibration)
-
-    def targets(self, inp: PlanInputs) -> Targets:
-        """Targets for these inputs; contradictions with the given llama-server flags are errors."""
-        cfg = inp.cfg
-        if self.slots is not None and "n_parallel" in cfg.set_flags and cfg.n_parallel != self.slots:
-            raise InputError(_("--slots {slots} contradicts -np {n_parallel}: give one of them").format(slots=self.slots, n_parallel=cfg.n_parallel))
-        slots = self.slots or (cfg.n_parallel if "n_parallel" in cfg.set_flags and cfg.n_parallel > 0 else 1)
-        ctx = self.target_ctx
-        if ctx is None:
-            ctx = (cfg.n_ctx // max(1, slots)) if "n_ctx" in cfg.set_flags and cfg.n_ctx else 8192
-        elif "n_ctx" in cfg.set_flags and cfg.n_ctx and cfg.n_ctx < ctx * slots:
-            raise InputError(_("--target-ctx {ctx} x {slots} slot(s) contradicts -c {n_ctx}: give one of them").format(ctx=ctx, slots=slots, n_ctx=cfg.n_ctx))
-        return Targets(ctx=ctx, decode_tok_s=self.target_decode, decode_depth=self.target_depth,
-                       headroom=GiB if self.headroom is None else self.headroom, slots=slots,
-                       vision=self.vision, agent=self.agent, acceptance=self.acceptance)
 
 
 #: plan's speed and optimiser options, for its help page (cli/plan_cmd.py)

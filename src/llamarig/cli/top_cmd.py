@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from llamarig import api
 from llamarig.cli.help import HelpCommand, lang_option
 from llamarig.cli.lang import N_, _
 from llamarig.errors import ExitCode, InputError, ServerError
@@ -95,14 +96,14 @@ def _pool_option(value: str | None) -> Any:
 def _web(url: str, bind: str, key: str | None, interval: float, opts: dict[str, Any], power: float | None,
          temp: float, pool_pct: float) -> None:
     from llamarig.web.alerts import Thresholds
-    from llamarig.web.serve import run
 
     def ready(page: str) -> None:
         click.echo(_("llamarig top: the live page of {url} is on {page} (read-only; Ctrl-C stops)").format(
             url=url, page=page), err=True)
 
     try:
-        run(url, bind, key, interval, Thresholds(power, temp, pool_pct), opts, ready)
+        api.serve_top_web(url, bind, key=key, interval_s=interval, thresholds=Thresholds(power, temp, pool_pct),
+                          collector=opts, ready=ready)
     except OSError as e:
         raise ServerError(_("--web {bind}: cannot listen: {error}").format(bind=bind, error=os_error(e))) from None
 

@@ -240,6 +240,14 @@ class Launched:
     #: the rpc-servers launch started first (loopback endpoints of --rpc), in --rpc order
     rpc: list[RpcServer] = field(default_factory=list)
 
+    def wait(self) -> tuple[int, list[str]]:
+        """A foreground launch: wait until llama-server ends, then stop the rpc-servers it came
+        with (:func:`stop_rpc`) and remove its state file; (its exit code, what was done)."""
+        code = self.proc.wait()
+        done = stop_rpc(self.state)
+        self.state_file.unlink(missing_ok=True)
+        return code, done
+
 
 def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
     a = [x for x in args]
