@@ -202,13 +202,15 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     text, origin = _explain_input(command)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
-    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    hw, _notes = hardware_of(gpus, ram)
+    # checked on the machine explain prices: each command is resolved once, for both
+    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model, gpus=hw.gpus,
+                       ram=hw.ram_bytes)
     seen: list[dict[str, object]] = []
     if not report.parsed.invocations and report.parsed.others:
         report, seen = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
-    hw, _notes = hardware_of(gpus, ram)
     result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
         doc = result.to_json()
