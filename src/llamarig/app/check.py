@@ -255,7 +255,9 @@ def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
     received = tuple(got.argv) if got is not None else tuple(inv.argv)
     meant = tuple(meant_inv.argv) if meant_inv is not None else (inv.program, *(w.text for w in inv.intended_args))
     cut = got.cut_line if got is not None and got.orphans else (inv.cut_line if inv.orphans else None)
-    pair = report.pairs[k] = WhatRuns(k, inv.line, received, meant, cut)
+    got_cmd = Command.parse(received, report.schema, program=True)
+    meant_cmd = got_cmd if meant == received else Command.parse(meant, report.schema, program=True)
+    pair = report.pairs[k] = WhatRuns(k, inv.line, received, meant, cut, got_cmd, meant_cmd)
     return pair
 
 
