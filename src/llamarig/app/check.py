@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from llamarig.flags.findings import finding
 from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
-from llamarig.flags.readers import Parsed, parse_argv, parse_text
+from llamarig.flags.readers import Invocation, Parsed, parse_argv, parse_text
 from llamarig.flags.reading import ScriptReading, read_script, reading_of
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.rules.rpc import rpc_server_findings
@@ -28,6 +28,7 @@ from llamarig.hardware.types import GPU
 from llamarig.i18n import _, os_error
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.inputs import plan_for_check
+from llamarig.plan.result import Plan
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
@@ -68,6 +69,11 @@ def get_schema(server_bin: str | None = None, bundled: bool = False, no_cache: b
     return load_schema(server_bin, cache=not no_cache)
 
 
+#: what a resolution of one command was made with (``llamarig.app.runs.price``): the command's
+#: index, the model, the GPUs, the RAM, the script's directory, speed, the tokens one request needs
+ResolutionKey = tuple[int, "str | None", "tuple[GPU, ...]", "int | None", "Path | None", bool, "int | None"]
+
+
 @dataclass
 class CheckReport:
     """What ``llamarig check`` found in one input: its commands, how llama-server reads each,
@@ -87,7 +93,7 @@ class CheckReport:
     #: made once per report and reused by every view of it (check's findings, explain, plan
     #: --from-script)
     pairs: dict[int, WhatRuns] = field(default_factory=dict, repr=False)
-    resolutions: dict[tuple[Any, ...], Resolution] = field(default_factory=dict, repr=False)
+    resolutions: dict[ResolutionKey, Resolution] = field(default_factory=dict, repr=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -147,9 +153,10 @@ def _check_parsed(parsed: Parsed, reading: ScriptReading, text: str, *, schema: 
                   origin: Path | None, name: str, pairs: dict[int, WhatRuns] | None = None) -> CheckReport:
     if schema is None:
         schema = load_schema(server_bin) if server_bin else load_bundled()
+    report = CheckReport(parsed, [], [], schema, name, kind, origin, reading, dict(pairs or {}))
     ctx = Context(physical_cores=cores or physical_cores(),
                   cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
-                  ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
+                  ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=_planner(report))
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     extra = rpc_server_findings(text)  # the script's rpc-servers (not llama-server invocations)
@@ -160,11 +167,25 @@ def _check_parsed(parsed: Parsed, reading: ScriptReading, text: str, *, schema: 
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
-    report = CheckReport(parsed, readings, findings, schema, name, kind, origin, reading, dict(pairs or {}))
+    report.readings, report.findings = readings, findings
     extra = resolution_findings(report, model=model, gpus=gpus, ram=ram, need_ctx=need_ctx, base_dir=base_dir)
     if extra:
         report.findings = sorted([*findings, *extra], key=lambda f: f.line)
     return report
+
+
+def _planner(report: CheckReport) -> Callable[[str | None, str | None, Sequence[GPU], int | None, list[str]], Plan]:
+    """check --gpu's memory rule's planner (``Context.planner``) on the command as the report's
+    pair parsed it (:func:`what_runs`), not parsed again."""
+    def plan(model: str | None, mmproj: str | None, gpus: Sequence[GPU], ram: int | None, argv: list[str]) -> Plan:
+        words = tuple(argv[1:])
+        for k, inv in enumerate(report.parsed.invocations):
+            if inv.source != "fragment" and tuple(w.text for w in inv.args) == words:
+                pair = what_runs(report, k)
+                if pair.received[1:] == words:
+                    return plan_for_check(model, mmproj, gpus, ram, pair.received_command.with_program(argv[0]))
+        return plan_for_check(model, mmproj, gpus, ram, argv)
+    return plan
 
 
 #: a Diagnostic of the resolved deployment -> the check rule that reports it, and the rules
@@ -350,6 +371,14 @@ class FixResult:
     unplaced: tuple[int, ...] = ()
 
 
+def _parsed_before(report: CheckReport, inv: Invocation) -> Command | list[str]:
+    """The command ``inv`` of ``report`` as its pair parsed it (not parsed again), else its words."""
+    pair = what_runs(report, next(i for i, x in enumerate(report.parsed.invocations) if x is inv))
+    argv = tuple(inv.argv)
+    return pair.received_command if argv == pair.received else pair.meant_command if argv == pair.meant \
+        else list(argv[1:])
+
+
 def fix(report: CheckReport, lang: str = "en") -> FixResult:
     """`llamarig check --fix`: the input with every repairable finding repaired (its comments in
     ``lang``), and what that changes in the server each command runs."""
@@ -359,7 +388,7 @@ def fix(report: CheckReport, lang: str = "en") -> FixResult:
     changes = []
     servers = [inv for inv in report.parsed.invocations if inv.source != "fragment"]
     for k, (inv_a, inv_b) in enumerate(zip(servers, after.invocations, strict=False)):
-        ch = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
+        ch = behaviour_changes(_parsed_before(report, inv_a), inv_b.argv[1:])
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
     loose = [inv for inv in report.parsed.invocations if inv.source == "fragment"]
