@@ -180,10 +180,14 @@ def _planner(report: CheckReport) -> Callable[[str | None, str | None, Sequence[
     def plan(model: str | None, mmproj: str | None, gpus: Sequence[GPU], ram: int | None, argv: list[str]) -> Plan:
         words = tuple(argv[1:])
         for k, inv in enumerate(report.parsed.invocations):
-            if inv.source != "fragment" and tuple(w.text for w in inv.args) == words:
-                pair = what_runs(report, k)
-                if pair.received[1:] == words:
-                    return plan_for_check(model, mmproj, gpus, ram, pair.received_command.with_program(argv[0]))
+            if inv.source == "fragment" or words not in (tuple(w.text for w in inv.args),
+                                                         tuple(w.text for w in inv.intended_args)):
+                continue
+            pair = what_runs(report, k)  # what runs, or what was meant (the rule plans both)
+            cmd = pair.received_command if pair.received[1:] == words else \
+                pair.meant_command if pair.meant[1:] == words else None
+            if cmd is not None:
+                return plan_for_check(model, mmproj, gpus, ram, cmd.with_program(argv[0]))
         return plan_for_check(model, mmproj, gpus, ram, argv)
     return plan
 
@@ -369,9 +373,11 @@ class FixResult:
     #: lines of flags with no command before them in a text that has commands: --fix cannot tell
     #: which one they are for (it writes them, corrected, as comments) and asks (exit code 4)
     unplaced: tuple[int, ...] = ()
+    #: the repaired text checked (``fix(..., recheck=)``), None when not asked
+    after: CheckReport | None = field(default=None, compare=False, repr=False)
 
 
-def _parsed_before(report: CheckReport, inv: Invocation) -> Command | list[str]:
+def _parsed_as(report: CheckReport, inv: Invocation) -> Command | list[str]:
     """The command ``inv`` of ``report`` as its pair parsed it (not parsed again), else its words."""
     pair = what_runs(report, next(i for i, x in enumerate(report.parsed.invocations) if x is inv))
     argv = tuple(inv.argv)
@@ -379,19 +385,27 @@ def _parsed_before(report: CheckReport, inv: Invocation) -> Command | list[str]:
         else list(argv[1:])
 
 
-def fix(report: CheckReport, lang: str = "en") -> FixResult:
+def fix(report: CheckReport, lang: str = "en", recheck: Callable[[str], CheckReport] | None = None) -> FixResult:
     """`llamarig check --fix`: the input with every repairable finding repaired (its comments in
-    ``lang``), and what that changes in the server each command runs."""
+    ``lang``), and what that changes in the server each command runs. ``recheck``: how to check
+    the repaired text (check's options); its report is ``FixResult.after``, and the commands it
+    parsed are the ones compared."""
     fixed = fix_text(report.parsed, report.readings, report.findings, report.schema, lang)
-    after = parse_text(fixed, report.kind, report.origin)
-    after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
+    rechecked = recheck(fixed) if recheck is not None else None
+    if rechecked is not None:
+        after = rechecked.parsed
+    else:
+        after = parse_text(fixed, report.kind, report.origin)
+        after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i
+                             for i in after.invocations]
     changes = []
     servers = [inv for inv in report.parsed.invocations if inv.source != "fragment"]
     for k, (inv_a, inv_b) in enumerate(zip(servers, after.invocations, strict=False)):
-        ch = behaviour_changes(_parsed_before(report, inv_a), inv_b.argv[1:])
+        now = _parsed_as(rechecked, inv_b) if rechecked is not None and inv_b.source != "fragment" else inv_b.argv[1:]
+        ch = behaviour_changes(_parsed_as(report, inv_a), now)
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
     loose = [inv for inv in report.parsed.invocations if inv.source == "fragment"]
     unplaced = tuple(ln for inv in loose for ln in range(inv.line, inv.end_line + 1)) \
         if loose and (servers or report.parsed.others) else ()
-    return FixResult(fixed, tuple(changes), unplaced)
+    return FixResult(fixed, tuple(changes), unplaced, rechecked)

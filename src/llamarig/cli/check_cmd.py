@@ -98,7 +98,8 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                            "server, a llama.cpp docker image, ExecStart=, compose command: or llama-swap cmd:)").format(
             name=name))
     if do_fix:
-        fixed = fix(report, lang())
+        # the repaired text checked once, and its commands the ones the changes compare
+        fixed = fix(report, lang(), recheck=lambda t: report if t == text else run(t))
         click.echo(fixed.text, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
         for k, line, changes in fixed.changes:
@@ -113,7 +114,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                              lines=listing(str(n) for n in fixed.unplaced)), err=True)
             sys.exit(ExitCode.NEEDS_ANSWER)
         # the code says whether the repaired text still has an error: 0 when --fix repaired all
-        after = run(fixed.text) if fixed.text != text else report
+        after = fixed.after if fixed.after is not None else report
         sys.exit(ExitCode.PROBLEMS if after.errors else ExitCode.OK)
     elif as_json:
         click.echo(dump_json(report.to_json()))

@@ -99,6 +99,8 @@ def hoist_own_options(ctx: click.Context, command: Sequence[str]) -> bool:
         return False
     if "--" in toks:  # after `--` everything is the server's, as written
         return False
+    if not any(t.split("=", 1)[0] in own for t in toks[1:]):  # nothing to move: the command is not read here
+        return False
     bad = set(misplaced_options(toks[1:], load_bundled(), own))
     if not bad or not bad <= AFTER_MODEL:  # another llamarig option after the model: refused as before
         return False

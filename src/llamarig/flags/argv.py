@@ -544,6 +544,12 @@ class Command:
         return ([self.program] if self.program is not None else []) + self.server_args()
 
 
+def default_schema() -> Schema:
+    """The schema :meth:`Command.parse` reads against when given none: the bundled one of the
+    pinned build, read once per process."""
+    return _bundled()
+
+
 @cache
 def _bundled() -> Schema:
     """The bundled schema of the pinned build, read once per process."""
