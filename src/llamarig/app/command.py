@@ -68,6 +68,8 @@ class Resolved:
     fit: FitState | None = None
     #: ``args`` as parsed once where the input was read (None: parsed on first use)
     parsed: Command | None = field(default=None, compare=False, repr=False)
+    #: the script the command was read from (``--from-script``), None for tokens or a Deployment
+    script: str | None = None
 
     @property
     def speed(self) -> SpeedReport | None:
@@ -415,7 +417,7 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     plan, note, error, d = _plan(cmd, hw, notes, base) if want_plan else (None, "", None, None)
     return Resolved(binary, args, inp.env, plan, note, error, inp.findings, inp.notes, schema, d, hw, inp.wrappers,
                     inp.workdir, plan_settings(plan, d.config) if plan is not None and d is not None else None,
-                    fit_state(d.config, plan) if d is not None else None, cmd)
+                    fit_state(d.config, plan) if d is not None else None, cmd, from_script)
 
 
 def resolve_deployment(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,

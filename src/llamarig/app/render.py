@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llamarig.app.command import Resolved, schema_of
+from llamarig.app.runs import log_hint
 from llamarig.errors import InputError, one_line
 from llamarig.flags.argv import Command
 from llamarig.i18n import _
@@ -83,6 +84,8 @@ def _figures(res: Resolved, fmt: str) -> list[str]:
     elif fmt == "llama-swap" and res.workdir:
         figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
     figures += comment_lines(rpc_servers_of(res))
+    if res.script is not None and res.script != "-":  # what ran, when it differs from the script: its log says
+        figures.append(log_hint(res.script))
     return [one_line(f, 1000) for f in figures]
 
 

@@ -28,6 +28,7 @@ from llamarig.app.resolution import (
     Settings,
     changes_between,
     fit_state,
+    meant_fit_diagnostics,
     plan_settings,
     slot_diagnostics,
 )
@@ -173,11 +174,14 @@ def _price(pair: WhatRuns, *, model: str | None, gpus: Sequence[GPU], ram: int |
     if pair.same:
         return Resolution(pair, runs, None, (), tuple(notes), fit, diags)
     meant, _notes = price_argv(want, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    mcfg = meant.deployment.config if meant.deployment is not None else None
+    meant_fit = fit_state(mcfg, meant.plan) if mcfg is not None else _flag_fit(want)
+    diags = (*diags, *meant_fit_diagnostics(fit, meant_fit, pair.cut_line))
     # both planned: the plans' settings; else both read from their flags alone (never one of each)
     both = runs.settings is not None and meant.settings is not None and runs.settings.method == meant.settings.method
     changes = (changes_between(runs.settings, meant.settings) if both
                else tuple(behaviour_changes(got, want)))
-    return Resolution(pair, runs, meant, changes, tuple(notes), fit, diags)
+    return Resolution(pair, runs, meant, changes, tuple(notes), fit, diags, meant_fit)
 
 
 def _flag_fit(argv: Command) -> FitState:

@@ -83,11 +83,10 @@ def map_paths(args: Command | Sequence[str], schema: Any, fn: Callable[[PathOpti
     return map_command(Command.of(args, schema, program=False), fn, schema).server_args()
 
 
-def map_command(cmd: Command, fn: Callable[[PathOption, str], str], schema: Any = None) -> Command:
+def map_command(cmd: Command, fn: Callable[[PathOption, str], str], schema: Any) -> Command:
     """:func:`map_paths` on a parsed command: the same command with its path values mapped
-    (the path options as ``schema`` has them, default the command's)."""
-    sch = schema if schema is not None else cmd.schema
-    return Command(cmd.program, tuple(_map_arg(a, sch, fn) for a in cmd.args), cmd.schema)
+    (the path options as ``schema`` has them; None: the fallback spellings alone)."""
+    return Command(cmd.program, tuple(_map_arg(a, schema, fn) for a in cmd.args), cmd.schema)
 
 
 def _map_arg(a: Arg, schema: Any, fn: Callable[[PathOption, str], str]) -> Arg:
@@ -121,7 +120,7 @@ def absolutize(args: Command | Sequence[str], schema: Any, bases: Sequence[Path]
     return cmd.server_args(), changed
 
 
-def absolutize_command(cmd: Command, bases: Sequence[Path], schema: Any = None) -> tuple[Command, list[str]]:
+def absolutize_command(cmd: Command, bases: Sequence[Path], schema: Any) -> tuple[Command, list[str]]:
     """(the command with every relative path value absolute, the spellings that changed).
 
     ``~`` is expanded (systemd and llama-server do not). A relative path is joined to the first of
