@@ -33,7 +33,6 @@ exit codes (docs/exit-codes.md). tests/test_api.py checks that every command has
 from __future__ import annotations
 
 import copy
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,14 +188,15 @@ def check(text: str | Deployment, *, schema: Schema | None = None, server_bin: s
     call the input. ``text`` may be a Deployment: its command is checked, with its model and
     hardware unless given here."""
     from llamarig.app.check import check as _check
+    from llamarig.app.check import check_command
 
-    if not isinstance(text, str):
+    if not isinstance(text, str):  # the Deployment's command as parsed, not joined and parsed again
         d = text
-        text = shlex.join(["llama-server", *d.command.server_args()])
-        model = model if model is not None else d.model
-        gpus = gpus or d.hardware.gpus
-        ram = ram if ram is not None else d.hardware.ram_bytes
-
+        return check_command(d.command, schema=schema, server_bin=server_bin, cores=cores,
+                             model=model if model is not None else d.model,
+                             base_dir=Path(base_dir) if base_dir is not None else None,
+                             gpus=tuple(gpus or d.hardware.gpus), ram=ram if ram is not None else d.hardware.ram_bytes,
+                             need_ctx=need_ctx, name=name)
     return _check(text, schema=schema, server_bin=server_bin, kind=kind, cores=cores, model=model,
                   base_dir=Path(base_dir) if base_dir is not None else None, gpus=tuple(gpus), ram=ram,
                   need_ctx=need_ctx, origin=Path(origin) if origin is not None else None, name=name)
@@ -211,12 +211,14 @@ def check_text(text: str, *, kind: str | None = None, server_bin: str | None = N
                  base_dir=Path(origin).parent if origin is not None else None).findings
 
 
-def fix_report(report: CheckReport, *, lang: str = "en") -> FixResult:
+def fix_report(report: CheckReport, *, lang: str = "en",
+               recheck: Callable[[str], CheckReport] | None = None) -> FixResult:
     """`llamarig check --fix`: the repaired text (its comments in ``lang``, en or zh), and what
-    the repair changes in each server."""
+    the repair changes in each server; ``recheck``: how to check the repaired text (check's own
+    options), its report then ``FixResult.after``."""
     from llamarig.app.check import fix
 
-    return fix(report, lang)
+    return fix(report, lang, recheck)
 
 
 def explain_report(report: CheckReport, *, model: str | None = None, lang: str = "en", gpus: Sequence[GPU] = (),

@@ -119,7 +119,9 @@ def test_field_reports_read_the_same_everywhere(script: Path, model: str, gpu: s
     _c, out, _e = _run(cli, "check", "--bundled", "--json", "--model", model, str(script))
     findings = [f for f in json.loads(out)["findings"] if f["invocation"] == 0]
     fit_rules = sorted(f["rule"] for f in findings if f["rule"].startswith("fit-"))
-    assert fit_rules == sorted(d.code for d in res.fit.blocked)
+    # what --fit can do for what runs, and (report 000: the cut-off -ngl 99) for the command as meant
+    assert fit_rules == sorted(d.code for d in res.diagnostics if d.code.startswith("fit-"))
+    assert ("fit-meant" in fit_rules) == (res.meant_fit is not None and res.meant_fit.can_act != res.fit.can_act)
     capped = [f for f in findings if f["rule"] == "slot-ctx-above-train"]
     assert bool(capped) == (st.clamped_from is not None)
     assert all(str(st.n_ctx_slot) in f["message"] for f in capped)

@@ -199,6 +199,7 @@ DOOR_FORMATTERS = {
     "llamarig.hub.resolve:describe",  # one line: what reading a remote header cost
     "llamarig.flags.schema:bundled_provenance",  # check --help's rows of the bundled schemas
     "llamarig.tune.quality:parse_types",  # reading quality's --types (q8_0,q4_0/q8_0)
+    "llamarig.flags.argv:default_schema",  # plan's option splitter: how many words a server flag takes
 }
 
 #: TEMPORARY: use-case imports of command modules that other branches are reworking, "cli/FILE":

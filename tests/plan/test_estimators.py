@@ -89,7 +89,7 @@ def test_fit_drops_the_trials_cpu_layers_note_by_its_code(small: Path) -> None:
     p = make_plan(inp)
     assert p.effective_cfg is not None and p.effective_cfg.n_gpu_layers < 5
     assert not any(d.code == S.CPU_LAYERS for d in p.diagnostics)
-    assert any(d.code == "fit" for d in p.diagnostics)
+    assert any(d.code == "fit-placement" for d in p.diagnostics)  # fit's own note, by its code
     trial = plan_once(replace(inp, cfg=p.effective_cfg))
     assert any(d.code == S.CPU_LAYERS for d in trial.diagnostics)
 

@@ -275,3 +275,20 @@ def test_a_draft_model_without_a_spec_type_is_loaded_then_freed(synth_model) -> 
     assert any(d.code == DRAFT_UNUSED for d in unused.diagnostics)
     used = _rpc_plan(synth_model, "llama", [400, 400], "-c 4096 -md {llama-draft} --spec-type draft-simple")
     assert not any(d.code == DRAFT_UNUSED for d in used.diagnostics)
+
+
+def test_fit_and_speed_notes_are_coded_diagnostics_in_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """What --fit's model and the speed figures say reaches the views as Diagnostics: each with
+    its code in `plan --json` (diagnostics, speed.diagnostics), the printed text its message."""
+    spec, _ = _spec("qwen3.6-27b:q8_0")
+    p = make_plan(PlanInputs(spec, parse_server_args(["-c", "8192"]), Hardware((parse_gpu_arg("rtx3090"),))))
+    codes = {d.code: d for d in p.diagnostics}
+    assert P.FIT_PLACEMENT in codes and P.FIT_MOVES_TO_CPU in codes
+    assert codes[P.FIT_MOVES_TO_CPU].message in p.warnings and codes[P.FIT_PLACEMENT].message in p.notes
+    main(["plan", "qwen3.6-27b:q8_0", "--gpu", "rtx3090", "-c", "8192", "-ctk", "q4_0", "-ctv", "q8_0", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    got = {d["code"] for d in doc["diagnostics"]}
+    assert {P.FIT_PLACEMENT, P.FIT_MOVES_TO_CPU} <= got and "fit" not in got
+    speed = doc["speed"]
+    assert [d["message"] for d in speed["diagnostics"] if d["severity"] == "warning"] == speed["warnings"]
+    assert [d["code"] for d in speed["diagnostics"]] == ["speed-kv-path"]  # K/V converted each token

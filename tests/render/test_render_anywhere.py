@@ -80,3 +80,16 @@ def test_render_fix_is_check_fix(with_bin: Path, cli, tmp_path: Path) -> None:
     ran = check(out, kind="systemd").parsed.invocations[0].argv
     want = check(fixed, kind="systemd").parsed.invocations[0].argv
     assert [w for w in ran[1:] if not w.startswith("/")] == [w for w in want[1:] if not w.startswith("/")]
+
+
+def test_render_of_a_script_names_the_logs_command(with_bin: Path, cli) -> None:
+    """A render of a script says, in its header, how its server's log tells what really ran
+    (report 004's unit: `llamarig logs LOG --script FILE`); a render of tokens does not."""
+    script = SEEDS / "004_execstart.sh"
+    code, out, err = cli("render", "--force", "--from-script", str(script))
+    assert code == 0, err
+    header = comment_text(out)
+    assert f"`llamarig logs LOG --script {script}`" in header and "docs/logs.md" in header
+    code, out, err = cli("render", "--force", "--model-path", "/m/q.gguf", "qwen3.6-27b:iq4_nl", "-c", "8192")
+    assert code == 0, err
+    assert "llamarig logs" not in comment_text(out)

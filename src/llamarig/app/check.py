@@ -7,27 +7,28 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamarig.app.resolution import Settings, changes_between, flag_settings
+from llamarig.app.resolution import Resolution, Settings, changes_between, flag_settings
 from llamarig.errors import InputError, LlamarigError
 from llamarig.flags.argv import Command, Reading, Use
 from llamarig.flags.findings import finding
 from llamarig.flags.fix import fix_text
 from llamarig.flags.model import model_loader
 from llamarig.flags.preset import preset_invocation
-from llamarig.flags.readers import Parsed, parse_text
+from llamarig.flags.readers import Invocation, Parsed, parse_argv, parse_text
 from llamarig.flags.reading import ScriptReading, read_script, reading_of
 from llamarig.flags.rules import Context, Finding, Severity, lint, physical_cores
 from llamarig.flags.rules.rpc import rpc_server_findings
 from llamarig.flags.schema import Schema, load_bundled, load_schema
 from llamarig.hardware.types import GPU
 from llamarig.i18n import _, os_error
-from llamarig.plan.config import ServerConfig, parse_server_args
+from llamarig.plan.config import ServerConfig
 from llamarig.plan.inputs import plan_for_check
+from llamarig.plan.result import Plan
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024
 
@@ -68,6 +69,11 @@ def get_schema(server_bin: str | None = None, bundled: bool = False, no_cache: b
     return load_schema(server_bin, cache=not no_cache)
 
 
+#: what a resolution of one command was made with (``llamarig.app.runs.price``): the command's
+#: index, the model, the GPUs, the RAM, the script's directory, speed, the tokens one request needs
+ResolutionKey = tuple[int, "str | None", "tuple[GPU, ...]", "int | None", "Path | None", bool, "int | None"]
+
+
 @dataclass
 class CheckReport:
     """What ``llamarig check`` found in one input: its commands, how llama-server reads each,
@@ -83,6 +89,11 @@ class CheckReport:
     #: the commands the shell really runs and the one meant (llamarig.flags.reading); ``parsed``
     #: is its meant text's reading
     reading: ScriptReading | None = field(default=None, repr=False)
+    #: each command's pair (:func:`what_runs`) and its resolutions (``llamarig.app.runs.price``),
+    #: made once per report and reused by every view of it (check's findings, explain, plan
+    #: --from-script)
+    pairs: dict[int, WhatRuns] = field(default_factory=dict, repr=False)
+    resolutions: dict[ResolutionKey, Resolution] = field(default_factory=dict, repr=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -113,13 +124,39 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
     pinned build). ``cores``: physical cores of the target machine (default this one); ``model``:
     a GGUF instead of -m; ``gpus``/``ram`` (bytes): add the memory verdict; ``origin``: the file ``text``
     was read from (its sourced files, drop-ins, .env are read too)."""
-    if schema is None:
-        schema = load_schema(server_bin) if server_bin else load_bundled()
     reading = read_script(text, kind, origin)
     parsed = reading.parsed if reading.parsed is not None else parse_text(text, kind, origin)
+    return _check_parsed(parsed, reading, text, schema=schema, server_bin=server_bin, kind=kind, cores=cores,
+                         model=model, base_dir=base_dir, gpus=gpus, ram=ram, need_ctx=need_ctx, origin=origin,
+                         name=name)
+
+
+def check_command(cmd: Command, *, schema: Schema | None = None, server_bin: str | None = None,
+                  cores: int | None = None, model: str | None = None, base_dir: Path | None = None,
+                  gpus: Sequence[GPU] = (), ram: int | None = None, need_ctx: int | None = None,
+                  name: str = "<text>") -> CheckReport:
+    """:func:`check` on a command already parsed (a Deployment's): its words are read as the argv
+    they are (``parse_argv``), not joined into a text and parsed again, and its pair
+    (:func:`what_runs`) is ``cmd`` itself."""
+    program = cmd.with_program(cmd.program or "llama-server")
+    argv = tuple(program.to_argv())
+    parsed = parse_argv(list(argv))
+    report = _check_parsed(parsed, reading_of(parsed), "", schema=schema, server_bin=server_bin, kind=None,
+                           cores=cores, model=model, base_dir=base_dir, gpus=gpus, ram=ram, need_ctx=need_ctx,
+                           origin=None, name=name, pairs={0: WhatRuns(0, 1, argv, argv, None, program, program)})
+    return report
+
+
+def _check_parsed(parsed: Parsed, reading: ScriptReading, text: str, *, schema: Schema | None,
+                  server_bin: str | None, kind: str | None, cores: int | None, model: str | None,
+                  base_dir: Path | None, gpus: Sequence[GPU], ram: int | None, need_ctx: int | None,
+                  origin: Path | None, name: str, pairs: dict[int, WhatRuns] | None = None) -> CheckReport:
+    if schema is None:
+        schema = load_schema(server_bin) if server_bin else load_bundled()
+    report = CheckReport(parsed, [], [], schema, name, kind, origin, reading, dict(pairs or {}))
     ctx = Context(physical_cores=cores or physical_cores(),
                   cores_source="--cores" if cores else "this machine", gpus=tuple(gpus),
-                  ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=plan_for_check)
+                  ram_bytes=ram, model_ref=model, need_ctx=need_ctx, planner=_planner(report))
     gguf_model = model if model and (model.endswith(".gguf") or Path(model).is_file()) else None
     readings, findings = lint(parsed, schema, ctx, model_loader(gguf_model, base_dir))
     extra = rpc_server_findings(text)  # the script's rpc-servers (not llama-server invocations)
@@ -130,11 +167,29 @@ def check(text: str, *, schema: Schema | None = None, server_bin: str | None = N
                                 _("no llama-server command found (a program named llama-server, "
                                   "llama-*-server or server, a llama.cpp docker image, ExecStart=, "
                                   "compose command: or llama-swap cmd:)"), None, None))
-    report = CheckReport(parsed, readings, findings, schema, name, kind, origin, reading)
+    report.readings, report.findings = readings, findings
     extra = resolution_findings(report, model=model, gpus=gpus, ram=ram, need_ctx=need_ctx, base_dir=base_dir)
     if extra:
         report.findings = sorted([*findings, *extra], key=lambda f: f.line)
     return report
+
+
+def _planner(report: CheckReport) -> Callable[[str | None, str | None, Sequence[GPU], int | None, list[str]], Plan]:
+    """check --gpu's memory rule's planner (``Context.planner``) on the command as the report's
+    pair parsed it (:func:`what_runs`), not parsed again."""
+    def plan(model: str | None, mmproj: str | None, gpus: Sequence[GPU], ram: int | None, argv: list[str]) -> Plan:
+        words = tuple(argv[1:])
+        for k, inv in enumerate(report.parsed.invocations):
+            if inv.source == "fragment" or words not in (tuple(w.text for w in inv.args),
+                                                         tuple(w.text for w in inv.intended_args)):
+                continue
+            pair = what_runs(report, k)  # what runs, or what was meant (the rule plans both)
+            cmd = pair.received_command if pair.received[1:] == words else \
+                pair.meant_command if pair.meant[1:] == words else None
+            if cmd is not None:
+                return plan_for_check(model, mmproj, gpus, ram, cmd.with_program(argv[0]))
+        return plan_for_check(model, mmproj, gpus, ram, argv)
+    return plan
 
 
 #: a Diagnostic of the resolved deployment -> the check rule that reports it, and the rules
@@ -162,7 +217,8 @@ def resolution_findings(report: CheckReport, *, model: str | None = None, gpus: 
         fit_use = r.last("--fit") or r.last("--fit-target")
         if fit_use is None and model is None and need_ctx is None:
             continue
-        res = price(what_runs(report, k), model=model, gpus=gpus, ram=ram, base_dir=base_dir, need_ctx=need_ctx)
+        res = price(what_runs(report, k), model=model, gpus=gpus, ram=ram, base_dir=base_dir, need_ctx=need_ctx,
+                    report=report)
         have = {f.rule for f in report.findings if f.invocation == k and f.severity != Severity.INFO}
         c_use = r.last("--ctx-size")
         use: Use | None
@@ -192,6 +248,17 @@ class WhatRuns:
     received: tuple[str, ...]
     meant: tuple[str, ...]
     cut_line: int | None = None  # where the command is cut off (None: nothing is)
+    #: ``received`` and ``meant`` parsed, once (:meth:`Command.parse`, program first); every view
+    #: reads these, not the words again
+    received_command: Command = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    meant_command: Command = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.received_command is None:
+            object.__setattr__(self, "received_command", Command.parse(self.received, program=True))
+        if self.meant_command is None:
+            object.__setattr__(self, "meant_command", self.received_command if self.same
+                               else Command.parse(self.meant, program=True))
 
     @property
     def same(self) -> bool:
@@ -203,7 +270,9 @@ def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
     argv the shell really gives it (the text as written, ``ScriptReading.received``) and the
     argv meant (``ScriptReading.meant_each``: the text as a person reads it, garbled lines
     repaired and cut-off words put back). The one place that turns the readers' result into the
-    pair; commands are matched by the line of their program."""
+    pair; commands are matched by the line of their program. Made once per report (``report.pairs``)."""
+    if k in report.pairs:
+        return report.pairs[k]
     inv = report.parsed.invocations[k]
     reading = report.reading if report.reading is not None else reading_of(report.parsed)
     got = next((i for i in reading.received if i.line == inv.line and i.source != "fragment"), None)
@@ -211,7 +280,10 @@ def what_runs(report: CheckReport, k: int = 0) -> WhatRuns:
     received = tuple(got.argv) if got is not None else tuple(inv.argv)
     meant = tuple(meant_inv.argv) if meant_inv is not None else (inv.program, *(w.text for w in inv.intended_args))
     cut = got.cut_line if got is not None and got.orphans else (inv.cut_line if inv.orphans else None)
-    return WhatRuns(k, inv.line, received, meant, cut)
+    got_cmd = Command.parse(received, report.schema, program=True)
+    meant_cmd = got_cmd if meant == received else Command.parse(meant, report.schema, program=True)
+    pair = report.pairs[k] = WhatRuns(k, inv.line, received, meant, cut, got_cmd, meant_cmd)
+    return pair
 
 
 def check_file(path: str, **options: Any) -> CheckReport:
@@ -245,19 +317,19 @@ def dump_json(data: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- fix
 
 
-def read_config(argv: Sequence[str]) -> tuple[ServerConfig | LlamarigError, str, str]:
-    """What the planner reads of a llama-server argv (program optional), or why the server
-    refuses it, and the KV types as written (a type llama-server rejects is still what the
-    command says)."""
-    cmd = Command.parse(list(argv))
+def read_config(argv: Command | Sequence[str]) -> tuple[ServerConfig | LlamarigError, str, str]:
+    """What the planner reads of a llama-server command (a Command, or an argv with its program
+    optional), or why the server refuses it, and the KV types as written (a type llama-server
+    rejects is still what the command says)."""
+    cmd = Command.of(argv)
     type_k, type_v = cmd.get("--cache-type-k") or "f16", cmd.get("--cache-type-v") or "f16"
     try:
-        return parse_server_args(cmd.without("--cache-type-k", "--cache-type-v").to_argv(), strict=False), type_k, type_v
+        return ServerConfig.from_command(cmd.without("--cache-type-k", "--cache-type-v")), type_k, type_v
     except LlamarigError as e:
         return e, type_k, type_v
 
 
-def read_settings(argv: Sequence[str]) -> Settings | LlamarigError:
+def read_settings(argv: Command | Sequence[str]) -> Settings | LlamarigError:
     """What a llama-server argv (program optional) runs read from its flags alone
     (:func:`llamarig.app.resolution.flag_settings`: llama-server's defaults where unset), or
     why the server refuses it. With the model known the resolved deployment's settings are the
@@ -266,7 +338,7 @@ def read_settings(argv: Sequence[str]) -> Settings | LlamarigError:
     return cfg if isinstance(cfg, LlamarigError) else flag_settings(cfg, type_k, type_v)
 
 
-def argv_settings(argv: Sequence[str]) -> Settings | None:
+def argv_settings(argv: Command | Sequence[str]) -> Settings | None:
     """:func:`read_settings`, None when the server refuses the command."""
     st = read_settings(argv)
     return st if isinstance(st, Settings) else None
@@ -279,7 +351,7 @@ def settings(argv: list[str]) -> dict[str, str]:
     return st.rows() if isinstance(st, Settings) else {"error": str(st)}
 
 
-def behaviour_changes(before: list[str], after: list[str]) -> list[tuple[str, str, str]]:
+def behaviour_changes(before: Command | Sequence[str], after: Command | Sequence[str]) -> list[tuple[str, str, str]]:
     """(what, before, after) for every setting a fix changes in the running server."""
     a, b = read_settings(before), read_settings(after)
     if isinstance(a, Settings) and isinstance(b, Settings):
@@ -301,21 +373,39 @@ class FixResult:
     #: lines of flags with no command before them in a text that has commands: --fix cannot tell
     #: which one they are for (it writes them, corrected, as comments) and asks (exit code 4)
     unplaced: tuple[int, ...] = ()
+    #: the repaired text checked (``fix(..., recheck=)``), None when not asked
+    after: CheckReport | None = field(default=None, compare=False, repr=False)
 
 
-def fix(report: CheckReport, lang: str = "en") -> FixResult:
+def _parsed_as(report: CheckReport, inv: Invocation) -> Command | list[str]:
+    """The command ``inv`` of ``report`` as its pair parsed it (not parsed again), else its words."""
+    pair = what_runs(report, next(i for i, x in enumerate(report.parsed.invocations) if x is inv))
+    argv = tuple(inv.argv)
+    return pair.received_command if argv == pair.received else pair.meant_command if argv == pair.meant \
+        else list(argv[1:])
+
+
+def fix(report: CheckReport, lang: str = "en", recheck: Callable[[str], CheckReport] | None = None) -> FixResult:
     """`llamarig check --fix`: the input with every repairable finding repaired (its comments in
-    ``lang``), and what that changes in the server each command runs."""
+    ``lang``), and what that changes in the server each command runs. ``recheck``: how to check
+    the repaired text (check's options); its report is ``FixResult.after``, and the commands it
+    parsed are the ones compared."""
     fixed = fix_text(report.parsed, report.readings, report.findings, report.schema, lang)
-    after = parse_text(fixed, report.kind, report.origin)
-    after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i for i in after.invocations]
+    rechecked = recheck(fixed) if recheck is not None else None
+    if rechecked is not None:
+        after = rechecked.parsed
+    else:
+        after = parse_text(fixed, report.kind, report.origin)
+        after.invocations = [preset_invocation(i, report.schema) if i.preset is not None else i
+                             for i in after.invocations]
     changes = []
     servers = [inv for inv in report.parsed.invocations if inv.source != "fragment"]
     for k, (inv_a, inv_b) in enumerate(zip(servers, after.invocations, strict=False)):
-        ch = behaviour_changes(inv_a.argv[1:], inv_b.argv[1:])
+        now = _parsed_as(rechecked, inv_b) if rechecked is not None and inv_b.source != "fragment" else inv_b.argv[1:]
+        ch = behaviour_changes(_parsed_as(report, inv_a), now)
         if ch:
             changes.append((k, inv_b.line, tuple(ch)))
     loose = [inv for inv in report.parsed.invocations if inv.source == "fragment"]
     unplaced = tuple(ln for inv in loose for ln in range(inv.line, inv.end_line + 1)) \
         if loose and (servers or report.parsed.others) else ()
-    return FixResult(fixed, tuple(changes), unplaced)
+    return FixResult(fixed, tuple(changes), unplaced, rechecked)

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from llamarig.app.check import CheckReport, check, fix, get_schema, read_input
+from llamarig.app.check import CheckReport, check, fix, get_schema, read_input, what_runs
 from llamarig.app.planning import plan_with_speed
 from llamarig.app.resolution import FitState, Settings, fit_state, plan_settings
 from llamarig.binary import find_binary
@@ -30,7 +30,7 @@ from llamarig.plan.result import Plan
 from llamarig.plan.rpc import loopback_descriptions, parse_rpc_device
 from llamarig.plan.speed import SpeedReport
 from llamarig.render.argv import (
-    absolutize,
+    absolutize_command,
     catalogue_id,
     check_argv,
     placeholders,
@@ -65,6 +65,10 @@ class Resolved:
     settings: Settings | None = None
     #: what --fit can do for this command (why it cannot act), None without a Deployment
     fit: FitState | None = None
+    #: ``args`` as parsed once where the input was read (None: parsed on first use)
+    parsed: Command | None = field(default=None, compare=False, repr=False)
+    #: the script the command was read from (``--from-script``), None for tokens or a Deployment
+    script: str | None = None
 
     @property
     def speed(self) -> SpeedReport | None:
@@ -77,7 +81,7 @@ class Resolved:
 
     @cached_property
     def _command(self) -> Command:
-        return Command.parse(self.args, self.schema, program=False)
+        return self.parsed if self.parsed is not None else Command.parse(self.args, self.schema, program=False)
 
 
 def _binary(explicit: str | None, program: str | None) -> str:
@@ -116,15 +120,15 @@ def _model_args(model: str) -> list[str]:
     return ["-hf", ref.hf_repo_arg] + (["-hff", ref.file] if ref.file else [])
 
 
-def _plan(args: list[str], hardware: Hardware, notes: Sequence[Diagnostic], base: Deployment | None = None
+def _plan(args: Command, hardware: Hardware, notes: Sequence[Diagnostic], base: Deployment | None = None
           ) -> tuple[Plan | None, str, LlamarigError | None, Deployment | None]:
-    """(plan with speed, note, error, the Deployment behind it) for a final llama-server args;
+    """(plan with speed, note, error, the Deployment behind it) for the final llama-server args;
     ``base``: the Deployment the args were taken from (the API's): planned as it is, on
     ``hardware``, not rebuilt from the args."""
     d = None
     try:
         d = (replace(base, hardware=hardware) if base is not None else
-             deployment(command=["llama-server", *args], hardware=hardware, diagnostics=tuple(notes)))
+             deployment(command=args.with_program("llama-server"), hardware=hardware, diagnostics=tuple(notes)))
         plan = plan_with_speed(d)
     except LlamarigError as e:
         return None, _("plan: not computed ({error})").format(error=e), e, d
@@ -200,10 +204,9 @@ def _schema_binary(binary: str) -> tuple[str | None, bool]:
         return None, False
 
 
-def _refuse_catalogue_names(args: list[str]) -> None:
+def _refuse_catalogue_names(cmd: Command) -> None:
     """A launcher runs llama-server, which needs files: a catalogue id as -m, or plan's
     --mmproj f16/bf16/catalogue shorthand, is refused (not written as a relative path)."""
-    cmd = Command.parse(args, program=False)
     model = cmd.get("--model")
     if model and not Path(os.path.expanduser(model)).exists() and catalogue_id(model):
         raise InputError(_("-m {model}: a catalogue id, not a file: the launcher needs the GGUF's path (download it "
@@ -233,6 +236,8 @@ class _Input:
     #: a catalogue id the command is planned with (render of ``qwen3.6-27b:iq4_nl``): its server
     #: args name the file as it will be found where it runs (``--model-path``, ``-hf REPO:QUANT``)
     planned_model: str | None = None
+    #: ``args`` as the input's reading parsed them (a script's command, from its check)
+    command: Command | None = None
 
 
 def _checked_script(path: str, schema: Schema, repair: bool, notes: list[str]) -> CheckReport:
@@ -267,6 +272,9 @@ def _from_script(path: str, invocation: int, server_bin: str | None, repair: boo
     inv = parsed.invocations[invocation - 1]
     inp = _Input(inv.program, [w.text for w in inv.args], [(n, v) for n, v, _line in inv.env],
                  [f for f in report.findings if f.invocation in (None, invocation - 1)], notes)
+    got = what_runs(report, invocation - 1).received_command
+    if got.server_args() == inp.args:  # the command as the script's check parsed it
+        inp.command = got.with_program(None)
     # the script's relative paths are the script's: from its `cd DIR` (or WorkingDirectory=),
     # else from its directory, never from wherever render runs
     inp.bases = [Path(path).parent.resolve()]
@@ -373,29 +381,33 @@ def resolve_command(tokens: Sequence[str] = (), *, from_script: str | None = Non
     inp = (_from_script(from_script, invocation, server_bin, repair, keep_script) if from_script
            else _from_tokens(tokens, model_path, catalogue=allow_no_binary))
     binary, schema = _resolve_binary(inp, server_bin, allow_no_binary)
-    args = inp.args
+    # the input's args parsed once (a script's: as its check did, against the same flags)
+    cmd = inp.command if inp.command is not None and (inp.command.schema is schema or
+                                                      inp.command.schema.options == schema.options) \
+        else Command.parse(inp.args, schema, program=False)
     if not from_script and inp.planned_model is None:
-        _refuse_catalogue_names(args)
-    for p in placeholders(args, schema):
+        _refuse_catalogue_names(cmd)
+    for p in placeholders(cmd, schema):
         inp.notes.append(_("path: {path} is a placeholder, not a file: it is written as given; put the real path "
                            "there before running it").format(path=p))
-    args, changed = absolutize(args, schema, inp.bases)
+    cmd, changed = absolutize_command(cmd, inp.bases, schema)
+    args = cmd.server_args()
     if changed:
         where = _(" or ").join(str(b) for b in inp.bases)
         inp.notes.append(_("paths: relative {paths} made absolute (against {base})").format(
             paths=", ".join(changed), base=where))
     hw = hardware or Hardware()
     if loopback_rpc_memory is not None:
-        loopback = loopback_descriptions(Command.parse(args, program=False).get("--rpc"), [g.endpoint for g in hw.rpc],
+        loopback = loopback_descriptions(cmd.get("--rpc"), [g.endpoint for g in hw.rpc],
                                          loopback_rpc_memory)
         hw = replace(hw, rpc=(*hw.rpc, *(g for text in loopback for g in parse_rpc_device(text))))
     if inp.planned_model is not None and base is None:  # the catalogue's model, with the command's flags
-        base = deployment(inp.planned_model, command=["llama-server", *Command.parse(args, program=False).without(
-            "--model", "--hf-repo").to_argv()], hardware=hw, diagnostics=tuple(notes))
-    plan, note, error, d = _plan(args, hw, notes, base) if want_plan else (None, "", None, None)
+        base = deployment(inp.planned_model, command=cmd.without("--model", "--hf-repo").with_program("llama-server"),
+                          hardware=hw, diagnostics=tuple(notes))
+    plan, note, error, d = _plan(cmd, hw, notes, base) if want_plan else (None, "", None, None)
     return Resolved(binary, args, inp.env, plan, note, error, inp.findings, inp.notes, schema, d, hw, inp.wrappers,
                     inp.workdir, plan_settings(plan, d.config) if plan is not None and d is not None else None,
-                    fit_state(d.config, plan) if d is not None else None)
+                    fit_state(d.config, plan) if d is not None else None, cmd, from_script)
 
 
 def resolve_deployment(d: Deployment, *, server_bin: str | None = None, allow_no_binary: bool = False,

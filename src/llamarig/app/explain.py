@@ -159,7 +159,7 @@ def explain(report: CheckReport, *, model: str | None = None, base_dir: Path | N
     commands = []
     for k, inv in enumerate(report.parsed.invocations):
         # a fragment (flags with no command in front, source "fragment") starts nothing: no figures
-        pr = price(what_runs(report, k), model=model, gpus=gpus, ram=ram, base_dir=base_dir) \
+        pr = price(what_runs(report, k), model=model, gpus=gpus, ram=ram, base_dir=base_dir, report=report) \
             if inv.source != "fragment" else None
         if pr is not None and model is not None and isinstance(pr.runs.error, (GGUFError, UnknownNameError)):
             raise pr.runs.error  # the model the user named cannot be read: bad input, not a row

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llamarig.app.command import Resolved
+from llamarig.flags.argv import Command
 from llamarig.hardware.cpu import CpuFeatures
 from llamarig.launch.process import Launched, start
 from llamarig.plan.inputs import build_plan
@@ -16,12 +17,17 @@ from llamarig.plan.result import Plan
 
 def launch_args(res: Resolved, host: str | None = None, port: int | None = None) -> list[str]:
     """The command's llama-server args with ``--host``/``--port`` replaced when given."""
+    return launch_command_of(res, host, port).server_args()
+
+
+def launch_command_of(res: Resolved, host: str | None = None, port: int | None = None) -> Command:
+    """:func:`launch_args` as the resolved Command (not parsed again)."""
     cmd = res.command()
     if port is not None:
         cmd = cmd.set("--port", str(port))
     if host is not None:
         cmd = cmd.set("--host", host)
-    return cmd.server_args()
+    return cmd
 
 
 def launch_command(res: Resolved, *, host: str | None = None, port: int | None = None,
@@ -39,6 +45,6 @@ def launch_command(res: Resolved, *, host: str | None = None, port: int | None =
         def replan(cpu: CpuFeatures) -> Plan:
             return build_plan(d.on(replace(d.hardware, cpu=cpu)))
 
-    return start(res.binary, launch_args(res, host, port), plan=res.plan,
+    return start(res.binary, launch_command_of(res, host, port), plan=res.plan,
                  log_path=Path(log_path) if log_path else None, timeout_s=timeout_s, force=force, replan=replan,
                  env={**dict(res.env), **dict(env or {})})

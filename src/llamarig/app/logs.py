@@ -58,7 +58,7 @@ class Against:
         """The plan of ``cmd`` on the machine (``on_gpus`` False: on the host alone, the
         command's arithmetic without --fit), or None without a model to plan or when the
         planner refuses it."""
-        priced, _notes = price_argv(cmd.to_argv(), model=self.model, gpus=self.gpus if on_gpus else (), ram=self.ram,
+        priced, _notes = price_argv(cmd, model=self.model, gpus=self.gpus if on_gpus else (), ram=self.ram,
                                     base_dir=self.script.parent)
         return priced.plan
 
@@ -182,7 +182,7 @@ def _decode_at(a: Against, cmd: Command, depth: int) -> float | None:
     """The modelled decode of ``cmd`` at ``depth`` on the machine (after --fit), speculative
     decoding included."""
     try:
-        d, _notes = deployment_of(cmd.to_argv(), model=a.model, gpus=a.gpus, ram=a.ram, base_dir=a.script.parent)
+        d, _notes = deployment_of(cmd, model=a.model, gpus=a.gpus, ram=a.ram, base_dir=a.script.parent)
         if d is None:
             return None
         inp = build_inputs(d)
@@ -257,12 +257,16 @@ def _as_the_file_had_it(report: CheckReport, pair: WhatRuns) -> tuple[WhatRuns, 
     meant = next((i for i in reading.meant_each if i.line == pair.line), None) if reading is not None else None
     prose = sorted(n.line for n in reading.line_notes if n.kind == "paste-prose" and n.line > pair.line) \
         if reading is not None else []
+    as_meant = WhatRuns(pair.index, pair.line, pair.meant, pair.meant, None, pair.meant_command, pair.meant_command)
     if meant is None or not prose:
-        return WhatRuns(pair.index, pair.line, pair.meant, pair.meant), cut
+        return as_meant, cut
     ran = (meant.program, *(w.text for w in meant.args if w.line < prose[0]))
-    if not loads_model(ran) or ran == pair.meant:
-        return WhatRuns(pair.index, pair.line, pair.meant, pair.meant), cut
-    return WhatRuns(pair.index, pair.line, ran, pair.meant, prose[0]), cut
+    if ran == pair.meant:
+        return as_meant, cut
+    ran_cmd = Command.parse(ran, pair.meant_command.schema, program=True)  # words no reading parsed as one command
+    if not loads_model(ran_cmd):
+        return as_meant, cut
+    return WhatRuns(pair.index, pair.line, ran, pair.meant, prose[0], ran_cmd, pair.meant_command), cut
 
 
 def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[GPU] = (),
@@ -277,7 +281,7 @@ def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[GPU
         raise InputError(_("--script {script}: no llama-server command found").format(script=script))
     pair = what_runs(report, 0)
     head: list[str] = []
-    if not loads_model(pair.received) and loads_model(pair.meant):
+    if not loads_model(pair.received_command) and loads_model(pair.meant_command):
         # a log of a model serving is not from a command that loads none
         pair, line = _as_the_file_had_it(report, pair)
         head.append(_("{script}'s command as written loads no model (its -m is cut off at line {cut}), yet the log "
@@ -286,7 +290,7 @@ def script_compare(script: Path, *, model: str | None = None, gpus: Sequence[GPU
                     _("{script}'s command as written loads no model (its -m is cut off at line {cut}), yet the log "
                       "shows one serving: read with its prose lines as the comments they were (a chat drops the "
                       "#), the command ends at line {end}").format(script=script, cut=line, end=pair.cut_line))
-    received, meant = Command.parse(list(pair.received), program=True), Command.parse(list(pair.meant), program=True)
+    received, meant = pair.received_command, pair.meant_command  # parsed once, by what_runs
     a = Against(script, report, pair, received, meant, model, tuple(gpus), ram)
     a = replace(a, runs=a.plan(received))
 

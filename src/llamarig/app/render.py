@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llamarig.app.command import Resolved, schema_of
+from llamarig.app.runs import log_hint
 from llamarig.errors import InputError, one_line
 from llamarig.flags.argv import Command
 from llamarig.i18n import _
 from llamarig.plan.result import Plan
-from llamarig.render.argv import absolutize, working_directory
+from llamarig.render.argv import absolutize_command, working_directory
 from llamarig.render.bash import render_bash
 from llamarig.render.common import RenderSpec, plan_figures
 from llamarig.render.compose import render_compose
@@ -24,9 +25,9 @@ from llamarig.render.systemd import render_systemd
 FORMATS = ("bash", "systemd", "compose", "llama-swap", "preset")
 
 
-def default_name(args: Sequence[str]) -> str:
+def default_name(args: Command | Sequence[str]) -> str:
     """llama-server-PORT (the port the command serves on, llama-server's 8080 by default)."""
-    return f"llama-server-{Command.parse(args, program=False).get('--port') or '8080'}"
+    return f"llama-server-{Command.of(args, program=False).get('--port') or '8080'}"
 
 
 def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
@@ -41,7 +42,7 @@ def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
     written to (the preset's router command names it)."""
     if fmt not in FORMATS:
         raise InputError(_("--format {fmt}: expected one of {formats}").format(fmt=fmt, formats=", ".join(FORMATS)))
-    nm = name or default_name(res.args)
+    nm = name or default_name(res.command())
     if not re.fullmatch(r"[A-Za-z0-9_.@-]+", nm):
         raise InputError(_("--name {nm}: use letters, digits, '-', '_', '.', '@' only").format(nm=nm))
     for word in [res.binary, *res.args, *(f"{k}={v}" for k, v in res.env)]:
@@ -50,17 +51,18 @@ def render_command(res: Resolved, fmt: str = "bash", *, name: str | None = None,
                                "safely into a script, unit or YAML file").format(word=one_line(word)))
     schema = res.schema if res.schema is not None else schema_of(res.binary)
     # every path absolute: a unit, a launcher or llama-swap runs the server from another directory
-    args, _unused = absolutize(res.args, schema, [Path.cwd()])
+    cmd, _unused = absolutize_command(res.command(), [Path.cwd()], schema)
+    args = cmd.server_args()
     figures = _figures(res, fmt)
     spec = RenderSpec(res.binary, tuple(args), nm, tuple(figures), tuple(res.env), schema,
-                      wrappers=tuple(res.wrappers), workdir=res.workdir, lang=lang)
+                      wrappers=tuple(res.wrappers), workdir=res.workdir, lang=lang, parsed=cmd)
     if fmt == "bash":
         return render_bash(spec)
     if fmt == "systemd":
-        return render_systemd(spec, user=user, working_dir=working_directory(args, schema),
+        return render_systemd(spec, user=user, working_dir=working_directory(cmd, schema),
                               requires=_local_units(rpc_servers_of(res), nm))
     if fmt == "compose":
-        backend = compose_backend or compose_backend_for(args, res.plan)
+        backend = compose_backend or compose_backend_for(cmd, res.plan)
         return render_compose(spec, backend)
     if fmt == "preset":
         return render_preset(spec, preset_name(spec, explicit=name is not None),
@@ -82,6 +84,8 @@ def _figures(res: Resolved, fmt: str) -> list[str]:
     elif fmt == "llama-swap" and res.workdir:
         figures.append(_("directory: llama-swap starts cmd in its own directory; every path above is absolute"))
     figures += comment_lines(rpc_servers_of(res))
+    if res.script is not None and res.script != "-":  # what ran, when it differs from the script: its log says
+        figures.append(log_hint(res.script))
     return [one_line(f, 1000) for f in figures]
 
 
@@ -99,14 +103,14 @@ def rpc_servers_of(res: Resolved) -> list[RpcServerSpec]:
 def rpc_units(res: Resolved, *, name: str | None = None, lang: str = "en") -> list[tuple[str, str]]:
     """(file name, text) of a systemd unit per rpc-server of ``res``'s ``--rpc``, to install on
     its host (render/rpc.py)."""
-    nm = name or default_name(res.args)
+    nm = name or default_name(res.command())
     return [(f"{s.unit_name(nm)}.service", render_rpc_unit(s, nm, lang)) for s in rpc_servers_of(res)]
 
 
-def compose_backend_for(args: Sequence[str], plan: Plan | None) -> str:
+def compose_backend_for(args: Command | Sequence[str], plan: Plan | None) -> str:
     """The image a compose service needs: the backend of the devices the command names
     (-dev CUDA1,CUDA0 / ROCm0 / Vulkan0), else of the plan's GPUs, else cpu."""
-    devices = Command.parse(args, program=False).get("--device") or ""
+    devices = Command.of(args, program=False).get("--device") or ""
     names = [d.strip().upper() for d in devices.split(",") if d.strip()]
     if plan is not None:
         names += [d.name.upper() for d in plan.devices]

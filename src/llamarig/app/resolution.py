@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 #: the Diagnostic codes of this module (docs/check.md lists them; check reports fit's under these
 #: rule ids, llamarig.flags.rules.RESOLVED_RULES)
-FIT_CANNOT_ACT, FIT_CONTEXT_FIXED, FIT_LAYERS_FIXED = RESOLVED_RULES
+FIT_CANNOT_ACT, FIT_CONTEXT_FIXED, FIT_LAYERS_FIXED, FIT_MEANT = RESOLVED_RULES
 SLOT_CLAMPED = "slot-ctx-clamped"
 
 
@@ -179,6 +179,31 @@ def fit_state(cfg: ServerConfig, plan: Plan | None = None) -> FitState:
     return FitState(True, ctx_fixed, layers, changed, written, tuple(out) if written else ())
 
 
+def _can(f: FitState) -> str:
+    """What ``--fit`` can do for a command, in a few words (common/fit.cpp:455, 464-486)."""
+    if not f.on:
+        return _("is off")
+    if f.context_fixed and f.layers_fixed:
+        return _("can change nothing (the context and the layers are set)")
+    if f.context_fixed:
+        return _("keeps the context (-c is set, common/fit.cpp:455) and can move layers")
+    if f.layers_fixed:
+        return _("keeps the layers ({flags} set, common/fit.cpp:464-486) and can lower the context").format(
+            flags=", ".join(f.layers_fixed))
+    return _("can lower the context and move layers")
+
+
+def meant_fit_diagnostics(runs: FitState, meant: FitState, cut_line: int | None) -> tuple[Diagnostic, ...]:
+    """What ``--fit`` could do for the command as meant, where that differs from what it can do
+    for the command that runs (the cut-off flags set -c or the layers); only where ``--fit`` is
+    written, as a fallback."""
+    said, meant_said = _can(runs), _can(meant)
+    if said == meant_said or not (runs.written or meant.written):
+        return ()
+    return (info(FIT_MEANT, _("--fit as meant (the flags cut off at line {line} put back) {meant}; for what runs it "
+                              "{runs}").format(line=cut_line, meant=meant_said, runs=said)),)
+
+
 @dataclass(frozen=True)
 class Priced:
     """One argv and its plan, or why it has none (``error``: llama-server would refuse the
@@ -206,8 +231,9 @@ class Resolution:
     author meant (argvs, line, where it is cut off); ``runs`` the received command priced, with
     its :class:`Settings`; ``meant`` the meant command priced (None: the same command);
     ``changes`` the settings the meant command would change, (what, runs, meant); ``fit`` what
-    ``--fit`` can do; ``diagnostics`` coded findings of the resolution (the cap at the training
-    context, fit that cannot act); ``notes`` how the model's files were found."""
+    ``--fit`` can do (``meant_fit``: for the meant command, None when it is the same command);
+    ``diagnostics`` coded findings of the resolution (the cap at the training context, fit that
+    cannot act, what fit could do as meant); ``notes`` how the model's files were found."""
 
     pair: WhatRuns
     runs: Priced
@@ -216,6 +242,7 @@ class Resolution:
     notes: tuple[str, ...] = ()
     fit: FitState = field(default_factory=lambda: FitState(True))
     diagnostics: tuple[Diagnostic, ...] = ()
+    meant_fit: FitState | None = None
 
     @property
     def settings(self) -> Settings | None:
@@ -226,7 +253,8 @@ class Resolution:
         st = self.runs.settings
         return {"line": self.pair.line, "cut_line": self.pair.cut_line, "received": list(self.pair.received),
                 "meant": list(self.pair.meant), "settings": st.to_json() if st is not None else None,
-                "fit": self.fit.to_json(), "diagnostics": [d.to_json() for d in self.diagnostics]}
+                "fit": self.fit.to_json(), "diagnostics": [d.to_json() for d in self.diagnostics],
+                "meant_fit": self.meant_fit.to_json() if self.meant_fit is not None else None}
 
 
 def changes_between(a: Settings | None, b: Settings | None) -> tuple[tuple[str, str, str], ...]:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llamarig.app.check import (
+    CheckReport,
     WhatRuns,
     behaviour_changes,
     check,
@@ -27,6 +28,7 @@ from llamarig.app.resolution import (
     Settings,
     changes_between,
     fit_state,
+    meant_fit_diagnostics,
     plan_settings,
     slot_diagnostics,
 )
@@ -60,12 +62,12 @@ def _projector_kind(path: str) -> str:
     return "bf16" if "bf16" in name else "f16" if "f16" in name else "catalogue"
 
 
-def _inputs(argv: Sequence[str], model: str | None, base_dir: Path | None
-            ) -> tuple[str | None, list[str], str | None, list[str]]:
-    """(model, argv, mmproj, notes) for the planner: files named relative to the script taken
+def _inputs(argv: Command | Sequence[str], model: str | None, base_dir: Path | None
+            ) -> tuple[str | None, Command, str | None, list[str]]:
+    """(model, command, mmproj, notes) for the planner: files named relative to the script taken
     from its directory, a projector or draft that is not on this machine replaced (catalogue)
-    or left out, each with a note."""
-    cmd = Command.parse(list(argv), program=True)
+    or left out, each with a note. ``argv``: a Command (not parsed again) or an argv, program first."""
+    cmd = Command.of(argv, program=True)
     notes: list[str] = []
     written = cmd.get("--model")
     if model is None and written is not None:
@@ -92,10 +94,10 @@ def _inputs(argv: Sequence[str], model: str | None, base_dir: Path | None
             cmd = cmd.without("--model-draft")
         else:
             cmd = cmd.set("--model-draft", found)
-    return model, cmd.to_argv(), mmproj, notes
+    return model, cmd, mmproj, notes
 
 
-def deployment_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
+def deployment_of(argv: Command | Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
                   base_dir: Path | None = None) -> tuple[Deployment | None, list[str]]:
     """The Deployment of one llama-server argv (program first) on ``gpus`` and ``ram`` (bytes),
     and the notes on how its files were found; None when there is no model to plan (-m is not on
@@ -106,23 +108,26 @@ def deployment_of(argv: Sequence[str], *, model: str | None = None, gpus: Sequen
     return deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj), notes
 
 
-def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
-               base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
-    """The plan of one llama-server argv (program first), as ``llamarig plan`` makes it for the
-    same command (``model``: a GGUF or catalogue id instead of ``-m``), with the settings it runs
-    (the plan's, else the flags'), and the notes on how its files were found."""
-    m, args, mmproj, notes = _inputs(argv, model, base_dir)
-    flags = read_settings(argv)
+def price_argv(argv: Command | Sequence[str], *, model: str | None = None, gpus: Sequence[GPU] = (),
+               ram: int | None = None, base_dir: Path | None = None, speed: bool = False) -> tuple[Priced, list[str]]:
+    """The plan of one llama-server command (a Command, or an argv, program first), as ``llamarig
+    plan`` makes it for the same command (``model``: a GGUF or catalogue id instead of ``-m``),
+    with the settings it runs (the plan's, else the flags'), and the notes on how its files were
+    found."""
+    cmd = Command.of(argv, program=True)
+    words = tuple(cmd.to_argv())
+    m, args, mmproj, notes = _inputs(cmd, model, base_dir)
+    flags = read_settings(cmd)
     st = flags if isinstance(flags, Settings) else None
     if m is None:  # no -m here (nor a catalogue id): nothing to price, nothing to note
-        return Priced(tuple(argv), settings=st), []
+        return Priced(words, settings=st), []
     d = None
     try:
         d = deployment(m, command=args, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram), mmproj=mmproj)
         plan = plan_with_speed(d, speed=speed)
     except LlamarigError as e:
-        return Priced(tuple(argv), error=e, settings=st, deployment=d), notes
-    return Priced(tuple(argv), plan, settings=plan_settings(plan, d.config), deployment=d), notes
+        return Priced(words, error=e, settings=st, deployment=d), notes
+    return Priced(words, plan, settings=plan_settings(plan, d.config), deployment=d), notes
 
 
 #: the options that name the model llama-server loads; without one it starts as a router that
@@ -130,37 +135,56 @@ def price_argv(argv: Sequence[str], *, model: str | None = None, gpus: Sequence[
 MODEL_OPTIONS = ("--model", "--hf-repo", "--docker-repo", "--model-url")
 
 
-def loads_model(argv: Sequence[str]) -> bool:
-    """Whether llama-server started with ``argv`` (program first) loads a model at all."""
-    return Command.parse(list(argv), program=True).has(*MODEL_OPTIONS)
+def loads_model(argv: Command | Sequence[str]) -> bool:
+    """Whether llama-server started with ``argv`` (a Command, or an argv, program first) loads a
+    model at all."""
+    return Command.of(argv, program=True).has(*MODEL_OPTIONS)
 
 
 def price(pair: WhatRuns, *, model: str | None = None, gpus: Sequence[GPU] = (), ram: int | None = None,
-          base_dir: Path | None = None, speed: bool = False, need_ctx: int | None = None) -> Resolution:
+          base_dir: Path | None = None, speed: bool = False, need_ctx: int | None = None,
+          report: CheckReport | None = None) -> Resolution:
     """``pair`` resolved: the plan of what llama-server receives, and of what was meant when that
     differs, with the settings the meant command would change, what ``--fit`` can do and the
     coded diagnostics (``need_ctx``: tokens one request needs). A received command without a
-    model (its ``-m`` cut off) loads none: it is not priced as if it did, whatever ``model``."""
-    if loads_model(pair.received) or not loads_model(pair.meant):
-        runs, notes = price_argv(pair.received, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    model (its ``-m`` cut off) loads none: it is not priced as if it did, whatever ``model``.
+    ``report``: the check the pair came from; the resolution is made once per report and these
+    arguments (``CheckReport.resolutions``)."""
+    key = (pair.index, model, tuple(gpus), ram, base_dir, speed, need_ctx)
+    if report is not None and key in report.resolutions:
+        return report.resolutions[key]
+    res = _price(pair, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed, need_ctx=need_ctx)
+    if report is not None:
+        report.resolutions[key] = res
+    return res
+
+
+def _price(pair: WhatRuns, *, model: str | None, gpus: Sequence[GPU], ram: int | None, base_dir: Path | None,
+           speed: bool, need_ctx: int | None) -> Resolution:
+    got, want = pair.received_command, pair.meant_command
+    if loads_model(got) or not loads_model(want):
+        runs, notes = price_argv(got, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
     else:
         runs, notes = Priced(pair.received, error=LlamarigError(_(
             "llama-server receives no model (-m): it starts as a router that loads none "
             "(tools/server/server.cpp:150-153)"))), []
     cfg = runs.deployment.config if runs.deployment is not None else None
-    fit = fit_state(cfg, runs.plan) if cfg is not None else _flag_fit(pair.received)
+    fit = fit_state(cfg, runs.plan) if cfg is not None else _flag_fit(got)
     diags = (*slot_diagnostics(runs.settings, need_ctx), *fit.blocked)
     if pair.same:
         return Resolution(pair, runs, None, (), tuple(notes), fit, diags)
-    meant, _notes = price_argv(pair.meant, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    meant, _notes = price_argv(want, model=model, gpus=gpus, ram=ram, base_dir=base_dir, speed=speed)
+    mcfg = meant.deployment.config if meant.deployment is not None else None
+    meant_fit = fit_state(mcfg, meant.plan) if mcfg is not None else _flag_fit(want)
+    diags = (*diags, *meant_fit_diagnostics(fit, meant_fit, pair.cut_line))
     # both planned: the plans' settings; else both read from their flags alone (never one of each)
     both = runs.settings is not None and meant.settings is not None and runs.settings.method == meant.settings.method
     changes = (changes_between(runs.settings, meant.settings) if both
-               else tuple(behaviour_changes(list(pair.received[1:]), list(pair.meant[1:]))))
-    return Resolution(pair, runs, meant, changes, tuple(notes), fit, diags)
+               else tuple(behaviour_changes(got, want)))
+    return Resolution(pair, runs, meant, changes, tuple(notes), fit, diags, meant_fit)
 
 
-def _flag_fit(argv: Sequence[str]) -> FitState:
+def _flag_fit(argv: Command) -> FitState:
     """What --fit can do, from the flags alone (no model to plan)."""
     cfg, _k, _v = read_config(argv)
     return FitState(False) if isinstance(cfg, LlamarigError) else fit_state(cfg)
@@ -198,12 +222,12 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
     if not 1 <= invocation <= n:
         raise _no_command(report.parsed.others, name, invocation, n, model)
     pair = what_runs(report, invocation - 1)
-    if not loads_model(pair.received) and loads_model(pair.meant):
+    if not loads_model(pair.received_command) and loads_model(pair.meant_command):
         raise InputError(_("{name} line {line}: llama-server receives no model: the command ends at line {cut} "
                            "before its -m, so it starts as a router that loads none (tools/server/server.cpp:150-153)"
                            "; `llamarig check --fix` rebuilds the command that was meant").format(
             name=name, line=pair.line, cut=pair.cut_line if pair.cut_line is not None else pair.line))
-    m, args, found_mmproj, found = _inputs(pair.received, model, base)
+    m, args, found_mmproj, found = _inputs(pair.received_command, model, base)
     if m is None:
         raise InputError(_("{name} line {line}: the model `-m` is not on this machine: give MODEL (a GGUF file or "
                            "a catalogue id) beside --from-script").format(name=name, line=pair.line))
@@ -212,7 +236,7 @@ def script_deployment(path: str, *, invocation: int = 1, model: str | None = Non
     notes += [info("script-file", x) for x in found]
     if not pair.same:
         changes = join(_("; "), [_("{what} {runs} -> {meant}").format(what=w, runs=a, meant=b) for w, a, b in
-                                 behaviour_changes(list(pair.received[1:]), list(pair.meant[1:])) if w != "error"])
+                                 behaviour_changes(pair.received_command, pair.meant_command) if w != "error"])
         notes.append(warning("script-cut", _("the script meant more than llama-server receives (cut off at line "
                                              "{cut}); the meant command would change: {changes}").format(
             cut=pair.cut_line if pair.cut_line is not None else pair.line, changes=changes or "-")))

@@ -123,11 +123,18 @@ class TuneResult:
 def base_args(res: Resolved) -> list[str]:
     """The command tune measures: the user's, without --host/--port (tune serves on its own
     loopback ports)."""
-    return res.command().without("--host", "--port").server_args()
+    return base_command(res).server_args()
 
 
-def _plan(args: Sequence[str], hw: Hardware) -> Plan:
-    return plan_with_speed(deployment(command=["llama-server", *args], hardware=hw))
+def base_command(res: Resolved) -> Command:
+    """:func:`base_args` as the resolved Command (not parsed again)."""
+    return res.command().without("--host", "--port")
+
+
+def _plan(args: Command | Sequence[str], hw: Hardware) -> Plan:
+    """The plan of server args (a Command is planned as parsed) on ``hw``."""
+    cmd = args.with_program("llama-server") if isinstance(args, Command) else ["llama-server", *args]
+    return plan_with_speed(deployment(command=cmd, hardware=hw))
 
 
 def prune(cands: Sequence[Any], base: Sequence[str], hw: Hardware, headroom: int, min_ctx: int | None
@@ -186,9 +193,11 @@ def quality_prune(cands: Sequence[Any], base: Sequence[str], binary: str, floor:
     return kept, pruned, rep
 
 
-def default_space(objective: str, base: Sequence[str], hw: Hardware) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The objective's default search space for this model and machine (tune/space.py)."""
-    cfg = ServerConfig.from_command(Command.parse(["llama-server", *base]))
+def default_space(objective: str, base: Command | Sequence[str], hw: Hardware) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The objective's default search space for this model and machine (tune/space.py); ``base``:
+    the server args (a Command is read as parsed)."""
+    base = Command.of(base, program=False)
+    cfg = ServerConfig.from_command(base.with_program("llama-server"))
     if not cfg.model or not Path(cfg.model).is_file():
         raise InputError(_("tune: the default search space needs a GGUF file (-m MODEL.gguf); or give --try "
                            "dimensions"))
@@ -212,7 +221,7 @@ def _exhaustive_resumable(cands: list[Any], measure: Any, budget: int, state: An
     return S.exhaustive(cands, cached, budget, progress)
 
 
-def _space(st: TuneSettings, base: list[str], hw: Hardware, notify: Notify
+def _space(st: TuneSettings, base: Command, hw: Hardware, notify: Notify
            ) -> tuple[list[Any], list[Any], list[dict[str, Any]] | None]:
     """(candidates, the dimensions searched, the default space's description): --try's
     dimensions, else the objective's default space (each dimension and why, told to ``notify``)."""
@@ -238,8 +247,9 @@ def tune_command(res: Resolved, settings: TuneSettings = TuneSettings(), *, noti
     notify = notify or _quiet
     st = settings
     st.validate()
-    base = base_args(res)
-    cands, parsed_dims, space_desc = _space(st, base, res.hardware, notify)
+    base_cmd = base_command(res)
+    base = base_cmd.server_args()
+    cands, parsed_dims, space_desc = _space(st, base_cmd, res.hardware, notify)
     # a prompt of --depth tokens plus the generated ones must fit a slot
     need_ctx = st.depth + st.n_predict + 1 if st.depth else 0
     eff_min_ctx = max(st.min_ctx or 0, need_ctx) or None

@@ -98,7 +98,8 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                            "server, a llama.cpp docker image, ExecStart=, compose command: or llama-swap cmd:)").format(
             name=name))
     if do_fix:
-        fixed = api.fix_report(report, lang=lang())
+        # the repaired text checked once, and its commands the ones the changes compare
+        fixed = api.fix_report(report, lang=lang(), recheck=lambda t: report if t == text else run(t))
         click.echo(fixed.text, nl=False)
         # what the fix changes in the running server, before and after (on stderr: stdout is the script)
         for k, line, changes in fixed.changes:
@@ -113,7 +114,7 @@ def _check(text: str, name: str, file: str, schema: Schema, as_json: bool, do_fi
                              lines=listing(str(n) for n in fixed.unplaced)), err=True)
             sys.exit(ExitCode.NEEDS_ANSWER)
         # the code says whether the repaired text still has an error: 0 when --fix repaired all
-        after = run(fixed.text) if fixed.text != text else report
+        after = fixed.after if fixed.after is not None else report
         sys.exit(ExitCode.PROBLEMS if after.errors else ExitCode.OK)
     elif as_json:
         click.echo(dump_json(report.to_json()))
@@ -202,13 +203,15 @@ def explain_cmd(ctx: click.Context, server_bin: str | None, bundled: bool, schem
     text, origin = _explain_input(command)
     schema = get_schema(server_bin, bundled, schema_build=schema_build)
     base_dir = origin.parent if origin else None
-    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model)
+    hw, _notes = hardware_of(gpus, ram)
+    # checked on the machine explain prices: each command is resolved once, for both
+    report = api.check(text, schema=schema, origin=origin, base_dir=base_dir, model=model, gpus=hw.gpus,
+                       ram=hw.ram_bytes)
     seen: list[dict[str, object]] = []
     if not report.parsed.invocations and report.parsed.others:
         report, seen = _explain_translations(report, schema, model)
     if not report.parsed.invocations:
         raise InputError(_("no llama-server command found in the input"))
-    hw, _notes = hardware_of(gpus, ram)
     result = api.explain_report(report, model=model, lang=lang, gpus=hw.gpus, ram=hw.ram_bytes)
     if as_json:
         doc = result.to_json()

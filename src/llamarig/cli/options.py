@@ -100,6 +100,8 @@ def hoist_own_options(ctx: click.Context, command: Sequence[str]) -> bool:
         return False
     if "--" in toks:  # after `--` everything is the server's, as written
         return False
+    if not any(t.split("=", 1)[0] in own for t in toks[1:]):  # nothing to move: the command is not read here
+        return False
     bad = set(misplaced_options(toks[1:], load_bundled(), own))
     if not bad or not bad <= AFTER_MODEL:  # another llamarig option after the model: refused as before
         return False
@@ -156,7 +158,7 @@ def refuse_trailing_options(res: Resolved) -> None:
     before anything is written or started."""
     from llamarig.render.argv import misplaced_options  # lazy: render's argv helpers
 
-    bad = misplaced_options(res.args, res.schema, own_options())
+    bad = misplaced_options(res.command(), res.schema, own_options())
     if bad:
         raise InputError(_("{bad}: llamarig option(s) after the model (or after `--`) would be passed to "
                            "llama-server, which does not take them: put llamarig options before the model, e.g. "

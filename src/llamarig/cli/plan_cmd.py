@@ -128,12 +128,12 @@ class PlanView:
 
 
 def _n_values(tok: str) -> int:
-    """How many words a llama-server flag takes (the flag schema, as llama-server reads argv)."""
-    from llamarig.flags.argv import Command
+    """How many words a llama-server flag takes (the flag schema, as llama-server reads argv; a
+    word it does not know takes none): looked up, the command is parsed once, by the Deployment."""
+    from llamarig.flags.argv import default_schema
 
-    cmd = Command.parse([tok], program=False)
-    a = cmd.args[0]
-    return a.opt.n_values if a.opt is not None and a.positive else 0
+    hit = default_schema().lookup(tok)
+    return hit[0].n_values if hit is not None and hit[1] else 0
 
 
 def _set_lang(_pa: PlanOptions, _view: PlanView, val: str) -> None:

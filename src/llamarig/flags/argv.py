@@ -481,6 +481,11 @@ class Command:
             i += 1 + st.count
         return cls(prog, tuple(out), sch)
 
+    @classmethod
+    def of(cls, argv: Command | Sequence[str], schema: Schema | None = None, *, program: bool | None = None) -> Command:
+        """``argv`` itself when it is already a Command (not parsed again), else :meth:`parse`."""
+        return argv if isinstance(argv, Command) else cls.parse(argv, schema, program=program)
+
     # -- reading
 
     def _key(self, name: str) -> str:
@@ -537,6 +542,12 @@ class Command:
 
     def to_argv(self) -> list[str]:
         return ([self.program] if self.program is not None else []) + self.server_args()
+
+
+def default_schema() -> Schema:
+    """The schema :meth:`Command.parse` reads against when given none: the bundled one of the
+    pinned build, read once per process."""
+    return _bundled()
 
 
 @cache

@@ -249,9 +249,11 @@ class Launched:
         return code, done
 
 
-def server_argv(binary: str, args: Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
-    a = [x for x in args]
-    cmd = Command.parse(a, program=False)
+def server_argv(binary: str, args: Command | Sequence[str], host: str, port: int, verbose_log: bool = True) -> list[str]:
+    """The argv launch runs: ``args`` (a Command, not parsed again, or server args) with the
+    host, port and log verbosity it needs when not given."""
+    cmd = Command.of(args, program=False)
+    a = cmd.server_args()
     if not cmd.has("--host"):
         a += ["--host", host]
     if not cmd.has("--port"):
@@ -296,7 +298,7 @@ def _refuse_busy(bind_host: str, port: int) -> None:
                                     "{port}` first").format(port=port, pid=old.pid))
 
 
-def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: str | None = None,
+def start(binary: str, args: Command | Sequence[str], *, plan: Plan | None = None, host: str | None = None,
           port: int | None = None, log_path: Path | None = None, timeout_s: float = 600,
           force: bool = False, replan: Callable[[CpuFeatures], Plan] | None = None,
           env: Mapping[str, str] | None = None) -> Launched:
@@ -309,11 +311,12 @@ def start(binary: str, args: Sequence[str], *, plan: Plan | None = None, host: s
     for a plan that does not fit unless ``force``. ``replan(cpu)``: the plan again for the CPU
     features the server's own ``system_info`` line names, when they differ from the plan's (its
     AMX / CPU_REPACK buffers depend on the build, not only on the CPU). ``env``: variables the
-    server gets on top of this process's environment (a script's ``export``/``Environment=``)."""
-    cmd = Command.parse(args, program=False)
+    server gets on top of this process's environment (a script's ``export``/``Environment=``).
+    ``args``: a Command (as resolved, not parsed again) or server args."""
+    cmd = Command.of(args, program=False)
     _refuse(plan, force, binary, cmd)
     host, port = _address(cmd, host, port)
-    argv = server_argv(binary, args, host, port)
+    argv = server_argv(binary, cmd, host, port)
     bind_host = host.split(",")[0]
     _refuse_busy(bind_host, port)
     log_path = log_path or state_dir() / f"launch-{port}.log"

@@ -55,17 +55,18 @@ class Deployment:
         return replace(self, hardware=hardware)
 
 
-def deployment(model: str | None = None, args: Sequence[str] = (), *, command: Sequence[str] | None = None,
+def deployment(model: str | None = None, args: Sequence[str] = (), *, command: Command | Sequence[str] | None = None,
                hardware: Hardware | None = None, mmproj: str | None = None, draft: str | None = None,
                overhead_bytes: int | None = None, diagnostics: tuple[Diagnostic, ...] = ()) -> Deployment:
     """A Deployment from ``model`` (or the command's -m), ``args`` (llama-server flags the planner
     reads; any other is an InputError) and ``command`` (a whole pasted llama-server command:
     flags the planner does not read are kept and listed in ``ServerConfig.ignored``; what
-    llama-server would refuse is in ``ServerConfig.problems``). ``args`` apply after
-    ``command``'s."""
+    llama-server would refuse is in ``ServerConfig.problems``; a Command is taken as parsed).
+    ``args`` apply after ``command``'s."""
     schema = bundled_schema()
-    pasted = Command.parse(command, schema) if command is not None else None
-    direct = Command.parse(args, schema, program=False)
+    pasted = Command.of(command, schema) if command is not None else None
+    direct = Command.parse(args, schema, program=False) if args or schema is None or pasted is None \
+        else Command(None, (), schema)
     cfg = ServerConfig.from_command(pasted) if pasted is not None else None
     cfg = ServerConfig.from_command(direct, base=cfg, strict=True)
     cmd = Command(pasted.program if pasted is not None else None,

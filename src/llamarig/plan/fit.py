@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from llamarig.diagnostics import Diagnostic, Severity, info, warning
 from llamarig.i18n import _, join
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.result import Plan, PlanInputs
@@ -103,13 +104,29 @@ class FitResult:
     stopped: str = ""
 
 
+#: the codes of what --fit's model says (``FitOutcome.diagnostics``, then ``Plan.diagnostics``)
+FIT_CONTEXT_LOWERED = "fit-context-lowered"  # info: -c unset, the context lowered to fit
+FIT_NO_MEMORY = "fit-no-memory"  # warning: not even the smallest context fits system memory
+FIT_KEEPS_PLACEMENT = "fit-keeps-placement"  # info: a flag stops fit moving layers
+FIT_GIVES_UP = "fit-gives-up"  # info: common_params_fit_exception
+FIT_PLACEMENT = "fit-placement"  # info: where fit put the layers
+FIT_MOVES_TO_CPU = "fit-moves-to-cpu"  # warning: layers or expert tensors left in host memory
+FIT_UNDER_COUNTS = "fit-under-counts"  # warning: a device fit settled needs more in the final placement
+
+
 @dataclass
 class FitOutcome:
+    """What --fit's model settles on: the plan and settings of its result, what it found (coded
+    Diagnostics, in the order they are told), and the result in llama-server's terms."""
+
     plan: Plan
     cfg: ServerConfig
-    notes: list[str]
-    warnings: list[str]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     result: FitResult = field(default_factory=FitResult)
+
+    def said(self, *severities: Severity) -> bool:
+        """Whether fit has something of these severities to say (any, when none is named)."""
+        return any(not severities or d.severity in severities for d in self.diagnostics)
 
 
 def _margins(cfg: ServerConfig, n: int) -> list[int]:
@@ -187,19 +204,21 @@ def fit(inp: PlanInputs, plan0: Plan, plan_fn: PlanFn) -> FitOutcome | None:
     if tr is None or not tr.short(tr.measure(inp.cfg)):  # step 1 (fit.cpp:261-370)
         return None
     cfg = inp.cfg
-    out = FitOutcome(plan0, cfg, [], [])
+    out = FitOutcome(plan0, cfg)
     if _lower_context(tr, plan0, out):  # step 2; with one device a context that fits ends it
         return out
     if tr.nd == 0:
-        out.warnings.append(_("--fit: the model does not fit into system memory even at the smallest context; "
-                              "llama-server's fit gives up (common/fit.cpp:459-461)"))
-        return out if out.notes else None
+        out.diagnostics.append(warning(FIT_NO_MEMORY, _(
+            "--fit: the model does not fit into system memory even at the smallest context; llama-server's fit "
+            "gives up (common/fit.cpp:459-461)")))
+        return out if out.said(Severity.INFO) else None
     why = _layers_stopped_by(cfg, tr.nd)
     if why:
         if tr.short(tr.measure(out.cfg)):
-            out.notes.append(_("--fit does not move layers to the CPU: {why}; the plan keeps your placement").format(why=why))
+            out.diagnostics.append(info(FIT_KEEPS_PLACEMENT, _(
+                "--fit does not move layers to the CPU: {why}; the plan keeps your placement").format(why=why)))
         out.result = replace(out.result, stopped=why)
-        return out if out.notes else None
+        return out if out.said(Severity.INFO) else None
     return _place_layers(tr, out)
 
 
@@ -238,10 +257,11 @@ def _lower_context(tr: _Trials, plan0: Plan, out: FitOutcome) -> bool:
     out.cfg = cfg.with_(n_ctx=n_ctx)
     out.plan = tr.plan(out.cfg)
     out.result = replace(out.result, n_ctx=n_ctx)
-    out.notes.append(_("--fit (on by default, -c unset): context lowered from {before} to {after} so that each device "
-                       "keeps --fit-target {mib} MiB free (common/fit.cpp:413-445, linear interpolation between "
-                       "--fit-ctx and n_ctx_train)").format(
-        before=n_ctx_max, after=n_ctx, mib=cfg.fit_target_mib[0] if cfg.fit_target_mib else 1024))
+    out.diagnostics.append(info(FIT_CONTEXT_LOWERED, _(
+        "--fit (on by default, -c unset): context lowered from {before} to {after} so that each device keeps "
+        "--fit-target {mib} MiB free (common/fit.cpp:413-445, linear interpolation between --fit-ctx and "
+        "n_ctx_train)").format(before=n_ctx_max, after=n_ctx,
+                               mib=cfg.fit_target_mib[0] if cfg.fit_target_mib else 1024)))
     return done
 
 
@@ -317,7 +337,7 @@ def _place_layers(tr: _Trials, out: FitOutcome) -> FitOutcome:
             ngl, ob, mem = _fit_step4(lay, ngl, ob, mem)
         final_cfg = lay.cfg_for(ngl, ob)
     except _FitAbort as e:
-        out.notes.append(_("--fit gives up: {why}").format(why=e))
+        out.diagnostics.append(info(FIT_GIVES_UP, _("--fit gives up: {why}").format(why=e)))
         out.result = replace(out.result, stopped=str(e))
         return out
     out.plan, out.cfg = tr.plan(final_cfg), final_cfg
@@ -346,13 +366,13 @@ def _under_counted(tr: _Trials, settled: list[int], out: FitOutcome) -> None:
         else:
             why = _("as loaded (a dry run reserves the prompt graph alone, fit.cpp:56-58; the server also the "
                     "one-token graph, llama-context.cpp:674-677)")
-        out.warnings.append(_(
+        out.diagnostics.append(warning(FIT_UNDER_COUNTS, _(
             "--fit under-counts {device}: it settled the device at {was} (its dry run while filling it; "
             "common/fit.cpp:706 checks only the device being filled), but the final placement needs {now} "
             "of {free}, {short} past --fit-target, {why}; expect an out-of-memory there: set -ngl / -ts "
             "yourself, or raise -fitt by {short}").format(
             device=tr.names[i], was=fmt_bytes(was), now=fmt_bytes(now), free=fmt_bytes(tr.free[i]),
-            short=fmt_bytes(now - target), why=why))
+            short=fmt_bytes(now - target), why=why)))
 
 
 def _fill_back_to_front(lay: _Layers, ob: list[str], moe: bool) -> tuple[list[_Ngl], list[int], list[int]]:
@@ -511,13 +531,14 @@ def _placement_notes(tr: _Trials, ngl: list[_Ngl], final_cfg: ServerConfig, out:
     equiv = f"-ngl {n_gpu}" + (f" -ts {','.join(str(x.n_layer) for x in ngl)}" if tr.nd > 1 else "")
     if final_cfg.override_tensor:
         equiv += f" + {len(final_cfg.override_tensor)} -ot override(s)"
-    out.notes.append(
+    out.diagnostics.append(info(FIT_PLACEMENT,
         _("--fit would place {n} of {total} layers on the GPU ({per}), the rest on the CPU").format(
             n=n_gpu, total=m_all, per=per)
         + (_(": {what} in host memory").format(what=_(" and ").join(what)) if what else "")
         + _("; each device keeps --fit-target free (common/fit.cpp:488-931, modelled from the source, not "
-            "measured); equivalent to {equiv}").format(equiv=equiv))
+            "measured); equivalent to {equiv}").format(equiv=equiv)))
     if what:
-        out.warnings.append(_("--fit moves {what} to the CPU: llama-server starts, but decode will be much slower "
-                              "than with everything on the GPU (see the speed table); lower -c, use smaller KV types "
-                              "or a smaller quant to keep it all on the GPU").format(what=_(" and ").join(what)))
+        out.diagnostics.append(warning(FIT_MOVES_TO_CPU, _(
+            "--fit moves {what} to the CPU: llama-server starts, but decode will be much slower than with everything "
+            "on the GPU (see the speed table); lower -c, use smaller KV types or a smaller quant to keep it all on "
+            "the GPU").format(what=_(" and ").join(what))))

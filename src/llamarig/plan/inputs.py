@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from llamarig.diagnostics import Diagnostic, warning
 from llamarig.errors import GGUFError, InputError
+from llamarig.flags.argv import Command
 from llamarig.gguf import load_spec
 from llamarig.hardware.types import GPU, Hardware
 from llamarig.hub.ref import is_remote, parse_ref
@@ -165,7 +166,7 @@ def build_plan(d: Deployment) -> Plan:
 
 
 def plan_for_check(model: str | None, mmproj: str | None, gpus: Sequence[GPU], ram: int | None,
-                   argv: list[str]) -> Plan:
-    """``check --gpu``'s memory rule (flags.rules.Context.planner)."""
+                   argv: Command | list[str]) -> Plan:
+    """``check --gpu``'s memory rule (flags.rules.Context.planner); ``argv``: a Command is planned as parsed."""
     return build_plan(deployment(model, command=argv, hardware=Hardware(gpus=tuple(gpus), ram_bytes=ram),
                                  mmproj=mmproj))

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from llamarig.diagnostics import Diagnostic, Severity, messages, warning
 from llamarig.errors import InputError
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware.types import GPU, Hardware
@@ -373,6 +374,12 @@ class HostRange:
                 "note": self.note, "source": self.source}
 
 
+#: the codes of a SpeedReport's diagnostics: the plan's -t/-tb are not the calibration's (the host
+#: figures are not scaled), the KV cache is read on the CPU or converted (the path's note says which)
+SPEED_HOST_THREADS = "speed-host-threads"
+SPEED_KV_PATH = "speed-kv-path"
+
+
 @dataclass(frozen=True)
 class SpeedReport:
     decode_tok_s: float  # at depth 0, without speculative decoding
@@ -384,9 +391,15 @@ class SpeedReport:
     kv_note: str
     formula: str
     calibration: str
-    warnings: tuple[str, ...] = ()
+    #: what the figures rest on that a reader must know, coded (SPEED_HOST_THREADS, SPEED_KV_PATH)
+    diagnostics: tuple[Diagnostic, ...] = ()
     depth_note: str = ""  # how far the figures at depth can be trusted (method note)
     host_range: HostRange | None = None  # uncalibrated host figures: the range to expect
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The messages of the warnings among :attr:`diagnostics`, in order."""
+        return messages(self.diagnostics, Severity.WARNING)
 
     @property
     def effective_decode_tok_s(self) -> float:
@@ -415,6 +428,7 @@ class SpeedReport:
             "formula": self.formula,
             "calibration": self.calibration,
             "warnings": list(self.warnings),
+            "diagnostics": [x.to_json() for x in self.diagnostics],
         }
         return d
 
@@ -695,7 +709,7 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     what llama-server reports, draft_n_accepted / draft_n, read as measured at this config's
     --spec-draft-n-max."""
     cal = cal or builtin()
-    warnings: list[str] = []
+    warnings: list[Diagnostic] = []
     ctx = M.resolve_context(spec, cfg)
     n_ctx_eff = n_ctx or ctx.n_ctx_slot
     unknown = [g.name for g in hw.gpus if not g.bandwidth_gbs]
@@ -721,7 +735,7 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     if any(x.backend == "CPU" for x in loads):
         scale, why = host_thread_scale(cfg, hw, cal)
         if why and scale == 1.0:  # calibrated threads, but this plan's are unknown
-            warnings.append(why)
+            warnings.append(warning(SPEED_HOST_THREADS, why))
         elif why:
             pf = replace(pf, formula=pf.formula + _("; host compute x{scale:.3g} (-tb {tb} / calibrated -tb "
                                                     "{cal})").format(scale=scale, tb=plan_threads(cfg, hw)[1],
@@ -738,12 +752,12 @@ def speed_report(spec: ModelSpec, cfg: ServerConfig, hw: Hardware, *, cal: Calib
     backend = loads[0].backend if loads else "CPU"
     path = kv_path(backend, cfg.cache_type_k, cfg.cache_type_v, cfg.flash_attn)
     if path.kind in ("cpu", "convert"):
-        warnings.append(path.note)
+        warnings.append(warning(SPEED_KV_PATH, path.note))
     note = kv_quality_note(cfg.cache_type_k, cfg.cache_type_v) + _("; ") + path.note
     return SpeedReport(
         decode_tok_s=1 / t0 if t0 else 0.0, decode_limit_tok_s=1 / tl0 if tl0 else 0.0,
         by_depth=tuple(rows), prefill=pf, speculative=spec_res, devices=tuple(loads), kv_note=note,
-        formula=decode_formula(loads, sm), calibration=cal.source, warnings=tuple(warnings),
+        formula=decode_formula(loads, sm), calibration=cal.source, diagnostics=tuple(warnings),
         depth_note=depth_note,
         host_range=_host_range(loads, cal, t0, pf, window, host_bandwidth_gbs is not None),
     )

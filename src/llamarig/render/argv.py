@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llamarig.catalogue.models import is_catalogue_id
 from llamarig.errors import one_line
-from llamarig.flags.argv import Command
+from llamarig.flags.argv import Arg, Command
 from llamarig.flags.model import model_loader
 from llamarig.flags.readers import parse_argv
 from llamarig.flags.rules import Context, lint
@@ -76,35 +76,52 @@ def path_option(token: str, schema: Any) -> PathOption | None:
     return PathOption(opt.name, hint == "DIR" or opt.name in DIR_OPTIONS, listed, scaled)
 
 
-def map_paths(args: Sequence[str], schema: Any, fn: Callable[[PathOption, str], str]) -> list[str]:
-    """``args`` with every local path value ``v`` of a path option replaced by ``fn(option, v)``
-    (each item of a comma-separated list; the FNAME of FNAME:SCALE items)."""
-    out: list[str] = []
-    for g in Command.parse(args, schema, program=False).groups():
-        po = path_option(g[0], schema) if is_flag(g[0]) and "=" not in g[0] else None
-        if po is None or len(g) < 2:
-            out += g
-            continue
-        out.append(g[0])
-        items = g[1].split(",") if po.listed else [g[1]]
-        mapped = []
-        for item in items:
-            path, scale = item, ""
-            if po.scaled and ":" in item:
-                p, s = item.rsplit(":", 1)
-                try:
-                    float(s)
-                    path, scale = p, ":" + s
-                except ValueError:
-                    pass
-            mapped.append((fn(po, path) if path and path != "-" else path) + scale)
-        out.append(",".join(mapped))
-        out += g[2:]
-    return out
+def map_paths(args: Command | Sequence[str], schema: Any, fn: Callable[[PathOption, str], str]) -> list[str]:
+    """``args`` (a Command, not parsed again, or server args) with every local path value ``v``
+    of a path option replaced by ``fn(option, v)`` (each item of a comma-separated list; the
+    FNAME of FNAME:SCALE items)."""
+    return map_command(Command.of(args, schema, program=False), fn, schema).server_args()
 
 
-def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple[list[str], list[str]]:
-    """(args with every relative path value absolute, the spellings that changed).
+def map_command(cmd: Command, fn: Callable[[PathOption, str], str], schema: Any) -> Command:
+    """:func:`map_paths` on a parsed command: the same command with its path values mapped
+    (the path options as ``schema`` has them; None: the fallback spellings alone)."""
+    return Command(cmd.program, tuple(_map_arg(a, schema, fn) for a in cmd.args), cmd.schema)
+
+
+def _map_arg(a: Arg, schema: Any, fn: Callable[[PathOption, str], str]) -> Arg:
+    g = a.words
+    po = path_option(g[0], schema) if is_flag(g[0]) and "=" not in g[0] else None
+    if po is None or len(g) < 2:
+        return a
+    return replace(a, values=(_map_value(po, g[1], fn), *g[2:]))
+
+
+def _map_value(po: PathOption, value: str, fn: Callable[[PathOption, str], str]) -> str:
+    items = value.split(",") if po.listed else [value]
+    mapped = []
+    for item in items:
+        path, scale = item, ""
+        if po.scaled and ":" in item:
+            p, s = item.rsplit(":", 1)
+            try:
+                float(s)
+                path, scale = p, ":" + s
+            except ValueError:
+                pass
+        mapped.append((fn(po, path) if path and path != "-" else path) + scale)
+    return ",".join(mapped)
+
+
+def absolutize(args: Command | Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple[list[str], list[str]]:
+    """(args with every relative path value absolute, the spellings that changed):
+    :func:`absolutize_command` on server args."""
+    cmd, changed = absolutize_command(Command.of(args, schema, program=False), bases, schema)
+    return cmd.server_args(), changed
+
+
+def absolutize_command(cmd: Command, bases: Sequence[Path], schema: Any) -> tuple[Command, list[str]]:
+    """(the command with every relative path value absolute, the spellings that changed).
 
     ``~`` is expanded (systemd and llama-server do not). A relative path is joined to the first of
     ``bases`` where it exists, else to ``bases[0]`` (a file the server will create). A model that
@@ -124,7 +141,7 @@ def absolutize(args: Sequence[str], schema: Any, bases: Sequence[Path]) -> tuple
             changed.append(po.name)
         return q
 
-    return map_paths(args, schema, fix), changed
+    return map_command(cmd, fix, schema), changed
 
 
 #: path components that stand for a path the writer left out (`.../chat.jinja`, `…/x`)
@@ -138,7 +155,7 @@ def placeholder(path: str) -> bool:
     return any(p in _ELIDED for p in parts) or "/path/to/" in f"/{path}" or (path.startswith("<") and path.endswith(">"))
 
 
-def placeholders(args: Sequence[str], schema: Any) -> list[str]:
+def placeholders(args: Command | Sequence[str], schema: Any) -> list[str]:
     """The path values of ``args`` that are placeholders (:func:`placeholder`), as written."""
     found: list[str] = []
 
@@ -159,7 +176,7 @@ def catalogue_id(text: str) -> bool:
         return False
 
 
-def working_directory(args: Sequence[str], schema: Any) -> str:
+def working_directory(args: Command | Sequence[str], schema: Any) -> str:
     """A working directory for a service: the model's directory (the service user must be able to
     read it anyway), else the current one."""
     found: list[str] = []
@@ -175,12 +192,12 @@ def working_directory(args: Sequence[str], schema: Any) -> str:
     return os.getcwd()
 
 
-def misplaced_options(args: Sequence[str], schema: Any, own: Iterable[str]) -> list[str]:
+def misplaced_options(args: Command | Sequence[str], schema: Any, own: Iterable[str]) -> list[str]:
     """llamarig options (``own`` spellings) found where llama-server flags belong: spellings that
     this llama-server does not know, and those that are always llamarig's (-o, --ram, --gpu, ...)."""
     own_set = set(own)
     bad: list[str] = []
-    for g in Command.parse(args, schema, program=False).groups():
+    for g in Command.of(args, schema, program=False).groups():
         key = g[0].split("=", 1)[0]
         if not is_flag(key) or key not in own_set:
             continue

@@ -50,8 +50,8 @@ def _short(text: str, n: int) -> str:
     return text[:cut if cut > n // 2 else n - 1].rstrip(" ,;:") + "…"
 
 
-def uses_mlock(args: Sequence[str], schema: Any = None) -> bool:
-    lm = Command.parse(args, schema, program=False).get("--load-mode")
+def uses_mlock(args: Command | Sequence[str], schema: Any = None) -> bool:
+    lm = Command.of(args, schema, program=False).get("--load-mode")
     return lm in MLOCK_MODES
 
 
@@ -72,10 +72,15 @@ class RenderSpec:
     workdir: str | None = None
     #: the language of the file's comments (llamarig.i18n)
     lang: str = "en"
+    #: ``args`` as parsed where the command was resolved (None: parsed here, once)
+    parsed: Command | None = field(default=None, compare=False, repr=False)
 
     def command(self) -> Command:
-        """What llama-server receives, parsed against the build's flags (the program excluded)."""
-        return Command.parse(self.args, self.schema, program=False)
+        """What llama-server receives, parsed against the build's flags (the program excluded), once."""
+        if self.parsed is None:
+            object.__setattr__(self, "parsed", Command.parse(self.args, self.schema, program=False))
+        assert self.parsed is not None
+        return self.parsed
 
     @property
     def port(self) -> int:
@@ -91,7 +96,7 @@ class RenderSpec:
 
     @property
     def mlock(self) -> bool:
-        return uses_mlock(self.args, self.schema)
+        return uses_mlock(self.command(), self.schema)
 
     def groups(self) -> list[list[str]]:
         return self.command().groups()

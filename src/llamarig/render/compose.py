@@ -11,9 +11,8 @@ import json
 import os
 from pathlib import PurePosixPath
 
-from llamarig.flags.argv import Command
 from llamarig.i18n import _
-from llamarig.render.argv import PathOption, map_paths
+from llamarig.render.argv import PathOption, map_command
 from llamarig.render.common import RenderSpec
 
 IMAGES = {
@@ -42,14 +41,14 @@ def render_compose(spec: RenderSpec, backend: str = "cpu", gpu_ids: tuple[str, .
         return mounts[host_dir] if po.is_dir else f"{mounts[host_dir]}/{p.name}"
 
     # every local path option of the schema (llamarig.render.argv): its directory is mounted
-    args = map_paths(spec.args, spec.schema, mount)
+    cmd = map_command(spec.command(), mount, spec.schema)
     port = spec.port
     host = spec.host
     publish_host = "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else host
     # inside the container; published below
-    args = Command.parse(args, spec.schema, program=False).set("--host", "0.0.0.0").set("--port", str(port)).server_args()
-    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
-                    lang=spec.lang)
+    cmd = cmd.set("--host", "0.0.0.0").set("--port", str(port))
+    s2 = RenderSpec(spec.binary, tuple(cmd.server_args()), spec.name, spec.figures, spec.env, spec.schema,
+                    spec.version, lang=spec.lang, parsed=cmd)
     image = IMAGES.get(backend, backend)
     out = s2.comments(s2.header())
     out += spec.comments([

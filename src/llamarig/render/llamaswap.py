@@ -18,9 +18,9 @@ def _yaml_word(t: str) -> str:
 
 
 def render_llamaswap(spec: RenderSpec, model_id: str | None = None, ttl: int | None = None) -> str:
-    args = spec.command().set("--port", "${PORT}").set("--host", "127.0.0.1").server_args()
-    s2 = RenderSpec(spec.binary, tuple(args), spec.name, spec.figures, spec.env, spec.schema, spec.version,
-                    spec.wrappers, lang=spec.lang)
+    cmd = spec.command().set("--port", "${PORT}").set("--host", "127.0.0.1")
+    s2 = RenderSpec(spec.binary, tuple(cmd.server_args()), spec.name, spec.figures, spec.env, spec.schema,
+                    spec.version, spec.wrappers, lang=spec.lang, parsed=cmd)
     mid = model_id or spec.name
     out = s2.comments(s2.header())
     out += spec.comments(["", _("merge this entry under `models:` of your llama-swap config.yaml"), ""]

@@ -84,8 +84,9 @@ PARSE_RULES = frozenset({
 
 #: rules whose findings come from the resolved deployment of a command (llamarig.app.resolution,
 #: added by app/check.py's resolution_findings), not from a function of ``RULES``: what --fit can
-#: do where it is written (common/fit.cpp:455, 464-486); docs/check.md lists them
-RESOLVED_RULES = ("fit-cannot-act", "fit-context-fixed", "fit-layers-fixed")
+#: do where it is written (common/fit.cpp:455, 464-486), and what it could do for the command as
+#: meant where that differs; docs/check.md lists them
+RESOLVED_RULES = ("fit-cannot-act", "fit-context-fixed", "fit-layers-fixed", "fit-meant")
 
 #: findings about the text itself rather than the invocation: reported once per script
 _ONCE_PER_SCRIPT = frozenset({"dead-env-var", "unknown-env-var"})

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llamarig.diagnostics import Diagnostic, info, warning
+from llamarig.diagnostics import Diagnostic, Severity, info
 from llamarig.i18n import _
 from llamarig.plan.estimators.settings import CPU_LAYERS
 from llamarig.plan.fit import PlanFn, fit
 from llamarig.plan.result import Plan, PlanInputs
 
-#: diagnostic codes: what --fit did (or why it did nothing); -sm tensor stops it at once
-FIT = "fit"
+#: diagnostic code: -sm tensor stops --fit at once (what --fit did: plan/fit.py's FIT_* codes)
 FIT_TENSOR_SPLIT = "fit-tensor-split"
 
 
@@ -39,5 +38,7 @@ def apply_fit(inp: PlanInputs, plan: Plan, trial: PlanFn) -> Plan:
     out = fo.plan
     # the trial's own "-ngl N: k layers stay on the CPU" is --fit's choice, said by its notes
     kept = [d for d in out.diagnostics if (d.code != CPU_LAYERS or fo.cfg is cfg) and d not in inp.diagnostics]
-    diags = (*inp.diagnostics, *(info(FIT, n) for n in fo.notes), *kept, *(warning(FIT, w) for w in fo.warnings))
+    # fit's notes first, its warnings after the trial's (each with its own code, plan/fit.py)
+    diags = (*inp.diagnostics, *(d for d in fo.diagnostics if d.severity is Severity.INFO), *kept,
+             *(d for d in fo.diagnostics if d.severity is not Severity.INFO))
     return replace(out, diagnostics=diags, command=plan.command, effective_cfg=fo.cfg)
