@@ -10,10 +10,10 @@ For each synthetic model and thread count:
    ladder in one more server start: llamarig.tune.calibrate.calibration_ladder,
    llamarig.tune.measure.DepthLadder, CALIBRATION_DEEP_RUNS requests per rung), then
    llamarig.tune.calibrate.fit_calibration on the fastest request of each, with the host
-   bandwidth measured by llamarig.plan.calibration.measure_host_bandwidth (what tune writes);
+   bandwidth measured by llamarig.plan.calibration.constants.measure_host_bandwidth (what tune writes);
 2. **bench**: a second server start with the same flags, ``llamarig bench -s prefill,depth``
    (llamarig.bench.runner.run_bench) at several prompt lengths and depths;
-3. **plan**: llamarig.plan.speed.speed_report for each bench point, with (a) the built-in
+3. **plan**: llamarig.plan.speed.speed_model.speed_report for each bench point, with (a) the built-in
    calibration (what `plan` says on an unknown machine), (b) the built-in calibration with the
    measured host bandwidth (`plan --detect`), (c) the calibration of step 1.
 
@@ -40,10 +40,10 @@ from llamarig.bench.runner import BenchConfig, run_bench
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
 from llamarig.launch.server import start_server
-from llamarig.plan.calibration import Calibration, builtin, calibration_from_json
+from llamarig.plan.calibration.constants import Calibration, builtin, calibration_from_json
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.host_probes import measure_host_bandwidth
-from llamarig.plan.speed import speed_report
+from llamarig.plan.speed.host_probes import measure_host_bandwidth
+from llamarig.plan.speed.speed_model import speed_report
 from llamarig.testing.synth import write_model
 from llamarig.tune.calibrate import (
     CALIBRATION_DEEP_RUNS,

@@ -1,6 +1,6 @@
 """Benchmark: optimiser wall time, and the CPU speed prediction vs the real llama-server.
 
-Method (optimiser): ``llamarig.plan.optimise.optimise`` on catalogue entries, timed R times with
+Method (optimiser): ``llamarig.plan.optimise.search.optimise`` on catalogue entries, timed R times with
 time.perf_counter (first run included: catalogue JSON parsing is cached after it), each run cold:
 the compute replays remembered from the previous run are forgotten first (a CLI invocation is a
 fresh process); min and median wall time and the least CPU time of this process (less sensitive to
@@ -44,9 +44,9 @@ from llamarig.catalogue.models import (
     load_models,
 )
 from llamarig.hardware import Hardware
-from llamarig.plan import replay
+from llamarig.plan.compute import replay
 from llamarig.plan.config import ServerConfig, parse_server_args
-from llamarig.plan.optimise import OptimiseResult, Targets, optimise
+from llamarig.plan.optimise.search import OptimiseResult, Targets, optimise
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.units import GiB
 
@@ -140,9 +140,9 @@ def bench_catalogue(repeat: int) -> None:
 def bench_cpu_server(repeat: int = 3) -> None:
     from llamarig.binary import find_binary
     from llamarig.gguf import load_spec
-    from llamarig.plan.calibration_files import load_calibration
-    from llamarig.plan.host_probes import measure_host_bandwidth, measure_host_gflops
-    from llamarig.plan.speed import speed_report
+    from llamarig.plan.calibration.files import load_calibration
+    from llamarig.plan.speed.host_probes import measure_host_bandwidth, measure_host_gflops
+    from llamarig.plan.speed.speed_model import speed_report
     from llamarig.testing.server import start_server
     from llamarig.testing.synth import write_model
 

@@ -36,10 +36,10 @@ from pathlib import Path
 from llamarig.binary import find_binary
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration.files import load_calibration
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.host_probes import measure_host_bandwidth
-from llamarig.plan.speed import speed_report
+from llamarig.plan.speed.host_probes import measure_host_bandwidth
+from llamarig.plan.speed.speed_model import speed_report
 from llamarig.testing.synth import write_model
 from llamarig.tune import search as S
 from llamarig.tune.measure import ServerMeasure

@@ -25,10 +25,11 @@ from llamarig.catalogue.gpus import find_gpu
 from llamarig.catalogue.models import build_spec, find_model, load_models
 from llamarig.gguf.spec import ModelSpec
 from llamarig.hardware import Hardware
-from llamarig.plan import compute, replay
+from llamarig.plan.compute import buffers as compute
+from llamarig.plan.compute import replay
+from llamarig.plan.compute.graphs import GraphParams
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.graphs import GraphParams
-from llamarig.plan.optimise import Targets, optimise
+from llamarig.plan.optimise.search import Targets, optimise
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.testing.layouts import MODELS, random_case
 from llamarig.units import GiB

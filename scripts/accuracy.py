@@ -23,7 +23,7 @@ from llamarig.catalogue.gpus import parse_gpu_arg
 from llamarig.catalogue.models import CatalogueModel, build_spec, find_model
 from llamarig.hardware.types import Hardware
 from llamarig.plan import memory as M
-from llamarig.plan.compute import estimate_compute, pipeline_extra, pipeline_parallel
+from llamarig.plan.compute.buffers import estimate_compute, pipeline_extra, pipeline_parallel
 from llamarig.plan.config import parse_server_args
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.testing.evidence import compare, logged_buffers, plan_args, sparse_model
@@ -259,7 +259,7 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         "log's 0.01 MiB rounding over a grid of synthetic llama, qwen3, gemma3 (SWA), qwen35 (hybrid),",
         "qwen35 + MTP, qwen3moe and qwen35moe models. Their compute buffers (and the MTP draft",
         "context's) are not modelled but replayed: llama.cpp's graph rebuilt tensor by tensor",
-        "(`llamarig.plan.graphs`), ggml-backend's scheduler (`llamarig.plan.ggml_sched`) and ggml-alloc",
+        "(`llamarig.plan.compute.graphs`), ggml-backend's scheduler (`llamarig.plan.compute.ggml_sched`) and ggml-alloc",
         "run over it, so they are *exact*, held to the log's rounding on every run, 24 of them with",
         "Qwen3.6-27B / Qwen3.5-35B-A3B head counts (K/V f16, q8_0, q4_0, f32, bf16; -np 1-8; -ub",
         "64-4096; flash attention on/off; MTP). The fitted phase model used before was within 5 % on",
@@ -272,7 +272,7 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         "and MTP context come out to the log's 0.01 MiB (94 compute buffers); the phase model had 25 of them within",
         "5 %. On a GPU wholly holding a qwen35 model (one CUDA GPU) the replay adds the CUDA buffer's",
         "128 B alignment and flash attention's f16 K/V copies inside the FA node",
-        "(`llamarig.plan.cuda_fattn`): on the H200 evidence (13 runs, the H200 rows below) every GPU",
+        "(`llamarig.plan.compute.cuda_fattn`): on the H200 evidence (13 runs, the H200 rows below) every GPU",
         "and pinned-host compute buffer comes out to the log's 0.01 MiB, and the plan calls them",
         "*exact*. On other CUDA setups (several GPUs, partial offload with its weight copies, other",
         "architectures) the replay is the model, with the ±15 % spread; other GPU backends keep the",
@@ -302,7 +302,7 @@ def render(rows: list[Case], speed_summary: list[str] | None = None) -> str:
         "Metal effect: that build reserved logits for all 512 tokens of a ubatch (llama.cpp before PR",
         "#23861), and its buffer is the output phase (logits + 2 x n_embd per output), which the model",
         "now reproduces. With several GPUs and a layer split, the 4 never-freed copies of each GPU's",
-        "split inputs (pipeline parallelism, `llamarig.plan.compute.pipeline_extra`) are modelled from",
+        "split inputs (pipeline parallelism, `llamarig.plan.compute.buffers.pipeline_extra`) are modelled from",
         "llama.cpp's source. On a 2025 two-GPU log (PR #16748, Mistral Small shape) they give the first",
         "GPU's failed 12710 MiB allocation within 1 %, once the graph of that build is modelled: before",
         "llama.cpp PR #23764 the KQ mask was an f32 input cast to f16 on the first GPU, which copied the",

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamarig.plan.calibration import Calibration, Efficiency, builtin, builtin_data
-from llamarig.plan.calibration_points import (
+from llamarig.plan.calibration.constants import Calibration, Efficiency, builtin, builtin_data
+from llamarig.plan.calibration.points import (
     PointResult,
     evaluate_points,
     evidence_points,

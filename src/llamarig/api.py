@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from llamarig.hardware.cpu import CpuFeatures
     from llamarig.hardware.types import GPU, Hardware
     from llamarig.launch.process import Launched
-    from llamarig.plan.calibration import Calibration
+    from llamarig.plan.calibration.constants import Calibration
     from llamarig.plan.deployment import Deployment
     from llamarig.plan.result import Plan, PlanInputs
     from llamarig.top.model import Snapshot

@@ -46,7 +46,7 @@ def test_check_report_is_the_cli_document(cli) -> None:
     assert rep.to_json() == json.loads(out) and (code == 1) == bool(rep.errors)
 
 
-#: render's comments carry plan's headline decode line (llamarig.plan.verdict.decode_headline)
+#: render's comments carry plan's headline decode line (llamarig.plan.optimise.verdict.decode_headline)
 _SPEED = re.compile(r"decode (?P<decode>[\d.]+) tok/s at depth 0, [\d.]+ at depth \d+ \(modelled; physical limit "
                     r"(?P<limit>[\d.]+)\); prefill (?P<prefill>\d+) tok/s")
 

@@ -3,7 +3,7 @@ own decisions.
 
 Each rpc-server reports its own memory (the LD_PRELOAD shim of llamarig.testing.rpc on its
 ``sysconf(_SC_PHYS_PAGES)``); llama-server runs ``--fit on`` (its default) over them at ``-lv 4``
-and logs every step (llamarig.plan.fit_log). The plan gets the same devices (``--rpc-device
+and logs every step (llamarig.plan.fit.fit_log). The plan gets the same devices (``--rpc-device
 HOST:PORT=<MiB>M``) and must end where llama-server ended: the same context, the same layers on
 each device, the same layers in host memory, hence the same weight and KV buffers to the log's
 rounding.
@@ -21,8 +21,8 @@ from dataclasses import replace
 
 import pytest
 
-from llamarig.plan.fit import trial_config
-from llamarig.plan.fit_log import FitLog, parse_fit_log
+from llamarig.plan.fit.fit_log import FitLog, parse_fit_log
+from llamarig.plan.fit.fit_replay import trial_config
 from llamarig.plan.inputs import build_inputs
 from llamarig.plan.memory_log import compare
 from llamarig.plan.planner import fit_measurement, make_plan

@@ -8,10 +8,10 @@ import statistics
 import pytest
 
 from llamarig.errors import InputError
-from llamarig.plan.calibration import user_calibration_json
-from llamarig.plan.calibration_files import load_calibration
-from llamarig.plan.calibration_fit import fit_weights_efficiency
-from llamarig.plan.calibration_points import evaluate_points
+from llamarig.plan.calibration.constants import user_calibration_json
+from llamarig.plan.calibration.files import load_calibration
+from llamarig.plan.calibration.least_squares import fit_weights_efficiency
+from llamarig.plan.calibration.points import evaluate_points
 
 
 def test_builtin_has_every_backend():

@@ -11,7 +11,7 @@ import pytest
 
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.plan import memory as M
-from llamarig.plan.compute import (
+from llamarig.plan.compute.buffers import (
     GGML_SCHED_MAX_COPIES,
     estimate_compute,
     host_pipeline_extra,

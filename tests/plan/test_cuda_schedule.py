@@ -1,14 +1,14 @@
 """ggml-backend's scheduler and CUDA flash attention's allocation size, rule by rule
-(llamarig.plan.ggml_sched.schedule, llamarig.plan.cuda_fattn); the whole of it against the H200
+(llamarig.plan.compute.ggml_sched.schedule, llamarig.plan.compute.cuda_fattn); the whole of it against the H200
 logs is tests/plan/test_h200_evidence.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from llamarig.plan import cuda_fattn
-from llamarig.plan.ggml_graph import CPU, GPU, Graph, Tensor, allocate
-from llamarig.plan.ggml_sched import schedule
+from llamarig.plan.compute import cuda_fattn
+from llamarig.plan.compute.ggml_graph import CPU, GPU, Graph, Tensor, allocate
+from llamarig.plan.compute.ggml_sched import schedule
 
 
 def _fa(g: Graph, n_q: int, tk: str, tv: str, n_kv: int = 4096, d: int = 128, h: int = 16, hkv: int = 4) -> Tensor:

@@ -1,4 +1,4 @@
-"""The planner's component estimators (llamarig.plan.estimators): what each returns is typed
+"""The planner's component estimators (each room's ``*_estimator`` in llamarig.plan): what each returns is typed
 (Lines per device, Diagnostics with codes), the MemoryLines adds them as the planner always did, and
 no code finds a diagnostic by its wording."""
 
@@ -13,18 +13,18 @@ import llamarig
 from llamarig.catalogue.gpus import find_gpu, parse_gpu_arg
 from llamarig.diagnostics import Severity
 from llamarig.hardware.types import Hardware
+from llamarig.plan import settings as S
+from llamarig.plan.budget import budget
+from llamarig.plan.compute.compute_estimator import estimate_compute_buffers
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.estimators import settings as S
-from llamarig.plan.estimators.base import HOST, Contribution, MemoryLines, entry
-from llamarig.plan.estimators.budget import budget
-from llamarig.plan.estimators.compute import estimate_compute_buffers
-from llamarig.plan.estimators.kv import estimate_kv
-from llamarig.plan.estimators.layout import layout
-from llamarig.plan.estimators.weights import estimate_weights
+from llamarig.plan.estimator import HOST, Contribution, MemoryLines, entry
 from llamarig.plan.flash_attn import kv_path
 from llamarig.plan.inputs import build_inputs
+from llamarig.plan.kv.kv_estimator import estimate_kv
+from llamarig.plan.layout import layout
 from llamarig.plan.planner import make_plan, plan_once
 from llamarig.plan.result import Line
+from llamarig.plan.weights.weights_estimator import estimate_weights
 from llamarig.testing.synth import write_model
 
 CAT = "qwen3.6-27b:iq4_nl"

@@ -15,8 +15,8 @@ from llamarig.catalogue.gpus import gpu_match_note, parse_gpu_arg
 from llamarig.catalogue.models import build_spec, catalogue_mmproj, find_model
 from llamarig.cli.main import main
 from llamarig.hardware import Hardware
-from llamarig.plan import fit as P
 from llamarig.plan.config import parse_server_args
+from llamarig.plan.fit import fit_replay as P
 from llamarig.plan.planner import PlanInputs, effective_inputs, make_plan
 
 MiB = 1 << 20
@@ -269,7 +269,7 @@ def test_the_draft_model_follows_fits_split(synth_model) -> None:
 
 
 def test_a_draft_model_without_a_spec_type_is_loaded_then_freed(synth_model) -> None:
-    from llamarig.plan.estimators.draft import DRAFT_UNUSED
+    from llamarig.plan.draft.draft_estimator import DRAFT_UNUSED
 
     unused = _rpc_plan(synth_model, "llama", [400, 400], "-c 4096 -md {llama-draft}")
     assert any(d.code == DRAFT_UNUSED for d in unused.diagnostics)

@@ -1,4 +1,4 @@
-"""The ggml-alloc replay (llamarig.plan.ggml_graph) and the qwen35 graphs built on it, without a
+"""The ggml-alloc replay (llamarig.plan.compute.ggml_graph) and the qwen35 graphs built on it, without a
 server: the allocator's rules one by one, and figures the real llama-server (build 11434,
 portable CPU build) logged for synthetic models, so a regression shows without the binary.
 tests/plan/test_against_server.py checks the same against the live server."""
@@ -12,10 +12,10 @@ import pytest
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan import replay as R
+from llamarig.plan.compute import replay as R
+from llamarig.plan.compute.ggml_graph import FLAG_OUTPUT, DynAllocator, Graph, allocate
+from llamarig.plan.compute.graphs import GraphParams
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.ggml_graph import FLAG_OUTPUT, DynAllocator, Graph, allocate
-from llamarig.plan.graphs import GraphParams
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.units import MiB
 

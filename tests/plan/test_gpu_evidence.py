@@ -14,9 +14,9 @@ import pytest
 
 from llamarig.cli.main import main
 from llamarig.errors import InputError
-from llamarig.plan.calibration_files import load_calibration
-from llamarig.plan.calibration_fit import calibration_from_evidence
-from llamarig.plan.calibration_points import evidence_points
+from llamarig.plan.calibration.files import load_calibration
+from llamarig.plan.calibration.least_squares import calibration_from_evidence
+from llamarig.plan.calibration.points import evidence_points
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "fixtures" / "evidence" / "cpu-smoke-sample.json"
@@ -107,7 +107,7 @@ H200_B = ROOT / "benchmarks" / "evidence" / "h200-qwen3.8-27b-b.json"
 def test_h200_builtin_entry_is_the_fit_of_its_evidence_file():
     """The built-in h200 efficiencies are what calibration_from_evidence gives on the committed
     file (so the data file and the procedure cannot drift apart)."""
-    from llamarig.plan.calibration import builtin
+    from llamarig.plan.calibration.constants import builtin
 
     fit = calibration_from_evidence(json.loads(H200_A.read_text()), "a")["efficiency"][0]
     e = builtin().gpus["h200"]
@@ -123,8 +123,8 @@ def test_h200_builtin_entry_is_the_fit_of_its_evidence_file():
 def test_h200_builtin_predicts_the_repeat_run():
     """The repeat run (not fitted): every decode and prefill point within 15 %, median within 5 %;
     the CUDA defaults alone (consumer cards) were 2-3x off."""
-    from llamarig.plan.calibration import builtin
-    from llamarig.plan.calibration_points import predict_point
+    from llamarig.plan.calibration.constants import builtin
+    from llamarig.plan.calibration.points import predict_point
 
     doc = json.loads(H200_B.read_text())
     pts = evidence_points(doc, "b")
@@ -138,7 +138,7 @@ def test_h200_builtin_predicts_the_repeat_run():
 def test_quantized_kv_reads_at_its_own_rate_on_h200():
     """At 32K depth the H200 decodes q4_0 K/V slower than f16 (measured 70.6 vs 85.3 tok/s), and
     plan says so, naming the measurement."""
-    from llamarig.plan.calibration import Efficiency, builtin
+    from llamarig.plan.calibration.constants import Efficiency, builtin
 
     e = builtin().gpus["h200"]
     assert e.kv_for("q4_0", "q4_0") < e.kv_for("q8_0", "q8_0") < e.kv_for("f16", "f16") == e.kv
@@ -160,7 +160,7 @@ def test_plan_on_h200_uses_the_per_type_kv_and_names_it(capsys):
 
 
 def test_calibration_file_kv_by_type_is_checked(tmp_path):
-    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.calibration.files import load_calibration
 
     good = {"version": 1, "efficiency": [{"backend": "CUDA", "gpu": "rtx3090", "kv_by_type": {"q4_0": 0.3}}]}
     f = tmp_path / "c.json"

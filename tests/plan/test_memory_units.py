@@ -266,7 +266,7 @@ def test_tensor_split_without_ts_is_even_by_heads() -> None:
     (src/llama-model.cpp:841-863: an all-zero tensor_split means ne * (j+1) / n_devices), not by
     VRAM: 2720 / 2720 MiB on a 3090 + 4060 Ti; -ts 3,1 gives 3 of 4 KV heads to the first."""
     from llamarig.catalogue.models import build_spec, find_model
-    from llamarig.plan.estimators.revise import head_split
+    from llamarig.plan.revise import head_split
 
     assert head_split(4, [0.0, 0.0]) == [2, 2] and head_split(4, [3.0, 1.0]) == [3, 1]
     assert head_split(48, [0.0, 0.0, 0.0]) == [16, 16, 16] and head_split(5, [1.0, 1.0]) == [2, 3]

@@ -1,4 +1,4 @@
-"""Unit facts of the mmproj memory model (llamarig.plan.mmproj)."""
+"""Unit facts of the mmproj memory model (llamarig.plan.mmproj.projector)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llamarig.gguf import load_spec
-from llamarig.plan.mmproj import (
+from llamarig.plan.mmproj.projector import (
     MiB,
     MMProjShape,
     estimate_mmproj,

@@ -1,4 +1,4 @@
-"""The mmproj model (llamarig.plan.mmproj) against the real llama-server on the CPU backend.
+"""The mmproj model (llamarig.plan.mmproj.projector) against the real llama-server on the CPU backend.
 
 For synthetic qwen3vl_merger projectors of several shapes, with flash attention on and off and
 with/without --image-max-tokens, the server's own log is parsed (tools/mtmd/clip.cpp):
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from llamarig.gguf import load_spec
-from llamarig.plan.mmproj import MiB, estimate_mmproj, shape_from_spec
+from llamarig.plan.mmproj.projector import MiB, estimate_mmproj, shape_from_spec
 from llamarig.testing.synth import write_mmproj
 
 pytestmark = pytest.mark.server

@@ -11,10 +11,10 @@ from __future__ import annotations
 from llamarig.catalogue.gpus import find_gpu
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.hardware import Hardware
-from llamarig.plan import replay as R
+from llamarig.plan.compute import replay as R
+from llamarig.plan.compute.ggml_sched import Backend, cuda_backend
+from llamarig.plan.compute.graphs import GraphParams, Layout
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.ggml_sched import Backend, cuda_backend
-from llamarig.plan.graphs import GraphParams, Layout
 from llamarig.plan.planner import PlanInputs, make_plan
 
 

@@ -10,8 +10,8 @@ from tests.plan.speed_helpers import inputs
 from llamarig.app.targets import TargetResult, targets_for
 from llamarig.cli.speed_view import optimise_report
 from llamarig.errors import InputError
-from llamarig.plan.optimise import Targets, optimise
-from llamarig.plan.speed import speed_report
+from llamarig.plan.optimise.search import Targets, optimise
+from llamarig.plan.speed.speed_model import speed_report
 from llamarig.units import GiB
 
 
@@ -198,8 +198,8 @@ def test_contradicting_flags():
 def test_plan_json_speed_slot(seed_inputs):
     """What plan --json does for a plain plan: Plan.speed carries the SpeedReport."""
     from llamarig.cli.speed_view import speed_table
-    from llamarig.plan.estimators.speed import speed_for
     from llamarig.plan.planner import make_plan
+    from llamarig.plan.speed.speed_estimator import speed_for
 
     plan = make_plan(seed_inputs)
     rep = speed_for(seed_inputs, plan)
@@ -211,8 +211,8 @@ def test_plan_json_speed_slot(seed_inputs):
 def test_unknown_gpu_bandwidth_is_a_clear_message():
     from llamarig.catalogue.gpus import parse_gpu_arg
     from llamarig.hardware.types import Hardware
-    from llamarig.plan.estimators.speed import attach_speed
     from llamarig.plan.planner import PlanInputs, make_plan
+    from llamarig.plan.speed.speed_estimator import attach_speed
 
     base = inputs("qwen3.6-27b:iq4_nl", "rtx3090")
     inp = PlanInputs(base.spec, base.cfg, Hardware((parse_gpu_arg("mycard:24"),)))
@@ -303,7 +303,7 @@ def test_target_json_has_top_level_speed_of_the_winner(seed_inputs):
 def test_the_offload_search_finds_the_bound_from_any_guess(bound: int | None, guess: int) -> None:
     """The largest value that fits (fitting holds up to a bound), found from a guess outward: the
     same answer as halving the whole range, in two probes when the guess is right."""
-    from llamarig.plan.optimise import _largest
+    from llamarig.plan.optimise.search import _largest
 
     probes: list[int] = []
 
@@ -322,7 +322,7 @@ def test_the_offload_search_finds_the_bound_from_any_guess(bound: int | None, gu
 def test_the_offload_search_agrees_with_trying_every_value(model_id: str, key: str) -> None:
     """One 16 GB card, 128K of context: the -ngl (--n-cpu-moe) the search settles on is the one
     a plan of every value finds, the largest (smallest) that leaves the headroom."""
-    from llamarig.plan import optimise as O
+    from llamarig.plan.optimise import search as O
 
     inp = inputs(model_id, "rtx4060ti16")
     targets = Targets(ctx=131072)
@@ -385,7 +385,7 @@ def test_evidence_of_this_gpu_replaces_the_assumption(seed_inputs):
     """A measured read rate for q4_0 on this card (a GPU evidence file's fit, --calibration) is
     no assumption: the range goes, the candidate is ranked by its figure, and the depth note says
     the rate was measured."""
-    from llamarig.plan.calibration import builtin, calibration_from_json
+    from llamarig.plan.calibration.constants import builtin, calibration_from_json
 
     kv = builtin().for_device("CUDA", "rtx3090").kv
     cal = calibration_from_json({"version": 1, "efficiency": [
@@ -402,7 +402,7 @@ def test_an_assumed_draft_acceptance_is_a_range_until_given() -> None:
     """MTP on the family's default acceptance (not measured): the low end is the decode at the
     lowest published acceptance (plan.speed.LOWEST_PUBLISHED_ACCEPTANCE), the ranking uses it and
     a target met only on the default is "maybe"; --acceptance (a measured ratio) removes it."""
-    from llamarig.plan.speed import (
+    from llamarig.plan.speed.speed_model import (
         LOWEST_PUBLISHED_ACCEPTANCE,
         acceptance_from_ratio,
         tokens_per_step,

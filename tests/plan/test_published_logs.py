@@ -13,7 +13,7 @@ from llamarig.api import deployment, machine, plan_model
 from llamarig.catalogue.gpus import parse_gpu_arg
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.plan import memory as M
-from llamarig.plan.compute import estimate_compute, pipeline_extra, pipeline_parallel
+from llamarig.plan.compute.buffers import estimate_compute, pipeline_extra, pipeline_parallel
 from llamarig.plan.config import parse_server_args
 
 MiB = 1 << 20

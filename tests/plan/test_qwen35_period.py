@@ -1,4 +1,4 @@
-"""The replay's shortcut (plan/replay.py ``make_cut``): a trunk whose layers repeat is replayed
+"""The replay's shortcut (plan/compute/replay.py ``make_cut``): a trunk whose layers repeat is replayed
 on a cut of a few periods per device; the figure must be the full replay's exactly, and a trunk
 that does not repeat gets the full replay."""
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from llamarig.catalogue.models import build_spec, find_model
-from llamarig.plan import replay as R
-from llamarig.plan.ggml_sched import Backend, cuda_backend
-from llamarig.plan.graphs import GraphParams, Layout
+from llamarig.plan.compute import replay as R
+from llamarig.plan.compute.ggml_sched import Backend, cuda_backend
+from llamarig.plan.compute.graphs import GraphParams, Layout
 
 CASES = [(512, "f16", 65536, 1, 1), (1, "q8_0", 4096, 1, 1), (4096, "q4_0", 262144, 3, 1),
          (64, "bf16", 131072, 1, 2), (2048, "f32", 8192, 4, 4)]

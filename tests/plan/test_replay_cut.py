@@ -1,4 +1,4 @@
-"""The replay's shortcuts (plan/replay.py): a trunk whose layers repeat is replayed on a cut of
+"""The replay's shortcuts (plan/compute/replay.py): a trunk whose layers repeat is replayed on a cut of
 every device's stretch of layers, and graphs are remembered by the model's and the layout's shape.
 Either way the buffers must be the full replay's exactly, on one device and several, with layers
 on the CPU, pinned or free norms, pipeline parallelism, and CUDA's op offload."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from llamarig.catalogue.models import build_spec, find_model
-from llamarig.plan import replay as R
-from llamarig.plan.ggml_sched import Backend, cuda_backend
-from llamarig.plan.graphs import GraphParams, Layout
+from llamarig.plan.compute import replay as R
+from llamarig.plan.compute.ggml_sched import Backend, cuda_backend
+from llamarig.plan.compute.graphs import GraphParams, Layout
 
 
 def _layout(n_main: int, n_all: int, splits: tuple[int, ...], cpu_first: int, n_dev: int) -> Layout:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llamarig.errors import InputError
-from llamarig.plan.fit_log import parse_fit_log
+from llamarig.plan.fit.fit_log import parse_fit_log
 from llamarig.plan.inputs import build_plan
 from llamarig.plan.rpc import parse_rpc_device, split_endpoint
 from llamarig.testing.plans import deployment_of

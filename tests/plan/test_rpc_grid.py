@@ -16,7 +16,7 @@ from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
 from llamarig.hardware.cpu import from_system_info, system_info_line
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.estimators.draft import DRAFT_UNUSED
+from llamarig.plan.draft.draft_estimator import DRAFT_UNUSED
 from llamarig.plan.planner import PlanInputs, make_plan
 from llamarig.plan.result import Plan
 from llamarig.plan.rpc import parse_rpc_device

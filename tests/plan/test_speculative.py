@@ -9,9 +9,9 @@ import json
 import pytest
 
 from llamarig.cli.main import main
-from llamarig.plan.calibration_points import points, predict_point
-from llamarig.plan.optimise import Targets, optimise
-from llamarig.plan.speed import speed_report
+from llamarig.plan.calibration.points import points, predict_point
+from llamarig.plan.optimise.search import Targets, optimise
+from llamarig.plan.speed.speed_model import speed_report
 
 from .speed_helpers import cfg, hw, inputs, spec_of
 

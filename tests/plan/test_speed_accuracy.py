@@ -13,8 +13,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import accuracy_speed  # noqa: E402
 
-from llamarig.plan.calibration import builtin  # noqa: E402
-from llamarig.plan.calibration_points import points, predict_point  # noqa: E402
+from llamarig.plan.calibration.constants import builtin  # noqa: E402
+from llamarig.plan.calibration.points import points, predict_point  # noqa: E402
 
 
 @pytest.mark.parametrize("script", ["accuracy.py", "accuracy_speed.py"])

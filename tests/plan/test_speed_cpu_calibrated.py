@@ -28,10 +28,10 @@ import pytest
 from llamarig.bench.runner import BenchConfig, run_bench
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan.calibration import calibration_from_json
+from llamarig.plan.calibration.constants import calibration_from_json
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.host_probes import measure_host_bandwidth
-from llamarig.plan.speed import speed_report
+from llamarig.plan.speed.host_probes import measure_host_bandwidth
+from llamarig.plan.speed.speed_model import speed_report
 from llamarig.tune.calibrate import calibration_ladder, fit_calibration
 from llamarig.tune.measure import DepthLadder, ServerMeasure
 from llamarig.tune.search import Candidate

@@ -15,10 +15,10 @@ import pytest
 
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration.files import load_calibration
 from llamarig.plan.config import parse_server_args
-from llamarig.plan.host_probes import measure_host_bandwidth, measure_host_gflops
-from llamarig.plan.speed import speed_report
+from llamarig.plan.speed.host_probes import measure_host_bandwidth, measure_host_gflops
+from llamarig.plan.speed.speed_model import speed_report
 
 SHAPE = dict(n_layer=8, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_ff=2816, n_ctx_train=4096)
 PROMPT = "hello world " * 40  # about 440 tokens with the synthetic byte-level vocabulary

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 from tests.plan.speed_helpers import cfg, hw, spec_of
 
-from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration.files import load_calibration
 from llamarig.plan.flash_attn import kv_path
-from llamarig.plan.speed import (
+from llamarig.plan.speed.speed_model import (
     acceptance_from_ratio,
     decode_seconds,
     depth_points,
@@ -168,8 +168,8 @@ def test_mtp_speculative_speedup():
 
 
 def test_speed_json_shape(seed_inputs):
-    from llamarig.plan.estimators.speed import speed_json
     from llamarig.plan.planner import make_plan
+    from llamarig.plan.speed.speed_estimator import speed_json
 
     plan = make_plan(seed_inputs)
     d = speed_json(seed_inputs, plan)

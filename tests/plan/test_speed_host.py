@@ -12,8 +12,13 @@ from tests.plan.speed_helpers import cfg, hw, spec_of
 from llamarig.errors import InputError
 from llamarig.gguf import load_spec
 from llamarig.hardware import Hardware
-from llamarig.plan.calibration import builtin, builtin_data, calibration_from_json
-from llamarig.plan.speed import DEFAULT_PROMPT, plan_threads, prompt_length, speed_report
+from llamarig.plan.calibration.constants import builtin, builtin_data, calibration_from_json
+from llamarig.plan.speed.speed_model import (
+    DEFAULT_PROMPT,
+    plan_threads,
+    prompt_length,
+    speed_report,
+)
 from llamarig.testing.synth import write_model
 
 CAL = builtin()
@@ -194,7 +199,7 @@ def test_tune_depth_ladder_reproduces_every_rung_and_bends(tmp_path):
     speed model"). The plan gives back every measured decode, interpolates the attention's time
     between them, extends it beyond the deepest with the last segment's slope, and a deeper rung
     measured faster than the last one (noise) is held flat, never faster."""
-    from llamarig.plan.calibration import Efficiency
+    from llamarig.plan.calibration.constants import Efficiency
     from llamarig.tune.calibrate import calibration_ladder, fit_calibration
 
     assert calibration_ladder(4096, 272, 32, prefill_tok_s=1000.0) == [1015, 2031, 3047, 4063]

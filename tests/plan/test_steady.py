@@ -1,5 +1,5 @@
 """One replay of a cut trunk stands for the whole trunk when the allocators' states repeat
-(plan/steady.py): the rule on hand-made states, and on real graphs, where the one replay must
+(plan/compute/steady.py): the rule on hand-made states, and on real graphs, where the one replay must
 give the full replay's buffers exactly and be the only one made."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from llamarig.catalogue.models import build_spec, find_model
-from llamarig.plan import replay as R
-from llamarig.plan.ggml_sched import Backend, cuda_backend
-from llamarig.plan.graphs import GraphParams, Layout
-from llamarig.plan.steady import State, Watch, same
+from llamarig.plan.compute import replay as R
+from llamarig.plan.compute.ggml_sched import Backend, cuda_backend
+from llamarig.plan.compute.graphs import GraphParams, Layout
+from llamarig.plan.compute.steady import State, Watch, same
 from llamarig.testing.layouts import random_case
 
 FREE = ((0, 1 << 62),)

@@ -1,4 +1,4 @@
-"""Honest verdicts (llamarig.plan.verdict) on the field reports' cases: a target met only if
+"""Honest verdicts (llamarig.plan.optimise.verdict) on the field reports' cases: a target met only if
 quantized K/V read as fast as f16 is "maybe", with the assumption named; a headline decode with
 MTP says so and stays under its own limit; "fits" says when layers or the model's KV live in host
 RAM that nobody checked."""
@@ -14,7 +14,7 @@ import pytest
 from llamarig.app.check import check, what_runs
 from llamarig.app.runs import price_argv
 from llamarig.cli.main import main
-from llamarig.plan.verdict import decode_headline, fit_qualifier
+from llamarig.plan.optimise.verdict import decode_headline, fit_qualifier
 from llamarig.testing.plans import gpus_of, plan_of
 
 SEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "seeds"

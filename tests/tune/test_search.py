@@ -119,9 +119,9 @@ def test_quality_arithmetic() -> None:
 def test_calibration_fit_reproduces_the_measurement(synth_model, tmp_path: Path) -> None:
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.calibration.files import load_calibration
     from llamarig.plan.config import parse_server_args
-    from llamarig.plan.speed import speed_report
+    from llamarig.plan.speed.speed_model import speed_report
     from llamarig.tune.calibrate import fit_calibration, write_calibration
 
     spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))
@@ -141,9 +141,9 @@ def test_calibration_fit_reproduces_the_measurement(synth_model, tmp_path: Path)
 def test_cpu_fit_records_the_host_bandwidth(synth_model, tmp_path: Path) -> None:
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.calibration.files import load_calibration
     from llamarig.plan.config import parse_server_args
-    from llamarig.plan.speed import speed_report
+    from llamarig.plan.speed.speed_model import speed_report
     from llamarig.tune.calibrate import fit_calibration, write_calibration
 
     spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))
@@ -161,8 +161,8 @@ def test_cpu_fit_records_the_host_bandwidth(synth_model, tmp_path: Path) -> None
 def test_state_dir_calibration_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from llamarig.plan.calibration import builtin
-    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.calibration.constants import builtin
+    from llamarig.plan.calibration.files import load_calibration
 
     monkeypatch.setenv("LLAMARIG_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("LLAMARIG_CALIBRATION", raising=False)
@@ -229,9 +229,9 @@ def test_cpu_fit_faster_than_the_copy_bandwidth(synth_model) -> None:
     """A decode speed the measured copy bandwidth cannot explain: the bandwidth is solved."""
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration import calibration_from_json
+    from llamarig.plan.calibration.constants import calibration_from_json
     from llamarig.plan.config import parse_server_args
-    from llamarig.plan.speed import speed_report
+    from llamarig.plan.speed.speed_model import speed_report
     from llamarig.tune.calibrate import fit_calibration
 
     spec = load_spec(synth_model("llama", n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=4))

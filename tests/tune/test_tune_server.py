@@ -81,7 +81,7 @@ def test_tune_cli_prunes_resumes_and_writes_outputs(synth_model, env: Path, cli)
     assert "pruned by the planner: -ub 64 -c 100000000" in err  # never launched
     assert len(res["pruned"]) == 2 and res["search"]["winner"].endswith("-c 1024")
     assert out.exists() and "rendered by llamarig" in out.read_text()
-    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.calibration.files import load_calibration
 
     assert load_calibration(cal).source.startswith("calibration file")
     # the CPU calibration's deep decode: one more start, counted apart from the search's
@@ -129,9 +129,9 @@ def test_default_space_then_plan_uses_the_calibration(synth_model, env: Path, cl
     from llamarig.flags.argv import Command
     from llamarig.gguf import load_spec
     from llamarig.hardware import Hardware
-    from llamarig.plan.calibration_files import load_calibration
+    from llamarig.plan.calibration.files import load_calibration
     from llamarig.plan.config import ServerConfig
-    from llamarig.plan.speed import speed_report
+    from llamarig.plan.speed.speed_model import speed_report
 
     rep = speed_report(load_spec(model), ServerConfig.from_command(Command.parse(["llama-server", *res["winner_args"]])),
                        Hardware(()), cal=load_calibration(state_file), depths=[cal["depth"]])

@@ -28,7 +28,7 @@ from llamarig.i18n import _, join
 from llamarig.plan.deployment import Deployment, deployment
 from llamarig.plan.result import Plan
 from llamarig.plan.rpc import loopback_descriptions, parse_rpc_device
-from llamarig.plan.speed import SpeedReport
+from llamarig.plan.speed.speed_model import SpeedReport
 from llamarig.render.argv import (
     absolutize_command,
     catalogue_id,

@@ -27,7 +27,7 @@ from llamarig.i18n import _, join
 from llamarig.plan.inputs import build_inputs
 from llamarig.plan.planner import effective_inputs, make_plan
 from llamarig.plan.result import Plan
-from llamarig.plan.speed import speed_report
+from llamarig.plan.speed.speed_model import speed_report
 from llamarig.units import fmt_bytes
 
 #: the options that decide a slot's context; the cut-off explains n_ctx_slot only if one of

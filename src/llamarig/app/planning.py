@@ -1,19 +1,19 @@
 """Planning: the plan of a Deployment with its speed, one way for every caller. Memory per device
 from the planner, then the speed model on the settings llama-server really runs after ``--fit``
-(:func:`llamarig.plan.estimators.speed.effective_inputs`), with the calibration ``plan`` uses.
+(:func:`llamarig.plan.speed.speed_estimator.effective_inputs`), with the calibration ``plan`` uses.
 ``llamarig plan``, ``render``, ``launch`` and ``tune`` all get their figures here, so the same
 command gets the same figures everywhere (tests/app/test_app.py)."""
 
 from __future__ import annotations
 
-from llamarig.plan.calibration import Calibration
-from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration.constants import Calibration
+from llamarig.plan.calibration.files import load_calibration
 from llamarig.plan.deployment import Deployment
-from llamarig.plan.estimators.speed import attach_speed, effective_inputs
-from llamarig.plan.host_probes import measure_host_bandwidth
 from llamarig.plan.inputs import build_inputs
 from llamarig.plan.planner import make_plan
 from llamarig.plan.result import Plan, PlanInputs
+from llamarig.plan.speed.host_probes import measure_host_bandwidth
+from llamarig.plan.speed.speed_estimator import attach_speed, effective_inputs
 
 
 def host_bandwidth(d: Deployment, cal: Calibration, given: float | None = None) -> float | None:

@@ -1,5 +1,5 @@
 """``llamarig plan --target-*``: the best layout for a context, a decode rate and a headroom,
-searched by the optimiser (llamarig.plan.optimise), with the verdict the command exits on."""
+searched by the optimiser (llamarig.plan.optimise.search), with the verdict the command exits on."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 from llamarig.app.planning import host_bandwidth
 from llamarig.errors import ExitCode, InputError
 from llamarig.i18n import _
-from llamarig.plan.calibration import Calibration
-from llamarig.plan.calibration_files import load_calibration
+from llamarig.plan.calibration.constants import Calibration
+from llamarig.plan.calibration.files import load_calibration
 from llamarig.plan.deployment import Deployment
 from llamarig.plan.inputs import build_inputs
-from llamarig.plan.optimise import OptimiseResult, Targets, optimise
+from llamarig.plan.optimise.search import OptimiseResult, Targets, optimise
 from llamarig.plan.result import PlanInputs
 from llamarig.units import GiB
 

@@ -22,8 +22,8 @@ from llamarig.i18n import _
 from llamarig.paths import state_dir
 from llamarig.plan.config import ServerConfig
 from llamarig.plan.deployment import deployment
-from llamarig.plan.host_probes import measure_host_bandwidth
 from llamarig.plan.result import Plan
+from llamarig.plan.speed.host_probes import measure_host_bandwidth
 from llamarig.tune import search as S
 from llamarig.tune.calibrate import (
     CALIBRATION_DEEP_RUNS,

@@ -22,8 +22,8 @@ from llamarig.cli.layout import (
     print_wrapped,
 )
 from llamarig.cli.speed_view import calibration_label
+from llamarig.plan.optimise.verdict import decode_headline, fit_qualifier
 from llamarig.plan.result import HOST_GROWTH
-from llamarig.plan.verdict import decode_headline, fit_qualifier
 from llamarig.units import MiB, fmt_bytes
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def _speed_lines(plan: Plan) -> list[str]:
     sp = plan.speed
     if sp is None or not sp.by_depth:
         return []
-    # speculative decoding named, its limit recomputed for it (llamarig.plan.verdict)
+    # speculative decoding named, its limit recomputed for it (llamarig.plan.optimise.verdict)
     out = [localize(x) for x in decode_headline(sp).lines(sp.prefill.tok_s)]
     if sp.host_range is not None:  # an uncalibrated host: how far the figures can be off
         hr = sp.host_range

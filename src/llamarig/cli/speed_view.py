@@ -1,6 +1,6 @@
 """The plan command's speed views: the speed table under a plan, the optimiser's report for
 ``--target-*``, and the options that drive them (extracted before the llama-server flags).
-Rendering and option parsing live here, the numbers in llamarig.plan.speed / plan.optimise."""
+Rendering and option parsing live here, the numbers in llamarig.plan.speed.speed_model / plan.optimise."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from rich.text import Text
 from llamarig.cli.lang import N_, _, localize
 from llamarig.cli.layout import Column, CommandText, Para, Sheet, labelled
 from llamarig.errors import InputError
-from llamarig.plan.optimise import GB, PlannedOption, Targets
-from llamarig.plan.speed import (
+from llamarig.plan.optimise.search import GB, PlannedOption, Targets
+from llamarig.plan.speed.speed_model import (
     DEFAULT_PROMPT,
     LOWEST_PUBLISHED_ACCEPTANCE,
     SpeedReport,

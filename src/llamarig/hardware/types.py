@@ -25,7 +25,7 @@ class GPU:
     aliases: tuple[str, ...] = ()
     detected: bool = False
     #: CUDA compute capability x 100 (+ minor x 10): 900 for 9.0; picks the flash-attention kernel
-    #: and with it what a FLASH_ATTN_EXT node allocates (llamarig.plan.cuda_fattn)
+    #: and with it what a FLASH_ATTN_EXT node allocates (llamarig.plan.compute.cuda_fattn)
     compute_capability: int | None = None
     #: the rpc-server (``HOST:PORT``) this device is reached through by llama-server's ``--rpc``;
     #: "" for a device of this machine. Such a device's ``backend`` is ``RPC`` (llama-server's

@@ -46,7 +46,9 @@ def _mmproj_from_file(path: str, image_max_tokens: int = 0) -> MMProjInfo:
 
 
 def _mmproj_from_spec(spec: ModelSpec, path: str, image_max_tokens: int = 0) -> MMProjInfo:
-    from llamarig.plan.mmproj import mmproj_info_from_spec  # lazy: 4 ms, off the --help path
+    from llamarig.plan.mmproj.projector import (  # lazy: 4 ms, off the --help path
+        mmproj_info_from_spec,
+    )
 
     if spec.projector is None:
         raise GGUFError(path, _("is not an mmproj file (general.architecture is not 'clip')"))

@@ -1,8 +1,8 @@
 """Assemble a Plan: memory per device and host RAM, each figure with its formula.
 
-The planner runs the component estimators (llamarig.plan.estimators) in order on one
+The planner runs the component estimators (each room's ``*_estimator``) in order on one
 ``PlanLayout`` and posts what each returns into a ``MemoryLines``; then --fit's replay
-(estimators.fit) may re-plan with the settings llama-server would really run::
+(fit.fit_estimator) may re-plan with the settings llama-server would really run::
 
     PlanInputs -> layout -> weights, kv, recurrent, compute, draft (MTP, -md), mmproj,
                   overhead, host extras -> revisions -> budget, settings -> Plan -> --fit
@@ -12,24 +12,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from llamarig.plan.budget import budget
+from llamarig.plan.compute.compute_estimator import estimate_compute_buffers
 from llamarig.plan.config import ServerConfig
-from llamarig.plan.estimators.base import MemoryLines, PlanLayout
-from llamarig.plan.estimators.budget import budget
-from llamarig.plan.estimators.compute import estimate_compute_buffers
-from llamarig.plan.estimators.draft import estimate_draft_model, estimate_mtp
-from llamarig.plan.estimators.fit import apply_fit
-from llamarig.plan.estimators.host import estimate_host_extras
-from llamarig.plan.estimators.kv import estimate_kv, kv_bytes_per_token
-from llamarig.plan.estimators.layout import layout
-from llamarig.plan.estimators.mmproj import estimate_mmproj
-from llamarig.plan.estimators.overhead import estimate_overhead
-from llamarig.plan.estimators.recurrent import estimate_recurrent
-from llamarig.plan.estimators.revise import gpu_compute_range, tensor_split, weights_origin
-from llamarig.plan.estimators.settings import settings_diagnostics
-from llamarig.plan.estimators.speed import effective_inputs
-from llamarig.plan.estimators.weights import estimate_weights
+from llamarig.plan.draft.draft_estimator import estimate_draft_model, estimate_mtp
+from llamarig.plan.estimator import MemoryLines, PlanLayout
+from llamarig.plan.fit.fit_estimator import apply_fit
+from llamarig.plan.kv.checkpoints import estimate_host_extras
+from llamarig.plan.kv.kv_estimator import estimate_kv, kv_bytes_per_token
+from llamarig.plan.kv.recurrent import estimate_recurrent
+from llamarig.plan.layout import layout
 from llamarig.plan.memory import recurrent_bytes_per_seq
+from llamarig.plan.mmproj.mmproj_estimator import estimate_mmproj
+from llamarig.plan.overhead import estimate_overhead
 from llamarig.plan.result import Plan, PlanInputs
+from llamarig.plan.revise import gpu_compute_range, tensor_split, weights_origin
+from llamarig.plan.settings import settings_diagnostics
+from llamarig.plan.speed.speed_estimator import effective_inputs
+from llamarig.plan.weights.weights_estimator import estimate_weights
 
 __all__ = ["Plan", "PlanInputs", "effective_inputs", "fit_measurement", "make_plan", "plan_once"]
 
@@ -68,7 +68,7 @@ def _post_estimates(lay: PlanLayout, ledger: MemoryLines) -> tuple[tuple[int, ..
 def fit_measurement(inp: PlanInputs, base_cfg: ServerConfig | None = None) -> Plan:
     """What one of --fit's dry runs measures for ``inp`` (common/fit.cpp:30-153): the model loaded
     without allocating, so each compute buffer is the prompt graph's alone with nothing pinned
-    (:func:`llamarig.plan.compute.replayed_buffers`), and the MTP context measured with the user's
+    (:func:`llamarig.plan.compute.buffers.replayed_buffers`), and the MTP context measured with the user's
     own placement, ``base_cfg`` (its params are copied before fit changes the main model's,
     common/common.cpp:1244-1258, and fit measures it again only when the context changes,
     fit.cpp:205-258)."""

@@ -1,6 +1,6 @@
 """Plan inputs and results: frozen dataclasses, every figure with the formula behind it.
 
-``Plan.speed`` is filled by the speed model (plan/speed.py); the memory model leaves it None.
+``Plan.speed`` is filled by the speed model (plan/speed/speed_model.py); the memory model leaves it None.
 What the planner has to say beside the figures is ``Plan.diagnostics`` (``warnings`` and
 ``notes`` are their messages by severity). The JSON form is documented in docs/plan.md.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: result.py stays importable without the re
     from llamarig.hardware.cpu import CpuFeatures
     from llamarig.hardware.types import Hardware
     from llamarig.plan.config import ServerConfig
-    from llamarig.plan.speed import SpeedReport
+    from llamarig.plan.speed.speed_model import SpeedReport
 
 #: the per-device memory components, in table order
 COMPONENTS = ("weights", "kv", "recurrent", "compute", "mmproj", "draft", "other")
@@ -155,9 +155,9 @@ class Plan:
     devices: tuple[DevicePlan, ...]
     host: HostPlan
     command: tuple[str, ...]
-    #: warnings and notes, in the order the estimators gave them (llamarig.plan.estimators)
+    #: warnings and notes, in the order the estimators gave them (each room's estimator)
     diagnostics: tuple[Diagnostic, ...] = ()
-    speed: SpeedReport | None = None  # filled by the speed model (plan/speed.py)
+    speed: SpeedReport | None = None  # filled by the speed model (plan/speed/speed_model.py)
     #: the settings llama-server runs after --fit moved layers or lowered the context (None:
     #: --fit changed nothing): what the speed model sees
     effective_cfg: ServerConfig | None = field(default=None, compare=False)

@@ -11,8 +11,8 @@ from typing import Any
 from llamarig import __version__
 from llamarig.flags.argv import Command, looks_like_option
 from llamarig.i18n import N_, _, join, localize, server_text
-from llamarig.plan.speed import SpeedReport
-from llamarig.plan.verdict import decode_headline, fit_qualifier
+from llamarig.plan.optimise.verdict import decode_headline, fit_qualifier
+from llamarig.plan.speed.speed_model import SpeedReport
 from llamarig.text import cells, wrap
 from llamarig.units import fmt_bytes
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 from llamarig.catalogue.models import build_spec, find_model
 from llamarig.gguf.spec import ModelSpec
-from llamarig.plan.ggml_sched import Backend, cuda_backend
-from llamarig.plan.graphs import GraphParams, Layout
-from llamarig.plan.replay import Setup
+from llamarig.plan.compute.ggml_sched import Backend, cuda_backend
+from llamarig.plan.compute.graphs import GraphParams, Layout
+from llamarig.plan.compute.replay import Setup
 
 #: catalogue models of every replayed architecture (qwen35, qwen35moe, llama, qwen3, gemma3)
 MODELS = ("qwen3.6-27b:q4_k_m", "qwen3.8-27b:ud-q4_k_xl", "qwen3.6-35b-a3b:q4_k_m", "qwen3.5-9b", "llama3.1-8b:q4_k_m",

@@ -84,7 +84,7 @@ GRID: list[tuple[str, int, str]] = [
 
 #: (shape, MiB each rpc-server reports, llama-server flags): --fit over devices of chosen memory
 #: (llamarig.testing.rpc's shim). The first two leave fit a placement whose last device ends
-#: past its target once the first takes layers (plan/fit.py _under_counted): the plan must
+#: past its target once the first takes layers (plan/fit/fit_replay.py _under_counted): the plan must
 #: count what the servers then hold, not what fit counted
 FIT_GRID: list[tuple[str, list[int], str]] = [
     ("qwen35-mtp", [40, 48], "-c 4096 -fitt 2 --spec-type draft-mtp"),

@@ -1,9 +1,9 @@
 """Turn a measured decode speed into a calibration file for the speed model
-(llamarig.plan.calibration, format in its module docstring).
+(llamarig.plan.calibration.constants, format in its module docstring).
 
 Method: the speed model predicts decode time per token as bytes read / (bandwidth x
-``weights`` efficiency) + ``overhead_ms`` (llamarig.plan.speed.decode_seconds). On the CPU the
-bandwidth is the host's: the caller measures it (llamarig.plan.calibration.measure_host_bandwidth,
+``weights`` efficiency) + ``overhead_ms`` (llamarig.plan.speed.speed_model.decode_seconds). On the CPU the
+bandwidth is the host's: the caller measures it (llamarig.plan.calibration.constants.measure_host_bandwidth,
 a numpy copy) and the file records it as ``host_bandwidth_gbs``, so that the efficiency below is
 relative to this machine's bandwidth, not to the built-in 40 GB/s default. On a GPU it is the
 catalogue figure of the card. We then solve, by bisection, for the ``weights`` efficiency of the
@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamarig.plan.calibration import Calibration, builtin
-from llamarig.plan.speed import device_loads, speed_report
+from llamarig.plan.calibration.constants import Calibration, builtin
+from llamarig.plan.speed.speed_model import device_loads, speed_report
 
 if TYPE_CHECKING:
     from llamarig.gguf.spec import ModelSpec
