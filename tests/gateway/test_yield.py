@@ -124,17 +124,17 @@ def test_yield_after_keeps_cron_out_between_two_agent_turns(lt: Any) -> None:
 
 
 def test_bench_hold_asks_the_gateway_and_releases(lt: Any) -> None:
-    from llamarig.cli.bench_cmd import _gateway_hold
+    from llamarig.api import gateway_hold
     from llamarig.errors import InputError
 
     fb = lt.fake()
     gw = lt.gateway({"keys": [{"key": "admin-key-1", "admin": True}]}, backends=[fb.url])
-    _gateway_hold(gw.url, "hold", ("cron",), "admin-key-1")
+    gateway_hold(gw.url, "hold", ("cron",), api_key="admin-key-1")
     assert "cron" in lt.call(gw.status)["holds"]
-    _gateway_hold(gw.url, "release", ("cron",), "admin-key-1")
+    gateway_hold(gw.url, "release", ("cron",), api_key="admin-key-1")
     assert lt.call(gw.status)["holds"] == {}
     try:
-        _gateway_hold(gw.url, "hold", ("cron",), None)
+        gateway_hold(gw.url, "hold", ("cron",))
     except InputError as e:
         assert "HTTP 401" in str(e)
     else:

@@ -99,7 +99,7 @@ def _write_outputs(doc: dict[str, Any], json_path: Path | None, md_path: Path | 
 @click.option("--poll-interval", type=float, default=0.2, show_default=True, help="Seconds between /slots polls.")
 @click.option("--api-key", metavar="KEY", envvar="LLAMARIG_API_KEY", help="Bearer token (or $LLAMARIG_API_KEY).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table (files only).")
-@click.option("--hold", metavar="TIERS", default=None,
+@click.option("--hold", metavar="LIST", default=None,
               help="Through a llamarig gateway: hold these tiers (e.g. cron,B) while the bench runs "
                    "(POST /gateway/hold, released at the end).")
 @click.pass_context
